@@ -1,0 +1,45 @@
+"""Sandbox settings (pydantic). Defaults are the hardened ones; every knob only tightens or sizes."""
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_IMAGE = "openagents-sandbox:latest"
+LABEL = "dev.openagents.sandbox"
+
+# The only host variables that may reach the container, with fixed values, never copied from the host.
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class SandboxConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = DEFAULT_IMAGE
+    memory: str = Field(default="1g", description="Memory limit, swap included (docker's mem_limit syntax).")
+    pids: int = Field(default=256, ge=16, le=65536)
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    tmp_size: str = Field(default="256m", description="Size of the tmpfs at /tmp.")
+    max_file_size: int = Field(default=1 << 30, ge=1 << 20, description="RLIMIT_FSIZE for everything in the box.")
+    env: dict[str, str] = Field(default_factory=dict, description="Explicit, user-approved extra variables.")
+    runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
+    user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
+    call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
+    shell_grace_s: float = Field(default=5.0, gt=0, le=60)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"not a variable name: {name!r}")
+        return value
+
+    def environment(self) -> dict[str, str]:
+        return {**BASE_ENV, **self.env}

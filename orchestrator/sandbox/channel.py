@@ -1,0 +1,128 @@
+"""JSON lines over a container's attached stdin/stdout.
+
+Without a TTY, Docker multiplexes the output: each frame has an 8-byte header (stream type,
+three zero bytes, big-endian length). A reader thread splits frames, then lines, validates each
+line as an AgentResponse, and completes the waiting call. Anything malformed marks the channel
+broken: the agent is not trusted to recover from its own garbage.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import socket
+import struct
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import ErrorType, OpenAgentsError
+from ..protocol import AgentRequest, AgentResponse
+
+MAX_LINE_BYTES = 32 * 1024 * 1024
+STDERR_KEEP = 8192
+
+
+class Channel:
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future[AgentResponse]] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self.broken: OpenAgentsError | None = None
+        self.stderr_tail = b""
+        self._reader = threading.Thread(target=self._read_loop, name="oa-channel", daemon=True)
+        self._reader.start()
+
+    def request(self, tool: str, args: dict[str, Any]) -> tuple[int, Future[AgentResponse]]:
+        future: Future[AgentResponse] = Future()
+        with self._lock:
+            if self.broken:
+                raise self.broken
+            rid = next(self._ids)
+            self._pending[rid] = future
+        line = AgentRequest(id=rid, tool=tool, args=args).model_dump_json().encode() + b"\n"
+        try:
+            with self._write_lock:
+                self._sock.sendall(line)
+        except OSError as err:
+            self._fail(OpenAgentsError(ErrorType.AGENT_LOST, f"the agent stopped reading: {err}"))
+        return rid, future
+
+    def forget(self, rid: int) -> None:
+        with self._lock:
+            self._pending.pop(rid, None)
+
+    def close(self) -> None:
+        self._fail(OpenAgentsError(ErrorType.AGENT_LOST, "the sandbox was closed"))
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def _fail(self, err: OpenAgentsError) -> None:
+        with self._lock:
+            if self.broken is None:
+                self.broken = err
+            pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(self.broken)
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._sock.recv(min(n - len(buf), 1 << 20))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def _read_loop(self) -> None:
+        pending_line = bytearray()
+        try:
+            while True:
+                header = self._recv_exact(8)
+                if header is None:
+                    raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited" + self._stderr_hint())
+                stream, size = header[0], struct.unpack(">I", header[4:])[0]
+                payload = self._recv_exact(size) if size else b""
+                if payload is None:
+                    raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited mid-message" + self._stderr_hint())
+                if stream == 2:
+                    self.stderr_tail = (self.stderr_tail + payload)[-STDERR_KEEP:]
+                    continue
+                if stream != 1:
+                    raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"unexpected stream type {stream} from the container")
+                pending_line += payload
+                while (newline := pending_line.find(b"\n")) >= 0:
+                    line = bytes(pending_line[:newline])
+                    del pending_line[: newline + 1]
+                    if line.strip():
+                        self._dispatch(line)
+                if len(pending_line) > MAX_LINE_BYTES:
+                    raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent a line over {MAX_LINE_BYTES} bytes")
+        except OpenAgentsError as err:
+            self._fail(err)
+        except OSError as err:
+            self._fail(OpenAgentsError(ErrorType.AGENT_LOST, f"the connection to the agent broke: {err}"))
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            response = AgentResponse.model_validate(json.loads(line))
+        except (ValueError, ValidationError, RecursionError):
+            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent something that is not a response: {line[:120]!r}") from None
+        if response.id is None:
+            # The agent could not parse one of our requests: a bug on our side or a hostile agent.
+            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent rejected a request: {response.error.message if response.error else '?'}")
+        with self._lock:
+            future = self._pending.pop(response.id, None)
+        if future is not None and not future.done():
+            future.set_result(response)
+
+    def _stderr_hint(self) -> str:
+        tail = self.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()[-3:]
+        return f" (stderr: {' | '.join(tail)})" if tail else ""

@@ -1,0 +1,222 @@
+"""DockerSandbox: a hardened container running the agent, with every limit enforced from outside.
+
+Nothing in the container is trusted once the model has run a command: the host keeps its own
+deadline for every call, kills the command's whole process tree itself when it expires, and
+replaces the container when the agent dies, hangs or speaks garbage.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+from docker.types import Mount, Ulimit
+
+from sandbox_agent import limits
+
+from ..config import LABEL, SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from ..protocol import Executor, ToolResult
+from .channel import Channel
+
+log = logging.getLogger(__name__)
+
+WORKSPACE_IN_BOX = "/workspace"
+_KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
+
+
+def docker_client(timeout: int = 60) -> docker.DockerClient:
+    """A client that answers, or a fatal typed error that says how to start a daemon."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        return client
+    except docker.errors.DockerException as err:
+        raise OpenAgentsError(
+            ErrorType.DOCKER_UNAVAILABLE,
+            f"no Docker daemon answers ({err}). Start one: `sudo systemctl start docker`, or `sudo dockerd &`; "
+            "on Debian without Docker: `sudo apt-get install docker.io`. Set DOCKER_HOST if it listens elsewhere.",
+        ) from None
+
+
+def container_settings(config: SandboxConfig, workspace: Path, user: str) -> dict[str, Any]:
+    """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
+    mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
+    git = workspace / ".git"
+    if git.exists() and not git.is_symlink():
+        mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/.git", source=str(git), type="bind", read_only=True))
+    settings: dict[str, Any] = {
+        "image": config.image,
+        "user": user,
+        "working_dir": WORKSPACE_IN_BOX,
+        "environment": config.environment(),
+        "stdin_open": True,
+        "tty": False,
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"},
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": config.pids,
+        "mem_limit": config.memory,
+        "memswap_limit": config.memory,
+        "nano_cpus": int(config.cpus * 1e9),
+        "ulimits": [Ulimit(name="fsize", soft=config.max_file_size, hard=config.max_file_size), Ulimit(name="core", soft=0, hard=0)],
+        "ipc_mode": "private",
+        "mounts": mounts,
+        "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), f"{LABEL}.host-pid": str(os.getpid())},
+    }
+    if config.runtime:
+        settings["runtime"] = config.runtime
+    return settings
+
+
+def workspace_user(workspace: Path, config: SandboxConfig) -> str:
+    """The workspace owner's uid:gid, so files written in the box keep their owner on the host."""
+    if config.user:
+        return config.user
+    st = workspace.stat()
+    if st.st_uid == 0:
+        log.warning("the workspace %s is owned by root: the sandbox runs as uid 0 with every capability dropped; "
+                    "chown it to an unprivileged user (or pass --user) for the stronger setting", workspace)
+    return f"{st.st_uid}:{st.st_gid}"
+
+
+class DockerSandbox:
+    """One container, one agent, one workspace. Use as a context manager: the container is removed on
+    exit, also after Ctrl-C."""
+
+    def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None) -> None:
+        self.workspace = Path(workspace).resolve()
+        if not self.workspace.is_dir():
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"workspace {self.workspace} is not a directory")
+        self.config = config or SandboxConfig()
+        self._client = client
+        self.user = workspace_user(self.workspace, self.config)
+        self.container = None
+        self._channel: Channel | None = None
+        self.restarts = 0
+        self.agent_info: dict[str, Any] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "DockerSandbox":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    def start(self) -> None:
+        try:
+            self.client.images.get(self.config.image)
+        except docker.errors.ImageNotFound:
+            raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.image} is missing; build it with `oa-sandbox image build`") from None
+        except docker.errors.DockerException as err:
+            raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
+        try:
+            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user))
+            sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            self._channel = Channel(getattr(sock, "_sock", sock))
+            self.container.start()
+        except docker.errors.DockerException as err:
+            self._remove()
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
+        try:
+            _, future = self._channel.request("hello", {})
+            hello = future.result(timeout=self.config.call_deadline_s)
+        except (OpenAgentsError, FutureTimeout) as err:
+            self._remove()
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
+        self.agent_info = hello.meta
+
+    def restart(self) -> None:
+        self._remove()
+        self.restarts += 1
+        self.start()
+
+    def close(self) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.container is not None:
+            try:
+                self.container.remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as err:  # "removal already in progress" and the like
+                log.debug("removing %s: %s", self.container.id[:12], err)
+            self.container = None
+
+    # -- calls -----------------------------------------------------------------------------
+    def deadline_for(self, tool: str, args: dict[str, Any]) -> float:
+        if tool == "shell":
+            requested = args.get("timeout", limits.SHELL_DEFAULT_TIMEOUT_S)
+            if not isinstance(requested, int) or isinstance(requested, bool):
+                requested = limits.SHELL_DEFAULT_TIMEOUT_S
+            return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S) + self.config.shell_grace_s
+        return self.config.call_deadline_s
+
+    def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        if self._channel is None or self._channel.broken:
+            self.restart()
+        deadline = self.deadline_for(tool, args)
+        started = time.monotonic()
+        try:
+            rid, future = self._channel.request(tool, args)
+            try:
+                response = future.result(timeout=deadline)
+            except FutureTimeout:
+                return self._on_deadline(tool, rid, future, deadline)
+        except OpenAgentsError as err:
+            self._recover(err)
+            return ToolResult.failure(err, executor=Executor.OPENAGENTS)
+        result = ToolResult.from_agent(response)
+        result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
+        return result
+
+    def _on_deadline(self, tool: str, rid: int, future, deadline: float) -> ToolResult:
+        """The host's deadline passed: kill every process in the box but the agent, from outside."""
+        message = f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
+        self.kill_processes()
+        try:
+            response = future.result(timeout=3)
+        except (FutureTimeout, OpenAgentsError):
+            self._channel.forget(rid)
+            self.restart()
+            err = OpenAgentsError(ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced")
+            return ToolResult.failure(err, executor=Executor.OPENAGENTS)
+        # Whatever the agent claims, the host's deadline decides: this call timed out.
+        err = OpenAgentsError(ErrorType.TIMEOUT, message)
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**response.meta, "timed_out": True})
+
+    def kill_processes(self) -> None:
+        """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
+        daemonized children too, since kill(-1) does not care about process groups."""
+        if self.container is None:
+            return
+        try:
+            self.container.exec_run(["python3", "-I", "-S", "-c", _KILL_ALL], user=self.user, stdin=False, stdout=False, stderr=False)
+        except docker.errors.DockerException as err:
+            log.debug("kill in %s failed: %s", self.container.id[:12], err)
+
+    def _recover(self, err: OpenAgentsError) -> None:
+        """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""
+        log.warning("sandbox agent lost (%s): %s; starting a fresh one", err.type.value, err.message)
+        try:
+            self.restart()
+        except OpenAgentsError as restart_err:
+            log.error("could not restart the sandbox: %s", restart_err.message)

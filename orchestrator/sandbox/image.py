@@ -1,0 +1,162 @@
+"""Building the sandbox image, with or without a registry.
+
+With a registry, Dockerfile.sandbox builds on an ordinary base (python:3.12-slim). With none
+(our own machines), a base is made from Debian's packages with debootstrap and `docker import`,
+then the same Dockerfile builds on it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import docker
+import docker.errors
+
+from ..config import DEFAULT_IMAGE, LABEL
+from ..errors import ErrorType, OpenAgentsError
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile.sandbox"
+AGENT_DIR = ROOT / "sandbox_agent"
+DEFAULT_BASE = "python:3.12-slim"
+DEBOOTSTRAP_BASE = "oa-sandbox-base:bookworm"
+DEBOOTSTRAP_SUITE = "bookworm"
+HASH_LABEL = f"{LABEL}.agent-hash"
+
+Progress = Callable[[str], None]
+
+
+def _agent_files() -> list[Path]:
+    if not DOCKERFILE.is_file():
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{DOCKERFILE} is missing: build the image from a source checkout (pip install -e .)")
+    return [DOCKERFILE] + sorted(p for p in AGENT_DIR.rglob("*.py"))
+
+
+def agent_hash() -> str:
+    """Content hash of what goes into the image: a changed agent means a stale image."""
+    digest = hashlib.sha256()
+    for path in _agent_files():
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def image_status(client: docker.DockerClient, image: str = DEFAULT_IMAGE) -> str:
+    """'missing', 'stale' (built from other agent code) or 'current'."""
+    try:
+        found = client.images.get(image)
+    except docker.errors.ImageNotFound:
+        return "missing"
+    return "current" if (found.labels or {}).get(HASH_LABEL) == agent_hash() else "stale"
+
+
+def _context_tar() -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in _agent_files():
+            tar.add(str(path), arcname=str(path.relative_to(ROOT)))
+    buf.seek(0)
+    return buf
+
+
+def debian_mirror() -> str:
+    """The mirror apt already uses on this machine, so debootstrap needs no other network."""
+    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
+    for source in sources:
+        try:
+            text = source.read_text()
+        except OSError:
+            continue
+        for match in re.finditer(r"(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s+)?)(\S+/debian)/?\s", text):
+            return match.group(1)
+    return "http://deb.debian.org/debian"
+
+
+def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag: str = DEBOOTSTRAP_BASE) -> str:
+    if shutil.which("debootstrap") is None:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "debootstrap is not installed: `sudo apt-get install debootstrap` (Debian's package)")
+    mirror = debian_mirror()
+    with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        progress(f"debootstrap --variant=minbase --include=python3 {DEBOOTSTRAP_SUITE} from {mirror} (about 1-2 minutes)")
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            ["debootstrap", "--variant=minbase", "--include=python3", DEBOOTSTRAP_SUITE, str(rootfs), mirror],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        tail: list[str] = []
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-20:]
+            if line.startswith(("I: Retrieving", "I: Base system", "I: Installing core", "I: Unpacking the base", "I: Configuring the base")):
+                progress("  " + line.strip())
+        if proc.wait() != 0:
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "debootstrap failed:\n" + "\n".join(tail))
+        progress(f"debootstrap done in {time.monotonic() - started:.0f}s; importing as {tag}")
+        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        try:
+            client.api.import_image_from_stream(tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1])
+        finally:
+            tar.stdout.close()
+            tar.wait()
+    return tag
+
+
+def _base_available(client: docker.DockerClient, base: str, progress: Progress) -> bool:
+    try:
+        client.images.get(base)
+        return True
+    except docker.errors.ImageNotFound:
+        pass
+    progress(f"pulling {base}")
+    try:
+        client.images.pull(base)
+        return True
+    except docker.errors.DockerException as err:
+        progress(f"cannot pull {base} ({str(err).splitlines()[0][:160]}); falling back to a debootstrap base")
+        return False
+
+
+def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str = DEFAULT_IMAGE, progress: Progress = print, rebuild_base: bool = False) -> str:
+    """Build Dockerfile.sandbox on ``base``; ``base='debootstrap'`` (or an unreachable base) makes one from Debian's packages."""
+    if base == "debootstrap" or not _base_available(client, base, progress):
+        exists = False
+        try:
+            client.images.get(DEBOOTSTRAP_BASE)
+            exists = True
+        except docker.errors.ImageNotFound:
+            pass
+        if exists and not rebuild_base:
+            progress(f"reusing the debootstrap base {DEBOOTSTRAP_BASE}")
+        else:
+            build_debootstrap_base(client, progress)
+        base = DEBOOTSTRAP_BASE
+    progress(f"building {tag} from Dockerfile.sandbox on {base}")
+    started = time.monotonic()
+    stream = client.api.build(
+        fileobj=_context_tar(), custom_context=True, dockerfile="Dockerfile.sandbox", tag=tag,
+        buildargs={"BASE_IMAGE": base}, labels={LABEL: "image", HASH_LABEL: agent_hash()}, rm=True, forcerm=True, decode=True,
+    )
+    for chunk in stream:
+        if "error" in chunk:
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"image build failed: {chunk['error'].strip()}")
+        text = chunk.get("stream", "").strip()
+        if text.startswith("Step "):
+            progress("  " + text)
+    progress(f"built {tag} in {time.monotonic() - started:.1f}s")
+    return tag
+
+
+def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress: Progress = print) -> str:
+    """Build the image if it is missing or was built from other agent code."""
+    status = image_status(client, tag)
+    if status != "current":
+        progress(f"image {tag} is {status}; building it")
+        build_image(client, tag=tag, progress=progress)
+    return tag

@@ -1,0 +1,1 @@
+"""Tools: arguments (validation), declarations (what each model family sees), registry (what is active)."""

@@ -1,0 +1,118 @@
+"""One JSON message per line over stdin/stdout: the container needs no network interface.
+
+Request:  {"v": 1, "id": 7, "tool": "read_file", "args": {...}}
+Response: {"v": 1, "id": 7, "ok": true, "output": "...", "note": "...", "meta": {...}}
+      or  {"v": 1, "id": 7, "ok": false, "output": "...", "error": {"type": "...", "message": "..."}, "meta": {...}}
+
+Each request runs in its own thread, so a read can answer while a command runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+
+from . import PROTOCOL_VERSION, limits
+from .paths import PathRefused
+from .shell import shell
+from .tools import ToolError, edit_file, grep_files, list_files, read_file, write_file
+
+TOOLS = {
+    "read_file": read_file,
+    "list_files": list_files,
+    "grep_files": grep_files,
+    "write_file": write_file,
+    "edit_file": edit_file,
+    "shell": shell,
+}
+
+_out_lock = threading.Lock()
+
+
+def _send(message: dict) -> None:
+    line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", errors="surrogateescape") + b"\n"
+    with _out_lock:
+        sys.stdout.buffer.write(line)
+        sys.stdout.buffer.flush()
+
+
+def _rss_kib() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return -1
+
+
+def handle(request: dict) -> dict:
+    rid = request.get("id")
+    base = {"v": PROTOCOL_VERSION, "id": rid}
+    tool = request.get("tool")
+    args = request.get("args") or {}
+    if request.get("v") != PROTOCOL_VERSION:
+        return {**base, "ok": False, "error": {"type": "protocol_error", "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}"}}
+    if tool == "hello":
+        return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0]}}
+    fn = TOOLS.get(tool)
+    if fn is None:
+        return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
+    if not isinstance(args, dict):
+        return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}
+    try:
+        result = fn(args)
+        return {**base, "ok": True, **result}
+    except PathRefused as err:
+        return {**base, "ok": False, "error": {"type": err.kind, "message": str(err)}}
+    except ToolError as err:
+        return {**base, "ok": False, "output": err.output, "meta": err.meta, "error": {"type": err.kind, "message": str(err)}}
+    except RecursionError:
+        return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "arguments nest too deeply"}}
+    except MemoryError:
+        return {**base, "ok": False, "error": {"type": "resource_exhausted", "message": "the sandbox ran out of memory"}}
+    except Exception as err:  # a bug in a tool must not kill the agent
+        return {**base, "ok": False, "error": {"type": "internal_error", "message": f"{type(err).__name__}: {err}"}}
+
+
+def _serve_one(line: bytes) -> None:
+    try:
+        request = json.loads(line)
+        if not isinstance(request, dict):
+            raise ValueError("not an object")
+    except (ValueError, RecursionError) as err:
+        _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": f"bad request line: {err}"}})
+        return
+    _send(handle(request))
+
+
+def _harden() -> None:
+    """Not dumpable: a command running as our uid cannot ptrace us or read /proc/1/{environ,mem,fd}."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:
+        pass
+
+
+def main() -> None:
+    _harden()
+    # As PID 1 we would ignore SIGTERM; exit instead, so `docker stop` and `kill 1` both end us cleanly.
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    stdin = sys.stdin.buffer
+    while True:
+        line = stdin.readline(limits.MAX_REQUEST_BYTES + 1)
+        if not line:
+            os._exit(0)
+        if len(line) > limits.MAX_REQUEST_BYTES and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):
+                line = stdin.readline(limits.MAX_REQUEST_BYTES)
+            _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": "request line too long"}})
+            continue
+        if line.strip():
+            threading.Thread(target=_serve_one, args=(line,), daemon=True).start()

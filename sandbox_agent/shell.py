@@ -1,0 +1,139 @@
+"""``shell``: /bin/sh -c with no standard input, a clamped timeout, capped output, and no survivors.
+
+Nothing started by a command outlives its call: when the agent is the container's PID 1 it
+sends SIGKILL to every other process it may signal (``kill(-1)``), which reaches children that
+called setsid or daemonized. The host does the same from outside if the agent does not answer.
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+from . import limits
+from .paths import WORKSPACE
+from .tools import ToolError, _arg
+
+# Variables that may carry credentials are never handed to the child, even if one reached the box.
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|GRANT|AUTH)", re.I)
+
+_lock = threading.Lock()
+
+
+def child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
+    env.setdefault("HOME", "/tmp")
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+class _CappedReader(threading.Thread):
+    """Keeps the head and the tail of the stream; memory stays bounded whatever the command prints."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream = stream
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def run(self) -> None:
+        head_cap, tail_cap = limits.SHELL_OUTPUT_HEAD_BYTES, limits.SHELL_OUTPUT_TAIL_BYTES
+        while True:
+            try:
+                chunk = os.read(self.stream.fileno(), 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.total += len(chunk)
+            room = head_cap - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                if len(self.tail) > tail_cap:
+                    del self.tail[: len(self.tail) - tail_cap]
+
+    def text(self) -> tuple[str, bool]:
+        truncated = self.total > len(self.head) + len(self.tail)
+        body = bytes(self.head)
+        if truncated:
+            skipped = self.total - len(self.head) - len(self.tail)
+            body += f"\n[... {skipped} bytes of output omitted ...]\n".encode()
+        body += bytes(self.tail)
+        return body.decode("utf-8", errors="replace"), truncated
+
+
+def _kill_everything_else(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    if os.getpid() == 1:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process but us: setsid'd and double-forked ones too
+        except OSError:
+            pass
+
+
+def shell(args: dict) -> dict:
+    command = _arg(args, "command", str, required=True)
+    requested = _arg(args, "timeout", int, limits.SHELL_DEFAULT_TIMEOUT_S)
+    if requested < 1:
+        raise ToolError("invalid_arguments", "timeout must be at least 1 second")
+    timeout = min(requested, limits.SHELL_MAX_TIMEOUT_S)
+    with _lock:
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                cwd=WORKSPACE if os.path.isdir(WORKSPACE) else None,
+                env=child_env(),
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError as err:
+            raise ToolError("io_error", f"could not start /bin/sh: {err.strerror}") from None
+        reader = _CappedReader(proc.stdout)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        _kill_everything_else(proc)
+        proc.wait()
+        reader.join(timeout=2)
+        proc.stdout.close()
+        elapsed = time.monotonic() - started
+    output, truncated = reader.text()
+    meta = {
+        "exit_code": None if timed_out else proc.returncode,
+        "timed_out": timed_out,
+        "timeout_s": timeout,
+        "requested_timeout_s": requested,
+        "clamped": requested != timeout,
+        "output_bytes": reader.total,
+        "output_truncated": truncated,
+        "output_cap_bytes": limits.SHELL_OUTPUT_HEAD_BYTES + limits.SHELL_OUTPUT_TAIL_BYTES,
+        "elapsed_s": round(elapsed, 3),
+    }
+    notes = []
+    if requested != timeout:
+        notes.append(f"[timeout {requested}s was clamped to the {limits.SHELL_MAX_TIMEOUT_S}s ceiling]")
+    if truncated:
+        notes.append(f"[output was {reader.total} bytes; only the first and last {meta['output_cap_bytes']} bytes are kept]")
+    if timed_out:
+        notes.append(f"[timed out after {timeout}s; the command and everything it started were killed]")
+        raise ToolError("timeout", "\n".join(notes), output=output, meta=meta)
+    notes.append(f"[exit code {proc.returncode}]")
+    return {"output": output, "note": "\n".join(notes), "meta": meta}
+
