@@ -74,11 +74,33 @@ def _kill_everything_else(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
-    if os.getpid() == 1:
+    if os.getpid() != 1:
+        return
+    # As PID 1 we see every process in the box: SIGKILL them all (setsid'd and double-forked ones
+    # too) until none is left, reaping the orphans that were reparented to us. Repeat, because a
+    # process that was forking during one kill(-1) can escape that one.
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
         try:
-            os.kill(-1, signal.SIGKILL)  # every process but us: setsid'd and double-forked ones too
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            break
         except OSError:
             pass
+        _reap()
+        time.sleep(0.005)
+    _reap()
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def shell(args: dict) -> dict:

@@ -1,0 +1,203 @@
+"""`oa-sandbox`: the command line. Exit codes: 0 done, 1 a typed tool error or a stopped session,
+2 a usage or set-up error (no Docker daemon, missing image, bad config)."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from .config import LABEL, SandboxConfig
+from .errors import ErrorType, OpenAgentsError
+from .protocol import ToolResult
+
+EXIT_OK, EXIT_TOOL_ERROR, EXIT_SETUP = 0, 1, 2
+
+
+def _setup_error(err: OpenAgentsError) -> "click.exceptions.Exit":
+    click.echo(f"oa-sandbox: {err.type.value}: {err.message}", err=True)
+    return click.exceptions.Exit(EXIT_SETUP)
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM unwinds like Ctrl-C, so context managers remove their containers."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+
+def sandbox_options(fn):
+    options = [
+        click.option("--image", default=None, help="Sandbox image (default openagents-sandbox:latest)."),
+        click.option("--memory", default=None, help="Memory limit, e.g. 1g."),
+        click.option("--pids", type=int, default=None, help="Most processes in the box."),
+        click.option("--cpus", type=float, default=None, help="CPU share, e.g. 1.5."),
+        click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="An explicit extra variable for the box (repeatable)."),
+        click.option("--runtime", default=None, help="Docker runtime, e.g. runsc (gVisor)."),
+        click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def build_config(image, memory, pids, cpus, env, runtime, user) -> SandboxConfig:
+    values: dict = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
+    extras = {}
+    for item in env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--env")
+        extras[name] = value
+    try:
+        return SandboxConfig(**values, env=extras)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="Log what the host does.")
+@click.version_option(package_name="openagents-sandbox")
+def main(verbose: bool) -> None:
+    """Run an AI coding agent's tools in a hardened Docker sandbox."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="oa-sandbox: %(message)s")
+
+
+@main.group()
+def image() -> None:
+    """The sandbox image."""
+
+
+@image.command("build")
+@click.option("--base", default="python:3.12-slim", show_default=True, help="Base image, or 'debootstrap' to make one from Debian's packages.")
+@click.option("--tag", default=None, help="Image tag (default openagents-sandbox:latest).")
+@click.option("--rebuild-base", is_flag=True, help="Run debootstrap again even if the base exists.")
+@click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
+def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
+    """Build the sandbox image; with no registry, from a debootstrap base."""
+    from .sandbox.docker import docker_client
+    from .sandbox.image import build_image, image_status
+
+    tag = tag or SandboxConfig().image
+    try:
+        client = docker_client(timeout=600)
+        if if_needed and image_status(client, tag) == "current":
+            click.echo(f"image {tag} is current", err=True)
+            return
+        build_image(client, base=base, tag=tag, progress=lambda m: click.echo(m, err=True), rebuild_base=rebuild_base)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+
+
+@main.command("exec")
+@click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@sandbox_options
+@click.argument("tool")
+@click.argument("json_args", default="{}")
+def exec_(workspace, image, memory, pids, cpus, env, runtime, user, tool, json_args) -> None:
+    """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result."""
+    from .sandbox.docker import DockerSandbox
+    from .tools.args import validate_arguments
+
+    config = build_config(image, memory, pids, cpus, env, runtime, user)
+    _terminate_as_interrupt()
+    try:
+        args = validate_arguments(tool, json_args).model_dump(exclude_none=True)
+    except OpenAgentsError as err:
+        result = ToolResult.failure(err)
+    else:
+        try:
+            with DockerSandbox(workspace, config) as sandbox:
+                result = sandbox.call(tool, args)
+        except OpenAgentsError as err:
+            raise _setup_error(err) from None
+    click.echo(result.model_dump_json())
+    raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
+
+
+@main.command()
+@click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
+@sandbox_options
+def doctor(workspace, image, memory, pids, cpus, env, runtime, user) -> None:
+    """Check the daemon and the image, and print the security settings a sandbox gets."""
+    from .sandbox.docker import container_settings, docker_client, workspace_user
+    from .sandbox.image import image_status
+
+    config = build_config(image, memory, pids, cpus, env, runtime, user)
+    ok = True
+    try:
+        client = docker_client(timeout=10)
+        version = client.version()
+        click.echo(f"[ok]   Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")
+    except OpenAgentsError as err:
+        click.echo(f"[fail] {err.message}")
+        raise click.exceptions.Exit(EXIT_SETUP) from None
+    status = image_status(client, config.image)
+    ok &= status == "current"
+    click.echo(f"[{'ok' if status == 'current' else 'fail'}]{' ' * (3 if status == 'current' else 1)}image {config.image}: {status}"
+               + ("" if status == "current" else "  (run `oa-sandbox image build`)"))
+    runtimes = (client.info().get("Runtimes") or {}).keys()
+    click.echo(f"[info] runtimes: {', '.join(sorted(runtimes))}" + ("" if "runsc" in runtimes else "  (gVisor's runsc is not installed)"))
+    ws = Path(workspace).resolve()
+    settings = container_settings(config, ws, workspace_user(ws, config))
+    click.echo("\nSecurity settings of a sandbox:")
+    rows = [
+        ("workspace", f"{ws} -> /workspace (bind, read-write); .git read-only" if (ws / ".git").exists() else f"{ws} -> /workspace (bind, read-write)"),
+        ("network", settings["network_mode"]),
+        ("user", settings["user"] + ("  (root-owned workspace: pass --user for an unprivileged uid)" if settings["user"].startswith("0:") else "")),
+        ("root filesystem", "read-only" if settings["read_only"] else "writable"),
+        ("/tmp", settings["tmpfs"]["/tmp"]),
+        ("capabilities", "drop " + ",".join(settings["cap_drop"])),
+        ("security options", ",".join(settings["security_opt"])),
+        ("pids limit", str(settings["pids_limit"])),
+        ("memory limit", f"{settings['mem_limit']} (swap included)"),
+        ("cpus", str(settings["nano_cpus"] / 1e9)),
+        ("file size limit", f"{config.max_file_size} bytes"),
+        ("environment", ", ".join(sorted(settings["environment"]))),
+        ("runtime", settings.get("runtime", "default")),
+        ("shell timeout", "60 s default, 240 s ceiling, enforced by the host"),
+    ]
+    for name, value in rows:
+        click.echo(f"  {name:<18} {value}")
+    raise click.exceptions.Exit(EXIT_OK if ok else EXIT_SETUP)
+
+
+@main.command()
+@click.option("--all", "all_", is_flag=True, help="Also remove sandboxes whose host process is still alive.")
+def gc(all_: bool) -> None:
+    """Remove leftover sandbox containers."""
+    import docker.errors
+
+    from .sandbox.docker import docker_client
+
+    try:
+        client = docker_client(timeout=30)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        host_pid = container.labels.get(f"{LABEL}.host-pid", "")
+        if not all_ and host_pid.isdigit() and _alive(int(host_pid)) and container.status == "running":
+            continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.APIError:
+            pass
+    click.echo(f"removed {removed} sandbox container{'s' if removed != 1 else ''}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
