@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -115,6 +116,101 @@ def exec_(workspace, image, memory, pids, cpus, env, runtime, user, tool, json_a
             raise _setup_error(err) from None
     click.echo(result.model_dump_json())
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
+
+
+def _default_transcript() -> Path:
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "openagents-sandbox" / "transcripts" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
+
+
+def _policy_rules(workspace: Path, files: tuple[str, ...]):
+    """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
+    (.openagents/policy.*, may only tighten), and --policy files (their own tier, default user)."""
+    from .policy.ladder import Tier, load_policy
+
+    rules = []
+    admin = os.environ.get("OA_ADMIN_POLICY") or "/etc/openagents-sandbox/policy.toml"
+    if Path(admin).is_file():
+        rules += load_policy(admin, Tier.ADMIN)
+    for name in ("policy.toml", "policy.yaml", "policy.yml"):
+        if (workspace / ".openagents" / name).is_file():
+            rules += load_policy(workspace / ".openagents" / name, Tier.WORKSPACE)
+    for path in files:
+        rules += load_policy(path)
+    return rules
+
+
+@main.command()
+@click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option("--model", "model_spec", required=True, help="openai:NAME, gemini:NAME or script:FILE.")
+@click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server.")
+@click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY).")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
+@click.option("--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it.")
+@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
+@click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
+@click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
+@sandbox_options
+@click.argument("task")
+def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git,
+        image, memory, pids, cpus, env, runtime, user, task) -> None:
+    """Run TASK with a model, tools in the sandbox, approvals by the ladder."""
+    from .loop import Session, SessionStatus
+    from .models.base import model_from_spec
+    from .policy.approvals import ApprovalGate, NonInteractiveApprover, TerminalApprover
+    from .policy.ladder import Ladder
+    from .sandbox.docker import DockerSandbox
+    from .tools.registry import RegistryConfig, ToolRegistry
+    from .transcript import Redactor, Transcript, render_event
+
+    config = build_config(image, memory, pids, cpus, env, runtime, user)
+    ws = Path(workspace).resolve()
+    _terminate_as_interrupt()
+    try:
+        model = model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)
+        rules = _policy_rules(ws, policies)
+        registry_config = RegistryConfig(disabled=set(disabled), git=not no_git)
+        path = Path(transcript_path) if transcript_path else _default_transcript()
+        key_var = api_key_env or {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(model_spec.split(":")[0], "")
+        redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
+
+        def live(event: dict) -> None:
+            line = render_event(event)
+            if line:
+                click.echo(line, err=True)
+
+        transcript = Transcript(path, redactor, on_event=live)
+        interactive = not non_interactive and sys.stdin.isatty()
+        approver = TerminalApprover() if interactive else NonInteractiveApprover()
+        with DockerSandbox(ws, config) as sandbox:
+            registry = ToolRegistry(sandbox, ws, registry_config)
+            session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=max_turns)
+            result = session.run(task)
+        transcript.close()
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    except ValueError as err:
+        raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    click.echo(f"transcript: {path}", err=True)
+    if result.final_text:
+        click.echo(result.final_text)
+    raise click.exceptions.Exit(EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR)
+
+
+@main.group()
+def transcript() -> None:
+    """Session transcripts."""
+
+
+@transcript.command("show")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+def transcript_show(path: str) -> None:
+    """Render a JSONL transcript for a terminal (secrets redacted)."""
+    from .transcript import show
+
+    for line in show(path):
+        click.echo(line)
 
 
 @main.command()

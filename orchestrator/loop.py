@@ -1,0 +1,209 @@
+"""The turn loop and the tool-call scheduler.
+
+Each call goes validating -> awaiting_approval -> scheduled -> executing -> success | error |
+cancelled, and every step lands in the transcript. Read-only calls of one turn run in parallel.
+The session ends on a final answer, max turns, a detected loop, a fatal error, or Ctrl-C.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from enum import Enum
+
+from pydantic import BaseModel
+
+from .errors import ErrorType, OpenAgentsError
+from .models.base import Message, ModelClient, ToolCall
+from .policy.approvals import ApprovalGate
+from .protocol import ErrorInfo, Executor, ToolResult
+from .tools.registry import PreparedCall, ToolRegistry
+from .transcript import Transcript
+
+SYSTEM_PROMPT = """You are a coding agent working on a repository mounted at /workspace inside a sandbox.
+Use the tools to read, search, edit and test the code. Paths are relative to the workspace root.
+The sandbox has no network. Commands run with /bin/sh -c and no standard input.
+Read a file before you edit it, and pass the sha256 it showed as expected_sha256.
+When the task is done, answer with a short summary and no tool call."""
+
+MAX_PARALLEL_READS = 4
+RESULT_PREVIEW_CHARS = 4000
+
+
+class SessionStatus(str, Enum):
+    FINISHED = "finished"
+    STOPPED = "stopped"
+    CANCELLED = "cancelled"
+
+
+class SessionResult(BaseModel):
+    status: SessionStatus
+    reason: str
+    final_text: str = ""
+    turns: int = 0
+    error: ErrorInfo | None = None
+
+
+class Session:
+    def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
+                 max_turns: int = 100, loop_limit: int = 5, cancel: threading.Event | None = None) -> None:
+        self.model = model
+        self.registry = registry
+        self.gate = gate
+        self.transcript = transcript
+        self.max_turns = max_turns
+        self.loop_limit = loop_limit
+        self.cancel = cancel or threading.Event()
+        self.messages: list[Message] = [Message(role="system", content=SYSTEM_PROMPT)]
+        self._recent: deque[str] = deque(maxlen=loop_limit)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, task: str) -> SessionResult:
+        self.transcript.event("session_start", task=task, model=self.model.name, family=self.model.family,
+                              workspace=str(self.registry.workspace), tools=self.registry.active())
+        self.messages.append(Message(role="user", content=task))
+        turn = 0
+        try:
+            while True:
+                if self.cancel.is_set():
+                    return self._end(SessionStatus.CANCELLED, "cancelled", turn, executor=Executor.USER)
+                if turn >= self.max_turns:
+                    err = OpenAgentsError(ErrorType.MAX_TURNS, f"stopped after {self.max_turns} turns")
+                    return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
+                turn += 1
+                tools = self.registry.declarations(self.model.family)
+                self.transcript.event("model_request", turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools])
+                try:
+                    reply = self.model.complete(self.messages, tools)
+                except OpenAgentsError as err:
+                    return self._end(SessionStatus.STOPPED, f"the model API failed: {err.message}", turn, error=err)
+                self.transcript.event("model_response", turn=turn, text=reply.text,
+                                      tool_calls=[c.model_dump() for c in reply.tool_calls], usage=reply.usage)
+                self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
+                if not reply.tool_calls:
+                    return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)
+                looping = self._note_calls(reply.tool_calls)
+                for call, result in zip(reply.tool_calls, self._run_calls(reply.tool_calls)):
+                    self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
+                if looping:
+                    err = OpenAgentsError(ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row")
+                    return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
+                if self.cancel.is_set():
+                    return self._end(SessionStatus.CANCELLED, "cancelled", turn, executor=Executor.USER)
+        except KeyboardInterrupt:
+            self.cancel.set()
+            kill = getattr(self.registry.sandbox, "kill_processes", None)
+            if kill:
+                kill()
+            return self._end(SessionStatus.CANCELLED, "interrupted (Ctrl-C); the running call was killed", turn, executor=Executor.USER)
+
+    def _end(self, status: SessionStatus, reason: str, turns: int, final_text: str = "", error: OpenAgentsError | None = None,
+             executor: Executor = Executor.OPENAGENTS) -> SessionResult:
+        info = ErrorInfo.of(error) if error else None
+        self.transcript.event("session_end", executor=executor, status=status.value, reason=reason, turns=turns,
+                              final_text=final_text, error=info.model_dump(mode="json") if info else None)
+        return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info)
+
+    def _note_calls(self, calls: list[ToolCall]) -> str | None:
+        for call in calls:
+            self._recent.append(_signature(call))
+            if len(self._recent) == self.loop_limit and len(set(self._recent)) == 1:
+                return call.name
+        return None
+
+    # -- one turn's calls ------------------------------------------------------------------
+    def _run_calls(self, calls: list[ToolCall]) -> list[ToolResult]:
+        """Validate and approve in order (a person answers one question at a time), then execute:
+        consecutive read-only calls together, everything else one by one, in the model's order."""
+        results: list[ToolResult | None] = [None] * len(calls)
+        approved: list[tuple[int, PreparedCall]] = []
+        for i, call in enumerate(calls):
+            prepared = self._validate_and_approve(call)
+            if isinstance(prepared, ToolResult):
+                results[i] = prepared
+            else:
+                approved.append((i, prepared))
+        batch: list[tuple[int, PreparedCall]] = []
+        for item in approved + [(-1, None)]:
+            if item[1] is not None and item[1].read_only:
+                batch.append(item)
+                continue
+            if batch:
+                self._execute_batch(batch, results)
+                batch = []
+            if item[1] is not None:
+                results[item[0]] = self._execute(item[1])
+        assert all(r is not None for r in results)
+        return results  # type: ignore[return-value]
+
+    def _validate_and_approve(self, call: ToolCall) -> PreparedCall | ToolResult:
+        self._state(call, "validating", arguments=_raw_args(call))
+        try:
+            prepared = self.registry.prepare(call)
+        except OpenAgentsError as err:
+            return self._finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS))
+        self._state(call, "awaiting_approval", kind=prepared.kind, action=prepared.action)
+        outcome = self.gate.decide(prepared)
+        self.transcript.event("approval", executor=outcome.executor, call_id=call.id, tool=call.name, action=prepared.action,
+                              level=outcome.level.value, decision=outcome.decision, reason=outcome.reason)
+        if not outcome.allowed:
+            kind = ErrorType.REJECTED_BY_USER if outcome.executor == Executor.USER else ErrorType.REFUSED_BY_POLICY
+            err = OpenAgentsError(kind, f"{prepared.action} was not approved: {outcome.reason}")
+            return self._finish(call, ToolResult.failure(err, executor=outcome.executor))
+        self._state(call, "scheduled")
+        return prepared
+
+    def _execute_batch(self, batch: list[tuple[int, PreparedCall]], results: list) -> None:
+        if len(batch) == 1:
+            results[batch[0][0]] = self._execute(batch[0][1])
+            return
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(batch))) as pool:
+            for (i, _), result in zip(batch, pool.map(lambda item: self._execute(item[1]), batch)):
+                results[i] = result
+
+    def _execute(self, prepared: PreparedCall) -> ToolResult:
+        call = prepared.call
+        if self.cancel.is_set():
+            err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled before this call ran")
+            return self._finish(call, ToolResult.failure(err, executor=Executor.USER), state="cancelled")
+        self._state(call, "executing")
+        result = self.registry.invoke(prepared)
+        if self.cancel.is_set() and not result.ok:
+            return self._finish(call, result, state="cancelled")
+        return self._finish(call, result)
+
+    def _state(self, call: ToolCall, state: str, **fields) -> None:
+        self.transcript.event("tool_call", call_id=call.id, tool=call.name, state=state, **fields)
+
+    def _finish(self, call: ToolCall, result: ToolResult, state: str | None = None) -> ToolResult:
+        state = state or ("success" if result.ok else "error")
+        self._state(call, state)
+        self.transcript.event("tool_result", executor=result.executor, call_id=call.id, tool=call.name, ok=result.ok,
+                              output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
+                              error=result.error.model_dump(mode="json") if result.error else None,
+                              meta={k: v for k, v in result.meta.items() if k != "diff"}, diff=result.meta.get("diff"))
+        return result
+
+
+def _tool_name(declaration: dict) -> str:
+    return declaration.get("function", declaration).get("name", "?")
+
+
+def _raw_args(call: ToolCall):
+    if isinstance(call.arguments, str) and len(call.arguments) > RESULT_PREVIEW_CHARS:
+        return call.arguments[:RESULT_PREVIEW_CHARS] + "…"
+    return call.arguments
+
+
+def _signature(call: ToolCall) -> str:
+    args = call.arguments
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    try:
+        return call.name + ":" + json.dumps(args, sort_keys=True)
+    except (TypeError, ValueError):
+        return call.name + ":" + repr(args)

@@ -1,0 +1,137 @@
+"""A model-neutral conversation, the client interface, and retries shared by the HTTP clients."""
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+from typing import Any, Literal, Protocol
+
+import httpx
+from pydantic import BaseModel, Field
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
+
+from ..errors import ErrorType, OpenAgentsError
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: str | dict[str, Any] | None = None  # raw, as the model sent it: untrusted
+
+
+class ModelTurn(BaseModel):
+    text: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ModelClient(Protocol):
+    family: str  # "openai" or "gemini": which tool declarations this model receives
+    name: str
+
+    def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> ModelTurn: ...
+
+
+class RetryableModelError(Exception):
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class RetryPolicy(BaseModel):
+    max_attempts: int = 5
+    max_total_s: float = 120.0
+    base_delay_s: float = 1.0
+    max_delay_s: float = 30.0
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def _wait(policy: RetryPolicy):
+    def wait(state: RetryCallState) -> float:
+        err = state.outcome.exception() if state.outcome else None
+        if isinstance(err, RetryableModelError) and err.retry_after is not None:
+            return min(err.retry_after, policy.max_delay_s)
+        return min(policy.base_delay_s * 2 ** (state.attempt_number - 1), policy.max_delay_s)
+
+    return wait
+
+
+def post_json(http: httpx.Client, url: str, body: dict, headers: dict[str, str], policy: RetryPolicy, what: str) -> dict:
+    """POST with retries on 429, 5xx and transport errors; honours Retry-After; bounded in attempts
+    and total time; a typed MODEL_API_ERROR when they run out or the answer is not JSON."""
+
+    def attempt() -> dict:
+        try:
+            response = http.post(url, json=body, headers=headers)
+        except httpx.TransportError as err:
+            raise RetryableModelError(f"{type(err).__name__}: {err}") from None
+        if response.status_code == 429 or response.status_code >= 500:
+            raise RetryableModelError(f"HTTP {response.status_code}: {response.text[:200]}", _retry_after(response))
+        if response.status_code >= 400:
+            raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{what} refused the request: HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            data = response.json()
+        except ValueError:
+            raise RetryableModelError(f"the answer is not JSON: {response.text[:120]!r}") from None
+        if not isinstance(data, dict):
+            raise RetryableModelError("the answer is not a JSON object")
+        return data
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(RetryableModelError),
+        stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_total_s),
+        wait=_wait(policy),
+        reraise=True,
+    )
+    try:
+        return retrying(attempt)
+    except RetryableModelError as err:
+        raise OpenAgentsError(
+            ErrorType.MODEL_API_ERROR, f"{what} failed after {retrying.statistics.get('attempt_number', '?')} attempts: {err}"
+        ) from None
+
+
+def api_key(var: str) -> str:
+    value = os.environ.get(var, "")
+    if not value:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's key is not set: export {var}=...")
+    return value
+
+
+def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | None = None, retry: RetryPolicy | None = None) -> ModelClient:
+    """`openai:NAME`, `gemini:NAME` or `script:FILE`."""
+    kind, sep, name = spec.partition(":")
+    if not sep or not name:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--model {spec!r}: use openai:NAME, gemini:NAME or script:FILE")
+    retry = retry or RetryPolicy()
+    if kind == "openai":
+        from .openai import OpenAIChatClient
+
+        return OpenAIChatClient(name, base_url or "https://api.openai.com/v1", api_key(api_key_env or "OPENAI_API_KEY"), retry)
+    if kind == "gemini":
+        from .gemini import GeminiClient
+
+        return GeminiClient(name, base_url or "https://generativelanguage.googleapis.com/v1beta", api_key(api_key_env or "GEMINI_API_KEY"), retry)
+    if kind == "script":
+        from .script import ScriptedModel
+
+        return ScriptedModel.load(name)
+    raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"unknown model kind {kind!r}: use openai, gemini or script")

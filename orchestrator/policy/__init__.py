@@ -1,0 +1,1 @@
+"""The approval ladder and the people (or policies) who answer it."""

@@ -1,0 +1,108 @@
+"""Which tools a session has, how each is validated, and where it runs (sandbox or host).
+
+Built from configuration: tools can be switched off per session; an unknown name gets a typed
+refusal; `git` runs on the host; `delegate` is known but off unless configured. The turn loop only
+sees prepare() and invoke().
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
+from ..protocol import ToolResult
+from ..sandbox.deployment import Sandbox
+from . import declarations, host_git
+from .args import parse_arguments, validate_arguments
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    kind: str  # the ACP tool kind: read, search, edit, delete, move, execute, fetch, think, other
+    side: Literal["sandbox", "host"]
+
+
+SPECS: dict[str, ToolSpec] = {
+    "read_file": ToolSpec("read_file", "read", "sandbox"),
+    "list_files": ToolSpec("list_files", "read", "sandbox"),
+    "grep_files": ToolSpec("grep_files", "search", "sandbox"),
+    "write_file": ToolSpec("write_file", "edit", "sandbox"),
+    "edit_file": ToolSpec("edit_file", "edit", "sandbox"),
+    "shell": ToolSpec("shell", "execute", "sandbox"),
+    "git": ToolSpec("git", "other", "host"),
+    "delegate": ToolSpec("delegate", "other", "host"),
+}
+_GIT_KINDS = {"status": "read", "diff": "read", "log": "read", "commit": "edit", "push": "execute"}
+
+
+class RegistryConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    disabled: set[str] = Field(default_factory=set, description="Tools switched off for this session.")
+    git: bool = True
+    delegate: bool = False  # the OpenAgents delegation API is not configured here
+
+
+@dataclass
+class PreparedCall:
+    """A call that passed validation: what the ladder judges and the registry runs."""
+
+    call: ToolCall
+    spec: ToolSpec
+    args: BaseModel
+    kind: str
+    action: str  # e.g. "shell", "git push": the ladder's finest key
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind in ("read", "search", "think")
+
+    def arguments(self) -> dict[str, Any]:
+        return self.args.model_dump(exclude_none=True)
+
+
+class ToolRegistry:
+    def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None) -> None:
+        self.sandbox = sandbox
+        self.workspace = Path(workspace)
+        self.config = config or RegistryConfig()
+        unknown = self.config.disabled - SPECS.keys()
+        if unknown:
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}")
+
+    def active(self) -> list[str]:
+        names = [n for n, s in SPECS.items() if s.side == "sandbox"]
+        if self.config.git:
+            names.append("git")
+        if self.config.delegate:
+            names.append("delegate")
+        return [n for n in names if n not in self.config.disabled]
+
+    def declarations(self, family: str) -> list[dict[str, Any]]:
+        return declarations.declarations([n for n in self.active() if n != "delegate"], family)
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        spec = SPECS.get(call.name)
+        if spec is None:
+            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}")
+        if call.name not in self.active():
+            raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
+        if spec.name == "delegate":
+            raise OpenAgentsError(ErrorType.TOOL_DISABLED, "delegation is not configured")
+        if spec.name == "git":
+            try:
+                args = host_git.GitArgs.model_validate(parse_arguments(call.arguments))
+            except ValidationError as err:
+                raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"invalid arguments for git: {err.errors()[0]['msg']}") from None
+            return PreparedCall(call, spec, args, _GIT_KINDS[args.subcommand], host_git.action(args))
+        args = validate_arguments(spec.name, call.arguments)
+        return PreparedCall(call, spec, args, spec.kind, spec.name)
+
+    def invoke(self, prepared: PreparedCall) -> ToolResult:
+        if prepared.spec.side == "host":
+            return host_git.run_git(self.workspace, prepared.args)
+        return self.sandbox.call(prepared.spec.name, prepared.arguments())
