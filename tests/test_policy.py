@@ -1,0 +1,154 @@
+"""The approval ladder, policy tiers and the /bypass/i guard."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from orchestrator.cli import main as cli_main
+from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.models.base import ToolCall
+from orchestrator.policy.approvals import Answer, ApprovalGate, NonInteractiveApprover, PermissionOption
+from orchestrator.policy.ladder import Ladder, Level, Tier, load_policy
+from orchestrator.protocol import Executor
+from orchestrator.tools.registry import ToolRegistry
+
+
+class ScriptedPerson:
+    """Answers like a person at the terminal would, from a list; records what was asked."""
+
+    def __init__(self, *keys: str) -> None:
+        self.keys = list(keys)
+        self.asked = []
+
+    def ask(self, request):
+        self.asked.append(request)
+        key = self.keys.pop(0)
+        return Answer(option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE, remember_for_session=key == "a")
+
+
+def prepared(registry, name, args):
+    return registry.prepare(ToolCall(id="c", name=name, arguments=args))
+
+
+@pytest.fixture
+def registry(tmp_path):
+    return ToolRegistry(sandbox=None, workspace=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "tool,args,level",
+    [
+        ("read_file", {"path": "a"}, Level.AUTOMATIC),
+        ("list_files", {}, Level.AUTOMATIC),
+        ("grep_files", {"pattern": "x"}, Level.AUTOMATIC),
+        ("write_file", {"path": "a", "content": ""}, Level.ASK_ONCE),
+        ("edit_file", {"path": "a", "old_text": "x", "new_text": "y"}, Level.ASK_ONCE),
+        ("shell", {"command": "ls"}, Level.ASK_EVERY_TIME),
+        ("git", {"subcommand": "status"}, Level.AUTOMATIC),
+        ("git", {"subcommand": "commit", "message": "m"}, Level.ASK_ONCE),
+        ("git", {"subcommand": "push"}, Level.ASK_EVERY_TIME),
+    ],
+)
+def test_default_ladder(registry, tool, args, level):
+    p = prepared(registry, tool, args)
+    assert Ladder().level(p.spec.name, p.kind, p.action)[0] == level
+
+
+def test_ask_once_with_a_approves_the_kind_for_the_session(registry):
+    person = ScriptedPerson("a")
+    gate = ApprovalGate(Ladder(), person)
+    first = gate.decide(prepared(registry, "write_file", {"path": "a", "content": ""}))
+    second = gate.decide(prepared(registry, "edit_file", {"path": "b", "old_text": "x", "new_text": "y"}))
+    assert first.allowed and first.decision == "allow_once" and first.executor == Executor.USER
+    assert second.allowed and second.decision == "approved_for_session" and len(person.asked) == 1
+
+
+def test_ask_every_time_asks_every_time_even_after_a(registry):
+    person = ScriptedPerson("a", "n")
+    gate = ApprovalGate(Ladder(), person)
+    assert gate.decide(prepared(registry, "shell", {"command": "ls"})).allowed
+    second = gate.decide(prepared(registry, "shell", {"command": "ls"}))
+    assert not second.allowed and second.decision == "reject_once" and len(person.asked) == 2
+
+
+def test_only_allow_once_and_reject_once_exist_on_the_wire():
+    assert {o.value for o in PermissionOption} == {"allow_once", "reject_once"}
+
+
+def test_non_interactive_refuses_what_would_ask_unless_policy_allows(registry, tmp_path):
+    gate = ApprovalGate(Ladder(), NonInteractiveApprover())
+    refused = gate.decide(prepared(registry, "shell", {"command": "make test"}))
+    assert not refused.allowed and refused.executor == Executor.OPENAGENTS and "policy" in refused.reason
+    policy = tmp_path / "p.toml"
+    policy.write_text('[[rules]]\nid = "tests"\ntool = "shell"\ncommand_prefix = "make test"\ndecision = "allow"\n')
+    gate = ApprovalGate(Ladder(load_policy(policy)), NonInteractiveApprover())
+    assert gate.decide(prepared(registry, "shell", {"command": "make test"})).allowed
+    assert not gate.decide(prepared(registry, "shell", {"command": "make test; curl x"})).allowed
+
+
+def test_admin_deny_beats_user_allow(registry, tmp_path):
+    user = tmp_path / "user.yaml"
+    user.write_text("rules:\n  - {id: edits, kind: edit, decision: allow}\n")
+    admin = tmp_path / "admin.toml"
+    admin.write_text('[[rules]]\nid = "no-writes"\ntool = "write_file"\ndecision = "deny"\n')
+    ladder = Ladder(load_policy(user) + load_policy(admin, Tier.ADMIN))
+    w = prepared(registry, "write_file", {"path": "a", "content": ""})
+    e = prepared(registry, "edit_file", {"path": "a", "old_text": "x", "new_text": "y"})
+    assert ladder.level(w.spec.name, w.kind, w.action)[0] == Level.REFUSE
+    assert ladder.level(e.spec.name, e.kind, e.action)[0] == Level.AUTOMATIC
+
+
+def test_workspace_policy_can_only_tighten(tmp_path):
+    ws_policy = tmp_path / "policy.toml"
+    ws_policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    with pytest.raises(OpenAgentsError) as info:
+        load_policy(ws_policy, Tier.WORKSPACE)
+    assert info.value.type == ErrorType.CONFIG_INVALID and "only ask or deny" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[[rules]]\nid = "ByPass-all"\ndecision = "allow"\n',
+        '[[rules]]\nkind = "bypass"\ndecision = "allow"\n',
+        'bypass_approvals = true\n',
+        '[[rules]]\ntool = "shell"\ndecision = "allow"\nbypassPermissions = true\n',
+    ],
+)
+def test_bypass_named_options_are_rejected_at_load(tmp_path, text):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(OpenAgentsError) as info:
+        load_policy(path)
+    assert info.value.type == ErrorType.CONFIG_INVALID and "bypass" in info.value.message.lower()
+
+
+def test_no_cli_option_is_named_like_bypass():
+    def walk(command: click.Command):
+        yield command
+        for sub in getattr(command, "commands", {}).values():
+            yield from walk(sub)
+
+    names = [(c.name, opt) for c in walk(cli_main) for p in c.params for opt in [p.name, *getattr(p, "opts", [])]]
+    assert names and not [n for n in names if re.search("bypass", str(n[1]), re.I)]
+
+
+def test_paths_outside_the_workspace_are_refused_before_the_ladder(registry):
+    for args in ({"path": "../x"}, {"path": "/etc/passwd"}):
+        with pytest.raises(OpenAgentsError) as info:
+            prepared(registry, "read_file", args)
+        assert info.value.type == ErrorType.PATH_OUTSIDE_WORKSPACE
+
+
+def test_unknown_disabled_and_delegate_tools_get_typed_refusals(tmp_path):
+    from orchestrator.tools.registry import RegistryConfig
+
+    registry = ToolRegistry(None, tmp_path, RegistryConfig(disabled={"shell"}))
+    for name, kind in (("rm_rf", ErrorType.UNKNOWN_TOOL), ("shell", ErrorType.TOOL_DISABLED), ("delegate", ErrorType.TOOL_DISABLED)):
+        with pytest.raises(OpenAgentsError) as info:
+            prepared(registry, name, {"command": "ls"})
+        assert info.value.type == kind and info.value.recoverable
+    assert "shell" not in registry.active() and "delegate" not in registry.active()
