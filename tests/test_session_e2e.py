@@ -39,6 +39,10 @@ def assert_every_outcome_names_its_executor(evts: list[dict]) -> None:
 def test_scripted_example_fixes_the_bug(sandbox_image, tmp_path):
     ws = tmp_path / "calc"
     shutil.copytree(ROOT / "examples" / "calc", ws)
+    # The README's main job fixes examples/calc in place; start from the committed, buggy version.
+    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:examples/calc/calc.py"], capture_output=True, text=True)
+    if committed.returncode == 0:
+        (ws / "calc.py").write_text(committed.stdout)
     chown_tree(ws)
     transcript = tmp_path / "t.jsonl"
     proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{ROOT / 'examples/calc.jsonl'}", "--non-interactive",
