@@ -201,9 +201,9 @@ def _signature(call: ToolCall) -> str:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             pass
     try:
         return call.name + ":" + json.dumps(args, sort_keys=True)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return call.name + ":" + repr(args)

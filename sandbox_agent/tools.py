@@ -8,12 +8,15 @@ import hashlib
 import os
 import re
 import stat
+import threading
 
 from . import limits
 from .paths import WORKSPACE, PathRefused, check_fd, resolve
 
 BOM = b"\xef\xbb\xbf"
 DIFF_MAX_CHARS = 256 * 1024
+# Writes and edits are read-modify-write: one at a time, so two concurrent edits never lose one.
+_mutation_lock = threading.Lock()
 
 
 class ToolError(Exception):
@@ -270,6 +273,16 @@ def _existing_mode(real: str) -> int | None:
 
 
 def write_file(args: dict) -> dict:
+    with _mutation_lock:
+        return _write_file(args)
+
+
+def edit_file(args: dict) -> dict:
+    with _mutation_lock:
+        return _edit_file(args)
+
+
+def _write_file(args: dict) -> dict:
     rel = _arg(args, "path", str, required=True)
     content = _arg(args, "content", str, required=True)
     data = content.encode("utf-8", errors="surrogatepass")
@@ -293,7 +306,7 @@ def write_file(args: dict) -> dict:
     }
 
 
-def edit_file(args: dict) -> dict:
+def _edit_file(args: dict) -> dict:
     rel = _arg(args, "path", str, required=True)
     old = _arg(args, "old_text", str, required=True)
     new = _arg(args, "new_text", str, required=True)

@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from sandbox_agent import limits
+
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import AgentRequest, AgentResponse
 
@@ -42,8 +44,14 @@ class Channel:
             if self.broken:
                 raise self.broken
             rid = next(self._ids)
+        try:
+            line = AgentRequest(id=rid, tool=tool, args=args).model_dump_json().encode() + b"\n"
+        except (ValueError, RecursionError, UnicodeError) as err:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"the arguments cannot be sent: {str(err)[:200]}") from None
+        if len(line) > limits.MAX_REQUEST_BYTES:
+            raise OpenAgentsError(ErrorType.FILE_TOO_LARGE, f"the request is {len(line)} bytes; the limit is {limits.MAX_REQUEST_BYTES}")
+        with self._lock:
             self._pending[rid] = future
-        line = AgentRequest(id=rid, tool=tool, args=args).model_dump_json().encode() + b"\n"
         try:
             with self._write_lock:
                 self._sock.sendall(line)

@@ -182,7 +182,8 @@ class DockerSandbox:
             except FutureTimeout:
                 return self._on_deadline(tool, rid, future, deadline)
         except OpenAgentsError as err:
-            self._recover(err)
+            if err.type in (ErrorType.AGENT_LOST, ErrorType.PROTOCOL_ERROR):
+                self._recover(err)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)
         result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
