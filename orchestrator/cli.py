@@ -215,8 +215,9 @@ def transcript_show(path: str) -> None:
 
 @main.command()
 @click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
+@click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
 @sandbox_options
-def doctor(workspace, image, memory, pids, cpus, env, runtime, user) -> None:
+def doctor(workspace, attack, image, memory, pids, cpus, env, runtime, user) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from .sandbox.docker import container_settings, docker_client, workspace_user
     from .sandbox.image import image_status
@@ -257,6 +258,21 @@ def doctor(workspace, image, memory, pids, cpus, env, runtime, user) -> None:
     ]
     for name, value in rows:
         click.echo(f"  {name:<18} {value}")
+    if attack and status != "missing":
+        from .selfcheck import run_checks
+
+        click.echo("\nAttack checks (each a real attempt in a real sandbox):")
+        try:
+            results = run_checks(config, client)
+        except OpenAgentsError as err:
+            raise _setup_error(err) from None
+        for name, passed, detail in results:
+            click.echo(f"  {'PASS' if passed else 'FAIL'}  {name:<28} {detail}")
+        failed = sum(not passed for _, passed, _ in results)
+        click.echo(f"{len(results) - failed} passed, {failed} failed")
+        ok &= failed == 0
+        if failed:
+            raise click.exceptions.Exit(EXIT_TOOL_ERROR)
     raise click.exceptions.Exit(EXIT_OK if ok else EXIT_SETUP)
 
 

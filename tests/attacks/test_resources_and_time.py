@@ -17,11 +17,13 @@ def _live_processes(victim: Victim) -> list[str]:
 
 
 def test_fork_bomb_is_stopped_by_the_pids_limit(victim_factory):
-    """A fork bomb hits the pids limit, is killed at its timeout, and the next call works."""
+    """A fork bomb hits the pids limit, ends by its timeout at the latest, leaves no process, and the next call works."""
     victim = victim_factory(pids=64)
     started = time.monotonic()
-    result = victim.sh("bomb() { bomb | bomb & }; bomb; sleep 8", timeout=5)
-    assert not result.ok and result.error.type.value == "timeout"
+    result = victim.sh("bomb() { bomb | bomb & }; bomb; sleep 8; echo survived", timeout=5)
+    # Either the shell itself cannot fork any more and dies, or the timeout ends it.
+    assert (not result.ok and result.error.type.value == "timeout") or "survived" not in result.output, result
+    assert result.ok or result.error.type.value == "timeout"
     assert time.monotonic() - started < 30
     assert _live_processes(victim) == ["1 python3"]
     victim.assert_intact()

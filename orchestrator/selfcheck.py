@@ -1,0 +1,131 @@
+"""`oa-sandbox doctor --attack`: a quick subset of the attack battery against the user's own Docker
+set-up, so an enterprise can check its installation, not just read our claims."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .config import SandboxConfig
+from .sandbox.docker import DockerSandbox
+
+CANARY_VAR = "OA_DOCTOR_CANARY_TOKEN"
+CANARY_VALUE = "oa-doctor-canary-5b1e9d"
+
+
+@dataclass
+class Check:
+    name: str
+    run: Callable[[DockerSandbox, Path], tuple[bool, str]]
+
+
+def _shell(box: DockerSandbox, command: str, timeout: int = 20):
+    return box.call("shell", {"command": command, "timeout": timeout})
+
+
+def _non_root(box, ws):
+    out = _shell(box, "id -u").output.strip()
+    return out not in ("0", ""), f"uid {out}"
+
+
+def _no_caps(box, ws):
+    out = _shell(box, "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status").output
+    values = [int(line.split()[1], 16) for line in out.splitlines()]
+    return bool(values) and not any(values), "CapEff/CapPrm/CapBnd all 0" if not any(values) else out.strip()
+
+
+def _no_network(box, ws):
+    out = _shell(box, "ls /sys/class/net").output.split()
+    return out == ["lo"], f"interfaces: {' '.join(out)}"
+
+
+def _read_only_root(box, ws):
+    out = _shell(box, "touch /usr/oa-probe 2>&1; echo rc=$?").output
+    return "rc=0" not in out, "writing /usr failed" if "rc=0" not in out else "wrote to /usr"
+
+
+def _no_secret(box, ws):
+    out = _shell(box, "env; tr '\\0' '\\n' < /proc/self/environ").output
+    return CANARY_VALUE not in out, f"{CANARY_VAR} set on the host, absent in the box" if CANARY_VALUE not in out else "host variable visible"
+
+
+def _path_escape(box, ws):
+    results = [box.call("read_file", {"path": p}) for p in ("../etc/passwd", "/etc/passwd", "link-out")]
+    ok = all(not r.ok and r.error and r.error.type.value == "path_outside_workspace" for r in results)
+    return ok, "`..`, absolute and symlinked paths refused" if ok else "a path escaped"
+
+
+def _git_read_only(box, ws):
+    out = _shell(box, "echo x > .git/config 2>&1; echo rc=$?").output
+    intact = (ws / ".git" / "config").read_text() == "[core]\n"
+    return intact and "rc=0" not in out, ".git is read-only inside the box" if intact else ".git/config changed"
+
+
+def _timeout(box, ws):
+    started = time.monotonic()
+    result = _shell(box, "sleep 30", timeout=1)
+    elapsed = time.monotonic() - started
+    ok = not result.ok and result.error is not None and result.error.type.value == "timeout" and elapsed < 10
+    return ok, f"sleep 30 with timeout 1 ended after {elapsed:.1f}s"
+
+
+def _daemons(box, ws):
+    _shell(box, "setsid sleep 300 & nohup sleep 300 >/dev/null 2>&1 &")
+    out = _shell(box, "for p in /proc/[0-9]*; do cat $p/comm; done 2>/dev/null").output.split()
+    return "sleep" not in out, "no background process outlived its call" if "sleep" not in out else "a daemon survived"
+
+
+def _agent_restart(box, ws):
+    result = _shell(box, "kill 1; sleep 5")
+    after = box.call("read_file", {"path": "probe.txt"})
+    ok = result.error is not None and result.error.type.value == "agent_lost" and after.ok
+    return ok, "killing the agent is reported and a fresh one takes over" if ok else "the agent was not replaced"
+
+
+CHECKS = [
+    Check("runs as non-root", _non_root),
+    Check("no capabilities", _no_caps),
+    Check("no network but lo", _no_network),
+    Check("read-only root filesystem", _read_only_root),
+    Check("host secrets stay out", _no_secret),
+    Check("path escapes refused", _path_escape),
+    Check(".git read-only", _git_read_only),
+    Check("host-enforced timeout", _timeout),
+    Check("daemons killed", _daemons),
+    Check("agent killed -> replaced", _agent_restart),
+]
+
+
+def run_checks(config: SandboxConfig, client=None) -> list[tuple[str, bool, str]]:
+    root = Path(tempfile.mkdtemp(prefix="oa-doctor-"))
+    ws = root / "ws"
+    (ws / ".git").mkdir(parents=True)
+    (ws / ".git" / "config").write_text("[core]\n")
+    (ws / "probe.txt").write_text("probe\n")
+    os.symlink("/etc/passwd", ws / "link-out")
+    if os.geteuid() == 0 and not config.user:
+        for path in (ws, ws / ".git", ws / ".git" / "config", ws / "probe.txt"):
+            os.chown(path, 1000, 1000)
+        os.lchown(ws / "link-out", 1000, 1000)
+    previous = os.environ.get(CANARY_VAR)
+    os.environ[CANARY_VAR] = CANARY_VALUE
+    rows = []
+    try:
+        with DockerSandbox(ws, config, client=client) as box:
+            for check in CHECKS:
+                try:
+                    ok, detail = check.run(box, ws)
+                except Exception as err:  # a check that crashes has failed
+                    ok, detail = False, f"{type(err).__name__}: {err}"
+                rows.append((check.name, ok, detail))
+    finally:
+        if previous is None:
+            os.environ.pop(CANARY_VAR, None)
+        else:
+            os.environ[CANARY_VAR] = previous
+        shutil.rmtree(root, ignore_errors=True)
+    return rows

@@ -1,0 +1,39 @@
+"""The optional gVisor runtime, and the installation self-check users run."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from orchestrator.config import SandboxConfig
+from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.sandbox.docker import DockerSandbox
+
+pytestmark = pytest.mark.docker
+
+
+def test_gvisor_runtime_when_installed(sandbox_image, docker_client, workspace):
+    """With --runtime runsc (gVisor) the same tools work under a user-space kernel."""
+    if "runsc" not in (docker_client.info().get("Runtimes") or {}):
+        pytest.skip("gVisor (runsc) is not installed in this Docker daemon; `--runtime runsc` is passed through where it is")
+    with DockerSandbox(workspace, SandboxConfig(runtime="runsc"), client=docker_client) as box:
+        assert "gVisor" in box.call("shell", {"command": "dmesg 2>&1 | head -1"}).output
+
+
+def test_an_unknown_runtime_is_a_typed_start_failure(sandbox_image, docker_client, workspace):
+    """A runtime the daemon does not have fails at start with a typed, fatal error and leaves no container."""
+    box = DockerSandbox(workspace, SandboxConfig(runtime="oa-no-such-runtime"), client=docker_client)
+    with pytest.raises(OpenAgentsError) as info:
+        box.start()
+    assert info.value.type == ErrorType.SANDBOX_START_FAILED and not info.value.recoverable
+    assert box.container is None
+
+
+def test_doctor_attack_passes_on_this_installation(sandbox_image):
+    """`oa-sandbox doctor --attack` runs its quick battery here and every check passes."""
+    exe = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
+    proc = subprocess.run([exe, "doctor", "--attack"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "10 passed, 0 failed" in proc.stdout and "FAIL" not in proc.stdout
