@@ -1,10 +1,8 @@
 """The five file tools with the contract's bounds. ``shell`` lives in shell.py."""
 from __future__ import annotations
 
-import difflib
 import errno
 import fnmatch
-import hashlib
 import os
 import re
 import stat
@@ -29,8 +27,19 @@ class ToolError(Exception):
         self.meta = meta or {}
 
 
+try:  # the builtin module: hashlib would load OpenSSL, 3 MiB of the agent's memory
+    from _sha256 import sha256 as _sha256
+except ImportError:
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        from hashlib import sha256 as _sha256
+
+READ_CHUNK = 1 << 20
+
+
 def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return _sha256(data).hexdigest()
 
 
 def _os_error(err: OSError, rel: str) -> ToolError:
@@ -62,7 +71,8 @@ def _arg(args: dict, name: str, kind: type, default=None, required: bool = False
     return value
 
 
-def _read_bytes(rel: str, real: str, cap: int) -> bytes:
+def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
+    """Open without following a final symlink, re-check where the fd really is, refuse non-files."""
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
@@ -74,17 +84,19 @@ def _read_bytes(rel: str, real: str, cap: int) -> bytes:
             raise ToolError("is_directory", f"{rel} is a directory; use list_files")
         if not stat.S_ISREG(st.st_mode):
             raise ToolError("not_a_file", f"{rel} is not a regular file")
-        if st.st_size > cap:
+        if cap is not None and st.st_size > cap:
             raise ToolError("file_too_large", f"{rel} is {st.st_size} bytes; the limit is {cap}")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except PathRefused:
+    except BaseException:
+        os.close(fd)
         raise
+    return fd
+
+
+def _read_bytes(rel: str, real: str, cap: int) -> bytes:
+    fd = _open_regular(rel, real, cap)
+    try:
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
     except OSError as err:
         raise _os_error(err, rel) from None
     finally:
@@ -96,41 +108,53 @@ def _rel(real: str) -> str:
 
 
 def read_file(args: dict) -> dict:
+    """Streams the file: memory stays bounded by the 48 KiB cap whatever the file's size, while the
+    sha256 still covers the whole file (the stale-content guard needs it)."""
     rel = _arg(args, "path", str, required=True)
     offset = _arg(args, "offset", int, 1)
     limit = _arg(args, "limit", int, limits.READ_DEFAULT_LIMIT_LINES)
     if offset < 1 or limit < 1:
         raise ToolError("invalid_arguments", "offset and limit must be at least 1")
-    real = resolve(rel)
-    data = _read_bytes(rel, real, 256 * 1024 * 1024)
-    digest = sha256(data)
-    text = data.decode("utf-8", errors="replace")
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.splitlines(keepends=True)
-    total = len(lines)
-    start = offset - 1
-    if start > total or (start == total and total > 0):
+    cap = limits.READ_CAP_BYTES
+    fd = _open_regular(rel, resolve(rel))
+    digest = _sha256()
+    collected: list[bytes] = []
+    size = line_no = 0
+    end = offset - 1
+    full = cut_line = False
+    starts_line = first = True
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            while piece := fh.readline(READ_CHUNK):
+                digest.update(piece)
+                if first:
+                    first = False
+                    piece = piece[len(BOM):] if piece.startswith(BOM) else piece
+                if starts_line:
+                    line_no += 1
+                is_start, starts_line = starts_line, piece.endswith(b"\n")
+                if full or not is_start or not offset <= line_no < offset + limit:
+                    continue
+                if size + len(piece) <= cap:
+                    collected.append(piece)
+                    size += len(piece)
+                    end = line_no
+                    continue
+                if not collected:  # one line longer than the cap: give its first 48 KiB
+                    collected.append(piece[:cap])
+                    end = line_no
+                    cut_line = True
+                full = True
+    except OSError as err:
+        raise _os_error(err, rel) from None
+    total = line_no
+    if offset > max(total, 1):
         raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
-    out: list[str] = []
-    size = 0
-    end = start
-    cut_line = False
-    for line in lines[start : start + limit]:
-        encoded = line.encode("utf-8")
-        if size + len(encoded) > limits.READ_CAP_BYTES:
-            if not out:  # one line longer than the cap: give its first 48 KiB
-                out.append(encoded[: limits.READ_CAP_BYTES].decode("utf-8", errors="ignore"))
-                end += 1
-                cut_line = True
-            break
-        out.append(line)
-        size += len(encoded)
-        end += 1
-    content = "".join(out)
+    content = b"".join(collected).decode("utf-8", errors="ignore" if cut_line else "replace")
+    hexdigest = digest.hexdigest()
     truncated = end < total
     meta = {
-        "sha256": digest,
+        "sha256": hexdigest,
         "total_lines": total,
         "first_line": offset,
         "last_line": end,
@@ -138,11 +162,11 @@ def read_file(args: dict) -> dict:
         "next_offset": end + 1 if truncated else None,
         "bytes": len(content.encode("utf-8")),
     }
-    note = f"[file {rel}: lines {offset}-{end} of {total}; sha256 {digest}]"
+    note = f"[file {rel}: lines {offset}-{end} of {total}; sha256 {hexdigest}]"
     if truncated:
-        note += f"\n[truncated at {limits.READ_CAP_BYTES // 1024} KiB or {limit} lines: read on from line {end + 1} with offset={end + 1}]"
+        note += f"\n[truncated at {cap // 1024} KiB or {limit} lines: read on from line {end + 1} with offset={end + 1}]"
     if cut_line:
-        note += f"\n[line {end} is longer than {limits.READ_CAP_BYTES} bytes and was cut]"
+        note += f"\n[line {end} is longer than {cap} bytes and was cut]"
     return {"output": content, "note": note, "meta": meta}
 
 
@@ -215,7 +239,11 @@ def grep_files(args: dict) -> dict:
             continue
         if b"\x00" in data[:8192]:
             continue
-        for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+        lines = data.decode("utf-8", errors="replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        for number, line in enumerate(lines, 1):
+            line = line.removesuffix("\r")
             if regex.search(line):
                 if len(matches) >= limits.GREP_MAX_LINES:
                     more = True
@@ -334,6 +362,8 @@ def _edit_file(args: dict) -> dict:
     if count > 1 and not allow_multiple:
         raise ToolError("edit_ambiguous", f"old_text occurs {count} times in {rel}; add context to make it unique or set allow_multiple")
     result = work.replace(old_n, new_n)
+    import difflib  # only edits pay for it
+
     diff = "".join(difflib.unified_diff(work.splitlines(True), result.splitlines(True), f"a/{rel}", f"b/{rel}"))
     if len(diff) > DIFF_MAX_CHARS:
         diff = diff[:DIFF_MAX_CHARS] + "\n[diff truncated]\n"

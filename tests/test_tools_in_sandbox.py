@@ -239,3 +239,17 @@ def test_exec_cli_prints_one_json_object_with_exit_codes(sandbox_image, tmp_path
     assert err == {"type": "path_outside_workspace", "message": err["message"], "recoverable": True}
     no_daemon = _oa("exec", "--workspace", str(ws), "read_file", '{"path": "hello.txt"}', env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
     assert no_daemon.returncode == 2 and "dockerd" in no_daemon.stderr
+
+
+def test_read_file_edges_one_huge_line_empty_file_and_past_the_end(open_sandbox, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"one.txt": "é" * 60_000 + "\nnext\n", "empty.txt": "", "bom.txt": b"\xef\xbb\xbfhi\r\n"})
+    box = open_sandbox(ws)
+    huge = box.call("read_file", {"path": "one.txt"})
+    assert huge.ok and len(huge.output.encode()) <= 48 * 1024 and huge.output == "é" * (48 * 1024 // 2)
+    assert huge.meta["next_offset"] == 2 and "longer than" in huge.note
+    assert box.call("read_file", {"path": "one.txt", "offset": 2}).output == "next\n"
+    empty = box.call("read_file", {"path": "empty.txt"})
+    assert empty.ok and empty.output == "" and empty.meta["total_lines"] == 0
+    assert box.call("read_file", {"path": "one.txt", "offset": 3}).error.type.value == "invalid_arguments"
+    bom = box.call("read_file", {"path": "bom.txt"})
+    assert bom.output == "hi\r\n" and bom.meta["sha256"] == hashlib.sha256(b"\xef\xbb\xbfhi\r\n").hexdigest()

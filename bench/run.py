@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Benchmarks: our sandbox against the baselines a user would reach for, in the same run, on the
+same machine. Absolute numbers vary by machine; only the ratios compare.
+
+    python bench/run.py [--quick] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from orchestrator.config import SandboxConfig  # noqa: E402
+from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
+from orchestrator.sandbox.image import ensure_image  # noqa: E402
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def timed(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        started = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def make_workspace(root: Path, files: int = 0) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)
+    (root / "big.txt").write_text(("y" * 63 + "\n") * 2000)
+    for i in range(files):
+        sub = root / f"d{i // 1000:03}"
+        if i % 1000 == 0:
+            sub.mkdir(exist_ok=True)
+        (sub / f"f{i:06}.txt").write_text(f"file {i}\nnothing to see\n" + ("needle\n" if i == files - 1 else ""))
+    if os.geteuid() == 0:
+        os.system(f"chown -R 1000:1000 {root}")
+    return root
+
+
+def must(result):
+    if not result.ok:
+        raise RuntimeError(f"benchmark call failed: {result.error}")
+    return result
+
+
+def bench_calls(client, ws: Path, n_ours: int, n_exec: int) -> dict:
+    with DockerSandbox(ws, client=client) as box:
+        for _ in range(20):
+            must(box.call("read_file", {"path": "one_kib.txt"}))
+        ours = timed(lambda: must(box.call("read_file", {"path": "one_kib.txt"})), n_ours)
+        shell = timed(lambda: must(box.call("shell", {"command": "true"})), max(n_ours // 4, 20))
+        container = box.container
+        container.exec_run(["cat", "/workspace/one_kib.txt"], user=box.user)
+        exec_cat = timed(lambda: container.exec_run(["cat", "/workspace/one_kib.txt"], user=box.user), n_exec)
+        exec_true = timed(lambda: container.exec_run(["true"], user=box.user), n_exec)
+        rss_idle = box.call("hello", {}).meta["rss_kib"] / 1024
+        must(box.call("read_file", {"path": "big.txt"}))
+        rss_read = box.call("hello", {}).meta["rss_kib"] / 1024
+    return {
+        "tool_call_p50_ms": statistics.median(ours),
+        "tool_call_p95_ms": pct(ours, 0.95),
+        "docker_exec_p50_ms": statistics.median(exec_cat),
+        "docker_exec_p95_ms": pct(exec_cat, 0.95),
+        "tool_call_speedup_vs_docker_exec": statistics.median(exec_cat) / statistics.median(ours),
+        "shell_p50_ms": statistics.median(shell),
+        "docker_exec_true_p50_ms": statistics.median(exec_true),
+        "shell_speedup_vs_docker_exec": statistics.median(exec_true) / statistics.median(shell),
+        "agent_rss_idle_mib": rss_idle,
+        "agent_rss_mib": max(rss_idle, rss_read),
+    }
+
+
+def bench_cold_start(client, ws: Path, image: str, n: int) -> dict:
+    def ours():
+        box = DockerSandbox(ws, client=client)
+        started = time.perf_counter()
+        box.start()
+        must(box.call("read_file", {"path": "one_kib.txt"}))
+        elapsed = (time.perf_counter() - started) * 1000
+        box.close()
+        return elapsed
+
+    def docker_run():
+        started = time.perf_counter()
+        client.containers.run(image, entrypoint=["true"], network_mode="none", remove=True)
+        return (time.perf_counter() - started) * 1000
+
+    ours(), docker_run()  # warm the daemon's caches for both
+    cold = [ours() for _ in range(n)]
+    run = [docker_run() for _ in range(n)]
+    return {
+        "cold_start_p50_ms": statistics.median(cold),
+        "cold_start_p95_ms": pct(cold, 0.95),
+        "docker_run_p50_ms": statistics.median(run),
+        "docker_run_p95_ms": pct(run, 0.95),
+        "cold_start_ratio_vs_docker_run": statistics.median(cold) / statistics.median(run),
+    }
+
+
+def bench_concurrency(client, root: Path, sandboxes: int, calls: int) -> dict:
+    workspaces = [make_workspace(root / f"c{i}") for i in range(sandboxes)]
+    with ThreadPoolExecutor(max_workers=sandboxes) as pool:
+        boxes = list(pool.map(lambda ws: _started(client, ws), workspaces))
+    latencies: list[float] = []
+    errors = 0
+    lock = threading.Lock()
+    mix = [
+        ("read_file", {"path": "one_kib.txt"}),
+        ("list_files", {}),
+        ("grep_files", {"pattern": "x{10}", "path": "one_kib.txt"}),
+        ("write_file", {"path": "out.txt", "content": "hello\n"}),
+        ("shell", {"command": "true"}),
+    ]
+
+    def work(box):
+        nonlocal errors
+        local, bad = [], 0
+        for i in range(calls):
+            tool, args = mix[i % len(mix)]
+            started = time.perf_counter()
+            ok = box.call(tool, args).ok
+            local.append((time.perf_counter() - started) * 1000)
+            bad += not ok
+        with lock:
+            latencies.extend(local)
+            errors += bad
+
+    try:
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=sandboxes) as pool:
+            list(pool.map(work, boxes))
+        wall = time.perf_counter() - started
+    finally:
+        with ThreadPoolExecutor(max_workers=sandboxes) as pool:
+            list(pool.map(lambda b: b.close(), boxes))
+    return {
+        "concurrent_sandboxes": sandboxes,
+        "concurrent_calls": len(latencies),
+        "concurrent_errors": errors,
+        "concurrent_calls_per_s": len(latencies) / wall,
+        "concurrent_p95_ms": pct(latencies, 0.95),
+    }
+
+
+def _started(client, ws):
+    box = DockerSandbox(ws, client=client)
+    box.start()
+    return box
+
+
+def bench_scaling(client, root: Path, sizes: list[int]) -> dict:
+    out = {}
+    for size in sizes:
+        ws = make_workspace(root / f"s{size}", files=size)
+        with DockerSandbox(ws, client=client) as box:
+            must(box.call("list_files", {}))
+            grep = timed(lambda: must(box.call("grep_files", {"pattern": "needle"})), 3)
+            listing = timed(lambda: must(box.call("list_files", {})), 3)
+        out[f"grep_{size}_files_ms"] = statistics.median(grep)
+        out[f"list_{size}_files_ms"] = statistics.median(listing)
+        shutil.rmtree(ws, ignore_errors=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions; under 2 minutes")
+    parser.add_argument("--json", dest="json_path", help="write the results as one JSON object")
+    args = parser.parse_args()
+    client = docker_client(timeout=600)
+    image = ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
+    quick = args.quick
+    results: dict = {"quick": quick, "machine": {"cpus": os.cpu_count()}}
+    root = Path(tempfile.mkdtemp(prefix="oa-bench-"))
+    try:
+        ws = make_workspace(root / "main")
+        steps = [
+            ("tool calls", lambda: bench_calls(client, ws, 300 if quick else 2000, 30 if quick else 200)),
+            ("cold start", lambda: bench_cold_start(client, ws, image, 5 if quick else 20)),
+            ("concurrency", lambda: bench_concurrency(client, root, 20, 50)),
+            ("scaling", lambda: bench_scaling(client, root, [1000, 10000] if quick else [1000, 10000, 100000])),
+        ]
+        for name, step in steps:
+            started = time.perf_counter()
+            results.update(step())
+            print(f"[{name}: {time.perf_counter() - started:.1f}s]", file=sys.stderr)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print_table(results)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+def print_table(r: dict) -> None:
+    rows = [
+        ("read_file 1 KiB (warm) p50 / p95", f"{r['tool_call_p50_ms']:.2f} / {r['tool_call_p95_ms']:.2f} ms", f"docker exec cat: {r['docker_exec_p50_ms']:.1f} / {r['docker_exec_p95_ms']:.1f} ms", f"{r['tool_call_speedup_vs_docker_exec']:.0f}x faster (target >= 20x)"),
+        ("shell `true` p50", f"{r['shell_p50_ms']:.2f} ms", f"docker exec true: {r['docker_exec_true_p50_ms']:.1f} ms", f"{r['shell_speedup_vs_docker_exec']:.1f}x faster"),
+        ("cold start to first answer p50 / p95", f"{r['cold_start_p50_ms']:.0f} / {r['cold_start_p95_ms']:.0f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} / {r['docker_run_p95_ms']:.0f} ms", f"{r['cold_start_ratio_vs_docker_run']:.2f}x of docker run (target <= 2.0)"),
+        (f"{r['concurrent_sandboxes']} sandboxes x 50 mixed calls", f"{r['concurrent_calls_per_s']:.0f} calls/s, p95 {r['concurrent_p95_ms']:.1f} ms", "", f"{r['concurrent_errors']} errors (target 0)"),
+        ("agent RSS idle / after 48 KiB read", f"{r['agent_rss_idle_mib']:.1f} / {r['agent_rss_mib']:.1f} MiB", "", "target < 15 MiB"),
+    ]
+    for key in sorted(k for k in r if k.startswith("grep_")):
+        size = key.split("_")[1]
+        rows.append((f"{size} files: grep / list", f"{r[key]:.0f} / {r[f'list_{size}_files_ms']:.0f} ms", "", ""))
+    width = max(len(row[0]) for row in rows)
+    for name, ours, base, verdict in rows:
+        print(f"{name:<{width}}  {ours:<28} {base:<36} {verdict}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
