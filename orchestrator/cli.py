@@ -198,6 +198,51 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     raise click.exceptions.Exit(EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR)
 
 
+@main.command()
+@click.option("--workspace", default=None, type=click.Path(exists=True, file_okay=False), help="Mount this instead of each session's cwd.")
+@click.option("--model", "model_spec", required=True, help="openai:NAME, gemini:NAME or script:FILE.")
+@click.option("--base-url", default=None)
+@click.option("--api-key-env", default=None, metavar="VAR")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--transcript-dir", default=None, type=click.Path(file_okay=False), help="Where session transcripts go.")
+@click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@sandbox_options
+def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, image, memory, pids, cpus, env, runtime, user) -> None:
+    """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
+    from .acp.server import AcpServer, SessionParts
+    from .loop import Session
+    from .models.base import model_from_spec
+    from .policy.approvals import ApprovalGate
+    from .policy.ladder import Ladder
+    from .sandbox.docker import DockerSandbox
+    from .tools.registry import ToolRegistry
+    from .transcript import Redactor, Transcript
+
+    config = build_config(image, memory, pids, cpus, env, runtime, user)
+    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]
+    try:
+        model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)  # fail fast on a missing key
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+
+    def open_session(ws: Path, approver, on_event) -> SessionParts:
+        rules = _policy_rules(ws, policies)
+        model = model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)
+        folder = Path(transcript_dir) if transcript_dir else _default_transcript().parent
+        transcript = Transcript(folder / f"acp-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{id(approver)}.jsonl", Redactor.from_environment(), on_event=on_event)
+        sandbox = DockerSandbox(ws, config)
+        sandbox.start()
+        session = Session(model, ToolRegistry(sandbox, ws), ApprovalGate(Ladder(rules), approver), transcript, max_turns=max_turns)
+
+        def close() -> None:
+            sandbox.close()
+            transcript.close()
+
+        return SessionParts(session=session, close=close, kill_running=sandbox.kill_processes)
+
+    AcpServer(open_session, workspace=Path(workspace) if workspace else None).serve()
+
+
 @main.group()
 def transcript() -> None:
     """Session transcripts."""

@@ -169,7 +169,7 @@ class Session:
             return self._finish(call, ToolResult.failure(err, executor=Executor.USER), state="cancelled")
         self._state(call, "executing")
         result = self.registry.invoke(prepared)
-        if self.cancel.is_set() and not result.ok:
+        if self.cancel.is_set():  # cancelled while it ran: its processes were killed
             return self._finish(call, result, state="cancelled")
         return self._finish(call, result)
 

@@ -1,6 +1,7 @@
 """Gemini generateContent with functionDeclarations."""
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import httpx
@@ -60,7 +61,7 @@ class GeminiClient:
             raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"the Gemini API answered in an unexpected shape ({err}): {str(data)[:200]}") from None
         text = "".join(p.get("text", "") for p in parts if isinstance(p, dict))
         calls = [
-            ToolCall(id=f"gemini_{i}", name=str(p["functionCall"].get("name", "")), arguments=p["functionCall"].get("args") or {})
+            ToolCall(id=f"gemini_{uuid.uuid4().hex[:12]}", name=str(p["functionCall"].get("name", "")), arguments=p["functionCall"].get("args") or {})
             for i, p in enumerate(parts)
             if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
         ]

@@ -1,0 +1,170 @@
+"""Pydantic models of the ACP messages we use (protocol version 1). Field names are ACP's own."""
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 1
+
+ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"]
+ToolCallStatus = Literal["pending", "in_progress", "completed", "failed"]
+StopReason = Literal["end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+# -- JSON-RPC ------------------------------------------------------------------------------
+class JsonRpcError(_Model):
+    code: int
+    message: str
+    data: Any = None
+
+
+class JsonRpcMessage(_Model):
+    jsonrpc: Literal["2.0"]
+    id: int | str | None = None
+    method: str | None = None
+    params: dict[str, Any] | None = None
+    result: Any = None
+    error: JsonRpcError | None = None
+
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+
+
+# -- content ---------------------------------------------------------------------------------
+class TextContent(_Model):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ContentToolCallContent(_Model):
+    type: Literal["content"] = "content"
+    content: TextContent
+
+
+class DiffToolCallContent(_Model):
+    type: Literal["diff"] = "diff"
+    path: str
+    oldText: str | None = None
+    newText: str
+
+
+ToolCallContent = Union[ContentToolCallContent, DiffToolCallContent]
+
+
+# -- initialize, sessions ----------------------------------------------------------------------
+class InitializeParams(_Model):
+    protocolVersion: int
+    clientCapabilities: dict[str, Any] = Field(default_factory=dict)
+
+
+class PromptCapabilities(_Model):
+    image: bool = False
+    audio: bool = False
+    embeddedContext: bool = False
+
+
+class AgentCapabilities(_Model):
+    loadSession: bool = False
+    promptCapabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
+
+
+class InitializeResult(_Model):
+    protocolVersion: int = PROTOCOL_VERSION
+    agentCapabilities: AgentCapabilities = Field(default_factory=AgentCapabilities)
+    authMethods: list[dict[str, Any]] = Field(default_factory=list)
+    agentInfo: dict[str, str] = Field(default_factory=lambda: {"name": "openagents-sandbox", "version": "0.1.0"})
+
+
+class NewSessionParams(_Model):
+    cwd: str
+    mcpServers: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class NewSessionResult(_Model):
+    sessionId: str
+
+
+class PromptParams(_Model):
+    sessionId: str
+    prompt: list[dict[str, Any]]
+
+
+class PromptResult(_Model):
+    stopReason: StopReason
+
+
+class CancelParams(_Model):
+    sessionId: str
+
+
+# -- session/update ------------------------------------------------------------------------------
+class AgentMessageChunk(_Model):
+    sessionUpdate: Literal["agent_message_chunk"] = "agent_message_chunk"
+    content: TextContent
+
+
+class ToolCallStart(_Model):
+    sessionUpdate: Literal["tool_call"] = "tool_call"
+    toolCallId: str
+    title: str
+    kind: ToolKind = "other"
+    status: ToolCallStatus = "pending"
+    content: list[ToolCallContent] = Field(default_factory=list)
+    rawInput: Any = None
+
+
+class ToolCallUpdate(_Model):
+    sessionUpdate: Literal["tool_call_update"] = "tool_call_update"
+    toolCallId: str
+    status: ToolCallStatus | None = None
+    title: str | None = None
+    kind: ToolKind | None = None
+    content: list[ToolCallContent] | None = None
+    rawOutput: Any = None
+
+
+SessionUpdate = Union[AgentMessageChunk, ToolCallStart, ToolCallUpdate]
+
+
+class SessionNotification(_Model):
+    sessionId: str
+    update: SessionUpdate = Field(discriminator="sessionUpdate")
+
+
+# -- permissions ---------------------------------------------------------------------------------
+class PermissionOption(_Model):
+    optionId: str
+    name: str
+    kind: Literal["allow_once", "reject_once"]  # the only two we ever offer
+
+
+class PermissionToolCall(_Model):
+    toolCallId: str
+    title: str | None = None
+    kind: ToolKind | None = None
+    status: ToolCallStatus | None = None
+    rawInput: Any = None
+
+
+class RequestPermissionParams(_Model):
+    sessionId: str
+    toolCall: PermissionToolCall
+    options: list[PermissionOption]
+
+
+class SelectedOutcome(_Model):
+    outcome: Literal["selected"]
+    optionId: str
+
+
+class CancelledOutcome(_Model):
+    outcome: Literal["cancelled"]
+
+
+class RequestPermissionResult(_Model):
+    outcome: Union[SelectedOutcome, CancelledOutcome] = Field(discriminator="outcome")

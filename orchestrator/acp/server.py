@@ -1,0 +1,309 @@
+"""`oa-sandbox acp`: an ACP agent over stdio. The editor drives; our sandbox runs the tools.
+
+The reader thread owns stdin: requests, notifications and the editor's answers to our own
+requests (session/request_permission) all arrive there. Each session/prompt runs in a worker
+thread, so session/cancel and permission answers are read while it runs. A malformed frame gets
+a JSON-RPC error and never ends the process.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import sys
+import threading
+import uuid
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import ErrorType, OpenAgentsError
+from ..loop import Session, SessionStatus
+from ..policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption as WireOption
+from ..protocol import Executor
+from ..tools.registry import SPECS, ToolRegistry
+from ..transcript import Transcript
+from . import models as m
+
+log = logging.getLogger(__name__)
+PERMISSION_OPTIONS = [
+    m.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
+    m.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
+]
+
+
+class RpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class SessionParts:
+    """What a factory hands back for one ACP session."""
+
+    session: Session
+    close: Callable[[], None]
+    kill_running: Callable[[], None]
+
+
+SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict], None]], SessionParts]
+
+
+@dataclass
+class AcpSession:
+    id: str
+    parts: SessionParts | None = None
+    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    workspace: Path = Path(".")
+    busy: threading.Lock = field(default_factory=threading.Lock)
+
+
+class AcpApprover:
+    """Asks the editor with session/request_permission; only allow_once and reject_once exist."""
+
+    def __init__(self, server: "AcpServer", session_id: str) -> None:
+        self.server = server
+        self.session_id = session_id
+
+    def ask(self, request: ApprovalRequest) -> Answer:
+        params = m.RequestPermissionParams(
+            sessionId=self.session_id,
+            toolCall=m.PermissionToolCall(toolCallId=request.call_id, title=request.title, kind=_kind(request.kind), status="pending", rawInput=request.arguments),
+            options=PERMISSION_OPTIONS,
+        )
+        future = self.server.request("session/request_permission", params, self.session_id)
+        try:
+            raw = future.result()
+            result = m.RequestPermissionResult.model_validate(raw)
+        except (ValidationError, RpcError, OpenAgentsError) as err:
+            return Answer(option=WireOption.REJECT_ONCE, executor=Executor.OPENAGENTS, reason=f"no valid answer from the editor: {err}")
+        if isinstance(result.outcome, m.SelectedOutcome) and result.outcome.optionId == "allow_once":
+            return Answer(option=WireOption.ALLOW_ONCE, reason="allowed in the editor")
+        if isinstance(result.outcome, m.CancelledOutcome):
+            return Answer(option=WireOption.REJECT_ONCE, reason="the prompt was cancelled")
+        return Answer(option=WireOption.REJECT_ONCE, reason="rejected in the editor")
+
+
+def _kind(kind: str) -> str:
+    return kind if kind in m.ToolKind.__args__ else "other"  # type: ignore[attr-defined]
+
+
+class AcpServer:
+    def __init__(self, factory: SessionFactory, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, workspace: Path | None = None) -> None:
+        self.factory = factory
+        self.stdin = stdin or sys.stdin.buffer
+        self.stdout = stdout or sys.stdout.buffer
+        self.workspace = workspace
+        self.sessions: dict[str, AcpSession] = {}
+        self._ids = itertools.count(1)
+        self._pending: dict[int, tuple[Future, str]] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+
+    # -- wire --------------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        line = json.dumps({"jsonrpc": "2.0", **message}, ensure_ascii=False).encode() + b"\n"
+        with self._write_lock:
+            self.stdout.write(line)
+            self.stdout.flush()
+
+    def notify(self, method: str, params: BaseModel) -> None:
+        self.send({"method": method, "params": params.model_dump(mode="json", exclude_none=True)})
+
+    def request(self, method: str, params: BaseModel, session_id: str) -> Future:
+        future: Future = Future()
+        rid = next(self._ids)
+        with self._lock:
+            self._pending[rid] = (future, session_id)
+        self.send({"id": f"oa-{rid}", "method": method, "params": params.model_dump(mode="json", exclude_none=True)})
+        return future
+
+    def serve(self) -> None:
+        try:
+            for line in self.stdin:
+                if line.strip():
+                    self._handle_line(line)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        for session in list(self.sessions.values()):
+            self._cancel(session)
+            if session.parts:
+                session.parts.close()
+        self.sessions.clear()
+
+    def _handle_line(self, line: bytes) -> None:
+        try:
+            raw = json.loads(line)
+        except (ValueError, RecursionError) as err:
+            self.send({"id": None, "error": {"code": m.PARSE_ERROR, "message": f"parse error: {err}"}})
+            return
+        try:
+            msg = m.JsonRpcMessage.model_validate(raw)
+        except ValidationError as err:
+            rid = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), (int, str)) else None
+            self.send({"id": rid, "error": {"code": m.INVALID_REQUEST, "message": f"invalid request: {err.errors()[0]['msg']}"}})
+            return
+        if msg.method is None:
+            self._resolve(msg)
+            return
+        if msg.id is None:
+            self._notification(msg)
+            return
+        if msg.method == "session/prompt":
+            threading.Thread(target=self._respond, args=(msg,), daemon=True, name="acp-prompt").start()
+        else:
+            self._respond(msg)
+
+    def _resolve(self, msg: m.JsonRpcMessage) -> None:
+        rid = str(msg.id or "")
+        key = int(rid[3:]) if rid.startswith("oa-") and rid[3:].isdigit() else None
+        with self._lock:
+            entry = self._pending.pop(key, None) if key is not None else None
+        if entry is None:
+            return
+        future, _ = entry
+        if msg.error:
+            future.set_exception(RpcError(msg.error.code, msg.error.message))
+        else:
+            future.set_result(msg.result)
+
+    def _respond(self, msg: m.JsonRpcMessage) -> None:
+        handler = {
+            "initialize": self._initialize,
+            "session/new": self._new_session,
+            "session/prompt": self._prompt,
+        }.get(msg.method or "")
+        try:
+            if handler is None:
+                raise RpcError(m.METHOD_NOT_FOUND, f"method not found: {msg.method}")
+            result = handler(msg.params or {})
+            self.send({"id": msg.id, "result": result.model_dump(mode="json", exclude_none=True)})
+        except RpcError as err:
+            self.send({"id": msg.id, "error": {"code": err.code, "message": str(err)}})
+        except ValidationError as err:
+            self.send({"id": msg.id, "error": {"code": m.INVALID_PARAMS, "message": f"invalid params: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"}})
+        except OpenAgentsError as err:
+            self.send({"id": msg.id, "error": {"code": m.INTERNAL_ERROR, "message": err.message, "data": err.to_dict()}})
+        except Exception as err:  # never let one request end the agent
+            log.exception("ACP request %s failed", msg.method)
+            self.send({"id": msg.id, "error": {"code": m.INTERNAL_ERROR, "message": f"{type(err).__name__}: {err}"}})
+
+    def _notification(self, msg: m.JsonRpcMessage) -> None:
+        if msg.method == "session/cancel":
+            try:
+                params = m.CancelParams.model_validate(msg.params or {})
+            except ValidationError:
+                return
+            session = self.sessions.get(params.sessionId)
+            if session:
+                self._cancel(session)
+
+    # -- methods -----------------------------------------------------------------------------
+    def _initialize(self, params: dict) -> m.InitializeResult:
+        m.InitializeParams.model_validate(params)
+        return m.InitializeResult()
+
+    def _new_session(self, params: dict) -> m.NewSessionResult:
+        p = m.NewSessionParams.model_validate(params)
+        workspace = (self.workspace or Path(p.cwd)).resolve()
+        if not workspace.is_dir():
+            raise RpcError(m.INVALID_PARAMS, f"cwd {p.cwd} is not a directory")
+        session = AcpSession(id=f"sess_{uuid.uuid4().hex}", workspace=workspace)
+        session.parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event))
+        self.sessions[session.id] = session
+        return m.NewSessionResult(sessionId=session.id)
+
+    def _prompt(self, params: dict) -> m.PromptResult:
+        p = m.PromptParams.model_validate(params)
+        session = self.sessions.get(p.sessionId)
+        if session is None or session.parts is None:
+            raise RpcError(m.INVALID_PARAMS, f"unknown session {p.sessionId}")
+        text = "\n".join(block.get("text", "") for block in p.prompt if block.get("type") == "text").strip()
+        if not text:
+            raise RpcError(m.INVALID_PARAMS, "the prompt has no text")
+        if not session.busy.acquire(blocking=False):
+            raise RpcError(m.INVALID_REQUEST, "a prompt is already running in this session")
+        try:
+            loop = session.parts.session
+            loop.cancel.clear()
+            result = loop.run(text)
+        finally:
+            session.busy.release()
+        if result.status == SessionStatus.CANCELLED:
+            return m.PromptResult(stopReason="cancelled")
+        if result.error and result.error.type == ErrorType.MAX_TURNS:
+            return m.PromptResult(stopReason="max_turn_requests")
+        if result.status == SessionStatus.STOPPED:
+            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=f"[stopped: {result.reason}]")))
+        return m.PromptResult(stopReason="end_turn")
+
+    def _cancel(self, session: AcpSession) -> None:
+        if session.parts is None:
+            return
+        session.parts.session.cancel.set()
+        with self._lock:
+            waiting = [(k, f) for k, (f, sid) in self._pending.items() if sid == session.id]
+            for key, _ in waiting:
+                self._pending.pop(key, None)
+        for _, future in waiting:
+            if not future.done():
+                future.set_result({"outcome": {"outcome": "cancelled"}})
+        session.parts.kill_running()
+
+    # -- transcript events -> session/update -------------------------------------------------
+    def _update(self, session: AcpSession, update: BaseModel) -> None:
+        self.notify("session/update", m.SessionNotification(sessionId=session.id, update=update))
+
+    def _on_event(self, session: AcpSession, event: dict) -> None:
+        kind = event.get("type")
+        if kind == "model_response" and event.get("text"):
+            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event["text"])))
+        elif kind == "tool_call":
+            call_id, tool, state = event["call_id"], event["tool"], event["state"]
+            if state == "validating":
+                session.calls[call_id] = {"tool": tool, "arguments": event.get("arguments")}
+                spec = SPECS.get(tool)
+                self._update(session, m.ToolCallStart(toolCallId=call_id, title=_title(tool, event.get("arguments")),
+                                                      kind=_kind(spec.kind if spec else "other"), rawInput=event.get("arguments")))
+            elif state == "awaiting_approval" and event.get("kind"):
+                self._update(session, m.ToolCallUpdate(toolCallId=call_id, kind=_kind(event["kind"])))
+            elif state == "executing":
+                self._update(session, m.ToolCallUpdate(toolCallId=call_id, status="in_progress"))
+            elif state == "cancelled":
+                self._update(session, m.ToolCallUpdate(toolCallId=call_id, status="failed",
+                                                       content=[m.ContentToolCallContent(content=m.TextContent(text="cancelled"))]))
+        elif kind == "tool_result":
+            call = session.calls.get(event["call_id"], {})
+            content: list = []
+            text = event.get("output") or ""
+            if event.get("error"):
+                text = (text + "\n" if text else "") + f"{event['error']['type']}: {event['error']['message']}"
+            if text:
+                content.append(m.ContentToolCallContent(content=m.TextContent(text=text)))
+            diff = _diff(session.workspace, call) if event.get("ok") else None
+            if diff:
+                content.append(diff)
+            self._update(session, m.ToolCallUpdate(toolCallId=event["call_id"], status="completed" if event.get("ok") else "failed",
+                                                   content=content, rawOutput={"executor": event.get("executor"), "meta": event.get("meta")}))
+
+
+def _title(tool: str, arguments: Any) -> str:
+    args = arguments if isinstance(arguments, dict) else {}
+    detail = args.get("command") or args.get("path") or args.get("pattern") or args.get("subcommand") or ""
+    return f"{tool} {str(detail)[:120]}".strip()
+
+
+def _diff(workspace: Path, call: dict) -> m.DiffToolCallContent | None:
+    args = call.get("arguments") if isinstance(call.get("arguments"), dict) else None
+    if not args or call.get("tool") not in ("edit_file", "write_file") or not isinstance(args.get("path"), str):
+        return None
+    path = str(workspace / args["path"])
+    if call["tool"] == "write_file":
+        return m.DiffToolCallContent(path=path, oldText=None, newText=str(args.get("content", "")))
+    return m.DiffToolCallContent(path=path, oldText=str(args.get("old_text", "")), newText=str(args.get("new_text", "")))
