@@ -2,6 +2,7 @@
 2 a usage or set-up error (no Docker daemon, missing image, bad config)."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -30,6 +31,7 @@ def _terminate_as_interrupt() -> None:
 
 
 def sandbox_options(fn):
+    """The sandbox's knobs, shared by every command that starts one; the command gets `config`."""
     options = [
         click.option("--image", default=None, help="Sandbox image (default openagents-sandbox:latest)."),
         click.option("--memory", default=None, help="Memory limit, e.g. 1g."),
@@ -38,13 +40,19 @@ def sandbox_options(fn):
         click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="An explicit extra variable for the box (repeatable)."),
         click.option("--runtime", default=None, help="Docker runtime, e.g. runsc (gVisor)."),
         click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
+        click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
     ]
+
+    @functools.wraps(fn)
+    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, **kwargs):
+        return fn(*args, config=build_config(image, memory, pids, cpus, env, runtime, user, egress), **kwargs)
+
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        wrapper = option(wrapper)
+    return wrapper
 
 
-def build_config(image, memory, pids, cpus, env, runtime, user) -> SandboxConfig:
+def build_config(image, memory, pids, cpus, env, runtime, user, egress=None) -> SandboxConfig:
     values: dict = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
     extras = {}
     for item in env:
@@ -52,6 +60,11 @@ def build_config(image, memory, pids, cpus, env, runtime, user) -> SandboxConfig
         if not sep:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--env")
         extras[name] = value
+    if egress is not None:
+        kind, sep, hosts = egress.partition(":")
+        if kind != "allow" or not sep or not hosts:
+            raise click.BadParameter("use allow:HOST[,HOST...]", param_hint="--egress")
+        values["egress"] = {"allow": [h.strip() for h in hosts.split(",") if h.strip()]}
     try:
         return SandboxConfig(**values, env=extras)
     except ValueError as err:
@@ -97,12 +110,11 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
 @sandbox_options
 @click.argument("tool")
 @click.argument("json_args", default="{}")
-def exec_(workspace, image, memory, pids, cpus, env, runtime, user, tool, json_args) -> None:
+def exec_(workspace, config, tool, json_args) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result."""
     from .sandbox.docker import DockerSandbox
     from .tools.args import validate_arguments
 
-    config = build_config(image, memory, pids, cpus, env, runtime, user)
     _terminate_as_interrupt()
     try:
         args = validate_arguments(tool, json_args).model_dump(exclude_none=True)
@@ -126,18 +138,33 @@ def _default_transcript() -> Path:
 def _policy_rules(workspace: Path, files: tuple[str, ...]):
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
     (.openagents/policy.*, may only tighten), and --policy files (their own tier, default user)."""
-    from .policy.ladder import Tier, load_policy
+    from .policy.ladder import EgressPolicy, Tier, load_policy_file
 
-    rules = []
+    loaded = []
     admin = os.environ.get("OA_ADMIN_POLICY") or "/etc/openagents-sandbox/policy.toml"
     if Path(admin).is_file():
-        rules += load_policy(admin, Tier.ADMIN)
+        loaded.append(load_policy_file(admin, Tier.ADMIN))
     for name in ("policy.toml", "policy.yaml", "policy.yml"):
         if (workspace / ".openagents" / name).is_file():
-            rules += load_policy(workspace / ".openagents" / name, Tier.WORKSPACE)
-    for path in files:
-        rules += load_policy(path)
-    return rules
+            loaded.append(load_policy_file(workspace / ".openagents" / name, Tier.WORKSPACE))
+    loaded += [load_policy_file(path) for path in files]
+    egress = EgressPolicy()
+    for policy in loaded:
+        if policy.egress:
+            egress.allow += policy.egress.allow
+            egress.allow_cidrs += policy.egress.allow_cidrs
+    return [rule for policy in loaded for rule in policy.rules], egress
+
+
+def _with_policy_egress(config: SandboxConfig, egress) -> SandboxConfig:
+    """A policy file can open egress (its hosts join --egress's); CIDRs come from admin policy only."""
+    if not egress.allow and config.egress is None:
+        return config
+    from .sandbox.egress import EgressConfig
+
+    current = config.egress
+    merged = EgressConfig(allow=[*(current.allow if current else []), *egress.allow], allow_cidrs=[*(current.allow_cidrs if current else []), *egress.allow_cidrs])
+    return config.model_copy(update={"egress": merged})
 
 
 @main.command()
@@ -154,7 +181,7 @@ def _policy_rules(workspace: Path, files: tuple[str, ...]):
 @sandbox_options
 @click.argument("task")
 def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git,
-        image, memory, pids, cpus, env, runtime, user, task) -> None:
+        config, task) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder."""
     from .loop import Session, SessionStatus
     from .models.base import model_from_spec
@@ -164,12 +191,12 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     from .tools.registry import RegistryConfig, ToolRegistry
     from .transcript import Redactor, Transcript, render_event
 
-    config = build_config(image, memory, pids, cpus, env, runtime, user)
     ws = Path(workspace).resolve()
     _terminate_as_interrupt()
     try:
         model = model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)
-        rules = _policy_rules(ws, policies)
+        rules, egress = _policy_rules(ws, policies)
+        config = _with_policy_egress(config, egress)
         registry_config = RegistryConfig(disabled=set(disabled), git=not no_git)
         path = Path(transcript_path) if transcript_path else _default_transcript()
         key_var = api_key_env or {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(model_spec.split(":")[0], "")
@@ -207,7 +234,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
 @click.option("--transcript-dir", default=None, type=click.Path(file_okay=False), help="Where session transcripts go.")
 @click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @sandbox_options
-def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, image, memory, pids, cpus, env, runtime, user) -> None:
+def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, config) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from .acp.server import AcpServer, SessionParts
     from .loop import Session
@@ -218,7 +245,6 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
     from .tools.registry import ToolRegistry
     from .transcript import Redactor, Transcript
 
-    config = build_config(image, memory, pids, cpus, env, runtime, user)
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]
     try:
         model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)  # fail fast on a missing key
@@ -226,11 +252,11 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
         raise _setup_error(err) from None
 
     def open_session(ws: Path, approver, on_event) -> SessionParts:
-        rules = _policy_rules(ws, policies)
+        rules, egress = _policy_rules(ws, policies)
         model = model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)
         folder = Path(transcript_dir) if transcript_dir else _default_transcript().parent
         transcript = Transcript(folder / f"acp-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{id(approver)}.jsonl", Redactor.from_environment(), on_event=on_event)
-        sandbox = DockerSandbox(ws, config)
+        sandbox = DockerSandbox(ws, _with_policy_egress(config, egress))
         sandbox.start()
         session = Session(model, ToolRegistry(sandbox, ws), ApprovalGate(Ladder(rules), approver), transcript, max_turns=max_turns)
 
@@ -262,12 +288,11 @@ def transcript_show(path: str) -> None:
 @click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
 @click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
 @sandbox_options
-def doctor(workspace, attack, image, memory, pids, cpus, env, runtime, user) -> None:
+def doctor(workspace, attack, config) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from .sandbox.docker import container_settings, docker_client, workspace_user
     from .sandbox.image import image_status
 
-    config = build_config(image, memory, pids, cpus, env, runtime, user)
     ok = True
     try:
         client = docker_client(timeout=10)
@@ -287,7 +312,7 @@ def doctor(workspace, attack, image, memory, pids, cpus, env, runtime, user) -> 
     click.echo("\nSecurity settings of a sandbox:")
     rows = [
         ("workspace", f"{ws} -> /workspace (bind, read-write); .git read-only" if (ws / ".git").exists() else f"{ws} -> /workspace (bind, read-write)"),
-        ("network", settings["network_mode"]),
+        ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"),
         ("user", settings["user"] + ("  (root-owned workspace: pass --user for an unprivileged uid)" if settings["user"].startswith("0:") else "")),
         ("root filesystem", "read-only" if settings["read_only"] else "writable"),
         ("/tmp", settings["tmpfs"]["/tmp"]),
@@ -334,6 +359,15 @@ def gc(all_: bool) -> None:
     except OpenAgentsError as err:
         raise _setup_error(err) from None
     removed = 0
+    for network in client.networks.list(filters={"label": f"{LABEL}=egress"}):
+        network.reload()
+        if all_ or not network.attrs.get("Containers"):
+            try:
+                for cid in list(network.attrs.get("Containers") or {}):
+                    client.containers.get(cid).remove(force=True)
+                network.remove()
+            except docker.errors.APIError:
+                pass
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         host_pid = container.labels.get(f"{LABEL}.host-pid", "")
         if not all_ and host_pid.isdigit() and _alive(int(host_pid)) and container.status == "running":

@@ -30,6 +30,7 @@ class SandboxConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Explicit, user-approved extra variables.")
     runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
     user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
+    egress: "EgressConfig | None" = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
 
@@ -43,3 +44,8 @@ class SandboxConfig(BaseModel):
 
     def environment(self) -> dict[str, str]:
         return {**BASE_ENV, **self.env}
+
+
+from .sandbox.egress import EgressConfig  # noqa: E402  (EgressConfig imports LABEL from here)
+
+SandboxConfig.model_rebuild()

@@ -178,6 +178,8 @@ class Session:
 
     def _finish(self, call: ToolCall, result: ToolResult, state: str | None = None) -> ToolResult:
         state = state or ("success" if result.ok else "error")
+        for record in result.meta.get("egress", []):
+            self.transcript.event("egress", executor=Executor.OPENAGENTS, call_id=call.id, **record)
         self._state(call, state)
         self.transcript.event("tool_result", executor=result.executor, call_id=call.id, tool=call.name, ok=result.ok,
                               output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,

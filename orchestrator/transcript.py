@@ -111,6 +111,8 @@ def render_event(event: dict) -> str | None:
         status = "ok" if event.get("ok") else f"error {event.get('error', {}).get('type')}"
         preview = (event.get("output") or (event.get("error") or {}).get("message") or "").strip().splitlines()
         return f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")
+    if kind == "egress":
+        return f"  egress {event.get('decision')}{who}: {event.get('method') or ''} {event.get('host')}:{event.get('port')} ({event.get('reason')})"
     if kind == "session_end":
         return f"■ {event.get('status')}{who}: {event.get('reason')}"
     return None

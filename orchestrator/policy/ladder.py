@@ -87,11 +87,17 @@ class PolicyRule(BaseModel):
         return sum(x is not None for x in (self.tool, self.kind, self.action, self.command_prefix))
 
 
+class EgressPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    allow: list[str] = Field(default_factory=list, description="Hosts the egress proxy may reach.")
+    allow_cidrs: list[str] = Field(default_factory=list, description="Admin only: private networks the proxy may reach.")
+
+
 class PolicyFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tier: str = "user"
-    non_interactive: bool | None = None
     rules: list[PolicyRule] = Field(default_factory=list)
+    egress: EgressPolicy | None = None
 
 
 def _check_names(value: Any, where: str = "policy") -> None:
@@ -109,6 +115,10 @@ def _check_names(value: Any, where: str = "policy") -> None:
 
 
 def load_policy(path: str | Path, tier: Tier | None = None) -> list[PolicyRule]:
+    return load_policy_file(path, tier).rules
+
+
+def load_policy_file(path: str | Path, tier: Tier | None = None) -> PolicyFile:
     """Load a TOML or YAML policy file. The file's own `tier` is used unless the caller fixes one."""
     path = Path(path)
     try:
@@ -129,9 +139,12 @@ def load_policy(path: str | Path, tier: Tier | None = None) -> list[PolicyRule]:
     rules = [rule.model_copy(update={"tier": file_tier}) for rule in policy.rules]
     if file_tier == Tier.WORKSPACE:
         loose = [r for r in rules if r.decision == Decision.ALLOW]
-        if loose:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: a workspace policy can only ask or deny, never allow (rule {loose[0].id or loose[0].tool})")
-    return rules
+        if loose or policy.egress:
+            what = f"rule {loose[0].id or loose[0].tool}" if loose else "egress"
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: a workspace policy can only ask or deny, never allow ({what})")
+    if policy.egress and policy.egress.allow_cidrs and file_tier != Tier.ADMIN:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
+    return policy.model_copy(update={"rules": rules})
 
 
 class Ladder:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..config import LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
 from .channel import Channel
+from .egress import EgressGate
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ def docker_client(timeout: int = 60) -> docker.DockerClient:
         ) from None
 
 
-def container_settings(config: SandboxConfig, workspace: Path, user: str) -> dict[str, Any]:
+def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
     git = workspace / ".git"
@@ -57,7 +59,6 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str) -> dic
         "environment": config.environment(),
         "stdin_open": True,
         "tty": False,
-        "network_mode": "none",
         "read_only": True,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"},
         "cap_drop": ["ALL"],
@@ -71,6 +72,11 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str) -> dic
         "mounts": mounts,
         "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), f"{LABEL}.host-pid": str(os.getpid())},
     }
+    if config.egress and egress_network:
+        settings["network"] = egress_network  # internal: its only other member is the proxy
+        settings["environment"] = {**settings["environment"], **config.egress.environment()}
+    else:
+        settings["network_mode"] = "none"
     if config.runtime:
         settings["runtime"] = config.runtime
     return settings
@@ -102,6 +108,10 @@ class DockerSandbox:
         self._channel: Channel | None = None
         self.restarts = 0
         self.agent_info: dict[str, Any] = {}
+        self.egress: EgressGate | None = None
+        # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
+        # the container, under this lock; the others see the new channel and do nothing.
+        self._lifecycle = threading.RLock()
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "DockerSandbox":
@@ -124,8 +134,21 @@ class DockerSandbox:
             raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.image} is missing; build it with `oa-sandbox image build`") from None
         except docker.errors.DockerException as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
+        new_gate = self.config.egress is not None and self.egress is None
+        if new_gate:
+            self.egress = EgressGate(self.client, self.config.egress)
+            self.egress.start()
         try:
-            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user))
+            self._start_container()
+        except BaseException:
+            if new_gate:
+                self.close()
+            raise
+
+    def _start_container(self) -> None:
+        try:
+            network = self.egress.network_name if self.egress else None
+            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user, network))
             sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._channel = Channel(getattr(sock, "_sock", sock))
             self.container.start()
@@ -141,12 +164,17 @@ class DockerSandbox:
         self.agent_info = hello.meta
 
     def restart(self) -> None:
-        self._remove()
-        self.restarts += 1
-        self.start()
+        with self._lifecycle:
+            self._remove()
+            self.restarts += 1
+            self.start()
 
     def close(self) -> None:
-        self._remove()
+        with self._lifecycle:
+            self._remove()
+        if self.egress is not None:
+            self.egress.close()
+            self.egress = None
 
     def _remove(self) -> None:
         if self._channel is not None:
@@ -171,33 +199,41 @@ class DockerSandbox:
         return self.config.call_deadline_s
 
     def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
-        if self._channel is None or self._channel.broken:
-            self.restart()
+        with self._lifecycle:
+            if self._channel is None or self._channel.broken:
+                self.restart()
+            channel = self._channel
         deadline = self.deadline_for(tool, args)
         started = time.monotonic()
         try:
-            rid, future = self._channel.request(tool, args)
+            rid, future = channel.request(tool, args)
             try:
                 response = future.result(timeout=deadline)
             except FutureTimeout:
-                return self._on_deadline(tool, rid, future, deadline)
+                return self._on_deadline(tool, channel, rid, future, deadline)
         except OpenAgentsError as err:
             if err.type in (ErrorType.AGENT_LOST, ErrorType.PROTOCOL_ERROR):
-                self._recover(err)
+                self._recover(err, channel)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)
         result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
+        if self.egress is not None:
+            records = self.egress.drain()
+            if records:
+                result.meta["egress"] = records
         return result
 
-    def _on_deadline(self, tool: str, rid: int, future, deadline: float) -> ToolResult:
+    def _on_deadline(self, tool: str, channel: Channel, rid: int, future, deadline: float) -> ToolResult:
         """The host's deadline passed: kill every process in the box but the agent, from outside."""
         message = f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
         self.kill_processes()
         try:
             response = future.result(timeout=3)
         except (FutureTimeout, OpenAgentsError):
-            self._channel.forget(rid)
-            self.restart()
+            channel.forget(rid)
+            with self._lifecycle:
+                if self._channel is channel:
+                    self.restart()
             err = OpenAgentsError(ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced")
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         # Whatever the agent claims, the host's deadline decides: this call timed out.
@@ -214,10 +250,13 @@ class DockerSandbox:
         except docker.errors.DockerException as err:
             log.debug("kill in %s failed: %s", self.container.id[:12], err)
 
-    def _recover(self, err: OpenAgentsError) -> None:
+    def _recover(self, err: OpenAgentsError, channel: Channel) -> None:
         """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""
-        log.warning("sandbox agent lost (%s): %s; starting a fresh one", err.type.value, err.message)
-        try:
-            self.restart()
-        except OpenAgentsError as restart_err:
-            log.error("could not restart the sandbox: %s", restart_err.message)
+        with self._lifecycle:
+            if self._channel is not channel:
+                return  # another call already replaced it
+            log.warning("sandbox agent lost (%s): %s; starting a fresh one", err.type.value, err.message)
+            try:
+                self.restart()
+            except OpenAgentsError as restart_err:
+                log.error("could not restart the sandbox: %s", restart_err.message)

@@ -22,10 +22,12 @@ import docker.errors
 
 from ..config import DEFAULT_IMAGE, LABEL
 from ..errors import ErrorType, OpenAgentsError
+from .egress import PROXY_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile.sandbox"
 AGENT_DIR = ROOT / "sandbox_agent"
+PROXY_DIR = ROOT / "compose" / "proxy"
 DEFAULT_BASE = "python:3.12-slim"
 DEBOOTSTRAP_BASE = "oa-sandbox-base:bookworm"
 DEBOOTSTRAP_SUITE = "bookworm"
@@ -37,7 +39,7 @@ Progress = Callable[[str], None]
 def _agent_files() -> list[Path]:
     if not DOCKERFILE.is_file():
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{DOCKERFILE} is missing: build the image from a source checkout (pip install -e .)")
-    return [DOCKERFILE] + sorted(p for p in AGENT_DIR.rglob("*.py"))
+    return [DOCKERFILE] + sorted(p for p in AGENT_DIR.rglob("*.py")) + [PROXY_DIR / "Dockerfile", PROXY_DIR / "egress_proxy.py"]
 
 
 def agent_hash() -> str:
@@ -49,19 +51,24 @@ def agent_hash() -> str:
 
 
 def image_status(client: docker.DockerClient, image: str = DEFAULT_IMAGE) -> str:
-    """'missing', 'stale' (built from other agent code) or 'current'."""
-    try:
-        found = client.images.get(image)
-    except docker.errors.ImageNotFound:
-        return "missing"
-    return "current" if (found.labels or {}).get(HASH_LABEL) == agent_hash() else "stale"
+    """'missing', 'stale' (built from other agent or proxy code) or 'current'; the egress proxy's image counts too."""
+    statuses = []
+    for name in (image, PROXY_IMAGE):
+        try:
+            found = client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return "missing"
+        statuses.append((found.labels or {}).get(HASH_LABEL) == agent_hash())
+    return "current" if all(statuses) else "stale"
 
 
-def _context_tar() -> io.BytesIO:
+def _context_tar(root: Path) -> io.BytesIO:
+    """Only the files the Dockerfile needs, not the whole checkout (.venv, .git)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for path in _agent_files():
-            tar.add(str(path), arcname=str(path.relative_to(ROOT)))
+            if path.is_relative_to(root):
+                tar.add(str(path), arcname=str(path.relative_to(root)))
     buf.seek(0)
     return buf
 
@@ -137,10 +144,17 @@ def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str 
         else:
             build_debootstrap_base(client, progress)
         base = DEBOOTSTRAP_BASE
-    progress(f"building {tag} from Dockerfile.sandbox on {base}")
     started = time.monotonic()
+    _build(client, ROOT, "Dockerfile.sandbox", tag, base, progress)
+    _build(client, PROXY_DIR, "Dockerfile", PROXY_IMAGE, base, progress)
+    progress(f"built {tag} and {PROXY_IMAGE} in {time.monotonic() - started:.1f}s")
+    return tag
+
+
+def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str, base: str, progress: Progress) -> None:
+    progress(f"building {tag} from {(context / dockerfile).relative_to(ROOT)} on {base}")
     stream = client.api.build(
-        fileobj=_context_tar(), custom_context=True, dockerfile="Dockerfile.sandbox", tag=tag,
+        fileobj=_context_tar(context), custom_context=True, dockerfile=dockerfile, tag=tag,
         buildargs={"BASE_IMAGE": base}, labels={LABEL: "image", HASH_LABEL: agent_hash()}, rm=True, forcerm=True, decode=True,
     )
     for chunk in stream:
@@ -149,8 +163,6 @@ def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str 
         text = chunk.get("stream", "").strip()
         if text.startswith("Step "):
             progress("  " + text)
-    progress(f"built {tag} in {time.monotonic() - started:.1f}s")
-    return tag
 
 
 def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress: Progress = print) -> str:
@@ -158,5 +170,16 @@ def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress
     status = image_status(client, tag)
     if status != "current":
         progress(f"image {tag} is {status}; building it")
-        build_image(client, tag=tag, progress=progress)
+        build_image(client, base=_local_base(client), tag=tag, progress=progress)
     return tag
+
+
+def _local_base(client: docker.DockerClient) -> str:
+    """The ordinary base if it is here; else a debootstrap base already made; else try the ordinary one."""
+    for name, base in ((DEFAULT_BASE, DEFAULT_BASE), (DEBOOTSTRAP_BASE, "debootstrap")):
+        try:
+            client.images.get(name)
+            return base
+        except docker.errors.ImageNotFound:
+            continue
+    return DEFAULT_BASE

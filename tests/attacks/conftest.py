@@ -59,6 +59,8 @@ class Victim:
                 continue
             assert self.before.get(key) == after.get(key), f"workspace file {key} changed"
         assert self.box.call("shell", {"command": "echo alive"}).output == "alive\n", "the sandbox did not recover"
+        mine = self.box.client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={self.ws}"})
+        assert [c.id for c in mine] == [self.box.container.id], "a replaced container was left behind"
 
 
 @pytest.fixture

@@ -1,0 +1,61 @@
+"""The compose project of compose/, brought up by pytest-docker for the egress tests.
+
+Every address these tests touch belongs to containers of this project, on networks it creates;
+both of its networks are internal, so nothing can leave them.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+OUTER_CIDR = "172.31.251.0/24"
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file():
+    return str(ROOT / "compose" / "docker-compose.yml")
+
+
+@pytest.fixture(scope="session")
+def docker_compose_command():
+    return "docker-compose"
+
+
+@pytest.fixture(scope="session")
+def docker_setup():
+    # Debian's docker-compose (v1) has no --wait; readiness is checked in egress_project.
+    return ["up --build -d"]
+
+
+@pytest.fixture(scope="session")
+def docker_compose_project_name():
+    return "oaegress"
+
+
+@pytest.fixture(scope="session")
+def egress_project(sandbox_image, docker_client, docker_services, docker_compose_project_name):
+    """The project up and answering: the proxy has logged its start and both servers listen."""
+    project = docker_compose_project_name
+
+    def ready() -> bool:
+        containers = {c.labels.get("com.docker.compose.service"): c for c in docker_client.containers.list(filters={"label": f"com.docker.compose.project={project}"})}
+        if set(containers) != {"egress-proxy", "allowed-server", "denied-server"}:
+            return False
+        return b'"decision": "start"' in containers["egress-proxy"].logs()
+
+    docker_services.wait_until_responsive(check=ready, timeout=120.0, pause=0.5)
+    time.sleep(0.5)
+    servers = {}
+    for c in docker_client.containers.list(filters={"label": f"com.docker.compose.project={project}"}):
+        c.reload()
+        servers[c.labels["com.docker.compose.service"]] = c
+    return {
+        "project": project,
+        "internal": f"{project}_internal",
+        "outer": f"{project}_outer",
+        "allowed_ip": servers["allowed-server"].attrs["NetworkSettings"]["Networks"][f"{project}_outer"]["IPAddress"],
+        "proxy": servers["egress-proxy"],
+    }
