@@ -8,7 +8,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 import click
@@ -130,43 +129,6 @@ def exec_(workspace, config, tool, json_args) -> None:
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
 
 
-def _default_transcript() -> Path:
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "openagents-sandbox" / "transcripts" / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
-
-
-def _policy_rules(workspace: Path, files: tuple[str, ...]):
-    """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
-    (.openagents/policy.*, may only tighten), and --policy files (their own tier, default user)."""
-    from .policy.ladder import EgressPolicy, Tier, load_policy_file
-
-    loaded = []
-    admin = os.environ.get("OA_ADMIN_POLICY") or "/etc/openagents-sandbox/policy.toml"
-    if Path(admin).is_file():
-        loaded.append(load_policy_file(admin, Tier.ADMIN))
-    for name in ("policy.toml", "policy.yaml", "policy.yml"):
-        if (workspace / ".openagents" / name).is_file():
-            loaded.append(load_policy_file(workspace / ".openagents" / name, Tier.WORKSPACE))
-    loaded += [load_policy_file(path) for path in files]
-    egress = EgressPolicy()
-    for policy in loaded:
-        if policy.egress:
-            egress.allow += policy.egress.allow
-            egress.allow_cidrs += policy.egress.allow_cidrs
-    return [rule for policy in loaded for rule in policy.rules], egress
-
-
-def _with_policy_egress(config: SandboxConfig, egress) -> SandboxConfig:
-    """A policy file can open egress (its hosts join --egress's); CIDRs come from admin policy only."""
-    if not egress.allow and config.egress is None:
-        return config
-    from .sandbox.egress import EgressConfig
-
-    current = config.egress
-    merged = EgressConfig(allow=[*(current.allow if current else []), *egress.allow], allow_cidrs=[*(current.allow_cidrs if current else []), *egress.allow_cidrs])
-    return config.model_copy(update={"egress": merged})
-
-
 @main.command()
 @click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
 @click.option("--model", "model_spec", required=True, help="openai:NAME, gemini:NAME or script:FILE.")
@@ -180,45 +142,34 @@ def _with_policy_egress(config: SandboxConfig, egress) -> SandboxConfig:
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
 @sandbox_options
 @click.argument("task")
-def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git,
-        config, task) -> None:
+def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git, config, task) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder."""
-    from .loop import Session, SessionStatus
-    from .models.base import model_from_spec
-    from .policy.approvals import ApprovalGate, NonInteractiveApprover, TerminalApprover
-    from .policy.ladder import Ladder
-    from .sandbox.docker import DockerSandbox
-    from .tools.registry import RegistryConfig, ToolRegistry
-    from .transcript import Redactor, Transcript, render_event
+    from .loop import SessionStatus
+    from .policy.approvals import NonInteractiveApprover, TerminalApprover
+    from .session import SessionOptions, default_transcript_path, open_session
+    from .tools.registry import RegistryConfig
+    from .transcript import render_event
 
-    ws = Path(workspace).resolve()
+    def live(event: dict) -> None:
+        line = render_event(event)
+        if line:
+            click.echo(line, err=True)
+
     _terminate_as_interrupt()
+    path = Path(transcript_path) if transcript_path else default_transcript_path()
+    interactive = not non_interactive and sys.stdin.isatty()
     try:
-        model = model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)
-        rules, egress = _policy_rules(ws, policies)
-        config = _with_policy_egress(config, egress)
-        registry_config = RegistryConfig(disabled=set(disabled), git=not no_git)
-        path = Path(transcript_path) if transcript_path else _default_transcript()
-        key_var = api_key_env or {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(model_spec.split(":")[0], "")
-        redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
-
-        def live(event: dict) -> None:
-            line = render_event(event)
-            if line:
-                click.echo(line, err=True)
-
-        transcript = Transcript(path, redactor, on_event=live)
-        interactive = not non_interactive and sys.stdin.isatty()
-        approver = TerminalApprover() if interactive else NonInteractiveApprover()
-        with DockerSandbox(ws, config) as sandbox:
-            registry = ToolRegistry(sandbox, ws, registry_config)
-            session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=max_turns)
-            result = session.run(task)
-        transcript.close()
+        options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies),
+                                 max_turns=max_turns, registry=RegistryConfig(disabled=set(disabled), git=not no_git))
+        opened = open_session(options, Path(workspace), config, TerminalApprover() if interactive else NonInteractiveApprover(), path, live)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
     except ValueError as err:
         raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    try:
+        result = opened.session.run(task)
+    finally:
+        opened.close()
     click.echo(f"transcript: {path}", err=True)
     if result.final_text:
         click.echo(result.final_text)
@@ -236,37 +187,24 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
 @sandbox_options
 def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, config) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
-    from .acp.server import AcpServer, SessionParts
-    from .loop import Session
+    from .acp.server import AcpServer
     from .models.base import model_from_spec
-    from .policy.approvals import ApprovalGate
-    from .policy.ladder import Ladder
-    from .sandbox.docker import DockerSandbox
-    from .tools.registry import ToolRegistry
-    from .transcript import Redactor, Transcript
+    from .session import SessionOptions, default_transcript_path, open_session
 
-    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]
+    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
+    options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies), max_turns=max_turns)
     try:
         model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)  # fail fast on a missing key
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 
-    def open_session(ws: Path, approver, on_event) -> SessionParts:
-        rules, egress = _policy_rules(ws, policies)
-        model = model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)
-        folder = Path(transcript_dir) if transcript_dir else _default_transcript().parent
-        transcript = Transcript(folder / f"acp-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{id(approver)}.jsonl", Redactor.from_environment(), on_event=on_event)
-        sandbox = DockerSandbox(ws, _with_policy_egress(config, egress))
-        sandbox.start()
-        session = Session(model, ToolRegistry(sandbox, ws), ApprovalGate(Ladder(rules), approver), transcript, max_turns=max_turns)
+    def start(ws: Path, approver, on_event):
+        path = default_transcript_path("acp-")
+        if transcript_dir:
+            path = Path(transcript_dir) / path.name
+        return open_session(options, ws, config, approver, path, on_event)
 
-        def close() -> None:
-            sandbox.close()
-            transcript.close()
-
-        return SessionParts(session=session, close=close, kill_running=sandbox.kill_processes)
-
-    AcpServer(open_session, workspace=Path(workspace) if workspace else None).serve()
+    AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
 
 
 @main.group()

@@ -1,11 +1,15 @@
 """Sandbox settings (pydantic). Defaults are the hardened ones; every knob only tightens or sizes."""
 from __future__ import annotations
 
+import os
 import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_IMAGE = "openagents-sandbox:latest"
+EGRESS_PROXY_IMAGE = "openagents-egress-proxy:latest"
+EGRESS_PROXY_ALIAS = "egress-proxy"
+EGRESS_PROXY_PORT = 3128
 LABEL = "dev.openagents.sandbox"
 
 # The only host variables that may reach the container, with fixed values, never copied from the host.
@@ -16,6 +20,34 @@ BASE_ENV = {
     "TERM": "dumb",
 }
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class EgressConfig(BaseModel):
+    """Opt-in egress through the allow-listing proxy (see sandbox/egress.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+    allow: list[str] = Field(default_factory=list, description="Hosts: exact, *.suffix, optional :port.")
+    allow_cidrs: list[str] = Field(default_factory=list, description="Admin-level only: private networks the proxy may reach.")
+    network: str | None = Field(default=None, description="Join this existing internal network (a shared gate, e.g. compose/) instead of starting one.")
+    outer_network: str = Field(default_factory=lambda: os.environ.get("OA_EGRESS_OUTER_NETWORK", "bridge"),
+                               description="The network the proxy reaches the world through (OA_EGRESS_OUTER_NETWORK).")
+    proxy_image: str = EGRESS_PROXY_IMAGE
+
+    @field_validator("allow")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if not host or any(c in host for c in " ,/@") or host.count(":") > 1:
+                raise ValueError(f"not a host: {host!r}")
+        return value
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{EGRESS_PROXY_ALIAS}:{EGRESS_PROXY_PORT}"
+
+    def environment(self) -> dict[str, str]:
+        url = self.proxy_url
+        return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
 
 
 class SandboxConfig(BaseModel):
@@ -30,7 +62,7 @@ class SandboxConfig(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="Explicit, user-approved extra variables.")
     runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
     user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
-    egress: "EgressConfig | None" = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
+    egress: EgressConfig | None = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
 
@@ -45,7 +77,3 @@ class SandboxConfig(BaseModel):
     def environment(self) -> dict[str, str]:
         return {**BASE_ENV, **self.env}
 
-
-from .sandbox.egress import EgressConfig  # noqa: E402  (EgressConfig imports LABEL from here)
-
-SandboxConfig.model_rebuild()

@@ -16,7 +16,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -41,13 +41,14 @@ class RpcError(Exception):
         self.code = code
 
 
-@dataclass
-class SessionParts:
-    """What a factory hands back for one ACP session."""
+class SessionParts(Protocol):
+    """What a factory hands back for one ACP session (orchestrator.session.OpenSession)."""
 
     session: Session
-    close: Callable[[], None]
-    kill_running: Callable[[], None]
+
+    def close(self) -> None: ...
+
+    def kill_running(self) -> None: ...
 
 
 SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict], None]], SessionParts]

@@ -116,6 +116,11 @@ def api_key(var: str) -> str:
     return value
 
 
+def key_variable(spec: str, api_key_env: str | None = None) -> str | None:
+    """The variable the model's key comes from, so the transcript can redact its value."""
+    return api_key_env or {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(spec.partition(":")[0])
+
+
 def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | None = None, retry: RetryPolicy | None = None) -> ModelClient:
     """`openai:NAME`, `gemini:NAME` or `script:FILE`."""
     kind, sep, name = spec.partition(":")
@@ -125,11 +130,11 @@ def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | N
     if kind == "openai":
         from .openai import OpenAIChatClient
 
-        return OpenAIChatClient(name, base_url or "https://api.openai.com/v1", api_key(api_key_env or "OPENAI_API_KEY"), retry)
+        return OpenAIChatClient(name, base_url or "https://api.openai.com/v1", api_key(key_variable(spec, api_key_env)), retry)
     if kind == "gemini":
         from .gemini import GeminiClient
 
-        return GeminiClient(name, base_url or "https://generativelanguage.googleapis.com/v1beta", api_key(api_key_env or "GEMINI_API_KEY"), retry)
+        return GeminiClient(name, base_url or "https://generativelanguage.googleapis.com/v1beta", api_key(key_variable(spec, api_key_env)), retry)
     if kind == "script":
         from .script import ScriptedModel
 

@@ -8,49 +8,16 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 from typing import Any
 
 import docker
 import docker.errors
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..config import LABEL
+from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
 from ..errors import ErrorType, OpenAgentsError
 
 log = logging.getLogger(__name__)
-PROXY_IMAGE = "openagents-egress-proxy:latest"
-PROXY_ALIAS = "egress-proxy"
-PROXY_PORT = 3128
-
-
-class EgressConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    allow: list[str] = Field(default_factory=list, description="Hosts: exact, *.suffix, optional :port.")
-    network: str | None = Field(default=None, description="Join this existing internal network (a shared gate, e.g. compose/) instead of starting one.")
-    allow_cidrs: list[str] = Field(default_factory=list, description="Admin-level only: private networks the proxy may reach.")
-    outer_network: str = Field(default_factory=lambda: os.environ.get("OA_EGRESS_OUTER_NETWORK", "bridge"),
-                               description="The network the proxy reaches the world through (OA_EGRESS_OUTER_NETWORK).")
-    proxy_image: str = PROXY_IMAGE
-
-    @field_validator("allow")
-    @classmethod
-    def _hosts(cls, value: list[str]) -> list[str]:
-        for host in value:
-            if not host or any(c in host for c in " ,/@") or host.count(":") > 1:
-                raise ValueError(f"not a host: {host!r}")
-        return value
-
-    @property
-    def proxy_url(self) -> str:
-        return f"http://{PROXY_ALIAS}:{PROXY_PORT}"
-
-    def environment(self) -> dict[str, str]:
-        url = self.proxy_url
-        return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
-
-
 class EgressGate:
     def __init__(self, client: docker.DockerClient, config: EgressConfig) -> None:
         self.client = client
@@ -91,7 +58,7 @@ class EgressGate:
                 environment={"OA_EGRESS_ALLOW": ",".join(self.config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(self.config.allow_cidrs)},
                 read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="256m", pids_limit=128,
             )
-            self.network.connect(self.proxy, aliases=[PROXY_ALIAS])
+            self.network.connect(self.proxy, aliases=[EGRESS_PROXY_ALIAS])
         except docker.errors.DockerException as err:
             self.close()
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the egress gate: {err}") from None

@@ -20,9 +20,8 @@ from typing import Callable
 import docker
 import docker.errors
 
-from ..config import DEFAULT_IMAGE, LABEL
+from ..config import DEFAULT_IMAGE, EGRESS_PROXY_IMAGE as PROXY_IMAGE, LABEL
 from ..errors import ErrorType, OpenAgentsError
-from .egress import PROXY_IMAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile.sandbox"

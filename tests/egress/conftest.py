@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTER_CIDR = "172.31.251.0/24"
+OUTER_CIDR = "10.231.251.0/24"
 
 
 @pytest.fixture(scope="session")

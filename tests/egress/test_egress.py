@@ -5,9 +5,8 @@ import json
 
 import pytest
 
-from orchestrator.config import SandboxConfig
+from orchestrator.config import EgressConfig, SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
-from orchestrator.sandbox.egress import EgressConfig
 from tests.conftest import make_workspace
 from tests.egress.conftest import OUTER_CIDR
 
