@@ -184,12 +184,14 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--transcript-dir", default=None, type=click.Path(file_okay=False), help="Where session transcripts go.")
 @click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--pool", default=0, show_default=True, type=click.IntRange(0, 32), help="Keep N sandboxes of --workspace warm, so a session starts at once.")
 @sandbox_options
-def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, config) -> None:
+def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, pool, config) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from .acp.server import AcpServer
     from .models.base import model_from_spec
-    from .session import SessionOptions, default_transcript_path, open_session
+    from .sandbox.pool import SandboxPool
+    from .session import SessionOptions, default_transcript_path, load_policies, open_session, with_policy_egress
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies), max_turns=max_turns)
@@ -198,13 +200,28 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 
+    if pool and not workspace:
+        raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
+    warm = None
+    if pool:
+        ws = Path(workspace).resolve()
+        try:
+            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool)
+        except OpenAgentsError as err:
+            raise _setup_error(err) from None
+        warm.start()
+
     def start(ws: Path, approver, on_event):
         path = default_transcript_path("acp-")
         if transcript_dir:
             path = Path(transcript_dir) / path.name
-        return open_session(options, ws, config, approver, path, on_event)
+        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None)
 
-    AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
+    try:
+        AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
+    finally:
+        if warm:
+            warm.close()
 
 
 @main.group()

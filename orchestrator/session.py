@@ -82,19 +82,23 @@ class OpenSession:
 
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
-                 transcript_path: Path | None = None, on_event: Callable[[dict], None] | None = None) -> OpenSession:
+                 transcript_path: Path | None = None, on_event: Callable[[dict], None] | None = None,
+                 sandbox: DockerSandbox | None = None) -> OpenSession:
+    """`sandbox`, if given, is already started (from a warm pool) for this workspace and config."""
     workspace = Path(workspace).resolve()
     model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env)
     rules, egress = load_policies(workspace, options.policy_files)
     key_var = key_variable(options.model_spec, options.api_key_env)
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
     transcript = Transcript(transcript_path or default_transcript_path(), redactor, on_event=on_event)
-    sandbox = DockerSandbox(workspace, with_policy_egress(config, egress))
     try:
-        sandbox.start()
+        if sandbox is None:
+            sandbox = DockerSandbox(workspace, with_policy_egress(config, egress))
+            sandbox.start()
         registry = ToolRegistry(sandbox, workspace, options.registry)
     except BaseException:
-        sandbox.close()
+        if sandbox is not None:
+            sandbox.close()
         transcript.close()
         raise
     session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=options.max_turns)

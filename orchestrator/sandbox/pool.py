@@ -1,0 +1,75 @@
+"""A warm pool: N sandboxes of one workspace already started, so a session starts in
+milliseconds. Each claimed sandbox is replaced in the background; none is ever handed out twice."""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from pathlib import Path
+
+import docker
+
+from ..config import SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from .docker import DockerSandbox
+
+log = logging.getLogger(__name__)
+
+
+class SandboxPool:
+    def __init__(self, workspace: str | Path, config: SandboxConfig | None = None, size: int = 2, client: docker.DockerClient | None = None) -> None:
+        if size < 1:
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, "a pool needs at least one sandbox")
+        self.workspace = Path(workspace)
+        self.config = config or SandboxConfig()
+        self.size = size
+        self.client = client
+        self._ready: queue.Queue[DockerSandbox] = queue.Queue()
+        self._closed = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def __enter__(self) -> "SandboxPool":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        for _ in range(self.size):
+            self._refill()
+
+    def claim(self, timeout: float = 120.0) -> DockerSandbox:
+        """A started sandbox, yours to close; a replacement starts in the background."""
+        try:
+            box = self._ready.get(timeout=timeout)
+        except queue.Empty:
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"no pooled sandbox was ready within {timeout:.0f}s") from None
+        self._refill()
+        return box
+
+    def _refill(self) -> None:
+        thread = threading.Thread(target=self._start_one, daemon=True, name="oa-pool")
+        self._threads.append(thread)
+        thread.start()
+
+    def _start_one(self) -> None:
+        if self._closed.is_set():
+            return
+        box = DockerSandbox(self.workspace, self.config, client=self.client)
+        try:
+            box.start()
+        except OpenAgentsError as err:
+            log.error("pool: a sandbox did not start: %s", err.message)
+            return
+        if self._closed.is_set():
+            box.close()
+        else:
+            self._ready.put(box)
+
+    def close(self) -> None:
+        self._closed.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+        while not self._ready.empty():
+            self._ready.get_nowait().close()
