@@ -58,10 +58,32 @@ def resolve(path: object, *, mutation: bool = False, root: str = WORKSPACE) -> s
     return real
 
 
+_proc_fd: int | None = None
+
+
+def _fd_dir() -> int:
+    """/proc/self/fd opened once: each later readlink is relative to it, never a walk from '/'."""
+    global _proc_fd
+    if _proc_fd is None:
+        _proc_fd = os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    return _proc_fd
+
+
+def local(real: str, root: str = WORKSPACE) -> str:
+    """A resolved path made relative to the agent's working directory (the workspace).
+
+    Lookups that start at '/' cross the container's root filesystem, which under Docker's
+    fuse-overlayfs driver costs about 90 µs per call; lookups relative to the cwd do not.
+    """
+    if os.getcwd() != root:
+        return real
+    return os.path.relpath(real, root)
+
+
 def check_fd(fd: int, *, mutation: bool = False, root: str = WORKSPACE) -> None:
     """Re-check an opened file through /proc: defeats a symlink swapped in after ``resolve``."""
     try:
-        real = os.readlink(f"/proc/self/fd/{fd}")
+        real = os.readlink(str(fd), dir_fd=_fd_dir())
     except OSError:
         return  # no /proc (host-side unit tests): the realpath check already ran
     if not _inside(real, root):

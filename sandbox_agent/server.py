@@ -15,7 +15,7 @@ import sys
 import threading
 
 from . import PROTOCOL_VERSION, limits
-from .paths import PathRefused
+from .paths import WORKSPACE, PathRefused
 from .shell import shell
 from .tools import ToolError, edit_file, grep_files, list_files, read_file, write_file
 
@@ -101,6 +101,10 @@ def _harden() -> None:
 
 def main() -> None:
     _harden()
+    try:
+        os.chdir(WORKSPACE)  # tools open paths relative to it (see paths.local)
+    except OSError:
+        pass
     # As PID 1 we would ignore SIGTERM; exit instead, so `docker stop` and `kill 1` both end us cleanly.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))

@@ -9,7 +9,7 @@ import stat
 import threading
 
 from . import limits
-from .paths import WORKSPACE, PathRefused, check_fd, resolve
+from .paths import WORKSPACE, PathRefused, check_fd, local, resolve
 
 BOM = b"\xef\xbb\xbf"
 DIFF_MAX_CHARS = 256 * 1024
@@ -74,7 +74,7 @@ def _arg(args: dict, name: str, kind: type, default=None, required: bool = False
 def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
     """Open without following a final symlink, re-check where the fd really is, refuse non-files."""
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(local(real), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as err:
         raise _os_error(err, rel) from None
     try:
@@ -170,6 +170,10 @@ def read_file(args: dict) -> dict:
     return {"output": content, "note": note, "meta": meta}
 
 
+def _display(path: str) -> str:
+    return _rel(path) if os.path.isabs(path) else os.path.normpath(path)
+
+
 def list_files(args: dict) -> dict:
     rel = _arg(args, "path", str, ".")
     recursive = _arg(args, "recursive", bool, True)
@@ -178,14 +182,14 @@ def list_files(args: dict) -> dict:
         raise ToolError("not_a_directory", f"{rel} is not a directory")
     entries: list[str] = []
     more = False
-    stack = [real]
+    stack = [local(real)]
     while stack and not more:
         current = stack.pop()
         try:
             with os.scandir(current) as it:
                 items = sorted(it, key=lambda e: e.name)
         except OSError as err:
-            raise _os_error(err, _rel(current)) from None
+            raise _os_error(err, _display(current)) from None
         subdirs = []
         for entry in items:
             is_dir = entry.is_dir(follow_symlinks=False)
@@ -194,7 +198,7 @@ def list_files(args: dict) -> dict:
             if len(entries) >= limits.LIST_MAX_ENTRIES:
                 more = True
                 break
-            path = _rel(entry.path)
+            path = _display(entry.path)
             entries.append(path + "/" if is_dir else path)
             if is_dir and recursive:
                 subdirs.append(entry.path)
@@ -206,13 +210,49 @@ def list_files(args: dict) -> dict:
 
 
 def _walk_files(real: str):
-    if os.path.isfile(real):
-        yield real
+    """Regular files under `real`, depth first in name order, never through a symlink or a skipped directory."""
+    start = local(real)
+    if not os.path.isdir(start):
+        yield start
         return
-    for dirpath, dirnames, filenames in os.walk(real):
-        dirnames[:] = sorted(d for d in dirnames if d not in limits.LIST_SKIPPED_DIRS)
-        for name in sorted(filenames):
-            yield os.path.join(dirpath, name)
+    stack = [start]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as it:
+                items = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        subdirs = []
+        for entry in items:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in limits.LIST_SKIPPED_DIRS:
+                    subdirs.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                yield entry.path
+        stack.extend(reversed(subdirs))
+
+
+def _read_for_grep(path: str) -> bytes | None:
+    """The file's bytes, or None for what grep skips: unreadable, swapped, too large, binary."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        check_fd(fd)
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limits.GREP_MAX_FILE_BYTES:
+                return None
+    except (OSError, PathRefused):
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    return None if b"\x00" in data[:8192] else data
 
 
 def grep_files(args: dict) -> dict:
@@ -228,16 +268,11 @@ def grep_files(args: dict) -> dict:
     matches: list[str] = []
     more = False
     for file in _walk_files(real):
-        if glob and not fnmatch.fnmatch(os.path.basename(file), glob) and not fnmatch.fnmatch(_rel(file), glob):
+        shown = _display(file)
+        if glob and not fnmatch.fnmatch(os.path.basename(file), glob) and not fnmatch.fnmatch(shown, glob):
             continue
-        try:
-            if os.path.islink(file) or os.path.getsize(file) > limits.GREP_MAX_FILE_BYTES:
-                continue
-            with open(file, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            continue
-        if b"\x00" in data[:8192]:
+        data = _read_for_grep(file)
+        if data is None:
             continue
         lines = data.decode("utf-8", errors="replace").split("\n")
         if lines and lines[-1] == "":
@@ -248,7 +283,7 @@ def grep_files(args: dict) -> dict:
                 if len(matches) >= limits.GREP_MAX_LINES:
                     more = True
                     break
-                matches.append(f"{_rel(file)}:{number}:{line[: limits.GREP_LINE_CHARS]}")
+                matches.append(f"{shown}:{number}:{line[: limits.GREP_LINE_CHARS]}")
         if more:
             break
     output = "\n".join(matches) if matches else "no matches"
