@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from sandbox_agent.shell import SECRET_NAME
+
 from .protocol import Executor
 
 REDACTED = "[REDACTED]"
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|GRANT|AUTH)", re.I)
 _SECRET_PATTERNS = [
     re.compile(r"sk-[A-Za-z0-9_\-]{16,}"),
     re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}"),
@@ -31,7 +32,7 @@ class Redactor:
     @classmethod
     def from_environment(cls, extra: Iterable[str] = ()) -> "Redactor":
         """Every host variable whose name looks secret, plus the model key in use."""
-        return cls([v for k, v in os.environ.items() if _SECRET_NAME.search(k)] + list(extra))
+        return cls([v for k, v in os.environ.items() if SECRET_NAME.search(k)] + list(extra))
 
     def __call__(self, text: str) -> str:
         for secret in self.secrets:

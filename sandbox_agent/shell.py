@@ -18,13 +18,14 @@ from .paths import WORKSPACE
 from .tools import ToolError, _arg
 
 # Variables that may carry credentials are never handed to the child, even if one reached the box.
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|GRANT|AUTH)", re.I)
+# The host's transcript redactor uses the same pattern.
+SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|GRANT|AUTH)", re.I)
 
 _lock = threading.Lock()
 
 
 def child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not _SECRET_NAME.search(k)}
+    env = {k: v for k, v in os.environ.items() if not SECRET_NAME.search(k)}
     env.setdefault("HOME", "/tmp")
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     return env

@@ -174,6 +174,31 @@ def _display(path: str) -> str:
     return _rel(path) if os.path.isabs(path) else os.path.normpath(path)
 
 
+def _walk(start: str, recursive: bool = True, strict: bool = False):
+    """(entry, is_dir) under `start`, depth first in name order. Skipped directories are neither
+    listed nor entered, and nothing is followed through a symlink. An unreadable directory is an
+    error when `strict`, else passed over."""
+    stack = [start]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as it:
+                items = sorted(it, key=lambda e: e.name)
+        except OSError as err:
+            if strict:
+                raise _os_error(err, _display(current)) from None
+            continue
+        subdirs = []
+        for entry in items:
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if is_dir and entry.name in limits.LIST_SKIPPED_DIRS:
+                continue
+            yield entry, is_dir
+            if is_dir and recursive:
+                subdirs.append(entry.path)
+        stack.extend(reversed(subdirs))
+
+
 def list_files(args: dict) -> dict:
     rel = _arg(args, "path", str, ".")
     recursive = _arg(args, "recursive", bool, True)
@@ -182,27 +207,12 @@ def list_files(args: dict) -> dict:
         raise ToolError("not_a_directory", f"{rel} is not a directory")
     entries: list[str] = []
     more = False
-    stack = [local(real)]
-    while stack and not more:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as it:
-                items = sorted(it, key=lambda e: e.name)
-        except OSError as err:
-            raise _os_error(err, _display(current)) from None
-        subdirs = []
-        for entry in items:
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if is_dir and entry.name in limits.LIST_SKIPPED_DIRS:
-                continue
-            if len(entries) >= limits.LIST_MAX_ENTRIES:
-                more = True
-                break
-            path = _display(entry.path)
-            entries.append(path + "/" if is_dir else path)
-            if is_dir and recursive:
-                subdirs.append(entry.path)
-        stack.extend(reversed(subdirs))
+    for entry, is_dir in _walk(local(real), recursive, strict=True):
+        if len(entries) >= limits.LIST_MAX_ENTRIES:
+            more = True
+            break
+        path = _display(entry.path)
+        entries.append(path + "/" if is_dir else path)
     output = "\n".join(entries)
     if more:
         output += f"\n[truncated: the listing stops at {limits.LIST_MAX_ENTRIES} entries; list a subdirectory to see more]"
@@ -210,27 +220,14 @@ def list_files(args: dict) -> dict:
 
 
 def _walk_files(real: str):
-    """Regular files under `real`, depth first in name order, never through a symlink or a skipped directory."""
+    """Regular files under `real` (or `real` itself if it is one)."""
     start = local(real)
     if not os.path.isdir(start):
         yield start
         return
-    stack = [start]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as it:
-                items = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs = []
-        for entry in items:
-            if entry.is_dir(follow_symlinks=False):
-                if entry.name not in limits.LIST_SKIPPED_DIRS:
-                    subdirs.append(entry.path)
-            elif entry.is_file(follow_symlinks=False):
-                yield entry.path
-        stack.extend(reversed(subdirs))
+    for entry, is_dir in _walk(start):
+        if not is_dir and entry.is_file(follow_symlinks=False):
+            yield entry.path
 
 
 def _read_for_grep(path: str) -> bytes | None:
