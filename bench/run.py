@@ -195,6 +195,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions; under 2 minutes")
     parser.add_argument("--json", dest="json_path", help="write the results as one JSON object")
+    parser.add_argument("--plot", dest="plot_path", help="draw the scaling figures as a PNG (needs matplotlib: pip install -e '.[bench]')")
     args = parser.parse_args()
     client = docker_client(timeout=600)
     image = ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
@@ -218,7 +219,32 @@ def main() -> int:
     print_table(results)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    if args.plot_path:
+        plot_scaling(results, Path(args.plot_path))
     return 0
+
+
+def plot_scaling(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(int(k.split("_")[1]) for k in r if k.startswith("grep_"))
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(sizes, [r[f"grep_{n}_files_ms"] for n in sizes], marker="o", label="grep_files (walks every file)")
+    ax.plot(sizes, [r[f"list_{n}_files_ms"] for n in sizes], marker="s", label="list_files (stops at 500 entries)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("files in the workspace")
+    ax.set_ylabel("time per call (ms, median of 3)")
+    ax.set_title("Tool cost against workspace size (one sandbox, 1 CPU)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    print(f"plot written to {path}", file=sys.stderr)
 
 
 def print_table(r: dict) -> None:

@@ -29,6 +29,7 @@ from .egress import EgressGate
 log = logging.getLogger(__name__)
 
 WORKSPACE_IN_BOX = "/workspace"
+START_DEADLINE_S = 30.0  # from `docker start` to the agent's first answer
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
 
 
@@ -157,7 +158,7 @@ class DockerSandbox:
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
         try:
             _, future = self._channel.request("hello", {})
-            hello = future.result(timeout=self.config.call_deadline_s)
+            hello = future.result(timeout=min(self.config.call_deadline_s, START_DEADLINE_S))
         except (OpenAgentsError, FutureTimeout) as err:
             self._remove()
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
