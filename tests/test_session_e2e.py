@@ -48,7 +48,7 @@ def test_scripted_example_fixes_the_bug(sandbox_image, tmp_path):
     proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{ROOT / 'examples/calc.jsonl'}", "--non-interactive",
                    "--policy", str(ROOT / "examples/policy.toml"), "--transcript", str(transcript), "fix the bug")
     assert proc.returncode == 0, proc.stderr
-    check = subprocess.run([sys.executable, "-m", "unittest", "-q", "test_calc"], cwd=ws, capture_output=True, text=True)
+    check = subprocess.run([sys.executable, "-B", "-m", "unittest", "-q", "test_calc"], cwd=ws, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     evts = events(transcript)
     assert_every_outcome_names_its_executor(evts)
