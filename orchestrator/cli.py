@@ -91,15 +91,16 @@ def image() -> None:
 def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
     """Build the sandbox image; with no registry, from a debootstrap base."""
     from .sandbox.docker import docker_client
-    from .sandbox.image import build_image, image_status
+    from .sandbox.image import build_image, ensure_image
 
     tag = tag or SandboxConfig().image
+    progress = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
         client = docker_client(timeout=600)
-        if if_needed and image_status(client, tag) == "current":
-            click.echo(f"image {tag} is current", err=True)
-            return
-        build_image(client, base=base, tag=tag, progress=lambda m: click.echo(m, err=True), rebuild_base=rebuild_base)
+        if if_needed:
+            ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
+        else:
+            build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 

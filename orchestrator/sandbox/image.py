@@ -49,15 +49,24 @@ def agent_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def _has_image(client: docker.DockerClient, name: str) -> bool:
+    try:
+        client.images.get(name)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
 def image_status(client: docker.DockerClient, image: str = DEFAULT_IMAGE) -> str:
     """'missing', 'stale' (built from other agent or proxy code) or 'current'; the egress proxy's image counts too."""
+    wanted = agent_hash()
     statuses = []
     for name in (image, PROXY_IMAGE):
         try:
             found = client.images.get(name)
         except docker.errors.ImageNotFound:
             return "missing"
-        statuses.append((found.labels or {}).get(HASH_LABEL) == agent_hash())
+        statuses.append((found.labels or {}).get(HASH_LABEL) == wanted)
     return "current" if all(statuses) else "stale"
 
 
@@ -115,11 +124,8 @@ def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag:
 
 
 def _base_available(client: docker.DockerClient, base: str, progress: Progress) -> bool:
-    try:
-        client.images.get(base)
+    if _has_image(client, base):
         return True
-    except docker.errors.ImageNotFound:
-        pass
     progress(f"pulling {base}")
     try:
         client.images.pull(base)
@@ -132,13 +138,7 @@ def _base_available(client: docker.DockerClient, base: str, progress: Progress) 
 def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str = DEFAULT_IMAGE, progress: Progress = print, rebuild_base: bool = False) -> str:
     """Build Dockerfile.sandbox on ``base``; ``base='debootstrap'`` (or an unreachable base) makes one from Debian's packages."""
     if base == "debootstrap" or not _base_available(client, base, progress):
-        exists = False
-        try:
-            client.images.get(DEBOOTSTRAP_BASE)
-            exists = True
-        except docker.errors.ImageNotFound:
-            pass
-        if exists and not rebuild_base:
+        if _has_image(client, DEBOOTSTRAP_BASE) and not rebuild_base:
             progress(f"reusing the debootstrap base {DEBOOTSTRAP_BASE}")
         else:
             build_debootstrap_base(client, progress)
@@ -164,21 +164,16 @@ def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str
             progress("  " + text)
 
 
-def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress: Progress = print) -> str:
-    """Build the image if it is missing or was built from other agent code."""
+def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress: Progress = print, base: str | None = None,
+                 rebuild_base: bool = False) -> str:
+    """Build the image if it is missing or was built from other agent code; with no `base` given,
+    whichever base is already here (the ordinary one, else a debootstrap one)."""
     status = image_status(client, tag)
-    if status != "current":
-        progress(f"image {tag} is {status}; building it")
-        build_image(client, base=_local_base(client), tag=tag, progress=progress)
+    if status == "current":
+        progress(f"image {tag} is current")
+        return tag
+    progress(f"image {tag} is {status}; building it")
+    if base is None:
+        base = DEFAULT_BASE if _has_image(client, DEFAULT_BASE) or not _has_image(client, DEBOOTSTRAP_BASE) else "debootstrap"
+    build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
     return tag
-
-
-def _local_base(client: docker.DockerClient) -> str:
-    """The ordinary base if it is here; else a debootstrap base already made; else try the ordinary one."""
-    for name, base in ((DEFAULT_BASE, DEFAULT_BASE), (DEBOOTSTRAP_BASE, "debootstrap")):
-        try:
-            client.images.get(name)
-            return base
-        except docker.errors.ImageNotFound:
-            continue
-    return DEFAULT_BASE
