@@ -184,7 +184,7 @@ class Session:
         self.transcript.event("tool_result", executor=result.executor, call_id=call.id, tool=call.name, ok=result.ok,
                               output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
                               error=result.error.model_dump(mode="json") if result.error else None,
-                              meta={k: v for k, v in result.meta.items() if k != "diff"}, diff=result.meta.get("diff"))
+                              meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")}, diff=result.meta.get("diff"))
         return result
 
 

@@ -71,10 +71,15 @@ MAX_REQUEST = int(os.environ.get("OA_EGRESS_MAX_REQUEST_BYTES", 10 << 20))
 MAX_RESPONSE = int(os.environ.get("OA_EGRESS_MAX_RESPONSE_BYTES", 256 << 20))
 
 
+_seq = 0
+
+
 def log(**fields) -> None:
-    line = json.dumps({"ts": round(time.time(), 3), "event": "egress", **fields})
+    """One JSON line; `seq` lets a reader that fetches overlapping windows drop what it has seen."""
+    global _seq
     with _log_lock:
-        sys.stdout.write(line + "\n")
+        _seq += 1
+        sys.stdout.write(json.dumps({"ts": round(time.time(), 3), "seq": _seq, "event": "egress", **fields}) + "\n")
         sys.stdout.flush()
 
 

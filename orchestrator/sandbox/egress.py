@@ -18,6 +18,8 @@ from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
 from ..errors import ErrorType, OpenAgentsError
 
 log = logging.getLogger(__name__)
+
+
 class EgressGate:
     def __init__(self, client: docker.DockerClient, config: EgressConfig) -> None:
         self.client = client
@@ -25,7 +27,8 @@ class EgressGate:
         self.id = uuid.uuid4().hex[:12]
         self.network = None
         self.proxy = None
-        self._seen = 0
+        self._seen_seq = 0
+        self._since = 0
 
     @property
     def network_name(self) -> str:
@@ -64,20 +67,27 @@ class EgressGate:
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the egress gate: {err}") from None
 
     def drain(self) -> list[dict[str, Any]]:
-        """The proxy's decisions since the last drain, for the transcript."""
+        """The proxy's decisions since the last drain, for the transcript.
+
+        Runs after every call, so it asks Docker only for the log since the last record's second
+        (Docker's `since` has whole seconds) and drops the overlap by the proxy's `seq`.
+        """
         if self.proxy is None:
             return []
         try:
-            lines = self.proxy.logs(stdout=True, stderr=False).decode("utf-8", errors="replace").splitlines()
+            lines = self.proxy.logs(stdout=True, stderr=False, since=self._since or None).decode("utf-8", errors="replace").splitlines()
         except docker.errors.DockerException:
             return []
-        fresh, self._seen = lines[self._seen:], len(lines)
         records = []
-        for line in fresh:
+        for line in lines:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
+            if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or record["seq"] <= self._seen_seq:
+                continue
+            self._seen_seq = record["seq"]
+            self._since = max(self._since, int(record.get("ts") or 0))
             if record.get("decision") in ("allow", "deny", "error"):
                 records.append({k: record.get(k) for k in ("method", "host", "port", "decision", "reason")})
         return records
