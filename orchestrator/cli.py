@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import signal
@@ -246,6 +245,8 @@ def transcript_show(path: str) -> None:
 @sandbox_options
 def doctor(workspace, attack, config) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
+    from sandbox_agent import limits
+
     from .sandbox.docker import container_settings, docker_client, workspace_user
     from .sandbox.image import image_status
 
@@ -280,7 +281,7 @@ def doctor(workspace, attack, config) -> None:
         ("file size limit", f"{config.max_file_size} bytes"),
         ("environment", ", ".join(sorted(settings["environment"]))),
         ("runtime", settings.get("runtime", "default")),
-        ("shell timeout", "60 s default, 240 s ceiling, enforced by the host"),
+        ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),
     ]
     for name, value in rows:
         click.echo(f"  {name:<18} {value}")

@@ -22,10 +22,9 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
 from ..loop import Session, SessionStatus
-from ..policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption as WireOption
+from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
 from ..protocol import Executor
-from ..tools.registry import SPECS, ToolRegistry
-from ..transcript import Transcript
+from ..tools.registry import SPECS, call_title
 from . import models as m
 
 log = logging.getLogger(__name__)
@@ -270,7 +269,7 @@ class AcpServer:
             if state == "validating":
                 session.calls[call_id] = {"tool": tool, "arguments": event.get("arguments")}
                 spec = SPECS.get(tool)
-                self._update(session, m.ToolCallStart(toolCallId=call_id, title=_title(tool, event.get("arguments")),
+                self._update(session, m.ToolCallStart(toolCallId=call_id, title=call_title(tool, event.get("arguments")),
                                                       kind=_kind(spec.kind if spec else "other"), rawInput=event.get("arguments")))
             elif state == "awaiting_approval" and event.get("kind"):
                 self._update(session, m.ToolCallUpdate(toolCallId=call_id, kind=_kind(event["kind"])))
@@ -292,12 +291,6 @@ class AcpServer:
                 content.append(diff)
             self._update(session, m.ToolCallUpdate(toolCallId=event["call_id"], status="completed" if event.get("ok") else "failed",
                                                    content=content, rawOutput={"executor": event.get("executor"), "meta": event.get("meta")}))
-
-
-def _title(tool: str, arguments: Any) -> str:
-    args = arguments if isinstance(arguments, dict) else {}
-    detail = args.get("command") or args.get("path") or args.get("pattern") or args.get("subcommand") or ""
-    return f"{tool} {str(detail)[:120]}".strip()
 
 
 def _diff(workspace: Path, call: dict) -> m.DiffToolCallContent | None:

@@ -14,7 +14,7 @@ import click
 from pydantic import BaseModel
 
 from ..protocol import Executor
-from ..tools.registry import PreparedCall
+from ..tools.registry import PreparedCall, call_title
 from .ladder import Ladder, Level
 
 
@@ -84,15 +84,6 @@ class TerminalApprover:
         return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=key == "a", reason="approved at the terminal")
 
 
-def describe(prepared: PreparedCall) -> str:
-    args = prepared.arguments()
-    if prepared.spec.name == "shell":
-        return f"Run in the sandbox: {args.get('command', '')[:200]}"
-    if prepared.spec.name == "git":
-        return f"Run on the host: {prepared.action}"
-    return f"{prepared.spec.name} {args.get('path', '')}".strip()
-
-
 class ApprovalGate:
     def __init__(self, ladder: Ladder, approver: Approver) -> None:
         self.ladder = ladder
@@ -111,7 +102,7 @@ class ApprovalGate:
                                    reason=f"{prepared.kind} approved for this session")
         request = ApprovalRequest(
             call_id=prepared.call.id, tool=prepared.spec.name, kind=prepared.kind, action=prepared.action,
-            level=level, title=describe(prepared), arguments=prepared.arguments(),
+            level=level, title=call_title(prepared.spec.name, prepared.arguments()), arguments=prepared.arguments(),
         )
         answer = self.approver.ask(request)
         allowed = answer.option == PermissionOption.ALLOW_ONCE

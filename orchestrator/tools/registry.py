@@ -65,6 +65,18 @@ class PreparedCall:
         return self.args.model_dump(exclude_none=True)
 
 
+def call_title(tool: str, arguments: Any) -> str:
+    """One line a person reads: the terminal prompt, the editor's tool call and its permission request.
+    Takes raw arguments too (the editor is told of a call before it is validated)."""
+    args = arguments if isinstance(arguments, dict) else {}
+    if tool == "shell":
+        return f"Run in the sandbox: {str(args.get('command', ''))[:200]}"
+    if tool == "git":
+        return f"Run on the host: git {args.get('subcommand', '')}".strip()
+    detail = args.get("pattern") or args.get("path") or ""
+    return f"{tool} {str(detail)[:120]}".strip()
+
+
 class ToolRegistry:
     def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None) -> None:
         self.sandbox = sandbox
