@@ -36,6 +36,12 @@ def make_workspace(root: Path, files: dict[str, str | bytes] | None = None) -> P
     return root
 
 
+def live_processes(box) -> list[str]:
+    """'PID comm' of every process in the box, less the listing's own sh and cat."""
+    out = box.call("shell", {"command": "for p in /proc/[0-9]*; do echo \"${p#/proc/} $(cat $p/comm 2>/dev/null)\"; done"}).output
+    return [line for line in out.splitlines() if line.split()[-1:] not in (["sh"], ["cat"])]
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     from orchestrator.sandbox.docker import docker_client as connect

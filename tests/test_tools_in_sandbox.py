@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import chown_tree, make_workspace
+from tests.conftest import chown_tree, live_processes, make_workspace
 
 pytestmark = pytest.mark.docker
 
@@ -163,15 +163,10 @@ def test_shell_timeout_keeps_earlier_output(sandbox):
     assert 1.5 < elapsed < 6
 
 
-def _processes(box) -> list[str]:
-    listing = box.call("shell", {"command": "for p in /proc/[0-9]*; do echo \"${p#/proc/} $(cat $p/comm 2>/dev/null)\"; done"})
-    return [line for line in listing.output.splitlines() if line.split()[-1:] != ["sh"] and "cat" not in line]
-
-
 def test_background_and_setsid_children_do_not_survive(sandbox):
     result = sandbox.call("shell", {"command": "sleep 100 & setsid sleep 101 & (setsid sh -c 'sleep 102 &' &); echo started"})
     assert result.ok and result.output == "started\n"
-    remaining = _processes(sandbox)
+    remaining = live_processes(sandbox)
     assert not [p for p in remaining if "sleep" in p], remaining
     assert remaining == ["1 python3"], remaining
 
@@ -179,7 +174,7 @@ def test_background_and_setsid_children_do_not_survive(sandbox):
 def test_timed_out_daemons_do_not_survive(sandbox):
     result = sandbox.call("shell", {"command": "setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' & nohup sleep 200 >/dev/null 2>&1 & sleep 50", "timeout": 2})
     assert result.error.type.value == "timeout"
-    assert _processes(sandbox) == ["1 python3"]
+    assert live_processes(sandbox) == ["1 python3"]
 
 
 def test_host_variables_do_not_reach_the_sandbox(sandbox_image, docker_client, workspace, monkeypatch):

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.attacks.conftest import Victim
+from tests.conftest import live_processes
 
 pytestmark = pytest.mark.docker
 
@@ -13,11 +13,6 @@ pytestmark = pytest.mark.docker
 def _rss_kib() -> int:
     with open("/proc/self/status") as fh:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
-
-
-def _live_processes(victim: Victim) -> list[str]:
-    out = victim.sh("for p in /proc/[0-9]*; do echo \"${p#/proc/} $(cat $p/comm 2>/dev/null)\"; done").output
-    return [l for l in out.splitlines() if l.split()[-1:] not in (["sh"], ["cat"])]
 
 
 def test_fork_bomb_is_stopped_by_the_pids_limit(victim_factory):
@@ -29,7 +24,7 @@ def test_fork_bomb_is_stopped_by_the_pids_limit(victim_factory):
     assert (not result.ok and result.error.type.value == "timeout") or "survived" not in result.output, result
     assert result.ok or result.error.type.value == "timeout"
     assert time.monotonic() - started < 30
-    assert _live_processes(victim) == ["1 python3"]
+    assert live_processes(victim.box) == ["1 python3"]
     victim.assert_intact()
 
 
@@ -97,7 +92,7 @@ def test_child_ignoring_sigterm(victim):
     """A child that ignores SIGTERM is killed anyway."""
     result = victim.sh("sh -c 'trap \"\" TERM INT HUP; while :; do sleep 1; done' & wait", timeout=2)
     assert result.error.type.value == "timeout"
-    assert _live_processes(victim) == ["1 python3"]
+    assert live_processes(victim.box) == ["1 python3"]
     victim.assert_intact()
 
 
@@ -110,7 +105,7 @@ def test_child_ignoring_sigterm(victim):
 def test_daemons_do_not_survive_the_call(victim, command):
     """setsid, nohup and double-fork daemons do not outlive their call."""
     assert victim.sh(command + " echo started").ok
-    assert _live_processes(victim) == ["1 python3"]
+    assert live_processes(victim.box) == ["1 python3"]
     victim.assert_intact()
 
 
