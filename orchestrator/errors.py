@@ -31,6 +31,8 @@ class ErrorType(str, Enum):
     TIMEOUT = "timeout"
     IO_ERROR = "io_error"
     RESOURCE_EXHAUSTED = "resource_exhausted"
+    NOT_REGULAR_FILE = "not_regular_file"  # a FIFO, socket or device where a file was expected
+    UNSAFE_WORKSPACE_FILE = "unsafe_workspace_file"  # the host refused to read what the box may have planted
     INTERNAL_ERROR = "internal_error"
     AGENT_LOST = "agent_lost"
     PROTOCOL_ERROR = "protocol_error"
@@ -47,6 +49,7 @@ class ErrorType(str, Enum):
     CONFIG_INVALID = "config_invalid"
     LOOP_DETECTED = "loop_detected"
     MAX_TURNS = "max_turns"
+    WORKSPACE_QUOTA_EXCEEDED = "workspace_quota_exceeded"
 
     @property
     def recoverable(self) -> bool:
@@ -71,6 +74,7 @@ _FATAL = frozenset(
         ErrorType.CONFIG_INVALID,
         ErrorType.LOOP_DETECTED,
         ErrorType.MAX_TURNS,
+        ErrorType.WORKSPACE_QUOTA_EXCEEDED,
     }
 )
 
