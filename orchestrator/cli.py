@@ -249,6 +249,7 @@ def doctor(workspace, attack, config) -> None:
 
     from .sandbox.docker import container_settings, docker_client, workspace_user
     from .sandbox.image import image_status
+    from .sandbox.seccomp import DESCRIPTION as SECCOMP
 
     ok = True
     try:
@@ -274,7 +275,7 @@ def doctor(workspace, attack, config) -> None:
         ("root filesystem", "read-only" if settings["read_only"] else "writable"),
         ("/tmp", settings["tmpfs"]["/tmp"]),
         ("capabilities", "drop " + ",".join(settings["cap_drop"])),
-        ("security options", ",".join(settings["security_opt"])),
+        ("security options", ", ".join(f"seccomp: {SECCOMP}" if o.startswith("seccomp=") else o for o in settings["security_opt"])),
         ("pids limit", str(settings["pids_limit"])),
         ("memory limit", f"{settings['mem_limit']} (swap included)"),
         ("cpus", str(settings["nano_cpus"] / 1e9)),

@@ -25,6 +25,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
 from .channel import Channel
 from .egress import EgressGate
+from .seccomp import security_opt as seccomp_opt
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,7 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "read_only": True,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"},
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
+        "security_opt": ["no-new-privileges", seccomp_opt()],  # seccomp.py: no setuid/setgid bits, no io_uring, ...
         "pids_limit": config.pids,
         "mem_limit": config.memory,
         "memswap_limit": config.memory,
