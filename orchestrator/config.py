@@ -63,6 +63,7 @@ class SandboxConfig(BaseModel):
     runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
     user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
     egress: EgressConfig | None = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
+    write_quota: int = Field(default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota).")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
 

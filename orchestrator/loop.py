@@ -84,13 +84,20 @@ class Session:
                 if not reply.tool_calls:
                     return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)
                 looping = self._note_calls(reply.tool_calls)
-                for call, result in zip(reply.tool_calls, self._run_calls(reply.tool_calls)):
+                results = self._run_calls(reply.tool_calls)
+                for call, result in zip(reply.tool_calls, results):
                     self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
+                fatal = next((r.error for r in results if r.error and not r.error.recoverable), None)
+                if fatal:
+                    err = OpenAgentsError(fatal.type, fatal.message)
+                    return self._end(SessionStatus.STOPPED, f"a fatal error: {fatal.type.value}: {fatal.message}", turn, error=err)
                 if looping:
                     err = OpenAgentsError(ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row")
                     return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
                 if self.cancel.is_set():
                     return self._end(SessionStatus.CANCELLED, "cancelled", turn, executor=Executor.USER)
+        except OpenAgentsError as err:  # e.g. the sandbox could not be restarted inside a call
+            return self._end(SessionStatus.STOPPED, f"{err.type.value}: {err.message}", turn, error=err)
         except KeyboardInterrupt:
             self.cancel.set()
             kill = getattr(self.registry.sandbox, "kill_processes", None)

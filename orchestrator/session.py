@@ -17,7 +17,9 @@ from .config import EgressConfig, SandboxConfig
 from .loop import Session
 from .models.base import key_variable, model_from_spec
 from .policy.approvals import ApprovalGate, Approver
-from .policy.ladder import EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file
+from .protocol import Executor
+from .hostfs import lstat_workspace
+from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
 from .sandbox.docker import DockerSandbox
 from .tools.registry import RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
@@ -36,14 +38,20 @@ class SessionOptions(BaseModel):
 
 def load_policies(workspace: Path, files: list[str]) -> tuple[list[PolicyRule], EgressPolicy]:
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
-    (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user)."""
+    (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user).
+
+    The workspace's files are the box's: they are looked at with lstat and read through hostfs
+    only, so a symlink (or a symlinked .openagents), a FIFO or a huge file is refused, never
+    followed, blocked on or read; whatever sits at one of the names must be a sound policy.
+    """
     loaded = []
     admin = os.environ.get("OA_ADMIN_POLICY") or ADMIN_POLICY
     if Path(admin).is_file():
         loaded.append(load_policy_file(admin, Tier.ADMIN))
-    for name in ("policy.toml", "policy.yaml", "policy.yml"):
-        if (workspace / ".openagents" / name).is_file():
-            loaded.append(load_policy_file(workspace / ".openagents" / name, Tier.WORKSPACE))
+    for name in POLICY_NAMES:
+        rel = f".openagents/{name}"
+        if lstat_workspace(workspace, rel) is not None:
+            loaded.append(load_workspace_policy(workspace, rel))
     loaded += [load_policy_file(path) for path in files]
     egress = EgressPolicy()
     for policy in loaded:
@@ -76,9 +84,14 @@ class OpenSession:
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
 
-    def close(self) -> None:
-        self.sandbox.close()
-        self.transcript.close()
+    def close(self) -> list[str]:
+        """Removes the sandbox, which sweeps the workspace; returns what the sweeps found, one line
+        each, for the end of the run (the transcript has them as `integrity_sweep` events)."""
+        try:
+            self.sandbox.close()
+        finally:
+            self.transcript.close()
+        return [line for report in self.sandbox.sweeper.reports for line in report.lines()]
 
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
@@ -101,5 +114,6 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
             sandbox.close()
         transcript.close()
         raise
+    sandbox.on_sweep = lambda report: transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
     session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=options.max_turns)
     return OpenSession(session, sandbox, transcript)

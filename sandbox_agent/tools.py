@@ -72,9 +72,10 @@ def _arg(args: dict, name: str, kind: type, default=None, required: bool = False
 
 
 def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
-    """Open without following a final symlink, re-check where the fd really is, refuse non-files."""
+    """Open without following a final symlink, re-check where the fd really is, refuse non-files.
+    O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer that never comes."""
     try:
-        fd = os.open(local(real), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(local(real), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as err:
         raise _os_error(err, rel) from None
     try:
@@ -83,13 +84,20 @@ def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
         if stat.S_ISDIR(st.st_mode):
             raise ToolError("is_directory", f"{rel} is a directory; use list_files")
         if not stat.S_ISREG(st.st_mode):
-            raise ToolError("not_a_file", f"{rel} is not a regular file")
+            raise ToolError("not_a_file", f"{rel} is a {_file_type(st.st_mode)}, not a regular file; only regular files are read")
         if cap is not None and st.st_size > cap:
             raise ToolError("file_too_large", f"{rel} is {st.st_size} bytes; the limit is {cap}")
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
 
 
 def _read_bytes(rel: str, real: str, cap: int) -> bytes:
@@ -233,11 +241,13 @@ def _walk_files(real: str):
 def _read_for_grep(path: str) -> bytes | None:
     """The file's bytes, or None for what grep skips: unreadable, swapped, too large, binary."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         check_fd(fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)

@@ -12,7 +12,7 @@ import threading
 import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import docker
 import docker.errors
@@ -20,9 +20,12 @@ from docker.types import Mount, Ulimit
 
 from sandbox_agent import limits
 
+from .. import state
 from ..config import LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import Executor, ToolResult
+from ..quota import WriteQuota
 from .channel import Channel
 from .egress import EgressGate
 from .seccomp import security_opt as seccomp_opt
@@ -48,12 +51,26 @@ def docker_client(timeout: int = 60) -> docker.DockerClient:
         ) from None
 
 
-def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None) -> dict[str, Any]:
+MAX_GIT_MOUNTS = 64
+
+
+def git_mounts(workspace: Path, baseline: Baseline) -> list[Mount]:
+    """Every .git the workspace had at the start, read-only (the box can change none of them), and
+    an empty read-only placeholder at the top when there was none (it can plant none there)."""
+    mounts = []
+    for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r))[:MAX_GIT_MOUNTS]:
+        if not os.path.islink(workspace / rel):
+            mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/{rel}", source=str(workspace / rel), type="bind", read_only=True))
+    if not os.path.lexists(workspace / ".git"):
+        mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/.git", source=str(state.empty_dir()), type="bind", read_only=True))
+    return mounts
+
+
+def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None,
+                       baseline: Baseline | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
-    git = workspace / ".git"
-    if git.exists() and not git.is_symlink():
-        mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/.git", source=str(git), type="bind", read_only=True))
+    mounts += git_mounts(workspace, baseline or Baseline.capture(workspace))
     settings: dict[str, Any] = {
         "image": config.image,
         "user": user,
@@ -111,6 +128,14 @@ class DockerSandbox:
         self.restarts = 0
         self.agent_info: dict[str, Any] = {}
         self.egress: EgressGate | None = None
+        # Taken before the box can write anything: what the sweep and the quota compare against.
+        self.id = state.new_id()
+        self.state_dir = state.sandbox_state_dir(self.workspace, self.id)
+        self.baseline = Baseline.capture(self.workspace)
+        self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
+                               placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
+        self.on_sweep: Callable[[SweepReport], None] | None = None
+        self.quota: WriteQuota | None = None
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the container, under this lock; the others see the new channel and do nothing.
         self._lifecycle = threading.RLock()
@@ -136,6 +161,10 @@ class DockerSandbox:
             raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.image} is missing; build it with `oa-sandbox image build`") from None
         except docker.errors.DockerException as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
+        if self.quota is None:
+            skip = set(self.baseline.git_entries.values())
+            self.quota = WriteQuota(self.workspace, self.config.write_quota, skip, on_exceeded=self.kill_processes)
+        self.quota.start()
         new_gate = self.config.egress is not None and self.egress is None
         if new_gate:
             self.egress = EgressGate(self.client, self.config.egress)
@@ -150,7 +179,7 @@ class DockerSandbox:
     def _start_container(self) -> None:
         try:
             network = self.egress.network_name if self.egress else None
-            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user, network))
+            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user, network, self.baseline))
             sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._channel = Channel(getattr(sock, "_sock", sock))
             self.container.start()
@@ -168,15 +197,27 @@ class DockerSandbox:
     def restart(self) -> None:
         with self._lifecycle:
             self._remove()
+            self.sweep()
             self.restarts += 1
             self.start()
 
     def close(self) -> None:
         with self._lifecycle:
             self._remove()
+            if self.quota is not None:
+                self.quota.stop()
+            self.sweep()
         if self.egress is not None:
             self.egress.close()
             self.egress = None
+
+    def sweep(self) -> SweepReport:
+        """After our container is gone. Another session's box may still run on the same workspace;
+        the walk acts only through O_NOFOLLOW directory fds, so it cannot be steered outside."""
+        report = self.sweeper.sweep(shared=self._others_on_workspace())
+        if report and self.on_sweep:
+            self.on_sweep(report)
+        return report
 
     def _remove(self) -> None:
         if self._channel is not None:
@@ -191,6 +232,12 @@ class DockerSandbox:
                 log.debug("removing %s: %s", self.container.id[:12], err)
             self.container = None
 
+    def _others_on_workspace(self) -> bool:
+        try:
+            return bool(self.client.containers.list(filters={"label": f"{LABEL}.workspace={self.workspace}"}))
+        except docker.errors.DockerException:
+            return True  # unknown: keep the placeholder, it is only an empty directory
+
     # -- calls -----------------------------------------------------------------------------
     def deadline_for(self, tool: str, args: dict[str, Any]) -> float:
         if tool == "shell":
@@ -201,6 +248,19 @@ class DockerSandbox:
         return self.config.call_deadline_s
 
     def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
+        if self.quota is not None and self.quota.exceeded.is_set():
+            return self._over_quota()
+        result = self._call(tool, args)
+        if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
+            return self._over_quota(result.output)
+        return result
+
+    def _over_quota(self, output: str = "") -> ToolResult:
+        assert self.quota is not None
+        err = OpenAgentsError(ErrorType.WORKSPACE_QUOTA_EXCEEDED, self.quota.message())
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth})
+
+    def _call(self, tool: str, args: dict[str, Any]) -> ToolResult:
         with self._lifecycle:
             if self._channel is None or self._channel.broken:
                 self.restart()
