@@ -105,10 +105,11 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
     transcript = Transcript(transcript_path or default_transcript_path(), redactor, on_event=on_event)
     try:
+        repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
         if sandbox is None:
             sandbox = DockerSandbox(workspace, with_policy_egress(config, egress))
             sandbox.start()
-        registry = ToolRegistry(sandbox, workspace, options.registry)
+        registry = ToolRegistry(sandbox, workspace, options.registry, repo)
     except BaseException:
         if sandbox is not None:
             sandbox.close()

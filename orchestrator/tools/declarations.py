@@ -33,7 +33,12 @@ BASE_DESCRIPTIONS: dict[str, str] = {
         f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background processes do not outlive the call. "
         "Output is capped (head and tail kept)."
     ),
-    "git": "Run git on the host for the workspace's repository: status, diff and log run at once; commit and push ask the user.",
+    "git": (
+        "Git on the host for the workspace's repository (no git program runs; hooks, filters and nested repositories are "
+        "never used): status and log run at once; diff shows what commit would record (HEAD to the working tree, new files "
+        "included; large or binary files summarised); commit records all changes, or the given paths, and asks the user. "
+        "There is no push."
+    ),
 }
 
 # Per-family overrides: only what a family needs differently. Empty today except the schema dialect.

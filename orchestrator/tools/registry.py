@@ -1,8 +1,9 @@
 """Which tools a session has, how each is validated, and where it runs (sandbox or host).
 
 Built from configuration: tools can be switched off per session; an unknown name gets a typed
-refusal; `git` runs on the host; `delegate` is known but off unless configured. The turn loop only
-sees prepare() and invoke().
+refusal; `git` runs on the host, over the repository opened at session start (open_repo, before
+the sandbox starts; no usable .git then means no git tool); `delegate` is known but off unless
+configured. The turn loop only sees prepare() and invoke().
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
@@ -37,7 +38,7 @@ SPECS: dict[str, ToolSpec] = {
     "git": ToolSpec("git", "other", "host"),
     "delegate": ToolSpec("delegate", "other", "host"),
 }
-_GIT_KINDS = {"status": "read", "diff": "read", "log": "read", "commit": "edit", "push": "execute"}
+_GIT_KINDS = {"status": "read", "diff": "read", "log": "read", "commit": "edit"}
 
 
 class RegistryConfig(BaseModel):
@@ -55,7 +56,7 @@ class PreparedCall:
     spec: ToolSpec
     args: BaseModel
     kind: str
-    action: str  # e.g. "shell", "git push": the ladder's finest key
+    action: str  # e.g. "shell", "git commit": the ladder's finest key
 
     @property
     def read_only(self) -> bool:
@@ -78,17 +79,23 @@ def call_title(tool: str, arguments: Any) -> str:
 
 
 class ToolRegistry:
-    def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None) -> None:
+    def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None, repo: host_git.HostRepo | None = None) -> None:
         self.sandbox = sandbox
         self.workspace = Path(workspace)
         self.config = config or RegistryConfig()
+        self.repo = repo if self.config.git else None
         unknown = self.config.disabled - SPECS.keys()
         if unknown:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}")
 
+    @staticmethod
+    def open_repo(workspace: Path, config: RegistryConfig | None = None) -> host_git.HostRepo | None:
+        """Call at session start, before the sandbox starts: the only moment .git is known to be the user's."""
+        return host_git.HostRepo.open_at_start(workspace) if (config or RegistryConfig()).git else None
+
     def active(self) -> list[str]:
         names = [n for n, s in SPECS.items() if s.side == "sandbox"]
-        if self.config.git:
+        if self.repo is not None:
             names.append("git")
         if self.config.delegate:
             names.append("delegate")
@@ -106,15 +113,12 @@ class ToolRegistry:
         if spec.name == "delegate":
             raise OpenAgentsError(ErrorType.TOOL_DISABLED, "delegation is not configured")
         if spec.name == "git":
-            try:
-                args = host_git.GitArgs.model_validate(parse_arguments(call.arguments))
-            except ValidationError as err:
-                raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"invalid arguments for git: {err.errors()[0]['msg']}") from None
+            args = host_git.parse_args(parse_arguments(call.arguments))
             return PreparedCall(call, spec, args, _GIT_KINDS[args.subcommand], host_git.action(args))
         args = validate_arguments(spec.name, call.arguments)
         return PreparedCall(call, spec, args, spec.kind, spec.name)
 
     def invoke(self, prepared: PreparedCall) -> ToolResult:
         if prepared.spec.side == "host":
-            return host_git.run_git(self.workspace, prepared.args)
+            return host_git.run_git(self.repo, prepared.args)
         return self.sandbox.call(prepared.spec.name, prepared.arguments())

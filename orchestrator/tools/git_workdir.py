@@ -1,0 +1,322 @@
+"""The host's view of a working tree the sandbox has written: walked and read without trusting it.
+
+Every directory is opened relative to its parent with O_NOFOLLOW (a symlink is never walked), every
+file with O_NOFOLLOW|O_NONBLOCK and kept only if fstat says it is a regular file (a FIFO can not hang
+the host), reads are size-capped, hashing streams. A directory holding a `.git` entry (directory or
+gitfile) is a nested repository: opaque, never descended, its `.git` never read. Output goes through
+a Bounded buffer that refuses to grow past its cap, so no command holds more than the cap in memory.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from sandbox_agent.paths import GIT_DIR, PathRefused, check_lexical
+
+MAX_ENTRIES = 100_000  # files walked per command; beyond this a command stops with a note
+HASH_CHUNK = 1 << 20
+IGNORE_FILE_CAP = 256 * 1024  # a .gitignore above this (or not a regular file) is not given to libgit2
+MODE_FILE, MODE_EXEC, MODE_LINK, MODE_GITLINK = 0o100644, 0o100755, 0o120000, 0o160000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Full(Exception):
+    """The output cap is reached: stop producing."""
+
+
+class Bounded:
+    """An output buffer that never holds more than `cap` characters."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.parts: list[str] = []
+        self.size = 0
+        self.cut = False
+
+    def write(self, text: str) -> None:
+        room = self.cap - self.size
+        if len(text) > room:
+            self.parts.append(text[:room])
+            self.size = self.cap
+            self.cut = True
+            raise Full
+        self.parts.append(text)
+        self.size += len(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def quote(path: str) -> str:
+    """A path as shown: quoted with escapes when it holds a control character, a quote or a backslash."""
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 or c in '"\\' for c in path):
+        return '"' + path.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+    return path
+
+
+@dataclass(frozen=True)
+class WorkEntry:
+    path: str
+    mode: int  # MODE_FILE, MODE_EXEC, MODE_LINK, or 0 for a FIFO, socket or device (never read)
+    size: int
+    key: tuple[int, ...]  # what must not change for a cached hash to stay valid
+
+
+@dataclass
+class Walk:
+    files: dict[str, WorkEntry] = field(default_factory=dict)
+    opaque: list[str] = field(default_factory=list)  # directories holding a .git entry
+    notes: list[str] = field(default_factory=list)
+    truncated: bool = False
+
+
+class PathProblem(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def check_pathspec(path: str) -> str:
+    """A pathspec is a plain workspace-relative path, refused like every other path; no ':' magic."""
+    try:
+        rel = check_lexical(path)
+    except PathRefused as err:
+        raise PathProblem(err.kind, str(err)) from None
+    if path.startswith(":") or path.startswith("-"):
+        raise PathProblem("path_invalid", f"pathspec magic and options are refused: {path!r}; give a plain path")
+    if any(p.casefold() == GIT_DIR for p in rel.split("/")):
+        raise PathProblem("path_in_git_dir", f"paths under .git are refused: {path!r}")
+    return rel
+
+
+def _has_git_entry(names: list[str]) -> bool:
+    return any(n.casefold() == GIT_DIR for n in names)
+
+
+def _ignore_file_ok(dir_fd: int) -> bool:
+    try:
+        st = os.stat(".gitignore", dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    return stat.S_ISREG(st.st_mode) and st.st_size <= IGNORE_FILE_CAP
+
+
+class Tree:
+    """The working tree under one root, reached only through directory fds opened with O_NOFOLLOW."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def _open_dir(self, rel: str, nested_check: bool = False) -> tuple[int, bool]:
+        """An fd for directory `rel`; also whether every .gitignore on the way is safe to hand to libgit2.
+        With nested_check, a directory on the way that holds a .git entry is refused (a pathspec
+        may not reach into a nested repository)."""
+        fd = os.open(self.root, _DIR_FLAGS)
+        ignore_ok = _ignore_file_ok(fd)
+        parts = [p for p in rel.split("/") if p not in ("", ".")]
+        try:
+            for i, part in enumerate(parts):
+                here = "/".join(parts[: i + 1])
+                try:
+                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError as err:
+                    if os.path.islink(os.path.join(self.root, here)):
+                        raise PathProblem("path_outside_workspace", f"{here!r} is a symbolic link; git paths do not go through links") from None
+                    raise PathProblem("file_not_found" if err.errno == 2 else "path_invalid", f"{here!r}: {err.strerror}") from None
+                os.close(fd)
+                fd = child
+                if nested_check and _has_git_entry(os.listdir(fd)):
+                    raise PathProblem("path_invalid", f"{here!r} holds a .git entry: a nested repository, never opened")
+                ignore_ok = ignore_ok and _ignore_file_ok(fd)
+            return fd, ignore_ok
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def lstat(self, rel: str) -> os.stat_result | None:
+        """lstat of `rel`, with its parents opened without following links; None if missing."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd, _ = self._open_dir(parent)
+        except PathProblem as err:
+            if err.kind == "file_not_found":
+                return None
+            raise
+        try:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(fd)
+
+    def check_spec(self, rel: str) -> os.stat_result | None:
+        """A pathspec's lstat (None if missing), refused if it goes through a link or into a nested
+        repository, or is itself a link leading out of the workspace."""
+        parent, _, name = rel.rpartition("/")
+        try:
+            fd, _ = self._open_dir(parent, nested_check=True)
+        except PathProblem as err:
+            if err.kind == "file_not_found":
+                return None
+            raise
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(os.path.join(self.root, rel))
+                if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
+                    raise PathProblem("path_outside_workspace", f"{rel!r} is a symbolic link leading outside the workspace")
+            elif stat.S_ISDIR(st.st_mode):
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    if _has_git_entry(os.listdir(child)):
+                        raise PathProblem("path_invalid", f"{rel!r} holds a .git entry: a nested repository, never opened")
+                finally:
+                    os.close(child)
+            return st
+        except FileNotFoundError:
+            return None
+        finally:
+            os.close(fd)
+
+    def walk(self, start: str, skip: Callable[[str, bool, bool], bool], walk: Walk) -> None:
+        """Walk `start` (a directory or a file), adding entries to `walk`. skip(rel, is_dir, ignore_ok)
+        says what to leave out (ignored and untracked)."""
+        if start == ".":
+            fd, ok = self._open_dir(".")
+            try:
+                self._walk_dir(fd, "", skip, walk, ok, top=True)
+            finally:
+                os.close(fd)
+            return
+        st = self.lstat(start)
+        if st is None:
+            return
+        parent, _, name = start.rpartition("/")
+        fd, ok = self._open_dir(parent)
+        try:
+            if stat.S_ISDIR(st.st_mode):
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    self._walk_dir(child, start + "/", skip, walk, ok and _ignore_file_ok(child), top=False)
+                finally:
+                    os.close(child)
+            else:
+                self._add(walk, start, st)
+        finally:
+            os.close(fd)
+
+    def _walk_dir(self, fd: int, prefix: str, skip: Callable[[str, bool, bool], bool], walk: Walk, ignore_ok: bool, top: bool) -> None:
+        names = sorted(os.listdir(fd))
+        if not top and _has_git_entry(names):
+            walk.opaque.append(prefix)
+            return
+        if not _ignore_file_ok(fd):
+            walk.notes.append(f"{quote(prefix + '.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: ignore rules below it are not applied")
+        for name in names:
+            rel = prefix + name
+            if name.casefold() == GIT_DIR:
+                continue  # the repository itself (top) or a case variant that must never be added
+            if len(walk.files) >= MAX_ENTRIES:
+                walk.truncated = True
+                return
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                if skip(rel, True, ignore_ok):
+                    continue
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    walk.notes.append(f"{quote(rel)}/ could not be opened")
+                    continue
+                try:
+                    self._walk_dir(child, rel + "/", skip, walk, ignore_ok and _ignore_file_ok(child), top=False)
+                finally:
+                    os.close(child)
+            elif not skip(rel, False, ignore_ok):
+                self._add(walk, rel, st)
+
+    @staticmethod
+    def _add(walk: Walk, rel: str, st: os.stat_result) -> None:
+        if stat.S_ISREG(st.st_mode):
+            mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
+        elif stat.S_ISLNK(st.st_mode):
+            mode = MODE_LINK
+        else:
+            mode = 0
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
+        walk.files[rel] = WorkEntry(rel, mode, st.st_size, key)
+
+    def open_regular(self, rel: str) -> tuple[int, os.stat_result]:
+        """An fd on a regular file, never through a link, never blocking; else PathProblem."""
+        parent, _, name = rel.rpartition("/")
+        dir_fd, _ = self._open_dir(parent)
+        try:
+            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+        except OSError as err:
+            raise PathProblem("file_not_found" if err.errno == 2 else "not_regular_file", f"{rel!r}: {err.strerror}") from None
+        finally:
+            os.close(dir_fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise PathProblem("not_regular_file", f"{rel!r} is not a regular file")
+        return fd, st
+
+    def readlink(self, rel: str) -> bytes:
+        parent, _, name = rel.rpartition("/")
+        dir_fd, _ = self._open_dir(parent)
+        try:
+            return os.fsencode(os.readlink(name, dir_fd=dir_fd))
+        finally:
+            os.close(dir_fd)
+
+    def read_head(self, rel: str, cap: int) -> bytes:
+        """At most `cap` bytes of a regular file (or a link's target)."""
+        entry_st = self.lstat(rel)
+        if entry_st is not None and stat.S_ISLNK(entry_st.st_mode):
+            return self.readlink(rel)[:cap]
+        fd, _ = self.open_regular(rel)
+        try:
+            chunks, left = [], cap
+            while left > 0:
+                chunk = os.read(fd, min(left, HASH_CHUNK))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def chunks(self, rel: str) -> Iterator[bytes]:
+        fd, _ = self.open_regular(rel)
+        try:
+            while chunk := os.read(fd, HASH_CHUNK):
+                yield chunk
+        finally:
+            os.close(fd)
+
+    def blob_id(self, entry: WorkEntry, hex_len: int) -> str:
+        """The git blob id of a file or link, streamed: a large file is never held in memory."""
+        digest = hashlib.sha1() if hex_len == 40 else hashlib.sha256()
+        if entry.mode == MODE_LINK:
+            data = self.readlink(entry.path)
+            digest.update(b"blob %d\0" % len(data) + data)
+            return digest.hexdigest()
+        fd, st = self.open_regular(entry.path)
+        try:
+            digest.update(b"blob %d\0" % st.st_size)
+            left = st.st_size
+            while left > 0:
+                chunk = os.read(fd, min(left, HASH_CHUNK))
+                if not chunk:
+                    raise PathProblem("io_error", f"{entry.path!r} changed while it was read")
+                digest.update(chunk)
+                left -= len(chunk)
+            return digest.hexdigest()
+        finally:
+            os.close(fd)
