@@ -146,14 +146,15 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     """Run TASK with a model, tools in the sandbox, approvals by the ladder."""
     from .loop import SessionStatus
     from .policy.approvals import NonInteractiveApprover, TerminalApprover
+    from .render import visible
     from .session import SessionOptions, default_transcript_path, open_session
     from .tools.registry import RegistryConfig
     from .transcript import render_event
 
     def live(event: dict) -> None:
-        line = render_event(event)
+        line = render_event(event)  # control characters made visible: the box and the model wrote these
         if line:
-            click.echo(line, err=True)
+            click.echo(visible(line), err=True)
 
     _terminate_as_interrupt()
     path = Path(transcript_path) if transcript_path else default_transcript_path()
@@ -172,7 +173,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         opened.close()
     click.echo(f"transcript: {path}", err=True)
     if result.final_text:
-        click.echo(result.final_text)
+        click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR)
 
 
@@ -233,10 +234,11 @@ def transcript() -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 def transcript_show(path: str) -> None:
     """Render a JSONL transcript for a terminal (secrets redacted)."""
+    from .render import visible
     from .transcript import show
 
     for line in show(path):
-        click.echo(line)
+        click.echo(visible(line))
 
 
 @main.command()

@@ -1,5 +1,10 @@
 """The session transcript: JSONL, one event per line, written as it happens, so a crash keeps
 everything up to the crash. Every outcome names its executor. Secrets are redacted on the way in.
+
+Everything in an event may come from the box or the model, so every event is bounded here, in one
+place no caller can skip: no line exceeds MAX_EVENT_BYTES (strings cut with a marker saying how
+much was cut, lists and dicts bounded), and no line holds a raw control or bidi character.
+Rendering for a terminal makes such characters visible (orchestrator/render.py).
 """
 from __future__ import annotations
 
@@ -14,8 +19,14 @@ from typing import Any, Callable, Iterable
 from sandbox_agent.shell import SECRET_NAME
 
 from .protocol import Executor
+from .render import continued, json_line, visible
 
 REDACTED = "[REDACTED]"
+MAX_EVENT_BYTES = 64 * 1024  # one serialized line, all fields together
+MAX_ITEMS = 256  # per list or dict, before any shrinking
+MAX_KEY_CHARS = 128
+MAX_DEPTH = 16
+_MIN_STRING = 64  # the smallest per-string bound tried before an event is replaced by a stub
 _SECRET_PATTERNS = [
     re.compile(r"sk-[A-Za-z0-9_\-]{16,}"),
     re.compile(r"gh[pousr]_[A-Za-z0-9]{20,}"),
@@ -71,10 +82,13 @@ class Transcript:
             record = {"seq": self._seq, "ts": round(time.time(), 3), "type": type}
             if executor is not None:
                 record["executor"] = executor.value
-            record.update(self.redactor.deep(json.loads(json.dumps(fields, default=_jsonable))))
+            # Shape and redact first (whole strings, so no secret is cut in two before it is
+            # recognised; a box's meta can nest hundreds deep), then cut to size.
+            shaped = _shape({k: v for k, v in fields.items() if k not in record}, self.redactor)
+            record, line = _capped(record, shaped)
             self.events.append(record)
             if self._fh:
-                self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+                self._fh.write(line + "\n")
                 self._fh.flush()
         if self.on_event:
             self.on_event(record)
@@ -87,6 +101,76 @@ class Transcript:
                 self._fh = None
 
 
+class _Cut(list):
+    """A list already shortened by _shape: `dropped` items are gone."""
+    dropped = 0
+
+
+class _CutDict(dict):
+    dropped = 0
+
+
+def _shape(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
+    """Plain JSON values, redacted, at most MAX_ITEMS per list or dict and MAX_DEPTH deep; strings
+    still whole. Recursion stops at MAX_DEPTH, so no nesting the box sends can exhaust the stack."""
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            return f"…[cut: a list nested deeper than {MAX_DEPTH}]"
+        out = _Cut(_shape(v, redact, depth + 1) for v in value[:MAX_ITEMS])
+        out.dropped = max(0, len(value) - MAX_ITEMS)
+        return out
+    if isinstance(value, dict):
+        if depth >= MAX_DEPTH:
+            return f"…[cut: a dict nested deeper than {MAX_DEPTH}]"
+        out = _CutDict()
+        for k, v in list(value.items())[:MAX_ITEMS]:
+            out[_cut(redact(str(k)), MAX_KEY_CHARS)] = _shape(v, redact, depth + 1)
+        out.dropped = max(0, len(value) - MAX_ITEMS)
+        return out
+    return _shape(_jsonable(value), redact, depth + 1)  # pydantic models, enums, paths
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…[cut {len(text) - limit} chars]"
+
+
+def _fit(value: Any, max_chars: int, max_items: int) -> Any:
+    """The shaped value with every string at most `max_chars` and every list and dict at most
+    `max_items` entries, each cut marked with how much was cut."""
+    if isinstance(value, str):
+        return _cut(value, max_chars)
+    if isinstance(value, list):
+        dropped = getattr(value, "dropped", 0) + max(0, len(value) - max_items)
+        items = [_fit(v, max_chars, max_items) for v in value[:max_items]]
+        return items + ([f"…[cut {dropped} items]"] if dropped else [])
+    if isinstance(value, dict):
+        dropped = getattr(value, "dropped", 0) + max(0, len(value) - max_items)
+        out = {k: _fit(v, max_chars, max_items) for k, v in list(value.items())[:max_items]}
+        if dropped:
+            out["…"] = f"[cut {dropped} keys]"
+        return out
+    return value
+
+
+def _capped(header: dict, fields: dict) -> tuple[dict, str]:
+    """The record and its JSONL line, at most MAX_EVENT_BYTES: the per-string bound halves until
+    the line fits; if even that fails, the fields give way to a stub that says so."""
+    max_chars, max_items = MAX_EVENT_BYTES, MAX_ITEMS
+    while True:
+        record = {**header, **_fit(fields, max_chars, max_items)}
+        line = json_line(record)
+        if len(line.encode("utf-8", errors="surrogatepass")) <= MAX_EVENT_BYTES:
+            return record, line
+        if max_chars <= _MIN_STRING:
+            record = {**header, "cut": f"event over {MAX_EVENT_BYTES} bytes even with every string at {max_chars} chars"}
+            return record, json_line(record)
+        max_chars, max_items = max(_MIN_STRING, max_chars // 2), max(8, max_items // 2)
+
+
 def _jsonable(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
@@ -96,21 +180,32 @@ def _jsonable(value: Any) -> Any:
 
 
 def render_event(event: dict) -> str | None:
-    """One line for a terminal; None for events not worth a line."""
+    """One line for a terminal, every control character in it made visible; None for events not
+    worth a line. Each field may hold what the box or the model wrote."""
+    line = _render(event)
+    return continued(line) if line is not None else None
+
+
+def _field(event: dict, name: str) -> dict:
+    value = event.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _render(event: dict) -> str | None:
     kind = event.get("type")
     who = f" [{event['executor']}]" if "executor" in event else ""
     if kind == "session_start":
         return f"● task: {event.get('task')}  (model {event.get('model')}, workspace {event.get('workspace')})"
     if kind == "model_response":
-        text = (event.get("text") or "").strip()
+        text = str(event.get("text") or "").strip()
         return f"◆ model: {text[:300]}" if text else None
     if kind == "tool_call" and event.get("state") == "validating":
         return f"→ {event.get('tool')} {json.dumps(event.get('arguments'), ensure_ascii=False)[:200]}"
     if kind == "approval":
         return f"  approval: {event.get('decision')} ({event.get('level')}){who}: {event.get('reason')}"
     if kind == "tool_result":
-        status = "ok" if event.get("ok") else f"error {event.get('error', {}).get('type')}"
-        preview = (event.get("output") or (event.get("error") or {}).get("message") or "").strip().splitlines()
+        status = "ok" if event.get("ok") else f"error {_field(event, 'error').get('type')}"
+        preview = str(event.get("output") or _field(event, "error").get("message") or "").strip().splitlines()
         return f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")
     if kind == "egress":
         return f"  egress {event.get('decision')}{who}: {event.get('method') or ''} {event.get('host')}:{event.get('port')} ({event.get('reason')})"
@@ -120,13 +215,17 @@ def render_event(event: dict) -> str | None:
 
 
 def show(path: str | Path) -> Iterable[str]:
+    """The transcript's lines rendered for a terminal: secrets redacted, control characters visible."""
     redactor = Redactor.from_environment()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             try:
                 event = json.loads(line)
             except ValueError:
-                yield f"(unreadable line: {line[:80]!r})"
+                yield visible(f"(unreadable line: {redactor(line[:80])!r})")
+                continue
+            if not isinstance(event, dict):
+                yield visible(f"(not an event: {redactor(line[:80])!r})")
                 continue
             rendered = render_event(redactor.deep(event))
             if rendered:

@@ -14,6 +14,7 @@ import click
 from pydantic import BaseModel
 
 from ..protocol import Executor
+from ..render import continued, visible
 from ..tools.registry import PreparedCall, call_title
 from .ladder import Ladder, Level
 
@@ -71,9 +72,11 @@ class TerminalApprover:
     def ask(self, request: ApprovalRequest) -> Answer:
         choices = ["y", "n", "a"] if request.level == Level.ASK_ONCE else ["y", "n"]
         with self._lock:
-            click.echo(f"\n? {request.title}", err=True)
+            # The title and arguments are the model's: shown with every control character visible and
+            # continuation lines marked, so nothing they hold can redraw or fake the prompt below.
+            click.echo(f"\n? {continued(request.title, '  │ ')}", err=True)
             preview = json.dumps(request.arguments, ensure_ascii=False)
-            click.echo(f"  {preview[:600]}{'…' if len(preview) > 600 else ''}", err=True)
+            click.echo(f"  {visible(preview[:600])}{'…' if len(preview) > 600 else ''}", err=True)
             hint = "y = allow once, n = reject" + (f", a = allow every {request.kind} this session" if "a" in choices else "")
             try:
                 key = click.prompt(f"  {hint}", type=click.Choice(choices), show_choices=True, err=True)
