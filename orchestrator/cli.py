@@ -39,19 +39,22 @@ def sandbox_options(fn):
         click.option("--runtime", default=None, help="Docker runtime, e.g. runsc (gVisor)."),
         click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
         click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
+        click.option("--write-quota", default=None, metavar="SIZE", help="How much the session may grow the workspace, e.g. 4g (default), 500m."),
     ]
 
     @functools.wraps(fn)
-    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, **kwargs):
-        return fn(*args, config=build_config(image, memory, pids, cpus, env, runtime, user, egress), **kwargs)
+    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, **kwargs):
+        return fn(*args, config=build_config(image, memory, pids, cpus, env, runtime, user, egress, write_quota), **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
 
 
-def build_config(image, memory, pids, cpus, env, runtime, user, egress=None) -> SandboxConfig:
+def build_config(image, memory, pids, cpus, env, runtime, user, egress=None, write_quota=None) -> SandboxConfig:
     values: dict = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
+    if write_quota is not None:
+        values["write_quota"] = parse_size(write_quota)
     extras = {}
     for item in env:
         name, sep, value = item.partition("=")
@@ -67,6 +70,17 @@ def build_config(image, memory, pids, cpus, env, runtime, user, egress=None) -> 
         return SandboxConfig(**values, env=extras)
     except ValueError as err:
         raise click.BadParameter(str(err)) from None
+
+
+def parse_size(text: str) -> int:
+    units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    number, unit = text.strip().lower().rstrip("ib").rstrip(), ""
+    if number and number[-1] in units:
+        number, unit = number[:-1], number[-1]
+    try:
+        return int(float(number) * units[unit])
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a size such as 500m or 4g", param_hint="--write-quota") from None
 
 
 @click.group()
@@ -125,6 +139,9 @@ def exec_(workspace, config, tool, json_args) -> None:
                 result = sandbox.call(tool, args)
         except OpenAgentsError as err:
             raise _setup_error(err) from None
+        for report in sandbox.sweeper.reports:
+            for line in report.lines():
+                click.echo(f"oa-sandbox: integrity sweep: {line}", err=True)
     click.echo(result.model_dump_json())
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
 
@@ -170,7 +187,9 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     try:
         result = opened.session.run(task)
     finally:
-        opened.close()
+        swept = opened.close()
+    for line in swept:
+        click.echo(f"integrity sweep: {line}", err=True)
     click.echo(f"transcript: {path}", err=True)
     if result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
