@@ -109,6 +109,7 @@ class Baseline:
     git_entries: dict[str, tuple[int, int]]  # every .git entry (dir or file): path -> (st_dev, st_ino)
     special_bits: frozenset[str]  # paths that already carried setuid/setgid (the user's own)
     top_git_dir: bool  # WORKSPACE/.git is a real directory (not a symlink, not a gitfile)
+    usage_bytes: int  # allocated outside the .git entries: where the write quota starts from
     took_s: float
 
     @classmethod
@@ -116,7 +117,13 @@ class Baseline:
         started = time.monotonic()
         git: dict[str, tuple[int, int]] = {}
         bits = set()
+        seen: set[tuple[int, int]] = set()
+        usage = 0
         for found in walk(workspace):
+            key = (found.st.st_dev, found.st.st_ino)
+            if key not in seen:
+                seen.add(key)
+                usage += found.st.st_blocks * 512
             if _is_git_name(found.name):
                 git[found.rel] = (found.st.st_dev, found.st.st_ino)
             if found.st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(found.st.st_mode):
@@ -125,7 +132,7 @@ class Baseline:
             top = stat.S_ISDIR(os.lstat(workspace / ".git").st_mode)
         except OSError:
             top = False
-        return cls(git, frozenset(bits), top, time.monotonic() - started)
+        return cls(git, frozenset(bits), top, usage, time.monotonic() - started)
 
 
 class Moved(BaseModel):

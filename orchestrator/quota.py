@@ -40,13 +40,13 @@ def _fs_used(path: Path) -> int:
 
 
 class WriteQuota:
-    def __init__(self, workspace: Path, limit: int, skip: set[tuple[int, int]] | None = None,
+    def __init__(self, workspace: Path, limit: int, start_usage: int, skip: set[tuple[int, int]] | None = None,
                  on_exceeded: Callable[[], None] | None = None) -> None:
         self.workspace = workspace
         self.limit = limit
         self.skip = skip or set()
         self.on_exceeded = on_exceeded
-        self.start_usage = disk_usage(workspace, self.skip)
+        self.start_usage = start_usage  # measured by the same rule as disk_usage (the baseline's walk)
         self.growth = 0
         self.exceeded = threading.Event()
         self._trigger = _fs_used(workspace) + limit

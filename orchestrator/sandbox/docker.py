@@ -90,6 +90,9 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "ipc_mode": "private",
         "mounts": mounts,
         "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), f"{LABEL}.host-pid": str(os.getpid())},
+        # No container log: the agent's stdout is the attached channel, and json-file would store every
+        # byte the box writes there on the host's disk. Attach streams do not need a log driver.
+        "log_config": {"type": "none", "config": {}},
     }
     if config.egress and egress_network:
         settings["network"] = egress_network  # internal: its only other member is the proxy
@@ -163,7 +166,7 @@ class DockerSandbox:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
-            self.quota = WriteQuota(self.workspace, self.config.write_quota, skip, on_exceeded=self.kill_processes)
+            self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes)
         self.quota.start()
         new_gate = self.config.egress is not None and self.egress is None
         if new_gate:
