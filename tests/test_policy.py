@@ -34,7 +34,11 @@ def prepared(registry, name, args):
 
 @pytest.fixture
 def registry(tmp_path):
-    return ToolRegistry(sandbox=None, workspace=tmp_path)
+    """A workspace with a real repository at start, so the host git tool is on."""
+    import pygit2
+
+    pygit2.init_repository(str(tmp_path))
+    return ToolRegistry(sandbox=None, workspace=tmp_path, repo=ToolRegistry.open_repo(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -48,12 +52,16 @@ def registry(tmp_path):
         ("shell", {"command": "ls"}, Level.ASK_EVERY_TIME),
         ("git", {"subcommand": "status"}, Level.AUTOMATIC),
         ("git", {"subcommand": "commit", "message": "m"}, Level.ASK_ONCE),
-        ("git", {"subcommand": "push"}, Level.ASK_EVERY_TIME),
     ],
 )
 def test_default_ladder(registry, tool, args, level):
     p = prepared(registry, tool, args)
     assert Ladder().level(p.spec.name, p.kind, p.action)[0] == level
+
+
+def test_git_push_asks_every_time_on_the_ladder():
+    """The host git tool offers no push now; the rung stays, should it come back."""
+    assert Ladder().level("git", "execute", "git push")[0] == Level.ASK_EVERY_TIME
 
 
 def test_ask_once_with_a_approves_the_kind_for_the_session(registry):

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
+from ..hostfs import read_workspace_file
+from .safeparse import Refused, parse_data, parse_data_bounded
 
 FORBIDDEN_NAME = re.compile(r"bypass", re.IGNORECASE)
 
@@ -100,18 +100,46 @@ class PolicyFile(BaseModel):
     egress: EgressPolicy | None = None
 
 
-def _check_names(value: Any, where: str = "policy") -> None:
+POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
+POLICY_NAMES = ("policy.toml", "policy.yaml", "policy.yml")
+_KNOWN_KEYS = frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
+
+
+def _invalid(where: str, problem: str) -> OpenAgentsError:
+    """One readable line naming the file and the problem, never the file's content."""
+    return OpenAgentsError(ErrorType.CONFIG_INVALID, f"policy {where}: {problem}")
+
+
+def _loc(parts: tuple[Any, ...]) -> str:
+    """A location like rules[0].decision; keys the models do not know are the file's words, not shown."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + (part if part in _KNOWN_KEYS else "<key>")
+    return out or "the top level"
+
+
+def _check_names(value: Any, where: str, loc: tuple[Any, ...] = ()) -> None:
     """Any option or rule whose id, name, kind or key matches /bypass/i is refused at load time."""
     if isinstance(value, dict):
         for key, item in value.items():
             if FORBIDDEN_NAME.search(str(key)):
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{where}: the option {key!r} is refused: no option may be named like 'bypass'")
+                raise _invalid(where, f"an option at {_loc((*loc, key))} is refused: no option may be named like 'bypass'")
             if key in ("id", "name", "kind", "tool", "action", "decision", "tier") and isinstance(item, str) and FORBIDDEN_NAME.search(item):
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{where}: {key} {item!r} is refused: nothing may be named like 'bypass'")
-            _check_names(item, where)
+                raise _invalid(where, f"{_loc((*loc, key))} is refused: nothing may be named like 'bypass'")
+            _check_names(item, where, (*loc, key))
     elif isinstance(value, list):
-        for item in value:
-            _check_names(item, where)
+        for index, item in enumerate(value):
+            _check_names(item, where, (*loc, index))
+
+
+def _validation_problem(err: ValidationError) -> str:
+    """pydantic's own text quotes input values; this names only locations and error types."""
+    problems = err.errors(include_url=False, include_context=False, include_input=False)
+    shown = "; ".join(f"{_loc(tuple(e['loc']))}: {e['type']}" for e in problems[:3])
+    return shown + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
 
 
 def load_policy(path: str | Path, tier: Tier | None = None) -> list[PolicyRule]:
@@ -119,31 +147,54 @@ def load_policy(path: str | Path, tier: Tier | None = None) -> list[PolicyRule]:
 
 
 def load_policy_file(path: str | Path, tier: Tier | None = None) -> PolicyFile:
-    """Load a TOML or YAML policy file. The file's own `tier` is used unless the caller fixes one."""
+    """Load a TOML or YAML policy file the user named (user or admin tier): a trusted path, so it is
+    opened normally (process substitution works), but read with the same cap and parsed as strictly
+    as a workspace file. The file's own `tier` is used unless the caller fixes one."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with open(path, "rb") as f:
+            raw = f.read(POLICY_CAP + 1)
     except OSError as err:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot read policy {path}: {err.strerror}") from None
+    return parse_policy(raw, str(path), path.suffix, tier)
+
+
+def load_workspace_policy(workspace: Path, rel: str) -> PolicyFile:
+    """The workspace's own policy, WORKSPACE/rel: the box may have written it, so it is read only
+    through hostfs (no symlink followed, regular files only, capped) and can only tighten."""
+    raw = read_workspace_file(workspace, rel, POLICY_CAP)
+    return parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True)
+
+
+def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, untrusted: bool = False) -> PolicyFile:
+    """Bytes to a checked PolicyFile. `where` names the file in errors; `suffix` picks TOML or YAML;
+    `untrusted` (the box may have written it) parses in a child process with a hard time limit."""
+    if len(raw) > POLICY_CAP:
+        raise _invalid(where, f"{len(raw)} bytes, over the {POLICY_CAP}-byte cap")
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"policy {path} does not parse: {err}") from None
-    data = data or {}
-    _check_names(data, str(path))
+        data = parse_data_bounded(raw, suffix) if untrusted else parse_data(raw, suffix)
+    except Refused as err:
+        raise _invalid(where, str(err)) from None
+    data = data if data is not None else {}
+    if not isinstance(data, dict):
+        raise _invalid(where, "the top level must be a table (mapping)")
+    _check_names(data, where)
     try:
         policy = PolicyFile.model_validate(data)
+    except ValidationError as err:
+        raise _invalid(where, f"not valid: {_validation_problem(err)}") from None
+    try:
         file_tier = tier if tier is not None else Tier[policy.tier.upper()]
-    except (ValidationError, KeyError) as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"policy {path} is not valid: {err}") from None
+    except KeyError:
+        raise _invalid(where, "not valid: tier must be one of default, workspace, user, admin") from None
     rules = [rule.model_copy(update={"tier": file_tier}) for rule in policy.rules]
     if file_tier == Tier.WORKSPACE:
-        loose = [r for r in rules if r.decision == Decision.ALLOW]
+        loose = [i for i, r in enumerate(rules) if r.decision == Decision.ALLOW]
         if loose or policy.egress:
-            what = f"rule {loose[0].id or loose[0].tool}" if loose else "egress"
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: a workspace policy can only ask or deny, never allow ({what})")
+            what = f"rules[{loose[0]}] allows" if loose else "it opens egress"
+            raise _invalid(where, f"a workspace policy can only ask or deny, never allow ({what})")
     if policy.egress and policy.egress.allow_cidrs and file_tier != Tier.ADMIN:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
+        raise _invalid(where, "egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
     return policy.model_copy(update={"rules": rules})
 
 
