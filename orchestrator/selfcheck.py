@@ -79,6 +79,23 @@ def _daemons(box, ws):
     return "sleep" not in out, "no background process outlived its call" if "sleep" not in out else "a daemon survived"
 
 
+def _no_setuid(box, ws):
+    out = _shell(box, "cp /bin/sh setuid-probe && chmod 4755 setuid-probe; chmod g+s setuid-probe; "
+                      "python3 -c 'import os; os.close(os.open(\"setgid-probe\", os.O_CREAT, 0o2755))'; echo done").output
+    planted = [p.name for p in ws.iterdir() if os.lstat(p).st_mode & 0o6000]
+    ran = (ws / "setuid-probe").is_file() and "done" in out  # the copy was made: only the bit was refused
+    detail = f"setuid/setgid on the host: {planted}" if planted else "chmod 4755, g+s and open(0o2755) refused" if ran else f"the probe did not run: {out[-200:]}"
+    return ran and not planted, detail
+
+
+def _syscalls_refused(box, ws):
+    code = ("import ctypes; c = ctypes.CDLL(None, use_errno=True); r = []\n"
+            "for nr in (425, 323, 321, 250): c.syscall(nr, 0, 0, 0, 0, 0); r.append(ctypes.get_errno())\n"
+            "c.syscall(437, -100, b'x', 0, 0); r.append(ctypes.get_errno()); print(r)")
+    out = _shell(box, f"python3 -c \"{code}\"").output.strip()
+    return out == "[1, 1, 1, 1, 38]", "io_uring, userfaultfd, bpf, keyctl EPERM; openat2 ENOSYS" if out == "[1, 1, 1, 1, 38]" else f"errnos {out}"
+
+
 def _agent_restart(box, ws):
     result = _shell(box, "kill 1; sleep 5")
     after = box.call("read_file", {"path": "probe.txt"})
@@ -96,6 +113,8 @@ CHECKS = [
     Check(".git read-only", _git_read_only),
     Check("host-enforced timeout", _timeout),
     Check("daemons killed", _daemons),
+    Check("no setuid/setgid bit", _no_setuid),
+    Check("io_uring, bpf, ... refused", _syscalls_refused),
     Check("agent killed -> replaced", _agent_restart),
 ]
 
