@@ -1,9 +1,14 @@
 """`oa-sandbox acp`: an ACP agent over stdio. The editor drives; our sandbox runs the tools.
 
 The reader thread owns stdin: requests, notifications and the editor's answers to our own
-requests (session/request_permission) all arrive there. Each session/prompt runs in a worker
-thread, so session/cancel and permission answers are read while it runs. A malformed frame gets
-a JSON-RPC error and never ends the process.
+requests (session/request_permission) all arrive there, and it never waits for a session. Each
+session/prompt runs in a worker thread, so session/cancel and permission answers are read while it
+runs. Each session/new's set-up (policies read from a workspace the box may have written, a
+sandbox started: seconds, or worse for a hostile workspace) runs in a worker thread too, so one bad
+or slow workspace cannot wedge the other sessions; its answer is sent when set-up ends. The
+session's id is in that answer and the session is registered before it is sent, so a prompt can
+never reach a session still being set up: an id the editor could not yet know is "unknown". A
+malformed frame gets a JSON-RPC error and never ends the process.
 """
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ PERMISSION_OPTIONS = [
     m.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
     m.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
 ]
+
+
+SETUP_GRACE = 60.0  # seconds shutdown waits for session set-ups still running (a sandbox start)
 
 
 class RpcError(Exception):
@@ -103,6 +111,8 @@ class AcpServer:
         self._pending: dict[int, tuple[Future, str]] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._setups: set[threading.Thread] = set()
+        self._closing = False
 
     # -- wire --------------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -130,12 +140,21 @@ class AcpServer:
         finally:
             self.shutdown()
 
-    def shutdown(self) -> None:
-        for session in list(self.sessions.values()):
+    def shutdown(self, setup_grace: float = SETUP_GRACE) -> None:
+        """Cancel and close every session. Set-ups still running get `setup_grace` seconds to end;
+        each one that ends later closes its own session (see _new_session), so nothing is left."""
+        with self._lock:
+            self._closing = True
+            setups = list(self._setups)
+        for thread in setups:
+            thread.join(timeout=max(0.0, setup_grace))
+        with self._lock:
+            sessions = list(self.sessions.values())
+            self.sessions.clear()
+        for session in sessions:
             self._cancel(session)
             if session.parts:
                 session.parts.close()
-        self.sessions.clear()
 
     def _handle_line(self, line: bytes) -> None:
         try:
@@ -157,8 +176,25 @@ class AcpServer:
             return
         if msg.method == "session/prompt":
             threading.Thread(target=self._respond, args=(msg,), daemon=True, name="acp-prompt").start()
+        elif msg.method == "session/new":
+            self._start_setup(msg)
         else:
             self._respond(msg)
+
+    def _start_setup(self, msg: m.JsonRpcMessage) -> None:
+        """session/new off the reader thread; the thread is tracked so shutdown can wait for it."""
+
+        def run() -> None:
+            try:
+                self._respond(msg)
+            finally:
+                with self._lock:
+                    self._setups.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, daemon=True, name="acp-setup")
+        with self._lock:
+            self._setups.add(thread)
+        thread.start()
 
     def _resolve(self, msg: m.JsonRpcMessage) -> None:
         rid = str(msg.id or "")
@@ -200,7 +236,8 @@ class AcpServer:
                 params = m.CancelParams.model_validate(msg.params or {})
             except ValidationError:
                 return
-            session = self.sessions.get(params.sessionId)
+            with self._lock:
+                session = self.sessions.get(params.sessionId)
             if session:
                 self._cancel(session)
 
@@ -215,13 +252,21 @@ class AcpServer:
         if not workspace.is_dir():
             raise RpcError(m.INVALID_PARAMS, f"cwd {p.cwd} is not a directory")
         session = AcpSession(id=f"sess_{uuid.uuid4().hex}", workspace=workspace)
-        session.parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event))
-        self.sessions[session.id] = session
+        parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event))
+        session.parts = parts
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self.sessions[session.id] = session  # before the answer is sent: see the module's docstring
+        if closing:
+            parts.close()
+            raise RpcError(m.INTERNAL_ERROR, "the agent is shutting down")
         return m.NewSessionResult(sessionId=session.id)
 
     def _prompt(self, params: dict) -> m.PromptResult:
         p = m.PromptParams.model_validate(params)
-        session = self.sessions.get(p.sessionId)
+        with self._lock:
+            session = self.sessions.get(p.sessionId)
         if session is None or session.parts is None:
             raise RpcError(m.INVALID_PARAMS, f"unknown session {p.sessionId}")
         text = "\n".join(block.get("text", "") for block in p.prompt if block.get("type") == "text").strip()
