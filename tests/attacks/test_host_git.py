@@ -367,7 +367,7 @@ repo = HostRepo.open_at_start({str(ws)!r})
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 out = [repo.run(parse_args({{"subcommand": s, **({{"message": "m"}} if s == "commit" else {{}})}})) for s in ("status", "diff", "commit")]
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(max(len(r.output) for r in out), (after - before) // 1024, int("binary/large, 6 -> 314572800 bytes" in out[1].output), int(all(r.ok for r in out)))
+print(max(len(r.output) for r in out), (after - before) // 1024, int("binary/large, 6 -> 314572800 bytes" in out[1].output and out[1].meta["cut"]), int(all(r.ok for r in out)))
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=300)
     assert proc.returncode == 0, proc.stderr
