@@ -154,3 +154,22 @@ def test_unknown_methods_and_malformed_frames_do_not_kill_the_agent(tmp_path):
         assert editor.call("initialize", {"protocolVersion": 1})["result"]["protocolVersion"] == 1
     finally:
         editor.close()
+
+
+def test_editor_gone_during_session_set_up_leaves_no_sandbox(sandbox_image, docker_client, tmp_path):
+    """stdin closes while a session/new's set-up (a sandbox start) runs off the reader thread:
+    shutdown waits for it and removes its sandbox, so no container outlives the agent."""
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    script = tmp_path / "s.jsonl"
+    script.write_text('{"text": "hi"}\n')
+    editor = Editor("--model", f"script:{script}", "--transcript-dir", str(tmp_path / "t"))
+    editor.call("initialize", {"protocolVersion": 1})
+    editor.send({"id": 7, "method": "session/new", "params": {"cwd": str(ws), "mcpServers": []}})
+    label = {"label": f"dev.openagents.sandbox.host-pid={editor.proc.pid}"}
+    deadline = time.monotonic() + 60
+    while not docker_client.containers.list(all=True, filters=label):  # the set-up is under way
+        assert time.monotonic() < deadline, "the session's sandbox never appeared"
+        time.sleep(0.05)
+    editor.proc.stdin.close()
+    assert editor.proc.wait(timeout=90) == 0
+    assert docker_client.containers.list(all=True, filters=label) == []

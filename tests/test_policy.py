@@ -159,3 +159,13 @@ def test_unknown_disabled_and_delegate_tools_get_typed_refusals(tmp_path):
             prepared(registry, name, {"command": "ls"})
         assert info.value.type == kind and info.value.recoverable
     assert "shell" not in registry.active() and "delegate" not in registry.active()
+
+
+def test_a_rule_string_longer_than_its_bound_is_refused_without_being_quoted(tmp_path):
+    """A rule's id lands in every decision's label: a 10 KB one is refused, and the error names the field, not the value."""
+    path = tmp_path / "p.toml"
+    path.write_text(f'[[rules]]\nid = "{"x" * 10_000}"\ntool = "shell"\ndecision = "ask"\n')
+    with pytest.raises(OpenAgentsError) as info:
+        load_policy(path)
+    assert info.value.type == ErrorType.CONFIG_INVALID and "rules[0].id: string_too_long" in info.value.message
+    assert "xxx" not in info.value.message

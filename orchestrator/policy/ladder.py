@@ -60,12 +60,14 @@ DEFAULT_BY_KIND = {
 
 
 class PolicyRule(BaseModel):
+    """Strings are bounded: a rule's id ends up in every decision's label (terminal, transcript, editor)."""
+
     model_config = ConfigDict(extra="forbid")
-    id: str | None = None
-    tool: str | None = Field(default=None, description="Tool name, e.g. shell.")
-    kind: str | None = Field(default=None, description="ACP kind, e.g. edit.")
-    action: str | None = Field(default=None, description="Finest key, e.g. 'git push'.")
-    command_prefix: str | None = Field(default=None, description="For shell: the command must start with this.")
+    id: str | None = Field(default=None, max_length=200)
+    tool: str | None = Field(default=None, max_length=100, description="Tool name, e.g. shell.")
+    kind: str | None = Field(default=None, max_length=100, description="ACP kind, e.g. edit.")
+    action: str | None = Field(default=None, max_length=200, description="Finest key, e.g. 'git push'.")
+    command_prefix: str | None = Field(default=None, max_length=4096, description="For shell: the command must start with this.")
     decision: Decision
     tier: Tier = Tier.USER
 
