@@ -153,6 +153,9 @@ class HostRepo:
             return None, f"the repository's work tree is {repo.workdir!r}, not the workspace (core.worktree refused)"
         if os.path.normpath(repo.path) != git_dir:
             return None, "the repository's git directory is not WORKSPACE/.git"
+        planted = _config_files_in_workspace(repo, ws, git_dir)
+        if planted:
+            return None, f"the repository's config reads {planted!r} from the working tree, which the sandbox writes"
         host = cls(ws, repo, (st.st_dev, st.st_ino), trusted_identity())
         if not repo.head_is_unborn:
             host._hex_len = len(str(repo.head.target))
@@ -417,6 +420,21 @@ class HostRepo:
         fd, _ = self.tree.open_regular(work.path)
         with os.fdopen(fd, "rb") as stream:
             return self.repo.create_blob_fromiobase(stream)
+
+
+def _config_files_in_workspace(repo: pygit2.Repository, ws: str, git_dir: str) -> str | None:
+    """An include or excludes file the config names inside the working tree (outside .git) would let the
+    box rewrite the config later (core.worktree) or hand libgit2 a FIFO; such a repository is refused."""
+    for entry in repo.config:
+        name = entry.name.lower()
+        if not (name.endswith(".path") and name.startswith(("include.", "includeif.")) or name == "core.excludesfile"):
+            continue
+        value = os.path.expanduser(entry.value or "")
+        real = os.path.realpath(os.path.join(git_dir, value))
+        inside = real == ws or real.startswith(ws + "/")
+        if inside and not (real == git_dir or real.startswith(git_dir + "/")):
+            return entry.value
+    return None
 
 
 def _check_deadline(deadline: float) -> None:

@@ -187,6 +187,22 @@ def test_core_worktree_elsewhere_turns_the_tool_off(tmp_path):
         assert "git" not in ToolRegistry(None, ws, RegistryConfig(), ToolRegistry.open_repo(ws)).active()
 
 
+def test_config_including_a_workspace_file_turns_the_tool_off(tmp_path):
+    """[include] path or core.excludesFile naming a box-writable file (later core.worktree=/ or a FIFO): refused at start."""
+    for line in ("[include]\n\tpath = ../cfg\n", "[includeIf \"gitdir:/\"]\n\tpath = ../sub/cfg\n", "[core]\n\texcludesFile = ../ignore\n"):
+        ws = tmp_path / f"ws{len(line)}"
+        init_repo(ws, {"a": "a\n"})
+        with open(ws / ".git" / "config", "a") as f:
+            f.write(line)
+        repo, why = HostRepo.inspect_at_start(ws)
+        assert repo is None and "working tree" in why, line
+    ws = tmp_path / "fine"
+    init_repo(ws, {"a": "a\n"})
+    with open(ws / ".git" / "config", "a") as f:
+        f.write(f"[include]\n\tpath = {tmp_path}/trusted.cfg\n")
+    assert HostRepo.open_at_start(ws) is not None
+
+
 def test_gitfile_or_link_at_the_top_is_never_followed(tmp_path):
     """A `.git` gitfile (gitdir: ../planted) or a `.git` symlink at the top: the git tool is off; the sibling repo is untouched."""
     m = Markers(tmp_path)
