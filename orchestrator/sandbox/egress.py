@@ -19,6 +19,13 @@ from ..errors import ErrorType, OpenAgentsError
 
 log = logging.getLogger(__name__)
 
+# drain() reads the proxy's decisions from its log, so the proxy keeps one, rotated: at most
+# 3 x 10 MB on the host's disk however many requests the box makes.
+PROXY_LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "3"}}
+MAX_RECORDS_PER_DRAIN = 200  # per call: past this the transcript gets one line saying how many more
+MAX_HOST_CHARS = 255  # longer is no DNS name; the proxy refuses it, and we never copy it whole
+MAX_TEXT_CHARS = 512
+
 
 class EgressGate:
     def __init__(self, client: docker.DockerClient, config: EgressConfig) -> None:
@@ -60,6 +67,7 @@ class EgressGate:
                 self.config.proxy_image, detach=True, name=f"oa-egress-proxy-{self.id}", network=self.config.outer_network, labels=labels,
                 environment={"OA_EGRESS_ALLOW": ",".join(self.config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(self.config.allow_cidrs)},
                 read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="256m", pids_limit=128,
+                log_config=PROXY_LOG_CONFIG,
             )
             self.network.connect(self.proxy, aliases=[EGRESS_PROXY_ALIAS])
         except docker.errors.DockerException as err:
@@ -78,18 +86,26 @@ class EgressGate:
             lines = self.proxy.logs(stdout=True, stderr=False, since=self._since or None).decode("utf-8", errors="replace").splitlines()
         except docker.errors.DockerException:
             return []
-        records = []
+        records: list[dict[str, Any]] = []
+        omitted = 0
         for line in lines:
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or record["seq"] <= self._seen_seq:
                 continue
             self._seen_seq = record["seq"]
-            self._since = max(self._since, int(record.get("ts") or 0))
+            ts = record.get("ts")
+            self._since = max(self._since, int(ts) if isinstance(ts, (int, float)) else 0)
             if record.get("decision") in ("allow", "deny", "error"):
-                records.append({k: record.get(k) for k in ("method", "host", "port", "decision", "reason")})
+                if len(records) < MAX_RECORDS_PER_DRAIN:
+                    records.append(_bounded_record(record))
+                else:
+                    omitted += 1
+        if omitted:
+            records.append({"method": None, "host": None, "port": None, "decision": "omitted",
+                            "reason": f"{omitted} more egress decisions in this call are not recorded (more than {MAX_RECORDS_PER_DRAIN})"})
         return records
 
     def close(self) -> None:
@@ -105,3 +121,24 @@ class EgressGate:
             except docker.errors.DockerException as err:
                 log.debug("removing %s: %s", self.network_name, err)
             self.network = None
+
+
+def _bounded_text(value: Any, limit: int, keep: int | None = None) -> str | None:
+    """`value` as text of at most `limit` chars; longer, only its first `keep` chars and a marker."""
+    if value is None:
+        return None
+    text, keep = str(value), limit if keep is None else keep
+    return text if len(text) <= limit else f"{text[:keep]}…[cut {len(text) - keep} chars]"
+
+
+def _bounded_record(record: dict[str, Any]) -> dict[str, Any]:
+    """What the transcript keeps of one decision: every field short, whatever the box sent the proxy
+    (the host name and the reason quote the request)."""
+    port = record.get("port")
+    return {
+        "method": _bounded_text(record.get("method"), 16),
+        "host": _bounded_text(record.get("host"), MAX_HOST_CHARS, keep=64),
+        "port": port if isinstance(port, int) and not isinstance(port, bool) else None,
+        "decision": record.get("decision"),
+        "reason": _bounded_text(record.get("reason"), MAX_TEXT_CHARS),
+    }
