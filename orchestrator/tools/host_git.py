@@ -36,7 +36,6 @@ LOG_MAX = 30
 LOG_SCAN_MAX = 20_000
 COMMAND_BUDGET_S = 120.0
 FALLBACK_IDENTITY = ("OpenAgents", "openagents@localhost")
-READ_ONLY = ("status", "diff", "log")
 
 
 class GitArgs(BaseModel):
