@@ -1,0 +1,879 @@
+"""Copy mode's review and apply: what the box changed, shown safely, and carried back by a sanitiser.
+
+The copy is the box's: by the time anyone reviews it, every byte, name, mode and link in it may
+be an attack on the host or on the user's real workspace. So this module never follows a link in
+either tree (every path is walked from a directory fd, one O_NOFOLLOW component at a time), never
+opens anything but directories and regular files (O_NONBLOCK, so a FIFO cannot hang it), reads
+with fixed bounds, and shows every name and line through `render.visible()`.
+
+`apply_changes()` is a sanitiser, not a copy. It carries regular files (modes normalised, never
+setuid, setgid or sticky), directories, deletions and symlinks that stay inside the workspace;
+it leaves out, and lists, everything else. It checks every change against the real workspace
+before it writes anything: a path the user changed since the copy was taken is a conflict, and
+one conflict means nothing is applied. Each file lands atomically (a recognisable temp file in
+the same directory, fsync, rename), so a kill -9 at any moment leaves every file old or new; the
+next apply removes the stale temp files and skips what already landed.
+"""
+from __future__ import annotations
+
+import difflib
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Literal
+
+from pydantic import BaseModel, Field
+
+from .integrity import MAX_DEPTH, walk
+from .render import visible
+from .workspace_copy import CopyManifest, ManifestEntry, Stamp
+
+ChangeKind = Literal["added", "modified", "deleted", "type_changed", "mode_changed"]
+
+MAX_DIFF_FILE_BYTES = 256 * 1024  # larger files are summarised, never diffed (bounded memory and time)
+MAX_FILE_LINES = 1000  # diff lines shown per file
+MAX_TOTAL_LINES = 20000  # diff lines shown in all
+MAX_STAT_FILES = 5000  # --stat lines before "and N more"
+MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
+_CHUNK = 1 << 20
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+TEMP_PREFIX = ".oa-apply-"
+_TEMP_RE = re.compile(r"\.oa-apply-[0-9a-f]{16}\.tmp\Z")
+_LINE = re.compile(r"[^\n]*\n|[^\n]+")
+
+
+class Change(BaseModel):
+    """One entry the box changed in the copy, relative to the copy as it was made."""
+
+    path: str
+    status: ChangeKind
+    before: Stamp | None = None  # the copy right after it was made (None: added)
+    after: Stamp | None = None  # the copy now (None: deleted)
+    fmt: int = 0  # S_IFMT of the entry now: tells a FIFO from a socket from a device
+    nlink: int = 1
+
+
+class LeftOut(BaseModel):
+    path: str
+    reason: str
+
+
+class Conflict(BaseModel):
+    path: str
+    reason: str
+
+
+class Normalised(BaseModel):
+    path: str
+    box_mode: str  # as the box left it, octal
+    mode: str  # as written to the real workspace, octal
+
+
+class ApplyReport(BaseModel):
+    applied: list[str] = Field(default_factory=list)
+    left_out: list[LeftOut] = Field(default_factory=list)
+    conflicts: list[Conflict] = Field(default_factory=list)
+    normalised: list[Normalised] = Field(default_factory=list)  # applied, with another mode than the box's
+    already: list[str] = Field(default_factory=list)  # already as the box left them (an earlier, interrupted apply)
+
+    def lines(self) -> list[str]:
+        """For a terminal: every path made visible (a name may hold escape sequences)."""
+        out = [f"conflict: {show_path(c.path)}: {c.reason}" for c in self.conflicts]
+        out += [f"applied: {show_path(p)}" for p in self.applied]
+        out += [f"mode {n.box_mode} normalised to {n.mode}: {show_path(n.path)}" for n in self.normalised]
+        return out + [f"left out: {show_path(lo.path)}: {lo.reason}" for lo in self.left_out]
+
+
+def show_path(rel: str) -> str:
+    """A path on one line of a terminal: visible(), and newlines and tabs escaped as well."""
+    return visible(rel).replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _is_git(name: str) -> bool:
+    return name.casefold() == ".git"
+
+
+def _in_git(rel: str) -> bool:
+    return any(_is_git(part) for part in rel.split("/"))
+
+
+# ---------------------------------------------------------------------------------------------
+# what changed
+
+
+@dataclass
+class _Scan:
+    changes: list[Change]
+    git_entries: list[str]  # .git entries (any case) the box added or changed: never carried
+    too_deep: list[str]
+
+
+def _status(before: Stamp, now: Stamp) -> ChangeKind | None:
+    if before.kind != now.kind:
+        return "type_changed"
+    if now.kind != "dir" and (before.size, before.mtime_ns) != (now.size, now.mtime_ns):
+        return "modified"  # a directory's mtime moves with its entries: those are reported themselves
+    if before.mode != now.mode:
+        return "mode_changed"
+    return None
+
+
+def _scan(manifest: CopyManifest) -> _Scan:
+    too_deep: list[str] = []
+    changes: list[Change] = []
+    git: list[str] = []
+    seen: set[str] = set()
+    for found in walk(Path(manifest.copy_dir), too_deep=too_deep):  # never enters a .git
+        rel, now = found.rel, Stamp.of(found.st)
+        entry = manifest.entries.get(rel)
+        if _is_git(found.name):
+            if entry is None or not now.same_as(entry.copy):
+                if not (rel == ".git" and _empty_dir(found.dir_fd, found.name)):  # the .git mount point
+                    git.append(rel)
+            continue
+        seen.add(rel)
+        extra = {"fmt": stat.S_IFMT(found.st.st_mode), "nlink": found.st.st_nlink}
+        if entry is None:
+            changes.append(Change(path=rel, status="added", after=now, **extra))
+        elif status := _status(entry.copy, now):
+            changes.append(Change(path=rel, status=status, before=entry.copy, after=now, **extra))
+    deep = tuple(r + "/" for r in too_deep)
+    for rel, entry in manifest.entries.items():
+        if rel not in seen and not _in_git(rel) and not rel.startswith(deep):
+            changes.append(Change(path=rel, status="deleted", before=entry.copy))
+    changes.sort(key=lambda c: c.path.split("/"))
+    return _Scan(changes, sorted(git), too_deep)
+
+
+def _empty_dir(dir_fd: int, name: str) -> bool:
+    try:
+        fd = os.open(name, _DIR, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        return not os.listdir(fd)
+    finally:
+        os.close(fd)
+
+
+def list_changes(manifest: CopyManifest) -> list[Change]:
+    """What the box changed in the copy since it was made, parents before children; nothing in or
+    under any `.git` (any case) is ever reported or entered."""
+    return _scan(manifest).changes
+
+
+# ---------------------------------------------------------------------------------------------
+# walking a tree without following anything
+
+
+def _open_dirs(root_fd: int, parts: list[str]) -> int:
+    """A new fd of root/parts..., every component opened O_NOFOLLOW (a symlink raises ELOOP)."""
+    fd = os.dup(root_fd)
+    try:
+        for name in parts:
+            sub = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+@dataclass
+class _Where:
+    st: os.stat_result | None = None  # the entry itself, not followed
+    blocker: str | None = None  # the first parent that is not a plain directory
+    blocker_kind: str = ""
+    parent_missing: bool = False
+
+
+def _locate(root_fd: int, rel: str) -> _Where:
+    parts = rel.split("/")
+    fd = os.dup(root_fd)
+    try:
+        for i, name in enumerate(parts[:-1]):
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                return _Where(parent_missing=True)
+            if not stat.S_ISDIR(st.st_mode):
+                return _Where(blocker="/".join(parts[: i + 1]), blocker_kind="a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory")
+            sub = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        try:
+            return _Where(st=os.lstat(parts[-1], dir_fd=fd))
+        except FileNotFoundError:
+            return _Where()
+    finally:
+        os.close(fd)
+
+
+def _open_file(root_fd: int, rel: str) -> int:
+    """An fd of the regular file root/rel: no link followed, never blocking (a FIFO is refused)."""
+    parts = rel.split("/")
+    parent = _open_dirs(root_fd, parts[:-1])
+    try:
+        fd = os.open(parts[-1], _FILE, dir_fd=parent)
+    finally:
+        os.close(parent)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
+def _readlink(root_fd: int, rel: str) -> str:
+    parts = rel.split("/")
+    parent = _open_dirs(root_fd, parts[:-1])
+    try:
+        return os.readlink(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
+
+
+def _same_content(fd_a: int, fd_b: int) -> bool:
+    os.lseek(fd_a, 0, os.SEEK_SET)
+    os.lseek(fd_b, 0, os.SEEK_SET)
+    while True:
+        a, b = os.read(fd_a, _CHUNK), os.read(fd_b, _CHUNK)
+        if a != b:
+            return False
+        if not a:
+            return True
+
+
+# ---------------------------------------------------------------------------------------------
+# the diff
+
+
+@dataclass
+class _Side:
+    kind: str  # absent | file | symlink | dir | special | unsafe
+    size: int = 0
+    mode: int = 0
+    text: str | None = None  # decoded content (files within bounds, symlink targets)
+    note: str = ""  # why there is no text: "binary file, N bytes", "large file, N bytes"
+
+
+def _side(root_fd: int, rel: str) -> _Side:
+    try:
+        where = _locate(root_fd, rel)
+    except OSError:
+        return _Side("unsafe", note="could not be looked at safely")
+    if where.blocker:
+        return _Side("unsafe", note=f"{show_path(where.blocker)} is {where.blocker_kind}")
+    st = where.st
+    if st is None:
+        return _Side("absent")
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return _Side("symlink", st.st_size, mode, text=_readlink(root_fd, rel))
+        except OSError:
+            return _Side("unsafe", note="the link could not be read")
+    if stat.S_ISDIR(st.st_mode):
+        return _Side("dir", mode=mode)
+    if not stat.S_ISREG(st.st_mode):
+        return _Side("special", mode=mode, note=_special_name(st.st_mode))
+    if st.st_size > MAX_DIFF_FILE_BYTES:
+        return _Side("file", st.st_size, mode, note=f"large file, {st.st_size} bytes")
+    try:
+        fd = _open_file(root_fd, rel)
+    except OSError:
+        return _Side("unsafe", note="could not be opened safely")
+    try:
+        data = b""
+        while len(data) <= MAX_DIFF_FILE_BYTES:  # it may still be growing
+            chunk = os.read(fd, MAX_DIFF_FILE_BYTES + 1 - len(data))
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    if len(data) > MAX_DIFF_FILE_BYTES:
+        return _Side("file", len(data), mode, note=f"large file, {len(data)}+ bytes")
+    if b"\0" in data[:8192]:
+        return _Side("file", len(data), mode, note=f"binary file, {len(data)} bytes")
+    return _Side("file", len(data), mode, text=data.decode("utf-8", errors="replace"))
+
+
+def _special_name(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    return "not a regular file"
+
+
+_GIT_TYPE = {"file": 0o100000, "symlink": 0o120000, "dir": 0o040000}
+
+
+def _git_mode(side: _Side) -> str:
+    return f"{_GIT_TYPE.get(side.kind, 0) | side.mode:06o}"
+
+
+def _lines(text: str | None) -> list[str]:
+    return _LINE.findall(text) if text else []
+
+
+def _hunks(old: _Side, new: _Side) -> list[str]:
+    """Unified diff body lines, each one terminal line (made visible), with git's no-newline marks."""
+    out: list[str] = []
+    for line in list(difflib.unified_diff(_lines(old.text), _lines(new.text), n=3))[2:]:
+        if line.endswith("\n"):
+            out.append(visible(line[:-1]))
+        else:
+            out.append(visible(line))
+            out.append("\\ No newline at end of file")
+    return out
+
+
+def _headers(change: Change, old: _Side, new: _Side) -> list[str]:
+    p = show_path(change.path)
+    out = [f"diff --git a/{p} b/{p}"]
+    if old.kind == "absent" and new.kind != "absent":
+        out.append(f"new file mode {_git_mode(new)}")
+    elif new.kind == "absent" and old.kind != "absent":
+        out.append(f"deleted file mode {_git_mode(old)}")
+    elif (old.kind, old.mode) != (new.kind, new.mode):
+        out += [f"old mode {_git_mode(old)}", f"new mode {_git_mode(new)}"]
+    for label, side in (("real workspace", old), ("copy", new)):
+        if side.kind in ("special", "unsafe"):
+            out.append(f"# {label}: {side.note} (not carried by apply)" if label == "copy" else f"# {label}: {side.note}")
+        elif side.kind == "dir":
+            out.append(f"# {label}: a directory")
+    if new.kind in ("file", "dir") and new.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
+        out.append("# setuid, setgid and sticky bits are never carried by apply")
+    if change.nlink > 1 and new.kind == "file":
+        out.append(f"# a hard link ({change.nlink} names): not carried by apply")
+    return out
+
+
+def _summary(side: _Side) -> str:
+    return side.note or ("absent" if side.kind == "absent" else f"{side.size} bytes")
+
+
+def _body(old: _Side, new: _Side, path: str) -> list[str]:
+    if old.note and old.kind == "file" or new.note and new.kind == "file":
+        return [f"# not diffed: a/{path}: {_summary(old)}; b/{path}: {_summary(new)}"]
+    if old.text is None and new.text is None:
+        return []
+    label_a = f"a/{path}" if old.text is not None else "/dev/null"
+    label_b = f"b/{path}" if new.text is not None else "/dev/null"
+    hunks = _hunks(old, new)
+    return [f"--- {label_a}", f"+++ {label_b}", *hunks] if hunks else []
+
+
+def _counts(old: _Side, new: _Side) -> tuple[int, int] | None:
+    """(insertions, deletions), or None when a side is binary or too large to count."""
+    if old.note and old.kind == "file" or new.note and new.kind == "file":
+        return None
+    plus = minus = 0
+    for line in list(difflib.unified_diff(_lines(old.text), _lines(new.text), n=0))[2:]:
+        if line.startswith("+"):
+            plus += 1
+        elif line.startswith("-"):
+            minus += 1
+    return plus, minus
+
+
+def render_diff(manifest: CopyManifest, changes: list[Change], stat: bool = False) -> Iterator[str]:
+    """Each change as a git-style diff against the REAL workspace file, one terminal line per item.
+
+    Bounded: files over MAX_DIFF_FILE_BYTES or holding a NUL are summarised by size, at most
+    MAX_FILE_LINES lines per file and MAX_TOTAL_LINES in all. `stat=True`: one line per file with
+    +/- counts and a total line, like `git diff --stat`. Names and content are made visible.
+    """
+    real_fd = os.open(manifest.real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    copy_fd = os.open(manifest.copy_dir, _DIR)
+    try:
+        yield from (_stat_lines if stat else _diff_lines)(real_fd, copy_fd, changes)
+    finally:
+        os.close(real_fd)
+        os.close(copy_fd)
+
+
+def _diff_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[str]:
+    total = 0
+    for i, change in enumerate(changes):
+        if total >= MAX_TOTAL_LINES:
+            yield f"# diff truncated at {MAX_TOTAL_LINES} lines: {len(changes) - i} more changed entries not shown (see --stat)"
+            return
+        old = _side(real_fd, change.path)
+        new = _side(copy_fd, change.path) if change.after is not None else _Side("absent")
+        lines = _headers(change, old, new) + _body(old, new, show_path(change.path))
+        if len(lines) > MAX_FILE_LINES:
+            lines = lines[:MAX_FILE_LINES] + [f"# {len(lines) - MAX_FILE_LINES} more lines of this file not shown"]
+        total += len(lines)
+        yield from lines
+
+
+def _stat_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[str]:
+    plus_total = minus_total = 0
+    for i, change in enumerate(changes):
+        old = _side(real_fd, change.path)
+        new = _side(copy_fd, change.path) if change.after is not None else _Side("absent")
+        counts = _counts(old, new)
+        if counts:
+            plus_total, minus_total = plus_total + counts[0], minus_total + counts[1]
+        if i >= MAX_STAT_FILES:
+            continue
+        path = show_path(change.path)
+        if counts is None:
+            yield f" {path} | Bin {old.size} -> {new.size} bytes"
+        elif new.kind in ("special", "unsafe") or old.kind == "dir" or new.kind == "dir":
+            yield f" {path} | {change.status}" + (f" ({new.note})" if new.note else "")
+        else:
+            n = counts[0] + counts[1]
+            scale = max(1, -(-n // 40))
+            yield f" {path} | {n:>5} {'+' * -(-counts[0] // scale)}{'-' * -(-counts[1] // scale)}".rstrip()
+    if len(changes) > MAX_STAT_FILES:
+        yield f" ... and {len(changes) - MAX_STAT_FILES} more"
+    yield f" {len(changes)} files changed, {plus_total} insertions(+), {minus_total} deletions(-)"
+
+
+# ---------------------------------------------------------------------------------------------
+# apply
+
+
+@dataclass
+class _Act:
+    path: str
+    op: Literal["write", "chmod", "mkdir", "symlink", "delete"]
+    change: Change
+    entry: ManifestEntry | None
+    real: os.stat_result | None = None  # the real entry now (None: nothing there)
+    mode: int = 0o644
+    target: str = ""  # symlinks: checked once, written as checked (never read again)
+    replaces_dir: bool = False  # the real entry is a directory the box replaced: after deletions
+
+
+def _mode_for(box_mode: int, real: os.stat_result | None) -> int:
+    """0644/0755 for a new file; an existing file keeps its own permission bits (a private 0600
+    file stays private) with the exec bits as the box left them; never setuid, setgid or sticky."""
+    box_exec = bool(box_mode & 0o111)
+    if real is None or not stat.S_ISREG(real.st_mode):
+        return 0o755 if box_exec else 0o644
+    base = stat.S_IMODE(real.st_mode) & 0o777
+    return base | ((base & 0o444) >> 2) if box_exec else base & ~0o111
+
+
+def _owner(real: os.stat_result | None, manifest: CopyManifest) -> tuple[int, int]:
+    return (real.st_uid, real.st_gid) if real is not None else (manifest.real_uid, manifest.real_gid)
+
+
+class _Applier:
+    def __init__(self, manifest: CopyManifest) -> None:
+        self.m = manifest
+        self.report = ApplyReport()
+        self.real_fd = os.open(manifest.real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.copy_fd = os.open(manifest.copy_dir, _DIR)
+
+    def close(self) -> None:
+        os.close(self.real_fd)
+        os.close(self.copy_fd)
+
+    def leave(self, path: str, reason: str) -> None:
+        self.report.left_out.append(LeftOut(path=path, reason=reason))
+
+    def conflict(self, path: str, reason: str) -> None:
+        self.report.conflicts.append(Conflict(path=path, reason=reason))
+
+    # -- deciding, from the copy alone
+
+    def decide(self, change: Change) -> _Act | None:
+        entry = self.m.entries.get(change.path)
+        after = change.after
+        if after is None:
+            return _Act(change.path, "delete", change, entry)
+        if after.kind == "special":
+            self.leave(change.path, f"{_special_name(change.fmt)} is never carried")
+            return None
+        if after.kind == "file":
+            if change.nlink > 1:
+                self.leave(change.path, f"a hard link ({change.nlink} names) made in the box is never carried")
+                return None
+            return _Act(change.path, "chmod" if change.status == "mode_changed" else "write", change, entry)
+        if after.kind == "dir":
+            if change.status == "mode_changed":
+                self.leave(change.path, f"a directory's mode change ({after.mode:04o}) is never carried")
+                return None
+            return _Act(change.path, "mkdir", change, entry)
+        try:
+            target = _readlink(self.copy_fd, change.path)
+        except OSError:
+            self.leave(change.path, "the symlink could not be read safely")
+            return None
+        if target.startswith("/"):
+            self.leave(change.path, "an absolute symlink is never carried")
+            return None
+        if "\0" in target or len(target) > 4096:
+            self.leave(change.path, "a symlink target that is not a plain path")
+            return None
+        return _Act(change.path, "symlink", change, entry, target=target)
+
+    # -- checking, against the real workspace
+
+    def check(self, act: _Act, planned: dict[str, _Act]) -> bool:
+        """True when the act can go ahead; records a conflict or a left-out entry otherwise."""
+        rel = act.path
+        where = _locate(self.real_fd, rel)
+        if where.blocker:
+            replacer = planned.get(where.blocker)
+            if not (replacer and replacer.op == "mkdir"):
+                entry = self.m.entries.get(where.blocker)
+                if entry is not None and entry.real.kind == "dir":
+                    self.conflict(rel, f"{where.blocker} is {where.blocker_kind} in the real workspace now; it was a directory")
+                else:
+                    self.leave(rel, f"{where.blocker} is {where.blocker_kind} in the real workspace, never written through")
+                return False
+            where = _Where()  # below a symlink the box turned into a directory: nothing there yet
+        elif where.parent_missing:
+            parent = rel.rpartition("/")[0]
+            if act.op == "delete":
+                return False  # gone with its parent
+            if not (parent in planned and planned[parent].op == "mkdir") and not self._parent_planned(parent, planned):
+                self.conflict(rel, "its directory is gone from the real workspace since the copy was taken")
+                return False
+        act.real = where.st
+        if act.op in ("write", "chmod"):
+            act.mode = _mode_for(act.change.after.mode, act.real)
+        expected = act.entry.real if act.entry else None
+        if act.real is None:
+            if act.op == "delete":
+                self.report.already.append(rel)
+                return False
+            if expected is not None:
+                self.conflict(rel, "deleted in the real workspace since the copy was taken")
+                return False
+            return True
+        if expected is None or not self._unchanged(act.real, expected):
+            if self._already(act):
+                self.report.already.append(rel)
+                return False
+            self.conflict(rel, "changed in the real workspace since the copy was taken" if expected else
+                          "added in the box, but the real workspace has it now too")
+            return False
+        if stat.S_ISDIR(act.real.st_mode) and act.op != "mkdir":
+            act.replaces_dir = True
+            extra = self._extra_names(rel, planned)
+            if extra:
+                self.leave(rel, f"the real directory holds {show_path(extra)}, which apply never removes")
+                return False
+        return True
+
+    def _parent_planned(self, parent: str, planned: dict[str, _Act]) -> bool:
+        while parent:
+            if parent in planned and planned[parent].op == "mkdir":
+                return True
+            parent = parent.rpartition("/")[0]
+        return False
+
+    @staticmethod
+    def _unchanged(now: os.stat_result, expected: Stamp) -> bool:
+        stamp = Stamp.of(now)
+        if stamp.kind == "dir" == expected.kind:
+            return stamp.mode == expected.mode  # its mtime moves with its entries (and with our own apply)
+        return stamp.same_as(expected)
+
+    def _already(self, act: _Act) -> bool:
+        """The real entry is already what apply would make it (an earlier apply was interrupted)."""
+        real = act.real
+        if act.op == "mkdir":
+            return stat.S_ISDIR(real.st_mode)
+        if act.op == "symlink":
+            return stat.S_ISLNK(real.st_mode) and _readlink(self.real_fd, act.path) == act.target
+        if act.op in ("write", "chmod") and stat.S_ISREG(real.st_mode) and stat.S_IMODE(real.st_mode) == act.mode:
+            try:
+                a, b = _open_file(self.real_fd, act.path), _open_file(self.copy_fd, act.path)
+            except OSError:
+                return False
+            try:
+                return os.fstat(a).st_size == os.fstat(b).st_size and _same_content(a, b)
+            finally:
+                os.close(a)
+                os.close(b)
+        return False
+
+    def _extra_names(self, rel: str, planned: dict[str, _Act]) -> str | None:
+        """A name in the real directory that apply would not remove (so it cannot be removed)."""
+        fd = _open_dirs(self.real_fd, rel.split("/"))
+        try:
+            names = os.listdir(fd)
+        finally:
+            os.close(fd)
+        for name in sorted(names):
+            child = f"{rel}/{name}"
+            if _TEMP_RE.match(name):
+                continue
+            act = planned.get(child)
+            if act is None or act.op != "delete":
+                return child
+        return None
+
+    # -- symlinks: inside the workspace as it will be after apply
+
+    def _layout(self, rel: str, planned: dict[str, _Act], cache: dict[str, tuple[str, str]]) -> tuple[str, str]:
+        """(kind, link target) at rel after apply: the plan where it says, else the real workspace."""
+        act = planned.get(rel)
+        if act is not None:
+            kind = {"write": "file", "chmod": "file", "mkdir": "dir", "symlink": "symlink", "delete": "absent"}[act.op]
+            return kind, act.target
+        if rel not in cache:
+            try:
+                where = _locate(self.real_fd, rel)
+                st = where.st
+                if st is None or where.blocker:
+                    cache[rel] = ("absent", "")
+                elif stat.S_ISLNK(st.st_mode):
+                    cache[rel] = ("symlink", _readlink(self.real_fd, rel))
+                else:
+                    cache[rel] = ("dir" if stat.S_ISDIR(st.st_mode) else "file", "")
+            except OSError:
+                cache[rel] = ("unsafe", "")
+        return cache[rel]
+
+    def link_problem(self, act: _Act, planned: dict[str, _Act], cache: dict[str, tuple[str, str]]) -> str | None:
+        """Why the symlink would lead outside the workspace (or into a .git), else None. Purely
+        lexical, one component at a time, with each link met read (never followed)."""
+        base = act.path.split("/")[:-1]
+        pending = act.target.split("/")
+        hops = 0
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not base:
+                    return "a symlink leading outside the workspace is never carried"
+                base.pop()
+                continue
+            if _is_git(part):
+                return "a symlink into a .git is never carried"
+            base.append(part)
+            kind, target = self._layout("/".join(base), planned, cache)
+            if kind == "unsafe":
+                return "a symlink through a path that cannot be checked is never carried"
+            if kind == "symlink":
+                hops += 1
+                if hops > MAX_SYMLINK_HOPS:
+                    return "a symlink chain too long to check is never carried"
+                if target.startswith("/"):
+                    return "a symlink through an absolute symlink is never carried"
+                base.pop()
+                pending[:0] = target.split("/")
+        return None
+
+    # -- writing
+
+    def run(self) -> ApplyReport:
+        scan = _scan(self.m)
+        for rel in scan.git_entries:
+            self.leave(rel, "a .git entry (any case) is never carried")
+        for rel in scan.too_deep:
+            self.leave(rel, f"deeper than {MAX_DEPTH} levels: not checked, not carried")
+        self._clean_stale(scan.changes)
+        acts = [a for a in map(self.decide, scan.changes) if a is not None]
+        planned = {a.path: a for a in acts}
+        ok = []
+        for act in acts:
+            try:
+                good = self.check(act, planned)
+            except OSError as err:
+                self.leave(act.path, f"could not be checked: {err.strerror}")
+                good = False
+            if good:
+                ok.append(act)
+            elif planned.get(act.path) is act:
+                del planned[act.path]  # the real workspace keeps what it has there
+        if self.report.conflicts:
+            return self.report  # nothing is applied: the CLI says so and exits 1
+        ok = self._check_links(ok, planned)
+        deletes = [a for a in ok if a.op == "delete"]
+        first = [a for a in ok if a.op != "delete" and not a.replaces_dir]
+        last = [a for a in ok if a.op != "delete" and a.replaces_dir]
+        for act in first:  # parents before children
+            self._do(act)
+        for act in reversed(deletes):  # children before parents
+            self._do(act)
+        for act in last:  # a directory the box replaced, now emptied
+            self._do(act)
+        return self.report
+
+    def _check_links(self, ok: list[_Act], planned: dict[str, _Act]) -> list[_Act]:
+        """Refuse bad links until none is left: refusing one changes the layout others resolve in."""
+        links = [a for a in ok if a.op == "symlink"]
+        for _ in range(8):
+            cache: dict[str, tuple[str, str]] = {}
+            refused = [(a, p) for a in links if (p := self.link_problem(a, planned, cache))]
+            if not refused:
+                break
+            for act, problem in refused:
+                self.leave(act.path, problem)
+                links.remove(act)
+                del planned[act.path]
+        else:
+            for act in links:
+                self.leave(act.path, "a symlink whose target could not be settled is never carried")
+            links = []
+        keep = {id(a) for a in links}
+        return [a for a in ok if a.op != "symlink" or id(a) in keep]
+
+    def _clean_stale(self, changes: list[Change]) -> None:
+        """Temp files an interrupted apply left behind, in every directory this apply touches."""
+        dirs = {c.path.rpartition("/")[0] for c in changes} | {c.path for c in changes if c.after and c.after.kind == "dir"}
+        for rel in sorted(dirs):
+            try:
+                fd = _open_dirs(self.real_fd, rel.split("/") if rel else [])
+            except OSError:
+                continue
+            try:
+                for name in os.listdir(fd):
+                    if _TEMP_RE.match(name):
+                        try:
+                            if not stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                                os.unlink(name, dir_fd=fd)
+                        except OSError:
+                            pass
+            finally:
+                os.close(fd)
+
+    def _do(self, act: _Act) -> None:
+        parts = act.path.split("/")
+        try:
+            parent = _open_dirs(self.real_fd, parts[:-1])
+        except OSError as err:
+            self.leave(act.path, f"not applied: {err.strerror}")
+            return
+        try:
+            getattr(self, f"_{act.op}")(act, parent, parts[-1])
+            os.fsync(parent)
+            self.report.applied.append(act.path)
+            if act.op in ("write", "chmod") and act.mode != act.change.after.mode:
+                self.report.normalised.append(Normalised(path=act.path, box_mode=f"{act.change.after.mode:04o}", mode=f"{act.mode:04o}"))
+        except _Refused as err:
+            self.leave(act.path, str(err))
+        except OSError as err:
+            self.leave(act.path, f"not applied: {err.strerror}")
+        finally:
+            os.close(parent)
+
+    def _clear(self, act: _Act, parent: int, name: str) -> None:
+        """Remove what the real workspace has where a new entry of another type goes."""
+        if act.real is None:
+            return
+        if stat.S_ISDIR(act.real.st_mode):
+            os.rmdir(name, dir_fd=parent)  # emptied by the deletions before
+        else:
+            os.unlink(name, dir_fd=parent)
+
+    def _mkdir(self, act: _Act, parent: int, name: str) -> None:
+        if act.real is not None:
+            os.unlink(name, dir_fd=parent)  # a file or a symlink the box turned into a directory
+        os.mkdir(name, 0o755, dir_fd=parent)
+        fd = os.open(name, _DIR, dir_fd=parent)
+        try:
+            _chown(fd, *_owner(None, self.m))
+            os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
+
+    def _write(self, act: _Act, parent: int, name: str) -> None:
+        src = _open_file(self.copy_fd, act.path)
+        try:
+            st = os.fstat(src)
+            if st.st_nlink > 1:
+                raise _Refused(f"a hard link ({st.st_nlink} names) made in the box is never carried")
+            tmp = _temp_name()
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+            try:
+                while chunk := os.read(src, _CHUNK):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view):]
+                _chown(out, *_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m))
+                os.fchmod(out, act.mode)
+                os.fsync(out)
+            except BaseException:
+                os.unlink(tmp, dir_fd=parent)
+                raise
+            finally:
+                os.close(out)
+            if act.replaces_dir:
+                os.rmdir(name, dir_fd=parent)
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        finally:
+            os.close(src)
+
+    def _chmod(self, act: _Act, parent: int, name: str) -> None:
+        fd = os.open(name, _FILE, dir_fd=parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _Refused("no longer a regular file in the real workspace")
+            os.fchmod(fd, act.mode)
+        finally:
+            os.close(fd)
+
+    def _symlink(self, act: _Act, parent: int, name: str) -> None:
+        tmp = _temp_name()
+        os.symlink(act.target, tmp, dir_fd=parent)
+        try:
+            uid, gid = _owner(act.real, self.m)
+            try:
+                os.chown(tmp, uid, gid, dir_fd=parent, follow_symlinks=False)
+            except PermissionError:
+                pass
+            if act.replaces_dir:
+                os.rmdir(name, dir_fd=parent)
+            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=parent)
+            except OSError:
+                pass
+            raise
+
+    def _delete(self, act: _Act, parent: int, name: str) -> None:
+        st = os.lstat(name, dir_fd=parent)
+        if stat.S_ISDIR(st.st_mode):
+            os.rmdir(name, dir_fd=parent)
+        elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+            os.unlink(name, dir_fd=parent)
+        else:
+            raise _Refused("not a file, directory or symlink in the real workspace: left alone")
+
+
+class _Refused(Exception):
+    """Something found at write time that the plan did not allow (the box may still be running)."""
+
+
+def _temp_name() -> str:
+    return f"{TEMP_PREFIX}{os.urandom(8).hex()}.tmp"
+
+
+def _chown(fd: int, uid: int, gid: int) -> None:
+    try:
+        os.fchown(fd, uid, gid)
+    except PermissionError:
+        pass  # not root: the file is ours, which is the best an unprivileged apply can do
+
+
+def apply_changes(manifest: CopyManifest) -> ApplyReport:
+    """Carry the box's changes into the real workspace, sanitised; nothing at all on a conflict.
+
+    Returns what was applied, what was left out (with why) and the conflicts; the caller exits 1
+    when there are conflicts. Safe to run again after an interruption.
+    """
+    applier = _Applier(manifest)
+    try:
+        return applier.run()
+    finally:
+        applier.close()
