@@ -82,10 +82,10 @@ class ApplyReport(BaseModel):
 
     def lines(self) -> list[str]:
         """For a terminal: every path made visible (a name may hold escape sequences)."""
-        out = [f"conflict: {show_path(c.path)}: {c.reason}" for c in self.conflicts]
+        out = [f"conflict: {show_path(c.path)}: {show_path(c.reason)}" for c in self.conflicts]
         out += [f"applied: {show_path(p)}" for p in self.applied]
         out += [f"mode {n.box_mode} normalised to {n.mode}: {show_path(n.path)}" for n in self.normalised]
-        return out + [f"left out: {show_path(lo.path)}: {lo.reason}" for lo in self.left_out]
+        return out + [f"left out: {show_path(lo.path)}: {show_path(lo.reason)}" for lo in self.left_out]
 
 
 def show_path(rel: str) -> str:
@@ -539,7 +539,8 @@ class _Applier:
         elif where.parent_missing:
             parent = rel.rpartition("/")[0]
             if act.op == "delete":
-                return False  # gone with its parent
+                self.report.already.append(rel)  # gone with its parent
+                return False
             if not (parent in planned and planned[parent].op == "mkdir") and not self._parent_planned(parent, planned):
                 self.conflict(rel, "its directory is gone from the real workspace since the copy was taken")
                 return False

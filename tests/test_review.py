@@ -98,6 +98,7 @@ def test_an_edit_an_addition_and_a_deletion_are_shown_and_applied_and_nothing_el
     assert " a.txt |     2 +-" in stat_lines
 
     before = snapshot(real)
+    (real / "src" / f"{TEMP_PREFIX}0123456789abcdef.tmp").write_text("left by an apply killed earlier")
     report = apply_changes(manifest)
     assert report.conflicts == [] and report.left_out == []
     assert sorted(report.applied) == ["a.txt", "b.txt", "src/new.py"]
@@ -361,22 +362,25 @@ def _old_or_new(real: Path) -> tuple[int, int, list[str]]:
 
 
 def test_apply_killed_midway_leaves_every_file_old_or_new_and_can_be_run_again(tmp_path):
+    real, manifest_path = _interrupted_workspace(tmp_path, 99)
+    started = time.monotonic()
+    _run_apply(manifest_path, kill_after=None)  # how long a whole apply takes here, now
+    whole = time.monotonic() - started
+    assert _old_or_new(real)[1:] == (N_FILES, [])
     mixed = 0
-    delays = [0.6, 0.9, 1.2, 1.6, 2.2]
-    for n, delay in enumerate(delays):
+    for n, fraction in enumerate([0.35, 0.5, 0.65, 0.8]):
         real, manifest_path = _interrupted_workspace(tmp_path, n)
-        _run_apply(manifest_path, kill_after=delay)
+        _run_apply(manifest_path, kill_after=whole * fraction)
         old, new, _ = _old_or_new(real)
         mixed += bool(old and new)
     assert mixed >= 2, "the kills never landed in the middle of an apply: the test proves nothing"
-    # the last, interrupted workspace: a second kill, then a full run finishes the job and cleans up
-    _run_apply(manifest_path, kill_after=0.8)
+    # the last, interrupted workspace: killed again, then a full run finishes the job and cleans up
+    _run_apply(manifest_path, kill_after=whole * 0.3)
     _old_or_new(real)
     done = _run_apply(manifest_path, kill_after=None)
     applied, already, conflicts = map(int, done.stdout.split())
     assert conflicts == 0 and applied + already == N_FILES and already > 0
-    old, new, temps = _old_or_new(real)
-    assert (old, new, temps) == (0, N_FILES, [])
+    assert _old_or_new(real) == (0, N_FILES, [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,3 +432,13 @@ def test_a_real_box_plants_everything_and_apply_carries_only_the_edit(open_sandb
     assert after["open.txt"] == ("file", 0o644, b"x\n") and after["suid"][:2] == ("file", 0o755)
     assert set(after) == {".git", ".git/HEAD", "app.py", "uid.txt", "suid", "open.txt", "nested"}
     assert after["app.py"] == ("file", 0o644, b"print('fixed')\n")
+
+
+def test_the_report_shows_paths_and_reasons_on_one_visible_line_each(tmp_path):
+    real = build(tmp_path / "real", {"a.txt": "a\n"})
+    manifest, copy = take_copy(real, tmp_path)
+    os.mkfifo(copy / "fifo\x1b[31m\nconflict: a.txt")
+    os.symlink("/etc/\x1b]52;c;x\x07", copy / "l\r")
+    lines = apply_changes(manifest).lines()
+    assert len(lines) == 2 and all(line.startswith("left out: ") for line in lines)
+    assert not any(ch in line for line in lines for ch in "\x1b\r\n\x07")
