@@ -494,6 +494,9 @@ class _Applier:
         after = change.after
         if after is None:
             return _Act(change.path, "delete", change, entry)
+        if _TEMP_RE.match(change.path.rpartition("/")[2]):
+            self.leave(change.path, "a name apply reserves for its own temp files is never carried")
+            return None
         if after.kind == "special":
             self.leave(change.path, f"{_special_name(change.fmt)} is never carried")
             return None
@@ -796,10 +799,7 @@ class _Applier:
             tmp = _temp_name()
             out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
             try:
-                while chunk := os.read(src, _CHUNK):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(out, view):]
+                _copy_data(src, out)
                 _chown(out, *_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m))
                 os.fchmod(out, act.mode)
                 os.fsync(out)
@@ -854,6 +854,35 @@ class _Applier:
 
 class _Refused(Exception):
     """Something found at write time that the plan did not allow (the box may still be running)."""
+
+
+def _copy_data(src: int, out: int) -> None:
+    """Stream src into out in bounded chunks, keeping holes: a sparse file the box made (cheap in
+    the copy) must not become gigabytes of zeros on the user's disk."""
+    offset = 0
+    while True:
+        try:
+            data = os.lseek(src, offset, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno != errno.ENXIO:  # ENXIO: nothing but a hole up to the end
+                raise
+            break
+        os.lseek(out, data, os.SEEK_SET)
+        os.lseek(src, data, os.SEEK_SET)
+        end = os.lseek(src, data, os.SEEK_HOLE)
+        os.lseek(src, data, os.SEEK_SET)
+        offset = data
+        while offset < end:
+            chunk = os.read(src, min(_CHUNK, end - offset))
+            if not chunk:
+                break
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view):]
+            offset += len(chunk)
+        if offset < end:  # it shrank while being read
+            break
+    os.ftruncate(out, max(offset, os.fstat(src).st_size))
 
 
 def _temp_name() -> str:

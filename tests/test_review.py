@@ -442,3 +442,23 @@ def test_the_report_shows_paths_and_reasons_on_one_visible_line_each(tmp_path):
     lines = apply_changes(manifest).lines()
     assert len(lines) == 2 and all(line.startswith("left out: ") for line in lines)
     assert not any(ch in line for line in lines for ch in "\x1b\r\n\x07")
+
+
+def test_sparse_files_stay_sparse_and_odd_names_are_carried_exactly(tmp_path):
+    real = build(tmp_path / "real", {"a.txt": "a\n"})
+    manifest, copy = take_copy(real, tmp_path)
+    with open(copy / "sparse.img", "wb") as fh:
+        fh.write(b"head")
+        fh.seek(2 << 30)
+        fh.write(b"tail")  # 2 GiB apparent, a few KiB on disk
+    odd = os.fsencode("caf\udce9.txt")  # a Latin-1 name: not UTF-8
+    with open(os.path.join(os.fsencode(copy), odd), "wb") as fh:
+        fh.write(b"latin\n")
+    (copy / f"{TEMP_PREFIX}0123456789abcdef.tmp").write_text("the box squatting apply's temp name\n")
+    report = apply_changes(manifest)
+    assert [lo.path for lo in report.left_out] == [f"{TEMP_PREFIX}0123456789abcdef.tmp"]
+    st = os.stat(real / "sparse.img")
+    assert st.st_size == (2 << 30) + 4 and st.st_blocks * 512 < (1 << 20)
+    with open(real / "sparse.img", "rb") as fh:
+        assert fh.read(4) == b"head" and (fh.seek(2 << 30), fh.read())[1] == b"tail"
+    assert open(os.path.join(os.fsencode(real), odd), "rb").read() == b"latin\n"
