@@ -474,6 +474,7 @@ class _Applier:
     def __init__(self, manifest: CopyManifest) -> None:
         self.m = manifest
         self.report = ApplyReport()
+        self.touched: set[str] = set()  # directories whose entries changed: fsynced once, at the end
         self.real_fd = os.open(manifest.real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.copy_fd = os.open(manifest.copy_dir, _DIR)
 
@@ -710,7 +711,21 @@ class _Applier:
             self._do(act)
         for act in last:  # a directory the box replaced, now emptied
             self._do(act)
+        self._sync_dirs()
         return self.report
+
+    def _sync_dirs(self) -> None:
+        """Each file's data was fsynced before its rename; the renames themselves are made durable
+        here, once per directory (a crash before this leaves each file old or new, never torn)."""
+        for rel in sorted(self.touched):
+            try:
+                fd = _open_dirs(self.real_fd, rel.split("/") if rel else [])
+            except OSError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def _check_links(self, ok: list[_Act], planned: dict[str, _Act]) -> list[_Act]:
         """Refuse bad links until none is left: refusing one changes the layout others resolve in."""
@@ -759,7 +774,7 @@ class _Applier:
             return
         try:
             getattr(self, f"_{act.op}")(act, parent, parts[-1])
-            os.fsync(parent)
+            self.touched.add("/".join(parts[:-1]))
             self.report.applied.append(act.path)
             if act.op in ("write", "chmod") and act.mode != act.change.after.mode:
                 self.report.normalised.append(Normalised(path=act.path, box_mode=f"{act.change.after.mode:04o}", mode=f"{act.mode:04o}"))
