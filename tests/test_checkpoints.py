@@ -324,3 +324,21 @@ def test_checkpoints_of_a_real_sandbox(open_sandbox, tmp_path: Path):
     store.restore(0)
     assert picture(ws) == start
     assert {p.name for p in canary.iterdir()} == {"secret.txt"}
+
+
+def test_a_same_size_rewrite_with_a_forged_mtime_is_seen_by_a_full_walk(tmp_path: Path):
+    """A box can set a file's mtime back (touch -d) after rewriting it at the same size; only the
+    ctime, which no caller can set, tells the stat cache. A moved directory makes the record a
+    full walk, so the cache (not an inotify hint) decides."""
+    ws = make_workspace(tmp_path / "ws", {"x.txt": "aaaa", "d/keep.txt": "k"})
+    old = os.stat(ws / "x.txt")
+    time.sleep(0.1)  # past the racy window, so the first record's stat is cached and trusted
+    store = CheckpointStore(tmp_path / "cp.git", ws)
+    store.record(0)
+    (ws / "x.txt").write_text("bbbb")
+    os.utime(ws / "x.txt", ns=(old.st_atime_ns, old.st_mtime_ns))
+    os.rename(ws / "d", ws / "d2")
+    cp = store.record(1)
+    assert "x.txt" in cp.files_changed
+    store.restore(0)
+    assert (ws / "x.txt").read_text() == "aaaa"
