@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -20,10 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.checkpoints import CheckpointStore  # noqa: E402
 from orchestrator.config import SandboxConfig  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 from orchestrator.sandbox.pool import SandboxPool  # noqa: E402
+from orchestrator.workspace_copy import copy_workspace  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:
@@ -191,14 +194,74 @@ def bench_scaling(client, root: Path, sizes: list[int]) -> dict:
     return out
 
 
+def bench_workspace(root: Path, files: int, size: int, copies: int, checkpoints: int) -> dict:
+    """Copy mode's copy against `cp -a` of the same tree, and a checkpoint after a one-file turn."""
+    real = root / "ws-real"
+    for i in range(files):
+        sub = real / f"d{i // 1000:03}"
+        if i % 1000 == 0:
+            sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:06}.txt").write_bytes(os.urandom(size // 2).hex().encode())
+    ours, cp = [], []
+    for n in range(copies + 1):  # the first of each warms the page cache and is dropped
+        dest = root / f"copy{n}"
+        started = time.perf_counter()
+        copy_workspace(real, dest, 1000, 1000)
+        if n:
+            ours.append((time.perf_counter() - started) * 1000)
+        shutil.rmtree(dest)
+        started = time.perf_counter()
+        subprocess.run(["cp", "-a", str(real), str(dest)], check=True)
+        if n:
+            cp.append((time.perf_counter() - started) * 1000)
+        shutil.rmtree(dest)
+    store = CheckpointStore(root / "state" / "checkpoints.git", real)
+    started = time.perf_counter()
+    store.record(0)
+    first = (time.perf_counter() - started) * 1000
+    target = real / "d005" / "f005000.txt"
+    record = []
+    for turn in range(1, checkpoints + 1):
+        target.write_bytes(f"turn {turn}\n".encode())
+        started = time.perf_counter()
+        if store.record(turn) is None:
+            raise RuntimeError("benchmark checkpoint saw no change")
+        record.append((time.perf_counter() - started) * 1000)
+    store.close()
+    fresh = CheckpointStore(root / "state" / "checkpoints.git", real)
+    target.write_bytes(b"a new process\n")
+    started = time.perf_counter()
+    fresh.record(checkpoints + 1)  # no hints yet: a full walk, every file read and hashed once
+    full = (time.perf_counter() - started) * 1000
+    fresh.close()
+    return {
+        "workspace_files": files,
+        "workspace_mb": files * size / 1e6,
+        "copy_p50_ms": statistics.median(ours),
+        "cp_a_p50_ms": statistics.median(cp),
+        "copy_ratio_vs_cp_a": statistics.median(ours) / statistics.median(cp),
+        "checkpoint_first_ms": first,
+        "checkpoint_p50_ms": statistics.median(record),
+        "checkpoint_p95_ms": pct(record, 0.95),
+        "checkpoint_full_walk_ms": full,
+        "load_average": os.getloadavg()[0],
+    }
+
+
+SECTIONS = ("tool calls", "cold start", "concurrency", "scaling", "workspace")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions; under 2 minutes")
     parser.add_argument("--json", dest="json_path", help="write the results as one JSON object")
+    parser.add_argument("--section", action="append", choices=SECTIONS, help="run only this section (repeatable)")
     parser.add_argument("--plot", dest="plot_path", help="draw the scaling figures as a PNG (needs matplotlib: pip install -e '.[bench]')")
     args = parser.parse_args()
-    client = docker_client(timeout=600)
-    image = ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
+    wanted = args.section or list(SECTIONS)
+    if set(wanted) - {"workspace"}:
+        client = docker_client(timeout=600)
+        image = ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
     quick = args.quick
     results: dict = {"quick": quick, "machine": {"cpus": os.cpu_count()}}
     root = Path(tempfile.mkdtemp(prefix="oa-bench-"))
@@ -209,8 +272,11 @@ def main() -> int:
             ("cold start", lambda: bench_cold_start(client, ws, image, 5 if quick else 20)),
             ("concurrency", lambda: bench_concurrency(client, root, 20, 50)),
             ("scaling", lambda: bench_scaling(client, root, [1000, 10000] if quick else [1000, 10000, 100000])),
+            ("workspace", lambda: bench_workspace(root, 10_000, 10_000, 2 if quick else 5, 30 if quick else 200)),
         ]
         for name, step in steps:
+            if name not in wanted:
+                continue
             started = time.perf_counter()
             results.update(step())
             print(f"[{name}: {time.perf_counter() - started:.1f}s]", file=sys.stderr)
@@ -248,7 +314,7 @@ def plot_scaling(r: dict, path: Path) -> None:
 
 
 def print_table(r: dict) -> None:
-    rows = [
+    rows = [] if "tool_call_p50_ms" not in r else [
         ("read_file 1 KiB (warm) p50 / p95", f"{r['tool_call_p50_ms']:.2f} / {r['tool_call_p95_ms']:.2f} ms", f"docker exec cat: {r['docker_exec_p50_ms']:.1f} / {r['docker_exec_p95_ms']:.1f} ms", f"{r['tool_call_speedup_vs_docker_exec']:.0f}x faster (target >= 20x)"),
         ("shell `true` p50", f"{r['shell_p50_ms']:.2f} ms", f"docker exec true: {r['docker_exec_true_p50_ms']:.1f} ms", f"{r['shell_speedup_vs_docker_exec']:.1f}x faster"),
         ("cold start to first answer p50 / p95", f"{r['cold_start_p50_ms']:.0f} / {r['cold_start_p95_ms']:.0f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} / {r['docker_run_p95_ms']:.0f} ms", f"{r['cold_start_ratio_vs_docker_run']:.2f}x of docker run (target <= 2.0)"),
@@ -256,6 +322,12 @@ def print_table(r: dict) -> None:
         (f"{r['concurrent_sandboxes']} sandboxes x 50 mixed calls", f"{r['concurrent_calls_per_s']:.0f} calls/s, p95 {r['concurrent_p95_ms']:.1f} ms", "", f"{r['concurrent_errors']} errors (target 0)"),
         ("agent RSS idle / after 48 KiB read", f"{r['agent_rss_idle_mib']:.1f} / {r['agent_rss_mib']:.1f} MiB", "", "target < 15 MiB"),
     ]
+    if "copy_p50_ms" in r:
+        rows += [
+            (f"copy mode: copy {r['workspace_files']} files / {r['workspace_mb']:.0f} MB p50", f"{r['copy_p50_ms']:.0f} ms", f"cp -a: {r['cp_a_p50_ms']:.0f} ms", f"{r['copy_ratio_vs_cp_a']:.2f}x of cp -a (target <= 2.0)"),
+            ("checkpoint after a one-file turn p50 / p95", f"{r['checkpoint_p50_ms']:.1f} / {r['checkpoint_p95_ms']:.1f} ms", f"first: {r['checkpoint_first_ms']:.0f} ms, full walk: {r['checkpoint_full_walk_ms']:.0f} ms", "target p50 < 50 ms"),
+            ("load average during the run", f"{r['load_average']:.2f}", "", f"{r['machine']['cpus']} CPUs"),
+        ]
     for key in sorted(k for k in r if k.startswith("grep_")):
         size = key.split("_")[1]
         rows.append((f"{size} files: grep / list", f"{r[key]:.0f} / {r[f'list_{size}_files_ms']:.0f} ms", "", ""))
