@@ -40,11 +40,17 @@ def sandbox_options(fn):
         click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
         click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
         click.option("--write-quota", default=None, metavar="SIZE", help="How much the session may grow the workspace, e.g. 4g (default), 500m."),
+        click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
+                     help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
+                          "auto: copy for a root-owned workspace, else bind."),
     ]
 
     @functools.wraps(fn)
-    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, **kwargs):
-        return fn(*args, config=build_config(image, memory, pids, cpus, env, runtime, user, egress, write_quota), **kwargs)
+    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, workspace_mode, **kwargs):
+        from .sessions import WorkspaceMode
+
+        config = build_config(image, memory, pids, cpus, env, runtime, user, egress, write_quota)
+        return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)
@@ -123,9 +129,11 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
 @sandbox_options
 @click.argument("tool")
 @click.argument("json_args", default="{}")
-def exec_(workspace, config, tool, json_args) -> None:
-    """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result."""
+def exec_(workspace, config, mode, tool, json_args) -> None:
+    """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
+    change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from .sandbox.docker import DockerSandbox
+    from .sessions import WorkspaceMode, prepare
     from .tools.args import validate_arguments
 
     _terminate_as_interrupt()
@@ -135,13 +143,20 @@ def exec_(workspace, config, tool, json_args) -> None:
         result = ToolResult.failure(err)
     else:
         try:
-            with DockerSandbox(workspace, config) as sandbox:
+            record, git_dir = prepare(Path(workspace).resolve(), mode, config.user, kind="exec")
+            box_config = config.model_copy(update={"user": record.user})
+            with DockerSandbox(record.box_workspace, box_config, state_dir=record.dir, git_dir=git_dir) as sandbox:
                 result = sandbox.call(tool, args)
         except OpenAgentsError as err:
             raise _setup_error(err) from None
+        record.status = "finished" if result.ok else "stopped"
+        record.save()
         for report in sandbox.sweeper.reports:
             for line in report.lines():
                 click.echo(f"oa-sandbox: integrity sweep: {line}", err=True)
+        if record.mode == WorkspaceMode.COPY:
+            click.echo(f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
+                       f"apply with `oa-sandbox apply {record.id}`", err=True)
     click.echo(result.model_dump_json())
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
 
@@ -157,14 +172,16 @@ def exec_(workspace, config, tool, json_args) -> None:
 @click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
+@click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
 @sandbox_options
 @click.argument("task")
-def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git, config, task) -> None:
+def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git, apply_at_end,
+        config, mode, task) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder."""
     from .loop import SessionStatus
     from .policy.approvals import NonInteractiveApprover, TerminalApprover
     from .render import visible
-    from .session import SessionOptions, default_transcript_path, open_session
+    from .session import SessionOptions, open_session
     from .tools.registry import RegistryConfig
     from .transcript import render_event
 
@@ -174,26 +191,36 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
             click.echo(visible(line), err=True)
 
     _terminate_as_interrupt()
-    path = Path(transcript_path) if transcript_path else default_transcript_path()
+    path = Path(transcript_path) if transcript_path else None
     interactive = not non_interactive and sys.stdin.isatty()
     try:
         options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies),
                                  max_turns=max_turns, registry=RegistryConfig(disabled=set(disabled), git=not no_git))
-        opened = open_session(options, Path(workspace), config, TerminalApprover() if interactive else NonInteractiveApprover(), path, live)
+        opened = open_session(options, Path(workspace), config, TerminalApprover() if interactive else NonInteractiveApprover(), path, live, mode=mode)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
     except ValueError as err:
         raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    result = None
     try:
         result = opened.session.run(task)
+        opened.finish(result.status.value, result.reason)
     finally:
         swept = opened.close()
+    record = opened.record
     for line in swept:
         click.echo(f"integrity sweep: {line}", err=True)
-    click.echo(f"transcript: {path}", err=True)
+    click.echo(f"transcript: {record.transcript}", err=True)
+    click.echo(f"session: {record.id} ({record.mode.value} mode, {len(record.files_changed)} files changed)", err=True)
+    code = EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR
+    if record.mode.value == "copy":
+        if apply_at_end:
+            code = max(code, _apply(record))
+        else:
+            click.echo(f"  the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply", err=True)
     if result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
-    raise click.exceptions.Exit(EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR)
+    raise click.exceptions.Exit(code)
 
 
 @main.command()
@@ -206,12 +233,13 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
 @click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--pool", default=0, show_default=True, type=click.IntRange(0, 32), help="Keep N sandboxes of --workspace warm, so a session starts at once.")
 @sandbox_options
-def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, pool, config) -> None:
+def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, pool, config, mode) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from .acp.server import AcpServer
     from .models.base import model_from_spec
     from .sandbox.pool import SandboxPool
-    from .session import SessionOptions, default_transcript_path, load_policies, open_session, with_policy_egress
+    from .session import SessionOptions, load_policies, open_session, with_policy_egress
+    from .state import new_id
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies), max_turns=max_turns)
@@ -232,10 +260,8 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
         warm.start()
 
     def start(ws: Path, approver, on_event):
-        path = default_transcript_path("acp-")
-        if transcript_dir:
-            path = Path(transcript_dir) / path.name
-        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None)
+        path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
+        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp")
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
@@ -264,12 +290,13 @@ def transcript_show(path: str) -> None:
 @click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
 @click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
 @sandbox_options
-def doctor(workspace, attack, config) -> None:
+def doctor(workspace, attack, config, mode) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from sandbox_agent import limits
 
-    from .sandbox.docker import container_settings, docker_client, workspace_user
+    from .sandbox.docker import container_settings, docker_client
     from .sandbox.image import image_status
+    from .sessions import resolve_mode
     from .sandbox.seccomp import DESCRIPTION as SECCOMP
 
     ok = True
@@ -287,12 +314,20 @@ def doctor(workspace, attack, config) -> None:
     runtimes = (client.info().get("Runtimes") or {}).keys()
     click.echo(f"[info] runtimes: {', '.join(sorted(runtimes))}" + ("" if "runsc" in runtimes else "  (gVisor's runsc is not installed)"))
     ws = Path(workspace).resolve()
-    settings = container_settings(config, ws, workspace_user(ws, config))
+    try:
+        mode, user = resolve_mode(ws, mode, config.user)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    settings = container_settings(config, ws, user)
+    git = "every .git present at the start read-only" if (ws / ".git").exists() else "an empty read-only placeholder at /workspace/.git"
+    where = "a private copy of " if mode.value == "copy" else ""
     click.echo("\nSecurity settings of a sandbox:")
     rows = [
-        ("workspace", f"{ws} -> /workspace (bind, read-write); .git read-only" if (ws / ".git").exists() else f"{ws} -> /workspace (bind, read-write)"),
+        ("workspace mode", mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else "")),
+        ("workspace", f"{where}{ws} -> /workspace (read-write); {git}"),
+        ("write quota", f"{config.write_quota >> 20} MiB of growth per session; integrity sweep at the end and on every replacement"),
         ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"),
-        ("user", settings["user"] + ("  (root-owned workspace: pass --user for an unprivileged uid)" if settings["user"].startswith("0:") else "")),
+        ("user", user + ("  (root-owned workspace: the copy belongs to this unprivileged user)" if mode.value == "copy" and ws.stat().st_uid == 0 else "")),
         ("root filesystem", "read-only" if settings["read_only"] else "writable"),
         ("/tmp", settings["tmpfs"]["/tmp"]),
         ("capabilities", "drop " + ",".join(settings["cap_drop"])),
@@ -323,6 +358,140 @@ def doctor(workspace, attack, config) -> None:
         if failed:
             raise click.exceptions.Exit(EXIT_TOOL_ERROR)
     raise click.exceptions.Exit(EXIT_OK if ok else EXIT_SETUP)
+
+
+def _session(session_id: str):
+    from .sessions import load
+
+    try:
+        return load(session_id)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+
+
+def _copy_session(session_id: str, action: str):
+    record = _session(session_id)
+    if record.mode.value != "copy":
+        raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} ran in bind mode: its changes are already in "
+                                           f"{record.workspace}; nothing to {action} (`oa-sandbox rollback` undoes them)"))
+    if record.discarded:
+        raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone"))
+    if record.running():
+        raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})"))
+    return record
+
+
+def _apply(record) -> int:
+    """Apply a copy session's changes; 0 when applied, 1 on conflicts (then nothing was applied)."""
+    from .render import visible
+    from .review import apply_changes
+    from .workspace_copy import CopyManifest
+
+    report = apply_changes(CopyManifest.load(record.manifest_path))
+    for item in report.left_out:
+        click.echo(visible(f"  left out {item.path}: {item.reason}"), err=True)
+    if report.conflicts:
+        for item in report.conflicts:
+            click.echo(visible(f"  conflict {item.path}: {item.reason}"), err=True)
+        click.echo(f"nothing applied: {len(report.conflicts)} file(s) changed in {record.workspace} since the copy was taken", err=True)
+        return EXIT_TOOL_ERROR
+    record.applied = True
+    record.save()
+    click.echo(f"applied {len(report.applied)} change(s) to {record.workspace}" + (f", left out {len(report.left_out)}" if report.left_out else ""), err=True)
+    return EXIT_OK
+
+
+@main.command("sessions")
+def sessions_() -> None:
+    """List sessions, newest first: id, time, mode, status, files changed, workspace."""
+    from .render import visible
+    from .sessions import list_sessions, summary_line
+
+    for record in list_sessions():
+        click.echo(visible(summary_line(record)))
+
+
+@main.command()
+@click.argument("session_id")
+@click.option("--stat", "stat_only", is_flag=True, help="One line per file with counts, as git diff --stat.")
+def changes(session_id: str, stat_only: bool) -> None:
+    """The unified diff of a copy session's changes against the real workspace."""
+    from .review import list_changes, render_diff
+    from .workspace_copy import CopyManifest
+
+    record = _copy_session(session_id, "show")
+    manifest = CopyManifest.load(record.manifest_path)
+    for line in render_diff(manifest, list_changes(manifest), stat=stat_only):
+        click.echo(line)
+
+
+@main.command("apply")
+@click.argument("session_id")
+def apply_(session_id: str) -> None:
+    """Apply a copy session's changes to the real workspace (a sanitiser: regular files and dirs,
+    normalised modes, nothing under .git). Any conflict: nothing is applied, exit 1."""
+    record = _copy_session(session_id, "apply")
+    raise click.exceptions.Exit(_apply(record))
+
+
+@main.command()
+@click.argument("session_id")
+def discard(session_id: str) -> None:
+    """Throw a copy session's copy away (its record, transcript and checkpoints stay)."""
+    import shutil
+
+    record = _copy_session(session_id, "discard")
+    shutil.rmtree(record.box_workspace, ignore_errors=True)
+    record.discarded = True
+    record.save()
+    click.echo(f"discarded the copy of session {record.id}", err=True)
+
+
+@main.command()
+@click.argument("session_id")
+def checkpoints(session_id: str) -> None:
+    """A session's checkpoints: turn, files changed, what was not checkpointed."""
+    from .checkpoints import CheckpointStore
+    from .render import visible
+
+    record = _session(session_id)
+    for point in CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list():
+        files = ", ".join(point.files_changed[:8]) + (f" and {len(point.files_changed) - 8} more" if len(point.files_changed) > 8 else "")
+        label = "start" if point.turn == 0 else f"turn {point.turn}"
+        click.echo(visible(f"{label:<9} {len(point.files_changed):>4} files  {files}"))
+        for skipped in point.skipped:
+            click.echo(visible(f"          not checkpointed: {skipped.path} ({skipped.reason})"))
+
+
+@main.command()
+@click.argument("session_id")
+@click.option("--turn", required=True, type=click.IntRange(0, None), help="Restore the state after this turn; 0 is the start.")
+def rollback(session_id: str, turn: int) -> None:
+    """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint."""
+    from .checkpoints import CheckpointStore
+    from .render import visible
+
+    record = _session(session_id)
+    if record.running():
+        raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})"))
+    if record.discarded:
+        raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone"))
+    store = CheckpointStore(record.checkpoint_store, Path(record.box_workspace))
+    turns = [p.turn for p in store.list()]
+    if turn not in turns:
+        # A turn that changed nothing has no checkpoint of its own: the one before it holds.
+        earlier = [t for t in turns if t <= turn]
+        if not earlier:
+            raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} has no checkpoint at or before turn {turn}"))
+        turn = max(earlier)
+    try:
+        report = store.restore(turn)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    for skipped in report.skipped:
+        click.echo(visible(f"  not restored: {skipped.path} ({skipped.reason})"), err=True)
+    click.echo(f"restored {record.box_workspace} to {'the start' if turn == 0 else f'turn {turn}'}: "
+               f"{len(report.restored)} written, {len(report.removed)} removed", err=True)
 
 
 @main.command()

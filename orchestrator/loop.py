@@ -11,6 +11,7 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
+from typing import Callable
 
 from pydantic import BaseModel
 
@@ -47,7 +48,9 @@ class SessionResult(BaseModel):
 
 class Session:
     def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
-                 max_turns: int = 100, loop_limit: int = 5, cancel: threading.Event | None = None) -> None:
+                 max_turns: int = 100, loop_limit: int = 5, cancel: threading.Event | None = None,
+                 after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "") -> None:
+        """`after_turn(turn, tool names)` runs once a turn's calls are done (the session's checkpoint)."""
         self.model = model
         self.registry = registry
         self.gate = gate
@@ -57,11 +60,14 @@ class Session:
         self.cancel = cancel or threading.Event()
         self.messages: list[Message] = [Message(role="system", content=SYSTEM_PROMPT)]
         self._recent: deque[str] = deque(maxlen=loop_limit)
+        self.after_turn = after_turn
+        self.session_id = session_id
+        self.workspace_mode = workspace_mode
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
-        self.transcript.event("session_start", task=task, model=self.model.name, family=self.model.family,
-                              workspace=str(self.registry.workspace), tools=self.registry.active())
+        self.transcript.event("session_start", task=task, model=self.model.name, family=self.model.family, session_id=self.session_id,
+                              workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active())
         self.messages.append(Message(role="user", content=task))
         turn = 0
         try:
@@ -87,6 +93,8 @@ class Session:
                 results = self._run_calls(reply.tool_calls)
                 for call, result in zip(reply.tool_calls, results):
                     self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
+                if self.after_turn:
+                    self.after_turn(turn, [call.name for call in reply.tool_calls])
                 fatal = next((r.error for r in results if r.error and not r.error.recoverable), None)
                 if fatal:
                     err = OpenAgentsError(fatal.type, fatal.message)

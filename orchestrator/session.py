@@ -20,7 +20,9 @@ from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
 from .hostfs import lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
+from .checkpoints import CheckpointStore
 from .sandbox.docker import DockerSandbox
+from .sessions import SessionRecord, WorkspaceMode, prepare
 from .tools.registry import RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
 
@@ -75,46 +77,93 @@ def default_transcript_path(prefix: str = "") -> Path:
     return state / "openagents-sandbox" / "transcripts" / f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 10**6}.jsonl"
 
 
+MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
+
+
 @dataclass
 class OpenSession:
     session: Session
     sandbox: DockerSandbox
     transcript: Transcript
+    record: SessionRecord
+    checkpoints: "CheckpointStore | None" = None
 
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
 
+    def checkpoint(self, turn: int, tools: list[str]) -> None:
+        """After a turn that may have changed files. A failure is recorded, never fatal."""
+        if self.checkpoints is None or (turn and not MUTATING_TOOLS & set(tools)):
+            return
+        try:
+            point = self.checkpoints.record(turn)
+        except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
+            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
+            return
+        if point is not None:
+            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
+                                  skipped=[s.model_dump() for s in point.skipped[:200]])
+
+    def finish(self, status: str, reason: str) -> None:
+        self.record.status, self.record.reason = status, reason
+
     def close(self) -> list[str]:
-        """Removes the sandbox, which sweeps the workspace; returns what the sweeps found, one line
-        each, for the end of the run (the transcript has them as `integrity_sweep` events)."""
+        """Removes the sandbox, which sweeps the workspace; records what changed; returns what the
+        sweeps found, one line each, for the end of the run (the transcript has them as events)."""
         try:
             self.sandbox.close()
         finally:
             self.transcript.close()
+            if self.checkpoints is not None:
+                try:
+                    changed = {f for point in self.checkpoints.list() for f in point.files_changed}
+                    self.record.files_changed = sorted(changed)
+                except Exception:  # noqa: BLE001 - the record is still saved
+                    pass
+                self.checkpoints.close()
+            if self.record.status == "running":
+                self.record.status = "closed"  # an editor's session, or one that ended without a result
+            self.record.save()
         return [line for report in self.sandbox.sweeper.reports for line in report.lines()]
 
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
                  transcript_path: Path | None = None, on_event: Callable[[dict], None] | None = None,
-                 sandbox: DockerSandbox | None = None) -> OpenSession:
-    """`sandbox`, if given, is already started (from a warm pool) for this workspace and config."""
+                 sandbox: DockerSandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run") -> OpenSession:
+    """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
+    (bind mode). In copy mode the copy is taken here, before any box exists."""
     workspace = Path(workspace).resolve()
     model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env)
     rules, egress = load_policies(workspace, options.policy_files)
     key_var = key_variable(options.model_spec, options.api_key_env)
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
-    transcript = Transcript(transcript_path or default_transcript_path(), redactor, on_event=on_event)
+    repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
+    record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind)
+    box_ws = Path(record.box_workspace)
+    if record.mode == WorkspaceMode.COPY:
+        repo = None  # the real repository's work tree is not the box's: git stays off in copy mode
+    record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
+    record.save()
+    transcript = Transcript(record.transcript, redactor, on_event=on_event)
+    checkpoints = None
     try:
-        repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
+        checkpoints = CheckpointStore(record.checkpoint_store, box_ws)
         if sandbox is None:
-            sandbox = DockerSandbox(workspace, with_policy_egress(config, egress))
+            box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
+            sandbox = DockerSandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
+        opened = OpenSession(None, sandbox, transcript, record, checkpoints)  # type: ignore[arg-type]
+        opened.checkpoint(0, [])  # the start, before the box has run anything
+        if sandbox.container is None:
             sandbox.start()
-        registry = ToolRegistry(sandbox, workspace, options.registry, repo)
-    except BaseException:
+        registry = ToolRegistry(sandbox, box_ws, options.registry, repo)
+    except BaseException as err:
         if sandbox is not None:
             sandbox.close()
         transcript.close()
+        record.status, record.reason = "failed", str(getattr(err, "message", err))[:500]
+        record.save()
         raise
     sandbox.on_sweep = lambda report: transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
-    session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=options.max_turns)
-    return OpenSession(session, sandbox, transcript)
+    opened.session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=options.max_turns,
+                             after_turn=opened.checkpoint, session_id=record.id, workspace_mode=record.mode.value)
+    return opened

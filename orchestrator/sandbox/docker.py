@@ -54,23 +54,25 @@ def docker_client(timeout: int = 60) -> docker.DockerClient:
 MAX_GIT_MOUNTS = 64
 
 
-def git_mounts(workspace: Path, baseline: Baseline) -> list[Mount]:
+def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None) -> list[Mount]:
     """Every .git the workspace had at the start, read-only (the box can change none of them), and
-    an empty read-only placeholder at the top when there was none (it can plant none there)."""
+    at the top either `git_dir` (copy mode: the real workspace's .git over the copy) or, when there
+    is none, an empty read-only placeholder (the box can plant no repository there)."""
     mounts = []
     for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r))[:MAX_GIT_MOUNTS]:
         if not os.path.islink(workspace / rel):
             mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/{rel}", source=str(workspace / rel), type="bind", read_only=True))
     if not os.path.lexists(workspace / ".git"):
-        mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/.git", source=str(state.empty_dir()), type="bind", read_only=True))
+        top = git_dir if git_dir is not None and os.path.lexists(git_dir) and not os.path.islink(git_dir) else state.empty_dir()
+        mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/.git", source=str(top), type="bind", read_only=True))
     return mounts
 
 
 def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None,
-                       baseline: Baseline | None = None) -> dict[str, Any]:
+                       baseline: Baseline | None = None, git_dir: Path | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
-    mounts += git_mounts(workspace, baseline or Baseline.capture(workspace))
+    mounts += git_mounts(workspace, baseline or Baseline.capture(workspace), git_dir)
     settings: dict[str, Any] = {
         "image": config.image,
         "user": user,
@@ -105,21 +107,23 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
 
 
 def workspace_user(workspace: Path, config: SandboxConfig) -> str:
-    """The workspace owner's uid:gid, so files written in the box keep their owner on the host."""
-    if config.user:
-        return config.user
-    st = workspace.stat()
-    if st.st_uid == 0:
-        log.warning("the workspace %s is owned by root: the sandbox runs as uid 0 with every capability dropped; "
-                    "chown it to an unprivileged user (or pass --user) for the stronger setting", workspace)
-    return f"{st.st_uid}:{st.st_gid}"
+    """The workspace owner's uid:gid, so files written in the box keep their owner on the host.
+    Never uid 0: a root-owned workspace is worked on as a copy (sessions.resolve_mode)."""
+    user = config.user or f"{workspace.stat().st_uid}:{workspace.stat().st_gid}"
+    if user.split(":", 1)[0].strip() in ("0", "root"):
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the sandbox never runs as uid 0 (the workspace {workspace} is owned by root, or --user 0 "
+                              "was given): use --workspace-mode copy, the default for root-owned workspaces, or --user UID:GID")
+    return user
 
 
 class DockerSandbox:
     """One container, one agent, one workspace. Use as a context manager: the container is removed on
     exit, also after Ctrl-C."""
 
-    def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None,
+                 *, state_dir: Path | None = None, git_dir: Path | None = None) -> None:
+        """`state_dir`: where the sweep's quarantine goes (a session's directory; default a fresh one).
+        `git_dir`: mounted read-only at /workspace/.git (copy mode: the real workspace's .git)."""
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"workspace {self.workspace} is not a directory")
@@ -133,7 +137,8 @@ class DockerSandbox:
         self.egress: EgressGate | None = None
         # Taken before the box can write anything: what the sweep and the quota compare against.
         self.id = state.new_id()
-        self.state_dir = state.sandbox_state_dir(self.workspace, self.id)
+        self.state_dir = state_dir or state.sandbox_state_dir(self.workspace, self.id)
+        self.git_dir = git_dir
         self.baseline = Baseline.capture(self.workspace)
         self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
                                placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
@@ -182,7 +187,7 @@ class DockerSandbox:
     def _start_container(self) -> None:
         try:
             network = self.egress.network_name if self.egress else None
-            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user, network, self.baseline))
+            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user, network, self.baseline, self.git_dir))
             sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._channel = Channel(getattr(sock, "_sock", sock))
             self.container.start()

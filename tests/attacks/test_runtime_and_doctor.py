@@ -10,6 +10,7 @@ import pytest
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.docker import DockerSandbox
+from orchestrator.selfcheck import CHECKS
 
 pytestmark = pytest.mark.docker
 
@@ -36,4 +37,4 @@ def test_doctor_attack_passes_on_this_installation(sandbox_image):
     exe = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
     proc = subprocess.run([exe, "doctor", "--attack"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "10 passed, 0 failed" in proc.stdout and "FAIL" not in proc.stdout
+    assert f"{len(CHECKS)} passed, 0 failed" in proc.stdout and "FAIL" not in proc.stdout

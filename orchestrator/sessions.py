@@ -1,0 +1,178 @@
+"""Sessions a user can name: an id, a record, and the state a session leaves outside the workspace.
+
+    $XDG_STATE_HOME/openagents-sandbox/sessions/<id>/
+        session.json        this record
+        transcript.jsonl    unless --transcript put it elsewhere
+        copy/               copy mode: the box's workspace
+        manifest.json       copy mode: how every entry looked when the copy was taken
+        checkpoints.git/    the shadow object store of the checkpoints
+        quarantine/         what the integrity sweep moved out
+
+Workspace modes: `bind` mounts the real workspace; `copy` mounts a private copy owned by the
+unprivileged sandbox uid, and nothing reaches the real one until `apply`. `auto` is copy for a
+root-owned workspace (every CI clone made as root) and bind otherwise, so the box never needs uid 0.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from enum import Enum
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from . import state
+from .errors import ErrorType, OpenAgentsError
+
+SANDBOX_UID = 1000  # the image's unprivileged user; copies are owned by it
+_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+
+
+class WorkspaceMode(str, Enum):
+    AUTO = "auto"
+    BIND = "bind"
+    COPY = "copy"
+
+
+class SessionRecord(BaseModel):
+    id: str
+    created: float
+    kind: str = "run"  # run | exec | acp
+    workspace: str  # the user's real workspace
+    mode: WorkspaceMode
+    box_workspace: str  # what the box mounts: the real workspace, or the copy
+    user: str  # uid:gid the box runs as
+    status: str = "running"  # running | finished | stopped | cancelled | failed
+    reason: str = ""
+    files_changed: list[str] = []
+    transcript: str | None = None
+    host_pid: int = 0
+    applied: bool = False
+    discarded: bool = False
+
+    @property
+    def dir(self) -> Path:
+        return sessions_root() / self.id
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / "manifest.json"
+
+    @property
+    def checkpoint_store(self) -> Path:
+        return self.dir / "checkpoints.git"
+
+    def save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = self.dir / "session.json.tmp"
+        tmp.write_text(self.model_dump_json(indent=1))
+        os.replace(tmp, self.dir / "session.json")
+
+    def running(self) -> bool:
+        """Still owned by a live process (a record left 'running' by a killed host is not)."""
+        if self.status != "running" or self.host_pid <= 0:
+            return False
+        try:
+            os.kill(self.host_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+
+def sessions_root() -> Path:
+    return state.state_root() / "sessions"
+
+
+def new_record(workspace: Path, mode: WorkspaceMode, user: str, kind: str = "run") -> SessionRecord:
+    sid = state.new_id()
+    box = sessions_root() / sid / "copy" if mode == WorkspaceMode.COPY else workspace
+    record = SessionRecord(id=sid, created=time.time(), kind=kind, workspace=str(workspace), mode=mode, box_workspace=str(box),
+                           user=user, host_pid=os.getpid())
+    state.sandbox_state_dir(workspace, sid)  # refuses a state directory inside the workspace
+    record.save()
+    return record
+
+
+def load(session_id: str) -> SessionRecord:
+    if not _ID.match(session_id):
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)")
+    path = sessions_root() / session_id / "session.json"
+    try:
+        return SessionRecord.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
+    except (OSError, ValidationError, ValueError) as err:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: {str(err)[:200]}") from None
+
+
+def list_sessions() -> list[SessionRecord]:
+    """Newest first; unreadable records are passed over."""
+    out = []
+    try:
+        names = sorted((n for n in os.listdir(sessions_root()) if _ID.match(n)), reverse=True)
+    except FileNotFoundError:
+        return []
+    for name in names:
+        try:
+            out.append(load(name))
+        except OpenAgentsError:
+            continue
+    return out
+
+
+def resolve_mode(workspace: Path, mode: WorkspaceMode, user: str | None) -> tuple[WorkspaceMode, str]:
+    """The mode and the uid:gid the box runs as. The box never runs as uid 0: an explicit 0 is
+    refused, and a root-owned workspace is copied (auto) or refused (bind without --user)."""
+    if user is not None:
+        uid = user.split(":", 1)[0]
+        if uid.strip() in ("0", "root"):
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, "--user 0 is refused: the sandbox never runs as uid 0 "
+                                  "(a root-owned workspace is worked on as a copy: --workspace-mode copy)")
+        if not re.fullmatch(r"[0-9]+(:[0-9]+)?", user):
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--user takes UID or UID:GID in numbers, not {user!r}")
+    st = workspace.stat()
+    if mode == WorkspaceMode.AUTO:
+        mode = WorkspaceMode.COPY if st.st_uid == 0 else WorkspaceMode.BIND
+    if user is None:
+        if mode == WorkspaceMode.COPY:
+            user = f"{SANDBOX_UID}:{SANDBOX_UID}"
+        elif st.st_uid == 0:
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} is owned by root, and in bind mode the box would run "
+                                  "as uid 0: use --workspace-mode copy (the default for root-owned workspaces), or --user UID:GID "
+                                  "with a user that may write it")
+        else:
+            user = f"{st.st_uid}:{st.st_gid}"
+    elif ":" not in user:
+        user = f"{user}:{user}"
+    return mode, user
+
+
+def summary_line(record: SessionRecord) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created))
+    status = record.status + (" (applied)" if record.applied else "") + (" (discarded)" if record.discarded else "")
+    if record.status == "running" and not record.running():
+        status = "interrupted"
+    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {len(record.files_changed):>4} files  {record.workspace}"
+
+
+def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run") -> tuple[SessionRecord, Path | None]:
+    """A record for a new session and, in copy mode, its copy (taken now, before any box exists).
+    Returns the record and the .git to mount read-only over the copy (None in bind mode)."""
+    from .workspace_copy import copy_workspace
+
+    mode, box_user = resolve_mode(real, mode, user)
+    record = new_record(real, mode, box_user, kind)
+    if mode != WorkspaceMode.COPY:
+        return record, None
+    uid, gid = (int(x) for x in box_user.split(":", 1))
+    try:
+        manifest = copy_workspace(real, Path(record.box_workspace), uid, gid)
+    except OSError as err:
+        record.status, record.reason = "failed", f"the workspace could not be copied: {err}"
+        record.save()
+        raise OpenAgentsError(ErrorType.IO_ERROR, f"could not copy {real} for copy mode: {err}") from None
+    manifest.save(record.manifest_path)
+    return record, real / ".git"
