@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import SandboxConfig
-from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import chown_tree, make_workspace
+from tests.conftest import make_workspace
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,18 +35,9 @@ def user_git(cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def box_on(sandbox_image, docker_client):
-    boxes: list[DockerSandbox] = []
-
-    def _open(ws: Path, **config) -> DockerSandbox:
-        box = DockerSandbox(ws, SandboxConfig(**config), client=docker_client)
-        box.start()
-        boxes.append(box)
-        return box
-
-    yield _open
-    for box in boxes:
-        box.close()
+def box_on(open_sandbox):
+    """open_sandbox under the name these scenarios read best with; closing twice is harmless."""
+    return open_sandbox
 
 
 def test_nested_repository_planted_by_the_box_does_not_outlive_the_session(box_on, tmp_path):
