@@ -121,9 +121,10 @@ class DockerSandbox:
     exit, also after Ctrl-C."""
 
     def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None,
-                 *, state_dir: Path | None = None, git_dir: Path | None = None) -> None:
+                 *, state_dir: Path | None = None, git_dir: Path | None = None, baseline: Baseline | None = None) -> None:
         """`state_dir`: where the sweep's quarantine goes (a session's directory; default a fresh one).
-        `git_dir`: mounted read-only at /workspace/.git (copy mode: the real workspace's .git)."""
+        `git_dir`: mounted read-only at /workspace/.git (copy mode: the real workspace's .git).
+        `baseline`: taken earlier by the caller (a warm pool's, from before any of its boxes ran)."""
         self.workspace = Path(workspace).resolve()
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"workspace {self.workspace} is not a directory")
@@ -139,7 +140,7 @@ class DockerSandbox:
         self.id = state.new_id()
         self.state_dir = state_dir or state.sandbox_state_dir(self.workspace, self.id)
         self.git_dir = git_dir
-        self.baseline = Baseline.capture(self.workspace)
+        self.baseline = baseline or Baseline.capture(self.workspace)
         self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
                                placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
         self.on_sweep: Callable[[SweepReport], None] | None = None

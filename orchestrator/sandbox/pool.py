@@ -11,6 +11,7 @@ import docker
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..integrity import Baseline
 from .docker import DockerSandbox
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,9 @@ class SandboxPool:
         self._ready: queue.Queue[DockerSandbox] = queue.Queue()
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
+        # One baseline for every box of the pool, taken before any ran: a box started later, while a
+        # session's box was writing, must not count that box's plants as the user's own.
+        self._baseline = Baseline.capture(self.workspace.resolve())
 
     def __enter__(self) -> "SandboxPool":
         self.start()
@@ -56,7 +60,7 @@ class SandboxPool:
     def _start_one(self) -> None:
         if self._closed.is_set():
             return
-        box = DockerSandbox(self.workspace, self.config, client=self.client)
+        box = DockerSandbox(self.workspace, self.config, client=self.client, baseline=self._baseline)
         try:
             box.start()
         except OpenAgentsError as err:
