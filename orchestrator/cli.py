@@ -19,7 +19,9 @@ EXIT_OK, EXIT_TOOL_ERROR, EXIT_SETUP = 0, 1, 2
 
 
 def _setup_error(err: OpenAgentsError) -> "click.exceptions.Exit":
-    click.echo(f"oa-sandbox: {err.type.value}: {err.message}", err=True)
+    from .render import visible
+
+    click.echo(visible(f"oa-sandbox: {err.type.value}: {err.message}"), err=True)  # messages may name box paths
     return click.exceptions.Exit(EXIT_SETUP)
 
 
@@ -133,6 +135,7 @@ def exec_(workspace, config, mode, tool, json_args) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
     change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from .sandbox.docker import DockerSandbox
+    from .render import visible
     from .sessions import WorkspaceMode, prepare
     from .tools.args import validate_arguments
 
@@ -153,7 +156,7 @@ def exec_(workspace, config, mode, tool, json_args) -> None:
         record.save()
         for report in sandbox.sweeper.reports:
             for line in report.lines():
-                click.echo(f"oa-sandbox: integrity sweep: {line}", err=True)
+                click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
         if record.mode == WorkspaceMode.COPY:
             click.echo(f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
                        f"apply with `oa-sandbox apply {record.id}`", err=True)
@@ -209,7 +212,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         swept = opened.close()
     record = opened.record
     for line in swept:
-        click.echo(f"integrity sweep: {line}", err=True)
+        click.echo(visible(f"integrity sweep: {line}"), err=True)
     click.echo(f"transcript: {record.transcript}", err=True)
     click.echo(f"session: {record.id} ({record.mode.value} mode, {len(record.files_changed)} files changed)", err=True)
     code = EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR
