@@ -41,7 +41,7 @@ import pygit2
 from pydantic import BaseModel, Field
 from pygit2.enums import RepositoryOpenFlag
 
-from .integrity import MAX_DEPTH, _is_git_name
+from .integrity import MAX_DEPTH, is_git_name, special_kind, special_name
 
 MODE_FILE, MODE_EXEC, MODE_LINK, MODE_TREE = 0o100644, 0o100755, 0o120000, 0o040000
 INDEX_NAME = "checkpoints.json"
@@ -368,7 +368,7 @@ class CheckpointStore:
         d.files.pop(name, None)
         d.skipped.pop(name, None)
         prev_dir = d.dirs.pop(name, None)
-        if _is_git_name(name):
+        if is_git_name(name):
             return
         rel = d.child_rel(name)
         try:
@@ -614,12 +614,8 @@ def _under(d: _Dir, top: _Dir) -> bool:
 
 
 def _special_reason(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO (not checkpointed)"
-    if stat.S_ISSOCK(mode):
-        return "a socket (not checkpointed)"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device file (not checkpointed)"
+    if special_kind(mode):
+        return f"{special_name(mode)} (not checkpointed)"
     return "not a regular file, directory or symlink"
 
 
@@ -645,7 +641,7 @@ class _Restorer:
         wanted = {e.name: e for e in tree if _plain_name(e.name)}
         present = {n: os.lstat(n, dir_fd=fd) for n in os.listdir(fd)}
         for name, st in present.items():
-            if name in wanted or _is_git_name(name) or _join(rel, name) in self.keep:
+            if name in wanted or is_git_name(name) or _join(rel, name) in self.keep:
                 continue
             self._remove(fd, name, _join(rel, name), st, depth)
         for name, entry in wanted.items():
@@ -747,7 +743,7 @@ class _Restorer:
         try:
             for child in os.listdir(sub):
                 child_rel = _join(rel, child)
-                if _is_git_name(child) or child_rel in self.keep:
+                if is_git_name(child) or child_rel in self.keep:
                     complete = False
                     continue
                 complete = self._remove(sub, child, child_rel, os.lstat(child, dir_fd=sub), depth + 1) and complete
@@ -765,4 +761,4 @@ def _join(rel: str, name: str) -> str:
 
 def _plain_name(name: str) -> bool:
     """Our own trees hold nothing else; a tampered store must not make restore write elsewhere."""
-    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name and not _is_git_name(name)
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name and not is_git_name(name)

@@ -30,11 +30,12 @@ from pydantic import BaseModel, Field
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
 
 
-def _is_git_name(name: str) -> bool:
+def is_git_name(name: str) -> bool:
     return name.casefold() == ".git"
 
 
-def _special_kind(mode: int) -> str | None:
+def special_kind(mode: int) -> str | None:
+    """fifo, socket or device: what holds no data and must never be opened by the host."""
     if stat.S_ISFIFO(mode):
         return "fifo"
     if stat.S_ISSOCK(mode):
@@ -42,6 +43,11 @@ def _special_kind(mode: int) -> str | None:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "device"
     return None
+
+
+def special_name(mode: int, other: str = "not a regular file") -> str:
+    """The kind in words for a person: 'a FIFO', 'a socket', 'a device file', else `other`."""
+    return {"fifo": "a FIFO", "socket": "a socket", "device": "a device file"}.get(special_kind(mode) or "", other)
 
 
 MAX_DEPTH = 512
@@ -59,7 +65,7 @@ class Found:
         self.dir_fd, self.name, self.rel, self.st = dir_fd, name, rel, st
 
 
-def walk(root: Path, enter=lambda found: not _is_git_name(found.name), too_deep: list[str] | None = None):
+def walk(root: Path, enter=lambda found: not is_git_name(found.name), too_deep: list[str] | None = None):
     """Every entry under root, depth first, through directory fds opened with O_NOFOLLOW: no
     symlink is ever followed, at any level. `enter(found)` decides whether a directory is entered
     (default: everything but .git entries)."""
@@ -124,7 +130,7 @@ class Baseline:
             if key not in seen:
                 seen.add(key)
                 usage += found.st.st_blocks * 512
-            if _is_git_name(found.name):
+            if is_git_name(found.name):
                 git[found.rel] = (found.st.st_dev, found.st.st_ino)
             if found.st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(found.st.st_mode):
                 bits.add(found.rel)
@@ -178,12 +184,12 @@ class Sweeper:
             st, rel = found.st, found.rel
             # By identity, not by name: the user's own .git stays theirs wherever the box moved its
             # parent, and one the box put at a known path is still the box's.
-            if _is_git_name(found.name) and (st.st_dev, st.st_ino) not in known:
+            if is_git_name(found.name) and (st.st_dev, st.st_ino) not in known:
                 if rel == ".git" and self.placeholder_mountpoint and stat.S_ISDIR(st.st_mode) and self._placeholder(found, shared):
                     continue
                 self._move_out(found, "git_dir" if stat.S_ISDIR(st.st_mode) else "gitfile", report)
                 continue
-            kind = _special_kind(st.st_mode)
+            kind = special_kind(st.st_mode)
             if kind:
                 self._move_out(found, kind, report)
             elif st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(st.st_mode) and rel not in self.baseline.special_bits:

@@ -27,7 +27,7 @@ from typing import Iterator, Literal
 
 from pydantic import BaseModel, Field
 
-from .integrity import MAX_DEPTH, walk
+from .integrity import MAX_DEPTH, special_name, walk
 from .render import visible
 from .workspace_copy import CopyManifest, ManifestEntry, Stamp
 
@@ -280,7 +280,7 @@ def _side(root_fd: int, rel: str) -> _Side:
     if stat.S_ISDIR(st.st_mode):
         return _Side("dir", mode=mode)
     if not stat.S_ISREG(st.st_mode):
-        return _Side("special", mode=mode, note=_special_name(st.st_mode))
+        return _Side("special", mode=mode, note=special_name(st.st_mode))
     if st.st_size > MAX_DIFF_FILE_BYTES:
         return _Side("file", st.st_size, mode, note=f"large file, {st.st_size} bytes")
     try:
@@ -301,16 +301,6 @@ def _side(root_fd: int, rel: str) -> _Side:
     if b"\0" in data[:8192]:
         return _Side("file", len(data), mode, note=f"binary file, {len(data)} bytes")
     return _Side("file", len(data), mode, text=data.decode("utf-8", errors="replace"))
-
-
-def _special_name(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device file"
-    return "not a regular file"
 
 
 _GIT_TYPE = {"file": 0o100000, "symlink": 0o120000, "dir": 0o040000}
@@ -499,7 +489,7 @@ class _Applier:
             self.leave(change.path, "a name apply reserves for its own temp files is never carried")
             return None
         if after.kind == "special":
-            self.leave(change.path, f"{_special_name(change.fmt)} is never carried")
+            self.leave(change.path, f"{special_name(change.fmt)} is never carried")
             return None
         if after.kind == "file":
             if change.nlink > 1:

@@ -6,7 +6,6 @@ events; everything else is put together here, once.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -70,11 +69,6 @@ def with_policy_egress(config: SandboxConfig, egress: EgressPolicy) -> SandboxCo
     current = config.egress or EgressConfig()
     merged = current.model_copy(update={"allow": [*current.allow, *egress.allow], "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs]})
     return config.model_copy(update={"egress": merged})
-
-
-def default_transcript_path(prefix: str = "") -> Path:
-    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "openagents-sandbox" / "transcripts" / f"{prefix}{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{time.monotonic_ns() % 10**6}.jsonl"
 
 
 MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
