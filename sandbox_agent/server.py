@@ -1,6 +1,7 @@
 """One JSON message per line over stdin/stdout: the container needs no network interface.
 
 Request:  {"v": 1, "id": 7, "tool": "read_file", "args": {...}}
+Ack:      {"v": 1, "id": 7, "ack": true}   (sent when the request is read, before it runs)
 Response: {"v": 1, "id": 7, "ok": true, "output": "...", "note": "...", "meta": {...}}
       or  {"v": 1, "id": 7, "ok": false, "output": "...", "error": {"type": "...", "message": "..."}, "meta": {...}}
 
@@ -78,15 +79,19 @@ def handle(request: dict) -> dict:
         return {**base, "ok": False, "error": {"type": "internal_error", "message": f"{type(err).__name__}: {err}"}}
 
 
-def _serve_one(line: bytes) -> None:
+def _accept(line: bytes) -> dict | None:
+    """Parse a request and acknowledge it before it runs: the host retries a call on a fresh agent
+    only when it never saw the acknowledgement, so a call that may have run is never run twice."""
     try:
         request = json.loads(line)
         if not isinstance(request, dict):
             raise ValueError("not an object")
     except (ValueError, RecursionError) as err:
         _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": f"bad request line: {err}"}})
-        return
-    _send(handle(request))
+        return None
+    if isinstance(request.get("id"), int):
+        _send({"v": PROTOCOL_VERSION, "id": request["id"], "ack": True})
+    return request
 
 
 def _harden() -> None:
@@ -118,5 +123,5 @@ def main() -> None:
                 line = stdin.readline(limits.MAX_REQUEST_BYTES)
             _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": "request line too long"}})
             continue
-        if line.strip():
-            threading.Thread(target=_serve_one, args=(line,), daemon=True).start()
+        if line.strip() and (request := _accept(line)) is not None:
+            threading.Thread(target=lambda r=request: _send(handle(r)), daemon=True).start()

@@ -31,6 +31,7 @@ class Channel:
         self._sock = sock
         self._ids = itertools.count(1)
         self._pending: dict[int, Future[AgentResponse]] = {}
+        self._received: set[int] = set()  # acknowledged by the agent, not yet answered
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.broken: OpenAgentsError | None = None
@@ -62,6 +63,15 @@ class Channel:
     def forget(self, rid: int) -> None:
         with self._lock:
             self._pending.pop(rid, None)
+            self._received.discard(rid)
+
+    def was_received(self, rid: int) -> bool:
+        """Whether the agent acknowledged the request (read it, so it may have run). Asked once a
+        call failed; a request never acknowledged never ran and is safe to send again."""
+        with self._lock:
+            received = rid in self._received
+            self._received.discard(rid)
+            return received
 
     def close(self) -> None:
         self._fail(OpenAgentsError(ErrorType.AGENT_LOST, "the sandbox was closed"))
@@ -120,7 +130,13 @@ class Channel:
 
     def _dispatch(self, line: bytes) -> None:
         try:
-            response = AgentResponse.model_validate(json.loads(line))
+            message = json.loads(line)
+            if isinstance(message, dict) and message.get("ack") is True and type(message.get("id")) is int:
+                with self._lock:
+                    if message["id"] in self._pending:
+                        self._received.add(message["id"])
+                return
+            response = AgentResponse.model_validate(message)
         except (ValueError, ValidationError, RecursionError):
             raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent something that is not a response: {line[:120]!r}") from None
         if response.id is None:
@@ -128,6 +144,7 @@ class Channel:
             raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent rejected a request: {response.error.message if response.error else '?'}")
         with self._lock:
             future = self._pending.pop(response.id, None)
+            self._received.discard(response.id)
         if future is not None and not future.done():
             future.set_result(response)
 

@@ -148,6 +148,7 @@ class DockerSandbox:
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the container, under this lock; the others see the new channel and do nothing.
         self._lifecycle = threading.RLock()
+        self._closed = False
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "DockerSandbox":
@@ -164,6 +165,7 @@ class DockerSandbox:
         return self._client
 
     def start(self) -> None:
+        self._closed = False
         try:
             self.client.images.get(self.config.image)
         except docker.errors.ImageNotFound:
@@ -212,6 +214,7 @@ class DockerSandbox:
 
     def close(self) -> None:
         with self._lifecycle:
+            self._closed = True
             self._remove()
             if self.quota is not None:
                 self.quota.stop()
@@ -269,13 +272,15 @@ class DockerSandbox:
         err = OpenAgentsError(ErrorType.WORKSPACE_QUOTA_EXCEEDED, self.quota.message())
         return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth})
 
-    def _call(self, tool: str, args: dict[str, Any]) -> ToolResult:
+    def _call(self, tool: str, args: dict[str, Any], resent: bool = False) -> ToolResult:
         with self._lifecycle:
             if self._channel is None or self._channel.broken:
                 self.restart()
             channel = self._channel
+        assert channel is not None
         deadline = self.deadline_for(tool, args)
         started = time.monotonic()
+        rid: int | None = None
         try:
             rid, future = channel.request(tool, args)
             try:
@@ -285,6 +290,10 @@ class DockerSandbox:
         except OpenAgentsError as err:
             if err.type in (ErrorType.AGENT_LOST, ErrorType.PROTOCOL_ERROR):
                 self._recover(err, channel)
+                # The agent died before it read this request (e.g. right after a `kill 1`): nothing
+                # of it ran, so it goes once to the fresh agent instead of failing for nothing.
+                if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
+                    return self._call(tool, args, resent=True)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)
         result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))

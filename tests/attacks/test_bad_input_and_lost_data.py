@@ -112,3 +112,16 @@ def test_agent_killed_in_the_middle_of_writes(victim):
     digest = hashlib.sha256((victim.ws / "big.txt").read_bytes()).hexdigest()
     assert digest in news | {hashlib.sha256(old.encode()).hexdigest()}
     victim.assert_intact(changed=("big.txt",) + tuple(p.name for p in victim.ws.glob(".big.txt.oa-tmp-*")))
+
+
+def test_calls_right_after_the_agent_is_killed(victim):
+    """The agent killed between two calls (as the writes' test above does with `kill 1`), then at
+    once another call: it runs on the fresh agent (it never reached the dying one), and no call
+    runs twice."""
+    for i in range(5):
+        assert victim.box.container.exec_run(["sh", "-c", "kill 1"], user=victim.box.user).exit_code == 0
+        after = victim.call("shell", {"command": f"echo {i} >> runs.txt; echo alive"})
+        assert after.ok and after.output == "alive\n", after
+    assert (victim.ws / "runs.txt").read_text() == "".join(f"{i}\n" for i in range(5)), "a call ran twice or not at all"
+    assert victim.box.restarts >= 5
+    victim.assert_intact(changed=("runs.txt",))
