@@ -273,6 +273,34 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
             warm.close()
 
 
+@main.command()
+@click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
+@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
+@sandbox_options
+def mcp(workspace, policies, transcript_path, config, mode) -> None:
+    """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
+    from .mcp.server import McpApprover, serve
+    from .render import visible
+    from .session import SessionOptions, open_session
+
+    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
+    approver = McpApprover()
+    options = SessionOptions(model_spec="script:/dev/null", policy_files=list(policies))  # no model: the MCP client is the caller
+    try:
+        opened = open_session(options, Path(workspace), config, approver, Path(transcript_path) if transcript_path else None, mode=mode, kind="mcp")
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    except ValueError as err:
+        raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    for line in serve(opened, approver):
+        click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
+    record = opened.record
+    click.echo(f"oa-sandbox: session {record.id} ({record.mode.value} mode), transcript {record.transcript}", err=True)
+    if record.mode.value == "copy":
+        click.echo(f"oa-sandbox: review with `oa-sandbox changes {record.id}`, apply with `oa-sandbox apply {record.id}`", err=True)
+
+
 @main.group()
 def transcript() -> None:
     """Session transcripts."""

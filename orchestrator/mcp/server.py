@@ -1,0 +1,304 @@
+"""`oa-sandbox mcp`: the six sandboxed tools over MCP stdio, with the official `mcp` SDK (lowlevel Server).
+
+One process serves one MCP session, so it owns one warm sandbox: opened before the first message is
+read (open_session, as `run` opens it: workspace modes, sweep, quota, checkpoints, transcript), kept
+warm and replaced by DockerSandbox itself when the agent dies, and removed when the client goes
+away (stdin EOF, SIGTERM or SIGINT). Each call goes through the same steps as a model's call in
+`run` (Session's validate/approve/execute, so the transcript has the same events); the only other
+caller is the MCP client. Approvals: the policy's deny always holds; a call that would ask asks the
+user through MCP elicitation when the client declared it (a form request on handshake-era
+connections, an InputRequiredResult on 2026-07-28 ones), and otherwise is left to the client's own
+confirmation, which every MCP client shows before it calls a tool.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import secrets
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
+from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
+from ..policy.ladder import Level
+from ..protocol import Executor, ToolResult
+from ..render import visible
+from ..tools import declarations
+from ..tools.registry import PreparedCall
+
+log = logging.getLogger(__name__)
+
+TOOLS = ("read_file", "list_files", "grep_files", "write_file", "edit_file", "shell")
+PROGRESS_EVERY_S = 1.0
+_APPROVAL_KEY = "approval"
+_TITLES = {"read_file": "Read a workspace file", "list_files": "List workspace files", "grep_files": "Search workspace files",
+           "write_file": "Write a workspace file", "edit_file": "Edit a workspace file", "shell": "Run a command in the sandbox"}
+
+
+def tool_annotations(name: str, open_world: bool = False) -> types.ToolAnnotations:
+    """Hints for the client's own confirmation: read/list/grep change nothing; write, edit and shell
+    may overwrite or delete what is there. Nothing reaches the network unless --egress opened it."""
+    read_only = name in ("read_file", "list_files", "grep_files")
+    return types.ToolAnnotations(title=_TITLES[name], read_only_hint=read_only, destructive_hint=not read_only,
+                                 idempotent_hint=read_only or name == "write_file", open_world_hint=open_world and name == "shell")
+
+
+def mcp_tools(open_world: bool = False) -> list[types.Tool]:
+    """The schemas come from the declarations every model family gets (tools/declarations.py)."""
+    out = []
+    for name in TOOLS:
+        base = declarations.base_declaration(name)
+        out.append(types.Tool(name=name, description=base["description"], input_schema=base["parameters"],
+                              annotations=tool_annotations(name, open_world)))
+    return out
+
+
+def to_call_result(result: ToolResult) -> types.CallToolResult:
+    """The text the model would read, plus the meta as structuredContent; an error carries its type."""
+    structured: dict[str, Any] = {k: v for k, v in result.meta.items() if k != "egress"}
+    if result.error is not None:
+        structured["error"] = {"type": result.error.type.value, "message": result.error.message, "recoverable": result.error.recoverable}
+    return types.CallToolResult(content=[types.TextContent(text=result.for_model())], structured_content=structured,
+                                is_error=not result.ok)
+
+
+class NeedsInput(Exception):
+    """A 2026-07-28 connection cannot take a server request mid-call: the question goes back to the
+    client as an InputRequiredResult and the call is retried with the answer."""
+
+    def __init__(self, request: ApprovalRequest) -> None:
+        super().__init__(request.title)
+        self.request = request
+
+
+@dataclass
+class _CallContext:
+    """What the approver needs to know about the MCP request it answers for (one per worker thread)."""
+
+    elicit: Any  # a coroutine function (message, schema) -> ElicitResult, or None: no elicitation
+    modern: bool
+    preset: types.ElicitResult | None = None  # the client's answer on a 2026-07-28 retry
+
+
+class McpApprover:
+    """The ladder's questions, put to the MCP client's user."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def bind(self, context: _CallContext | None) -> None:
+        self._local.context = context
+
+    def ask(self, request: ApprovalRequest) -> Answer:
+        context: _CallContext | None = getattr(self._local, "context", None)
+        if context is None or context.elicit is None and context.preset is None:
+            return Answer(option=PermissionOption.ALLOW_ONCE, executor=Executor.OPENAGENTS,
+                          reason=f"{request.action} ({request.level.value}): the MCP client has no elicitation; left to its own confirmation")
+        if context.preset is not None:
+            answer = context.preset
+        elif context.modern:
+            raise NeedsInput(request)
+        else:
+            try:
+                answer = anyio.from_thread.run(context.elicit, elicit_message(request), elicit_schema(request))
+            except Exception as err:  # noqa: BLE001 - no answer is a refusal
+                return Answer(option=PermissionOption.REJECT_ONCE, executor=Executor.OPENAGENTS, reason=f"no answer from the MCP client: {str(err)[:200]}")
+        return answer_of(answer)
+
+
+def elicit_message(request: ApprovalRequest) -> str:
+    """The title and arguments are the model's: every control character made visible."""
+    preview = json.dumps(request.arguments, ensure_ascii=False)
+    preview = preview[:600] + ("…" if len(preview) > 600 else "")
+    return visible(f"oa-sandbox asks ({request.level.value}): {request.title}\n{preview}")
+
+
+def elicit_schema(request: ApprovalRequest) -> dict[str, Any]:
+    props: dict[str, Any] = {"allow": {"type": "boolean", "title": "Allow", "description": "Allow this call once", "default": False}}
+    if request.level == Level.ASK_ONCE:
+        props["remember"] = {"type": "boolean", "title": f"Allow every {request.kind} call this session", "default": False}
+    return {"type": "object", "properties": props, "required": ["allow"]}
+
+
+def answer_of(result: types.ElicitResult) -> Answer:
+    content = result.content or {}
+    if result.action == "accept" and content.get("allow") is True:
+        return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=content.get("remember") is True, reason="allowed in the MCP client")
+    return Answer(option=PermissionOption.REJECT_ONCE, reason=f"rejected in the MCP client ({result.action})")
+
+
+class SandboxMcpServer:
+    """The MCP face of one opened session (orchestrator.session.OpenSession)."""
+
+    def __init__(self, opened: Any, approver: McpApprover) -> None:
+        self.opened = opened
+        self.approver = approver
+        self.calls = 0
+        self._pending: dict[str, tuple[str, float]] = {}  # request_state -> (digest of the call, when)
+        self._lock = threading.Lock()
+        open_world = opened.sandbox.config.egress is not None
+        self.tools = mcp_tools(open_world)
+        self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
+                                          instructions="Tools run in a hardened Docker sandbox over the workspace mounted at /workspace; "
+                                                       "paths are relative to it. No network unless the user opened egress.")
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+        arguments = params.arguments or {}
+        if params.name not in TOOLS:
+            err = OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {params.name!r}; the tools are {', '.join(TOOLS)}")
+            return to_call_result(ToolResult.failure(err))
+        digest = _digest(params.name, arguments)
+        context = self._context(ctx, params, digest)
+        call = ToolCall(id=f"mcp_{uuid.uuid4().hex[:12]}", name=params.name, arguments=arguments)
+        session = self.opened.session
+        with self._lock:
+            self.calls += 1
+            turn = self.calls
+
+        def approve() -> PreparedCall | ToolResult:
+            self.approver.bind(context)
+            try:
+                return session._validate_and_approve(call)
+            finally:
+                self.approver.bind(None)
+
+        try:
+            prepared = await anyio.to_thread.run_sync(approve)
+        except NeedsInput as need:
+            state = secrets.token_urlsafe(18)
+            with self._lock:
+                self._pending[state] = (digest, time.monotonic())
+            ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message=elicit_message(need.request), requested_schema=elicit_schema(need.request)))
+            return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
+        if isinstance(prepared, ToolResult):
+            return to_call_result(prepared)
+        result = await self._execute(ctx, session, prepared)
+        await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
+        return to_call_result(result)
+
+    def _context(self, ctx: Any, params: types.CallToolRequestParams, digest: str) -> _CallContext:
+        caps = ctx.session.client_capabilities
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        elicit = None
+        if caps is not None and caps.elicitation is not None and (modern or ctx.session.can_send_request):
+            async def elicit(message: str, schema: dict[str, Any]) -> types.ElicitResult:
+                return await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        context = _CallContext(elicit=elicit, modern=modern)
+        if modern and params.request_state is not None:
+            with self._lock:
+                pending = self._pending.pop(params.request_state, None)
+            response = (params.input_responses or {}).get(_APPROVAL_KEY)
+            # An answer counts only for the very call it was asked about (same tool, same arguments).
+            if pending is not None and pending[0] == digest and isinstance(response, types.ElicitResult):
+                context.preset = response
+            elif elicit is not None:
+                context.preset = types.ElicitResult(action="cancel")  # a stale or forged state is a refusal, never a pass
+        return context
+
+    async def _execute(self, ctx: Any, session: Any, prepared: PreparedCall) -> ToolResult:
+        """The call in a worker thread; a shell call reports its elapsed time as MCP progress (a no-op
+        unless the client sent a progressToken); a cancelled request kills what the call started."""
+        done = anyio.Event()
+        outcome: list[ToolResult] = []
+
+        def work() -> None:
+            try:
+                outcome.append(session._execute(prepared))
+            finally:
+                try:
+                    anyio.from_thread.run_sync(done.set)
+                except Exception:  # noqa: BLE001 - the loop is gone: nobody waits any more
+                    pass
+
+        started = time.monotonic()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(anyio.to_thread.run_sync, work, abandon_on_cancel=True))
+                if prepared.spec.name == "shell":
+                    timeout = float(prepared.arguments().get("timeout") or 0) or None
+                    while not done.is_set():
+                        with anyio.move_on_after(PROGRESS_EVERY_S):
+                            await done.wait()
+                        if not done.is_set():
+                            elapsed = time.monotonic() - started
+                            await ctx.session.report_progress(round(elapsed, 1), timeout, f"running for {elapsed:.0f}s")
+        except anyio.get_cancelled_exc_class():
+            await anyio.to_thread.run_sync(self.opened.kill_running)
+            raise
+        return outcome[0]
+
+    async def serve_stdio(self) -> None:
+        """Until the client closes stdin, or SIGTERM/SIGINT arrives."""
+        async with anyio.create_task_group() as tg:
+            async def on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        return
+
+            async def serve() -> None:
+                async with stdio_server() as (read_stream, write_stream):
+                    await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(on_signal)
+            tg.start_soon(serve)
+
+
+def _digest(name: str, arguments: dict[str, Any]) -> str:
+    try:
+        text = json.dumps([name, arguments], sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        text = repr([name, arguments])
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("openagents-sandbox")
+    except Exception:  # noqa: BLE001
+        return "0"
+
+
+def serve(opened: Any, approver: McpApprover) -> list[str]:
+    """Serve until the client goes; then remove the box (SIGTERM is ignored while it goes, so the
+    removal and the sweep finish). Returns the sweep's lines."""
+    server = SandboxMcpServer(opened, approver)
+    opened.transcript.event("session_start", task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
+                            workspace=str(opened.session.registry.workspace), workspace_mode=opened.record.mode.value, tools=list(TOOLS))
+    reason = "the MCP client went away"
+    try:
+        anyio.run(server.serve_stdio)
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            opened.transcript.event("session_end", executor=Executor.USER, status="closed", reason=reason,
+                                    turns=server.calls, final_text="", error=None)
+            opened.finish("closed", reason)
+            swept = opened.close()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return swept
