@@ -285,6 +285,7 @@ def mcp(workspace, policies, transcript_path, config, mode) -> None:
     from .session import SessionOptions, open_session
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
+    _terminate_as_interrupt()  # a SIGTERM while the box starts removes it too
     approver = McpApprover()
     options = SessionOptions(model_spec="script:/dev/null", policy_files=list(policies))  # no model: the MCP client is the caller
     try:

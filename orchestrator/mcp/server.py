@@ -12,12 +12,14 @@ confirmation, which every MCP client shows before it calls a tool.
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import hashlib
 import json
 import logging
 import secrets
 import signal
+import sys
 import threading
 import time
 import uuid
@@ -256,12 +258,47 @@ class SandboxMcpServer:
                         return
 
             async def serve() -> None:
-                async with stdio_server() as (read_stream, write_stream):
+                async with stdio_server(stdin=StdinLines()) as (read_stream, write_stream):  # type: ignore[arg-type]
                     await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
                 tg.cancel_scope.cancel()
 
             tg.start_soon(on_signal)
             tg.start_soon(serve)
+
+
+class StdinLines:
+    """stdin's lines, read by a daemon thread. The SDK's own reader blocks a worker thread in read(),
+    which a SIGTERM cannot interrupt and the interpreter waits for at exit; this one is abandoned."""
+
+    MAX_LINE = 64 << 20
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] | None = None
+
+    def __aiter__(self) -> "StdinLines":
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._queue = queue
+
+        def pump() -> None:
+            try:
+                while True:
+                    raw = sys.stdin.buffer.readline(self.MAX_LINE)
+                    loop.call_soon_threadsafe(queue.put_nowait, raw.decode("utf-8", "replace") if raw else None)
+                    if not raw:
+                        return
+            except (RuntimeError, OSError, ValueError):  # the loop is gone, or stdin is
+                pass
+
+        threading.Thread(target=pump, name="mcp-stdin", daemon=True).start()
+        return self
+
+    async def __anext__(self) -> str:
+        assert self._queue is not None
+        line = await self._queue.get()
+        if line is None:
+            raise StopAsyncIteration
+        return line
 
 
 def _digest(name: str, arguments: dict[str, Any]) -> str:
