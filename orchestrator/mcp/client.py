@@ -1,0 +1,335 @@
+"""MCP tools in: the user's own stdio MCP servers, started on the host, offered to the model as
+host-side tools named `mcp__<server>__<tool>`.
+
+The servers are the user's (from ACP's session/new `mcpServers`, or the config): they run on the
+host with the user's rights, and nothing of theirs enters the box. The SDK is asyncio, the session
+is threads: one event-loop thread per McpHost runs every server's client, and the methods here are
+synchronous, each with its own deadline. A server that crashes or stalls gives a typed error, never
+a hung turn; close() stops them all (the SDK kills each server's process group).
+
+Approvals: every call is kind `other`, so the default ladder asks every time; policy keys are the
+tool name (`tool = "mcp__github__create_issue"`) and the server (`action = "mcp github"`), so a
+deny rule switches one tool or a whole server off. The servers' tool annotations are hints from
+outside and are never used to loosen that.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
+from ..protocol import Executor, ToolResult
+from ..tools import declarations as decl
+from ..tools.args import parse_arguments
+from ..tools.registry import PreparedCall, ToolSpec
+
+log = logging.getLogger(__name__)
+
+PREFIX = "mcp__"
+MAX_NAME = 64  # OpenAI's and Gemini's limit on a function name
+MAX_DESCRIPTION = 2000
+MAX_SCHEMA_BYTES = 32 * 1024
+MAX_OUTPUT_CHARS = 256 * 1024
+MAX_STRUCTURED_BYTES = 64 * 1024
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class McpServerSpec(BaseModel):
+    """One stdio server: ACP's McpServerStdio ({name, command, args, env: [{name, value}]}) or a
+    config's {name, command, args, env: {NAME: VALUE}}."""
+
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1, max_length=64)
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: Any) -> Any:
+        if isinstance(value, list):  # ACP: [{name, value}]
+            return {str(item["name"]): str(item["value"]) for item in value if isinstance(item, dict) and "name" in item}
+        return value or {}
+
+    @property
+    def key(self) -> str:
+        return _UNSAFE.sub("_", self.name)
+
+
+class McpArguments(BaseModel):
+    """Whatever object the model passed; the server's own input schema checked it."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+@dataclass(frozen=True)
+class McpTool:
+    name: str  # mcp__<server>__<tool>, as the model sees it
+    server: str
+    tool: str  # the server's own name
+    description: str
+    schema: dict[str, Any]
+
+    @property
+    def action(self) -> str:
+        return f"mcp {self.server}"
+
+
+@dataclass
+class _Server:
+    spec: McpServerSpec
+    client: Any = None
+    stop: asyncio.Event | None = None
+    task: Future | None = None
+    lost: str = ""  # why the server is gone, once it is
+    done: threading.Event = field(default_factory=threading.Event)  # its task has unwound: the process is gone
+    tools: list[McpTool] = field(default_factory=list)
+
+
+class McpHost:
+    """The user's MCP servers for one session; a registry's extra host-side tools."""
+
+    def __init__(self, servers: list[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0, call_deadline_s: float = 120.0,
+                 log_dir: Path | None = None) -> None:
+        self.start_deadline_s = start_deadline_s
+        self.call_deadline_s = call_deadline_s
+        self.log_dir = log_dir
+        self.problems: list[str] = []  # servers that could not start or were refused, one line each
+        self._servers: dict[str, _Server] = {}
+        for raw in servers:
+            kind = raw.get("type") if isinstance(raw, dict) else None
+            if kind not in (None, "stdio"):
+                self.problems.append(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})")
+                continue
+            try:
+                spec = raw if isinstance(raw, McpServerSpec) else McpServerSpec.model_validate(raw)
+            except ValidationError as err:
+                self.problems.append(f"an MCP server entry is not valid: {err.errors(include_input=False)[0]['msg']}")
+                continue
+            if spec.key in self._servers:
+                self.problems.append(f"MCP server {spec.name!r}: a second server with that name was left out")
+                continue
+            self._servers[spec.key] = _Server(spec)
+        self._tools: dict[str, McpTool] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._logs: list[TextIO] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> "McpHost":
+        """Start every server and list its tools. A server that fails or passes the start deadline
+        is left out (named in `problems`); the others go on."""
+        if not self._servers or self._loop is not None:
+            return self
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host", daemon=True)
+        self._thread.start()
+        ready: dict[str, Future] = {}
+        for key, server in self._servers.items():
+            ready[key] = Future()
+            server.task = asyncio.run_coroutine_threadsafe(self._hold(server, ready[key]), self._loop)
+        for key, server in self._servers.items():
+            try:
+                ready[key].result(timeout=self.start_deadline_s)
+            except FutureTimeout:
+                self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
+            except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
+                self._drop(server, f"MCP server {server.spec.name!r} failed to start: {_why(err)}")
+        for server in self._servers.values():
+            for tool in server.tools:
+                if tool.name in self._tools:
+                    self.problems.append(f"MCP tool {tool.name} offered twice: the second was left out")
+                    continue
+                self._tools[tool.name] = tool
+        return self
+
+    def _drop(self, server: _Server, why: str) -> None:
+        server.lost = why
+        self.problems.append(why)
+        if server.task is not None:
+            server.task.cancel()
+
+    async def _hold(self, server: _Server, ready: Future) -> None:
+        """One server's whole life in one task: the SDK's context managers open and close in the same task."""
+        from mcp import Client, StdioServerParameters, stdio_client
+
+        spec = server.spec
+        params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd)
+        server.stop = asyncio.Event()
+        errlog = self._errlog(spec)
+        try:
+            async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=self.call_deadline_s) as client:
+                server.client = client
+                listing = await client.list_tools()
+                server.tools = [t for t in (_tool(spec.key, raw) for raw in listing.tools) if t is not None]
+                ready.set_result(True)
+                await server.stop.wait()
+        except BaseException as err:
+            if not ready.done():
+                ready.set_exception(err if isinstance(err, Exception) else RuntimeError("cancelled"))
+            if not isinstance(err, Exception):
+                raise
+            server.lost = server.lost or f"MCP server {spec.name!r} stopped: {_why(err)}"
+        finally:
+            server.client = None
+            server.done.set()
+
+    def _errlog(self, spec: McpServerSpec) -> TextIO:
+        """The server's stderr: a log file in the session's directory, never our terminal or ACP's stderr."""
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            fh = open(self.log_dir / f"mcp-{spec.key}.log", "a", encoding="utf-8")
+        else:
+            fh = open(os.devnull, "w", encoding="utf-8")
+        self._logs.append(fh)
+        return fh
+
+    def close(self) -> None:
+        """Stop every server (stdin closed, then its process group killed) and the loop thread."""
+        loop = self._loop
+        if loop is None:
+            return
+        for server in self._servers.values():
+            if server.stop is not None:
+                loop.call_soon_threadsafe(server.stop.set)
+        for server in self._servers.values():
+            if server.task is not None:
+                server.done.wait(timeout=10)  # the SDK's shutdown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
+        loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        loop.close()
+        self._loop = None
+        for fh in self._logs:
+            fh.close()
+
+    def __enter__(self) -> "McpHost":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- what the registry needs ---------------------------------------------------------------
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def owns(self, name: str) -> bool:
+        return name.startswith(PREFIX)
+
+    def declarations(self, family: str) -> list[dict[str, Any]]:
+        """Per family, like the built-ins (tools/declarations.py): OpenAI's function object, or
+        Gemini's OpenAPI subset."""
+        out = []
+        for tool in self._tools.values():
+            schema = decl._clean_schema(tool.schema)
+            if family == "gemini":
+                out.append({"name": tool.name, "description": tool.description, "parameters": decl._to_gemini(schema)})
+            elif family == "openai":
+                out.append({"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": schema}})
+            else:
+                raise ValueError(f"unknown model family {family!r}")
+        return out
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the MCP tools are {', '.join(self._tools) or 'none'}")
+        args = parse_arguments(call.arguments)
+        try:
+            import jsonschema
+
+            jsonschema.validate(args, tool.schema)
+        except jsonschema.ValidationError as err:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{call.name}: {err.message[:500]}") from None
+        except jsonschema.SchemaError:
+            pass  # the server's schema is its own business; the server checks the call itself
+        return PreparedCall(call, ToolSpec(call.name, "other", "host"), McpArguments.model_validate(args), "other", tool.action)
+
+    def invoke(self, prepared: PreparedCall) -> ToolResult:
+        tool = self._tools[prepared.spec.name]
+        return self.call(tool.name, prepared.args.model_dump())
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        """One call with the host's deadline; a crash, a stall or the server's own error is typed."""
+        tool = self._tools.get(name)
+        if tool is None:
+            return ToolResult.failure(OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown MCP tool {name!r}"))
+        server = self._servers[tool.server]
+        if server.client is None or self._loop is None:
+            return ToolResult.failure(OpenAgentsError(ErrorType.AGENT_LOST, server.lost or f"MCP server {server.spec.name!r} is not running"))
+        future = asyncio.run_coroutine_threadsafe(server.client.call_tool(tool.tool, arguments, read_timeout_seconds=self.call_deadline_s), self._loop)
+        try:
+            result = future.result(timeout=self.call_deadline_s + 1)
+        except FutureTimeout:
+            future.cancel()
+            return ToolResult.failure(OpenAgentsError(ErrorType.TIMEOUT, f"{name} passed the deadline of {self.call_deadline_s:.0f}s; the call was cancelled"))
+        except Exception as err:  # noqa: BLE001 - the SDK's errors: a closed connection, a timeout, an MCP error
+            return ToolResult.failure(self._call_error(name, server, err))
+        return _result(name, tool, result)
+
+    def _call_error(self, name: str, server: _Server, err: Exception) -> OpenAgentsError:
+        from mcp import MCPError
+
+        text = _why(err)
+        if isinstance(err, TimeoutError) or "timed out" in text.lower():
+            return OpenAgentsError(ErrorType.TIMEOUT, f"{name} passed the deadline of {self.call_deadline_s:.0f}s: {text}")
+        if server.client is None or server.lost or "closed" in text.lower():
+            server.lost = server.lost or f"MCP server {server.spec.name!r} is gone: {text}"
+            return OpenAgentsError(ErrorType.AGENT_LOST, f"{name}: the MCP server {server.spec.name!r} is gone ({text})")
+        if isinstance(err, MCPError):
+            return OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"{name}: the MCP server answered with an error: {text}")
+        return OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{name}: {text}")
+
+
+def _tool(server_key: str, raw: Any) -> McpTool | None:
+    """A listed tool as the model will see it; a name no model accepts is made safe, a schema that
+    is not an object schema, or far too big, leaves the tool out."""
+    name = (PREFIX + server_key + "__" + _UNSAFE.sub("_", str(raw.name)))[:MAX_NAME]
+    schema = raw.input_schema if isinstance(raw.input_schema, dict) else {}
+    if schema.get("type") != "object" or len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+        log.warning("MCP tool %s left out: its input schema is not a bounded object schema", name)
+        return None
+    description = (raw.description or raw.title or raw.name or "")[:MAX_DESCRIPTION]
+    return McpTool(name=name, server=server_key, tool=str(raw.name), description=f"(MCP server {server_key}) {description}", schema=schema)
+
+
+def _result(name: str, tool: McpTool, result: Any) -> ToolResult:
+    parts = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "?")
+        if kind == "text":
+            parts.append(block.text)
+        else:
+            parts.append(f"[{kind} content: {getattr(block, 'mime_type', None) or getattr(block, 'uri', '') or ''}]")
+    output = "\n".join(parts)
+    note = ""
+    if len(output) > MAX_OUTPUT_CHARS:
+        note = f"output cut at {MAX_OUTPUT_CHARS} of {len(output)} characters"
+        output = output[:MAX_OUTPUT_CHARS]
+    meta: dict[str, Any] = {"mcp_server": tool.server, "mcp_tool": tool.tool}
+    if result.structured_content is not None:
+        encoded = json.dumps(result.structured_content, default=str)
+        meta["structured"] = result.structured_content if len(encoded) <= MAX_STRUCTURED_BYTES else f"[{len(encoded)} bytes, left out]"
+    if result.is_error:
+        err = OpenAgentsError(ErrorType.IO_ERROR, f"{name} reported an error: {output[:2000] or '(no text)'}")
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta=meta)
+    return ToolResult(ok=True, output=output, note=note, meta=meta, executor=Executor.OPENAGENTS)
+
+
+def _why(err: BaseException) -> str:
+    if isinstance(err, BaseExceptionGroup):
+        err = err.exceptions[0] if err.exceptions else err
+        return _why(err) if not isinstance(err, BaseExceptionGroup) or err.exceptions else str(err)
+    return (str(err) or type(err).__name__)[:500]

@@ -1,0 +1,164 @@
+"""MCP tools in: a real stdio MCP server, written here with the SDK's MCPServer (v1's FastMCP),
+started on the host through McpHost; its tool reaches the model under mcp__<server>__<tool>, calls
+work, and a crashing or stalling server gives a typed error within the deadline. No process is
+left once the host is closed."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ErrorType
+from orchestrator.mcp.client import McpHost
+from orchestrator.models.base import ToolCall
+from orchestrator.policy.ladder import Ladder, Level, PolicyRule
+
+pytestmark = pytest.mark.timeout(120)
+
+SERVER = '''
+import os, sys, time
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("notes")
+
+@app.tool()
+def add_note(text: str, times: int = 1) -> str:
+    """Store a note and say so."""
+    with open(os.environ["NOTES_FILE"], "a") as fh:
+        fh.write(text * times + "\\n")
+    return "stored: " + text * times
+
+@app.tool()
+def crash() -> str:
+    """Exit the whole server mid-call."""
+    os._exit(3)
+
+@app.tool()
+def stall(seconds: float) -> str:
+    """Sleep longer than anyone waits."""
+    time.sleep(seconds)
+    return "late"
+
+@app.tool()
+def pid() -> str:
+    """The server's process id."""
+    return str(os.getpid())
+
+if os.environ.get("SLOW_START"):
+    time.sleep(float(os.environ["SLOW_START"]))
+app.run()
+'''
+
+
+@pytest.fixture
+def server_script(tmp_path: Path) -> Path:
+    path = tmp_path / "notes_server.py"
+    path.write_text(SERVER)
+    return path
+
+
+def spec(script: Path, tmp_path: Path, name: str = "notes", **env: str) -> dict:
+    # ACP's McpServerStdio shape: env as a list of {name, value}
+    env = {"NOTES_FILE": str(tmp_path / "notes.txt"), **env}
+    return {"name": name, "command": sys.executable, "args": [str(script)], "env": [{"name": k, "value": v} for k, v in env.items()]}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def running(script: Path) -> list[int]:
+    """Live processes whose command line names the script."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(script).encode() in (entry / "cmdline").read_bytes() and alive(int(entry.name)):
+                    out.append(int(entry.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_tools_listed_called_and_stopped(server_script, tmp_path):
+    host = McpHost([spec(server_script, tmp_path)], call_deadline_s=20, log_dir=tmp_path / "logs").start()
+    try:
+        assert host.problems == []
+        assert sorted(host.names()) == ["mcp__notes__add_note", "mcp__notes__crash", "mcp__notes__pid", "mcp__notes__stall"]
+        openai = {d["function"]["name"]: d["function"] for d in host.declarations("openai")}
+        assert openai["mcp__notes__add_note"]["parameters"]["required"] == ["text"]
+        gemini = {d["name"]: d for d in host.declarations("gemini")}
+        assert gemini["mcp__notes__add_note"]["parameters"]["properties"]["text"]["type"] == "STRING"
+
+        prepared = host.prepare(ToolCall(id="c1", name="mcp__notes__add_note", arguments='{"text": "hi", "times": 2}'))
+        assert (prepared.spec.side, prepared.kind, prepared.action) == ("host", "other", "mcp notes")
+        # The default ladder asks every time; a policy can switch the server or one tool off.
+        assert Ladder().level(prepared.spec.name, prepared.kind, prepared.action)[0] == Level.ASK_EVERY_TIME
+        off = Ladder([PolicyRule(action="mcp notes", decision="deny")])
+        assert off.level(prepared.spec.name, prepared.kind, prepared.action)[0] == Level.REFUSE
+        result = host.invoke(prepared)
+        assert result.ok, result
+        assert "stored: hihi" in result.output
+        assert (tmp_path / "notes.txt").read_text() == "hihi\n"  # it ran on the host
+
+        with pytest.raises(Exception) as bad:
+            host.prepare(ToolCall(id="c2", name="mcp__notes__add_note", arguments={"times": 2}))
+        assert getattr(bad.value, "type", None) == ErrorType.INVALID_ARGUMENTS
+        server_pid = int(host.call("mcp__notes__pid", {}).output)
+        assert alive(server_pid)
+    finally:
+        host.close()
+    deadline = time.monotonic() + 5
+    while alive(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(server_pid), "the MCP server outlived the session"
+
+
+def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
+    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b")], call_deadline_s=3).start()
+    try:
+        started = time.monotonic()
+        stalled = host.call("mcp__b__stall", {"seconds": 60})
+        assert not stalled.ok and stalled.error.type == ErrorType.TIMEOUT
+        assert time.monotonic() - started < 6
+
+        started = time.monotonic()
+        crashed = host.call("mcp__a__crash", {})
+        assert not crashed.ok and crashed.error.type in (ErrorType.AGENT_LOST, ErrorType.TIMEOUT)
+        assert time.monotonic() - started < 6
+        again = host.call("mcp__a__pid", {})
+        assert not again.ok and again.error.type == ErrorType.AGENT_LOST  # at once: the server is known gone
+        b_pid = int(host.call("mcp__b__pid", {}).output)  # the other server goes on
+    finally:
+        host.close()
+    time.sleep(0.5)
+    assert not alive(b_pid)
+
+
+def test_slow_start_and_bad_command_leave_the_others(server_script, tmp_path):
+    servers = [spec(server_script, tmp_path, "slow", SLOW_START="30"), {"name": "missing", "command": str(tmp_path / "no-such-server")},
+               spec(server_script, tmp_path, "ok"), {"name": "web", "type": "http", "url": "http://127.0.0.1:9/"}]
+    started = time.monotonic()
+    host = McpHost(servers, start_deadline_s=4, call_deadline_s=5).start()
+    try:
+        assert time.monotonic() - started < 15
+        assert all(n.startswith("mcp__ok__") for n in host.names()) and host.names()
+        assert any("slow" in p and "did not answer" in p for p in host.problems)
+        assert any("missing" in p for p in host.problems)
+        assert any("web" in p and "stdio" in p for p in host.problems)
+        assert host.call("mcp__ok__add_note", {"text": "x"}).ok
+        assert 1 <= len(running(server_script)) <= 2  # ok (and slow, if it is not yet killed)
+    finally:
+        host.close()
+    assert running(server_script) == [], "a server (the slow one too) outlived the session"
