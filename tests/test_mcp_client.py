@@ -162,3 +162,39 @@ def test_slow_start_and_bad_command_leave_the_others(server_script, tmp_path):
     finally:
         host.close()
     assert running(server_script) == [], "a server (the slow one too) outlived the session"
+
+
+def test_through_the_registry_and_the_ladder(server_script, tmp_path):
+    """The turn loop sees the MCP tool like a built-in: declared, asked about every time, run, its
+    result back to the model; a policy deny on the server refuses without asking."""
+    from orchestrator.loop import Session
+    from orchestrator.models.base import ModelTurn
+    from orchestrator.models.script import ScriptedModel
+    from orchestrator.policy.approvals import Answer, ApprovalGate, PermissionOption
+    from orchestrator.tools.registry import RegistryConfig, ToolRegistry
+    from orchestrator.transcript import Transcript
+
+    asked = []
+
+    class Approver:
+        def ask(self, request):
+            asked.append((request.tool, request.level))
+            return Answer(option=PermissionOption.ALLOW_ONCE)
+
+    call = lambda i: ToolCall(id=f"c{i}", name="mcp__notes__add_note", arguments={"text": f"n{i}"})  # noqa: E731
+    with McpHost([spec(server_script, tmp_path)], call_deadline_s=20) as host:
+        registry = ToolRegistry(None, tmp_path, RegistryConfig(git=False, disabled={"mcp__notes__crash"}), host_tools=host)  # type: ignore[arg-type]
+        names = [d["function"]["name"] for d in registry.declarations("openai")]
+        assert "mcp__notes__add_note" in names and "read_file" in names and "mcp__notes__crash" not in names
+        model = ScriptedModel([ModelTurn(tool_calls=[call(1)]), ModelTurn(tool_calls=[call(2)]), ModelTurn(text="done")])
+        session = Session(model, registry, ApprovalGate(Ladder(), Approver()), Transcript(tmp_path / "t.jsonl"))
+        result = session.run("take notes")
+        assert result.final_text == "done"
+        assert asked == [("mcp__notes__add_note", Level.ASK_EVERY_TIME)] * 2  # every time, not once
+        assert any(m.role == "tool" and "stored: n1" in m.content for m in session.messages)
+
+        denied = Session(ScriptedModel([ModelTurn(tool_calls=[call(3)]), ModelTurn(text="ok")]), registry,
+                         ApprovalGate(Ladder([PolicyRule(action="mcp notes", decision="deny")]), Approver()), Transcript(None))
+        denied.run("again")
+        assert len(asked) == 2 and any("refused_by_policy" in (m.content or "") for m in denied.messages)
+    assert (tmp_path / "notes.txt").read_text() == "n1\nn2\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -78,13 +78,26 @@ def call_title(tool: str, arguments: Any) -> str:
     return f"{tool} {str(detail)[:120]}".strip()
 
 
+class HostTools(Protocol):
+    """Extra host-side tools a session brings (the user's MCP servers: orchestrator/mcp/client.py McpHost).
+    They prepare and invoke their own calls; switching one off by name works as for the built-ins."""
+
+    def names(self) -> list[str]: ...
+    def owns(self, name: str) -> bool: ...
+    def declarations(self, family: str) -> list[dict[str, Any]]: ...
+    def prepare(self, call: ToolCall) -> PreparedCall: ...
+    def invoke(self, prepared: PreparedCall) -> ToolResult: ...
+
+
 class ToolRegistry:
-    def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None, repo: host_git.HostRepo | None = None) -> None:
+    def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None, repo: host_git.HostRepo | None = None,
+                 host_tools: HostTools | None = None) -> None:
         self.sandbox = sandbox
         self.workspace = Path(workspace)
         self.config = config or RegistryConfig()
         self.repo = repo if self.config.git else None
-        unknown = self.config.disabled - SPECS.keys()
+        self.host_tools = host_tools
+        unknown = {n for n in self.config.disabled - SPECS.keys() if not n.startswith("mcp__")}
         if unknown:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}")
 
@@ -99,12 +112,22 @@ class ToolRegistry:
             names.append("git")
         if self.config.delegate:
             names.append("delegate")
+        if self.host_tools is not None:
+            names += self.host_tools.names()
         return [n for n in names if n not in self.config.disabled]
 
     def declarations(self, family: str) -> list[dict[str, Any]]:
-        return declarations.declarations([n for n in self.active() if n != "delegate"], family)
+        own = declarations.declarations([n for n in self.active() if n != "delegate" and n in SPECS], family)
+        if self.host_tools is None:
+            return own
+        extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
+        return own + extra
 
     def prepare(self, call: ToolCall) -> PreparedCall:
+        if self.host_tools is not None and self.host_tools.owns(call.name):
+            if call.name in self.config.disabled:
+                raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
+            return self.host_tools.prepare(call)
         spec = SPECS.get(call.name)
         if spec is None:
             raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}")
@@ -119,6 +142,8 @@ class ToolRegistry:
         return PreparedCall(call, spec, args, spec.kind, spec.name)
 
     def invoke(self, prepared: PreparedCall) -> ToolResult:
+        if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
+            return self.host_tools.invoke(prepared)
         if prepared.spec.side == "host":
             return host_git.run_git(self.repo, prepared.args)
         return self.sandbox.call(prepared.spec.name, prepared.arguments())
