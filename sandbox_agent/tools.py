@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
 import re
 import stat
@@ -84,7 +83,7 @@ def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
         if stat.S_ISDIR(st.st_mode):
             raise ToolError("is_directory", f"{rel} is a directory; use list_files")
         if not stat.S_ISREG(st.st_mode):
-            raise ToolError("not_a_file", f"{rel} is a {_file_type(st.st_mode)}, not a regular file; only regular files are read")
+            raise ToolError("not_regular_file", f"{rel} is a {_file_type(st.st_mode)}, not a regular file; only regular files are read")
         if cap is not None and st.st_size > cap:
             raise ToolError("file_too_large", f"{rel} is {st.st_size} bytes; the limit is {cap}")
     except BaseException:
@@ -125,6 +124,15 @@ def read_file(args: dict) -> dict:
         raise ToolError("invalid_arguments", "offset and limit must be at least 1")
     cap = limits.READ_CAP_BYTES
     fd = _open_regular(rel, resolve(rel))
+    try:
+        head = os.pread(fd, SNIFF_BYTES, 0)
+        size_on_disk = os.fstat(fd).st_size
+    except OSError as err:
+        os.close(fd)
+        raise _os_error(err, rel) from None
+    encoding = _wide_encoding(head)
+    if encoding or _looks_binary(head):
+        return _read_special(rel, fd, encoding, size_on_disk, offset, limit)
     digest = _sha256()
     collected: list[bytes] = []
     size = line_no = 0
@@ -158,7 +166,14 @@ def read_file(args: dict) -> dict:
     total = line_no
     if offset > max(total, 1):
         raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
-    content = b"".join(collected).decode("utf-8", errors="ignore" if cut_line else "replace")
+    raw = b"".join(collected)
+    try:
+        content = raw.decode("utf-8")
+        invalid = False
+    except UnicodeDecodeError as err:
+        # A cut line may end inside a character: that is ours, not the file's.
+        invalid = not (cut_line and err.start >= len(raw) - 3)
+        content = raw.decode("utf-8", errors="replace" if invalid else "ignore")
     hexdigest = digest.hexdigest()
     truncated = end < total
     meta = {
@@ -175,17 +190,95 @@ def read_file(args: dict) -> dict:
         note += f"\n[truncated at {cap // 1024} KiB or {limit} lines: read on from line {end + 1} with offset={end + 1}]"
     if cut_line:
         note += f"\n[line {end} is longer than {cap} bytes and was cut]"
+    if invalid:
+        meta["invalid_utf8"] = True
+        note += "\n[the file is not valid UTF-8: bytes that are not show as U+FFFD; edit_file cannot edit it]"
     return {"output": content, "note": note, "meta": meta}
+
+
+SNIFF_BYTES = 8192
+_WIDE_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32 LE"),
+    (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32 BE"),
+    (b"\xff\xfe", "utf-16-le", "UTF-16 LE"),
+    (b"\xfe\xff", "utf-16-be", "UTF-16 BE"),
+)
+_BINARY_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"%PDF-", b"PK\x03\x04", b"\x7fELF", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+_TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b")
+
+
+def _wide_encoding(head: bytes) -> tuple[str, str, int] | None:
+    for bom, codec, label in _WIDE_BOMS:
+        if head.startswith(bom):
+            return codec, label, len(bom)
+    return None
+
+
+def _looks_binary(head: bytes) -> bool:
+    """As git and Gemini CLI judge it: a NUL byte, a known binary format's magic, or mostly control bytes."""
+    if not head:
+        return False
+    if b"\x00" in head or head.startswith(_BINARY_MAGIC):
+        return True
+    controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
+    return controls * 10 > len(head)
+
+
+def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int) -> dict:
+    """A binary file is described, never shown (garbage in the model's context helps nobody);
+    UTF-16/32 text is decoded, so the model reads the text and not every other byte as NUL."""
+    digest = _sha256()
+    kept = bytearray()
+    cap = limits.EDIT_MAX_FILE_BYTES
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            while chunk := fh.read(READ_CHUNK):
+                digest.update(chunk)
+                if encoding and len(kept) <= cap:
+                    kept += chunk
+    except OSError as err:
+        raise _os_error(err, rel) from None
+    hexdigest = digest.hexdigest()
+    if encoding is None:
+        return {"output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
+                "note": "[binary content is not shown; use shell tools (e.g. `file`, `od -c | head`) to inspect it]",
+                "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
+    codec, label, bom_len = encoding
+    if len(kept) > cap:
+        raise ToolError("file_too_large", f"{rel} is {label} text of {size} bytes; read_file decodes at most {cap}")
+    try:
+        text = bytes(kept[bom_len:]).decode(codec)
+    except UnicodeDecodeError as err:
+        raise ToolError("invalid_arguments", f"{rel} starts with a {label} byte-order mark but is not valid {label}: {err.reason} at byte {err.start}") from None
+    lines = text.splitlines(keepends=True)
+    total = len(lines)
+    if offset > max(total, 1):
+        raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
+    chosen, used = [], 0
+    for line in lines[offset - 1: offset - 1 + limit]:
+        encoded = len(line.encode("utf-8", errors="surrogatepass"))
+        if used + encoded > limits.READ_CAP_BYTES and chosen:
+            break
+        chosen.append(line)
+        used += encoded
+    end = offset - 1 + len(chosen)
+    truncated = end < total
+    note = f"[file {rel}: lines {offset}-{end} of {total}; decoded from {label}; sha256 {hexdigest}]"
+    if truncated:
+        note += f"\n[truncated: read on from line {end + 1} with offset={end + 1}]"
+    meta = {"sha256": hexdigest, "total_lines": total, "first_line": offset, "last_line": end, "truncated": truncated,
+            "next_offset": end + 1 if truncated else None, "bytes": used, "encoding": codec}
+    return {"output": "".join(chosen), "note": note, "meta": meta}
 
 
 def _display(path: str) -> str:
     return _rel(path) if os.path.isabs(path) else os.path.normpath(path)
 
 
-def _walk(start: str, recursive: bool = True, strict: bool = False):
+def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None):
     """(entry, is_dir) under `start`, depth first in name order. Skipped directories are neither
-    listed nor entered, and nothing is followed through a symlink. An unreadable directory is an
-    error when `strict`, else passed over."""
+    listed nor entered, and nothing is followed through a symlink. The start directory must be
+    readable; a subdirectory that is not is passed over and named in `unreadable`."""
     stack = [start]
     while stack:
         current = stack.pop()
@@ -193,8 +286,10 @@ def _walk(start: str, recursive: bool = True, strict: bool = False):
             with os.scandir(current) as it:
                 items = sorted(it, key=lambda e: e.name)
         except OSError as err:
-            if strict:
+            if current == start:
                 raise _os_error(err, _display(current)) from None
+            if unreadable is not None:
+                unreadable.append(_display(current))
             continue
         subdirs = []
         for entry in items:
@@ -211,11 +306,14 @@ def list_files(args: dict) -> dict:
     rel = _arg(args, "path", str, ".")
     recursive = _arg(args, "recursive", bool, True)
     real = resolve(rel)
+    if not os.path.lexists(real):
+        raise ToolError("file_not_found", f"{rel}: no such file or directory")
     if not os.path.isdir(real):
-        raise ToolError("not_a_directory", f"{rel} is not a directory")
+        raise ToolError("not_a_directory", f"{rel} is not a directory; use read_file for a file")
     entries: list[str] = []
+    unreadable: list[str] = []
     more = False
-    for entry, is_dir in _walk(local(real), recursive, strict=True):
+    for entry, is_dir in _walk(local(real), recursive, unreadable):
         if len(entries) >= limits.LIST_MAX_ENTRIES:
             more = True
             break
@@ -224,16 +322,24 @@ def list_files(args: dict) -> dict:
     output = "\n".join(entries)
     if more:
         output += f"\n[truncated: the listing stops at {limits.LIST_MAX_ENTRIES} entries; list a subdirectory to see more]"
-    return {"output": output, "meta": {"entries": len(entries), "truncated": more}}
+    return {"output": output or "(empty directory)", "note": _skipped_note(unreadable),
+            "meta": {"entries": len(entries), "truncated": more, "unreadable": unreadable[:50]}}
 
 
-def _walk_files(real: str):
+def _skipped_note(unreadable: list[str]) -> str:
+    if not unreadable:
+        return ""
+    shown = ", ".join(unreadable[:20]) + (f" and {len(unreadable) - 20} more" if len(unreadable) > 20 else "")
+    return f"[skipped {len(unreadable)} unreadable director{'y' if len(unreadable) == 1 else 'ies'} (permission denied): {shown}]"
+
+
+def _walk_files(real: str, unreadable: list[str]):
     """Regular files under `real` (or `real` itself if it is one)."""
     start = local(real)
     if not os.path.isdir(start):
         yield start
         return
-    for entry, is_dir in _walk(start):
+    for entry, is_dir in _walk(start, unreadable=unreadable):
         if not is_dir and entry.is_file(follow_symlinks=False):
             yield entry.path
 
@@ -271,15 +377,22 @@ def grep_files(args: dict) -> dict:
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as err:
         raise ToolError("invalid_regex", f"invalid regular expression: {err}") from None
+    matcher = compile_glob(glob) if glob else None
     real = resolve(rel)
+    if not os.path.lexists(real):
+        raise ToolError("file_not_found", f"{rel}: no such file or directory")
     matches: list[str] = []
+    unreadable: list[str] = []
+    unread_files = cut = 0
     more = False
-    for file in _walk_files(real):
+    root = local(real)
+    for file in _walk_files(real, unreadable):
         shown = _display(file)
-        if glob and not fnmatch.fnmatch(os.path.basename(file), glob) and not fnmatch.fnmatch(shown, glob):
+        if matcher and not matcher(shown, os.path.relpath(file, root) if file != root else os.path.basename(file)):
             continue
         data = _read_for_grep(file)
         if data is None:
+            unread_files += data is None and not os.access(file, os.R_OK)
             continue
         lines = data.decode("utf-8", errors="replace").split("\n")
         if lines and lines[-1] == "":
@@ -290,13 +403,113 @@ def grep_files(args: dict) -> dict:
                 if len(matches) >= limits.GREP_MAX_LINES:
                     more = True
                     break
-                matches.append(f"{shown}:{number}:{line[: limits.GREP_LINE_CHARS]}")
+                if len(line) > limits.GREP_LINE_CHARS:
+                    cut += 1
+                    line = line[: limits.GREP_LINE_CHARS] + f"… [line cut: {len(line)} characters]"
+                matches.append(f"{shown}:{number}:{line}")
         if more:
             break
     output = "\n".join(matches) if matches else "no matches"
     if more:
         output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
-    return {"output": output, "meta": {"matches": len(matches), "truncated": more}}
+    notes = [_skipped_note(unreadable)] if unreadable else []
+    if unread_files:
+        notes.append(f"[skipped {unread_files} unreadable file{'s' if unread_files != 1 else ''} (permission denied)]")
+    if cut:
+        notes.append(f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]")
+    return {"output": output, "note": "\n".join(notes),
+            "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50]}}
+
+
+MAX_GLOB_ALTERNATIVES = 256
+
+
+def _expand_braces(pattern: str, depth: int = 0) -> list[str]:
+    """`*.{ts,tsx}` -> `*.ts`, `*.tsx`, as shells and ripgrep read it; nested braces too, bounded."""
+    if depth > 8:
+        raise ToolError("invalid_arguments", "the glob nests braces too deeply")
+    start = pattern.find("{")
+    if start < 0:
+        return [pattern]
+    level, parts, last = 0, [], start + 1
+    for i in range(start, len(pattern)):
+        ch = pattern[i]
+        if ch == "{":
+            level += 1
+        elif ch == "}":
+            level -= 1
+            if level == 0:
+                parts.append(pattern[last:i])
+                head, tail = pattern[:start], pattern[i + 1:]
+                out: list[str] = []
+                for part in parts:
+                    for expanded in _expand_braces(head + part + tail, depth + 1):
+                        out.append(expanded)
+                        if len(out) > MAX_GLOB_ALTERNATIVES:
+                            raise ToolError("invalid_arguments", f"the glob expands to more than {MAX_GLOB_ALTERNATIVES} patterns")
+                return out
+        elif ch == "," and level == 1:
+            parts.append(pattern[last:i])
+            last = i + 1
+    raise ToolError("invalid_arguments", f"the glob {pattern!r} has an unclosed '{{'")
+
+
+def _glob_regex(pattern: str) -> str:
+    """`**` crosses directories (and `**/` may match none), `*` and `?` stay within one name."""
+    out, i = [], 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        if ch == "*":
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[":
+            close = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("!", "^") else i + 1)
+            if close < 0:
+                out.append(re.escape(ch))
+            else:
+                body = pattern[i + 1:close]
+                if body[:1] in ("!", "^"):
+                    body = "^" + body[1:]
+                out.append("[" + body.replace("\\", "\\\\") + "]")
+                i = close
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+def compile_glob(glob: str):
+    """A matcher of (workspace-relative path, path relative to the search root). A pattern without
+    '/' matches the file's name anywhere, as ripgrep's --glob and Gemini CLI's include do."""
+    if len(glob) > 1000:
+        raise ToolError("invalid_arguments", "the glob is longer than 1000 characters")
+    regexes = []
+    for alternative in _expand_braces(glob):
+        try:
+            regexes.append((re.compile(_glob_regex(alternative.removeprefix("./")), re.DOTALL), "/" in alternative))
+        except re.error as err:
+            raise ToolError("invalid_arguments", f"the glob {glob!r} is not valid: {err}") from None
+
+    def matches(shown: str, under_root: str) -> bool:
+        name = os.path.basename(shown)
+        for regex, has_slash in regexes:
+            if has_slash:
+                if regex.fullmatch(shown) or regex.fullmatch(under_root):
+                    return True
+            elif regex.fullmatch(name):
+                return True
+        return False
+
+    return matches
 
 
 def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> None:
@@ -333,13 +546,48 @@ def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> None:
 
 
 def _existing_mode(real: str) -> int | None:
+    """The mode a replacement keeps, after the checks a plain write would make: the atomic rename
+    must not go around a file's own permissions (a 0444 file stays unwritable, as with `>`)."""
     try:
         st = os.lstat(real)
     except FileNotFoundError:
         return None
+    except OSError as err:
+        raise _os_error(err, _rel(real)) from None
     if stat.S_ISDIR(st.st_mode):
         raise ToolError("is_directory", f"{_rel(real)} is a directory")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError("not_regular_file", f"{_rel(real)} is a {_file_type(st.st_mode)}, not a regular file; it is not replaced")
+    if not os.access(real, os.W_OK, follow_symlinks=False):
+        raise ToolError("permission_denied", f"{_rel(real)} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it is not replaced")
     return stat.S_IMODE(st.st_mode)
+
+
+def _find_line_ending_blind(text: str, old: str) -> list[re.Match]:
+    """Non-overlapping occurrences of `old` where each of its line breaks matches LF or CRLF: the
+    model copies text with \\n whatever the file uses, and mixed files have both."""
+    pieces = old.replace("\r\n", "\n").split("\n")
+    return list(re.finditer("\r?\n".join(re.escape(p) for p in pieces), text))
+
+
+def _replace_keeping_endings(text: str, matches: list[re.Match], new: str) -> str:
+    """The n-th line break of a replacement takes the ending of the n-th break it replaces (the
+    last one for extra lines; for a match within one line, that line's ending; at the end of the
+    file, the file's usual one); every line outside the matches keeps its own ending byte for byte."""
+    usual = "\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"
+    new_lines = new.replace("\r\n", "\n").split("\n")
+    out, last = [], 0
+    for m in matches:
+        breaks = re.findall("\r?\n", m.group(0))
+        if not breaks:
+            after = text.find("\n", m.end())
+            breaks = [("\r\n" if after > 0 and text[after - 1] == "\r" else "\n") if after >= 0 else usual]
+        out.append(text[last:m.start()])
+        for j, line in enumerate(new_lines):
+            out.append(line if j == len(new_lines) - 1 else line + breaks[min(j, len(breaks) - 1)])
+        last = m.end()
+    out.append(text[last:])
+    return "".join(out)
 
 
 def write_file(args: dict) -> dict:
@@ -386,6 +634,7 @@ def _edit_file(args: dict) -> dict:
         raise ToolError("invalid_arguments", "old_text must not be empty; use write_file to create a file")
     real = resolve(rel, mutation=True)
     raw = _read_bytes(rel, real, limits.EDIT_MAX_FILE_BYTES)
+    mode = _existing_mode(real)
     if expected is not None and expected.lower() != sha256(raw):
         raise ToolError("stale_content", f"{rel} changed since it was read (sha256 differs); read it again before editing")
     bom = raw.startswith(BOM)
@@ -395,24 +644,21 @@ def _edit_file(args: dict) -> dict:
     except UnicodeDecodeError:
         raise ToolError("not_a_file", f"{rel} is not UTF-8 text; edit_file edits text only") from None
     crlf = "\r\n" in text
-    work = text.replace("\r\n", "\n") if crlf else text
-    old_n = old.replace("\r\n", "\n") if crlf else old
-    new_n = new.replace("\r\n", "\n") if crlf else new
-    count = work.count(old_n)
+    matches = _find_line_ending_blind(text, old)
+    count = len(matches)
     if count == 0:
         raise ToolError("edit_no_match", f"old_text was not found in {rel}; read the file and copy the text exactly")
     if count > 1 and not allow_multiple:
         raise ToolError("edit_ambiguous", f"old_text occurs {count} times in {rel}; add context to make it unique or set allow_multiple")
-    result = work.replace(old_n, new_n)
+    result = _replace_keeping_endings(text, matches, new)
     import difflib  # only edits pay for it
 
-    diff = "".join(difflib.unified_diff(work.splitlines(True), result.splitlines(True), f"a/{rel}", f"b/{rel}"))
+    # Both sides with their real line endings: a changed ending shows in the diff, as it should.
+    diff = "".join(difflib.unified_diff(text.splitlines(True), result.splitlines(True), f"a/{rel}", f"b/{rel}"))
     if len(diff) > DIFF_MAX_CHARS:
         diff = diff[:DIFF_MAX_CHARS] + "\n[diff truncated]\n"
-    if crlf:
-        result = result.replace("\n", "\r\n")
     data = (BOM if bom else b"") + result.encode("utf-8", errors="surrogatepass")
-    _atomic_write(rel, real, data, _existing_mode(real))
+    _atomic_write(rel, real, data, mode)
     return {
         "output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}",
         "meta": {"sha256": sha256(data), "replacements": count, "diff": diff, "bom": bom, "crlf": crlf},

@@ -134,8 +134,8 @@ def test_read_file_on_a_fifo_fails_at_once(box_on, tmp_path):
     edit = box.call("edit_file", {"path": "fifo", "old_text": "a", "new_text": "b"})
     grep = box.call("grep_files", {"pattern": "a", "path": "fifo"})
     assert time.monotonic() - started < 5
-    assert read.error.type.value == "not_a_file" and "FIFO" in read.error.message
-    assert edit.error.type.value == "not_a_file"
+    assert read.error.type.value == "not_regular_file" and "FIFO" in read.error.message
+    assert edit.error.type.value == "not_regular_file"
     assert grep.ok and box.restarts == 0
 
 

@@ -1,0 +1,228 @@
+"""The tool contract as users of Gemini CLI and OpenHands expect it, through a real container.
+
+Each case is a behaviour a peer's test suite checks (line endings kept per line, binary and
+UTF-16 files, unreadable directories, read-only files, long lines, brace globs, FIFOs), written
+from what the user sees, not from our implementation.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import SandboxConfig
+from orchestrator.sandbox.docker import DockerSandbox
+from tests.conftest import chown_tree
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def box(sandbox_image, docker_client, tmp_path_factory):
+    ws = tmp_path_factory.mktemp("contract") / "ws"
+    ws.mkdir()
+    chown_tree(ws)
+    with DockerSandbox(ws, SandboxConfig(), client=docker_client) as sandbox:
+        yield sandbox
+
+
+_seq = iter(range(1 << 30))
+
+
+@pytest.fixture
+def ws(box, request) -> Path:
+    """A fresh directory of the shared workspace per test."""
+    root = box.workspace / f"{request.node.originalname}-{next(_seq)}"
+    root.mkdir()
+    chown_tree(root)
+    return root
+
+
+def put(ws: Path, rel: str, content: str | bytes, mode: int | None = None) -> str:
+    path = ws / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    chown_tree(ws)
+    if mode is not None:
+        path.chmod(mode)
+    return f"{ws.name}/{rel}"
+
+
+def error_of(result) -> str | None:
+    return result.error.type.value if result.error else None
+
+
+# -- edit_file: line endings, BOM ------------------------------------------------------------
+@pytest.mark.parametrize("before, old, new, after", [
+    ("a\r\nb\nc\r\nd\n", "c", "C", "a\r\nb\nC\r\nd\n"),                    # mixed: only the edited line changes
+    ("a\r\nb\nc\r\nd\n", "b\nc\n", "B\nC\n", "a\r\nB\nC\r\nd\n"),          # across lines: each break keeps its own ending
+    ("a\r\nb\r\nc\r\n", "b\n", "b\nb2\n", "a\r\nb\r\nb2\r\nc\r\n"),        # CRLF file: new lines get CRLF
+    ("a\r\nb\r\nc\r\n", "b\r\n", "x\r\n", "a\r\nx\r\nc\r\n"),              # CRLF in old_text as sent
+    ("one\ntwo", "two", "2", "one\n2"),                                     # no trailing newline stays so
+    ("\ufeffkeep\r\nme\r\n", "me", "you", "\ufeffkeep\r\nyou\r\n"),        # BOM and CRLF kept
+])
+def test_edit_keeps_every_line_ending_and_the_bom(box, ws, before, old, new, after):
+    rel = put(ws, "f.txt", before)
+    result = box.call("edit_file", {"path": rel, "old_text": old, "new_text": new})
+    assert result.ok, result
+    assert (ws / "f.txt").read_bytes() == after.encode()
+    untouched = [line for line in before.splitlines(True) if line in after.splitlines(True)]
+    diff = result.meta["diff"]
+    assert not any(f"-{line}" in diff.splitlines(True) for line in untouched), "the diff claims an untouched line changed"
+
+
+def test_edit_diff_is_honest_about_what_changed(box, ws):
+    rel = put(ws, "f.txt", "a\r\nb\nc\r\nd\n")
+    diff = box.call("edit_file", {"path": rel, "old_text": "c", "new_text": "C"}).meta["diff"]
+    changed = [line for line in diff.split("\n") if line and line[0] in "+-" and not line.startswith(("+++", "---"))]
+    assert changed == ["-c\r", "+C\r"]
+
+
+# -- read_file: binary, encodings, special files ---------------------------------------------
+@pytest.mark.parametrize("content", [
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256)),
+    b"text then a NUL\x00 and more",
+    bytes(range(1, 32)) * 40,
+    b"\x7fELF\x02\x01\x01" + b"\x00" * 64,
+])
+def test_read_file_never_puts_binary_garbage_in_the_context(box, ws, content):
+    rel = put(ws, "blob.bin", content)
+    result = box.call("read_file", {"path": rel})
+    assert result.ok and result.meta.get("binary") is True
+    assert "binary" in result.output and str(len(content)) in result.output
+    assert "\ufffd" not in result.output and "\x00" not in result.output
+    assert result.meta["sha256"] == hashlib.sha256(content).hexdigest()
+
+
+@pytest.mark.parametrize("codec, bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"), ("utf-32-le", b"\xff\xfe\x00\x00")])
+def test_read_file_decodes_utf16_and_utf32_with_a_bom(box, ws, codec, bom):
+    text = "héllo wörld\nzweite Zeile\n"
+    rel = put(ws, "wide.txt", bom + text.encode(codec))
+    result = box.call("read_file", {"path": rel})
+    assert result.ok and result.output == text
+    assert "UTF-" in result.note and result.meta["total_lines"] == 2
+    second = box.call("read_file", {"path": rel, "offset": 2})
+    assert second.output == "zweite Zeile\n"
+
+
+def test_read_file_flags_invalid_utf8_instead_of_passing_it_silently(box, ws):
+    rel = put(ws, "latin1.txt", "caf\xe9 au lait\n".encode("latin-1"))
+    result = box.call("read_file", {"path": rel})
+    assert result.ok and result.output == "caf\ufffd au lait\n"
+    assert "not valid UTF-8" in result.note and result.meta["invalid_utf8"] is True
+
+
+def test_special_files_fail_at_once_with_a_typed_error(box, ws):
+    os.mkfifo(ws / "pipe")
+    chown_tree(ws)
+    rel = f"{ws.name}/pipe"
+    started = time.monotonic()
+    outcomes = [box.call("read_file", {"path": rel}), box.call("edit_file", {"path": rel, "old_text": "a", "new_text": "b"}),
+                box.call("write_file", {"path": rel, "content": "x"})]
+    assert time.monotonic() - started < 5
+    assert [error_of(r) for r in outcomes] == ["not_regular_file"] * 3
+    assert (ws / "pipe").is_fifo()
+
+
+def test_read_file_on_a_directory_and_a_missing_file(box, ws):
+    (ws / "sub").mkdir()
+    assert error_of(box.call("read_file", {"path": f"{ws.name}/sub"})) == "is_directory"
+    assert error_of(box.call("read_file", {"path": f"{ws.name}/nope.txt"})) == "file_not_found"
+
+
+def test_read_file_on_an_empty_file(box, ws):
+    rel = put(ws, "empty.txt", "")
+    result = box.call("read_file", {"path": rel})
+    assert result.ok and result.output == "" and result.meta["total_lines"] == 0
+
+
+# -- list_files ------------------------------------------------------------------------------
+def test_list_files_skips_an_unreadable_directory_and_says_so(box, ws):
+    put(ws, "open/a.txt", "a")
+    put(ws, "locked/secret.txt", "s")
+    put(ws, "z.txt", "z")
+    (ws / "locked").chmod(0)
+    try:
+        result = box.call("list_files", {"path": ws.name})
+    finally:
+        (ws / "locked").chmod(0o755)
+    assert result.ok, result
+    listed = result.output.splitlines()
+    assert f"{ws.name}/open/a.txt" in listed and f"{ws.name}/z.txt" in listed and f"{ws.name}/locked/" in listed
+    assert "locked" in result.note and "unreadable" in result.note
+
+
+def test_list_files_errors_match_the_other_tools(box, ws):
+    put(ws, "file.txt", "x")
+    assert error_of(box.call("list_files", {"path": f"{ws.name}/missing"})) == "file_not_found"
+    assert error_of(box.call("read_file", {"path": f"{ws.name}/missing"})) == "file_not_found"
+    assert error_of(box.call("grep_files", {"pattern": "x", "path": f"{ws.name}/missing"})) == "file_not_found"
+    assert error_of(box.call("list_files", {"path": f"{ws.name}/file.txt"})) == "not_a_directory"
+
+
+# -- grep_files ------------------------------------------------------------------------------
+def test_grep_says_when_it_cuts_a_long_line(box, ws):
+    rel = put(ws, "long.txt", "needle " + "x" * 3000 + "\nshort needle\n")
+    result = box.call("grep_files", {"pattern": "needle", "path": ws.name})
+    first, second = result.output.splitlines()[:2]
+    assert "3007" in first and "cut" in first
+    assert second == f"{rel}:2:short needle"
+    assert "cut" in result.note and result.meta["lines_cut"] == 1
+
+
+@pytest.mark.parametrize("glob, expected", [
+    ("*.{ts,tsx}", {"a.ts", "b.tsx", "src/c.ts"}),  # no '/': the name, at any depth
+    ("**/*.ts", {"a.ts", "src/c.ts"}),
+    ("src/*.ts", {"src/c.ts"}),
+    ("*.py", {"d.py", "src/deep/e.py"}),
+    ("{src/deep/*.py,a.*}", {"a.ts", "src/deep/e.py"}),
+    ("[ab].ts*", {"a.ts", "b.tsx"}),
+])
+def test_grep_globs_work_as_in_ripgrep(box, ws, glob, expected):
+    for name in ("a.ts", "b.tsx", "src/c.ts", "d.py", "src/deep/e.py", "f.js"):
+        put(ws, name, "hit\n")
+    result = box.call("grep_files", {"pattern": "hit", "path": ws.name, "glob": glob})
+    assert result.ok, result
+    found = {line.split(":", 1)[0].removeprefix(ws.name + "/") for line in result.output.splitlines()}
+    assert found == expected
+
+
+def test_grep_refuses_a_broken_glob_with_a_typed_error(box, ws):
+    assert error_of(box.call("grep_files", {"pattern": "x", "path": ws.name, "glob": "*.{ts,tsx"})) == "invalid_arguments"
+    assert error_of(box.call("grep_files", {"pattern": "x", "path": ws.name, "glob": "{a,b}" * 12})) == "invalid_arguments"
+
+
+# -- write_file / edit_file and permissions --------------------------------------------------
+def test_write_and_edit_respect_a_read_only_file(box, ws):
+    rel = put(ws, "ro.txt", "keep\n", mode=0o444)
+    write = box.call("write_file", {"path": rel, "content": "gone\n"})
+    edit = box.call("edit_file", {"path": rel, "old_text": "keep", "new_text": "gone"})
+    assert error_of(write) == "permission_denied" and error_of(edit) == "permission_denied"
+    assert (ws / "ro.txt").read_text() == "keep\n" and (ws / "ro.txt").stat().st_mode & 0o777 == 0o444
+
+
+def test_write_into_a_read_only_directory_is_refused(box, ws):
+    put(ws, "rodir/x.txt", "x")
+    (ws / "rodir").chmod(0o555)
+    try:
+        result = box.call("write_file", {"path": f"{ws.name}/rodir/new.txt", "content": "n"})
+    finally:
+        (ws / "rodir").chmod(0o755)
+    assert error_of(result) == "permission_denied"
+    assert sorted(p.name for p in (ws / "rodir").iterdir()) == ["x.txt"], "a temp file was left behind"
+
+
+def test_a_replaced_file_keeps_its_mode(box, ws):
+    rel = put(ws, "run.sh", "echo 1\n", mode=0o750)
+    assert box.call("edit_file", {"path": rel, "old_text": "1", "new_text": "2"}).ok
+    assert box.call("write_file", {"path": rel, "content": "echo 3\n"}).ok
+    assert (ws / "run.sh").stat().st_mode & 0o777 == 0o750
+
+
+def test_write_creates_parents_and_edit_refuses_empty_old_text(box, ws):
+    assert box.call("write_file", {"path": f"{ws.name}/new/deep/f.txt", "content": "x"}).ok
+    assert (ws / "new/deep/f.txt").read_text() == "x"
+    assert error_of(box.call("edit_file", {"path": f"{ws.name}/new/deep/f.txt", "old_text": "", "new_text": "y"})) == "invalid_arguments"
