@@ -4,6 +4,7 @@ No test here mocks Docker or the agent. A missing daemon is an error, never a sk
 """
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -42,6 +43,72 @@ def live_processes(box) -> list[str]:
     return [line for line in out.splitlines() if line.split()[-1:] not in (["sh"], ["cat"])]
 
 
+# The tool tests and the attack battery run once per runtime (issue 15): parametrised here, not copied.
+BOTH_RUNTIMES = ("runc", "runsc")
+_UNDER_BOTH_RUNTIMES = ("test_tools_in_sandbox.py", "attacks")
+
+
+def pytest_generate_tests(metafunc):
+    """Every test of the tool suite and the attack battery that opens a box (through `runtime`) runs
+    under runc and under runsc; elsewhere `runtime` is None, the project's default choice."""
+    parts = metafunc.definition.path.parts
+    if "runtime" in metafunc.fixturenames and any(p in parts for p in _UNDER_BOTH_RUNTIMES):
+        metafunc.parametrize("runtime", BOTH_RUNTIMES, indirect=True)
+
+
+@pytest.fixture
+def runtime(request, docker_client) -> str | None:
+    """The runtime a test's boxes run under. runsc is skipped, with the reason, when the daemon lacks a
+    usable registration (`scripts/setup` makes one); OA_REQUIRE_RUNSC=1 (CI) makes that a failure."""
+    name = getattr(request, "param", None)
+    if name is None or name == "runc":
+        return name
+    from orchestrator.errors import OpenAgentsError
+    from orchestrator.sandbox.runtimes import choose_runtime
+
+    try:
+        choose_runtime(name, False, docker_client)
+        problem = None if _gvisor_profile_in_use() else (
+            "container_settings does not give runsc boxes runtimes.seccomp_security_opt yet: under runsc --oci-seccomp "
+            "the plain profile's clone3 refusal becomes EPERM and no thread starts in the box")
+    except OpenAgentsError as err:
+        problem = str(err)
+    if problem:
+        if os.environ.get("OA_REQUIRE_RUNSC") == "1":
+            pytest.fail(f"OA_REQUIRE_RUNSC=1 but {problem}")
+        pytest.skip(problem)
+    return name
+
+
+@functools.lru_cache(maxsize=1)
+def _gvisor_profile_in_use() -> bool:
+    """Whether the box settings give a gVisor box the profile it needs (orchestrator/sandbox/runtimes.py)."""
+    import inspect
+    import tempfile
+
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox import docker as docker_backend
+    from orchestrator.sandbox.runtimes import seccomp_security_opt
+
+    settings = getattr(docker_backend, "container_settings", None)
+    if settings is None or "workspace" not in inspect.signature(settings).parameters:
+        return True  # moved: let the tests show whether it holds
+    with tempfile.TemporaryDirectory() as empty:
+        return seccomp_security_opt("runsc") in settings(SandboxConfig(runtime="runsc"), Path(empty), "1000:1000")["security_opt"]
+
+
+def sandbox_config(under: str | None, docker_client, **config):
+    """The SandboxConfig of a test box under the runtime fixture's `under` (None: the default); a
+    runtime the test names in `config` wins. An egress box under gVisor gets the registration with a
+    network, as choose_runtime gives it."""
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.runtimes import choose_runtime
+
+    if under is not None and "runtime" not in config:
+        config["runtime"] = choose_runtime(under, config.get("egress") is not None, docker_client).name
+    return SandboxConfig(**config)
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     from orchestrator.sandbox.docker import docker_client as connect
@@ -64,23 +131,22 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def sandbox(sandbox_image, docker_client, workspace):
+def sandbox(sandbox_image, docker_client, workspace, runtime):
     from orchestrator.sandbox.docker import DockerSandbox
 
-    with DockerSandbox(workspace, client=docker_client) as box:
+    with DockerSandbox(workspace, sandbox_config(runtime, docker_client), client=docker_client) as box:
         yield box
 
 
 @pytest.fixture
-def open_sandbox(sandbox_image, docker_client):
+def open_sandbox(sandbox_image, docker_client, runtime):
     """A factory for sandboxes on workspaces the test builds itself; all are removed afterwards."""
-    from orchestrator.config import SandboxConfig
     from orchestrator.sandbox.docker import DockerSandbox
 
     boxes = []
 
     def _open(ws: Path, **config) -> DockerSandbox:
-        box = DockerSandbox(ws, SandboxConfig(**config), client=docker_client)
+        box = DockerSandbox(ws, sandbox_config(runtime, docker_client, **config), client=docker_client)
         box.start()
         boxes.append(box)
         return box
@@ -88,3 +154,4 @@ def open_sandbox(sandbox_image, docker_client):
     yield _open
     for box in boxes:
         box.close()
+

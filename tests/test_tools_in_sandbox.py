@@ -178,12 +178,13 @@ def test_timed_out_daemons_do_not_survive(sandbox):
     assert live_processes(sandbox) == ["1 python3"]
 
 
-def test_host_variables_do_not_reach_the_sandbox(sandbox_image, docker_client, workspace, monkeypatch):
+def test_host_variables_do_not_reach_the_sandbox(sandbox_image, docker_client, workspace, monkeypatch, runtime):
     from orchestrator.sandbox.docker import DockerSandbox
+    from tests.conftest import sandbox_config
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-host-secret-123")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_hostsecret456")
-    with DockerSandbox(workspace, client=docker_client) as box:
+    with DockerSandbox(workspace, sandbox_config(runtime, docker_client), client=docker_client) as box:
         env = box.call("shell", {"command": "env; cat /proc/self/environ | tr '\\0' '\\n'"})
         assert env.ok
         assert "sk-test-host-secret" not in env.output and "ghp_hostsecret" not in env.output

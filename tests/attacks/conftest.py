@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import chown_tree, make_workspace
+from tests.conftest import chown_tree, make_workspace, sandbox_config
 
 CANARY = "host canary: must never change\n"
 FILES = {"README.md": "# victim\n", "src/app.py": "print('hi')\n", ".git/config": "[core]\n\tbare = false\n", ".git/HEAD": "ref: refs/heads/main\n"}
@@ -64,7 +63,8 @@ class Victim:
 
 
 @pytest.fixture
-def victim_factory(sandbox_image, docker_client, tmp_path):
+def victim_factory(sandbox_image, docker_client, tmp_path, runtime):
+    """Victims under the test's runtime (each attack runs under runc and under runsc)."""
     boxes = []
 
     def make(**config) -> Victim:
@@ -73,7 +73,7 @@ def victim_factory(sandbox_image, docker_client, tmp_path):
         outside.mkdir(parents=True)
         (outside / "canary.txt").write_text(CANARY)
         ws = make_workspace(root / "ws", FILES)
-        box = DockerSandbox(ws, SandboxConfig(**config), client=docker_client)
+        box = DockerSandbox(ws, sandbox_config(runtime, docker_client, **config), client=docker_client)
         box.start()
         boxes.append(box)
         victim = Victim(ws, outside, box)

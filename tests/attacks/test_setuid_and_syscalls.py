@@ -21,7 +21,7 @@ from orchestrator.config import SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.sandbox.seccomp import MODE_ARGUMENT, REFUSED, profile_json
 from tests.attacks.conftest import CANARY
-from tests.conftest import chown_tree, make_workspace
+from tests.conftest import chown_tree, make_workspace, sandbox_config
 
 pytestmark = pytest.mark.docker
 
@@ -179,15 +179,14 @@ def _bits_on_host(ws: Path) -> list[str]:
 
 
 @pytest.fixture
-def box(sandbox_image, docker_client, tmp_path):
+def box(sandbox_image, docker_client, tmp_path, runtime):
     """A sandbox on a uid-1000 workspace. (uid 0 is refused outright, see below; the profile holds for
     root too: test_the_profile_is_what_stops_it runs as uid 0.)"""
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "canary.txt").write_text(CANARY)
     ws = make_workspace(tmp_path / "ws", {"README.md": "# victim\n", "suid.tar": _setuid_archive()})
-    config = SandboxConfig()
-    sandbox = DockerSandbox(ws, config, client=docker_client)
+    sandbox = DockerSandbox(ws, sandbox_config(runtime, docker_client), client=docker_client)
     sandbox.start()
     try:
         yield sandbox

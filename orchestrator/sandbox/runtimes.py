@@ -1,0 +1,149 @@
+"""Which OCI runtime a sandbox runs under: gVisor (runsc) when the daemon offers it, runc otherwise.
+
+gVisor puts a second kernel (its user-space Sentry) between the box and the host's: a kernel bug
+reachable from the box must then be a bug in both. scripts/setup registers the same runsc binary
+twice (docs/gvisor.md says why):
+
+- `runsc` with `--network=none --oci-seccomp`: boxes without network;
+- `runsc-net` with `--network=host --oci-seccomp`: egress boxes, which need the interface Docker
+  gives them on the proxy's internal network.
+
+`--oci-seccomp` matters: without it runsc ignores the container's seccomp profile, and ours is what
+stops a box putting setuid/setgid bits on workspace files. A runsc registration without it is
+therefore not used by default, and refused when asked for.
+
+Under `--oci-seccomp` runsc answers every SCMP_ACT_ERRNO rule with EPERM, whatever its errnoRet
+(google/gvisor#14688). Docker's clone3 rule relies on ENOSYS: glibc >= 2.34 falls back to clone
+only on ENOSYS, so with EPERM no thread can start (the agent dies with "can't start new thread").
+`gvisor_profile` therefore lets clone3 through to gVisor's kernel, which answers it itself (ENOSYS
+in Debian's runsc; a namespace made there would be gVisor's, not the host's). Everything else in
+the profile holds as written (measured: the setuid/setgid refusals, io_uring).
+
+Pure functions over `client.info()`, so they are tested with a plain dict.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol
+
+from ..errors import ErrorType, OpenAgentsError
+from . import seccomp
+
+RUNC = "runc"
+RUNSC = "runsc"
+RUNSC_EGRESS = "runsc-net"
+OCI_SECCOMP = "--oci-seccomp"
+SETUP_HINT = "run scripts/setup (as root or with sudo) to install and register it"
+
+
+class InfoClient(Protocol):
+    """The part of docker.DockerClient this module needs."""
+
+    def info(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class RuntimeChoice:
+    """The runtime name to give Docker, and a sentence for `doctor` and the logs saying why."""
+
+    name: str
+    why: str
+
+    @property
+    def gvisor(self) -> bool:
+        return self.name in (RUNSC, RUNSC_EGRESS)
+
+
+def runtime_table(info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """`Runtimes` of a `docker info` answer: name -> {"path": ..., "runtimeArgs": [...]}."""
+    table = info.get("Runtimes") or {}
+    return {str(name): dict(entry) if isinstance(entry, Mapping) else {} for name, entry in table.items()}
+
+
+def available_runtimes(client: InfoClient) -> set[str]:
+    """The runtime names the daemon accepts (`runc` always is, even when a daemon omits it)."""
+    return set(runtime_table(client.info())) | {RUNC}
+
+
+def runtime_args(info: Mapping[str, Any], name: str) -> list[str]:
+    args = runtime_table(info).get(name, {}).get("runtimeArgs") or []
+    return [str(a) for a in args]
+
+
+def _gvisor_problem(info: Mapping[str, Any], name: str) -> str | None:
+    """Why the registration `name` cannot run our boxes with their guarantees, or None when it can."""
+    table = runtime_table(info)
+    if name not in table:
+        return f"{name} is not registered in the Docker daemon: {SETUP_HINT}"
+    if OCI_SECCOMP not in runtime_args(info, name):
+        return (f"{name} is registered without {OCI_SECCOMP}: gVisor would ignore the sandbox's seccomp profile "
+                f"(a box could set setuid/setgid bits on workspace files); {SETUP_HINT} again")
+    return None
+
+
+def choose_runtime_from_info(requested: str | None, egress: bool, info: Mapping[str, Any]) -> RuntimeChoice:
+    """The runtime for one box. `requested` is `--runtime` (None: choose). `egress`: the box joins the
+    proxy's internal network, so under gVisor it needs the registration that has a network."""
+    gvisor_name = RUNSC_EGRESS if egress else RUNSC
+    if requested is None:
+        problem = _gvisor_problem(info, gvisor_name)
+        if problem is None:
+            return RuntimeChoice(gvisor_name, f"gVisor ({gvisor_name}) registered in the daemon: a second kernel between the box and the host")
+        return RuntimeChoice(RUNC, f"runc, without gVisor: {problem}")
+    if requested == RUNC:
+        return RuntimeChoice(RUNC, "runc: asked for with --runtime runc (no gVisor kernel between the box and the host)")
+    if requested in (RUNSC, RUNSC_EGRESS):
+        # --runtime runsc means "gVisor": an egress box gets the registration with a network.
+        problem = _gvisor_problem(info, gvisor_name)
+        if problem is not None:
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {requested}: {problem}; or use --runtime runc")
+        note = "" if requested == gvisor_name else f" ({gvisor_name} is the registration for a box {'with' if egress else 'without'} network)"
+        return RuntimeChoice(gvisor_name, f"gVisor ({gvisor_name}): asked for with --runtime {requested}{note}")
+    if requested not in runtime_table(info):
+        known = ", ".join(sorted(set(runtime_table(info)) | {RUNC}))
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {requested}: the Docker daemon has no such runtime (it has: {known})")
+    return RuntimeChoice(requested, f"{requested}: asked for with --runtime {requested}")
+
+
+def choose_runtime(requested: str | None, egress: bool, client: InfoClient) -> RuntimeChoice:
+    """choose_runtime_from_info over the daemon's current answer."""
+    return choose_runtime_from_info(requested, egress, client.info())
+
+
+GVISOR_RUNTIMES = frozenset({RUNSC, RUNSC_EGRESS})
+
+
+def is_gvisor(runtime: str | None) -> bool:
+    return runtime in GVISOR_RUNTIMES
+
+
+def gvisor_profile(profile: dict[str, Any]) -> dict[str, Any]:
+    """`profile` for runsc --oci-seccomp: clone3 answered by gVisor's kernel instead of a refusal that
+    runsc would turn into EPERM (see the module docstring). Validated like the original."""
+    out = copy.deepcopy(profile)
+    rules = []
+    for rule in out["syscalls"]:
+        if "clone3" in rule["names"]:
+            rule["names"] = [n for n in rule["names"] if n != "clone3"]
+            if not rule["names"]:
+                continue
+        rules.append(rule)
+    rules.append({"names": ["clone3"], "action": "SCMP_ACT_ALLOW",
+                  "comment": "openagents under gVisor: runsc makes every errno EPERM (gvisor#14688) and glibc falls back to clone "
+                             "only on ENOSYS; gVisor's own kernel answers clone3"})
+    out["syscalls"] = rules
+    seccomp.validate(out)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _gvisor_profile_json() -> str:
+    return json.dumps(gvisor_profile(json.loads(seccomp.profile_json())), separators=(",", ":"), sort_keys=True)
+
+
+def seccomp_security_opt(runtime: str | None) -> str:
+    """The `seccomp=...` security option for a box under `runtime` (container_settings' entry)."""
+    return "seccomp=" + _gvisor_profile_json() if is_gvisor(runtime) else seccomp.security_opt()

@@ -1,0 +1,138 @@
+"""Choosing the OCI runtime: gVisor when the daemon offers a registration that keeps our guarantees.
+
+The choice is a pure function of `docker info`, tested with plain dicts shaped like the daemon's
+answer; the last tests ask the real daemon and run a real box under what it chose.
+"""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.sandbox.runtimes import (
+    RUNC,
+    RUNSC,
+    RUNSC_EGRESS,
+    available_runtimes,
+    choose_runtime,
+    choose_runtime_from_info,
+)
+
+SETUP_RUNTIMES = {  # what scripts/setup registers, as `docker info` reports it
+    "runc": {"path": "runc"},
+    "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]},
+    "runsc-net": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--oci-seccomp"]},
+}
+WITH_GVISOR = {"Runtimes": SETUP_RUNTIMES}
+PLAIN = {"Runtimes": {"runc": {"path": "runc"}, "io.containerd.runc.v2": {"path": "runc"}}}
+# gVisor's own `runsc install` registers it with no arguments: our seccomp profile would be ignored.
+RUNSC_WITHOUT_OCI_SECCOMP = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc"}, "runsc-net": {"path": "/usr/bin/runsc"}}}
+
+
+class FakeClient:
+    def __init__(self, info: dict) -> None:
+        self._info = info
+
+    def info(self) -> dict:
+        return self._info
+
+
+def test_default_is_gvisor_when_the_daemon_has_it():
+    choice = choose_runtime(None, False, FakeClient(WITH_GVISOR))
+    assert choice.name == RUNSC and choice.gvisor
+    assert "gVisor (runsc) registered in the daemon: a second kernel between the box and the host" in choice.why
+
+
+def test_an_egress_box_gets_the_registration_with_a_network():
+    assert choose_runtime(None, True, FakeClient(WITH_GVISOR)).name == RUNSC_EGRESS
+    assert choose_runtime("runsc", True, FakeClient(WITH_GVISOR)).name == RUNSC_EGRESS
+    assert choose_runtime("runsc-net", False, FakeClient(WITH_GVISOR)).name == RUNSC
+
+
+def test_default_is_runc_without_runsc_and_says_how_to_get_it():
+    choice = choose_runtime(None, False, FakeClient(PLAIN))
+    assert choice.name == RUNC and not choice.gvisor
+    assert "runsc is not registered" in choice.why and "scripts/setup" in choice.why
+
+
+def test_egress_default_falls_back_to_runc_when_only_the_plain_registration_exists():
+    only_runsc = {"Runtimes": {k: v for k, v in SETUP_RUNTIMES.items() if k != "runsc-net"}}
+    assert choose_runtime(None, False, FakeClient(only_runsc)).name == RUNSC
+    choice = choose_runtime(None, True, FakeClient(only_runsc))
+    assert choice.name == RUNC and "runsc-net is not registered" in choice.why
+    with pytest.raises(OpenAgentsError) as err:
+        choose_runtime("runsc", True, FakeClient(only_runsc))
+    assert err.value.type is ErrorType.CONFIG_INVALID and "runsc-net" in str(err.value)
+
+
+def test_runc_opts_out_even_when_gvisor_is_there():
+    choice = choose_runtime("runc", False, FakeClient(WITH_GVISOR))
+    assert choice.name == RUNC and "--runtime runc" in choice.why
+    assert choose_runtime("runc", True, FakeClient(WITH_GVISOR)).name == RUNC
+
+
+@pytest.mark.parametrize("info", [PLAIN, {}, {"Runtimes": None}])
+def test_asking_for_runsc_the_daemon_lacks_is_a_typed_fatal_error(info):
+    with pytest.raises(OpenAgentsError) as err:
+        choose_runtime("runsc", False, FakeClient(info))
+    assert err.value.type is ErrorType.CONFIG_INVALID and not err.value.type.recoverable
+    assert "scripts/setup" in str(err.value) and "--runtime runc" in str(err.value)
+
+
+def test_an_unknown_runtime_is_a_typed_error_naming_what_the_daemon_has():
+    with pytest.raises(OpenAgentsError) as err:
+        choose_runtime("kata", False, FakeClient(WITH_GVISOR))
+    assert err.value.type is ErrorType.CONFIG_INVALID
+    assert "kata" in str(err.value) and "runsc-net" in str(err.value)
+
+
+def test_another_registered_runtime_is_passed_through():
+    info = {"Runtimes": {**SETUP_RUNTIMES, "kata": {"path": "/usr/bin/kata-runtime"}}}
+    assert choose_runtime_from_info("kata", False, info).name == "kata"
+
+
+def test_runsc_registered_without_oci_seccomp_is_not_used_since_our_profile_would_not_hold():
+    choice = choose_runtime(None, False, FakeClient(RUNSC_WITHOUT_OCI_SECCOMP))
+    assert choice.name == RUNC and "--oci-seccomp" in choice.why and "setuid" in choice.why
+    with pytest.raises(OpenAgentsError) as err:
+        choose_runtime("runsc", False, FakeClient(RUNSC_WITHOUT_OCI_SECCOMP))
+    assert err.value.type is ErrorType.CONFIG_INVALID and "--oci-seccomp" in str(err.value)
+
+
+def test_available_runtimes_lists_the_daemons_and_always_runc():
+    assert available_runtimes(FakeClient(WITH_GVISOR)) == {"runc", "runsc", "runsc-net"}
+    assert available_runtimes(FakeClient({})) == {"runc"}
+
+
+# --- the real daemon -------------------------------------------------------------------------
+
+
+def test_the_real_daemons_choice_matches_its_registrations(docker_client):
+    """On this machine, after scripts/setup, the default is gVisor; without it, runc with the reason."""
+    info = docker_client.info()
+    registered = info.get("Runtimes") or {}
+    choice = choose_runtime(None, False, docker_client)
+    usable = "--oci-seccomp" in ((registered.get("runsc") or {}).get("runtimeArgs") or [])
+    assert choice.name == (RUNSC if usable else RUNC), choice
+    assert available_runtimes(docker_client) >= {"runc"} | ({"runsc"} if "runsc" in registered else set())
+
+
+def test_a_box_under_the_default_choice_runs_the_tools_and_leaves_nothing(open_sandbox, docker_client, tmp_path):
+    """The hardened box under the chosen runtime answers; under gVisor `uname -r` is gVisor's kernel,
+    not the host's; closing it leaves no container of ours."""
+    from tests.conftest import _gvisor_profile_in_use, make_workspace
+
+    choice = choose_runtime(None, False, docker_client)
+    if choice.gvisor and not _gvisor_profile_in_use():
+        pytest.skip("container_settings does not give runsc boxes runtimes.seccomp_security_opt yet")
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "hello\n"})
+    box = open_sandbox(ws, runtime=choice.name)
+    assert box.call("read_file", {"path": "a.txt"}).output.endswith("hello\n")
+    kernel = box.call("shell", {"command": "uname -r"}).output.strip()
+    host_kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=True).stdout.strip()
+    assert (kernel != host_kernel) == choice.gvisor, (kernel, host_kernel, choice)
+    container_id = box.container.id
+    box.close()
+    left = docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={ws.resolve()}"})
+    assert [c.id for c in left] == [], f"left behind: {[c.id for c in left]} (ours was {container_id})"
