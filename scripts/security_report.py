@@ -4,8 +4,10 @@
     .venv/bin/python scripts/security_report.py            # runs the battery, rewrites the table
     .venv/bin/python scripts/security_report.py --check    # fails if the table lists other scenarios than the tests
 
-Each row is one collected scenario (a test, or one parameter of it), its one-line docstring, and
-the outcome of this run. tests/test_security_doc.py runs --check so the table cannot go stale.
+Each row is one scenario (a test, or one parameter of it), its one-line docstring, and the
+outcome of this run under each runtime: the battery runs every box scenario under runc and under
+runsc (gVisor), so `test_x[runc]` and `test_x[runsc]` are one row with two results.
+tests/test_security_doc.py runs --check so the table cannot go stale.
 """
 from __future__ import annotations
 
@@ -21,6 +23,26 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "security.md"
 ATTACKS = ROOT / "tests" / "attacks"
 START, END = "<!-- attack-table:start -->", "<!-- attack-table:end -->"
+RUNTIMES = ("runc", "runsc")
+
+
+def split_runtime(name: str) -> tuple[str, str | None]:
+    """`test_x[runsc-a/b]` -> (`test_x[a/b]`, `runsc`); `test_x[runc]` -> (`test_x`, `runc`)."""
+    base, bracket, param = name.partition("[")
+    if not bracket:
+        return name, None
+    param = param[:-1]
+    for runtime in RUNTIMES:
+        if param == runtime:
+            return base, runtime
+        if param.startswith(runtime + "-"):
+            return f"{base}[{param[len(runtime) + 1:]}]", runtime
+    return name, None
+
+
+def scenarios(ids: list[str]) -> list[str]:
+    """The collected ids with the runtime parameter folded away, first-seen order, each once."""
+    return list(dict.fromkeys(split_runtime(i)[0] for i in ids))
 
 
 def docstrings() -> dict[str, str]:
@@ -47,16 +69,26 @@ def run_battery() -> dict[str, str]:
         return results
 
 
+def outcome(results: dict[str, str], name: str) -> str:
+    """One scenario's result: once for a host-only scenario, per runtime for a box scenario."""
+    if name in results:
+        return results[name]
+    per_runtime = {split_runtime(n)[1]: r for n, r in results.items() if split_runtime(n)[0] == name and split_runtime(n)[1]}
+    if not per_runtime:
+        return "not run"
+    return "<br>".join(f"{rt}: {per_runtime.get(rt, 'not run')}" for rt in RUNTIMES)
+
+
 def table(ids: list[str], results: dict[str, str]) -> str:
     docs = docstrings()
     rows = ["| # | area | scenario | attack | result |", "|---|---|---|---|---|"]
-    for n, test_id in enumerate(ids, 1):
+    for n, test_id in enumerate(scenarios(ids), 1):
         module, name = test_id.split("::") if "::" in test_id else ("", test_id)
         base = name.split("[", 1)[0]
         param = name[len(base):]
         area = Path(module).stem.removeprefix("test_").replace("_", " ") if module else ""
         attack = docs.get(base, base).replace("|", "\\|")
-        rows.append(f"| {n} | {area} | `{base}{param.replace('|', '/')}` | {attack} | {results.get(name, 'not run')} |")
+        rows.append(f"| {n} | {area} | `{base}{param.replace('|', '/')}` | {attack} | {outcome(results, name)} |")
     return "\n".join(rows)
 
 
@@ -70,7 +102,7 @@ def main() -> int:
     ids = collected_full()
     if args.check:
         listed = {line.split("`")[1] for line in rest.split(END, 1)[0].splitlines() if line.startswith("| ") and "`" in line}
-        wanted = {i.split("::", 1)[1].replace("|", "/") for i in ids}
+        wanted = {i.split("::", 1)[1].replace("|", "/") for i in scenarios(ids)}
         if listed != wanted:
             print("docs/security.md is stale: run scripts/security_report.py", file=sys.stderr)
             print("missing:", sorted(wanted - listed)[:10], "extra:", sorted(listed - wanted)[:10], file=sys.stderr)
