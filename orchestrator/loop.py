@@ -11,11 +11,13 @@ import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
-from typing import Callable
+from typing import Any, Callable
 
 from pydantic import BaseModel
 
+from . import events as ev
 from .errors import ErrorType, OpenAgentsError
+from .events import ToolCallState
 from .models.base import Message, ModelClient, ToolCall
 from .policy.approvals import ApprovalGate
 from .protocol import ErrorInfo, Executor, ToolResult
@@ -66,8 +68,8 @@ class Session:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
-        self.transcript.event("session_start", task=task, model=self.model.name, family=self.model.family, session_id=self.session_id,
-                              workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active())
+        self.transcript.emit(ev.SessionStarted(task=task, model=self.model.name, family=self.model.family, session_id=self.session_id,
+                                               workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active()))
         self.messages.append(Message(role="user", content=task))
         turn = 0
         try:
@@ -79,13 +81,13 @@ class Session:
                     return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
                 turn += 1
                 tools = self.registry.declarations(self.model.family)
-                self.transcript.event("model_request", turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools])
+                self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools]))
                 try:
                     reply = self.model.complete(self.messages, tools)
                 except OpenAgentsError as err:
                     return self._end(SessionStatus.STOPPED, f"the model API failed: {err.message}", turn, error=err)
-                self.transcript.event("model_response", turn=turn, text=reply.text,
-                                      tool_calls=[c.model_dump() for c in reply.tool_calls], usage=reply.usage)
+                self.transcript.emit(ev.ModelResponded(turn=turn, text=reply.text, tool_calls=[c.model_dump(exclude_none=True) for c in reply.tool_calls],
+                                                       usage=reply.usage))
                 self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
                 if not reply.tool_calls:
                     return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)
@@ -108,16 +110,18 @@ class Session:
             return self._end(SessionStatus.STOPPED, f"{err.type.value}: {err.message}", turn, error=err)
         except KeyboardInterrupt:
             self.cancel.set()
-            kill = getattr(self.registry.sandbox, "kill_processes", None)
-            if kill:
-                kill()
+            self.registry.kill_running()
             return self._end(SessionStatus.CANCELLED, "interrupted (Ctrl-C); the running call was killed", turn, executor=Executor.USER)
+        except Exception as exc:  # a bug of ours: the transcript still ends, typed, and the error goes on up
+            err = OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            self._end(SessionStatus.STOPPED, f"internal error: {err.message}", turn, error=err)
+            raise
 
     def _end(self, status: SessionStatus, reason: str, turns: int, final_text: str = "", error: OpenAgentsError | None = None,
              executor: Executor = Executor.OPENAGENTS) -> SessionResult:
         info = ErrorInfo.of(error) if error else None
-        self.transcript.event("session_end", executor=executor, status=status.value, reason=reason, turns=turns,
-                              final_text=final_text, error=info.model_dump(mode="json") if info else None)
+        self.transcript.emit(ev.SessionEnded(executor=executor, status=status.value, reason=reason, turns=turns,
+                                             final_text=final_text, error=info.model_dump(mode="json") if info else None))
         return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info)
 
     def _note_calls(self, calls: list[ToolCall]) -> str | None:
@@ -153,20 +157,21 @@ class Session:
         return results  # type: ignore[return-value]
 
     def _validate_and_approve(self, call: ToolCall) -> PreparedCall | ToolResult:
-        self._state(call, "validating", arguments=_raw_args(call))
+        self._state(call, ToolCallState.VALIDATING, arguments=call.arguments if call.arguments_error is None else call.raw_arguments,
+                    arguments_error=call.arguments_error)
         try:
             prepared = self.registry.prepare(call)
         except OpenAgentsError as err:
             return self._finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS))
-        self._state(call, "awaiting_approval", kind=prepared.kind, action=prepared.action)
+        self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action)
         outcome = self.gate.decide(prepared)
-        self.transcript.event("approval", executor=outcome.executor, call_id=call.id, tool=call.name, action=prepared.action,
-                              level=outcome.level.value, decision=outcome.decision, reason=outcome.reason)
+        self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=call.id, tool=call.name, action=prepared.action,
+                                                level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
         if not outcome.allowed:
             kind = ErrorType.REJECTED_BY_USER if outcome.executor == Executor.USER else ErrorType.REFUSED_BY_POLICY
             err = OpenAgentsError(kind, f"{prepared.action} was not approved: {outcome.reason}")
             return self._finish(call, ToolResult.failure(err, executor=outcome.executor))
-        self._state(call, "scheduled")
+        self._state(call, ToolCallState.SCHEDULED)
         return prepared
 
     def _execute_batch(self, batch: list[tuple[int, PreparedCall]], results: list) -> None:
@@ -181,25 +186,28 @@ class Session:
         call = prepared.call
         if self.cancel.is_set():
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled before this call ran")
-            return self._finish(call, ToolResult.failure(err, executor=Executor.USER), state="cancelled")
-        self._state(call, "executing")
+            return self._finish(call, ToolResult.failure(err, executor=Executor.USER), state=ToolCallState.CANCELLED)
+        self._state(call, ToolCallState.EXECUTING)
         result = self.registry.invoke(prepared)
         if self.cancel.is_set():  # cancelled while it ran: its processes were killed
-            return self._finish(call, result, state="cancelled")
+            err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled while this call ran; its processes were killed")
+            cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta)
+            return self._finish(call, cancelled, state=ToolCallState.CANCELLED)
         return self._finish(call, result)
 
-    def _state(self, call: ToolCall, state: str, **fields) -> None:
-        self.transcript.event("tool_call", call_id=call.id, tool=call.name, state=state, **fields)
+    def _state(self, call: ToolCall, state: ToolCallState, **fields: Any) -> None:
+        self.transcript.emit(ev.ToolCallChanged(call_id=call.id, tool=call.name, state=state, **fields))
 
-    def _finish(self, call: ToolCall, result: ToolResult, state: str | None = None) -> ToolResult:
-        state = state or ("success" if result.ok else "error")
+    def _finish(self, call: ToolCall, result: ToolResult, state: ToolCallState | None = None) -> ToolResult:
+        state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
         for record in result.meta.get("egress", []):
-            self.transcript.event("egress", executor=Executor.OPENAGENTS, call_id=call.id, **record)
+            self.transcript.emit(ev.EgressRecorded(executor=Executor.OPENAGENTS, call_id=call.id, **record))
         self._state(call, state)
-        self.transcript.event("tool_result", executor=result.executor, call_id=call.id, tool=call.name, ok=result.ok,
-                              output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
-                              error=result.error.model_dump(mode="json") if result.error else None,
-                              meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")}, diff=result.meta.get("diff"))
+        self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
+                                                 output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
+                                                 error=result.error.model_dump(mode="json") if result.error else None,
+                                                 meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")},
+                                                 diff=result.meta.get("diff")))
         return result
 
 
@@ -207,19 +215,8 @@ def _tool_name(declaration: dict) -> str:
     return declaration.get("function", declaration).get("name", "?")
 
 
-def _raw_args(call: ToolCall):
-    if isinstance(call.arguments, str) and len(call.arguments) > RESULT_PREVIEW_CHARS:
-        return call.arguments[:RESULT_PREVIEW_CHARS] + "…"
-    return call.arguments
-
-
 def _signature(call: ToolCall) -> str:
-    args = call.arguments
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except (ValueError, RecursionError):
-            pass
+    args = call.arguments if call.arguments_error is None else call.raw_arguments
     try:
         return call.name + ":" + json.dumps(args, sort_keys=True)
     except (TypeError, ValueError, RecursionError):

@@ -18,6 +18,8 @@ from typing import Any, Callable, Iterable
 
 from sandbox_agent.shell import SECRET_NAME
 
+from .events import (ApprovalDecided, EgressRecorded, Event, ModelResponded, SessionEnded, SessionStarted, ToolCallChanged, ToolCallFinished,
+                     ToolCallState, parse)
 from .protocol import Executor
 from .render import continued, json_line, visible
 
@@ -93,6 +95,10 @@ class Transcript:
         if self.on_event:
             self.on_event(record)
         return record
+
+    def emit(self, event: Event) -> dict:
+        """Record a typed event (the turn loop's); subscribers get the shaped, redacted record."""
+        return self.event(event.type, executor=event.executor, **event.fields())
 
     def close(self) -> None:
         with self._lock:
@@ -179,39 +185,62 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def render_event(event: dict) -> str | None:
-    """One line for a terminal, every control character in it made visible; None for events not
-    worth a line. Each field may hold what the box or the model wrote."""
-    line = _render(event)
+def render_event(record: dict) -> str | None:
+    """One line (or a few) for a terminal, every control character in it made visible; None for
+    records not worth a line. Each field may hold what the box or the model wrote."""
+    event = parse(record)
+    line = _render(event) if event is not None else None
     return continued(line) if line is not None else None
 
 
-def _field(event: dict, name: str) -> dict:
-    value = event.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def _render(event: dict) -> str | None:
-    kind = event.get("type")
-    who = f" [{event['executor']}]" if "executor" in event else ""
-    if kind == "session_start":
-        return f"● task: {event.get('task')}  (model {event.get('model')}, workspace {event.get('workspace')})"
-    if kind == "model_response":
-        text = str(event.get("text") or "").strip()
+def _render(event: Event) -> str | None:
+    who = f" [{event.executor.value}]" if event.executor else ""
+    if isinstance(event, SessionStarted):
+        return f"● task: {event.task}  (model {event.model}, workspace {event.workspace})"
+    if isinstance(event, ModelResponded):
+        text = event.text.strip()
         return f"◆ model: {text[:300]}" if text else None
-    if kind == "tool_call" and event.get("state") == "validating":
-        return f"→ {event.get('tool')} {json.dumps(event.get('arguments'), ensure_ascii=False)[:200]}"
-    if kind == "approval":
-        return f"  approval: {event.get('decision')} ({event.get('level')}){who}: {event.get('reason')}"
-    if kind == "tool_result":
-        status = "ok" if event.get("ok") else f"error {_field(event, 'error').get('type')}"
-        preview = str(event.get("output") or _field(event, "error").get("message") or "").strip().splitlines()
-        return f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")
-    if kind == "egress":
-        return f"  egress {event.get('decision')}{who}: {event.get('method') or ''} {event.get('host')}:{event.get('port')} ({event.get('reason')})"
-    if kind == "session_end":
-        return f"■ {event.get('status')}{who}: {event.get('reason')}"
+    if isinstance(event, ToolCallChanged) and event.state is ToolCallState.VALIDATING:
+        return f"→ {event.tool} {_arguments(event)}"
+    if isinstance(event, ApprovalDecided):
+        return f"  approval: {event.decision} ({event.level}){who}: {event.reason}"
+    if isinstance(event, ToolCallFinished):
+        return _render_result(event, who)
+    if isinstance(event, EgressRecorded):
+        return f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port} ({event.reason})"
+    if isinstance(event, SessionEnded):
+        return f"■ {event.status}{who}: {event.reason}"
     return None
+
+
+def _arguments(event: ToolCallChanged) -> str:
+    """Parsed values, not JSON inside a string: `path=src/a.py old_text='x'`."""
+    if event.arguments_error is not None or not isinstance(event.arguments, dict):
+        return f"(arguments not usable: {event.arguments_error}) {str(event.arguments)[:120]}"
+    parts = []
+    for key, value in event.arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = text if len(text) <= 80 else text[:77] + "…"
+        parts.append(f"{key}={text!r}" if isinstance(value, str) and (" " in text or not text) else f"{key}={text}")
+    return " ".join(parts)[:400]
+
+
+def _render_result(event: ToolCallFinished, who: str) -> str:
+    exit_code = event.meta.get("exit_code")
+    if event.state is ToolCallState.CANCELLED:
+        status = "cancelled"
+    elif not event.ok:
+        status = f"failed: {(event.error or {}).get('type')}"
+    elif isinstance(exit_code, int) and exit_code != 0:
+        status = f"failed: exit code {exit_code}"
+    else:
+        status = "ok"
+    preview = (event.output or str((event.error or {}).get("message") or "")).strip().splitlines()
+    line = f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")
+    if event.diff:
+        diff = event.diff if len(event.diff) <= 4000 else event.diff[:4000] + "\n[diff cut for the terminal; the transcript has it whole]"
+        line += "\n" + diff.rstrip("\n")
+    return line
 
 
 def show(path: str | Path) -> Iterable[str]:

@@ -68,9 +68,7 @@ def runtime(request, docker_client) -> str | None:
 
     try:
         choose_runtime(name, False, docker_client)
-        problem = None if _gvisor_profile_in_use() else (
-            "container_settings does not give runsc boxes runtimes.seccomp_security_opt yet: under runsc --oci-seccomp "
-            "the plain profile's clone3 refusal becomes EPERM and no thread starts in the box")
+        problem = None
     except OpenAgentsError as err:
         problem = str(err)
     if problem:
@@ -78,23 +76,6 @@ def runtime(request, docker_client) -> str | None:
             pytest.fail(f"OA_REQUIRE_RUNSC=1 but {problem}")
         pytest.skip(problem)
     return name
-
-
-@functools.lru_cache(maxsize=1)
-def _gvisor_profile_in_use() -> bool:
-    """Whether the box settings give a gVisor box the profile it needs (orchestrator/sandbox/runtimes.py)."""
-    import inspect
-    import tempfile
-
-    from orchestrator.config import SandboxConfig
-    from orchestrator.sandbox import docker as docker_backend
-    from orchestrator.sandbox.runtimes import seccomp_security_opt
-
-    settings = getattr(docker_backend, "container_settings", None)
-    if settings is None or "workspace" not in inspect.signature(settings).parameters:
-        return True  # moved: let the tests show whether it holds
-    with tempfile.TemporaryDirectory() as empty:
-        return seccomp_security_opt("runsc") in settings(SandboxConfig(runtime="runsc"), Path(empty), "1000:1000")["security_opt"]
 
 
 def sandbox_config(under: str | None, docker_client, **config):
@@ -155,3 +136,14 @@ def open_sandbox(sandbox_image, docker_client, runtime):
     for box in boxes:
         box.close()
 
+
+_DOCKER_FIXTURES = frozenset({"docker_client", "sandbox_image", "sandbox", "open_sandbox", "box", "box_on", "victim", "victim_factory"})
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that need Docker carry the `docker` marker, so `pytest -m "not docker"` runs the
+    fast ones (the loop with an in-memory sandbox, parsers, policies) in seconds."""
+    for item in items:
+        parts = item.path.parts
+        if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or "attacks" in parts or "egress" in parts:
+            item.add_marker(pytest.mark.docker)

@@ -29,7 +29,7 @@ def openai(server, retry=FAST):
 def test_openai_tool_call_and_request_shape(server):
     server.openai_turn("reading", [("read_file", {"path": "a.py"})])
     turn = openai(server).complete(MESSAGES, declarations(["read_file"], "openai"))
-    assert turn.text == "reading" and turn.tool_calls[0].name == "read_file" and turn.tool_calls[0].arguments == '{"path": "a.py"}'
+    assert turn.text == "reading" and turn.tool_calls[0].name == "read_file" and turn.tool_calls[0].arguments == {"path": "a.py"}  # parsed at the edge
     request = server.requests[0]
     assert request["path"] == "/v1/chat/completions"
     assert request["headers"]["Authorization"] == "Bearer sk-test-key-0123456789abcdef"

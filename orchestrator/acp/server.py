@@ -25,7 +25,9 @@ from typing import Any, BinaryIO, Callable, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
+from ..events import ToolCallState
 from ..loop import Session, SessionStatus
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
 from ..protocol import Executor
@@ -305,37 +307,38 @@ class AcpServer:
     def _update(self, session: AcpSession, update: BaseModel) -> None:
         self.notify("session/update", m.SessionNotification(sessionId=session.id, update=update))
 
-    def _on_event(self, session: AcpSession, event: dict) -> None:
-        kind = event.get("type")
-        if kind == "model_response" and event.get("text"):
-            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event["text"])))
-        elif kind == "tool_call":
-            call_id, tool, state = event["call_id"], event["tool"], event["state"]
-            if state == "validating":
-                session.calls[call_id] = {"tool": tool, "arguments": event.get("arguments")}
-                spec = SPECS.get(tool)
-                self._update(session, m.ToolCallStart(toolCallId=call_id, title=call_title(tool, event.get("arguments")),
-                                                      kind=_kind(spec.kind if spec else "other"), rawInput=event.get("arguments")))
-            elif state == "awaiting_approval" and event.get("kind"):
-                self._update(session, m.ToolCallUpdate(toolCallId=call_id, kind=_kind(event["kind"])))
-            elif state == "executing":
-                self._update(session, m.ToolCallUpdate(toolCallId=call_id, status="in_progress"))
-            elif state == "cancelled":
-                self._update(session, m.ToolCallUpdate(toolCallId=call_id, status="failed",
-                                                       content=[m.ContentToolCallContent(content=m.TextContent(text="cancelled"))]))
-        elif kind == "tool_result":
-            call = session.calls.get(event["call_id"], {})
+    def _on_event(self, session: AcpSession, record: dict) -> None:
+        event = ev.parse(record)
+        if isinstance(event, ev.ModelResponded) and event.text:
+            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
+        elif isinstance(event, ev.ToolCallChanged):
+            if event.state is ToolCallState.VALIDATING:
+                session.calls[event.call_id] = {"tool": event.tool, "arguments": event.arguments}
+                spec = SPECS.get(event.tool)
+                self._update(session, m.ToolCallStart(toolCallId=event.call_id, title=call_title(event.tool, event.arguments),
+                                                      kind=_kind(spec.kind if spec else "other"), rawInput=event.arguments))
+            elif event.state is ToolCallState.AWAITING_APPROVAL and event.kind:
+                self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, kind=_kind(event.kind)))
+            elif event.state is ToolCallState.EXECUTING:
+                self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state]))
+            # final states arrive with the result, once: a cancelled call's last status stays its final one
+        elif isinstance(event, ev.ToolCallFinished):
+            call = session.calls.get(event.call_id, {})
             content: list = []
-            text = event.get("output") or ""
-            if event.get("error"):
-                text = (text + "\n" if text else "") + f"{event['error']['type']}: {event['error']['message']}"
+            text = event.output
+            if event.error:
+                text = (text + "\n" if text else "") + f"{event.error.get('type')}: {event.error.get('message')}"
             if text:
                 content.append(m.ContentToolCallContent(content=m.TextContent(text=text)))
-            diff = _diff(session.workspace, call) if event.get("ok") else None
+            diff = _diff(session.workspace, call) if event.ok else None
             if diff:
                 content.append(diff)
-            self._update(session, m.ToolCallUpdate(toolCallId=event["call_id"], status="completed" if event.get("ok") else "failed",
-                                                   content=content, rawOutput={"executor": event.get("executor"), "meta": event.get("meta")}))
+            self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)], content=content,
+                                                   rawOutput={"executor": event.executor.value if event.executor else None, "meta": event.meta}))
+
+
+# ACP's tool call status for each state the loop reports (states before executing show as pending).
+_STATUS = {ToolCallState.EXECUTING: "in_progress", ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}
 
 
 def _diff(workspace: Path, call: dict) -> m.DiffToolCallContent | None:

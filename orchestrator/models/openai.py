@@ -17,7 +17,7 @@ def to_openai(message: Message) -> dict[str, Any]:
     if message.tool_calls:
         out["content"] = message.content or None
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments if isinstance(c.arguments, str) else json.dumps(c.arguments or {})}}
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments)}}
             for c in message.tool_calls
         ]
     return out

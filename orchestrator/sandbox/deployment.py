@@ -13,4 +13,7 @@ class Sandbox(Protocol):
     def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
         """Run one tool; never raises for a tool failure, only returns a typed result."""
 
+    def kill_processes(self) -> None:
+        """Kill every process in the sandbox but the agent (Ctrl-C, cancel, a passed deadline)."""
+
     def close(self) -> None: ...

@@ -124,6 +124,8 @@ class ToolRegistry:
         return own + extra
 
     def prepare(self, call: ToolCall) -> PreparedCall:
+        if call.arguments_error is not None:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{call.name}: {call.arguments_error}")
         if self.host_tools is not None and self.host_tools.owns(call.name):
             if call.name in self.config.disabled:
                 raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
@@ -140,6 +142,10 @@ class ToolRegistry:
             return PreparedCall(call, spec, args, _GIT_KINDS[args.subcommand], host_git.action(args))
         args = validate_arguments(spec.name, call.arguments)
         return PreparedCall(call, spec, args, spec.kind, spec.name)
+
+    def kill_running(self) -> None:
+        """Cancel: what runs in the sandbox is killed from outside (host tools end at their deadline)."""
+        self.sandbox.kill_processes()
 
     def invoke(self, prepared: PreparedCall) -> ToolResult:
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):

@@ -1,0 +1,146 @@
+"""Typed session events: built once by the turn loop, written by the transcript, consumed by the
+terminal, the ACP server and the MCP server.
+
+The loop builds these models; the transcript shapes and redacts each one into a JSONL record
+(secrets out, sizes capped) and hands the record on; front-ends turn records back into models
+with `parse()`, so each of them reads fields by name and states by enum, and none repeats a
+state or kind string of its own.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from .protocol import Executor
+
+
+class ToolCallState(str, Enum):
+    """validating -> awaiting_approval -> scheduled -> executing -> success | error | cancelled."""
+
+    VALIDATING = "validating"
+    AWAITING_APPROVAL = "awaiting_approval"
+    SCHEDULED = "scheduled"
+    EXECUTING = "executing"
+    SUCCESS = "success"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in (ToolCallState.SUCCESS, ToolCallState.ERROR, ToolCallState.CANCELLED)
+
+
+class _Event(BaseModel):
+    # Records read back from a transcript carry seq and ts, and may carry fields of newer versions.
+    model_config = ConfigDict(extra="allow")
+    executor: Executor | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """What the transcript records besides the type and the executor."""
+        return self.model_dump(mode="json", exclude={"type", "executor", "seq", "ts"})
+
+
+class SessionStarted(_Event):
+    type: Literal["session_start"] = "session_start"
+    task: str = ""
+    model: str = ""
+    family: str = ""
+    session_id: str = ""
+    workspace: str = ""
+    workspace_mode: str = ""
+    tools: list[str] = Field(default_factory=list)
+
+
+class ModelRequested(_Event):
+    type: Literal["model_request"] = "model_request"
+    turn: int = 0
+    messages: int = 0
+    tools: list[str] = Field(default_factory=list)
+
+
+class ModelResponded(_Event):
+    type: Literal["model_response"] = "model_response"
+    turn: int = 0
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    usage: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCallChanged(_Event):
+    """A call's state changed. The first one (validating) announces the call with its arguments,
+    parsed at the edge; awaiting_approval carries the kind and action the ladder judged."""
+
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str = ""
+    tool: str = ""
+    state: ToolCallState
+    arguments: Any = None
+    arguments_error: str | None = None
+    kind: str | None = None
+    action: str | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {k: v for k, v in super().fields().items() if v is not None}
+
+
+class ApprovalDecided(_Event):
+    type: Literal["approval"] = "approval"
+    call_id: str = ""
+    tool: str = ""
+    action: str = ""
+    level: str = ""
+    decision: str = ""
+    reason: str = ""
+
+
+class ToolCallFinished(_Event):
+    """The result, with the call's final state: the one status every front-end shows last."""
+
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str = ""
+    tool: str = ""
+    state: ToolCallState | None = None  # None in transcripts written before states were recorded here
+    ok: bool = False
+    output: str = ""
+    note: str = ""
+    error: dict[str, Any] | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+    diff: str | None = None
+
+
+class EgressRecorded(_Event):
+    type: Literal["egress"] = "egress"
+    call_id: str = ""
+    decision: str = ""
+    method: str | None = None
+    host: str = ""
+    port: int | None = None
+    reason: str = ""
+
+
+class SessionEnded(_Event):
+    type: Literal["session_end"] = "session_end"
+    status: str = ""
+    reason: str = ""
+    turns: int = 0
+    final_text: str = ""
+    error: dict[str, Any] | None = None
+
+
+EVENT_MODELS = (SessionStarted, ModelRequested, ModelResponded, ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded)
+Event = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]
+_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+KNOWN_TYPES = frozenset(model.model_fields["type"].default for model in EVENT_MODELS)
+
+
+def parse(record: dict[str, Any]) -> Event | None:
+    """A transcript record as its typed event; None for other records (sweep reports, set-up notes)
+    and for records too damaged to trust (a transcript is a file anyone could have edited)."""
+    if not isinstance(record, dict) or record.get("type") not in KNOWN_TYPES:
+        return None
+    try:
+        return _ADAPTER.validate_python(record)
+    except ValidationError:
+        return None
