@@ -343,8 +343,15 @@ def doctor(workspace, attack, config, mode) -> None:
     ok &= status == "current"
     click.echo(f"[{'ok' if status == 'current' else 'fail'}]{' ' * (3 if status == 'current' else 1)}image {config.image}: {status}"
                + ("" if status == "current" else "  (run `oa-sandbox image build`)"))
-    runtimes = (client.info().get("Runtimes") or {}).keys()
-    click.echo(f"[info] runtimes: {', '.join(sorted(runtimes))}" + ("" if "runsc" in runtimes else "  (gVisor's runsc is not installed)"))
+    from .sandbox.runtimes import available_runtimes, choose_runtime
+
+    try:
+        choice = choose_runtime(config.runtime, config.egress is not None, client)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    click.echo(f"[{'ok' if choice.gvisor else 'info'}]{'   ' if choice.gvisor else ' '}runtime {choice.name}: {choice.why}")
+    click.echo(f"[info] runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}")
+    config = config.model_copy(update={"runtime": choice.name})
     ws = Path(workspace).resolve()
     try:
         mode, user = resolve_mode(ws, mode, config.user)
@@ -369,7 +376,7 @@ def doctor(workspace, attack, config, mode) -> None:
         ("cpus", str(settings["nano_cpus"] / 1e9)),
         ("file size limit", f"{config.max_file_size} bytes"),
         ("environment", ", ".join(sorted(settings["environment"]))),
-        ("runtime", settings.get("runtime", "default")),
+        ("runtime", f"{choice.name} ({'gVisor: a second kernel between the box and the host' if choice.gvisor else 'the host kernel'})"),
         ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),
     ]
     for name, value in rows:

@@ -6,7 +6,9 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-DEFAULT_IMAGE = "openagents-sandbox:latest"
+# OA_SANDBOX_IMAGE: another tag for the sandbox image, so that two checkouts with different agents
+# (a branch under test beside main) do not rebuild one shared tag under each other.
+DEFAULT_IMAGE = os.environ.get("OA_SANDBOX_IMAGE") or "openagents-sandbox:latest"
 EGRESS_PROXY_IMAGE = "openagents-egress-proxy:latest"
 EGRESS_PROXY_ALIAS = "egress-proxy"
 EGRESS_PROXY_PORT = 3128

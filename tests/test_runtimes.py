@@ -121,13 +121,12 @@ def test_the_real_daemons_choice_matches_its_registrations(docker_client):
 def test_a_box_under_the_default_choice_runs_the_tools_and_leaves_nothing(open_sandbox, docker_client, tmp_path):
     """The hardened box under the chosen runtime answers; under gVisor `uname -r` is gVisor's kernel,
     not the host's; closing it leaves no container of ours."""
-    from tests.conftest import _gvisor_profile_in_use, make_workspace
+    from tests.conftest import make_workspace
 
     choice = choose_runtime(None, False, docker_client)
-    if choice.gvisor and not _gvisor_profile_in_use():
-        pytest.skip("container_settings does not give runsc boxes runtimes.seccomp_security_opt yet")
     ws = make_workspace(tmp_path / "ws", {"a.txt": "hello\n"})
-    box = open_sandbox(ws, runtime=choice.name)
+    box = open_sandbox(ws)  # no runtime named: the box's own default choice
+    assert box.runtime == choice and box.config.runtime == choice.name
     assert box.call("read_file", {"path": "a.txt"}).output.endswith("hello\n")
     kernel = box.call("shell", {"command": "uname -r"}).output.strip()
     host_kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=True).stdout.strip()
@@ -136,3 +135,26 @@ def test_a_box_under_the_default_choice_runs_the_tools_and_leaves_nothing(open_s
     box.close()
     left = docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={ws.resolve()}"})
     assert [c.id for c in left] == [], f"left behind: {[c.id for c in left]} (ours was {container_id})"
+
+
+def test_a_gvisor_box_gets_the_profile_with_clone3_left_to_gvisor_and_a_runc_box_the_plain_one(tmp_path):
+    """Under runsc --oci-seccomp every refusal is EPERM, and glibc starts threads only after clone3's
+    ENOSYS: the gVisor box's profile lets clone3 through; everything else in it is the same."""
+    import json
+
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.docker import container_settings
+    from orchestrator.sandbox.runtimes import seccomp_security_opt
+    from orchestrator.sandbox.seccomp import security_opt
+
+    def profile(runtime):
+        opts = container_settings(SandboxConfig(runtime=runtime), tmp_path, "1000:1000")["security_opt"]
+        assert "no-new-privileges" in opts
+        return json.loads(next(o for o in opts if o.startswith("seccomp="))[len("seccomp="):])
+
+    plain, gvisor = profile("runc"), profile("runsc")
+    assert security_opt() == seccomp_security_opt("runc") and seccomp_security_opt("runsc-net") == seccomp_security_opt("runsc")
+    allowed = lambda p: {n for r in p["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}  # noqa: E731
+    refused = lambda p: {n for r in p["syscalls"] if r["action"] != "SCMP_ACT_ALLOW" for n in r["names"]}  # noqa: E731
+    assert "clone3" in refused(plain) and "clone3" not in refused(gvisor) and "clone3" in allowed(gvisor)
+    assert refused(plain) - {"clone3"} == refused(gvisor), "the gVisor profile must refuse everything else the plain one refuses"

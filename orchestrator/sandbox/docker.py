@@ -28,7 +28,7 @@ from ..protocol import Executor, ToolResult
 from ..quota import WriteQuota
 from .channel import Channel
 from .egress import EgressGate
-from .seccomp import security_opt as seccomp_opt
+from .runtimes import RuntimeChoice, choose_runtime, seccomp_security_opt
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,33 @@ def docker_client(timeout: int = 60) -> docker.DockerClient:
             f"no Docker daemon answers ({err}). Start one: `sudo systemctl start docker`, or `sudo dockerd &`; "
             "on Debian without Docker: `sudo apt-get install docker.io`. Set DOCKER_HOST if it listens elsewhere.",
         ) from None
+
+
+EXEC_WAIT_S = 5.0
+
+
+def run_detached(container: Any, command: list[str], user: str, wait_s: float = EXEC_WAIT_S) -> int | None:
+    """Run `command` in the box without attaching to it, and wait at most `wait_s` for its exit code.
+
+    An attached exec (`exec_run`) waits for the exec's stream to end; when the box's PID 1 dies at
+    the same moment (the agent killed, the container stopping), under gVisor that stream never ends
+    and the host thread would hang for good. Detached, the host only polls, so it always comes back.
+    None: no exit code within the wait, or Docker refused (the box is gone: nothing left to kill)."""
+    api = container.client.api
+    try:
+        exec_id = api.exec_create(container.id, command, user=user, stdin=False, stdout=False, stderr=False)["Id"]
+        api.exec_start(exec_id, detach=True)
+        deadline = time.monotonic() + wait_s
+        while True:
+            info = api.exec_inspect(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+    except docker.errors.DockerException as err:
+        log.debug("exec in %s failed: %s", container.id[:12], err)
+        return None
 
 
 MAX_GIT_MOUNTS = 64
@@ -83,7 +110,8 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "read_only": True,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"},
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges", seccomp_opt()],  # seccomp.py: no setuid/setgid bits, no io_uring, ...
+        # seccomp.py: no setuid/setgid bits, no io_uring, ...; under gVisor with clone3 left to its kernel (runtimes.py)
+        "security_opt": ["no-new-privileges", seccomp_security_opt(config.runtime)],
         "pids_limit": config.pids,
         "mem_limit": config.memory,
         "memswap_limit": config.memory,
@@ -144,6 +172,7 @@ class DockerSandbox:
         self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
                                placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
         self.on_sweep: Callable[[SweepReport], None] | None = None
+        self.runtime: RuntimeChoice | None = None  # chosen at the first start: gVisor where the daemon has it
         self.quota: WriteQuota | None = None
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the container, under this lock; the others see the new channel and do nothing.
@@ -172,6 +201,9 @@ class DockerSandbox:
             raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.image} is missing; build it with `oa-sandbox image build`") from None
         except docker.errors.DockerException as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
+        if self.runtime is None:
+            self.runtime = self.choose_runtime()
+            self.config = self.config.model_copy(update={"runtime": self.runtime.name})
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
             self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes)
@@ -186,6 +218,13 @@ class DockerSandbox:
             if new_gate:
                 self.close()
             raise
+
+    def choose_runtime(self) -> RuntimeChoice:
+        """--runtime as given, or gVisor when the daemon offers a usable registration (runtimes.py)."""
+        try:
+            return choose_runtime(self.config.runtime, self.config.egress is not None, self.client)
+        except docker.errors.DockerException as err:
+            raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
 
     def _start_container(self) -> None:
         try:
@@ -323,12 +362,10 @@ class DockerSandbox:
     def kill_processes(self) -> None:
         """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
         daemonized children too, since kill(-1) does not care about process groups."""
-        if self.container is None:
+        container = self.container
+        if container is None:
             return
-        try:
-            self.container.exec_run(["python3", "-I", "-S", "-c", _KILL_ALL], user=self.user, stdin=False, stdout=False, stderr=False)
-        except docker.errors.DockerException as err:
-            log.debug("kill in %s failed: %s", self.container.id[:12], err)
+        run_detached(container, ["python3", "-I", "-S", "-c", _KILL_ALL], self.user)
 
     def _recover(self, err: OpenAgentsError, channel: Channel) -> None:
         """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""

@@ -15,6 +15,7 @@ from orchestrator.policy.approvals import ApprovalGate, NonInteractiveApprover
 from orchestrator.policy.ladder import Decision, Ladder, PolicyRule
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
+from orchestrator.sandbox.docker import run_detached
 
 pytestmark = pytest.mark.docker
 
@@ -119,7 +120,8 @@ def test_calls_right_after_the_agent_is_killed(victim):
     once another call: it runs on the fresh agent (it never reached the dying one), and no call
     runs twice."""
     for i in range(5):
-        assert victim.box.container.exec_run(["sh", "-c", "kill 1"], user=victim.box.user).exit_code == 0
+        # Detached: under gVisor an attached exec whose container's PID 1 dies never sees its stream end.
+        assert run_detached(victim.box.container, ["sh", "-c", "kill 1"], victim.box.user) == 0
         after = victim.call("shell", {"command": f"echo {i} >> runs.txt; echo alive"})
         assert after.ok and after.output == "alive\n", after
     assert (victim.ws / "runs.txt").read_text() == "".join(f"{i}\n" for i in range(5)), "a call ran twice or not at all"
