@@ -21,8 +21,8 @@ from orchestrator.sandbox.runtimes import (
 
 SETUP_RUNTIMES = {  # what scripts/setup registers, as `docker info` reports it
     "runc": {"path": "runc"},
-    "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]},
-    "runsc-net": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--oci-seccomp"]},
+    "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp", "--directfs=false"]},
+    "runsc-net": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--oci-seccomp", "--directfs=false"]},
 }
 WITH_GVISOR = {"Runtimes": SETUP_RUNTIMES}
 PLAIN = {"Runtimes": {"runc": {"path": "runc"}, "io.containerd.runc.v2": {"path": "runc"}}}
@@ -38,66 +38,101 @@ class FakeClient:
         return self._info
 
 
+def good_version(path: str) -> int:
+    return 20240729
+
+
+def choose(requested, egress, client, version_of=good_version):
+    """choose_runtime over a fake daemon, with a runsc that says a version (no binary is run)."""
+    return choose_runtime(requested, egress, client, version_of)
+
+
 def test_default_is_gvisor_when_the_daemon_has_it():
-    choice = choose_runtime(None, False, FakeClient(WITH_GVISOR))
+    choice = choose(None, False, FakeClient(WITH_GVISOR))
     assert choice.name == RUNSC and choice.gvisor
     assert "gVisor (runsc) registered in the daemon: a second kernel between the box and the host" in choice.why
 
 
 def test_an_egress_box_gets_the_registration_with_a_network():
-    assert choose_runtime(None, True, FakeClient(WITH_GVISOR)).name == RUNSC_EGRESS
-    assert choose_runtime("runsc", True, FakeClient(WITH_GVISOR)).name == RUNSC_EGRESS
-    assert choose_runtime("runsc-net", False, FakeClient(WITH_GVISOR)).name == RUNSC
+    assert choose(None, True, FakeClient(WITH_GVISOR)).name == RUNSC_EGRESS
+    assert choose("runsc", True, FakeClient(WITH_GVISOR)).name == RUNSC_EGRESS
+    assert choose("runsc-net", False, FakeClient(WITH_GVISOR)).name == RUNSC
 
 
 def test_default_is_runc_without_runsc_and_says_how_to_get_it():
-    choice = choose_runtime(None, False, FakeClient(PLAIN))
+    choice = choose(None, False, FakeClient(PLAIN))
     assert choice.name == RUNC and not choice.gvisor
     assert "runsc is not registered" in choice.why and "scripts/setup" in choice.why
 
 
 def test_egress_default_falls_back_to_runc_when_only_the_plain_registration_exists():
     only_runsc = {"Runtimes": {k: v for k, v in SETUP_RUNTIMES.items() if k != "runsc-net"}}
-    assert choose_runtime(None, False, FakeClient(only_runsc)).name == RUNSC
-    choice = choose_runtime(None, True, FakeClient(only_runsc))
+    assert choose(None, False, FakeClient(only_runsc)).name == RUNSC
+    choice = choose(None, True, FakeClient(only_runsc))
     assert choice.name == RUNC and "runsc-net is not registered" in choice.why
     with pytest.raises(OpenAgentsError) as err:
-        choose_runtime("runsc", True, FakeClient(only_runsc))
+        choose("runsc", True, FakeClient(only_runsc))
     assert err.value.type is ErrorType.CONFIG_INVALID and "runsc-net" in str(err.value)
 
 
 def test_runc_opts_out_even_when_gvisor_is_there():
-    choice = choose_runtime("runc", False, FakeClient(WITH_GVISOR))
+    choice = choose("runc", False, FakeClient(WITH_GVISOR))
     assert choice.name == RUNC and "--runtime runc" in choice.why
-    assert choose_runtime("runc", True, FakeClient(WITH_GVISOR)).name == RUNC
+    assert choose("runc", True, FakeClient(WITH_GVISOR)).name == RUNC
 
 
 @pytest.mark.parametrize("info", [PLAIN, {}, {"Runtimes": None}])
 def test_asking_for_runsc_the_daemon_lacks_is_a_typed_fatal_error(info):
     with pytest.raises(OpenAgentsError) as err:
-        choose_runtime("runsc", False, FakeClient(info))
+        choose("runsc", False, FakeClient(info))
     assert err.value.type is ErrorType.CONFIG_INVALID and not err.value.type.recoverable
     assert "scripts/setup" in str(err.value) and "--runtime runc" in str(err.value)
 
 
 def test_an_unknown_runtime_is_a_typed_error_naming_what_the_daemon_has():
     with pytest.raises(OpenAgentsError) as err:
-        choose_runtime("kata", False, FakeClient(WITH_GVISOR))
+        choose("kata", False, FakeClient(WITH_GVISOR))
     assert err.value.type is ErrorType.CONFIG_INVALID
     assert "kata" in str(err.value) and "runsc-net" in str(err.value)
 
 
 def test_another_registered_runtime_is_passed_through():
     info = {"Runtimes": {**SETUP_RUNTIMES, "kata": {"path": "/usr/bin/kata-runtime"}}}
-    assert choose_runtime_from_info("kata", False, info).name == "kata"
+    assert choose_runtime_from_info("kata", False, info, good_version).name == "kata"
 
 
 def test_runsc_registered_without_oci_seccomp_is_not_used_since_our_profile_would_not_hold():
-    choice = choose_runtime(None, False, FakeClient(RUNSC_WITHOUT_OCI_SECCOMP))
+    choice = choose(None, False, FakeClient(RUNSC_WITHOUT_OCI_SECCOMP))
     assert choice.name == RUNC and "--oci-seccomp" in choice.why and "setuid" in choice.why
     with pytest.raises(OpenAgentsError) as err:
-        choose_runtime("runsc", False, FakeClient(RUNSC_WITHOUT_OCI_SECCOMP))
+        choose("runsc", False, FakeClient(RUNSC_WITHOUT_OCI_SECCOMP))
     assert err.value.type is ErrorType.CONFIG_INVALID and "--oci-seccomp" in str(err.value)
+
+
+@pytest.mark.parametrize("version", [20221219, None])
+def test_an_old_or_silent_runsc_is_not_used_by_default_and_refused_when_asked_for(version):
+    """bookworm's runsc 20221219 refuses statx(AT_NO_AUTOMOUNT): ls and stat fail on every path."""
+    choice = choose(None, False, FakeClient(WITH_GVISOR), version_of=lambda path: version)
+    assert choice.name == RUNC and ("20240729" in choice.why if version else "version" in choice.why)
+    with pytest.raises(OpenAgentsError) as err:
+        choose("runsc", False, FakeClient(WITH_GVISOR), version_of=lambda path: version)
+    assert err.value.type is ErrorType.CONFIG_INVALID
+
+
+def test_the_version_probe_reads_the_registered_binary(tmp_path):
+    from orchestrator.sandbox.runtimes import runsc_version
+
+    fake = tmp_path / "runsc"
+    fake.write_text("#!/bin/sh\necho 'runsc version 0.0~20240729.0'\necho 'spec: 1.0.2-dev'\n")
+    fake.chmod(0o755)
+    assert runsc_version(str(fake)) == 20240729
+    assert runsc_version(str(tmp_path / "missing")) is None
+
+
+def test_runsc_with_directfs_is_not_used_since_it_truncates_files_on_read_only_mounts():
+    with_directfs = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}}}
+    choice = choose(None, False, FakeClient(with_directfs))
+    assert choice.name == RUNC and "--directfs=false" in choice.why and "read-only" in choice.why
 
 
 def test_available_runtimes_lists_the_daemons_and_always_runc():
@@ -113,7 +148,11 @@ def test_the_real_daemons_choice_matches_its_registrations(docker_client):
     info = docker_client.info()
     registered = info.get("Runtimes") or {}
     choice = choose_runtime(None, False, docker_client)
-    usable = "--oci-seccomp" in ((registered.get("runsc") or {}).get("runtimeArgs") or [])
+    from orchestrator.sandbox.runtimes import MIN_RUNSC_VERSION, runsc_version
+
+    entry = registered.get("runsc") or {}
+    usable = ({"--oci-seccomp", "--directfs=false"} <= set(entry.get("runtimeArgs") or [])
+              and (runsc_version(str(entry.get("path"))) or 0) >= MIN_RUNSC_VERSION)
     assert choice.name == (RUNSC if usable else RUNC), choice
     assert available_runtimes(docker_client) >= {"runc"} | ({"runsc"} if "runsc" in registered else set())
 

@@ -10,7 +10,9 @@ twice (docs/gvisor.md says why):
 
 `--oci-seccomp` matters: without it runsc ignores the container's seccomp profile, and ours is what
 stops a box putting setuid/setgid bits on workspace files. A runsc registration without it is
-therefore not used by default, and refused when asked for.
+therefore not used by default, and refused when asked for. So is one without `--directfs=false`:
+with directfs (runsc 20240729's default) an open(O_TRUNC) of a file on a read-only bind mount fails
+with EROFS but truncates the host file first: the box could empty the user's read-only `.git/config`.
 
 Under `--oci-seccomp` runsc answers every SCMP_ACT_ERRNO rule with EPERM, whatever its errnoRet
 (google/gvisor#14688). Docker's clone3 rule relies on ENOSYS: glibc >= 2.34 falls back to clone
@@ -19,15 +21,22 @@ only on ENOSYS, so with EPERM no thread can start (the agent dies with "can't st
 in Debian's runsc; a namespace made there would be gVisor's, not the host's). Everything else in
 the profile holds as written (measured: the setuid/setgid refusals, io_uring).
 
-Pure functions over `client.info()`, so they are tested with a plain dict.
+runsc older than 2024 (Debian bookworm's 0.0~20221219) answers statx with AT_NO_AUTOMOUNT by EINVAL,
+so coreutils' `ls`, `stat`, `cp -a` fail on every path in the box: such a registration is not used by
+default either (scripts/setup installs bookworm-backports' 20240729).
+
+Pure functions over `client.info()` and a version probe, so they are tested with plain dicts.
 """
 from __future__ import annotations
 
 import copy
 import functools
 import json
+import os
+import re
+import subprocess
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from ..errors import ErrorType, OpenAgentsError
 from . import seccomp
@@ -36,7 +45,29 @@ RUNC = "runc"
 RUNSC = "runsc"
 RUNSC_EGRESS = "runsc-net"
 OCI_SECCOMP = "--oci-seccomp"
+NO_DIRECTFS = "--directfs=false"
 SETUP_HINT = "run scripts/setup (as root or with sudo) to install and register it"
+MIN_RUNSC_VERSION = 20240729  # the first Debian runsc whose statx takes AT_NO_AUTOMOUNT (coreutils' ls)
+VersionProbe = Callable[[str], "int | None"]
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(path: str, mtime_ns: int) -> int | None:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = re.search(r"runsc version \S*?(\d{8})", out)
+    return int(match.group(1)) if match else None
+
+
+def runsc_version(path: str) -> int | None:
+    """The date in `runsc --version` of the daemon's registered binary (a root-owned host file the
+    daemon itself runs, not anything from a box), or None when it cannot be told."""
+    try:
+        return _version_of(path, os.stat(path).st_mtime_ns)
+    except OSError:
+        return None
 
 
 class InfoClient(Protocol):
@@ -73,7 +104,7 @@ def runtime_args(info: Mapping[str, Any], name: str) -> list[str]:
     return [str(a) for a in args]
 
 
-def _gvisor_problem(info: Mapping[str, Any], name: str) -> str | None:
+def _gvisor_problem(info: Mapping[str, Any], name: str, version_of: VersionProbe) -> str | None:
     """Why the registration `name` cannot run our boxes with their guarantees, or None when it can."""
     table = runtime_table(info)
     if name not in table:
@@ -81,15 +112,25 @@ def _gvisor_problem(info: Mapping[str, Any], name: str) -> str | None:
     if OCI_SECCOMP not in runtime_args(info, name):
         return (f"{name} is registered without {OCI_SECCOMP}: gVisor would ignore the sandbox's seccomp profile "
                 f"(a box could set setuid/setgid bits on workspace files); {SETUP_HINT} again")
+    if NO_DIRECTFS not in runtime_args(info, name):
+        return (f"{name} is registered without {NO_DIRECTFS}: with directfs gVisor truncates files on read-only mounts "
+                f"(a box could empty the workspace's read-only .git files); {SETUP_HINT} again")
+    path = str(table[name].get("path") or "")
+    version = version_of(path)
+    if version is None:
+        return f"{name} ({path}) does not say its version: {SETUP_HINT} again"
+    if version < MIN_RUNSC_VERSION:
+        return (f"{name} ({path}) is version {version}, older than {MIN_RUNSC_VERSION}: its statx refuses AT_NO_AUTOMOUNT, "
+                f"so ls and stat fail on every path in the box; {SETUP_HINT} (bookworm-backports has it)")
     return None
 
 
-def choose_runtime_from_info(requested: str | None, egress: bool, info: Mapping[str, Any]) -> RuntimeChoice:
+def choose_runtime_from_info(requested: str | None, egress: bool, info: Mapping[str, Any], version_of: VersionProbe = runsc_version) -> RuntimeChoice:
     """The runtime for one box. `requested` is `--runtime` (None: choose). `egress`: the box joins the
     proxy's internal network, so under gVisor it needs the registration that has a network."""
     gvisor_name = RUNSC_EGRESS if egress else RUNSC
     if requested is None:
-        problem = _gvisor_problem(info, gvisor_name)
+        problem = _gvisor_problem(info, gvisor_name, version_of)
         if problem is None:
             return RuntimeChoice(gvisor_name, f"gVisor ({gvisor_name}) registered in the daemon: a second kernel between the box and the host")
         return RuntimeChoice(RUNC, f"runc, without gVisor: {problem}")
@@ -97,7 +138,7 @@ def choose_runtime_from_info(requested: str | None, egress: bool, info: Mapping[
         return RuntimeChoice(RUNC, "runc: asked for with --runtime runc (no gVisor kernel between the box and the host)")
     if requested in (RUNSC, RUNSC_EGRESS):
         # --runtime runsc means "gVisor": an egress box gets the registration with a network.
-        problem = _gvisor_problem(info, gvisor_name)
+        problem = _gvisor_problem(info, gvisor_name, version_of)
         if problem is not None:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {requested}: {problem}; or use --runtime runc")
         note = "" if requested == gvisor_name else f" ({gvisor_name} is the registration for a box {'with' if egress else 'without'} network)"
@@ -108,9 +149,9 @@ def choose_runtime_from_info(requested: str | None, egress: bool, info: Mapping[
     return RuntimeChoice(requested, f"{requested}: asked for with --runtime {requested}")
 
 
-def choose_runtime(requested: str | None, egress: bool, client: InfoClient) -> RuntimeChoice:
+def choose_runtime(requested: str | None, egress: bool, client: InfoClient, version_of: VersionProbe = runsc_version) -> RuntimeChoice:
     """choose_runtime_from_info over the daemon's current answer."""
-    return choose_runtime_from_info(requested, egress, client.info())
+    return choose_runtime_from_info(requested, egress, client.info(), version_of)
 
 
 GVISOR_RUNTIMES = frozenset({RUNSC, RUNSC_EGRESS})
