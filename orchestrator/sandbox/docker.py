@@ -327,6 +327,8 @@ class DockerSandbox:
             except FutureTimeout:
                 return self._on_deadline(tool, channel, rid, future, deadline)
         except OpenAgentsError as err:
+            if err.type is ErrorType.AGENT_LOST:
+                err = self._why_lost(err)
             if err.type in (ErrorType.AGENT_LOST, ErrorType.PROTOCOL_ERROR):
                 self._recover(err, channel)
                 # The agent died before it read this request (e.g. right after a `kill 1`): nothing
@@ -366,6 +368,22 @@ class DockerSandbox:
         if container is None:
             return
         run_detached(container, ["python3", "-I", "-S", "-c", _KILL_ALL], self.user)
+
+    def _why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
+        """The agent is gone: when Docker says the box was killed for memory, say that instead (under
+        gVisor the whole box shares one memory cgroup, so a memory bomb takes the agent with it)."""
+        container = self.container
+        if container is None:
+            return err
+        try:
+            container.reload()
+            oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
+        except docker.errors.DockerException:
+            return err
+        if not oom:
+            return err
+        return OpenAgentsError(ErrorType.AGENT_LOST, f"the sandbox ran out of memory (limit {self.config.memory}, swap included) and was "
+                               "killed with everything in it; a fresh one takes over with the workspace as it was left")
 
     def _recover(self, err: OpenAgentsError, channel: Channel) -> None:
         """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""

@@ -41,6 +41,11 @@ class Victim:
     def call(self, tool: str, args: dict):
         return self.box.call(tool, args)
 
+    @property
+    def gvisor(self) -> bool:
+        """The box runs under gVisor: a few kernel-facing details differ (see each use)."""
+        return self.box.runtime is not None and self.box.runtime.gvisor
+
     def sh(self, command: str, timeout: int = 30):
         return self.box.call("shell", {"command": command, "timeout": timeout})
 

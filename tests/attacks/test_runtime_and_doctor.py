@@ -19,15 +19,20 @@ def test_under_runsc_the_box_talks_to_gvisors_kernel(open_sandbox, workspace, ru
     """Under runsc the same tools work and the box's kernel is gVisor's user-space one, not the host's
     (the runc case checks that the test can tell them apart)."""
     box = open_sandbox(workspace)
-    assert ("gVisor" in box.call("shell", {"command": "dmesg 2>&1 | head -1"}).output) == (runtime == "runsc")
+    host_kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=True).stdout.strip()
+    box_kernel = box.call("shell", {"command": "uname -r"}).output.strip()
+    assert (box_kernel != host_kernel) == (runtime == "runsc"), (box_kernel, host_kernel)
+    assert box.runtime is not None and box.runtime.gvisor == (runtime == "runsc")
 
 
 def test_an_unknown_runtime_is_a_typed_start_failure(sandbox_image, docker_client, workspace):
-    """A runtime the daemon does not have fails at start with a typed, fatal error and leaves no container."""
+    """A runtime the daemon does not have fails before any container, with a typed, fatal error naming
+    the runtimes it has, and leaves no container."""
     box = DockerSandbox(workspace, SandboxConfig(runtime="oa-no-such-runtime"), client=docker_client)
     with pytest.raises(OpenAgentsError) as info:
         box.start()
-    assert info.value.type == ErrorType.SANDBOX_START_FAILED and not info.value.recoverable
+    assert info.value.type == ErrorType.CONFIG_INVALID and not info.value.recoverable
+    assert "oa-no-such-runtime" in info.value.message and "runc" in info.value.message
     assert box.container is None
 
 
