@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.checkpoints import CheckpointStore  # noqa: E402
 from orchestrator.config import SandboxConfig  # noqa: E402
+from orchestrator.integrity import Baseline, Sweeper  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 from orchestrator.sandbox.pool import SandboxPool  # noqa: E402
@@ -234,7 +235,17 @@ def bench_workspace(root: Path, files: int, size: int, copies: int, checkpoints:
     fresh.record(checkpoints + 1)  # no hints yet: a full walk, every file read and hashed once
     full = (time.perf_counter() - started) * 1000
     fresh.close()
+    baseline_ms, sweep_ms = [], []
+    for n in range(3):  # the integrity sweep: a baseline at the start, a sweep at the end of every session
+        started = time.perf_counter()
+        baseline = Baseline.capture(real)
+        baseline_ms.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        Sweeper(real, baseline, root / "state" / f"quarantine{n}").sweep()
+        sweep_ms.append((time.perf_counter() - started) * 1000)
     return {
+        "sweep_baseline_p50_ms": statistics.median(baseline_ms),
+        "sweep_p50_ms": statistics.median(sweep_ms),
         "workspace_files": files,
         "workspace_mb": files * size / 1e6,
         "copy_p50_ms": statistics.median(ours),
@@ -326,6 +337,7 @@ def print_table(r: dict) -> None:
         rows += [
             (f"copy mode: copy {r['workspace_files']} files / {r['workspace_mb']:.0f} MB p50", f"{r['copy_p50_ms']:.0f} ms", f"cp -a: {r['cp_a_p50_ms']:.0f} ms", f"{r['copy_ratio_vs_cp_a']:.2f}x of cp -a (target <= 2.0)"),
             ("checkpoint after a one-file turn p50 / p95", f"{r['checkpoint_p50_ms']:.1f} / {r['checkpoint_p95_ms']:.1f} ms", f"first: {r['checkpoint_first_ms']:.0f} ms, full walk: {r['checkpoint_full_walk_ms']:.0f} ms", "target p50 < 50 ms"),
+            (f"integrity sweep of {r['workspace_files']} files p50", f"{r['sweep_p50_ms']:.0f} ms", f"baseline at start: {r['sweep_baseline_p50_ms']:.0f} ms", "once per session end and per replacement"),
             ("load average during the run", f"{r['load_average']:.2f}", "", f"{r['machine']['cpus']} CPUs"),
         ]
     for key in sorted(k for k in r if k.startswith("grep_")):
