@@ -262,9 +262,10 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
             raise _setup_error(err) from None
         warm.start()
 
-    def start(ws: Path, approver, on_event):
+    def start(ws: Path, approver, on_event, host_tools):
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
-        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp")
+        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp",
+                            host_tools=host_tools)
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()

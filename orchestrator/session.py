@@ -22,7 +22,7 @@ from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier,
 from .checkpoints import CheckpointStore
 from .sandbox.docker import DockerSandbox
 from .sessions import SessionRecord, WorkspaceMode, prepare
-from .tools.registry import RegistryConfig, ToolRegistry
+from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
@@ -123,9 +123,11 @@ class OpenSession:
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
                  transcript_path: Path | None = None, on_event: Callable[[dict], None] | None = None,
-                 sandbox: DockerSandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run") -> OpenSession:
+                 sandbox: DockerSandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
+                 host_tools: HostTools | None = None) -> OpenSession:
     """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
-    (bind mode). In copy mode the copy is taken here, before any box exists."""
+    (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
+    user's MCP servers, started) join the registry; their owner stops them."""
     workspace = Path(workspace).resolve()
     model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env)
     rules, egress = load_policies(workspace, options.policy_files)
@@ -149,7 +151,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         opened.checkpoint(0, [])  # the start, before the box has run anything
         if sandbox.container is None:
             sandbox.start()
-        registry = ToolRegistry(sandbox, box_ws, options.registry, repo)
+        registry = ToolRegistry(sandbox, box_ws, options.registry, repo, host_tools)
     except BaseException as err:
         if sandbox is not None:
             sandbox.close()

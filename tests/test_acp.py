@@ -101,7 +101,8 @@ def test_editor_session_reads_edits_with_permission_and_runs_a_command(sandbox_i
     assert final["t1"]["status"] == final["t2"]["status"] == final["t3"]["status"] == "completed"
     assert final["t4"]["status"] == "failed" and "rejected_by_user" in final["t4"]["content"][0]["content"]["text"]
     diff = [c for c in final["t2"]["content"] if c["type"] == "diff"][0]
-    assert diff == {"type": "diff", "path": str(ws / "greet.py"), "oldText": "helo", "newText": "hello"}
+    # the whole file before and after (issue 13), as editors expect of a diff
+    assert diff == {"type": "diff", "path": str(ws / "greet.py"), "oldText": "print('helo')\n", "newText": "print('hello')\n"}
     assert "hello" in final["t3"]["content"][0]["content"]["text"]
     asked = [p["toolCall"]["toolCallId"] for p in editor.permission_requests]
     assert asked == ["t2", "t3", "t4"]  # reads are automatic; edit asks once; each shell asks

@@ -46,6 +46,13 @@ class ContentToolCallContent(_Model):
     content: TextContent
 
 
+class ToolCallLocation(_Model):
+    """A file a call touches, for editors that follow the agent; `line` is 1-based."""
+
+    path: str
+    line: int | None = Field(default=None, ge=1)
+
+
 class DiffToolCallContent(_Model):
     type: Literal["diff"] = "diff"
     path: str
@@ -68,9 +75,15 @@ class PromptCapabilities(_Model):
     embeddedContext: bool = False
 
 
+class McpCapabilities(_Model):
+    http: bool = False
+    sse: bool = False
+
+
 class AgentCapabilities(_Model):
     loadSession: bool = False
     promptCapabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
+    mcpCapabilities: McpCapabilities = Field(default_factory=McpCapabilities)  # stdio only, which every agent supports
 
 
 class InitializeResult(_Model):
@@ -94,6 +107,22 @@ class PromptParams(_Model):
     prompt: list[dict[str, Any]]
 
 
+# -- prompt content: what every agent must accept (text and resource links) ------------------------
+class TextBlock(_Model):
+    type: Literal["text"]
+    text: str
+
+
+class ResourceLinkBlock(_Model):
+    type: Literal["resource_link"]
+    uri: str = Field(max_length=8192)
+    name: str = Field(max_length=1024)
+    title: str | None = None
+    description: str | None = None
+    mimeType: str | None = None
+    size: int | None = None
+
+
 class PromptResult(_Model):
     stopReason: StopReason
 
@@ -115,6 +144,7 @@ class ToolCallStart(_Model):
     kind: ToolKind = "other"
     status: ToolCallStatus = "pending"
     content: list[ToolCallContent] = Field(default_factory=list)
+    locations: list[ToolCallLocation] | None = None
     rawInput: Any = None
 
 
@@ -125,6 +155,7 @@ class ToolCallUpdate(_Model):
     title: str | None = None
     kind: ToolKind | None = None
     content: list[ToolCallContent] | None = None
+    locations: list[ToolCallLocation] | None = None
     rawOutput: Any = None
 
 

@@ -9,6 +9,11 @@ or slow workspace cannot wedge the other sessions; its answer is sent when set-u
 session's id is in that answer and the session is registered before it is sent, so a prompt can
 never reach a session still being set up: an id the editor could not yet know is "unknown". A
 malformed frame gets a JSON-RPC error and never ends the process.
+
+The editor's stdio MCP servers (session/new `mcpServers`) are started on the host for the session
+(orchestrator/mcp/client.py McpHost), offered to the model as mcp__<server>__<tool>, asked for at
+every call, and stopped when the session ends. A prompt the model API fails on ends as a JSON-RPC
+error on that session/prompt, with the typed reason in `data`.
 """
 from __future__ import annotations
 
@@ -29,10 +34,13 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
 from ..loop import Session, SessionStatus
+from ..mcp.client import McpHost
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
 from ..protocol import Executor
-from ..tools.registry import SPECS, call_title
+from ..tools.registry import SPECS, HostTools, call_title
+from . import files
 from . import models as m
+from .content import PromptError, prompt_text, roots_of
 
 log = logging.getLogger(__name__)
 PERMISSION_OPTIONS = [
@@ -45,9 +53,10 @@ SETUP_GRACE = 60.0  # seconds shutdown waits for session set-ups still running (
 
 
 class RpcError(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
         self.code = code
+        self.data = data
 
 
 class SessionParts(Protocol):
@@ -60,7 +69,8 @@ class SessionParts(Protocol):
     def kill_running(self) -> None: ...
 
 
-SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict], None]], SessionParts]
+# (workspace, approver, on_event, the session's MCP tools) -> the session's parts
+SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict], None], HostTools | None], SessionParts]
 
 
 @dataclass
@@ -68,8 +78,23 @@ class AcpSession:
     id: str
     parts: SessionParts | None = None
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
-    workspace: Path = Path(".")
+    workspace: Path = Path(".")  # the editor's path of the workspace: what paths shown to it start with
+    roots: list[Path] = field(default_factory=list)  # where a resource link names a workspace file
+    mcp: McpHost | None = None
     busy: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def box_root(self) -> Path:
+        """The workspace the box works on (a copy in copy mode): where diffs are read."""
+        return Path(self.parts.session.registry.workspace) if self.parts else self.workspace
+
+    def close(self) -> None:
+        try:
+            if self.parts:
+                self.parts.close()
+        finally:
+            if self.mcp:
+                self.mcp.close()
 
 
 class AcpApprover:
@@ -155,8 +180,7 @@ class AcpServer:
             self.sessions.clear()
         for session in sessions:
             self._cancel(session)
-            if session.parts:
-                session.parts.close()
+            session.close()
 
     def _handle_line(self, line: bytes) -> None:
         try:
@@ -223,7 +247,8 @@ class AcpServer:
             result = handler(msg.params or {})
             self.send({"id": msg.id, "result": result.model_dump(mode="json", exclude_none=True)})
         except RpcError as err:
-            self.send({"id": msg.id, "error": {"code": err.code, "message": str(err)}})
+            error = {"code": err.code, "message": str(err)}
+            self.send({"id": msg.id, "error": error if err.data is None else {**error, "data": err.data}})
         except ValidationError as err:
             self.send({"id": msg.id, "error": {"code": m.INVALID_PARAMS, "message": f"invalid params: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"}})
         except OpenAgentsError as err:
@@ -250,18 +275,32 @@ class AcpServer:
 
     def _new_session(self, params: dict) -> m.NewSessionResult:
         p = m.NewSessionParams.model_validate(params)
+        if not Path(p.cwd).is_absolute():
+            raise RpcError(m.INVALID_PARAMS, f"cwd must be an absolute path, not {p.cwd[:200]!r}")
         workspace = (self.workspace or Path(p.cwd)).resolve()
         if not workspace.is_dir():
             raise RpcError(m.INVALID_PARAMS, f"cwd {p.cwd} is not a directory")
-        session = AcpSession(id=f"sess_{uuid.uuid4().hex}", workspace=workspace)
-        parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event))
-        session.parts = parts
+        roots = roots_of(p.cwd, workspace) if self.workspace is None else roots_of(str(self.workspace.absolute()), workspace)
+        session = AcpSession(id=f"sess_{uuid.uuid4().hex}", workspace=workspace, roots=roots)
+        session.mcp = McpHost(p.mcpServers) if p.mcpServers else None
+        try:
+            if session.mcp:
+                session.mcp.start()  # the user's own servers, on the host; failures are named in .problems
+                for problem in session.mcp.problems:
+                    log.warning("session %s: %s", session.id, problem)
+            session.parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event), session.mcp)
+            transcript = getattr(session.parts, "transcript", None)
+            if session.mcp and transcript is not None:
+                transcript.event("mcp_servers", executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems)
+        except BaseException:
+            session.close()
+            raise
         with self._lock:
             closing = self._closing
             if not closing:
                 self.sessions[session.id] = session  # before the answer is sent: see the module's docstring
         if closing:
-            parts.close()
+            session.close()
             raise RpcError(m.INTERNAL_ERROR, "the agent is shutting down")
         return m.NewSessionResult(sessionId=session.id)
 
@@ -271,13 +310,14 @@ class AcpServer:
             session = self.sessions.get(p.sessionId)
         if session is None or session.parts is None:
             raise RpcError(m.INVALID_PARAMS, f"unknown session {p.sessionId}")
-        text = "\n".join(block.get("text", "") for block in p.prompt if block.get("type") == "text").strip()
-        if not text:
-            raise RpcError(m.INVALID_PARAMS, "the prompt has no text")
         if not session.busy.acquire(blocking=False):
             raise RpcError(m.INVALID_REQUEST, "a prompt is already running in this session")
         try:
             loop = session.parts.session
+            try:
+                text = prompt_text(p.prompt, session.roots, lambda rel: loop.registry.sandbox.call("read_file", {"path": rel}))
+            except PromptError as err:
+                raise RpcError(m.INVALID_PARAMS, str(err)) from None
             loop.cancel.clear()
             result = loop.run(text)
         finally:
@@ -286,6 +326,8 @@ class AcpServer:
             return m.PromptResult(stopReason="cancelled")
         if result.error and result.error.type == ErrorType.MAX_TURNS:
             return m.PromptResult(stopReason="max_turn_requests")
+        if result.error and result.error.type == ErrorType.MODEL_API_ERROR:
+            raise RpcError(m.INTERNAL_ERROR, result.reason, data=result.error.model_dump(mode="json"))
         if result.status == SessionStatus.STOPPED:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=f"[stopped: {result.reason}]")))
         return m.PromptResult(stopReason="end_turn")
@@ -316,11 +358,18 @@ class AcpServer:
                 session.calls[event.call_id] = {"tool": event.tool, "arguments": event.arguments}
                 spec = SPECS.get(event.tool)
                 self._update(session, m.ToolCallStart(toolCallId=event.call_id, title=call_title(event.tool, event.arguments),
-                                                      kind=_kind(spec.kind if spec else "other"), rawInput=event.arguments))
+                                                      kind=_kind(spec.kind if spec else "other"), rawInput=event.arguments,
+                                                      locations=files.locations(event.tool, event.arguments, session.workspace)))
             elif event.state is ToolCallState.AWAITING_APPROVAL and event.kind:
                 self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, kind=_kind(event.kind)))
             elif event.state is ToolCallState.EXECUTING:
-                self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state]))
+                call = session.calls.get(event.call_id, {})
+                where = None
+                if call.get("tool") in files.EDIT_TOOLS:  # the file as it is just before the call changes it
+                    call["before"] = files.read_text(session.box_root, call.get("arguments"))
+                    line = files.first_changed_line(call["before"], call.get("arguments")) if call["tool"] == "edit_file" else None
+                    where = files.locations(call["tool"], call.get("arguments"), session.workspace, line) if line else None
+                self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state], locations=where))
             # final states arrive with the result, once: a cancelled call's last status stays its final one
         elif isinstance(event, ev.ToolCallFinished):
             call = session.calls.get(event.call_id, {})
@@ -330,7 +379,10 @@ class AcpServer:
                 text = (text + "\n" if text else "") + f"{event.error.get('type')}: {event.error.get('message')}"
             if text:
                 content.append(m.ContentToolCallContent(content=m.TextContent(text=text)))
-            diff = _diff(session.workspace, call) if event.ok else None
+            diff = None
+            if event.ok and call.get("tool") in files.EDIT_TOOLS and "before" in call:
+                after = files.read_text(session.box_root, call.get("arguments"))
+                diff = files.diff(session.workspace, call.get("arguments"), call["before"], after)
             if diff:
                 content.append(diff)
             self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)], content=content,
@@ -340,12 +392,3 @@ class AcpServer:
 # ACP's tool call status for each state the loop reports (states before executing show as pending).
 _STATUS = {ToolCallState.EXECUTING: "in_progress", ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}
 
-
-def _diff(workspace: Path, call: dict) -> m.DiffToolCallContent | None:
-    args = call.get("arguments") if isinstance(call.get("arguments"), dict) else None
-    if not args or call.get("tool") not in ("edit_file", "write_file") or not isinstance(args.get("path"), str):
-        return None
-    path = str(workspace / args["path"])
-    if call["tool"] == "write_file":
-        return m.DiffToolCallContent(path=path, oldText=None, newText=str(args.get("content", "")))
-    return m.DiffToolCallContent(path=path, oldText=str(args.get("old_text", "")), newText=str(args.get("new_text", "")))
