@@ -326,7 +326,8 @@ class AcpServer:
             return m.PromptResult(stopReason="cancelled")
         if result.error and result.error.type == ErrorType.MAX_TURNS:
             return m.PromptResult(stopReason="max_turn_requests")
-        if result.error and result.error.type == ErrorType.MODEL_API_ERROR:
+        if result.status == SessionStatus.STOPPED and result.error and result.error.type != ErrorType.LOOP_DETECTED:
+            # the model API failed, or the sandbox or the workspace did: an error on this request, typed
             raise RpcError(m.INTERNAL_ERROR, result.reason, data=result.error.model_dump(mode="json"))
         if result.status == SessionStatus.STOPPED:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=f"[stopped: {result.reason}]")))
