@@ -168,9 +168,11 @@ def test_editor_gone_during_session_set_up_leaves_no_sandbox(sandbox_image, dock
     editor.send({"id": 7, "method": "session/new", "params": {"cwd": str(ws), "mcpServers": []}})
     label = {"label": f"dev.openagents.sandbox.host-pid={editor.proc.pid}"}
     deadline = time.monotonic() + 60
-    while not docker_client.containers.list(all=True, filters=label):  # the set-up is under way
+    # the low-level listing: containers.list() inspects each container it lists, and raises
+    # NotFound when one is removed in between (seen on a busy daemon, on main too)
+    while not docker_client.api.containers(all=True, filters=label):  # the set-up is under way
         assert time.monotonic() < deadline, "the session's sandbox never appeared"
         time.sleep(0.05)
     editor.proc.stdin.close()
     assert editor.proc.wait(timeout=90) == 0
-    assert docker_client.containers.list(all=True, filters=label) == []
+    assert docker_client.api.containers(all=True, filters=label) == []

@@ -36,7 +36,7 @@ def fake_model_args(server: FakeModelServer, tmp_path: Path) -> list[str]:
 
 
 def boxes_of(docker_client, pid: int) -> list:
-    return docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.host-pid={pid}"})
+    return docker_client.api.containers(all=True, filters={"label": f"dev.openagents.sandbox.host-pid={pid}"})  # no inspect: no NotFound race
 
 
 def user_text(request: dict) -> str:
