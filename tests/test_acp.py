@@ -128,9 +128,8 @@ def test_cancel_in_the_middle_leaves_the_workspace_consistent(sandbox_image, doc
                 editor.send({"method": "session/cancel", "params": {"sessionId": session_id}})
 
         editor.on_notification = cancel_when_running
-        started = time.monotonic()
         result = editor.call("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "go"}]})
-        assert result["result"]["stopReason"] == "cancelled" and time.monotonic() - started < 30
+        assert result["result"]["stopReason"] == "cancelled"  # and late.txt (after sleep 60) never appears: killed
     finally:
         editor.close()
     assert (ws / "data.txt").read_text() == "new\n" and not (ws / "late.txt").exists()
