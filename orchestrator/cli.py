@@ -1,5 +1,7 @@
-"""`oa-sandbox`: the command line. Exit codes: 0 done, 1 a typed tool error or a stopped session,
-2 a usage or set-up error (no Docker daemon, missing image, bad config)."""
+"""`oa-sandbox`: the command line. Exit codes of `run`: 0 finished with no refused call, 3 finished
+but a call was refused, 1 stopped (max turns, a loop, a budget, the model API), 2 a usage or set-up
+error (no Docker daemon, missing image, bad config), 130 cancelled (Ctrl-C). Other commands: 0 done,
+1 a typed tool error, 2 a set-up error."""
 from __future__ import annotations
 
 import functools
@@ -13,9 +15,12 @@ import click
 
 from .config import LABEL, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
+from .painter import Line
 from .protocol import ToolResult
+from .render import json_line
+from .summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_SETUP, EXIT_STOPPED
 
-EXIT_OK, EXIT_TOOL_ERROR, EXIT_SETUP = 0, 1, 2
+EXIT_TOOL_ERROR = EXIT_STOPPED
 
 
 def _setup_error(err: OpenAgentsError) -> "click.exceptions.Exit":
@@ -28,6 +33,33 @@ def _setup_error(err: OpenAgentsError) -> "click.exceptions.Exit":
 def _terminate_as_interrupt() -> None:
     """SIGTERM unwinds like Ctrl-C, so context managers remove their containers."""
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+
+def _interrupt_once() -> None:
+    """The first Ctrl-C (or SIGTERM) unwinds the session as a KeyboardInterrupt; from then on both
+    are ignored, so the clean-up that follows (killing the call, removing the container, the
+    sweep) runs to its end however often the key is pressed."""
+
+    def first(*_: object) -> None:
+        _ignore_interrupts()
+        raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _user_config():
+    from .user_config import load_user_config
+
+    try:
+        return load_user_config()
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
 
 
 def sandbox_options(fn):
@@ -51,7 +83,9 @@ def sandbox_options(fn):
     def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, workspace_mode, **kwargs):
         from .sessions import WorkspaceMode
 
-        config = build_config(image, memory, pids, cpus, env, runtime, user, egress, write_quota)
+        defaults = _user_config()  # the config file's values; a flag given wins
+        config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
+                              runtime or defaults.runtime, user, egress, write_quota)
         return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), **kwargs)
 
     for option in reversed(options):
@@ -164,64 +198,114 @@ def exec_(workspace, config, mode, tool, json_args) -> None:
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
 
 
-@main.command()
-@click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
-@click.option("--model", "model_spec", required=True, help="openai:NAME, gemini:NAME or script:FILE.")
-@click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server.")
+@main.command(epilog=EXIT_CODES_HELP)
+@click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
+                                              "or a private address); default OPENAI_BASE_URL for openai: models.")
 @click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY).")
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
 @click.option("--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it.")
+@click.option("--auto-approve", is_flag=True, help="Everything that runs inside the sandbox proceeds without asking; host-side git and MCP "
+                                                   "tools still ask, and a policy's deny still wins.")
 @click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
-@click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help="Stop after N turns (default 100).")
+@click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Stop once the model has used N tokens, input and output summed.")
+@click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="Stop after this much wall time.")
+@click.option("--context-window", default=None, type=click.IntRange(256, None), metavar="TOKENS",
+              help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.")
+@click.option("--output", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object on stdout at the end (session_id, status, reason, turns, final_text, refused_calls, ...).")
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
 @click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
 @sandbox_options
 @click.argument("task")
-def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, transcript_path, max_turns, disabled, no_git, apply_at_end,
-        config, mode, task) -> None:
-    """Run TASK with a model, tools in the sandbox, approvals by the ladder."""
+def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, auto_approve, transcript_path, max_turns, max_tokens, max_wall,
+        context_window, output_format, disabled, no_git, apply_at_end, config, mode, task) -> None:
+    """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
+    from standard input (the session is then non-interactive: stdin is spent).
+
+    Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
+    policy, runtime, image, max_turns, max_tokens, max_wall, context_window); flags override them."""
+    from .budget import Budget
+    from .live import LiveView
     from .loop import SessionStatus
     from .policy.approvals import NonInteractiveApprover, TerminalApprover
     from .render import visible
     from .session import SessionOptions, open_session
+    from .summary import changed_files, exit_code, summary_json, summary_lines
     from .tools.registry import RegistryConfig
-    from .transcript import render_event
 
-    def live(event: dict) -> None:
-        line = render_event(event)  # control characters made visible: the box and the model wrote these
-        if line:
-            click.echo(visible(line), err=True)
-
-    _terminate_as_interrupt()
+    defaults = _user_config()
+    model_spec = model_spec or defaults.model
+    if not model_spec:
+        raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, script:FILE) "
+                                                                     "or set model in the config file"))
+    if task == "-":
+        task = sys.stdin.read()
+        non_interactive = True
+        if not task.strip():
+            raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "the task read from standard input is empty"))
+    view = LiveView()
+    _interrupt_once()
     path = Path(transcript_path) if transcript_path else None
     interactive = not non_interactive and sys.stdin.isatty()
+    budget = Budget(max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
+                    context_window=context_window or defaults.context_window)
+    approver = TerminalApprover(show_diff=view.show_diff) if interactive else NonInteractiveApprover()
     try:
-        options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies),
-                                 max_turns=max_turns, registry=RegistryConfig(disabled=set(disabled), git=not no_git))
-        opened = open_session(options, Path(workspace), config, TerminalApprover() if interactive else NonInteractiveApprover(), path, live, mode=mode)
+        options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
+                                 policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or 100,
+                                 registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve)
+        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
     except ValueError as err:
         raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    except KeyboardInterrupt:  # while the box started: open_session removed it
+        _ignore_interrupts()
+        click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
+        raise click.exceptions.Exit(EXIT_CANCELLED) from None
+    if auto_approve:
+        view.note("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)", "yellow")
+    if interactive:
+        view.note("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)", "dim")
     result = None
     try:
-        result = opened.session.run(task)
+        try:
+            result = opened.session.run(task)
+        except KeyboardInterrupt:  # a second press while the loop itself was ending the session
+            result = None
+        _ignore_interrupts()  # from here on, clean-up runs to its end
+        if result is None:
+            from .loop import SessionResult
+
+            result = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
         opened.finish(result.status.value, result.reason)
     finally:
+        _ignore_interrupts()
+        view.close()
+        if result is None:
+            view.note("cancelling: removing the sandbox (Ctrl-C is ignored until it is gone)")
         swept = opened.close()
     record = opened.record
     for line in swept:
-        click.echo(visible(f"integrity sweep: {line}"), err=True)
-    click.echo(f"transcript: {record.transcript}", err=True)
-    click.echo(f"session: {record.id} ({record.mode.value} mode, {len(record.files_changed)} files changed)", err=True)
-    code = EXIT_OK if result.status == SessionStatus.FINISHED else EXIT_TOOL_ERROR
+        view.note(visible(f"integrity sweep: {line}"))
+    changes = changed_files(record)
+    code = exit_code(result)
+    view.print([Line(text, "bold" if i == 0 else None) for i, text in enumerate(summary_lines(result, changes))])
+    view.note(f"   transcript: {record.transcript}")
+    view.note(f"   session: {record.id} ({record.mode.value} mode)")
     if record.mode.value == "copy":
         if apply_at_end:
-            code = max(code, _apply(record))
+            applied = _apply(record)
+            code = code if applied == EXIT_OK else max(code, EXIT_STOPPED) if code != EXIT_CANCELLED else code
         else:
-            click.echo(f"  the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply", err=True)
-    if result.final_text:
+            view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
+    if output_format == "json":
+        click.echo(json_line(summary_json(result, record, changes, code)))
+    elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)
 
@@ -315,8 +399,27 @@ def transcript_show(path: str) -> None:
     from .render import visible
     from .transcript import show
 
-    for line in show(path):
-        click.echo(visible(line))
+    from rich.console import Console
+    from rich.text import Text
+
+    from .transcript import show_lines
+
+    console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
+    for line in show_lines(path):  # each line is visible() already; colour only on a terminal
+        console.print(Text(visible(line.text), style=(line.style or "") if console.is_terminal else ""))
+
+
+@transcript.command("list")
+def transcript_list() -> None:
+    """Every session's transcript, newest first: time, session id, status, path."""
+    import time as _time
+
+    from .render import visible
+    from .transcript import list_transcripts
+
+    for created, session_id, status, path in list_transcripts():
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(created))
+        click.echo(visible(f"{when}  {session_id}  {status:<10} {path}"))
 
 
 @main.command()

@@ -49,6 +49,7 @@ class ErrorType(str, Enum):
     CONFIG_INVALID = "config_invalid"
     LOOP_DETECTED = "loop_detected"
     MAX_TURNS = "max_turns"
+    BUDGET_EXCEEDED = "budget_exceeded"  # --max-tokens or --max-wall spent
     WORKSPACE_QUOTA_EXCEEDED = "workspace_quota_exceeded"
 
     @property
@@ -74,6 +75,7 @@ _FATAL = frozenset(
         ErrorType.CONFIG_INVALID,
         ErrorType.LOOP_DETECTED,
         ErrorType.MAX_TURNS,
+        ErrorType.BUDGET_EXCEEDED,
         ErrorType.WORKSPACE_QUOTA_EXCEEDED,
     }
 )

@@ -58,6 +58,29 @@ class ModelRequested(_Event):
     turn: int = 0
     messages: int = 0
     tools: list[str] = Field(default_factory=list)
+    context_tokens: int = 0  # the conversation's estimated size, as compaction measures it
+
+
+class ModelRetrying(_Event):
+    """A model request failed in a way worth trying again (429, 5xx, a transport error): said as it
+    happens, so a long wait is never silent."""
+
+    type: Literal["model_retry"] = "model_retry"
+    attempt: int = 0  # the attempt that failed, 1-based
+    max_attempts: int = 0
+    delay_s: float = 0.0
+    problem: str = ""
+
+
+class ContextCompacted(_Event):
+    """Older tool outputs were elided from the conversation to stay under the context window."""
+
+    type: Literal["context_compacted"] = "context_compacted"
+    turn: int = 0
+    elided_outputs: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    context_window: int = 0
 
 
 class ModelResponded(_Event):
@@ -127,9 +150,11 @@ class SessionEnded(_Event):
     turns: int = 0
     final_text: str = ""
     error: dict[str, Any] | None = None
+    tokens: dict[str, int] = Field(default_factory=dict)  # input, output: summed over every model response
+    wall_s: float = 0.0
 
 
-EVENT_MODELS = (SessionStarted, ModelRequested, ModelResponded, ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded)
+EVENT_MODELS = (SessionStarted, ModelRequested, ModelRetrying, ContextCompacted, ModelResponded, ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded)
 Event = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KNOWN_TYPES = frozenset(model.model_fields["type"].default for model in EVENT_MODELS)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from enum import Enum
@@ -16,6 +17,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from . import events as ev
+from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
 from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
 from .models.base import Message, ModelClient, ToolCall
@@ -40,18 +42,41 @@ class SessionStatus(str, Enum):
     CANCELLED = "cancelled"
 
 
+class CallOutcome(BaseModel):
+    """One call that did not simply succeed, for the end-of-run summary."""
+
+    call_id: str
+    tool: str
+    action: str = ""
+    outcome: str  # refused | failed | cancelled
+    reason: str
+    executor: Executor
+    error_type: str | None = None
+    exit_code: int | None = None
+
+
 class SessionResult(BaseModel):
     status: SessionStatus
     reason: str
     final_text: str = ""
     turns: int = 0
     error: ErrorInfo | None = None
+    calls: dict[str, int] = {}  # by outcome: ok, failed, refused, cancelled
+    refused_calls: list[CallOutcome] = []
+    failed_calls: list[CallOutcome] = []
+    tokens: dict[str, int] = {"input": 0, "output": 0}
+    wall_s: float = 0.0
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.refused_calls)
 
 
 class Session:
     def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
                  max_turns: int = 100, loop_limit: int = 5, cancel: threading.Event | None = None,
-                 after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "") -> None:
+                 after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "",
+                 budget: Budget | None = None) -> None:
         """`after_turn(turn, tool names)` runs once a turn's calls are done (the session's checkpoint)."""
         self.model = model
         self.registry = registry
@@ -65,12 +90,22 @@ class Session:
         self.after_turn = after_turn
         self.session_id = session_id
         self.workspace_mode = workspace_mode
+        self.budget = budget or Budget()
+        self.context_window = self.budget.context_window or default_context_window(model.family, model.name)
+        self.tokens = {"input": 0, "output": 0}
+        self.calls: dict[str, int] = {"ok": 0, "failed": 0, "refused": 0, "cancelled": 0}
+        self.refused_calls: list[CallOutcome] = []
+        self.failed_calls: list[CallOutcome] = []
+        self._actions: dict[str, str] = {}
+        self._books = threading.Lock()
+        self._started = time.monotonic()
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
         self.transcript.emit(ev.SessionStarted(task=task, model=self.model.name, family=self.model.family, session_id=self.session_id,
                                                workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active()))
         self.messages.append(Message(role="user", content=task))
+        self._started = time.monotonic()
         turn = 0
         try:
             while True:
@@ -79,18 +114,29 @@ class Session:
                 if turn >= self.max_turns:
                     err = OpenAgentsError(ErrorType.MAX_TURNS, f"stopped after {self.max_turns} turns")
                     return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
+                spent = self._over_budget()
+                if spent:
+                    return self._end(SessionStatus.STOPPED, spent.message, turn, error=spent)
                 turn += 1
+                self._compact(turn)
                 tools = self.registry.declarations(self.model.family)
-                self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools]))
+                self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools],
+                                                       context_tokens=estimate_tokens(self.messages)))
                 try:
                     reply = self.model.complete(self.messages, tools)
                 except OpenAgentsError as err:
                     return self._end(SessionStatus.STOPPED, f"the model API failed: {err.message}", turn, error=err)
+                spent_in, spent_out = usage_tokens(reply.usage)
+                self.tokens["input"] += spent_in
+                self.tokens["output"] += spent_out
                 self.transcript.emit(ev.ModelResponded(turn=turn, text=reply.text, tool_calls=[c.model_dump(exclude_none=True) for c in reply.tool_calls],
                                                        usage=reply.usage))
                 self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
                 if not reply.tool_calls:
                     return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)
+                spent = self._over_budget()
+                if spent:  # the calls of a reply past the budget do not run
+                    return self._end(SessionStatus.STOPPED, spent.message, turn, error=spent)
                 looping = self._note_calls(reply.tool_calls)
                 results = self._run_calls(reply.tool_calls)
                 for call, result in zip(reply.tool_calls, results):
@@ -120,9 +166,29 @@ class Session:
     def _end(self, status: SessionStatus, reason: str, turns: int, final_text: str = "", error: OpenAgentsError | None = None,
              executor: Executor = Executor.OPENAGENTS) -> SessionResult:
         info = ErrorInfo.of(error) if error else None
+        wall = round(time.monotonic() - self._started, 3)
         self.transcript.emit(ev.SessionEnded(executor=executor, status=status.value, reason=reason, turns=turns,
-                                             final_text=final_text, error=info.model_dump(mode="json") if info else None))
-        return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info)
+                                             final_text=final_text, error=info.model_dump(mode="json") if info else None,
+                                             tokens=dict(self.tokens), wall_s=wall))
+        with self._books:
+            return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info, calls=dict(self.calls),
+                                 refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall)
+
+    # -- budgets ---------------------------------------------------------------------------
+    def _over_budget(self) -> OpenAgentsError | None:
+        spent = self.tokens["input"] + self.tokens["output"]
+        if self.budget.max_tokens is not None and spent >= self.budget.max_tokens:
+            return OpenAgentsError(ErrorType.BUDGET_EXCEEDED, f"the token budget is spent: {spent} of {self.budget.max_tokens} tokens (--max-tokens)")
+        elapsed = time.monotonic() - self._started
+        if self.budget.max_wall_s is not None and elapsed >= self.budget.max_wall_s:
+            return OpenAgentsError(ErrorType.BUDGET_EXCEEDED, f"the time budget is spent: {elapsed:.0f} s of {self.budget.max_wall_s:g} s (--max-wall)")
+        return None
+
+    def _compact(self, turn: int) -> None:
+        elided, before, after = compact(self.messages, self.context_window)
+        if elided:
+            self.transcript.emit(ev.ContextCompacted(executor=Executor.OPENAGENTS, turn=turn, elided_outputs=elided, tokens_before=before,
+                                                     tokens_after=after, context_window=self.context_window))
 
     def _note_calls(self, calls: list[ToolCall]) -> str | None:
         for call in calls:
@@ -165,6 +231,7 @@ class Session:
             return self._finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS))
         self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action)
         outcome = self.gate.decide(prepared)
+        self._actions[call.id] = prepared.action
         self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=call.id, tool=call.name, action=prepared.action,
                                                 level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
         if not outcome.allowed:
@@ -200,6 +267,7 @@ class Session:
 
     def _finish(self, call: ToolCall, result: ToolResult, state: ToolCallState | None = None) -> ToolResult:
         state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
+        self._book(call, result, state)
         for record in result.meta.get("egress", []):
             self.transcript.emit(ev.EgressRecorded(executor=Executor.OPENAGENTS, call_id=call.id, **record))
         self._state(call, state)
@@ -209,6 +277,29 @@ class Session:
                                                  meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")},
                                                  diff=result.meta.get("diff")))
         return result
+
+
+    def _book(self, call: ToolCall, result: ToolResult, state: ToolCallState) -> None:
+        """Counts every call's outcome once; refused and failed calls are kept with their reason."""
+        exit_code = result.meta.get("exit_code")
+        exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
+        error_type = result.error.type if result.error else None
+        if state is ToolCallState.CANCELLED:
+            outcome = "cancelled"
+        elif error_type in (ErrorType.REJECTED_BY_USER, ErrorType.REFUSED_BY_POLICY):
+            outcome = "refused"
+        elif not result.ok or (exit_code is not None and exit_code != 0):
+            outcome = "failed"
+        else:
+            outcome = "ok"
+        with self._books:
+            self.calls[outcome] += 1
+            if outcome in ("refused", "failed"):
+                reason = result.error.message if result.error else f"exit code {exit_code}"
+                record = CallOutcome(call_id=call.id, tool=call.name, action=self._actions.get(call.id, call.name), outcome=outcome,
+                                     reason=reason[:500], executor=result.executor, error_type=error_type.value if error_type else None,
+                                     exit_code=exit_code)
+                (self.refused_calls if outcome == "refused" else self.failed_calls).append(record)
 
 
 def _tool_name(declaration: dict) -> str:

@@ -14,7 +14,9 @@ from pydantic import BaseModel, Field
 
 from .config import EgressConfig, SandboxConfig
 from .loop import Session
-from .models.base import key_variable, model_from_spec
+from . import events as ev
+from .budget import Budget
+from .models.base import RetryNotice, RetryPolicy, key_variable, model_from_spec
 from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
 from .hostfs import lstat_workspace
@@ -35,6 +37,8 @@ class SessionOptions(BaseModel):
     policy_files: list[str] = Field(default_factory=list)
     max_turns: int = 100
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    budget: Budget = Field(default_factory=Budget)
+    auto_approve: bool = False  # --auto-approve: what runs inside the sandbox proceeds without asking
 
 
 def load_policies(workspace: Path, files: list[str]) -> tuple[list[PolicyRule], EgressPolicy]:
@@ -129,7 +133,13 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
     user's MCP servers, started) join the registry; their owner stops them."""
     workspace = Path(workspace).resolve()
-    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env)
+    watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
+
+    def retried(notice: RetryNotice) -> None:
+        for transcript in watchers:
+            transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
+
+    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried))
     rules, egress = load_policies(workspace, options.policy_files)
     key_var = key_variable(options.model_spec, options.api_key_env)
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
@@ -141,6 +151,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
     record.save()
     transcript = Transcript(record.transcript, redactor, on_event=on_event)
+    watchers.append(transcript)
     checkpoints = None
     try:
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws)
@@ -160,6 +171,9 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         record.save()
         raise
     sandbox.on_sweep = lambda report: transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
-    opened.session = Session(model, registry, ApprovalGate(Ladder(rules), approver), transcript, max_turns=options.max_turns,
-                             after_turn=opened.checkpoint, session_id=record.id, workspace_mode=record.mode.value)
+    from .proposed import proposed_diff
+
+    gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
+    opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns,
+                             after_turn=opened.checkpoint, session_id=record.id, workspace_mode=record.mode.value, budget=options.budget)
     return opened

@@ -245,17 +245,34 @@ def _render_result(event: ToolCallFinished, who: str) -> str:
 
 def show(path: str | Path) -> Iterable[str]:
     """The transcript's lines rendered for a terminal: secrets redacted, control characters visible."""
+    return (line.text for line in show_lines(path))
+
+
+def show_lines(path: str | Path) -> Iterable["Line"]:
+    """As show(), with each line's style (diffs are coloured on a terminal); each result under its call."""
+    from .painter import Line, Painter
+
+    painter = Painter()
     redactor = Redactor.from_environment()
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             try:
                 event = json.loads(line)
             except ValueError:
-                yield visible(f"(unreadable line: {redactor(line[:80])!r})")
+                yield Line(visible(f"(unreadable line: {redactor(line[:80])!r})"))
                 continue
             if not isinstance(event, dict):
-                yield visible(f"(not an event: {redactor(line[:80])!r})")
+                yield Line(visible(f"(not an event: {redactor(line[:80])!r})"))
                 continue
-            rendered = render_event(redactor.deep(event))
-            if rendered:
-                yield rendered
+            yield from painter.lines(redactor.deep(event))
+
+
+def list_transcripts() -> list[tuple[float, str, str, str]]:
+    """(time, session id, status, transcript path) of every recorded session's transcript, newest first."""
+    from .sessions import list_sessions
+
+    out = []
+    for record in list_sessions():
+        if record.transcript and Path(record.transcript).is_file():
+            out.append((record.created, record.id, record.status, record.transcript))
+    return sorted(out, reverse=True)

@@ -69,7 +69,7 @@ def test_ask_once_with_a_approves_the_kind_for_the_session(registry):
     gate = ApprovalGate(Ladder(), person)
     first = gate.decide(prepared(registry, "write_file", {"path": "a", "content": ""}))
     second = gate.decide(prepared(registry, "edit_file", {"path": "b", "old_text": "x", "new_text": "y"}))
-    assert first.allowed and first.decision == "allow_once" and first.executor == Executor.USER
+    assert first.allowed and first.decision == "approved_for_session" and first.executor == Executor.USER
     assert second.allowed and second.decision == "approved_for_session" and len(person.asked) == 1
 
 

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import os
 import time
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 from pydantic import BaseModel, Field, model_validator
@@ -74,11 +76,24 @@ class RetryableModelError(Exception):
         self.retry_after = retry_after
 
 
+class RetryNotice(BaseModel):
+    """One failed attempt that will be tried again: said as it happens (`429, retry 2/5 in 4 s`)."""
+
+    attempt: int  # the attempt that failed, 1-based
+    max_attempts: int
+    delay_s: float
+    problem: str
+
+    def line(self) -> str:
+        return f"{self.problem}, retry {self.attempt + 1}/{self.max_attempts} in {self.delay_s:.0f} s"
+
+
 class RetryPolicy(BaseModel):
     max_attempts: int = 5
     max_total_s: float = 120.0
     base_delay_s: float = 1.0
     max_delay_s: float = 30.0
+    on_retry: Callable[[RetryNotice], None] | None = None  # progress for whoever watches
 
 
 def _retry_after(response: httpx.Response) -> float | None:
@@ -123,10 +138,22 @@ def post_json(http: httpx.Client, url: str, body: dict, headers: dict[str, str],
             raise RetryableModelError("the answer is not a JSON object")
         return data
 
+    def before_sleep(state: RetryCallState) -> None:
+        if policy.on_retry is None:
+            return
+        err = state.outcome.exception() if state.outcome else None
+        problem = str(err).split(":", 1)[0] if isinstance(err, RetryableModelError) else "failed"
+        delay = state.next_action.sleep if state.next_action else 0.0
+        try:
+            policy.on_retry(RetryNotice(attempt=state.attempt_number, max_attempts=policy.max_attempts, delay_s=delay, problem=problem))
+        except Exception:  # noqa: BLE001 - progress must never break a request
+            pass
+
     retrying = Retrying(
         retry=retry_if_exception_type(RetryableModelError),
         stop=stop_after_attempt(policy.max_attempts) | stop_after_delay(policy.max_total_s),
         wait=_wait(policy),
+        before_sleep=before_sleep,
         reraise=True,
     )
     try:
@@ -137,10 +164,26 @@ def post_json(http: httpx.Client, url: str, body: dict, headers: dict[str, str],
         ) from None
 
 
-def api_key(var: str) -> str:
+def local_endpoint(base_url: str | None) -> bool:
+    """A server on this machine or a private network (llama.cpp, vLLM, Ollama): no key needed."""
+    if not base_url:
+        return False
+    host = (urlsplit(base_url).hostname or "").strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+def api_key(var: str, base_url: str | None = None) -> str:
+    """The key from `var`; optional (empty) for a loopback or private `base_url`."""
     value = os.environ.get(var, "")
-    if not value:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's key is not set: export {var}=...")
+    if not value and not local_endpoint(base_url):
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's key is not set: export {var}=... "
+                                                        "(a server on loopback or a private address needs none)")
     return value
 
 
@@ -158,11 +201,13 @@ def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | N
     if kind == "openai":
         from .openai import OpenAIChatClient
 
-        return OpenAIChatClient(name, base_url or "https://api.openai.com/v1", api_key(key_variable(spec, api_key_env)), retry)
+        url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        return OpenAIChatClient(name, url, api_key(key_variable(spec, api_key_env), url), retry)
     if kind == "gemini":
         from .gemini import GeminiClient
 
-        return GeminiClient(name, base_url or "https://generativelanguage.googleapis.com/v1beta", api_key(key_variable(spec, api_key_env)), retry)
+        url = base_url or "https://generativelanguage.googleapis.com/v1beta"
+        return GeminiClient(name, url, api_key(key_variable(spec, api_key_env), url), retry)
     if kind == "script":
         from .script import ScriptedModel
 

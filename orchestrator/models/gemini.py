@@ -43,7 +43,7 @@ class GeminiClient:
     def __init__(self, name: str, base_url: str, key: str, retry: RetryPolicy, timeout_s: float = 300.0) -> None:
         self.name = name
         self._url = f"{base_url.rstrip('/')}/models/{name}:generateContent"
-        self._headers = {"x-goog-api-key": key}
+        self._headers = {"x-goog-api-key": key} if key else {}
         self._retry = retry
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
 

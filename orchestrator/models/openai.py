@@ -29,7 +29,7 @@ class OpenAIChatClient:
     def __init__(self, name: str, base_url: str, key: str, retry: RetryPolicy, timeout_s: float = 300.0) -> None:
         self.name = name
         self._url = base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Authorization": f"Bearer {key}"}
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}  # a local server may need no key
         self._retry = retry
         self._http = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=10.0))
 

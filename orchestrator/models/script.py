@@ -1,7 +1,8 @@
 """A scripted model: replays recorded turns from a JSONL file, so a session runs with no key and no
 network (the README's main job, deterministic tests).
 
-Each line: {"text": "...", "tool_calls": [{"name": "read_file", "arguments": {...}}]}.
+Each line: {"text": "...", "tool_calls": [{"name": "read_file", "arguments": {...}}]}, optionally
+"usage": {"prompt_tokens": N, "completion_tokens": N} as a real API reports it.
 A line with no tool calls is the final answer.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ class ScriptedModel:
             try:
                 raw = json.loads(line)
                 calls = [ToolCall(id=c.get("id") or f"call_{number}_{i}", name=c["name"], arguments=c.get("arguments")) for i, c in enumerate(raw.get("tool_calls") or [])]
-                turns.append(ModelTurn(text=raw.get("text", ""), tool_calls=calls))
+                turns.append(ModelTurn(text=raw.get("text", ""), tool_calls=calls, usage=raw.get("usage") or {}))
             except (ValueError, KeyError, TypeError, AttributeError) as err:
                 raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}:{number}: not a model turn ({err})") from None
         return cls(turns, name=f"script:{Path(path).name}")

@@ -6,9 +6,10 @@ On any wire only `allow_once` and `reject_once` exist. Approving a kind for the 
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import click
 from pydantic import BaseModel
@@ -32,6 +33,7 @@ class ApprovalRequest(BaseModel):
     level: Level
     title: str
     arguments: dict[str, Any]
+    diff: str | None = None  # what an edit would change, for the person deciding
 
 
 class Answer(BaseModel):
@@ -43,7 +45,7 @@ class Answer(BaseModel):
 
 class ApprovalOutcome(BaseModel):
     allowed: bool
-    decision: str  # automatic | allow_once | reject_once | approved_for_session | refused
+    decision: str  # automatic | auto_approved | allow_once | reject_once | approved_for_session | refused
     level: Level
     executor: Executor
     reason: str
@@ -63,11 +65,31 @@ class NonInteractiveApprover:
         )
 
 
-class TerminalApprover:
-    """y: allow once, n: reject once, a: approve this kind for the session (ask-once rungs only)."""
+MAX_REASON_CHARS = 500
 
-    def __init__(self) -> None:
+
+def parse_answer(line: str, choices: list[str]) -> tuple[str, str] | None:
+    """`y`, `a`, `n`, or `n` followed by a reason (`n use the fixture instead`, `n: not now`):
+    (key, reason), or None for anything else. The reason goes to the model in the refusal."""
+    text = line.strip()
+    key, rest = text[:1].lower(), text[1:]
+    if key not in choices:
+        return None
+    if key != "n":
+        return (key, "") if not rest.strip() else None
+    if rest and rest[0] not in " :\t-":
+        return None  # "no" or "nope": no reason, but not a word we know either
+    return key, rest.lstrip(" :\t-").strip()[:MAX_REASON_CHARS]
+
+
+class TerminalApprover:
+    """y: allow once, n [reason]: reject once (the reason goes to the model), a: approve this kind
+    for the session (ask-once rungs only). Ctrl-C at the prompt ends the session: the
+    KeyboardInterrupt goes up to the turn loop, which ends it cancelled."""
+
+    def __init__(self, show_diff: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
+        self._show_diff = show_diff
 
     def ask(self, request: ApprovalRequest) -> Answer:
         choices = ["y", "n", "a"] if request.level == Level.ASK_ONCE else ["y", "n"]
@@ -75,22 +97,40 @@ class TerminalApprover:
             # The title and arguments are the model's: shown with every control character visible and
             # continuation lines marked, so nothing they hold can redraw or fake the prompt below.
             click.echo(f"\n? {continued(request.title, '  │ ')}", err=True)
-            preview = json.dumps(request.arguments, ensure_ascii=False)
-            click.echo(f"  {visible(preview[:600])}{'…' if len(preview) > 600 else ''}", err=True)
-            hint = "y = allow once, n = reject" + (f", a = allow every {request.kind} this session" if "a" in choices else "")
-            try:
-                key = click.prompt(f"  {hint}", type=click.Choice(choices), show_choices=True, err=True)
-            except (click.Abort, EOFError):
-                key = "n"
+            if request.diff and self._show_diff:
+                self._show_diff(request.diff)
+            else:
+                preview = json.dumps(request.arguments, ensure_ascii=False)
+                click.echo(f"  {visible(preview[:600])}{'…' if len(preview) > 600 else ''}", err=True)
+            hint = "y = allow once, n = reject (n REASON tells the model why)" + (f", a = allow every {request.kind} this session" if "a" in choices else "")
+            while True:
+                click.echo(f"  {hint} [{'/'.join(choices)}]: ", nl=False, err=True)
+                line = sys.stdin.readline()  # Ctrl-C raises KeyboardInterrupt here, and it goes up
+                if not line:  # stdin closed: nobody can answer
+                    return Answer(option=PermissionOption.REJECT_ONCE, reason="rejected: the terminal's input was closed")
+                parsed = parse_answer(line, choices)
+                if parsed is not None:
+                    break
+                click.echo(f"  Error: answer {' or '.join(choices)}", err=True)
+        key, reason = parsed
         if key == "n":
-            return Answer(option=PermissionOption.REJECT_ONCE, reason="rejected at the terminal")
-        return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=key == "a", reason="approved at the terminal")
+            return Answer(option=PermissionOption.REJECT_ONCE, reason=f"rejected at the terminal: {reason}" if reason else "rejected at the terminal")
+        if key == "a":
+            return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=True, reason=f"approved at the terminal for every {request.kind} this session")
+        return Answer(option=PermissionOption.ALLOW_ONCE, reason="approved at the terminal")
 
 
 class ApprovalGate:
-    def __init__(self, ladder: Ladder, approver: Approver) -> None:
+    """`auto_approve` (--auto-approve): whatever would ask and runs inside the sandbox proceeds
+    without asking; host-side tools (git push, MCP tools) still ask, and a deny still wins.
+    `preview(prepared)` gives the diff an edit would make, for the question."""
+
+    def __init__(self, ladder: Ladder, approver: Approver, auto_approve: bool = False,
+                 preview: Callable[[PreparedCall], str | None] | None = None) -> None:
         self.ladder = ladder
         self.approver = approver
+        self.auto_approve = auto_approve
+        self.preview = preview
         self.session_approved: set[str] = set()  # kinds the user approved with `a`
 
     def decide(self, prepared: PreparedCall) -> ApprovalOutcome:
@@ -103,12 +143,23 @@ class ApprovalGate:
         if level == Level.ASK_ONCE and prepared.kind in self.session_approved:
             return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
                                    reason=f"{prepared.kind} approved for this session")
+        if self.auto_approve and prepared.spec.side == "sandbox":
+            return ApprovalOutcome(allowed=True, decision="auto_approved", level=level, executor=Executor.USER,
+                                   reason=f"--auto-approve: runs inside the sandbox ({reason})")
+        diff = None
+        if self.preview is not None:
+            try:
+                diff = self.preview(prepared)
+            except Exception:  # noqa: BLE001 - a preview is a courtesy; the question is asked without it
+                diff = None
         request = ApprovalRequest(
             call_id=prepared.call.id, tool=prepared.spec.name, kind=prepared.kind, action=prepared.action,
-            level=level, title=call_title(prepared.spec.name, prepared.arguments()), arguments=prepared.arguments(),
+            level=level, title=call_title(prepared.spec.name, prepared.arguments()), arguments=prepared.arguments(), diff=diff,
         )
         answer = self.approver.ask(request)
         allowed = answer.option == PermissionOption.ALLOW_ONCE
-        if allowed and answer.remember_for_session and level == Level.ASK_ONCE:
+        remembered = allowed and answer.remember_for_session and level == Level.ASK_ONCE
+        if remembered:
             self.session_approved.add(prepared.kind)
-        return ApprovalOutcome(allowed=allowed, decision=answer.option.value, level=level, executor=answer.executor, reason=answer.reason or reason)
+        decision = "approved_for_session" if remembered else answer.option.value
+        return ApprovalOutcome(allowed=allowed, decision=decision, level=level, executor=answer.executor, reason=answer.reason or reason)

@@ -7,6 +7,7 @@ Nothing here may be named like /bypass/i: such a file is refused when it loads.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from enum import Enum, IntEnum
@@ -137,11 +138,71 @@ def _check_names(value: Any, where: str, loc: tuple[Any, ...] = ()) -> None:
             _check_names(item, where, (*loc, index))
 
 
+def did_you_mean(word: str, allowed: list[str] | tuple[str, ...] | frozenset[str]) -> str:
+    """' (did you mean 'x'?)' for the closest allowed word, or ''."""
+    close = difflib.get_close_matches(word.lower(), sorted(allowed), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+_MODEL_OF_PLACE = {"rules": PolicyRule, "egress": EgressPolicy}
+_TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a table",
+               "model_type": "must be a table", "int_type": "must be a whole number", "bool_type": "must be true or false"}
+
+
+def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
+    place = next((p for p in reversed(loc[:-1]) if isinstance(p, str)), None)
+    model = _MODEL_OF_PLACE.get(place or "", PolicyFile)
+    return [k for k in model.model_fields if k != "tier" or model is PolicyFile]
+
+
+def _problem(e: dict) -> str:
+    """One error, readable: the location, what is wrong, what is allowed. pydantic's own text
+    quotes input values; this never shows one, only known keys and suggestions."""
+    loc = tuple(e["loc"])
+    kind = e["type"]
+    if kind == "extra_forbidden":
+        allowed = _allowed_keys(loc)
+        where = _loc(loc[:-1])
+        return f"{where}: unknown key{did_you_mean(str(loc[-1]), allowed)}; allowed keys: {', '.join(allowed)}"
+    if kind == "missing":
+        return f"{_loc(loc)}: missing (required)"
+    if kind == "enum" and loc[-1:] == ("decision",):
+        return f"{_loc(loc)}: must be one of allow, ask, deny"
+    if kind == "string_too_long":
+        return f"{_loc(loc)}: string_too_long (over the length this key allows)"
+    return f"{_loc(loc)}: {_TYPE_WORDS.get(kind, kind)}"
+
+
 def _validation_problem(err: ValidationError) -> str:
-    """pydantic's own text quotes input values; this names only locations and error types."""
     problems = err.errors(include_url=False, include_context=False, include_input=False)
-    shown = "; ".join(f"{_loc(tuple(e['loc']))}: {e['type']}" for e in problems[:3])
+    problems.sort(key=lambda e: e["type"] != "extra_forbidden")  # a misspelt key first: it explains the missing one
+    shown = "; ".join(_problem(e) for e in problems[:3])
     return shown + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+
+
+def known_tools() -> list[str]:
+    from ..tools.registry import SPECS  # the registry's names are the ones a rule can match
+
+    return sorted(SPECS)
+
+
+def known_actions() -> list[str]:
+    return sorted({*known_tools(), *DEFAULT_BY_ACTION})
+
+
+def _check_values(policy: PolicyFile, where: str) -> None:
+    """A rule naming a kind, tool or action that does not exist would never match, silently:
+    refused at load, with the nearest real name. MCP tools (mcp__server__tool, `mcp server`) are
+    the user's own names and pass."""
+    for index, rule in enumerate(policy.rules):
+        checks = (("kind", rule.kind, sorted(DEFAULT_BY_KIND), None),
+                  ("tool", rule.tool, known_tools(), "mcp__"),
+                  ("action", rule.action, known_actions(), "mcp "))
+        for key, value, allowed, open_prefix in checks:
+            if value is None or value in allowed or (open_prefix and value.startswith(open_prefix)):
+                continue
+            extra = f", or {open_prefix}… for an MCP server's tools" if open_prefix else ""
+            raise _invalid(where, f"rules[{index}].{key}: unknown {key}{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}{extra}")
 
 
 def load_policy(path: str | Path, tier: Tier | None = None) -> list[PolicyRule]:
@@ -185,6 +246,7 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
         policy = PolicyFile.model_validate(data)
     except ValidationError as err:
         raise _invalid(where, f"not valid: {_validation_problem(err)}") from None
+    _check_values(policy, where)
     try:
         file_tier = tier if tier is not None else Tier[policy.tier.upper()]
     except KeyError:

@@ -1,0 +1,113 @@
+"""What `oa-sandbox run` shows while it runs, on stderr: the painter's lines (coloured on a terminal,
+plain when stderr is a file or a pipe), and a live elapsed-time line for any call running over a
+second (a spinner line on a terminal; a plain line now and then otherwise).
+
+rich draws the terminal: the field's standard, and it keeps the live line below the printed ones.
+Nothing from the box or the model reaches it unescaped: the painter has made every line visible,
+and lines go in as rich Text (never markup).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from rich.console import Console
+from rich.status import Status
+from rich.text import Text
+
+from .events import ToolCallChanged, ToolCallFinished, ToolCallState, parse
+from .painter import Line, Painter, diff_lines
+
+ELAPSED_AFTER_S = 1.0
+PLAIN_NOTICES_S = (1, 5, 15, 30, 60, 120, 300, 600)  # when stderr is no terminal: a line at each
+
+
+class LiveView:
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
+        self.painter = Painter()
+        self._lock = threading.RLock()
+        self._running: dict[str, tuple[str, float]] = {}  # call id -> (tool, started)
+        self._notified: dict[str, int] = {}
+        self._status: Status | None = None
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
+        self._seen_once: set[str] = set()
+
+    @property
+    def terminal(self) -> bool:
+        return self.console.is_terminal
+
+    # -- lines ----------------------------------------------------------------------------------
+    def print(self, lines: list[Line]) -> None:
+        with self._lock:
+            for line in lines:
+                self.console.print(Text(line.text, style=line.style or "") if self.terminal else Text(line.text))
+
+    def note(self, text: str, style: str | None = None) -> None:
+        """One of our own lines (visible already)."""
+        self.print([Line(text, style)])
+
+    def once(self, key: str, text: str) -> None:
+        """A warning or hint said once per session, however often its cause repeats."""
+        if key not in self._seen_once:
+            self._seen_once.add(key)
+            self.note(text, "yellow")
+
+    def show_diff(self, diff: str) -> None:
+        """At an approval prompt: what the edit would change."""
+        self.print(diff_lines(diff, indent="  "))
+
+    def on_event(self, record: dict) -> None:
+        event = parse(record)
+        if event is None:
+            return
+        if isinstance(event, ToolCallChanged) and event.state is ToolCallState.EXECUTING:
+            self._started(event.call_id, event.tool)
+        elif isinstance(event, ToolCallFinished):
+            self._ended(event.call_id)
+        self.print(self.painter.event_lines(event))
+
+    # -- the elapsed-time line ------------------------------------------------------------------
+    def _started(self, call_id: str, tool: str) -> None:
+        with self._lock:
+            self._running[call_id] = (tool, time.monotonic())
+            if self._ticker is None:
+                self._ticker = threading.Thread(target=self._tick, name="oa-elapsed", daemon=True)
+                self._ticker.start()
+
+    def _ended(self, call_id: str) -> None:
+        with self._lock:
+            self._running.pop(call_id, None)
+            self._notified.pop(call_id, None)
+            if not self._running and self._status is not None:
+                self._status.stop()
+                self._status = None
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.25):
+            with self._lock:
+                now = time.monotonic()
+                long = [(cid, tool, now - start) for cid, (tool, start) in self._running.items() if now - start >= ELAPSED_AFTER_S]
+                if not long:
+                    continue
+                if self.terminal:
+                    text = "running: " + ", ".join(f"{tool} {elapsed:.0f} s" for _, tool, elapsed in long)
+                    if self._status is None:
+                        self._status = self.console.status(text)
+                        self._status.start()
+                    else:
+                        self._status.update(text)
+                    continue
+                for cid, tool, elapsed in long:
+                    due = [s for s in PLAIN_NOTICES_S if s <= elapsed]
+                    if due and self._notified.get(cid, 0) < due[-1]:
+                        self._notified[cid] = due[-1]
+                        self.console.print(Text(f"  … {tool} still running ({due[-1]} s)"))
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            if self._status is not None:
+                self._status.stop()
+                self._status = None

@@ -1,0 +1,137 @@
+"""Session events as lines for a person: the live run and `transcript show` read the same way.
+
+Each result is printed right under its call: a call's header (`→ shell command=...`) is printed when
+it starts running or is decided, and printed again above its result if anything came between. Every
+string here may come from the box or the model: each line is made visible (orchestrator/render.py)
+and continuation lines are marked, before any colour is added by the front-end.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SessionEnded, SessionStarted,
+                     ToolCallChanged, ToolCallFinished, ToolCallState, parse)
+from .render import continued, visible
+
+DIFF_LINES_SHOWN = 120
+# Reads and searches need no line of their own; a refusal is said by the result line below its call.
+QUIET_DECISIONS = frozenset({"automatic", "reject_once", "refused"})
+
+
+@dataclass(frozen=True)
+class Line:
+    text: str  # already visible()
+    style: str | None = None  # a rich style name, for a terminal only
+
+
+def diff_lines(diff: str, indent: str = "    ") -> list[Line]:
+    """A unified diff, each line visible and styled by its first character."""
+    out = []
+    lines = diff.rstrip("\n").split("\n")
+    for raw in lines[:DIFF_LINES_SHOWN]:
+        style = None
+        if raw.startswith(("+++", "---")):
+            style = "bold"
+        elif raw.startswith("+"):
+            style = "green"
+        elif raw.startswith("-"):
+            style = "red"
+        elif raw.startswith("@@"):
+            style = "cyan"
+        out.append(Line(indent + visible(raw), style))
+    if len(lines) > DIFF_LINES_SHOWN:
+        out.append(Line(f"{indent}… {len(lines) - DIFF_LINES_SHOWN} more diff lines (the transcript has them all)", "dim"))
+    return out
+
+
+def arguments_text(arguments: object, error: str | None = None) -> str:
+    """Parsed values, not JSON inside a string: `path=src/a.py old_text='x'`."""
+    if error is not None or not isinstance(arguments, dict):
+        return f"(arguments not usable: {error}) {str(arguments)[:120]}"
+    parts = []
+    for key, value in arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = text if len(text) <= 80 else text[:77] + "…"
+        parts.append(f"{key}={text!r}" if isinstance(value, str) and (" " in text or "\n" in text or not text) else f"{key}={text}")
+    return " ".join(parts)[:400]
+
+
+class Painter:
+    """Stateful: remembers each call's header, and which call the last line belonged to."""
+
+    def __init__(self) -> None:
+        self._headers: dict[str, str] = {}
+        self._last_call: str | None = None
+
+    def lines(self, record: dict) -> list[Line]:
+        event = parse(record)
+        return self.event_lines(event) if event is not None else []
+
+    def _header(self, call_id: str, tool: str) -> list[Line]:
+        if not call_id or self._last_call == call_id:  # older transcripts may lack call ids
+            return []
+        self._last_call = call_id
+        return [Line(continued(self._headers.get(call_id) or f"→ {tool}"))]
+
+    def _own(self, text: str, style: str | None = None) -> list[Line]:
+        self._last_call = None
+        return [Line(continued(text), style)]
+
+    def event_lines(self, event: Event) -> list[Line]:
+        who = f" [{event.executor.value}]" if event.executor else ""
+        if isinstance(event, SessionStarted):
+            return self._own(f"● task: {event.task}  (model {event.model}, workspace {event.workspace})")
+        if isinstance(event, ModelRetrying):
+            return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s", "yellow")
+        if isinstance(event, ContextCompacted):
+            return self._own(f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} → ~{event.tokens_after} "
+                             f"tokens of a {event.context_window}-token window", "dim")
+        if isinstance(event, ModelResponded):
+            text = event.text.strip()
+            return self._own(f"◆ model: {text[:300]}") if text else []
+        if isinstance(event, ToolCallChanged):
+            if event.state is ToolCallState.VALIDATING:
+                header = f"→ {event.tool} {arguments_text(event.arguments, event.arguments_error)}"
+                if not event.call_id:  # an older transcript: nothing to pair it with later
+                    return self._own(header)
+                self._headers[event.call_id] = header
+                return []
+            if event.state is ToolCallState.EXECUTING:
+                return self._header(event.call_id, event.tool)
+            return []
+        if isinstance(event, ApprovalDecided):
+            if event.decision in QUIET_DECISIONS:
+                return []
+            return self._header(event.call_id, event.tool) + [Line(continued(f"  approval: {event.decision} ({event.level}){who}: {event.reason}"))]
+        if isinstance(event, ToolCallFinished):
+            return self._header(event.call_id, event.tool) + self._result(event, who)
+        if isinstance(event, EgressRecorded):
+            return [Line(continued(f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port} ({event.reason})"))]
+        if isinstance(event, SessionEnded):
+            return self._own(f"■ {event.status}{who}: {event.reason}")
+        return []
+
+    def _result(self, event: ToolCallFinished, who: str) -> list[Line]:
+        exit_code = event.meta.get("exit_code")
+        error_type = (event.error or {}).get("type")
+        style = "red"
+        if event.state is ToolCallState.CANCELLED:
+            status = "cancelled"
+        elif error_type in ("rejected_by_user", "refused_by_policy"):
+            status, style = "refused", "yellow"
+        elif not event.ok:
+            status = f"failed: {error_type}"
+        elif isinstance(exit_code, int) and exit_code != 0:
+            status = f"failed: exit code {exit_code}"
+        else:
+            status, style = "ok", None
+        text = (event.output or str((event.error or {}).get("message") or "")).strip()
+        preview = text.splitlines()
+        out = [Line(continued(f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")), style)]
+        if status.startswith("failed: exit code") and len(preview) > 1:
+            for tail in preview[-6:] if len(preview) > 7 else preview[1:]:
+                out.append(Line("    │ " + visible(tail[:200])))
+        if event.diff:
+            out += diff_lines(event.diff)
+        return out

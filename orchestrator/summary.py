@@ -1,0 +1,105 @@
+"""The end of a run: what happened, in a few lines for a person and one JSON object for a script,
+and the exit code that says it without reading either.
+
+Exit codes: 0 finished with no refused call; 3 finished but at least one call was refused;
+1 stopped (max turns, a loop, a budget, the model API, a fatal tool error); 2 a set-up error;
+130 cancelled (Ctrl-C).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from .loop import SessionResult, SessionStatus
+from .render import visible
+from .sessions import SessionRecord
+
+EXIT_OK, EXIT_STOPPED, EXIT_SETUP, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 3, 130
+EXIT_CODES_HELP = ("Exit codes: 0 finished, no call refused; 3 finished, but a call was refused; 1 stopped "
+                   "(max turns, a loop, a budget, the model API, a fatal error); 2 set-up error; 130 cancelled (Ctrl-C).")
+
+
+class FileChange(BaseModel):
+    path: str
+    added: int = 0
+    removed: int = 0
+
+
+def exit_code(result: SessionResult) -> int:
+    if result.status == SessionStatus.CANCELLED:
+        return EXIT_CANCELLED
+    if result.status == SessionStatus.STOPPED:
+        return EXIT_STOPPED
+    return EXIT_REFUSED if result.refused else EXIT_OK
+
+
+def changed_files(record: SessionRecord) -> list[FileChange]:
+    """Every file that differs between the first and the last checkpoint, with lines added and
+    removed (the checkpoint store is ours, outside the workspace: nothing of the box's is read)."""
+    import pygit2
+    from pygit2.enums import RepositoryOpenFlag
+
+    from .checkpoints import CheckpointStore
+
+    store = Path(record.checkpoint_store)
+    if not (store / "HEAD").exists():
+        return [FileChange(path=p) for p in record.files_changed]
+    try:
+        points = CheckpointStore(store, Path(record.box_workspace)).list()
+        if len(points) < 2:
+            return []
+        repo = pygit2.Repository(str(store), RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.BARE)
+        diff = repo.diff(repo[pygit2.Oid(hex=points[0].commit)].tree, repo[pygit2.Oid(hex=points[-1].commit)].tree)
+        out = []
+        for patch in diff:
+            delta = patch.delta
+            path = delta.new_file.path if delta.status != pygit2.enums.DeltaStatus.DELETED else delta.old_file.path
+            _, added, removed = patch.line_stats
+            out.append(FileChange(path=path, added=added, removed=removed))
+        return sorted(out, key=lambda c: c.path)
+    except Exception:  # noqa: BLE001 - a summary without counts beats none
+        return [FileChange(path=p) for p in record.files_changed]
+
+
+def summary_json(result: SessionResult, record: SessionRecord, changes: list[FileChange], code: int) -> dict[str, Any]:
+    return {
+        "session_id": record.id,
+        "status": result.status.value,
+        "reason": result.reason,
+        "exit_code": code,
+        "turns": result.turns,
+        "final_text": result.final_text,
+        "calls": result.calls,
+        "refused_calls": [c.model_dump(mode="json") for c in result.refused_calls],
+        "failed_calls": [c.model_dump(mode="json") for c in result.failed_calls],
+        "changed_files": [c.model_dump() for c in changes],
+        "tokens": dict(result.tokens),
+        "wall_s": result.wall_s,
+        "error": result.error.model_dump(mode="json") if result.error else None,
+        "workspace_mode": record.mode.value,
+        "transcript": record.transcript,
+    }
+
+
+def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]:
+    """A few lines for a person; every string the model or the box wrote made visible."""
+    counts = ", ".join(f"{n} {what}" for what, n in result.calls.items() if n) or "no tool calls"
+    lines = [f"── {result.status.value}: {visible(result.reason)}",
+             f"   {result.turns} turn{'s' if result.turns != 1 else ''}; calls: {counts}"]
+    for call in result.refused_calls:
+        lines.append(visible(f"   refused  {call.action or call.tool} [{call.executor.value}]: {call.reason}"))
+    for call in result.failed_calls:
+        lines.append(visible(f"   failed   {call.action or call.tool}: {call.reason}"))
+    if changes:
+        width = max(len(c.path) for c in changes[:50])
+        lines.append(f"   {len(changes)} file{'s' if len(changes) != 1 else ''} changed:")
+        for change in changes[:50]:
+            lines.append(visible(f"     {change.path:<{width}}  +{change.added} -{change.removed}"))
+        if len(changes) > 50:
+            lines.append(f"     and {len(changes) - 50} more")
+    else:
+        lines.append("   no files changed")
+    lines.append(f"   tokens: {result.tokens.get('input', 0)} in, {result.tokens.get('output', 0)} out; wall time {result.wall_s:.1f} s")
+    return lines

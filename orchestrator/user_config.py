@@ -1,0 +1,81 @@
+"""The user's defaults: `$XDG_CONFIG_HOME/openagents-sandbox/config.toml` (~/.config/... without it).
+
+Every key is a flag's default; a flag given on the command line wins. A typo is refused with one
+line naming the file, the key and what is allowed, never silently ignored:
+
+    model = "openai:gpt-4o-mini"
+    base_url = "http://127.0.0.1:8080/v1"
+    policy = ["~/policies/ci.toml"]
+    max_turns = 50
+    max_tokens = 200000
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ErrorType, OpenAgentsError
+from .policy.ladder import FORBIDDEN_NAME, did_you_mean
+
+CONFIG_CAP = 64 * 1024
+
+
+class UserConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(default=None, description="openai:NAME, gemini:NAME or script:FILE.")
+    base_url: str | None = None
+    api_key_env: str | None = None
+    policy: list[str] = Field(default_factory=list, description="Policy files, applied as if each was given with --policy.")
+    runtime: str | None = None
+    image: str | None = None
+    memory: str | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    max_turns: int | None = Field(default=None, ge=1, le=10_000)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_wall: float | None = Field(default=None, gt=0, description="Seconds.")
+    context_window: int | None = Field(default=None, ge=256)
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "openagents-sandbox" / "config.toml"
+
+
+def load_user_config(path: Path | None = None) -> UserConfig:
+    """The file's settings, or the defaults when there is no file; CONFIG_INVALID, one line per problem."""
+    path = path or config_path()
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(CONFIG_CAP + 1)
+    except FileNotFoundError:
+        return UserConfig()
+    except OSError as err:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"config {path}: cannot read it: {err.strerror}") from None
+    if len(raw) > CONFIG_CAP:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"config {path}: over {CONFIG_CAP} bytes")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"config {path}: not TOML: {err}") from None
+    if isinstance(data.get("policy"), str):
+        data["policy"] = [data["policy"]]
+    allowed = list(UserConfig.model_fields)
+    problems = []
+    for key in data:
+        if FORBIDDEN_NAME.search(key):
+            problems.append(f"{key}: refused: no option may be named like 'bypass'")
+        elif key not in allowed:
+            problems.append(f"{key}: unknown key{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}")
+    if not problems:
+        try:
+            config = UserConfig.model_validate(data)
+        except ValidationError as err:
+            problems = [f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors(include_url=False)]
+        else:
+            config.policy = [str(Path(p).expanduser()) for p in config.policy]
+            return config
+    raise OpenAgentsError(ErrorType.CONFIG_INVALID, "\n".join(f"config {path}: {p}" for p in problems))
