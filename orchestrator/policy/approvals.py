@@ -102,9 +102,9 @@ class TerminalApprover:
             else:
                 preview = json.dumps(request.arguments, ensure_ascii=False)
                 click.echo(f"  {visible(preview[:600])}{'…' if len(preview) > 600 else ''}", err=True)
-            hint = "y = allow once, n = reject (n REASON tells the model why)" + (f", a = allow every {request.kind} this session" if "a" in choices else "")
+            hint = "y = allow once, n = reject" + (f", a = allow every {request.kind} this session" if "a" in choices else "")
             while True:
-                click.echo(f"  {hint} [{'/'.join(choices)}]: ", nl=False, err=True)
+                click.echo(f"  {hint} ({', '.join(choices)}): ", nl=False, err=True)
                 line = sys.stdin.readline()  # Ctrl-C raises KeyboardInterrupt here, and it goes up
                 if not line:  # stdin closed: nobody can answer
                     return Answer(option=PermissionOption.REJECT_ONCE, reason="rejected: the terminal's input was closed")

@@ -1,0 +1,214 @@
+"""`oa-sandbox run` as a user meets it (issue 14): exit codes, the summary and --output json, budgets,
+compaction, --auto-approve, diffs, progress, the config file, stdin tasks, `transcript list`.
+
+Every test runs the real CLI in a subprocess against real sandboxes, with the scripted model or the
+fake model server on loopback. Each gets its own XDG_STATE_HOME and XDG_CONFIG_HOME.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_workspace
+from tests.fake_model_server import FakeModelServer
+
+pytestmark = pytest.mark.docker
+OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
+
+
+def script(tmp_path: Path, turns: list[dict], name: str = "s.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("\n".join(json.dumps(t) for t in turns) + "\n")
+    return path
+
+
+def oa(tmp_path: Path, *args: str, stdin: str | None = None, cwd: Path | None = None, env: dict | None = None, timeout: float = 240):
+    environment = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")}
+    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), **(env or {}))
+    return subprocess.run([OA, *args], input=stdin if stdin is not None else "", capture_output=True, text=True, timeout=timeout,
+                          cwd=cwd, env=environment)
+
+
+def events(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_run_whose_calls_were_refused_exits_3_with_each_refusal_in_the_json_and_the_summary(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "one\n"})
+    s = script(tmp_path, [
+        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "one", "new_text": "two"}}],
+         "usage": {"prompt_tokens": 120, "completion_tokens": 30}},
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "make test"}}, {"name": "shell", "arguments": {"command": "make lint"}}],
+         "usage": {"prompt_tokens": 200, "completion_tokens": 12}},
+        {"text": "Fixed: the bug", "usage": {"prompt_tokens": 260, "completion_tokens": 8}},
+    ])
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--non-interactive", "--output", "json", "fix it")
+    assert proc.returncode == 3, proc.stderr
+    out = json.loads(proc.stdout)  # one JSON object, nothing else on stdout
+    assert out["status"] == "finished" and out["turns"] == 3 and out["final_text"] == "Fixed: the bug"
+    assert [c["tool"] for c in out["refused_calls"]] == ["edit_file", "shell", "shell"]
+    assert all("non-interactive session" in c["reason"] and c["executor"] == "openagents" for c in out["refused_calls"])
+    assert out["failed_calls"] == [] and out["changed_files"] == [] and out["tokens"] == {"input": 580, "output": 50}
+    assert out["session_id"] and out["reason"] == "the model gave its final answer"
+    assert (ws / "a.txt").read_text() == "one\n"
+    assert "calls: 3 refused" in proc.stderr and "refused  shell [openagents]" in proc.stderr and "tokens: 580 in, 50 out" in proc.stderr
+
+
+def test_a_clean_run_exits_0_shows_the_diff_under_its_call_and_a_diffstat(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "one\ntwo\n"})
+    s = script(tmp_path, [
+        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "two", "new_text": "deux\ntrois"}}]},
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "echo started; echo boom >&2; exit 4"}}]},
+        {"text": "done"},
+    ])
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "go")
+    assert proc.returncode == 0, proc.stderr  # a failed command is the model's to handle; nothing was refused
+    err = proc.stderr
+    assert "auto-approve: on" in err
+    edit = err.index("→ edit_file path=a.txt")
+    assert err.index("  ← ok [runtime]", edit) < err.index("    -two", edit) < err.index("    +deux", edit)
+    shell = err.index("→ shell command=")
+    assert "← failed: exit code 4" in err[shell:]
+    assert "calls: 1 ok, 1 failed" in err and "failed   shell: exit code 4" in err
+    assert "1 file changed:" in err and "a.txt  +2 -1" in err
+    assert proc.stdout.strip() == "done"
+    transcript = err.split("transcript: ")[1].split()[0]
+    approvals = [(e["tool"], e["decision"], e["executor"]) for e in events(Path(transcript)) if e["type"] == "approval"]
+    assert approvals == [("edit_file", "auto_approved", "user"), ("shell", "auto_approved", "user")]
+    shown = oa(tmp_path, "transcript", "show", transcript).stdout
+    assert shown.index("→ edit_file") < shown.index("-two") < shown.index("+deux") < shown.index("→ shell")
+
+
+def test_auto_approve_never_beats_a_deny(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    policy = tmp_path / "p.toml"
+    policy.write_text('[[rules]]\nid = "no-rm"\ntool = "shell"\ncommand_prefix = "rm"\ndecision = "deny"\n')
+    s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "rm -f x"}}]}, {"text": "ok"}])
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--policy", str(policy), "--output", "json", "go")
+    assert proc.returncode == 3, proc.stderr
+    refused = json.loads(proc.stdout)["refused_calls"]
+    assert len(refused) == 1 and "no-rm" in refused[0]["reason"]
+
+
+def test_max_tokens_stops_the_session_typed_budget_exceeded(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    turn = {"tool_calls": [{"name": "list_files", "arguments": {}}], "usage": {"prompt_tokens": 400, "completion_tokens": 100}}
+    s = script(tmp_path, [turn] * 10 + [{"text": "never"}])
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--max-tokens", "1200", "--output", "json", "go")
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "stopped" and out["error"]["type"] == "budget_exceeded" and not out["error"]["recoverable"]
+    assert out["tokens"] == {"input": 1200, "output": 300} and out["turns"] == 3  # the third reply spends it; its call does not run
+    assert "1500 of 1200 tokens" in out["reason"]
+
+
+def test_max_wall_stops_the_session_and_a_long_call_shows_its_elapsed_time(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 2"}}]}] * 3 + [{"text": "never"}])
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--max-wall", "1.5", "--output", "json", "go")
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["error"]["type"] == "budget_exceeded" and "--max-wall" in out["reason"] and out["turns"] == 1
+    assert "shell still running (1 s)" in proc.stderr  # stderr is a pipe here: plain progress lines
+
+
+def test_compaction_keeps_a_long_session_under_a_small_context_window(sandbox_image, tmp_path):
+    """12 turns each reading a 6 KB file, under a 3000-token window: without compaction the
+    conversation would pass 18000 tokens; every request stays under the window, and the elided
+    outputs say how to get them back."""
+    ws = make_workspace(tmp_path / "ws", {f"f{i}.txt": str(i % 10) * 6000 for i in range(12)})
+    window = 3000
+    with FakeModelServer() as server:
+        for i in range(12):
+            server.openai_turn(tool_calls=[("read_file", {"path": f"f{i}.txt"})])
+        server.openai_turn(text="read them all")
+        proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:local", "--base-url", server.base_url,
+                  "--context-window", str(window), "--output", "json", "go")
+        assert proc.returncode == 0, proc.stderr
+        requests = [r["body"]["messages"] for r in server.requests]
+    assert len(requests) == 13
+    sizes = [sum(len(m.get("content") or "") for m in messages) // 4 for messages in requests]
+    assert max(sizes) < window, sizes
+    assert sum(len(m.get("content") or "") for m in requests[-1] if m["role"] == "tool") < 12 * 6000 / 2
+    markers = [m["content"] for m in requests[-1] if m["role"] == "tool" and m["content"].startswith("[output elided")]
+    assert markers and "call the tool again" in markers[0] and "read_file" in markers[0]
+    assert "⋯ context: elided" in proc.stderr
+    assert not any("Authorization" in r["headers"] or "authorization" in r["headers"] for r in server.requests)  # no key on loopback
+
+
+def test_openai_base_url_is_honoured_and_retries_are_said_as_they_happen(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    with FakeModelServer() as server:
+        server.reply({"error": "slow down"}, status=429, headers={"retry-after": "0"})
+        server.reply({"error": "busy"}, status=503, headers={"retry-after": "0"})
+        server.openai_turn(text="hello")
+        proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:local", "go", env={"OPENAI_BASE_URL": server.base_url})
+        assert proc.returncode == 0, proc.stderr
+        assert len(server.requests) == 3
+    assert "⟳ model: HTTP 429, retry 2/5 in 0 s" in proc.stderr and "⟳ model: HTTP 503, retry 3/5 in 0 s" in proc.stderr
+    assert proc.stdout.strip() == "hello"
+
+
+def test_a_public_base_url_still_needs_a_key(tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:gpt-4o", "--base-url", "https://api.example.com/v1", "go")
+    assert proc.returncode == 2 and "export OPENAI_API_KEY" in proc.stderr
+
+
+def test_config_file_gives_defaults_flags_win_workspace_is_the_cwd_and_the_task_comes_from_stdin(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "x\n"})
+    s = script(tmp_path, [{"tool_calls": [{"name": "list_files", "arguments": {}}]}] * 3 + [{"text": "listed"}])
+    config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'model = "script:{s}"\nmax_turns = 2\n')
+    proc = oa(tmp_path, "run", "--output", "json", "-", stdin="list the files\n", cwd=ws)
+    assert proc.returncode == 1, proc.stderr  # max_turns = 2 from the file
+    out = json.loads(proc.stdout)
+    assert out["error"]["type"] == "max_turns" and out["turns"] == 2
+    start = next(e for e in events(Path(out["transcript"])) if e["type"] == "session_start")
+    assert start["task"] == "list the files\n" and start["workspace"] == str(ws)
+    proc = oa(tmp_path, "run", "--max-turns", "10", "--output", "json", "-", stdin="again", cwd=ws)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["final_text"] == "listed"  # the flag wins
+
+
+def test_a_config_typo_is_one_line_with_a_suggestion(tmp_path):
+    config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('modle = "openai:x"\n')
+    proc = oa(tmp_path, "run", "--workspace", str(tmp_path), "go")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean 'model'?); allowed keys: model, base_url, "
+        "api_key_env, policy, runtime, image, memory, cpus, pids, max_turns, max_tokens, max_wall, context_window"]
+
+
+@pytest.mark.parametrize("rule, expected", [
+    ('kind = "edits"\ndecision = "allow"', "rules[0].kind: unknown kind (did you mean 'edit'?); allowed: delete, edit, execute"),
+    ('tool = "shel"\ndecision = "allow"', "rules[0].tool: unknown tool (did you mean 'shell'?)"),
+    ('action = "git pussh"\ndecision = "deny"', "rules[0].action: unknown action (did you mean 'git push'?)"),
+    ('tool = "shell"\ndecison = "allow"', "rules[0]: unknown key (did you mean 'decision'?); allowed keys: id, tool, kind, action, command_prefix, decision"),
+    ('tool = "shell"\ndecision = "alow"', "rules[0].decision: must be one of allow, ask, deny"),
+])
+def test_policy_typos_are_refused_at_load_with_did_you_mean(tmp_path, rule, expected):
+    policy = tmp_path / "p.toml"
+    policy.write_text(f"[[rules]]\n{rule}\n")
+    proc = oa(tmp_path, "run", "--workspace", str(tmp_path), "--model", "script:/dev/null", "--policy", str(policy), "go")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"oa-sandbox: config_invalid: policy {policy}: ") and expected in lines[0], lines
+    assert "pydantic" not in proc.stderr
+
+
+def test_transcript_list_is_newest_first(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    s = script(tmp_path, [{"text": "hi"}])
+    ids = [json.loads(oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--output", "json", "go").stdout)["session_id"]
+           for _ in range(2)]
+    listed = oa(tmp_path, "transcript", "list").stdout.splitlines()
+    assert [line.split()[2] for line in listed] == ids[::-1]
+    assert all(line.split()[3] == "finished" and line.split()[4].endswith("transcript.jsonl") for line in listed)
