@@ -131,6 +131,25 @@ def parse_size(text: str) -> int:
 def main(verbose: bool) -> None:
     """Run an AI coding agent's tools in a hardened Docker sandbox."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="oa-sandbox: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_OnceFilter())
+
+
+class _OnceFilter(logging.Filter):
+    """Each warning once per process: the same warning on every command is noise that hides the next one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        key = record.getMessage()
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
 
 
 @main.group()
@@ -268,9 +287,9 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
         raise click.exceptions.Exit(EXIT_CANCELLED) from None
     if auto_approve:
-        view.note("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)", "yellow")
+        view.note("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
     if interactive:
-        view.note("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)", "dim")
+        view.note("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
     result = None
     try:
         try:
@@ -286,7 +305,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     finally:
         _ignore_interrupts()
         view.close()
-        if result is None:
+        if result is None or result.status == SessionStatus.CANCELLED:
             view.note("cancelling: removing the sandbox (Ctrl-C is ignored until it is gone)")
         swept = opened.close()
     record = opened.record
@@ -294,7 +313,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         view.note(visible(f"integrity sweep: {line}"))
     changes = changed_files(record)
     code = exit_code(result)
-    view.print([Line(text, "bold" if i == 0 else None) for i, text in enumerate(summary_lines(result, changes))])
+    view.print([Line(text) for text in summary_lines(result, changes)])
     view.note(f"   transcript: {record.transcript}")
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
     if record.mode.value == "copy":

@@ -52,7 +52,7 @@ class LiveView:
         """A warning or hint said once per session, however often its cause repeats."""
         if key not in self._seen_once:
             self._seen_once.add(key)
-            self.note(text, "yellow")
+            self.note(text)
 
     def show_diff(self, diff: str) -> None:
         """At an approval prompt: what the edit would change."""

@@ -22,7 +22,9 @@ QUIET_DECISIONS = frozenset({"automatic", "reject_once", "refused"})
 @dataclass(frozen=True)
 class Line:
     text: str  # already visible()
-    style: str | None = None  # a rich style name, for a terminal only
+    style: str | None = None  # a rich style name, for a terminal only; diffs only, so that every other
+    # line reaches even a terminal as plain text (the attack battery checks a session's terminal
+    # output holds no control character at all)
 
 
 def diff_lines(diff: str, indent: str = "    ") -> list[Line]:
@@ -41,7 +43,7 @@ def diff_lines(diff: str, indent: str = "    ") -> list[Line]:
             style = "cyan"
         out.append(Line(indent + visible(raw), style))
     if len(lines) > DIFF_LINES_SHOWN:
-        out.append(Line(f"{indent}… {len(lines) - DIFF_LINES_SHOWN} more diff lines (the transcript has them all)", "dim"))
+        out.append(Line(f"{indent}… {len(lines) - DIFF_LINES_SHOWN} more diff lines (the transcript has them all)"))
     return out
 
 
@@ -83,10 +85,10 @@ class Painter:
         if isinstance(event, SessionStarted):
             return self._own(f"● task: {event.task}  (model {event.model}, workspace {event.workspace})")
         if isinstance(event, ModelRetrying):
-            return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s", "yellow")
+            return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s")
         if isinstance(event, ContextCompacted):
             return self._own(f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} → ~{event.tokens_after} "
-                             f"tokens of a {event.context_window}-token window", "dim")
+                             f"tokens of a {event.context_window}-token window")
         if isinstance(event, ModelResponded):
             text = event.text.strip()
             return self._own(f"◆ model: {text[:300]}") if text else []
@@ -115,20 +117,19 @@ class Painter:
     def _result(self, event: ToolCallFinished, who: str) -> list[Line]:
         exit_code = event.meta.get("exit_code")
         error_type = (event.error or {}).get("type")
-        style = "red"
         if event.state is ToolCallState.CANCELLED:
             status = "cancelled"
         elif error_type in ("rejected_by_user", "refused_by_policy"):
-            status, style = "refused", "yellow"
+            status = "refused"
         elif not event.ok:
             status = f"failed: {error_type}"
         elif isinstance(exit_code, int) and exit_code != 0:
             status = f"failed: exit code {exit_code}"
         else:
-            status, style = "ok", None
+            status = "ok"
         text = (event.output or str((event.error or {}).get("message") or "")).strip()
         preview = text.splitlines()
-        out = [Line(continued(f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")), style)]
+        out = [Line(continued(f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")))]
         if status.startswith("failed: exit code") and len(preview) > 1:
             for tail in preview[-6:] if len(preview) > 7 else preview[1:]:
                 out.append(Line("    │ " + visible(tail[:200])))

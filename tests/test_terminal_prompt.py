@@ -56,7 +56,7 @@ def test_a_approves_edits_for_the_session_and_shell_still_asks(sandbox_image, tm
     finally:
         _, status = os.waitpid(pid, 0)
         os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert os.waitstatus_to_exitcode(status) == 3  # finished, but the shell call was refused
     assert (ws / "a.txt").read_text() == "two\n" and (ws / "b.txt").read_text() == "new\n" and not (ws / "c.txt").exists()
     approvals = [(e["tool"], e["decision"], e["executor"]) for e in map(json.loads, transcript.read_text().splitlines()) if e["type"] == "approval"]
-    assert approvals == [("edit_file", "allow_once", "user"), ("write_file", "approved_for_session", "user"), ("shell", "reject_once", "user")]
+    assert approvals == [("edit_file", "approved_for_session", "user"), ("write_file", "approved_for_session", "user"), ("shell", "reject_once", "user")]
