@@ -65,6 +65,7 @@ class Painter:
     def __init__(self) -> None:
         self._headers: dict[str, str] = {}
         self._last_call: str | None = None
+        self._running: set[str] = set()  # parallel reads: a header waits for its own result
 
     def lines(self, record: dict) -> list[Line]:
         event = parse(record)
@@ -100,13 +101,15 @@ class Painter:
                 self._headers[event.call_id] = header
                 return []
             if event.state is ToolCallState.EXECUTING:
-                return self._header(event.call_id, event.tool)
+                self._running.add(event.call_id)
+                return self._header(event.call_id, event.tool) if len(self._running) == 1 else []
             return []
         if isinstance(event, ApprovalDecided):
             if event.decision in QUIET_DECISIONS:
                 return []
             return self._header(event.call_id, event.tool) + [Line(continued(f"  approval: {event.decision} ({event.level}){who}: {event.reason}"))]
         if isinstance(event, ToolCallFinished):
+            self._running.discard(event.call_id)
             return self._header(event.call_id, event.tool) + self._result(event, who)
         if isinstance(event, EgressRecorded):
             return [Line(continued(f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port} ({event.reason})"))]
@@ -129,10 +132,11 @@ class Painter:
             status = "ok"
         text = (event.output or str((event.error or {}).get("message") or "")).strip()
         preview = text.splitlines()
-        out = [Line(continued(f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")))]
-        if status.startswith("failed: exit code") and len(preview) > 1:
-            for tail in preview[-6:] if len(preview) > 7 else preview[1:]:
-                out.append(Line("    │ " + visible(tail[:200])))
+        if status.startswith("failed: exit code"):  # the end of a failing command's output says why
+            out = [Line(continued(f"  ← {status}{who}"))]
+            out += [Line("    │ " + visible(tail[:200])) for tail in preview[-6:]]
+        else:
+            out = [Line(continued(f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")))]
         if event.diff:
             out += diff_lines(event.diff)
         return out
