@@ -273,6 +273,10 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     budget = Budget(max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
                     context_window=context_window or defaults.context_window)
     approver = TerminalApprover(show_diff=view.show_diff) if interactive else NonInteractiveApprover()
+    if auto_approve:
+        view.header_notes.append("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
+    if interactive:
+        view.header_notes.append("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
     try:
         options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
                                  policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or 100,
@@ -286,10 +290,6 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         _ignore_interrupts()
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
         raise click.exceptions.Exit(EXIT_CANCELLED) from None
-    if auto_approve:
-        view.note("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
-    if interactive:
-        view.note("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
     result = None
     try:
         try:

@@ -72,6 +72,16 @@ class ModelRetrying(_Event):
     problem: str = ""
 
 
+class ToolOutputStreamed(_Event):
+    """A shell call's output while it runs: for live views only, never written to the transcript
+    (the result holds the output); redacted like every event."""
+
+    type: Literal["tool_output"] = "tool_output"
+    call_id: str = ""
+    tool: str = ""
+    text: str = ""
+
+
 class ContextCompacted(_Event):
     """Older tool outputs were elided from the conversation to stay under the context window."""
 
@@ -154,7 +164,7 @@ class SessionEnded(_Event):
     wall_s: float = 0.0
 
 
-EVENT_MODELS = (SessionStarted, ModelRequested, ModelRetrying, ContextCompacted, ModelResponded, ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded)
+EVENT_MODELS = (SessionStarted, ModelRequested, ModelRetrying, ContextCompacted, ToolOutputStreamed, ModelResponded, ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded)
 Event = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KNOWN_TYPES = frozenset(model.model_fields["type"].default for model in EVENT_MODELS)

@@ -15,11 +15,14 @@ from rich.console import Console
 from rich.status import Status
 from rich.text import Text
 
-from .events import ToolCallChanged, ToolCallFinished, ToolCallState, parse
+from .events import SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, ToolOutputStreamed, parse
 from .painter import Line, Painter, diff_lines
+from .render import visible
 
 ELAPSED_AFTER_S = 1.0
 PLAIN_NOTICES_S = (1, 5, 15, 30, 60, 120, 300, 600)  # when stderr is no terminal: a line at each
+TAIL_LINES = 5  # of a running command's output, under the elapsed-time line on a terminal
+PLAIN_STREAM_LINES = 40  # printed as they come when stderr is no terminal; the result has the rest
 
 
 class LiveView:
@@ -33,6 +36,10 @@ class LiveView:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self._seen_once: set[str] = set()
+        self.header_notes: list[str] = []  # said right under the task line (e.g. that --auto-approve is on)
+        self._tails: dict[str, list[str]] = {}  # call id -> the last lines of its streamed output
+        self._partial: dict[str, str] = {}
+        self._streamed_lines: dict[str, int] = {}
 
     @property
     def terminal(self) -> bool:
@@ -62,11 +69,16 @@ class LiveView:
         event = parse(record)
         if event is None:
             return
+        if isinstance(event, ToolOutputStreamed):
+            self._output(event.call_id, event.text)
+            return
         if isinstance(event, ToolCallChanged) and event.state is ToolCallState.EXECUTING:
             self._started(event.call_id, event.tool)
         elif isinstance(event, ToolCallFinished):
             self._ended(event.call_id)
         self.print(self.painter.event_lines(event))
+        if isinstance(event, SessionStarted):
+            self.print([Line(note) for note in self.header_notes])
 
     # -- the elapsed-time line ------------------------------------------------------------------
     def _started(self, call_id: str, tool: str) -> None:
@@ -76,10 +88,34 @@ class LiveView:
                 self._ticker = threading.Thread(target=self._tick, name="oa-elapsed", daemon=True)
                 self._ticker.start()
 
+    def _output(self, call_id: str, text: str) -> None:
+        """Streamed output: a bounded tail under the live line on a terminal, else the first lines as
+        they come. Each line is made visible: the box wrote it."""
+        with self._lock:
+            text = self._partial.pop(call_id, "") + text
+            lines = text.split("\n")
+            self._partial[call_id] = lines.pop()[-400:]
+            if not lines:
+                return
+            if self.terminal:
+                self._tails[call_id] = (self._tails.get(call_id, []) + [visible(line[:200]) for line in lines])[-TAIL_LINES:]
+                return
+            shown = self._streamed_lines.get(call_id, 0)
+            for line in lines:
+                if shown < PLAIN_STREAM_LINES:
+                    self.console.print(Text("    ┆ " + visible(line[:200])))
+                elif shown == PLAIN_STREAM_LINES:
+                    self.console.print(Text("    ┆ … (more output; the result has it)"))
+                shown += 1
+            self._streamed_lines[call_id] = shown
+
     def _ended(self, call_id: str) -> None:
         with self._lock:
             self._running.pop(call_id, None)
             self._notified.pop(call_id, None)
+            self._tails.pop(call_id, None)
+            self._partial.pop(call_id, None)
+            self._streamed_lines.pop(call_id, None)
             if not self._running and self._status is not None:
                 self._status.stop()
                 self._status = None
@@ -93,6 +129,8 @@ class LiveView:
                     continue
                 if self.terminal:
                     text = "running: " + ", ".join(f"{tool} {elapsed:.0f} s" for _, tool, elapsed in long)
+                    tail = [line for cid, _, _ in long for line in self._tails.get(cid, [])][-TAIL_LINES:]
+                    text += "".join("\n  ┆ " + line for line in tail)
                     if self._status is None:
                         self._status = self.console.status(text)
                         self._status.start()

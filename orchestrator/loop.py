@@ -255,7 +255,11 @@ class Session:
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled before this call ran")
             return self._finish(call, ToolResult.failure(err, executor=Executor.USER), state=ToolCallState.CANCELLED)
         self._state(call, ToolCallState.EXECUTING)
-        result = self.registry.invoke(prepared)
+
+        def streamed(text: str) -> None:
+            self.transcript.notify(ev.ToolOutputStreamed(executor=Executor.RUNTIME, call_id=call.id, tool=call.name, text=text))
+
+        result = self.registry.invoke(prepared, on_output=streamed if self.transcript.on_event is not None else None)
         if self.cancel.is_set():  # cancelled while it ran: its processes were killed
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled while this call ran; its processes were killed")
             cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta)

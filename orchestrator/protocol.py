@@ -27,6 +27,7 @@ class AgentRequest(BaseModel):
     id: int
     tool: str
     args: dict[str, Any] = Field(default_factory=dict)
+    stream: bool | None = None  # shell: send output chunks while it runs (left out when None)
 
 
 class WireError(BaseModel):

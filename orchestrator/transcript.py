@@ -96,6 +96,15 @@ class Transcript:
             self.on_event(record)
         return record
 
+    def notify(self, event: Event) -> None:
+        """Hand an ephemeral event (streamed output) to the subscriber only: redacted and bounded like
+        the rest, but not written, so the transcript keeps one record of each output, the result."""
+        if self.on_event is None:
+            return
+        fields = _shape(event.fields(), self.redactor)
+        record, _ = _capped({"type": event.type, **({"executor": event.executor.value} if event.executor else {})}, fields)
+        self.on_event(record)
+
     def emit(self, event: Event) -> dict:
         """Record a typed event (the turn loop's); subscribers get the shaped, redacted record."""
         return self.event(event.type, executor=event.executor, **event.fields())

@@ -2,6 +2,7 @@
 
 Request:  {"v": 1, "id": 7, "tool": "read_file", "args": {...}}
 Ack:      {"v": 1, "id": 7, "ack": true}   (sent when the request is read, before it runs)
+Chunk:    {"v": 1, "id": 7, "chunk": "..."}  (shell output while it runs, only if the request had "stream": true)
 Response: {"v": 1, "id": 7, "ok": true, "output": "...", "note": "...", "meta": {...}}
       or  {"v": 1, "id": 7, "ok": false, "output": "...", "error": {"type": "...", "message": "..."}, "meta": {...}}
 
@@ -65,7 +66,10 @@ def handle(request: dict) -> dict:
     if not isinstance(args, dict):
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}
     try:
-        result = fn(args)
+        if tool == "shell" and request.get("stream") is True:
+            result = shell(args, on_output=lambda text: _send({**base, "chunk": text}))
+        else:
+            result = fn(args)
         return {**base, "ok": True, **result}
     except PathRefused as err:
         return {**base, "ok": False, "error": {"type": err.kind, "message": str(err)}}

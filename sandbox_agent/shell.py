@@ -6,12 +6,15 @@ called setsid or daemonized. The host does the same from outside if the agent do
 """
 from __future__ import annotations
 
+import codecs
 import os
 import re
+import select
 import signal
 import subprocess
 import threading
 import time
+from typing import Callable
 
 from . import limits
 from .paths import WORKSPACE
@@ -22,6 +25,8 @@ from .tools import ToolError, _arg
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|GRANT|AUTH)", re.I)
 
 _lock = threading.Lock()
+STREAM_EVERY_S = 0.2  # output chunks are coalesced: at most one message per interval
+STREAM_CHUNK_CHARS = 4096  # and each bounded: a live tail, never the whole output (the result has that)
 
 
 def child_env() -> dict[str, str]:
@@ -34,22 +39,48 @@ def child_env() -> dict[str, str]:
 class _CappedReader(threading.Thread):
     """Keeps the head and the tail of the stream; memory stays bounded whatever the command prints."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream, on_output: Callable[[str], None] | None = None) -> None:
         super().__init__(daemon=True)
         self.stream = stream
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.on_output = on_output
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._unsent = ""
+        self._last_sent = 0.0
+
+    def _stream(self, chunk: bytes, final: bool = False, flush: bool = False) -> None:
+        """Hand the caller the newest output, coalesced and bounded (its tail when there is more)."""
+        if self.on_output is None:
+            return
+        self._unsent = (self._unsent + self._decoder.decode(chunk, final))[-STREAM_CHUNK_CHARS:]
+        now = time.monotonic()
+        if self._unsent and (final or flush or now - self._last_sent >= STREAM_EVERY_S):
+            text, self._unsent, self._last_sent = self._unsent, "", now
+            try:
+                self.on_output(text)
+            except Exception:  # noqa: BLE001 - the live view must never break the command's result
+                self.on_output = None
 
     def run(self) -> None:
         head_cap, tail_cap = limits.SHELL_OUTPUT_HEAD_BYTES, limits.SHELL_OUTPUT_TAIL_BYTES
         while True:
+            if self._unsent and self.on_output is not None:  # output waiting: send it if nothing follows soon
+                try:
+                    ready, _, _ = select.select([self.stream.fileno()], [], [], STREAM_EVERY_S)
+                except (OSError, ValueError):
+                    ready = [True]
+                if not ready:
+                    self._stream(b"", flush=True)
+                    continue
             try:
                 chunk = os.read(self.stream.fileno(), 65536)
             except OSError:
                 break
             if not chunk:
                 break
+            self._stream(chunk)
             self.total += len(chunk)
             room = head_cap - len(self.head)
             if room > 0:
@@ -59,6 +90,7 @@ class _CappedReader(threading.Thread):
                 self.tail += chunk
                 if len(self.tail) > tail_cap:
                     del self.tail[: len(self.tail) - tail_cap]
+        self._stream(b"", final=True)
 
     def text(self) -> tuple[str, bool]:
         truncated = self.total > len(self.head) + len(self.tail)
@@ -104,7 +136,8 @@ def _reap() -> None:
             return
 
 
-def shell(args: dict) -> dict:
+def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
+    """`on_output(text)`, if given, receives the output while the command runs (see _CappedReader)."""
     command = _arg(args, "command", str, required=True)
     requested = _arg(args, "timeout", int, limits.SHELL_DEFAULT_TIMEOUT_S)
     if requested < 1:
@@ -125,7 +158,7 @@ def shell(args: dict) -> dict:
             )
         except OSError as err:
             raise ToolError("io_error", f"could not start /bin/sh: {err.strerror}") from None
-        reader = _CappedReader(proc.stdout)
+        reader = _CappedReader(proc.stdout, on_output)
         reader.start()
         timed_out = False
         try:

@@ -212,3 +212,41 @@ def test_transcript_list_is_newest_first(sandbox_image, tmp_path):
     listed = oa(tmp_path, "transcript", "list").stdout.splitlines()
     assert [line.split()[2] for line in listed] == ids[::-1]
     assert all(line.split()[3] == "finished" and line.split()[4].endswith("transcript.jsonl") for line in listed)
+
+
+def test_shell_output_is_streamed_while_the_command_runs_and_the_result_is_unchanged(sandbox_image, tmp_path):
+    """stderr is read line by line while the session runs: the first line of the command's output
+    arrives while the command still sleeps (it waits for a file this test creates only after)."""
+    import select
+    import time
+
+    ws = make_workspace(tmp_path / "ws")
+    gate = ws / "go-on"
+    s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {
+        "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"}}]},
+        {"text": "done"}])
+    environment = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    proc = subprocess.Popen([OA, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--output", "json", "go"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while "┆ first-line".encode() not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], 1)
+            if ready:
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                seen += chunk
+        assert b"\xe2\x94\x86 first-line" in seen, seen  # "┆ first-line": streamed, before the command could end
+        assert b"second-line" not in seen and not gate.exists()
+        gate.write_text("")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    transcript = Path(json.loads(out)["transcript"])
+    result = next(e for e in events(transcript) if e["type"] == "tool_result")
+    assert result["output"] == "first-line\nsecond-line\n" and result["meta"]["exit_code"] == 0
+    assert not any(e["type"] == "tool_output" for e in events(transcript))  # chunks are for live views, not the record

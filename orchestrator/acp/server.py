@@ -372,6 +372,13 @@ class AcpServer:
                     where = files.locations(call["tool"], call.get("arguments"), session.workspace, line) if line else None
                 self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state], locations=where))
             # final states arrive with the result, once: a cancelled call's last status stays its final one
+        elif isinstance(event, ev.ToolOutputStreamed):
+            # A running command's output so far (its last LIVE_OUTPUT_CHARS): ACP's content replaces the
+            # previous content, so each update carries the tail; the result's update replaces it at the end.
+            call = session.calls.setdefault(event.call_id, {})
+            call["live"] = (call.get("live", "") + event.text)[-LIVE_OUTPUT_CHARS:]
+            self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status="in_progress",
+                                                   content=[m.ContentToolCallContent(content=m.TextContent(text=call["live"]))]))
         elif isinstance(event, ev.ToolCallFinished):
             call = session.calls.get(event.call_id, {})
             content: list = []
@@ -389,6 +396,8 @@ class AcpServer:
             self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)], content=content,
                                                    rawOutput={"executor": event.executor.value if event.executor else None, "meta": event.meta}))
 
+
+LIVE_OUTPUT_CHARS = 4000
 
 # ACP's tool call status for each state the loop reports (states before executing show as pending).
 _STATUS = {ToolCallState.EXECUTING: "in_progress", ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}

@@ -13,7 +13,7 @@ import socket
 import struct
 import threading
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -24,6 +24,7 @@ from ..protocol import AgentRequest, AgentResponse
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
 STDERR_KEEP = 8192
+MAX_CHUNK_CHARS = 8192  # a streamed output chunk: the agent sends at most 4096; anything longer is cut
 
 
 class Channel:
@@ -32,6 +33,7 @@ class Channel:
         self._ids = itertools.count(1)
         self._pending: dict[int, Future[AgentResponse]] = {}
         self._received: set[int] = set()  # acknowledged by the agent, not yet answered
+        self._listeners: dict[int, Callable[[str], None]] = {}  # streamed output, per request
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.broken: OpenAgentsError | None = None
@@ -39,20 +41,24 @@ class Channel:
         self._reader = threading.Thread(target=self._read_loop, name="oa-channel", daemon=True)
         self._reader.start()
 
-    def request(self, tool: str, args: dict[str, Any]) -> tuple[int, Future[AgentResponse]]:
+    def request(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[int, Future[AgentResponse]]:
+        """`on_output(text)` receives the output chunks the agent streams while the call runs."""
         future: Future[AgentResponse] = Future()
         with self._lock:
             if self.broken:
                 raise self.broken
             rid = next(self._ids)
         try:
-            line = AgentRequest(id=rid, tool=tool, args=args).model_dump_json().encode() + b"\n"
+            request = AgentRequest(id=rid, tool=tool, args=args, stream=True if on_output else None)
+            line = request.model_dump_json(exclude_none=True).encode() + b"\n"
         except (ValueError, RecursionError, UnicodeError) as err:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"the arguments cannot be sent: {str(err)[:200]}") from None
         if len(line) > limits.MAX_REQUEST_BYTES:
             raise OpenAgentsError(ErrorType.FILE_TOO_LARGE, f"the request is {len(line)} bytes; the limit is {limits.MAX_REQUEST_BYTES}")
         with self._lock:
             self._pending[rid] = future
+            if on_output is not None:
+                self._listeners[rid] = on_output
         try:
             with self._write_lock:
                 self._sock.sendall(line)
@@ -63,6 +69,7 @@ class Channel:
     def forget(self, rid: int) -> None:
         with self._lock:
             self._pending.pop(rid, None)
+            self._listeners.pop(rid, None)
             self._received.discard(rid)
 
     def was_received(self, rid: int) -> bool:
@@ -86,6 +93,7 @@ class Channel:
             if self.broken is None:
                 self.broken = err
             pending, self._pending = self._pending, {}
+            self._listeners = {}
         for future in pending.values():
             if not future.done():
                 future.set_exception(self.broken)
@@ -136,6 +144,9 @@ class Channel:
                     if message["id"] in self._pending:
                         self._received.add(message["id"])
                 return
+            if isinstance(message, dict) and "chunk" in message and type(message.get("id")) is int:
+                self._chunk(message["id"], message["chunk"])
+                return
             response = AgentResponse.model_validate(message)
         except (ValueError, ValidationError, RecursionError):
             raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent something that is not a response: {line[:120]!r}") from None
@@ -145,8 +156,23 @@ class Channel:
         with self._lock:
             future = self._pending.pop(response.id, None)
             self._received.discard(response.id)
+            self._listeners.pop(response.id, None)
         if future is not None and not future.done():
             future.set_result(response)
+
+    def _chunk(self, rid: int, text: Any) -> None:
+        """Streamed output for a call that asked for it; anything else is a protocol error. The text is
+        the box's: bounded here, shown only through render.visible() by whoever listens."""
+        if not isinstance(text, str):
+            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, "the agent sent an output chunk that is not text")
+        with self._lock:
+            listener = self._listeners.get(rid)
+        if listener is None:
+            return  # a call that did not ask, or one already answered or forgotten: dropped
+        try:
+            listener(text[-MAX_CHUNK_CHARS:])
+        except Exception:  # noqa: BLE001 - a front-end's failure must not break the channel
+            pass
 
     def _stderr_hint(self) -> str:
         tail = self.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()[-3:]

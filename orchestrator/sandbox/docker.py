@@ -298,10 +298,11 @@ class DockerSandbox:
             return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S) + self.config.shell_grace_s
         return self.config.call_deadline_s
 
-    def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
+    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """`on_output(text)`: a shell call's output while it runs (the result still holds it all)."""
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
-        result = self._call(tool, args)
+        result = self._call(tool, args, on_output=on_output)
         if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
             return self._over_quota(result.output)
         return result
@@ -311,7 +312,7 @@ class DockerSandbox:
         err = OpenAgentsError(ErrorType.WORKSPACE_QUOTA_EXCEEDED, self.quota.message())
         return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth})
 
-    def _call(self, tool: str, args: dict[str, Any], resent: bool = False) -> ToolResult:
+    def _call(self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
         with self._lifecycle:
             if self._channel is None or self._channel.broken:
                 self.restart()
@@ -321,7 +322,7 @@ class DockerSandbox:
         started = time.monotonic()
         rid: int | None = None
         try:
-            rid, future = channel.request(tool, args)
+            rid, future = channel.request(tool, args, on_output if tool == "shell" else None)
             try:
                 response = future.result(timeout=deadline)
             except FutureTimeout:
@@ -334,7 +335,7 @@ class DockerSandbox:
                 # The agent died before it read this request (e.g. right after a `kill 1`): nothing
                 # of it ran, so it goes once to the fresh agent instead of failing for nothing.
                 if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
-                    return self._call(tool, args, resent=True)
+                    return self._call(tool, args, resent=True, on_output=on_output)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)
         result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))

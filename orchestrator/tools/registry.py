@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -147,9 +147,12 @@ class ToolRegistry:
         """Cancel: what runs in the sandbox is killed from outside (host tools end at their deadline)."""
         self.sandbox.kill_processes()
 
-    def invoke(self, prepared: PreparedCall) -> ToolResult:
+    def invoke(self, prepared: PreparedCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """`on_output(text)`: a shell call's output while it runs, for a live view."""
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
             return self.host_tools.invoke(prepared)
         if prepared.spec.side == "host":
             return host_git.run_git(self.repo, prepared.args)
+        if on_output is not None and prepared.spec.name == "shell":
+            return self.sandbox.call(prepared.spec.name, prepared.arguments(), on_output=on_output)
         return self.sandbox.call(prepared.spec.name, prepared.arguments())
