@@ -94,3 +94,28 @@ def test_n_with_a_reason_reaches_the_model_and_the_edit_prompt_shows_the_diff(sa
     assert refusal["error"]["type"] == "rejected_by_user"
     assert "keep the build directory, it has the fixtures" in refusal["error"]["message"]  # the text the model reads
     assert b"refused  shell [user]" in seen
+
+
+def test_a_long_call_shows_a_live_elapsed_line_with_its_output_tail_at_a_terminal(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    script = tmp_path / "s.jsonl"
+    script.write_text("\n".join(json.dumps(t) for t in [
+        {"tool_calls": [{"name": "shell", "arguments": {"command": "echo tail-line; sleep 3"}}]},
+        {"text": "done"},
+    ]))
+    os.environ["XDG_STATE_HOME"] = str(tmp_path / "state")
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(OA, [OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--auto-approve", "go"])
+    del os.environ["XDG_STATE_HOME"]
+    try:
+        seen = read_until(fd, b"running: shell 1 s")
+        seen += read_until(fd, b"session:")
+    except BaseException:
+        os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        code = finish(pid, fd)
+    assert code == 0
+    live = seen.split(b"running: shell 1 s", 1)[1]
+    assert "┆ tail-line".encode() in live[:400]  # the command's output under the live line, while it runs
