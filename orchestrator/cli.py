@@ -18,7 +18,7 @@ from .errors import ErrorType, OpenAgentsError
 from .painter import Line
 from .protocol import ToolResult
 from .render import json_line
-from .summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_SETUP, EXIT_STOPPED
+from .summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
 
 EXIT_TOOL_ERROR = EXIT_STOPPED
 
@@ -305,7 +305,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     finally:
         _ignore_interrupts()
         view.close()
-        if result is None or result.status == SessionStatus.CANCELLED:
+        if result is not None and result.status == SessionStatus.CANCELLED:
             view.note("cancelling: removing the sandbox (Ctrl-C is ignored until it is gone)")
         swept = opened.close()
     record = opened.record
@@ -318,8 +318,8 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
     if record.mode.value == "copy":
         if apply_at_end:
-            applied = _apply(record)
-            code = code if applied == EXIT_OK else max(code, EXIT_STOPPED) if code != EXIT_CANCELLED else code
+            if _apply(record) != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
+                code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
         else:
             view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
     if output_format == "json":
