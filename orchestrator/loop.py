@@ -99,6 +99,7 @@ class Session:
         self._actions: dict[str, str] = {}
         self._books = threading.Lock()
         self._started = time.monotonic()
+        self._out_of_time = threading.Event()  # --max-wall passed: set by a timer while a call may run
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
@@ -106,6 +107,22 @@ class Session:
                                                workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active()))
         self.messages.append(Message(role="user", content=task))
         self._started = time.monotonic()
+        wall_timer = None
+        if self.budget.max_wall_s is not None:  # a call still running when the time is up is killed, not waited for
+            wall_timer = threading.Timer(self.budget.max_wall_s, self._wall_spent)
+            wall_timer.daemon = True
+            wall_timer.start()
+        try:
+            return self._run_turns()
+        finally:
+            if wall_timer is not None:
+                wall_timer.cancel()
+
+    def _wall_spent(self) -> None:
+        self._out_of_time.set()
+        self.registry.kill_running()
+
+    def _run_turns(self) -> SessionResult:
         turn = 0
         try:
             while True:
@@ -260,6 +277,10 @@ class Session:
             self.transcript.notify(ev.ToolOutputStreamed(executor=Executor.RUNTIME, call_id=call.id, tool=call.name, text=text))
 
         result = self.registry.invoke(prepared, on_output=streamed if self.transcript.on_event is not None else None)
+        if self._out_of_time.is_set():  # --max-wall passed while it ran: its processes were killed
+            err = OpenAgentsError(ErrorType.BUDGET_EXCEEDED, "the time budget (--max-wall) ran out while this call ran; its processes were killed")
+            cut = ToolResult.failure(err, executor=Executor.OPENAGENTS, output=result.output, meta=result.meta)
+            return self._finish(call, cut, state=ToolCallState.CANCELLED)
         if self.cancel.is_set():  # cancelled while it ran: its processes were killed
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled while this call ran; its processes were killed")
             cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta)

@@ -109,12 +109,15 @@ def test_max_tokens_stops_the_session_typed_budget_exceeded(sandbox_image, tmp_p
 
 def test_max_wall_stops_the_session_and_a_long_call_shows_its_elapsed_time(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
-    s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 2"}}]}] * 3 + [{"text": "never"}])
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--max-wall", "1.5", "--output", "json", "go")
+    s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}, {"text": "never"}])
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--max-wall", "3", "--output", "json", "go")
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["error"]["type"] == "budget_exceeded" and "--max-wall" in out["reason"] and out["turns"] == 1
+    assert out["calls"]["cancelled"] == 1  # the running command was killed when the time ran out, not waited for
     assert "shell still running (1 s)" in proc.stderr  # stderr is a pipe here: plain progress lines
+    result = next(e for e in events(Path(out["transcript"])) if e["type"] == "tool_result")
+    assert result["state"] == "cancelled" and result["error"]["type"] == "budget_exceeded"
 
 
 def test_compaction_keeps_a_long_session_under_a_small_context_window(sandbox_image, tmp_path):
