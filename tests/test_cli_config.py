@@ -1,0 +1,43 @@
+"""Set-up errors of `oa-sandbox run` (issue 14): each is exit 2 and one readable line, before any
+sandbox starts, so these need no Docker: config typos, policy typos with a did-you-mean, a public
+model URL without a key. Through the real CLI, in a subprocess."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import make_workspace
+from tests.test_cli_run import oa
+
+
+def test_a_public_base_url_still_needs_a_key(tmp_path):
+    ws = make_workspace(tmp_path / "ws")
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:gpt-4o", "--base-url", "https://api.example.com/v1", "go")
+    assert proc.returncode == 2 and "export OPENAI_API_KEY" in proc.stderr
+
+
+def test_a_config_typo_is_one_line_with_a_suggestion(tmp_path):
+    config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('modle = "openai:x"\n')
+    proc = oa(tmp_path, "run", "--workspace", str(tmp_path), "go")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean 'model'?); allowed keys: model, base_url, "
+        "api_key_env, policy, runtime, image, memory, cpus, pids, max_turns, max_tokens, max_wall, context_window"]
+
+
+@pytest.mark.parametrize("rule, expected", [
+    ('kind = "edits"\ndecision = "allow"', "rules[0].kind: unknown kind (did you mean 'edit'?); allowed: delete, edit, execute"),
+    ('tool = "shel"\ndecision = "allow"', "rules[0].tool: unknown tool (did you mean 'shell'?)"),
+    ('action = "git pussh"\ndecision = "deny"', "rules[0].action: unknown action (did you mean 'git push'?)"),
+    ('tool = "shell"\ndecison = "allow"', "rules[0]: unknown key (did you mean 'decision'?); allowed keys: id, tool, kind, action, command_prefix, decision"),
+    ('tool = "shell"\ndecision = "alow"', "rules[0].decision: must be one of allow, ask, deny"),
+])
+def test_policy_typos_are_refused_at_load_with_did_you_mean(tmp_path, rule, expected):
+    policy = tmp_path / "p.toml"
+    policy.write_text(f"[[rules]]\n{rule}\n")
+    proc = oa(tmp_path, "run", "--workspace", str(tmp_path), "--model", "script:/dev/null", "--policy", str(policy), "go")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"oa-sandbox: config_invalid: policy {policy}: ") and expected in lines[0], lines
+    assert "pydantic" not in proc.stderr
