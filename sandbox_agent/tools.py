@@ -76,6 +76,7 @@ def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
     try:
         fd = os.open(local(real), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as err:
+        _refuse_special(rel, real)  # gVisor refuses to open a host FIFO (EACCES): say what it is
         raise _os_error(err, rel) from None
     try:
         check_fd(fd)
@@ -90,6 +91,15 @@ def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _refuse_special(rel: str, real: str) -> None:
+    try:
+        mode = os.lstat(local(real)).st_mode
+    except OSError:
+        return
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+        raise ToolError("not_regular_file", f"{rel} is a {_file_type(mode)}, not a regular file; only regular files are read")
 
 
 def _file_type(mode: int) -> str:
