@@ -286,7 +286,7 @@ def _display(path: str) -> str:
 
 
 def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None):
-    """(entry, is_dir) under `start`, depth first in name order. Skipped directories are neither
+    """(entry, is_dir) under `start`, depth first, directories before files, each in name order. Skipped directories are neither
     listed nor entered, and nothing is followed through a symlink. The start directory must be
     readable; a subdirectory that is not is passed over and named in `unreadable`."""
     stack = [start]
@@ -294,7 +294,8 @@ def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = Non
         current = stack.pop()
         try:
             with os.scandir(current) as it:
-                items = sorted(it, key=lambda e: e.name)
+                # Directories first, then files, each by name: as Gemini CLI's ls and `tree --dirsfirst`.
+                items = sorted(it, key=lambda e: (not e.is_dir(follow_symlinks=False), e.name))
         except OSError as err:
             if current == start:
                 raise _os_error(err, _display(current)) from None
