@@ -643,24 +643,23 @@ def _edit_file(args: dict) -> dict:
     expected = _arg(args, "expected_sha256", str, None)
     if old == "":
         raise ToolError("invalid_arguments", "old_text must not be empty; use write_file to create a file")
+    if old == new:
+        raise ToolError("invalid_arguments", "old_text and new_text are the same; nothing would change (the file was not written)")
     real = resolve(rel, mutation=True)
     raw = _read_bytes(rel, real, limits.EDIT_MAX_FILE_BYTES)
     mode = _existing_mode(real)
     if expected is not None and expected.lower() != sha256(raw):
         raise ToolError("stale_content", f"{rel} changed since it was read (sha256 differs); read it again before editing")
-    bom = raw.startswith(BOM)
-    body = raw[len(BOM):] if bom else raw
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolError("not_a_file", f"{rel} is not UTF-8 text; edit_file edits text only") from None
+    text, mark, codec = _decode_for_edit(rel, raw)
+    bom = bool(mark)
     crlf = "\r\n" in text
     matches = _find_line_ending_blind(text, old)
     count = len(matches)
     if count == 0:
-        raise ToolError("edit_no_match", f"old_text was not found in {rel}; read the file and copy the text exactly")
+        raise ToolError("edit_no_match", f"old_text was not found in {rel}{_closest_hint(text, old)}")
     if count > 1 and not allow_multiple:
-        raise ToolError("edit_ambiguous", f"old_text occurs {count} times in {rel}; add context to make it unique or set allow_multiple")
+        where = _line_numbers(text, matches)
+        raise ToolError("edit_ambiguous", f"old_text occurs {count} times in {rel} (at lines {where}); add context to make it unique or set allow_multiple")
     result = _replace_keeping_endings(text, matches, new)
     import difflib  # only edits pay for it
 
@@ -668,9 +667,88 @@ def _edit_file(args: dict) -> dict:
     diff = "".join(difflib.unified_diff(text.splitlines(True), result.splitlines(True), f"a/{rel}", f"b/{rel}"))
     if len(diff) > DIFF_MAX_CHARS:
         diff = diff[:DIFF_MAX_CHARS] + "\n[diff truncated]\n"
-    data = (BOM if bom else b"") + result.encode("utf-8", errors="surrogatepass")
+    data = mark + result.encode(codec, errors="surrogatepass")
     _atomic_write(rel, real, data, mode)
-    return {
-        "output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}",
-        "meta": {"sha256": sha256(data), "replacements": count, "diff": diff, "bom": bom, "crlf": crlf},
-    }
+    meta = {"sha256": sha256(data), "replacements": count, "diff": diff, "bom": bom, "crlf": crlf}
+    if codec != "utf-8":
+        meta["encoding"] = codec
+    return {"output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}", "meta": meta}
+
+
+def _decode_for_edit(rel: str, raw: bytes) -> tuple[str, bytes, str]:
+    """(text, byte-order mark, codec). UTF-8, with or without its mark; UTF-16/32 only with one (what
+    read_file decodes, the model may edit, and the file keeps its encoding and mark)."""
+    wide = _wide_encoding(raw[:4])
+    if wide:
+        codec, label, bom_len = wide
+        try:
+            return raw[bom_len:].decode(codec), raw[:bom_len], codec
+        except UnicodeDecodeError:
+            raise ToolError("not_a_file", f"{rel} starts with a {label} byte-order mark but is not valid {label}; it is not edited") from None
+    mark = BOM if raw.startswith(BOM) else b""
+    try:
+        return raw[len(mark):].decode("utf-8"), mark, "utf-8"
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ToolError("not_a_file", f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or UTF-16/32 with a byte-order mark) only; "
+                        "use write_file or the shell for other encodings") from None
+
+
+def _line_numbers(text: str, matches: list[re.Match], most: int = 10) -> str:
+    numbers, line, pos = [], 1, 0
+    for m in matches[:most]:
+        line += text.count("\n", pos, m.start())
+        pos = m.start()
+        numbers.append(str(line))
+    return ", ".join(numbers) + (f" and {len(matches) - most} more" if len(matches) > most else "")
+
+
+HINT_MAX_LINES = 20000  # a fuzzy search beyond this would cost more than the hint is worth
+HINT_SHOWN_CHARS = 200
+
+
+def _closest_hint(text: str, old: str) -> str:
+    """Why old_text did not match, when that can be told cheaply: the same text with other whitespace
+    (tabs for spaces, indentation, trailing blanks) or other letter case, else the most similar line.
+    The model then fixes its copy instead of guessing; the hint never shows more than one line."""
+    lines = text.split("\n")
+    if len(lines) > HINT_MAX_LINES or len(old) > 64 * 1024:
+        return "; read the file and copy the text exactly"
+    wanted = [p.rstrip("\r") for p in old.replace("\r\n", "\n").strip("\n").split("\n")]
+    squash = lambda s: "".join(s.split())
+    keys = [squash(w) for w in wanted]
+    plain = [ln.rstrip("\r") for ln in lines]
+    span = len(wanted)
+    if any(keys):
+        for i in range(len(plain) - span + 1):
+            window = plain[i:i + span]
+            if [squash(w) for w in window] == keys:
+                return (f"; the same text with different whitespace (tabs, spaces or indentation) is at line {i + 1}: "
+                        f"{_shown(window[0])}; copy it exactly, whitespace included")
+            if [w.casefold() for w in window] == [w.casefold() for w in wanted]:
+                return f"; the same text in different letter case is at line {i + 1}: {_shown(window[0])}"
+    first = max(wanted, key=len).strip()
+    if not first:
+        return "; read the file and copy the text exactly"
+    import difflib  # only a failed edit pays for it
+
+    best, best_ratio = -1, 0.0
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(first)
+    for i, candidate in enumerate(plain):
+        stripped = candidate.strip()
+        if not stripped or abs(len(stripped) - len(first)) > max(len(first), 8):
+            continue
+        matcher.set_seq1(stripped)
+        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+            continue
+        ratio = matcher.ratio()
+        if ratio > best_ratio:
+            best, best_ratio = i, ratio
+    if best >= 0 and best_ratio >= 0.6:
+        return f"; the most similar line is line {best + 1}: {_shown(plain[best])}; read the file and copy the text exactly"
+    return "; nothing similar is in the file: read it and copy the text exactly"
+
+
+def _shown(line: str) -> str:
+    return repr(line if len(line) <= HINT_SHOWN_CHARS else line[:HINT_SHOWN_CHARS] + "…")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandbox_agent import limits
 from sandbox_agent.paths import PathRefused, check_lexical
@@ -72,6 +72,13 @@ class EditFileArgs(_PathArgs):
     expected_sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-fA-F]{64}$", description="The sha256 read_file showed; the edit is refused if the file changed since."
     )
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> "EditFileArgs":
+        """An edit that changes nothing is a mistake the model should hear about (as OpenHands' editor says)."""
+        if self.old_text == self.new_text:
+            raise ValueError("old_text and new_text are the same; nothing would change")
+        return self
 
 
 class ShellArgs(_Args):
