@@ -225,13 +225,16 @@ def _wide_encoding(head: bytes) -> tuple[str, str, int] | None:
 
 
 def _looks_binary(head: bytes) -> bool:
-    """As git and Gemini CLI judge it: a NUL byte, a known binary format's magic, or mostly control bytes."""
+    """As git and Gemini CLI (its isbinaryfile) judge it: a NUL byte, a known binary format's magic, or
+    more than 10% suspicious bytes: control bytes, or bytes that are not part of valid UTF-8. A few
+    stray Latin-1 bytes stay text (flagged); 128 bytes of 0x80 are not shown as 128 U+FFFD."""
     if not head:
         return False
     if b"\x00" in head or head.startswith(_BINARY_MAGIC):
         return True
     controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
-    return controls * 10 > len(head)
+    invalid = sum(1 for ch in head.decode("utf-8", errors="surrogateescape") if "\udc80" <= ch <= "\udcff")
+    return (controls + invalid) * 10 > len(head)
 
 
 def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int) -> dict:
@@ -251,7 +254,8 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
     hexdigest = digest.hexdigest()
     if encoding is None:
         return {"output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
-                "note": "[binary content is not shown; use shell tools (e.g. `file`, `od -c | head`) to inspect it]",
+                "note": "[binary content (or text in an encoding other than UTF-8) is not shown; use shell tools to inspect it, "
+                        "e.g. `file`, `od -c | head`, or `iconv -f latin1 -t utf-8 FILE | head`]",
                 "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
     codec, label, bom_len = encoding
     if len(kept) > cap:
