@@ -289,17 +289,18 @@ def _display(path: str) -> str:
     return _rel(path) if os.path.isabs(path) else os.path.normpath(path)
 
 
-def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None):
-    """(entry, is_dir) under `start`, depth first, directories before files, each in name order. Skipped directories are neither
-    listed nor entered, and nothing is followed through a symlink. The start directory must be
-    readable; a subdirectory that is not is passed over and named in `unreadable`."""
+def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False):
+    """(entry, is_dir) under `start`, depth first in name order (with `dirs_first`, a directory's
+    subdirectories before its files, as Gemini CLI's ls and `tree --dirsfirst` show them; grep keeps
+    plain path order). Skipped directories are neither listed nor entered, and nothing is followed
+    through a symlink. The start directory must be readable; a subdirectory that is not is passed
+    over and named in `unreadable`."""
     stack = [start]
     while stack:
         current = stack.pop()
         try:
             with os.scandir(current) as it:
-                # Directories first, then files, each by name: as Gemini CLI's ls and `tree --dirsfirst`.
-                items = sorted(it, key=lambda e: (not e.is_dir(follow_symlinks=False), e.name))
+                items = sorted(it, key=lambda e: (dirs_first and not e.is_dir(follow_symlinks=False), e.name))
         except OSError as err:
             if current == start:
                 raise _os_error(err, _display(current)) from None
@@ -328,7 +329,7 @@ def list_files(args: dict) -> dict:
     entries: list[str] = []
     unreadable: list[str] = []
     more = False
-    for entry, is_dir in _walk(local(real), recursive, unreadable):
+    for entry, is_dir in _walk(local(real), recursive, unreadable, dirs_first=True):
         if len(entries) >= limits.LIST_MAX_ENTRIES:
             more = True
             break
