@@ -629,3 +629,63 @@ def test_grep_does_not_follow_a_symlink_out(box, ws):
     put(ws, "f.txt", "root\n")
     found = {h[0] for h in grep_hits(box.call("grep_files", {"pattern": "root", "path": ws.name}), ws)}
     assert found == {"f.txt"}
+
+
+# ============================================================================== classes added after the first pass
+@pytest.mark.parametrize("content, binary", [
+    (b"\x80" * 128, True),                                    # dense invalid UTF-8 (Gemini CLI's isBinaryFile case)
+    (bytes(range(128, 256)) * 8, True),
+    ("print('\ufffd literal replacement char')\n".encode(), False),   # a real U+FFFD is text
+    ("中文 😀 \ufffd mixed\n".encode() * 20, False),
+    ("café au lait\n".encode("latin-1"), False),                # one stray byte: text, flagged
+    ("\ufeffutf-8 with a bom\n".encode(), False),
+])
+def test_read_judges_binary_as_users_expect(box, ws, content, binary):
+    rel = put(ws, "f.dat", content)
+    result = box.call("read_file", {"path": rel})
+    assert result.ok and bool(result.meta.get("binary")) is binary
+    if binary:
+        assert "\ufffd" not in result.output and str(len(content)) in result.output
+    else:
+        assert result.output.replace("\ufffd", "") == content.decode("utf-8", errors="ignore").removeprefix("\ufeff").replace("\ufffd", "")
+
+
+def test_grep_reports_in_a_stable_order(box, ws):
+    """grep reports in a stable order (a directory's files by name, then its subdirectories); list_files' directories-first order does not change it."""
+    for name in ("b.txt", "a/z.txt", "c/d/e.txt", "a.txt"):
+        put(ws, name, "hit\n")
+    hits = grep_hits(box.call("grep_files", {"pattern": "hit", "path": ws.name}), ws)
+    assert [h[0] for h in hits] == ["a.txt", "b.txt", "a/z.txt", "c/d/e.txt"]  # a directory's files, then its subdirectories, by name
+
+
+def test_gitignored_files_are_listed_and_searched(box, ws):
+    """The contract skips only .git, node_modules, target and dist; .gitignore does not hide files."""
+    put(ws, ".gitignore", "*.log\nbuild/\n")
+    put(ws, "app.log", "needle\n")
+    put(ws, "build/out.txt", "needle\n")
+    assert {"app.log", "build/", "build/out.txt"} <= set(listed(box.call("list_files", {"path": ws.name}), ws))
+    found = {h[0] for h in grep_hits(box.call("grep_files", {"pattern": "needle", "path": ws.name}), ws)}
+    assert found == {"app.log", "build/out.txt"}
+
+
+def test_list_or_grep_a_skipped_directory_named_explicitly(box, ws):
+    put(ws, "node_modules/pkg/index.js", "needle\n")
+    assert "node_modules/pkg/index.js" in listed(box.call("list_files", {"path": f"{ws.name}/node_modules"}), ws)
+    hits = grep_hits(box.call("grep_files", {"pattern": "needle", "path": f"{ws.name}/node_modules/pkg/index.js"}), ws)
+    assert hits == [("node_modules/pkg/index.js", 1, "needle")]
+
+
+def test_edit_an_empty_file_is_no_match(box, ws):
+    rel = put(ws, "empty.txt", "")
+    assert error_of(box.call("edit_file", {"path": rel, "old_text": "x", "new_text": "y"})) == "edit_no_match"
+    assert (ws / "empty.txt").read_bytes() == b""
+
+
+def test_write_then_edit_then_read_round_trip(box, ws):
+    rel = f"{ws.name}/flow.py"
+    assert box.call("write_file", {"path": rel, "content": "def main():\n    print('hi')\n"}).ok
+    first = box.call("read_file", {"path": rel})
+    assert box.call("edit_file", {"path": rel, "old_text": "'hi'", "new_text": "'bye'", "expected_sha256": first.meta["sha256"]}).ok
+    again = box.call("edit_file", {"path": rel, "old_text": "'bye'", "new_text": "'x'", "expected_sha256": first.meta["sha256"]})
+    assert error_of(again) == "stale_content"
+    assert box.call("read_file", {"path": rel}).output == "def main():\n    print('bye')\n"
