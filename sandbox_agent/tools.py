@@ -708,7 +708,9 @@ def _line_numbers(text: str, matches: list[re.Match], most: int = 10) -> str:
     return ", ".join(numbers) + (f" and {len(matches) - most} more" if len(matches) > most else "")
 
 
-HINT_MAX_LINES = 20000  # a fuzzy search beyond this would cost more than the hint is worth
+HINT_MAX_LINES = 200_000     # past this a failed edit just says "not found"
+HINT_FUZZY_MAX_LINES = 5000  # the similar-line search only on files this long...
+HINT_FUZZY_MAX_RATIOS = 1500  # ...and with at most this many full comparisons: a failed edit stays cheap
 HINT_SHOWN_CHARS = 200
 
 
@@ -716,41 +718,44 @@ def _closest_hint(text: str, old: str) -> str:
     """Why old_text did not match, when that can be told cheaply: the same text with other whitespace
     (tabs for spaces, indentation, trailing blanks) or other letter case, else the most similar line.
     The model then fixes its copy instead of guessing; the hint never shows more than one line."""
-    lines = text.split("\n")
-    if len(lines) > HINT_MAX_LINES or len(old) > 64 * 1024:
+    plain = [ln.rstrip("\r") for ln in text.split("\n")]
+    if len(plain) > HINT_MAX_LINES or len(old) > 64 * 1024:
         return "; read the file and copy the text exactly"
     wanted = [p.rstrip("\r") for p in old.replace("\r\n", "\n").strip("\n").split("\n")]
-    squash = lambda s: "".join(s.split())
-    keys = [squash(w) for w in wanted]
-    plain = [ln.rstrip("\r") for ln in lines]
+    squashed = ["".join(w.split()) for w in wanted]
+    folded = [w.casefold() for w in wanted]
     span = len(wanted)
-    if any(keys):
+    if any(squashed):
+        lines_squashed = ["".join(ln.split()) for ln in plain]
         for i in range(len(plain) - span + 1):
-            window = plain[i:i + span]
-            if [squash(w) for w in window] == keys:
+            if lines_squashed[i] == squashed[0] and lines_squashed[i:i + span] == squashed:
                 return (f"; the same text with different whitespace (tabs, spaces or indentation) is at line {i + 1}: "
-                        f"{_shown(window[0])}; copy it exactly, whitespace included")
-            if [w.casefold() for w in window] == [w.casefold() for w in wanted]:
-                return f"; the same text in different letter case is at line {i + 1}: {_shown(window[0])}"
+                        f"{_shown(plain[i])}; copy it exactly, whitespace included")
+        for i in range(len(plain) - span + 1):
+            if plain[i].casefold() == folded[0] and [ln.casefold() for ln in plain[i:i + span]] == folded:
+                return f"; the same text in different letter case is at line {i + 1}: {_shown(plain[i])}"
     first = max(wanted, key=len).strip()
-    if not first:
+    if not first or len(plain) > HINT_FUZZY_MAX_LINES:
         return "; read the file and copy the text exactly"
     import difflib  # only a failed edit pays for it
 
-    best, best_ratio = -1, 0.0
+    best, best_ratio, budget = -1, 0.6, HINT_FUZZY_MAX_RATIOS
     matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(first)
+    matcher.set_seq2(first[:HINT_SHOWN_CHARS * 2])
     for i, candidate in enumerate(plain):
-        stripped = candidate.strip()
+        stripped = candidate.strip()[:HINT_SHOWN_CHARS * 2]
         if not stripped or abs(len(stripped) - len(first)) > max(len(first), 8):
             continue
         matcher.set_seq1(stripped)
         if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
             continue
+        budget -= 1
+        if budget < 0:
+            break
         ratio = matcher.ratio()
         if ratio > best_ratio:
             best, best_ratio = i, ratio
-    if best >= 0 and best_ratio >= 0.6:
+    if best >= 0:
         return f"; the most similar line is line {best + 1}: {_shown(plain[best])}; read the file and copy the text exactly"
     return "; nothing similar is in the file: read it and copy the text exactly"
 
