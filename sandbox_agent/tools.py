@@ -120,6 +120,17 @@ def _read_bytes(rel: str, real: str, cap: int) -> bytes:
         os.close(fd)
 
 
+def _refuse_trailing_slash(rel: str, real: str, creating: bool = False) -> None:
+    """'f.txt/' names a directory: POSIX refuses it (ENOTDIR for a file, EISDIR to create one), but the
+    path check normalises the slash away, so a write to 'newdir/' would make a file called newdir."""
+    if not rel.endswith("/") or os.path.isdir(real):
+        return
+    if os.path.lexists(real):
+        raise ToolError("not_a_directory", f"{rel}: {rel.rstrip('/')} is not a directory (drop the trailing '/')")
+    if creating:
+        raise ToolError("is_directory", f"{rel} ends with '/', so it names a directory; write_file writes a file: drop the '/'")
+
+
 def _rel(real: str) -> str:
     return os.path.relpath(real, WORKSPACE)
 
@@ -133,7 +144,9 @@ def read_file(args: dict) -> dict:
     if offset < 1 or limit < 1:
         raise ToolError("invalid_arguments", "offset and limit must be at least 1")
     cap = limits.READ_CAP_BYTES
-    fd = _open_regular(rel, resolve(rel))
+    real = resolve(rel)
+    _refuse_trailing_slash(rel, real)
+    fd = _open_regular(rel, real)
     try:
         head = os.pread(fd, SNIFF_BYTES, 0)
         size_on_disk = os.fstat(fd).st_size
@@ -402,6 +415,10 @@ def grep_files(args: dict) -> dict:
     unread_files = cut = 0
     more = False
     root = local(real)
+    notes: list[str] = []
+    if not os.path.isdir(root):
+        _refuse_trailing_slash(rel, real)
+        notes += _explicit_file_problem(rel, root)
     for file in _walk_files(real, unreadable):
         shown = _display(file)
         if matcher and not matcher(shown, os.path.relpath(file, root) if file != root else os.path.basename(file)):
@@ -428,13 +445,30 @@ def grep_files(args: dict) -> dict:
     output = "\n".join(matches) if matches else "no matches"
     if more:
         output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
-    notes = [_skipped_note(unreadable)] if unreadable else []
+    if unreadable:
+        notes.append(_skipped_note(unreadable))
     if unread_files:
         notes.append(f"[skipped {unread_files} unreadable file{'s' if unread_files != 1 else ''} (permission denied)]")
     if cut:
         notes.append(f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]")
     return {"output": output, "note": "\n".join(notes),
             "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50]}}
+
+
+def _explicit_file_problem(rel: str, path: str) -> list[str]:
+    """A file the model named is not passed over in silence: unreadable is permission_denied (as
+    read_file says), a binary or special file gets a note instead of a bare 'no matches'."""
+    try:
+        st = os.lstat(path)
+    except OSError as err:
+        raise _os_error(err, rel) from None
+    if not stat.S_ISREG(st.st_mode):
+        return [f"[{rel} is a {_file_type(st.st_mode)}, not a regular file; it was not searched]"]
+    if not os.access(path, os.R_OK):
+        raise ToolError("permission_denied", f"{rel}: permission denied")
+    if _read_for_grep(path) is None:
+        return [f"[{rel} is a binary file (or larger than {limits.GREP_MAX_FILE_BYTES} bytes); it was not searched]"]
+    return []
 
 
 MAX_GLOB_ALTERNATIVES = 256
@@ -623,6 +657,7 @@ def _write_file(args: dict) -> dict:
     if len(data) > limits.WRITE_MAX_BYTES:
         raise ToolError("file_too_large", f"content is {len(data)} bytes; write_file takes at most {limits.WRITE_MAX_BYTES}")
     real = resolve(rel, mutation=True)
+    _refuse_trailing_slash(rel, real, creating=True)
     mode = _existing_mode(real)
     parent = os.path.dirname(real)
     if not os.path.isdir(parent):
@@ -651,6 +686,7 @@ def _edit_file(args: dict) -> dict:
     if old == new:
         raise ToolError("invalid_arguments", "old_text and new_text are the same; nothing would change (the file was not written)")
     real = resolve(rel, mutation=True)
+    _refuse_trailing_slash(rel, real)
     raw = _read_bytes(rel, real, limits.EDIT_MAX_FILE_BYTES)
     mode = _existing_mode(real)
     if expected is not None and expected.lower() != sha256(raw):

@@ -689,3 +689,51 @@ def test_write_then_edit_then_read_round_trip(box, ws):
     again = box.call("edit_file", {"path": rel, "old_text": "'bye'", "new_text": "'x'", "expected_sha256": first.meta["sha256"]})
     assert error_of(again) == "stale_content"
     assert box.call("read_file", {"path": rel}).output == "def main():\n    print('bye')\n"
+
+
+@pytest.mark.parametrize("tool, args, kind", [
+    ("write_file", {"path": "newdir/", "content": "x"}, "is_directory"),        # not a file called newdir
+    ("write_file", {"path": "f.txt/", "content": "x"}, "not_a_directory"),
+    ("read_file", {"path": "f.txt/"}, "not_a_directory"),
+    ("edit_file", {"path": "f.txt/", "old_text": "x", "new_text": "y"}, "not_a_directory"),
+    ("grep_files", {"pattern": "x", "path": "f.txt/"}, "not_a_directory"),
+    ("read_file", {"path": "nothing/"}, "file_not_found"),
+])
+def test_a_trailing_slash_names_a_directory(box, ws, tool, args, kind):
+    put(ws, "f.txt", "x\n")
+    result = box.call(tool, {**args, "path": f"{ws.name}/{args['path']}"})
+    assert error_of(result) == kind
+    assert sorted(p.name for p in ws.iterdir()) == ["f.txt"] and (ws / "f.txt").read_text() == "x\n"
+
+
+def test_grep_an_unreadable_file_named_explicitly_is_permission_denied(box, ws):
+    rel = put(ws, "secret.txt", "needle\n", mode=0)
+    try:
+        result = box.call("grep_files", {"pattern": "needle", "path": rel})
+    finally:
+        (ws / "secret.txt").chmod(0o644)
+    assert error_of(result) == "permission_denied"
+    assert error_of(box.call("read_file", {"path": rel.replace("secret", "nope")})) == "file_not_found"
+
+
+def test_grep_a_binary_file_named_explicitly_says_it_was_not_searched(box, ws):
+    rel = put(ws, "blob.bin", b"needle\x00\x01\x02")
+    result = box.call("grep_files", {"pattern": "needle", "path": rel})
+    assert result.ok and result.meta["matches"] == 0 and "binary" in result.note
+
+
+def test_write_and_edit_through_a_symlink_inside_keep_the_link(box, ws):
+    put(ws, "real.txt", "target\n")
+    (ws / "link.txt").symlink_to("real.txt")
+    assert box.call("edit_file", {"path": f"{ws.name}/link.txt", "old_text": "target", "new_text": "edited"}).ok
+    assert (ws / "link.txt").is_symlink() and (ws / "real.txt").read_text() == "edited\n"
+    assert box.call("write_file", {"path": f"{ws.name}/link.txt", "content": "written\n"}).ok
+    assert (ws / "link.txt").is_symlink() and (ws / "real.txt").read_text() == "written\n"
+
+
+def test_read_a_file_without_read_permission_is_permission_denied(box, ws):
+    rel = put(ws, "secret.txt", "s\n", mode=0)
+    try:
+        assert error_of(box.call("read_file", {"path": rel})) == "permission_denied"
+    finally:
+        (ws / "secret.txt").chmod(0o644)
