@@ -190,6 +190,9 @@ def read_file(args: dict) -> dict:
     if offset > max(total, 1):
         raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
     raw = b"".join(collected)
+    if b"\x00" in raw:  # past the 8 KiB sniff: still binary, still not for the model's context
+        nul_line = offset + raw[:raw.index(b"\x00")].count(b"\n")
+        return _binary_result(rel, size_on_disk, digest.hexdigest(), f"a NUL byte at line {nul_line}")
     try:
         content = raw.decode("utf-8")
         invalid = False
@@ -250,6 +253,13 @@ def _looks_binary(head: bytes) -> bool:
     return (controls + invalid) * 10 > len(head)
 
 
+def _binary_result(rel: str, size: int, hexdigest: str, why: str = "") -> dict:
+    return {"output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
+            "note": (f"[{why}] " if why else "") + "[binary content (or text in an encoding other than UTF-8) is not shown; use "
+                    "shell tools to inspect it, e.g. `file`, `od -c | head`, or `iconv -f latin1 -t utf-8 FILE | head`]",
+            "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
+
+
 def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int) -> dict:
     """A binary file is described, never shown (garbage in the model's context helps nobody);
     UTF-16/32 text is decoded, so the model reads the text and not every other byte as NUL."""
@@ -266,10 +276,7 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
         raise _os_error(err, rel) from None
     hexdigest = digest.hexdigest()
     if encoding is None:
-        return {"output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
-                "note": "[binary content (or text in an encoding other than UTF-8) is not shown; use shell tools to inspect it, "
-                        "e.g. `file`, `od -c | head`, or `iconv -f latin1 -t utf-8 FILE | head`]",
-                "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
+        return _binary_result(rel, size, hexdigest)
     codec, label, bom_len = encoding
     if len(kept) > cap:
         raise ToolError("file_too_large", f"{rel} is {label} text of {size} bytes; read_file decodes at most {cap}")

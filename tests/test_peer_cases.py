@@ -737,3 +737,11 @@ def test_read_a_file_without_read_permission_is_permission_denied(box, ws):
         assert error_of(box.call("read_file", {"path": rel})) == "permission_denied"
     finally:
         (ws / "secret.txt").chmod(0o644)
+
+
+def test_a_nul_byte_past_the_first_block_still_makes_the_file_binary(box, ws):
+    content = b"a" * 9000 + b"\n" + b"text\x00more\n"
+    rel = put(ws, "late.bin", content)
+    result = box.call("read_file", {"path": rel})
+    assert result.ok and result.meta["binary"] is True and "\x00" not in result.output
+    assert result.meta["sha256"] == hashlib.sha256(content).hexdigest() and str(len(content)) in result.output
