@@ -153,3 +153,20 @@ def test_bad_shell_arguments_are_typed_by_the_agent_too(box):
     assert box.call("shell", {"command": "echo", "timeout": 0}).error.type is ErrorType.INVALID_ARGUMENTS
     assert box.call("shell", {"command": 5}).error.type is ErrorType.INVALID_ARGUMENTS
     assert box.call("shell", {}).error.type is ErrorType.INVALID_ARGUMENTS
+
+
+def test_a_long_line_without_a_newline_is_capped_too(box):
+    result = run(box, "head -c 200000 /dev/zero | tr '\\0' x")
+    assert result.meta["output_truncated"] is True and result.output.startswith("x") and result.output.endswith("x")
+    assert "omitted" in result.output and len(result.output) < 64 * 1024
+
+
+def test_carriage_returns_and_stderr_only_output_are_kept(box):
+    assert run(box, "printf 'a\\rb\\n'").output == "a\rb\n"
+    result = run(box, "echo oops >&2; exit 2")
+    assert result.output == "oops\n" and result.meta["exit_code"] == 2
+
+
+def test_a_command_that_closes_its_output_but_keeps_running_times_out(box):
+    result = run(box, "echo bye; exec >&- 2>&-; sleep 30", timeout=2)
+    assert result.error is not None and result.error.type is ErrorType.TIMEOUT and "bye" in result.output
