@@ -54,6 +54,10 @@ def _os_error(err: OSError, rel: str) -> ToolError:
         return ToolError("no_space", f"{rel}: no space left on the workspace's device")
     if err.errno == errno.ELOOP:
         return ToolError("path_outside_workspace", f"{rel}: the path is a symlink; refused")
+    if err.errno == errno.EROFS:
+        return ToolError("permission_denied", f"{rel}: the file system there is read-only")
+    if err.errno == errno.ENAMETOOLONG:
+        return ToolError("path_invalid", f"{rel[:200]}: a name in the path is too long (at most 255 bytes each)")
     if err.errno == errno.EXDEV:
         return ToolError("permission_denied", f"{rel}: crosses a mount boundary")
     return ToolError("io_error", f"{rel}: {err.strerror}")

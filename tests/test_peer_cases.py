@@ -745,3 +745,13 @@ def test_a_nul_byte_past_the_first_block_still_makes_the_file_binary(box, ws):
     result = box.call("read_file", {"path": rel})
     assert result.ok and result.meta["binary"] is True and "\x00" not in result.output
     assert result.meta["sha256"] == hashlib.sha256(content).hexdigest() and str(len(content)) in result.output
+
+
+@pytest.mark.parametrize("tool, args", [
+    ("write_file", {"content": "x"}),
+    ("read_file", {}),
+    ("edit_file", {"old_text": "a", "new_text": "b"}),
+])
+def test_a_name_longer_than_the_file_system_allows_is_a_path_error(box, ws, tool, args):
+    result = box.call(tool, {"path": f"{ws.name}/{'n' * 300}.txt", **args})
+    assert error_of(result) == "path_invalid" and result.error.recoverable
