@@ -573,8 +573,10 @@ def compile_glob(glob: str):
     return matches
 
 
-def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> None:
-    """Temp file in the same directory, fsync, rename: a reader sees the old or the new file, never a mix."""
+def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> bool:
+    """Temp file in the same directory, fsync, rename: a reader sees the old or the new file, never a mix.
+    A writable file in a directory that refuses new entries is rewritten in place, as a plain write
+    (an editor, `>`) would do it; that is not atomic, and the return value (False) says so."""
     parent, name = os.path.split(real)
     try:
         dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -583,7 +585,14 @@ def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> None:
     tmp = f".{name}.oa-tmp-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         check_fd(dfd, mutation=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644 if mode is None else mode, dir_fd=dfd)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644 if mode is None else mode, dir_fd=dfd)
+        except PermissionError:
+            tmp = ""
+            if mode is None:  # a new file where the directory refuses one: as a plain write, refused
+                raise
+            _write_in_place(rel, name, dfd, data)
+            return False
         try:
             view = memoryview(data)
             while view:
@@ -595,6 +604,7 @@ def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> None:
             os.close(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         tmp = ""
+        return True
     except OSError as err:
         raise _os_error(err, rel) from None
     finally:
@@ -604,6 +614,23 @@ def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> None:
             except OSError:
                 pass
         os.close(dfd)
+
+
+def _write_in_place(rel: str, name: str, dfd: int, data: bytes) -> None:
+    """Overwrite the existing file through its own fd: no link followed, re-checked where it is,
+    written before it is truncated to size."""
+    fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
+    try:
+        check_fd(fd, mutation=True)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError("not_regular_file", f"{rel} is not a regular file; it is not replaced")
+        view, pos = memoryview(data), 0
+        while pos < len(data):
+            pos += os.pwrite(fd, view[pos:], pos)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _existing_mode(real: str) -> int | None:
@@ -679,11 +706,15 @@ def _write_file(args: dict) -> dict:
         except OSError as err:
             raise _os_error(err, rel) from None
         resolve(rel, mutation=True)  # the new directories may not lead anywhere else
-    _atomic_write(rel, real, data, mode)
+    atomic = _atomic_write(rel, real, data, mode)
     return {
         "output": f"wrote {len(data)} bytes to {rel}",
-        "meta": {"sha256": sha256(data), "bytes": len(data), "created": mode is None},
+        "note": "" if atomic else IN_PLACE_NOTE,
+        "meta": {"sha256": sha256(data), "bytes": len(data), "created": mode is None, "atomic": atomic},
     }
+
+
+IN_PLACE_NOTE = "[the directory is read-only, so the file was rewritten in place rather than replaced atomically]"
 
 
 def _edit_file(args: dict) -> dict:
@@ -720,11 +751,11 @@ def _edit_file(args: dict) -> dict:
     if len(diff) > DIFF_MAX_CHARS:
         diff = diff[:DIFF_MAX_CHARS] + "\n[diff truncated]\n"
     data = mark + result.encode(codec, errors="surrogatepass")
-    _atomic_write(rel, real, data, mode)
-    meta = {"sha256": sha256(data), "replacements": count, "diff": diff, "bom": bom, "crlf": crlf}
+    atomic = _atomic_write(rel, real, data, mode)
+    meta = {"sha256": sha256(data), "replacements": count, "diff": diff, "bom": bom, "crlf": crlf, "atomic": atomic}
     if codec != "utf-8":
         meta["encoding"] = codec
-    return {"output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}", "meta": meta}
+    return {"output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}", "note": "" if atomic else IN_PLACE_NOTE, "meta": meta}
 
 
 def _decode_for_edit(rel: str, raw: bytes) -> tuple[str, bytes, str]:

@@ -755,3 +755,21 @@ def test_a_nul_byte_past_the_first_block_still_makes_the_file_binary(box, ws):
 def test_a_name_longer_than_the_file_system_allows_is_a_path_error(box, ws, tool, args):
     result = box.call(tool, {"path": f"{ws.name}/{'n' * 300}.txt", **args})
     assert error_of(result) == "path_invalid" and result.error.recoverable
+
+
+def test_a_writable_file_in_a_read_only_directory_can_be_written_and_edited(box, ws):
+    """As with an editor or `>`: the file's own permission decides, not the directory's (which only
+    forbids new entries). The result says the write was not atomic; no temp file is left."""
+    rel = put(ws, "rodir/f.txt", "one\ntwo\nthree\n")
+    (ws / "rodir").chmod(0o555)
+    try:
+        edit = box.call("edit_file", {"path": rel, "old_text": "two", "new_text": "2"})
+        assert edit.ok, edit
+        assert (ws / "rodir/f.txt").read_text() == "one\n2\nthree\n" and edit.meta["atomic"] is False and "in place" in edit.note
+        write = box.call("write_file", {"path": rel, "content": "short\n"})
+        assert write.ok and (ws / "rodir/f.txt").read_text() == "short\n"
+        new = box.call("write_file", {"path": f"{ws.name}/rodir/new.txt", "content": "n"})
+        assert error_of(new) == "permission_denied"
+        assert sorted(p.name for p in (ws / "rodir").iterdir()) == ["f.txt"]
+    finally:
+        (ws / "rodir").chmod(0o755)
