@@ -155,6 +155,8 @@ def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str
     stream = client.api.build(
         fileobj=_context_tar(context), custom_context=True, dockerfile=dockerfile, tag=tag,
         buildargs={"BASE_IMAGE": base}, labels={LABEL: "image", HASH_LABEL: agent_hash()}, rm=True, forcerm=True, decode=True,
+        # No step fetches anything: without a network the build does not depend on the daemon's bridge.
+        network_mode="none",
     )
     for chunk in stream:
         if "error" in chunk:
