@@ -8,6 +8,11 @@ the first call and, whenever the box is gone (session end, container replaced), 
 - setuid/setgid bits that were not there at the start are cleared;
 - every `.git` entry (any case: `.GIT` is a git dir on case-insensitive disks) that did not exist
   at the start, and every FIFO, socket or device file, is moved out into the session's state
+  directory;
+- git also takes a directory itself for a repository, with no `.git` name anywhere, when it holds
+  HEAD with objects/ and refs/ (a bare repository, found from that directory and every directory
+  below it) or HEAD with a `commondir` file; its config then runs programs (core.pager on the
+  user's next `git log`). In such a directory that was not one at the start, HEAD is moved out into the state
   directory. Nothing is deleted: a FIFO, socket or device holds no data, so when it cannot be
   renamed across file systems its record (type, mode) is kept instead.
 
@@ -32,6 +37,30 @@ SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
 
 def is_git_name(name: str) -> bool:
     return name.casefold() == ".git"
+
+
+def is_head_name(name: str) -> bool:
+    return name.casefold() == "head"
+
+
+def _exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except OSError:
+        return False
+
+
+def git_shaped(dir_fd: int) -> bool:
+    """Whether git's discovery takes the directory behind dir_fd for a git directory (setup.c,
+    is_git_directory): HEAD plus objects/ and refs/, or HEAD plus a `commondir` file that points at
+    them. By names only (any case, for case-insensitive disks), without reading anything; called
+    only where a HEAD entry was met, so it costs nothing on ordinary trees."""
+    try:
+        names = {n.casefold() for n in os.listdir(dir_fd)}
+    except OSError:
+        return False
+    return "head" in names and ("commondir" in names or {"objects", "refs"} <= names)
 
 
 def special_kind(mode: int) -> str | None:
@@ -112,11 +141,12 @@ def _walk_fd(dir_fd: int, rel_dir: str, enter, depth: int, too_deep: list[str] |
 class Baseline:
     """What the workspace held at the start, before the box could write anything."""
 
-    git_entries: dict[str, tuple[int, int]]  # every .git entry (dir or file): path -> (st_dev, st_ino)
+    git_entries: dict[str, tuple[int, int]]  # every .git entry (dir or file), and every directory git takes for a repository (bare): path -> (st_dev, st_ino)
     special_bits: frozenset[str]  # paths that already carried setuid/setgid (the user's own)
     top_git_dir: bool  # WORKSPACE/.git is a real directory (not a symlink, not a gitfile)
     usage_bytes: int  # allocated outside the .git entries: where the write quota starts from
     took_s: float
+    git_shaped_dirs: frozenset[tuple[int, int]] = frozenset()  # (st_dev, st_ino) of directories git took for a repository at the start, the root included
 
     @classmethod
     def capture(cls, workspace: Path) -> "Baseline":
@@ -125,6 +155,7 @@ class Baseline:
         bits = set()
         seen: set[tuple[int, int]] = set()
         usage = 0
+        shaped: set[tuple[int, int]] = set()
         for found in walk(workspace):
             key = (found.st.st_dev, found.st.st_ino)
             if key not in seen:
@@ -132,18 +163,24 @@ class Baseline:
                 usage += found.st.st_blocks * 512
             if is_git_name(found.name):
                 git[found.rel] = (found.st.st_dev, found.st.st_ino)
+            if is_head_name(found.name) and git_shaped(found.dir_fd):
+                parent = os.fstat(found.dir_fd)
+                shaped.add((parent.st_dev, parent.st_ino))
+                rel_parent = found.rel.rpartition("/")[0]
+                if rel_parent:  # the user's own bare repository: kept, and mounted read-only like a .git
+                    git[rel_parent] = (parent.st_dev, parent.st_ino)
             if found.st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(found.st.st_mode):
                 bits.add(found.rel)
         try:
             top = stat.S_ISDIR(os.lstat(workspace / ".git").st_mode)
         except OSError:
             top = False
-        return cls(git, frozenset(bits), top, usage, time.monotonic() - started)
+        return cls(git, frozenset(bits), top, usage, time.monotonic() - started, frozenset(shaped))
 
 
 class Moved(BaseModel):
     path: str
-    kind: str  # git_dir | gitfile | fifo | socket | device
+    kind: str  # git_dir | gitfile | git_head (the HEAD that made a directory a repository) | fifo | socket | device
     to: str | None = None  # where it went; None when only its record was kept (special files across devices)
 
 
@@ -178,6 +215,7 @@ class Sweeper:
         started = time.monotonic()
         report = SweepReport()
         known = set(self.baseline.git_entries.values())
+        shaped_before = self.baseline.git_shaped_dirs
         too_deep: list[str] = []
         self._batch = self.quarantine / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
         for found in walk(self.workspace, too_deep=too_deep):
@@ -189,6 +227,11 @@ class Sweeper:
                     continue
                 self._move_out(found, "git_dir" if stat.S_ISDIR(st.st_mode) else "gitfile", report)
                 continue
+            if is_head_name(found.name) and git_shaped(found.dir_fd):
+                parent = os.fstat(found.dir_fd)
+                if (parent.st_dev, parent.st_ino) not in shaped_before:
+                    self._move_out(found, "git_head", report)
+                    continue
             kind = special_kind(st.st_mode)
             if kind:
                 self._move_out(found, kind, report)

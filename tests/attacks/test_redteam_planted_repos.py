@@ -1,0 +1,98 @@
+"""Red team (issue 10 variants): repositories git finds without any `.git` name, planted by the box for
+the user's own git to obey after the session. Git takes a directory for a repository when it holds
+HEAD with objects/ and refs/ (a bare repository, found by discovery from that directory or any
+directory below it), or HEAD with a `commondir` file; its `config` then runs programs (core.pager on
+the user's next `git log` in a terminal). The payloads only touch marker files."""
+from __future__ import annotations
+
+import base64
+import os
+import pty
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_workspace
+
+pytestmark = pytest.mark.docker
+
+PAGER_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tbare = true\n\tpager = touch {marker}; cat\n"
+
+
+def bare_repo_tar(tmp_path: Path, marker: Path, commondir: bool) -> str:
+    """A bare repository with one commit and core.pager, built on the host outside the workspace and
+    handed to the box as a base64 tar (the image has no git): the box is the one that writes it."""
+    src = tmp_path / "build" / "src"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True, env=env)
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=src, check=True, env=env)
+    out = tmp_path / "build" / "plant"
+    git_dir = out / ".common" if commondir else out
+    subprocess.run(["git", "clone", "-q", "--bare", str(src), str(git_dir)], check=True, env=env)
+    (git_dir / "config").write_text(PAGER_CONFIG.format(marker=marker))
+    if commondir:
+        (out / "HEAD").write_text("ref: refs/heads/main\n")
+        (out / "commondir").write_text(".common\n")
+    data = subprocess.run(["tar", "-C", str(out), "-cf", "-", "."], check=True, capture_output=True).stdout
+    return base64.b64encode(data).decode()
+
+
+def plant_bare(box, tmp_path: Path, where: str, marker: Path, commondir: bool = False) -> None:
+    blob = bare_repo_tar(tmp_path, marker, commondir)
+    script = f"mkdir -p {where} && echo '{blob}' | base64 -d | tar -xf - -C {where} --no-same-owner && echo planted"
+    out = box.call("shell", {"command": script}).output
+    assert out.strip().endswith("planted"), out
+
+
+def user_git_log_on_a_terminal(cwd: Path, ws: Path) -> None:
+    """The user's own `git log` after the session, as the workspace's owner (git ignores a repository
+    someone else owns, so running it as root would prove nothing), with a terminal on stdout (so git
+    starts a pager)."""
+    owner = ws.stat().st_uid
+    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "TERM": "dumb"}
+    main, sub = pty.openpty()
+    try:
+        subprocess.run(["git", "log", "-1"], cwd=cwd, stdin=subprocess.DEVNULL, stdout=sub, stderr=sub, env=env, timeout=30,
+                       user=owner, group=ws.stat().st_gid, extra_groups=[] if os.geteuid() == 0 else None)
+    finally:
+        os.close(sub)
+        os.close(main)
+
+
+@pytest.fixture
+def markers():
+    """Where a payload would leave its marker: a fresh directory the workspace's owner can write too."""
+    where = Path(tempfile.mkdtemp(prefix="oa-redteam-marker-"))
+    where.chmod(0o777)
+    yield where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.mark.parametrize("where", [".", "src"])
+def test_redteam_bare_repository_planted_by_the_box_is_defused(open_sandbox, tmp_path, markers, where):
+    """A bare repository (HEAD, objects/, refs/, config with core.pager) planted by `shell` is defused by the sweep: the user's later `git log` runs nothing."""
+    marker = markers / "MARKER-bare-pager"
+    ws = make_workspace(tmp_path / "ws", {"src/app.py": "print(1)\n"})
+    box = open_sandbox(ws)
+    plant_bare(box, tmp_path, where, marker)
+    box.close()
+    assert (ws / "src" / "app.py").read_text() == "print(1)\n"
+    user_git_log_on_a_terminal(ws / "src", ws)
+    assert not marker.exists(), "the user's git found the planted bare repository and ran its core.pager"
+    kinds = [m.kind for m in box.sweeper.reports[-1].moved]
+    assert "git_head" in kinds
+
+
+def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, tmp_path, markers):
+    """A directory with HEAD and a `commondir` file (git's linked-worktree layout) is a repository to git: the sweep defuses it too."""
+    marker = markers / "MARKER-commondir-pager"
+    ws = make_workspace(tmp_path / "ws", {"lib/x.py": "x = 1\n"})
+    box = open_sandbox(ws)
+    plant_bare(box, tmp_path, "lib", marker, commondir=True)
+    box.close()
+    user_git_log_on_a_terminal(ws / "lib", ws)
+    assert not marker.exists(), "the user's git found the planted commondir repository and ran its core.pager"
