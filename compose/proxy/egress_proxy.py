@@ -7,7 +7,9 @@ DNS rebinding cannot slip past), unless an admin-level CIDR allows them. Every r
 or denied, is one JSON line on stdout, every field of it bounded.
 
 What was checked is what is reached: a plain request's Host header must name the host and port
-of its URL, a CONNECT's Host header (if any) its target, and the TLS ClientHello sent through a
+of its URL (one request per connection: nothing the client sends after it is forwarded, and a
+request with two Content-Length headers is refused, so no second request rides along), a CONNECT's
+Host header (if any) its target, and the TLS ClientHello sent through a
 CONNECT tunnel must name the same server (SNI) or none; anything else is refused (domain fronting).
 A tunnel must carry TLS: its first bytes must be a ClientHello (a plain protocol inside a tunnel
 would carry its own, unchecked Host). What TLS then encrypts (the inner Host header, an ECH inner
@@ -198,11 +200,14 @@ def check_host_header(headers, host: str, port: int, default_port: int) -> None:
 def check_body(headers) -> int:
     """The request body's length, or Denied: no chunked bodies, nothing over the cap."""
     length = 0
+    lengths = [value for name, value in headers if name.lower() == "content-length"]
+    if len(lengths) > 1:  # the proxy would read one, the upstream maybe the other: a request hidden in a body
+        raise Denied(400, "more than one Content-Length header")
     for name, value in headers:
         if name.lower() == "transfer-encoding":
             raise Denied(411, "chunked request bodies are not proxied; send Content-Length")
         if name.lower() == "content-length":
-            if not value.isdigit():
+            if not re.fullmatch(r"[0-9]{1,19}", value):  # str.isdigit() also takes '²' and friends
                 raise Denied(400, "bad Content-Length")
             length = int(value)
     if length > MAX_REQUEST:
@@ -270,7 +275,10 @@ class Handler(socketserver.BaseRequestHandler):
             log(client=client, method=method, host=host, port=port, ip=ip, decision="allow", reason="on the allow-list")
             if method != "CONNECT":
                 self._forward_request(upstream, method, url, headers, host, port)
-            sent, received = self._relay(upstream)
+                # One checked request per connection: nothing more of the client's reaches this
+                # upstream (a pipelined second request would carry its own, unchecked Host).
+                self.leftover = b""
+            sent, received = self._relay(upstream, upload=method == "CONNECT")
         log(client=client, method=method, host=host, port=port, decision="done", bytes_up=sent, bytes_down=received)
 
     def _read_head(self):
@@ -347,14 +355,15 @@ class Handler(socketserver.BaseRequestHandler):
             upstream.sendall(chunk)
             remaining -= len(chunk)
 
-    def _relay(self, upstream) -> tuple[int, int]:
+    def _relay(self, upstream, upload: bool = True) -> tuple[int, int]:
+        """Both ways for a tunnel; for a plain request (upload=False) only the response comes back."""
         sent = received = 0
         client = self.request
         if self.leftover:
             upstream.sendall(self.leftover)
             sent += len(self.leftover)
             self.leftover = b""
-        sockets = [client, upstream]
+        sockets = [client, upstream] if upload else [upstream]
         while True:
             ready, _, _ = select.select(sockets, [], [], IDLE_TIMEOUT_S)
             if not ready:
