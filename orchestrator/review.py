@@ -8,7 +8,8 @@ with fixed bounds, and shows every name and line through `render.visible()`.
 
 `apply_changes()` is a sanitiser, not a copy. It carries regular files (modes normalised, never
 setuid, setgid or sticky), directories, deletions and symlinks that stay inside the workspace;
-it leaves out, and lists, everything else. It checks every change against the real workspace
+it leaves out, and lists, everything else, and a HEAD or commondir that would make a directory a
+bare repository the user's git obeys (integrity.git_shaped). It checks every change against the real workspace
 before it writes anything: a path the user changed since the copy was taken is a conflict, and
 one conflict means nothing is applied. Each file lands atomically (a recognisable temp file in
 the same directory, fsync, rename), so a kill -9 at any moment leaves every file old or new; the
@@ -44,6 +45,7 @@ _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 TEMP_PREFIX = ".oa-apply-"
 _TEMP_RE = re.compile(r"\.oa-apply-[0-9a-f]{16}\.tmp\Z")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")
+_REPO_MAKERS = ("head", "commondir")  # the entries without which git takes no directory for a repository
 
 
 class Change(BaseModel):
@@ -491,6 +493,9 @@ class _Applier:
         if after.kind == "special":
             self.leave(change.path, f"{special_name(change.fmt)} is never carried")
             return None
+        if after.kind != "dir" and change.path.rpartition("/")[2].casefold() in _REPO_MAKERS and self._makes_repository(change.path):
+            self.leave(change.path, "it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir): never carried")
+            return None
         if after.kind == "file":
             if change.nlink > 1:
                 self.leave(change.path, f"a hard link ({change.nlink} names) made in the box is never carried")
@@ -513,6 +518,23 @@ class _Applier:
             self.leave(change.path, "a symlink target that is not a plain path")
             return None
         return _Act(change.path, "symlink", change, entry, target=target)
+
+    def _makes_repository(self, rel: str) -> bool:
+        """Whether the directory of `rel` would be a git directory to the user's git (a bare
+        repository, found from it and from every directory below) once `rel` lands: judged on
+        the names in the copy's directory and the real one together."""
+        parts = rel.split("/")[:-1]
+        names: set[str] = set()
+        for root in (self.copy_fd, self.real_fd):
+            try:
+                fd = _open_dirs(root, parts)
+            except OSError:
+                continue
+            try:
+                names |= {n.casefold() for n in os.listdir(fd)}
+            finally:
+                os.close(fd)
+        return "head" in names and ("commondir" in names or {"objects", "refs"} <= names)
 
     # -- checking, against the real workspace
 

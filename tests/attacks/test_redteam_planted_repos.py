@@ -96,3 +96,26 @@ def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, t
     box.close()
     user_git_log_on_a_terminal(ws / "lib", ws)
     assert not marker.exists(), "the user's git found the planted commondir repository and ran its core.pager"
+
+
+def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sandbox, tmp_path, markers):
+    """Copy mode: a bare repository the box planted in the copy is not carried into the real workspace by apply (its HEAD is left out and listed)."""
+    from orchestrator.review import apply_changes
+    from orchestrator.workspace_copy import copy_workspace
+    from tests.conftest import chown_tree
+
+    marker = markers / "MARKER-apply-pager"
+    real = make_workspace(tmp_path / "real", {"src/app.py": "print(1)\n"})
+    manifest = copy_workspace(real, tmp_path / "state" / "copy", real.stat().st_uid, real.stat().st_gid)
+    copy = Path(manifest.copy_dir)
+    chown_tree(copy)
+    box = open_sandbox(copy)
+    plant_bare(box, tmp_path, "src", marker)
+    assert box.call("shell", {"command": "printf 'print(2)\\n' > src/app.py; echo ok"}).output.strip() == "ok"
+    report = apply_changes(manifest)  # while the box is still there, before any sweep of the copy
+    box.close()
+    assert report.conflicts == []
+    assert (real / "src" / "app.py").read_text() == "print(2)\n", "the ordinary edit is still carried"
+    user_git_log_on_a_terminal(real / "src", real)
+    assert not marker.exists(), "apply carried the planted bare repository and the user's git ran its core.pager"
+    assert "src/HEAD" in {lo.path for lo in report.left_out}
