@@ -15,18 +15,19 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .integrity import walk
+from .integrity import MAX_DEPTH, walk
 
 POLL_S = 0.1
 
 
-def disk_usage(root: Path, skip: set[tuple[int, int]] | None = None) -> int:
+def disk_usage(root: Path, skip: set[tuple[int, int]] | None = None, too_deep: list[str] | None = None) -> int:
     """Bytes allocated under root (st_blocks, each inode once), no symlink followed; directories
-    whose identity is in `skip` (the read-only .git mounts) are not entered."""
+    whose identity is in `skip` (the read-only .git mounts) are not entered. The walk enters
+    MAX_DEPTH levels; directories below are named in `too_deep` (their bytes are not counted)."""
     skip = skip or set()
     seen: set[tuple[int, int]] = set()
     total = 0
-    for found in walk(root, enter=lambda f: (f.st.st_dev, f.st.st_ino) not in skip):
+    for found in walk(root, enter=lambda f: (f.st.st_dev, f.st.st_ino) not in skip, too_deep=too_deep):
         key = (found.st.st_dev, found.st.st_ino)
         if key not in seen:
             seen.add(key)
@@ -48,6 +49,7 @@ class WriteQuota:
         self.on_exceeded = on_exceeded
         self.start_usage = start_usage  # measured by the same rule as disk_usage (the baseline's walk)
         self.growth = 0
+        self.unmeasured = False  # the box grew the disk with a tree deeper than the walk enters
         self.exceeded = threading.Event()
         self._trigger = _fs_used(workspace) + limit
         self._stop = threading.Event()
@@ -69,8 +71,13 @@ class WriteQuota:
         """Measure now; True when the quota is passed (then also kill, once)."""
         if self.exceeded.is_set():
             return True
-        self.growth = disk_usage(self.workspace, self.skip) - self.start_usage
-        if self.growth > self.limit:
+        too_deep: list[str] = []
+        self.growth = disk_usage(self.workspace, self.skip, too_deep) - self.start_usage
+        # Called only when the file system grew past the headroom: if the walk cannot see all of the
+        # workspace, what it cannot see may be that growth (files written below MAX_DEPTH levels
+        # were not counted at all), so an unmeasurable workspace is over quota.
+        self.unmeasured = bool(too_deep)
+        if self.growth > self.limit or self.unmeasured:
             self.exceeded.set()
             if self.on_exceeded:
                 self.on_exceeded()
@@ -92,5 +99,8 @@ class WriteQuota:
             self.poll()
 
     def message(self) -> str:
+        if self.unmeasured and self.growth <= self.limit:
+            return (f"the file system grew past the workspace's write quota of {self.limit / 2**20:.0f} MiB and the workspace holds directories "
+                    f"deeper than {MAX_DEPTH} levels, which cannot be measured; every process in the sandbox was killed and the session stops")
         return (f"the session grew the workspace by {self.growth / 2**20:.0f} MiB, past its write quota of "
                 f"{self.limit / 2**20:.0f} MiB; every process in the sandbox was killed and the session stops")
