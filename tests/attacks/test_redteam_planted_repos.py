@@ -119,3 +119,18 @@ def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sa
     user_git_log_on_a_terminal(real / "src", real)
     assert not marker.exists(), "apply carried the planted bare repository and the user's git ran its core.pager"
     assert "src/HEAD" in {lo.path for lo in report.left_out}
+
+
+@pytest.mark.xfail(strict=True, reason="open hole outside the red team's area: orchestrator/sandbox/docker.py mounts only the first "
+                   "MAX_GIT_MOUNTS (64) .git entries read-only; the 65th on is writable and the sweep keeps it (same inode)")
+def test_redteam_every_existing_nested_repository_is_read_only_in_the_box(open_sandbox, tmp_path):
+    """A workspace with more nested repositories than the mount cap (64): the box can write the config of none of them."""
+    files = {f"vendor/r{i:03d}/.git/config": "[core]\n" for i in range(70)}
+    files.update({f"vendor/r{i:03d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(70)})
+    ws = make_workspace(tmp_path / "ws", files)
+    box = open_sandbox(ws)
+    out = box.call("shell", {"command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"}).output
+    box.close()
+    assert "wrote" not in out, out
+    changed = [p for p in files if p.endswith("config") and (ws / p).read_text() != "[core]\n"]
+    assert changed == [], f"the box rewrote {changed}"
