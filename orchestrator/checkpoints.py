@@ -11,7 +11,8 @@ Everything in the workspace was written by the box, so the store is never steere
 - symlinks are stored as links (their target is only data); FIFOs, sockets and devices, files
   over the size cap, files past the session's blob budget and names libgit2 cannot hold are
   listed as skipped, never silently left out; every `.git` entry (any case) is neither recorded
-  nor touched by restore.
+  nor touched by restore, and restore never brings back the HEAD or commondir of a directory that
+  would then be a bare repository the user's git obeys (the sweep defused it at session end).
 
 Speed: a plain lstat of every file of a 10k-file workspace costs 50-60 ms on our machine, over the
 50 ms a checkpoint may take. So after the first full walk the store keeps inotify watches on
@@ -640,6 +641,14 @@ class _Restorer:
     def sync_dir(self, fd: int, rel: str, tree: pygit2.Tree, depth: int) -> None:
         wanted = {e.name: e for e in tree if _plain_name(e.name)}
         present = {n: os.lstat(n, dir_fd=fd) for n in os.listdir(fd)}
+        staying = {n for n in present if is_git_name(n) or _join(rel, n) in self.keep}
+        if _repository_shape({*wanted, *staying}):
+            # The directory would come back as a bare repository (HEAD with objects/ and refs/, or
+            # a commondir) that the user's git obeys: a box planted it during the session, and the
+            # sweep defused it by moving HEAD out. Its HEAD and commondir are not restored.
+            for name in [n for n in wanted if n.casefold() in ("head", "commondir")]:
+                del wanted[name]
+                self.report.skipped.append(Skipped(path=_join(rel, name), reason="it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir)"))
         for name, st in present.items():
             if name in wanted or is_git_name(name) or _join(rel, name) in self.keep:
                 continue
@@ -753,6 +762,12 @@ class _Restorer:
             os.rmdir(name, dir_fd=fd)
             self.report.removed.append(rel + "/")
         return complete
+
+
+def _repository_shape(names: Iterable[str]) -> bool:
+    """Names that make git take a directory for a repository (integrity.git_shaped, by names)."""
+    folded = {n.casefold() for n in names}
+    return "head" in folded and ("commondir" in folded or {"objects", "refs"} <= folded)
 
 
 def _join(rel: str, name: str) -> str:

@@ -51,32 +51,37 @@ def plant_bare(box, tmp_path: Path, where: str, marker: Path, commondir: bool = 
 def user_git_log_on_a_terminal(cwd: Path, ws: Path) -> None:
     """The user's own `git log` after the session, as the workspace's owner (git ignores a repository
     someone else owns, so running it as root would prove nothing), with a terminal on stdout (so git
-    starts a pager)."""
+    starts a pager). Its stderr is read to make sure it could reach the directory at all."""
     owner = ws.stat().st_uid
     env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "TERM": "dumb"}
     main, sub = pty.openpty()
     try:
-        subprocess.run(["git", "log", "-1"], cwd=cwd, stdin=subprocess.DEVNULL, stdout=sub, stderr=sub, env=env, timeout=30,
-                       user=owner, group=ws.stat().st_gid, extra_groups=[] if os.geteuid() == 0 else None)
+        done = subprocess.run(["git", "log", "-1"], cwd=cwd, stdin=subprocess.DEVNULL, stdout=sub, stderr=subprocess.PIPE, env=env, timeout=30,
+                              user=owner, group=ws.stat().st_gid, extra_groups=[] if os.geteuid() == 0 else None, text=True)
     finally:
         os.close(sub)
         os.close(main)
+    assert "Permission denied" not in done.stderr and "dubious ownership" not in done.stderr, done.stderr
 
 
 @pytest.fixture
-def markers():
-    """Where a payload would leave its marker: a fresh directory the workspace's owner can write too."""
-    where = Path(tempfile.mkdtemp(prefix="oa-redteam-marker-"))
-    where.chmod(0o777)
+def home():
+    """Where these workspaces live: a fresh directory the workspace's owner can reach (pytest's own
+    tmp directories are root's, mode 0700, so the user's git could not even look), with `markers`
+    inside, where a payload would leave its marker."""
+    where = Path(tempfile.mkdtemp(prefix="oa-redteam-"))
+    where.chmod(0o755)
+    (where / "markers").mkdir(mode=0o777)
+    (where / "markers").chmod(0o777)
     yield where
     shutil.rmtree(where, ignore_errors=True)
 
 
 @pytest.mark.parametrize("where", [".", "src"])
-def test_redteam_bare_repository_planted_by_the_box_is_defused(open_sandbox, tmp_path, markers, where):
+def test_redteam_bare_repository_planted_by_the_box_is_defused(open_sandbox, tmp_path, home, where):
     """A bare repository (HEAD, objects/, refs/, config with core.pager) planted by `shell` is defused by the sweep: the user's later `git log` runs nothing."""
-    marker = markers / "MARKER-bare-pager"
-    ws = make_workspace(tmp_path / "ws", {"src/app.py": "print(1)\n"})
+    marker = home / "markers" / "MARKER-bare-pager"
+    ws = make_workspace(home / "ws", {"src/app.py": "print(1)\n"})
     box = open_sandbox(ws)
     plant_bare(box, tmp_path, where, marker)
     box.close()
@@ -87,10 +92,10 @@ def test_redteam_bare_repository_planted_by_the_box_is_defused(open_sandbox, tmp
     assert "git_head" in kinds
 
 
-def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, tmp_path, markers):
+def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, tmp_path, home):
     """A directory with HEAD and a `commondir` file (git's linked-worktree layout) is a repository to git: the sweep defuses it too."""
-    marker = markers / "MARKER-commondir-pager"
-    ws = make_workspace(tmp_path / "ws", {"lib/x.py": "x = 1\n"})
+    marker = home / "markers" / "MARKER-commondir-pager"
+    ws = make_workspace(home / "ws", {"lib/x.py": "x = 1\n"})
     box = open_sandbox(ws)
     plant_bare(box, tmp_path, "lib", marker, commondir=True)
     box.close()
@@ -98,14 +103,14 @@ def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, t
     assert not marker.exists(), "the user's git found the planted commondir repository and ran its core.pager"
 
 
-def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sandbox, tmp_path, markers):
+def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sandbox, tmp_path, home):
     """Copy mode: a bare repository the box planted in the copy is not carried into the real workspace by apply (its HEAD is left out and listed)."""
     from orchestrator.review import apply_changes
     from orchestrator.workspace_copy import copy_workspace
     from tests.conftest import chown_tree
 
-    marker = markers / "MARKER-apply-pager"
-    real = make_workspace(tmp_path / "real", {"src/app.py": "print(1)\n"})
+    marker = home / "markers" / "MARKER-apply-pager"
+    real = make_workspace(home / "real", {"src/app.py": "print(1)\n"})
     manifest = copy_workspace(real, tmp_path / "state" / "copy", real.stat().st_uid, real.stat().st_gid)
     copy = Path(manifest.copy_dir)
     chown_tree(copy)
@@ -127,10 +132,31 @@ def test_redteam_every_existing_nested_repository_is_read_only_in_the_box(open_s
     """A workspace with more nested repositories than the mount cap (64): the box can write the config of none of them."""
     files = {f"vendor/r{i:03d}/.git/config": "[core]\n" for i in range(70)}
     files.update({f"vendor/r{i:03d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(70)})
-    ws = make_workspace(tmp_path / "ws", files)
+    ws = make_workspace(home / "ws", files)
     box = open_sandbox(ws)
     out = box.call("shell", {"command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"}).output
     box.close()
     assert "wrote" not in out, out
     changed = [p for p in files if p.endswith("config") and (ws / p).read_text() != "[core]\n"]
     assert changed == [], f"the box rewrote {changed}"
+
+
+def test_redteam_rollback_never_brings_back_a_planted_bare_repository(open_sandbox, tmp_path, home):
+    """A bare repository the box planted in a checkpointed turn stays defused after `rollback` to that turn."""
+    from orchestrator.checkpoints import CheckpointStore
+
+    marker = home / "markers" / "MARKER-rollback-pager"
+    ws = make_workspace(home / "ws", {"src/app.py": "print(1)\n"})
+    store = CheckpointStore(tmp_path / "store", ws)
+    store.record(0)
+    box = open_sandbox(ws)
+    plant_bare(box, tmp_path, "src", marker)
+    assert store.record(1) is not None
+    box.close()  # the sweep moves src/HEAD out
+    assert not (ws / "src" / "HEAD").exists()
+    report = store.restore(1)
+    store.close()
+    assert (ws / "src" / "app.py").read_text() == "print(1)\n"
+    user_git_log_on_a_terminal(ws / "src", ws)
+    assert not marker.exists(), "rollback restored the planted HEAD and the user's git ran its core.pager"
+    assert "src/HEAD" in {s.path for s in report.skipped}
