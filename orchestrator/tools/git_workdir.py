@@ -97,26 +97,58 @@ def _has_git_entry(names: list[str]) -> bool:
     return any(n.casefold() == GIT_DIR for n in names)
 
 
-def _ignore_file_ok(dir_fd: int) -> bool:
+def _read_ignore_file(dir_fd: int) -> bytes | None:
+    """The .gitignore in dir_fd (b"" when there is none), read through an O_NOFOLLOW|O_NONBLOCK fd
+    that must be a regular file of at most IGNORE_FILE_CAP bytes; None when it is anything else.
+    Read once, here: what libgit2 matches against is this copy, never the workspace file, which
+    the box can swap for a link (to a FIFO: libgit2 would block in open() holding the GIL, and the
+    whole host process with it) between this check and libgit2's own open."""
     try:
-        st = os.stat(".gitignore", dir_fd=dir_fd, follow_symlinks=False)
+        fd = os.open(".gitignore", _FILE_FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        return True
-    return stat.S_ISREG(st.st_mode) and st.st_size <= IGNORE_FILE_CAP
+        return b""
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > IGNORE_FILE_CAP:
+            return None
+        data = os.read(fd, IGNORE_FILE_CAP + 1)
+        return data if len(data) <= IGNORE_FILE_CAP else None
+    finally:
+        os.close(fd)
 
 
 class Tree:
     """The working tree under one root, reached only through directory fds opened with O_NOFOLLOW."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, shadow: str | None = None) -> None:
+        """`shadow`: a private directory where each .gitignore the walk accepts is copied (at the
+        same relative path) for libgit2 to read instead of the workspace's."""
         self.root = root
+        self.shadow = shadow
+
+    def _ignore_file_ok(self, dir_fd: int, rel_dir: str) -> bool:
+        data = _read_ignore_file(dir_fd)
+        if data is None:
+            return False
+        if self.shadow is not None:
+            where = os.path.join(self.shadow, rel_dir.strip("/"))
+            os.makedirs(where, mode=0o700, exist_ok=True)
+            target = os.path.join(where, ".gitignore")
+            if data:
+                with open(target, "wb") as fh:
+                    fh.write(data)
+            elif os.path.lexists(target):
+                os.unlink(target)
+        return True
 
     def _open_dir(self, rel: str, nested_check: bool = False) -> tuple[int, bool]:
         """An fd for directory `rel`; also whether every .gitignore on the way is safe to hand to libgit2.
         With nested_check, a directory on the way that holds a .git entry is refused (a pathspec
         may not reach into a nested repository)."""
         fd = os.open(self.root, _DIR_FLAGS)
-        ignore_ok = _ignore_file_ok(fd)
+        ignore_ok = self._ignore_file_ok(fd, "")
         parts = [p for p in rel.split("/") if p not in ("", ".")]
         try:
             for i, part in enumerate(parts):
@@ -131,7 +163,7 @@ class Tree:
                 fd = child
                 if nested_check and _has_git_entry(os.listdir(fd)):
                     raise PathProblem("path_invalid", f"{here!r} holds a .git entry: a nested repository, never opened")
-                ignore_ok = ignore_ok and _ignore_file_ok(fd)
+                ignore_ok = ignore_ok and self._ignore_file_ok(fd, here)
             return fd, ignore_ok
         except BaseException:
             os.close(fd)
@@ -201,7 +233,7 @@ class Tree:
             if stat.S_ISDIR(st.st_mode):
                 child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 try:
-                    self._walk_dir(child, start + "/", skip, walk, ok and _ignore_file_ok(child), top=False)
+                    self._walk_dir(child, start + "/", skip, walk, ok and self._ignore_file_ok(child, start), top=False)
                 finally:
                     os.close(child)
             else:
@@ -214,7 +246,7 @@ class Tree:
         if not top and _has_git_entry(names):
             walk.opaque.append(prefix)
             return
-        if not _ignore_file_ok(fd):
+        if not self._ignore_file_ok(fd, prefix):
             walk.notes.append(f"{quote(prefix + '.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: ignore rules below it are not applied")
         for name in names:
             rel = prefix + name
@@ -223,7 +255,10 @@ class Tree:
             if len(walk.files) >= MAX_ENTRIES:
                 walk.truncated = True
                 return
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone since the listing: the box still writes the tree
             if stat.S_ISDIR(st.st_mode):
                 if skip(rel, True, ignore_ok):
                     continue
@@ -233,7 +268,7 @@ class Tree:
                     walk.notes.append(f"{quote(rel)}/ could not be opened")
                     continue
                 try:
-                    self._walk_dir(child, rel + "/", skip, walk, ignore_ok and _ignore_file_ok(child), top=False)
+                    self._walk_dir(child, rel + "/", skip, walk, ignore_ok and self._ignore_file_ok(child, rel), top=False)
                 finally:
                     os.close(child)
             elif not skip(rel, False, ignore_ok):

@@ -7,6 +7,8 @@ and submodules, so: exactly WORKSPACE/.git is opened, once, at session start, an
 directory whose work tree is exactly the workspace; libgit2 never walks the working tree itself (our
 own walk in git_workdir does, without following links, opening FIFOs or descending into a directory
 that holds a `.git` entry); submodules and nested repositories are opaque entries, never opened.
+Ignore rules come from copies of the .gitignore files our walk read (a private shadow work tree for
+a second repository handle): libgit2 never opens a workspace .gitignore, which the box could swap.
 Pathspecs are plain workspace paths. Every output is built in a Bounded buffer.
 
 status, diff and log are read-only (automatic); commit asks once. There is no push: a remote URL and
@@ -15,7 +17,9 @@ credentials would have to come from somewhere the box can not write, and nothing
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +125,8 @@ class HostRepo:
         self.identity = identity
         self.tree = Tree(workspace)
         self._hash_cache: dict[str, tuple[tuple[int, ...], str]] = {}
+        self._shadow: str | None = None
+        self._ignore_repo: pygit2.Repository | None = None
         self._hex_len = 40
 
     @classmethod
@@ -170,6 +176,7 @@ class HostRepo:
             specs = [check_pathspec(p) for p in args.paths] or ["."]
             deadline = time.monotonic() + COMMAND_BUDGET_S
             try:
+                self._open_shadow()
                 if args.subcommand == "log":
                     self._log(specs, out)
                 elif args.subcommand == "commit":
@@ -179,6 +186,8 @@ class HostRepo:
                     (self._status if args.subcommand == "status" else self._diff)(state, out, deadline)
             except Full:
                 pass
+            finally:
+                self._close_shadow()
         except PathProblem as err:
             return ToolResult.failure(OpenAgentsError(_error_type(err.kind), str(err)))
         except OpenAgentsError as err:
@@ -189,6 +198,27 @@ class HostRepo:
             notes.append(f"output cut at {GIT_OUTPUT_CAP // 1024} KiB; pass paths to see the rest")
         shown = notes[:20] + ([f"... and {len(notes) - 20} more notes"] if len(notes) > 20 else [])
         return ToolResult(ok=True, output=out.text() or "(no output)", note="\n".join(shown), meta={"cut": out.cut}, executor=Executor.OPENAGENTS)
+
+    def _open_shadow(self) -> None:
+        """A private directory for this command's .gitignore copies, and a repository handle whose
+        work tree it is (the real handle keeps the workspace as its work tree)."""
+        self._shadow = tempfile.mkdtemp(prefix="oa-git-ignore-")
+        previous = pygit2.settings.owner_validation
+        pygit2.settings.owner_validation = False
+        try:
+            repo = pygit2.Repository(self.repo.path, RepositoryOpenFlag.NO_SEARCH)
+            repo.workdir = self._shadow
+            self._ignore_repo = repo
+        except (pygit2.GitError, OSError):
+            self._ignore_repo = None
+        finally:
+            pygit2.settings.owner_validation = previous
+
+    def _close_shadow(self) -> None:
+        self._ignore_repo = None
+        if self._shadow is not None:
+            shutil.rmtree(self._shadow, ignore_errors=True)
+            self._shadow = None
 
     def _check_unchanged(self) -> None:
         try:
@@ -239,8 +269,9 @@ class HostRepo:
             return ignore_ok and self._ignored(rel, is_dir)
 
         walk = Walk()
+        tree = Tree(self.workspace, shadow=self._shadow)
         for spec in specs:
-            self.tree.walk(spec, skip, walk)
+            tree.walk(spec, skip, walk)
         notes.extend(walk.notes)
         opaque = sorted(set(walk.opaque) | {g + "/" for g in gitlinks})
         for path in walk.opaque:
@@ -250,8 +281,12 @@ class HostRepo:
         return _State(head, index, walk, opaque, specs)
 
     def _ignored(self, rel: str, is_dir: bool) -> bool:
+        """Asked of a second handle on the same repository whose work tree is this command's
+        shadow: libgit2 reads only the .gitignore copies the walk took (git_workdir.Tree)."""
+        if self._ignore_repo is None:
+            return False
         try:
-            return bool(self.repo.path_is_ignored(rel + "/" if is_dir else rel))
+            return bool(self._ignore_repo.path_is_ignored(rel + "/" if is_dir else rel))
         except pygit2.GitError:
             return False
 
