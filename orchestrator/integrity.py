@@ -335,13 +335,39 @@ def _remove_tree(dir_fd: int, name: str) -> None:
 
 
 def _make_inert(path: Path) -> None:
-    """Quarantined copies are the user's to inspect, never to run: no exec, no setuid bits."""
-    for p in [path, *([Path(d) / n for d, ds, fs in os.walk(path) for n in ds + fs] if path.is_dir() and not path.is_symlink() else [])]:
-        try:
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                os.chmod(p, 0o600)
-            elif stat.S_ISDIR(st.st_mode):
-                os.chmod(p, 0o700)
-        except OSError:
-            pass
+    """Quarantined copies are the user's to inspect, never to run: no exec, no setuid bits. Every
+    entry is reached through O_NOFOLLOW fds (a box still running on a shared workspace may hold a
+    directory of it open and swap links in), and a file with other names (a hard link the box made
+    to a workspace file) keeps its mode: chmod would change the user's file as well."""
+    _inert(os.path.dirname(path), os.path.basename(path))
+    if os.path.isdir(path) and not os.path.islink(path):
+        for found in walk(path, enter=lambda f: True):
+            _inert_at(found.dir_fd, found.name)
+
+
+def _inert(parent: str, name: str) -> None:
+    try:
+        fd = os.open(parent, _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        _inert_at(fd, name)
+    finally:
+        os.close(fd)
+
+
+def _inert_at(dir_fd: int, name: str) -> None:
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            os.chmod(f"/proc/self/fd/{fd}", 0o600)
+        elif stat.S_ISDIR(st.st_mode):
+            os.chmod(f"/proc/self/fd/{fd}", 0o700)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

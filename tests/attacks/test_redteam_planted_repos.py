@@ -160,3 +160,15 @@ def test_redteam_rollback_never_brings_back_a_planted_bare_repository(open_sandb
     user_git_log_on_a_terminal(ws / "src", ws)
     assert not marker.exists(), "rollback restored the planted HEAD and the user's git ran its core.pager"
     assert "src/HEAD" in {s.path for s in report.skipped}
+
+
+def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_files_alone(open_sandbox, tmp_path):
+    """A planted .git holding a hard link to the user's script: moving it out of the workspace does not change the script's mode."""
+    ws = make_workspace(tmp_path / "ws", {"run.sh": "#!/bin/sh\necho hi\n"})
+    (ws / "run.sh").chmod(0o755)
+    box = open_sandbox(ws)
+    out = box.call("shell", {"command": "mkdir -p sub/.git/hooks && ln run.sh sub/.git/hooks/post-checkout && echo linked"}).output
+    assert out.strip().endswith("linked"), out
+    box.close()
+    assert [m.kind for m in box.sweeper.reports[-1].moved] == ["git_dir"]
+    assert (ws / "run.sh").stat().st_mode & 0o777 == 0o755, "the sweep's chmod reached the user's file through the box's hard link"
