@@ -395,7 +395,7 @@ def test_a_real_box_plants_everything_and_apply_carries_only_the_edit(open_sandb
     real = build(tmp_path / "real", {"app.py": "print('bug')\n", "README": "readme\n", ".git/HEAD": "ref: refs/heads/main\n"})
     manifest, copy = take_copy(real, tmp_path)
     chown_tree(copy, 1000)
-    box = open_sandbox(copy, user="1000:1000")
+    box = open_sandbox(copy, user="1000:1000", runtime="runc")  # runc: under gVisor the box's FIFO and socket never reach the host
     script = " ; ".join([
         "id -u > uid.txt",
         "printf \"print('fixed')\\n\" > app.py",
