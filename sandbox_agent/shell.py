@@ -117,8 +117,19 @@ class _Waiter(threading.Thread):
             os.write(self._notify_fd, b"x")
 
 
-_waiter: _Waiter | None = None
-_pidfd_works = hasattr(os, "pidfd_open")
+def _pidfd_available() -> bool:
+    """pidfd_open works here (Linux >= 5.3; not in gVisor, which answers ENOSYS)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+# Decided once, when the agent starts: the waiter thread, if needed, exists before any command
+# runs, so a command that exhausts the box's processes or memory cannot stop it being made.
+_pidfd_works = _pidfd_available()
+_waiter: _Waiter | None = None if _pidfd_works else _Waiter()
 
 
 def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
@@ -128,7 +139,7 @@ def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
         try:
             return os.pidfd_open(proc.pid), True
         except OSError:
-            _pidfd_works = False  # ENOSYS under gVisor; never asked again
+            _pidfd_works = False
     if _waiter is None:
         _waiter = _Waiter()
     _waiter.watch(proc.pid)
