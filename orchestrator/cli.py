@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from .config import LABEL, SandboxConfig
+from .config import SandboxConfig
 from .errors import ErrorType, OpenAgentsError
 from .painter import Line
 from .protocol import ToolResult
@@ -187,8 +187,8 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
 def exec_(workspace, config, mode, tool, json_args) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
     change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
-    from .sandbox.docker import DockerSandbox
     from .render import visible
+    from .sandbox.backend import backend_from_config
     from .sessions import WorkspaceMode, prepare
     from .tools.args import validate_arguments
 
@@ -201,8 +201,12 @@ def exec_(workspace, config, mode, tool, json_args) -> None:
         try:
             record, git_dir = prepare(Path(workspace).resolve(), mode, config.user, kind="exec")
             box_config = config.model_copy(update={"user": record.user})
-            with DockerSandbox(record.box_workspace, box_config, state_dir=record.dir, git_dir=git_dir) as sandbox:
+            sandbox = backend_from_config(box_config).sandbox(record.box_workspace, box_config, state_dir=record.dir, git_dir=git_dir)
+            sandbox.start()
+            try:
                 result = sandbox.call(tool, args)
+            finally:
+                sandbox.close()
         except OpenAgentsError as err:
             raise _setup_error(err) from None
         record.status = "finished" if result.ok else "stopped"
@@ -449,38 +453,25 @@ def doctor(workspace, attack, config, mode) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from sandbox_agent import limits
 
-    from .sandbox.docker import container_settings, docker_client
-    from .sandbox.image import image_status
+    from .sandbox.backend import backend_from_config
     from .sessions import resolve_mode
-    from .sandbox.seccomp import DESCRIPTION as SECCOMP
 
-    ok = True
+    backend = backend_from_config(config)
     try:
-        client = docker_client(timeout=10)
-        version = client.version()
-        click.echo(f"[ok]   Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")
-    except OpenAgentsError as err:
-        click.echo(f"[fail] {err.message}")
-        raise click.exceptions.Exit(EXIT_SETUP) from None
-    status = image_status(client, config.image)
-    ok &= status == "current"
-    click.echo(f"[{'ok' if status == 'current' else 'fail'}]{' ' * (3 if status == 'current' else 1)}image {config.image}: {status}"
-               + ("" if status == "current" else "  (run `oa-sandbox image build`)"))
-    from .sandbox.runtimes import available_runtimes, choose_runtime
-
-    try:
-        choice = choose_runtime(config.runtime, config.egress is not None, client)
+        diagnosis = backend.diagnose(config)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
-    click.echo(f"[{'ok' if choice.gvisor else 'info'}]{'   ' if choice.gvisor else ' '}runtime {choice.name}: {choice.why}")
-    click.echo(f"[info] runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}")
-    config = config.model_copy(update={"runtime": choice.name})
+    for status, text in diagnosis.checks:
+        click.echo(f"[{status}]{' ' * (5 - len(status))}{text}")
+    if not diagnosis.reachable:
+        raise click.exceptions.Exit(EXIT_SETUP)
+    ok = all(status != "fail" for status, _ in diagnosis.checks)
+    config = diagnosis.config
     ws = Path(workspace).resolve()
     try:
         mode, user = resolve_mode(ws, mode, config.user)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
-    settings = container_settings(config, ws, user)
     git = "every .git present at the start read-only" if (ws / ".git").exists() else "an empty read-only placeholder at /workspace/.git"
     where = "a private copy of " if mode.value == "copy" else ""
     click.echo("\nSecurity settings of a sandbox:")
@@ -490,26 +481,17 @@ def doctor(workspace, attack, config, mode) -> None:
         ("write quota", f"{config.write_quota >> 20} MiB of growth per session; integrity sweep at the end and on every replacement"),
         ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"),
         ("user", user + ("  (root-owned workspace: the copy belongs to this unprivileged user)" if mode.value == "copy" and ws.stat().st_uid == 0 else "")),
-        ("root filesystem", "read-only" if settings["read_only"] else "writable"),
-        ("/tmp", settings["tmpfs"]["/tmp"]),
-        ("capabilities", "drop " + ",".join(settings["cap_drop"])),
-        ("security options", ", ".join(f"seccomp: {SECCOMP}" if o.startswith("seccomp=") else o for o in settings["security_opt"])),
-        ("pids limit", str(settings["pids_limit"])),
-        ("memory limit", f"{settings['mem_limit']} (swap included)"),
-        ("cpus", str(settings["nano_cpus"] / 1e9)),
-        ("file size limit", f"{config.max_file_size} bytes"),
-        ("environment", ", ".join(sorted(settings["environment"]))),
-        ("runtime", f"{choice.name} ({'gVisor: a second kernel between the box and the host' if choice.gvisor else 'the host kernel'})"),
+        *backend.settings_for(diagnosis, ws, user),
         ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),
     ]
     for name, value in rows:
         click.echo(f"  {name:<18} {value}")
-    if attack and status != "missing":
+    if attack and diagnosis.can_start:
         from .selfcheck import run_checks
 
         click.echo("\nAttack checks (each a real attempt in a real sandbox):")
         try:
-            results = run_checks(config, client)
+            results = run_checks(config, backend)
         except OpenAgentsError as err:
             raise _setup_error(err) from None
         for name, passed, detail in results:
@@ -660,44 +642,13 @@ def rollback(session_id: str, turn: int) -> None:
 @click.option("--all", "all_", is_flag=True, help="Also remove sandboxes whose host process is still alive.")
 def gc(all_: bool) -> None:
     """Remove leftover sandbox containers."""
-    import docker.errors
-
-    from .sandbox.docker import docker_client
+    from .sandbox.backend import backend_from_config
 
     try:
-        client = docker_client(timeout=30)
+        removed = backend_from_config(SandboxConfig()).gc(all_)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
-    removed = 0
-    for network in client.networks.list(filters={"label": f"{LABEL}=egress"}):
-        network.reload()
-        if all_ or not network.attrs.get("Containers"):
-            try:
-                for cid in list(network.attrs.get("Containers") or {}):
-                    client.containers.get(cid).remove(force=True)
-                network.remove()
-            except docker.errors.APIError:
-                pass
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        host_pid = container.labels.get(f"{LABEL}.host-pid", "")
-        if not all_ and host_pid.isdigit() and _alive(int(host_pid)) and container.status == "running":
-            continue
-        try:
-            container.remove(force=True)
-            removed += 1
-        except docker.errors.APIError:
-            pass
     click.echo(f"removed {removed} sandbox container{'s' if removed != 1 else ''}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 if __name__ == "__main__":

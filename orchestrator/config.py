@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # OA_SANDBOX_IMAGE: another tag for the sandbox image, so that two checkouts with different agents
 # (a branch under test beside main) do not rebuild one shared tag under each other.
 DEFAULT_IMAGE = os.environ.get("OA_SANDBOX_IMAGE") or "openagents-sandbox:latest"
-EGRESS_PROXY_IMAGE = "openagents-egress-proxy:latest"
+# OA_EGRESS_PROXY_IMAGE: the same for the proxy's image, which carries the agent's hash too (image.py):
+# without it a branch's changed agent makes the shared proxy tag stale for everyone.
+EGRESS_PROXY_IMAGE = os.environ.get("OA_EGRESS_PROXY_IMAGE") or "openagents-egress-proxy:latest"
 EGRESS_PROXY_ALIAS = "egress-proxy"
 EGRESS_PROXY_PORT = 3128
 LABEL = "dev.openagents.sandbox"
@@ -52,17 +55,18 @@ class EgressConfig(BaseModel):
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
 
 
-class SandboxConfig(BaseModel):
+class SandboxLimits(BaseModel):
+    """What every backend enforces, whatever runs the box: sizes, deadlines, user, environment, egress."""
+
     model_config = ConfigDict(extra="forbid")
 
-    image: str = DEFAULT_IMAGE
+    backend: Literal["docker"] = Field(default="docker", description="Which deployment starts the box (sandbox/backend.py).")
     memory: str = Field(default="1g", description="Memory limit, swap included (docker's mem_limit syntax).")
     pids: int = Field(default=256, ge=16, le=65536)
     cpus: float = Field(default=1.0, gt=0, le=64)
     tmp_size: str = Field(default="256m", description="Size of the tmpfs at /tmp.")
     max_file_size: int = Field(default=1 << 30, ge=1 << 20, description="RLIMIT_FSIZE for everything in the box.")
     env: dict[str, str] = Field(default_factory=dict, description="Explicit, user-approved extra variables.")
-    runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
     user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
     egress: EgressConfig | None = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
     write_quota: int = Field(default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota).")
@@ -80,3 +84,18 @@ class SandboxConfig(BaseModel):
     def environment(self) -> dict[str, str]:
         return {**BASE_ENV, **self.env}
 
+
+class DockerOptions(BaseModel):
+    """What only the Docker deployment reads: the image tag and the OCI runtime."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str = DEFAULT_IMAGE
+    runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
+
+
+class SandboxConfig(SandboxLimits, DockerOptions):
+    """One flat model for the CLI and the tests (--image, --memory, --runtime ... as before); the
+    supervised sandbox reads it as SandboxLimits, the Docker deployment as DockerOptions."""
+
+    model_config = ConfigDict(extra="forbid")

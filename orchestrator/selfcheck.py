@@ -1,5 +1,5 @@
-"""`oa-sandbox doctor --attack`: a quick subset of the attack battery against the user's own Docker
-set-up, so an enterprise can check its installation, not just read our claims."""
+"""`oa-sandbox doctor --attack`: a quick subset of the attack battery against the user's own
+set-up (whichever backend), so an enterprise can check its installation, not just read our claims."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable
 
 from .config import SandboxConfig
-from .sandbox.docker import DockerSandbox
+from .sandbox.backend import Backend, backend_from_config
+from .sandbox.base import Sandbox
 
 CANARY_VAR = "OA_DOCTOR_CANARY_TOKEN"
 CANARY_VALUE = "oa-doctor-canary-5b1e9d"
@@ -20,10 +21,10 @@ CANARY_VALUE = "oa-doctor-canary-5b1e9d"
 @dataclass
 class Check:
     name: str
-    run: Callable[[DockerSandbox, Path], tuple[bool, str]]
+    run: Callable[[Sandbox, Path], tuple[bool, str]]
 
 
-def _shell(box: DockerSandbox, command: str, timeout: int = 20):
+def _shell(box: Sandbox, command: str, timeout: int = 20):
     return box.call("shell", {"command": command, "timeout": timeout})
 
 
@@ -95,7 +96,7 @@ def _syscalls_refused(box, ws):
             "c.syscall(437, -100, b'x', 0, 0); r.append(ctypes.get_errno()); print(r)")
     out = _shell(box, f"python3 -c \"{code}\"").output.strip()
     # Under gVisor (runsc --oci-seccomp) every refusal is EPERM, openat2's ENOSYS too (gvisor#14688).
-    wanted = "[1, 1, 1, 1, 1]" if box.runtime is not None and box.runtime.gvisor else "[1, 1, 1, 1, 38]"
+    wanted = "[1, 1, 1, 1, 1]" if box.gvisor else "[1, 1, 1, 1, 38]"
     return out == wanted, f"io_uring, userfaultfd, bpf, keyctl EPERM; openat2 {'EPERM' if wanted.endswith('1]') else 'ENOSYS'}" if out == wanted else f"errnos {out}"
 
 
@@ -122,7 +123,7 @@ CHECKS = [
 ]
 
 
-def run_checks(config: SandboxConfig, client=None) -> list[tuple[str, bool, str]]:
+def run_checks(config: SandboxConfig, backend: Backend | None = None) -> list[tuple[str, bool, str]]:
     root = Path(tempfile.mkdtemp(prefix="oa-doctor-"))
     ws = root / "ws"
     (ws / ".git").mkdir(parents=True)
@@ -137,13 +138,17 @@ def run_checks(config: SandboxConfig, client=None) -> list[tuple[str, bool, str]
     os.environ[CANARY_VAR] = CANARY_VALUE
     rows = []
     try:
-        with DockerSandbox(ws, config, client=client) as box:
+        box = (backend or backend_from_config(config)).sandbox(ws, config)
+        box.start()
+        try:
             for check in CHECKS:
                 try:
                     ok, detail = check.run(box, ws)
                 except Exception as err:  # a check that crashes has failed
                     ok, detail = False, f"{type(err).__name__}: {err}"
                 rows.append((check.name, ok, detail))
+        finally:
+            box.close()
     finally:
         if previous is None:
             os.environ.pop(CANARY_VAR, None)

@@ -22,7 +22,8 @@ from .protocol import Executor
 from .hostfs import lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
 from .checkpoints import CheckpointStore
-from .sandbox.docker import DockerSandbox
+from .sandbox.backend import backend_from_config
+from .sandbox.base import Sandbox
 from .sessions import SessionRecord, WorkspaceMode, prepare
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
@@ -81,7 +82,7 @@ MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
 @dataclass
 class OpenSession:
     session: Session
-    sandbox: DockerSandbox
+    sandbox: Sandbox
     transcript: Transcript
     record: SessionRecord
     checkpoints: "CheckpointStore | None" = None
@@ -127,7 +128,7 @@ class OpenSession:
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
                  transcript_path: Path | None = None, on_event: Callable[[dict], None] | None = None,
-                 sandbox: DockerSandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
+                 sandbox: Sandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
                  host_tools: HostTools | None = None) -> OpenSession:
     """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
     (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
@@ -157,10 +158,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws)
         if sandbox is None:
             box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
-            sandbox = DockerSandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
+            sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
         opened = OpenSession(None, sandbox, transcript, record, checkpoints)  # type: ignore[arg-type]
         opened.checkpoint(0, [])  # the start, before the box has run anything
-        if sandbox.container is None:
+        if not sandbox.started:
             sandbox.start()
         registry = ToolRegistry(sandbox, box_ws, options.registry, repo, host_tools)
     except BaseException as err:

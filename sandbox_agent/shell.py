@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import queue
 import re
 import select
 import signal
@@ -36,12 +37,10 @@ def child_env() -> dict[str, str]:
     return env
 
 
-class _CappedReader(threading.Thread):
+class _CappedOutput:
     """Keeps the head and the tail of the stream; memory stays bounded whatever the command prints."""
 
-    def __init__(self, stream, on_output: Callable[[str], None] | None = None) -> None:
-        super().__init__(daemon=True)
-        self.stream = stream
+    def __init__(self, on_output: Callable[[str], None] | None = None) -> None:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
@@ -50,7 +49,12 @@ class _CappedReader(threading.Thread):
         self._unsent = ""
         self._last_sent = 0.0
 
-    def _stream(self, chunk: bytes, final: bool = False, flush: bool = False) -> None:
+    @property
+    def waiting(self) -> bool:
+        """Streamed output not sent yet: send it if nothing follows within STREAM_EVERY_S."""
+        return bool(self._unsent) and self.on_output is not None
+
+    def stream(self, chunk: bytes, final: bool = False, flush: bool = False) -> None:
         """Hand the caller the newest output, coalesced and bounded (its tail when there is more)."""
         if self.on_output is None:
             return
@@ -63,34 +67,18 @@ class _CappedReader(threading.Thread):
             except Exception:  # noqa: BLE001 - the live view must never break the command's result
                 self.on_output = None
 
-    def run(self) -> None:
+    def add(self, chunk: bytes) -> None:
+        self.stream(chunk)
         head_cap, tail_cap = limits.SHELL_OUTPUT_HEAD_BYTES, limits.SHELL_OUTPUT_TAIL_BYTES
-        while True:
-            if self._unsent and self.on_output is not None:  # output waiting: send it if nothing follows soon
-                try:
-                    ready, _, _ = select.select([self.stream.fileno()], [], [], STREAM_EVERY_S)
-                except (OSError, ValueError):
-                    ready = [True]
-                if not ready:
-                    self._stream(b"", flush=True)
-                    continue
-            try:
-                chunk = os.read(self.stream.fileno(), 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            self._stream(chunk)
-            self.total += len(chunk)
-            room = head_cap - len(self.head)
-            if room > 0:
-                self.head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self.tail += chunk
-                if len(self.tail) > tail_cap:
-                    del self.tail[: len(self.tail) - tail_cap]
-        self._stream(b"", final=True)
+        self.total += len(chunk)
+        room = head_cap - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > tail_cap:
+                del self.tail[: len(self.tail) - tail_cap]
 
     def text(self) -> tuple[str, bool]:
         truncated = self.total > len(self.head) + len(self.tail)
@@ -100,6 +88,132 @@ class _CappedReader(threading.Thread):
             body += f"\n[... {skipped} bytes of output omitted ...]\n".encode()
         body += bytes(self.tail)
         return body.decode("utf-8", errors="replace"), truncated
+
+
+class _Waiter(threading.Thread):
+    """Where pidfd_open is missing (gVisor): one long-lived thread waits for each command's shell in
+    turn and writes a byte to a pipe when it has exited, so the caller can poll() for the exit and
+    for output together. Started once: a thread per command, or Popen.wait(timeout)'s sleep loop
+    (0.5, 1, 2 ms ...), was most of a short command's cost."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True, name="oa-shell-waiter")
+        self.ready_fd, self._notify_fd = os.pipe()
+        self._pids: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self.statuses: dict[int, int | None] = {}
+        self.start()
+
+    def watch(self, pid: int) -> None:
+        self._pids.put(pid)
+
+    def run(self) -> None:
+        while True:
+            pid = self._pids.get()
+            try:
+                _, status = os.waitpid(pid, 0)
+                self.statuses[pid] = status
+            except ChildProcessError:  # reaped by the sweep after a timeout: no exit code wanted
+                self.statuses[pid] = None
+            os.write(self._notify_fd, b"x")
+
+
+def _pidfd_available() -> bool:
+    """pidfd_open works here (Linux >= 5.3; not in gVisor, which answers ENOSYS)."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):
+        return False
+
+
+# Decided once, when the agent starts: the waiter thread, if needed, exists before any command
+# runs, so a command that exhausts the box's processes or memory cannot stop it being made.
+_pidfd_works = _pidfd_available()
+_waiter: _Waiter | None = None if _pidfd_works else _Waiter()
+
+
+def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
+    """A descriptor that becomes readable when the shell exits, and whether it is a pidfd (ours to close)."""
+    global _pidfd_works, _waiter
+    if _pidfd_works:
+        try:
+            return os.pidfd_open(proc.pid), True
+        except OSError:
+            _pidfd_works = False
+    if _waiter is None:
+        _waiter = _Waiter()
+    _waiter.watch(proc.pid)
+    return _waiter.ready_fd, False
+
+
+def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
+    """Collect the command's output until its shell exits or the timeout passes, in this thread:
+    one poll() over the output pipe and the exit descriptor. True when the timeout passed."""
+    out_fd = proc.stdout.fileno()
+    exit_fd, is_pidfd = _exit_fd(proc)
+    poller = select.poll()
+    poller.register(out_fd, select.POLLIN)
+    poller.register(exit_fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
+    exited = timed_out = False
+    try:
+        while not exited:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready = poller.poll(min(left, STREAM_EVERY_S if output.waiting else left) * 1000)
+            if not ready and output.waiting:
+                output.stream(b"", flush=True)
+            for fd, _ in ready:
+                if fd == exit_fd:
+                    exited = True
+                elif not _read_into(out_fd, output):
+                    poller.unregister(out_fd)
+    finally:
+        if is_pidfd:
+            os.close(exit_fd)
+    if not exited:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if is_pidfd:
+        proc.wait()
+    else:
+        if not exited:
+            _wait_readable(exit_fd)
+        os.read(exit_fd, 1)
+        status = _waiter.statuses.pop(proc.pid, None) if _waiter else None
+        proc.returncode = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+    return timed_out
+
+
+def _wait_readable(fd: int) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.poll()
+
+
+def _read_into(fd: int, output: _CappedOutput) -> bool:
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:
+        return False
+    if chunk:
+        output.add(chunk)
+    return bool(chunk)
+
+
+def _drain(fd: int, output: _CappedOutput, wait_s: float) -> None:
+    """After the sweep every writer is dead, so this meets EOF at once; outside a box (not PID 1) a
+    setsid'd survivor may hold the pipe: give it `wait_s`, as the reader thread's join did."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        if not poller.poll(left * 1000) or not _read_into(fd, output):
+            return
 
 
 def _kill_everything_else(proc: subprocess.Popen) -> None:
@@ -137,7 +251,7 @@ def _reap() -> None:
 
 
 def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
-    """`on_output(text)`, if given, receives the output while the command runs (see _CappedReader)."""
+    """`on_output(text)`, if given, receives the output while the command runs (see _CappedOutput)."""
     command = _arg(args, "command", str, required=True)
     requested = _arg(args, "timeout", int, limits.SHELL_DEFAULT_TIMEOUT_S)
     if requested < 1:
@@ -158,26 +272,21 @@ def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
             )
         except OSError as err:
             raise ToolError("io_error", f"could not start /bin/sh: {err.strerror}") from None
-        reader = _CappedReader(proc.stdout, on_output)
-        reader.start()
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        captured = _CappedOutput(on_output)
+        timed_out = _run(proc, timeout, captured)
         _kill_everything_else(proc)
-        proc.wait()
-        reader.join(timeout=2)
+        _drain(proc.stdout.fileno(), captured, 2.0)
+        captured.stream(b"", final=True)
         proc.stdout.close()
         elapsed = time.monotonic() - started
-    output, truncated = reader.text()
+    output, truncated = captured.text()
     meta = {
         "exit_code": None if timed_out else proc.returncode,
         "timed_out": timed_out,
         "timeout_s": timeout,
         "requested_timeout_s": requested,
         "clamped": requested != timeout,
-        "output_bytes": reader.total,
+        "output_bytes": captured.total,
         "output_truncated": truncated,
         "output_cap_bytes": limits.SHELL_OUTPUT_HEAD_BYTES + limits.SHELL_OUTPUT_TAIL_BYTES,
         "elapsed_s": round(elapsed, 3),
@@ -186,7 +295,7 @@ def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
     if requested != timeout:
         notes.append(f"[timeout {requested}s was clamped to the {limits.SHELL_MAX_TIMEOUT_S}s ceiling]")
     if truncated:
-        notes.append(f"[output was {reader.total} bytes; only the first and last {meta['output_cap_bytes']} bytes are kept]")
+        notes.append(f"[output was {captured.total} bytes; only the first and last {meta['output_cap_bytes']} bytes are kept]")
     if timed_out:
         notes.append(f"[timed out after {timeout}s; the command and everything it started were killed]")
         raise ToolError("timeout", "\n".join(notes), output=output, meta=meta)

@@ -1,19 +1,16 @@
-"""JSON lines over a container's attached stdin/stdout.
+"""JSON lines over any byte stream to the agent's stdin/stdout.
 
-Without a TTY, Docker multiplexes the output: each frame has an 8-byte header (stream type,
-three zero bytes, big-endian length). A reader thread splits frames, then lines, validates each
-line as an AgentResponse, and completes the waiting call. Anything malformed marks the channel
-broken: the agent is not trusted to recover from its own garbage.
+A deployment hands over an AgentStream (Docker's demultiplexes its attach socket, docker.py); a
+reader thread splits lines, validates each as an AgentResponse, and completes the waiting call.
+Anything malformed marks the channel broken: the agent is not trusted to recover from its own garbage.
 """
 from __future__ import annotations
 
 import itertools
 import json
-import socket
-import struct
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from pydantic import ValidationError
 
@@ -23,13 +20,28 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import AgentRequest, AgentResponse
 
 MAX_LINE_BYTES = 32 * 1024 * 1024
-STDERR_KEEP = 8192
+
+
+class AgentStream(Protocol):
+    """The agent's stdout (read) and stdin (write) as plain bytes, whatever carries them."""
+
+    def recv(self, size: int) -> bytes:
+        """Up to `size` bytes of the agent's stdout; b"" once it ended. May raise OpenAgentsError
+        (PROTOCOL_ERROR, AGENT_LOST) when the transport's own framing is broken."""
+
+    def sendall(self, data: bytes) -> None: ...
+
+    def close(self) -> None:
+        """Unblocks a pending recv and releases the transport; called once the channel is done."""
+
+    def stderr_tail(self) -> bytes:
+        """The last bytes the agent wrote to stderr, for an error message (b"" if not kept)."""
 MAX_CHUNK_CHARS = 8192  # a streamed output chunk: the agent sends at most 4096; anything longer is cut
 
 
 class Channel:
-    def __init__(self, sock: socket.socket) -> None:
-        self._sock = sock
+    def __init__(self, stream: AgentStream) -> None:
+        self._stream = stream
         self._ids = itertools.count(1)
         self._pending: dict[int, Future[AgentResponse]] = {}
         self._received: set[int] = set()  # acknowledged by the agent, not yet answered
@@ -37,7 +49,6 @@ class Channel:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.broken: OpenAgentsError | None = None
-        self.stderr_tail = b""
         self._reader = threading.Thread(target=self._read_loop, name="oa-channel", daemon=True)
         self._reader.start()
 
@@ -61,7 +72,7 @@ class Channel:
                 self._listeners[rid] = on_output
         try:
             with self._write_lock:
-                self._sock.sendall(line)
+                self._stream.sendall(line)
         except OSError as err:
             self._fail(OpenAgentsError(ErrorType.AGENT_LOST, f"the agent stopped reading: {err}"))
         return rid, future
@@ -82,11 +93,7 @@ class Channel:
 
     def close(self) -> None:
         self._fail(OpenAgentsError(ErrorType.AGENT_LOST, "the sandbox was closed"))
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self._sock.close()
+        self._stream.close()
 
     def _fail(self, err: OpenAgentsError) -> None:
         with self._lock:
@@ -98,32 +105,14 @@ class Channel:
             if not future.done():
                 future.set_exception(self.broken)
 
-    def _recv_exact(self, n: int) -> bytes | None:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self._sock.recv(min(n - len(buf), 1 << 20))
-            if not chunk:
-                return None
-            buf += chunk
-        return bytes(buf)
-
     def _read_loop(self) -> None:
         pending_line = bytearray()
         try:
             while True:
-                header = self._recv_exact(8)
-                if header is None:
+                chunk = self._stream.recv(1 << 20)
+                if not chunk:
                     raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited" + self._stderr_hint())
-                stream, size = header[0], struct.unpack(">I", header[4:])[0]
-                payload = self._recv_exact(size) if size else b""
-                if payload is None:
-                    raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited mid-message" + self._stderr_hint())
-                if stream == 2:
-                    self.stderr_tail = (self.stderr_tail + payload)[-STDERR_KEEP:]
-                    continue
-                if stream != 1:
-                    raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"unexpected stream type {stream} from the container")
-                pending_line += payload
+                pending_line += chunk
                 while (newline := pending_line.find(b"\n")) >= 0:
                     line = bytes(pending_line[:newline])
                     del pending_line[: newline + 1]
@@ -175,5 +164,5 @@ class Channel:
             pass
 
     def _stderr_hint(self) -> str:
-        tail = self.stderr_tail.decode("utf-8", errors="replace").strip().splitlines()[-3:]
+        tail = self._stream.stderr_tail().decode("utf-8", errors="replace").strip().splitlines()[-3:]
         return f" (stderr: {' | '.join(tail)})" if tail else ""

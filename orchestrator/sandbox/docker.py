@@ -1,39 +1,36 @@
-"""DockerSandbox: a hardened container running the agent, with every limit enforced from outside.
+"""The Docker deployment: a hardened container running the agent, attached over Docker's API.
 
-Nothing in the container is trusted once the model has run a command: the host keeps its own
-deadline for every call, kills the command's whole process tree itself when it expires, and
-replaces the container when the agent dies, hangs or speaks garbage.
+How a box is started, reached and removed on Docker lives here (container settings, the attach
+stream's demultiplexing, the detached exec that kills); the deadlines, restarts, quota and sweep
+that supervise it are backend-neutral (base.py). DockerSandbox is the two put together.
 """
 from __future__ import annotations
 
 import logging
 import os
-import threading
+import socket
+import struct
 import time
-from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import docker
 import docker.errors
 from docker.types import Mount, Ulimit
 
-from sandbox_agent import limits
-
 from .. import state
 from ..config import LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..integrity import Baseline, SweepReport, Sweeper
-from ..protocol import Executor, ToolResult
-from ..quota import WriteQuota
-from .channel import Channel
+from ..integrity import Baseline
+from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
 from .egress import EgressGate
 from .runtimes import RuntimeChoice, choose_runtime, seccomp_security_opt
 
 log = logging.getLogger(__name__)
 
-WORKSPACE_IN_BOX = "/workspace"
-START_DEADLINE_S = 30.0  # from `docker start` to the agent's first answer
+__all__ = ["DockerSandbox", "DockerDeployment", "DockerStream", "container_settings", "docker_client", "git_mounts",
+           "run_detached", "workspace_user", "START_DEADLINE_S", "WORKSPACE_IN_BOX"]
+STDERR_KEEP = 8192
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
 
 
@@ -134,58 +131,71 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
     return settings
 
 
-def workspace_user(workspace: Path, config: SandboxConfig) -> str:
-    """The workspace owner's uid:gid, so files written in the box keep their owner on the host.
-    Never uid 0: a root-owned workspace is worked on as a copy (sessions.resolve_mode)."""
-    user = config.user or f"{workspace.stat().st_uid}:{workspace.stat().st_gid}"
-    if user.split(":", 1)[0].strip() in ("0", "root"):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the sandbox never runs as uid 0 (the workspace {workspace} is owned by root, or --user 0 "
-                              "was given): use --workspace-mode copy, the default for root-owned workspaces, or --user UID:GID")
-    return user
+class DockerStream:
+    """The agent's stdout out of a container's attach socket. Without a TTY, Docker multiplexes
+    stdout and stderr: each frame has an 8-byte header (stream type, three zero bytes, big-endian
+    length). stderr is kept (its tail) for error messages; anything else is a protocol error."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._frame_left = 0  # stdout bytes of the current frame not yet returned
+        self._stderr = b""
+
+    def recv(self, size: int) -> bytes:
+        while self._frame_left == 0:
+            header = self._recv_exact(8)
+            if header is None:
+                return b""
+            stream, length = header[0], struct.unpack(">I", header[4:])[0]
+            if stream == 2:
+                payload = self._recv_exact(length) if length else b""
+                if payload is None:
+                    return b""
+                self._stderr = (self._stderr + payload)[-STDERR_KEEP:]
+                continue
+            if stream != 1:
+                raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"unexpected stream type {stream} from the container")
+            self._frame_left = length
+        chunk = self._sock.recv(min(size, self._frame_left))
+        if not chunk:
+            raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited mid-message")
+        self._frame_left -= len(chunk)
+        return chunk
+
+    def _recv_exact(self, n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._sock.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    def sendall(self, data: bytes) -> None:
+        self._sock.sendall(data)
+
+    def close(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    def stderr_tail(self) -> bytes:
+        return self._stderr
 
 
-class DockerSandbox:
-    """One container, one agent, one workspace. Use as a context manager: the container is removed on
-    exit, also after Ctrl-C."""
+class DockerDeployment:
+    """Starts, kills in and removes one container at a time for a SupervisedSandbox; keeps the
+    runtime chosen at the first start and the egress gate across restarts."""
 
-    def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None,
-                 *, state_dir: Path | None = None, git_dir: Path | None = None, baseline: Baseline | None = None) -> None:
-        """`state_dir`: where the sweep's quarantine goes (a session's directory; default a fresh one).
-        `git_dir`: mounted read-only at /workspace/.git (copy mode: the real workspace's .git).
-        `baseline`: taken earlier by the caller (a warm pool's, from before any of its boxes ran)."""
-        self.workspace = Path(workspace).resolve()
-        if not self.workspace.is_dir():
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"workspace {self.workspace} is not a directory")
-        self.config = config or SandboxConfig()
+    def __init__(self, spec: BoxSpec, config: SandboxConfig, client: docker.DockerClient | None = None) -> None:
+        self.spec = spec
+        self.config = config
         self._client = client
-        self.user = workspace_user(self.workspace, self.config)
-        self.container = None
-        self._channel: Channel | None = None
-        self.restarts = 0
-        self.agent_info: dict[str, Any] = {}
-        self.egress: EgressGate | None = None
-        # Taken before the box can write anything: what the sweep and the quota compare against.
-        self.id = state.new_id()
-        self.state_dir = state_dir or state.sandbox_state_dir(self.workspace, self.id)
-        self.git_dir = git_dir
-        self.baseline = baseline or Baseline.capture(self.workspace)
-        self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
-                               placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
-        self.on_sweep: Callable[[SweepReport], None] | None = None
+        self.container: Any = None
         self.runtime: RuntimeChoice | None = None  # chosen at the first start: gVisor where the daemon has it
-        self.quota: WriteQuota | None = None
-        # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
-        # the container, under this lock; the others see the new channel and do nothing.
-        self._lifecycle = threading.RLock()
-        self._closed = False
-
-    # -- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> "DockerSandbox":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.egress: EgressGate | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -193,8 +203,7 @@ class DockerSandbox:
             self._client = docker_client()
         return self._client
 
-    def start(self) -> None:
-        self._closed = False
+    def start(self) -> DockerStream:
         try:
             self.client.images.get(self.config.image)
         except docker.errors.ImageNotFound:
@@ -204,20 +213,20 @@ class DockerSandbox:
         if self.runtime is None:
             self.runtime = self.choose_runtime()
             self.config = self.config.model_copy(update={"runtime": self.runtime.name})
-        if self.quota is None:
-            skip = set(self.baseline.git_entries.values())
-            self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes)
-        self.quota.start()
-        new_gate = self.config.egress is not None and self.egress is None
-        if new_gate:
+        if self.config.egress is not None and self.egress is None:
             self.egress = EgressGate(self.client, self.config.egress)
             self.egress.start()
         try:
-            self._start_container()
-        except BaseException:
-            if new_gate:
-                self.close()
-            raise
+            network = self.egress.network_name if self.egress else None
+            self.container = self.client.containers.create(**container_settings(self.config, self.spec.workspace, self.spec.user, network,
+                                                                                self.spec.baseline, self.spec.git_dir))
+            sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            stream = DockerStream(getattr(sock, "_sock", sock))
+            self.container.start()
+        except docker.errors.DockerException as err:
+            self.remove()
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
+        return stream
 
     def choose_runtime(self) -> RuntimeChoice:
         """--runtime as given, or gVisor when the daemon offers a usable registration (runtimes.py)."""
@@ -226,54 +235,7 @@ class DockerSandbox:
         except docker.errors.DockerException as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
 
-    def _start_container(self) -> None:
-        try:
-            network = self.egress.network_name if self.egress else None
-            self.container = self.client.containers.create(**container_settings(self.config, self.workspace, self.user, network, self.baseline, self.git_dir))
-            sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            self._channel = Channel(getattr(sock, "_sock", sock))
-            self.container.start()
-        except docker.errors.DockerException as err:
-            self._remove()
-            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
-        try:
-            _, future = self._channel.request("hello", {})
-            hello = future.result(timeout=min(self.config.call_deadline_s, START_DEADLINE_S))
-        except (OpenAgentsError, FutureTimeout) as err:
-            self._remove()
-            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
-        self.agent_info = hello.meta
-
-    def restart(self) -> None:
-        with self._lifecycle:
-            self._remove()
-            self.sweep()
-            self.restarts += 1
-            self.start()
-
-    def close(self) -> None:
-        with self._lifecycle:
-            self._closed = True
-            self._remove()
-            if self.quota is not None:
-                self.quota.stop()
-            self.sweep()
-        if self.egress is not None:
-            self.egress.close()
-            self.egress = None
-
-    def sweep(self) -> SweepReport:
-        """After our container is gone. Another session's box may still run on the same workspace;
-        the walk acts only through O_NOFOLLOW directory fds, so it cannot be steered outside."""
-        report = self.sweeper.sweep(shared=self._others_on_workspace())
-        if report and self.on_sweep:
-            self.on_sweep(report)
-        return report
-
-    def _remove(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
+    def remove(self) -> None:
         if self.container is not None:
             try:
                 self.container.remove(force=True)
@@ -283,96 +245,29 @@ class DockerSandbox:
                 log.debug("removing %s: %s", self.container.id[:12], err)
             self.container = None
 
-    def _others_on_workspace(self) -> bool:
-        try:
-            return bool(self.client.containers.list(filters={"label": f"{LABEL}.workspace={self.workspace}"}))
-        except docker.errors.DockerException:
-            return True  # unknown: keep the placeholder, it is only an empty directory
-
-    # -- calls -----------------------------------------------------------------------------
-    def deadline_for(self, tool: str, args: dict[str, Any]) -> float:
-        if tool == "shell":
-            requested = args.get("timeout", limits.SHELL_DEFAULT_TIMEOUT_S)
-            if not isinstance(requested, int) or isinstance(requested, bool):
-                requested = limits.SHELL_DEFAULT_TIMEOUT_S
-            return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S) + self.config.shell_grace_s
-        return self.config.call_deadline_s
-
-    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
-        """`on_output(text)`: a shell call's output while it runs (the result still holds it all)."""
-        if self.quota is not None and self.quota.exceeded.is_set():
-            return self._over_quota()
-        result = self._call(tool, args, on_output=on_output)
-        if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
-            return self._over_quota(result.output)
-        return result
-
-    def _over_quota(self, output: str = "") -> ToolResult:
-        assert self.quota is not None
-        err = OpenAgentsError(ErrorType.WORKSPACE_QUOTA_EXCEEDED, self.quota.message())
-        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth})
-
-    def _call(self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
-        with self._lifecycle:
-            if self._channel is None or self._channel.broken:
-                self.restart()
-            channel = self._channel
-        assert channel is not None
-        deadline = self.deadline_for(tool, args)
-        started = time.monotonic()
-        rid: int | None = None
-        try:
-            rid, future = channel.request(tool, args, on_output if tool == "shell" else None)
-            try:
-                response = future.result(timeout=deadline)
-            except FutureTimeout:
-                return self._on_deadline(tool, channel, rid, future, deadline)
-        except OpenAgentsError as err:
-            if err.type is ErrorType.AGENT_LOST:
-                err = self._why_lost(err)
-            if err.type in (ErrorType.AGENT_LOST, ErrorType.PROTOCOL_ERROR):
-                self._recover(err, channel)
-                # The agent died before it read this request (e.g. right after a `kill 1`): nothing
-                # of it ran, so it goes once to the fresh agent instead of failing for nothing.
-                if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
-                    return self._call(tool, args, resent=True, on_output=on_output)
-            return ToolResult.failure(err, executor=Executor.OPENAGENTS)
-        result = ToolResult.from_agent(response)
-        result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
+    def close(self) -> None:
         if self.egress is not None:
-            records = self.egress.drain()
-            if records:
-                result.meta["egress"] = records
-        return result
-
-    def _on_deadline(self, tool: str, channel: Channel, rid: int, future, deadline: float) -> ToolResult:
-        """The host's deadline passed: kill every process in the box but the agent, from outside."""
-        message = f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
-        self.kill_processes()
-        try:
-            response = future.result(timeout=3)
-        except (FutureTimeout, OpenAgentsError):
-            channel.forget(rid)
-            with self._lifecycle:
-                if self._channel is channel:
-                    self.restart()
-            err = OpenAgentsError(ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced")
-            return ToolResult.failure(err, executor=Executor.OPENAGENTS)
-        # Whatever the agent claims, the host's deadline decides: this call timed out.
-        err = OpenAgentsError(ErrorType.TIMEOUT, message)
-        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**response.meta, "timed_out": True})
+            self.egress.close()
+            self.egress = None
 
     def kill_processes(self) -> None:
-        """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
-        daemonized children too, since kill(-1) does not care about process groups."""
         container = self.container
         if container is None:
             return
-        run_detached(container, ["python3", "-I", "-S", "-c", _KILL_ALL], self.user)
+        run_detached(container, ["python3", "-I", "-S", "-c", _KILL_ALL], self.spec.user)
 
-    def _why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
-        """The agent is gone: when Docker says the box was killed for memory, say that instead (under
-        gVisor the whole box shares one memory cgroup, so a memory bomb takes the agent with it)."""
+    def others_on_workspace(self) -> bool:
+        try:
+            return bool(self.client.containers.list(filters={"label": f"{LABEL}.workspace={self.spec.workspace}"}))
+        except docker.errors.DockerException:
+            return True  # unknown: keep the placeholder, it is only an empty directory
+
+    def drain_egress(self) -> list[dict[str, Any]]:
+        return self.egress.drain() if self.egress is not None else []
+
+    def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
+        """When Docker says the box was killed for memory, say that instead (under gVisor the whole
+        box shares one memory cgroup, so a memory bomb takes the agent with it)."""
         container = self.container
         if container is None:
             return err
@@ -386,13 +281,54 @@ class DockerSandbox:
         return OpenAgentsError(ErrorType.AGENT_LOST, f"the sandbox ran out of memory (limit {self.config.memory}, swap included) and was "
                                "killed with everything in it; a fresh one takes over with the workspace as it was left")
 
-    def _recover(self, err: OpenAgentsError, channel: Channel) -> None:
-        """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""
-        with self._lifecycle:
-            if self._channel is not channel:
-                return  # another call already replaced it
-            log.warning("sandbox agent lost (%s): %s; starting a fresh one", err.type.value, err.message)
-            try:
-                self.restart()
-            except OpenAgentsError as restart_err:
-                log.error("could not restart the sandbox: %s", restart_err.message)
+    @property
+    def gvisor(self) -> bool:
+        return self.runtime is not None and self.runtime.gvisor
+
+    def security_settings(self) -> list[tuple[str, str]]:
+        from .docker_admin import security_rows
+
+        return security_rows(self.config, self.spec.workspace, self.spec.user, self.runtime)
+
+
+class DockerSandbox(SupervisedSandbox):
+    """One container, one agent, one workspace: the supervised sandbox over a DockerDeployment.
+    Use as a context manager: the container is removed on exit, also after Ctrl-C."""
+
+    deployment: DockerDeployment
+
+    def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None,
+                 *, state_dir: Path | None = None, git_dir: Path | None = None, baseline: Baseline | None = None) -> None:
+        config = config or SandboxConfig()
+        super().__init__(workspace, config, lambda spec: DockerDeployment(spec, config, client),
+                         state_dir=state_dir, git_dir=git_dir, baseline=baseline)
+
+    def __enter__(self) -> "DockerSandbox":
+        self.start()
+        return self
+
+    @property
+    def config(self) -> SandboxConfig:  # type: ignore[override]
+        """The deployment's: after the first start it names the runtime chosen."""
+        deployment = self.__dict__.get("deployment")
+        return deployment.config if deployment is not None else self.__dict__["_config"]
+
+    @config.setter
+    def config(self, value: SandboxConfig) -> None:
+        self.__dict__["_config"] = value
+
+    @property
+    def container(self) -> Any:
+        return self.deployment.container
+
+    @property
+    def client(self) -> docker.DockerClient:
+        return self.deployment.client
+
+    @property
+    def runtime(self) -> RuntimeChoice | None:
+        return self.deployment.runtime
+
+    @property
+    def egress(self) -> EgressGate | None:
+        return self.deployment.egress

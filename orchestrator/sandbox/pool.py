@@ -6,26 +6,28 @@ import logging
 import queue
 import threading
 from pathlib import Path
-
-import docker
+from typing import Any
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
-from .docker import DockerSandbox
+from .backend import Backend, backend_from_config
+from .base import Sandbox
 
 log = logging.getLogger(__name__)
 
 
 class SandboxPool:
-    def __init__(self, workspace: str | Path, config: SandboxConfig | None = None, size: int = 2, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, workspace: str | Path, config: SandboxConfig | None = None, size: int = 2, client: Any = None,
+                 backend: Backend | None = None) -> None:
+        """`backend`: default the one the config names; `client`: a connection handed to it (backend_from_config)."""
         if size < 1:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, "a pool needs at least one sandbox")
         self.workspace = Path(workspace)
         self.config = config or SandboxConfig()
         self.size = size
-        self.client = client
-        self._ready: queue.Queue[DockerSandbox] = queue.Queue()
+        self.backend = backend or backend_from_config(self.config, client)
+        self._ready: queue.Queue[Sandbox] = queue.Queue()
         self._closed = threading.Event()
         self._threads: list[threading.Thread] = []
         # One baseline for every box of the pool, taken before any ran: a box started later, while a
@@ -43,7 +45,7 @@ class SandboxPool:
         for _ in range(self.size):
             self._refill()
 
-    def claim(self, timeout: float = 120.0) -> DockerSandbox:
+    def claim(self, timeout: float = 120.0) -> Sandbox:
         """A started sandbox, yours to close; a replacement starts in the background."""
         try:
             box = self._ready.get(timeout=timeout)
@@ -60,7 +62,7 @@ class SandboxPool:
     def _start_one(self) -> None:
         if self._closed.is_set():
             return
-        box = DockerSandbox(self.workspace, self.config, client=self.client, baseline=self._baseline)
+        box = self.backend.sandbox(self.workspace, self.config, baseline=self._baseline)
         try:
             box.start()
         except OpenAgentsError as err:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import ToolResult
-from ..sandbox.deployment import Sandbox
+from ..sandbox.base import Sandbox
 from . import declarations, host_git
 from .args import parse_arguments, validate_arguments
 

@@ -1,0 +1,317 @@
+"""The seam between "how a box is started" (a Deployment, one module per backend) and "how calls run
+in it" (the Channel and the SupervisedSandbox here, the same for every backend).
+
+Nothing in the box is trusted once the model has run a command: the host keeps its own deadline
+for every call, kills the command's whole process tree through the deployment when it expires, and
+replaces the box when the agent dies, hangs or speaks garbage. That supervision lives here once,
+so a second backend (Podman, Kubernetes) only says how to start, kill in, and remove one box.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from sandbox_agent import limits
+
+from .. import state
+from ..config import SandboxLimits
+from ..errors import ErrorType, OpenAgentsError
+from ..integrity import Baseline, SweepReport, Sweeper
+from ..protocol import AgentResponse, Executor, ToolResult
+from ..quota import WriteQuota
+from .channel import AgentStream, Channel
+
+log = logging.getLogger(__name__)
+
+WORKSPACE_IN_BOX = "/workspace"
+START_DEADLINE_S = 30.0  # from the deployment's start to the agent's first answer
+RETRIED_AFTER_DEADLINE_S = 3.0  # how long a killed call may take to answer before the box is replaced
+
+
+class Sandbox(Protocol):
+    """What the session, the registry, the pool and the self-check use; DockerSandbox is one."""
+
+    restarts: int
+    sweeper: Sweeper
+    on_sweep: Callable[[SweepReport], None] | None
+
+    @property
+    def started(self) -> bool:
+        """Whether a box is up (a pooled sandbox arrives started)."""
+
+    @property
+    def gvisor(self) -> bool:
+        """Whether the box runs on gVisor's kernel (a few kernel-facing answers differ there)."""
+
+    def start(self) -> None: ...
+
+    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """Run one tool; never raises for a tool failure, only returns a typed result.
+        `on_output(text)`: a shell call's output while it runs (the result still holds it all)."""
+
+    def kill_processes(self) -> None:
+        """Kill every process in the sandbox but the agent (Ctrl-C, cancel, a passed deadline)."""
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class BoxSpec:
+    """What a deployment needs to know about the box it starts, decided by the host beforehand."""
+
+    workspace: Path  # mounted at /workspace, read-write
+    user: str  # uid:gid the agent and every command run as, never 0
+    baseline: Baseline  # its .git entries are mounted read-only
+    git_dir: Path | None  # copy mode: the real workspace's .git, read-only at /workspace/.git
+
+
+class Deployment(Protocol):
+    """How one backend starts, reaches into and removes a box. start/remove/close are called under
+    the sandbox's lock; kill_processes also from the quota's watcher thread."""
+
+    def start(self) -> AgentStream:
+        """Start a fresh box running the agent as PID 1; return its stdin/stdout. Raises a typed
+        OpenAgentsError (IMAGE_MISSING, SANDBOX_START_FAILED, DOCKER_UNAVAILABLE ...) and leaves
+        no box behind when it fails."""
+
+    def kill_processes(self) -> None:
+        """SIGKILL every process of the box but the agent, from outside; returns within seconds
+        even when the box is dying. No box: nothing to do."""
+
+    def remove(self) -> None:
+        """Remove the current box, if any (idempotent). What outlives one box stays (see close)."""
+
+    def close(self) -> None:
+        """Release what the deployment keeps across restarts (e.g. an egress gate), after remove."""
+
+    def others_on_workspace(self) -> bool:
+        """Whether another box may still run on this workspace (the sweep keeps shared things then)."""
+
+    def drain_egress(self) -> list[dict[str, Any]]:
+        """Egress requests the box made since the last drain (empty without egress)."""
+
+    def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
+        """The agent is gone: the backend's better reason (e.g. the box was killed for memory), or `err`."""
+
+    @property
+    def gvisor(self) -> bool:
+        """Whether the box runs on gVisor's kernel."""
+
+    def security_settings(self) -> list[tuple[str, str]]:
+        """The box's security settings as (name, value) rows, for `oa-sandbox doctor`."""
+
+
+def workspace_user(workspace: Path, config: SandboxLimits) -> str:
+    """The workspace owner's uid:gid, so files written in the box keep their owner on the host.
+    Never uid 0: a root-owned workspace is worked on as a copy (sessions.resolve_mode)."""
+    user = config.user or f"{workspace.stat().st_uid}:{workspace.stat().st_gid}"
+    if user.split(":", 1)[0].strip() in ("0", "root"):
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the sandbox never runs as uid 0 (the workspace {workspace} is owned by root, or --user 0 "
+                              "was given): use --workspace-mode copy, the default for root-owned workspaces, or --user UID:GID")
+    return user
+
+
+class SupervisedSandbox:
+    """One box, one agent, one workspace, behind any Deployment. Use as a context manager: the box
+    is removed on exit, also after Ctrl-C. Owns the host's deadlines, the restart after a lost
+    agent, the write quota and the integrity sweep; the deployment only starts, kills and removes."""
+
+    def __init__(self, workspace: str | os.PathLike[str], config: SandboxLimits, deploy: Callable[[BoxSpec], Deployment],
+                 *, state_dir: Path | None = None, git_dir: Path | None = None, baseline: Baseline | None = None) -> None:
+        """`deploy`: makes the backend's deployment for this box's spec, once.
+        `state_dir`: where the sweep's quarantine goes (a session's directory; default a fresh one).
+        `git_dir`: mounted read-only at /workspace/.git (copy mode: the real workspace's .git).
+        `baseline`: taken earlier by the caller (a warm pool's, from before any of its boxes ran)."""
+        self.workspace = Path(workspace).resolve()
+        if not self.workspace.is_dir():
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"workspace {self.workspace} is not a directory")
+        self.config = config
+        self.user = workspace_user(self.workspace, self.config)
+        self._channel: Channel | None = None
+        self.restarts = 0
+        self.agent_info: dict[str, Any] = {}
+        # Taken before the box can write anything: what the sweep and the quota compare against.
+        self.id = state.new_id()
+        self.state_dir = state_dir or state.sandbox_state_dir(self.workspace, self.id)
+        self.git_dir = git_dir
+        self.baseline = baseline or Baseline.capture(self.workspace)
+        self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
+                               placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
+        self.on_sweep: Callable[[SweepReport], None] | None = None
+        self.quota: WriteQuota | None = None
+        self.deployment = deploy(BoxSpec(self.workspace, self.user, self.baseline, git_dir))
+        # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
+        # the box, under this lock; the others see the new channel and do nothing.
+        self._lifecycle = threading.RLock()
+        self._closed = False
+        self._ever_started = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "SupervisedSandbox":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def started(self) -> bool:
+        return self._channel is not None
+
+    @property
+    def gvisor(self) -> bool:
+        return self.deployment.gvisor
+
+    def start(self) -> None:
+        self._closed = False
+        if self.quota is None:
+            skip = set(self.baseline.git_entries.values())
+            self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes)
+        self.quota.start()
+        first = not self._ever_started
+        try:
+            self._start_box()
+        except BaseException:
+            if first:  # what the first start set up (the quota's watcher, an egress gate) goes with it
+                self.quota.stop()
+                self.deployment.close()
+            raise
+        self._ever_started = True
+
+    def _start_box(self) -> None:
+        try:
+            self._channel = Channel(self.deployment.start())
+        except BaseException:
+            self._remove()
+            raise
+        try:
+            _, future = self._channel.request("hello", {})
+            hello = future.result(timeout=min(self.config.call_deadline_s, START_DEADLINE_S))
+        except (OpenAgentsError, FutureTimeout) as err:
+            self._remove()
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
+        self.agent_info = hello.meta
+
+    def restart(self) -> None:
+        with self._lifecycle:
+            self._remove()
+            self.sweep()
+            self.restarts += 1
+            self.start()
+
+    def close(self) -> None:
+        with self._lifecycle:
+            self._closed = True
+            self._remove()
+            if self.quota is not None:
+                self.quota.stop()
+            self.sweep()
+        self.deployment.close()
+
+    def sweep(self) -> SweepReport:
+        """After our box is gone. Another session's box may still run on the same workspace;
+        the walk acts only through O_NOFOLLOW directory fds, so it cannot be steered outside."""
+        report = self.sweeper.sweep(shared=self.deployment.others_on_workspace())
+        if report and self.on_sweep:
+            self.on_sweep(report)
+        return report
+
+    def _remove(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        self.deployment.remove()
+
+    # -- calls -----------------------------------------------------------------------------
+    def deadline_for(self, tool: str, args: dict[str, Any]) -> float:
+        if tool == "shell":
+            requested = args.get("timeout", limits.SHELL_DEFAULT_TIMEOUT_S)
+            if not isinstance(requested, int) or isinstance(requested, bool):
+                requested = limits.SHELL_DEFAULT_TIMEOUT_S
+            return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S) + self.config.shell_grace_s
+        return self.config.call_deadline_s
+
+    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
+        if self.quota is not None and self.quota.exceeded.is_set():
+            return self._over_quota()
+        result = self._call(tool, args, on_output=on_output)
+        if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
+            return self._over_quota(result.output)
+        return result
+
+    def _over_quota(self, output: str = "") -> ToolResult:
+        assert self.quota is not None
+        err = OpenAgentsError(ErrorType.WORKSPACE_QUOTA_EXCEEDED, self.quota.message())
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth})
+
+    def _call(self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
+        with self._lifecycle:
+            if self._channel is None or self._channel.broken:
+                self.restart()
+            channel = self._channel
+        assert channel is not None
+        deadline = self.deadline_for(tool, args)
+        started = time.monotonic()
+        rid: int | None = None
+        try:
+            rid, future = channel.request(tool, args, on_output if tool == "shell" else None)
+            try:
+                response = future.result(timeout=deadline)
+            except FutureTimeout:
+                return self._on_deadline(tool, channel, rid, future, deadline)
+        except OpenAgentsError as err:
+            if err.type is ErrorType.AGENT_LOST:
+                err = self.deployment.why_lost(err)
+            if err.type in (ErrorType.AGENT_LOST, ErrorType.PROTOCOL_ERROR):
+                self._recover(err, channel)
+                # The agent died before it read this request (e.g. right after a `kill 1`): nothing
+                # of it ran, so it goes once to the fresh agent instead of failing for nothing.
+                if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
+                    return self._call(tool, args, resent=True, on_output=on_output)
+            return ToolResult.failure(err, executor=Executor.OPENAGENTS)
+        result = ToolResult.from_agent(response)
+        result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
+        records = self.deployment.drain_egress()
+        if records:
+            result.meta["egress"] = records
+        return result
+
+    def _on_deadline(self, tool: str, channel: Channel, rid: int, future: Future[AgentResponse], deadline: float) -> ToolResult:
+        """The host's deadline passed: kill every process in the box but the agent, from outside."""
+        message = f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
+        self.kill_processes()
+        try:
+            response = future.result(timeout=RETRIED_AFTER_DEADLINE_S)
+        except (FutureTimeout, OpenAgentsError):
+            channel.forget(rid)
+            with self._lifecycle:
+                if self._channel is channel:
+                    self.restart()
+            err = OpenAgentsError(ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced")
+            return ToolResult.failure(err, executor=Executor.OPENAGENTS)
+        # Whatever the agent claims, the host's deadline decides: this call timed out.
+        err = OpenAgentsError(ErrorType.TIMEOUT, message)
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**response.meta, "timed_out": True})
+
+    def kill_processes(self) -> None:
+        """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
+        daemonized children too, since kill(-1) does not care about process groups."""
+        self.deployment.kill_processes()
+
+    def _recover(self, err: OpenAgentsError, channel: Channel) -> None:
+        """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""
+        with self._lifecycle:
+            if self._channel is not channel:
+                return  # another call already replaced it
+            log.warning("sandbox agent lost (%s): %s; starting a fresh one", err.type.value, err.message)
+            try:
+                self.restart()
+            except OpenAgentsError as restart_err:
+                log.error("could not restart the sandbox: %s", restart_err.message)

@@ -1,0 +1,112 @@
+"""The Docker backend as the CLI sees it: making sandboxes, `doctor`'s checks and settings table,
+and `gc`. Next to the deployment (docker.py) because every line of it knows Docker."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import docker
+import docker.errors
+
+from ..config import LABEL, SandboxConfig
+from ..errors import OpenAgentsError
+from ..integrity import Baseline
+from .backend import Diagnosis
+from .docker import DockerSandbox, container_settings, docker_client
+from .image import image_status
+from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, is_gvisor
+from .seccomp import DESCRIPTION as SECCOMP
+
+
+def security_rows(config: SandboxConfig, workspace: Path, user: str, choice: RuntimeChoice | None = None) -> list[tuple[str, str]]:
+    """What `container_settings` gives a box, as doctor's rows (the runtime as chosen, or as configured)."""
+    settings = container_settings(config, workspace, user)
+    runtime = choice.name if choice else config.runtime or "runc"
+    gvisor = choice.gvisor if choice else is_gvisor(config.runtime)
+    return [
+        ("root filesystem", "read-only" if settings["read_only"] else "writable"),
+        ("/tmp", settings["tmpfs"]["/tmp"]),
+        ("capabilities", "drop " + ",".join(settings["cap_drop"])),
+        ("security options", ", ".join(f"seccomp: {SECCOMP}" if o.startswith("seccomp=") else o for o in settings["security_opt"])),
+        ("pids limit", str(settings["pids_limit"])),
+        ("memory limit", f"{settings['mem_limit']} (swap included)"),
+        ("cpus", str(settings["nano_cpus"] / 1e9)),
+        ("file size limit", f"{config.max_file_size} bytes"),
+        ("environment", ", ".join(sorted(settings["environment"]))),
+        ("runtime", f"{runtime} ({'gVisor: a second kernel between the box and the host' if gvisor else 'the host kernel'})"),
+    ]
+
+
+class DockerBackend:
+    """Sandboxes as hardened containers on the local Docker daemon (the default backend)."""
+
+    name = "docker"
+
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            self._client = docker_client()
+        return self._client
+
+    def sandbox(self, workspace: str | os.PathLike[str], config: SandboxConfig, *, state_dir: Path | None = None,
+                git_dir: Path | None = None, baseline: Baseline | None = None) -> DockerSandbox:
+        return DockerSandbox(workspace, config, self._client, state_dir=state_dir, git_dir=git_dir, baseline=baseline)
+
+    def diagnose(self, config: SandboxConfig) -> Diagnosis:
+        """The daemon, the image and the runtime a box would get; settings_for() then gives the rows."""
+        try:
+            client = self._client or docker_client(timeout=10)
+            self._client = client
+            version = client.version()
+        except OpenAgentsError as err:
+            return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
+        checks = [("ok", f"Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")]
+        status = image_status(client, config.image)
+        checks.append(("ok" if status == "current" else "fail",
+                       f"image {config.image}: {status}" + ("" if status == "current" else "  (run `oa-sandbox image build`)")))
+        choice = choose_runtime(config.runtime, config.egress is not None, client)  # CONFIG_INVALID propagates
+        checks.append(("ok" if choice.gvisor else "info", f"runtime {choice.name}: {choice.why}"))
+        checks.append(("info", f"runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}"))
+        return Diagnosis(checks=checks, config=config.model_copy(update={"runtime": choice.name}), reachable=True,
+                         can_start=status != "missing", runtime=choice)
+
+    def settings_for(self, diagnosis: Diagnosis, workspace: Path, user: str) -> list[tuple[str, str]]:
+        return security_rows(diagnosis.config, workspace, user, diagnosis.runtime)
+
+    def gc(self, everything: bool) -> int:
+        """Remove leftover sandbox containers (and idle egress networks); `everything`: also those
+        whose host process is still alive. Returns how many containers went."""
+        client = self._client or docker_client(timeout=30)
+        removed = 0
+        for network in client.networks.list(filters={"label": f"{LABEL}=egress"}):
+            network.reload()
+            if everything or not network.attrs.get("Containers"):
+                try:
+                    for cid in list(network.attrs.get("Containers") or {}):
+                        client.containers.get(cid).remove(force=True)
+                    network.remove()
+                except docker.errors.APIError:
+                    pass
+        for container in client.containers.list(all=True, filters={"label": LABEL}):
+            host_pid = container.labels.get(f"{LABEL}.host-pid", "")
+            if not everything and host_pid.isdigit() and _alive(int(host_pid)) and container.status == "running":
+                continue
+            try:
+                container.remove(force=True)
+                removed += 1
+            except docker.errors.APIError:
+                pass
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
