@@ -24,7 +24,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
 from .egress import EgressGate
-from .runtimes import RuntimeChoice, choose_runtime, seccomp_security_opt
+from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 
 log = logging.getLogger(__name__)
 
@@ -75,15 +75,24 @@ def run_detached(container: Any, command: list[str], user: str, wait_s: float = 
         return None
 
 
-MAX_GIT_MOUNTS = 64
+# Every repository present at the start gets its own read-only mount: one left writable is one whose
+# config (core.fsmonitor, core.pager, ...) the box could rewrite for the user's own git, and the sweep
+# keeps it (same inode). Past this many the box is not started at all, rather than half protected.
+MAX_GIT_MOUNTS = 1024
+# runsc 20240729 fails to start a box with more than about 55 bind mounts here ("urpc method
+# containerManager.StartRoot failed: EOF"; 50 started, 60 did not): past this, gVisor is not chosen.
+MAX_GIT_MOUNTS_GVISOR = 48
 
 
 def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None) -> list[Mount]:
     """Every .git the workspace had at the start, read-only (the box can change none of them), and
     at the top either `git_dir` (copy mode: the real workspace's .git over the copy) or, when there
     is none, an empty read-only placeholder (the box can plant no repository there)."""
+    if len(baseline.git_entries) > MAX_GIT_MOUNTS:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} holds {len(baseline.git_entries)} repositories (.git entries); "
+                              f"the sandbox mounts each read-only and takes at most {MAX_GIT_MOUNTS}: give it a smaller part of the tree")
     mounts = []
-    for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r))[:MAX_GIT_MOUNTS]:
+    for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r)):
         if not os.path.islink(workspace / rel):
             mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/{rel}", source=str(workspace / rel), type="bind", read_only=True))
     if not os.path.lexists(workspace / ".git"):
@@ -229,11 +238,20 @@ class DockerDeployment:
         return stream
 
     def choose_runtime(self) -> RuntimeChoice:
-        """--runtime as given, or gVisor when the daemon offers a usable registration (runtimes.py)."""
+        """--runtime as given, or gVisor when the daemon offers a usable registration (runtimes.py)
+        and the workspace's repositories fit in the mounts gVisor can start with."""
         try:
-            return choose_runtime(self.config.runtime, self.config.egress is not None, self.client)
+            choice = choose_runtime(self.config.runtime, self.config.egress is not None, self.client)
         except docker.errors.DockerException as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
+        repositories = len(self.spec.baseline.git_entries)
+        if choice.gvisor and repositories > MAX_GIT_MOUNTS_GVISOR:
+            if self.config.runtime is not None:
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {self.config.runtime}: the workspace holds {repositories} repositories, "
+                                      f"each mounted read-only, and gVisor starts with at most {MAX_GIT_MOUNTS_GVISOR}: use --runtime runc")
+            return RuntimeChoice(RUNC, f"runc: the workspace holds {repositories} repositories, each mounted read-only, and gVisor starts "
+                                       f"with at most {MAX_GIT_MOUNTS_GVISOR} mounts")
+        return choice
 
     def remove(self) -> None:
         if self.container is not None:

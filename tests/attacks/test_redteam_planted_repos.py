@@ -126,14 +126,13 @@ def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sa
     assert "src/HEAD" in {lo.path for lo in report.left_out}
 
 
-@pytest.mark.xfail(strict=True, reason="open hole outside the red team's area: orchestrator/sandbox/docker.py mounts only the first "
-                   "MAX_GIT_MOUNTS (64) .git entries read-only; the 65th on is writable and the sweep keeps it (same inode)")
-def test_redteam_every_existing_nested_repository_is_read_only_in_the_box(open_sandbox, tmp_path):
-    """A workspace with more nested repositories than the mount cap (64): the box can write the config of none of them."""
+def test_redteam_every_existing_nested_repository_is_read_only_in_the_box(open_sandbox, tmp_path, home):
+    """A workspace with 70 nested repositories (the mount cap was 64): the box can write the config of none of them."""
     files = {f"vendor/r{i:03d}/.git/config": "[core]\n" for i in range(70)}
     files.update({f"vendor/r{i:03d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(70)})
     ws = make_workspace(home / "ws", files)
-    box = open_sandbox(ws)
+    box = open_sandbox(ws, runtime=None)  # the default choice: gVisor cannot start with 70 read-only mounts, so runc
+    assert not box.runtime.gvisor and "repositories" in box.runtime.why
     out = box.call("shell", {"command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"}).output
     box.close()
     assert "wrote" not in out, out
@@ -172,3 +171,15 @@ def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_
     box.close()
     assert [m.kind for m in box.sweeper.reports[-1].moved] == ["git_dir"]
     assert (ws / "run.sh").stat().st_mode & 0o777 == 0o755, "the sweep's chmod reached the user's file through the box's hard link"
+
+
+def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_refused(tmp_path, home):
+    """Past the cap of read-only repository mounts the sandbox is not started at all (typed, fatal), rather than half protected."""
+    from orchestrator.errors import ErrorType, OpenAgentsError
+    from orchestrator.integrity import Baseline
+    from orchestrator.sandbox.docker import MAX_GIT_MOUNTS, git_mounts
+
+    ws = make_workspace(home / "many", {f"r{i:04d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(MAX_GIT_MOUNTS + 1)})
+    with pytest.raises(OpenAgentsError) as err:
+        git_mounts(ws, Baseline.capture(ws))
+    assert err.value.type is ErrorType.CONFIG_INVALID and not err.value.recoverable and str(MAX_GIT_MOUNTS) in err.value.message
