@@ -281,12 +281,16 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         view.header_notes.append("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
     if interactive:
         view.header_notes.append("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
+    host_tools = None
     try:
         options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
                                  policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or 100,
                                  registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve)
-        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode)
+        host_tools = _start_mcp_servers(defaults.mcp_servers, view)
+        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode, host_tools=host_tools)
     except OpenAgentsError as err:
+        if host_tools is not None:
+            host_tools.close()
         raise _setup_error(err) from None
     except ValueError as err:
         raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
@@ -312,6 +316,8 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
         if result is not None and result.status == SessionStatus.CANCELLED:
             view.note("cancelling: removing the sandbox (Ctrl-C is ignored until it is gone)")
         swept = opened.close()
+        if host_tools is not None:
+            host_tools.close()  # the user's MCP servers end with the session
     record = opened.record
     for line in swept:
         view.note(visible(f"integrity sweep: {line}"))
@@ -331,6 +337,19 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)
+
+
+def _start_mcp_servers(servers: list, view):
+    """The config file's stdio MCP servers, started on the host (their tools ask every time unless a
+    policy says otherwise); each one that could not start is named, and the session goes on."""
+    if not servers:
+        return None
+    from .mcp.client import McpHost
+
+    host = McpHost(servers).start()
+    for problem in host.problems:
+        view.note(f"oa-sandbox: {problem}")
+    return host
 
 
 @main.command()

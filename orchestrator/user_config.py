@@ -8,12 +8,18 @@ line naming the file, the key and what is allowed, never silently ignored:
     policy = ["~/policies/ci.toml"]
     max_turns = 50
     max_tokens = 200000
+
+    [[mcp_servers]]          # your own stdio MCP servers, started on the host for `run`
+    name = "notes"
+    command = "/usr/local/bin/notes-mcp"
+    args = ["--stdio"]
 """
 from __future__ import annotations
 
 import os
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,6 +44,8 @@ class UserConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_wall: float | None = Field(default=None, gt=0, description="Seconds.")
     context_window: int | None = Field(default=None, ge=256)
+    mcp_servers: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
+                                             description="Your stdio MCP servers for `run`, started on the host: [[mcp_servers]] name, command, args, env.")
 
 
 def config_path() -> Path:

@@ -219,3 +219,31 @@ def test_shell_output_is_streamed_while_the_command_runs_and_the_result_is_uncha
     result = next(e for e in events(transcript) if e["type"] == "tool_result")
     assert result["output"] == "first-line\nsecond-line\n" and result["meta"]["exit_code"] == 0
     assert not any(e["type"] == "tool_output" for e in events(transcript))  # chunks are for live views, not the record
+
+
+def test_mcp_servers_from_the_config_file_are_offered_to_run_asked_for_and_stopped(sandbox_image, tmp_path):
+    """issue 13: the user's stdio MCP servers named in config.toml start on the host for `run`, their
+    tool is offered as mcp__<server>__<tool>, a call is refused without a policy in a non-interactive
+    run (host-side tools ask every time), and the server is gone when the run ends."""
+    from tests.test_acp_sdk import MCP_SERVER, alive
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    server_py = tmp_path / "notes_server.py"
+    server_py.write_text(MCP_SERVER)
+    pid_file, notes = tmp_path / "mcp.pid", tmp_path / "notes.txt"
+    config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f'[[mcp_servers]]\nname = "notes"\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(server_py))}]\n'
+                      f'env = {{ PID_FILE = {json.dumps(str(pid_file))}, NOTES_FILE = {json.dumps(str(notes))} }}\n')
+    s = script(tmp_path, [{"tool_calls": [{"name": "mcp__notes__add_note", "arguments": {"text": "buy milk"}}]}, {"text": "done"}])
+    transcript = tmp_path / "t.jsonl"
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--non-interactive", "--transcript", str(transcript),
+              "--output", "json", "note it")
+    assert proc.returncode == 3, proc.stderr  # finished, with the MCP call refused (no policy allows it)
+    out = json.loads(proc.stdout)
+    assert [c["tool"] for c in out["refused_calls"]] == ["mcp__notes__add_note"]
+    started = [e for e in events(transcript) if e["type"] == "session_start"][0]
+    assert "mcp__notes__add_note" in started["tools"]
+    assert not notes.exists(), "a refused call reached the server"
+    pid = int(pid_file.read_text())
+    assert not alive(pid), "the MCP server outlived the run"
