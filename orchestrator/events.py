@@ -152,6 +152,19 @@ class EgressRecorded(_Event):
     port: int | None = None
     reason: str = ""
 
+    @classmethod
+    def of(cls, call_id: str, record: dict[str, Any]) -> "EgressRecorded":
+        """From one line of the proxy's log. Its values come from requests the box made (a missing
+        host, a port that is no number, keys named like ours): shaped here, never trusted to fit."""
+        def text(value: Any) -> str:
+            return "" if value is None else str(value)
+
+        port = record.get("port")
+        extra = {k: v for k, v in record.items() if k not in cls.model_fields and k not in ("seq", "ts")}
+        return cls(executor=Executor.OPENAGENTS, call_id=call_id, decision=text(record.get("decision")),
+                   method=None if record.get("method") is None else text(record.get("method")), host=text(record.get("host")),
+                   port=port if isinstance(port, int) and not isinstance(port, bool) else None, reason=text(record.get("reason")), **extra)
+
 
 class SessionEnded(_Event):
     type: Literal["session_end"] = "session_end"

@@ -294,7 +294,7 @@ class Session:
         state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
         self._book(call, result, state)
         for record in result.meta.get("egress", []):
-            self.transcript.emit(ev.EgressRecorded(executor=Executor.OPENAGENTS, call_id=call.id, **record))
+            self.transcript.emit(ev.EgressRecorded.of(call.id, record))
         self._state(call, state)
         self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
                                                  output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,

@@ -216,3 +216,18 @@ def test_every_event_the_loop_writes_is_typed_and_names_its_executor_when_it_is_
         assert event is not None, record
         if isinstance(event, (ev.ToolCallFinished, ev.ApprovalDecided, ev.SessionEnded)):
             assert event.executor is not None, record
+
+
+def test_egress_records_of_any_shape_never_break_the_session(tmp_path):
+    """The proxy's log lines carry what the box's requests held: a missing host, a port that is no
+    number, keys named like the event's own. The session records them and goes on."""
+    from orchestrator import events as ev
+
+    records = [{"decision": "deny", "host": None, "port": "x", "reason": None},
+               {"decision": "deny", "host": "h", "port": 80, "type": "session_end", "executor": "user", "call_id": "forged", "extra": [1]}]
+    box = FakeSandbox(results={"shell": ToolResult(ok=True, output="sent\n", meta={"egress": records})})
+    turns = [ModelTurn(tool_calls=[ToolCall(id="1", name="shell", arguments={"command": "curl x"})]), ModelTurn(text="done")]
+    s, _, transcript = session(tmp_path, turns, sandbox=box)
+    assert s.run("task").status is SessionStatus.FINISHED
+    egress = [e for e in typed(transcript) if isinstance(e, ev.EgressRecorded)]
+    assert [(e.host, e.port, e.call_id, e.executor) for e in egress] == [("", None, "1", Executor.OPENAGENTS), ("h", 80, "1", Executor.OPENAGENTS)]

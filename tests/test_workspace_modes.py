@@ -60,7 +60,7 @@ def run_session(tmp_path, ws, turns, *extra):
     policy = tmp_path / "allow.toml"
     policy.write_text(ALLOW)
     proc = cli("run", "--workspace", str(ws), "--model", f"script:{script(tmp_path, turns)}", "--non-interactive", "--policy", str(policy), *extra, "task")
-    sid = next((line.split()[1] for line in proc.stderr.splitlines() if line.startswith("session: ")), None)
+    sid = next((line.split()[1] for line in map(str.strip, proc.stderr.splitlines()) if line.startswith("session: ")), None)
     return proc, sid
 
 

@@ -126,7 +126,8 @@ def test_egress_decisions_reach_the_transcript(egress_project, sandbox_image, tm
 
 def test_default_is_still_no_network(sandbox, docker_client):
     assert sandbox.egress is None
-    assert sandbox.call("shell", {"command": "ls /sys/class/net"}).output.split() == ["lo"]
+    # /proc/net/dev under both runtimes (gVisor, the default where registered, has no /sys/class/net)
+    assert sandbox.call("shell", {"command": "tail -n +3 /proc/net/dev | cut -d: -f1"}).output.split() == ["lo"]
     assert sandbox.container.attrs["HostConfig"]["NetworkMode"] == "none"
 
 
