@@ -23,7 +23,7 @@ def test_a_config_typo_is_one_line_with_a_suggestion(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean 'model'?); allowed keys: model, base_url, "
-        "api_key_env, policy, runtime, image, memory, cpus, pids, max_turns, max_tokens, max_wall, context_window"]
+        "api_key_env, policy, runtime, image, memory, cpus, pids, max_turns, max_tokens, max_wall, context_window, mcp_servers"]
 
 
 @pytest.mark.parametrize("rule, expected", [

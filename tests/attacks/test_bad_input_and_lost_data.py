@@ -121,7 +121,9 @@ def test_calls_right_after_the_agent_is_killed(victim):
     runs twice."""
     for i in range(5):
         # Detached: under gVisor an attached exec whose container's PID 1 dies never sees its stream end.
-        assert run_detached(victim.box.container, ["sh", "-c", "kill 1"], victim.box.user) == 0
+        # Its own exit code races the agent's death (0, or 137 when the dying PID 1 takes it along, or
+        # none under gVisor): the restarts counted below show each kill landed.
+        run_detached(victim.box.container, ["sh", "-c", "kill 1"], victim.box.user)
         after = victim.call("shell", {"command": f"echo {i} >> runs.txt; echo alive"})
         assert after.ok and after.output == "alive\n", after
     assert (victim.ws / "runs.txt").read_text() == "".join(f"{i}\n" for i in range(5)), "a call ran twice or not at all"
