@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import signal
 import sys
 from pathlib import Path
@@ -438,12 +437,10 @@ def transcript() -> None:
 @click.argument("path", type=click.Path(exists=True, dir_okay=False))
 def transcript_show(path: str) -> None:
     """Render a JSONL transcript for a terminal (secrets redacted)."""
-    from .render import visible
-    from .transcript import show
-
     from rich.console import Console
     from rich.text import Text
 
+    from .render import visible
     from .transcript import show_lines
 
     console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)

@@ -18,10 +18,9 @@ from typing import Any, Callable, Iterable
 
 from sandbox_agent.shell import SECRET_NAME
 
-from .events import (ApprovalDecided, EgressRecorded, Event, ModelResponded, SessionEnded, SessionStarted, ToolCallChanged, ToolCallFinished,
-                     ToolCallState, parse)
+from .events import Event
 from .protocol import Executor
-from .render import continued, json_line, visible
+from .render import json_line, visible
 
 REDACTED = "[REDACTED]"
 MAX_EVENT_BYTES = 64 * 1024  # one serialized line, all fields together
@@ -192,64 +191,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "value"):
         return value.value
     return str(value)
-
-
-def render_event(record: dict) -> str | None:
-    """One line (or a few) for a terminal, every control character in it made visible; None for
-    records not worth a line. Each field may hold what the box or the model wrote."""
-    event = parse(record)
-    line = _render(event) if event is not None else None
-    return continued(line) if line is not None else None
-
-
-def _render(event: Event) -> str | None:
-    who = f" [{event.executor.value}]" if event.executor else ""
-    if isinstance(event, SessionStarted):
-        return f"● task: {event.task}  (model {event.model}, workspace {event.workspace})"
-    if isinstance(event, ModelResponded):
-        text = event.text.strip()
-        return f"◆ model: {text[:300]}" if text else None
-    if isinstance(event, ToolCallChanged) and event.state is ToolCallState.VALIDATING:
-        return f"→ {event.tool} {_arguments(event)}"
-    if isinstance(event, ApprovalDecided):
-        return f"  approval: {event.decision} ({event.level}){who}: {event.reason}"
-    if isinstance(event, ToolCallFinished):
-        return _render_result(event, who)
-    if isinstance(event, EgressRecorded):
-        return f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port} ({event.reason})"
-    if isinstance(event, SessionEnded):
-        return f"■ {event.status}{who}: {event.reason}"
-    return None
-
-
-def _arguments(event: ToolCallChanged) -> str:
-    """Parsed values, not JSON inside a string: `path=src/a.py old_text='x'`."""
-    if event.arguments_error is not None or not isinstance(event.arguments, dict):
-        return f"(arguments not usable: {event.arguments_error}) {str(event.arguments)[:120]}"
-    parts = []
-    for key, value in event.arguments.items():
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        text = text if len(text) <= 80 else text[:77] + "…"
-        parts.append(f"{key}={text!r}" if isinstance(value, str) and (" " in text or not text) else f"{key}={text}")
-    return " ".join(parts)[:400]
-
-
-def _render_result(event: ToolCallFinished, who: str) -> str:
-    exit_code = event.meta.get("exit_code")
-    if event.state is ToolCallState.CANCELLED:
-        status = "cancelled"
-    elif not event.ok:
-        status = f"failed: {(event.error or {}).get('type')}"
-    elif isinstance(exit_code, int) and exit_code != 0:
-        status = f"failed: exit code {exit_code}"
-    else:
-        status = "ok"
-    preview = (event.output or str((event.error or {}).get("message") or "")).strip().splitlines()
-    line = f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")
-    if event.diff:
-        diff = event.diff if len(event.diff) <= 4000 else event.diff[:4000] + "\n[diff cut for the terminal; the transcript has it whole]"
-        line += "\n" + diff.rstrip("\n")
-    return line
 
 
 def show(path: str | Path) -> Iterable[str]:
