@@ -197,3 +197,20 @@ def test_a_gvisor_box_gets_the_profile_with_clone3_left_to_gvisor_and_a_runc_box
     refused = lambda p: {n for r in p["syscalls"] if r["action"] != "SCMP_ACT_ALLOW" for n in r["names"]}  # noqa: E731
     assert "clone3" in refused(plain) and "clone3" not in refused(gvisor) and "clone3" in allowed(gvisor)
     assert refused(plain) - {"clone3"} == refused(gvisor), "the gVisor profile must refuse everything else the plain one refuses"
+
+
+def test_setup_probes_a_missing_runsc_without_ending_the_set_up(tmp_path):
+    """scripts/setup runs under `set -euo pipefail`: its runsc version probe must print nothing and
+    succeed on a fresh machine without runsc, so that the set-up goes on to install it (a failing
+    probe once ended the set-up silently, before gVisor was installed)."""
+    import shutil
+    from pathlib import Path
+
+    setup = Path(__file__).resolve().parent.parent / "scripts" / "setup"
+    probe = next(line for line in setup.read_text().splitlines() if line.startswith("runsc_version()"))
+    for tool in ("sed", "head"):  # what the probe needs besides runsc, which this PATH lacks
+        (tmp_path / tool).symlink_to(shutil.which(tool))
+    script = f"set -euo pipefail\n{probe}\nhave=\"$(runsc_version)\"\necho \"probe:[$have]\"\n"
+    done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "probe:[]\n"
