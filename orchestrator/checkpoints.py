@@ -29,7 +29,6 @@ turn 0 and restore always walk everything.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import stat
 import struct

@@ -156,7 +156,7 @@ class Session:
                     return self._end(SessionStatus.STOPPED, spent.message, turn, error=spent)
                 looping = self._note_calls(reply.tool_calls)
                 results = self._run_calls(reply.tool_calls)
-                for call, result in zip(reply.tool_calls, results):
+                for call, result in zip(reply.tool_calls, results, strict=True):
                     self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
                 if self.after_turn:
                     self.after_turn(turn, [call.name for call in reply.tool_calls])
@@ -263,7 +263,7 @@ class Session:
             results[batch[0][0]] = self._execute(batch[0][1])
             return
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(batch))) as pool:
-            for (i, _), result in zip(batch, pool.map(lambda item: self._execute(item[1]), batch)):
+            for (i, _), result in zip(batch, pool.map(lambda item: self._execute(item[1]), batch), strict=True):
                 results[i] = result
 
     def _execute(self, prepared: PreparedCall) -> ToolResult:

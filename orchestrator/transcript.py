@@ -14,13 +14,16 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from sandbox_agent.shell import SECRET_NAME
 
 from .events import Event
 from .protocol import Executor
 from .render import json_line, visible
+
+if TYPE_CHECKING:  # for the annotation only: show_lines loads the painter when a transcript is shown
+    from .painter import Line
 
 REDACTED = "[REDACTED]"
 MAX_EVENT_BYTES = 64 * 1024  # one serialized line, all fields together
@@ -198,7 +201,7 @@ def show(path: str | Path) -> Iterable[str]:
     return (line.text for line in show_lines(path))
 
 
-def show_lines(path: str | Path) -> Iterable["Line"]:
+def show_lines(path: str | Path) -> Iterable[Line]:
     """As show(), with each line's style (diffs are coloured on a terminal); each result under its call."""
     from .painter import Line, Painter
 
