@@ -163,17 +163,13 @@ def image() -> None:
 @click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
 def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
     """Build the sandbox image; with no registry, from a debootstrap base."""
-    from .sandbox.docker import docker_client
-    from .sandbox.image import build_image, ensure_image
+    from .sandbox.backend import backend_from_config
 
-    tag = tag or SandboxConfig().image
+    config = SandboxConfig()
     progress = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
-        client = docker_client(timeout=600)
-        if if_needed:
-            ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
-        else:
-            build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
+        backend_from_config(config).build_image(tag or config.image, base, rebuild_base=rebuild_base, only_if_needed=if_needed,
+                                                progress=progress)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 
