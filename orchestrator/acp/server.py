@@ -64,7 +64,7 @@ class SessionParts(Protocol):
 
     session: Session
 
-    def close(self) -> None: ...
+    def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
 
     def kill_running(self) -> None: ...
 
