@@ -332,7 +332,7 @@ def main() -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     if args.plot_path:
-        first = next(iter(results["runtimes"].values()), {})
+        first: dict = next(iter(results["runtimes"].values()), {})
         plot_scaling(first, Path(args.plot_path))
     return 0
 
