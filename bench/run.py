@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -314,12 +315,13 @@ def main() -> int:
             runtimes = args.runtime or [r for r in ("runc", "runsc") if r in offered]
             for runtime in runtimes:
                 config = SandboxConfig(runtime=choose_runtime(runtime, False, client).name)
+                # partial, not lambda: each step keeps this runtime's config, whenever it is called
                 steps = [
-                    ("tool calls", lambda: bench_calls(client, ws, 300 if quick else 2000, 30 if quick else 200, config)),
-                    ("agent builds", lambda: bench_agent_builds(client, ws, 50 if quick else 250, config, args.baseline_image)),
-                    ("cold start", lambda: bench_cold_start(client, ws, image, 5 if quick else 20, config)),
-                    ("concurrency", lambda: bench_concurrency(client, root, 20, 50, config)),
-                    ("scaling", lambda: bench_scaling(client, root, [1000, 10000] if quick else [1000, 10000, 100000], config)),
+                    ("tool calls", partial(bench_calls, client, ws, 300 if quick else 2000, 30 if quick else 200, config)),
+                    ("agent builds", partial(bench_agent_builds, client, ws, 50 if quick else 250, config, args.baseline_image)),
+                    ("cold start", partial(bench_cold_start, client, ws, image, 5 if quick else 20, config)),
+                    ("concurrency", partial(bench_concurrency, client, root, 20, 50, config)),
+                    ("scaling", partial(bench_scaling, client, root, [1000, 10000] if quick else [1000, 10000, 100000], config)),
                 ]
                 results["runtimes"][runtime] = _run_steps(steps, wanted, runtime)
         if "workspace" in wanted:
@@ -330,7 +332,7 @@ def main() -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     if args.plot_path:
-        first = next(iter(results["runtimes"].values()), {})
+        first: dict = next(iter(results["runtimes"].values()), {})
         plot_scaling(first, Path(args.plot_path))
     return 0
 
@@ -424,7 +426,7 @@ def print_table(r: dict) -> None:
     ]
     # a row is printed when the section that measures it ran
     needs = ["tool_call_p50_ms", "shell_p50_ms", "cold_start_p50_ms", "pool_claim_p50_ms", "concurrent_calls_per_s", "agent_rss_mib"]
-    rows = [row() for row, key in zip(candidates, needs) if key in r]
+    rows = [row() for row, key in zip(candidates, needs, strict=True) if key in r]
     if "copy_p50_ms" in r:
         rows += [
             (f"copy mode: copy {r['workspace_files']} files / {r['workspace_mb']:.0f} MB p50", f"{r['copy_p50_ms']:.0f} ms", f"cp -a: {r['cp_a_p50_ms']:.0f} ms", f"{r['copy_ratio_vs_cp_a']:.2f}x of cp -a (target <= 2.0)"),

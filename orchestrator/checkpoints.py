@@ -28,15 +28,15 @@ turn 0 and restore always walk everything.
 """
 from __future__ import annotations
 
+import builtins
 import ctypes
-import errno
 import os
 import stat
 import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, TypeVar
 
 import pygit2
 from pydantic import BaseModel, Field
@@ -110,7 +110,7 @@ class _Watcher:
         """Watch the directory open as dir_fd (its inode, not a path the box could swap)."""
         if self.fd < 0:
             return -1
-        wd = self._libc.inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCH_MASK)
+        wd: int = self._libc.inotify_add_watch(self.fd, f"/proc/self/fd/{dir_fd}".encode(), _WATCH_MASK)
         if wd < 0:
             self.broken = True  # ENOSPC (watch limit) and the like: no hints for this directory
         return wd
@@ -147,7 +147,8 @@ class _Watcher:
 
 # --- the in-memory picture of the last walk ----------------------------------------------------
 
-_Key = tuple  # (st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns): the stat cache's key
+_Key = tuple[int, int, int, int, int]  # (st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns): the stat cache's key
+_File = tuple[_Key | None, int, pygit2.Oid]  # a file's (key, mode, oid)
 
 
 def _key(st: os.stat_result) -> _Key:
@@ -160,7 +161,7 @@ class _Dir:
     ino: int
     parent: "_Dir | None"
     wd: int = -1
-    files: dict[str, tuple[_Key | None, int, pygit2.Oid]] = field(default_factory=dict)  # name -> (key, mode, oid)
+    files: dict[str, _File] = field(default_factory=dict)  # name -> (key, mode, oid)
     dirs: dict[str, "_Dir"] = field(default_factory=dict)
     skipped: dict[str, tuple[_Key | None, str]] = field(default_factory=dict)  # name -> (key, reason)
     tree: pygit2.Oid | None = None
@@ -212,11 +213,13 @@ class CheckpointStore:
         root, hinted_changes = self._snapshot()
         skipped = sorted((Skipped(path=d.child_rel(n), reason=r) for d in root.all_dirs() for n, (_, r) in d.skipped.items()),
                          key=lambda s: s.path)
-        head = self.repo[pygit2.Oid(hex=self._index.head)] if self._index.head else None
+        head = _object(self.repo, pygit2.Oid(hex=self._index.head), pygit2.Commit) if self._index.head else None
         last = self._index.checkpoints[-1] if self._index.checkpoints else None
         same_skips = last is not None and [s.model_dump() for s in last.skipped] == [s.model_dump() for s in skipped]
+        assert root.tree is not None  # _snapshot wrote every tree
         if turn > 0 and head is not None and head.tree_id == root.tree and same_skips:
             return None
+        changed: list[str]
         if turn == 0:
             changed = []
         elif hinted_changes is not None and head is not None and self._index.checkpoints and self._index.head == self._index.checkpoints[-1].commit:
@@ -251,7 +254,7 @@ class CheckpointStore:
         restorer = _Restorer(self.repo, {s.path for s in cp.skipped}, report, ws_st.st_uid, ws_st.st_gid)
         fd = os.open(self.workspace, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            restorer.sync_dir(fd, "", self.repo[pygit2.Oid(hex=cp.commit)].tree, 0)
+            restorer.sync_dir(fd, "", _object(self.repo, pygit2.Oid(hex=cp.commit), pygit2.Commit).tree, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -299,12 +302,13 @@ class CheckpointStore:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
 
-    def _changed(self, old: pygit2.Tree | None, new_tree: pygit2.Oid) -> list[str]:
-        new = self.repo[new_tree]
+    def _changed(self, old: pygit2.Tree | None, new_tree: pygit2.Oid) -> builtins.list[str]:
+        new = _object(self.repo, new_tree, pygit2.Tree)
         if old is None:
             return sorted(_tree_files(self.repo, new, ""))
+        # what repo.diff(old, new) runs for two trees, with its options
         paths = {d.new_file.path if d.status != pygit2.enums.DeltaStatus.DELETED else d.old_file.path
-                 for d in self.repo.diff(old, new).deltas}
+                 for d in old.diff_to_tree(new, interhunk_lines=0).deltas}
         return sorted(paths)
 
     # -- snapshots ----------------------------------------------------------------------------
@@ -314,7 +318,7 @@ class CheckpointStore:
             self._watcher.close()
         self._watcher, self._root, self._wds, self._linked = None, None, {}, set()
 
-    def _snapshot(self) -> tuple[_Dir, list[str] | None]:
+    def _snapshot(self) -> tuple[_Dir, builtins.list[str] | None]:
         """The walked root and, from the hints, the changed paths (None: ask a tree diff)."""
         self._scan_started_ns = time.time_ns()
         if self._root is not None and self._watcher is not None and not self._watcher.broken:
@@ -463,7 +467,8 @@ class CheckpointStore:
                 return f"cannot checkpoint it: {_special_reason(st.st_mode)}"
             if st.st_size > self.max_file_bytes:
                 return f"larger than {self.max_file_bytes} bytes ({st.st_size})"
-            chunks, total = [], 0
+            chunks: list[bytes] = []
+            total = 0
             while total <= self.max_file_bytes:
                 chunk = os.read(ffd, min(1 << 20, self.max_file_bytes + 1 - total))
                 if not chunk:
@@ -493,7 +498,7 @@ class CheckpointStore:
             tb = self.repo.TreeBuilder()
             names = set(d.files) | set(d.dirs)
         else:
-            tb = self.repo.TreeBuilder(self.repo[d.tree])
+            tb = self.repo.TreeBuilder(d.tree)
         for name in names:
             if name in d.files:
                 _, mode, oid = d.files[name]
@@ -506,7 +511,7 @@ class CheckpointStore:
                 tb.remove(name)
         d.tree = tb.write()
 
-    def _incremental(self) -> tuple[_Dir, list[str]]:
+    def _incremental(self) -> tuple[_Dir, builtins.list[str]]:
         """Only the entries inotify named since the last record, plus every hard-linked file.
         Returns the root and the paths whose tree entry changed."""
         assert self._watcher is not None and self._root is not None
@@ -577,7 +582,8 @@ class CheckpointStore:
         return fd
 
 
-def _entry_changed(before: tuple, after: tuple, rel: str, changes: set[str]) -> bool:
+def _entry_changed(before: tuple[_File | None, _Dir | None], after: tuple[_File | None, _Dir | None], rel: str,
+                   changes: set[str]) -> bool:
     """Whether one tree entry changed; the files it concerns go into `changes`."""
     (file_a, dir_a), (file_b, dir_b) = before, after
     if dir_a is not None and dir_a is dir_b:
@@ -620,11 +626,22 @@ def _special_reason(mode: int) -> str:
     return "not a regular file, directory or symlink"
 
 
+_Kind = TypeVar("_Kind", pygit2.Commit, pygit2.Tree, pygit2.Blob)
+
+
+def _object(repo: pygit2.Repository, oid: pygit2.Oid, kind: type[_Kind]) -> _Kind:
+    """The object `oid` in our store, which must be of `kind` (the store is ours: anything else is corruption)."""
+    obj = repo[oid]
+    if not isinstance(obj, kind):
+        raise ValueError(f"checkpoint store object {oid} is a {obj.type_str}, not a {kind.__name__.lower()}")
+    return obj
+
+
 def _tree_files(repo: pygit2.Repository, tree: pygit2.Tree, prefix: str) -> Iterable[str]:
     for e in tree:
         rel = f"{prefix}{e.name}"
         if e.filemode == MODE_TREE:
-            yield from _tree_files(repo, repo[e.id], rel + "/")
+            yield from _tree_files(repo, _object(repo, e.id, pygit2.Tree), rel + "/")
         else:
             yield rel
 
@@ -639,7 +656,7 @@ class _Restorer:
         self.chown = os.geteuid() == 0
 
     def sync_dir(self, fd: int, rel: str, tree: pygit2.Tree, depth: int) -> None:
-        wanted = {e.name: e for e in tree if _plain_name(e.name)}
+        wanted = {e.name: e for e in tree if e.name is not None and _plain_name(e.name)}
         present = {n: os.lstat(n, dir_fd=fd) for n in os.listdir(fd)}
         staying = {n for n in present if is_git_name(n) or _join(rel, n) in self.keep}
         if _repository_shape({*wanted, *staying}):
@@ -657,13 +674,13 @@ class _Restorer:
             child = _join(rel, name)
             if child in self.keep:
                 continue
-            st = present.get(name)
+            there = present.get(name)
             if entry.filemode == MODE_TREE:
-                self._sync_subdir(fd, name, child, st, entry, depth)
+                self._sync_subdir(fd, name, child, there, entry, depth)
             elif entry.filemode in (MODE_FILE, MODE_EXEC, MODE_LINK):
-                self._sync_leaf(fd, name, child, st, entry)
+                self._sync_leaf(fd, name, child, there, entry)
 
-    def _sync_subdir(self, fd: int, name: str, rel: str, st: os.stat_result | None, entry, depth: int) -> None:
+    def _sync_subdir(self, fd: int, name: str, rel: str, st: os.stat_result | None, entry: pygit2.Object, depth: int) -> None:
         if depth + 1 >= MAX_DEPTH:
             self.report.skipped.append(Skipped(path=rel, reason=f"deeper than {MAX_DEPTH} levels"))
             return
@@ -676,12 +693,12 @@ class _Restorer:
                 os.chown(name, self.uid, self.gid, dir_fd=fd, follow_symlinks=False)
         sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
         try:
-            self.sync_dir(sub, rel, self.repo[entry.id], depth + 1)
+            self.sync_dir(sub, rel, _object(self.repo, entry.id, pygit2.Tree), depth + 1)
         finally:
             os.close(sub)
 
-    def _sync_leaf(self, fd: int, name: str, rel: str, st: os.stat_result | None, entry) -> None:
-        data = self.repo[entry.id].data
+    def _sync_leaf(self, fd: int, name: str, rel: str, st: os.stat_result | None, entry: pygit2.Object) -> None:
+        data = _object(self.repo, entry.id, pygit2.Blob).data
         if st is not None and self._same(fd, name, st, entry.filemode, data):
             return
         if st is not None and stat.S_ISDIR(st.st_mode):

@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
@@ -18,6 +19,15 @@ from .painter import Line
 from .protocol import ToolResult
 from .render import json_line
 from .summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+
+if TYPE_CHECKING:  # for annotations only: each command imports what it runs, so `oa-sandbox --help` stays quick
+    from .acp.server import AcpApprover
+    from .live import LiveView
+    from .mcp.client import McpHost
+    from .session import OpenSession
+    from .sessions import SessionRecord, WorkspaceMode
+    from .tools.registry import HostTools
+    from .user_config import UserConfig
 
 EXIT_TOOL_ERROR = EXIT_STOPPED
 
@@ -52,7 +62,7 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
-def _user_config():
+def _user_config() -> UserConfig:
     from .user_config import load_user_config
 
     try:
@@ -61,7 +71,7 @@ def _user_config():
         raise _setup_error(err) from None
 
 
-def sandbox_options(fn):
+def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
     """The sandbox's knobs, shared by every command that starts one; the command gets `config`."""
     options = [
         click.option("--image", default=None, help="Sandbox image (default openagents-sandbox:latest)."),
@@ -79,7 +89,9 @@ def sandbox_options(fn):
     ]
 
     @functools.wraps(fn)
-    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, workspace_mode, **kwargs):
+    def wrapper(*args: Any, image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: tuple[str, ...],
+                runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, workspace_mode: str,
+                **kwargs: Any) -> None:
         from .sessions import WorkspaceMode
 
         defaults = _user_config()  # the config file's values; a flag given wins
@@ -92,8 +104,9 @@ def sandbox_options(fn):
     return wrapper
 
 
-def build_config(image, memory, pids, cpus, env, runtime, user, egress=None, write_quota=None) -> SandboxConfig:
-    values: dict = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
+def build_config(image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: Iterable[str], runtime: str | None,
+                 user: str | None, egress: str | None = None, write_quota: str | None = None) -> SandboxConfig:
+    values: dict[str, Any] = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
     if write_quota is not None:
         values["write_quota"] = parse_size(write_quota)
     extras = {}
@@ -163,17 +176,13 @@ def image() -> None:
 @click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
 def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
     """Build the sandbox image; with no registry, from a debootstrap base."""
-    from .sandbox.docker import docker_client
-    from .sandbox.image import build_image, ensure_image
+    from .sandbox.backend import backend_from_config
 
-    tag = tag or SandboxConfig().image
+    config = SandboxConfig()
     progress = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
-        client = docker_client(timeout=600)
-        if if_needed:
-            ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
-        else:
-            build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
+        backend_from_config(config).build_image(tag or config.image, base, rebuild_base=rebuild_base, only_if_needed=if_needed,
+                                                progress=progress)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 
@@ -183,7 +192,7 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
 @sandbox_options
 @click.argument("tool")
 @click.argument("json_args", default="{}")
-def exec_(workspace, config, mode, tool, json_args) -> None:
+def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, tool: str, json_args: str) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
     change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from .render import visible
@@ -243,8 +252,10 @@ def exec_(workspace, config, mode, tool, json_args) -> None:
 @click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
 @sandbox_options
 @click.argument("task")
-def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive, auto_approve, transcript_path, max_turns, max_tokens, max_wall,
-        context_window, output_format, disabled, no_git, apply_at_end, config, mode, task) -> None:
+def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
+        non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
+        max_wall: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
+        apply_at_end: bool, config: SandboxConfig, mode: WorkspaceMode, task: str) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
 
@@ -338,7 +349,7 @@ def run(workspace, model_spec, base_url, api_key_env, policies, non_interactive,
     raise click.exceptions.Exit(code)
 
 
-def _start_mcp_servers(servers: list, view):
+def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost | None:
     """The config file's stdio MCP servers, started on the host (their tools ask every time unless a
     policy says otherwise); each one that could not start is named, and the session goes on."""
     if not servers:
@@ -361,7 +372,8 @@ def _start_mcp_servers(servers: list, view):
 @click.option("--max-turns", default=100, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--pool", default=0, show_default=True, type=click.IntRange(0, 32), help="Keep N sandboxes of --workspace warm, so a session starts at once.")
 @sandbox_options
-def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, max_turns, pool, config, mode) -> None:
+def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
+        transcript_dir: str | None, max_turns: int, pool: int, config: SandboxConfig, mode: WorkspaceMode) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from .acp.server import AcpServer
     from .models.base import model_from_spec
@@ -376,10 +388,10 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 
-    if pool and not workspace:
-        raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
     warm = None
     if pool:
+        if not workspace:
+            raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
             warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool)
@@ -387,7 +399,7 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
             raise _setup_error(err) from None
         warm.start()
 
-    def start(ws: Path, approver, on_event, host_tools):
+    def start(ws: Path, approver: AcpApprover, on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None) -> OpenSession:
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
         return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp",
                             host_tools=host_tools)
@@ -404,7 +416,7 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
 @click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
 @sandbox_options
-def mcp(workspace, policies, transcript_path, config, mode) -> None:
+def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
     from .mcp.server import McpApprover, serve
     from .render import visible
@@ -465,7 +477,7 @@ def transcript_list() -> None:
 @click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
 @click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
 @sandbox_options
-def doctor(workspace, attack, config, mode) -> None:
+def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceMode) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from sandbox_agent import limits
 
@@ -520,7 +532,7 @@ def doctor(workspace, attack, config, mode) -> None:
     raise click.exceptions.Exit(EXIT_OK if ok else EXIT_SETUP)
 
 
-def _session(session_id: str):
+def _session(session_id: str) -> SessionRecord:
     from .sessions import load
 
     try:
@@ -529,7 +541,7 @@ def _session(session_id: str):
         raise _setup_error(err) from None
 
 
-def _copy_session(session_id: str, action: str):
+def _copy_session(session_id: str, action: str) -> SessionRecord:
     record = _session(session_id)
     if record.mode.value != "copy":
         raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} ran in bind mode: its changes are already in "
@@ -541,7 +553,7 @@ def _copy_session(session_id: str, action: str):
     return record
 
 
-def _apply(record) -> int:
+def _apply(record: SessionRecord) -> int:
     """Apply a copy session's changes; 0 when applied, 1 on conflicts (then nothing was applied)."""
     from .render import visible
     from .review import apply_changes
@@ -551,8 +563,8 @@ def _apply(record) -> int:
     for item in report.left_out:
         click.echo(visible(f"  left out {item.path}: {item.reason}"), err=True)
     if report.conflicts:
-        for item in report.conflicts:
-            click.echo(visible(f"  conflict {item.path}: {item.reason}"), err=True)
+        for conflict in report.conflicts:
+            click.echo(visible(f"  conflict {conflict.path}: {conflict.reason}"), err=True)
         click.echo(f"nothing applied: {len(report.conflicts)} file(s) changed in {record.workspace} since the copy was taken", err=True)
         return EXIT_TOOL_ERROR
     record.applied = True

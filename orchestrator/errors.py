@@ -5,6 +5,7 @@ Recoverable errors go back to the model so it can correct itself; fatal ones end
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 
 class ErrorType(str, Enum):
@@ -93,5 +94,5 @@ class OpenAgentsError(Exception):
     def recoverable(self) -> bool:
         return self.type.recoverable
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"type": self.type.value, "message": self.message, "recoverable": self.recoverable}

@@ -9,7 +9,7 @@ state or kind string of its own.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -177,8 +177,12 @@ class SessionEnded(_Event):
     wall_s: float = 0.0
 
 
-EVENT_MODELS = (SessionStarted, ModelRequested, ModelRetrying, ContextCompacted, ToolOutputStreamed, ModelResponded, ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded)
-Event = Annotated[Union[EVENT_MODELS], Field(discriminator="type")]  # type: ignore[valid-type]
+Event = Annotated[
+    Union[SessionStarted, ModelRequested, ModelRetrying, ContextCompacted, ToolOutputStreamed, ModelResponded,
+          ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded],
+    Field(discriminator="type"),
+]
+EVENT_MODELS: tuple[type[_Event], ...] = get_args(get_args(Event)[0])  # the union's members, for the set of types
 _ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KNOWN_TYPES = frozenset(model.model_fields["type"].default for model in EVENT_MODELS)
 

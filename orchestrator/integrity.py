@@ -29,6 +29,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterator
 
 from pydantic import BaseModel, Field
 
@@ -94,7 +95,8 @@ class Found:
         self.dir_fd, self.name, self.rel, self.st = dir_fd, name, rel, st
 
 
-def walk(root: Path, enter=lambda found: not is_git_name(found.name), too_deep: list[str] | None = None):
+def walk(root: Path, enter: Callable[[Found], bool] = lambda found: not is_git_name(found.name),
+         too_deep: list[str] | None = None) -> Iterator[Found]:
     """Every entry under root, depth first, through directory fds opened with O_NOFOLLOW: no
     symlink is ever followed, at any level. `enter(found)` decides whether a directory is entered
     (default: everything but .git entries)."""
@@ -108,7 +110,7 @@ def walk(root: Path, enter=lambda found: not is_git_name(found.name), too_deep: 
         os.close(fd)
 
 
-def _walk_fd(dir_fd: int, rel_dir: str, enter, depth: int, too_deep: list[str] | None):
+def _walk_fd(dir_fd: int, rel_dir: str, enter: Callable[[Found], bool], depth: int, too_deep: list[str] | None) -> Iterator[Found]:
     try:
         with os.scandir(dir_fd) as it:
             names = [e.name for e in it]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.status import Status
@@ -65,7 +66,7 @@ class LiveView:
         """At an approval prompt: what the edit would change."""
         self.print(diff_lines(diff, indent="  "))
 
-    def on_event(self, record: dict) -> None:
+    def on_event(self, record: dict[str, Any]) -> None:
         event = parse(record)
         if event is None:
             return

@@ -156,17 +156,17 @@ class Session:
                     return self._end(SessionStatus.STOPPED, spent.message, turn, error=spent)
                 looping = self._note_calls(reply.tool_calls)
                 results = self._run_calls(reply.tool_calls)
-                for call, result in zip(reply.tool_calls, results):
+                for call, result in zip(reply.tool_calls, results, strict=True):
                     self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
                 if self.after_turn:
                     self.after_turn(turn, [call.name for call in reply.tool_calls])
                 fatal = next((r.error for r in results if r.error and not r.error.recoverable), None)
                 if fatal:
-                    err = OpenAgentsError(fatal.type, fatal.message)
-                    return self._end(SessionStatus.STOPPED, f"a fatal error: {fatal.type.value}: {fatal.message}", turn, error=err)
+                    stop = OpenAgentsError(fatal.type, fatal.message)
+                    return self._end(SessionStatus.STOPPED, f"a fatal error: {fatal.type.value}: {fatal.message}", turn, error=stop)
                 if looping:
-                    err = OpenAgentsError(ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row")
-                    return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
+                    stop = OpenAgentsError(ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row")
+                    return self._end(SessionStatus.STOPPED, stop.message, turn, error=stop)
                 if self.cancel.is_set():
                     return self._end(SessionStatus.CANCELLED, "cancelled", turn, executor=Executor.USER)
         except OpenAgentsError as err:  # e.g. the sandbox could not be restarted inside a call
@@ -176,8 +176,8 @@ class Session:
             self.registry.kill_running()
             return self._end(SessionStatus.CANCELLED, "interrupted (Ctrl-C); the running call was killed", turn, executor=Executor.USER)
         except Exception as exc:  # a bug of ours: the transcript still ends, typed, and the error goes on up
-            err = OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-            self._end(SessionStatus.STOPPED, f"internal error: {err.message}", turn, error=err)
+            internal = OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+            self._end(SessionStatus.STOPPED, f"internal error: {internal.message}", turn, error=internal)
             raise
 
     def _end(self, status: SessionStatus, reason: str, turns: int, final_text: str = "", error: OpenAgentsError | None = None,
@@ -253,17 +253,17 @@ class Session:
                                                 level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
         if not outcome.allowed:
             kind = ErrorType.REJECTED_BY_USER if outcome.executor == Executor.USER else ErrorType.REFUSED_BY_POLICY
-            err = OpenAgentsError(kind, f"{prepared.action} was not approved: {outcome.reason}")
-            return self._finish(call, ToolResult.failure(err, executor=outcome.executor))
+            refusal = OpenAgentsError(kind, f"{prepared.action} was not approved: {outcome.reason}")
+            return self._finish(call, ToolResult.failure(refusal, executor=outcome.executor))
         self._state(call, ToolCallState.SCHEDULED)
         return prepared
 
-    def _execute_batch(self, batch: list[tuple[int, PreparedCall]], results: list) -> None:
+    def _execute_batch(self, batch: list[tuple[int, PreparedCall]], results: list[ToolResult | None]) -> None:
         if len(batch) == 1:
             results[batch[0][0]] = self._execute(batch[0][1])
             return
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(batch))) as pool:
-            for (i, _), result in zip(batch, pool.map(lambda item: self._execute(item[1]), batch)):
+            for (i, _), result in zip(batch, pool.map(lambda item: self._execute(item[1]), batch), strict=True):
                 results[i] = result
 
     def _execute(self, prepared: PreparedCall) -> ToolResult:
@@ -327,8 +327,9 @@ class Session:
                 (self.refused_calls if outcome == "refused" else self.failed_calls).append(record)
 
 
-def _tool_name(declaration: dict) -> str:
-    return declaration.get("function", declaration).get("name", "?")
+def _tool_name(declaration: dict[str, Any]) -> str:
+    name: str = declaration.get("function", declaration).get("name", "?")
+    return name
 
 
 def _signature(call: ToolCall) -> str:

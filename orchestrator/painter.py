@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from .events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SessionEnded, SessionStarted,
                      ToolCallChanged, ToolCallFinished, ToolCallState, parse)
@@ -67,7 +68,7 @@ class Painter:
         self._last_call: str | None = None
         self._running: set[str] = set()  # parallel reads: a header waits for its own result
 
-    def lines(self, record: dict) -> list[Line]:
+    def lines(self, record: dict[str, Any]) -> list[Line]:
         event = parse(record)
         return self.event_lines(event) if event is not None else []
 

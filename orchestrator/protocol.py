@@ -68,7 +68,7 @@ class ToolResult(BaseModel):
     executor: Executor = Executor.RUNTIME
 
     @classmethod
-    def failure(cls, err: OpenAgentsError, executor: Executor = Executor.OPENAGENTS, output: str = "", meta: dict | None = None) -> "ToolResult":
+    def failure(cls, err: OpenAgentsError, executor: Executor = Executor.OPENAGENTS, output: str = "", meta: dict[str, Any] | None = None) -> "ToolResult":
         return cls(ok=False, output=output, meta=meta or {}, error=ErrorInfo.of(err), executor=executor)
 
     @classmethod

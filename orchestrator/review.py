@@ -138,11 +138,11 @@ def _scan(manifest: CopyManifest) -> _Scan:
                     git.append(rel)
             continue
         seen.add(rel)
-        extra = {"fmt": stat.S_IFMT(found.st.st_mode), "nlink": found.st.st_nlink}
+        fmt, nlink = stat.S_IFMT(found.st.st_mode), found.st.st_nlink
         if entry is None:
-            changes.append(Change(path=rel, status="added", after=now, **extra))
+            changes.append(Change(path=rel, status="added", after=now, fmt=fmt, nlink=nlink))
         elif status := _status(entry.copy, now):
-            changes.append(Change(path=rel, status=status, before=entry.copy, after=now, **extra))
+            changes.append(Change(path=rel, status=status, before=entry.copy, after=now, fmt=fmt, nlink=nlink))
     deep = tuple(r + "/" for r in too_deep)
     for rel, entry in manifest.entries.items():
         if rel not in seen and not _in_git(rel) and not rel.startswith(deep):
@@ -447,6 +447,12 @@ class _Act:
     target: str = ""  # symlinks: checked once, written as checked (never read again)
     replaces_dir: bool = False  # the real entry is a directory the box replaced: after deletions
 
+    @property
+    def box_mode(self) -> int:
+        """The mode the box left: write and chmod act on an entry the copy still has."""
+        assert self.change.after is not None, f"{self.op} of {self.path}: the copy has no entry"
+        return self.change.after.mode
+
 
 def _mode_for(box_mode: int, real: os.stat_result | None) -> int:
     """0644/0755 for a new file; an existing file keeps its own permission bits (a private 0600
@@ -562,7 +568,7 @@ class _Applier:
                 return False
         act.real = where.st
         if act.op in ("write", "chmod"):
-            act.mode = _mode_for(act.change.after.mode, act.real)
+            act.mode = _mode_for(act.box_mode, act.real)
         expected = act.entry.real if act.entry else None
         if act.real is None:
             if act.op == "delete":
@@ -573,7 +579,7 @@ class _Applier:
                 return False
             return True
         if expected is None or not self._unchanged(act.real, expected):
-            if self._already(act):
+            if self._already(act, act.real):
                 self.report.already.append(rel)
                 return False
             self.conflict(rel, "changed in the real workspace since the copy was taken" if expected else
@@ -601,9 +607,8 @@ class _Applier:
             return stamp.mode == expected.mode  # its mtime moves with its entries (and with our own apply)
         return stamp.same_as(expected)
 
-    def _already(self, act: _Act) -> bool:
-        """The real entry is already what apply would make it (an earlier apply was interrupted)."""
-        real = act.real
+    def _already(self, act: _Act, real: os.stat_result) -> bool:
+        """The real entry (`real`, there) is already what apply would make it (an earlier apply was interrupted)."""
         if act.op == "mkdir":
             return stat.S_ISDIR(real.st_mode)
         if act.op == "symlink":
@@ -788,8 +793,8 @@ class _Applier:
             getattr(self, f"_{act.op}")(act, parent, parts[-1])
             self.touched.add("/".join(parts[:-1]))
             self.report.applied.append(act.path)
-            if act.op in ("write", "chmod") and act.mode != act.change.after.mode:
-                self.report.normalised.append(Normalised(path=act.path, box_mode=f"{act.change.after.mode:04o}", mode=f"{act.mode:04o}"))
+            if act.op in ("write", "chmod") and act.mode != act.box_mode:
+                self.report.normalised.append(Normalised(path=act.path, box_mode=f"{act.box_mode:04o}", mode=f"{act.mode:04o}"))
         except _Refused as err:
             self.leave(act.path, str(err))
         except OSError as err:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from .config import SandboxConfig
+from .protocol import ToolResult
 from .sandbox.backend import Backend, backend_from_config
 from .sandbox.base import Sandbox
 
@@ -24,50 +25,50 @@ class Check:
     run: Callable[[Sandbox, Path], tuple[bool, str]]
 
 
-def _shell(box: Sandbox, command: str, timeout: int = 20):
+def _shell(box: Sandbox, command: str, timeout: int = 20) -> ToolResult:
     return box.call("shell", {"command": command, "timeout": timeout})
 
 
-def _non_root(box, ws):
+def _non_root(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "id -u").output.strip()
     return out not in ("0", ""), f"uid {out}"
 
 
-def _no_caps(box, ws):
+def _no_caps(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status").output
     values = [int(line.split()[1], 16) for line in out.splitlines()]
     return bool(values) and not any(values), "CapEff/CapPrm/CapBnd all 0" if not any(values) else out.strip()
 
 
-def _no_network(box, ws):
+def _no_network(box: Sandbox, ws: Path) -> tuple[bool, str]:
     # /proc/net/dev under both runtimes (gVisor has no /sys/class/net)
     out = _shell(box, "tail -n +3 /proc/net/dev | cut -d: -f1").output.split()
     return out == ["lo"], f"interfaces: {' '.join(out)}"
 
 
-def _read_only_root(box, ws):
+def _read_only_root(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "touch /usr/oa-probe 2>&1; echo rc=$?").output
     return "rc=0" not in out, "writing /usr failed" if "rc=0" not in out else "wrote to /usr"
 
 
-def _no_secret(box, ws):
+def _no_secret(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "env; tr '\\0' '\\n' < /proc/self/environ").output
     return CANARY_VALUE not in out, f"{CANARY_VAR} set on the host, absent in the box" if CANARY_VALUE not in out else "host variable visible"
 
 
-def _path_escape(box, ws):
+def _path_escape(box: Sandbox, ws: Path) -> tuple[bool, str]:
     results = [box.call("read_file", {"path": p}) for p in ("../etc/passwd", "/etc/passwd", "link-out")]
     ok = all(not r.ok and r.error and r.error.type.value == "path_outside_workspace" for r in results)
     return ok, "`..`, absolute and symlinked paths refused" if ok else "a path escaped"
 
 
-def _git_read_only(box, ws):
+def _git_read_only(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "echo x > .git/config 2>&1; echo rc=$?").output
     intact = (ws / ".git" / "config").read_text() == "[core]\n"
     return intact and "rc=0" not in out, ".git is read-only inside the box" if intact else ".git/config changed"
 
 
-def _timeout(box, ws):
+def _timeout(box: Sandbox, ws: Path) -> tuple[bool, str]:
     started = time.monotonic()
     result = _shell(box, "sleep 30", timeout=1)
     elapsed = time.monotonic() - started
@@ -75,13 +76,13 @@ def _timeout(box, ws):
     return ok, f"sleep 30 with timeout 1 ended after {elapsed:.1f}s"
 
 
-def _daemons(box, ws):
+def _daemons(box: Sandbox, ws: Path) -> tuple[bool, str]:
     _shell(box, "setsid sleep 300 & nohup sleep 300 >/dev/null 2>&1 &")
     out = _shell(box, "for p in /proc/[0-9]*; do cat $p/comm; done 2>/dev/null").output.split()
     return "sleep" not in out, "no background process outlived its call" if "sleep" not in out else "a daemon survived"
 
 
-def _no_setuid(box, ws):
+def _no_setuid(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "cp /bin/sh setuid-probe && chmod 4755 setuid-probe; chmod g+s setuid-probe; "
                       "python3 -c 'import os; os.close(os.open(\"setgid-probe\", os.O_CREAT, 0o2755))'; echo done").output
     planted = [p.name for p in ws.iterdir() if os.lstat(p).st_mode & 0o6000]
@@ -90,7 +91,7 @@ def _no_setuid(box, ws):
     return ran and not planted, detail
 
 
-def _syscalls_refused(box, ws):
+def _syscalls_refused(box: Sandbox, ws: Path) -> tuple[bool, str]:
     code = ("import ctypes; c = ctypes.CDLL(None, use_errno=True); r = []\n"
             "for nr in (425, 323, 321, 250): c.syscall(nr, 0, 0, 0, 0, 0); r.append(ctypes.get_errno())\n"
             "c.syscall(437, -100, b'x', 0, 0); r.append(ctypes.get_errno()); print(r)")
@@ -100,7 +101,7 @@ def _syscalls_refused(box, ws):
     return out == wanted, f"io_uring, userfaultfd, bpf, keyctl EPERM; openat2 {'EPERM' if wanted.endswith('1]') else 'ENOSYS'}" if out == wanted else f"errnos {out}"
 
 
-def _agent_restart(box, ws):
+def _agent_restart(box: Sandbox, ws: Path) -> tuple[bool, str]:
     result = _shell(box, "kill 1; sleep 5")
     after = box.call("read_file", {"path": "probe.txt"})
     ok = result.error is not None and result.error.type.value == "agent_lost" and after.ok

@@ -6,9 +6,9 @@ events; everything else is put together here, once.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
@@ -22,6 +22,7 @@ from .protocol import Executor
 from .hostfs import lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
 from .checkpoints import CheckpointStore
+from .integrity import SweepReport
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
 from .sessions import SessionRecord, WorkspaceMode, prepare
@@ -81,11 +82,12 @@ MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
 
 @dataclass
 class OpenSession:
-    session: Session
     sandbox: Sandbox
     transcript: Transcript
     record: SessionRecord
     checkpoints: "CheckpointStore | None" = None
+    # The loop, made last: its after_turn is this object's checkpoint().
+    session: Session = field(init=False)
 
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
@@ -127,7 +129,7 @@ class OpenSession:
 
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
-                 transcript_path: Path | None = None, on_event: Callable[[dict], None] | None = None,
+                 transcript_path: Path | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
                  sandbox: Sandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
                  host_tools: HostTools | None = None) -> OpenSession:
     """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
@@ -159,7 +161,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if sandbox is None:
             box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
             sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
-        opened = OpenSession(None, sandbox, transcript, record, checkpoints)  # type: ignore[arg-type]
+        opened = OpenSession(sandbox, transcript, record, checkpoints)
         opened.checkpoint(0, [])  # the start, before the box has run anything
         if not sandbox.started:
             sandbox.start()
@@ -171,7 +173,11 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         record.status, record.reason = "failed", str(getattr(err, "message", err))[:500]
         record.save()
         raise
-    sandbox.on_sweep = lambda report: transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
+
+    def swept(report: SweepReport) -> None:
+        transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
+
+    sandbox.on_sweep = swept
     from .proposed import proposed_diff
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))

@@ -51,9 +51,10 @@ def changed_files(record: SessionRecord) -> list[FileChange]:
         if len(points) < 2:
             return []
         repo = pygit2.Repository(str(store), RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.BARE)
-        diff = repo.diff(repo[pygit2.Oid(hex=points[0].commit)].tree, repo[pygit2.Oid(hex=points[-1].commit)].tree)
+        diff = repo.diff(pygit2.Oid(hex=points[0].commit), pygit2.Oid(hex=points[-1].commit))  # the two commits' trees
         out = []
         for patch in diff:
+            assert patch is not None  # None only for an unmodified delta, which a diff of two trees never lists
             delta = patch.delta
             path = delta.new_file.path if delta.status != pygit2.enums.DeltaStatus.DELETED else delta.old_file.path
             _, added, removed = patch.line_stats

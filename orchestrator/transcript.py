@@ -14,13 +14,16 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
 
 from sandbox_agent.shell import SECRET_NAME
 
 from .events import Event
 from .protocol import Executor
 from .render import json_line, visible
+
+if TYPE_CHECKING:  # for the annotation only: show_lines loads the painter when a transcript is shown
+    from .painter import Line
 
 REDACTED = "[REDACTED]"
 MAX_EVENT_BYTES = 64 * 1024  # one serialized line, all fields together
@@ -65,22 +68,23 @@ class Redactor:
 
 
 class Transcript:
-    def __init__(self, path: str | Path | None, redactor: Redactor | None = None, on_event: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, path: str | Path | None, redactor: Redactor | None = None,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path) if path else None
         self.redactor = redactor or Redactor.from_environment()
         self.on_event = on_event
         self._lock = threading.Lock()
         self._seq = 0
-        self._fh = None
+        self._fh: TextIO | None = None
         if self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "a", encoding="utf-8")
-        self.events: list[dict] = []
+        self.events: list[dict[str, Any]] = []
 
-    def event(self, type: str, executor: Executor | None = None, **fields: Any) -> dict:
+    def event(self, type: str, executor: Executor | None = None, **fields: Any) -> dict[str, Any]:
         with self._lock:
             self._seq += 1
-            record = {"seq": self._seq, "ts": round(time.time(), 3), "type": type}
+            record: dict[str, Any] = {"seq": self._seq, "ts": round(time.time(), 3), "type": type}
             if executor is not None:
                 record["executor"] = executor.value
             # Shape and redact first (whole strings, so no secret is cut in two before it is
@@ -104,7 +108,7 @@ class Transcript:
         record, _ = _capped({"type": event.type, **({"executor": event.executor.value} if event.executor else {})}, fields)
         self.on_event(record)
 
-    def emit(self, event: Event) -> dict:
+    def emit(self, event: Event) -> dict[str, Any]:
         """Record a typed event (the turn loop's); subscribers get the shaped, redacted record."""
         return self.event(event.type, executor=event.executor, **event.fields())
 
@@ -115,12 +119,12 @@ class Transcript:
                 self._fh = None
 
 
-class _Cut(list):
+class _Cut(list[Any]):
     """A list already shortened by _shape: `dropped` items are gone."""
     dropped = 0
 
 
-class _CutDict(dict):
+class _CutDict(dict[str, Any]):
     dropped = 0
 
 
@@ -140,11 +144,11 @@ def _shape(value: Any, redact: Callable[[str], str], depth: int = 0) -> Any:
     if isinstance(value, dict):
         if depth >= MAX_DEPTH:
             return f"…[cut: a dict nested deeper than {MAX_DEPTH}]"
-        out = _CutDict()
+        cut = _CutDict()
         for k, v in list(value.items())[:MAX_ITEMS]:
-            out[_cut(redact(str(k)), MAX_KEY_CHARS)] = _shape(v, redact, depth + 1)
-        out.dropped = max(0, len(value) - MAX_ITEMS)
-        return out
+            cut[_cut(redact(str(k)), MAX_KEY_CHARS)] = _shape(v, redact, depth + 1)
+        cut.dropped = max(0, len(value) - MAX_ITEMS)
+        return cut
     return _shape(_jsonable(value), redact, depth + 1)  # pydantic models, enums, paths
 
 
@@ -170,7 +174,7 @@ def _fit(value: Any, max_chars: int, max_items: int) -> Any:
     return value
 
 
-def _capped(header: dict, fields: dict) -> tuple[dict, str]:
+def _capped(header: dict[str, Any], fields: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """The record and its JSONL line, at most MAX_EVENT_BYTES: the per-string bound halves until
     the line fits; if even that fails, the fields give way to a stub that says so."""
     max_chars, max_items = MAX_EVENT_BYTES, MAX_ITEMS
@@ -198,7 +202,7 @@ def show(path: str | Path) -> Iterable[str]:
     return (line.text for line in show_lines(path))
 
 
-def show_lines(path: str | Path) -> Iterable["Line"]:
+def show_lines(path: str | Path) -> Iterable[Line]:
     """As show(), with each line's style (diffs are coloured on a terminal); each result under its call."""
     from .painter import Line, Painter
 

@@ -60,7 +60,7 @@ def handle(request: dict) -> dict:
         return {**base, "ok": False, "error": {"type": "protocol_error", "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}"}}
     if tool == "hello":
         return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0]}}
-    fn = TOOLS.get(tool)
+    fn = TOOLS.get(tool) if isinstance(tool, str) else None  # a list as the tool would be unhashable: unknown, typed
     if fn is None:
         return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
     if not isinstance(args, dict):

@@ -149,6 +149,7 @@ def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
 def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
     """Collect the command's output until its shell exits or the timeout passes, in this thread:
     one poll() over the output pipe and the exit descriptor. True when the timeout passed."""
+    assert proc.stdout is not None  # started with stdout=PIPE
     out_fd = proc.stdout.fileno()
     exit_fd, is_pidfd = _exit_fd(proc)
     poller = select.poll()
@@ -275,6 +276,7 @@ def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
         captured = _CappedOutput(on_output)
         timed_out = _run(proc, timeout, captured)
         _kill_everything_else(proc)
+        assert proc.stdout is not None  # started with stdout=PIPE
         _drain(proc.stdout.fileno(), captured, 2.0)
         captured.stream(b"", final=True)
         proc.stdout.close()

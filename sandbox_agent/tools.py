@@ -27,10 +27,10 @@ class ToolError(Exception):
 
 
 try:  # the builtin module: hashlib would load OpenSSL, 3 MiB of the agent's memory
-    from _sha256 import sha256 as _sha256
+    from _sha256 import sha256 as _sha256  # type: ignore[import-not-found]  # CPython's private module: no stubs
 except ImportError:
     try:
-        from _sha2 import sha256 as _sha256
+        from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]  # the same, renamed in 3.12
     except ImportError:
         from hashlib import sha256 as _sha256
 
@@ -292,7 +292,8 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
     total = len(lines)
     if offset > max(total, 1):
         raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
-    chosen, used = [], 0
+    chosen: list[str] = []
+    used = 0
     for line in lines[offset - 1: offset - 1 + limit]:
         encoded = len(line.encode("utf-8", errors="surrogatepass"))
         if used + encoded > limits.READ_CAP_BYTES and chosen:

@@ -63,7 +63,7 @@ def run_battery() -> dict[str, str]:
 
 def read_junit(junit: Path) -> dict[str, str]:
     """Outcome per test name, from a JUnit XML report of a run that included tests/attacks."""
-    results = {}
+    results: dict[str, str] = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         if "attacks" not in (case.get("classname") or ""):
             continue
@@ -73,7 +73,7 @@ def read_junit(junit: Path) -> dict[str, str]:
             outcome = "FAIL"
         elif skipped is not None:
             outcome = "skipped: " + (skipped.get("message") or "").replace("\n", " ")[:120]
-        results[case.get("name")] = outcome
+        results[case.get("name", "")] = outcome
     return results
 
 

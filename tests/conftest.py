@@ -4,7 +4,6 @@ No test here mocks Docker or the agent. A missing daemon is an error, never a sk
 """
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 from pathlib import Path

@@ -57,8 +57,8 @@ def test_locations_and_workspace_paths():
     assert files.workspace_rel("./src//a.py") == "src/a.py"
     assert files.workspace_rel("../x") is None and files.workspace_rel("/etc/passwd") is None
     loc = files.locations("read_file", {"path": "src/a.py", "offset": 40}, root)
-    assert [(l.path, l.line) for l in loc] == [("/home/u/proj/src/a.py", 40)]
-    assert [(l.path, l.line) for l in files.locations("list_files", {}, root)] == [("/home/u/proj", None)]
+    assert [(where.path, where.line) for where in loc] == [("/home/u/proj/src/a.py", 40)]
+    assert [(where.path, where.line) for where in files.locations("list_files", {}, root)] == [("/home/u/proj", None)]
     assert files.locations("shell", {"command": "ls"}, root) is None
     assert files.locations("read_file", {"path": "../../etc/passwd"}, root) is None
 

@@ -34,9 +34,9 @@ def emitted_types() -> dict[str, str]:
                 for value in literals:
                     found.setdefault(value, f"{path.name}:{node.lineno}")
             if isinstance(node, ast.Dict):
-                for key, value in zip(node.keys, node.values):
+                for key, value in zip(node.keys, node.values, strict=True):
                     if isinstance(key, ast.Constant) and key.value == "error" and isinstance(value, ast.Dict):
-                        for k, v in zip(value.keys, value.values):
+                        for k, v in zip(value.keys, value.values, strict=True):
                             if isinstance(k, ast.Constant) and k.value == "type" and isinstance(v, ast.Constant):
                                 found.setdefault(v.value, f"{path.name}:{node.lineno}")
     return found

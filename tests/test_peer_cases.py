@@ -9,7 +9,6 @@ holds afterwards, which typed error says why. The shell's cases are in test_peer
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
 import pytest

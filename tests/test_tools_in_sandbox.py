@@ -55,7 +55,7 @@ def test_list_files_skips_vcs_and_build_directories(open_sandbox, tmp_path):
 def test_grep_stops_at_200_matching_lines(open_sandbox, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"m.txt": "match\n" * 201, "node_modules/x.txt": "match\n"})
     result = open_sandbox(ws).call("grep_files", {"pattern": "match"})
-    lines = [l for l in result.output.splitlines() if l.startswith("m.txt:")]
+    lines = [line for line in result.output.splitlines() if line.startswith("m.txt:")]
     assert len(lines) == 200 and result.meta["truncated"] is True
     assert "node_modules" not in result.output
 

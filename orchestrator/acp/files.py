@@ -46,7 +46,7 @@ def workspace_rel(path: Any) -> str | None:
         path = path[len(BOX_ROOT):].lstrip("/") or "."
     if path.startswith("/"):
         return None
-    rel = posixpath.normpath(path)
+    rel: str = posixpath.normpath(path)
     if rel == ".." or rel.startswith("../"):
         return None
     return rel

@@ -26,7 +26,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Protocol
+from typing import Any, BinaryIO, Callable, Protocol, TypeGuard, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -64,13 +64,13 @@ class SessionParts(Protocol):
 
     session: Session
 
-    def close(self) -> None: ...
+    def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
 
     def kill_running(self) -> None: ...
 
 
 # (workspace, approver, on_event, the session's MCP tools) -> the session's parts
-SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict], None], HostTools | None], SessionParts]
+SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict[str, Any]], None], HostTools | None], SessionParts]
 
 
 @dataclass
@@ -123,8 +123,16 @@ class AcpApprover:
         return Answer(option=WireOption.REJECT_ONCE, reason="rejected in the editor")
 
 
-def _kind(kind: str) -> str:
-    return kind if kind in m.ToolKind.__args__ else "other"  # type: ignore[attr-defined]
+_TOOL_KINDS = frozenset(get_args(m.ToolKind))
+
+
+def _is_tool_kind(kind: str) -> TypeGuard[m.ToolKind]:
+    return kind in _TOOL_KINDS
+
+
+def _kind(kind: str) -> m.ToolKind:
+    """Our tool's kind as ACP's: the kinds are ACP's own words; anything else is "other"."""
+    return kind if _is_tool_kind(kind) else "other"
 
 
 class AcpServer:
@@ -135,7 +143,7 @@ class AcpServer:
         self.workspace = workspace
         self.sessions: dict[str, AcpSession] = {}
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Future, str]] = {}
+        self._pending: dict[int, tuple[Future[Any], str]] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._setups: set[threading.Thread] = set()
@@ -151,8 +159,8 @@ class AcpServer:
     def notify(self, method: str, params: BaseModel) -> None:
         self.send({"method": method, "params": params.model_dump(mode="json", exclude_none=True)})
 
-    def request(self, method: str, params: BaseModel, session_id: str) -> Future:
-        future: Future = Future()
+    def request(self, method: str, params: BaseModel, session_id: str) -> Future[Any]:
+        future: Future[Any] = Future()
         rid = next(self._ids)
         with self._lock:
             self._pending[rid] = (future, session_id)
@@ -269,11 +277,11 @@ class AcpServer:
                 self._cancel(session)
 
     # -- methods -----------------------------------------------------------------------------
-    def _initialize(self, params: dict) -> m.InitializeResult:
+    def _initialize(self, params: dict[str, Any]) -> m.InitializeResult:
         m.InitializeParams.model_validate(params)
         return m.InitializeResult()
 
-    def _new_session(self, params: dict) -> m.NewSessionResult:
+    def _new_session(self, params: dict[str, Any]) -> m.NewSessionResult:
         p = m.NewSessionParams.model_validate(params)
         if not Path(p.cwd).is_absolute():
             raise RpcError(m.INVALID_PARAMS, f"cwd must be an absolute path, not {p.cwd[:200]!r}")
@@ -304,7 +312,7 @@ class AcpServer:
             raise RpcError(m.INTERNAL_ERROR, "the agent is shutting down")
         return m.NewSessionResult(sessionId=session.id)
 
-    def _prompt(self, params: dict) -> m.PromptResult:
+    def _prompt(self, params: dict[str, Any]) -> m.PromptResult:
         p = m.PromptParams.model_validate(params)
         with self._lock:
             session = self.sessions.get(p.sessionId)
@@ -347,10 +355,10 @@ class AcpServer:
         session.parts.kill_running()
 
     # -- transcript events -> session/update -------------------------------------------------
-    def _update(self, session: AcpSession, update: BaseModel) -> None:
+    def _update(self, session: AcpSession, update: m.SessionUpdate) -> None:
         self.notify("session/update", m.SessionNotification(sessionId=session.id, update=update))
 
-    def _on_event(self, session: AcpSession, record: dict) -> None:
+    def _on_event(self, session: AcpSession, record: dict[str, Any]) -> None:
         event = ev.parse(record)
         if isinstance(event, ev.ModelResponded) and event.text:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
@@ -381,7 +389,7 @@ class AcpServer:
                                                    content=[m.ContentToolCallContent(content=m.TextContent(text=call["live"]))]))
         elif isinstance(event, ev.ToolCallFinished):
             call = session.calls.get(event.call_id, {})
-            content: list = []
+            content: list[m.ToolCallContent] = []
             text = event.output
             if event.error:
                 text = (text + "\n" if text else "") + f"{event.error.get('type')}: {event.error.get('message')}"
@@ -400,5 +408,5 @@ class AcpServer:
 LIVE_OUTPUT_CHARS = 4000
 
 # ACP's tool call status for each state the loop reports (states before executing show as pending).
-_STATUS = {ToolCallState.EXECUTING: "in_progress", ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}
+_STATUS: dict[ToolCallState, m.ToolCallStatus] = {ToolCallState.EXECUTING: "in_progress", ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}
 

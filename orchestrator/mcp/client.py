@@ -23,7 +23,7 @@ import threading
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -92,7 +92,7 @@ class _Server:
     spec: McpServerSpec
     client: Any = None
     stop: asyncio.Event | None = None
-    task: Future | None = None
+    task: Future[None] | None = None
     lost: str = ""  # why the server is gone, once it is
     done: threading.Event = field(default_factory=threading.Event)  # its task has unwound: the process is gone
     tools: list[McpTool] = field(default_factory=list)
@@ -101,7 +101,7 @@ class _Server:
 class McpHost:
     """The user's MCP servers for one session; a registry's extra host-side tools."""
 
-    def __init__(self, servers: list[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0, call_deadline_s: float = 120.0,
+    def __init__(self, servers: Sequence[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0, call_deadline_s: float = 120.0,
                  log_dir: Path | None = None) -> None:
         self.start_deadline_s = start_deadline_s
         self.call_deadline_s = call_deadline_s
@@ -109,8 +109,7 @@ class McpHost:
         self.problems: list[str] = []  # servers that could not start or were refused, one line each
         self._servers: dict[str, _Server] = {}
         for raw in servers:
-            kind = raw.get("type") if isinstance(raw, dict) else None
-            if kind not in (None, "stdio"):
+            if isinstance(raw, dict) and (kind := raw.get("type")) not in (None, "stdio"):
                 self.problems.append(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})")
                 continue
             try:
@@ -136,7 +135,7 @@ class McpHost:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host", daemon=True)
         self._thread.start()
-        ready: dict[str, Future] = {}
+        ready: dict[str, Future[bool]] = {}
         for key, server in self._servers.items():
             ready[key] = Future()
             server.task = asyncio.run_coroutine_threadsafe(self._hold(server, ready[key]), self._loop)
@@ -161,7 +160,7 @@ class McpHost:
         if server.task is not None:
             server.task.cancel()
 
-    async def _hold(self, server: _Server, ready: Future) -> None:
+    async def _hold(self, server: _Server, ready: Future[bool]) -> None:
         """One server's whole life in one task: the SDK's context managers open and close in the same task."""
         from mcp import Client, StdioServerParameters, stdio_client
 

@@ -24,8 +24,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.from_thread
@@ -43,6 +42,9 @@ from ..protocol import Executor, ToolResult
 from ..render import visible
 from ..tools import declarations
 from ..tools.registry import PreparedCall
+
+if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
+    from ..session import OpenSession
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +150,7 @@ def answer_of(result: types.ElicitResult) -> Answer:
 class SandboxMcpServer:
     """The MCP face of one opened session (orchestrator.session.OpenSession)."""
 
-    def __init__(self, opened: Any, approver: McpApprover) -> None:
+    def __init__(self, opened: OpenSession, approver: McpApprover) -> None:
         self.opened = opened
         self.approver = approver
         self.calls = 0
@@ -203,7 +205,8 @@ class SandboxMcpServer:
         elicit = None
         if caps is not None and caps.elicitation is not None and (modern or ctx.session.can_send_request):
             async def elicit(message: str, schema: dict[str, Any]) -> types.ElicitResult:
-                return await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+                answer: types.ElicitResult = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+                return answer
         context = _CallContext(elicit=elicit, modern=modern)
         if modern and params.request_state is not None:
             with self._lock:
@@ -318,7 +321,7 @@ def _version() -> str:
         return "0"
 
 
-def serve(opened: Any, approver: McpApprover) -> list[str]:
+def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
     """Serve until the client goes; then remove the box (SIGTERM is ignored while it goes, so the
     removal and the sweep finish). Returns the sweep's lines."""
     server = SandboxMcpServer(opened, approver)

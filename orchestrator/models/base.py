@@ -107,21 +107,21 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
-def _wait(policy: RetryPolicy):
+def _wait(policy: RetryPolicy) -> Callable[[RetryCallState], float]:
     def wait(state: RetryCallState) -> float:
         err = state.outcome.exception() if state.outcome else None
         if isinstance(err, RetryableModelError) and err.retry_after is not None:
             return min(err.retry_after, policy.max_delay_s)
-        return min(policy.base_delay_s * 2 ** (state.attempt_number - 1), policy.max_delay_s)
+        return min(policy.base_delay_s * 2.0 ** (state.attempt_number - 1), policy.max_delay_s)
 
     return wait
 
 
-def post_json(http: httpx.Client, url: str, body: dict, headers: dict[str, str], policy: RetryPolicy, what: str) -> dict:
+def post_json(http: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str], policy: RetryPolicy, what: str) -> dict[str, Any]:
     """POST with retries on 429, 5xx and transport errors; honours Retry-After; bounded in attempts
     and total time; a typed MODEL_API_ERROR when they run out or the answer is not JSON."""
 
-    def attempt() -> dict:
+    def attempt() -> dict[str, Any]:
         try:
             response = http.post(url, json=body, headers=headers)
         except httpx.TransportError as err:
@@ -187,9 +187,12 @@ def api_key(var: str, base_url: str | None = None) -> str:
     return value
 
 
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}  # per model family, unless --api-key-env names another
+
+
 def key_variable(spec: str, api_key_env: str | None = None) -> str | None:
     """The variable the model's key comes from, so the transcript can redact its value."""
-    return api_key_env or {"openai": "OPENAI_API_KEY", "gemini": "GEMINI_API_KEY"}.get(spec.partition(":")[0])
+    return api_key_env or KEY_VARIABLES.get(spec.partition(":")[0])
 
 
 def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | None = None, retry: RetryPolicy | None = None) -> ModelClient:
@@ -202,12 +205,12 @@ def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | N
         from .openai import OpenAIChatClient
 
         url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        return OpenAIChatClient(name, url, api_key(key_variable(spec, api_key_env), url), retry)
+        return OpenAIChatClient(name, url, api_key(api_key_env or KEY_VARIABLES["openai"], url), retry)
     if kind == "gemini":
         from .gemini import GeminiClient
 
         url = base_url or "https://generativelanguage.googleapis.com/v1beta"
-        return GeminiClient(name, url, api_key(key_variable(spec, api_key_env), url), retry)
+        return GeminiClient(name, url, api_key(api_key_env or KEY_VARIABLES["gemini"], url), retry)
     if kind == "script":
         from .script import ScriptedModel
 

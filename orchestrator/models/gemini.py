@@ -11,16 +11,16 @@ from .base import Message, ModelTurn, RetryPolicy, ToolCall, post_json
 from ..tools.args import parse_arguments
 
 
-def to_gemini(messages: list[Message]) -> tuple[dict | None, list[dict]]:
+def to_gemini(messages: list[Message]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     system = None
-    contents: list[dict] = []
+    contents: list[dict[str, Any]] = []
     for m in messages:
         if m.role == "system":
             system = {"parts": [{"text": m.content}]}
         elif m.role == "user":
             contents.append({"role": "user", "parts": [{"text": m.content}]})
         elif m.role == "assistant":
-            parts: list[dict] = [{"text": m.content}] if m.content else []
+            parts: list[dict[str, Any]] = [{"text": m.content}] if m.content else []
             for call in m.tool_calls:
                 try:
                     args = parse_arguments(call.arguments)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 from ..errors import ErrorType, OpenAgentsError
 from ..hostfs import read_workspace_file
@@ -144,7 +145,7 @@ def did_you_mean(word: str, allowed: list[str] | tuple[str, ...] | frozenset[str
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-_MODEL_OF_PLACE = {"rules": PolicyRule, "egress": EgressPolicy}
+_MODEL_OF_PLACE: dict[str, type[BaseModel]] = {"rules": PolicyRule, "egress": EgressPolicy}
 _TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a table",
                "model_type": "must be a table", "int_type": "must be a whole number", "bool_type": "must be true or false"}
 
@@ -155,7 +156,7 @@ def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     return [k for k in model.model_fields if k != "tier" or model is PolicyFile]
 
 
-def _problem(e: dict) -> str:
+def _problem(e: ErrorDetails) -> str:
     """One error, readable: the location, what is wrong, what is allowed. pydantic's own text
     quotes input values; this never shows one, only known keys and suggestions."""
     loc = tuple(e["loc"])

@@ -39,7 +39,7 @@ class StrictYamlLoader(yaml.SafeLoader):
     nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves Parser.peek_event unannotated
         line = event.start_mark.line + 1
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise Refused(f"YAML aliases and anchors are refused (line {line})")
@@ -96,8 +96,8 @@ def parse_data(raw: bytes, suffix: str) -> Any:
         raise Refused(f"does not parse as TOML ({at.group(1) if at else 'position unknown'})") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
-        at = f"at line {mark.line + 1}, column {mark.column + 1}" if mark else "position unknown"
-        raise Refused(f"does not parse as YAML ({type(err).__name__} {at})") from None
+        where = f"at line {mark.line + 1}, column {mark.column + 1}" if mark else "position unknown"
+        raise Refused(f"does not parse as YAML ({type(err).__name__} {where})") from None
     except yaml.YAMLError as err:
         raise Refused(f"does not parse as YAML ({type(err).__name__})") from None
     except RecursionError:

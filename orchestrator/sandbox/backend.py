@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
@@ -40,6 +40,11 @@ class Backend(Protocol):
 
     def gc(self, everything: bool) -> int:
         """Remove leftover boxes; `everything`: also those whose host process is alive. How many went."""
+
+    def build_image(self, tag: str, base: str, *, rebuild_base: bool, only_if_needed: bool,
+                    progress: Callable[[str], None]) -> str:
+        """Make the sandbox image `tag` on `base` (the backend's meaning: for Docker an image name,
+        or 'debootstrap'); `only_if_needed`: leave a current image alone. Returns the tag."""
 
 
 def backend_from_config(config: SandboxConfig, connection: Any = None) -> Backend:

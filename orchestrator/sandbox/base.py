@@ -43,6 +43,10 @@ class Sandbox(Protocol):
     on_sweep: Callable[[SweepReport], None] | None
 
     @property
+    def config(self) -> SandboxLimits:
+        """The limits the box runs under (egress among them: the MCP server says whether the world is open)."""
+
+    @property
     def started(self) -> bool:
         """Whether a box is up (a pooled sandbox arrives started)."""
 

@@ -325,11 +325,12 @@ class DockerSandbox(SupervisedSandbox):
         self.start()
         return self
 
-    @property
-    def config(self) -> SandboxConfig:  # type: ignore[override]
+    @property  # type: ignore[override]  # narrower than the base's SandboxLimits: a Docker box's config is always a SandboxConfig
+    def config(self) -> SandboxConfig:
         """The deployment's: after the first start it names the runtime chosen."""
         deployment = self.__dict__.get("deployment")
-        return deployment.config if deployment is not None else self.__dict__["_config"]
+        config: SandboxConfig = deployment.config if deployment is not None else self.__dict__["_config"]
+        return config
 
     @config.setter
     def config(self, value: SandboxConfig) -> None:

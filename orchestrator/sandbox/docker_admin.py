@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 import docker
 import docker.errors
@@ -13,7 +14,7 @@ from ..errors import OpenAgentsError
 from ..integrity import Baseline
 from .backend import Diagnosis
 from .docker import DockerSandbox, container_settings, docker_client
-from .image import image_status
+from .image import build_image, ensure_image, image_status
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
 
@@ -100,6 +101,13 @@ class DockerBackend:
             except docker.errors.APIError:
                 pass
         return removed
+
+    def build_image(self, tag: str, base: str, *, rebuild_base: bool, only_if_needed: bool,
+                    progress: Callable[[str], None]) -> str:
+        client = self._client or docker_client(timeout=600)  # a build outlasts the default API timeout
+        if only_if_needed:
+            return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
+        return build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
 
 
 def _alive(pid: int) -> bool:

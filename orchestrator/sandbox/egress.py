@@ -13,6 +13,9 @@ from typing import Any
 
 import docker
 import docker.errors
+from docker.models.containers import Container
+from docker.models.networks import Network
+from docker.types import LogConfig
 
 from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
 from ..errors import ErrorType, OpenAgentsError
@@ -21,7 +24,7 @@ log = logging.getLogger(__name__)
 
 # drain() reads the proxy's decisions from its log, so the proxy keeps one, rotated: at most
 # 3 x 10 MB on the host's disk however many requests the box makes.
-PROXY_LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "3"}}
+PROXY_LOG_CONFIG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "10m", "max-file": "3"})
 MAX_RECORDS_PER_DRAIN = 200  # per call: past this the transcript gets one line saying how many more
 MAX_HOST_CHARS = 255  # longer is no DNS name; the proxy refuses it, and we never copy it whole
 MAX_TEXT_CHARS = 512
@@ -32,8 +35,8 @@ class EgressGate:
         self.client = client
         self.config = config
         self.id = uuid.uuid4().hex[:12]
-        self.network = None
-        self.proxy = None
+        self.network: Network | None = None
+        self.proxy: Container | None = None
         self._seen_seq = 0
         self._since = 0
 
@@ -43,6 +46,7 @@ class EgressGate:
 
     def _join_shared(self) -> None:
         """A shared gate is the admin's: we only check that its network really is internal."""
+        assert self.config.network is not None  # start() asks for a shared gate only when one is named
         try:
             network = self.client.networks.get(self.config.network)
         except docker.errors.NotFound:
@@ -62,14 +66,14 @@ class EgressGate:
         except docker.errors.ImageNotFound:
             raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.proxy_image} is missing; build it with `oa-sandbox image build`") from None
         try:
-            self.network = self.client.networks.create(self.network_name, driver="bridge", internal=True, labels=labels)
-            self.proxy = self.client.containers.run(
+            network = self.network = self.client.networks.create(self.network_name, driver="bridge", internal=True, labels=labels)
+            proxy = self.proxy = self.client.containers.run(
                 self.config.proxy_image, detach=True, name=f"oa-egress-proxy-{self.id}", network=self.config.outer_network, labels=labels,
                 environment={"OA_EGRESS_ALLOW": ",".join(self.config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(self.config.allow_cidrs)},
                 read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="256m", pids_limit=128,
                 log_config=PROXY_LOG_CONFIG,
             )
-            self.network.connect(self.proxy, aliases=[EGRESS_PROXY_ALIAS])
+            network.connect(proxy, aliases=[EGRESS_PROXY_ALIAS])
         except docker.errors.DockerException as err:
             self.close()
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the egress gate: {err}") from None

@@ -107,6 +107,7 @@ def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )
         tail: list[str] = []
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-20:]
             if line.startswith(("I: Retrieving", "I: Base system", "I: Installing core", "I: Unpacking the base", "I: Configuring the base")):
@@ -115,6 +116,7 @@ def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag:
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "debootstrap failed:\n" + "\n".join(tail))
         progress(f"debootstrap done in {time.monotonic() - started:.0f}s; importing as {tag}")
         tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        assert tar.stdout is not None  # stdout=PIPE
         try:
             client.api.import_image_from_stream(tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1])
         finally:

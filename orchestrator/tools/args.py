@@ -99,7 +99,7 @@ ARGS_MODELS: dict[str, type[_Args]] = {
 }
 
 
-def parse_arguments(raw: str | bytes | dict | None) -> dict[str, Any]:
+def parse_arguments(raw: str | bytes | dict[str, Any] | None) -> dict[str, Any]:
     """Model arguments arrive as JSON text (OpenAI) or an object (Gemini); both end up a dict or a typed error."""
     if raw is None or raw == "":
         return {}
@@ -121,7 +121,7 @@ def parse_arguments(raw: str | bytes | dict | None) -> dict[str, Any]:
     return value
 
 
-def validate_arguments(tool: str, raw: str | bytes | dict | None) -> _Args:
+def validate_arguments(tool: str, raw: str | bytes | dict[str, Any] | None) -> _Args:
     model = ARGS_MODELS.get(tool)
     if model is None:
         raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {tool!r}; the tools are {', '.join(ARGS_MODELS)}")

@@ -70,7 +70,8 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
                 node["items"] = walk(node["items"])
         return node
 
-    return walk(schema)
+    walk(schema)  # in place: the copy's root is the same dict
+    return schema
 
 
 def _to_gemini(schema: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import pygit2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pygit2.enums import RepositoryOpenFlag, SortMode
+from pygit2.enums import FileMode, RepositoryOpenFlag, SortMode
 
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
@@ -240,9 +240,10 @@ class HostRepo:
         while stack:
             prefix, tree = stack.pop()
             for entry in tree:
-                path = prefix + entry.name
+                path = prefix + (entry.name or "")  # a tree's entries always have a name
                 if entry.filemode == 0o040000:
-                    stack.append((path + "/", self.repo[entry.id]))
+                    # peel: a tree-mode entry naming a blob (a crafted repository) is a GitError, caught as one
+                    stack.append((path + "/", self.repo[entry.id].peel(pygit2.Tree)))
                 else:
                     out[path] = (str(entry.id), entry.filemode)
         return out
@@ -436,7 +437,7 @@ class HostRepo:
             elif work.mode == 0:
                 notes.append(f"{quote(path)} is not a regular file: not committed")
             elif not self._same(work, known):
-                index.add(pygit2.IndexEntry(path, self._write_blob(work), work.mode))
+                index.add(pygit2.IndexEntry(path, self._write_blob(work), FileMode(work.mode)))
         tree_id = index.write_tree()
         parents = [] if self.repo.head_is_unborn else [self.repo.head.target]
         if parents and self.repo[parents[0]].peel(pygit2.Tree).id == tree_id:

@@ -138,8 +138,8 @@ class ToolRegistry:
         if spec.name == "delegate":
             raise OpenAgentsError(ErrorType.TOOL_DISABLED, "delegation is not configured")
         if spec.name == "git":
-            args = host_git.parse_args(parse_arguments(call.arguments))
-            return PreparedCall(call, spec, args, _GIT_KINDS[args.subcommand], host_git.action(args))
+            git_args = host_git.parse_args(parse_arguments(call.arguments))
+            return PreparedCall(call, spec, git_args, _GIT_KINDS[git_args.subcommand], host_git.action(git_args))
         args = validate_arguments(spec.name, call.arguments)
         return PreparedCall(call, spec, args, spec.kind, spec.name)
 
@@ -152,6 +152,7 @@ class ToolRegistry:
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
             return self.host_tools.invoke(prepared)
         if prepared.spec.side == "host":
+            assert isinstance(prepared.args, host_git.GitArgs)  # git is the registry's one host-side tool: prepare() made these
             return host_git.run_git(self.repo, prepared.args)
         if on_output is not None and prepared.spec.name == "shell":
             return self.sandbox.call(prepared.spec.name, prepared.arguments(), on_output=on_output)

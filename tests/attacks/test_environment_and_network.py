@@ -99,7 +99,7 @@ def test_dns_has_no_route(victim):
     )
     out = victim.sh(f"python3 -c \"{code}\"").output
     lines = out.strip().splitlines()
-    assert lines and all(l.startswith("refused") or l.split()[1].startswith("127.") for l in lines), out
+    assert lines and all(line.startswith("refused") or line.split()[1].startswith("127.") for line in lines), out
     victim.assert_intact()
 
 

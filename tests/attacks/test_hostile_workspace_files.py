@@ -30,7 +30,7 @@ OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 MARKER = "HOST-SECRET-MARKER-5f3a"
 # Nine levels of nine: 9**9 (387 million) strings once expanded, from a few hundred bytes.
 ALIAS_BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
-    f"{b}: &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}]\n" for a, b in zip("abcdefgh", "bcdefghi"))
+    f"{b}: &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True))
 FAST = PARSE_SECONDS + 2.0  # the hard bound plus a child's start on a busy 2-core machine
 
 

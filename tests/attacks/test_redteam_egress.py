@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import socket
-import sys
 import threading
 from pathlib import Path
 
@@ -59,7 +58,7 @@ class LenientUpstream:
                 while b"\r\n\r\n" in buf:
                     head, buf = buf.split(b"\r\n\r\n", 1)
                     self.heads.append(head)
-                    length = next((int(l.split(b":", 1)[1]) for l in head.split(b"\r\n")[1:] if l.lower().startswith(b"content-length:")), 0)
+                    length = next((int(field.split(b":", 1)[1]) for field in head.split(b"\r\n")[1:] if field.lower().startswith(b"content-length:")), 0)
                     buf = buf[length:]
                     try:
                         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -74,7 +73,7 @@ class LenientUpstream:
                 buf += chunk
 
     def hosts(self) -> list[bytes]:
-        return [l.split(b":", 1)[1].strip() for h in self.heads for l in h.split(b"\r\n")[1:] if l.lower().startswith(b"host:")]
+        return [field.split(b":", 1)[1].strip() for h in self.heads for field in h.split(b"\r\n")[1:] if field.lower().startswith(b"host:")]
 
     def close(self) -> None:
         self.listener.close()
