@@ -50,19 +50,32 @@ SLOW_CALL = f"touch started; echo started; sleep {SLOW_S}"  # its deadline: the 
 # -- the own daemon ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def image_tarball(sandbox_image, tmp_path_factory) -> Path:
-    return save_image(SandboxConfig().image, tmp_path_factory.mktemp("image") / "sandbox.tar")
+    tarball = save_image(SandboxConfig().image, tmp_path_factory.mktemp("image") / "sandbox.tar")
+    yield tarball
+    tarball.unlink()  # a quarter of a gigabyte: not kept with pytest's last three temporary directories
+
+
+def machine_daemon_state(docker_client) -> tuple[bool, str]:
+    """What the own daemon must never change: the machine daemon's bridge, and that it answers."""
+    return Path("/sys/class/net/docker0").exists(), docker_client.info()["ID"]
 
 
 @pytest.fixture(scope="module")
 def own_daemon(docker_client, image_tarball):
+    machine = machine_daemon_state(docker_client)
     daemon = OwnDockerDaemon(extra_runtimes(docker_client.info()))
     try:
         daemon.start()
         daemon.load(image_tarball)
+        assert machine_daemon_state(docker_client) == machine
+        own = daemon.client()
+        assert own.info()["ID"] != machine[1]  # its own identity (key.json): nothing of /etc/docker was shared
+        own.close()
         yield daemon
     finally:
         daemon.close()
     assert daemon.leftovers() == [], "the test's daemon left something behind"
+    assert machine_daemon_state(docker_client) == machine, "the machine's daemon or its bridge changed"
 
 
 @pytest.fixture
