@@ -54,7 +54,7 @@ class DaemonWatch:
     def problem(self, client: Any) -> OpenAgentsError | None:
         with self._lock:
             if self._silent is not None and time.monotonic() - self._silent[0] < SILENT_MEMO_S:
-                return self._silent[1]
+                return OpenAgentsError(self._silent[1].type, self._silent[1].message)  # a fresh one: callers raise it
         problem = ping(client)
         with self._lock:
             self._silent = (time.monotonic(), problem) if isinstance(problem, DaemonSilent) else None
