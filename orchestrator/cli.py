@@ -226,7 +226,14 @@ def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, tool: str,
             click.echo(f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
                        f"apply with `oa-sandbox apply {record.id}`", err=True)
     click.echo(result.model_dump_json())
+    if result.error is not None and result.error.type in _NO_SANDBOX:
+        raise _setup_error(OpenAgentsError(result.error.type, result.error.message))
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
+
+
+# A call that failed because the sandbox itself did (its daemon went away mid-call, it could not be
+# replaced): the same set-up error, exit 2, as when the sandbox fails before the call.
+_NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_FAILED, ErrorType.IMAGE_MISSING})
 
 
 @main.command(epilog=EXIT_CODES_HELP)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Callable
 
 
 class FakeModelServer:
     def __init__(self) -> None:
         self.replies: list[tuple[int, dict[str, str], bytes]] = []
         self.requests: list[dict[str, Any]] = []
+        self.before_reply: Callable[[int], None] | None = None  # called with the request's number (1-based) before it is answered
         self._lock = threading.Lock()
         server = self
 
@@ -21,6 +22,10 @@ class FakeModelServer:
                 raw = self.rfile.read(length)
                 with server._lock:
                     server.requests.append({"path": self.path, "headers": dict(self.headers), "body": json.loads(raw or b"{}")})
+                    number = len(server.requests)
+                if server.before_reply is not None:
+                    server.before_reply(number)
+                with server._lock:
                     status, headers, body = server.replies.pop(0) if server.replies else (500, {}, b'{"error": "no scripted reply left"}')
                 self.send_response(status)
                 for name, value in headers.items():

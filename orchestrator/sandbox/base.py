@@ -258,7 +258,10 @@ class SupervisedSandbox:
     def _call(self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
         with self._lifecycle:
             if self._channel is None or self._channel.broken:
-                self.restart()
+                try:
+                    self.restart()
+                except OpenAgentsError as err:  # no box to run it in (the daemon is gone ...): this call fails, typed
+                    return ToolResult.failure(err, executor=Executor.OPENAGENTS)
             channel = self._channel
         assert channel is not None
         deadline = self.deadline_for(tool, args)
@@ -297,7 +300,10 @@ class SupervisedSandbox:
             channel.forget(rid)
             with self._lifecycle:
                 if self._channel is channel:
-                    self.restart()
+                    try:
+                        self.restart()
+                    except OpenAgentsError as lost:  # e.g. the daemon stopped answering: that is the call's outcome
+                        return ToolResult.failure(OpenAgentsError(lost.type, f"{message}; {lost.message}"), executor=Executor.OPENAGENTS)
             err = OpenAgentsError(ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced")
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         # Whatever the agent claims, the host's deadline decides: this call timed out.

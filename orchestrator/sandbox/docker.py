@@ -23,6 +23,7 @@ from ..config import LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
+from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch
 from .egress import EgressGate
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 
@@ -35,12 +36,15 @@ _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError
 
 
 def docker_client(timeout: int = 60) -> docker.DockerClient:
-    """A client that answers, or a fatal typed error that says how to start a daemon."""
+    """A client that answers, or a fatal typed error that says how to start a daemon. Connecting
+    (the version probe and the ping) waits DAEMON_CHECK_S at most, so a frozen daemon fails set-up
+    in seconds; `timeout` then bounds each request of the real work."""
     try:
-        client = docker.from_env(timeout=timeout)
+        client = docker.from_env(timeout=min(timeout, int(DAEMON_CHECK_S)))
         client.ping()
+        client.api.timeout = timeout
         return client
-    except docker.errors.DockerException as err:
+    except DOCKER_ERRORS as err:
         raise OpenAgentsError(
             ErrorType.DOCKER_UNAVAILABLE,
             f"no Docker daemon answers ({err}). Start one: `sudo systemctl start docker`, or `sudo dockerd &`; "
@@ -70,7 +74,7 @@ def run_detached(container: Any, command: list[str], user: str, wait_s: float = 
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
-    except docker.errors.DockerException as err:
+    except DOCKER_ERRORS as err:
         log.debug("exec in %s failed: %s", container.id[:12], err)
         return None
 
@@ -205,6 +209,8 @@ class DockerDeployment:
         self.container: Any = None
         self.runtime: RuntimeChoice | None = None  # chosen at the first start: gVisor where the daemon has it
         self.egress: EgressGate | None = None
+        self.daemon = DaemonWatch()
+        self.left_behind: list[str] = []  # ids of boxes the daemon was gone to remove: removed once it answers
 
     @property
     def client(self) -> docker.DockerClient:
@@ -213,11 +219,15 @@ class DockerDeployment:
         return self._client
 
     def start(self) -> DockerStream:
+        problem = self.daemon.problem(self.client)
+        if problem is not None:
+            raise problem
+        self._remove_left_behind()
         try:
             self.client.images.get(self.config.image)
         except docker.errors.ImageNotFound:
             raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.image} is missing; build it with `oa-sandbox image build`") from None
-        except docker.errors.DockerException as err:
+        except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
         if self.runtime is None:
             self.runtime = self.choose_runtime()
@@ -232,9 +242,10 @@ class DockerDeployment:
             sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             stream = DockerStream(getattr(sock, "_sock", sock))
             self.container.start()
-        except docker.errors.DockerException as err:
+        except DOCKER_ERRORS as err:
             self.remove()
-            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
+            lost = self.daemon.problem(self.client)  # the daemon went away while the box started: say that
+            raise lost or OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
         return stream
 
     def choose_runtime(self) -> RuntimeChoice:
@@ -242,7 +253,7 @@ class DockerDeployment:
         and the workspace's repositories fit in the mounts gVisor can start with."""
         try:
             choice = choose_runtime(self.config.runtime, self.config.egress is not None, self.client)
-        except docker.errors.DockerException as err:
+        except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
         repositories = len(self.spec.baseline.git_entries)
         if choice.gvisor and repositories > MAX_GIT_MOUNTS_GVISOR:
@@ -255,44 +266,83 @@ class DockerDeployment:
 
     def remove(self) -> None:
         if self.container is not None:
-            try:
-                self.container.remove(force=True)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as err:  # "removal already in progress" and the like
-                log.debug("removing %s: %s", self.container.id[:12], err)
+            if self.daemon.problem(self.client) is not None:
+                self._leave_behind(self.container.id)
+            else:
+                try:
+                    self.container.remove(force=True)
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as err:  # "removal already in progress" and the like
+                    log.debug("removing %s: %s", self.container.id[:12], err)
+                except DOCKER_ERRORS:  # the daemon went away just now
+                    self._leave_behind(self.container.id)
             self.container = None
 
+    def _leave_behind(self, container_id: str) -> None:
+        """The daemon does not answer: the box cannot be removed now. It is removed at the next start or
+        close that reaches the daemon, or by `oa-sandbox gc` once this process has ended (a daemon
+        restarted without live-restore stops it as it comes back)."""
+        log.warning("sandbox container %s is left behind: the Docker daemon does not answer; it is removed once it does", container_id[:12])
+        self.left_behind.append(container_id)
+
+    def _remove_left_behind(self) -> None:
+        for container_id in list(self.left_behind):
+            try:
+                self.client.api.remove_container(container_id, force=True)
+            except docker.errors.NotFound:
+                pass
+            except DOCKER_ERRORS as err:
+                log.debug("removing %s: %s", container_id[:12], err)
+                continue
+            self.left_behind.remove(container_id)
+
     def close(self) -> None:
+        if self._client is None:
+            return
+        if self.daemon.problem(self._client) is not None:
+            if self.egress is not None and self.egress.proxy is not None:  # its proxy and network stay for `oa-sandbox gc`
+                log.warning("the egress gate %s is left behind: the Docker daemon does not answer", self.egress.network_name)
+            self.egress = None
+            return
+        self._remove_left_behind()
         if self.egress is not None:
             self.egress.close()
             self.egress = None
 
     def kill_processes(self) -> None:
         container = self.container
-        if container is None:
-            return
+        if container is None or self.daemon.problem(self.client) is not None:
+            return  # no daemon: nobody to ask, and nothing in the box outlives its agent's EOF
         run_detached(container, ["python3", "-I", "-S", "-c", _KILL_ALL], self.spec.user)
 
     def others_on_workspace(self) -> bool:
+        if self._client is None or self.daemon.problem(self._client) is not None:
+            return True  # unknown (no box was ever started, or the daemon is gone), as below
         try:
             return bool(self.client.containers.list(filters={"label": f"{LABEL}.workspace={self.spec.workspace}"}))
-        except docker.errors.DockerException:
+        except DOCKER_ERRORS:
             return True  # unknown: keep the placeholder, it is only an empty directory
 
     def drain_egress(self) -> list[dict[str, Any]]:
         return self.egress.drain() if self.egress is not None else []
 
     def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
-        """When Docker says the box was killed for memory, say that instead (under gVisor the whole
-        box shares one memory cgroup, so a memory bomb takes the agent with it)."""
+        """When the daemon is gone, say that (DOCKER_UNAVAILABLE: the box is not replaced, so a dead
+        daemon never becomes a restart loop); when Docker says the box was killed for memory, say
+        that instead (under gVisor the whole box shares one memory cgroup, so a memory bomb takes
+        the agent with it)."""
+        problem = self.daemon.problem(self.client)
+        if problem is not None:
+            return OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"the sandbox was lost with the Docker daemon: {problem.message}; "
+                                   "once it runs again, the next call or session gets a fresh sandbox")
         container = self.container
         if container is None:
             return err
         try:
             container.reload()
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
-        except docker.errors.DockerException:
+        except DOCKER_ERRORS:
             return err
         if not oom:
             return err

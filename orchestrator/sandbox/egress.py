@@ -19,6 +19,7 @@ from docker.types import LogConfig
 
 from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
 from ..errors import ErrorType, OpenAgentsError
+from .daemon import DOCKER_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class EgressGate:
                 log_config=PROXY_LOG_CONFIG,
             )
             network.connect(proxy, aliases=[EGRESS_PROXY_ALIAS])
-        except docker.errors.DockerException as err:
+        except DOCKER_ERRORS as err:
             self.close()
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the egress gate: {err}") from None
 
@@ -88,7 +89,7 @@ class EgressGate:
             return []
         try:
             lines = self.proxy.logs(stdout=True, stderr=False, since=self._since or None).decode("utf-8", errors="replace").splitlines()
-        except docker.errors.DockerException:
+        except DOCKER_ERRORS:
             return []
         records: list[dict[str, Any]] = []
         omitted = 0
@@ -116,13 +117,13 @@ class EgressGate:
         if self.proxy is not None:
             try:
                 self.proxy.remove(force=True)
-            except docker.errors.DockerException:
+            except DOCKER_ERRORS:
                 pass
             self.proxy = None
         if self.network is not None:
             try:
                 self.network.remove()
-            except docker.errors.DockerException as err:
+            except DOCKER_ERRORS as err:
                 log.debug("removing %s: %s", self.network_name, err)
             self.network = None
 
