@@ -135,6 +135,26 @@ def test_what_each_scope_reaps():
     assert all(_doomed(labels, here, Scope.ALL, running=True) for labels in (here.labels(), garbled, foreign, legacy_live))
 
 
+def test_closing_a_sandbox_removes_the_box_while_its_stream_is_still_open(tmp_path):
+    """Closed first, the stream's end lets the agent exit by itself while the removal races it."""
+    from tests.test_seam import SubprocessDeployment, _sandbox
+
+    seen: list[tuple[bool, bool]] = []
+
+    class Recording(SubprocessDeployment):
+        def remove(self) -> None:
+            if self.proc is not None:
+                seen.append((self.proc.stdin.closed, self.proc.poll() is None))  # type: ignore[union-attr]
+            super().remove()
+
+    box, _ = _sandbox(tmp_path / "ws")
+    box.deployment = Recording(box.deployment.spec)
+    with box:
+        assert box.call("read_file", {"path": "a.txt"}).ok
+        box.restart()
+    assert seen == [(False, True), (False, True)]  # on a restart and on close: stream open, agent still running
+
+
 # -- the exit path without Docker: the registry and the signal chain ------------------------------
 _CHAIN = textwrap.dedent("""
     import os, signal, sys, time
@@ -285,6 +305,26 @@ def test_the_reaper_never_takes_a_live_owners_box_and_takes_a_reused_pids_and_an
                 docker_client.api.remove_container(cid, force=True)
             except Exception:  # noqa: BLE001 - reaped already
                 pass
+
+
+@pytest.mark.docker
+def test_two_removals_at_once_both_confirm_the_box_gone_and_neither_warns(sandbox_image, docker_client, caplog):
+    """The second gets 409 'removal already in progress' while the first runs: it waits that out."""
+    from orchestrator.sandbox.reaper import Removal, remove_container
+
+    box = docker_client.containers.create(sandbox_image, entrypoint=["sleep", "300"], network_mode="none",
+                                          labels={LABEL: "1", f"{LABEL}.test": "no-leaks", **owner.current().labels()})
+    box.start()
+    outcomes: list[Removal] = []
+    threads = [threading.Thread(target=lambda: outcomes.append(remove_container(docker_client, box.id))) for _ in range(3)]
+    with caplog.at_level("WARNING"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert sorted(o.value for o in outcomes) == ["gone", "gone", "removed"]  # exactly one removal was ours
+    assert docker_client.api.containers(all=True, filters={"id": box.id}) == []
+    assert "could not remove" not in caplog.text
 
 
 # -- the stress test the issue asks for -------------------------------------------------------------
