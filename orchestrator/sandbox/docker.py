@@ -130,7 +130,7 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "ipc_mode": "private",
         "mounts": mounts,
         # Who started it (owner.py): the next oa-sandbox command removes it once that process is gone.
-        "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), **owner.current().labels()},
+        "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), **owner.labels_here()},
         # No container log: the agent's stdout is the attached channel, and json-file would store every
         # byte the box writes there on the host's disk. Attach streams do not need a log driver.
         "log_config": {"type": "none", "config": {}},

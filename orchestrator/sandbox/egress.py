@@ -57,7 +57,7 @@ class EgressGate:
             return
         if not self.config.allow:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, "egress needs at least one allowed host")
-        labels = {LABEL: "egress", f"{LABEL}.egress-id": self.id, **owner.current().labels()}  # reaped with its owner (reaper.py)
+        labels = {LABEL: "egress", f"{LABEL}.egress-id": self.id, **owner.labels_here()}  # reaped with its owner (reaper.py)
         try:
             self.client.images.get(self.config.proxy_image)
         except docker.errors.ImageNotFound:

@@ -154,6 +154,15 @@ def current(proc: Path = PROC) -> Owner:
     return owner
 
 
+def labels_here() -> dict[str, str]:
+    """This process's owner labels for what it creates. Where it cannot be named (no /proc: not
+    Linux), the pid alone, as older versions had it: such boxes are left to `oa-sandbox gc`."""
+    try:
+        return current().labels()
+    except RuntimeError:
+        return {PID_LABEL: str(os.getpid())}
+
+
 def verdict(owner: Owner, here: Owner, proc: Path = PROC) -> Verdict:
     """Whether `owner` still runs, as far as `here` (this process) can know.
 

@@ -120,7 +120,9 @@ def reap(client: docker.DockerClient, scope: Scope = Scope.LEFTOVERS) -> Reaped:
     """Remove what `scope` says is left over: containers first, then the egress networks they were on.
     LEFTOVERS lists only what carries owner labels (one label-filtered list each for containers and
     networks); GC and ALL list everything labelled as ours."""
-    here = current()
+    here = _named_here()
+    if here is None and scope is Scope.LEFTOVERS:
+        return Reaped()  # this process cannot be named (no /proc): it judges no owner
     key = BOOT_LABEL if scope is Scope.LEFTOVERS else LABEL
     reaped = Reaped()
     for row in client.api.containers(all=True, filters={"label": key}):
@@ -143,25 +145,32 @@ def reap(client: docker.DockerClient, scope: Scope = Scope.LEFTOVERS) -> Reaped:
     return reaped
 
 
-def _doomed(labels: Mapping[str, Any], here: Owner, scope: Scope, running: bool) -> bool:
+def _named_here() -> Owner | None:
+    try:
+        return current()
+    except RuntimeError:
+        return None
+
+
+def _doomed(labels: Mapping[str, Any], here: Owner | None, scope: Scope, running: bool) -> bool:
     if scope is Scope.ALL:
         return True
     owner = Owner.from_labels(labels)
     if owner is not None:
-        return verdict(owner, here) is Verdict.GONE
+        return here is not None and verdict(owner, here) is Verdict.GONE
     if scope is Scope.LEFTOVERS or BOOT_LABEL in labels:
         return False  # garbled owner labels: only --all
     pid = _legacy_pid(labels)  # an older version's box: its host-pid, as `gc` always did
     return not (pid is not None and running and pid_exists(pid))
 
 
-def _network_doomed(client: docker.DockerClient, row: Mapping[str, Any], here: Owner, scope: Scope) -> bool:
+def _network_doomed(client: docker.DockerClient, row: Mapping[str, Any], here: Owner | None, scope: Scope) -> bool:
     """An egress network goes with its owner; an older version's, when no container is on it (GC);
     every one with ALL, after what is still on it."""
     labels = row.get("Labels") or {}
     owner = Owner.from_labels(labels)
     if scope is not Scope.ALL and owner is not None:
-        return verdict(owner, here) is Verdict.GONE
+        return here is not None and verdict(owner, here) is Verdict.GONE
     if scope is not Scope.ALL and BOOT_LABEL in labels:
         return False
     try:
@@ -196,7 +205,7 @@ def reap_leftovers_once(client: docker.DockerClient) -> None:
         _reaped_in = os.getpid()
         try:
             reaped = reap(client, Scope.LEFTOVERS)
-        except UNREACHABLE + (docker.errors.DockerException, RuntimeError) as err:
+        except UNREACHABLE + (docker.errors.DockerException,) as err:
             log.warning("could not look for leftover sandboxes: %s", str(err)[:300])
             return
     if reaped.containers:
@@ -213,12 +222,15 @@ def remove_own(timeout: int = 10) -> None:
     """Remove every container and egress network of this process, through a connection of its own
     (the process's clients may be mid-request when a signal calls this). For exit and signals."""
     try:
+        filters = owned_by_this_process()
+    except RuntimeError:
+        return  # not named (no /proc): its boxes carry the pid alone, left to `oa-sandbox gc`
+    try:
         client = docker.from_env(timeout=timeout)
     except docker.errors.DockerException as err:
         log.warning("%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300])
         return
     try:
-        filters = owned_by_this_process()
         _remove_all(client, (str(row["Id"]) for row in client.api.containers(all=True, filters=filters)), remove_container)
         _remove_all(client, (str(row["Id"]) for row in client.api.networks(filters=filters)), remove_network)
     except UNREACHABLE + (docker.errors.DockerException,) as err:
