@@ -345,6 +345,7 @@ def _stress_call(i: int) -> tuple[str, list[str]]:
 
 
 @pytest.mark.docker
+@pytest.mark.timeout(1800)  # about 5 min alone on 2 cores; twice that when the machine is shared
 def test_two_hundred_execs_at_concurrency_eight_under_cpu_load_leave_no_container(sandbox_image, docker_client, tmp_path):
     workspaces = [make_workspace(tmp_path / f"ws{n}", {"seed.txt": "seed\n"}) for n in range(STRESS_CONCURRENCY)]
     env = _env(tmp_path)
