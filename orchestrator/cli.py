@@ -39,27 +39,32 @@ def _setup_error(err: OpenAgentsError) -> "click.exceptions.Exit":
     return click.exceptions.Exit(EXIT_SETUP)
 
 
+# A closed terminal (SIGHUP) ends a command as SIGTERM does: unwound, its box removed (issue 16).
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 def _terminate_as_interrupt() -> None:
-    """SIGTERM unwinds like Ctrl-C, so context managers remove their containers."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    """SIGTERM and SIGHUP unwind like Ctrl-C, so context managers remove their containers."""
+    for signum in _ENDING_SIGNALS:
+        signal.signal(signum, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
 
 
 def _interrupt_once() -> None:
-    """The first Ctrl-C (or SIGTERM) unwinds the session as a KeyboardInterrupt; from then on both
-    are ignored, so the clean-up that follows (killing the call, removing the container, the
+    """The first Ctrl-C (or SIGTERM, SIGHUP) unwinds the session as a KeyboardInterrupt; from then on
+    all are ignored, so the clean-up that follows (killing the call, removing the container, the
     sweep) runs to its end however often the key is pressed."""
 
     def first(*_: object) -> None:
         _ignore_interrupts()
         raise KeyboardInterrupt()
 
-    signal.signal(signal.SIGINT, first)
-    signal.signal(signal.SIGTERM, first)
+    for signum in (signal.SIGINT, *_ENDING_SIGNALS):
+        signal.signal(signum, first)
 
 
 def _ignore_interrupts() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in (signal.SIGINT, *_ENDING_SIGNALS):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _user_config() -> UserConfig:
@@ -384,11 +389,13 @@ def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_en
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from .acp.server import AcpServer
     from .models.base import model_from_spec
+    from .sandbox import lifetime
     from .sandbox.pool import SandboxPool
     from .session import SessionOptions, load_policies, open_session, with_policy_egress
     from .state import new_id
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
+    lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
     options = SessionOptions(model_spec=model_spec, base_url=base_url, api_key_env=api_key_env, policy_files=list(policies), max_turns=max_turns)
     try:
         model_from_spec(model_spec, base_url=base_url, api_key_env=api_key_env)  # fail fast on a missing key

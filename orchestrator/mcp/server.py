@@ -252,10 +252,10 @@ class SandboxMcpServer:
         return outcome[0]
 
     async def serve_stdio(self) -> None:
-        """Until the client closes stdin, or SIGTERM/SIGINT arrives."""
+        """Until the client closes stdin, or SIGTERM/SIGINT/SIGHUP arrives."""
         async with anyio.create_task_group() as tg:
             async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                     async for _ in signals:
                         tg.cancel_scope.cancel()
                         return

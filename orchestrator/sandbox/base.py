@@ -228,10 +228,14 @@ class SupervisedSandbox:
         return report
 
     def _remove(self) -> None:
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-        self.deployment.remove()
+        """The box first, its stream after: closing the stream first ends the agent's stdin, the agent
+        exits by itself, and the removal then races that exit (how boxes leaked, issue 16)."""
+        channel, self._channel = self._channel, None
+        try:
+            self.deployment.remove()
+        finally:
+            if channel is not None:
+                channel.close()
 
     # -- calls -----------------------------------------------------------------------------
     def deadline_for(self, tool: str, args: dict[str, Any]) -> float:

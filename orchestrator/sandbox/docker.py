@@ -22,6 +22,7 @@ from .. import state
 from ..config import LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
+from . import lifetime, owner, reaper
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch
 from .egress import EgressGate
@@ -35,21 +36,24 @@ STDERR_KEEP = 8192
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
 
 
-def docker_client(timeout: int = 60) -> docker.DockerClient:
+def docker_client(timeout: int = 60, reap: bool = True) -> docker.DockerClient:
     """A client that answers, or a fatal typed error that says how to start a daemon. Connecting
     (the version probe and the ping) waits DAEMON_CHECK_S at most, so a frozen daemon fails set-up
-    in seconds; `timeout` then bounds each request of the real work."""
+    in seconds; `timeout` then bounds each request of the real work. `reap`: the process's first
+    client first removes the boxes of owners that are gone (reaper.py; never fatal)."""
     try:
         client = docker.from_env(timeout=min(timeout, int(DAEMON_CHECK_S)))
         client.ping()
         client.api.timeout = timeout
-        return client
     except DOCKER_ERRORS as err:
         raise OpenAgentsError(
             ErrorType.DOCKER_UNAVAILABLE,
             f"no Docker daemon answers ({err}). Start one: `sudo systemctl start docker`, or `sudo dockerd &`; "
             "on Debian without Docker: `sudo apt-get install docker.io`. Set DOCKER_HOST if it listens elsewhere.",
         ) from None
+    if reap:
+        reaper.reap_leftovers_once(client)
+    return client
 
 
 EXEC_WAIT_S = 5.0
@@ -129,7 +133,8 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "ulimits": [Ulimit(name="fsize", soft=config.max_file_size, hard=config.max_file_size), Ulimit(name="core", soft=0, hard=0)],
         "ipc_mode": "private",
         "mounts": mounts,
-        "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), f"{LABEL}.host-pid": str(os.getpid())},
+        # Who started it (owner.py): the next oa-sandbox command removes it once that process is gone.
+        "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), **owner.labels_here()},
         # No container log: the agent's stdout is the attached channel, and json-file would store every
         # byte the box writes there on the host's disk. Attach streams do not need a log driver.
         "log_config": {"type": "none", "config": {}},
@@ -211,6 +216,10 @@ class DockerDeployment:
         self.egress: EgressGate | None = None
         self.daemon = DaemonWatch()
         self.left_behind: list[str] = []  # ids of boxes the daemon was gone to remove: removed once it answers
+        # A box may exist that self.container does not name: a create call cut short (its answer never
+        # came back) or a removal that failed. Then this deployment stays in the process's registry, so
+        # that the exit removes the process's boxes by their owner labels (lifetime.py).
+        self._unsure = False
 
     @property
     def client(self) -> docker.DockerClient:
@@ -232,13 +241,18 @@ class DockerDeployment:
         if self.runtime is None:
             self.runtime = self.choose_runtime()
             self.config = self.config.model_copy(update={"runtime": self.runtime.name})
+        lifetime.track(self, reaper.remove_own)
         if self.config.egress is not None and self.egress is None:
             self.egress = EgressGate(self.client, self.config.egress)
+            self._unsure = True
             self.egress.start()
+            self._unsure = False
         try:
             network = self.egress.network_name if self.egress else None
+            self._unsure = True
             self.container = self.client.containers.create(**container_settings(self.config, self.spec.workspace, self.spec.user, network,
                                                                                 self.spec.baseline, self.spec.git_dir))
+            self._unsure = False
             sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             stream = DockerStream(getattr(sock, "_sock", sock))
             self.container.start()
@@ -265,19 +279,16 @@ class DockerDeployment:
         return choice
 
     def remove(self) -> None:
-        if self.container is not None:
-            if self.daemon.problem(self.client) is not None:
-                self._leave_behind(self.container.id)
-            else:
-                try:
-                    self.container.remove(force=True)
-                except docker.errors.NotFound:
-                    pass
-                except docker.errors.APIError as err:  # "removal already in progress" and the like
-                    log.debug("removing %s: %s", self.container.id[:12], err)
-                except DOCKER_ERRORS:  # the daemon went away just now
-                    self._leave_behind(self.container.id)
-            self.container = None
+        """Removed and confirmed gone (reaper.remove_container waits out a removal in progress); when
+        it is not, or the daemon does not answer, a warning names it and it is removed at the next
+        start or close that reaches the daemon, else by the exit or the next command."""
+        container, self.container = self.container, None
+        if container is None:
+            return
+        if self.daemon.problem(self.client) is not None:
+            self._leave_behind(container.id)
+        elif reaper.remove_container(self.client, container.id) is reaper.Removal.FAILED:
+            self._unsure = True
 
     def _leave_behind(self, container_id: str) -> None:
         """The daemon does not answer: the box cannot be removed now. It is removed at the next start or
@@ -285,6 +296,7 @@ class DockerDeployment:
         restarted without live-restore stops it as it comes back)."""
         log.warning("sandbox container %s is left behind: the Docker daemon does not answer; it is removed once it does", container_id[:12])
         self.left_behind.append(container_id)
+        self._unsure = True  # so the exit, too, removes this process's boxes by their owner labels
 
     def _remove_left_behind(self) -> None:
         for container_id in list(self.left_behind):
@@ -304,11 +316,15 @@ class DockerDeployment:
             if self.egress is not None and self.egress.proxy is not None:  # its proxy and network stay for `oa-sandbox gc`
                 log.warning("the egress gate %s is left behind: the Docker daemon does not answer", self.egress.network_name)
             self.egress = None
+            self._unsure = True
             return
         self._remove_left_behind()
         if self.egress is not None:
-            self.egress.close()
+            if not self.egress.close():
+                self._unsure = True
             self.egress = None
+        if not self._unsure:
+            lifetime.untrack(self)
 
     def kill_processes(self) -> None:
         container = self.container

@@ -8,13 +8,15 @@ from typing import Callable
 
 import docker
 import docker.errors
+import requests.exceptions
 
-from ..config import LABEL, SandboxConfig
-from ..errors import OpenAgentsError
+from ..config import SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from .backend import Diagnosis
 from .docker import DockerSandbox, container_settings, docker_client
 from .image import build_image, ensure_image, image_status
+from .reaper import Scope, reap
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
 
@@ -78,29 +80,14 @@ class DockerBackend:
         return security_rows(diagnosis.config, workspace, user, diagnosis.runtime)
 
     def gc(self, everything: bool) -> int:
-        """Remove leftover sandbox containers (and idle egress networks); `everything`: also those
-        whose host process is still alive. Returns how many containers went."""
-        client = self._client or docker_client(timeout=30)
-        removed = 0
-        for network in client.networks.list(filters={"label": f"{LABEL}=egress"}):
-            network.reload()
-            if everything or not network.attrs.get("Containers"):
-                try:
-                    for cid in list(network.attrs.get("Containers") or {}):
-                        client.containers.get(cid).remove(force=True)
-                    network.remove()
-                except docker.errors.APIError:
-                    pass
-        for container in client.containers.list(all=True, filters={"label": LABEL}):
-            host_pid = container.labels.get(f"{LABEL}.host-pid", "")
-            if not everything and host_pid.isdigit() and _alive(int(host_pid)) and container.status == "running":
-                continue
-            try:
-                container.remove(force=True)
-                removed += 1
-            except docker.errors.APIError:
-                pass
-        return removed
+        """Remove leftover sandbox containers and egress networks (reaper.py says which); `everything`:
+        also those whose host process is alive. Returns how many containers went."""
+        client = self._client or docker_client(timeout=30, reap=False)
+        try:
+            reaped = reap(client, Scope.ALL if everything else Scope.GC)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as err:
+            raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {str(err)[:300]}") from None
+        return len(reaped.containers)
 
     def build_image(self, tag: str, base: str, *, rebuild_base: bool, only_if_needed: bool,
                     progress: Callable[[str], None]) -> str:
@@ -109,12 +96,3 @@ class DockerBackend:
             return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
         return build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True

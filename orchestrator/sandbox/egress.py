@@ -19,6 +19,7 @@ from docker.types import LogConfig
 
 from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
 from ..errors import ErrorType, OpenAgentsError
+from . import owner, reaper
 from .daemon import DOCKER_ERRORS
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class EgressGate:
             return
         if not self.config.allow:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, "egress needs at least one allowed host")
-        labels = {LABEL: "egress", f"{LABEL}.egress-id": self.id}
+        labels = {LABEL: "egress", f"{LABEL}.egress-id": self.id, **owner.labels_here()}  # reaped with its owner (reaper.py)
         try:
             self.client.images.get(self.config.proxy_image)
         except docker.errors.ImageNotFound:
@@ -113,19 +114,17 @@ class EgressGate:
                             "reason": f"{omitted} more egress decisions in this call are not recorded (more than {MAX_RECORDS_PER_DRAIN})"})
         return records
 
-    def close(self) -> None:
-        if self.proxy is not None:
-            try:
-                self.proxy.remove(force=True)
-            except DOCKER_ERRORS:
-                pass
-            self.proxy = None
-        if self.network is not None:
-            try:
-                self.network.remove()
-            except DOCKER_ERRORS as err:
-                log.debug("removing %s: %s", self.network_name, err)
-            self.network = None
+    def close(self) -> bool:
+        """Remove the proxy, then the network, each confirmed gone; False when one is still there (a
+        warning named it)."""
+        gone = True
+        proxy, self.proxy = self.proxy, None
+        if proxy is not None and proxy.id is not None:  # docker-py's objects carry the id the daemon gave
+            gone &= reaper.remove_container(self.client, proxy.id) is not reaper.Removal.FAILED
+        network, self.network = self.network, None
+        if network is not None and network.id is not None:
+            gone &= reaper.remove_network(self.client, network.id) is not reaper.Removal.FAILED
+        return gone
 
 
 def _bounded_text(value: Any, limit: int, keep: int | None = None) -> str | None:
