@@ -73,18 +73,20 @@ def sandbox_options(fn):
         click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
         click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
         click.option("--write-quota", default=None, metavar="SIZE", help="How much the session may grow the workspace, e.g. 4g (default), 500m."),
+        click.option("--start-concurrency", type=click.IntRange(1, 256), default=None, metavar="N",
+                     help="Sandbox starts this process runs at once; the rest wait in line, shown as they wait (default 4, OA_START_CONCURRENCY)."),
         click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
                      help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
                           "auto: copy for a root-owned workspace, else bind."),
     ]
 
     @functools.wraps(fn)
-    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, workspace_mode, **kwargs):
+    def wrapper(*args, image, memory, pids, cpus, env, runtime, user, egress, write_quota, start_concurrency, workspace_mode, **kwargs):
         from .sessions import WorkspaceMode
 
         defaults = _user_config()  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
-                              runtime or defaults.runtime, user, egress, write_quota)
+                              runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency)
         return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), **kwargs)
 
     for option in reversed(options):
@@ -92,8 +94,9 @@ def sandbox_options(fn):
     return wrapper
 
 
-def build_config(image, memory, pids, cpus, env, runtime, user, egress=None, write_quota=None) -> SandboxConfig:
-    values: dict = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
+def build_config(image, memory, pids, cpus, env, runtime, user, egress=None, write_quota=None, start_concurrency=None) -> SandboxConfig:
+    values: dict = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user,
+                                          start_concurrency=start_concurrency).items() if v is not None}
     if write_quota is not None:
         values["write_quota"] = parse_size(write_quota)
     extras = {}
@@ -349,6 +352,18 @@ def _start_mcp_servers(servers: list, view):
     for problem in host.problems:
         view.note(f"oa-sandbox: {problem}")
     return host
+
+
+def _pool_progress(event) -> None:
+    """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
+    line, each box made ready when -v is given; a failed start is logged by the pool itself."""
+    from .sandbox.pool import PoolBoxReady
+    from .sandbox.starts import StartQueued
+
+    if isinstance(event, StartQueued) and not event.slot_taken:
+        click.echo(f"oa-sandbox: pool: a refill waits for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting", err=True)
+    elif isinstance(event, PoolBoxReady):
+        logging.getLogger(__name__).debug("pool: %d of %d sandboxes ready, %d claims waiting", event.ready, event.size, event.waiting_claims)
 
 
 @main.command()
