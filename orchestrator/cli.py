@@ -397,7 +397,7 @@ def acp(workspace, model_spec, base_url, api_key_env, policies, transcript_dir, 
     if pool:
         ws = Path(workspace).resolve()
         try:
-            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool)
+            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool, on_event=_pool_progress)
         except OpenAgentsError as err:
             raise _setup_error(err) from None
         warm.start()
