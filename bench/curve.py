@@ -21,8 +21,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-def _together(n: int, target) -> None:
-    """`target(i)` in n threads released at once; returns when all are done."""
+def _together(n: int, target, abort: threading.Event | None = None) -> None:
+    """`target(i)` in n threads released at once; returns when all are done. Ctrl-C sets `abort`
+    (the targets stop at their next step), waits for the threads and is raised again."""
     barrier = threading.Barrier(n)
 
     def run(i: int) -> None:
@@ -32,8 +33,21 @@ def _together(n: int, target) -> None:
     threads = [threading.Thread(target=run, args=(i,), name=f"bench-{i}") for i in range(n)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(0.5)
+    except KeyboardInterrupt:
+        if abort is not None:
+            abort.set()
+        print("interrupted: waiting for the starts under way, then closing every box", flush=True)
+        for thread in threads:
+            thread.join()
+        raise
+
+
+class _Aborted(Exception):
+    pass
 
 
 def concurrency_point(client, workspaces: list[Path], calls: int, config: SandboxConfig) -> dict:
@@ -43,59 +57,76 @@ def concurrency_point(client, workspaces: list[Path], calls: int, config: Sandbo
     started_ms: list[float | None] = [None] * n
     in_line_s = [0.0] * n
     start_errors: list[str] = []
+    abort = threading.Event()
 
     def start(i: int) -> None:
         box = boxes[i]
 
         def queued(progress: StartQueued) -> None:
+            if abort.is_set():
+                raise KeyboardInterrupt  # leaves the start line (starts.py lets a BaseException through)
             if progress.slot_taken:
                 in_line_s[i] = progress.waited_s
 
         box.on_start_queue = queued
         t0 = time.perf_counter()
         try:
+            if abort.is_set():
+                raise _Aborted
             box.start()
             result = box.call("read_file", {"path": "one_kib.txt"})
             if not result.ok:
                 raise RuntimeError(result.error)
             started_ms[i] = (time.perf_counter() - t0) * 1000
+        except _Aborted:
+            pass
+        except KeyboardInterrupt:
+            pass
         except Exception as err:  # noqa: BLE001 - counted and shown, the curve goes on
             start_errors.append(f"{type(err).__name__}: {str(err)[:200]}")
 
-    START_GATE.reset_counters()
-    t0 = time.perf_counter()
-    _together(n, start)
-    all_started_s = time.perf_counter() - t0
-    gate = START_GATE.counters()
-    live = [box for box, ms in zip(boxes, started_ms, strict=True) if ms is not None]
-    idle = host_sample()
+    closed = False
+    try:
+        START_GATE.reset_counters()
+        t0 = time.perf_counter()
+        _together(n, start, abort)
+        all_started_s = time.perf_counter() - t0
+        gate = START_GATE.counters()
+        live = [box for box, ms in zip(boxes, started_ms, strict=True) if ms is not None]
+        idle = host_sample()
 
-    latencies: list[list[float]] = [[] for _ in range(n)]
-    call_errors: list[str] = []
+        latencies: list[list[float]] = [[] for _ in range(n)]
+        call_errors: list[str] = []
 
-    def work(i: int) -> None:
-        box = boxes[i]
-        if started_ms[i] is None:
-            return
-        for k in range(calls):
-            tool, args = (("write_file", {"path": "out.txt", "content": f"call {k}\n"}) if k % 2 == 0
-                          else ("shell", {"command": "cat out.txt"}))
-            t = time.perf_counter()
-            result = box.call(tool, args)
-            latencies[i].append((time.perf_counter() - t) * 1000)
-            if not result.ok:
-                call_errors.append(f"{tool}: {result.error}")
+        def work(i: int) -> None:
+            box = boxes[i]
+            if started_ms[i] is None:
+                return
+            for k in range(calls):
+                if abort.is_set():
+                    return
+                tool, args = (("write_file", {"path": "out.txt", "content": f"call {k}\n"}) if k % 2 == 0
+                              else ("shell", {"command": "cat out.txt"}))
+                t = time.perf_counter()
+                result = box.call(tool, args)
+                latencies[i].append((time.perf_counter() - t) * 1000)
+                if not result.ok:
+                    call_errors.append(f"{tool}: {result.error}")
 
-    t0 = time.perf_counter()
-    _together(n, work)
-    calls_wall_s = time.perf_counter() - t0
-    busy = host_sample()
+        t0 = time.perf_counter()
+        _together(n, work, abort)
+        calls_wall_s = time.perf_counter() - t0
+        busy = host_sample()
 
-    t0 = time.perf_counter()
-    _together(n, lambda i: boxes[i].close())
-    close_s = time.perf_counter() - t0
-    after = host_sample()
-    leftover = len(our_containers(client))
+        t0 = time.perf_counter()
+        _together(n, lambda i: boxes[i].close())
+        close_s = time.perf_counter() - t0
+        after = host_sample()
+        leftover = len(our_containers(client))
+        closed = True
+    finally:
+        if not closed:  # Ctrl-C or a failure mid-point: the boxes go all the same
+            _together(n, lambda i: boxes[i].close())
     flat = [ms for per_box in latencies for ms in per_box]
     cold = [ms for ms in started_ms if ms is not None]
     per_box = max(len(live), 1)
