@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import HostSample, close_idle_api_connections, host_sample, our_containers, our_networks  # noqa: E402
 from orchestrator.config import EgressConfig, SandboxConfig  # noqa: E402
 from orchestrator.errors import OpenAgentsError  # noqa: E402
-from orchestrator.host_memory import release_large_blocks  # noqa: E402
+from orchestrator.host_memory import tune_allocator  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 
@@ -144,7 +144,7 @@ def main() -> int:
     args = parser.parse_args()
     # Each `kill 1` logs a warning ("sandbox agent lost"): expected here, counted in the outcomes instead.
     logging.basicConfig(level=logging.ERROR, format="soak: %(name)s: %(message)s")
-    release_large_blocks()  # as `oa-sandbox` does (orchestrator/host_memory.py)
+    tune_allocator()  # as `oa-sandbox` does (orchestrator/host_memory.py)
 
     started = time.monotonic()
     client = docker_client(timeout=600)

@@ -133,9 +133,9 @@ def parse_size(text: str) -> int:
 def main(verbose: bool) -> None:
     """Run an AI coding agent's tools in a hardened Docker sandbox."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="oa-sandbox: %(message)s")
-    from .host_memory import release_large_blocks
+    from .host_memory import tune_allocator
 
-    release_large_blocks()  # a long `acp` server's RSS follows its sessions (host_memory.py)
+    tune_allocator()  # a long `acp` server's RSS follows its sessions (host_memory.py)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_OnceFilter())
 

@@ -58,7 +58,7 @@ class _MallInfo2(ctypes.Structure):
 def test_large_writes_from_many_threads_leave_no_freed_heap_behind(sandbox_image, docker_client, tmp_path):
     """Four threads each writing 1 MiB files: without the fixed mmap threshold each thread's arena
     kept ~4 MiB it had freed (18 MiB for four, measured); with it, the freed heap stays flat."""
-    from orchestrator.host_memory import release_large_blocks
+    from orchestrator.host_memory import tune_allocator
     from orchestrator.sandbox.docker import DockerSandbox
 
     try:
@@ -66,7 +66,7 @@ def test_large_writes_from_many_threads_leave_no_freed_heap_behind(sandbox_image
     except AttributeError:
         pytest.skip("not glibc >= 2.33: no mallinfo2 to read the heap with")
     mallinfo2.restype = _MallInfo2
-    assert release_large_blocks(), "glibc did not take M_MMAP_THRESHOLD"
+    assert tune_allocator(), "glibc did not take M_MMAP_THRESHOLD and M_ARENA_MAX"
     boxes = [DockerSandbox(make_workspace(tmp_path / f"ws{n}"), SandboxConfig(), client=docker_client) for n in range(4)]
     for box in boxes:
         box.start()
