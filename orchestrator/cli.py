@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # for annotations only: each command imports what it runs, so
     from .acp.server import AcpApprover
     from .live import LiveView
     from .mcp.client import McpHost
+    from .sandbox.pool import PoolEvent
     from .session import OpenSession
     from .sessions import SessionRecord, WorkspaceMode
     from .tools.registry import HostTools
@@ -88,6 +89,8 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
         click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
         click.option("--write-quota", default=None, metavar="SIZE", help="How much the session may grow the workspace, e.g. 4g (default), 500m."),
+        click.option("--start-concurrency", type=click.IntRange(1, 256), default=None, metavar="N",
+                     help="Sandbox starts this process runs at once; the rest wait in line, shown as they wait (default 4, OA_START_CONCURRENCY)."),
         click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
                      help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
                           "auto: copy for a root-owned workspace, else bind."),
@@ -95,13 +98,14 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: tuple[str, ...],
-                runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, workspace_mode: str,
+                runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
+                workspace_mode: str,
                 **kwargs: Any) -> None:
         from .sessions import WorkspaceMode
 
         defaults = _user_config()  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
-                              runtime or defaults.runtime, user, egress, write_quota)
+                              runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency)
         return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), **kwargs)
 
     for option in reversed(options):
@@ -110,8 +114,10 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
 
 
 def build_config(image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: Iterable[str], runtime: str | None,
-                 user: str | None, egress: str | None = None, write_quota: str | None = None) -> SandboxConfig:
-    values: dict[str, Any] = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user).items() if v is not None}
+                 user: str | None, egress: str | None = None, write_quota: str | None = None,
+                 start_concurrency: int | None = None) -> SandboxConfig:
+    values: dict[str, Any] = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user,
+                                                    start_concurrency=start_concurrency).items() if v is not None}
     if write_quota is not None:
         values["write_quota"] = parse_size(write_quota)
     extras = {}
@@ -148,6 +154,9 @@ def parse_size(text: str) -> int:
 def main(verbose: bool) -> None:
     """Run an AI coding agent's tools in a hardened Docker sandbox."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="oa-sandbox: %(message)s")
+    from .host_memory import tune_allocator
+
+    tune_allocator()  # a long `acp` server's RSS follows its sessions (host_memory.py)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_OnceFilter())
 
@@ -374,6 +383,18 @@ def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost
     return host
 
 
+def _pool_progress(event: PoolEvent) -> None:
+    """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
+    line, each box made ready when -v is given; a failed start is logged by the pool itself."""
+    from .sandbox.pool import PoolBoxReady
+    from .sandbox.starts import StartQueued
+
+    if isinstance(event, StartQueued) and not event.slot_taken:
+        click.echo(f"oa-sandbox: pool: a refill waits for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting", err=True)
+    elif isinstance(event, PoolBoxReady):
+        logging.getLogger(__name__).debug("pool: %d of %d sandboxes ready, %d claims waiting", event.ready, event.size, event.waiting_claims)
+
+
 @main.command()
 @click.option("--workspace", default=None, type=click.Path(exists=True, file_okay=False), help="Mount this instead of each session's cwd.")
 @click.option("--model", "model_spec", required=True, help="openai:NAME, gemini:NAME or script:FILE.")
@@ -408,7 +429,7 @@ def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_en
             raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
-            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool)
+            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool, on_event=_pool_progress)
         except OpenAgentsError as err:
             raise _setup_error(err) from None
         warm.start()

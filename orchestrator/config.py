@@ -24,6 +24,9 @@ BASE_ENV = {
     "LANG": "C.UTF-8",
     "TERM": "dumb",
 }
+# OA_START_CONCURRENCY: how many sandbox starts one host process runs at once (sandbox/starts.py).
+# Four keep a 2-core machine busy without making every start wait behind a hundred others.
+DEFAULT_START_CONCURRENCY = 4
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
@@ -72,6 +75,10 @@ class SandboxLimits(BaseModel):
     write_quota: int = Field(default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota).")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
+    start_concurrency: int = Field(default_factory=lambda: os.environ.get("OA_START_CONCURRENCY") or DEFAULT_START_CONCURRENCY,
+                                   ge=1, le=256, validate_default=True,
+                                   description="Sandbox starts one host process runs at once; the rest wait in line (--start-concurrency, "
+                                               "OA_START_CONCURRENCY).")
 
     @field_validator("env")
     @classmethod

@@ -82,6 +82,19 @@ class ToolOutputStreamed(_Event):
     text: str = ""
 
 
+class SandboxStartQueued(_Event):
+    """The sandbox's start (or its restart after a lost agent) waits for one of the process's start
+    slots (sandbox/starts.py). While it waits: live views only, at most once a second. Once it has a
+    slot (`slot_taken`), recorded in the transcript with the whole wait."""
+
+    type: Literal["sandbox_start_queued"] = "sandbox_start_queued"
+    ahead: int = 0  # starts in line before this one
+    starting: int = 0  # starts in flight
+    limit: int = 0
+    waited_s: float = 0.0
+    slot_taken: bool = False
+
+
 class ContextCompacted(_Event):
     """Older tool outputs were elided from the conversation to stay under the context window."""
 
@@ -178,7 +191,7 @@ class SessionEnded(_Event):
 
 
 Event = Annotated[
-    Union[SessionStarted, ModelRequested, ModelRetrying, ContextCompacted, ToolOutputStreamed, ModelResponded,
+    Union[SessionStarted, ModelRequested, ModelRetrying, SandboxStartQueued, ContextCompacted, ToolOutputStreamed, ModelResponded,
           ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded],
     Field(discriminator="type"),
 ]

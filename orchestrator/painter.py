@@ -11,8 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SessionEnded, SessionStarted,
-                     ToolCallChanged, ToolCallFinished, ToolCallState, parse)
+from .events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SandboxStartQueued, SessionEnded,
+                     SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, parse)
 from .render import continued, visible
 
 DIFF_LINES_SHOWN = 120
@@ -88,6 +88,11 @@ class Painter:
             return self._own(f"● task: {event.task}  (model {event.model}, workspace {event.workspace})")
         if isinstance(event, ModelRetrying):
             return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s")
+        if isinstance(event, SandboxStartQueued):
+            if event.slot_taken:
+                return self._own(f"  ⧗ sandbox: starting, after {event.waited_s:.1f} s in line for a start slot")
+            return self._own(f"  ⧗ sandbox: waiting for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting "
+                             f"({event.waited_s:.0f} s)")
         if isinstance(event, ContextCompacted):
             return self._own(f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} → ~{event.tokens_after} "
                              f"tokens of a {event.context_window}-token window")

@@ -25,6 +25,7 @@ from .checkpoints import CheckpointStore
 from .integrity import SweepReport
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
+from .sandbox.starts import StartQueued
 from .sessions import SessionRecord, WorkspaceMode, prepare
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
@@ -75,6 +76,17 @@ def with_policy_egress(config: SandboxConfig, egress: EgressPolicy) -> SandboxCo
     current = config.egress or EgressConfig()
     merged = current.model_copy(update={"allow": [*current.allow, *egress.allow], "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs]})
     return config.model_copy(update={"egress": merged})
+
+
+def start_queued(transcript: Transcript, progress: StartQueued) -> None:
+    """The box's start waits in the process's line (sandbox/starts.py): said live while it waits,
+    recorded once it has a slot; the session's first start and every restart alike."""
+    event = ev.SandboxStartQueued(executor=Executor.OPENAGENTS, ahead=progress.ahead, starting=progress.starting, limit=progress.limit,
+                                  waited_s=progress.waited_s, slot_taken=progress.slot_taken)
+    if progress.slot_taken:
+        transcript.emit(event)
+    else:
+        transcript.notify(event)
 
 
 MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
@@ -161,6 +173,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if sandbox is None:
             box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
             sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
+        sandbox.on_start_queue = lambda progress: start_queued(transcript, progress)
         opened = OpenSession(sandbox, transcript, record, checkpoints)
         opened.checkpoint(0, [])  # the start, before the box has run anything
         if not sandbox.started:

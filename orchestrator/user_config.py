@@ -8,6 +8,7 @@ line naming the file, the key and what is allowed, never silently ignored:
     policy = ["~/policies/ci.toml"]
     max_turns = 50
     max_tokens = 200000
+    start_concurrency = 4    # sandbox starts this process runs at once; the rest wait in line
 
     [[mcp_servers]]          # your own stdio MCP servers, started on the host for `run`
     name = "notes"
@@ -40,6 +41,7 @@ class UserConfig(BaseModel):
     memory: str | None = None
     cpus: float | None = None
     pids: int | None = None
+    start_concurrency: int | None = Field(default=None, ge=1, le=256, description="Sandbox starts one process runs at once (default 4).")
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int | None = Field(default=None, ge=1)
     max_wall: float | None = Field(default=None, gt=0, description="Seconds.")

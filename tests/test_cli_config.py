@@ -23,7 +23,18 @@ def test_a_config_typo_is_one_line_with_a_suggestion(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean 'model'?); allowed keys: model, base_url, "
-        "api_key_env, policy, runtime, image, memory, cpus, pids, max_turns, max_tokens, max_wall, context_window, mcp_servers"]
+        "api_key_env, policy, runtime, image, memory, cpus, pids, start_concurrency, max_turns, max_tokens, max_wall, context_window, mcp_servers"]
+
+
+def test_start_concurrency_is_checked_in_the_config_file_and_on_the_command_line(tmp_path):
+    config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('start_concurrency = 0\n')
+    proc = oa(tmp_path, "run", "--workspace", str(tmp_path), "--model", "script:/dev/null", "go")
+    assert proc.returncode == 2 and f"config {config}: start_concurrency: Input should be greater than or equal to 1" in proc.stderr
+    config.unlink()
+    proc = oa(tmp_path, "exec", "--workspace", str(tmp_path), "--start-concurrency", "0", "list_files")
+    assert proc.returncode == 2 and "--start-concurrency" in proc.stderr
 
 
 @pytest.mark.parametrize("rule, expected", [

@@ -1,8 +1,14 @@
 """The warm pool hands out started sandboxes, never the same one twice, and cleans up."""
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from orchestrator.sandbox.pool import SandboxPool
 from tests.conftest import make_workspace
+from tests.test_start_gate import wait_until
 
 pytestmark = pytest.mark.docker
 
@@ -32,3 +38,60 @@ def test_a_box_started_while_another_planted_does_not_adopt_the_plant(sandbox_im
         for box in (first, second, third):
             box.close()
     assert not (ws / "sub" / ".git").exists()
+
+
+def test_a_burst_of_claims_larger_than_the_pool_is_served_and_the_pool_refills(sandbox_image, docker_client, tmp_path):
+    """Eight claims at once on a pool of two: each gets its own box, started by the pool's two refill
+    workers (never more than two starts at once), and the pool is back to two ready boxes after."""
+    from orchestrator.sandbox.pool import PoolBoxReady
+    from orchestrator.sandbox.starts import START_GATE
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    events = []
+    START_GATE.reset_counters()
+    with SandboxPool(ws, size=2, client=docker_client, refill_concurrency=2, on_event=events.append) as pool:
+        together = threading.Barrier(8)
+
+        def claim():
+            together.wait()
+            return pool.claim(timeout=120)
+
+        with ThreadPoolExecutor(max_workers=8) as threads:
+            boxes = list(threads.map(lambda _: claim(), range(8)))
+        try:
+            assert len({box.container.id for box in boxes}) == 8, "a box was handed out twice"
+            for box in boxes:
+                assert box.call("shell", {"command": "cat a.txt"}).output == "a\n"
+            wait_until(lambda: pool.counters().ready == 2, "the pool refilled to its size")
+            counters = pool.counters()
+            assert (counters.claimed, counters.failed, counters.waiting_claims) == (8, 0, 0)
+            assert counters.started == 10, f"{counters.started} boxes started for 8 claims and a refill of 2"
+            assert START_GATE.counters().peak_in_flight <= 2, "the pool ran more starts at once than its refill workers"
+            assert sum(isinstance(e, PoolBoxReady) for e in events) == 10
+        finally:
+            for box in boxes:
+                box.close()
+    assert docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={ws}"}) == []
+
+
+def test_a_pool_whose_starts_fail_backs_off_and_says_why(sandbox_image, docker_client, tmp_path):
+    """A missing image: the claim gets image_missing at once, not a wait for a box that never comes;
+    the workers try again one at a time after a growing wait, never in a loop."""
+    from orchestrator.config import SandboxConfig
+    from orchestrator.errors import ErrorType, OpenAgentsError
+    from orchestrator.sandbox.pool import PoolStartFailed
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    events = []
+    config = SandboxConfig(image=f"openagents-sandbox:missing-{uuid.uuid4().hex[:12]}")
+    with SandboxPool(ws, config, size=2, client=docker_client, on_event=events.append) as pool:
+        with pytest.raises(OpenAgentsError) as raised:
+            pool.claim(timeout=60)
+        assert raised.value.type is ErrorType.IMAGE_MISSING and "oa-sandbox image build" in raised.value.message
+        time.sleep(4.0)  # the first attempts (one per worker), then 2 s of back-off, one probe, then 4 s
+        failures = [e for e in events if isinstance(e, PoolStartFailed)]
+    assert 2 <= len(failures) <= 4, f"{len(failures)} failed starts in about 4 s: not backing off"
+    assert all(f.error.type is ErrorType.IMAGE_MISSING for f in failures)
+    delays = [f.retry_in_s for f in failures]
+    assert delays == sorted(delays) and delays[-1] > delays[0] >= 1.0
+    assert pool.counters().started == 0

@@ -27,6 +27,7 @@ from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult
 from ..quota import WriteQuota
 from .channel import AgentStream, Channel
+from .starts import START_GATE, StartGate, StartQueued
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,7 @@ class Sandbox(Protocol):
     restarts: int
     sweeper: Sweeper
     on_sweep: Callable[[SweepReport], None] | None
+    on_start_queue: Callable[[StartQueued], None] | None  # a start (or restart) waits for a slot (starts.py)
 
     @property
     def config(self) -> SandboxLimits:
@@ -149,6 +151,8 @@ class SupervisedSandbox:
         self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
                                placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
         self.on_sweep: Callable[[SweepReport], None] | None = None
+        self.on_start_queue: Callable[[StartQueued], None] | None = None
+        self.start_gate: StartGate = START_GATE  # shared by every box of the process
         self.quota: WriteQuota | None = None
         self.deployment = deploy(BoxSpec(self.workspace, self.user, self.baseline, git_dir))
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
@@ -190,17 +194,20 @@ class SupervisedSandbox:
         self._ever_started = True
 
     def _start_box(self) -> None:
-        try:
-            self._channel = Channel(self.deployment.start())
-        except BaseException:
-            self._remove()
-            raise
-        try:
-            _, future = self._channel.request("hello", {})
-            hello = future.result(timeout=min(self.config.call_deadline_s, START_DEADLINE_S))
-        except (OpenAgentsError, FutureTimeout) as err:
-            self._remove()
-            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
+        """One start, first or after a lost agent: a slot of the process's start gate is held from
+        the deployment's start to the agent's first answer, the part that costs the daemon and CPU."""
+        with self.start_gate.slot(self.config.start_concurrency, self.on_start_queue):
+            try:
+                self._channel = Channel(self.deployment.start())
+            except BaseException:
+                self._remove()
+                raise
+            try:
+                _, future = self._channel.request("hello", {})
+                hello = future.result(timeout=min(self.config.call_deadline_s, START_DEADLINE_S))
+            except (OpenAgentsError, FutureTimeout) as err:
+                self._remove()
+                raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
         self.agent_info = hello.meta
 
     def restart(self) -> None:

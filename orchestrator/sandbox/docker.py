@@ -197,7 +197,13 @@ class DockerStream:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        self._sock.close()
+        # docker-py's attach response keeps a file object on this socket, in a reference cycle with
+        # it: socket.close() would leave the descriptor open until the garbage collector finds the
+        # cycle, one descriptor per box and per restart in a long-lived host. Closed here instead.
+        try:
+            os.close(self._sock.detach())
+        except OSError:
+            pass
 
     def stderr_tail(self) -> bytes:
         return self._stderr

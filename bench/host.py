@@ -1,0 +1,57 @@
+"""What the orchestrator process itself costs: resident memory, open descriptors, threads; and
+what of ours is left in Docker. Shared by the concurrency curve (run.py) and the soak (soak.py)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from orchestrator.config import LABEL
+
+
+@dataclass(frozen=True)
+class HostSample:
+    rss_mib: float
+    fds: int
+    threads: int
+    load1: float
+
+    def line(self) -> str:
+        return f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}"
+
+
+def close_idle_api_connections(client) -> None:
+    """docker-py keeps a connection pool per request URL (up to 25, each with its idle connection):
+    a bounded cache whose size moves with the URLs lately asked, which would hide a real descriptor
+    leak in the count, or fake one. Closed before each sample; connections in use are not touched."""
+    for adapter in client.api.adapters.values():
+        pools = getattr(adapter, "pools", None)
+        if pools is not None:
+            pools.clear()
+
+
+def host_sample() -> HostSample:
+    """This process, from /proc (threads as the kernel counts them, not only Python's)."""
+    rss_kib, threads = 0, 0
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                rss_kib = int(line.split()[1])
+            elif line.startswith("Threads:"):
+                threads = int(line.split()[1])
+    return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0])
+
+
+def our_containers(client, egress_ids: frozenset[str] | set[str] = frozenset()) -> list:
+    """Every container, running or exited, of this process: its sandboxes (their host-pid label) and
+    the egress proxies of its gates (`egress_ids`: EgressGate.id of each)."""
+    # sparse: no inspect per container, which fails for one removed between the listing and the inspect
+    boxes = client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}.host-pid={os.getpid()}"})
+    proxies = [c for c in client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}=egress"})
+               if (c.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids]
+    return boxes + proxies
+
+
+def our_networks(client, egress_ids: set[str]) -> list:
+    """The internal networks of this process's egress gates still there."""
+    return [n for n in client.networks.list(filters={"label": f"{LABEL}=egress"})
+            if (n.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids]
