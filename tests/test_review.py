@@ -367,12 +367,22 @@ def test_apply_killed_midway_leaves_every_file_old_or_new_and_can_be_run_again(t
     _run_apply(manifest_path, kill_after=None)  # how long a whole apply takes here, now
     whole = time.monotonic() - started
     assert _old_or_new(real)[1:] == (N_FILES, [])
-    mixed = 0
-    for n, fraction in enumerate([0.35, 0.5, 0.65, 0.8]):
+    # Kill at a fraction of that time, moved towards the middle of the apply when a kill lands before
+    # its first write or after its last (a busy machine stretches the child's start-up, not only the
+    # writes), until two kills have landed mid-apply.
+    mixed, fraction, early, late = 0, 0.5, 0.0, 2.0
+    for n in range(12):
         real, manifest_path = _interrupted_workspace(tmp_path, n)
         _run_apply(manifest_path, kill_after=whole * fraction)
         old, new, _ = _old_or_new(real)
-        mixed += bool(old and new)
+        if old and new:
+            mixed += 1
+            if mixed == 2:
+                break
+        elif not new:
+            early, fraction = fraction, (fraction + late) / 2
+        else:
+            late, fraction = fraction, (early + fraction) / 2
     assert mixed >= 2, "the kills never landed in the middle of an apply: the test proves nothing"
     # the last, interrupted workspace: killed again, then a full run finishes the job and cleans up
     _run_apply(manifest_path, kill_after=whole * 0.3)
