@@ -204,7 +204,9 @@ class SupervisedSandbox:
                 raise
             try:
                 _, future = self._channel.request("hello", {})
-                hello = future.result(timeout=min(self.config.call_deadline_s, START_DEADLINE_S))
+                # The start's own deadline, not the call's: a replacement started after a short call
+                # deadline passed must not fail only because a busy machine starts boxes slowly.
+                hello = future.result(timeout=START_DEADLINE_S)
             except (OpenAgentsError, FutureTimeout) as err:
                 self._remove()
                 raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
