@@ -18,6 +18,27 @@ from tests.conftest import make_workspace
 WAIT_S = 30.0  # an upper bound for a thread to reach a state, never a timing target
 
 
+class OnlySlotHeld:
+    """The process's start gate at a limit of one, its slot held by a thread of the test's until
+    release(): a box that starts meanwhile has to wait in line."""
+
+    def __init__(self) -> None:
+        self._release, holding = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with START_GATE.slot(1):
+                holding.set()
+                self._release.wait(WAIT_S)
+
+        self._holder = threading.Thread(target=hold)
+        self._holder.start()
+        assert holding.wait(WAIT_S)
+
+    def release(self) -> None:
+        self._release.set()
+        self._holder.join(WAIT_S)
+
+
 def wait_until(predicate, what: str) -> None:
     deadline = time.monotonic() + WAIT_S
     while not predicate():
@@ -196,17 +217,7 @@ def test_a_restart_after_the_agent_is_killed_waits_in_the_same_line(sandbox_imag
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     with DockerSandbox(ws, SandboxConfig(start_concurrency=1), client=docker_client) as box:
         box.on_start_queue = on_queue
-        release = threading.Event()
-        holding = threading.Event()
-
-        def hold_the_only_slot():
-            with START_GATE.slot(1):
-                holding.set()
-                release.wait(WAIT_S)
-
-        holder = threading.Thread(target=hold_the_only_slot)
-        holder.start()
-        assert holding.wait(WAIT_S)
+        slot = OnlySlotHeld()
         results = {}
         caller = threading.Thread(target=lambda: results.update(kill=box.call("shell", {"command": "kill 1; sleep 5"}),
                                                                 after=box.call("read_file", {"path": "a.txt"})))
@@ -215,8 +226,7 @@ def test_a_restart_after_the_agent_is_killed_waits_in_the_same_line(sandbox_imag
             assert queued.wait(WAIT_S), "the restart did not wait for the start slot another start held"
             assert not results, "a call finished while its box's restart could not have started"
         finally:
-            release.set()
-            holder.join(WAIT_S)
+            slot.release()
             caller.join(WAIT_S)
         assert results["after"].output == "a\n"
         assert box.restarts >= 1
@@ -245,16 +255,7 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
         if record["type"] == "sandbox_start_queued":
             queued.set()
 
-    release, holding = threading.Event(), threading.Event()
-
-    def hold_the_only_slot():
-        with START_GATE.slot(1):
-            holding.set()
-            release.wait(WAIT_S)
-
-    holder = threading.Thread(target=hold_the_only_slot)
-    holder.start()
-    assert holding.wait(WAIT_S)
+    slot = OnlySlotHeld()
     opened = {}
     transcript = tmp_path / "t.jsonl"
     opener = threading.Thread(target=lambda: opened.update(s=open_session(
@@ -264,8 +265,7 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     try:
         assert queued.wait(WAIT_S), "the session's start waited for a slot and said nothing"
     finally:
-        release.set()
-        holder.join(WAIT_S)
+        slot.release()
         opener.join(WAIT_S)
     session = opened["s"]
     try:
