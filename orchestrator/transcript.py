@@ -8,7 +8,6 @@ Rendering for a terminal makes such characters visible (orchestrator/render.py).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
 
 from sandbox_agent.shell import SECRET_NAME
+from sandbox_agent import jsonbound
 
 from .events import Event
 from .protocol import Executor
@@ -211,7 +211,7 @@ def show_lines(path: str | Path) -> Iterable[Line]:
     with open(path, encoding="utf-8") as fh:
         for line in fh:
             try:
-                event = json.loads(line)
+                event = jsonbound.loads(line)
             except ValueError:
                 yield Line(visible(f"(unreadable line: {redactor(line[:80])!r})"))
                 continue

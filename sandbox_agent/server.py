@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 
-from . import PROTOCOL_VERSION, limits
+from . import PROTOCOL_VERSION, jsonbound, limits
 from .paths import WORKSPACE, PathRefused
 from .shell import shell
 from .tools import ToolError, edit_file, grep_files, list_files, read_file, write_file
@@ -87,10 +87,10 @@ def _accept(line: bytes) -> dict | None:
     """Parse a request and acknowledge it before it runs: the host retries a call on a fresh agent
     only when it never saw the acknowledgement, so a call that may have run is never run twice."""
     try:
-        request = json.loads(line)
+        request = jsonbound.loads(line)
         if not isinstance(request, dict):
             raise ValueError("not an object")
-    except (ValueError, RecursionError) as err:
+    except ValueError as err:
         _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": f"bad request line: {err}"}})
         return None
     if isinstance(request.get("id"), int):

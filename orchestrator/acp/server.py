@@ -30,6 +30,8 @@ from typing import Any, BinaryIO, Callable, Protocol, TypeGuard, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from sandbox_agent import jsonbound
+
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
@@ -192,8 +194,8 @@ class AcpServer:
 
     def _handle_line(self, line: bytes) -> None:
         try:
-            raw = json.loads(line)
-        except (ValueError, RecursionError) as err:
+            raw = jsonbound.loads(line)
+        except ValueError as err:
             self.send({"id": None, "error": {"code": m.PARSE_ERROR, "message": f"parse error: {err}"}})
             return
         try:

@@ -12,6 +12,8 @@ import httpx
 from pydantic import BaseModel, Field, model_validator
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay
 
+from sandbox_agent import jsonbound
+
 from ..errors import ErrorType, OpenAgentsError
 
 
@@ -131,7 +133,7 @@ def post_json(http: httpx.Client, url: str, body: dict[str, Any], headers: dict[
         if response.status_code >= 400:
             raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{what} refused the request: HTTP {response.status_code}: {response.text[:300]}")
         try:
-            data = response.json()
+            data = jsonbound.loads(response.content)
         except ValueError:
             raise RetryableModelError(f"the answer is not JSON: {response.text[:120]!r}") from None
         if not isinstance(data, dict):

@@ -7,9 +7,10 @@ A line with no tool calls is the final answer.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from sandbox_agent import jsonbound
 
 from ..errors import ErrorType, OpenAgentsError
 from .base import Message, ModelTurn, ToolCall
@@ -34,7 +35,7 @@ class ScriptedModel:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                raw = json.loads(line)
+                raw = jsonbound.loads(line)
                 calls = [ToolCall(id=c.get("id") or f"call_{number}_{i}", name=c["name"], arguments=c.get("arguments")) for i, c in enumerate(raw.get("tool_calls") or [])]
                 turns.append(ModelTurn(text=raw.get("text", ""), tool_calls=calls, usage=raw.get("usage") or {}))
             except (ValueError, KeyError, TypeError, AttributeError) as err:

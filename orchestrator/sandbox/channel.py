@@ -7,14 +7,13 @@ Anything malformed marks the channel broken: the agent is not trusted to recover
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Protocol
 
 from pydantic import ValidationError
 
-from sandbox_agent import limits
+from sandbox_agent import jsonbound, limits
 
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import AgentRequest, AgentResponse
@@ -127,7 +126,7 @@ class Channel:
 
     def _dispatch(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            message = jsonbound.loads(line)
             if isinstance(message, dict) and message.get("ack") is True and type(message.get("id")) is int:
                 with self._lock:
                     if message["id"] in self._pending:
@@ -137,7 +136,7 @@ class Channel:
                 self._chunk(message["id"], message["chunk"])
                 return
             response = AgentResponse.model_validate(message)
-        except (ValueError, ValidationError, RecursionError):
+        except (ValueError, ValidationError):
             raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent something that is not a response: {line[:120]!r}") from None
         if response.id is None:
             # The agent could not parse one of our requests: a bug on our side or a hostile agent.

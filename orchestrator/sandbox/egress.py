@@ -6,7 +6,6 @@ and enforces the allow-list. Without egress, nothing changes: network_mode=none.
 """
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from typing import Any
@@ -16,6 +15,8 @@ import docker.errors
 from docker.models.containers import Container
 from docker.models.networks import Network
 from docker.types import LogConfig
+
+from sandbox_agent import jsonbound
 
 from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
 from ..errors import ErrorType, OpenAgentsError
@@ -96,8 +97,8 @@ class EgressGate:
         omitted = 0
         for line in lines:
             try:
-                record = json.loads(line)
-            except (ValueError, RecursionError):
+                record = jsonbound.loads(line)
+            except ValueError:
                 continue
             if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or record["seq"] <= self._seen_seq:
                 continue

@@ -4,12 +4,11 @@ bad path never reaches the box.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sandbox_agent import limits
+from sandbox_agent import jsonbound, limits
 from sandbox_agent.paths import PathRefused, check_lexical
 
 from ..errors import ErrorType, OpenAgentsError
@@ -113,8 +112,8 @@ def parse_arguments(raw: str | bytes | dict[str, Any] | None) -> dict[str, Any]:
     if len(raw) > MAX_RAW_ARGUMENT_BYTES:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are {len(raw)} characters; the limit is {MAX_RAW_ARGUMENT_BYTES}")
     try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError) as err:
+        value = jsonbound.loads(raw)
+    except ValueError as err:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are not valid JSON: {err}") from None
     if not isinstance(value, dict):
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments must be a JSON object")
