@@ -21,7 +21,9 @@ import requests.exceptions
 
 from ..errors import ErrorType, OpenAgentsError
 
-DOCKER_ERRORS: tuple[type[Exception], ...] = (docker.errors.DockerException, requests.exceptions.RequestException)
+# Every way a Docker call fails: Docker's own errors, and OSError, which covers requests' (a refused,
+# reset or timed-out connection) and a socket's. The one tuple the sandbox package catches.
+DOCKER_ERRORS: tuple[type[Exception], ...] = (docker.errors.DockerException, OSError)
 DAEMON_CHECK_S = 5.0  # a ping answers in milliseconds even while starts queue in the daemon
 SILENT_MEMO_S = 10.0  # a daemon that just let a ping time out is taken as still silent this long
 

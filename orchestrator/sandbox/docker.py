@@ -221,9 +221,9 @@ class DockerDeployment:
         self.runtime: RuntimeChoice | None = None  # chosen at the first start: gVisor where the daemon has it
         self.egress: EgressGate | None = None
         self.daemon = DaemonWatch()
-        self.left_behind: list[str] = []  # ids of boxes the daemon was gone to remove: removed once it answers
-        # A box may exist that self.container does not name: a create call cut short (its answer never
-        # came back) or a removal that failed. Then this deployment stays in the process's registry, so
+        self.left_behind: list[str] = []  # ids of boxes not removed yet (no daemon, or a removal failed)
+        # A box may exist that nothing here names: a create call cut short (its answer never came back).
+        # Then, as while left_behind is not empty, this deployment stays in the process's registry, so
         # that the exit removes the process's boxes by their owner labels (lifetime.py).
         self._unsure = False
 
@@ -289,31 +289,21 @@ class DockerDeployment:
         it is not, or the daemon does not answer, a warning names it and it is removed at the next
         start or close that reaches the daemon, else by the exit or the next command."""
         container, self.container = self.container, None
-        if container is None:
-            return
-        if self.daemon.problem(self.client) is not None:
-            self._leave_behind(container.id)
-        elif reaper.remove_container(self.client, container.id) is reaper.Removal.FAILED:
-            self._unsure = True
-
-    def _leave_behind(self, container_id: str) -> None:
-        """The daemon does not answer: the box cannot be removed now. It is removed at the next start or
-        close that reaches the daemon, or by `oa-sandbox gc` once this process has ended (a daemon
-        restarted without live-restore stops it as it comes back)."""
-        log.warning("sandbox container %s is left behind: the Docker daemon does not answer; it is removed once it does", container_id[:12])
-        self.left_behind.append(container_id)
-        self._unsure = True  # so the exit, too, removes this process's boxes by their owner labels
+        if container is not None:
+            self.left_behind.append(container.id)
+            self._remove_left_behind()
 
     def _remove_left_behind(self) -> None:
-        for container_id in list(self.left_behind):
-            try:
-                self.client.api.remove_container(container_id, force=True)
-            except docker.errors.NotFound:
-                pass
-            except DOCKER_ERRORS as err:
-                log.debug("removing %s: %s", container_id[:12], err)
-                continue
-            self.left_behind.remove(container_id)
+        """The one place for every box this deployment has not removed yet: retried and verified
+        whenever the daemon answers; until then the exit removes them by their owner labels
+        (lifetime.py), and a daemon restarted without live-restore stops them as it comes back."""
+        if not self.left_behind:
+            return
+        if self.daemon.problem(self.client) is not None:
+            log.warning("sandbox container(s) %s left behind: the Docker daemon does not answer; removed once it does",
+                        ", ".join(c[:12] for c in self.left_behind))
+            return
+        self.left_behind = [c for c in self.left_behind if reaper.remove_container(self.client, c) is reaper.Removal.FAILED]
 
     def close(self) -> None:
         if self._client is None:
@@ -329,7 +319,7 @@ class DockerDeployment:
             if not self.egress.close():
                 self._unsure = True
             self.egress = None
-        if not self._unsure:
+        if not self._unsure and not self.left_behind:
             lifetime.untrack(self)
 
     def kill_processes(self) -> None:

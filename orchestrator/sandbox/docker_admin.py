@@ -8,12 +8,12 @@ from typing import Callable
 
 import docker
 import docker.errors
-import requests.exceptions
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from .backend import Diagnosis
+from .daemon import DOCKER_ERRORS
 from .docker import DockerSandbox, container_settings, docker_client
 from .image import build_image, ensure_image, image_status
 from .reaper import Scope, reap
@@ -85,7 +85,7 @@ class DockerBackend:
         client = self._client or docker_client(timeout=30, reap=False)
         try:
             reaped = reap(client, Scope.ALL if everything else Scope.GC)
-        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as err:
+        except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {str(err)[:300]}") from None
         return len(reaped.containers)
 

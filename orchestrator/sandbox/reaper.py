@@ -26,10 +26,10 @@ from typing import Any
 
 import docker
 import docker.errors
-import requests.exceptions
 
 from ..config import LABEL
 from ..errors import ErrorType
+from .daemon import DOCKER_ERRORS
 from .owner import BOOT_LABEL, MAX_PID, PID_LABEL, START_LABEL, Owner, Verdict, current, pid_exists, verdict
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 REMOVE_DEADLINE_S = 30.0  # a box that is still being removed (or killed) after this is reported, not waited for
 NETWORK_DEADLINE_S = 10.0  # a network's endpoints go a moment after its last container
 MAX_NAMED = 10  # ids a warning names at most
-UNREACHABLE = (requests.exceptions.ConnectionError, requests.exceptions.Timeout, OSError)
 
 
 class Removal(enum.Enum):
@@ -70,7 +69,7 @@ def _remove_verified(kind: str, ident: str, remove: Callable[[], Any], inspect: 
             pass
         except docker.errors.APIError as err:  # 409 "removal already in progress", a box still dying: wait it out
             last = f"{err.status_code}: {_explanation(err)}"
-        except UNREACHABLE as err:
+        except DOCKER_ERRORS as err:  # after APIError: no answer at all
             return _unreachable(kind, ident, err)
         try:
             inspect()
@@ -78,7 +77,7 @@ def _remove_verified(kind: str, ident: str, remove: Callable[[], Any], inspect: 
             return Removal.REMOVED if ours else Removal.GONE
         except docker.errors.APIError as err:
             last = f"{err.status_code}: {_explanation(err)}"
-        except UNREACHABLE as err:
+        except DOCKER_ERRORS as err:  # after APIError: no answer at all
             return _unreachable(kind, ident, err)
         if time.monotonic() >= deadline:
             log.warning("could not remove sandbox %s %s within %.0fs (last answer %s); `oa-sandbox gc` removes it later",
@@ -205,7 +204,7 @@ def reap_leftovers_once(client: docker.DockerClient) -> None:
         _reaped_in = os.getpid()
         try:
             reaped = reap(client, Scope.LEFTOVERS)
-        except UNREACHABLE + (docker.errors.DockerException,) as err:
+        except DOCKER_ERRORS as err:
             log.warning("could not look for leftover sandboxes: %s", str(err)[:300])
             return
     if reaped.containers:
@@ -233,7 +232,7 @@ def remove_own(timeout: int = 10) -> None:
     try:
         _remove_all(client, (str(row["Id"]) for row in client.api.containers(all=True, filters=filters)), remove_container)
         _remove_all(client, (str(row["Id"]) for row in client.api.networks(filters=filters)), remove_network)
-    except UNREACHABLE + (docker.errors.DockerException,) as err:
+    except DOCKER_ERRORS as err:
         log.warning("%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300])
     finally:
         client.close()
