@@ -108,15 +108,29 @@ def _harden() -> None:
         pass
 
 
+def _exit_on_signals() -> None:
+    """As PID 1 we would ignore SIGTERM; exit instead, so `docker stop` and `kill 1` both end us.
+
+    A process-directed signal lands on any thread that does not block it, and Python runs a handler
+    only in the main thread, between bytecodes: with the main thread asleep in read(), a `kill 1`
+    that landed on a tool's thread waited for the next request (seen: 2 in 150 under runc). The
+    C-level handler also writes the signal to the wakeup fd on whichever thread it lands, so a thread
+    that reads it exits at once."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: os._exit(0))
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    threading.Thread(target=lambda: (os.read(wake_r, 1), os._exit(0)), name="oa-signals", daemon=True).start()
+
+
 def main() -> None:
     _harden()
     try:
         os.chdir(WORKSPACE)  # tools open paths relative to it (see paths.local)
     except OSError:
         pass
-    # As PID 1 we would ignore SIGTERM; exit instead, so `docker stop` and `kill 1` both end us cleanly.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    _exit_on_signals()
     stdin = sys.stdin.buffer
     while True:
         line = stdin.readline(limits.MAX_REQUEST_BYTES + 1)
