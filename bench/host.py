@@ -2,7 +2,9 @@
 what of ours is left in Docker. Shared by the concurrency curve (run.py) and the soak (soak.py)."""
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from dataclasses import dataclass
 
 from orchestrator.config import LABEL
@@ -14,9 +16,29 @@ class HostSample:
     fds: int
     threads: int
     load1: float
+    heap_used_mib: float = 0.0  # malloc's blocks in use (glibc's mallinfo2; 0 elsewhere)
+    heap_free_mib: float = 0.0  # held by malloc but free: fragmentation, or a high-water mark
+    py_blocks: int = 0  # Python's allocated objects
 
     def line(self) -> str:
-        return f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}"
+        return (f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}  "
+                f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  py blocks {self.py_blocks}")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _malloc_mib() -> tuple[float, float]:
+    """(in use, free but held) by glibc's malloc, over all arenas; (0, 0) without mallinfo2."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return 0.0, 0.0
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return (info.uordblks + info.hblkhd) / 1048576, info.fordblks / 1048576
 
 
 def close_idle_api_connections(client) -> None:
@@ -38,7 +60,8 @@ def host_sample() -> HostSample:
                 rss_kib = int(line.split()[1])
             elif line.startswith("Threads:"):
                 threads = int(line.split()[1])
-    return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0])
+    used, free = _malloc_mib()
+    return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0], used, free, sys.getallocatedblocks())
 
 
 def our_containers(client, egress_ids: frozenset[str] | set[str] = frozenset()) -> list:
