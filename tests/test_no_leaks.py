@@ -120,19 +120,23 @@ def test_owner_labels_read_back_as_written_and_garbage_is_no_owner():
 
 def test_what_each_scope_reaps():
     here = owner.current()
-    dead = _me(start=here.start + 1).labels()
+    mine = {LABEL: "1", **here.labels()}
+    dead = {LABEL: "1", **_me(start=here.start + 1).labels()}
     legacy_dead = {LABEL: "1", owner.PID_LABEL: "999999999"}  # older versions: host-pid alone
     legacy_live = {LABEL: "1", owner.PID_LABEL: str(os.getpid())}
-    garbled = {**here.labels(), owner.START_LABEL: "soon"}
-    foreign = _me(pidns=here.pidns + 1, start=here.start + 1).labels()
+    garbled = {**mine, owner.START_LABEL: "soon"}
+    foreign = {LABEL: "egress", **_me(pidns=here.pidns + 1, start=here.start + 1).labels()}
+    users_own = {LABEL: "image"}  # a plain `docker run` of the sandbox image inherits the image's label
+    for scope in Scope:
+        assert not _doomed(users_own, here, scope, running=False)
     assert _doomed(dead, here, Scope.LEFTOVERS, running=True)
-    assert not _doomed(here.labels(), here, Scope.GC, running=True)
+    assert not _doomed(mine, here, Scope.GC, running=True)
     for labels in (legacy_dead, legacy_live, garbled, foreign):
         assert not _doomed(labels, here, Scope.LEFTOVERS, running=True), labels
     assert _doomed(legacy_dead, here, Scope.GC, running=True)
     assert not _doomed(legacy_live, here, Scope.GC, running=True) and _doomed(legacy_live, here, Scope.GC, running=False)
     assert not _doomed(garbled, here, Scope.GC, running=True) and not _doomed(foreign, here, Scope.GC, running=True)
-    assert all(_doomed(labels, here, Scope.ALL, running=True) for labels in (here.labels(), garbled, foreign, legacy_live))
+    assert all(_doomed(labels, here, Scope.ALL, running=True) for labels in (mine, garbled, foreign, legacy_live))
 
 
 def test_closing_a_sandbox_removes_the_box_while_its_stream_is_still_open(tmp_path):
@@ -225,6 +229,21 @@ def test_a_host_killed_mid_call_leaves_its_box_until_the_next_command_reaps_it(s
     doctor = subprocess.run([OA, "doctor", "--workspace", str(ws)], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert boxes_of(docker_client, proc.pid) == []
     assert REAP_NOTE in doctor.stderr and f"{box[:12]} (pid {proc.pid})" in doctor.stderr
+
+
+@pytest.mark.docker
+def test_gc_leaves_a_users_own_container_of_the_image_alone(sandbox_image, docker_client, tmp_path):
+    """Every container made from the image inherits its label; a user's own `docker run` of it is
+    not a sandbox of ours (the older rule took any labelled box without an owner pid)."""
+    user = docker_client.containers.run(sandbox_image, ["300"], entrypoint=["sleep"], detach=True, network_mode="none")
+    try:
+        assert user.labels.get(LABEL) == "image"
+        gc = subprocess.run([OA, "gc"], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+        assert gc.returncode == 0, gc.stderr
+        user.reload()
+        assert user.status == "running"
+    finally:
+        user.remove(force=True)
 
 
 @pytest.mark.docker

@@ -151,7 +151,15 @@ def _named_here() -> Owner | None:
         return None
 
 
+# LABEL's values on what we run: a box, an egress proxy. The images carry LABEL=image, and every
+# container made from an image inherits its labels: a user's own `docker run` of the sandbox image
+# is not ours to remove, not even by `gc --all`.
+OUR_CONTAINERS = frozenset({"1", "egress"})
+
+
 def _doomed(labels: Mapping[str, Any], here: Owner | None, scope: Scope, running: bool) -> bool:
+    if labels.get(LABEL) not in OUR_CONTAINERS:
+        return False
     if scope is Scope.ALL:
         return True
     owner = Owner.from_labels(labels)
