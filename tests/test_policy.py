@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import click
 import pytest
@@ -11,6 +12,7 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import ToolCall
 from orchestrator.policy.approvals import Answer, ApprovalGate, NonInteractiveApprover, PermissionOption
 from orchestrator.policy.ladder import Ladder, Level, Tier, load_policy
+from orchestrator.policy.safeparse import PARSE_SECONDS, parse_data_bounded
 from orchestrator.protocol import Executor
 from orchestrator.tools.registry import ToolRegistry
 
@@ -169,3 +171,14 @@ def test_a_rule_string_longer_than_its_bound_is_refused_without_being_quoted(tmp
         load_policy(path)
     assert info.value.type == ErrorType.CONFIG_INVALID and "rules[0].id: string_too_long" in info.value.message
     assert "xxx" not in info.value.message
+
+
+def test_a_slow_parser_start_does_not_count_against_the_parse(tmp_path, monkeypatch):
+    """The untrusted parse's clock starts once its child has started and imported: on a loaded
+    machine the start alone took over the 2 s bound, and a legitimate policy was refused."""
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(f"#!/bin/sh\nsleep {PARSE_SECONDS + 1}\nexec {sys.executable} \"$@\"\n")
+    slow_python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow_python))
+    data = parse_data_bounded(b'[[rules]]\ntool = "shell"\ndecision = "ask"\n', ".toml")
+    assert data == {"rules": [{"tool": "shell", "decision": "ask"}]}
