@@ -2,12 +2,12 @@
 what of ours is left in Docker. Shared by the concurrency curve (run.py) and the soak (soak.py)."""
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 from dataclasses import dataclass
 
 from orchestrator.config import LABEL
+from orchestrator.host_memory import malloc_stats
 
 
 @dataclass(frozen=True)
@@ -23,22 +23,6 @@ class HostSample:
     def line(self) -> str:
         return (f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}  "
                 f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  py blocks {self.py_blocks}")
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def _malloc_mib() -> tuple[float, float]:
-    """(in use, free but held) by glibc's malloc, over all arenas; (0, 0) without mallinfo2."""
-    try:
-        mallinfo2 = ctypes.CDLL(None).mallinfo2
-    except (OSError, AttributeError):
-        return 0.0, 0.0
-    mallinfo2.restype = _MallInfo2
-    info = mallinfo2()
-    return (info.uordblks + info.hblkhd) / 1048576, info.fordblks / 1048576
 
 
 def close_idle_api_connections(client) -> None:
@@ -60,8 +44,9 @@ def host_sample() -> HostSample:
                 rss_kib = int(line.split()[1])
             elif line.startswith("Threads:"):
                 threads = int(line.split()[1])
-    used, free = _malloc_mib()
-    return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0], used, free, sys.getallocatedblocks())
+    used, free = malloc_stats() or (0, 0)
+    return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0], used / 1048576, free / 1048576,
+                      sys.getallocatedblocks())
 
 
 def our_containers(client, egress_ids: frozenset[str] | set[str] = frozenset()) -> list:

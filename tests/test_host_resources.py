@@ -3,7 +3,6 @@ with: no descriptor after a box is closed or replaced, and no freed large buffer
 allocator's per-thread arenas (orchestrator/host_memory.py)."""
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
 import threading
@@ -50,22 +49,14 @@ def test_a_closed_or_replaced_box_leaves_no_descriptor_behind(sandbox_image, doc
     assert left == {}, f"descriptors left after the box was closed: {left}"
 
 
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
 def test_large_writes_from_many_threads_leave_no_freed_heap_behind(sandbox_image, docker_client, tmp_path):
     """Four threads each writing 1 MiB files: without the fixed mmap threshold each thread's arena
     kept ~4 MiB it had freed (18 MiB for four, measured); with it, the freed heap stays flat."""
-    from orchestrator.host_memory import tune_allocator
+    from orchestrator.host_memory import malloc_stats, tune_allocator
     from orchestrator.sandbox.docker import DockerSandbox
 
-    try:
-        mallinfo2 = ctypes.CDLL(None).mallinfo2
-    except AttributeError:
+    if malloc_stats() is None:
         pytest.skip("not glibc >= 2.33: no mallinfo2 to read the heap with")
-    mallinfo2.restype = _MallInfo2
     assert tune_allocator(), "glibc did not take M_MMAP_THRESHOLD and M_ARENA_MAX"
     boxes = [DockerSandbox(make_workspace(tmp_path / f"ws{n}"), SandboxConfig(), client=docker_client) for n in range(4)]
     for box in boxes:
@@ -75,14 +66,45 @@ def test_large_writes_from_many_threads_leave_no_freed_heap_behind(sandbox_image
             for n in range(3):
                 assert box.call("write_file", {"path": f"m{n}.txt", "content": "m" * (1 << 20)}).ok
 
-        free_before = mallinfo2().fordblks
+        free_before = _free_held()
         threads = [threading.Thread(target=write, args=(box,)) for box in boxes]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        held = (mallinfo2().fordblks - free_before) / (1 << 20)
+        held = (_free_held() - free_before) / (1 << 20)
     finally:
         for box in boxes:
             box.close()
     assert held < 4, f"{held:.1f} MiB of freed heap kept after 12 writes of 1 MiB from 4 threads"
+
+
+def _free_held() -> int:
+    from orchestrator.host_memory import malloc_stats
+
+    stats = malloc_stats()
+    assert stats is not None
+    return stats[1]
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS:"))
+
+
+def test_free_heap_left_by_a_peak_goes_back_to_the_system_after_a_call(monkeypatch):
+    """A peak of small blocks, half freed, holes everywhere: the pages stay resident until
+    release_free_memory (called after every tool call, acting at most every TRIM_EVERY_S) trims."""
+    from orchestrator import host_memory
+
+    if host_memory.malloc_stats() is None:
+        pytest.skip("not glibc >= 2.33")
+    monkeypatch.setattr(host_memory, "_trimmed_at", 0.0)
+    peak = [bytearray(64 * 1024) for _ in range(1600)]  # 100 MiB under the mmap threshold: heap, not mappings
+    del peak[::2]
+    before = _rss_kib()
+    assert host_memory.release_free_memory()
+    after = _rss_kib()
+    assert before - after > 30 * 1024, f"RSS {before} -> {after} KiB"
+    assert not host_memory.release_free_memory()  # not again within TRIM_EVERY_S
+    del peak

@@ -23,6 +23,7 @@ from sandbox_agent import limits
 from .. import state
 from ..config import SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
+from ..host_memory import release_free_memory
 from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult
 from ..quota import WriteQuota
@@ -259,6 +260,7 @@ class SupervisedSandbox:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
         result = self._call(tool, args, on_output=on_output)
+        release_free_memory()  # the call's buffers are free now; a long-lived host's RSS follows its work
         if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
             return self._over_quota(result.output)
         return result
