@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -133,6 +134,10 @@ def growth(now: HostSample, base: HostSample) -> dict[str, float]:
     return {"RSS": now.rss_mib / base.rss_mib - 1, "fds": now.fds / base.fds - 1, "threads": now.threads / base.threads - 1}
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--boxes", type=int, default=8)
@@ -144,6 +149,7 @@ def main() -> int:
     args = parser.parse_args()
     # Each `kill 1` logs a warning ("sandbox agent lost"): expected here, counted in the outcomes instead.
     logging.basicConfig(level=logging.ERROR, format="soak: %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _interrupt)  # stopped from outside: close the boxes, as on Ctrl-C
     tune_allocator()  # as `oa-sandbox` does (orchestrator/host_memory.py)
 
     started = time.monotonic()
@@ -158,6 +164,7 @@ def main() -> int:
     end: HostSample | None = None
     baseline: HostSample | None = None
     peak: HostSample | None = None
+    middle: HostSample | None = None  # halfway: a leak grows as much again in the second half, a high-water mark does not
     try:
         first = sample(client)
         report("start", first, client, egress_ids, tally, 0, started)
@@ -201,8 +208,11 @@ def main() -> int:
             thread.start()
         next_report = time.monotonic() + args.report_every
         peak = baseline
+        halfway = time.monotonic() + args.minutes * 30
         while any(t.is_alive() for t in workers):
             time.sleep(1.0)
+            if middle is None and time.monotonic() >= halfway:
+                middle = sample(client)
             if time.monotonic() >= next_report:
                 now = sample(client)
                 peak = max(peak or now, now, key=lambda s: s.rss_mib)
@@ -240,6 +250,8 @@ def main() -> int:
         print("growth over the baseline taken after the warm-up round: " + ", ".join(f"{k} {v:+.1%}" for k, v in grew.items())
               + (f" (highest RSS at a report: {peak.rss_mib:.1f} MiB)" if peak else ""))
         failures += [f"{k} grew {v:+.1%} (limit {GROWTH_LIMIT:.0%})" for k, v in grew.items() if v > GROWTH_LIMIT]
+        if middle is not None:
+            print("growth in the second half: " + ", ".join(f"{k} {v:+.1%}" for k, v in growth(end, middle).items()))
     if leftover_containers:
         failures.append(f"{len(leftover_containers)} containers left: {[c.id[:12] for c in leftover_containers]}")
     if leftover_networks:
