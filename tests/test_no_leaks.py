@@ -327,6 +327,30 @@ def test_the_reaper_never_takes_a_live_owners_box_and_takes_a_reused_pids_and_an
 
 
 @pytest.mark.docker
+def test_another_processs_gc_and_doctor_leave_a_live_egress_gate_alone(sandbox_image, docker_client, tmp_path):
+    """A gate of this live process with its network empty, as in the moment after the network is
+    made and before the proxy joins it: `oa-sandbox gc` and `doctor` in other processes keep both
+    (an empty network is what gc takes of older versions, which had no owner labels)."""
+    from orchestrator.config import EgressConfig
+    from orchestrator.sandbox.egress import EgressGate
+
+    gate = EgressGate(docker_client, EgressConfig(allow=["example.invalid"]))
+    gate.start()
+    try:
+        assert gate.network is not None and gate.proxy is not None
+        gate.network.disconnect(gate.proxy)
+        for command in (["gc"], ["doctor", "--workspace", str(make_workspace(tmp_path / "ws"))]):
+            done = subprocess.run([OA, *command], env=_env(tmp_path), capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, done.stderr
+            gate.network.reload()
+            gate.proxy.reload()
+            assert gate.proxy.status == "running", command
+    finally:
+        assert gate.close()
+    assert not docker_client.networks.list(names=[gate.network_name])
+
+
+@pytest.mark.docker
 def test_two_removals_at_once_both_confirm_the_box_gone_and_neither_warns(sandbox_image, docker_client, caplog):
     """The second gets 409 'removal already in progress' while the first runs: it waits that out."""
     from orchestrator.sandbox.reaper import Removal, remove_container
