@@ -4,8 +4,13 @@ No test here mocks Docker or the agent. A missing daemon is an error, never a sk
 """
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +39,68 @@ def make_workspace(root: Path, files: dict[str, str | bytes] | None = None) -> P
             path.write_text(content)
     chown_tree(root)
     return root
+
+
+def one_box_per_module(prefix: str):
+    """Fixtures `box` (one sandbox for the whole module, under the default runtime) and `ws` (a fresh
+    directory of its workspace per test): for modules of many small tool cases. Use as
+    `box, ws = one_box_per_module("name")`."""
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.docker import DockerSandbox
+
+    @pytest.fixture(scope="module", name="box")
+    def box_fixture(sandbox_image, docker_client, tmp_path_factory):
+        root = tmp_path_factory.mktemp(prefix) / "ws"
+        root.mkdir()
+        chown_tree(root)
+        with DockerSandbox(root, SandboxConfig(), client=docker_client) as sandbox:
+            yield sandbox
+
+    seq = itertools.count()
+
+    @pytest.fixture(name="ws")
+    def ws_fixture(box, request) -> Path:
+        root = box.workspace / f"{request.node.originalname}-{next(seq)}"
+        root.mkdir()
+        chown_tree(root)
+        return root
+
+    return box_fixture, ws_fixture
+
+
+def put(ws: Path, rel: str, content: str | bytes, mode: int | None = None) -> str:
+    """Write a file into a per-test directory (as the sandbox's user); its path as a tool names it."""
+    path = ws / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    chown_tree(ws)
+    if mode is not None:
+        path.chmod(mode)
+    return f"{ws.name}/{rel}"
+
+
+def error_of(result) -> str | None:
+    return result.error.type.value if result.error else None
+
+
+def run_busy_in_shell(tmp_path: Path, ws: Path, env: dict[str, str] | None = None, within: float = 90.0) -> tuple[subprocess.Popen[bytes], Path]:
+    """`oa-sandbox run` whose scripted model calls `sleep 60` under a policy that allows it; returns
+    the process and its transcript once the call is executing in the box."""
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}) + "\n")
+    policy = tmp_path / "p.toml"
+    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    transcript = tmp_path / "t.jsonl"
+    oa = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
+    proc = subprocess.Popen([oa, "run", "--workspace", str(ws), "--model", f"script:{script}", "--policy", str(policy), "--non-interactive",
+                             "--transcript", str(transcript), "wait"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + within
+    while not (transcript.exists() and '"executing"' in transcript.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the shell call never started"
+        time.sleep(0.1)
+    return proc, transcript
 
 
 def live_processes(box) -> list[str]:

@@ -26,7 +26,7 @@ from orchestrator.config import LABEL
 from orchestrator.sandbox import owner
 from orchestrator.sandbox.owner import Owner, Verdict, parse_start_time, start_time, verdict
 from orchestrator.sandbox.reaper import Scope, _doomed
-from tests.conftest import make_workspace
+from tests.conftest import make_workspace, run_busy_in_shell
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 REAP_NOTE = "left by host processes that are gone"
@@ -262,19 +262,7 @@ def test_exec_ended_by_a_signal_mid_call_removes_its_box(sandbox_image, docker_c
 @pytest.mark.docker
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_run_ended_by_a_signal_mid_call_writes_session_end_and_removes_its_box(sandbox_image, docker_client, tmp_path, signum):
-    ws = make_workspace(tmp_path / "ws")
-    script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}) + "\n")
-    policy = tmp_path / "p.toml"
-    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
-    transcript = tmp_path / "t.jsonl"
-    proc = subprocess.Popen([OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--policy", str(policy), "--non-interactive",
-                             "--transcript", str(transcript), "wait"], env=_env(tmp_path), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and not (transcript.exists() and '"executing"' in transcript.read_text()):
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
+    proc, transcript = run_busy_in_shell(tmp_path, make_workspace(tmp_path / "ws"), env=_env(tmp_path))
     assert boxes_of(docker_client, proc.pid)
     proc.send_signal(signum)
     _, err = proc.communicate(timeout=60)

@@ -13,48 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.tools.args import validate_arguments
-from tests.conftest import chown_tree
+from tests.conftest import chown_tree, error_of, one_box_per_module, put
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def box(sandbox_image, docker_client, tmp_path_factory):
-    ws = tmp_path_factory.mktemp("peers") / "ws"
-    ws.mkdir()
-    chown_tree(ws)
-    with DockerSandbox(ws, SandboxConfig(), client=docker_client) as sandbox:
-        yield sandbox
-
-
-_seq = iter(range(1 << 30))
-
-
-@pytest.fixture
-def ws(box, request) -> Path:
-    """A fresh directory of the shared workspace per test (one container for the module)."""
-    root = box.workspace / f"t{next(_seq)}"
-    root.mkdir()
-    chown_tree(root)
-    return root
-
-
-def put(ws: Path, rel: str, content: str | bytes, mode: int | None = None) -> str:
-    path = ws / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    chown_tree(ws)
-    if mode is not None:
-        path.chmod(mode)
-    return f"{ws.name}/{rel}"
-
-
-def error_of(result) -> str | None:
-    return result.error.type.value if result.error else None
+box, ws = one_box_per_module("peers")
 
 
 def listed(result, ws: Path) -> list[str]:

@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config import SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.tools.args import validate_arguments
-from tests.conftest import chown_tree
+from tests.conftest import one_box_per_module
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def box(sandbox_image, docker_client, tmp_path_factory):
-    ws = tmp_path_factory.mktemp("peers-shell") / "ws"
-    ws.mkdir()
-    chown_tree(ws)
-    with DockerSandbox(ws, SandboxConfig(), client=docker_client) as sandbox:
-        yield sandbox
+box, _ = one_box_per_module("peers-shell")
 
 
 def run(box, command: str, **args):

@@ -7,12 +7,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import chown_tree, make_workspace
+from tests.conftest import chown_tree, make_workspace, run_busy_in_shell
 from tests.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.docker
@@ -136,16 +135,7 @@ def test_missing_key_and_bad_policy_are_setup_errors(tmp_path):
 
 def test_ctrl_c_cancels_the_running_call_and_removes_the_sandbox(sandbox_image, docker_client, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "kept\n"})
-    script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}) + "\n")
-    policy = tmp_path / "p.toml"
-    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
-    transcript = tmp_path / "t.jsonl"
-    proc = subprocess.Popen([OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--policy", str(policy), "--non-interactive",
-                             "--transcript", str(transcript), "wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (transcript.exists() and '"executing"' in transcript.read_text()):
-        time.sleep(0.1)
+    proc, transcript = run_busy_in_shell(tmp_path, ws)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=30) == 130  # cancelled
     end = events(transcript)[-1]

@@ -9,50 +9,15 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from pathlib import Path
 
 import pytest
 
-from orchestrator.config import SandboxConfig
-from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import chown_tree
+from tests.conftest import chown_tree, error_of, one_box_per_module, put
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def box(sandbox_image, docker_client, tmp_path_factory):
-    ws = tmp_path_factory.mktemp("contract") / "ws"
-    ws.mkdir()
-    chown_tree(ws)
-    with DockerSandbox(ws, SandboxConfig(), client=docker_client) as sandbox:
-        yield sandbox
-
-
-_seq = iter(range(1 << 30))
-
-
-@pytest.fixture
-def ws(box, request) -> Path:
-    """A fresh directory of the shared workspace per test."""
-    root = box.workspace / f"{request.node.originalname}-{next(_seq)}"
-    root.mkdir()
-    chown_tree(root)
-    return root
-
-
-def put(ws: Path, rel: str, content: str | bytes, mode: int | None = None) -> str:
-    path = ws / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    chown_tree(ws)
-    if mode is not None:
-        path.chmod(mode)
-    return f"{ws.name}/{rel}"
-
-
-def error_of(result) -> str | None:
-    return result.error.type.value if result.error else None
+box, ws = one_box_per_module("contract")
 
 
 # -- edit_file: line endings, BOM ------------------------------------------------------------
