@@ -332,7 +332,8 @@ class DockerDeployment:
         if self._client is None or self.daemon.problem(self._client) is not None:
             return True  # unknown (no box was ever started, or the daemon is gone), as below
         try:
-            return bool(self.client.containers.list(filters={"label": f"{LABEL}.workspace={self.spec.workspace}"}))
+            # the low-level listing: one request, where containers.list inspects each box it finds
+            return bool(self.client.api.containers(filters={"label": f"{LABEL}.workspace={self.spec.workspace}"}))
         except DOCKER_ERRORS:
             return True  # unknown: keep the placeholder, it is only an empty directory
 
