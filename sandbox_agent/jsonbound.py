@@ -45,8 +45,14 @@ def deeper_than(data: bytes, max_depth: int) -> bool:
 def loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """json.loads, refusing nesting deeper than `max_depth` before parsing anything."""
     # Quotes, backslashes and brackets are ASCII and never part of a multi-byte UTF-8 sequence, so
-    # the encoded bytes have the same structure as the text.
-    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else bytes(data)
+    # the UTF-8 bytes have the same structure as the text. Bytes must be UTF-8 (UnicodeDecodeError is
+    # a ValueError): json.loads would guess UTF-16 or -32 from NULs, where a quote or bracket byte can
+    # be half of another character and the count would not see what the parser sees.
+    if isinstance(data, str):
+        text, raw = data, data.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(data)
+        text = raw.decode("utf-8", "surrogatepass")  # as json.loads decodes UTF-8 bytes
     if deeper_than(raw, max_depth):
         raise TooDeep(f"nested more than {max_depth} levels deep")
-    return json.loads(data)
+    return json.loads(text)

@@ -172,3 +172,12 @@ def test_the_count_is_exact_on_json_and_ignores_brackets_in_strings():
         depth = _depth(value)
         for limit in range(14):
             assert jsonbound.deeper_than(text, limit) == (depth > limit), (text, limit)
+
+
+def test_bytes_are_read_as_utf8_only():
+    """json.loads guesses UTF-16 from NULs, where a quote byte can be half of a character (U+2222 is
+    two of them) and the count would not follow the parse: only UTF-8 is taken."""
+    utf16 = ('["\u2222' + "[" * 100 + '"]').encode("utf-16-le")
+    with pytest.raises(ValueError):
+        jsonbound.loads(utf16)
+    assert jsonbound.loads('{"a": "é[["}'.encode()) == {"a": "é[["}
