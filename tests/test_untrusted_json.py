@@ -158,15 +158,19 @@ def _depth(value: object) -> int:
 
 def _random_json(rng: random.Random, levels: int) -> object:
     if levels == 0 or rng.random() < 0.2:
-        return rng.choice([1, None, 'a["{', "}]\\", "é[", ""])
+        return rng.choice([1, None, 'a["{', "}]\\", "é[", "", '\\"[', '"'])
     if rng.random() < 0.5:
         return [_random_json(rng, levels - 1) for _ in range(rng.randint(0, 3))]
     return {f'k{i}"]': _random_json(rng, levels - 1) for i in range(rng.randint(0, 3))}
 
 
-def test_the_count_is_exact_on_json_and_ignores_brackets_in_strings():
+@pytest.mark.parametrize("piece", [64 * 1024, 1, 2, 3, 7], ids=lambda n: f"piece-{n}")
+def test_the_count_is_exact_on_json_and_ignores_brackets_in_strings(monkeypatch, piece):
+    """Against the real depth of random JSON whose strings hold brackets, quotes and backslashes;
+    with tiny pieces too, so that strings and escapes straddle the pieces' edges."""
+    monkeypatch.setattr(jsonbound, "_PIECE", piece)
     rng = random.Random(7)
-    for _ in range(2000):
+    for _ in range(1000 if piece > 100 else 300):
         value = _random_json(rng, rng.randint(0, 12))
         text = json.dumps(value, ensure_ascii=rng.random() < 0.5).encode()
         depth = _depth(value)
@@ -181,3 +185,11 @@ def test_bytes_are_read_as_utf8_only():
     with pytest.raises(ValueError):
         jsonbound.loads(utf16)
     assert jsonbound.loads('{"a": "é[["}'.encode()) == {"a": "é[["}
+
+
+@pytest.mark.parametrize("data", [b"[]" * (4 << 20), b"[" + b'"[",' * (2 << 20) + b"1]", b'["' + b'\\"[' * (3 << 20) + b'"]'],
+                         ids=["brackets", "strings", "escapes"])
+def test_the_count_of_a_large_line_is_bounded(data):
+    """8 to 12 MiB lines of the shapes that cost most (a quarter of a second to a second here; the
+    regular expression this replaced kept hundreds of MB for some)."""
+    assert jsonbound.deeper_than(data, 64) is False
