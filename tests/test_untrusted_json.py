@@ -193,3 +193,18 @@ def test_the_count_of_a_large_line_is_bounded(data):
     """8 to 12 MiB lines of the shapes that cost most (a quarter of a second to a second here; the
     regular expression this replaced kept hundreds of MB for some)."""
     assert jsonbound.deeper_than(data, 64) is False
+
+
+def test_a_finished_line_over_the_cap_is_refused_unparsed(monkeypatch):
+    """The line cap holds for a line that ends inside the chunk that brought it, not only for one
+    still unfinished: it is refused before it is parsed."""
+    from orchestrator.sandbox import channel as channel_module
+
+    monkeypatch.setattr(channel_module, "MAX_LINE_BYTES", 1000)
+    line = json.dumps({"v": 1, "id": 1, "ok": True, "output": "x" * 2000}).encode() + b"\n"
+    channel = Channel(_Replay(line))
+    deadline = time.monotonic() + 10
+    while channel.broken is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert channel.broken is not None and channel.broken.type == ErrorType.PROTOCOL_ERROR
+    assert "over 1000 bytes" in channel.broken.message

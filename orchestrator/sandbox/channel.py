@@ -113,6 +113,8 @@ class Channel:
                     raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited" + self._stderr_hint())
                 pending_line += chunk
                 while (newline := pending_line.find(b"\n")) >= 0:
+                    if newline > MAX_LINE_BYTES:
+                        break  # refused below, as a line still unfinished would be
                     line = bytes(pending_line[:newline])
                     del pending_line[: newline + 1]
                     if line.strip():
