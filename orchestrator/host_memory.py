@@ -21,8 +21,9 @@ allocation). Elsewhere than glibc (musl, macOS) this does nothing.
 
 What stays is the arenas' free space below their top: a peak of concurrent calls leaves it behind,
 in pages that stay resident although nothing uses them (the soak: 8 boxes held a few MiB that way
-for its whole half hour). malloc_trim hands such pages back; release_free_memory does that after a
-call, at most every TRIM_EVERY_S, so its cost (a walk of two arenas, about a millisecond) is noise.
+for its whole half hour). malloc_trim hands such pages back: after the last call running in the
+process ends (at most every second), and every TRIM_EVERY_S while calls overlap, so its cost (a
+walk of two arenas, about a millisecond) is noise.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import ctypes
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Callable, cast
 
 log = logging.getLogger(__name__)
@@ -38,7 +41,8 @@ M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 M_ARENA_MAX = -8
 LARGE_BLOCK_BYTES = 256 * 1024
 ARENAS = 2
-TRIM_EVERY_S = 30.0
+TRIM_EVERY_S = 30.0  # while calls keep running
+IDLE_TRIM_EVERY_S = 1.0  # once none is running
 
 
 def tune_allocator() -> bool:
@@ -67,13 +71,15 @@ def _malloc_trim() -> Callable[[int], int] | None:
 _trim = _malloc_trim()
 _trim_lock = threading.Lock()
 _trimmed_at = time.monotonic()
+_in_flight = 0  # tool calls running in this process, on any sandbox
 
 
-def release_free_memory() -> bool:
-    """Hand malloc's free pages back to the system, at most once per TRIM_EVERY_S and never on two
-    threads at once; cheap to call after every tool call. Whether it trimmed now."""
+def release_free_memory(idle: bool = False) -> bool:
+    """Hand malloc's free pages back to the system, at most once per TRIM_EVERY_S, or IDLE_TRIM_EVERY_S
+    when no call is running any more (`idle`), and never on two threads at once. Whether it trimmed."""
     global _trimmed_at
-    if _trim is None or time.monotonic() - _trimmed_at < TRIM_EVERY_S or not _trim_lock.acquire(blocking=False):
+    every = IDLE_TRIM_EVERY_S if idle else TRIM_EVERY_S
+    if _trim is None or time.monotonic() - _trimmed_at < every or not _trim_lock.acquire(blocking=False):
         return False
     try:
         _trimmed_at = time.monotonic()
@@ -81,6 +87,23 @@ def release_free_memory() -> bool:
         return True
     finally:
         _trim_lock.release()
+
+
+@contextmanager
+def tool_call() -> Iterator[None]:
+    """Around each tool call: when the last call running in the process ends, the process is idle
+    (a session waiting for its model, a server between prompts) and gives its free pages back then;
+    while calls overlap, every TRIM_EVERY_S."""
+    global _in_flight
+    with _trim_lock:
+        _in_flight += 1
+    try:
+        yield
+    finally:
+        with _trim_lock:
+            _in_flight -= 1
+            idle = _in_flight == 0
+        release_free_memory(idle)
 
 
 class _MallInfo2(ctypes.Structure):

@@ -108,3 +108,23 @@ def test_free_heap_left_by_a_peak_goes_back_to_the_system_after_a_call(monkeypat
     assert before - after > 30 * 1024, f"RSS {before} -> {after} KiB"
     assert not host_memory.release_free_memory()  # not again within TRIM_EVERY_S
     del peak
+
+
+def test_the_process_trims_when_its_last_running_call_ends(monkeypatch):
+    """While calls overlap, no more than every TRIM_EVERY_S; when the last one ends, at once (at most
+    every IDLE_TRIM_EVERY_S): an idle server's RSS does not keep the peak of its last burst."""
+    import time
+
+    from orchestrator import host_memory
+
+    trims: list[int] = []
+    monkeypatch.setattr(host_memory, "_trim", lambda pad: trims.append(pad) or 1)
+    monkeypatch.setattr(host_memory, "_trimmed_at", time.monotonic() - 2 * host_memory.IDLE_TRIM_EVERY_S)
+    with host_memory.tool_call():
+        with host_memory.tool_call():
+            pass
+        assert trims == []  # one call still runs, and TRIM_EVERY_S has not passed
+    assert trims == [0]  # the last call ended
+    with host_memory.tool_call():
+        pass
+    assert trims == [0]  # idle again, but within IDLE_TRIM_EVERY_S of the last trim

@@ -20,10 +20,9 @@ from typing import Any, Callable, Protocol
 
 from sandbox_agent import limits
 
-from .. import state
+from .. import host_memory, state
 from ..config import SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
-from ..host_memory import release_free_memory
 from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult
 from ..quota import WriteQuota
@@ -259,8 +258,8 @@ class SupervisedSandbox:
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
-        result = self._call(tool, args, on_output=on_output)
-        release_free_memory()  # the call's buffers are free now; a long-lived host's RSS follows its work
+        with host_memory.tool_call():  # the process gives back its free pages when it goes idle
+            result = self._call(tool, args, on_output=on_output)
         if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
             return self._over_quota(result.output)
         return result
