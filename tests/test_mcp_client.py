@@ -198,3 +198,22 @@ def test_through_the_registry_and_the_ladder(server_script, tmp_path):
         denied.run("again")
         assert len(asked) == 2 and any("refused_by_policy" in (m.content or "") for m in denied.messages)
     assert (tmp_path / "notes.txt").read_text() == "n1\nn2\n"
+
+
+def test_a_tool_whose_schema_nests_too_deep_is_left_out():
+    """A server's schema is used to check the model's arguments and is rewritten per model family,
+    both recursively: one nested past MAX_SCHEMA_DEPTH leaves its tool out, as an oversized one does."""
+    from mcp.types import Tool
+
+    from orchestrator.mcp.client import MAX_SCHEMA_DEPTH, _tool
+
+    def nested(levels: int) -> dict:
+        inner: dict = {"type": "string"}
+        for _ in range(levels):
+            inner = {"type": "object", "properties": {"x": inner}}
+        return inner
+
+    shallow = Tool.model_validate({"name": "ok", "inputSchema": nested(3)})
+    deep = Tool.model_validate({"name": "deep", "inputSchema": nested(MAX_SCHEMA_DEPTH)})
+    assert _tool("s", shallow) is not None
+    assert _tool("s", deep) is None

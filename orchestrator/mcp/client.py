@@ -27,6 +27,8 @@ from typing import Any, Sequence, TextIO
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from sandbox_agent import jsonbound
+
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
@@ -40,6 +42,7 @@ PREFIX = "mcp__"
 MAX_NAME = 64  # OpenAI's and Gemini's limit on a function name
 MAX_DESCRIPTION = 2000
 MAX_SCHEMA_BYTES = 32 * 1024
+MAX_SCHEMA_DEPTH = 32  # levels of [ and {; real tool schemas have a handful
 MAX_OUTPUT_CHARS = 256 * 1024
 MAX_STRUCTURED_BYTES = 64 * 1024
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -297,7 +300,13 @@ def _tool(server_key: str, raw: Any) -> McpTool | None:
     is not an object schema, or far too big, leaves the tool out."""
     name = (PREFIX + server_key + "__" + _UNSAFE.sub("_", str(raw.name)))[:MAX_NAME]
     schema = raw.input_schema if isinstance(raw.input_schema, dict) else {}
-    if schema.get("type") != "object" or len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
+    try:
+        text = json.dumps(schema)
+    except (TypeError, ValueError, RecursionError):
+        text = ""
+    # Nesting bounded too: validating the model's arguments against the schema, and rewriting it for
+    # a model family, recurse once per level (jsonbound.py says why that must stay shallow).
+    if schema.get("type") != "object" or not text or len(text) > MAX_SCHEMA_BYTES or jsonbound.deeper_than(text.encode(), MAX_SCHEMA_DEPTH):
         log.warning("MCP tool %s left out: its input schema is not a bounded object schema", name)
         return None
     description = (raw.description or raw.title or raw.name or "")[:MAX_DESCRIPTION]
