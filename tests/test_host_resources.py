@@ -128,3 +128,51 @@ def test_the_process_trims_when_its_last_running_call_ends(monkeypatch):
     with host_memory.tool_call():
         pass
     assert trims == [0]  # idle again, but within IDLE_TRIM_EVERY_S of the last trim
+
+
+def test_an_idle_channel_keeps_no_buffer_of_its_last_large_read():
+    """Eight channels that each read two 1.1 MiB chunks of lines and then wait: before, each kept
+    about 1 MiB (its last chunk, and its line buffer's capacity) for as long as its box lived, which
+    was most of the soak's growth over its baseline."""
+    import time as _time
+
+    from orchestrator.host_memory import malloc_stats
+    from orchestrator.sandbox.channel import Channel
+
+    if malloc_stats() is None:
+        pytest.skip("not glibc >= 2.33")
+
+    class Feed:
+        def __init__(self) -> None:
+            self.chunks = [b'{"v":1,"id":999,"ack":true}\n' * 40000 for _ in range(2)]
+            self.idle, self.gate = threading.Event(), threading.Event()
+
+        def recv(self, size: int) -> bytes:
+            if self.chunks:
+                return self.chunks.pop()
+            self.idle.set()
+            self.gate.wait()
+            return b""
+
+        def sendall(self, data: bytes) -> None:
+            pass
+
+        def close(self) -> None:
+            self.gate.set()
+
+        def stderr_tail(self) -> bytes:
+            return b""
+
+    before = malloc_stats()[0]
+    feeds = [Feed() for _ in range(8)]
+    channels = [Channel(feed) for feed in feeds]
+    try:
+        for feed in feeds:
+            assert feed.idle.wait(30)
+        _time.sleep(0.2)
+        held = (malloc_stats()[0] - before) / (1 << 20)
+    finally:
+        for feed in feeds:
+            feed.close()
+    assert all(channel.broken is None or channel.broken.type.value == "agent_lost" for channel in channels)
+    assert held < 2, f"{held:.1f} MiB held by 8 idle channels"

@@ -112,13 +112,18 @@ class Channel:
                 if not chunk:
                     raise OpenAgentsError(ErrorType.AGENT_LOST, "the agent exited" + self._stderr_hint())
                 pending_line += chunk
+                del chunk  # not held while the next recv waits: up to 1 MiB per idle box
+                consumed = False
                 while (newline := pending_line.find(b"\n")) >= 0:
                     if newline > MAX_LINE_BYTES:
                         break  # refused below, as a line still unfinished would be
                     line = bytes(pending_line[:newline])
                     del pending_line[: newline + 1]
+                    consumed = True
                     if line.strip():
                         self._dispatch(line)
+                if consumed:  # keep the unfinished rest, not the capacity a large read left behind
+                    pending_line = bytearray(pending_line)
                 if len(pending_line) > MAX_LINE_BYTES:
                     raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent a line over {MAX_LINE_BYTES} bytes")
         except OpenAgentsError as err:
