@@ -3,6 +3,7 @@ what of ours is left in Docker. Shared by the concurrency curve (run.py) and the
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import sys
 from dataclasses import dataclass
 
@@ -19,10 +20,12 @@ class HostSample:
     heap_used_mib: float = 0.0  # malloc's blocks in use (glibc's mallinfo2; 0 elsewhere)
     heap_free_mib: float = 0.0  # held by malloc but free: fragmentation, or a high-water mark
     py_blocks: int = 0  # Python's allocated objects
+    rss_file_mib: float = 0.0  # of RSS, pages of files (the interpreter, libraries, modules) as they are first touched
 
     def line(self) -> str:
         return (f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}  "
-                f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  py blocks {self.py_blocks}")
+                f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  files {self.rss_file_mib:5.1f} MiB  "
+                f"py blocks {self.py_blocks}")
 
 
 def close_idle_api_connections(client) -> None:
@@ -37,16 +40,18 @@ def close_idle_api_connections(client) -> None:
 
 def host_sample() -> HostSample:
     """This process, from /proc (threads as the kernel counts them, not only Python's)."""
-    rss_kib, threads = 0, 0
+    rss_kib, file_kib, threads = 0, 0, 0
     with open("/proc/self/status") as fh:
         for line in fh:
             if line.startswith("VmRSS:"):
                 rss_kib = int(line.split()[1])
+            elif line.startswith("RssFile:"):
+                file_kib = int(line.split()[1])
             elif line.startswith("Threads:"):
                 threads = int(line.split()[1])
     used, free = malloc_stats() or (0, 0)
     return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0], used / 1048576, free / 1048576,
-                      sys.getallocatedblocks())
+                      sys.getallocatedblocks(), file_kib / 1024)
 
 
 def our_containers(client, egress_ids: frozenset[str] | set[str] = frozenset()) -> list:
@@ -63,3 +68,24 @@ def our_networks(client, egress_ids: set[str]) -> list:
     """The internal networks of this process's egress gates still there."""
     return [n for n in client.networks.list(filters={"label": f"{LABEL}=egress"})
             if (n.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids]
+
+
+def rss_by_mapping() -> dict[str, int]:
+    """Resident KiB of this process by what is mapped: a file's path, [heap], [stack], or [anon] for
+    anonymous mappings (malloc's other arenas and large blocks, Python's object arenas, thread stacks)."""
+    totals: dict[str, int] = {}
+    name = "[anon]"
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            head = line.split(maxsplit=5)
+            if len(head) >= 5 and "-" in head[0] and not head[0].endswith(":"):
+                name = head[5].strip() if len(head) == 6 and head[5].strip() else "[anon]"
+            elif head and head[0] == "Rss:":
+                totals[name] = totals.get(name, 0) + int(head[1])
+    return totals
+
+
+def mapping_growth(before: dict[str, int], after: dict[str, int], top: int = 8) -> str:
+    """The mappings whose resident size changed most between two rss_by_mapping() readings."""
+    moved = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in before.keys() | after.keys()), key=lambda d: -abs(d[0]))
+    return ", ".join(f"{Path(k).name or k} {kib / 1024:+.2f}" for kib, k in moved[:top] if kib)

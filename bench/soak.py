@@ -33,7 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.host import HostSample, close_idle_api_connections, host_sample, our_containers, our_networks  # noqa: E402
+from bench.host import (  # noqa: E402
+    HostSample, close_idle_api_connections, host_sample, mapping_growth, our_containers, our_networks, rss_by_mapping,
+)
 from orchestrator.config import EgressConfig, SandboxConfig  # noqa: E402
 from orchestrator.errors import OpenAgentsError  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
@@ -165,6 +167,7 @@ def main() -> int:
     baseline: HostSample | None = None
     peak: HostSample | None = None
     middle: HostSample | None = None  # halfway: a leak grows as much again in the second half, a high-water mark does not
+    maps_at: dict[str, dict[str, int]] = {}  # resident KiB by mapping (bench/host.py), to tell where RSS grew
     try:
         first = sample(client)
         report("start", first, client, egress_ids, tally, 0, started)
@@ -188,6 +191,7 @@ def main() -> int:
         for thread in warm:
             thread.join()
         baseline = sample(client)
+        maps_at["baseline"] = rss_by_mapping()
         traced = None
         if args.tracemalloc:
             tracemalloc.start(8)
@@ -213,6 +217,7 @@ def main() -> int:
             time.sleep(1.0)
             if middle is None and time.monotonic() >= halfway:
                 middle = sample(client)
+                maps_at["halfway"] = rss_by_mapping()
             if time.monotonic() >= next_report:
                 now = sample(client)
                 peak = max(peak or now, now, key=lambda s: s.rss_mib)
@@ -221,6 +226,7 @@ def main() -> int:
         for thread in workers:
             thread.join()
         end = sample(client)
+        maps_at["end"] = rss_by_mapping()
         if traced is not None:
             print_growth(traced, tracemalloc.take_snapshot())
         report("end (boxes live)", end, client, egress_ids, tally, sum(b.restarts for b in boxes), started)
@@ -252,6 +258,9 @@ def main() -> int:
         failures += [f"{k} grew {v:+.1%} (limit {GROWTH_LIMIT:.0%})" for k, v in grew.items() if v > GROWTH_LIMIT]
         if middle is not None:
             print("growth in the second half: " + ", ".join(f"{k} {v:+.1%}" for k, v in growth(end, middle).items()))
+        for since in ("baseline", "halfway"):
+            if since in maps_at and "end" in maps_at:
+                print(f"resident MiB by mapping, {since} -> end: {mapping_growth(maps_at[since], maps_at['end'])}")
     if leftover_containers:
         failures.append(f"{len(leftover_containers)} containers left: {[c.id[:12] for c in leftover_containers]}")
     if leftover_networks:

@@ -69,8 +69,9 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _trim = _malloc_trim()
-_trim_lock = threading.Lock()
+_trim_lock = threading.Lock()  # one trim at a time; a busy lock means one is under way
 _trimmed_at = time.monotonic()
+_in_flight_lock = threading.Lock()  # apart from _trim_lock: a call starting never waits for a trim
 _in_flight = 0  # tool calls running in this process, on any sandbox
 
 
@@ -95,12 +96,12 @@ def tool_call() -> Iterator[None]:
     (a session waiting for its model, a server between prompts) and gives its free pages back then;
     while calls overlap, every TRIM_EVERY_S."""
     global _in_flight
-    with _trim_lock:
+    with _in_flight_lock:
         _in_flight += 1
     try:
         yield
     finally:
-        with _trim_lock:
+        with _in_flight_lock:
             _in_flight -= 1
             idle = _in_flight == 0
         release_free_memory(idle)
