@@ -5,7 +5,7 @@ Recoverable errors go back to the model so it can correct itself; fatal ones end
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, Self
 
 
 class ErrorType(str, Enum):
@@ -93,6 +93,15 @@ class OpenAgentsError(Exception):
     @property
     def recoverable(self) -> bool:
         return self.type.recoverable
+
+    def detached(self) -> Self:
+        """The same error (same class) with no traceback, cause or context: one to keep, or to hand
+        to another thread. A kept exception object gains the frames of every place that raises it,
+        and those frames hold the keeper (a channel, a future) in a reference cycle: each lost agent's
+        channel, socket and buffers stayed in memory until the next full garbage collection."""
+        clone = type(self).__new__(type(self))
+        clone.args, clone.__dict__ = self.args, dict(self.__dict__)
+        return clone
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type.value, "message": self.message, "recoverable": self.recoverable}

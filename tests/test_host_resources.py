@@ -176,3 +176,98 @@ def test_an_idle_channel_keeps_no_buffer_of_its_last_large_read():
             feed.close()
     assert all(channel.broken is None or channel.broken.type.value == "agent_lost" for channel in channels)
     assert held < 2, f"{held:.1f} MiB held by 8 idle channels"
+
+
+def _our_cyclic_garbage(run) -> list[str]:
+    """What `run()` leaves only the cycle collector could free: our objects, futures, sockets and
+    threads among it, by type (gc switched off while it runs, as no full collection would have run
+    yet in a busy server)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run()
+        gc.collect()
+        names = [f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    return sorted(n for n in names if n.startswith(("orchestrator.", "concurrent.futures.", "socket.", "threading.")))
+
+
+def test_a_lost_agent_leaves_its_channel_to_reference_counting_not_the_cycle_collector():
+    """The agent exits with calls waiting; the callers get the typed error, and a later request is
+    refused. Before, one error object was kept by the channel and raised by every caller, gaining
+    their frames: channel, futures, socket and buffers stayed until a full collection (about 40 KiB
+    per `kill 1`, and a full collection comes after tens of thousands of objects)."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from orchestrator.errors import OpenAgentsError
+    from orchestrator.sandbox.channel import Channel, wait
+
+    class Dying:
+        def __init__(self) -> None:
+            self.sent, self.go = threading.Event(), threading.Event()
+
+        def recv(self, size: int) -> bytes:
+            self.go.wait(30)
+            return b""  # the agent exited
+
+        def sendall(self, data: bytes) -> None:
+            self.sent.set()
+
+        def close(self) -> None:
+            self.go.set()
+
+        def stderr_tail(self) -> bytes:
+            return b"x" * 30000
+
+    caught: list[str] = []
+
+    def run() -> None:
+        stream = Dying()
+        channel = Channel(stream)
+        futures = [channel.request("read_file", {"path": "a" * 20000})[1] for _ in range(3)]
+        try:
+            wait(futures[0], 0.01)
+        except FutureTimeout:
+            pass
+        stream.go.set()
+        for future in futures:
+            try:
+                wait(future, 30)
+            except OpenAgentsError as err:
+                caught.append(err.type.value)
+        try:
+            channel.request("list_files", {})
+        except OpenAgentsError as err:
+            caught.append(err.type.value)
+        channel._reader.join(30)
+        channel.close()
+
+    assert _our_cyclic_garbage(run) == []
+    assert caught == ["agent_lost"] * 4
+
+
+def test_a_replaced_box_leaves_nothing_to_the_cycle_collector(sandbox_image, docker_client, tmp_path):
+    """`kill 1`, the call that found the agent gone, the replacement, a shell whose timeout passes,
+    then close: all of it freed by reference counting."""
+    from orchestrator.sandbox.docker import DockerSandbox
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    box = DockerSandbox(ws, SandboxConfig(), client=docker_client)
+    outcomes: list[object] = []
+
+    def run() -> None:
+        box.start()
+        outcomes.append(box.call("shell", {"command": "kill 1; sleep 5"}).error.type.value)
+        outcomes.append(box.call("read_file", {"path": "a.txt"}).output)
+        outcomes.append(box.call("shell", {"command": "sleep 30", "timeout": 1}).error.type.value)
+        box.close()
+
+    try:
+        assert _our_cyclic_garbage(run) == []
+    finally:
+        box.close()
+    assert outcomes == ["agent_lost", "a\n", "timeout"] and box.restarts == 1

@@ -26,7 +26,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult
 from ..quota import WriteQuota
-from .channel import AgentStream, Channel
+from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
 
 log = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ class SupervisedSandbox:
                 _, future = self._channel.request("hello", {})
                 # The start's own deadline, not the call's: a replacement started after a short call
                 # deadline passed must not fail only because a busy machine starts boxes slowly.
-                hello = future.result(timeout=START_DEADLINE_S)
+                hello = wait(future, START_DEADLINE_S)
             except (OpenAgentsError, FutureTimeout) as err:
                 self._remove()
                 raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
@@ -284,7 +284,7 @@ class SupervisedSandbox:
         try:
             rid, future = channel.request(tool, args, on_output if tool == "shell" else None)
             try:
-                response = future.result(timeout=deadline)
+                response = wait(future, deadline)
             except FutureTimeout:
                 return self._on_deadline(tool, channel, rid, future, deadline)
         except OpenAgentsError as err:
@@ -309,7 +309,7 @@ class SupervisedSandbox:
         message = f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
         self.kill_processes()
         try:
-            response = future.result(timeout=RETRIED_AFTER_DEADLINE_S)
+            response = wait(future, RETRIED_AFTER_DEADLINE_S)
         except (FutureTimeout, OpenAgentsError):
             channel.forget(rid)
             with self._lifecycle:

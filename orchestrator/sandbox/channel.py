@@ -38,6 +38,16 @@ class AgentStream(Protocol):
 MAX_CHUNK_CHARS = 8192  # a streamed output chunk: the agent sends at most 4096; anything longer is cut
 
 
+def wait(future: Future[AgentResponse], timeout: float) -> AgentResponse:
+    """future.result(timeout) for a future from Channel.request; FutureTimeout when it passes. A
+    failure is raised as a copy: raised itself, the error the future keeps would gain the caller's
+    frames, which hold the future (a reference cycle that keeps them for the cycle collector)."""
+    error = future.exception(timeout=timeout)
+    if error is None:
+        return future.result()
+    raise error.detached() if isinstance(error, OpenAgentsError) else error
+
+
 class Channel:
     def __init__(self, stream: AgentStream) -> None:
         self._stream = stream
@@ -56,7 +66,7 @@ class Channel:
         future: Future[AgentResponse] = Future()
         with self._lock:
             if self.broken:
-                raise self.broken
+                raise self.broken.detached()
             rid = next(self._ids)
         try:
             request = AgentRequest(id=rid, tool=tool, args=args, stream=True if on_output else None)
@@ -97,12 +107,12 @@ class Channel:
     def _fail(self, err: OpenAgentsError) -> None:
         with self._lock:
             if self.broken is None:
-                self.broken = err
+                self.broken = err.detached()  # kept: not the one raised in the reader, whose frame holds this channel
             pending, self._pending = self._pending, {}
             self._listeners = {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(self.broken)
+                future.set_exception(self.broken.detached())  # each its own: a waiter's raise adds its frames to it
 
     def _read_loop(self) -> None:
         pending_line = bytearray()

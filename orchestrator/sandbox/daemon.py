@@ -59,7 +59,7 @@ class DaemonWatch:
                 return OpenAgentsError(self._silent[1].type, self._silent[1].message)  # a fresh one: callers raise it
         problem = ping(client)
         with self._lock:
-            self._silent = (time.monotonic(), problem) if isinstance(problem, DaemonSilent) else None
+            self._silent = (time.monotonic(), problem.detached()) if isinstance(problem, DaemonSilent) else None  # the caller raises `problem`
         return problem
 
 
