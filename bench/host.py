@@ -3,6 +3,7 @@ what of ours is left in Docker. Shared by the concurrency curve (run.py) and the
 from __future__ import annotations
 
 import os
+import queue
 from pathlib import Path
 import sys
 from dataclasses import dataclass
@@ -29,13 +30,35 @@ class HostSample:
 
 
 def close_idle_api_connections(client) -> None:
-    """docker-py keeps a connection pool per request URL (up to 25, each with its idle connection):
-    a bounded cache whose size moves with the URLs lately asked, which would hide a real descriptor
-    leak in the count, or fake one. Closed before each sample; connections in use are not touched."""
+    """The client keeps up to IDLE_CONNECTIONS idle connections to the daemon (daemon.py): a bounded
+    cache whose size moves with how many requests last ran at once, which would hide a real
+    descriptor leak in the count, or fake one. Closed before each sample; the pool itself stays open
+    (closing it under a request in flight is the failure daemon.py's one pool avoids)."""
     for adapter in client.api.adapters.values():
         pools = getattr(adapter, "pools", None)
-        if pools is not None:
-            pools.clear()
+        if pools is None:
+            continue
+        for key in pools.keys():
+            idle = getattr(pools.get(key), "pool", None)  # urllib3's queue: connections, and None for a slot not yet used
+            if idle is not None:
+                _close_idle(idle)
+
+
+def _close_idle(idle: queue.Queue) -> None:
+    taken = 0
+    while True:
+        try:
+            conn = idle.get(block=False)
+        except queue.Empty:
+            break
+        taken += 1
+        if conn is not None:
+            conn.close()
+    for _ in range(taken):  # the slots go back, empty
+        try:
+            idle.put(None, block=False)
+        except queue.Full:
+            break
 
 
 def host_sample() -> HostSample:

@@ -278,3 +278,31 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     assert "after" in Painter().event_lines(shown[-1])[0].text
     written = [json.loads(line) for line in transcript.read_text().splitlines()]
     assert [r["slot_taken"] for r in written if r["type"] == "sandbox_start_queued"] == [True], "the transcript keeps one record of the wait"
+
+
+def test_requests_from_many_threads_on_many_urls_share_one_pool_that_is_never_closed(docker_client):
+    """docker-py kept a pool per request URL and closed the oldest past 25, under requests still
+    using it: 100 boxes closing at once died of urllib3's AttributeError, or would read its
+    ClosedPoolError as a lost daemon. Sixty threads, each on URLs of its own (a container that does
+    not exist: Docker's 404, typed), plus pings, as a hundred boxes' calls are."""
+    import docker.errors
+
+    adapter = docker_client.api.adapters["http+docker://"]
+    failures: list[str] = []
+
+    def one_thread(i: int) -> None:
+        for k in range(10):
+            try:
+                docker_client.api.inspect_container(f"oa-no-such-box-{i}-{k}")
+            except docker.errors.NotFound:
+                pass
+            except Exception as err:  # noqa: BLE001 - any other outcome is the failure under test
+                failures.append(f"{type(err).__name__}: {err}")
+            docker_client.ping()
+
+    with ThreadPoolExecutor(60) as pool:
+        list(pool.map(one_thread, range(60)))
+    assert failures == []
+    assert len(adapter.pools) == 1, f"{len(adapter.pools)} pools for one socket"
+    only = adapter.pools[next(iter(adapter.pools.keys()))]
+    assert only.pool is not None, "the pool was closed"

@@ -18,6 +18,7 @@ from typing import Any
 
 import docker.errors
 import requests.exceptions
+from docker.transport import UnixHTTPAdapter
 
 from ..errors import ErrorType, OpenAgentsError
 
@@ -26,6 +27,29 @@ from ..errors import ErrorType, OpenAgentsError
 DOCKER_ERRORS: tuple[type[Exception], ...] = (docker.errors.DockerException, OSError)
 DAEMON_CHECK_S = 5.0  # a ping answers in milliseconds even while starts queue in the daemon
 SILENT_MEMO_S = 10.0  # a daemon that just let a ping time out is taken as still silent this long
+IDLE_CONNECTIONS = 32  # kept open to the daemon's socket for the next requests; more at once are opened and closed
+
+
+class _OnePoolAdapter(UnixHTTPAdapter):
+    """docker-py's adapter for the daemon's socket keeps one pool per request URL, and closes the
+    least recently used past 25: with a few dozen boxes (each its own URLs) it closes pools under
+    requests still using them. urllib3 then raises ClosedPoolError, which reads like a lost daemon,
+    or an AttributeError from its pool-full path (100 boxes closing at once did, and their threads
+    died). Every URL goes to the same socket: one pool serves them all."""
+
+    def get_connection(self, url: str | bytes, proxies: Any = None) -> Any:
+        return super().get_connection("http+docker://localhost", proxies)
+
+
+def share_one_pool(client: Any) -> None:
+    """Swap a unix-socket client's adapter for _OnePoolAdapter (TCP, SSH and pipes keep theirs)."""
+    old = client.api.adapters.get("http+docker://")
+    if type(old) is not UnixHTTPAdapter:
+        return
+    new = _OnePoolAdapter(old.socket_path, old.timeout, max_pool_size=IDLE_CONNECTIONS)
+    client.api.mount("http+docker://", new)
+    client.api._custom_adapter = new  # what docker-py closes with the client
+    old.close()
 
 
 class DaemonSilent(OpenAgentsError):

@@ -24,7 +24,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from . import lifetime, owner, reaper
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
-from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch
+from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .egress import EgressGate
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 
@@ -43,6 +43,7 @@ def docker_client(timeout: int = 60, reap: bool = True) -> docker.DockerClient:
     client first removes the boxes of owners that are gone (reaper.py; never fatal)."""
     try:
         client = docker.from_env(timeout=min(timeout, int(DAEMON_CHECK_S)))
+        share_one_pool(client)
         client.ping()
         client.api.timeout = timeout
     except DOCKER_ERRORS as err:
