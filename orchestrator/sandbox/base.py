@@ -209,7 +209,7 @@ class SupervisedSandbox:
                 hello = wait(future, START_DEADLINE_S)
             except (OpenAgentsError, FutureTimeout) as err:
                 self._remove()
-                raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {err}") from None
+                raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {str(err) or f'nothing within {START_DEADLINE_S:.0f} s'}") from None
         self.agent_info = hello.meta
 
     def restart(self) -> None:

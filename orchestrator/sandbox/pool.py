@@ -194,7 +194,7 @@ class SandboxPool:
             self._consecutive_failures += 1
             delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._consecutive_failures - 1))
             self._retry_at = time.monotonic() + delay
-            self._failure = err
+            self._failure = err.detached()  # kept: not the raised one, whose frames hold this pool
             event = PoolStartFailed(err, self._consecutive_failures, delay)
             self._cond.notify_all()  # waiting claims see the failure
         log.error("pool: a sandbox did not start (%s): %s; next attempt in %.0f s", err.type.value, err.message, delay)
