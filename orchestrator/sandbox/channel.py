@@ -112,7 +112,7 @@ class Channel:
             self._listeners = {}
         for future in pending.values():
             if not future.done():
-                future.set_exception(self.broken.detached())  # each its own: a waiter's raise adds its frames to it
+                future.set_exception(self.broken)  # never raised itself: wait() raises a copy
 
     def _read_loop(self) -> None:
         pending_line = bytearray()

@@ -80,7 +80,7 @@ class DaemonWatch:
     def problem(self, client: Any) -> OpenAgentsError | None:
         with self._lock:
             if self._silent is not None and time.monotonic() - self._silent[0] < SILENT_MEMO_S:
-                return OpenAgentsError(self._silent[1].type, self._silent[1].message)  # a fresh one: callers raise it
+                return self._silent[1].detached()  # a fresh one: callers raise it
         problem = ping(client)
         with self._lock:
             self._silent = (time.monotonic(), problem.detached()) if isinstance(problem, DaemonSilent) else None  # the caller raises `problem`
