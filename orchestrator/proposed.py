@@ -1,6 +1,6 @@
 """The diff an edit would make, shown at its approval prompt before anything is written.
 
-The file is the box's: it is read through hostfs only (no link followed, regular files only,
+The file is the box's: it is read through boxfs only (no link followed, regular files only,
 capped), and the diff is text for a person, made visible by whoever prints it. It is a preview:
 the agent applies the edit itself (line ends, BOM), and the result's own diff is the record.
 """
@@ -10,7 +10,7 @@ import difflib
 from pathlib import Path
 
 from .errors import ErrorType, OpenAgentsError
-from .hostfs import read_workspace_file
+from .boxfs import read_workspace_file
 from .tools.registry import PreparedCall
 
 PREVIEW_CAP = 1 << 20  # bytes of the current file read for a preview

@@ -19,7 +19,7 @@ from .budget import Budget
 from .models.base import RetryNotice, RetryPolicy, key_variable, model_from_spec
 from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
-from .hostfs import lstat_workspace
+from .boxfs import lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
 from .checkpoints import CheckpointStore
 from .integrity import SweepReport
@@ -48,7 +48,7 @@ def load_policies(workspace: Path, files: list[str]) -> tuple[list[PolicyRule], 
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
     (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user).
 
-    The workspace's files are the box's: they are looked at with lstat and read through hostfs
+    The workspace's files are the box's: they are looked at with lstat and read through boxfs
     only, so a symlink (or a symlinked .openagents), a FIFO or a huge file is refused, never
     followed, blocked on or read; whatever sits at one of the names must be a sound policy.
     """

@@ -2,7 +2,7 @@
 
 Editors expect a diff to carry the whole old and new text of the file, and `oldText: null` only
 for a file that did not exist. The old text is read just before the call runs, the new text just
-after, from the box's workspace: through hostfs only (the box wrote it: no link is followed, no
+after, from the box's workspace: through boxfs only (the box wrote it: no link is followed, no
 FIFO blocked on, nothing read past DIFF_MAX_BYTES). A file that cannot be read that way, or is not
 UTF-8 text, gets no diff at all rather than a wrong one. Paths shown are the editor's own (its cwd
 joined with the workspace-relative path), even in copy mode, where the box works on a copy.
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ErrorType, OpenAgentsError
-from ..hostfs import read_workspace_file
+from ..boxfs import read_workspace_file
 from . import models as m
 
 FILE_TOOLS = frozenset({"read_file", "list_files", "grep_files", "write_file", "edit_file"})

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
 from ..errors import ErrorType, OpenAgentsError
-from ..hostfs import read_workspace_file
+from ..boxfs import read_workspace_file
 from .safeparse import Refused, parse_data, parse_data_bounded
 
 FORBIDDEN_NAME = re.compile(r"bypass", re.IGNORECASE)
@@ -225,7 +225,7 @@ def load_policy_file(path: str | Path, tier: Tier | None = None) -> PolicyFile:
 
 def load_workspace_policy(workspace: Path, rel: str) -> PolicyFile:
     """The workspace's own policy, WORKSPACE/rel: the box may have written it, so it is read only
-    through hostfs (no symlink followed, regular files only, capped) and can only tighten."""
+    through boxfs (no symlink followed, regular files only, capped) and can only tighten."""
     raw = read_workspace_file(workspace, rel, POLICY_CAP)
     return parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True)
 

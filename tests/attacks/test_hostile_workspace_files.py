@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.hostfs import lstat_workspace, read_workspace_file
+from orchestrator.boxfs import lstat_workspace, read_workspace_file
 from orchestrator.policy.ladder import POLICY_CAP, load_workspace_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, Refused, parse_data_bounded
 from orchestrator.session import load_policies
@@ -128,7 +128,7 @@ def test_symlinked_openagents_directory_is_refused(tmp_path):
 
 
 def test_symlink_deeper_in_a_path_is_refused(tmp_path):
-    """A symlinked directory in the middle of any workspace path (not just .openagents) is refused by hostfs."""
+    """A symlinked directory in the middle of any workspace path (not just .openagents) is refused by boxfs."""
     secret = host_secret(tmp_path)
     ws = make_workspace(tmp_path / "ws", {"a/b/real.txt": "fine\n"})
     (ws / "a" / "link").symlink_to(secret.parent, target_is_directory=True)

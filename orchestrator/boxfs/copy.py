@@ -1,0 +1,127 @@
+"""Copying box-written files: holes kept, hard links deduplicated, every byte charged.
+
+A sparse file of 16 MiB of holes costs no blocks; copied naively it costs 16 MiB, and each of its
+hard links costs it again (the red team turned 16 MiB into 256 MiB on the state disk). So data is
+cloned with FICLONE where the file system can (no bytes), else only its data segments are copied
+(SEEK_DATA/SEEK_HOLE, copy_file_range in the kernel) and the holes are left as holes; a second
+name of an inode already copied becomes a hard link to the first copy, never a second copy.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import secrets
+
+from .budget import HostBudget
+from .read import open_regular
+
+FICLONE = 0x40049409
+_NO_CLONE = (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.ENOSYS, errno.EBADF)
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class HardLinks:
+    """Inodes already copied: (st_dev, st_ino) of the source -> (a descriptor of the directory
+    its copy is in, the copy's name). Close it when the copy is done."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[int, int], tuple[int, bytes]] = {}
+
+    def first(self, key: tuple[int, int]) -> tuple[int, bytes] | None:
+        return self._seen.get(key)
+
+    def remember(self, key: tuple[int, int], dir_fd: int, name: bytes) -> None:
+        if key not in self._seen:
+            self._seen[key] = (os.dup(dir_fd), name)
+
+    def close(self) -> None:
+        for fd, _ in self._seen.values():
+            os.close(fd)
+        self._seen.clear()
+
+
+def punch_copy(fin: int, fout: int, budget: HostBudget, size: int | None = None, reflinks: bool = True) -> int:
+    """Copy fin's content into the empty fout keeping holes; returns the bytes of data copied
+    (charged to the budget; a reflink charges nothing). `size` is read by fstat when None."""
+    if size is None:
+        size = os.fstat(fin).st_size
+    if not size:
+        return 0
+    if reflinks:
+        try:
+            fcntl.ioctl(fout, FICLONE, fin)
+            return 0
+        except OSError as err:
+            if err.errno not in _NO_CLONE:
+                raise
+    copied = 0
+    offset = 0
+    while offset < size:
+        budget.check_time()
+        try:
+            start = os.lseek(fin, offset, os.SEEK_DATA)
+        except OSError as err:
+            if err.errno != errno.ENXIO:  # ENXIO: only a hole is left
+                raise
+            break
+        if start >= size:
+            break
+        end = min(os.lseek(fin, start, os.SEEK_HOLE), size)
+        pos = start
+        while pos < end:
+            want = min(end - pos, 8 << 20)
+            budget.charge_bytes(want)
+            try:
+                n = os.copy_file_range(fin, fout, want, pos, pos)
+            except OSError as err:
+                if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                n = os.pwrite(fout, os.pread(fin, want, pos), pos)
+            if n <= 0:
+                break  # shrank while being copied: the rest is a hole
+            pos += n
+            copied += n
+        if pos < end:
+            break
+        offset = end
+    os.ftruncate(fout, size)  # the trailing hole, and a file that shrank meanwhile
+    return copied
+
+
+def copy_regular(src_dir_fd: int, name: bytes, dst_dir_fd: int, budget: HostBudget, *, mode: int, uid: int | None = None,
+                 gid: int | None = None, times: tuple[int, int] | None = None, links: HardLinks | None = None,
+                 reflinks: bool = True, rel: bytes | None = None) -> os.stat_result:
+    """Copy the regular file src_dir_fd/name to a new dst_dir_fd/name (which must not exist)
+    with the given mode (setuid/setgid never kept) and owner; a second name of an inode already
+    copied through `links` becomes a hard link to its first copy. Returns the copy's stat."""
+    fin, st = open_regular(src_dir_fd, name, rel)
+    try:
+        budget.charge_entries()
+        if links is not None and st.st_nlink > 1:
+            first = links.first((st.st_dev, st.st_ino))
+            if first is not None:
+                os.link(first[1], name, src_dir_fd=first[0], dst_dir_fd=dst_dir_fd, follow_symlinks=False)
+                return os.stat(name, dir_fd=dst_dir_fd, follow_symlinks=False)
+        fout = os.open(name, _NEW, 0o600, dir_fd=dst_dir_fd)
+        try:
+            punch_copy(fin, fout, budget, st.st_size, reflinks)
+            if uid is not None and gid is not None:
+                os.fchown(fout, uid, gid)
+            os.fchmod(fout, mode & 0o1777)
+            if times is not None:
+                os.utime(fout, ns=times)
+            copied = os.fstat(fout)
+        finally:
+            os.close(fout)
+        if links is not None and st.st_nlink > 1:
+            links.remember((st.st_dev, st.st_ino), dst_dir_fd, name)
+        return copied
+    finally:
+        os.close(fin)
+
+
+def temp_name() -> bytes:
+    """A fresh hidden name beside `name` for an atomic write: random, so two writers (threads,
+    processes) never share one."""
+    return b".oa-" + secrets.token_hex(8).encode() + b".tmp"
