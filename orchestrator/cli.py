@@ -645,10 +645,20 @@ def apply_(session_id: str) -> None:
 @click.argument("session_id")
 def discard(session_id: str) -> None:
     """Throw a copy session's copy away (its record, transcript and checkpoints stay)."""
-    import shutil
+    import os
+
+    from .boxfs import HostBudget, open_dir, remove_tree
 
     record = _copy_session(session_id, "discard")
-    shutil.rmtree(record.box_workspace, ignore_errors=True)
+    copy = Path(record.box_workspace)
+    if os.path.lexists(copy):
+        # The copy is box-written: removed through boxfs (no link followed, no recursion, so a
+        # 100,000-deep chain goes too instead of stopping shutil.rmtree half-way).
+        parent = open_dir(copy.parent)
+        try:
+            remove_tree(parent, copy.name, HostBudget(max_entries=None, max_bytes=None))
+        finally:
+            os.close(parent)
     record.discarded = True
     record.save()
     click.echo(f"discarded the copy of session {record.id}", err=True)
