@@ -213,3 +213,30 @@ def pytest_collection_modifyitems(config, items):
         parts = item.path.parts
         if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or "attacks" in parts or "egress" in parts:
             item.add_marker(pytest.mark.docker)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def deep_trees_removed(tmp_path_factory):
+    """Boxes in these tests plant 1,000-deep directory chains on purpose; pytest's own clean-up of its
+    temporary directories recurses (shutil.rmtree) and would end the run with a RecursionError. So,
+    once every test is done, every tree deeper than 128 levels under pytest's temporary root (this
+    run's and earlier runs') is removed first, through boxfs: iteratively, no link followed."""
+    yield
+    from orchestrator.boxfs import HostBudget, Walk, open_dir, remove_tree
+
+    root = tmp_path_factory.getbasetemp().parent
+    walk = Walk(root, HostBudget(max_depth=128, max_entries=None, max_bytes=None))
+    for _ in walk.entries():
+        pass
+    for rel in walk.too_deep:
+        parent_rel, _, name = rel.rpartition(b"/")
+        try:
+            fd = open_dir(root / os.fsdecode(parent_rel))
+        except Exception:  # noqa: BLE001 - already gone with a shallower one
+            continue
+        try:
+            remove_tree(fd, name, HostBudget(max_entries=None, max_bytes=None))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)

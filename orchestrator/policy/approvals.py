@@ -9,7 +9,7 @@ import json
 import sys
 import threading
 from enum import Enum
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import click
 from pydantic import BaseModel
@@ -18,6 +18,9 @@ from ..protocol import Executor
 from ..render import continued, visible
 from ..tools.registry import PreparedCall, call_title
 from .ladder import Ladder, Level
+
+if TYPE_CHECKING:
+    from ..proposed import Preview
 
 
 class PermissionOption(str, Enum):
@@ -34,6 +37,7 @@ class ApprovalRequest(BaseModel):
     title: str
     arguments: dict[str, Any]
     diff: str | None = None  # what an edit would change, for the person deciding
+    diff_note: str | None = None  # ours, one line: why there is no diff (too large, too slow), or that it was cut
 
 
 class Answer(BaseModel):
@@ -52,7 +56,16 @@ class ApprovalOutcome(BaseModel):
 
 
 class Approver(Protocol):
+    """Asks someone. An approver whose `shows_diff` is true puts `request.diff` in front of a
+    person; for any other (no such attribute) the gate makes no preview."""
+
     def ask(self, request: ApprovalRequest) -> Answer: ...
+
+
+def shows_diffs(approver: Approver) -> bool:
+    """Whether a preview made for `approver` would be seen by anyone: a preview costs a child
+    process and up to its deadline, so it is made only then."""
+    return getattr(approver, "shows_diff", False) is True
 
 
 class NonInteractiveApprover:
@@ -90,6 +103,7 @@ class TerminalApprover:
     def __init__(self, show_diff: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._show_diff = show_diff
+        self.shows_diff = show_diff is not None
 
     def ask(self, request: ApprovalRequest) -> Answer:
         choices = ["y", "n", "a"] if request.level == Level.ASK_ONCE else ["y", "n"]
@@ -97,6 +111,8 @@ class TerminalApprover:
             # The title and arguments are the model's: shown with every control character visible and
             # continuation lines marked, so nothing they hold can redraw or fake the prompt below.
             click.echo(f"\n? {continued(request.title, '  │ ')}", err=True)
+            if request.diff_note:
+                click.echo(f"  ({visible(request.diff_note)[:200]})", err=True)
             if request.diff and self._show_diff:
                 self._show_diff(request.diff)
             else:
@@ -123,10 +139,12 @@ class TerminalApprover:
 class ApprovalGate:
     """`auto_approve` (--auto-approve): whatever would ask and runs inside the sandbox proceeds
     without asking; host-side tools (git push, MCP tools) still ask, and a deny still wins.
-    `preview(prepared)` gives the diff an edit would make, for the question."""
+    `preview(prepared)` gives the diff an edit would make, for the question: called only when the
+    approver is about to show it to a person (never for automatic, refused, session-approved or
+    auto-approved calls, nor for an approver that shows no diff: CI, an editor, an MCP client)."""
 
     def __init__(self, ladder: Ladder, approver: Approver, auto_approve: bool = False,
-                 preview: Callable[[PreparedCall], str | None] | None = None) -> None:
+                 preview: Callable[[PreparedCall], Preview | None] | None = None) -> None:
         self.ladder = ladder
         self.approver = approver
         self.auto_approve = auto_approve
@@ -146,15 +164,16 @@ class ApprovalGate:
         if self.auto_approve and prepared.spec.side == "sandbox":
             return ApprovalOutcome(allowed=True, decision="auto_approved", level=level, executor=Executor.USER,
                                    reason=f"--auto-approve: runs inside the sandbox ({reason})")
-        diff = None
-        if self.preview is not None:
+        preview = None
+        if self.preview is not None and shows_diffs(self.approver):
             try:
-                diff = self.preview(prepared)
+                preview = self.preview(prepared)
             except Exception:  # noqa: BLE001 - a preview is a courtesy; the question is asked without it
-                diff = None
+                preview = None
         request = ApprovalRequest(
             call_id=prepared.call.id, tool=prepared.spec.name, kind=prepared.kind, action=prepared.action,
-            level=level, title=call_title(prepared.spec.name, prepared.arguments()), arguments=prepared.arguments(), diff=diff,
+            level=level, title=call_title(prepared.spec.name, prepared.arguments()), arguments=prepared.arguments(),
+            diff=preview.text if preview else None, diff_note=preview.note if preview else None,
         )
         answer = self.approver.ask(request)
         allowed = answer.option == PermissionOption.ALLOW_ONCE
