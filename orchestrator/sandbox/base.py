@@ -8,6 +8,7 @@ so a second backend (Podman, Kubernetes) only says how to start, kill in, and re
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -158,6 +159,11 @@ class SupervisedSandbox:
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the box, under this lock; the others see the new channel and do nothing.
         self._lifecycle = threading.RLock()
+        # The agent runs one shell command at a time (the others wait in it) and a passed deadline
+        # kills every process in the box: so the host sends one shell call at a time itself, and a
+        # shell call's deadline starts only when it holds this turn, i.e. when the agent runs it.
+        # Any command in the box then belongs to the call holding the turn (issue 22).
+        self._shell_turn = threading.Lock()
         self._closed = False
         self._ever_started = False
 
@@ -258,8 +264,8 @@ class SupervisedSandbox:
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
-        with host_memory.tool_call():  # the process gives back its free pages when it goes idle
-            result = self._call(tool, args, on_output=on_output)
+        with host_memory.tool_call(), self._shell_turn if tool == "shell" else contextlib.nullcontext():
+            result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
         if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
             return self._over_quota(result.output)
         return result
