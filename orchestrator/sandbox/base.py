@@ -25,7 +25,7 @@ from .. import host_memory, state
 from ..config import SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline, SweepReport, Sweeper
-from ..protocol import AgentResponse, Executor, ToolResult
+from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
 from ..quota import WriteQuota
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
@@ -303,8 +303,8 @@ class SupervisedSandbox:
                 if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
                     return self._call(tool, args, resent=True, on_output=on_output)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
-        result = ToolResult.from_agent(response)
-        result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
+        result = ToolResult.from_agent(response)  # the agent's meta without the host's keys: those are set here
+        result.meta["host_elapsed_s"] = round(time.monotonic() - started, 3)
         records = self.deployment.drain_egress()
         if records:
             result.meta["egress"] = records
@@ -328,7 +328,7 @@ class SupervisedSandbox:
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         # Whatever the agent claims, the host's deadline decides: this call timed out.
         err = OpenAgentsError(ErrorType.TIMEOUT, message)
-        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**response.meta, "timed_out": True})
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**agent_meta(response.meta), "timed_out": True})
 
     def kill_processes(self) -> None:
         """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
