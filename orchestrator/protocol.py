@@ -37,7 +37,7 @@ class AgentRequest(BaseModel):
 # list of 500 paths; its largest meta an edit's diff, cut at 256 KiB): past them it is not the agent.
 MAX_OUTPUT_CHARS = 4 << 20
 MAX_NOTE_CHARS = 1 << 20
-MAX_META_CHARS = 1 << 20
+MAX_META_CHARS = 4 << 20  # JSON-escaped: a 256 KiB diff of control characters is 1.5 M
 _INT_BOUND = 1 << 63
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Meta keys only the host writes: an agent's (or a forger's) are dropped, never shown as the host's.

@@ -350,7 +350,7 @@ REFUSED = {
     "a lone surrogate in the output": b'{"v":1,"id":%d,"ok":true,"output":"\\ud800"}',
     "a lone surrogate in meta": b'{"v":1,"id":%d,"ok":true,"output":"","meta":{"\\udfff":"\\ud83d"}}',
     "invalid UTF-8": b'{"v":1,"id":%d,"ok":true,"output":"\xff\xfe\xc3("}',
-    "meta over its bound": b'{"v":1,"id":%d,"ok":true,"output":"","meta":{"x":"' + b"a" * (2 << 20) + b'"}}',
+    "meta over its bound": b'{"v":1,"id":%d,"ok":true,"output":"","meta":{"x":"' + b"a" * (5 << 20) + b'"}}',
     "output over its bound": b'{"v":1,"id":%d,"ok":true,"output":"' + b"a" * (20 << 20) + b'"}',
     "nesting past the bound": b'{"v":1,"id":%d,"ok":true,"output":"","meta":' + json.dumps(_deep(100)).encode() + b"}",
     "an id that is not a number": b'{"v":1,"id":"%d","ok":true,"output":"FORGED"}',
