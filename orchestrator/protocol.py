@@ -3,10 +3,13 @@ result every tool call ends in. Everything the agent says is validated here: it 
 """
 from __future__ import annotations
 
+import json
+import math
+import re
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
 from sandbox_agent import PROTOCOL_VERSION
 
@@ -30,21 +33,77 @@ class AgentRequest(BaseModel):
     stream: bool | None = None  # shell: send output chunks while it runs (left out when None)
 
 
+# Bounds on what one answer may carry, well above anything the agent sends (its largest output is a
+# list of 500 paths; its largest meta an edit's diff, cut at 256 KiB): past them it is not the agent.
+MAX_OUTPUT_CHARS = 4 << 20
+MAX_NOTE_CHARS = 1 << 20
+MAX_META_CHARS = 4 << 20  # JSON-escaped: a 256 KiB diff of control characters is 1.5 M
+_INT_BOUND = 1 << 63
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Meta keys only the host writes: an agent's (or a forger's) are dropped, never shown as the host's.
+HOST_META_KEYS = frozenset({"egress", "host_elapsed_s", "workspace_growth_bytes"})
+
+
+def _refuse_odd_values(value: Any) -> None:
+    """ValueError for what the agent never sends and a consumer may choke on: a lone surrogate (from a
+    JSON escape; it cannot be written as UTF-8), a number that is not finite, an integer past 64 bits.
+    Iterative: the nesting is already bounded (jsonbound), but no recursion is needed for it."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                raise ValueError("a lone surrogate")
+        elif isinstance(item, bool) or item is None:
+            continue
+        elif isinstance(item, int):
+            if not -_INT_BOUND < item < _INT_BOUND:
+                raise ValueError("an integer past 64 bits")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError("a number that is not finite")
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 class WireError(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    type: str
+    type: str = Field(max_length=200)
     message: str = Field(default="", max_length=1 << 20)
 
 
 class AgentResponse(BaseModel):
+    """One answer line. Anything can write it (under gVisor a command reaches the agent's stdout):
+    strict types, and values outside what the agent sends are a validation error, so the channel
+    refuses the line as a protocol error before any consumer sees it."""
+
     model_config = ConfigDict(extra="ignore")
-    v: int
-    id: int | None
-    ok: bool
-    output: str = ""
-    note: str = ""
+    v: StrictInt
+    id: StrictInt | None
+    ok: StrictBool
+    output: str = Field(default="", max_length=MAX_OUTPUT_CHARS)
+    note: str = Field(default="", max_length=MAX_NOTE_CHARS)
     meta: dict[str, Any] = Field(default_factory=dict)
     error: WireError | None = None
+
+    @model_validator(mode="after")
+    def _plain_values(self) -> "AgentResponse":
+        _refuse_odd_values([self.output, self.note, self.meta, self.error.type if self.error else "", self.error.message if self.error else ""])
+        if self.meta and len(json.dumps(self.meta, ensure_ascii=False)) > MAX_META_CHARS:
+            raise ValueError(f"meta over {MAX_META_CHARS} characters")
+        return self
+
+
+def agent_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """An answer's meta as results carry it: the host's own keys dropped (the host sets them), and a
+    diff kept only as text (consumers show it; it is still the agent's word, shown escaped)."""
+    kept = {k: v for k, v in meta.items() if k not in HOST_META_KEYS}
+    if "diff" in kept and not isinstance(kept["diff"], str):
+        del kept["diff"]
+    return kept
 
 
 class ErrorInfo(BaseModel):
@@ -78,7 +137,7 @@ class ToolResult(BaseModel):
             wire = response.error or WireError(type="protocol_error", message="the agent failed without saying why")
             kind = ErrorType.parse(wire.type)
             error = ErrorInfo(type=kind, message=wire.message, recoverable=kind.recoverable)
-        return cls(ok=response.ok, output=response.output, note=response.note, meta=response.meta, error=error, executor=Executor.RUNTIME)
+        return cls(ok=response.ok, output=response.output, note=response.note, meta=agent_meta(response.meta), error=error, executor=Executor.RUNTIME)
 
     def for_model(self) -> str:
         """The text the model sees: output, the notes on bounds, and a typed error if any."""

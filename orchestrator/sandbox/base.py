@@ -8,6 +8,7 @@ so a second backend (Podman, Kubernetes) only says how to start, kill in, and re
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -24,7 +25,7 @@ from .. import host_memory, state
 from ..config import SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline, SweepReport, Sweeper
-from ..protocol import AgentResponse, Executor, ToolResult
+from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
 from ..quota import WriteQuota
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
@@ -158,6 +159,11 @@ class SupervisedSandbox:
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the box, under this lock; the others see the new channel and do nothing.
         self._lifecycle = threading.RLock()
+        # The agent runs one shell command at a time (the others wait in it) and a passed deadline
+        # kills every process in the box: so the host sends one shell call at a time itself, and a
+        # shell call's deadline starts only when it holds this turn, i.e. when the agent runs it.
+        # Any command in the box then belongs to the call holding the turn (issue 22).
+        self._shell_turn = threading.Lock()
         self._closed = False
         self._ever_started = False
 
@@ -258,8 +264,8 @@ class SupervisedSandbox:
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
-        with host_memory.tool_call():  # the process gives back its free pages when it goes idle
-            result = self._call(tool, args, on_output=on_output)
+        with host_memory.tool_call(), self._shell_turn if tool == "shell" else contextlib.nullcontext():
+            result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
         if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
             return self._over_quota(result.output)
         return result
@@ -297,8 +303,8 @@ class SupervisedSandbox:
                 if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
                     return self._call(tool, args, resent=True, on_output=on_output)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
-        result = ToolResult.from_agent(response)
-        result.meta.setdefault("host_elapsed_s", round(time.monotonic() - started, 3))
+        result = ToolResult.from_agent(response)  # the agent's meta without the host's keys: those are set here
+        result.meta["host_elapsed_s"] = round(time.monotonic() - started, 3)
         records = self.deployment.drain_egress()
         if records:
             result.meta["egress"] = records
@@ -322,7 +328,7 @@ class SupervisedSandbox:
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         # Whatever the agent claims, the host's deadline decides: this call timed out.
         err = OpenAgentsError(ErrorType.TIMEOUT, message)
-        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**response.meta, "timed_out": True})
+        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**agent_meta(response.meta), "timed_out": True})
 
     def kill_processes(self) -> None:
         """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and

@@ -3,10 +3,14 @@
 A deployment hands over an AgentStream (Docker's demultiplexes its attach socket, docker.py); a
 reader thread splits lines, validates each as an AgentResponse, and completes the waiting call.
 Anything malformed marks the channel broken: the agent is not trusted to recover from its own garbage.
+
+Under gVisor a command in the box can write to the agent's stdout too (issue 22), so a line may be
+a forgery. Request ids are random, so a forger cannot name another call's id; an answer for an id
+that is not waiting (unknown, or answered already: one of the two was forged) breaks the channel.
 """
 from __future__ import annotations
 
-import itertools
+import secrets
 import threading
 from concurrent.futures import Future
 from typing import Any, Callable, Protocol
@@ -48,11 +52,19 @@ def wait(future: Future[AgentResponse], timeout: float) -> AgentResponse:
     raise error.detached() if isinstance(error, OpenAgentsError) else error
 
 
+def _new_id(*taken: Any) -> int:
+    """A random 62-bit request id, unlike any in `taken`: nothing in the box can guess it."""
+    while True:
+        rid = secrets.randbits(62) + 1
+        if not any(rid in ids for ids in taken):
+            return rid
+
+
 class Channel:
     def __init__(self, stream: AgentStream) -> None:
         self._stream = stream
-        self._ids = itertools.count(1)
         self._pending: dict[int, Future[AgentResponse]] = {}
+        self._forgotten: set[int] = set()  # given up on (a passed deadline): a late answer is dropped
         self._received: set[int] = set()  # acknowledged by the agent, not yet answered
         self._listeners: dict[int, Callable[[str], None]] = {}  # streamed output, per request
         self._lock = threading.Lock()
@@ -67,7 +79,7 @@ class Channel:
         with self._lock:
             if self.broken:
                 raise self.broken.detached()
-            rid = next(self._ids)
+            rid = _new_id(self._pending, self._forgotten)
         try:
             request = AgentRequest(id=rid, tool=tool, args=args, stream=True if on_output else None)
             line = request.model_dump_json(exclude_none=True).encode() + b"\n"
@@ -88,7 +100,8 @@ class Channel:
 
     def forget(self, rid: int) -> None:
         with self._lock:
-            self._pending.pop(rid, None)
+            if self._pending.pop(rid, None) is not None:
+                self._forgotten.add(rid)
             self._listeners.pop(rid, None)
             self._received.discard(rid)
 
@@ -162,7 +175,14 @@ class Channel:
             future = self._pending.pop(response.id, None)
             self._received.discard(response.id)
             self._listeners.pop(response.id, None)
-        if future is not None and not future.done():
+            late = future is None and response.id in self._forgotten
+            self._forgotten.discard(response.id)
+        if future is None:
+            if late:
+                return  # the call passed its deadline and was given up on: its answer no longer counts
+            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the sandbox answered a call it was not asked (id {response.id}), or one "
+                                  "already answered: a forged answer, so the sandbox is replaced")
+        if not future.done():
             future.set_result(response)
 
     def _chunk(self, rid: int, text: Any) -> None:
