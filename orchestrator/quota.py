@@ -35,6 +35,7 @@ class Usage:
     entries: int = 0
     too_deep: list[bytes] = field(default_factory=list)
     unfinished: str | None = None  # the walk passed its budget: the counts are lower bounds
+    passed: BudgetExceeded | None = None  # which bound it passed
 
     @property
     def complete(self) -> bool:
@@ -55,7 +56,7 @@ def measure(root: Path, skip: set[tuple[int, int]] | None = None, budget: HostBu
                 seen.add(entry.key)
                 usage.allocated += entry.st.st_blocks * 512
     except BudgetExceeded as err:
-        usage.unfinished = err.message
+        usage.unfinished, usage.passed = err.message, err
     usage.too_deep = walker.too_deep
     return usage
 
@@ -130,7 +131,10 @@ class WriteQuota:
         # Called only when the file system grew past the headroom: if the walk cannot see all of the
         # workspace, what it cannot see may be that growth (files written below MAX_DEPTH levels
         # were not counted at all), so an unmeasurable workspace is over quota.
-        if usage.unfinished is not None:
+        cap = self.start_entries + self.entry_limit + 1 if self.entry_limit is not None else None
+        if usage.passed is not None and usage.passed.what == "entry" and usage.passed.limit == cap:
+            self.entry_growth = max(self.entry_growth, (self.entry_limit or 0) + 1)  # counted past start + limit: over, measured
+        elif usage.unfinished is not None:
             self.unmeasured = usage.unfinished
         elif usage.too_deep:
             self.unmeasured = f"the workspace holds directories deeper than {MAX_DEPTH} levels, which cannot be measured"
@@ -164,7 +168,7 @@ class WriteQuota:
     def message(self) -> str:
         killed = "every process in the sandbox was killed and the session stops"
         if self.entry_limit is not None and self.entry_growth > self.entry_limit:
-            return (f"the session created {self.entry_growth} entries (files, directories, links) in the workspace, past its entry quota of "
+            return (f"the session created {'more than ' if self.entry_growth == self.entry_limit + 1 else ''}{self.entry_growth - 1 if self.entry_growth == self.entry_limit + 1 else self.entry_growth} entries (files, directories, links) in the workspace, past its entry quota of "
                     f"{self.entry_limit}; {killed}")
         if self.growth > self.limit:
             return (f"the session grew the workspace by {self.growth / 2**20:.0f} MiB, past its write quota of "
