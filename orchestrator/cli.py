@@ -89,6 +89,8 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
         click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
         click.option("--write-quota", default=None, metavar="SIZE", help="How much the session may grow the workspace, e.g. 4g (default), 500m."),
+        click.option("--entry-quota", type=click.IntRange(100), default=None, metavar="N",
+                     help="How many new files, directories and links the session may create in the workspace (default 200000)."),
         click.option("--start-concurrency", type=click.IntRange(1, 256), default=None, metavar="N",
                      help="Sandbox starts this process runs at once; the rest wait in line, shown as they wait (default 4, OA_START_CONCURRENCY)."),
         click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
@@ -99,13 +101,14 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(fn)
     def wrapper(*args: Any, image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: tuple[str, ...],
                 runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
-                workspace_mode: str,
+                workspace_mode: str, entry_quota: int | None = None,
                 **kwargs: Any) -> None:
         from .sessions import WorkspaceMode
 
         defaults = _user_config()  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
-                              runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency)
+                              runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency,
+                              entry_quota)
         return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), **kwargs)
 
     for option in reversed(options):
@@ -115,9 +118,9 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
 
 def build_config(image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: Iterable[str], runtime: str | None,
                  user: str | None, egress: str | None = None, write_quota: str | None = None,
-                 start_concurrency: int | None = None) -> SandboxConfig:
+                 start_concurrency: int | None = None, entry_quota: int | None = None) -> SandboxConfig:
     values: dict[str, Any] = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user,
-                                                    start_concurrency=start_concurrency).items() if v is not None}
+                                                    start_concurrency=start_concurrency, entry_quota=entry_quota).items() if v is not None}
     if write_quota is not None:
         values["write_quota"] = parse_size(write_quota)
     extras = {}
@@ -159,6 +162,32 @@ def main(verbose: bool) -> None:
     tune_allocator()  # a long `acp` server's RSS follows its sessions (host_memory.py)
     for handler in logging.getLogger().handlers:
         handler.addFilter(_OnceFilter())
+    _complete_pending_sweeps()
+
+
+def _complete_pending_sweeps() -> None:
+    """Before anything else, every command finishes the integrity sweeps that host processes which
+    ended (OOM, SIGKILL, power loss) left journaled (sweep_journal.py): their boxes are reaped first,
+    so no box of theirs still writes while the sweep runs. Never fatal; one that cannot finish is
+    said, and no session starts on that workspace until it does."""
+    from . import sweep_journal
+    from .render import visible
+
+    try:
+        if not any(entry.owner_gone() for entry in sweep_journal.pending()):
+            return
+        try:
+            from .sandbox.docker import docker_client
+
+            docker_client(timeout=30).close()  # its first client reaps the boxes of owners that are gone
+        except OpenAgentsError as err:
+            logging.getLogger(__name__).warning("could not reap the boxes of ended sessions before their sweep: %s", err.message)
+        for entry, report in sweep_journal.complete_gone():
+            for line in report.lines():
+                click.echo(visible(f"oa-sandbox: integrity sweep left by an ended session (pid {entry.owner_pid()}) of {entry.workspace}: {line}"),
+                           err=True)
+    except Exception as err:  # noqa: BLE001 - a command is never stopped by another session's leftovers
+        logging.getLogger(__name__).warning("could not complete the pending integrity sweeps: %s", str(err)[:300])
 
 
 class _OnceFilter(logging.Filter):

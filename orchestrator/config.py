@@ -73,6 +73,8 @@ class SandboxLimits(BaseModel):
     user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
     egress: EgressConfig | None = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
     write_quota: int = Field(default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota).")
+    entry_quota: int = Field(default=200_000, ge=100, description="New entries (files, directories, links: inodes) the session may "
+                                                               "create in the workspace (--entry-quota).")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
     start_concurrency: int = Field(default_factory=lambda: os.environ.get("OA_START_CONCURRENCY") or DEFAULT_START_CONCURRENCY,

@@ -12,26 +12,38 @@ the first call and, whenever the box is gone (session end, container replaced), 
 - git also takes a directory itself for a repository, with no `.git` name anywhere, when it holds
   HEAD with objects/ and refs/ (a bare repository, found from that directory and every directory
   below it) or HEAD with a `commondir` file; its config then runs programs (core.pager on the
-  user's next `git log`). In such a directory that was not one at the start, HEAD is moved out into the state
-  directory. Nothing is deleted: a FIFO, socket or device holds no data, so when it cannot be
-  renamed across file systems its record (type, mode) is kept instead.
+  user's next `git log`). In such a directory that was not one at the start, HEAD is moved out.
 
-The walk never follows a symlink and never opens anything but directories; it runs only while no
-container is using the workspace, so nothing can race it.
+Moving out is a rename, never a copy: the sweep writes no data, so a sparse file of terabytes or
+a thousand hard links of one inode cost nothing. When the state directory is on another file
+system (the rename fails with EXDEV), the entry is defused where it is instead: renamed to an
+inert name (`.oa-quarantined-<batch>-<n>`), every `.git` and HEAD name inside it renamed too (so
+neither the user's git nor the next session's baseline takes any of it for a repository), its
+files set to mode 0; the report says where. A FIFO, socket or device holds no data: across file
+systems it is removed and its record (type, path) kept.
+
+Every walk is boxfs's (iterative, fd-relative, no link followed) under a `HostBudget`: a sweep
+that cannot finish within it says so (`SweepReport.unfinished`, typed), it never reports clean.
+A host killed before its sweep (OOM, SIGKILL, power loss) leaves a journal (sweep_journal.py)
+that the next command completes.
 """
 from __future__ import annotations
 
 import errno
 import json
 import os
-import shutil
 import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from pydantic import BaseModel, Field
+
+from .boxfs import BudgetExceeded, Entry, HostBudget, Walk, from_store, open_dir, open_parent, show, to_store
+from .boxfs import budget as _budget
+from .boxfs.read import DIR_FLAGS
+from .errors import ErrorType, OpenAgentsError
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
 
@@ -80,14 +92,12 @@ def special_name(mode: int, other: str = "not a regular file") -> str:
     return {"fifo": "a FIFO", "socket": "a socket", "device": "a device file"}.get(special_kind(mode) or "", other)
 
 
-MAX_DEPTH = 512
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Kept for importers: the depth a walk enters is boxfs's.
+MAX_DEPTH = _budget.MAX_DEPTH
 
 
 class Found:
-    """One entry met by the walk: its parent directory's fd (valid only while it is yielded), its
-    name, its relative path and its lstat. Acting through (dir_fd, name) means that a parent
-    swapped for a symlink by a box still running on a shared workspace cannot redirect the act."""
+    """Deprecated (use boxfs.Walk and its Entry): one entry of `walk`, with str name and path."""
 
     __slots__ = ("dir_fd", "name", "rel", "st")
 
@@ -96,47 +106,29 @@ class Found:
 
 
 def walk(root: Path, enter: Callable[[Found], bool] = lambda found: not is_git_name(found.name),
-         too_deep: list[str] | None = None) -> Iterator[Found]:
-    """Every entry under root, depth first, through directory fds opened with O_NOFOLLOW: no
-    symlink is ever followed, at any level. `enter(found)` decides whether a directory is entered
-    (default: everything but .git entries)."""
+         too_deep: list[str] | None = None, budget: HostBudget | None = None) -> Iterator[Found]:
+    """Deprecated thin alias over boxfs.Walk for older callers: every entry under root, names as
+    os.fsdecode str; directories deeper than the budget's depth are named in `too_deep`."""
     try:
-        fd = os.open(root, _DIR_FLAGS)
-    except OSError:
+        fd = open_dir(root)
+    except OpenAgentsError:
         return
     try:
-        yield from _walk_fd(fd, "", enter, 0, too_deep)
+        w = Walk(fd, budget or HostBudget(), enter=lambda e: enter(Found(e.dir_fd, e.name_text, e.text, e.st)))
+        for e in w.entries():
+            yield Found(e.dir_fd, e.name_text, e.text, e.st)
+        if too_deep is not None:
+            too_deep += [os.fsdecode(rel) for rel in w.too_deep]
     finally:
         os.close(fd)
 
 
-def _walk_fd(dir_fd: int, rel_dir: str, enter: Callable[[Found], bool], depth: int, too_deep: list[str] | None) -> Iterator[Found]:
-    try:
-        with os.scandir(dir_fd) as it:
-            names = [e.name for e in it]
-    except OSError:
-        return
-    for name in names:
-        try:
-            st = os.lstat(name, dir_fd=dir_fd)
-        except OSError:
-            continue
-        found = Found(dir_fd, name, f"{rel_dir}/{name}" if rel_dir else name, st)
-        yield found
-        if not stat.S_ISDIR(st.st_mode) or not enter(found):
-            continue
-        if depth + 1 >= MAX_DEPTH:
-            if too_deep is not None:
-                too_deep.append(found.rel)
-            continue
-        try:
-            sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        except OSError:
-            continue
-        try:
-            yield from _walk_fd(sub, found.rel, enter, depth + 1, too_deep)
-        finally:
-            os.close(sub)
+def _key(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _not_a_repo_dir(entry: Entry) -> bool:
+    return not is_git_name(entry.name_text)
 
 
 @dataclass(frozen=True)
@@ -149,56 +141,103 @@ class Baseline:
     usage_bytes: int  # allocated outside the .git entries: where the write quota starts from
     took_s: float
     git_shaped_dirs: frozenset[tuple[int, int]] = frozenset()  # (st_dev, st_ino) of directories git took for a repository at the start, the root included
+    entries: int = 0  # entries outside the .git entries: where the entry quota starts from
+    unchecked: tuple[str, ...] = ()  # directories the walk could not enter (too deep, unreadable), shown
 
     @classmethod
-    def capture(cls, workspace: Path) -> "Baseline":
+    def capture(cls, workspace: Path, budget: HostBudget | None = None) -> "Baseline":
+        """The baseline of `workspace`. A sweep still pending for it (its session's host process
+        died before sweeping) is completed first: what that box planted is never adopted."""
+        from .sweep_journal import complete_for
+
+        complete_for(workspace, budget)
+        return cls._capture(workspace, budget)
+
+    @classmethod
+    def _capture(cls, workspace: Path, budget: HostBudget | None = None) -> "Baseline":
         started = time.monotonic()
         git: dict[str, tuple[int, int]] = {}
         bits = set()
         seen: set[tuple[int, int]] = set()
         usage = 0
         shaped: set[tuple[int, int]] = set()
-        for found in walk(workspace):
-            key = (found.st.st_dev, found.st.st_ino)
+        walker = Walk(Path(workspace), budget or HostBudget(), enter=_not_a_repo_dir)
+        count = 0
+        for entry in walker.entries():
+            count += 1
+            key = entry.key
             if key not in seen:
                 seen.add(key)
-                usage += found.st.st_blocks * 512
-            if is_git_name(found.name):
-                git[found.rel] = (found.st.st_dev, found.st.st_ino)
-            if is_head_name(found.name) and git_shaped(found.dir_fd):
-                parent = os.fstat(found.dir_fd)
-                shaped.add((parent.st_dev, parent.st_ino))
-                rel_parent = found.rel.rpartition("/")[0]
+                usage += entry.st.st_blocks * 512
+            if is_git_name(entry.name_text):
+                git[entry.text] = key
+            if is_head_name(entry.name_text) and git_shaped(entry.dir_fd):
+                parent = os.fstat(entry.dir_fd)
+                shaped.add(_key(parent))
+                rel_parent = entry.text.rpartition("/")[0]
                 if rel_parent:  # the user's own bare repository: kept, and mounted read-only like a .git
-                    git[rel_parent] = (parent.st_dev, parent.st_ino)
-            if found.st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(found.st.st_mode):
-                bits.add(found.rel)
+                    git[rel_parent] = _key(parent)
+            if entry.st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(entry.st.st_mode):
+                bits.add(entry.text)
         try:
-            top = stat.S_ISDIR(os.lstat(workspace / ".git").st_mode)
+            top = stat.S_ISDIR(os.lstat(Path(workspace) / ".git").st_mode)
         except OSError:
             top = False
-        return cls(git, frozenset(bits), top, usage, time.monotonic() - started, frozenset(shaped))
+        unchecked = tuple(show(rel) for rel in walker.too_deep) + tuple(show(rel) for rel, _ in walker.unreadable)
+        return cls(git, frozenset(bits), top, usage, time.monotonic() - started, frozenset(shaped), count, unchecked)
+
+    def to_json(self) -> dict[str, Any]:
+        """A lossless JSON form (names through boxfs.to_store) for the pending-sweep journal."""
+        return {"git_entries": [[to_store(os.fsencode(rel)), dev, ino] for rel, (dev, ino) in self.git_entries.items()],
+                "special_bits": [to_store(os.fsencode(rel)) for rel in sorted(self.special_bits)],
+                "top_git_dir": self.top_git_dir, "usage_bytes": self.usage_bytes, "took_s": self.took_s,
+                "git_shaped_dirs": [list(key) for key in sorted(self.git_shaped_dirs)], "entries": self.entries}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Baseline":
+        return cls({os.fsdecode(from_store(rel)): (int(dev), int(ino)) for rel, dev, ino in data["git_entries"]},
+                   frozenset(os.fsdecode(from_store(rel)) for rel in data["special_bits"]), bool(data["top_git_dir"]),
+                   int(data["usage_bytes"]), float(data["took_s"]),
+                   frozenset((int(dev), int(ino)) for dev, ino in data["git_shaped_dirs"]), int(data.get("entries", 0)))
 
 
 class Moved(BaseModel):
-    path: str
+    path: str  # workspace-relative, boxfs.to_store form (lossless, valid UTF-8)
     kind: str  # git_dir | gitfile | git_head (the HEAD that made a directory a repository) | fifo | socket | device
     to: str | None = None  # where it went; None when only its record was kept (special files across devices)
+    in_place: bool = False  # defused where it was (renamed inert in the workspace): the state directory is on another file system
 
 
 class SweepReport(BaseModel):
     cleared_bits: list[str] = Field(default_factory=list)
     moved: list[Moved] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+    unfinished: str | None = None  # why the sweep did not check everything (then it never counts as clean)
+    error_type: str | None = None  # the ErrorType of `unfinished`
     took_s: float = 0.0
 
+    @property
+    def complete(self) -> bool:
+        return self.unfinished is None
+
     def __bool__(self) -> bool:
-        return bool(self.cleared_bits or self.moved or self.errors)
+        return bool(self.cleared_bits or self.moved or self.errors or self.unfinished)
 
     def lines(self) -> list[str]:
-        out = [f"cleared setuid/setgid on {p}" for p in self.cleared_bits]
-        out += [f"moved {m.kind} {m.path} out of the workspace" + (f" to {m.to}" if m.to else " (record kept)") for m in self.moved]
-        return out + [f"could not fix {e}" for e in self.errors]
+        out = [f"cleared setuid/setgid on {_shown(p)}" for p in self.cleared_bits]
+        for m in self.moved:
+            if m.in_place:
+                out.append(f"defused {m.kind} {_shown(m.path)} in place (renamed to {_shown(m.to or '')}, mode 0: the state directory is on another file system)")
+            else:
+                out.append(f"moved {m.kind} {_shown(m.path)} out of the workspace" + (f" to {m.to}" if m.to else " (record kept)"))
+        out += [f"could not fix {e}" for e in self.errors]
+        if self.unfinished:
+            out.append(f"{self.error_type}: the sweep did not finish, the workspace is NOT known clean: {self.unfinished}")
+        return out
+
+
+def _shown(stored: str) -> str:
+    return show(from_store(stored))
 
 
 @dataclass
@@ -211,86 +250,117 @@ class Sweeper:
     placeholder_mountpoint: bool = False  # we mount an empty .git at the top: its mountpoint is ours
     reports: list[SweepReport] = field(default_factory=list)
 
-    def sweep(self, shared: bool = False) -> SweepReport:
+    def sweep(self, shared: bool = False, budget: HostBudget | None = None) -> SweepReport:
         """`shared`: other sandboxes still run on this workspace, so the top placeholder .git is
-        still their mount point: leave it (removing or moving it would unmount it under them)."""
+        still their mount point: leave it (removing or moving it would unmount it under them).
+        `budget`: bounds the sweep's host work (default: boxfs's defaults, no clock); a sweep that
+        passes it says so in `unfinished`, typed."""
         started = time.monotonic()
         report = SweepReport()
+        budget = budget or HostBudget()
         known = set(self.baseline.git_entries.values())
-        shaped_before = self.baseline.git_shaped_dirs
-        too_deep: list[str] = []
-        self._batch = self.quarantine / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
-        for found in walk(self.workspace, too_deep=too_deep):
-            st, rel = found.st, found.rel
-            # By identity, not by name: the user's own .git stays theirs wherever the box moved its
-            # parent, and one the box put at a known path is still the box's.
-            if is_git_name(found.name) and (st.st_dev, st.st_ino) not in known:
-                if rel == ".git" and self.placeholder_mountpoint and stat.S_ISDIR(st.st_mode) and self._placeholder(found, shared):
-                    continue
-                self._move_out(found, "git_dir" if stat.S_ISDIR(st.st_mode) else "gitfile", report)
-                continue
-            if is_head_name(found.name) and git_shaped(found.dir_fd):
-                parent = os.fstat(found.dir_fd)
-                if (parent.st_dev, parent.st_ino) not in shaped_before:
-                    self._move_out(found, "git_head", report)
-                    continue
-            kind = special_kind(st.st_mode)
-            if kind:
-                self._move_out(found, kind, report)
-            elif st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(st.st_mode) and rel not in self.baseline.special_bits:
-                try:
-                    _clear_bits(found)
-                    report.cleared_bits.append(rel)
-                except OSError as err:
-                    report.errors.append(f"{rel}: {err.strerror}")
-        report.errors += [f"{rel}: deeper than {MAX_DEPTH} levels, not checked" for rel in too_deep]
+        self._batch_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(3).hex()}"
+        self._batch = self.quarantine / self._batch_id
+        self._moved: set[tuple[int, int]] = set()
+        self._count = 0
+        walker = Walk(self.workspace, budget, enter=lambda e: _not_a_repo_dir(e) and e.key not in self._moved)
+        try:
+            for entry in walker.entries():
+                self._check(entry, known, shared, report, budget)
+        except BudgetExceeded as err:
+            report.unfinished, report.error_type = err.message, err.type.value
+        except OpenAgentsError as err:  # the workspace itself cannot be opened
+            report.unfinished, report.error_type = err.message, err.type.value
+        report.errors += [f"{show(rel)}: deeper than {budget.max_depth} levels, not checked" for rel in walker.too_deep]
+        report.errors += [f"{show(rel)}: {why}, not checked" for rel, why in walker.unreadable]
+        if report.unfinished is None and not walker.complete:
+            report.unfinished = f"{len(walker.too_deep) + len(walker.unreadable)} director(ies) could not be checked"
+            report.error_type = ErrorType.RESOURCE_EXHAUSTED.value if walker.too_deep else ErrorType.IO_ERROR.value
         report.took_s = round(time.monotonic() - started, 4)
         if report:
             self._write_manifest(report)
             self.reports.append(report)
         return report
 
-    def _placeholder(self, found: Found, shared: bool) -> bool:
+    def _check(self, entry: Entry, known: set[tuple[int, int]], shared: bool, report: SweepReport, budget: HostBudget) -> None:
+        st, rel = entry.st, entry.rel
+        # By identity, not by name: the user's own .git stays theirs wherever the box moved its
+        # parent, and one the box put at a known path is still the box's.
+        if is_git_name(entry.name_text) and entry.key not in known:
+            if rel == b".git" and self.placeholder_mountpoint and stat.S_ISDIR(st.st_mode) and self._placeholder(entry, shared):
+                return
+            self._move_out(entry, "git_dir" if stat.S_ISDIR(st.st_mode) else "gitfile", report, budget)
+            return
+        if is_head_name(entry.name_text) and git_shaped(entry.dir_fd):
+            if _key(os.fstat(entry.dir_fd)) not in self.baseline.git_shaped_dirs:
+                self._move_out(entry, "git_head", report, budget)
+                return
+        kind = special_kind(st.st_mode)
+        if kind:
+            self._move_out(entry, kind, report, budget)
+        elif st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(st.st_mode) and entry.text not in self.baseline.special_bits:
+            try:
+                _clear_bits(entry.dir_fd, entry.name)
+                report.cleared_bits.append(to_store(rel))
+            except OSError as err:
+                report.errors.append(f"{show(rel)}: {err.strerror}")
+
+    def _placeholder(self, entry: Entry, shared: bool) -> bool:
         """True when the top .git is our own empty mount point (then it is removed, unless shared)."""
         try:
-            fd = os.open(found.name, _DIR_FLAGS, dir_fd=found.dir_fd)
+            fd = os.open(entry.name, DIR_FLAGS, dir_fd=entry.dir_fd)
         except OSError:
             return False
         try:
-            if os.listdir(fd):
-                return False
+            with os.scandir(fd) as it:
+                if next(iter(it), None) is not None:
+                    return False
         except OSError:
             return False
         finally:
             os.close(fd)
         if not shared:
             try:
-                os.rmdir(found.name, dir_fd=found.dir_fd)
+                os.rmdir(entry.name, dir_fd=entry.dir_fd)
             except OSError:
                 pass
         return True
 
-    def _move_out(self, found: Found, kind: str, report: SweepReport) -> None:
+    def _move_out(self, entry: Entry, kind: str, report: SweepReport, budget: HostBudget) -> None:
+        self._moved.add(entry.key)
         try:
-            report.moved.append(self._move(found, kind))
+            report.moved.append(self._move(entry, kind, budget))
         except OSError as err:
-            report.errors.append(f"{found.rel}: {err.strerror}")
+            report.errors.append(f"{show(entry.rel)}: {err.strerror}")
 
-    def _move(self, found: Found, kind: str) -> Moved:
-        dest = self._batch / found.rel
+    def _move(self, entry: Entry, kind: str, budget: HostBudget) -> Moved:
+        """A rename, never a copy: into the quarantine when it is on the workspace's file system,
+        else (EXDEV) defused where it is."""
+        rel = entry.text
+        dest = self._batch / rel
         dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            os.rename(found.name, dest, src_dir_fd=found.dir_fd)
+            os.rename(entry.name, dest, src_dir_fd=entry.dir_fd)
         except OSError as err:
             if err.errno != errno.EXDEV:  # the state directory is on another file system
                 raise
             if kind in ("fifo", "socket", "device"):
-                os.unlink(found.name, dir_fd=found.dir_fd)  # holds no data: its record is all there was
-                return Moved(path=found.rel, kind=kind)
-            _copy_out(found.dir_fd, found.name, dest)
-            _remove_tree(found.dir_fd, found.name)
-        _make_inert(dest)
-        return Moved(path=found.rel, kind=kind, to=str(dest))
+                os.unlink(entry.name, dir_fd=entry.dir_fd)  # holds no data: its record is all there was
+                return Moved(path=to_store(entry.rel), kind=kind)
+            return self._defuse_in_place(entry, kind, budget)
+        _make_inert(dest, budget)
+        return Moved(path=to_store(entry.rel), kind=kind, to=str(dest))
+
+    def _defuse_in_place(self, entry: Entry, kind: str, budget: HostBudget) -> Moved:
+        self._count += 1
+        inert = f".oa-quarantined-{self._batch_id}-{self._count}".encode()
+        if os.path.lexists(os.path.join(f"/proc/self/fd/{entry.dir_fd}", os.fsdecode(inert))):
+            raise OSError(errno.EEXIST, f"{show(inert)} exists already")
+        os.rename(entry.name, inert, src_dir_fd=entry.dir_fd, dst_dir_fd=entry.dir_fd)
+        _defuse(entry.dir_fd, inert, self._batch_id, budget)
+        parent = entry.rel.rpartition(b"/")[0]
+        where = parent + b"/" + inert if parent else inert
+        return Moved(path=to_store(entry.rel), kind=kind, to=to_store(where), in_place=True)
 
     def _write_manifest(self, report: SweepReport) -> None:
         self.quarantine.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -298,9 +368,9 @@ class Sweeper:
             fh.write(json.dumps({"ts": round(time.time(), 3), **report.model_dump(mode="json")}) + "\n")
 
 
-def _clear_bits(found: Found) -> None:
+def _clear_bits(dir_fd: int, name: bytes) -> None:
     """chmod through an O_PATH fd opened relative to the parent's fd: nothing can be swapped in."""
-    fd = os.open(found.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=found.dir_fd)
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if stat.S_ISLNK(st.st_mode):
@@ -310,65 +380,78 @@ def _clear_bits(found: Found) -> None:
         os.close(fd)
 
 
-def _copy_out(dir_fd: int, name: str, dest: Path, depth: int = 0) -> None:
-    """Copy a planted .git tree across file systems: regular files, dirs and links only."""
-    st = os.lstat(name, dir_fd=dir_fd)
-    if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(name, dir_fd=dir_fd), dest)
-    elif stat.S_ISREG(st.st_mode):
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-        with os.fdopen(fd, "rb") as fin, open(dest, "xb") as fout:
-            shutil.copyfileobj(fin, fout)
-    elif stat.S_ISDIR(st.st_mode) and depth < MAX_DEPTH:
-        dest.mkdir(mode=0o700)
-        sub = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        try:
-            for child in os.listdir(sub):
-                _copy_out(sub, child, dest / child, depth + 1)
-        finally:
-            os.close(sub)
+def _defuse(dir_fd: int, name: bytes, batch: str, budget: HostBudget) -> None:
+    """Make dir_fd/name (just renamed to an inert name, still in the workspace) harmless where it
+    is: its files mode 0 (setuid gone, nothing to run or read), and every `.git` and HEAD name in
+    it renamed, so no directory of it is a repository to git's discovery or to a later baseline.
+    Renames only: nothing is copied or deleted."""
+    suffix = f".oa-defused-{batch}".encode()
+    _inert_at(dir_fd, name, mode_file=0)
+    try:
+        top = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return  # not a directory (a gitfile, a HEAD file): done
+    try:
+        later: list[bytes] = []  # directories with a git name: renamed after the walk, deepest first
+        for entry in Walk(top, budget).entries():
+            _inert_at(entry.dir_fd, entry.name, mode_file=0)
+            if is_git_name(entry.name_text) or is_head_name(entry.name_text):
+                if entry.is_dir:
+                    later.append(entry.rel)
+                else:
+                    os.rename(entry.name, entry.name + suffix, src_dir_fd=entry.dir_fd, dst_dir_fd=entry.dir_fd)
+        for rel in sorted(later, key=lambda r: r.count(b"/"), reverse=True):
+            found = open_parent(top, rel)
+            if found is None:
+                continue
+            parent, leaf = found
+            try:
+                os.rename(leaf, leaf + suffix, src_dir_fd=parent, dst_dir_fd=parent)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(top)
 
 
-def _remove_tree(dir_fd: int, name: str) -> None:
-    if stat.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
-    else:
-        os.unlink(name, dir_fd=dir_fd)
-
-
-def _make_inert(path: Path) -> None:
-    """Quarantined copies are the user's to inspect, never to run: no exec, no setuid bits. Every
+def _make_inert(path: Path, budget: HostBudget) -> None:
+    """Quarantined entries are the user's to inspect, never to run: no exec, no setuid bits. Every
     entry is reached through O_NOFOLLOW fds (a box still running on a shared workspace may hold a
     directory of it open and swap links in), and a file with other names (a hard link the box made
     to a workspace file) keeps its mode: chmod would change the user's file as well."""
-    _inert(os.path.dirname(path), os.path.basename(path))
-    if os.path.isdir(path) and not os.path.islink(path):
-        for found in walk(path, enter=lambda f: True):
-            _inert_at(found.dir_fd, found.name)
-
-
-def _inert(parent: str, name: str) -> None:
     try:
-        fd = os.open(parent, _DIR_FLAGS)
-    except OSError:
+        parent = open_dir(path.parent)
+    except OpenAgentsError:
         return
     try:
-        _inert_at(fd, name)
+        _inert_at(parent, os.fsencode(path.name))
+        try:
+            top = os.open(os.fsencode(path.name), DIR_FLAGS, dir_fd=parent)
+        except OSError:
+            return
+        try:
+            for entry in Walk(top, budget).entries():
+                _inert_at(entry.dir_fd, entry.name)
+        finally:
+            os.close(top)
     finally:
-        os.close(fd)
+        os.close(parent)
 
 
-def _inert_at(dir_fd: int, name: str) -> None:
+def _inert_at(dir_fd: int, name: bytes, mode_file: int = 0o600) -> None:
     try:
         fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError:
         return
     try:
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-            os.chmod(f"/proc/self/fd/{fd}", 0o600)
-        elif stat.S_ISDIR(st.st_mode):
+        if stat.S_ISDIR(st.st_mode):
             os.chmod(f"/proc/self/fd/{fd}", 0o700)
+        elif stat.S_ISLNK(st.st_mode):
+            pass
+        elif st.st_nlink == 1 or not stat.S_ISREG(st.st_mode):
+            os.chmod(f"/proc/self/fd/{fd}", mode_file)
+        elif st.st_mode & SPECIAL_BITS:  # another name is the user's: only the bits the box may have set go
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SPECIAL_BITS)
     except OSError:
         pass
     finally:

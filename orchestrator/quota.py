@@ -1,57 +1,104 @@
-"""The workspace write quota: how much the box may grow the workspace in one session.
+"""The workspace write quota: how much the box may grow the workspace in one session, in bytes and
+in entries (inodes).
 
 A per-file limit (RLIMIT_FSIZE) does not stop a thousand files, and the box writes at disk
-speed (3 GiB in 4 s was measured). The host watches from outside: every POLL_S it reads the
-file system's used blocks (statvfs, one system call); only when they have grown by more than the
-remaining headroom does it measure the workspace itself (a walk). Past the quota it kills every
-process in the box, and every later call fails with the fatal `workspace_quota_exceeded`, which
-stops the session. The bound is soft by what the box can write in one poll interval plus the
-kill (docs/security.md gives the measured overshoot).
+speed (3 GiB in 4 s was measured). Empty files cost no blocks, so a byte quota alone lets a box
+exhaust the host's inodes (300k empty files in seconds): entries are counted too. The host
+watches from outside: every POLL_S it reads the file system's used blocks and used inodes
+(statvfs, one system call); only when either has grown by more than the remaining headroom does
+it measure the workspace itself (a boxfs walk, bounded by a HostBudget: a walk that cannot finish
+counts as over quota, never as fine). Past either quota it kills every process in the box, and
+every later call fails with the fatal `workspace_quota_exceeded`, which stops the session. The
+bound is soft by what the box can write in one poll interval plus the kill (docs/security.md
+gives the measured overshoot).
 """
 from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .integrity import MAX_DEPTH, walk
+from .boxfs import BudgetExceeded, HostBudget, Walk
+from .boxfs.budget import MAX_DEPTH
 
 POLL_S = 0.1
+DEFAULT_ENTRY_QUOTA = 200_000
 
 
-def disk_usage(root: Path, skip: set[tuple[int, int]] | None = None, too_deep: list[str] | None = None) -> int:
-    """Bytes allocated under root (st_blocks, each inode once), no symlink followed; directories
-    whose identity is in `skip` (the read-only .git mounts) are not entered. The walk enters
-    MAX_DEPTH levels; directories below are named in `too_deep` (their bytes are not counted)."""
+@dataclass
+class Usage:
+    """What a walk measured: bytes allocated (each inode once), entries met, and what it could not see."""
+
+    allocated: int = 0
+    entries: int = 0
+    too_deep: list[bytes] = field(default_factory=list)
+    unfinished: str | None = None  # the walk passed its budget: the counts are lower bounds
+    passed: BudgetExceeded | None = None  # which bound it passed
+
+    @property
+    def complete(self) -> bool:
+        return not self.too_deep and self.unfinished is None
+
+
+def measure(root: Path, skip: set[tuple[int, int]] | None = None, budget: HostBudget | None = None) -> Usage:
+    """Bytes allocated (st_blocks, each inode once) and entries under root, no symlink followed;
+    directories whose identity is in `skip` (the read-only .git mounts) are not entered."""
     skip = skip or set()
     seen: set[tuple[int, int]] = set()
-    total = 0
-    for found in walk(root, enter=lambda f: (f.st.st_dev, f.st.st_ino) not in skip, too_deep=too_deep):
-        key = (found.st.st_dev, found.st.st_ino)
-        if key not in seen:
-            seen.add(key)
-            total += found.st.st_blocks * 512
-    return total
+    usage = Usage()
+    walker = Walk(root, budget or HostBudget(), enter=lambda e: e.key not in skip)
+    try:
+        for entry in walker.entries():
+            usage.entries += 1
+            if entry.key not in seen:
+                seen.add(entry.key)
+                usage.allocated += entry.st.st_blocks * 512
+    except BudgetExceeded as err:
+        usage.unfinished, usage.passed = err.message, err
+    usage.too_deep = walker.too_deep
+    return usage
 
 
-def _fs_used(path: Path) -> int:
+def disk_usage(root: Path, skip: set[tuple[int, int]] | None = None, too_deep: list[str] | None = None,
+               budget: HostBudget | None = None) -> int:
+    """Bytes allocated under root (see `measure`); directories below the walk's depth are named in
+    `too_deep` (their bytes are not counted)."""
+    usage = measure(root, skip, budget)
+    if too_deep is not None:
+        too_deep += [os.fsdecode(rel) for rel in usage.too_deep]
+    return usage.allocated
+
+
+def _fs_used(path: Path) -> tuple[int, int]:
+    """(bytes, inodes) in use on the file system; inodes 0 where it does not count them (f_files 0)."""
     st = os.statvfs(path)
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, max(0, st.f_files - st.f_ffree)
 
 
 class WriteQuota:
     def __init__(self, workspace: Path, limit: int, start_usage: int, skip: set[tuple[int, int]] | None = None,
-                 on_exceeded: Callable[[], None] | None = None) -> None:
+                 on_exceeded: Callable[[], None] | None = None, entry_limit: int | None = DEFAULT_ENTRY_QUOTA, start_entries: int = 0,
+                 budget: HostBudget | None = None) -> None:
+        """`limit`: bytes of growth; `entry_limit`: new entries (files, directories, links), None for
+        none; `start_usage`/`start_entries`: measured by the same rule (the baseline's walk);
+        `budget`: bounds every measuring walk (the session's, when it has one)."""
         self.workspace = workspace
         self.limit = limit
+        self.entry_limit = entry_limit
         self.skip = skip or set()
         self.on_exceeded = on_exceeded
-        self.start_usage = start_usage  # measured by the same rule as disk_usage (the baseline's walk)
+        self.budget = budget
+        self.start_usage = start_usage
+        self.start_entries = start_entries
         self.growth = 0
-        self.unmeasured = False  # the box grew the disk with a tree deeper than the walk enters
+        self.entry_growth = 0
+        self.unmeasured: str | None = None  # why the walk could not see all of the workspace (then it is over quota)
         self.exceeded = threading.Event()
-        self._trigger = _fs_used(workspace) + limit
+        used, inodes = _fs_used(workspace)
+        self._trigger = used + limit
+        self._inode_trigger = inodes + entry_limit if entry_limit is not None and inodes else None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -67,29 +114,49 @@ class WriteQuota:
             self._thread.join(timeout=5)
             self._thread = None
 
+    def _walk_budget(self) -> HostBudget:
+        # Counting past start + limit proves the quota passed: the walk need not go further.
+        cap = None if self.entry_limit is None else self.start_entries + self.entry_limit + 1
+        if self.budget is not None:
+            return self.budget.slice(max_entries=cap)
+        return HostBudget(max_entries=cap)
+
     def check(self) -> bool:
-        """Measure now; True when the quota is passed (then also kill, once)."""
+        """Measure now; True when a quota is passed (then also kill, once)."""
         if self.exceeded.is_set():
             return True
-        too_deep: list[str] = []
-        self.growth = disk_usage(self.workspace, self.skip, too_deep) - self.start_usage
+        usage = measure(self.workspace, self.skip, self._walk_budget())
+        self.growth = usage.allocated - self.start_usage
+        self.entry_growth = usage.entries - self.start_entries
         # Called only when the file system grew past the headroom: if the walk cannot see all of the
         # workspace, what it cannot see may be that growth (files written below MAX_DEPTH levels
         # were not counted at all), so an unmeasurable workspace is over quota.
-        self.unmeasured = bool(too_deep)
-        if self.growth > self.limit or self.unmeasured:
+        cap = self.start_entries + self.entry_limit + 1 if self.entry_limit is not None else None
+        if usage.passed is not None and usage.passed.what == "entry" and usage.passed.limit == cap:
+            self.entry_growth = max(self.entry_growth, (self.entry_limit or 0) + 1)  # counted past start + limit: over, measured
+        elif usage.unfinished is not None:
+            self.unmeasured = usage.unfinished
+        elif usage.too_deep:
+            self.unmeasured = f"the workspace holds directories deeper than {MAX_DEPTH} levels, which cannot be measured"
+        over_entries = self.entry_limit is not None and self.entry_growth > self.entry_limit
+        if self.growth > self.limit or over_entries or self.unmeasured:
             self.exceeded.set()
             if self.on_exceeded:
                 self.on_exceeded()
             return True
-        self._trigger = _fs_used(self.workspace) + (self.limit - self.growth)
+        used, inodes = _fs_used(self.workspace)
+        self._trigger = used + (self.limit - self.growth)
+        if self._inode_trigger is not None and self.entry_limit is not None:
+            self._inode_trigger = inodes + (self.entry_limit - self.entry_growth)
         return False
 
     def poll(self) -> bool:
-        """The cheap test (one statvfs); measures only when the file system grew past the headroom."""
+        """The cheap test (one statvfs); measures only when the file system grew past a headroom."""
         try:
-            if not self.exceeded.is_set() and _fs_used(self.workspace) >= self._trigger:
-                self.check()
+            if not self.exceeded.is_set():
+                used, inodes = _fs_used(self.workspace)
+                if used >= self._trigger or (self._inode_trigger is not None and inodes >= self._inode_trigger):
+                    self.check()
         except OSError:
             pass
         return self.exceeded.is_set()
@@ -99,8 +166,14 @@ class WriteQuota:
             self.poll()
 
     def message(self) -> str:
-        if self.unmeasured and self.growth <= self.limit:
-            return (f"the file system grew past the workspace's write quota of {self.limit / 2**20:.0f} MiB and the workspace holds directories "
-                    f"deeper than {MAX_DEPTH} levels, which cannot be measured; every process in the sandbox was killed and the session stops")
-        return (f"the session grew the workspace by {self.growth / 2**20:.0f} MiB, past its write quota of "
-                f"{self.limit / 2**20:.0f} MiB; every process in the sandbox was killed and the session stops")
+        killed = "every process in the sandbox was killed and the session stops"
+        if self.entry_limit is not None and self.entry_growth > self.entry_limit:
+            return (f"the session created {'more than ' if self.entry_growth == self.entry_limit + 1 else ''}{self.entry_growth - 1 if self.entry_growth == self.entry_limit + 1 else self.entry_growth} entries (files, directories, links) in the workspace, past its entry quota of "
+                    f"{self.entry_limit}; {killed}")
+        if self.growth > self.limit:
+            return (f"the session grew the workspace by {self.growth / 2**20:.0f} MiB, past its write quota of "
+                    f"{self.limit / 2**20:.0f} MiB; {killed}")
+        if self.unmeasured:
+            return (f"the file system grew past the workspace's write quota ({self.limit / 2**20:.0f} MiB, {self.entry_limit} entries) and "
+                    f"the workspace cannot be measured: {self.unmeasured}; {killed}")
+        return f"the workspace passed its write quota; {killed}"

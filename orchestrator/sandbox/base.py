@@ -21,7 +21,8 @@ from typing import Any, Callable, Protocol
 
 from sandbox_agent import limits
 
-from .. import host_memory, state
+from .. import host_memory, state, sweep_journal
+from ..boxfs import HostBudget
 from ..config import SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline, SweepReport, Sweeper
@@ -155,6 +156,8 @@ class SupervisedSandbox:
         self.on_start_queue: Callable[[StartQueued], None] | None = None
         self.start_gate: StartGate = START_GATE  # shared by every box of the process
         self.quota: WriteQuota | None = None
+        self.host_budget: HostBudget | None = None  # bounds the sweeps and the quota's walks (the session's clock, when set)
+        self._journal: Path | None = None  # this box's pending sweep, journaled before it first starts
         self.deployment = deploy(BoxSpec(self.workspace, self.user, self.baseline, git_dir))
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the box, under this lock; the others see the new channel and do nothing.
@@ -185,17 +188,26 @@ class SupervisedSandbox:
 
     def start(self) -> None:
         self._closed = False
+        if self._journal is None:  # durably, before the box can write anything: a host killed before its sweep leaves it to the next command
+            try:
+                self._journal = sweep_journal.record(self.id, self.workspace, self.sweeper.quarantine, self.sweeper.placeholder_mountpoint,
+                                                     self.baseline)
+            except OSError as err:
+                raise OpenAgentsError(ErrorType.IO_ERROR, f"cannot journal the workspace's sweep under {sweep_journal.journal_dir()}: "
+                                      f"{err.strerror}") from None
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
-            self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes)
+            self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes,
+                                    entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget)
         self.quota.start()
         first = not self._ever_started
         try:
             self._start_box()
         except BaseException:
-            if first:  # what the first start set up (the quota's watcher, an egress gate) goes with it
+            if first:  # what the first start set up (the quota's watcher, an egress gate, the journal) goes with it
                 self.quota.stop()
                 self.deployment.close()
+                self._sweep_and_clear()
             raise
         self._ever_started = True
 
@@ -231,16 +243,27 @@ class SupervisedSandbox:
             self._remove()
             if self.quota is not None:
                 self.quota.stop()
-            self.sweep()
+            self._sweep_and_clear()
         self.deployment.close()
 
-    def sweep(self) -> SweepReport:
+    def _sweep_and_clear(self) -> None:
+        """The last sweep; its journal goes only when it finished (else the next command retries it)."""
+        report = self.sweep()
+        if report.complete and self._journal is not None:
+            sweep_journal.clear(self._journal)
+            self._journal = None
+
+    def sweep(self, budget: HostBudget | None = None) -> SweepReport:
         """After our box is gone. Another session's box may still run on the same workspace;
-        the walk acts only through O_NOFOLLOW directory fds, so it cannot be steered outside."""
-        report = self.sweeper.sweep(shared=self.deployment.others_on_workspace())
+        the walk acts only through O_NOFOLLOW directory fds, so it cannot be steered outside.
+        `budget`: bounds it (default `host_budget`); one that cannot finish says so, typed."""
+        report = self.sweeper.sweep(shared=self.deployment.others_on_workspace(), budget=budget or self._sweep_budget())
         if report and self.on_sweep:
             self.on_sweep(report)
         return report
+
+    def _sweep_budget(self) -> HostBudget | None:
+        return self.host_budget.slice() if self.host_budget is not None else None
 
     def _remove(self) -> None:
         """The box first, its stream after: closing the stream first ends the agent's stdin, the agent

@@ -1,0 +1,170 @@
+"""Pending sweeps: a host killed before its end-of-session sweep must not leave the box's plants.
+
+The integrity sweep runs when the box is gone (integrity.py). A host process that dies first (OOM,
+SIGKILL, power loss) never runs it: the `.git` the box planted would run on the user's next `git
+status`, and the next session would adopt it into its baseline as the user's own. So before a box
+starts, its sweep is journaled, durably (a temporary file written, fsynced, renamed, the
+directory fsynced), in `$XDG_STATE_HOME/openagents-sandbox/pending-sweeps/`: the workspace, the
+baseline, the quarantine, and the owner (boot, namespaces, pid and start time, as the reaper names
+owners). The journal is removed once the sweep finished. Every `oa-sandbox` command completes the
+journaled sweeps whose owner is gone before anything else (after reaping that owner's boxes), and
+no baseline of a workspace is taken while a sweep for it is pending (Baseline.capture completes it
+first; one that cannot finish refuses the new session, typed).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import state
+from .boxfs import HostBudget, from_store, to_store
+from .errors import ErrorType, OpenAgentsError
+from .integrity import Baseline, SweepReport, Sweeper
+
+log = logging.getLogger(__name__)
+
+MAX_JOURNAL_BYTES = 64 << 20  # a baseline of many thousand repositories still fits
+VERSION = 1
+
+
+def journal_dir() -> Path:
+    return state.state_root() / "pending-sweeps"
+
+
+@dataclass
+class Pending:
+    """One journaled sweep."""
+
+    path: Path  # the journal file
+    workspace: Path
+    quarantine: Path
+    placeholder_mountpoint: bool
+    baseline: Baseline
+    owner: dict[str, str] | None  # the owner's labels (sandbox/owner.py); None: it could not be named
+
+    def owner_gone(self) -> bool:
+        from .sandbox.owner import Owner, Verdict, current, verdict
+
+        owner = Owner.from_labels(self.owner)
+        if owner is None:
+            return False
+        try:
+            return verdict(owner, current()) is Verdict.GONE
+        except RuntimeError:  # this process cannot be named: it judges no owner
+            return False
+
+    def owner_pid(self) -> str:
+        from .sandbox.owner import Owner
+
+        owner = Owner.from_labels(self.owner)
+        return str(owner.pid) if owner else "?"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mountpoint: bool, baseline: Baseline) -> Path:
+    """Journal the sweep of `workspace` before its box starts; returns the journal file."""
+    from .sandbox.owner import labels_here
+
+    folder = journal_dir()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{sandbox_id}.json"
+    body = json.dumps({"version": VERSION, "workspace": to_store(os.fsencode(workspace)), "quarantine": to_store(os.fsencode(quarantine)),
+                       "placeholder_mountpoint": placeholder_mountpoint, "owner": labels_here(), "baseline": baseline.to_json()})
+    tmp = folder / f".{sandbox_id}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, body.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    _fsync_dir(folder)
+    return path
+
+
+def clear(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    _fsync_dir(path.parent)
+
+
+def _load(path: Path) -> Pending | None:
+    try:
+        with open(path, "rb") as fh:
+            data: dict[str, Any] = json.loads(fh.read(MAX_JOURNAL_BYTES))
+        return Pending(path, Path(os.fsdecode(from_store(data["workspace"]))), Path(os.fsdecode(from_store(data["quarantine"]))),
+                       bool(data["placeholder_mountpoint"]), Baseline.from_json(data["baseline"]),
+                       {str(k): str(v) for k, v in (data.get("owner") or {}).items()} or None)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        log.warning("unreadable pending-sweep journal %s (%s): left for a person to look at", path, err)
+        return None
+
+
+def pending(workspace: Path | None = None) -> list[Pending]:
+    """Every journaled sweep (of `workspace` only, when given)."""
+    try:
+        names = sorted(n for n in os.listdir(journal_dir()) if n.endswith(".json") and not n.startswith("."))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        found = _load(journal_dir() / name)
+        if found is not None and (workspace is None or _same(found.workspace, workspace)):
+            out.append(found)
+    return out
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def complete(entry: Pending, budget: HostBudget | None = None, shared: bool = False) -> SweepReport:
+    """Run one journaled sweep now; the journal goes once the sweep finished."""
+    if not entry.workspace.is_dir():
+        clear(entry.path)  # the workspace is gone (a copy-mode copy removed): nothing left to sweep
+        return SweepReport()
+    report = Sweeper(entry.workspace, entry.baseline, entry.quarantine, entry.placeholder_mountpoint).sweep(shared=shared, budget=budget)
+    if report.complete:
+        clear(entry.path)
+    return report
+
+
+def complete_gone(workspace: Path | None = None, budget: HostBudget | None = None) -> list[tuple[Pending, SweepReport]]:
+    """Complete the journaled sweeps whose owner is gone (of `workspace` only, when given). A
+    workspace another live owner still runs a box on is swept as shared (its placeholder stays)."""
+    entries = pending(workspace)
+    done = []
+    for entry in entries:
+        if not entry.owner_gone():
+            continue
+        shared = any(other is not entry and _same(other.workspace, entry.workspace) and not other.owner_gone() for other in entries)
+        done.append((entry, complete(entry, budget, shared)))
+    return done
+
+
+def complete_for(workspace: Path, budget: HostBudget | None = None) -> None:
+    """Before a baseline of `workspace`: its pending sweeps of gone owners are completed; one that
+    cannot finish refuses the new baseline (it would adopt what that box planted)."""
+    for entry, report in complete_gone(workspace, budget):
+        for line in report.lines():
+            log.warning("integrity sweep left by a process that ended (pid %s): %s", entry.owner_pid(), line)
+        if not report.complete:
+            raise OpenAgentsError(ErrorType(report.error_type or ErrorType.RESOURCE_EXHAUSTED.value),
+                                  f"the workspace {workspace} has a sweep left by a session whose host process ended, and it could not finish "
+                                  f"({report.unfinished}); no new session starts on it until it does. Its journal: {entry.path}")
