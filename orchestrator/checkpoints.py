@@ -77,6 +77,7 @@ RACY_NS = 50_000_000  # a stat taken this close to a change may not show the nex
 BLOCK = 4096  # what one loose object costs at least on disk
 OBJECT_OVERHEAD = 64  # header and compression framing of one object, counted generously
 PACKS_BEFORE_REPACK = 32
+PACK_EVERY = 8 << 20  # loose bytes a record may have at once before they are packed
 NOT_READABLE = "not readable by the sandbox user (never stored)"
 
 _Meta = tuple[int, int, int]  # (permission bits, uid, gid)
@@ -131,6 +132,11 @@ def unknown_changes(points: list[Checkpoint]) -> str | None:
         what = "skipped" if last.state == "skipped" else "failed"
         return f"the checkpoint after turn {last.turn} {what} ({last.error_type}): {last.error}"
     return None
+
+
+def shown_path(path: str, point: Checkpoint) -> str:
+    """A path of a checkpoint's lists, for people (escaped by boxfs.show)."""
+    return show(from_store(path)) if point.names == "store" else show(path)
 
 
 def store_unknown(store: Path) -> str | None:
@@ -299,7 +305,9 @@ class CheckpointStore:
         self._watcher: _Watcher | None = None
         self._scan_started_ns = 0
         self._hinted = False  # inside an incremental record: a surprise means a full walk
-        self._pending = 0  # bytes on disk the objects written by this record cost at most
+        self._pending = 0  # bytes on disk the loose objects written by this record cost at most
+        self._base = 0  # the store's size on disk before them
+        self._record_packs: set[Path] = set()  # packs made during this record (dropped if it is not kept)
         self._budget = HostBudget()
 
     def _open_repo(self) -> pygit2.Repository:
@@ -321,7 +329,7 @@ class CheckpointStore:
         with self._lock:
             if self._index.checkpoints:
                 turn = max(turn, max(c.turn for c in self._index.checkpoints) + 1)
-            self._pending = 0
+            self._pending, self._base, self._record_packs = 0, self._index.used_bytes, set()
             self._budget = self._work_budget()
             try:
                 return self._record(turn)
@@ -329,7 +337,10 @@ class CheckpointStore:
                 self._forget()
                 try:
                     self._drop_loose()
-                except OSError:
+                    self._unlink_packs(self._record_packs & self._packs())
+                    if self.repo.references.get(f"refs/checkpoints/{turn}") is not None:
+                        self.repo.references.delete(f"refs/checkpoints/{turn}")
+                except (OSError, pygit2.GitError):
                     pass
                 state: Literal["skipped", "failed"]
                 if isinstance(err, _StoreFull):
@@ -418,11 +429,13 @@ class CheckpointStore:
                 pass
             raise
 
-    def _append(self, cp: Checkpoint, head: str | None) -> None:
+    def _append(self, cp: Checkpoint, head: str | None, used: int | None = None) -> None:
         """The index with `cp`, saved; the in-memory index changes only once the save succeeded."""
         new = self._index.model_copy(update={"checkpoints": [*self._index.checkpoints, cp]})
         if head is not None:
             new.head = head
+        if used is not None:
+            new.used_bytes = used
         self._save_index(new)
         self._index = new
 
@@ -454,17 +467,17 @@ class CheckpointStore:
         self._charge_object(256)
         commit = self.repo.create_commit(None, sig, sig, f"checkpoint after turn {turn}\n", root.tree,
                                          [head.id] if head is not None else [])
-        fresh = self._pack_loose()
+        self._record_packs |= self._pack_loose()
         used = self._measure()
         if used > self.budget_bytes:
-            # Packed, the store is still over: this checkpoint is not kept, nor the pack of its objects.
-            self._unlink_packs(fresh)
+            # Packed, the store is still over: this checkpoint is not kept, nor the packs of its objects.
             raise _StoreFull(self.budget_bytes, used)
         self.repo.references.create(f"refs/checkpoints/{turn}", commit, force=True)
         cp = Checkpoint(turn=turn, commit=str(commit), created=round(time.time(), 3), files_changed=changed[:CHANGED_LIST_CAP],
                         files_changed_count=len(changed), skipped=skipped, meta=meta, names="store")
-        self._index.used_bytes = used
-        self._append(cp, str(commit))
+        self._append(cp.model_copy(), str(commit), used)
+        self._merge_packs()
+        self._index.used_bytes = self._measure()
         return cp
 
     def _write_meta(self, root: _Dir) -> str:
@@ -498,10 +511,15 @@ class CheckpointStore:
     # -- the store on disk -----------------------------------------------------------------------
 
     def _charge_object(self, size: int) -> None:
-        """An object about to be written: its worst cost on disk as a loose file, against the budget."""
-        self._pending += (size + OBJECT_OVERHEAD + BLOCK - 1) // BLOCK * BLOCK
-        if self._index.used_bytes + self._pending > self.budget_bytes:
-            raise _StoreFull(self.budget_bytes, self._index.used_bytes + self._pending)
+        """An object about to be written: its worst cost on disk as a loose file, against the budget.
+        Many loose objects are packed mid-record, so their 4 KiB blocks do not add up."""
+        cost = (size + OBJECT_OVERHEAD + BLOCK - 1) // BLOCK * BLOCK
+        if self._pending + cost > PACK_EVERY and self._pending:
+            self._record_packs |= self._pack_loose()
+            self._pending, self._base = 0, self._measure()
+        self._pending += cost
+        if self._base + self._pending > self.budget_bytes:
+            raise _StoreFull(self.budget_bytes, self._base + self._pending)
 
     def _loose(self) -> builtins.list[tuple[pygit2.Oid, Path]]:
         objects = self.store / "objects"
@@ -545,24 +563,27 @@ class CheckpointStore:
         self.repo = self._open_repo()
 
     def _pack_loose(self) -> set[Path]:
-        """The loose objects of this record into one pack, then the loose files go; many packs
-        are merged into one. Returns the new pack (none when nothing was loose)."""
+        """The loose objects written so far into one pack, then the loose files go. Returns the
+        new pack (none when nothing was loose)."""
         loose = self._loose()
+        if not loose:
+            return set()
         before = self._packs()
-        if loose:
-            builder = pygit2.PackBuilder(self.repo)
-            for oid, _ in loose:
-                builder.add(oid)
-            builder.write()
-            self._remove_loose(loose)
-        fresh = self._packs() - before
-        if len(before) >= PACKS_BEFORE_REPACK:
-            self.repo.pack()
-            merged = self._packs() - before - fresh
-            if merged:
-                self._unlink_packs(before | fresh)
-                return merged
-        return fresh
+        builder = pygit2.PackBuilder(self.repo)
+        for oid, _ in loose:
+            builder.add(oid)
+        builder.write()
+        self._remove_loose(loose)
+        return self._packs() - before
+
+    def _merge_packs(self) -> None:
+        """Many packs into one (only after a record was kept: every object is then named)."""
+        before = self._packs()
+        if len(before) <= PACKS_BEFORE_REPACK:
+            return
+        self.repo.pack()
+        if self._packs() - before:
+            self._unlink_packs(before)
 
     def _measure(self) -> int:
         """The store's allocated bytes on disk (it is ours: a plain iterative walk)."""
