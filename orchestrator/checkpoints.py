@@ -62,7 +62,7 @@ import pygit2
 from pydantic import BaseModel, Field
 from pygit2.enums import RepositoryOpenFlag
 
-from .boxfs import HostBudget, Walk, from_store, lstat_at, open_dir, read_at, show, to_store, write_atomic
+from .boxfs import BudgetExceeded, HostBudget, Walk, from_store, lstat_at, open_dir, read_at, show, to_store, write_atomic
 from .boxfs.copy import temp_name
 from .boxfs.read import DIR_FLAGS
 from .errors import ErrorType, OpenAgentsError
@@ -1147,6 +1147,7 @@ class _Restorer:
                     self.report.conflicts.append(Conflict(path=to_store(p), reason=why))
             if self.report.conflicts:
                 return self.report
+            self._preflight(want, touched)
             self._apply(root_fd, cur, want, touched)
             os.fsync(root_fd)
         finally:
@@ -1154,6 +1155,17 @@ class _Restorer:
         self.report.restored.sort()
         self.report.removed.sort()
         return self.report
+
+    def _preflight(self, want: dict[bytes, _State], touched: builtins.list[bytes]) -> None:
+        """Refuse, before anything changes, a restore whose writes would pass the byte budget
+        (so a budget stops it whole, not half-way)."""
+        need = 0
+        for p in touched:
+            if p in want and want[p][0] == "file":
+                need += int(self.store.repo.odb.read_header(self.target.blobs[p])[1])
+        limit = self.budget.max_bytes
+        if limit is not None and self.budget.bytes_spent + need > limit:
+            raise BudgetExceeded("byte", limit, f"the restore would write {need} bytes; nothing was changed")
 
     def _defuse(self, want: dict[bytes, _State], cur: dict[bytes, _State]) -> None:
         """A directory must not come back as a bare repository (HEAD with objects/ and refs/, or a

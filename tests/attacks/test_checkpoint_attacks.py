@@ -18,7 +18,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from orchestrator.boxfs import HostBudget, from_store, to_store
+from orchestrator.boxfs import BudgetExceeded, HostBudget, from_store, to_store
 from orchestrator.checkpoints import NOT_READABLE, CheckpointStore, store_unknown, unknown_changes
 from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
 
@@ -206,9 +206,10 @@ def test_a_restore_past_its_budget_stops_typed(tmp_path: Path):
         (ws / f"f{i}.txt").unlink()
     assert store.record(1).ok
     store.host_budget = HostBudget(max_bytes=100 << 10)
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(BudgetExceeded) as caught:
         store.restore(0)
-    assert getattr(caught.value, "type", None) is not None and caught.value.type.value == "resource_exhausted"
+    assert caught.value.type.value == "resource_exhausted"
+    assert sorted(os.listdir(ws)) == []  # refused before anything was written, not half-way
 
 
 # --- 5. names, depth, failures --------------------------------------------------------------------
