@@ -1000,14 +1000,13 @@ class _Picture:
         repo = store.repo
         self.blobs: dict[bytes, pygit2.Oid] = {}
         self.states: dict[bytes, _State] = {}
-        self.modes: dict[bytes, int] = {}  # git modes of leaves
         modes: dict[bytes, tuple[int, int, int]] = {}
-        owner = store.box_user if cp.meta is None else None
+        owner: tuple[int, int]
         if cp.meta is not None:
             doc = json.loads(_object(repo, pygit2.Oid(hex=cp.meta), pygit2.Blob).data)
             owner = (int(doc["owner"][0]), int(doc["owner"][1]))
             modes = {from_store(k): (int(v[0]), int(v[1]), int(v[2])) for k, v in doc["modes"].items()}
-        else:
+        else:  # an older checkpoint: 0644/0755 and the workspace's owner, as it was restored then
             ws_st = os.stat(store.workspace)
             owner = (ws_st.st_uid, ws_st.st_gid)
         self.owner = owner
@@ -1030,11 +1029,11 @@ class _Picture:
                     stack.append((rel, _object(repo, e.id, pygit2.Tree)))
                 elif e.filemode == MODE_LINK:
                     self.states[rel] = ("link", _object(repo, e.id, pygit2.Blob).data)
-                    self.blobs[rel], self.modes[rel] = e.id, e.filemode
+                    self.blobs[rel] = e.id
                 elif e.filemode in (MODE_FILE, MODE_EXEC):
                     perm, uid, gid = m if m is not None else (0o755 if e.filemode == MODE_EXEC else 0o644, *owner)
                     self.states[rel] = ("file", perm, str(e.id), uid, gid) if owners else ("file", perm, str(e.id))
-                    self.blobs[rel], self.modes[rel] = e.id, e.filemode
+                    self.blobs[rel] = e.id
 
 
 class _Opener:
@@ -1242,7 +1241,7 @@ class _Restorer:
                     try:
                         if self.owners:
                             os.fchown(sub, int(state[2]), int(state[3]))  # type: ignore[call-overload]
-                        os.fchmod(sub, int(state[1]))  # type: ignore[call-overload]
+                        os.fchmod(sub, int(state[1]) & 0o777)  # type: ignore[call-overload]
                     finally:
                         os.close(sub)
                 except OSError as err:
