@@ -696,24 +696,32 @@ def discard(session_id: str) -> None:
 @main.command()
 @click.argument("session_id")
 def checkpoints(session_id: str) -> None:
-    """A session's checkpoints: turn, files changed, what was not checkpointed."""
-    from .checkpoints import CheckpointStore
+    """A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that
+    failed or was skipped says so (what changed then is unknown)."""
+    from .checkpoints import CheckpointStore, shown_path
     from .render import visible
 
     record = _session(session_id)
     for point in CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list():
-        files = ", ".join(point.files_changed[:8]) + (f" and {len(point.files_changed) - 8} more" if len(point.files_changed) > 8 else "")
         label = "start" if point.turn == 0 else f"turn {point.turn}"
-        click.echo(visible(f"{label:<9} {len(point.files_changed):>4} files  {files}"))
+        if not point.ok:
+            click.echo(visible(f"{label:<9}    ? files  checkpoint {point.state} ({point.error_type}): {point.error}"))
+            continue
+        names = [shown_path(p, point) for p in point.files_changed[:8]]
+        more = point.files_changed_count - len(names)
+        files = ", ".join(names) + (f" and {more} more" if more > 0 else "")
+        click.echo(visible(f"{label:<9} {point.files_changed_count:>4} files  {files}"))
         for skipped in point.skipped:
-            click.echo(visible(f"          not checkpointed: {skipped.path} ({skipped.reason})"))
+            click.echo(visible(f"          not checkpointed: {shown_path(skipped.path, point)} ({skipped.reason})"))
 
 
 @main.command()
 @click.argument("session_id")
 @click.option("--turn", required=True, type=click.IntRange(0, None), help="Restore the state after this turn; 0 is the start.")
 def rollback(session_id: str, turn: int) -> None:
-    """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint."""
+    """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
+    Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
+    from .boxfs import from_store, show
     from .checkpoints import CheckpointStore
     from .render import visible
 
@@ -723,9 +731,9 @@ def rollback(session_id: str, turn: int) -> None:
     if record.discarded:
         raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone"))
     store = CheckpointStore(record.checkpoint_store, Path(record.box_workspace))
-    turns = [p.turn for p in store.list()]
+    turns = [p.turn for p in store.list() if p.ok]
     if turn not in turns:
-        # A turn that changed nothing has no checkpoint of its own: the one before it holds.
+        # A turn that changed nothing (or whose checkpoint failed) has none of its own: the one before it holds.
         earlier = [t for t in turns if t <= turn]
         if not earlier:
             raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} has no checkpoint at or before turn {turn}"))
@@ -734,8 +742,13 @@ def rollback(session_id: str, turn: int) -> None:
         report = store.restore(turn)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
+    if report.conflicts:
+        for conflict in report.conflicts:
+            click.echo(visible(f"  conflict {show(from_store(conflict.path))}: {conflict.reason}"), err=True)
+        click.echo(f"nothing restored: {len(report.conflicts)} file(s) changed in {record.box_workspace} since the session's last checkpoint", err=True)
+        raise click.exceptions.Exit(EXIT_TOOL_ERROR)
     for skipped in report.skipped:
-        click.echo(visible(f"  not restored: {skipped.path} ({skipped.reason})"), err=True)
+        click.echo(visible(f"  not restored: {show(from_store(skipped.path))} ({skipped.reason})"), err=True)
     click.echo(f"restored {record.box_workspace} to {'the start' if turn == 0 else f'turn {turn}'}: "
                f"{len(report.restored)} written, {len(report.removed)} removed", err=True)
 

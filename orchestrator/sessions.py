@@ -155,7 +155,12 @@ def summary_line(record: SessionRecord) -> str:
     status = record.status + (" (applied)" if record.applied else "") + (" (discarded)" if record.discarded else "")
     if record.status == "running" and not record.running():
         status = "interrupted"
-    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {len(record.files_changed):>4} files  {record.workspace}"
+    from .checkpoints import store_unknown
+
+    files = f"{len(record.files_changed):>4} files"
+    if store_unknown(record.checkpoint_store):
+        files = f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"  # a checkpoint failed
+    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files}  {record.workspace}"
 
 
 def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run") -> tuple[SessionRecord, Path | None]:

@@ -35,33 +35,53 @@ def exit_code(result: SessionResult) -> int:
     return EXIT_REFUSED if result.refused else EXIT_OK
 
 
-def changed_files(record: SessionRecord) -> list[FileChange]:
-    """Every file that differs between the first and the last checkpoint, with lines added and
-    removed (the checkpoint store is ours, outside the workspace: nothing of the box's is read)."""
+class ChangedFiles(list[FileChange]):
+    """The files a session changed; `unknown` says why the list may be incomplete (the session's
+    last checkpoint failed or was skipped), so it never reads as "no files changed"."""
+
+    unknown: str | None = None
+
+
+def changed_files(record: SessionRecord) -> ChangedFiles:
+    """Every file that differs between the first and the last good checkpoint, with lines added
+    and removed (the checkpoint store is ours, outside the workspace: nothing of the box's is
+    read). Paths are in boxfs.to_store form (lossless)."""
     import pygit2
     from pygit2.enums import RepositoryOpenFlag
 
-    from .checkpoints import CheckpointStore
+    from .checkpoints import CheckpointStore, unknown_changes
+
+    def fallback(unknown: str | None) -> ChangedFiles:
+        out = ChangedFiles(FileChange(path=p) for p in record.files_changed)
+        out.unknown = unknown
+        return out
 
     store = Path(record.checkpoint_store)
     if not (store / "HEAD").exists():
-        return [FileChange(path=p) for p in record.files_changed]
+        return fallback(None)
     try:
-        points = CheckpointStore(store, Path(record.box_workspace)).list()
-        if len(points) < 2:
-            return []
+        listed = CheckpointStore(store, Path(record.box_workspace)).list()
+    except Exception as err:  # noqa: BLE001 - a summary without counts beats none
+        return fallback(f"the checkpoints cannot be read: {str(err)[:200]}")
+    unknown = unknown_changes(listed)
+    points = [p for p in listed if p.ok]
+    out = ChangedFiles()
+    out.unknown = unknown
+    if len(points) < 2:
+        return out
+    try:
         repo = pygit2.Repository(str(store), RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.BARE)
         diff = repo.diff(pygit2.Oid(hex=points[0].commit), pygit2.Oid(hex=points[-1].commit))  # the two commits' trees
-        out = []
         for patch in diff:
             assert patch is not None  # None only for an unmodified delta, which a diff of two trees never lists
             delta = patch.delta
             path = delta.new_file.path if delta.status != pygit2.enums.DeltaStatus.DELETED else delta.old_file.path
             _, added, removed = patch.line_stats
             out.append(FileChange(path=path, added=added, removed=removed))
-        return sorted(out, key=lambda c: c.path)
+        out.sort(key=lambda c: c.path)
+        return out
     except Exception:  # noqa: BLE001 - a summary without counts beats none
-        return [FileChange(path=p) for p in record.files_changed]
+        return fallback(unknown)
 
 
 def summary_json(result: SessionResult, record: SessionRecord, changes: list[FileChange], code: int) -> dict[str, Any]:
@@ -76,6 +96,7 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "refused_calls": [c.model_dump(mode="json") for c in result.refused_calls],
         "failed_calls": [c.model_dump(mode="json") for c in result.failed_calls],
         "changed_files": [c.model_dump() for c in changes],
+        "changed_files_unknown": getattr(changes, "unknown", None),  # why the list may be incomplete (a failed checkpoint)
         "tokens": dict(result.tokens),
         "wall_s": result.wall_s,
         "error": result.error.model_dump(mode="json") if result.error else None,
@@ -93,6 +114,9 @@ def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]
         lines.append(visible(f"   refused  {call.action or call.tool} [{call.executor.value}]: {call.reason}"))
     for call in result.failed_calls:
         lines.append(visible(f"   failed   {call.action or call.tool}: {call.reason}"))
+    unknown = getattr(changes, "unknown", None)
+    if unknown:
+        lines.append(visible(f"   changed files unknown: {unknown}"))
     if changes:
         width = max(len(c.path) for c in changes[:50])
         lines.append(f"   {len(changes)} file{'s' if len(changes) != 1 else ''} changed:")
@@ -100,7 +124,7 @@ def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]
             lines.append(visible(f"     {change.path:<{width}}  +{change.added} -{change.removed}"))
         if len(changes) > 50:
             lines.append(f"     and {len(changes) - 50} more")
-    else:
+    elif not unknown:
         lines.append("   no files changed")
     lines.append(f"   tokens: {result.tokens.get('input', 0)} in, {result.tokens.get('output', 0)} out; wall time {result.wall_s:.1f} s")
     return lines

@@ -110,8 +110,8 @@ def test_list_from_a_fresh_store_object(layout):
     assert all(len(c.commit) == 40 for c in listed)
     fresh.restore(0)
     assert (ws / "src/app.py").read_text() == "print('hi')\n"
-    with pytest.raises(ValueError):
-        fresh.record(1)  # a turn is recorded once
+    (ws / "src/app.py").write_text("v3\n")
+    assert fresh.record(1).turn == 2  # a turn is recorded once: a late number is moved past the last
 
 
 def test_a_symlink_to_a_host_file_is_stored_as_a_link_and_never_written_through(layout):
@@ -200,23 +200,26 @@ def test_git_entries_in_any_case_are_neither_recorded_nor_touched(layout):
 
 def test_oversized_files_and_a_spent_budget_are_listed_not_dropped(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"small.txt": "s" * 100, "huge.bin": b"h" * 5000})
-    store = CheckpointStore(tmp_path / "cp.git", ws, budget_bytes=2000, max_file_bytes=4096)
+    store = CheckpointStore(tmp_path / "cp.git", ws, budget_bytes=1 << 20, max_file_bytes=4096)
     cp = store.record(0)
     assert [(s.path, "larger than 4096" in s.reason) for s in cp.skipped] == [("huge.bin", True)]
     (ws / "a.txt").write_text("a" * 1500)
-    (ws / "b.txt").write_text("b" * 1500)
     cp = store.record(1)
-    skipped = {s.path: s.reason for s in cp.skipped}
-    assert "huge.bin" in skipped
-    spent = [p for p in ("a.txt", "b.txt") if "budget" in skipped.get(p, "")]
-    assert len(spent) == 1  # one fitted, the other did not, and it says so
-    kept = ({"a.txt", "b.txt"} - set(spent)).pop()
-    assert cp.files_changed == [kept]
-    # Restore leaves what was never checkpointed alone and reports it.
-    (ws / spent[0]).write_text("changed later")
+    assert cp.ok and cp.files_changed == ["a.txt"] and "huge.bin" in {s.path for s in cp.skipped}
+    # The store's budget counts its real size on disk: past it, a checkpoint is skipped, typed.
+    store.budget_bytes = store._index.used_bytes + 2000
+    for i in range(4):
+        (ws / f"n{i}.txt").write_text(f"{i}" * 1500)
+    cp = store.record(2)
+    assert cp.state == "skipped" and cp.error_type == "resource_exhausted" and "budget" in cp.error
+    # Restore leaves what was never checkpointed alone and reports it (nothing changed since the last record).
+    (ws / "n0.txt").unlink()
+    for i in range(1, 4):
+        (ws / f"n{i}.txt").unlink()
     report = store.restore(1)
-    assert (ws / spent[0]).read_text() == "changed later"
-    assert {s.path for s in report.skipped} >= {"huge.bin", spent[0]}
+    assert not report.conflicts
+    assert (ws / "huge.bin").read_bytes() == b"h" * 5000
+    assert {s.path for s in report.skipped} >= {"huge.bin"}
 
 
 def test_gitattributes_and_filters_change_nothing(tmp_path: Path):
