@@ -19,7 +19,7 @@ from .budget import Budget
 from .models.base import RetryNotice, RetryPolicy, key_variable, model_from_spec
 from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
-from .boxfs import lstat_workspace
+from .boxfs import HostBudget, lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
 from .checkpoints import CheckpointStore
 from .integrity import SweepReport
@@ -113,7 +113,10 @@ class OpenSession:
         except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
             self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
             return
-        if point is not None:
+        if point is not None and not point.ok:  # failed or over the store's budget: changes unknown, never "none"
+            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, state=point.state,
+                                  error_type=point.error_type, error=point.error[:500])
+        elif point is not None:
             self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
                                   skipped=[s.model_dump() for s in point.skipped[:200]])
 
@@ -169,11 +172,15 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     watchers.append(transcript)
     checkpoints = None
     try:
-        checkpoints = CheckpointStore(record.checkpoint_store, box_ws)
+        # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
+        host_budget = HostBudget.until(options.budget.max_wall_s)
+        checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
         if sandbox is None:
             box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
             sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
         sandbox.on_start_queue = lambda progress: start_queued(transcript, progress)
+        if hasattr(sandbox, "host_budget"):
+            sandbox.host_budget = host_budget
         opened = OpenSession(sandbox, transcript, record, checkpoints)
         opened.checkpoint(0, [])  # the start, before the box has run anything
         if not sandbox.started:

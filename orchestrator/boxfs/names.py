@@ -28,8 +28,14 @@ def show(name: bytes | str) -> str:
 def to_store(name: bytes | str) -> str:
     """A lossless, valid-UTF-8 text form of a name for JSON stores and indexes: each undecodable
     byte as `\\xNN` and a backslash doubled, so every name has exactly one form."""
+    raw = _as_bytes(name)
+    if b"\\" not in raw:
+        try:
+            return raw.decode("utf-8")  # the common case: valid UTF-8 is its own form
+        except UnicodeDecodeError:
+            pass
     out: list[str] = []
-    for char in _as_bytes(name).decode("utf-8", "surrogateescape"):
+    for char in raw.decode("utf-8", "surrogateescape"):
         code = ord(char)
         if 0xDC80 <= code <= 0xDCFF:
             out.append(f"\\x{code - 0xDC00:02x}")

@@ -31,6 +31,8 @@ from ..quota import WriteQuota
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
 
+SWEEP_BUDGET_S = 300.0  # one sweep's wall time (300k entries take ~2 s here)
+
 log = logging.getLogger(__name__)
 
 WORKSPACE_IN_BOX = "/workspace"
@@ -262,8 +264,11 @@ class SupervisedSandbox:
             self.on_sweep(report)
         return report
 
-    def _sweep_budget(self) -> HostBudget | None:
-        return self.host_budget.slice() if self.host_budget is not None else None
+    def _sweep_budget(self) -> HostBudget:
+        """The sweep's own clock, never the session's: --max-wall ending a session must not cut short
+        the sweep that makes its workspace safe. One that cannot finish within SWEEP_BUDGET_S says
+        so and stays journaled, and the next command finishes it."""
+        return HostBudget.until(SWEEP_BUDGET_S)
 
     def _remove(self) -> None:
         """The box first, its stream after: closing the stream first ends the agent's stdin, the agent
