@@ -280,3 +280,37 @@ def test_git_status_and_diff_on_hostile_names_deep_chain_and_fifo(tmp_path):
     one_line_each(diff.output.splitlines())
     assert "T tracked.txt (not a regular file: not read)" in status.output
     assert "deeper than 512 levels: not walked" in status.note
+
+
+def test_hard_links_to_outside_the_tree_do_not_exhaust_descriptors(tmp_path):
+    """Files whose other names are outside the workspace (a pnpm store, a `cp -al` backup): the copy
+    remembers each inode for its later names, but never holds a descriptor per directory for it."""
+    import resource
+
+    outside, real = tmp_path / "store", tmp_path / "real"
+    outside.mkdir()
+    for i in range(600):
+        (real / f"pkg{i}").mkdir(parents=True)
+        (outside / f"f{i}").write_text(f"{i}\n")
+        os.link(outside / f"f{i}", real / f"pkg{i}" / "index.js")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (400, hard))  # the copy holds at most HardLinks.max_dirs (256) for links
+    try:
+        manifest = copy_workspace(real, tmp_path / "state" / "copy", os.getuid(), os.getgid())
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len(manifest.entries) == 1200
+    assert (Path(manifest.copy_dir) / "pkg599" / "index.js").read_text() == "599\n"
+
+
+def test_in_tree_link_groups_in_many_directories_all_stay_linked(tmp_path):
+    """A directory's descriptor is let go once every name of its inodes was met, so the bound on
+    held descriptors never stops an ordinary tree of many linked pairs from being deduplicated."""
+    real = tmp_path / "real"
+    for i in range(400):
+        (real / f"d{i}").mkdir(parents=True)
+        (real / f"d{i}" / "a").write_text(f"{i}\n")
+        os.link(real / f"d{i}" / "a", real / f"d{i}" / "b")
+    copy = Path(copy_workspace(real, tmp_path / "state" / "copy", os.getuid(), os.getgid()).copy_dir)
+    for i in range(400):
+        assert os.lstat(copy / f"d{i}" / "a").st_ino == os.lstat(copy / f"d{i}" / "b").st_ino
