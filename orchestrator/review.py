@@ -36,7 +36,7 @@ from .boxfs.read import DIR_FLAGS, components, open_dir
 from .errors import OpenAgentsError
 from .integrity import special_name
 from .render import visible
-from .workspace_copy import CopyManifest, ManifestEntry, Stamp
+from .workspace_copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
 
 ChangeKind = Literal["added", "modified", "deleted", "type_changed", "mode_changed"]
 
@@ -145,7 +145,7 @@ def _scan(manifest: CopyManifest, budget: HostBudget | None = None) -> _Scan:
     changes: list[Change] = []
     git: list[str] = []
     seen: set[str] = set()
-    walk = Walk(manifest.copy_dir, budget if budget is not None else HostBudget(),
+    walk = Walk(manifest.copy_dir, budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH),
                 enter=lambda e: not _is_git(os.fsdecode(e.name)))  # never enters a .git
     for found in walk.entries():
         rel, now = to_store(found.rel), Stamp.of(found.st)
@@ -187,7 +187,7 @@ def _empty_dir(dir_fd: int, name: bytes) -> bool:
 def list_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> list[Change]:
     """What the box changed in the copy since it was made, parents before children; nothing in or
     under any `.git` (any case) is ever reported or entered. The scan is bounded by `budget`
-    (default: boxfs's); over it, BudgetExceeded (typed RESOURCE_EXHAUSTED), never a short list."""
+    (default: boxfs's, with the copy's depth, COPY_MAX_DEPTH); over it, BudgetExceeded (typed RESOURCE_EXHAUSTED), never a short list."""
     return _scan(manifest, budget).changes
 
 
@@ -518,7 +518,7 @@ class _Applier:
         self.m = manifest
         self.report = ApplyReport()
         self.touched: set[str] = set()  # directories whose entries changed: fsynced once, at the end
-        self.budget = budget if budget is not None else HostBudget()
+        self.budget = budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH)
         self.real_fd = open_dir(manifest.real)
         try:
             self.copy_fd = open_dir(manifest.copy_dir)
@@ -754,8 +754,13 @@ class _Applier:
             self.leave(rel, f"deeper than {scan.depth} levels: not checked, not carried")
         for rel, why in scan.unreadable:
             self.leave(rel, f"could not be read ({why}): not checked, not carried")
-        self._clean_stale(scan.changes)
-        acts = [a for a in map(self.decide, scan.changes) if a is not None]
+        # a directory the walk did not enter is not carried itself either: what apply makes is
+        # never deeper than what the next copy takes (COPY_MAX_DEPTH)
+        unseen = set(scan.too_deep) | {u for u, _ in scan.unreadable}
+        below = tuple(u + "/" for u in unseen)
+        changes = [c for c in scan.changes if c.path not in unseen and not c.path.startswith(below)]
+        self._clean_stale(changes)
+        acts = [a for a in map(self.decide, changes) if a is not None]
         planned = {a.path: a for a in acts}
         ok = []
         for act in acts:
@@ -943,7 +948,8 @@ def apply_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> A
 
     Returns what was applied, what was left out (with why) and the conflicts; the caller exits 1
     when there are conflicts. Safe to run again after an interruption. The scan of the copy and
-    the bytes written are bounded by `budget` (default: boxfs's).
+    the bytes written are bounded by `budget` (default: boxfs's, with the copy's depth: nothing
+    apply makes is deeper than the next copy takes).
     """
     applier = _Applier(manifest, budget)
     try:

@@ -124,7 +124,7 @@ def test_a_1000_deep_chain_made_by_the_box_is_reviewed_and_left_out(tmp_path):
     later(copy / "keep.txt")
     changes = finishes(lambda: list_changes(manifest))
     assert any(c.path == "keep.txt" for c in changes)
-    assert max(c.path.count("/") for c in changes) < 520
+    assert max(c.path.count("/") for c in changes) <= COPY_MAX_DEPTH
     one_line_each(finishes(lambda: list(render_diff(manifest, changes, stat=True))))
     report = finishes(lambda: apply_changes(manifest))
     assert report.conflicts == []
@@ -138,7 +138,9 @@ def test_a_1000_deep_chain_made_by_the_box_is_reviewed_and_left_out(tmp_path):
             fd, depth = sub, depth + 1
     finally:
         os.close(fd)
-    assert depth < 520  # nothing below the budget's depth was carried
+    assert depth < COPY_MAX_DEPTH - 1  # nothing the next copy would refuse was carried (chain/ is level 1)
+    again = copy_workspace(real, tmp_path / "again", os.getuid(), os.getgid())  # the applied tree copies again
+    assert again.entries
 
 
 def blocks(path: Path) -> int:
@@ -314,3 +316,53 @@ def test_in_tree_link_groups_in_many_directories_all_stay_linked(tmp_path):
     copy = Path(copy_workspace(real, tmp_path / "state" / "copy", os.getuid(), os.getgid()).copy_dir)
     for i in range(400):
         assert os.lstat(copy / f"d{i}" / "a").st_ino == os.lstat(copy / f"d{i}" / "b").st_ino
+
+
+# --------------------------------------------------------------------------------------------
+# a real box plants the tree in its copy (runc and runsc)
+
+BOX_PLANT = r"""
+set -e
+mkfifo fifo
+python3 - <<'PY'
+import os
+for raw in [b"new\nline", b"bad\xffutf8", b"esc\x1b[2J"]:
+    open(raw, "wb").write(b"box\n")
+open("pair-a", "r+b").write(b"BOX")  # through one name of the user's linked pair
+fd = os.open(".", os.O_RDONLY)
+os.mkdir("chain", dir_fd=fd); sub = os.open("chain", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = sub
+for _ in range(1000):
+    os.mkdir("d", dir_fd=fd); sub = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = sub
+with open("sparse", "wb") as fh:
+    fh.truncate(256 << 20); fh.write(b"head")
+for i in range(16):
+    os.link("sparse", f"hl{i}")
+PY
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chowning the copy to the sandbox uid needs root")
+def test_a_real_box_plants_the_fixtures_in_its_copy_and_apply_stays_safe(tmp_path, open_sandbox, runtime):
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "pair-a").write_text("user\n")
+    os.link(real / "pair-a", real / "pair-b")
+    manifest = copy_workspace(real, tmp_path / "state" / "copy", 1000, 1000)  # owned by the box's uid, as sessions make it
+    box = open_sandbox(Path(manifest.copy_dir), user="1000:1000")
+    result = box.call("shell", {"command": BOX_PLANT, "timeout_s": 120})
+    assert result.ok, result
+
+    changes = finishes(lambda: list_changes(manifest), 60)
+    paths = {from_store(c.path) for c in changes}
+    assert {b"new\nline", b"bad\xffutf8", b"pair-a", b"pair-b", b"sparse", b"hl0"} <= paths
+    one_line_each(finishes(lambda: list(render_diff(manifest, changes)), 60))
+    report = finishes(lambda: apply_changes(manifest), 60)
+    assert report.conflicts == [], report.lines()
+    one_line_each(report.lines())
+    left = {from_store(lo.path) for lo in report.left_out}
+    assert {b"sparse", b"hl0", b"hl15"} <= left  # hard links made in the box
+    assert any("deeper than" in lo.reason for lo in report.left_out)
+    assert (real / os.fsdecode(b"bad\xffutf8")).read_bytes() == b"box\n"
+    assert (real / os.fsdecode(b"new\nline")).read_bytes() == b"box\n"
+    assert (real / "pair-a").read_text() == (real / "pair-b").read_text() == "BOXr\n"
+    assert not (real / "sparse").exists() and not (real / "fifo").exists()
