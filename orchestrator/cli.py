@@ -619,16 +619,16 @@ def _copy_session(session_id: str, action: str) -> SessionRecord:
 
 def _apply(record: SessionRecord) -> int:
     """Apply a copy session's changes; 0 when applied, 1 on conflicts (then nothing was applied)."""
-    from .render import visible
-    from .review import apply_changes
+    from .boxfs import show
+    from .review import apply_changes, shown
     from .workspace_copy import CopyManifest
 
     report = apply_changes(CopyManifest.load(record.manifest_path))
     for item in report.left_out:
-        click.echo(visible(f"  left out {item.path}: {item.reason}"), err=True)
+        click.echo(f"  left out {shown(item.path)}: {show(item.reason)}", err=True)
     if report.conflicts:
         for conflict in report.conflicts:
-            click.echo(visible(f"  conflict {conflict.path}: {conflict.reason}"), err=True)
+            click.echo(f"  conflict {shown(conflict.path)}: {show(conflict.reason)}", err=True)
         click.echo(f"nothing applied: {len(report.conflicts)} file(s) changed in {record.workspace} since the copy was taken", err=True)
         return EXIT_TOOL_ERROR
     record.applied = True

@@ -1,10 +1,13 @@
 """Copy mode's review and apply: what the box changed, shown safely, and carried back by a sanitiser.
 
 The copy is the box's: by the time anyone reviews it, every byte, name, mode and link in it may
-be an attack on the host or on the user's real workspace. So this module never follows a link in
-either tree (every path is walked from a directory fd, one O_NOFOLLOW component at a time), never
-opens anything but directories and regular files (O_NONBLOCK, so a FIFO cannot hang it), reads
-with fixed bounds, and shows every name and line through `render.visible()`.
+be an attack on the host or on the user's real workspace. So this module touches it only through
+the shared layer (orchestrator/boxfs): the copy is scanned by its iterative, budgeted Walk; every
+path is reached from a directory fd, one O_NOFOLLOW component at a time; nothing but directories
+and regular files is opened (O_NONBLOCK, so a FIFO cannot hang it); reads are capped; files land
+through `write_atomic` (holes kept: a sparse file stays sparse on the user's disk). Paths are kept
+in `boxfs.to_store` form (valid text, lossless: a newline or invalid UTF-8 in a name survives the
+JSON manifest and the report) and shown only through `boxfs.show`.
 
 `apply_changes()` is a sanitiser, not a copy. It carries regular files (modes normalised, never
 setuid, setgid or sticky), directories, deletions and symlinks that stay inside the workspace;
@@ -23,14 +26,17 @@ import os
 import re
 import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Literal
 
 from pydantic import BaseModel, Field
 
-from .integrity import MAX_DEPTH, special_name, walk
+from .boxfs import HostBudget, Walk, from_store, open_parent, open_regular, read_at, show, to_store, write_atomic
+from .boxfs.copy import temp_name
+from .boxfs.read import DIR_FLAGS, components, open_dir
+from .errors import OpenAgentsError
+from .integrity import special_name
 from .render import visible
-from .workspace_copy import CopyManifest, ManifestEntry, Stamp
+from .workspace_copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
 
 ChangeKind = Literal["added", "modified", "deleted", "type_changed", "mode_changed"]
 
@@ -40,10 +46,8 @@ MAX_TOTAL_LINES = 20000  # diff lines shown in all
 MAX_STAT_FILES = 5000  # --stat lines before "and N more"
 MAX_SYMLINK_HOPS = 40  # as the kernel's ELOOP limit
 _CHUNK = 1 << 20
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-TEMP_PREFIX = ".oa-apply-"
-_TEMP_RE = re.compile(r"\.oa-apply-[0-9a-f]{16}\.tmp\Z")
+TEMP_PREFIX = ".oa-apply-"  # what earlier versions named their temp files (boxfs.write_atomic: ".oa-<hex>.tmp")
+_TEMP_RE = re.compile(r"\.oa-(?:apply-)?[0-9a-f]{16}\.tmp\Z")
 _LINE = re.compile(r"[^\n]*\n|[^\n]+")
 _REPO_MAKERS = ("head", "commondir")  # the entries without which git takes no directory for a repository
 
@@ -51,12 +55,13 @@ _REPO_MAKERS = ("head", "commondir")  # the entries without which git takes no d
 class Change(BaseModel):
     """One entry the box changed in the copy, relative to the copy as it was made."""
 
-    path: str
+    path: str  # boxfs.to_store form (from_store gives the bytes; shown() the line for a person)
     status: ChangeKind
     before: Stamp | None = None  # the copy right after it was made (None: added)
     after: Stamp | None = None  # the copy now (None: deleted)
     fmt: int = 0  # S_IFMT of the entry now: tells a FIFO from a socket from a device
     nlink: int = 1
+    box_link: bool = False  # a hard link made in the box (not one the copy kept from the real tree)
 
 
 class LeftOut(BaseModel):
@@ -84,15 +89,25 @@ class ApplyReport(BaseModel):
 
     def lines(self) -> list[str]:
         """For a terminal: every path made visible (a name may hold escape sequences)."""
-        out = [f"conflict: {show_path(c.path)}: {show_path(c.reason)}" for c in self.conflicts]
-        out += [f"applied: {show_path(p)}" for p in self.applied]
-        out += [f"mode {n.box_mode} normalised to {n.mode}: {show_path(n.path)}" for n in self.normalised]
-        return out + [f"left out: {show_path(lo.path)}: {show_path(lo.reason)}" for lo in self.left_out]
+        out = [f"conflict: {shown(c.path)}: {show(c.reason)}" for c in self.conflicts]
+        out += [f"applied: {shown(p)}" for p in self.applied]
+        out += [f"mode {n.box_mode} normalised to {n.mode}: {shown(n.path)}" for n in self.normalised]
+        return out + [f"left out: {shown(lo.path)}: {show(lo.reason)}" for lo in self.left_out]
 
 
-def show_path(rel: str) -> str:
-    """A path on one line of a terminal: visible(), and newlines and tabs escaped as well."""
-    return visible(rel).replace("\n", "\\n").replace("\t", "\\t")
+def shown(path: str) -> str:
+    """A path kept in to_store form, as a person sees it: boxfs.show of its bytes (one line)."""
+    return show(from_store(path))
+
+
+def _box_made_link(manifest: CopyManifest, path: str, ino: int, nlink: int) -> bool:
+    """Whether a file with `nlink` names is a hard link made in the box: any, unless it is the
+    copy's own inode at `path` with no more names than the copy gave it (a hard-linked group of the
+    real tree is copied as one linked group: each of its names is carried as a file)."""
+    if nlink <= 1:
+        return False
+    entry = manifest.entries.get(path)
+    return not (entry is not None and entry.copy.kind == "file" and entry.copy.ino == ino and nlink <= manifest.link_group(ino))
 
 
 def _is_git(name: str) -> bool:
@@ -111,7 +126,9 @@ def _in_git(rel: str) -> bool:
 class _Scan:
     changes: list[Change]
     git_entries: list[str]  # .git entries (any case) the box added or changed: never carried
-    too_deep: list[str]
+    too_deep: list[str]  # directories not entered (deeper than the budget's depth)
+    depth: int
+    unreadable: list[tuple[str, str]]  # directories that could not be opened or listed, and why
 
 
 def _status(before: Stamp, now: Stamp) -> ChangeKind | None:
@@ -124,117 +141,145 @@ def _status(before: Stamp, now: Stamp) -> ChangeKind | None:
     return None
 
 
-def _scan(manifest: CopyManifest) -> _Scan:
-    too_deep: list[str] = []
+def _scan(manifest: CopyManifest, budget: HostBudget | None = None) -> _Scan:
     changes: list[Change] = []
     git: list[str] = []
     seen: set[str] = set()
-    for found in walk(Path(manifest.copy_dir), too_deep=too_deep):  # never enters a .git
-        rel, now = found.rel, Stamp.of(found.st)
+    walk = Walk(manifest.copy_dir, budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH),
+                enter=lambda e: not _is_git(os.fsdecode(e.name)))  # never enters a .git
+    for found in walk.entries():
+        rel, now = to_store(found.rel), Stamp.of(found.st)
         entry = manifest.entries.get(rel)
-        if _is_git(found.name):
+        if _is_git(os.fsdecode(found.name)):
             if entry is None or not now.same_as(entry.copy):
                 if not (rel == ".git" and _empty_dir(found.dir_fd, found.name)):  # the .git mount point
                     git.append(rel)
             continue
         seen.add(rel)
         fmt, nlink = stat.S_IFMT(found.st.st_mode), found.st.st_nlink
+        linked = stat.S_ISREG(found.st.st_mode) and _box_made_link(manifest, rel, found.st.st_ino, nlink)
         if entry is None:
-            changes.append(Change(path=rel, status="added", after=now, fmt=fmt, nlink=nlink))
+            changes.append(Change(path=rel, status="added", after=now, fmt=fmt, nlink=nlink, box_link=linked))
         elif status := _status(entry.copy, now):
-            changes.append(Change(path=rel, status=status, before=entry.copy, after=now, fmt=fmt, nlink=nlink))
-    deep = tuple(r + "/" for r in too_deep)
+            changes.append(Change(path=rel, status=status, before=entry.copy, after=now, fmt=fmt, nlink=nlink, box_link=linked))
+    too_deep = [to_store(r) for r in walk.too_deep]
+    unreadable = [(to_store(r), why) for r, why in walk.unreadable]
+    unseen = tuple(r + "/" for r in too_deep + [u for u, _ in unreadable])  # not looked into: nothing there is "deleted"
     for rel, entry in manifest.entries.items():
-        if rel not in seen and not _in_git(rel) and not rel.startswith(deep):
+        if rel not in seen and not _in_git(rel) and not rel.startswith(unseen):
             changes.append(Change(path=rel, status="deleted", before=entry.copy))
     changes.sort(key=lambda c: c.path.split("/"))
-    return _Scan(changes, sorted(git), too_deep)
+    return _Scan(changes, sorted(git), too_deep, walk.budget.max_depth, unreadable)
 
 
-def _empty_dir(dir_fd: int, name: str) -> bool:
+def _empty_dir(dir_fd: int, name: bytes) -> bool:
     try:
-        fd = os.open(name, _DIR, dir_fd=dir_fd)
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
     except OSError:
         return False
     try:
-        return not os.listdir(fd)
+        with os.scandir(fd) as it:
+            return next(iter(it), None) is None
     finally:
         os.close(fd)
 
 
-def list_changes(manifest: CopyManifest) -> list[Change]:
+def list_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> list[Change]:
     """What the box changed in the copy since it was made, parents before children; nothing in or
-    under any `.git` (any case) is ever reported or entered."""
-    return _scan(manifest).changes
+    under any `.git` (any case) is ever reported or entered. The scan is bounded by `budget`
+    (default: boxfs's, with the copy's depth, COPY_MAX_DEPTH); over it, BudgetExceeded (typed RESOURCE_EXHAUSTED), never a short list."""
+    return _scan(manifest, budget).changes
 
 
 # ---------------------------------------------------------------------------------------------
 # walking a tree without following anything
 
 
-def _open_dirs(root_fd: int, parts: list[str]) -> int:
-    """A new fd of root/parts..., every component opened O_NOFOLLOW (a symlink raises ELOOP)."""
-    fd = os.dup(root_fd)
+def _unsafe(err: OpenAgentsError) -> OSError:
+    """boxfs's typed refusal (a link on the way, not a regular file) as the OSError callers handle."""
+    return OSError(errno.ELOOP, err.message)
+
+
+def _open_dir(root_fd: int, rel: str) -> int:
+    """A new fd of the directory root/rel (to_store form; "" is root), through boxfs.open_parent:
+    no link followed anywhere (a symlink raises ELOOP)."""
+    if not rel:
+        return os.dup(root_fd)
     try:
-        for name in parts:
-            sub = os.open(name, _DIR, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        found = open_parent(root_fd, from_store(rel))
+    except OpenAgentsError as err:
+        raise _unsafe(err) from None
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "a parent directory is missing")
+    parent, leaf = found
+    try:
+        return os.open(leaf, DIR_FLAGS, dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 @dataclass
 class _Where:
     st: os.stat_result | None = None  # the entry itself, not followed
-    blocker: str | None = None  # the first parent that is not a plain directory
+    blocker: str | None = None  # the first parent that is not a plain directory (to_store form)
     blocker_kind: str = ""
     parent_missing: bool = False
 
 
 def _locate(root_fd: int, rel: str) -> _Where:
-    parts = rel.split("/")
+    """What is at rel, and if a parent is not a plain directory, which one: the conflict rule tells
+    a directory the user replaced from one that was never one. Each component is opened with
+    boxfs's O_NOFOLLOW directory flags from its parent's fd."""
+    parts = components(from_store(rel))
     fd = os.dup(root_fd)
     try:
         for i, name in enumerate(parts[:-1]):
             try:
-                st = os.lstat(name, dir_fd=fd)
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
                 return _Where(parent_missing=True)
             if not stat.S_ISDIR(st.st_mode):
-                return _Where(blocker="/".join(parts[: i + 1]), blocker_kind="a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory")
-            sub = os.open(name, _DIR, dir_fd=fd)
+                return _Where(blocker=to_store(b"/".join(parts[: i + 1])),
+                              blocker_kind="a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory")
+            sub = os.open(name, DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = sub
         try:
-            return _Where(st=os.lstat(parts[-1], dir_fd=fd))
+            return _Where(st=os.stat(parts[-1], dir_fd=fd, follow_symlinks=False))
         except FileNotFoundError:
             return _Where()
     finally:
         os.close(fd)
 
 
-def _open_file(root_fd: int, rel: str) -> int:
-    """An fd of the regular file root/rel: no link followed, never blocking (a FIFO is refused)."""
-    parts = rel.split("/")
-    parent = _open_dirs(root_fd, parts[:-1])
+def _parent(root_fd: int, rel: str) -> tuple[int, bytes]:
+    """(a new fd of rel's parent, rel's last name), reached through boxfs.open_parent."""
     try:
-        fd = os.open(parts[-1], _FILE, dir_fd=parent)
+        found = open_parent(root_fd, from_store(rel))
+    except OpenAgentsError as err:
+        raise _unsafe(err) from None
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, "a parent directory is missing")
+    return found
+
+
+def _open_file(root_fd: int, rel: str) -> int:
+    """An fd of the regular file root/rel (boxfs.open_regular): no link followed, never blocking
+    (a FIFO, socket or device is refused before it is opened)."""
+    parent, leaf = _parent(root_fd, rel)
+    try:
+        return open_regular(parent, leaf, from_store(rel))[0]
+    except OpenAgentsError as err:
+        raise _unsafe(err) from None
     finally:
         os.close(parent)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file")
-    return fd
 
 
 def _readlink(root_fd: int, rel: str) -> str:
-    parts = rel.split("/")
-    parent = _open_dirs(root_fd, parts[:-1])
+    """The target of the symlink root/rel, in to_store form (read, never followed)."""
+    parent, leaf = _parent(root_fd, rel)
     try:
-        return os.readlink(parts[-1], dir_fd=parent)
+        return to_store(os.readlink(leaf, dir_fd=parent))
     finally:
         os.close(parent)
 
@@ -269,14 +314,15 @@ def _side(root_fd: int, rel: str) -> _Side:
     except OSError:
         return _Side("unsafe", note="could not be looked at safely")
     if where.blocker:
-        return _Side("unsafe", note=f"{show_path(where.blocker)} is {where.blocker_kind}")
+        return _Side("unsafe", note=f"{shown(where.blocker)} is {where.blocker_kind}")
     st = where.st
     if st is None:
         return _Side("absent")
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode):
         try:
-            return _Side("symlink", st.st_size, mode, text=_readlink(root_fd, rel))
+            target = from_store(_readlink(root_fd, rel)).decode("utf-8", "backslashreplace")
+            return _Side("symlink", st.st_size, mode, text=target)
         except OSError:
             return _Side("unsafe", note="the link could not be read")
     if stat.S_ISDIR(st.st_mode):
@@ -286,20 +332,19 @@ def _side(root_fd: int, rel: str) -> _Side:
     if st.st_size > MAX_DIFF_FILE_BYTES:
         return _Side("file", st.st_size, mode, note=f"large file, {st.st_size} bytes")
     try:
-        fd = _open_file(root_fd, rel)
+        parent, leaf = _parent(root_fd, rel)
     except OSError:
         return _Side("unsafe", note="could not be opened safely")
-    try:
-        data = b""
-        while len(data) <= MAX_DIFF_FILE_BYTES:  # it may still be growing
-            chunk = os.read(fd, MAX_DIFF_FILE_BYTES + 1 - len(data))
-            if not chunk:
-                break
-            data += chunk
+    try:  # capped: the box may still be growing it
+        data = read_at(parent, leaf, MAX_DIFF_FILE_BYTES, from_store(rel))[0]
+    except OpenAgentsError as err:
+        if "cap" in err.message:
+            return _Side("file", st.st_size, mode, note=f"large file, {max(st.st_size, MAX_DIFF_FILE_BYTES + 1)}+ bytes")
+        return _Side("unsafe", note="could not be opened safely")
+    except OSError:
+        return _Side("unsafe", note="could not be opened safely")
     finally:
-        os.close(fd)
-    if len(data) > MAX_DIFF_FILE_BYTES:
-        return _Side("file", len(data), mode, note=f"large file, {len(data)}+ bytes")
+        os.close(parent)
     if b"\0" in data[:8192]:
         return _Side("file", len(data), mode, note=f"binary file, {len(data)} bytes")
     return _Side("file", len(data), mode, text=data.decode("utf-8", errors="replace"))
@@ -329,7 +374,7 @@ def _hunks(old: _Side, new: _Side) -> list[str]:
 
 
 def _headers(change: Change, old: _Side, new: _Side) -> list[str]:
-    p = show_path(change.path)
+    p = shown(change.path)
     out = [f"diff --git a/{p} b/{p}"]
     if old.kind == "absent" and new.kind != "absent":
         out.append(f"new file mode {_git_mode(new)}")
@@ -344,7 +389,7 @@ def _headers(change: Change, old: _Side, new: _Side) -> list[str]:
             out.append(f"# {label}: a directory")
     if new.kind in ("file", "dir") and new.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
         out.append("# setuid, setgid and sticky bits are never carried by apply")
-    if change.nlink > 1 and new.kind == "file":
+    if change.box_link and new.kind == "file":
         out.append(f"# a hard link ({change.nlink} names): not carried by apply")
     return out
 
@@ -384,8 +429,8 @@ def render_diff(manifest: CopyManifest, changes: list[Change], stat: bool = Fals
     MAX_FILE_LINES lines per file and MAX_TOTAL_LINES in all. `stat=True`: one line per file with
     +/- counts and a total line, like `git diff --stat`. Names and content are made visible.
     """
-    real_fd = os.open(manifest.real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    copy_fd = os.open(manifest.copy_dir, _DIR)
+    real_fd = open_dir(manifest.real)
+    copy_fd = open_dir(manifest.copy_dir)
     try:
         yield from (_stat_lines if stat else _diff_lines)(real_fd, copy_fd, changes)
     finally:
@@ -401,7 +446,7 @@ def _diff_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[s
             return
         old = _side(real_fd, change.path)
         new = _side(copy_fd, change.path) if change.after is not None else _Side("absent")
-        lines = _headers(change, old, new) + _body(old, new, show_path(change.path))
+        lines = _headers(change, old, new) + _body(old, new, shown(change.path))
         if len(lines) > MAX_FILE_LINES:
             lines = lines[:MAX_FILE_LINES] + [f"# {len(lines) - MAX_FILE_LINES} more lines of this file not shown"]
         total += len(lines)
@@ -418,7 +463,7 @@ def _stat_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[s
             plus_total, minus_total = plus_total + counts[0], minus_total + counts[1]
         if i >= MAX_STAT_FILES:
             continue
-        path = show_path(change.path)
+        path = shown(change.path)
         if counts is None:
             yield f" {path} | Bin {old.size} -> {new.size} bytes"
         elif new.kind in ("special", "unsafe") or old.kind == "dir" or new.kind == "dir":
@@ -469,12 +514,17 @@ def _owner(real: os.stat_result | None, manifest: CopyManifest) -> tuple[int, in
 
 
 class _Applier:
-    def __init__(self, manifest: CopyManifest) -> None:
+    def __init__(self, manifest: CopyManifest, budget: HostBudget | None = None) -> None:
         self.m = manifest
         self.report = ApplyReport()
         self.touched: set[str] = set()  # directories whose entries changed: fsynced once, at the end
-        self.real_fd = os.open(manifest.real, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self.copy_fd = os.open(manifest.copy_dir, _DIR)
+        self.budget = budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH)
+        self.real_fd = open_dir(manifest.real)
+        try:
+            self.copy_fd = open_dir(manifest.copy_dir)
+        except BaseException:
+            os.close(self.real_fd)
+            raise
 
     def close(self) -> None:
         os.close(self.real_fd)
@@ -503,7 +553,7 @@ class _Applier:
             self.leave(change.path, "it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir): never carried")
             return None
         if after.kind == "file":
-            if change.nlink > 1:
+            if change.box_link:
                 self.leave(change.path, f"a hard link ({change.nlink} names) made in the box is never carried")
                 return None
             return _Act(change.path, "chmod" if change.status == "mode_changed" else "write", change, entry)
@@ -529,11 +579,11 @@ class _Applier:
         """Whether the directory of `rel` would be a git directory to the user's git (a bare
         repository, found from it and from every directory below) once `rel` lands: judged on
         the names in the copy's directory and the real one together."""
-        parts = rel.split("/")[:-1]
+        parent = rel.rpartition("/")[0]
         names: set[str] = set()
         for root in (self.copy_fd, self.real_fd):
             try:
-                fd = _open_dirs(root, parts)
+                fd = _open_dir(root, parent)
             except OSError:
                 continue
             try:
@@ -553,9 +603,9 @@ class _Applier:
             if not (replacer and replacer.op == "mkdir"):
                 entry = self.m.entries.get(where.blocker)
                 if entry is not None and entry.real.kind == "dir":
-                    self.conflict(rel, f"{where.blocker} is {where.blocker_kind} in the real workspace now; it was a directory")
+                    self.conflict(rel, f"{shown(where.blocker)} is {where.blocker_kind} in the real workspace now; it was a directory")
                 else:
-                    self.leave(rel, f"{where.blocker} is {where.blocker_kind} in the real workspace, never written through")
+                    self.leave(rel, f"{shown(where.blocker)} is {where.blocker_kind} in the real workspace, never written through")
                 return False
             where = _Where()  # below a symlink the box turned into a directory: nothing there yet
         elif where.parent_missing:
@@ -589,7 +639,7 @@ class _Applier:
             act.replaces_dir = True
             extra = self._extra_names(rel, planned)
             if extra:
-                self.leave(rel, f"the real directory holds {show_path(extra)}, which apply never removes")
+                self.leave(rel, f"the real directory holds {shown(extra)}, which apply never removes")
                 return False
         return True
 
@@ -627,9 +677,9 @@ class _Applier:
 
     def _extra_names(self, rel: str, planned: dict[str, _Act]) -> str | None:
         """A name in the real directory that apply would not remove (so it cannot be removed)."""
-        fd = _open_dirs(self.real_fd, rel.split("/"))
+        fd = _open_dir(self.real_fd, rel)
         try:
-            names = os.listdir(fd)
+            names = [to_store(os.fsencode(n)) for n in os.listdir(fd)]
         finally:
             os.close(fd)
         for name in sorted(names):
@@ -697,13 +747,20 @@ class _Applier:
     # -- writing
 
     def run(self) -> ApplyReport:
-        scan = _scan(self.m)
+        scan = _scan(self.m, self.budget)
         for rel in scan.git_entries:
             self.leave(rel, "a .git entry (any case) is never carried")
         for rel in scan.too_deep:
-            self.leave(rel, f"deeper than {MAX_DEPTH} levels: not checked, not carried")
-        self._clean_stale(scan.changes)
-        acts = [a for a in map(self.decide, scan.changes) if a is not None]
+            self.leave(rel, f"deeper than {scan.depth} levels: not checked, not carried")
+        for rel, why in scan.unreadable:
+            self.leave(rel, f"could not be read ({why}): not checked, not carried")
+        # a directory the walk did not enter is not carried itself either: what apply makes is
+        # never deeper than what the next copy takes (COPY_MAX_DEPTH)
+        unseen = set(scan.too_deep) | {u for u, _ in scan.unreadable}
+        below = tuple(u + "/" for u in unseen)
+        changes = [c for c in scan.changes if c.path not in unseen and not c.path.startswith(below)]
+        self._clean_stale(changes)
+        acts = [a for a in map(self.decide, changes) if a is not None]
         planned = {a.path: a for a in acts}
         ok = []
         for act in acts:
@@ -736,7 +793,7 @@ class _Applier:
         here, once per directory (a crash before this leaves each file old or new, never torn)."""
         for rel in sorted(self.touched):
             try:
-                fd = _open_dirs(self.real_fd, rel.split("/") if rel else [])
+                fd = _open_dir(self.real_fd, rel)
             except OSError:
                 continue
             try:
@@ -768,7 +825,7 @@ class _Applier:
         dirs = {c.path.rpartition("/")[0] for c in changes} | {c.path for c in changes if c.after and c.after.kind == "dir"}
         for rel in sorted(dirs):
             try:
-                fd = _open_dirs(self.real_fd, rel.split("/") if rel else [])
+                fd = _open_dir(self.real_fd, rel)
             except OSError:
                 continue
             try:
@@ -783,81 +840,65 @@ class _Applier:
                 os.close(fd)
 
     def _do(self, act: _Act) -> None:
-        parts = act.path.split("/")
+        where = act.path.rpartition("/")[0]
         try:
-            parent = _open_dirs(self.real_fd, parts[:-1])
+            parent, name = _parent(self.real_fd, act.path)
         except OSError as err:
             self.leave(act.path, f"not applied: {err.strerror}")
             return
         try:
-            getattr(self, f"_{act.op}")(act, parent, parts[-1])
-            self.touched.add("/".join(parts[:-1]))
+            getattr(self, f"_{act.op}")(act, parent, name)
+            self.touched.add(where)
             self.report.applied.append(act.path)
             if act.op in ("write", "chmod") and act.mode != act.box_mode:
                 self.report.normalised.append(Normalised(path=act.path, box_mode=f"{act.box_mode:04o}", mode=f"{act.mode:04o}"))
         except _Refused as err:
             self.leave(act.path, str(err))
+        except OpenAgentsError as err:  # boxfs refused an entry swapped since the check
+            self.leave(act.path, f"not applied: {err.message}")
         except OSError as err:
             self.leave(act.path, f"not applied: {err.strerror}")
         finally:
             os.close(parent)
 
-    def _clear(self, act: _Act, parent: int, name: str) -> None:
-        """Remove what the real workspace has where a new entry of another type goes."""
-        if act.real is None:
-            return
-        if stat.S_ISDIR(act.real.st_mode):
-            os.rmdir(name, dir_fd=parent)  # emptied by the deletions before
-        else:
-            os.unlink(name, dir_fd=parent)
-
-    def _mkdir(self, act: _Act, parent: int, name: str) -> None:
+    def _mkdir(self, act: _Act, parent: int, name: bytes) -> None:
         if act.real is not None:
             os.unlink(name, dir_fd=parent)  # a file or a symlink the box turned into a directory
         os.mkdir(name, 0o755, dir_fd=parent)
-        fd = os.open(name, _DIR, dir_fd=parent)
+        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
         try:
             _chown(fd, *_owner(None, self.m))
             os.fchmod(fd, 0o755)
         finally:
             os.close(fd)
 
-    def _write(self, act: _Act, parent: int, name: str) -> None:
+    def _write(self, act: _Act, parent: int, name: bytes) -> None:
         src = _open_file(self.copy_fd, act.path)
         try:
             st = os.fstat(src)
-            if st.st_nlink > 1:
+            if _box_made_link(self.m, act.path, st.st_ino, st.st_nlink):
                 raise _Refused(f"a hard link ({st.st_nlink} names) made in the box is never carried")
-            tmp = _temp_name()
-            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
-            try:
-                _copy_data(src, out)
-                _chown(out, *_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m))
-                os.fchmod(out, act.mode)
-                os.fsync(out)
-            except BaseException:
-                os.unlink(tmp, dir_fd=parent)
-                raise
-            finally:
-                os.close(out)
+            uid, gid = _settable(*_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m))
             if act.replaces_dir:
-                os.rmdir(name, dir_fd=parent)
-            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+                os.rmdir(name, dir_fd=parent)  # emptied by the deletions before
+            # a temp name, fsync, rename: old or new, never half; holes kept (a sparse file stays sparse)
+            write_atomic(parent, name, src, self.budget, mode=act.mode, uid=uid, gid=gid)
         finally:
             os.close(src)
 
-    def _chmod(self, act: _Act, parent: int, name: str) -> None:
-        fd = os.open(name, _FILE, dir_fd=parent)
+    def _chmod(self, act: _Act, parent: int, name: bytes) -> None:
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise _Refused("no longer a regular file in the real workspace")
+            fd = open_regular(parent, name)[0]
+        except OpenAgentsError:
+            raise _Refused("no longer a regular file in the real workspace") from None
+        try:
             os.fchmod(fd, act.mode)
         finally:
             os.close(fd)
 
-    def _symlink(self, act: _Act, parent: int, name: str) -> None:
-        tmp = _temp_name()
-        os.symlink(act.target, tmp, dir_fd=parent)
+    def _symlink(self, act: _Act, parent: int, name: bytes) -> None:
+        tmp = temp_name()
+        os.symlink(from_store(act.target), tmp, dir_fd=parent)
         try:
             uid, gid = _owner(act.real, self.m)
             try:
@@ -874,7 +915,7 @@ class _Applier:
                 pass
             raise
 
-    def _delete(self, act: _Act, parent: int, name: str) -> None:
+    def _delete(self, act: _Act, parent: int, name: bytes) -> None:
         st = os.lstat(name, dir_fd=parent)
         if stat.S_ISDIR(st.st_mode):
             os.rmdir(name, dir_fd=parent)
@@ -888,37 +929,11 @@ class _Refused(Exception):
     """Something found at write time that the plan did not allow (the box may still be running)."""
 
 
-def _copy_data(src: int, out: int) -> None:
-    """Stream src into out in bounded chunks, keeping holes: a sparse file the box made (cheap in
-    the copy) must not become gigabytes of zeros on the user's disk."""
-    offset = 0
-    while True:
-        try:
-            data = os.lseek(src, offset, os.SEEK_DATA)
-        except OSError as err:
-            if err.errno != errno.ENXIO:  # ENXIO: nothing but a hole up to the end
-                raise
-            break
-        os.lseek(out, data, os.SEEK_SET)
-        os.lseek(src, data, os.SEEK_SET)
-        end = os.lseek(src, data, os.SEEK_HOLE)
-        os.lseek(src, data, os.SEEK_SET)
-        offset = data
-        while offset < end:
-            chunk = os.read(src, min(_CHUNK, end - offset))
-            if not chunk:
-                break
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(out, view):]
-            offset += len(chunk)
-        if offset < end:  # it shrank while being read
-            break
-    os.ftruncate(out, max(offset, os.fstat(src).st_size))
-
-
-def _temp_name() -> str:
-    return f"{TEMP_PREFIX}{os.urandom(8).hex()}.tmp"
+def _settable(uid: int, gid: int) -> tuple[int | None, int | None]:
+    """The owner write_atomic may give a file: any as root, else only our own (None: as created)."""
+    if os.geteuid() == 0 or uid == os.geteuid() and (gid == os.getegid() or gid in os.getgroups()):
+        return uid, gid
+    return None, None
 
 
 def _chown(fd: int, uid: int, gid: int) -> None:
@@ -928,13 +943,15 @@ def _chown(fd: int, uid: int, gid: int) -> None:
         pass  # not root: the file is ours, which is the best an unprivileged apply can do
 
 
-def apply_changes(manifest: CopyManifest) -> ApplyReport:
+def apply_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> ApplyReport:
     """Carry the box's changes into the real workspace, sanitised; nothing at all on a conflict.
 
     Returns what was applied, what was left out (with why) and the conflicts; the caller exits 1
-    when there are conflicts. Safe to run again after an interruption.
+    when there are conflicts. Safe to run again after an interruption. The scan of the copy and
+    the bytes written are bounded by `budget` (default: boxfs's, with the copy's depth: nothing
+    apply makes is deeper than the next copy takes).
     """
-    applier = _Applier(manifest)
+    applier = _Applier(manifest, budget)
     try:
         return applier.run()
     finally:

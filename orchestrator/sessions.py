@@ -179,5 +179,9 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
         record.status, record.reason = "failed", f"the workspace could not be copied: {err}"
         record.save()
         raise OpenAgentsError(ErrorType.IO_ERROR, f"could not copy {real} for copy mode: {err}") from None
+    except OpenAgentsError as err:  # over the copy budget (RESOURCE_EXHAUSTED): typed, said as it is
+        record.status, record.reason = "failed", f"the workspace could not be copied: {err}"
+        record.save()
+        raise
     manifest.save(record.manifest_path)
     return record, real / ".git"

@@ -1,39 +1,46 @@
 """Copy mode: the box works on a private copy, so nothing touches the user's files until they apply.
 
 The copy is taken before the box exists, from the user's real workspace, which may itself be a
-hostile clone: no symlink is followed (links are copied as links), FIFOs, sockets and devices are
-left out (listed), setuid/setgid bits are dropped, every file is owned by the unprivileged
-sandbox uid. The top `.git` is not copied: the real one is mounted read-only, as in bind mode.
-Data is cloned with FICLONE where the file system can (reflinks: no bytes copied), else with
-copy_file_range in the kernel.
+hostile clone. It goes through the shared layer (orchestrator/boxfs): the walk is iterative and
+bounded by a `HostBudget` (entries, bytes, depth, wall time), no symlink is followed (links are
+copied as links), FIFOs, sockets and devices are left out (listed), setuid/setgid bits are
+dropped, every entry is owned by the unprivileged sandbox uid. Data is cloned with FICLONE where
+the file system can (no bytes), else only its data segments are copied, so holes stay holes; the
+names of one inode (hard links) become names of one copy, never several full copies. The top
+`.git` is not copied: the real one is mounted read-only, as in bind mode.
+
+A workspace over the copy budget (a run started in /tmp, a home directory) is refused, typed
+(RESOURCE_EXHAUSTED) and naming the bound, before minutes of copying; so is one deeper than the
+budget's depth (a partial copy would show the box, and the review, a tree that is not the
+user's). The half-made copy is removed.
 
 The manifest records, for every entry, how the real file looked (so `apply` can tell that the
-user changed it since) and how the copy looked (so `changes` can tell what the box changed).
+user changed it since) and how the copy looked (so `changes` can tell what the box changed). Its
+keys are paths in `boxfs.to_store` form: valid text for the JSON store whatever bytes a name
+holds (a newline, invalid UTF-8), and exactly one form per name (`boxfs.from_store` gives the
+bytes back).
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
-FICLONE = 0x40049409
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_KINDS = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "dir"), (stat.S_ISLNK, "symlink"))
+from .boxfs import BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, remove_tree, show, to_store
+from .boxfs.read import DIR_FLAGS, open_dir
+from .errors import ErrorType, OpenAgentsError
 
+COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
+COPY_MAX_ENTRIES = 500_000
+COPY_MAX_DEPTH = 256  # a descriptor per level is held on each side: far below any fd limit
+COPY_MAX_SECONDS = 300.0
 
-def kind_of(mode: int) -> str:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return "special"
+__all__ = ["COPY_MAX_BYTES", "COPY_MAX_DEPTH", "COPY_MAX_ENTRIES", "COPY_MAX_SECONDS", "CopyManifest", "ManifestEntry",
+           "Stamp", "copy_workspace", "kind_of"]
 
 
 class Stamp(NamedTuple):
@@ -66,121 +73,151 @@ class CopyManifest(BaseModel):
     gid: int
     real_uid: int
     real_gid: int
-    entries: dict[str, ManifestEntry] = Field(default_factory=dict)
-    left_out: dict[str, str] = Field(default_factory=dict)  # path -> why it was not copied
+    entries: dict[str, ManifestEntry] = Field(default_factory=dict)  # to_store(path) -> stamps
+    left_out: dict[str, str] = Field(default_factory=dict)  # to_store(path) -> why it was not copied
     took_s: float = 0.0
+    _groups: dict[int, int] | None = PrivateAttr(default=None)
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.model_dump_json())
+        tmp.write_text(self.model_dump_json(), encoding="utf-8")
         os.replace(tmp, path)
 
     @classmethod
     def load(cls, path: Path) -> "CopyManifest":
-        return cls.model_validate_json(path.read_text())
+        return cls.model_validate_json(path.read_text(encoding="utf-8"))
+
+    def link_group(self, ino: int) -> int:
+        """How many names the copy gave the inode `ino` of the copy (its hard links from the real tree)."""
+        if self._groups is None:
+            self._groups = {}
+            for entry in self.entries.values():
+                if entry.copy.kind == "file":
+                    self._groups[entry.copy.ino] = self._groups.get(entry.copy.ino, 0) + 1
+        return self._groups.get(ino, 0)
 
 
-@dataclass
-class _Copier:
-    uid: int
-    gid: int
-    manifest: CopyManifest
-    reflinks: bool = True
-    copied_bytes: int = field(default=0)
-
-    def copy_dir(self, src_fd: int, dst_fd: int, rel_dir: str) -> None:
-        for name in sorted(os.listdir(src_fd)):
-            rel = f"{rel_dir}/{name}" if rel_dir else name
-            if not rel_dir and name == ".git":
-                continue  # the real one is mounted read-only over the copy
-            try:
-                st = os.lstat(name, dir_fd=src_fd)
-            except OSError:
-                continue
-            kind = kind_of(st.st_mode)
-            if kind == "special":
-                self.manifest.left_out[rel] = "a FIFO, socket or device file"
-                continue
-            mode = stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
-            times = (st.st_atime_ns, st.st_mtime_ns)
-            if kind == "symlink":
-                os.symlink(os.readlink(name, dir_fd=src_fd), name, dir_fd=dst_fd)
-                os.chown(name, self.uid, self.gid, dir_fd=dst_fd, follow_symlinks=False)
-                os.utime(name, ns=times, dir_fd=dst_fd, follow_symlinks=False)
-                copied = os.lstat(name, dir_fd=dst_fd)
-            elif kind == "dir":
-                os.mkdir(name, 0o700, dir_fd=dst_fd)
-                sub_src = os.open(name, _DIR_FLAGS, dir_fd=src_fd)
-                sub_dst = os.open(name, _DIR_FLAGS, dir_fd=dst_fd)
-                try:
-                    self.copy_dir(sub_src, sub_dst, rel)
-                    os.fchmod(sub_dst, mode | stat.S_IRWXU)
-                    os.fchown(sub_dst, self.uid, self.gid)
-                    os.utime(sub_dst, ns=times)
-                    copied = os.fstat(sub_dst)
-                finally:
-                    os.close(sub_src)
-                    os.close(sub_dst)
-            else:
-                copied = self._copy_file(src_fd, dst_fd, name, mode, st.st_size, times)
-            self.manifest.entries[rel] = ManifestEntry(Stamp.of(st), Stamp.of(copied))
-
-    def _copy_file(self, src_fd: int, dst_fd: int, name: str, mode: int, size: int, times: tuple[int, int]) -> os.stat_result:
-        fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_fd)
-        try:
-            fout = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_fd)
-            try:
-                if size:
-                    self._clone(fin, fout, size)
-                os.fchown(fout, self.uid, self.gid)
-                os.fchmod(fout, mode)
-                os.utime(fout, ns=times)
-                return os.fstat(fout)
-            finally:
-                os.close(fout)
-        finally:
-            os.close(fin)
-
-    def _clone(self, fin: int, fout: int, size: int) -> None:
-        if self.reflinks:
-            try:
-                fcntl.ioctl(fout, FICLONE, fin)
-                return
-            except OSError as err:
-                if err.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.ENOSYS):
-                    raise
-                self.reflinks = False  # this file system has none: do not ask again
-        offset = 0
-        while True:  # to the end of the file, which may have grown since it was stat'ed
-            try:
-                n = os.copy_file_range(fin, fout, max(size - offset, 1 << 20))
-            except OSError as err:
-                if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL):
-                    raise
-                n = os.sendfile(fout, fin, None, 1 << 20)
-            if n == 0:
-                break
-            offset += n
-        self.copied_bytes += offset
+class _Dir(NamedTuple):
+    rel: bytes
+    fd: int  # the copy's directory
+    mode: int
+    times: tuple[int, int]
 
 
-def copy_workspace(real: Path, dest: Path, uid: int, gid: int) -> CopyManifest:
-    """Make `dest` (which must not exist) a private copy of `real`, owned by uid:gid."""
+def _size(n: float) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def _too_big(real: Path, err: BudgetExceeded, budget: HostBudget) -> OpenAgentsError:
+    what = {"byte": f"more than {_size(err.limit)} of data to copy",
+            "entry": f"more than {int(err.limit)} entries",
+            "wall-time": "longer to copy than its time budget",
+            "depth": f"a directory deeper than {int(err.limit)} levels ('{getattr(err, 'where', '')}')"}.get(err.what, str(err))
+    return OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED,
+                           f"copy mode refused the workspace {real}: {what} (stopped after {budget.entries_spent} "
+                           "entries); run it in bind mode "
+                           "(--workspace-mode bind) or from a smaller directory")
+
+
+class _DepthExceeded(BudgetExceeded):
+    def __init__(self, rel: bytes, limit: int) -> None:
+        self.where = show(rel) if len(rel) <= 200 else show(rel[:200]) + "..."
+        super().__init__("depth", limit, f"'{self.where}' is deeper")
+
+
+def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudget | None = None,
+                   reflinks: bool = True) -> CopyManifest:
+    """Make `dest` (which must not exist) a private copy of `real`, owned by uid:gid, within `budget`
+    (default: COPY_MAX_* and COPY_MAX_SECONDS). Over it: RESOURCE_EXHAUSTED, and no copy is left."""
     started = time.monotonic()
+    if budget is None:
+        budget = HostBudget.until(COPY_MAX_SECONDS, max_bytes=COPY_MAX_BYTES, max_entries=COPY_MAX_ENTRIES,
+                                  max_depth=COPY_MAX_DEPTH)
     st = os.stat(real)
     manifest = CopyManifest(real=str(real), copy_dir=str(dest), uid=uid, gid=gid, real_uid=st.st_uid, real_gid=st.st_gid)
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.mkdir(dest, 0o700)
-    src_fd = os.open(real, _DIR_FLAGS)
-    dst_fd = os.open(dest, _DIR_FLAGS)
     try:
-        _Copier(uid, gid, manifest).copy_dir(src_fd, dst_fd, "")
-        os.fchmod(dst_fd, 0o755)
-        os.fchown(dst_fd, uid, gid)
-    finally:
-        os.close(src_fd)
-        os.close(dst_fd)
+        src_fd = open_dir(real)
+        try:
+            _copy(src_fd, dest, uid, gid, manifest, budget, reflinks)
+        finally:
+            os.close(src_fd)
+    except BaseException as err:
+        parent = open_dir(dest.parent)
+        try:
+            remove_tree(parent, dest.name, HostBudget(max_bytes=None, max_entries=None))
+        finally:
+            os.close(parent)
+        if isinstance(err, BudgetExceeded):
+            raise _too_big(real, err, budget) from None
+        raise
     manifest.took_s = round(time.monotonic() - started, 4)
     return manifest
 
 
+def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, budget: HostBudget, reflinks: bool) -> None:
+    links = HardLinks()
+    # the copy's directories on the path being walked, innermost last: finished (moded, owned,
+    # timed) when the walk leaves them, since a directory's children all come right after it
+    path: list[_Dir] = [_Dir(b"", os.open(dest, DIR_FLAGS), 0o755, (0, 0))]
+    walk = Walk(src_fd, budget, enter=lambda e: not (e.depth == 1 and e.name == b".git"), sort=True)
+    try:
+        for entry in walk.entries():
+            if entry.depth == 1 and entry.name == b".git":
+                continue  # the real one is mounted read-only over the copy
+            parent = entry.rel.rpartition(b"/")[0]
+            while path[-1].rel != parent:
+                _finish(path.pop(), uid, gid, manifest)
+            dst = path[-1].fd
+            key = to_store(entry.rel)
+            kind = kind_of(entry.st.st_mode)
+            if kind == "special":
+                manifest.left_out[key] = "a FIFO, socket or device file"
+                continue
+            mode = stat.S_IMODE(entry.st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
+            times = (entry.st.st_atime_ns, entry.st.st_mtime_ns)
+            if kind == "symlink":
+                os.symlink(os.readlink(entry.name, dir_fd=entry.dir_fd), entry.name, dir_fd=dst)
+                os.chown(entry.name, uid, gid, dir_fd=dst, follow_symlinks=False)
+                os.utime(entry.name, ns=times, dir_fd=dst, follow_symlinks=False)
+                copied = os.stat(entry.name, dir_fd=dst, follow_symlinks=False)
+            elif kind == "dir":
+                if not budget.check_depth(entry.depth + 1):
+                    raise _DepthExceeded(entry.rel, budget.max_depth)
+                os.mkdir(entry.name, 0o700, dir_fd=dst)
+                sub = os.open(entry.name, DIR_FLAGS, dir_fd=dst)
+                path.append(_Dir(entry.rel, sub, mode, times))
+                copied = os.fstat(sub)  # its stamp is taken again when it is finished
+            else:
+                try:
+                    copied = copy_regular(entry.dir_fd, entry.name, dst, budget, mode=mode, uid=uid, gid=gid, times=times,
+                                          links=links, reflinks=reflinks, rel=entry.rel)
+                except OpenAgentsError as err:  # swapped for something else since the walk saw it
+                    if isinstance(err, BudgetExceeded):
+                        raise
+                    manifest.left_out[key] = f"it changed while being copied: {err}"
+                    continue
+            manifest.entries[key] = ManifestEntry(Stamp.of(entry.st), Stamp.of(copied))
+        for rel, why in walk.unreadable:
+            manifest.left_out[to_store(rel)] = f"could not be read: {why}"
+        while len(path) > 1:
+            _finish(path.pop(), uid, gid, manifest)
+        os.fchmod(path[0].fd, 0o755)
+        os.fchown(path[0].fd, uid, gid)
+    finally:
+        links.close()
+        for d in path:
+            os.close(d.fd)
+
+
+def _finish(d: _Dir, uid: int, gid: int, manifest: CopyManifest) -> None:
+    """A copied directory its children are all in: its mode, owner and times, and its stamp."""
+    try:
+        os.fchmod(d.fd, d.mode | stat.S_IRWXU)
+        os.fchown(d.fd, uid, gid)
+        os.utime(d.fd, ns=d.times)
+        key = to_store(d.rel)
+        manifest.entries[key] = manifest.entries[key]._replace(copy=Stamp.of(os.fstat(d.fd)))
+    finally:
+        os.close(d.fd)

@@ -23,22 +23,66 @@ _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 class HardLinks:
     """Inodes already copied: (st_dev, st_ino) of the source -> (a descriptor of the directory
-    its copy is in, the copy's name). Close it when the copy is done."""
+    its copy is in, the copy's name). Close it when the copy is done.
 
-    def __init__(self) -> None:
+    Bounded in descriptors: one is held per directory (shared by every first copy in it), at most
+    `max_dirs` of them, and a directory's is released once every name of each inode remembered in
+    it has been met (`nlink`). Past the bound an inode is not remembered and its later names are
+    copied in full: correct, it only costs bytes (charged to the budget). Without the bound, files
+    whose other names are outside the tree (a pnpm store, a `cp -al` backup) held one descriptor
+    each until EMFILE."""
+
+    def __init__(self, max_dirs: int = 256) -> None:
+        self.max_dirs = max_dirs
         self._seen: dict[tuple[int, int], tuple[int, bytes]] = {}
+        self._left: dict[tuple[int, int], int] = {}  # names of the inode not met yet (None: unknown)
+        self._dir_of: dict[tuple[int, int], tuple[int, int]] = {}
+        self._dirs: dict[tuple[int, int], list[int]] = {}  # directory (dev, ino) -> [descriptor, inodes remembered in it]
 
     def first(self, key: tuple[int, int]) -> tuple[int, bytes] | None:
         return self._seen.get(key)
 
-    def remember(self, key: tuple[int, int], dir_fd: int, name: bytes) -> None:
-        if key not in self._seen:
-            self._seen[key] = (os.dup(dir_fd), name)
+    def remember(self, key: tuple[int, int], dir_fd: int, name: bytes, nlink: int = 0) -> None:
+        """`nlink`: the inode's link count, so its directory's descriptor is released once all its
+        names were met (0: unknown, kept until close)."""
+        if key in self._seen:
+            return
+        dst = os.fstat(dir_fd)
+        dkey = (dst.st_dev, dst.st_ino)
+        held = self._dirs.get(dkey)
+        if held is None:
+            if len(self._dirs) >= self.max_dirs:
+                return
+            held = self._dirs[dkey] = [os.dup(dir_fd), 0]
+        held[1] += 1
+        self._seen[key] = (held[0], name)
+        self._dir_of[key] = dkey
+        if nlink:
+            self._left[key] = nlink - 1
+
+    def linked(self, key: tuple[int, int]) -> None:
+        """One more name of `key` was made a link to its first copy."""
+        left = self._left.get(key)
+        if left is None:
+            return
+        if left > 1:
+            self._left[key] = left - 1
+            return
+        del self._left[key], self._seen[key]
+        dkey = self._dir_of.pop(key)
+        held = self._dirs[dkey]
+        held[1] -= 1
+        if not held[1]:
+            os.close(held[0])
+            del self._dirs[dkey]
 
     def close(self) -> None:
-        for fd, _ in self._seen.values():
+        for fd, _ in self._dirs.values():
             os.close(fd)
+        self._dirs.clear()
         self._seen.clear()
+        self._left.clear()
+        self._dir_of.clear()
 
 
 def punch_copy(fin: int, fout: int, budget: HostBudget, size: int | None = None, reflinks: bool = True) -> int:
@@ -102,7 +146,9 @@ def copy_regular(src_dir_fd: int, name: bytes, dst_dir_fd: int, budget: HostBudg
             first = links.first((st.st_dev, st.st_ino))
             if first is not None:
                 os.link(first[1], name, src_dir_fd=first[0], dst_dir_fd=dst_dir_fd, follow_symlinks=False)
-                return os.stat(name, dir_fd=dst_dir_fd, follow_symlinks=False)
+                linked = os.stat(name, dir_fd=dst_dir_fd, follow_symlinks=False)
+                links.linked((st.st_dev, st.st_ino))
+                return linked
         fout = os.open(name, _NEW, 0o600, dir_fd=dst_dir_fd)
         try:
             punch_copy(fin, fout, budget, st.st_size, reflinks)
@@ -115,7 +161,7 @@ def copy_regular(src_dir_fd: int, name: bytes, dst_dir_fd: int, budget: HostBudg
         finally:
             os.close(fout)
         if links is not None and st.st_nlink > 1:
-            links.remember((st.st_dev, st.st_ino), dst_dir_fd, name)
+            links.remember((st.st_dev, st.st_ino), dst_dir_fd, name, st.st_nlink)
         return copied
     finally:
         os.close(fin)

@@ -1,10 +1,14 @@
 """The host's view of a working tree the sandbox has written: walked and read without trusting it.
 
-Every directory is opened relative to its parent with O_NOFOLLOW (a symlink is never walked), every
-file with O_NOFOLLOW|O_NONBLOCK and kept only if fstat says it is a regular file (a FIFO can not hang
-the host), reads are size-capped, hashing streams. A directory holding a `.git` entry (directory or
-gitfile) is a nested repository: opaque, never descended, its `.git` never read. Output goes through
-a Bounded buffer that refuses to grow past its cap, so no command holds more than the cap in memory.
+Walked and read only through the shared layer (orchestrator/boxfs): an iterative, budgeted Walk
+(sorted, fd-relative, O_NOFOLLOW: a symlink is never walked, a 1,000-deep chain costs no Python
+frames and stops at the budget's depth with a note), files opened by boxfs.open_regular (never a
+FIFO, socket or device; O_NONBLOCK), reads size-capped, hashing streams. A directory holding a
+`.git` entry (directory or gitfile) is a nested repository: opaque, never descended, its `.git`
+never read. Paths are shown by `quote`: as they are when plain, else quoted as git does with
+boxfs.show's escapes (a newline, an escape sequence or invalid UTF-8 never reaches the output raw).
+Output goes through a Bounded buffer that refuses to grow past its cap, so no command holds more
+than the cap in memory.
 """
 from __future__ import annotations
 
@@ -12,16 +16,20 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Generator, cast
 
 from sandbox_agent.paths import GIT_DIR, PathRefused, check_lexical
 
+from ..boxfs import Entry, HostBudget, lstat_at, open_regular, show
+from ..boxfs import Walk as BoxWalk
+from ..boxfs.read import DIR_FLAGS, read_fd
+from ..errors import ErrorType, OpenAgentsError
+
 MAX_ENTRIES = 100_000  # files walked per command; beyond this a command stops with a note
+MAX_VISITED = 10 * MAX_ENTRIES  # entries visited per command (ignored ones included), else RESOURCE_EXHAUSTED
 HASH_CHUNK = 1 << 20
 IGNORE_FILE_CAP = 256 * 1024  # a .gitignore above this (or not a regular file) is not given to libgit2
 MODE_FILE, MODE_EXEC, MODE_LINK, MODE_GITLINK = 0o100644, 0o100755, 0o120000, 0o160000
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class Full(Exception):
@@ -52,9 +60,11 @@ class Bounded:
 
 
 def quote(path: str) -> str:
-    """A path as shown: quoted with escapes when it holds a control character, a quote or a backslash."""
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 or c in '"\\' for c in path):
-        return '"' + path.encode("unicode_escape").decode("ascii").replace('"', '\\"') + '"'
+    """A path as shown: as it is when plain; else, as git does, in double quotes with `"` and `\\`
+    escaped, and every control, format or undecodable byte escaped by boxfs.show (`\\n`, `\\x1b`,
+    `\\xff`): always one line, never a raw escape sequence."""
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 or c in '"\\' or 0xD800 <= ord(c) <= 0xDFFF for c in path) or show(path) != path:
+        return '"' + show(path.replace("\\", "\\\\").replace('"', '\\"')) + '"'
     return path
 
 
@@ -93,28 +103,30 @@ def check_pathspec(path: str) -> str:
     return rel
 
 
-def _has_git_entry(names: list[str]) -> bool:
-    return any(n.casefold() == GIT_DIR for n in names)
+def _is_git_name(name: str | bytes) -> bool:
+    return os.fsdecode(name).casefold() == GIT_DIR
+
+
+def _holds_git_entry(dir_fd: int) -> bool:
+    """Whether the directory dir_fd holds a `.git` entry (any case): streamed, nothing kept."""
+    with os.scandir(dir_fd) as it:
+        return any(_is_git_name(item.name) for item in it)
 
 
 def _read_ignore_file(dir_fd: int) -> bytes | None:
-    """The .gitignore in dir_fd (b"" when there is none), read through an O_NOFOLLOW|O_NONBLOCK fd
-    that must be a regular file of at most IGNORE_FILE_CAP bytes; None when it is anything else.
+    """The .gitignore in dir_fd (b"" when there is none), read by boxfs (O_NOFOLLOW|O_NONBLOCK, a
+    regular file by lstat and fstat) and at most IGNORE_FILE_CAP bytes; None when it is anything else.
     Read once, here: what libgit2 matches against is this copy, never the workspace file, which
     the box can swap for a link (to a FIFO: libgit2 would block in open() holding the GIL, and the
     whole host process with it) between this check and libgit2's own open."""
     try:
-        fd = os.open(".gitignore", _FILE_FLAGS, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return b""
-    except OSError:
-        return None
+        fd, st = open_regular(dir_fd, ".gitignore")
+    except OpenAgentsError as err:
+        return b"" if err.type is ErrorType.FILE_NOT_FOUND else None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > IGNORE_FILE_CAP:
-            return None
-        data = os.read(fd, IGNORE_FILE_CAP + 1)
-        return data if len(data) <= IGNORE_FILE_CAP else None
+        return read_fd(fd, IGNORE_FILE_CAP, ".gitignore")
+    except OpenAgentsError:
+        return None
     finally:
         os.close(fd)
 
@@ -147,21 +159,22 @@ class Tree:
         """An fd for directory `rel`; also whether every .gitignore on the way is safe to hand to libgit2.
         With nested_check, a directory on the way that holds a .git entry is refused (a pathspec
         may not reach into a nested repository)."""
-        fd = os.open(self.root, _DIR_FLAGS)
-        ignore_ok = self._ignore_file_ok(fd, "")
+        fd = os.open(self.root, DIR_FLAGS)
         parts = [p for p in rel.split("/") if p not in ("", ".")]
         try:
+            ignore_ok = self._ignore_file_ok(fd, "")
             for i, part in enumerate(parts):
                 here = "/".join(parts[: i + 1])
                 try:
-                    child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
                 except OSError as err:
-                    if os.path.islink(os.path.join(self.root, here)):
+                    st = lstat_at(fd, part)
+                    if st is not None and stat.S_ISLNK(st.st_mode):
                         raise PathProblem("path_outside_workspace", f"{here!r} is a symbolic link; git paths do not go through links") from None
                     raise PathProblem("file_not_found" if err.errno == 2 else "path_invalid", f"{here!r}: {err.strerror}") from None
                 os.close(fd)
                 fd = child
-                if nested_check and _has_git_entry(os.listdir(fd)):
+                if nested_check and _holds_git_entry(fd):
                     raise PathProblem("path_invalid", f"{here!r} holds a .git entry: a nested repository, never opened")
                 ignore_ok = ignore_ok and self._ignore_file_ok(fd, here)
             return fd, ignore_ok
@@ -179,9 +192,7 @@ class Tree:
                 return None
             raise
         try:
-            return os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except FileNotFoundError:
-            return None
+            return lstat_at(fd, name)
         finally:
             os.close(fd)
 
@@ -196,31 +207,37 @@ class Tree:
                 return None
             raise
         try:
-            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            st = lstat_at(fd, name)
+            if st is None:
+                return None
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(os.path.join(self.root, rel))
                 if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
                     raise PathProblem("path_outside_workspace", f"{rel!r} is a symbolic link leading outside the workspace")
             elif stat.S_ISDIR(st.st_mode):
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 try:
-                    if _has_git_entry(os.listdir(child)):
+                    child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                except FileNotFoundError:
+                    return None
+                try:
+                    if _holds_git_entry(child):
                         raise PathProblem("path_invalid", f"{rel!r} holds a .git entry: a nested repository, never opened")
                 finally:
                     os.close(child)
             return st
-        except FileNotFoundError:
-            return None
         finally:
             os.close(fd)
 
-    def walk(self, start: str, skip: Callable[[str, bool, bool], bool], walk: Walk) -> None:
+    def walk(self, start: str, skip: Callable[[str, bool, bool], bool], walk: Walk, budget: HostBudget | None = None) -> None:
         """Walk `start` (a directory or a file), adding entries to `walk`. skip(rel, is_dir, ignore_ok)
-        says what to leave out (ignored and untracked)."""
+        says what to leave out (ignored and untracked). Bounded by `budget` (default: MAX_VISITED
+        entries, boxfs's depth): a directory deeper than its depth is not walked (a note says so)."""
+        if budget is None:
+            budget = HostBudget(max_entries=MAX_VISITED, max_bytes=None)
         if start == ".":
             fd, ok = self._open_dir(".")
             try:
-                self._walk_dir(fd, "", skip, walk, ok, top=True)
+                self._walk_dir(fd, "", skip, walk, ok, True, budget)
             finally:
                 os.close(fd)
             return
@@ -231,9 +248,9 @@ class Tree:
         fd, ok = self._open_dir(parent)
         try:
             if stat.S_ISDIR(st.st_mode):
-                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                child = os.open(name, DIR_FLAGS, dir_fd=fd)
                 try:
-                    self._walk_dir(child, start + "/", skip, walk, ok and self._ignore_file_ok(child, start), top=False)
+                    self._walk_dir(child, start + "/", skip, walk, ok and self._ignore_file_ok(child, start), False, budget)
                 finally:
                     os.close(child)
             else:
@@ -241,38 +258,66 @@ class Tree:
         finally:
             os.close(fd)
 
-    def _walk_dir(self, fd: int, prefix: str, skip: Callable[[str, bool, bool], bool], walk: Walk, ignore_ok: bool, top: bool) -> None:
-        names = sorted(os.listdir(fd))
-        if not top and _has_git_entry(names):
+    def _walk_dir(self, fd: int, prefix: str, skip: Callable[[str, bool, bool], bool], walk: Walk, ignore_ok: bool, top: bool,
+                  budget: HostBudget) -> None:
+        """Everything under the directory fd (shown as `prefix`), through boxfs's Walk: sorted, no
+        link followed, no recursion. `enter` does git's part: ignored directories and nested
+        repositories are not entered; each entered directory's .gitignore is taken (or noted)."""
+        if not top and _holds_git_entry(fd):
             walk.opaque.append(prefix)
             return
         if not self._ignore_file_ok(fd, prefix):
             walk.notes.append(f"{quote(prefix + '.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: ignore rules below it are not applied")
-        for name in names:
-            rel = prefix + name
-            if name.casefold() == GIT_DIR:
-                continue  # the repository itself (top) or a case variant that must never be added
-            if len(walk.files) >= MAX_ENTRIES:
-                walk.truncated = True
-                return
+        ok_below: dict[bytes, bool] = {b"": ignore_ok}  # a directory's path under fd -> whether its ignore rules all apply
+
+        def enter(entry: Entry) -> bool:
+            if _is_git_name(entry.name):
+                return False  # the repository itself (top) or a case variant that must never be added
+            rel = prefix + entry.text
+            parent_ok = ok_below[entry.rel.rpartition(b"/")[0]]
+            if skip(rel, True, parent_ok):
+                return False
             try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except FileNotFoundError:
-                continue  # gone since the listing: the box still writes the tree
-            if stat.S_ISDIR(st.st_mode):
-                if skip(rel, True, ignore_ok):
+                sub = os.open(entry.name, DIR_FLAGS, dir_fd=entry.dir_fd)
+            except OSError:
+                walk.notes.append(f"{quote(rel)}/ could not be opened")
+                return False
+            try:
+                if _holds_git_entry(sub):
+                    walk.opaque.append(rel + "/")
+                    return False
+                here_ok = self._ignore_file_ok(sub, rel)
+                if not here_ok:
+                    walk.notes.append(f"{quote(rel + '/.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: "
+                                      "ignore rules below it are not applied")
+                ok_below[entry.rel] = parent_ok and here_ok
+            except OSError:
+                walk.notes.append(f"{quote(rel)}/ could not be opened")
+                return False
+            finally:
+                os.close(sub)
+            return True
+
+        walker = BoxWalk(fd, budget, enter=enter, sort=True)
+        entries = cast(Generator[Entry, None, None], walker.entries())
+        try:
+            for entry in entries:
+                if _is_git_name(entry.name):
                     continue
-                try:
-                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
-                except OSError:
-                    walk.notes.append(f"{quote(rel)}/ could not be opened")
+                if len(walk.files) >= MAX_ENTRIES:
+                    walk.truncated = True
+                    return
+                if entry.is_dir:
                     continue
-                try:
-                    self._walk_dir(child, rel + "/", skip, walk, ignore_ok and self._ignore_file_ok(child, rel), top=False)
-                finally:
-                    os.close(child)
-            elif not skip(rel, False, ignore_ok):
-                self._add(walk, rel, st)
+                rel = prefix + entry.text
+                if not skip(rel, False, ok_below[entry.rel.rpartition(b"/")[0]]):
+                    self._add(walk, rel, entry.st)
+        finally:
+            entries.close()
+        for deep in walker.too_deep:
+            walk.notes.append(f"{quote(prefix + os.fsdecode(deep))}/ is deeper than {budget.max_depth} levels: not walked")
+        for bad, _why in walker.unreadable:
+            walk.notes.append(f"{quote(prefix + os.fsdecode(bad))}/ could not be opened")
 
     @staticmethod
     def _add(walk: Walk, rel: str, st: os.stat_result) -> None:
@@ -286,20 +331,16 @@ class Tree:
         walk.files[rel] = WorkEntry(rel, mode, st.st_size, key)
 
     def open_regular(self, rel: str) -> tuple[int, os.stat_result]:
-        """An fd on a regular file, never through a link, never blocking; else PathProblem."""
+        """An fd on a regular file (boxfs.open_regular: never through a link, never blocking); else PathProblem."""
         parent, _, name = rel.rpartition("/")
         dir_fd, _ = self._open_dir(parent)
         try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-        except OSError as err:
-            raise PathProblem("file_not_found" if err.errno == 2 else "not_regular_file", f"{rel!r}: {err.strerror}") from None
+            return open_regular(dir_fd, name, rel)
+        except OpenAgentsError as err:
+            raise PathProblem("file_not_found" if err.type is ErrorType.FILE_NOT_FOUND else "not_regular_file",
+                              f"{rel!r}: {err.message}") from None
         finally:
             os.close(dir_fd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise PathProblem("not_regular_file", f"{rel!r} is not a regular file")
-        return fd, st
 
     def readlink(self, rel: str) -> bytes:
         parent, _, name = rel.rpartition("/")
@@ -310,28 +351,14 @@ class Tree:
             os.close(dir_fd)
 
     def read_head(self, rel: str, cap: int) -> bytes:
-        """At most `cap` bytes of a regular file (or a link's target)."""
+        """At most `cap` bytes of a regular file (or a link's target): one bounded read of a file
+        boxfs opened, so a file the box is still growing costs no more than the cap."""
         entry_st = self.lstat(rel)
         if entry_st is not None and stat.S_ISLNK(entry_st.st_mode):
             return self.readlink(rel)[:cap]
         fd, _ = self.open_regular(rel)
         try:
-            chunks, left = [], cap
-            while left > 0:
-                chunk = os.read(fd, min(left, HASH_CHUNK))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                left -= len(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
-
-    def chunks(self, rel: str) -> Iterator[bytes]:
-        fd, _ = self.open_regular(rel)
-        try:
-            while chunk := os.read(fd, HASH_CHUNK):
-                yield chunk
+            return os.pread(fd, cap, 0)
         finally:
             os.close(fd)
 

@@ -288,7 +288,7 @@ class HostRepo:
             return False
         try:
             return bool(self._ignore_repo.path_is_ignored(rel + "/" if is_dir else rel))
-        except pygit2.GitError:
+        except (pygit2.GitError, ValueError):  # ValueError: a name libgit2 cannot take (not UTF-8): never ignored
             return False
 
     def _work_id(self, entry: WorkEntry, known: tuple[str, int] | None) -> str | None:
@@ -390,7 +390,8 @@ class HostRepo:
         if b"\0" in old_bytes[:8000] or b"\0" in new_bytes[:8000]:
             out.write(f"binary/large, {old_size} -> {new_size} bytes\n")
             return
-        patch = pygit2.Patch.create_from(old_bytes, new_bytes, old_as_path=path, new_as_path=path, context_lines=3)
+        # only the hunks are kept: the name (maybe not UTF-8, which libgit2 refuses) is shown by quote() above
+        patch = pygit2.Patch.create_from(old_bytes, new_bytes, old_as_path="file", new_as_path="file", context_lines=3)
         text = patch.text or ""
         start = text.find("\n@@")
         out.write(f"--- {'a/' + q if old else '/dev/null'}\n+++ {'b/' + q if new else '/dev/null'}\n")
@@ -436,6 +437,8 @@ class HostRepo:
                 index.remove(path)
             elif work.mode == 0:
                 notes.append(f"{quote(path)} is not a regular file: not committed")
+            elif not _utf8(path):
+                notes.append(f"{quote(path)}: the name is not valid UTF-8: not committed")
             elif not self._same(work, known):
                 index.add(pygit2.IndexEntry(path, self._write_blob(work), FileMode(work.mode)))
         tree_id = index.write_tree()
@@ -482,6 +485,14 @@ def _error_type(kind: str) -> ErrorType:
         return ErrorType(kind)
     except ValueError:
         return ErrorType.IO_ERROR
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def run_git(repo: HostRepo | None, args: GitArgs) -> ToolResult:
