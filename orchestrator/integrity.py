@@ -36,12 +36,11 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from pydantic import BaseModel, Field
 
 from .boxfs import BudgetExceeded, Entry, HostBudget, Walk, from_store, open_dir, open_parent, show, to_store
-from .boxfs import budget as _budget
 from .boxfs.read import DIR_FLAGS
 from .errors import ErrorType, OpenAgentsError
 
@@ -90,37 +89,6 @@ def special_kind(mode: int) -> str | None:
 def special_name(mode: int, other: str = "not a regular file") -> str:
     """The kind in words for a person: 'a FIFO', 'a socket', 'a device file', else `other`."""
     return {"fifo": "a FIFO", "socket": "a socket", "device": "a device file"}.get(special_kind(mode) or "", other)
-
-
-# Kept for importers: the depth a walk enters is boxfs's.
-MAX_DEPTH = _budget.MAX_DEPTH
-
-
-class Found:
-    """Deprecated (use boxfs.Walk and its Entry): one entry of `walk`, with str name and path."""
-
-    __slots__ = ("dir_fd", "name", "rel", "st")
-
-    def __init__(self, dir_fd: int, name: str, rel: str, st: os.stat_result) -> None:
-        self.dir_fd, self.name, self.rel, self.st = dir_fd, name, rel, st
-
-
-def walk(root: Path, enter: Callable[[Found], bool] = lambda found: not is_git_name(found.name),
-         too_deep: list[str] | None = None, budget: HostBudget | None = None) -> Iterator[Found]:
-    """Deprecated thin alias over boxfs.Walk for older callers: every entry under root, names as
-    os.fsdecode str; directories deeper than the budget's depth are named in `too_deep`."""
-    try:
-        fd = open_dir(root)
-    except OpenAgentsError:
-        return
-    try:
-        w = Walk(fd, budget or HostBudget(), enter=lambda e: enter(Found(e.dir_fd, e.name_text, e.text, e.st)))
-        for e in w.entries():
-            yield Found(e.dir_fd, e.name_text, e.text, e.st)
-        if too_deep is not None:
-            too_deep += [os.fsdecode(rel) for rel in w.too_deep]
-    finally:
-        os.close(fd)
 
 
 def _key(st: os.stat_result) -> tuple[int, int]:
