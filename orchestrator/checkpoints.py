@@ -66,7 +66,7 @@ from .boxfs import BudgetExceeded, HostBudget, Walk, from_store, lstat_at, open_
 from .boxfs.copy import temp_name
 from .boxfs.read import DIR_FLAGS
 from .errors import ErrorType, OpenAgentsError
-from .integrity import MAX_DEPTH, is_git_name, special_kind, special_name
+from .integrity import is_git_name, special_kind, special_name
 
 MODE_FILE, MODE_EXEC, MODE_LINK, MODE_TREE = 0o100644, 0o100755, 0o120000, 0o040000
 INDEX_NAME = "checkpoints.json"
@@ -731,8 +731,8 @@ class CheckpointStore:
                 prev_dir.meta, prev_dir.odd = _meta(st), None
                 d.dirs[name] = prev_dir  # the same directory: its own watch reports what is inside
                 return None
-            if d.depth + 2 > min(MAX_DEPTH, self._budget.max_depth):
-                d.skipped[name] = (None, f"deeper than {min(MAX_DEPTH, self._budget.max_depth)} levels")
+            if d.depth + 2 > self._budget.max_depth:
+                d.skipped[name] = (None, f"deeper than {self._budget.max_depth} levels")
                 self._drop(prev_dir)
                 return None
             reuse = prev_dir if prev_dir is not None else (old.dirs.get(name) if old is not None else None)
