@@ -30,6 +30,7 @@ from typing import Iterator, Literal
 
 from pydantic import BaseModel, Field
 
+from .bounded_diff import bounded_unified_diff, split_lines
 from .boxfs import HostBudget, Walk, from_store, open_parent, open_regular, read_at, show, to_store, write_atomic
 from .boxfs.copy import temp_name
 from .boxfs.read import DIR_FLAGS, components, open_dir
@@ -41,6 +42,9 @@ from .workspace_copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
 ChangeKind = Literal["added", "modified", "deleted", "type_changed", "mode_changed"]
 
 MAX_DIFF_FILE_BYTES = 256 * 1024  # larger files are summarised, never diffed (bounded memory and time)
+IN_PROCESS_DIFF_WORK = 1_000_000  # old lines x new lines up to which difflib runs here: its worst case stays well under a second
+DIFF_DEADLINE_S = 2.0  # a larger diff runs in bounded_diff's child, killed after this
+MAX_DIFF_BYTES = 1 << 20  # and returns at most this much
 MAX_FILE_LINES = 1000  # diff lines shown per file
 MAX_TOTAL_LINES = 20000  # diff lines shown in all
 MAX_STAT_FILES = 5000  # --stat lines before "and N more"
@@ -361,16 +365,33 @@ def _lines(text: str | None) -> list[str]:
     return _LINE.findall(text) if text else []
 
 
+def _unified(old: _Side, new: _Side, context: int) -> tuple[list[str], str | None]:
+    """The diff's body (no ---/+++ header), one item a line without its newline, git's no-newline
+    marks included; and why it is missing or cut (None: whole). The text is the box's: a diff
+    whose worst case is small runs here, a larger one in bounded_diff's child under a deadline
+    (difflib on box-written lines that each recur just under its junk bound takes minutes)."""
+    a, b = _lines(old.text), _lines(new.text)
+    if len(a) * len(b) <= IN_PROCESS_DIFF_WORK:
+        out: list[str] = []
+        for line in list(difflib.unified_diff(a, b, n=context))[2:]:
+            if line.endswith("\n"):
+                out.append(line[:-1])
+            else:
+                out += [line, "\\ No newline at end of file"]
+        return out, None
+    result = bounded_unified_diff(old.text or "", new.text or "", "a", "b", max_bytes=MAX_DIFF_BYTES, deadline_s=DIFF_DEADLINE_S,
+                                  context=context)
+    if result.text is None:
+        return [], result.skipped or "not diffed"
+    lines = [line[:-1] if line.endswith("\n") else line for line in split_lines(result.text)[2:]]
+    return lines, f"cut at {MAX_DIFF_BYTES >> 10} KiB" if result.cut else None
+
+
 def _hunks(old: _Side, new: _Side) -> list[str]:
     """Unified diff body lines, each one terminal line (made visible), with git's no-newline marks."""
-    out: list[str] = []
-    for line in list(difflib.unified_diff(_lines(old.text), _lines(new.text), n=3))[2:]:
-        if line.endswith("\n"):
-            out.append(visible(line[:-1]))
-        else:
-            out.append(visible(line))
-            out.append("\\ No newline at end of file")
-    return out
+    lines, problem = _unified(old, new, 3)
+    out = [visible(line) for line in lines]
+    return out + [f"# diff {problem}"] if problem else out
 
 
 def _headers(change: Change, old: _Side, new: _Side) -> list[str]:
@@ -409,16 +430,16 @@ def _body(old: _Side, new: _Side, path: str) -> list[str]:
     return [f"--- {label_a}", f"+++ {label_b}", *hunks] if hunks else []
 
 
-def _counts(old: _Side, new: _Side) -> tuple[int, int] | None:
-    """(insertions, deletions), or None when a side is binary or too large to count."""
+def _counts(old: _Side, new: _Side) -> tuple[int, int] | str | None:
+    """(insertions, deletions); None when a side is binary or too large to count; why, when the
+    bounded differ gave up."""
     if old.note and old.kind == "file" or new.note and new.kind == "file":
         return None
-    plus = minus = 0
-    for line in list(difflib.unified_diff(_lines(old.text), _lines(new.text), n=0))[2:]:
-        if line.startswith("+"):
-            plus += 1
-        elif line.startswith("-"):
-            minus += 1
+    lines, problem = _unified(old, new, 0)
+    if problem and not lines:
+        return problem
+    plus = sum(1 for line in lines if line.startswith("+"))
+    minus = sum(1 for line in lines if line.startswith("-"))
     return plus, minus
 
 
@@ -459,13 +480,15 @@ def _stat_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[s
         old = _side(real_fd, change.path)
         new = _side(copy_fd, change.path) if change.after is not None else _Side("absent")
         counts = _counts(old, new)
-        if counts:
+        if isinstance(counts, tuple):
             plus_total, minus_total = plus_total + counts[0], minus_total + counts[1]
         if i >= MAX_STAT_FILES:
             continue
         path = shown(change.path)
         if counts is None:
             yield f" {path} | Bin {old.size} -> {new.size} bytes"
+        elif isinstance(counts, str):
+            yield f" {path} | not counted: {counts}"
         elif new.kind in ("special", "unsafe") or old.kind == "dir" or new.kind == "dir":
             yield f" {path} | {change.status}" + (f" ({new.note})" if new.note else "")
         else:

@@ -472,3 +472,26 @@ def test_sparse_files_stay_sparse_and_odd_names_are_carried_exactly(tmp_path):
     with open(real / "sparse.img", "rb") as fh:
         assert fh.read(4) == b"head" and (fh.seek(2 << 30), fh.read())[1] == b"tail"
     assert open(os.path.join(os.fsencode(real), odd), "rb").read() == b"latin\n"
+
+
+def test_changes_on_box_text_built_against_difflib_end_at_the_differs_deadline(tmp_path):
+    """A box-written file whose lines each recur just under difflib's junk bound (about 200 KB, inside
+    the diff's size cap): `changes` and `changes --stat` ran difflib on the main thread for minutes;
+    now a diff of that size runs in bounded_diff's child and the listing says it gave up."""
+    from orchestrator.review import DIFF_DEADLINE_S
+    from tests.test_preview_bounds import pathological_lines
+
+    before, after = pathological_lines(40_000)
+    assert len(before) < 256 * 1024 and len(after) < 256 * 1024
+    real = build(tmp_path / "real", {"big.txt": before, "small.txt": "one\n"})
+    manifest, copy = take_copy(real, tmp_path)
+    (copy / "big.txt").write_text(after)
+    (copy / "small.txt").write_text("two\n")
+    started = time.monotonic()
+    diff = list(render_diff(manifest, list_changes(manifest)))
+    stat_lines = list(render_diff(manifest, list_changes(manifest), stat=True))
+    elapsed = time.monotonic() - started
+    assert f"# diff the diff took longer than {DIFF_DEADLINE_S:g} s" in diff
+    assert "-one" in diff and "+two" in diff  # small files still diff in full
+    assert any("big.txt | not counted: the diff took longer" in line for line in stat_lines)
+    assert elapsed < 2 * DIFF_DEADLINE_S + 10  # two diffs of the big file, each killed at its deadline
