@@ -3,6 +3,7 @@
 Nothing started by a command outlives its call: when the agent is the container's PID 1 it
 sends SIGKILL to every other process it may signal (``kill(-1)``), which reaches children that
 called setsid or daemonized. The host does the same from outside if the agent does not answer.
+Before that sweep, output a stage passes on after the shell exits gets a short, bounded drain (_run).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PR
 _lock = threading.Lock()
 STREAM_EVERY_S = 0.2  # output chunks are coalesced: at most one message per interval
 STREAM_CHUNK_CHARS = 4096  # and each bounded: a live tail, never the whole output (the result has that)
+DRAIN_S = 0.2  # after the shell exits, its output pipe is read until end of file or this long (see _run)
 
 
 def child_env() -> dict[str, str]:
@@ -148,20 +150,27 @@ def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
 
 def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
     """Collect the command's output until its shell exits or the timeout passes, in this thread:
-    one poll() over the output pipe and the exit descriptor. True when the timeout passed."""
+    one poll() over the output pipe and the exit descriptor. True when the timeout passed.
+
+    When the shell exits first, the pipe is read on until end of file (every writer gone) or for
+    DRAIN_S at most: a stage that passes output on after the shell ends (`exec > >(tee log)`, a
+    background job finishing) is heard, and one holding the pipe open forever costs DRAIN_S, no
+    more. Codex does the same after its child exits (codex-rs/core/src/exec.rs, IO_DRAIN_TIMEOUT_MS).
+    Whatever is still running afterwards is killed by the caller: nothing outlives the call."""
     assert proc.stdout is not None  # started with stdout=PIPE
     out_fd = proc.stdout.fileno()
     exit_fd, is_pidfd = _exit_fd(proc)
     poller = select.poll()
     poller.register(out_fd, select.POLLIN)
     poller.register(exit_fd, select.POLLIN)
-    deadline = time.monotonic() + timeout
+    end = time.monotonic() + timeout
     exited = timed_out = False
+    out_open = True
     try:
-        while not exited:
-            left = deadline - time.monotonic()
+        while out_open or not exited:
+            left = end - time.monotonic()
             if left <= 0:
-                timed_out = True
+                timed_out = not exited
                 break
             ready = poller.poll(min(left, STREAM_EVERY_S if output.waiting else left) * 1000)
             if not ready and output.waiting:
@@ -169,8 +178,11 @@ def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
             for fd, _ in ready:
                 if fd == exit_fd:
                     exited = True
+                    poller.unregister(exit_fd)
+                    end = time.monotonic() + DRAIN_S
                 elif not _read_into(out_fd, output):
                     poller.unregister(out_fd)
+                    out_open = False
     finally:
         if is_pidfd:
             os.close(exit_fd)
