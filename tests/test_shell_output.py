@@ -94,6 +94,7 @@ def test_a_descendant_holding_the_pipe_open_does_not_hold_the_call(box):
 def test_a_descendant_writing_forever_does_not_stretch_the_call(box):
     result = run(box, "(while :; do echo tick; done) & echo started", timeout=60)
     assert result.ok and result.output.startswith("started\n") and result.meta["elapsed_s"] < BOUND_S
+    assert {line for line in result.output.splitlines()[1:] if not line.startswith("[... ")} <= {"tick"}
     assert no_survivors(box)
 
 
@@ -102,3 +103,88 @@ def test_a_timeout_is_not_stretched_by_the_drain(box):
     assert result.error is not None and result.error.type is ErrorType.TIMEOUT
     assert result.output == "before\n" and result.meta["elapsed_s"] < 1 + BOUND_S
     assert no_survivors(box)
+
+
+# --- class 5: truncation at line and character boundaries, one marker ---------------------------
+
+def split_at_marker(result) -> tuple[str, re.Match, str]:
+    """(head, marker, tail) of an output cut between lines; exactly one marker."""
+    markers = list(MARKER.finditer(result.output))
+    assert len(markers) == 1, result.output[:200]
+    m = markers[0]
+    assert m.group(3) is None, "lines exist: the cut is between them"
+    return result.output[: m.start()], m, result.output[m.end():]
+
+
+def assert_accounts_for_everything(result, head: str, marker: re.Match, tail: str) -> None:
+    omitted = int(marker.group(1))
+    assert len(head.encode()) + omitted + len(tail.encode()) == result.meta["output_bytes"]
+    assert len(head.encode()) + len(tail.encode()) <= CAP
+    assert result.meta["output_truncated"] is True
+
+
+def test_numbered_lines_are_cut_between_lines_and_the_marker_counts_them(box):
+    """The issue's `511`: a byte cut left fragments that read like real output."""
+    result = run(box, "seq 1 300000")
+    assert "\ufffd" not in result.output
+    head, marker, tail = split_at_marker(result)
+    first, last = [int(n) for n in head.splitlines()], [int(n) for n in tail.splitlines()]
+    assert head.endswith("\n") and tail.endswith("\n") and marker.group(3) is None
+    assert first == list(range(1, len(first) + 1)) and last == list(range(last[0], 300001))
+    assert int(marker.group(2)) == last[0] - first[-1] - 1
+    assert_accounts_for_everything(result, head, marker, tail)
+    assert result.meta["output_omitted_lines"] == int(marker.group(2))
+    assert result.meta["output_omitted_bytes"] == int(marker.group(1))
+
+
+def test_multibyte_lines_are_never_cut_inside_a_character_or_a_line(box):
+    script = "for i in range(30000): print(i, '日本語😀' * (i % 7), 'é')"
+    result = run(box, f'python3 -c "{script}"')
+    assert "\ufffd" not in result.output
+    head, marker, tail = split_at_marker(result)
+    numbers = []
+    for line in head.splitlines() + tail.splitlines():
+        n, body = line.split(" ", 1)
+        assert body == "日本語😀" * (int(n) % 7) + " é", line
+        numbers.append(int(n))
+    first = len(head.splitlines())
+    assert numbers[:first] == list(range(first)) and numbers[first:] == list(range(numbers[first], 30000))
+    assert int(marker.group(2)) == numbers[first] - numbers[first - 1] - 1
+    assert_accounts_for_everything(result, head, marker, tail)
+
+
+@pytest.mark.parametrize("char", ["é", "日", "😀"])
+def test_one_long_line_is_cut_at_character_boundaries(box, char):
+    """No line to cut at: the cut is inside the line, never inside a character (codex
+    truncate/tests.rs, split_string_respects_utf8_boundaries)."""
+    result = run(box, f"python3 -c \"import sys; sys.stdout.write('{char}' * 60000)\"")
+    assert "\ufffd" not in result.output
+    markers = list(MARKER.finditer(result.output))
+    assert len(markers) == 1
+    marker = markers[0]
+    head, tail = result.output[: marker.start()], result.output[marker.end():]
+    assert head.endswith("\n"), "the marker stands on its own line"
+    head = head[:-1]
+    assert set(head) == {char} and set(tail) == {char}
+    assert marker.group(2) == "1" and marker.group(3) == ", cut mid-line"
+    assert_accounts_for_everything(result, head, marker, tail)
+
+
+def test_a_timed_out_commands_output_is_cut_the_same_way(box):
+    result = run(box, "seq 1 300000; sleep 30", timeout=2)
+    assert result.error is not None and result.error.type is ErrorType.TIMEOUT
+    head, marker, tail = split_at_marker(result)
+    assert "\ufffd" not in result.output and tail.endswith("\n300000\n") and head.startswith("1\n2\n")
+    assert_accounts_for_everything(result, head, marker, tail)
+
+
+def test_the_note_says_how_much_was_left_out(box):
+    result = run(box, "seq 1 300000")
+    assert f"{result.meta['output_bytes']} bytes" in result.note and "300000 lines" in result.note
+    assert result.meta["output_lines"] == 300000
+
+
+def test_output_under_the_cap_is_untouched(box):
+    result = run(box, "seq 1 5000")
+    assert result.output == "".join(f"{i}\n" for i in range(1, 5001)) and not MARKER.search(result.output)
+    assert result.meta["output_truncated"] is False
