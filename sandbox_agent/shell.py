@@ -3,6 +3,7 @@
 Nothing started by a command outlives its call: when the agent is the container's PID 1 it
 sends SIGKILL to every other process it may signal (``kill(-1)``), which reaches children that
 called setsid or daemonized. The host does the same from outside if the agent does not answer.
+Before that sweep, output a stage passes on after the shell exits gets a short, bounded drain (_run).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PR
 _lock = threading.Lock()
 STREAM_EVERY_S = 0.2  # output chunks are coalesced: at most one message per interval
 STREAM_CHUNK_CHARS = 4096  # and each bounded: a live tail, never the whole output (the result has that)
+DRAIN_S = 0.2  # after the shell exits, its output pipe is read until end of file or this long (see _run)
 
 
 def child_env() -> dict[str, str]:
@@ -38,12 +40,17 @@ def child_env() -> dict[str, str]:
 
 
 class _CappedOutput:
-    """Keeps the head and the tail of the stream; memory stays bounded whatever the command prints."""
+    """Keeps the head and the tail of the stream, and counts its bytes and lines; memory stays
+    bounded whatever the command prints."""
 
     def __init__(self, on_output: Callable[[str], None] | None = None) -> None:
         self.head = bytearray()
         self.tail = bytearray()
         self.total = 0
+        self.newlines = 0
+        self.last_byte: int | None = None
+        self.before_tail: int | None = None  # the last byte dropped before the tail, once any was
+        self.omitted_bytes = self.omitted_lines = 0  # set by text()
         self.on_output = on_output
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._unsent = ""
@@ -71,6 +78,9 @@ class _CappedOutput:
         self.stream(chunk)
         head_cap, tail_cap = limits.SHELL_OUTPUT_HEAD_BYTES, limits.SHELL_OUTPUT_TAIL_BYTES
         self.total += len(chunk)
+        self.newlines += chunk.count(b"\n")
+        if chunk:
+            self.last_byte = chunk[-1]
         room = head_cap - len(self.head)
         if room > 0:
             self.head += chunk[:room]
@@ -78,16 +88,69 @@ class _CappedOutput:
         if chunk:
             self.tail += chunk
             if len(self.tail) > tail_cap:
-                del self.tail[: len(self.tail) - tail_cap]
+                cut = len(self.tail) - tail_cap
+                self.before_tail = self.tail[cut - 1]
+                del self.tail[:cut]
+
+    @property
+    def lines(self) -> int:
+        """Lines in the whole output; a last one without a newline counts."""
+        return self.newlines + (self.total > 0 and self.last_byte != NL)
 
     def text(self) -> tuple[str, bool]:
-        truncated = self.total > len(self.head) + len(self.tail)
-        body = bytes(self.head)
-        if truncated:
-            skipped = self.total - len(self.head) - len(self.tail)
-            body += f"\n[... {skipped} bytes of output omitted ...]\n".encode()
-        body += bytes(self.tail)
-        return body.decode("utf-8", errors="replace"), truncated
+        """The output, or its head and tail around one marker saying how many bytes and lines were
+        left out. The cuts fall between lines where there are lines near them (within the kept part's
+        second half for the head, first half for the tail), else inside the line but never inside a
+        UTF-8 character: no fragment of a line or U+FFFD made by the cut."""
+        head, tail = bytes(self.head), bytes(self.tail)
+        if self.total <= len(head) + len(tail):
+            return (head + tail).decode("utf-8", errors="replace"), False
+        head = head[:_head_end(head)]
+        start = _tail_start(tail, self.before_tail)
+        ends_line = (tail[start - 1] if start else self.before_tail) == NL
+        tail = tail[start:]
+        self.omitted_bytes = self.total - len(head) - len(tail)
+        self.omitted_lines = self.newlines - head.count(b"\n") - tail.count(b"\n") + (not ends_line)
+        mid_line = not ends_line or not head.endswith(b"\n")
+        marker = (f"[... {self.omitted_bytes} bytes ({self.omitted_lines} line{'s' if self.omitted_lines != 1 else ''}"
+                  f"{', cut mid-line' if mid_line else ''}) omitted ...]\n")
+        text = head.decode("utf-8", errors="replace")
+        if text and not text.endswith("\n"):
+            text += "\n"
+        return text + marker + tail.decode("utf-8", errors="replace"), True
+
+
+NL = ord("\n")
+
+
+def _head_end(head: bytes) -> int:
+    """Where the kept head ends: after its last newline in its second half, else before a character
+    the cap split (a UTF-8 lead byte whose sequence runs past the end)."""
+    newline = head.rfind(b"\n", len(head) // 2)
+    if newline >= 0:
+        return newline + 1
+    for back in range(1, min(4, len(head)) + 1):
+        byte = head[-back]
+        if byte < 0x80:
+            break
+        if byte >= 0xC0:
+            size = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(head) - back if size > back else len(head)
+    return len(head)
+
+
+def _tail_start(tail: bytes, before: int | None) -> int:
+    """Where the kept tail starts: where it is, if a line starts there; after the first newline in
+    its first half; else after the continuation bytes of a character the cap split."""
+    if before == NL:
+        return 0
+    newline = tail.find(b"\n", 0, len(tail) // 2)
+    if newline >= 0:
+        return newline + 1
+    start = 0
+    while start < min(3, len(tail)) and 0x80 <= tail[start] < 0xC0:
+        start += 1
+    return start
 
 
 class _Waiter(threading.Thread):
@@ -148,20 +211,27 @@ def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
 
 def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
     """Collect the command's output until its shell exits or the timeout passes, in this thread:
-    one poll() over the output pipe and the exit descriptor. True when the timeout passed."""
+    one poll() over the output pipe and the exit descriptor. True when the timeout passed.
+
+    When the shell exits first, the pipe is read on until end of file (every writer gone) or for
+    DRAIN_S at most: a stage that passes output on after the shell ends (`exec > >(tee log)`, a
+    background job finishing) is heard, and one holding the pipe open forever costs DRAIN_S, no
+    more. Codex does the same after its child exits (codex-rs/core/src/exec.rs, IO_DRAIN_TIMEOUT_MS).
+    Whatever is still running afterwards is killed by the caller: nothing outlives the call."""
     assert proc.stdout is not None  # started with stdout=PIPE
     out_fd = proc.stdout.fileno()
     exit_fd, is_pidfd = _exit_fd(proc)
     poller = select.poll()
     poller.register(out_fd, select.POLLIN)
     poller.register(exit_fd, select.POLLIN)
-    deadline = time.monotonic() + timeout
+    end = time.monotonic() + timeout
     exited = timed_out = False
+    out_open = True
     try:
-        while not exited:
-            left = deadline - time.monotonic()
+        while out_open or not exited:
+            left = end - time.monotonic()
             if left <= 0:
-                timed_out = True
+                timed_out = not exited
                 break
             ready = poller.poll(min(left, STREAM_EVERY_S if output.waiting else left) * 1000)
             if not ready and output.waiting:
@@ -169,8 +239,11 @@ def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
             for fd, _ in ready:
                 if fd == exit_fd:
                     exited = True
+                    poller.unregister(exit_fd)
+                    end = time.monotonic() + DRAIN_S
                 elif not _read_into(out_fd, output):
                     poller.unregister(out_fd)
+                    out_open = False
     finally:
         if is_pidfd:
             os.close(exit_fd)
@@ -289,7 +362,10 @@ def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
         "requested_timeout_s": requested,
         "clamped": requested != timeout,
         "output_bytes": captured.total,
+        "output_lines": captured.lines,
         "output_truncated": truncated,
+        "output_omitted_bytes": captured.omitted_bytes,
+        "output_omitted_lines": captured.omitted_lines,
         "output_cap_bytes": limits.SHELL_OUTPUT_HEAD_BYTES + limits.SHELL_OUTPUT_TAIL_BYTES,
         "elapsed_s": round(elapsed, 3),
     }
@@ -297,7 +373,9 @@ def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
     if requested != timeout:
         notes.append(f"[timeout {requested}s was clamped to the {limits.SHELL_MAX_TIMEOUT_S}s ceiling]")
     if truncated:
-        notes.append(f"[output was {captured.total} bytes; only the first and last {meta['output_cap_bytes']} bytes are kept]")
+        notes.append(f"[output was {captured.total} bytes in {captured.lines} lines; {captured.omitted_bytes} bytes "
+                     f"({captured.omitted_lines} lines) from the middle are left out where the marker stands: at most the first "
+                     f"{limits.SHELL_OUTPUT_HEAD_BYTES} and the last {limits.SHELL_OUTPUT_TAIL_BYTES} bytes are kept, cut between lines where there are lines]")
     if timed_out:
         notes.append(f"[timed out after {timeout}s; the command and everything it started were killed]")
         raise ToolError("timeout", "\n".join(notes), output=output, meta=meta)
