@@ -456,7 +456,47 @@ def grep_files(args: dict) -> dict:
     if not os.path.isdir(root):
         _refuse_trailing_slash(rel, real)
         notes += _explicit_file_problem(rel, root)
+    if not _may_backtrack(pattern, regex.flags):
+        return _search(regex, real, root, matcher, notes, _InProcess())
     return _run_search(lambda child: _search(regex, real, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
+
+
+_RISKY_OPS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "GROUPREF", "GROUPREF_EXISTS"})
+
+
+def _may_backtrack(pattern: str, flags: int) -> bool:
+    """Whether a pattern's run time can grow faster than the line times the pattern: any repetition
+    (nested or adjacent ones backtrack exponentially or polynomially, and even one `.*x` is
+    quadratic on an 8 MiB line) or a backreference. Only those pay for the forked child with its
+    deadline (a fork costs tens of milliseconds here); a literal, a class or an alternation of
+    them is searched in the agent, as fast as before."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # CPython's own parser of the pattern
+    except ImportError:
+        return True
+    try:
+        stack: list = [_parser.parse(pattern, flags)]
+    except Exception:  # noqa: BLE001 - compiled already; whatever the parser says, be careful
+        return True
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _parser.SubPattern):
+            stack.extend(item.data)
+        elif isinstance(item, (list, tuple)):
+            if item and str(item[0]) in _RISKY_OPS:
+                return True
+            stack.extend(item)
+    return False
+
+
+class _InProcess:
+    """The search's reporting when it runs in the agent itself: nothing to report to."""
+
+    def send(self, message: dict) -> None:
+        pass
+
+    def at(self, shown: str) -> None:
+        pass
 
 
 class _Child:
@@ -597,7 +637,7 @@ _SKIP_WHY = {
 }
 
 
-def _search(regex, real: str, root: str, matcher, notes: list[str], child: _Child) -> dict:
+def _search(regex, real: str, root: str, matcher, notes: list[str], child: _Child | _InProcess) -> dict:
     matches: list[str] = []
     unreadable: list[str] = []
     skipped: dict[str, list[str]] = {kind: [] for kind in _SKIP_WHY}
