@@ -28,6 +28,7 @@ class ErrorType(str, Enum):
     EDIT_AMBIGUOUS = "edit_ambiguous"
     STALE_CONTENT = "stale_content"
     INVALID_REGEX = "invalid_regex"
+    ENCODING_ERROR = "encoding_error"  # the file is not in an encoding the tool can edit (not the arguments' fault)
     # execution
     TIMEOUT = "timeout"
     IO_ERROR = "io_error"

@@ -14,3 +14,5 @@ SHELL_MAX_TIMEOUT_S = 240
 SHELL_OUTPUT_HEAD_BYTES = 32 * 1024
 SHELL_OUTPUT_TAIL_BYTES = 16 * 1024
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+GREP_MAX_LINE_BYTES = 8 * 1024 * 1024  # a longer line is searched in its first 8 MiB (the note says so)
+GREP_TIMEOUT_S = 30  # the regex search's own deadline, well inside the host's 120 s call deadline

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import re
+import signal
 import stat
 import threading
+import time
 
 from . import limits
 from .paths import WORKSPACE, PathRefused, check_fd, local, resolve
@@ -158,6 +161,7 @@ def read_file(args: dict) -> dict:
         os.close(fd)
         raise _os_error(err, rel) from None
     encoding = _wide_encoding(head)
+    has_bom = head.startswith(BOM)
     if encoding or _looks_binary(head):
         return _read_special(rel, fd, encoding, size_on_disk, offset, limit)
     digest = _sha256()
@@ -220,10 +224,47 @@ def read_file(args: dict) -> dict:
         note += f"\n[truncated at {cap // 1024} KiB or {limit} lines: read on from line {end + 1} with offset={end + 1}]"
     if cut_line:
         note += f"\n[line {end} is longer than {cap} bytes and was cut]"
+    if has_bom:
+        meta["bom"] = True
+        note += "\n" + BOM_NOTE
     if invalid:
+        codec, label = _legacy_guess(raw)
         meta["invalid_utf8"] = True
-        note += "\n[the file is not valid UTF-8: bytes that are not show as U+FFFD; edit_file cannot edit it]"
+        meta["encoding_guess"] = codec
+        note += (f"\n[the file is not valid UTF-8 (its bytes look like {label}): bytes that are not UTF-8 show as U+FFFD; "
+                 f"to see them decoded: `iconv -f {codec} -t utf-8 {rel} | head`; edit_file cannot edit it]")
     return {"output": content, "note": note, "meta": meta}
+
+
+BOM_NOTE = "[the file starts with a UTF-8 byte-order mark (not shown in the output); write_file and edit_file keep it]"
+
+
+def _legacy_guess(data: bytes) -> tuple[str, str]:
+    """Which single-byte encoding a text that is not UTF-8 most likely is, for the note: Cyrillic
+    words are runs of high bytes (windows-1251), Western European text has them one by one (an
+    accent in a word: windows-1252, a superset of Latin-1's printable range)."""
+    runs = lengths = 0
+    run = 0
+    for b in data[:SNIFF_BYTES * 8]:
+        if b >= 0x80:
+            run += 1
+        elif run:
+            runs, lengths, run = runs + 1, lengths + run, 0
+    if run:
+        runs, lengths = runs + 1, lengths + run
+    if runs and lengths / runs >= 2.5:
+        return "cp1251", "windows-1251 (Cyrillic)"
+    return "cp1252", "windows-1252 / Latin-1 (Western European)"
+
+
+def _legacy_text(head: bytes) -> bool:
+    """Text in a single-byte encoding: its high bytes are mostly letters (0xC0-0xFF in Latin-1 and
+    windows-1251 alike) and it has the spaces and line breaks of text. Dense 0x80-0xBF bytes, or
+    high bytes with no whitespace between them, are not text."""
+    high = sum(1 for b in head if b >= 0x80)
+    letters = sum(1 for b in head if b >= 0xC0)
+    spaces = sum(1 for b in head if b in b" \t\n\r")
+    return letters * 10 >= high * 6 and spaces * 20 >= len(head)
 
 
 SNIFF_BYTES = 8192
@@ -246,15 +287,19 @@ def _wide_encoding(head: bytes) -> tuple[str, str, int] | None:
 
 def _looks_binary(head: bytes) -> bool:
     """As git and Gemini CLI (its isbinaryfile) judge it: a NUL byte, a known binary format's magic, or
-    more than 10% suspicious bytes: control bytes, or bytes that are not part of valid UTF-8. A few
-    stray Latin-1 bytes stay text (flagged); 128 bytes of 0x80 are not shown as 128 U+FFFD."""
+    more than 10% suspicious bytes: control bytes, or bytes that are not part of valid UTF-8 unless
+    the text reads as a single-byte encoding (windows-1251, Latin-1). A few stray Latin-1 bytes stay
+    text (flagged); 128 bytes of 0x80 are not shown as 128 U+FFFD."""
     if not head:
         return False
     if b"\x00" in head or head.startswith(_BINARY_MAGIC):
         return True
     controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
+    if controls * 10 > len(head):
+        return True
     invalid = sum(1 for ch in head.decode("utf-8", errors="surrogateescape") if "\udc80" <= ch <= "\udcff")
-    return (controls + invalid) * 10 > len(head)
+    # A mostly-ASCII file in windows-1251 or Latin-1 is text in another encoding, not binary.
+    return (controls + invalid) * 10 > len(head) and not _legacy_text(head)
 
 
 def _binary_result(rel: str, size: int, hexdigest: str, why: str = "") -> dict:
@@ -285,9 +330,11 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
     if len(kept) > cap:
         raise ToolError("file_too_large", f"{rel} is {label} text of {size} bytes; read_file decodes at most {cap}")
     try:
-        text = bytes(kept[bom_len:]).decode(codec)
+        text, bad = bytes(kept[bom_len:]).decode(codec), ""
     except UnicodeDecodeError as err:
-        raise ToolError("invalid_arguments", f"{rel} starts with a {label} byte-order mark but is not valid {label}: {err.reason} at byte {err.start}") from None
+        # The file's fault, not the arguments': shown with replacement, and said.
+        text = bytes(kept[bom_len:]).decode(codec, errors="replace")
+        bad = f"\n[the file is not valid {label} ({err.reason} at byte {err.start + bom_len}): what cannot be decoded shows as U+FFFD; edit_file cannot edit it]"
     lines = text.splitlines(keepends=True)
     total = len(lines)
     if offset > max(total, 1):
@@ -302,11 +349,14 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
         used += encoded
     end = offset - 1 + len(chosen)
     truncated = end < total
-    note = f"[file {rel}: lines {offset}-{end} of {total}; decoded from {label}; sha256 {hexdigest}]"
+    note = f"[file {rel}: lines {offset}-{end} of {total}; decoded from {label} (it has a byte-order mark; write_file and edit_file keep it and the encoding); sha256 {hexdigest}]"
     if truncated:
         note += f"\n[truncated: read on from line {end + 1} with offset={end + 1}]"
     meta = {"sha256": hexdigest, "total_lines": total, "first_line": offset, "last_line": end, "truncated": truncated,
-            "next_offset": end + 1 if truncated else None, "bytes": used, "encoding": codec}
+            "next_offset": end + 1 if truncated else None, "bytes": used, "encoding": codec, "bom": True}
+    if bad:
+        note += bad
+        meta["invalid_encoding"] = True
     return {"output": "".join(chosen), "note": note, "meta": meta}
 
 
@@ -385,31 +435,10 @@ def _walk_files(real: str, unreadable: list[str]):
             yield entry.path
 
 
-def _read_for_grep(path: str) -> bytes | None:
-    """The file's bytes, or None for what grep skips: unreadable, swapped, too large, binary."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        check_fd(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limits.GREP_MAX_FILE_BYTES:
-                return None
-    except (OSError, PathRefused):
-        return None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    return None if b"\x00" in data[:8192] else data
-
-
 def grep_files(args: dict) -> dict:
+    """The regex search runs in a forked child with a deadline (GREP_TIMEOUT_S): a pattern that
+    backtracks catastrophically is killed and answered as a typed timeout, with what was found so
+    far, instead of holding the call until the host's deadline replaces the box."""
     pattern = _arg(args, "pattern", str, required=True)
     rel = _arg(args, "path", str, ".")
     glob = _arg(args, "glob", str, None)
@@ -422,28 +451,213 @@ def grep_files(args: dict) -> dict:
     real = resolve(rel)
     if not os.path.lexists(real):
         raise ToolError("file_not_found", f"{rel}: no such file or directory")
-    matches: list[str] = []
-    unreadable: list[str] = []
-    unread_files = cut = 0
-    more = False
     root = local(real)
     notes: list[str] = []
     if not os.path.isdir(root):
         _refuse_trailing_slash(rel, real)
         notes += _explicit_file_problem(rel, root)
+    if not _may_backtrack(pattern, regex.flags):
+        return _search(regex, real, root, matcher, notes, _InProcess())
+    return _run_search(lambda child: _search(regex, real, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
+
+
+_RISKY_OPS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "GROUPREF", "GROUPREF_EXISTS"})
+
+
+def _may_backtrack(pattern: str, flags: int) -> bool:
+    """Whether a pattern's run time can grow faster than the line times the pattern: any repetition
+    (nested or adjacent ones backtrack exponentially or polynomially, and even one `.*x` is
+    quadratic on an 8 MiB line) or a backreference. Only those pay for the forked child with its
+    deadline (a fork costs tens of milliseconds here); a literal, a class or an alternation of
+    them is searched in the agent, as fast as before."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # CPython's own parser of the pattern
+    except ImportError:
+        return True
+    try:
+        stack: list = [_parser.parse(pattern, flags)]
+    except Exception:  # noqa: BLE001 - compiled already; whatever the parser says, be careful
+        return True
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _parser.SubPattern):
+            stack.extend(item.data)
+        elif isinstance(item, (list, tuple)):
+            if item and str(item[0]) in _RISKY_OPS:
+                return True
+            stack.extend(item)
+    return False
+
+
+class _InProcess:
+    """The search's reporting when it runs in the agent itself: nothing to report to."""
+
+    def send(self, message: dict) -> None:
+        pass
+
+    def at(self, shown: str) -> None:
+        pass
+
+
+class _Child:
+    """What the search child tells its parent while it runs: each match as it is found (a pipe),
+    and the file it is in (shared memory, no system call per file)."""
+
+    def __init__(self, fd: int, shared) -> None:
+        self.fd, self.shared = fd, shared
+
+    def send(self, message: dict) -> None:
+        data = memoryview(json.dumps(message).encode() + b"\n")
+        while data:
+            data = data[os.write(self.fd, data):]
+
+    def at(self, shown: str) -> None:
+        data = shown.encode("utf-8", errors="surrogateescape")[:PROGRESS_BYTES - 4]
+        self.shared[4:4 + len(data)] = data
+        self.shared[0:4] = len(data).to_bytes(4, "little")
+
+
+PROGRESS_BYTES = 4096
+
+
+class _Relayed:
+    """A typed failure of the search child, raised again in the agent (its type was checked where
+    the child raised it)."""
+
+    def __init__(self, type: str, message: str) -> None:
+        self.kind, self.message = type, message
+
+
+def _run_search(search, timeout_s: float) -> dict:
+    import mmap
+    import select
+
+    shared = mmap.mmap(-1, PROGRESS_BYTES)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: search, answer, exit; never return into the agent's threads
+        code = 0
+        try:
+            os.close(r)
+            _child_setup(w)
+            try:
+                payload: dict = {"done": search(_Child(w, shared))}
+            except (ToolError, PathRefused) as err:
+                payload = {"error": {"type": err.kind, "message": str(err)}}
+            except MemoryError:
+                payload = {"error": {"type": "resource_exhausted", "message": "the search ran out of memory"}}
+            except BaseException as err:  # noqa: BLE001 - reported, typed, by the parent
+                payload = {"error": {"type": "internal_error", "message": f"{type(err).__name__}: {err}"}}
+            _Child(w, shared).send(payload)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = bytearray()
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if not select.select([r], [], [], left)[0]:
+                continue
+            chunk = os.read(r, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        if timed_out:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:  # reaped by the shell's clean-up (PID 1 reaps every orphan)
+            pass
+        os.close(r)
+    messages = [json.loads(line) for line in bytes(data).split(b"\n") if line]
+    for message in messages:
+        if "done" in message:
+            shared.close()
+            return message["done"]
+        if "error" in message:
+            shared.close()
+            relayed = _Relayed(**message["error"])
+            raise ToolError(relayed.kind, relayed.message)
+    found = [m["m"] for m in messages if "m" in m]
+    where = bytes(shared[4:4 + int.from_bytes(shared[0:4], "little")]).decode("utf-8", errors="replace")
+    shared.close()
+    if not timed_out:
+        raise ToolError("io_error", "the search process ended before it answered (killed from outside?); run it again")
+    shown = f" while searching {where}" if where else ""
+    raise ToolError("timeout", f"the search passed its {timeout_s:.0f}s limit{shown} and was stopped; {len(found)} matching "
+                    "line(s) found before that are in the output. A pattern with nested or adjacent quantifiers (like (a+)+ "
+                    "or (a|a)*) can backtrack catastrophically: simplify it, or narrow the path or glob",
+                    output="\n".join(found), meta={"matches": len(found), "timed_out": True, "searching": where})
+
+
+def _child_setup(keep: int) -> None:
+    """The forked child holds none of the agent's descriptors but its pipe (a running command's
+    pipes would otherwise stay open until it exits) and none of its signal handling."""
+    from . import paths
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
+    try:
+        signal.set_wakeup_fd(-1)
+    except (ValueError, OSError):
+        pass
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = []
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    paths._proc_fd = None
+
+
+SKIP_SHOWN = 10
+_SKIP_WHY = {
+    "unreadable": "unreadable (permission denied)",
+    "binary": "binary",
+    "encoding": "not valid in the encoding their byte-order mark names",
+    "too_large": f"UTF-16/32 text larger than {limits.EDIT_MAX_FILE_BYTES} bytes",
+}
+
+
+def _search(regex, real: str, root: str, matcher, notes: list[str], child: _Child | _InProcess) -> dict:
+    matches: list[str] = []
+    unreadable: list[str] = []
+    skipped: dict[str, list[str]] = {kind: [] for kind in _SKIP_WHY}
+    not_utf8: list[str] = []
+    long_lines: list[str] = []
+    cut = 0
+    more = False
     for file in _walk_files(real, unreadable):
         shown = _display(file)
         if matcher and not matcher(shown, os.path.relpath(file, root) if file != root else os.path.basename(file)):
             continue
-        data = _read_for_grep(file)
-        if data is None:
-            unread_files += data is None and not os.access(file, os.R_OK)
+        child.at(shown)
+        lines, why = _grep_lines(file)
+        if why:
+            skipped[why].append(shown)
             continue
-        lines = data.decode("utf-8", errors="replace").split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
-        for number, line in enumerate(lines, 1):
-            line = line.removesuffix("\r")
+        bad = long = False
+        for number, line, flags in lines:
+            bad |= flags & 1
+            long |= flags & 2
             if regex.search(line):
                 if len(matches) >= limits.GREP_MAX_LINES:
                     more = True
@@ -452,6 +666,11 @@ def grep_files(args: dict) -> dict:
                     cut += 1
                     line = line[: limits.GREP_LINE_CHARS] + f"… [line cut: {len(line)} characters]"
                 matches.append(f"{shown}:{number}:{line}")
+                child.send({"m": matches[-1]})
+        if bad:
+            not_utf8.append(shown)
+        if long:
+            long_lines.append(shown)
         if more:
             break
     output = "\n".join(matches) if matches else "no matches"
@@ -459,17 +678,98 @@ def grep_files(args: dict) -> dict:
         output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
     if unreadable:
         notes.append(_skipped_note(unreadable))
-    if unread_files:
-        notes.append(f"[skipped {unread_files} unreadable file{'s' if unread_files != 1 else ''} (permission denied)]")
+    for kind, files in skipped.items():
+        if files:
+            notes.append(f"[not searched: {_counted(files, 'file')} {_SKIP_WHY[kind]}: {_names(files)}]")
+    if not_utf8:
+        notes.append(f"[{_counted(not_utf8, 'file')} not valid UTF-8 and searched with the invalid bytes as U+FFFD "
+                     f"(non-ASCII text there may not match): {_names(not_utf8)}]")
+    if long_lines:
+        notes.append(f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]")
     if cut:
         notes.append(f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]")
+    counts = {kind: len(files) for kind, files in skipped.items() if files}
     return {"output": output, "note": "\n".join(notes),
-            "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50]}}
+            "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50],
+                     "skipped": counts, "skipped_files": [f for files in skipped.values() for f in files][:50]}}
+
+
+def _counted(items: list, noun: str) -> str:
+    return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
+
+
+def _names(items: list[str]) -> str:
+    return ", ".join(items[:SKIP_SHOWN]) + (f" and {len(items) - SKIP_SHOWN} more" if len(items) > SKIP_SHOWN else "")
+
+
+def _grep_lines(path: str):
+    """(lines, None) or (None, why it is skipped). Lines are (number, text, flags): 1 = not valid
+    UTF-8, 2 = cut at GREP_MAX_LINE_BYTES. The file is streamed: no size makes it unsearchable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except PermissionError:
+        return None, "unreadable"
+    except OSError:
+        return (), None  # gone, or swapped for a link since the walk: nothing to search
+    try:
+        check_fd(fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return (), None
+        head = os.pread(fd, SNIFF_BYTES, 0)
+    except (OSError, PathRefused):
+        os.close(fd)
+        return (), None
+    wide = _wide_encoding(head)
+    if wide:
+        try:
+            if st.st_size > limits.EDIT_MAX_FILE_BYTES:
+                return None, "too_large"
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                raw = fh.read(limits.EDIT_MAX_FILE_BYTES + 1)
+            text = raw[wide[2]:].decode(wide[0])
+        except UnicodeDecodeError:
+            return None, "encoding"
+        except OSError:
+            return (), None
+        finally:
+            os.close(fd)
+        return ((n, line.removesuffix("\r"), 0) for n, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)), None
+    if _looks_binary(head):
+        os.close(fd)
+        return None, "binary"
+    return _stream_lines(fd), None
+
+
+def _stream_lines(fd: int):
+    cap = limits.GREP_MAX_LINE_BYTES
+    number = 0
+    try:
+        with os.fdopen(fd, "rb") as fh:
+            while piece := fh.readline(cap):
+                number += 1
+                flags = 0
+                if not piece.endswith(b"\n") and len(piece) >= cap:
+                    flags |= 2
+                    while (rest := fh.readline(cap)) and not rest.endswith(b"\n"):
+                        pass
+                if number == 1 and piece.startswith(BOM):
+                    piece = piece[len(BOM):]
+                try:
+                    line = piece.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = piece.decode("utf-8", errors="replace")
+                    flags |= 1
+                yield number, line.removesuffix("\n").removesuffix("\r"), flags
+    except OSError:
+        return
 
 
 def _explicit_file_problem(rel: str, path: str) -> list[str]:
     """A file the model named is not passed over in silence: unreadable is permission_denied (as
-    read_file says), a binary or special file gets a note instead of a bare 'no matches'."""
+    read_file says), a special file gets a note instead of a bare 'no matches' (a binary one is
+    named by the search's own note)."""
     try:
         st = os.lstat(path)
     except OSError as err:
@@ -478,8 +778,6 @@ def _explicit_file_problem(rel: str, path: str) -> list[str]:
         return [f"[{rel} is a {_file_type(st.st_mode)}, not a regular file; it was not searched]"]
     if not os.access(path, os.R_OK):
         raise ToolError("permission_denied", f"{rel}: permission denied")
-    if _read_for_grep(path) is None:
-        return [f"[{rel} is a binary file (or larger than {limits.GREP_MAX_FILE_BYTES} bytes); it was not searched]"]
     return []
 
 
@@ -652,31 +950,75 @@ def _existing_mode(real: str) -> int | None:
     return stat.S_IMODE(st.st_mode)
 
 
-def _find_line_ending_blind(text: str, old: str) -> list[re.Match]:
-    """Non-overlapping occurrences of `old` where each of its line breaks matches LF or CRLF: the
-    model copies text with \\n whatever the file uses, and mixed files have both."""
+def _find_line_ending_blind(text: str, old: str) -> tuple[list[re.Match], int]:
+    """(non-overlapping occurrences, occurrences counted at every position) of `old`, where each of
+    its line breaks matches LF or CRLF: the model copies text with \n whatever the file uses, and
+    mixed files have both. "aa" in "aaa" is there twice (overlapping): that is ambiguous."""
     pieces = old.replace("\r\n", "\n").split("\n")
-    return list(re.finditer("\r?\n".join(re.escape(p) for p in pieces), text))
+    pattern = "\r?\n".join(re.escape(p) for p in pieces)
+    matches = list(re.finditer(pattern, text))
+    if not matches or not _self_overlaps(old):
+        return matches, len(matches)
+    return matches, sum(1 for _ in re.finditer(f"(?=(?:{pattern}))", text))
+
+
+def _self_overlaps(old: str) -> bool:
+    """Whether two occurrences of `old` can overlap: some proper prefix is also a suffix (its KMP
+    border); ignoring line endings, as the search does."""
+    s = old.replace("\r\n", "\n")
+    border = [0] * len(s)
+    k = 0
+    for i in range(1, len(s)):
+        while k and s[i] != s[k]:
+            k = border[k - 1]
+        if s[i] == s[k]:
+            k += 1
+        border[i] = k
+    return bool(s) and border[-1] > 0
+
+
+ALIGN_MAX_LINES = 5000  # past this (old or new), a mixed-ending match maps line breaks by position
 
 
 def _replace_keeping_endings(text: str, matches: list[re.Match], new: str) -> str:
-    """The n-th line break of a replacement takes the ending of the n-th break it replaces (the
-    last one for extra lines; for a match within one line, that line's ending; at the end of the
-    file, the file's usual one); every line outside the matches keeps its own ending byte for byte."""
+    """Every line outside the matches keeps its own ending byte for byte. Inside a match, a line of
+    the replacement that is a line of the old text (unchanged context) keeps that line's ending; a
+    changed line takes the ending of the line it replaces, an added one that of its neighbour
+    (for a match within one line, that line's ending; at the end of the file, the file's usual one).
+    In a file with both LF and CRLF, inserting a line must not move endings onto untouched lines."""
     usual = "\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"
     new_lines = new.replace("\r\n", "\n").split("\n")
     out, last = [], 0
     for m in matches:
+        old_lines = re.split("\r?\n", m.group(0))
         breaks = re.findall("\r?\n", m.group(0))
-        if not breaks:
-            after = text.find("\n", m.end())
-            breaks = [("\r\n" if after > 0 and text[after - 1] == "\r" else "\n") if after >= 0 else usual]
+        after = text.find("\n", m.end())
+        breaks.append(("\r\n" if after > 0 and text[after - 1] == "\r" else "\n") if after >= 0 else usual)
         out.append(text[last:m.start()])
+        chosen = _endings_for(old_lines, breaks, new_lines)
         for j, line in enumerate(new_lines):
-            out.append(line if j == len(new_lines) - 1 else line + breaks[min(j, len(breaks) - 1)])
+            out.append(line if j == len(new_lines) - 1 else line + chosen[j])
         last = m.end()
     out.append(text[last:])
     return "".join(out)
+
+
+def _endings_for(old_lines: list[str], breaks: list[str], new_lines: list[str]) -> list[str]:
+    """The ending of each new line: `breaks[i]` ends old line i (the last, the file's line the match
+    ends in)."""
+    if len(set(breaks)) == 1 or len(old_lines) > ALIGN_MAX_LINES or len(new_lines) > ALIGN_MAX_LINES:
+        return [breaks[min(j, len(breaks) - 1)] for j in range(len(new_lines))]
+    import difflib  # only a mixed-ending edit pays for it
+
+    chosen = [breaks[0]] * len(new_lines)
+    opcodes = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in opcodes:
+        for j in range(j1, j2):
+            if tag in ("equal", "replace"):
+                chosen[j] = breaks[min(i1 + (j - j1), i2 - 1)]
+            elif tag == "insert":
+                chosen[j] = breaks[i1 - 1] if i1 > 0 else breaks[0]
+    return chosen
 
 
 def write_file(args: dict) -> dict:
@@ -698,6 +1040,13 @@ def _write_file(args: dict) -> dict:
     real = resolve(rel, mutation=True)
     _refuse_trailing_slash(rel, real, creating=True)
     mode = _existing_mode(real)
+    kept = _kept_mark(real) if mode is not None else None
+    note = ""
+    if kept:
+        mark, codec, label = kept
+        text = content.removeprefix("\ufeff")
+        data = mark + text.encode(codec, errors="surrogatepass")
+        note = f"[the file had a {label} byte-order mark: kept" + (f", and the text written as {label}]" if codec != "utf-8" else "]")
     parent = os.path.dirname(real)
     if not os.path.isdir(parent):
         if os.path.lexists(parent):
@@ -708,11 +1057,35 @@ def _write_file(args: dict) -> dict:
             raise _os_error(err, rel) from None
         resolve(rel, mutation=True)  # the new directories may not lead anywhere else
     atomic = _atomic_write(rel, real, data, mode)
+    meta = {"sha256": sha256(data), "bytes": len(data), "created": mode is None, "atomic": atomic}
+    if kept:
+        meta["bom"] = True
+        meta["encoding"] = kept[1]
     return {
         "output": f"wrote {len(data)} bytes to {rel}",
-        "note": "" if atomic else IN_PLACE_NOTE,
-        "meta": {"sha256": sha256(data), "bytes": len(data), "created": mode is None, "atomic": atomic},
+        "note": "\n".join(n for n in (note, "" if atomic else IN_PLACE_NOTE) if n),
+        "meta": meta,
     }
+
+
+def _kept_mark(real: str) -> tuple[bytes, str, str] | None:
+    """The byte-order mark of the file a write replaces: (mark, codec, label), or None. A C# or
+    PowerShell file keeps its mark (and UTF-16/32 its encoding) when the model writes it whole."""
+    try:
+        fd = os.open(local(real), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        check_fd(fd)
+        head = os.pread(fd, 4, 0)
+    except (OSError, PathRefused):
+        return None
+    finally:
+        os.close(fd)
+    wide = _wide_encoding(head)
+    if wide:
+        return head[:wide[2]], wide[0], wide[1]
+    return (BOM, "utf-8", "UTF-8") if head.startswith(BOM) else None
 
 
 IN_PLACE_NOTE = "[the directory is read-only, so the file was rewritten in place rather than replaced atomically]"
@@ -737,10 +1110,14 @@ def _edit_file(args: dict) -> dict:
     text, mark, codec = _decode_for_edit(rel, raw)
     bom = bool(mark)
     crlf = "\r\n" in text
-    matches = _find_line_ending_blind(text, old)
+    matches, occurrences = _find_line_ending_blind(text, old)
     count = len(matches)
     if count == 0:
         raise ToolError("edit_no_match", f"old_text was not found in {rel}{_closest_hint(text, old)}")
+    if occurrences > count:
+        where = _line_numbers(text, matches)
+        raise ToolError("edit_ambiguous", f"old_text occurs {occurrences} times in {rel}, overlapping (at line {where}): which one to replace "
+                        "is ambiguous; add context to make it unique")
     if count > 1 and not allow_multiple:
         where = _line_numbers(text, matches)
         raise ToolError("edit_ambiguous", f"old_text occurs {count} times in {rel} (at lines {where}); add context to make it unique or set allow_multiple")
@@ -768,13 +1145,13 @@ def _decode_for_edit(rel: str, raw: bytes) -> tuple[str, bytes, str]:
         try:
             return raw[bom_len:].decode(codec), raw[:bom_len], codec
         except UnicodeDecodeError:
-            raise ToolError("not_a_file", f"{rel} starts with a {label} byte-order mark but is not valid {label}; it is not edited") from None
+            raise ToolError("encoding_error", f"{rel} starts with a {label} byte-order mark but is not valid {label}; it is not edited") from None
     mark = BOM if raw.startswith(BOM) else b""
     try:
         return raw[len(mark):].decode("utf-8"), mark, "utf-8"
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise ToolError("not_a_file", f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or UTF-16/32 with a byte-order mark) only; "
+        raise ToolError("encoding_error", f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or UTF-16/32 with a byte-order mark) only; "
                         "use write_file or the shell for other encodings") from None
 
 

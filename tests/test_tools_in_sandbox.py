@@ -60,6 +60,31 @@ def test_grep_stops_at_200_matching_lines(open_sandbox, tmp_path):
     assert "node_modules" not in result.output
 
 
+def test_a_catastrophic_regex_is_a_typed_timeout_and_the_box_stays(open_sandbox, tmp_path):
+    """Issue 23, class 9. Roo-Code src/services/ripgrep/index.ts and goose
+    crates/goose-mcp/src/developer/tests/search_test.rs bound a search's time (ripgrep's own engine
+    cannot backtrack). Python's re can: `(a+)+$` on 40 a's and a '!' runs for hours. The search's own
+    deadline (limits.GREP_TIMEOUT_S) kills it and answers `timeout` with what it found before, well
+    inside the host's 120 s deadline, so the box is not replaced; the agent answers at once after."""
+    from sandbox_agent import limits
+
+    ws = make_workspace(tmp_path / "ws", {"a_first.txt": "aaaa\n", "b_evil.txt": "a" * 40 + "!\n", "c_after.txt": "aa\n"})
+    box = open_sandbox(ws)
+    started = time.monotonic()
+    result = box.call("grep_files", {"pattern": "(a+)+$"})
+    elapsed = time.monotonic() - started
+    assert result.error is not None and result.error.type.value == "timeout", result
+    assert "b_evil.txt" in result.error.message and "backtrack" in result.error.message
+    assert result.output == "a_first.txt:1:aaaa"
+    assert limits.GREP_TIMEOUT_S - 1 < elapsed < limits.GREP_TIMEOUT_S + 20
+    assert box.restarts == 0
+    quick = time.monotonic()
+    assert box.call("read_file", {"path": "c_after.txt"}).output == "aa\n"
+    assert box.call("grep_files", {"pattern": "a+$", "path": "c_after.txt"}).output == "c_after.txt:1:aa"
+    assert time.monotonic() - quick < 5
+    assert not [p for p in live_processes(box) if "python" in p and not p.startswith("1 ")], "the search child outlived its call"
+
+
 def test_grep_invalid_regex_is_typed(sandbox):
     result = sandbox.call("grep_files", {"pattern": "("})
     assert not result.ok and result.error.type.value == "invalid_regex" and result.error.recoverable
