@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import anyio
+import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 
@@ -16,11 +17,13 @@ from tests.conftest import make_workspace
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
-OA = str(Path(sys.executable).with_name("oa-sandbox"))
+REPO = Path(__file__).resolve().parents[1]
+OA = [sys.executable, "-m", "orchestrator.cli"]  # this tree's code, whatever the venv's entry point was installed from
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def params(workspace: Path, *extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=OA, args=["mcp", "--workspace", str(workspace), *extra], env=dict(os.environ))
+    return StdioServerParameters(command=OA[0], args=[*OA[1:], "mcp", "--workspace", str(workspace), *extra], env=ENV)
 
 
 def boxes_of(docker_client, workspace: Path) -> list:
@@ -56,15 +59,24 @@ def test_tools_files_errors_shell_and_no_box_left(sandbox_image, docker_client, 
                 assert tools[name].annotations.read_only_hint is False
                 assert tools[name].annotations.destructive_hint is True
             assert tools["read_file"].input_schema["required"] == ["path"]
+            assert "Workspace mode: bind" in client.instructions  # a workspace the user owns: bind, nothing to apply
 
-            wrote = await client.call_tool("write_file", {"path": "sub/new.txt", "content": "made over MCP\n"})
+            async def call(name, arguments):  # every structuredContent conforms to the tool's declared outputSchema
+                result = await client.call_tool(name, arguments)
+                jsonschema.validate(result.structured_content, tools[name].output_schema)
+                return result
+
+            wrote = await call("write_file", {"path": "sub/new.txt", "content": "made over MCP\n"})
             assert not wrote.is_error, text(wrote)
             assert (ws / "sub/new.txt").read_text() == "made over MCP\n"
-            read = await client.call_tool("read_file", {"path": "sub/new.txt"})
+            assert "in_private_copy" not in wrote.structured_content and "private copy" not in text(wrote)
+            read = await call("read_file", {"path": "sub/new.txt"})
             assert not read.is_error and "made over MCP" in text(read)
-            assert "sha256" in read.structured_content
+            # structuredContent is the whole result: the file's text, not only its metadata
+            assert read.structured_content["output"] == "made over MCP\n" and read.structured_content["ok"] is True
+            assert "sha256" in read.structured_content and read.structured_content["workspace_mode"] == "bind"
 
-            outside = await client.call_tool("write_file", {"path": "../x", "content": "no"})
+            outside = await call("write_file", {"path": "../x", "content": "no"})
             assert outside.is_error
             assert outside.structured_content["error"]["type"] == "path_outside_workspace"
             assert not (tmp_path / "x").exists()
@@ -73,6 +85,11 @@ def test_tools_files_errors_shell_and_no_box_left(sandbox_image, docker_client, 
                                          progress_callback=lambda p, total, message: progress.append(p))
             assert not ran.is_error, text(ran)
             assert "hi" in text(ran) and ran.structured_content["exit_code"] == 0
+            assert ran.structured_content["output"].startswith("hi\n")  # the command's output itself
+            jsonschema.validate(ran.structured_content, tools["shell"].output_schema)
+
+            nothing = await client.call_tool("apply_changes", {})  # bind mode: not listed, and says why if called
+            assert nothing.is_error and "bind mode" in text(nothing) and "nothing to apply" in text(nothing)
             assert text(ran).split()[-1] != "0"  # never root in the box
 
     anyio.run(session)
@@ -124,7 +141,7 @@ def test_sigterm_removes_the_box(sandbox_image, docker_client, tmp_path):
     import subprocess
 
     ws = make_workspace(tmp_path / "ws")
-    proc = subprocess.Popen([OA, "mcp", "--workspace", str(ws)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*OA, "mcp", "--workspace", str(ws)], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}

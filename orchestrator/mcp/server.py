@@ -42,6 +42,8 @@ from ..protocol import Executor, ToolResult
 from ..render import visible
 from ..tools import declarations
 from ..tools.registry import PreparedCall
+from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
+from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
     from ..session import OpenSession
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # for annotations only: this module does not load the session
 log = logging.getLogger(__name__)
 
 TOOLS = ("read_file", "list_files", "grep_files", "write_file", "edit_file", "shell")
+MUTATING = ("write_file", "edit_file", "shell")
 PROGRESS_EVERY_S = 1.0
 _APPROVAL_KEY = "approval"
 _TITLES = {"read_file": "Read a workspace file", "list_files": "List workspace files", "grep_files": "Search workspace files",
@@ -63,23 +66,28 @@ def tool_annotations(name: str, open_world: bool = False) -> types.ToolAnnotatio
                                  idempotent_hint=read_only or name == "write_file", open_world_hint=open_world and name == "shell")
 
 
-def mcp_tools(open_world: bool = False) -> list[types.Tool]:
-    """The schemas come from the declarations every model family gets (tools/declarations.py)."""
+def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.Tool]:
+    """The schemas come from the declarations every model family gets (tools/declarations.py); each
+    tool declares the outputSchema its structuredContent conforms to (results.py). In copy mode
+    `changes` and `apply_changes` come too (landing.py); in bind mode there is nothing to land."""
     out = []
     for name in TOOLS:
         base = declarations.base_declaration(name)
         out.append(types.Tool(name=name, description=base["description"], input_schema=base["parameters"],
-                              annotations=tool_annotations(name, open_world)))
+                              output_schema=output_schema(name), annotations=tool_annotations(name, open_world)))
+    if copy_mode:
+        out.append(types.Tool(name="changes", description=CHANGES_DESCRIPTION, output_schema=output_schema("changes"),
+                              input_schema={"type": "object", "properties": {"stat": {
+                                  "type": "boolean", "description": "One line per file with counts, as git diff --stat.", "default": False}},
+                                  "additionalProperties": False},
+                              annotations=types.ToolAnnotations(title="Show the private copy's changes", read_only_hint=True,
+                                                                destructive_hint=False, idempotent_hint=True, open_world_hint=False)))
+        out.append(types.Tool(name="apply_changes", description=APPLY_DESCRIPTION, output_schema=output_schema("apply_changes"),
+                              input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+                              annotations=types.ToolAnnotations(title="Land the private copy's changes in the real workspace",
+                                                                read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+                                                                open_world_hint=False)))
     return out
-
-
-def to_call_result(result: ToolResult) -> types.CallToolResult:
-    """The text the model would read, plus the meta as structuredContent; an error carries its type."""
-    structured: dict[str, Any] = {k: v for k, v in result.meta.items() if k != "egress"}
-    if result.error is not None:
-        structured["error"] = {"type": result.error.type.value, "message": result.error.message, "recoverable": result.error.recoverable}
-    return types.CallToolResult(content=[types.TextContent(text=result.for_model())], structured_content=structured,
-                                is_error=not result.ok)
 
 
 class NeedsInput(Exception):
@@ -157,19 +165,23 @@ class SandboxMcpServer:
         self._pending: dict[str, tuple[str, float]] = {}  # request_state -> (digest of the call, when)
         self._lock = threading.Lock()
         open_world = opened.sandbox.config.egress is not None
-        self.tools = mcp_tools(open_world)
+        self.mode = opened.record.mode.value
+        self.landing = Landing(opened.record) if self.mode == "copy" else None
+        self.tools = mcp_tools(open_world, copy_mode=self.landing is not None)
         self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                                          instructions="Tools run in a hardened Docker sandbox over the workspace mounted at /workspace; "
-                                                       "paths are relative to it. No network unless the user opened egress.")
+                                          instructions=instructions(opened.record))
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self.tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         arguments = params.arguments or {}
+        if params.name in COPY_TOOLS:
+            return await self._copy_tool(params.name, arguments)
         if params.name not in TOOLS:
-            err = OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {params.name!r}; the tools are {', '.join(TOOLS)}")
-            return to_call_result(ToolResult.failure(err))
+            names = ", ".join(TOOLS + (COPY_TOOLS if self.landing else ()))
+            err = OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {params.name!r}; the tools are {names}")
+            return self._answer(ToolResult.failure(err))
         digest = _digest(params.name, arguments)
         context = self._context(ctx, params, digest)
         call = ToolCall(id=f"mcp_{uuid.uuid4().hex[:12]}", name=params.name, arguments=arguments)
@@ -194,10 +206,39 @@ class SandboxMcpServer:
             ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message=elicit_message(need.request), requested_schema=elicit_schema(need.request)))
             return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
         if isinstance(prepared, ToolResult):
-            return to_call_result(prepared)
+            return self._answer(prepared)
         result = await self._execute(ctx, session, prepared)
         await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
-        return to_call_result(result)
+        return self._answer(result, params.name)
+
+    def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
+        """In copy mode, a call that may have changed files says where the change is and how to land it
+        (a failed write or edit changed nothing; a failed command may have)."""
+        if self.landing is None or name not in MUTATING or not (result.ok or name == "shell"):
+            return to_call_result(result, self.mode)
+        note = in_copy_note(self.landing.record)
+        said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
+        return to_call_result(said, self.mode, {"in_private_copy": True})
+
+    async def _copy_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        landing = self.landing
+        if landing is None:
+            return self._answer(bind_mode_refusal(name, self.opened.record))
+        if name == "changes":
+            stat_only = arguments.get("stat", False)
+            if not isinstance(stat_only, bool) or set(arguments) - {"stat"}:
+                err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "changes takes one optional argument, stat (a boolean)")
+                return self._answer(ToolResult.failure(err))
+            result = await anyio.to_thread.run_sync(landing.changes, stat_only)
+        else:
+            if arguments:
+                err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "apply_changes takes no arguments: it lands every change the copy holds")
+                return self._answer(ToolResult.failure(err))
+            result = await anyio.to_thread.run_sync(landing.apply)
+            self.opened.transcript.event("apply", executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
+                                         applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
+                                         conflicts=result.meta.get("conflicts", [])[:200])
+        return self._answer(result, name)
 
     def _context(self, ctx: Any, params: types.CallToolRequestParams, digest: str) -> _CallContext:
         caps = ctx.session.client_capabilities

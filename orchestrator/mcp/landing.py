@@ -1,0 +1,160 @@
+"""Copy mode over MCP: what the private copy holds, and landing it, without leaving the client.
+
+In copy mode (a root-owned workspace under `auto`, or `--workspace-mode copy`) the six tools work
+on the session's private copy; nothing reaches the real workspace until it is applied. The MCP
+server then offers two more tools:
+
+- `changes`: the unified diff of the copy against the real workspace (review.list_changes and
+  review.render_diff, as `oa-sandbox changes`);
+- `apply_changes`: review.apply_changes, the sanitiser `oa-sandbox apply` runs: regular files,
+  directories, deletions and in-workspace symlinks are carried, everything else (FIFOs, devices,
+  absolute links, .git entries, box-made hard links...) is left out and listed; a path the user
+  changed in the real workspace since the copy was taken is a conflict, and one conflict means
+  nothing is applied (an error result listing each conflict).
+
+After an apply, the session goes on with the same copy. So that a later apply of a file edited
+again is not taken for the user's change, the manifest's baseline of every entry that landed is
+moved to what landed: the real entry as it is now, the copy's as the scan before the apply saw it
+(an entry the box changed after that scan shows as changed again, never as landed).
+
+In bind mode neither tool is listed: every change is already in the real workspace.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..boxfs import from_store, lstat_workspace
+from ..errors import ErrorType, OpenAgentsError
+from ..protocol import ToolResult
+from ..render import visible
+from ..review import Change, apply_changes, list_changes, render_diff, shown
+from ..sessions import SessionRecord
+from ..workspace_copy import CopyManifest, ManifestEntry, Stamp
+
+COPY_TOOLS = ("changes", "apply_changes")
+MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all
+
+CHANGES_DESCRIPTION = ("Copy mode only: the unified diff of what the tools changed in this session's private copy, against the real "
+                       "workspace. Nothing in it is in the real workspace until apply_changes lands it. stat=true: one line per file "
+                       "with +/- counts.")
+APPLY_DESCRIPTION = ("Copy mode only: land the private copy's changes in the real workspace, through the same sanitiser as "
+                     "`oa-sandbox apply`: regular files, directories, deletions and symlinks inside the workspace are carried; "
+                     "FIFOs, devices, absolute or escaping symlinks, .git entries and hard links made in the sandbox are left out "
+                     "and listed. If any file changed in the real workspace since the copy was taken, nothing is applied and each "
+                     "conflict is listed. The session goes on with the same copy afterwards.")
+
+
+def in_copy_note(record: SessionRecord) -> str:
+    """What a mutating result says in copy mode."""
+    return (f"[copy mode: this change is in the session's private copy, not in {visible(record.workspace)}: "
+            f"call apply_changes to land it (changes shows the diff), or after the session `oa-sandbox apply {record.id}`]")
+
+
+def instructions(record: SessionRecord) -> str:
+    base = ("Tools run in a hardened Docker sandbox over the workspace mounted at /workspace; paths are relative to it. "
+            "No network unless the user opened egress. ")
+    if record.mode.value == "copy":
+        return base + (f"Workspace mode: copy. The tools work on a private copy of {visible(record.workspace)} kept in session "
+                       f"{record.id}'s state; nothing they change reaches the real workspace until apply_changes lands it "
+                       "(changes shows the diff first). apply_changes carries regular files, directories, deletions and in-workspace "
+                       "symlinks, lists what it leaves out, and applies nothing when the user changed a file in the meantime.")
+    return base + f"Workspace mode: bind. The tools change {visible(record.workspace)} directly; there is nothing to apply."
+
+
+def bind_mode_refusal(name: str, record: SessionRecord) -> ToolResult:
+    return ToolResult.failure(OpenAgentsError(
+        ErrorType.UNKNOWN_TOOL, f"{name} exists only in copy mode: this session runs in bind mode, so every change is already in "
+                                f"{visible(record.workspace)}; there is nothing to apply"))
+
+
+@dataclass
+class Landing:
+    """The copy-mode tools of one MCP session (one apply at a time)."""
+
+    record: SessionRecord
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.record.manifest_path
+
+    def changes(self, stat: bool = False) -> ToolResult:
+        try:
+            manifest = CopyManifest.load(self.manifest_path)
+            found = list_changes(manifest)
+            if not found:
+                return ToolResult(ok=True, output="no changes: the private copy is as the real workspace",
+                                  meta={"changes": [], "count": 0})
+            text, cut = _joined(render_diff(manifest, found, stat=stat), MAX_DIFF_CHARS)
+        except OpenAgentsError as err:
+            return ToolResult.failure(err)
+        except OSError as err:
+            return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"the copy could not be compared: {err.strerror}"))
+        note = (f"[diff cut at {MAX_DIFF_CHARS} characters: `oa-sandbox changes {self.record.id}` shows it all]" if cut else
+                "[in the private copy only: apply_changes lands it]")
+        return ToolResult(ok=True, output=text, note=note, meta={"changes": [{"path": shown(c.path), "status": c.status} for c in found],
+                                                                 "count": len(found)})
+
+    def apply(self) -> ToolResult:
+        with self._lock:
+            try:
+                return self._apply()
+            except OpenAgentsError as err:
+                return ToolResult.failure(err)
+            except OSError as err:
+                return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"apply stopped: {err.strerror}"))
+
+    def _apply(self) -> ToolResult:
+        manifest = CopyManifest.load(self.manifest_path)
+        seen = {c.path: c for c in list_changes(manifest)}  # the baseline-to-be, taken before anything lands
+        report = apply_changes(manifest)
+        conflicts = [{"path": shown(c.path), "reason": visible(c.reason)} for c in report.conflicts]
+        meta: dict[str, Any] = {"applied": [shown(p) for p in report.applied],
+                                "left_out": [{"path": shown(lo.path), "reason": visible(lo.reason)} for lo in report.left_out],
+                                "conflicts": conflicts, "already": [shown(p) for p in report.already]}
+        lines = [visible(line) for line in report.lines()]
+        real = visible(self.record.workspace)
+        if report.conflicts:
+            lines.append(f"nothing applied: {len(report.conflicts)} path(s) changed in {real} since the copy was taken")
+            return ToolResult.failure(OpenAgentsError(
+                ErrorType.STALE_CONTENT, f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "
+                + "; ".join(f"{c['path']}: {c['reason']}" for c in conflicts[:20])), output="\n".join(lines), meta=meta)
+        _rebaseline(manifest, seen, report.applied + report.already)
+        manifest.save(self.manifest_path)
+        summary = f"applied {len(report.applied)} change(s) to {real}"
+        if report.left_out:
+            summary += f", left out {len(report.left_out)}"
+        if not report.applied and not report.left_out:
+            summary = f"nothing to apply: the private copy has no changes for {real}"
+        return ToolResult(ok=True, output="\n".join([*lines, summary]), meta=meta)
+
+
+def _rebaseline(manifest: CopyManifest, seen: dict[str, Change], landed: list[str]) -> None:
+    for path in landed:
+        change = seen.get(path)
+        if change is None:
+            continue  # landed, but the box made it after our scan: judged on its content next time
+        if change.after is None:
+            manifest.entries.pop(path, None)
+            continue
+        try:
+            real = lstat_workspace(manifest.real, from_store(path))
+        except OpenAgentsError:
+            real = None
+        if real is not None:
+            manifest.entries[path] = ManifestEntry(real=Stamp.of(real), copy=change.after)
+
+
+def _joined(lines: Iterable[str], limit: int) -> tuple[str, bool]:
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        size += len(line) + 1
+        if size > limit:
+            return "\n".join(out), True
+        out.append(line)
+    return "\n".join(out), False

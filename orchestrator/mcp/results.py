@@ -1,0 +1,105 @@
+"""What an MCP tool call answers: `structuredContent` is the whole result, and each tool declares
+the `outputSchema` it conforms to.
+
+The MCP specification takes `structuredContent` as the result and the text block as its rendering
+for clients without structured output; clients that support it (pydantic-ai's MCPToolset,
+FastMCP's Client) hand the model `structuredContent` alone. So the payload is in it: `output`
+holds the file's text (read_file), the listing, the matches, the command's output (shell) or what
+was done, `note` the bounds and exit notes, `error` the typed error; the tool's metadata
+(`sha256`, `exit_code`, ...) sits beside them at the top level. The text block keeps the same
+result as the model reads it in `oa-sandbox run` (output, notes, error), for older clients.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import mcp_types as types
+
+from ..protocol import ToolResult
+
+_STR = {"type": "string"}
+_INT = {"type": "integer"}
+_BOOL = {"type": "boolean"}
+_NUM = {"type": "number"}
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "Present when the call failed: a typed error (orchestrator/errors.py ErrorType).",
+    "properties": {"type": _STR, "message": _STR, "recoverable": _BOOL},
+    "required": ["type", "message", "recoverable"],
+}
+
+COMMON: dict[str, Any] = {
+    "ok": {"type": "boolean", "description": "Whether the call succeeded."},
+    "output": {"type": "string", "description": "The result itself, as the model reads it."},
+    "note": {"type": "string", "description": "Notes on bounds, truncation, exit code; empty when there are none."},
+    "error": ERROR_SCHEMA,
+    "workspace_mode": {"type": "string", "enum": ["bind", "copy"],
+                       "description": "bind: the tools work on the real workspace; copy: on the session's private copy of it."},
+    "host_elapsed_s": _NUM,
+    "workspace_growth_bytes": _INT,
+}
+
+_MUTATING = {
+    "in_private_copy": {"type": "boolean", "description": "Copy mode: true, the change is in the session's private copy and not "
+                                                            "in the real workspace until apply_changes lands it."},
+}
+
+_OUTPUT = {
+    "read_file": "The file's text (lines offset.., within the read cap).",
+    "list_files": "The listing, one entry a line.",
+    "grep_files": "The matches, one `path:line: text` a line.",
+    "write_file": "What was written.",
+    "edit_file": "What was replaced.",
+    "shell": "The command's combined stdout and stderr (head and tail kept when it is long).",
+    "changes": "The unified diff of the private copy against the real workspace.",
+    "apply_changes": "What was applied, left out, or in conflict, one line each.",
+}
+
+_META: dict[str, dict[str, Any]] = {
+    "read_file": {"sha256": _STR, "total_lines": _INT, "first_line": _INT, "last_line": _INT, "truncated": _BOOL,
+                  "next_offset": {"type": ["integer", "null"]}, "bytes": _INT, "binary": _BOOL, "bom": _BOOL,
+                  "invalid_utf8": _BOOL, "encoding_guess": _STR},
+    "list_files": {"entries": _INT, "truncated": _BOOL, "unreadable": {"type": "array"}},
+    "grep_files": {"matches": _INT, "truncated": _BOOL, "timed_out": _BOOL, "unreadable": {"type": "array"}},
+    "write_file": {"sha256": _STR, "bytes": _INT, "created": _BOOL, "atomic": _BOOL, **_MUTATING},
+    "edit_file": {"sha256": _STR, "replacements": _INT, "diff": _STR, "atomic": _BOOL, **_MUTATING},
+    "shell": {"exit_code": {"type": ["integer", "null"], "description": "null when the command timed out"}, "timed_out": _BOOL,
+              "timeout_s": _NUM, "output_bytes": _INT, "output_lines": _INT, "output_truncated": _BOOL, "elapsed_s": _NUM, **_MUTATING},
+    "changes": {"changes": {"type": "array", "description": "Each changed entry of the copy: path (as shown) and status.",
+                            "items": {"type": "object", "properties": {"path": _STR, "status": _STR}, "required": ["path", "status"]}},
+                "count": _INT},
+    "apply_changes": {"applied": {"type": "array", "items": _STR},
+                      "left_out": {"type": "array", "description": "What the sanitiser never carries, and why.",
+                                   "items": {"type": "object", "properties": {"path": _STR, "reason": _STR}, "required": ["path", "reason"]}},
+                      "conflicts": {"type": "array", "description": "Paths changed in the real workspace since the copy was taken: "
+                                                                  "one conflict means nothing was applied.",
+                                    "items": {"type": "object", "properties": {"path": _STR, "reason": _STR}, "required": ["path", "reason"]}},
+                      "already": {"type": "array", "items": _STR}},
+}
+
+
+def output_schema(name: str) -> dict[str, Any]:
+    """The JSON Schema every structuredContent of tool `name` conforms to (open: more metadata may come)."""
+    props: dict[str, Any] = dict(COMMON)
+    props["output"] = {"type": "string", "description": _OUTPUT[name]}
+    props.update(_META[name])
+    return {"type": "object", "properties": props, "required": ["ok", "output", "note", "workspace_mode"], "additionalProperties": True}
+
+
+def structured(result: ToolResult, workspace_mode: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The whole result: metadata, then the payload and error (which a metadata key never overrides)."""
+    out: dict[str, Any] = {k: v for k, v in result.meta.items() if k != "egress"}
+    out.update(extra or {})
+    out.update(ok=result.ok, output=result.output, note=result.note, workspace_mode=workspace_mode)
+    if result.error is not None:
+        out["error"] = {"type": result.error.type.value, "message": result.error.message, "recoverable": result.error.recoverable}
+    else:
+        out.pop("error", None)
+    return out
+
+
+def to_call_result(result: ToolResult, workspace_mode: str = "bind", extra: dict[str, Any] | None = None) -> types.CallToolResult:
+    """structuredContent: the whole result; the text block: what the model would read in `run`."""
+    return types.CallToolResult(content=[types.TextContent(text=result.for_model())],
+                                structured_content=structured(result, workspace_mode, extra), is_error=not result.ok)
