@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def server_params(workspace: Path, state: Path, *extra: str) -> StdioServerParameters:
     """The server from this tree (not whatever the venv's entry point was installed from)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(state)}
-    return StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(workspace), *extra], env=env)
+    return StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(workspace), *extra], env=env, cwd=REPO)
 
 
 def text(result) -> str:

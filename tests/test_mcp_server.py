@@ -23,7 +23,7 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def params(workspace: Path, *extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=OA[0], args=[*OA[1:], "mcp", "--workspace", str(workspace), *extra], env=ENV)
+    return StdioServerParameters(command=OA[0], args=[*OA[1:], "mcp", "--workspace", str(workspace), *extra], env=ENV, cwd=REPO)
 
 
 def boxes_of(docker_client, workspace: Path) -> list:
@@ -141,7 +141,7 @@ def test_sigterm_removes_the_box(sandbox_image, docker_client, tmp_path):
     import subprocess
 
     ws = make_workspace(tmp_path / "ws")
-    proc = subprocess.Popen([*OA, "mcp", "--workspace", str(ws)], env=ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([*OA, "mcp", "--workspace", str(ws)], env=ENV, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                  "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
