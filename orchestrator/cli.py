@@ -24,20 +24,30 @@ if TYPE_CHECKING:  # for annotations only: each command imports what it runs, so
     from .acp.server import AcpApprover
     from .live import LiveView
     from .mcp.client import McpHost
+    from .review import ApplyReport
     from .sandbox.pool import PoolEvent
     from .session import OpenSession
     from .sessions import SessionRecord, WorkspaceMode
     from .tools.registry import HostTools
     from .user_config import UserConfig
+    from .workspace_copy import CopyLimits, CopyProgress
 
 EXIT_TOOL_ERROR = EXIT_STOPPED
 
 
-def _setup_error(err: OpenAgentsError) -> "click.exceptions.Exit":
+class SetupExit(click.exceptions.Exit):
+    """A set-up error, said on stderr in one line; it carries the typed error for `--output json`."""
+
+    def __init__(self, error: OpenAgentsError, code: int = EXIT_SETUP) -> None:
+        super().__init__(code)
+        self.error = error
+
+
+def _setup_error(err: OpenAgentsError) -> SetupExit:
     from .render import visible
 
     click.echo(visible(f"oa-sandbox: {err.type.value}: {err.message}"), err=True)  # messages may name box paths
-    return click.exceptions.Exit(EXIT_SETUP)
+    return SetupExit(err)
 
 
 # A closed terminal (SIGHUP) ends a command as SIGTERM does: unwound, its box removed (issue 16).
@@ -96,20 +106,31 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
                      help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
                           "auto: copy for a root-owned workspace, else bind."),
+        click.option("--copy-max-bytes", default=None, metavar="SIZE",
+                     help="Copy mode: refuse, before copying anything, a workspace holding more data than this (default 2g; copy_max_bytes in config.toml)."),
+        click.option("--copy-max-entries", type=click.IntRange(1, None), default=None, metavar="N",
+                     help="Copy mode: refuse, before copying anything, a workspace of more entries than this (default 200000; copy_max_entries in config.toml)."),
     ]
 
     @functools.wraps(fn)
     def wrapper(*args: Any, image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: tuple[str, ...],
                 runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
-                workspace_mode: str, entry_quota: int | None = None,
+                workspace_mode: str, entry_quota: int | None = None, copy_max_bytes: str | None = None, copy_max_entries: int | None = None,
                 **kwargs: Any) -> None:
         from .sessions import WorkspaceMode
+        from .workspace_copy import CopyLimits
 
         defaults = _user_config()  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
                               runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency,
                               entry_quota)
-        return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), **kwargs)
+        limits = CopyLimits()
+        max_bytes = copy_max_bytes or defaults.copy_max_bytes
+        if max_bytes is not None:
+            limits = CopyLimits(max_bytes=parse_size(str(max_bytes), "--copy-max-bytes"), max_entries=limits.max_entries)
+        if copy_max_entries or defaults.copy_max_entries:
+            limits = CopyLimits(max_bytes=limits.max_bytes, max_entries=copy_max_entries or defaults.copy_max_entries or 0)
+        return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), copy_limits=limits, **kwargs)
 
     for option in reversed(options):
         wrapper = option(wrapper)
@@ -140,15 +161,42 @@ def build_config(image: str | None, memory: str | None, pids: int | None, cpus: 
         raise click.BadParameter(str(err)) from None
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, flag: str = "--write-quota") -> int:
     units = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     number, unit = text.strip().lower().rstrip("ib").rstrip(), ""
     if number and number[-1] in units:
         number, unit = number[:-1], number[-1]
     try:
-        return int(float(number) * units[unit])
+        value = int(float(number) * units[unit])
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a size such as 500m or 4g", param_hint="--write-quota") from None
+        value = -1
+    if value <= 0:
+        raise click.BadParameter(f"{text!r} is not a size such as 500m or 4g", param_hint=flag) from None
+    return value
+
+
+def _copy_progress(limits: CopyLimits) -> CopyLimits:
+    """The limits, with a progress line on stderr while a long copy runs, when stderr is a terminal
+    (and only then: a log or a CI job gets no carriage returns)."""
+    if not sys.stderr.isatty():
+        return limits
+    import dataclasses
+
+    shown = [False]
+
+    def progress(p: CopyProgress) -> None:
+        if p.done:
+            if shown[0]:
+                click.echo("\r\x1b[K", nl=False, err=True)
+            return
+        if p.elapsed_s < 1.0:
+            return
+        shown[0] = True
+        of = f" of {p.total_entries:,} ({100 * p.entries // max(1, p.total_entries)}%)" if p.total_entries else ""
+        click.echo(f"\r\x1b[K⧗ copying the workspace for copy mode: {p.entries:,}{of} entries, {p.bytes / (1 << 20):.0f} MiB written, "
+                   f"{p.elapsed_s:.0f} s", nl=False, err=True)
+
+    return dataclasses.replace(limits, progress=progress)
 
 
 @click.group()
@@ -235,7 +283,7 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
 @sandbox_options
 @click.argument("tool")
 @click.argument("json_args", default="{}")
-def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, tool: str, json_args: str) -> None:
+def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str, json_args: str) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
     change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from .render import visible
@@ -250,7 +298,7 @@ def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, tool: str,
         result = ToolResult.failure(err)
     else:
         try:
-            record, git_dir = prepare(Path(workspace).resolve(), mode, config.user, kind="exec")
+            record, git_dir = prepare(Path(workspace).resolve(), mode, config.user, kind="exec", limits=_copy_progress(copy_limits))
             box_config = config.model_copy(update={"user": record.user})
             sandbox = backend_from_config(box_config).sandbox(record.box_workspace, box_config, state_dir=record.dir, git_dir=git_dir)
             sandbox.start()
@@ -279,7 +327,95 @@ def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, tool: str,
 _NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_FAILED, ErrorType.IMAGE_MISSING})
 
 
-@main.command(epilog=EXIT_CODES_HELP)
+def _wants_json(args: Iterable[str]) -> bool:
+    """Whether a command line asks for `--output json` (read before click has parsed it)."""
+    items = list(args)
+    for i, arg in enumerate(items):
+        if arg == "--":
+            break
+        if arg == "--output=json" or (arg == "--output" and items[i + 1:i + 2] == ["json"]):
+            return True
+    return False
+
+
+def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[str, Any]:
+    """The object `run --output json` prints when it ends before a session result exists: the same
+    keys as a session's, empty, with the exit code, a status and the typed error."""
+    return {"session_id": None, "status": status, "reason": error.message if error else status, "exit_code": code, "turns": 0,
+            "final_text": "", "calls": {}, "refused_calls": [], "failed_calls": [], "changed_files": [], "changed_files_unknown": None,
+            "tokens": {"input": 0, "output": 0}, "wall_s": 0.0, "error": error.to_dict() if error else None, "workspace_mode": None,
+            "transcript": None, "session_status": None, "applied": None, "left_out": None, "conflicts": None}
+
+
+_JSON_PRINTED = "oa-sandbox.json-printed"
+
+
+class _JsonExits(click.Command):
+    """`run --output json`: every exit prints exactly one JSON object on stdout, set-up errors and
+    usage errors included (a CI script's json.load never meets an empty stdout); stderr still gets
+    the one line a person reads."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        wants = _wants_json(args)
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as err:
+            if wants:
+                click.echo(json_line(_exit_json(EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()))))
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.params.get("output_format") != "json":
+            return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except SetupExit as exc:
+            click.echo(json_line(_exit_json(exc.exit_code, "setup_error", exc.error)))
+            raise
+        except click.UsageError as err:  # raised by an option's own check (--env, --egress, sizes)
+            click.echo(json_line(_exit_json(EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()))))
+            raise
+        except click.exceptions.Exit as exc:
+            if not ctx.meta.get(_JSON_PRINTED):
+                status = "cancelled" if exc.exit_code == EXIT_CANCELLED else "finished" if exc.exit_code == EXIT_OK else "stopped"
+                click.echo(json_line(_exit_json(exc.exit_code, status, None)))
+            raise
+        except Exception as err:
+            click.echo(json_line(_exit_json(EXIT_STOPPED, "failed", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500]))))
+            raise
+
+
+def _new_transcript_path(text: str | None) -> Path | None:
+    """--transcript: a new file that can be written. An existing file is refused, never appended to
+    (two sessions' events in one file read as one session); one that cannot be created is a set-up
+    error now, not a traceback once the box has started."""
+    import errno
+    import os
+
+    if text is None:
+        return None
+    path = Path(text).expanduser().absolute()
+    if os.path.lexists(path):
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"--transcript {path} exists: a transcript is never appended to; "
+                                                           "name a new file (or remove that one)")
+    try:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is not a directory") from None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:
+        kind = {errno.EACCES: ErrorType.PERMISSION_DENIED, errno.EPERM: ErrorType.PERMISSION_DENIED, errno.EROFS: ErrorType.PERMISSION_DENIED,
+                errno.ENOTDIR: ErrorType.NOT_A_DIRECTORY, errno.EISDIR: ErrorType.IS_DIRECTORY, errno.EEXIST: ErrorType.INVALID_ARGUMENTS}
+        raise OpenAgentsError(kind.get(err.errno or 0, ErrorType.IO_ERROR),
+                              f"--transcript {path}: cannot be written: {err.strerror or err}") from None
+    os.close(fd)
+    os.unlink(path)  # made again by the session; a set-up error before then leaves nothing behind
+    return path
+
+
+@main.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
 @click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
 @click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME or script:FILE (default: `model` in the config file).")
 @click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
@@ -289,14 +425,16 @@ _NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_F
 @click.option("--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it.")
 @click.option("--auto-approve", is_flag=True, help="Everything that runs inside the sandbox proceeds without asking; host-side git and MCP "
                                                    "tools still ask, and a policy's deny still wins.")
-@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
+@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the JSONL transcript: a new file (an existing one is refused, never appended to).")
 @click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help="Stop after N turns (default 100).")
 @click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Stop once the model has used N tokens, input and output summed.")
 @click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="Stop after this much wall time.")
 @click.option("--context-window", default=None, type=click.IntRange(256, None), metavar="TOKENS",
               help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.")
 @click.option("--output", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one JSON object on stdout at the end (session_id, status, reason, turns, final_text, refused_calls, ...).")
+              help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, session_id, "
+                   "turns, final_text, refused_calls, applied, left_out, conflicts, ...).")
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
 @click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
@@ -305,7 +443,7 @@ _NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_F
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
         non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
         max_wall: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
-        apply_at_end: bool, config: SandboxConfig, mode: WorkspaceMode, task: str) -> None:
+        apply_at_end: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, task: str) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
 
@@ -330,9 +468,12 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         non_interactive = True
         if not task.strip():
             raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "the task read from standard input is empty"))
+    try:
+        path = _new_transcript_path(transcript_path)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
     view = LiveView()
     _interrupt_once()
-    path = Path(transcript_path) if transcript_path else None
     interactive = not non_interactive and sys.stdin.isatty()
     budget = Budget(max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
                     context_window=context_window or defaults.context_window)
@@ -347,13 +488,18 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
                                  policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or 100,
                                  registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
-        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode, host_tools=host_tools)
+        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode, host_tools=host_tools,
+                              copy_limits=_copy_progress(copy_limits))
     except OpenAgentsError as err:
         if host_tools is not None:
             host_tools.close()
         raise _setup_error(err) from None
     except ValueError as err:
         raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    except OSError as err:  # the transcript's file could not be made after all (a race), the state directory
+        if host_tools is not None:
+            host_tools.close()
+        raise _setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}")) from None
     except KeyboardInterrupt:  # while the box started: open_session removed it
         _ignore_interrupts()
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
@@ -370,6 +516,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
 
             result = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
         opened.finish(result.status.value, result.reason)
+        opened.record.turns = result.turns  # saved by close(); `rollback --turn` past it is refused
     finally:
         _ignore_interrupts()
         view.close()
@@ -386,14 +533,17 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     view.print([Line(text) for text in summary_lines(result, changes)])
     view.note(f"   transcript: {record.transcript}")
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
+    report = None
     if record.mode.value == "copy":
         if apply_at_end:
-            if _apply(record) != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
+            applied, report = _apply(record)
+            if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
                 code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
         else:
             view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
     if output_format == "json":
-        click.echo(json_line(summary_json(result, record, changes, code)))
+        click.get_current_context().meta[_JSON_PRINTED] = True
+        click.echo(json_line(summary_json(result, record, changes, code, report)))
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)
@@ -435,7 +585,7 @@ def _pool_progress(event: PoolEvent) -> None:
 @click.option("--pool", default=0, show_default=True, type=click.IntRange(0, 32), help="Keep N sandboxes of --workspace warm, so a session starts at once.")
 @sandbox_options
 def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
-        transcript_dir: str | None, max_turns: int, pool: int, config: SandboxConfig, mode: WorkspaceMode) -> None:
+        transcript_dir: str | None, max_turns: int, pool: int, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from .acp.server import AcpServer
     from .models.base import model_from_spec
@@ -466,7 +616,7 @@ def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_en
     def start(ws: Path, approver: AcpApprover, on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None) -> OpenSession:
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
         return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp",
-                            host_tools=host_tools)
+                            host_tools=host_tools, copy_limits=copy_limits)
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
@@ -480,7 +630,8 @@ def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_en
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
 @click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
 @sandbox_options
-def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode) -> None:
+def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode,
+        copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
     from .mcp.server import McpApprover, serve
     from .render import visible
@@ -491,7 +642,8 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
     approver = McpApprover()
     options = SessionOptions(model_spec="script:/dev/null", policy_files=list(policies))  # no model: the MCP client is the caller
     try:
-        opened = open_session(options, Path(workspace), config, approver, Path(transcript_path) if transcript_path else None, mode=mode, kind="mcp")
+        new_transcript = _new_transcript_path(transcript_path)
+        opened = open_session(options, Path(workspace), config, approver, new_transcript, mode=mode, kind="mcp", copy_limits=copy_limits)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
     except ValueError as err:
@@ -510,14 +662,19 @@ def transcript() -> None:
 
 
 @transcript.command("show")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False))
-def transcript_show(path: str) -> None:
-    """Render a JSONL transcript for a terminal (secrets redacted)."""
+@click.argument("path_or_id")
+def transcript_show(path_or_id: str) -> None:
+    """Render a JSONL transcript for a terminal (secrets redacted): a file, or a session's by its id."""
     from rich.console import Console
     from rich.text import Text
 
     from .render import visible
-    from .transcript import show_lines
+    from .transcript import resolve_transcript, show_lines
+
+    try:
+        path = resolve_transcript(path_or_id)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
 
     console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
     for line in show_lines(path):  # each line is visible() already; colour only on a terminal
@@ -541,7 +698,7 @@ def transcript_list() -> None:
 @click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
 @click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
 @sandbox_options
-def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceMode) -> None:
+def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from sandbox_agent import limits
 
@@ -617,7 +774,7 @@ def _copy_session(session_id: str, action: str) -> SessionRecord:
     return record
 
 
-def _apply(record: SessionRecord) -> int:
+def _apply(record: SessionRecord) -> tuple[int, ApplyReport]:
     """Apply a copy session's changes; 0 when applied, 1 on conflicts (then nothing was applied)."""
     from .boxfs import show
     from .review import apply_changes, shown
@@ -630,21 +787,57 @@ def _apply(record: SessionRecord) -> int:
         for conflict in report.conflicts:
             click.echo(f"  conflict {shown(conflict.path)}: {show(conflict.reason)}", err=True)
         click.echo(f"nothing applied: {len(report.conflicts)} file(s) changed in {record.workspace} since the copy was taken", err=True)
-        return EXIT_TOOL_ERROR
+        return EXIT_TOOL_ERROR, report
     record.applied = True
     record.save()
     click.echo(f"applied {len(report.applied)} change(s) to {record.workspace}" + (f", left out {len(report.left_out)}" if report.left_out else ""), err=True)
-    return EXIT_OK
+    return EXIT_OK, report
 
 
-@main.command("sessions")
-def sessions_() -> None:
-    """List sessions, newest first: id, time, mode, status, files changed, workspace."""
+@main.group("sessions", invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON array of the session records on stdout.")
+@click.option("--all-users", is_flag=True, help="Also the sessions other users ran with this state directory.")
+@click.pass_context
+def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
+    """List your sessions, newest first, under a header: id, time, mode, status, files changed,
+    workspace. `sessions prune` removes old ones."""
+    if ctx.invoked_subcommand is not None:
+        return
     from .render import visible
-    from .sessions import list_sessions, summary_line
+    from .sessions import HEADER, list_sessions, shown_status, summary_line
 
-    for record in list_sessions():
+    records = list_sessions(all_users=all_users)
+    if as_json:
+        click.echo(json_line([{**r.model_dump(mode="json"), "shown_status": shown_status(r), "dir": str(r.dir)} for r in records]))
+        return
+    click.echo(HEADER)
+    for record in records:
         click.echo(visible(summary_line(record)))
+
+
+@sessions_.command("prune")
+@click.option("--older-than", "older_than", default="7d", show_default=True, metavar="DURATION",
+              help="Remove sessions started longer ago than this: 30d, 12h, 90m, 45s, 2w (0: all).")
+@click.option("--all", "all_", is_flag=True, help="Also copy sessions not yet applied or discarded (their copy is all there is of their work).")
+@click.option("--all-users", is_flag=True, help="Also the sessions of other users of this state directory.")
+def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
+    """Remove old sessions' whole state (copy, checkpoints, transcript, record). Kept: running
+    sessions, and copy sessions not yet applied or discarded, unless --all."""
+    from .sessions import parse_duration, prune
+
+    try:
+        seconds = parse_duration(older_than)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--older-than") from None
+    try:
+        removed, kept = prune(seconds, all_, all_users=all_users)
+    except OSError as err:
+        raise _setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not prune: {err}")) from None
+    freed = sum(size for _, size in removed)
+    click.echo(f"removed {len(removed)} session{'s' if len(removed) != 1 else ''} ({freed / (1 << 20):.1f} MiB)")
+    if kept:
+        click.echo(f"kept {len(kept)} copy session{'s' if len(kept) != 1 else ''} not yet applied or discarded (or still running): "
+                   f"{', '.join(r.id for r in kept[:5])}{' ...' if len(kept) > 5 else ''}; `--all` removes them too")
 
 
 @main.command()
@@ -667,30 +860,23 @@ def apply_(session_id: str) -> None:
     """Apply a copy session's changes to the real workspace (a sanitiser: regular files and dirs,
     normalised modes, nothing under .git). Any conflict: nothing is applied, exit 1."""
     record = _copy_session(session_id, "apply")
-    raise click.exceptions.Exit(_apply(record))
+    raise click.exceptions.Exit(_apply(record)[0])
 
 
 @main.command()
 @click.argument("session_id")
 def discard(session_id: str) -> None:
-    """Throw a copy session's copy away (its record, transcript and checkpoints stay)."""
-    import os
-
-    from .boxfs import HostBudget, open_dir, remove_tree
+    """Throw a copy session away: its copy, checkpoints, manifest, quarantine and transcript. Only
+    its record stays, marked discarded, so `oa-sandbox sessions` still says what became of it."""
+    from .sessions import discard_state, state_bytes
 
     record = _copy_session(session_id, "discard")
-    copy = Path(record.box_workspace)
-    if os.path.lexists(copy):
-        # The copy is box-written: removed through boxfs (no link followed, no recursion, so a
-        # 100,000-deep chain goes too instead of stopping shutil.rmtree half-way).
-        parent = open_dir(copy.parent)
-        try:
-            remove_tree(parent, copy.name, HostBudget(max_entries=None, max_bytes=None))
-        finally:
-            os.close(parent)
-    record.discarded = True
-    record.save()
-    click.echo(f"discarded the copy of session {record.id}", err=True)
+    before = state_bytes(record)
+    try:
+        discard_state(record)  # box-written parts through boxfs.remove_tree: no link followed, any depth
+    except OSError as err:
+        raise _setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not discard session {record.id}: {err}")) from None
+    click.echo(f"discarded session {record.id}: {before / (1 << 20):.1f} MiB removed; its record stays (`oa-sandbox sessions`)", err=True)
 
 
 @main.command()
@@ -731,7 +917,13 @@ def rollback(session_id: str, turn: int) -> None:
     if record.discarded:
         raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone"))
     store = CheckpointStore(record.checkpoint_store, Path(record.box_workspace))
-    turns = [p.turn for p in store.list() if p.ok]
+    points = store.list()
+    turns = [p.turn for p in points if p.ok]
+    last = record.turns if record.turns is not None else max((p.turn for p in points), default=0)
+    if turn > last:
+        said = f"ran {last} turn{'s' if last != 1 else ''}" if record.turns is not None else f"has checkpoints up to turn {last}"
+        raise _setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} {said}: there is no turn {turn} to restore "
+                                                                        f"(`oa-sandbox checkpoints {record.id}`)"))
     if turn not in turns:
         # A turn that changed nothing (or whose checkpoint failed) has none of its own: the one before it holds.
         earlier = [t for t in turns if t <= turn]

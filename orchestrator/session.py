@@ -29,6 +29,7 @@ from .sandbox.starts import StartQueued
 from .sessions import SessionRecord, WorkspaceMode, prepare
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
+from .workspace_copy import CopyLimits
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 
@@ -146,10 +147,11 @@ class OpenSession:
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
                  transcript_path: Path | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
                  sandbox: Sandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
-                 host_tools: HostTools | None = None) -> OpenSession:
+                 host_tools: HostTools | None = None, copy_limits: CopyLimits | None = None) -> OpenSession:
     """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
     (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
-    user's MCP servers, started) join the registry; their owner stops them."""
+    user's MCP servers, started) join the registry; their owner stops them. `copy_limits`: copy
+    mode's size guard (sessions.prepare)."""
     workspace = Path(workspace).resolve()
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
 
@@ -162,7 +164,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     key_var = key_variable(options.model_spec, options.api_key_env)
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
     repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
-    record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind)
+    record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits)
     box_ws = Path(record.box_workspace)
     if record.mode == WorkspaceMode.COPY:
         repo = None  # the real repository's work tree is not the box's: git stays off in copy mode

@@ -8,6 +8,12 @@
         checkpoints.git/    the shadow object store of the checkpoints
         quarantine/         what the integrity sweep moved out
 
+`discard` (copy mode) removes all of it but session.json, which stays, marked discarded, so
+`oa-sandbox sessions` still says the session existed and what became of it (a few hundred bytes; a
+transcript given with --transcript outside this directory is the user's file and stays too).
+`prune` removes whole session directories, records included. Everything under a session directory
+may hold box-written entries, so it is removed through boxfs.remove_tree (no link followed).
+
 Workspace modes: `bind` mounts the real workspace; `copy` mounts a private copy owned by the
 unprivileged sandbox uid, and nothing reaches the real one until `apply`. `auto` is copy for a
 root-owned workspace (every CI clone made as root) and bind otherwise, so the box never needs uid 0.
@@ -19,11 +25,15 @@ import re
 import time
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
 from . import state
 from .errors import ErrorType, OpenAgentsError
+
+if TYPE_CHECKING:
+    from .workspace_copy import CopyLimits
 
 SANDBOX_UID = 1000  # the image's unprivileged user; copies are owned by it
 _ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -50,6 +60,8 @@ class SessionRecord(BaseModel):
     host_pid: int = 0
     applied: bool = False
     discarded: bool = False
+    host_uid: int | None = None  # who ran it: `sessions` lists the current user's by default
+    turns: int | None = None  # how many turns the session ran, when it had turns (run)
 
     @property
     def dir(self) -> Path:
@@ -90,7 +102,7 @@ def new_record(workspace: Path, mode: WorkspaceMode, user: str, kind: str = "run
     sid = state.new_id()
     box = sessions_root() / sid / "copy" if mode == WorkspaceMode.COPY else workspace
     record = SessionRecord(id=sid, created=time.time(), kind=kind, workspace=str(workspace), mode=mode, box_workspace=str(box),
-                           user=user, host_pid=os.getpid())
+                           user=user, host_pid=os.getpid(), host_uid=os.getuid())
     state.sandbox_state_dir(workspace, sid)  # refuses a state directory inside the workspace
     record.save()
     return record
@@ -108,8 +120,9 @@ def load(session_id: str) -> SessionRecord:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: {str(err)[:200]}") from None
 
 
-def list_sessions() -> list[SessionRecord]:
-    """Newest first; unreadable records are passed over."""
+def list_sessions(all_users: bool = True) -> list[SessionRecord]:
+    """Newest first; unreadable records are passed over. Without `all_users`, only the current
+    user's (the uid recorded, or for older records the owner of the record's file)."""
     out = []
     try:
         names = sorted((n for n in os.listdir(sessions_root()) if _ID.match(n)), reverse=True)
@@ -117,10 +130,44 @@ def list_sessions() -> list[SessionRecord]:
         return []
     for name in names:
         try:
-            out.append(load(name))
+            record = load(name)
         except OpenAgentsError:
             continue
+        if all_users or owner_uid(record) == os.getuid():
+            out.append(record)
     return out
+
+
+def owner_uid(record: SessionRecord) -> int | None:
+    if record.host_uid is not None:
+        return record.host_uid
+    try:
+        return (record.dir / "session.json").stat().st_uid
+    except OSError:
+        return None
+
+
+HEADER = f"{'ID':<22}  {'CREATED':<16}  {'MODE':<4}  {'STATUS':<20} {'FILES':>10}  WORKSPACE"
+
+
+def shown_status(record: SessionRecord) -> str:
+    status = record.status + (" (applied)" if record.applied else "") + (" (discarded)" if record.discarded else "")
+    if record.status == "running" and not record.running():
+        status = "interrupted"
+    return status
+
+
+def state_bytes(record: SessionRecord) -> int:
+    """What the session's directory holds on disk (allocated bytes), counted through a bounded walk."""
+    from .boxfs import BudgetExceeded, HostBudget, Walk
+
+    total = 0
+    try:
+        for entry in Walk(record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None)).entries():
+            total += entry.st.st_blocks * 512
+    except (BudgetExceeded, OSError):
+        pass
+    return total
 
 
 def resolve_mode(workspace: Path, mode: WorkspaceMode, user: str | None) -> tuple[WorkspaceMode, str]:
@@ -151,30 +198,102 @@ def resolve_mode(workspace: Path, mode: WorkspaceMode, user: str | None) -> tupl
 
 
 def summary_line(record: SessionRecord) -> str:
+    """One line under HEADER."""
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created))
-    status = record.status + (" (applied)" if record.applied else "") + (" (discarded)" if record.discarded else "")
-    if record.status == "running" and not record.running():
-        status = "interrupted"
+    status = shown_status(record)
     from .checkpoints import store_unknown
 
     files = f"{len(record.files_changed):>4} files"
     if store_unknown(record.checkpoint_store):
         files = f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"  # a checkpoint failed
-    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files}  {record.workspace}"
+    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}"
 
 
-def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run") -> tuple[SessionRecord, Path | None]:
+def _remove(parent: Path, name: str) -> None:
+    """parent/name and all under it, through boxfs: box-written entries, no link followed."""
+    from .boxfs import HostBudget, open_dir, remove_tree
+
+    fd = open_dir(parent)
+    try:
+        remove_tree(fd, name, HostBudget(max_entries=None, max_bytes=None))
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def discard_state(record: SessionRecord) -> None:
+    """Everything of a copy session's state but its record: the copy, the manifest, the checkpoint
+    store, the quarantine, its transcript when it is in the session directory. The record stays,
+    marked discarded (so `sessions` still tells what became of it); the copy goes first, as the
+    biggest, and a copy outside the directory (never made by this version) is removed too."""
+    copy = Path(record.box_workspace)
+    if record.mode == WorkspaceMode.COPY and copy.parent == record.dir:
+        _remove(record.dir, copy.name)
+    for name in sorted(os.listdir(record.dir)):
+        if name != "session.json":
+            _remove(record.dir, name)
+    if record.transcript and Path(record.transcript).parent == record.dir:
+        record.transcript = None
+    record.discarded = True
+    record.save()
+
+
+def prune(older_than_s: float, all_: bool = False, now: float | None = None,
+          all_users: bool = False) -> tuple[list[tuple[SessionRecord, int]], list[SessionRecord]]:
+    """Remove whole session directories older than `older_than_s`: (removed with the bytes each
+    held, kept). Kept: running sessions, other users' (unless `all_users`), and copy sessions
+    neither applied nor discarded (their copy holds work not landed anywhere) unless `all_`."""
+    now = time.time() if now is None else now
+    removed: list[tuple[SessionRecord, int]] = []
+    kept: list[SessionRecord] = []
+    for record in list_sessions(all_users=all_users):
+        if now - record.created < older_than_s:
+            continue
+        if record.running() or (not all_ and record.mode == WorkspaceMode.COPY and not record.applied and not record.discarded
+                                and record.status != "failed"):
+            kept.append(record)
+            continue
+        size = state_bytes(record)
+        _remove(sessions_root(), record.id)
+        removed.append((record, size))
+    return removed, kept
+
+
+_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([smhdw]?)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """'30d', '12h', '90m', '45s', '2w' (a bare number is days) -> seconds; ValueError otherwise."""
+    match = _DURATION.match(text.lower())
+    if not match:
+        raise ValueError(f"{text!r} is not a duration such as 30d, 12h, 90m")
+    number, unit = float(match.group(1)), match.group(2) or "d"
+    return number * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}[unit]
+
+
+def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run",
+            limits: CopyLimits | None = None) -> tuple[SessionRecord, Path | None]:
     """A record for a new session and, in copy mode, its copy (taken now, before any box exists).
-    Returns the record and the .git to mount read-only over the copy (None in bind mode)."""
-    from .workspace_copy import copy_workspace
+    Returns the record and the .git to mount read-only over the copy (None in bind mode).
+    In copy mode the workspace is measured first: over `limits` it is refused (WorkspaceTooLarge)
+    before any record or copy is made."""
+    from .workspace_copy import CopyLimits, WorkspaceTooLarge, copy_workspace, measure_workspace
 
     mode, box_user = resolve_mode(real, mode, user)
+    size = None
+    if mode == WorkspaceMode.COPY:
+        limits = limits or CopyLimits()
+        size = measure_workspace(real, limits)
+        if size.over is not None:
+            raise WorkspaceTooLarge(real, size, limits)
     record = new_record(real, mode, box_user, kind)
-    if mode != WorkspaceMode.COPY:
+    if mode != WorkspaceMode.COPY or limits is None or size is None:
         return record, None
     uid, gid = (int(x) for x in box_user.split(":", 1))
     try:
-        manifest = copy_workspace(real, Path(record.box_workspace), uid, gid)
+        manifest = copy_workspace(real, Path(record.box_workspace), uid, gid, budget=limits.copy_budget(), progress=limits.progress,
+                                  total_entries=size.entries)
     except OSError as err:
         record.status, record.reason = "failed", f"the workspace could not be copied: {err}"
         record.save()

@@ -8,13 +8,16 @@ Exit codes: 0 finished with no refused call; 3 finished but at least one call wa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from .loop import SessionResult, SessionStatus
 from .render import visible
 from .sessions import SessionRecord
+
+if TYPE_CHECKING:
+    from .review import ApplyReport
 
 EXIT_OK, EXIT_STOPPED, EXIT_SETUP, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 3, 130
 EXIT_CODES_HELP = ("Exit codes: 0 finished, no call refused; 3 finished, but a call was refused; 1 stopped "
@@ -84,8 +87,12 @@ def changed_files(record: SessionRecord) -> ChangedFiles:
         return fallback(unknown)
 
 
-def summary_json(result: SessionResult, record: SessionRecord, changes: list[FileChange], code: int) -> dict[str, Any]:
-    return {
+def summary_json(result: SessionResult, record: SessionRecord, changes: list[FileChange], code: int,
+                 applied: ApplyReport | None = None) -> dict[str, Any]:
+    """`run --output json`. `applied`, `left_out` and `conflicts` are null unless `--apply` applied (or
+    tried to apply) a copy; after a conflict (nothing applied) `status` is `stopped`, `reason` and
+    the typed `error` (stale_content) say so, and `session_status` keeps how the session itself ended."""
+    out = {
         "session_id": record.id,
         "status": result.status.value,
         "reason": result.reason,
@@ -102,7 +109,22 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "error": result.error.model_dump(mode="json") if result.error else None,
         "workspace_mode": record.mode.value,
         "transcript": record.transcript,
+        "session_status": result.status.value,
+        "applied": None,
+        "left_out": None,
+        "conflicts": None,
     }
+    if applied is not None:
+        out["applied"] = list(applied.applied)
+        out["left_out"] = [item.model_dump() for item in applied.left_out]
+        out["conflicts"] = [item.model_dump() for item in applied.conflicts]
+        if applied.conflicts:
+            message = (f"apply conflict: nothing applied: {len(applied.conflicts)} file(s) changed in {record.workspace} "
+                       "since the copy was taken")
+            out["status"], out["reason"] = "stopped", message
+            if out["error"] is None:
+                out["error"] = {"type": "stale_content", "message": message, "recoverable": False}
+    return out
 
 
 def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]:

@@ -221,6 +221,29 @@ def show_lines(path: str | Path) -> Iterable[Line]:
             yield from painter.lines(redactor.deep(event))
 
 
+def resolve_transcript(path_or_id: str) -> Path:
+    """`transcript show`'s argument: a transcript file, or a session id (its recorded transcript)."""
+    from .errors import ErrorType, OpenAgentsError
+    from .sessions import load
+
+    path = Path(path_or_id)
+    if path.is_file():
+        return path
+    if path.exists():
+        raise OpenAgentsError(ErrorType.NOT_A_FILE, f"{path_or_id} is not a transcript file")
+    try:
+        record = load(path_or_id)
+    except OpenAgentsError as err:
+        if err.type == ErrorType.INVALID_ARGUMENTS:  # not shaped like an id either
+            raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"{path_or_id}: no such transcript file, and not a session id "
+                                                            "(see `oa-sandbox transcript list`)") from None
+        raise
+    if not record.transcript or not Path(record.transcript).is_file():
+        why = " (the session was discarded)" if record.discarded else ""
+        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"session {record.id} has no transcript left{why}")
+    return Path(record.transcript)
+
+
 def list_transcripts() -> list[tuple[float, str, str, str]]:
     """(time, session id, status, transcript path) of every recorded session's transcript, newest first."""
     from .sessions import list_sessions

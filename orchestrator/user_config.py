@@ -9,6 +9,8 @@ line naming the file, the key and what is allowed, never silently ignored:
     max_turns = 50
     max_tokens = 200000
     start_concurrency = 4    # sandbox starts this process runs at once; the rest wait in line
+    copy_max_bytes = "4g"    # copy mode's size guard (default 2g of data, 200000 entries)
+    copy_max_entries = 400000
 
     [[mcp_servers]]          # your own stdio MCP servers, started on the host for `run`
     name = "notes"
@@ -46,6 +48,8 @@ class UserConfig(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1)
     max_wall: float | None = Field(default=None, gt=0, description="Seconds.")
     context_window: int | None = Field(default=None, ge=256)
+    copy_max_bytes: str | int | None = Field(default=None, description="Copy mode's size guard: most data, e.g. 4g (default 2g).")
+    copy_max_entries: int | None = Field(default=None, ge=1, description="Copy mode's size guard: most entries (default 200000).")
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
                                              description="Your stdio MCP servers for `run`, started on the host: [[mcp_servers]] name, command, args, env.")
 

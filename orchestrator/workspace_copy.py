@@ -9,10 +9,17 @@ the file system can (no bytes), else only its data segments are copied, so holes
 names of one inode (hard links) become names of one copy, never several full copies. The top
 `.git` is not copied: the real one is mounted read-only, as in bind mode.
 
-A workspace over the copy budget (a run started in /tmp, a home directory) is refused, typed
-(RESOURCE_EXHAUSTED) and naming the bound, before minutes of copying; so is one deeper than the
-budget's depth (a partial copy would show the box, and the review, a tree that is not the
-user's). The half-made copy is removed.
+Before anything is copied, `measure_workspace` counts the tree with a bounded walk that stops as
+soon as a limit is passed (`CopyLimits`: 2 GiB of data or 200,000 entries by default, raised by
+--copy-max-bytes / --copy-max-entries or copy_max_bytes / copy_max_entries in config.toml): a run
+started in /tmp or a home directory is refused in seconds (`WorkspaceTooLarge`, typed
+RESOURCE_EXHAUSTED, one line naming what was found and the flag that raises the limit), and no
+session directory is made. The copy itself keeps its own budget, twice the guard's limits and never
+below COPY_MAX_* (a regular file is charged twice, walked then copied, and the tree may grow between
+the count and the copy): a workspace that passes the guard is not stopped half-way unless it grew.
+One over that budget, or deeper than its depth (a partial copy would show the box, and the review,
+a tree that is not the user's), is still refused, typed and naming the bound; the half-made copy
+is removed. A caller may pass `progress`, called about twice a second while a copy runs.
 
 The manifest records, for every entry, how the real file looked (so `apply` can tell that the
 user changed it since) and how the copy looked (so `changes` can tell what the box changed). Its
@@ -25,8 +32,9 @@ from __future__ import annotations
 import os
 import stat
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from pydantic import BaseModel, Field, PrivateAttr
 
@@ -38,9 +46,89 @@ COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
 COPY_MAX_ENTRIES = 500_000
 COPY_MAX_DEPTH = 256  # a descriptor per level is held on each side: far below any fd limit
 COPY_MAX_SECONDS = 300.0
+GUARD_MAX_BYTES = 2 << 30  # the size guard's defaults: a bigger workspace is refused before any copying
+GUARD_MAX_ENTRIES = 200_000
 
-__all__ = ["COPY_MAX_BYTES", "COPY_MAX_DEPTH", "COPY_MAX_ENTRIES", "COPY_MAX_SECONDS", "CopyManifest", "ManifestEntry",
-           "Stamp", "copy_workspace", "kind_of"]
+__all__ = ["COPY_MAX_BYTES", "COPY_MAX_DEPTH", "COPY_MAX_ENTRIES", "COPY_MAX_SECONDS", "GUARD_MAX_BYTES", "GUARD_MAX_ENTRIES",
+           "CopyLimits", "CopyManifest", "CopyProgress", "ManifestEntry", "Stamp", "WorkspaceSize", "WorkspaceTooLarge",
+           "copy_workspace", "kind_of", "measure_workspace"]
+
+
+class CopyProgress(NamedTuple):
+    """A copy under way: entries copied and bytes of data written so far, of what the guard counted."""
+
+    entries: int
+    bytes: int
+    total_entries: int  # 0: not counted
+    elapsed_s: float
+    done: bool = False
+
+
+@dataclass(frozen=True)
+class CopyLimits:
+    """The size guard's limits, and who hears of a long copy's progress."""
+
+    max_bytes: int = GUARD_MAX_BYTES
+    max_entries: int = GUARD_MAX_ENTRIES
+    progress: Callable[[CopyProgress], None] | None = None
+
+    def copy_budget(self) -> HostBudget:
+        """The copy's own stop, consistent with the guard: twice its limits, never below COPY_MAX_*."""
+        return HostBudget.until(COPY_MAX_SECONDS, max_bytes=max(COPY_MAX_BYTES, 2 * self.max_bytes),
+                                max_entries=max(COPY_MAX_ENTRIES, 2 * self.max_entries + 16), max_depth=COPY_MAX_DEPTH)
+
+
+class WorkspaceSize(NamedTuple):
+    """What the guard's walk counted (it stops as soon as a limit is passed: then these are lower bounds)."""
+
+    entries: int
+    bytes: int
+    over: str | None  # "entries", "bytes", "depth", "time", or None: within the limits
+
+
+class WorkspaceTooLarge(OpenAgentsError):
+    def __init__(self, real: Path, size: WorkspaceSize, limits: CopyLimits) -> None:
+        self.size = size
+        found = f"{size.entries:,} entries and {_size(size.bytes)} of data"
+        if size.over == "entries":
+            what = f"over {limits.max_entries:,} entries (stopped counting at {found}); raise the limit with --copy-max-entries N"
+        elif size.over == "bytes":
+            what = f"over {_size(limits.max_bytes)} of data (stopped counting at {found}); raise the limit with --copy-max-bytes SIZE"
+        elif size.over == "depth":
+            what = f"a directory deeper than {COPY_MAX_DEPTH} levels (after {found})"
+        else:
+            what = f"more than {COPY_MAX_SECONDS:.0f} s to count ({found} so far)"
+        super().__init__(ErrorType.RESOURCE_EXHAUSTED, f"copy mode refused the workspace {show(os.fsencode(real))} before copying anything: {what}, "
+                                                       "or run in bind mode (--workspace-mode bind) or from a smaller directory")
+
+
+def measure_workspace(real: Path, limits: CopyLimits, seconds: float = COPY_MAX_SECONDS) -> WorkspaceSize:
+    """Count what a copy of `real` would take (entries, and data: allocated bytes, each inode once),
+    as the copy walks it (no link followed, the top .git left out), stopping as soon as a limit is
+    passed: a 16 GB /tmp is refused in seconds, not measured to its end."""
+    budget = HostBudget.until(seconds, max_entries=limits.max_entries, max_bytes=None, max_depth=COPY_MAX_DEPTH)
+    walk = Walk(real, budget, enter=lambda e: not (e.depth == 1 and e.name == b".git"))
+    entries = data = 0
+    seen: set[tuple[int, int]] = set()
+    try:
+        for entry in walk.entries():
+            if entry.depth == 1 and entry.name == b".git":
+                continue
+            entries += 1
+            st = entry.st
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_nlink > 1:
+                if entry.key in seen:
+                    continue
+                seen.add(entry.key)
+            data += min(st.st_size, st.st_blocks * 512)
+            if data > limits.max_bytes:
+                return WorkspaceSize(entries, data, "bytes")
+    except BudgetExceeded as err:
+        over = {"entry": "entries", "wall-time": "time"}.get(err.what, err.what)
+        return WorkspaceSize(max(entries, budget.entries_spent), data, over)
+    return WorkspaceSize(entries, data, "depth" if walk.too_deep else None)
 
 
 class Stamp(NamedTuple):
@@ -126,13 +214,22 @@ class _DepthExceeded(BudgetExceeded):
 
 
 def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudget | None = None,
-                   reflinks: bool = True) -> CopyManifest:
+                   reflinks: bool = True, progress: Callable[[CopyProgress], None] | None = None,
+                   total_entries: int = 0) -> CopyManifest:
     """Make `dest` (which must not exist) a private copy of `real`, owned by uid:gid, within `budget`
-    (default: COPY_MAX_* and COPY_MAX_SECONDS). Over it: RESOURCE_EXHAUSTED, and no copy is left."""
+    (default: COPY_MAX_* and COPY_MAX_SECONDS). Over it: RESOURCE_EXHAUSTED, and no copy is left.
+    `progress` hears how far it is about twice a second (`total_entries`: what the guard counted)."""
     started = time.monotonic()
     if budget is None:
         budget = HostBudget.until(COPY_MAX_SECONDS, max_bytes=COPY_MAX_BYTES, max_entries=COPY_MAX_ENTRIES,
                                   max_depth=COPY_MAX_DEPTH)
+    last = [started]
+
+    def tick(done: bool = False) -> None:
+        now = time.monotonic()
+        if progress is not None and (done or now - last[0] >= 0.5):
+            last[0] = now
+            progress(CopyProgress(len(manifest.entries), budget.bytes_spent, total_entries, now - started, done))
     st = os.stat(real)
     manifest = CopyManifest(real=str(real), copy_dir=str(dest), uid=uid, gid=gid, real_uid=st.st_uid, real_gid=st.st_gid)
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -140,9 +237,10 @@ def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudge
     try:
         src_fd = open_dir(real)
         try:
-            _copy(src_fd, dest, uid, gid, manifest, budget, reflinks)
+            _copy(src_fd, dest, uid, gid, manifest, budget, reflinks, tick if progress is not None else None)
         finally:
             os.close(src_fd)
+            tick(done=True)
     except BaseException as err:
         parent = open_dir(dest.parent)
         try:
@@ -156,7 +254,8 @@ def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudge
     return manifest
 
 
-def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, budget: HostBudget, reflinks: bool) -> None:
+def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, budget: HostBudget, reflinks: bool,
+          tick: Callable[[], None] | None = None) -> None:
     links = HardLinks()
     # the copy's directories on the path being walked, innermost last: finished (moded, owned,
     # timed) when the walk leaves them, since a directory's children all come right after it
@@ -199,6 +298,8 @@ def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, b
                     manifest.left_out[key] = f"it changed while being copied: {err}"
                     continue
             manifest.entries[key] = ManifestEntry(Stamp.of(entry.st), Stamp.of(copied))
+            if tick is not None:
+                tick()
         for rel, why in walk.unreadable:
             manifest.left_out[to_store(rel)] = f"could not be read: {why}"
         while len(path) > 1:

@@ -85,7 +85,7 @@ def test_root_owned_workspace_is_copied_and_applied(sandbox_image, tmp_path, sta
     changes = cli("changes", sid)
     assert changes.returncode == 0 and "+print('new')" in changes.stdout, changes.stdout + changes.stderr
     listing = cli("sessions")
-    assert listing.stdout.splitlines()[0].startswith(sid) and "copy" in listing.stdout
+    assert listing.stdout.splitlines()[0].startswith("ID ") and listing.stdout.splitlines()[1].startswith(sid) and "copy" in listing.stdout
     applied = cli("apply", sid)
     assert applied.returncode == 0, applied.stderr
     assert (ws / "app.py").read_text() == "print('new')\n"
