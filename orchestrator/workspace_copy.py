@@ -15,8 +15,8 @@ soon as a limit is passed (`CopyLimits`: 2 GiB of data or 200,000 entries by def
 started in /tmp or a home directory is refused in seconds (`WorkspaceTooLarge`, typed
 RESOURCE_EXHAUSTED, one line naming what was found and the flag that raises the limit), and no
 session directory is made. The copy itself keeps its own budget, twice the guard's limits and never
-below COPY_MAX_* (a regular file is charged twice, walked then copied, and the tree may grow between
-the count and the copy): a workspace that passes the guard is not stopped half-way unless it grew.
+below COPY_MAX_* (the tree may grow between the count and the copy): a workspace that passes the
+guard is not stopped half-way unless it grew.
 One over that budget, or deeper than its depth (a partial copy would show the box, and the review,
 a tree that is not the user's), is still refused, typed and naming the bound; the half-made copy
 is removed. A caller may pass `progress`, called about twice a second while a copy runs.

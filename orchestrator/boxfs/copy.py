@@ -138,10 +138,10 @@ def copy_regular(src_dir_fd: int, name: bytes, dst_dir_fd: int, budget: HostBudg
                  reflinks: bool = True, rel: bytes | None = None) -> os.stat_result:
     """Copy the regular file src_dir_fd/name to a new dst_dir_fd/name (which must not exist)
     with the given mode (setuid/setgid never kept) and owner; a second name of an inode already
-    copied through `links` becomes a hard link to its first copy. Returns the copy's stat."""
+    copied through `links` becomes a hard link to its first copy. Returns the copy's stat. The
+    bytes written are charged to `budget`; the entry was charged by the walk that found it."""
     fin, st = open_regular(src_dir_fd, name, rel)
     try:
-        budget.charge_entries()
         if links is not None and st.st_nlink > 1:
             first = links.first((st.st_dev, st.st_ino))
             if first is not None:
