@@ -9,16 +9,18 @@ the SDK's schema models, the PromptResponse's `_meta` included.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 from acp import text_block
 from acp.schema import AgentMessageChunk, ClientCapabilities, FileSystemCapabilities
 
-from tests.acp_editor import Editor, run_editor
+from tests.acp_editor import OA, Editor, run_editor
 from tests.attacks.test_host_git import init_repo
 from tests.conftest import chown_tree
 
@@ -106,6 +108,34 @@ def test_an_allowed_edit_is_on_disk_when_the_turn_ends(sandbox_image, tmp_path):
     said = messages(run.editor)
     assert said[0] == "first done" and "landed in" in said[1] and "calc.py" in said[1]
     assert "pkg/util.py" in said[-1] and said[-2] == "second done"
+    # What landed is no longer a change of the session: `changes` and `apply` have nothing left to carry.
+    changes = subprocess.run([OA, "changes", meta2["session"]], capture_output=True, text=True, env={**os.environ, **env(tmp_path)}, timeout=60)
+    assert changes.returncode == 0 and changes.stdout == "", changes.stdout + changes.stderr
+
+
+@needs_root
+def test_a_cancelled_turn_still_lands_what_was_allowed_and_done(sandbox_image, tmp_path):
+    ws = root_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    model = script(tmp_path, [
+        call("w1", "write_file", path="a.txt", content="allowed and done\n"),
+        call("s1", "shell", command="sleep 60; echo late > late.txt"),
+        {"text": "never reached"},
+    ])
+
+    async def body(conn, editor):
+        session = await conn.new_session(cwd=str(ws), mcp_servers=[])
+
+        async def cancel_once_running(session_id, update):
+            if getattr(update, "tool_call_id", None) == "s1" and getattr(update, "status", None) == "in_progress":
+                asyncio.get_running_loop().create_task(conn.cancel(session_id=session_id))
+
+        editor.on_update = cancel_once_running
+        return await prompt(conn, session.session_id, "go")
+
+    run = run_editor(tmp_path, agent_args(tmp_path, model), body, env=env(tmp_path))
+    stop, meta = run.result
+    assert stop == "cancelled" and meta["applied"] == ["a.txt"]
+    assert (ws / "a.txt").read_text() == "allowed and done\n" and not (ws / "late.txt").exists()
 
 
 @needs_root
