@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from acp import PROTOCOL_VERSION, spawn_agent_process
+from acp import PROTOCOL_VERSION, RequestError, spawn_agent_process
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     Error,
     InitializeResponse,
     NewSessionResponse,
@@ -29,12 +30,14 @@ from acp.schema import (
     SessionNotification,
     ToolCallProgress,
     ToolCallStart,
+    WriteTextFileRequest,
+    WriteTextFileResponse,
 )
 from pydantic import BaseModel
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 ANSWERS: dict[str, type[BaseModel]] = {"initialize": InitializeResponse, "session/new": NewSessionResponse, "session/prompt": PromptResponse}
-REQUESTS: dict[str, type[BaseModel]] = {"session/request_permission": RequestPermissionRequest}
+REQUESTS: dict[str, type[BaseModel]] = {"session/request_permission": RequestPermissionRequest, "fs/write_text_file": WriteTextFileRequest}
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionNotification}
 
 
@@ -93,12 +96,22 @@ class Editor:
     on_update: Callable[[str, Any], Awaitable[None]] | None = None
     updates: list[Any] = field(default_factory=list)
     permissions: list[Any] = field(default_factory=list)
+    writes: list[tuple[str, str]] = field(default_factory=list)  # fs/write_text_file: (path, content), in order
+    refuse_writes: bool = False
     conn: Any = None
 
     async def request_permission(self, session_id: str, tool_call: Any, options: list, **kwargs: Any) -> RequestPermissionResponse:
         assert [o.kind for o in options] == ["allow_once", "reject_once"]
         self.permissions.append(tool_call)
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.decide(tool_call)))
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> WriteTextFileResponse:
+        """As an editor does: the buffer takes the text and is saved to disk."""
+        self.writes.append((path, content))
+        if self.refuse_writes:
+            raise RequestError.invalid_params({"path": path, "reason": "the editor refuses"})
+        Path(path).write_text(content)
+        return WriteTextFileResponse()
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self.updates.append(update)
@@ -129,7 +142,7 @@ class Run:
 
 
 def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Editor], Awaitable[Any]], editor: Editor | None = None,
-               env: dict[str, str] | None = None) -> Run:
+               env: dict[str, str] | None = None, capabilities: ClientCapabilities | None = None) -> Run:
     """Start `oa-sandbox acp AGENT_ARGS`, initialise through the SDK, run `body(conn, editor)`, then
     close stdin and wait for the agent to exit (it removes its sandboxes and MCP servers first)."""
     editor = editor or Editor()
@@ -141,7 +154,7 @@ def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Edito
                                        transport_kwargs={"limit": 16 * 1024 * 1024, "shutdown_timeout": 120, "stderr": stderr.fileno()},
                                        observers=[checker]) as (conn, process):
             editor.conn = conn
-            init = await conn.initialize(protocol_version=PROTOCOL_VERSION)
+            init = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities)
             assert init.protocol_version == PROTOCOL_VERSION
             result = await body(conn, editor)
         return Run(editor, checker, process.pid, process.returncode, result)

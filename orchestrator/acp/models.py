@@ -68,6 +68,11 @@ class InitializeParams(_Model):
     protocolVersion: int
     clientCapabilities: dict[str, Any] = Field(default_factory=dict)
 
+    def can_write_files(self) -> bool:
+        """Whether the editor offers fs/write_text_file (exactly `true`; anything else is no)."""
+        fs = self.clientCapabilities.get("fs")
+        return isinstance(fs, dict) and fs.get("writeTextFile") is True
+
 
 class PromptCapabilities(_Model):
     image: bool = False
@@ -125,6 +130,7 @@ class ResourceLinkBlock(_Model):
 
 class PromptResult(_Model):
     stopReason: StopReason
+    meta: dict[str, Any] | None = Field(default=None, alias="_meta")  # ACP's extension point: namespaced keys only
 
 
 class CancelParams(_Model):
@@ -186,6 +192,13 @@ class RequestPermissionParams(_Model):
     sessionId: str
     toolCall: PermissionToolCall
     options: list[PermissionOption]
+
+
+# -- the editor's file system -------------------------------------------------------------------------
+class WriteTextFileParams(_Model):
+    sessionId: str
+    path: str  # absolute
+    content: str
 
 
 class SelectedOutcome(_Model):

@@ -14,6 +14,10 @@ The editor's stdio MCP servers (session/new `mcpServers`) are started on the hos
 (orchestrator/mcp/client.py McpHost), offered to the model as mcp__<server>__<tool>, asked for at
 every call, and stopped when the session ends. A prompt the model API fails on ends as a JSON-RPC
 error on that session/prompt, with the typed reason in `data`.
+
+In copy mode (a root-owned workspace under `auto`) each prompt turn ends by landing what the turn
+changed in the copy, through the sanitiser, and through the editor's fs/write_text_file too when it
+offers that (landing.py); the editor is told in a message and in the answer's `_meta`.
 """
 from __future__ import annotations
 
@@ -39,10 +43,12 @@ from ..loop import Session, SessionStatus
 from ..mcp.client import McpHost
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
 from ..protocol import Executor
-from ..tools.registry import SPECS, HostTools, call_title
+from ..sessions import SessionRecord, WorkspaceMode
+from ..tools.registry import _GIT_KINDS as GIT_KINDS, SPECS, HostTools, call_title
 from . import files
 from . import models as m
 from .content import PromptError, prompt_text, roots_of
+from .landing import Landing, TurnLander
 
 log = logging.getLogger(__name__)
 PERMISSION_OPTIONS = [
@@ -52,6 +58,7 @@ PERMISSION_OPTIONS = [
 
 
 SETUP_GRACE = 60.0  # seconds shutdown waits for session set-ups still running (a sandbox start)
+EDITOR_WRITE_TIMEOUT_S = 30.0  # an fs/write_text_file the editor has not answered by then counts as refused
 
 
 class RpcError(Exception):
@@ -84,6 +91,7 @@ class AcpSession:
     roots: list[Path] = field(default_factory=list)  # where a resource link names a workspace file
     mcp: McpHost | None = None
     busy: threading.Lock = field(default_factory=threading.Lock)
+    lander: TurnLander | None = None  # copy mode: lands each prompt turn's changes (landing.py)
 
     @property
     def box_root(self) -> Path:
@@ -137,6 +145,16 @@ def _kind(kind: str) -> m.ToolKind:
     return kind if _is_tool_kind(kind) else "other"
 
 
+def _announced_kind(tool: str, arguments: Any) -> m.ToolKind:
+    """The kind a call is announced with, before it is validated: the tool's, except that the host
+    git tool's reading subcommands (status, diff, log: the registry's own table) are `read`. A
+    mutating one keeps the tool's kind until its permission request names the judged one."""
+    spec = SPECS.get(tool)
+    if tool == "git" and isinstance(arguments, dict) and GIT_KINDS.get(str(arguments.get("subcommand"))) == "read":
+        return "read"
+    return _kind(spec.kind if spec else "other")
+
+
 class AcpServer:
     def __init__(self, factory: SessionFactory, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, workspace: Path | None = None) -> None:
         self.factory = factory
@@ -145,7 +163,8 @@ class AcpServer:
         self.workspace = workspace
         self.sessions: dict[str, AcpSession] = {}
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Future[Any], str]] = {}
+        self._pending: dict[int, tuple[Future[Any], str, str]] = {}  # our request id -> (answer, session id, method)
+        self.editor_writes = False  # the editor offers fs/write_text_file (initialize's clientCapabilities)
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._setups: set[threading.Thread] = set()
@@ -165,9 +184,21 @@ class AcpServer:
         future: Future[Any] = Future()
         rid = next(self._ids)
         with self._lock:
-            self._pending[rid] = (future, session_id)
+            self._pending[rid] = (future, session_id, method)
         self.send({"id": f"oa-{rid}", "method": method, "params": params.model_dump(mode="json", exclude_none=True)})
         return future
+
+    def ask(self, method: str, params: BaseModel, session_id: str, timeout: float) -> Any:
+        """A request to the editor, waited for at most `timeout` seconds (TimeoutError; RpcError on its error)."""
+        future = self.request(method, params, session_id)
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            with self._lock:
+                for key, (pending, _, _) in list(self._pending.items()):
+                    if pending is future:
+                        del self._pending[key]
+            raise
 
     def serve(self) -> None:
         try:
@@ -239,7 +270,7 @@ class AcpServer:
             entry = self._pending.pop(key, None) if key is not None else None
         if entry is None:
             return
-        future, _ = entry
+        future = entry[0]
         if msg.error:
             future.set_exception(RpcError(msg.error.code, msg.error.message))
         else:
@@ -255,7 +286,7 @@ class AcpServer:
             if handler is None:
                 raise RpcError(m.METHOD_NOT_FOUND, f"method not found: {msg.method}")
             result = handler(msg.params or {})
-            self.send({"id": msg.id, "result": result.model_dump(mode="json", exclude_none=True)})
+            self.send({"id": msg.id, "result": result.model_dump(mode="json", exclude_none=True, by_alias=True)})
         except RpcError as err:
             error = {"code": err.code, "message": str(err)}
             self.send({"id": msg.id, "error": error if err.data is None else {**error, "data": err.data}})
@@ -280,7 +311,7 @@ class AcpServer:
 
     # -- methods -----------------------------------------------------------------------------
     def _initialize(self, params: dict[str, Any]) -> m.InitializeResult:
-        m.InitializeParams.model_validate(params)
+        self.editor_writes = m.InitializeParams.model_validate(params).can_write_files()
         return m.InitializeResult()
 
     def _new_session(self, params: dict[str, Any]) -> m.NewSessionResult:
@@ -299,6 +330,9 @@ class AcpServer:
                 for problem in session.mcp.problems:
                     log.warning("session %s: %s", session.id, problem)
             session.parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event), session.mcp)
+            record = getattr(session.parts, "record", None)
+            if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
+                session.lander = TurnLander(record.manifest_path, workspace, record.id)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
                 transcript.event("mcp_servers", executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems)
@@ -330,25 +364,42 @@ class AcpServer:
                 raise RpcError(m.INVALID_PARAMS, str(err)) from None
             loop.cancel.clear()
             result = loop.run(text)
+            landing = self._land(session)  # however the turn ended: what was allowed and done lands
         finally:
             session.busy.release()
+        meta = landing.meta() if landing else None
         if result.status == SessionStatus.CANCELLED:
-            return m.PromptResult(stopReason="cancelled")
+            return m.PromptResult(stopReason="cancelled", meta=meta)
         if result.error and result.error.type == ErrorType.MAX_TURNS:
-            return m.PromptResult(stopReason="max_turn_requests")
+            return m.PromptResult(stopReason="max_turn_requests", meta=meta)
         if result.status == SessionStatus.STOPPED and result.error and result.error.type != ErrorType.LOOP_DETECTED:
             # the model API failed, or the sandbox or the workspace did: an error on this request, typed
-            raise RpcError(m.INTERNAL_ERROR, result.reason, data=result.error.model_dump(mode="json"))
+            raise RpcError(m.INTERNAL_ERROR, result.reason, data={**result.error.model_dump(mode="json"), **(meta or {})})
         if result.status == SessionStatus.STOPPED:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=f"[stopped: {result.reason}]")))
-        return m.PromptResult(stopReason="end_turn")
+        return m.PromptResult(stopReason="end_turn", meta=meta)
+
+    def _land(self, session: AcpSession) -> Landing | None:
+        """Copy mode: the turn's changes into the user's workspace (landing.py), said to the editor."""
+        if session.lander is None:
+            return None
+
+        def write(path: str, content: str) -> None:
+            self.ask("fs/write_text_file", m.WriteTextFileParams(sessionId=session.id, path=path, content=content), session.id, EDITOR_WRITE_TIMEOUT_S)
+
+        landing = session.lander.land(write if self.editor_writes else None)
+        text = landing.message()
+        if text:
+            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=text)))
+        return landing
 
     def _cancel(self, session: AcpSession) -> None:
         if session.parts is None:
             return
         session.parts.session.cancel.set()
         with self._lock:
-            waiting = [(k, f) for k, (f, sid) in self._pending.items() if sid == session.id]
+            # only permission requests are answered "cancelled" here; a file write is the editor's to answer
+            waiting = [(k, f) for k, (f, sid, method) in self._pending.items() if sid == session.id and method == "session/request_permission"]
             for key, _ in waiting:
                 self._pending.pop(key, None)
         for _, future in waiting:
@@ -367,9 +418,8 @@ class AcpServer:
         elif isinstance(event, ev.ToolCallChanged):
             if event.state is ToolCallState.VALIDATING:
                 session.calls[event.call_id] = {"tool": event.tool, "arguments": event.arguments}
-                spec = SPECS.get(event.tool)
                 self._update(session, m.ToolCallStart(toolCallId=event.call_id, title=call_title(event.tool, event.arguments),
-                                                      kind=_kind(spec.kind if spec else "other"), rawInput=event.arguments,
+                                                      kind=_announced_kind(event.tool, event.arguments), rawInput=event.arguments,
                                                       locations=files.locations(event.tool, event.arguments, session.workspace)))
             elif event.state is ToolCallState.AWAITING_APPROVAL and event.kind:
                 self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, kind=_kind(event.kind)))

@@ -20,6 +20,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,6 +129,7 @@ class HostRepo:
         self._shadow: str | None = None
         self._ignore_repo: pygit2.Repository | None = None
         self._hex_len = 40
+        self._one_at_a_time = threading.Lock()  # a command's shadow work tree is per repo: reads batched in parallel take turns
 
     @classmethod
     def open_at_start(cls, workspace: Path | str) -> "HostRepo | None":
@@ -169,6 +171,10 @@ class HostRepo:
     # -- running a command -------------------------------------------------------------------
 
     def run(self, args: GitArgs) -> ToolResult:
+        with self._one_at_a_time:
+            return self._run(args)
+
+    def _run(self, args: GitArgs) -> ToolResult:
         out = Bounded(GIT_OUTPUT_CAP)
         notes: list[str] = []
         try:

@@ -1,0 +1,191 @@
+"""Copy mode in ACP: what the user allowed in a prompt turn is on disk when the turn ends.
+
+In copy mode the box works on a private copy, and an editor shows diffs and locations of the
+user's own files. So at the end of every prompt turn the turn's changes are carried into the real
+workspace by the one sanitiser there is, `review.apply_changes`: regular files, directories,
+deletions and inside-pointing relative symlinks; modes normalised; nothing in a `.git`, no FIFO,
+device, hard link or absolute symlink (each is left out, with why); and its conflict rule: a path
+the user changed in the real workspace since the copy was taken (or since the last landing) is a
+conflict, and one conflict means nothing lands. The changes then stay in the copy and the next
+turn tries again.
+
+When the editor offers `fs/write_text_file`, each text file the sanitiser carried is also written
+through it, so the editor's buffers hold what is on disk. Its content is the file as it landed,
+read back from the real workspace through boxfs (no link followed, regular files only, at most
+EDITOR_WRITE_MAX_BYTES, UTF-8 only); nothing else is ever sent. The sanitiser writes first because
+it alone decides what may land and checks every conflict before writing anything.
+
+After a landing the manifest is moved on: each landed entry's stamps become the real file as it is
+now and the copy as it was scanned before the landing (never after: a change the box made during
+the landing shows up again next turn), so the next turn carries only the next turn's changes and
+a later `oa-sandbox apply ID` only what never landed. What was left out is said once; a conflict is
+said at every turn it still blocks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..boxfs import from_store, lstat_workspace, read_workspace_file, show
+from ..errors import OpenAgentsError
+from ..review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_changes, list_changes, shown
+from ..workspace_copy import CopyManifest, ManifestEntry, Stamp
+
+META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
+EDITOR_WRITE_MAX_BYTES = 1024 * 1024  # as the diffs: a bigger file lands on disk and is not sent to the editor
+MESSAGE_ITEMS = 20  # paths named per list in the editor's message; _meta lists up to META_ITEMS
+META_ITEMS = 1000
+
+WriteFile = Callable[[str, str], None]  # (the editor's absolute path, text): raises when the editor refuses
+
+
+@dataclass
+class Landing:
+    """One turn's landing, for the editor's message and the PromptResponse's _meta."""
+
+    session: str
+    workspace: str
+    applied: list[str] = field(default_factory=list)  # boxfs.to_store paths
+    left_out: list[LeftOut] = field(default_factory=list)  # new this turn
+    still_left_out: int = 0  # said at an earlier turn, still not carried
+    conflicts: list[Conflict] = field(default_factory=list)
+    normalised: list[Normalised] = field(default_factory=list)
+    editor_writes: list[str] = field(default_factory=list)
+    editor_failures: list[tuple[str, str]] = field(default_factory=list)
+    error: str | None = None  # the landing itself could not run (typed message)
+
+    def meta(self) -> dict[str, Any]:
+        return {META_KEY: {
+            "session": self.session,
+            "workspace": self.workspace,
+            "landed": not self.conflicts and self.error is None,
+            "applied": [shown(p) for p in self.applied[:META_ITEMS]],
+            "leftOut": [{"path": shown(lo.path), "reason": show(lo.reason)} for lo in self.left_out[:META_ITEMS]],
+            "stillLeftOut": self.still_left_out,
+            "conflicts": [{"path": shown(c.path), "reason": show(c.reason)} for c in self.conflicts[:META_ITEMS]],
+            "normalised": [{"path": shown(n.path), "boxMode": n.box_mode, "mode": n.mode} for n in self.normalised[:META_ITEMS]],
+            "editorWrites": [shown(p) for p in self.editor_writes[:META_ITEMS]],
+            "editorWriteFailures": [{"path": shown(p), "reason": show(why)} for p, why in self.editor_failures[:META_ITEMS]],
+            **({"error": self.error} if self.error else {}),
+        }}
+
+    def message(self) -> str | None:
+        """What the editor's user reads at the end of the turn; None when there is nothing to say."""
+        lines: list[str] = []
+        if self.error:
+            lines.append(f"Copy mode: nothing landed in {self.workspace}: {self.error}. The changes stay in the session's copy "
+                         f"(`oa-sandbox changes {self.session}`).")
+        elif self.conflicts:
+            lines.append(f"Copy mode: nothing landed in {self.workspace}: {_count(self.conflicts, 'conflict')} (changed in your "
+                         "workspace during the session, and by the agent):")
+            lines += _items([f"{shown(c.path)}: {show(c.reason)}" for c in self.conflicts])
+            lines.append(f"The changes stay in the session's copy (`oa-sandbox changes {self.session}` shows them); every later "
+                         "prompt tries again, and lands nothing while a conflict remains.")
+        elif self.applied:
+            lines.append(f"Copy mode: landed in {self.workspace}: {_names(self.applied)}.")
+        if self.normalised:
+            lines.append("Modes normalised: " + ", ".join(f"{shown(n.path)} {n.box_mode} -> {n.mode}" for n in self.normalised[:MESSAGE_ITEMS]) + ".")
+        if self.left_out:
+            lines.append(f"Left out, never carried ({len(self.left_out)}):")
+            lines += _items([f"{shown(lo.path)}: {show(lo.reason)}" for lo in self.left_out])
+        if self.editor_failures:
+            lines.append("On disk, but the editor refused to write " + "; ".join(f"{shown(p)} ({show(why)})" for p, why in self.editor_failures[:MESSAGE_ITEMS]) + ".")
+        return "\n".join(lines) if lines else None
+
+
+def _count(items: list[Any], word: str) -> str:
+    return f"{len(items)} {word}{'' if len(items) == 1 else 's'}"
+
+
+def _names(paths: list[str]) -> str:
+    more = f" and {len(paths) - MESSAGE_ITEMS} more" if len(paths) > MESSAGE_ITEMS else ""
+    return ", ".join(shown(p) for p in paths[:MESSAGE_ITEMS]) + more
+
+
+def _items(lines: list[str]) -> list[str]:
+    more = [f"  ... and {len(lines) - MESSAGE_ITEMS} more"] if len(lines) > MESSAGE_ITEMS else []
+    return [f"  {line}" for line in lines[:MESSAGE_ITEMS]] + more
+
+
+class TurnLander:
+    """Lands one copy session's changes at the end of each prompt turn (see the module's docstring)."""
+
+    def __init__(self, manifest_path: Path, editor_root: Path, session: str) -> None:
+        self.manifest_path = manifest_path
+        self.editor_root = editor_root
+        self.session = session
+        self._said: set[tuple[str, str]] = set()  # (path, reason) left out and already said
+
+    def land(self, write: WriteFile | None = None) -> Landing:
+        manifest = CopyManifest.load(self.manifest_path)
+        landing = Landing(session=self.session, workspace=str(self.editor_root))
+        try:
+            scanned = {c.path: c for c in list_changes(manifest)}  # the copy as it is before the landing
+            report = apply_changes(manifest)
+        except OpenAgentsError as err:
+            landing.error = f"{err.type.value}: {err.message}"
+            return landing
+        except OSError as err:
+            landing.error = f"io_error: {err.strerror or err}"
+            return landing
+        self._report(landing, report)
+        if report.conflicts:
+            return landing  # nothing was applied: the manifest stays as it was
+        if write is not None:
+            self._write_through(landing, manifest, scanned, write)
+        self._move_on(manifest, scanned, report)
+        return landing
+
+    def _report(self, landing: Landing, report: ApplyReport) -> None:
+        landing.applied, landing.conflicts, landing.normalised = report.applied, report.conflicts, report.normalised
+        for item in report.left_out:
+            key = (item.path, item.reason)
+            if key in self._said:
+                landing.still_left_out += 1
+            else:
+                self._said.add(key)
+                landing.left_out.append(item)
+
+    def _write_through(self, landing: Landing, manifest: CopyManifest, scanned: dict[str, Change], write: WriteFile) -> None:
+        """Each text file the sanitiser wrote, as it landed, through the editor's fs/write_text_file."""
+        silent = False
+        for rel in landing.applied:
+            change = scanned.get(rel)
+            if change is None or change.after is None or change.after.kind != "file" or change.status == "mode_changed":
+                continue
+            try:
+                path = from_store(rel).decode("utf-8")  # a name the editor can be given
+                text = read_workspace_file(manifest.real, from_store(rel), EDITOR_WRITE_MAX_BYTES).decode("utf-8")
+            except (OpenAgentsError, UnicodeError):
+                continue  # not text, over the cap, or swapped since it landed: on disk, not sent
+            if silent:
+                landing.editor_failures.append((rel, "not sent: the editor did not answer an earlier write"))
+                continue
+            try:
+                write(str(self.editor_root / path), text)
+            except TimeoutError:
+                silent = True  # an editor gone quiet is not waited for again, file after file
+                landing.editor_failures.append((rel, "the editor did not answer"))
+            except Exception as err:  # noqa: BLE001 - an editor's refusal is reported, the file is on disk already
+                landing.editor_failures.append((rel, str(err)[:300] or type(err).__name__))
+            else:
+                landing.editor_writes.append(rel)
+
+    def _move_on(self, manifest: CopyManifest, scanned: dict[str, Change], report: ApplyReport) -> None:
+        for rel in [*report.applied, *report.already]:
+            change = scanned.get(rel)
+            if change is None:
+                continue  # changed by the box during the landing: seen again next turn
+            if change.after is None:
+                below = rel + "/"
+                for key in [k for k in manifest.entries if k == rel or k.startswith(below)]:
+                    del manifest.entries[key]
+                continue
+            try:
+                now = lstat_workspace(manifest.real, from_store(rel))
+            except OpenAgentsError:
+                now = None
+            if now is not None:
+                manifest.entries[rel] = ManifestEntry(Stamp.of(now), change.after)
+        manifest.save(self.manifest_path)
