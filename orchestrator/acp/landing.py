@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..boxfs import from_store, lstat_workspace, read_workspace_file, show
+from ..boxfs import from_store, read_workspace_file, show
 from ..errors import OpenAgentsError
-from ..review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_changes, list_changes, shown
-from ..workspace_copy import CopyManifest, ManifestEntry, Stamp
+from ..review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
+from ..workspace_copy import CopyManifest
 
 META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
 EDITOR_WRITE_MAX_BYTES = 1024 * 1024  # as the diffs: a bigger file lands on disk and is not sent to the editor
@@ -121,8 +121,7 @@ class TurnLander:
         manifest = CopyManifest.load(self.manifest_path)
         landing = Landing(session=self.session, workspace=str(self.editor_root))
         try:
-            scanned = {c.path: c for c in list_changes(manifest)}  # the copy as it is before the landing
-            report = apply_changes(manifest)
+            report, scanned = apply_scanned(manifest)
         except OpenAgentsError as err:
             landing.error = f"{err.type.value}: {err.message}"
             return landing
@@ -134,7 +133,8 @@ class TurnLander:
             return landing  # nothing was applied: the manifest stays as it was
         if write is not None:
             self._write_through(landing, manifest, scanned, write)
-        self._move_on(manifest, scanned, report)
+        move_on(manifest, scanned, report)  # after the editor's writes: their stamps are the baseline
+        manifest.save(self.manifest_path)
         return landing
 
     def _report(self, landing: Landing, report: ApplyReport) -> None:
@@ -171,21 +171,3 @@ class TurnLander:
                 landing.editor_failures.append((rel, str(err)[:300] or type(err).__name__))
             else:
                 landing.editor_writes.append(rel)
-
-    def _move_on(self, manifest: CopyManifest, scanned: dict[str, Change], report: ApplyReport) -> None:
-        for rel in [*report.applied, *report.already]:
-            change = scanned.get(rel)
-            if change is None:
-                continue  # changed by the box during the landing: seen again next turn
-            if change.after is None:
-                below = rel + "/"
-                for key in [k for k in manifest.entries if k == rel or k.startswith(below)]:
-                    del manifest.entries[key]
-                continue
-            try:
-                now = lstat_workspace(manifest.real, from_store(rel))
-            except OpenAgentsError:
-                now = None
-            if now is not None:
-                manifest.entries[rel] = ManifestEntry(Stamp.of(now), change.after)
-        manifest.save(self.manifest_path)

@@ -27,13 +27,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..boxfs import from_store, lstat_workspace
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
 from ..render import visible
-from ..review import Change, apply_changes, list_changes, render_diff, shown
+from ..review import apply_scanned, list_changes, move_on, render_diff, shown
 from ..sessions import SessionRecord
-from ..workspace_copy import CopyManifest, ManifestEntry, Stamp
+from ..workspace_copy import CopyManifest
 
 COPY_TOOLS = ("changes", "apply_changes")
 MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all
@@ -110,8 +109,7 @@ class Landing:
 
     def _apply(self) -> ToolResult:
         manifest = CopyManifest.load(self.manifest_path)
-        seen = {c.path: c for c in list_changes(manifest)}  # the baseline-to-be, taken before anything lands
-        report = apply_changes(manifest)
+        report, scanned = apply_scanned(manifest)
         conflicts = [{"path": shown(c.path), "reason": visible(c.reason)} for c in report.conflicts]
         meta: dict[str, Any] = {"applied": [shown(p) for p in report.applied],
                                 "left_out": [{"path": shown(lo.path), "reason": visible(lo.reason)} for lo in report.left_out],
@@ -123,7 +121,7 @@ class Landing:
             return ToolResult.failure(OpenAgentsError(
                 ErrorType.STALE_CONTENT, f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "
                 + "; ".join(f"{c['path']}: {c['reason']}" for c in conflicts[:20])), output="\n".join(lines), meta=meta)
-        _rebaseline(manifest, seen, report.applied + report.already)
+        move_on(manifest, scanned, report)
         manifest.save(self.manifest_path)
         summary = f"applied {len(report.applied)} change(s) to {real}"
         if report.left_out:
@@ -131,22 +129,6 @@ class Landing:
         if not report.applied and not report.left_out:
             summary = f"nothing to apply: the private copy has no changes for {real}"
         return ToolResult(ok=True, output="\n".join([*lines, summary]), meta=meta)
-
-
-def _rebaseline(manifest: CopyManifest, seen: dict[str, Change], landed: list[str]) -> None:
-    for path in landed:
-        change = seen.get(path)
-        if change is None:
-            continue  # landed, but the box made it after our scan: judged on its content next time
-        if change.after is None:
-            manifest.entries.pop(path, None)
-            continue
-        try:
-            real = lstat_workspace(manifest.real, from_store(path))
-        except OpenAgentsError:
-            real = None
-        if real is not None:
-            manifest.entries[path] = ManifestEntry(real=Stamp.of(real), copy=change.after)
 
 
 def _joined(lines: Iterable[str], limit: int) -> tuple[str, bool]:
