@@ -163,7 +163,7 @@ def test_ctrl_c_cancels_the_running_sessions_removes_every_box_and_a_rerun_runs_
 def _sleeping(tmp_path: Path, n: int) -> bool:
     """How many sessions' transcripts show the shell call executing."""
     found = 0
-    for transcript in (tmp_path / "state").rglob("transcript.jsonl"):
+    for transcript in (tmp_path / "state").glob("openagents-sandbox/sessions/*/transcript.jsonl"):
         if '"executing"' in transcript.read_text():
             found += 1
     return found >= n

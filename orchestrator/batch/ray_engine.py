@@ -122,7 +122,7 @@ def run_ray(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWrite
         here = ray.get_runtime_context().get_node_id()
         ledger = ray.remote(num_cpus=0)(Ledger).options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True)).remote()
-        attempt = ray.remote(ray_attempt).options(num_cpus=0, resources={resource: 1}, max_retries=max_retries, retry_exceptions=False)
+        attempt = ray.remote(num_cpus=0, resources={resource: 1}, max_retries=max_retries, retry_exceptions=False)(ray_attempt)
         settings_json = settings.model_dump(mode="json")
         queue = list(tasks)
         in_flight: dict[Any, BatchTask] = {}
