@@ -167,3 +167,23 @@ def _sleeping(tmp_path: Path, n: int) -> bool:
         if '"executing"' in transcript.read_text():
             found += 1
     return found >= n
+
+
+def test_the_patch_is_what_apply_would_land_and_what_it_would_leave_out_is_listed(sandbox_image, tmp_path):
+    shutil.copytree(CALC, tmp_path / "calc")
+    script = tmp_path / "plant.jsonl"
+    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {
+        "command": "echo new > notes.txt && echo x > one && ln one two && ln -s /etc/passwd abs"}}]}) + "\n" + json.dumps({"text": "done"}) + "\n")
+    policy = tmp_path / "shell.toml"
+    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [{"id": "plant", "workspace": "calc", "task": "x", "model": f"script:{script}",
+                                                     "policy": str(policy)}])
+    out = tmp_path / "results.jsonl"
+    proc = batch(tmp_path, str(tasks), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    (r,) = results(out)
+    assert "+++ b/notes.txt" in r["patch"] and "+new" in r["patch"]
+    assert "b/one" not in r["patch"] and "/etc/passwd" not in r["patch"]  # the sanitiser carries neither
+    left = {item["path"]: item["reason"] for item in r["left_out"]}
+    assert set(left) == {"one", "two", "abs"} and "hard link" in left["two"] and "absolute symlink" in left["abs"], left
+    assert sorted(p.name for p in (tmp_path / "calc").iterdir()) == ["calc.py", "test_calc.py"]
