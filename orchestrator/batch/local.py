@@ -93,7 +93,7 @@ class Progress:
             if self.live:
                 mark = "✓" if result.status == "finished" else "✗"
                 error = f" {result.error.type}" if result.error else ""
-                self.stream.write(visible(f"\r\x1b[2K{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node})") + "\n")
+                self.stream.write("\r\x1b[2K" + visible(f"{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node or 'not run'})") + "\n")
                 self.stream.write(self._bar())
                 self.stream.flush()
 
