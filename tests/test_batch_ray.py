@@ -77,10 +77,13 @@ def driver_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def our_boxes(docker_client) -> list[str]:
-    from orchestrator.config import DEFAULT_IMAGE, LABEL
+def our_boxes(docker_client, under: Path) -> list[str]:
+    """Boxes that mount a copy under `under` (this test's state directories): other checkouts'
+    boxes may share the image id, never these paths."""
+    from orchestrator.config import LABEL
 
-    return [c.name for c in docker_client.containers.list(all=True, filters={"label": LABEL, "ancestor": DEFAULT_IMAGE})]
+    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": LABEL})  # one request, no inspect per box
+            if any(str(m.get("Source", "")).startswith(str(under)) for m in c.get("Mounts") or [])]
 
 
 def executing_on(state: Path) -> int:
@@ -119,7 +122,7 @@ def test_tasks_land_on_both_nodes_and_a_lost_node_s_tasks_run_again_on_the_other
         if proc.poll() is None:
             proc.kill()
     wall = time.monotonic() - began
-    assert proc.returncode == 0, err
+    assert proc.returncode == 0, err + (out.read_text() if out.exists() else "")
     got = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert set(got) == {f"t{i}" for i in range(n)}
     node_a, node_b = cluster.head_node.node_id[:12], cluster.worker.node_id[:12]
@@ -137,9 +140,9 @@ def test_tasks_land_on_both_nodes_and_a_lost_node_s_tasks_run_again_on_the_other
     print(f"{n} tasks on 2 nodes, node b removed mid-task, {len(retried)} retried: {wall:.1f} s")
 
     deadline = time.monotonic() + 30
-    while our_boxes(docker_client) and time.monotonic() < deadline:  # a lost worker's box goes with the next reap
+    while our_boxes(docker_client, cluster.base) and time.monotonic() < deadline:  # a lost worker's box goes with the next reap
         time.sleep(0.5)
-    assert our_boxes(docker_client) == []
+    assert our_boxes(docker_client, cluster.base) == []
 
 
 def test_a_cluster_with_no_node_offering_the_resource_is_a_typed_set_up_error(cluster, tmp_path):

@@ -7,7 +7,7 @@ with the same code as the local engine (runner.run_task), on a node that has Doc
   node without Docker takes none. The task itself takes no CPU of Ray's (its box has its own limit).
 - **A node lost mid-task**: Ray runs the task again elsewhere, at most `max_retries` times (only
   for a lost worker or node, never for the task's own failure: that is a typed result). Each
-  attempt checks in with a small ledger actor on the driver's node at its start, so the result
+  attempt checks in with a small ledger actor on the head node at its start, so the result
   says how many attempts it took (`attempts`, `retried`, `nodes_tried`). Each attempt first reaps
   the boxes of owners that are gone on its node (a lost attempt's box, where the node survived).
 - **Results**: streamed back with ray.wait in completion order and appended to --out as each arrives.
@@ -31,6 +31,7 @@ from .local import Outcome, Progress, ignore_interrupts, interrupt_once
 from .runner import BatchSettings, run_task
 from .tasks import BatchTask, ResultWriter, TaskResult
 
+HEAD_RESOURCE = "node:__internal_head__"  # what Ray gives the head node alone
 CANCEL_WAIT_S = 120.0  # after Ctrl-C, how long the driver waits for the cancelled sessions to remove their boxes
 
 
@@ -58,7 +59,10 @@ def ray_attempt(task: dict[str, Any], settings: dict[str, Any], ledger: Any) -> 
 
     parsed = BatchTask.model_validate(task)
     node = f"{this_node()}/{ray.get_runtime_context().get_node_id()[:12]}"
-    ray.get(ledger.begin.remote(parsed.id, node))
+    try:
+        ray.get(ledger.begin.remote(parsed.id, node), timeout=30)
+    except Exception:  # noqa: BLE001 - the ledger only counts attempts: the task runs without it
+        pass
     try:  # a box of an earlier attempt whose worker died with its raylet, when the node survived
         reaper.reap(docker_client(timeout=30), reaper.Scope.LEFTOVERS)
     except Exception:  # noqa: BLE001 - never fatal: the session's own client says what is wrong
@@ -110,8 +114,6 @@ def _ray_error(task_id: str, err: BaseException, ray: Any, max_retries: int) -> 
 def run_ray(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWriter, progress: Progress, address: str | None,
             resource: str = "oa_sandbox", max_retries: int = 2, concurrency: int | None = None) -> Outcome:
     ray = _connect(address)
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
     outcome = Outcome()
     try:
         offered = ray.cluster_resources().get(resource, 0)
@@ -119,9 +121,9 @@ def run_ray(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWrite
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"no node of the Ray cluster at {address} offers the resource {resource!r}: "
                                   f"start each node that has Docker and the sandbox image with "
                                   f"`ray start --resources='{{\"{resource}\": N}}'` (N: the boxes it holds)")
-        here = ray.get_runtime_context().get_node_id()
-        ledger = ray.remote(num_cpus=0)(Ledger).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=True)).remote()
+        # The ledger lives on the head node (its loss is the cluster's): not the driver's node,
+        # which may be any worker when several share an address (and a worker may be lost).
+        ledger = ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=0)(Ledger).remote()
         attempt = ray.remote(num_cpus=0, resources={resource: 1}, max_retries=max_retries, retry_exceptions=False)(ray_attempt)
         settings_json = settings.model_dump(mode="json")
         queue = list(tasks)
