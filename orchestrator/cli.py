@@ -656,6 +656,57 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
         click.echo(f"oa-sandbox: review with `oa-sandbox changes {record.id}`, apply with `oa-sandbox apply {record.id}`", err=True)
 
 
+@main.command(epilog="Exit codes: 0 every task finished; 1 at least one did not (stopped, error, invalid line); "
+                    "2 set-up error; 130 interrupted (no box left behind).")
+@click.argument("tasks_file", metavar="TASKS.jsonl", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="RESULTS.jsonl: one line appended per task as it ends; "
+                                                                            "a rerun skips the ids it has finished or stopped.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=None, metavar="N",
+              help="Sessions at once (default: from cores and memory; starts still go through the start gate).")
+@click.option("--model", "model_spec", default=None, help="For tasks without `model`: openai:NAME, gemini:NAME or script:FILE.")
+@click.option("--base-url", default=None)
+@click.option("--api-key-env", default=None, metavar="VAR")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="For tasks without `policy` (repeatable).")
+@click.option("--auto-approve", is_flag=True, help="Everything inside each sandbox proceeds without asking (a policy's deny still wins).")
+@click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help="For tasks without `max_turns` (default 100).")
+@click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="For tasks without `max_wall`.")
+@click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Per task.")
+@click.option("--runtime", default=None, help="For tasks without `runtime`: runc or runsc.")
+@click.option("--image", default=None, help="Sandbox image (default openagents-sandbox:latest).")
+@click.option("--memory", default=None, help="Memory limit of each box, e.g. 1g.")
+@click.option("--cpus", type=float, default=None, help="CPU share of each box.")
+@click.option("--start-concurrency", type=click.IntRange(1, 256), default=None, metavar="N", help="Sandbox starts at once (default 4).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", default=None, metavar="ADDRESS", help="--engine ray: the cluster's address (HOST:PORT, or auto).")
+@click.option("--ray-resource", default="oa_sandbox", show_default=True, metavar="NAME",
+              help="--engine ray: the custom resource a node offers per box it holds.")
+@click.option("--max-retries", default=2, show_default=True, type=click.IntRange(0, 10), help="--engine ray: reruns of a task whose node was lost.")
+def batch(tasks_file: str, out: str, concurrency: int | None, model_spec: str | None, base_url: str | None, api_key_env: str | None,
+          policies: tuple[str, ...], auto_approve: bool, max_turns: int | None, max_wall: float | None, max_tokens: int | None,
+          runtime: str | None, image: str | None, memory: str | None, cpus: float | None, start_concurrency: int | None, engine: str,
+          ray_address: str | None, ray_resource: str, max_retries: int) -> None:
+    """Run every task of TASKS.jsonl (id, workspace, task; optional model, policy, max_turns,
+    max_wall, runtime), each on its own copy of its workspace; one result line each in --out
+    (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node)."""
+    from .batch.command import BatchRequest, run_batch
+    from .batch.runner import BatchSettings
+
+    defaults = _user_config()
+    config = build_config(image or defaults.image, memory or defaults.memory, defaults.pids, cpus or defaults.cpus, (),
+                          runtime or defaults.runtime, None, start_concurrency=start_concurrency or defaults.start_concurrency)
+    settings = BatchSettings(model=model_spec or defaults.model, base_url=base_url or defaults.base_url,
+                             api_key_env=api_key_env or defaults.api_key_env, policy=[str(Path(p).resolve()) for p in policies] or defaults.policy,
+                             auto_approve=auto_approve, max_turns=max_turns or defaults.max_turns or 100, max_wall=max_wall or defaults.max_wall,
+                             max_tokens=max_tokens or defaults.max_tokens, config=config)
+    request = BatchRequest(Path(tasks_file), Path(out), settings, concurrency=concurrency, engine=engine, ray_address=ray_address,
+                           ray_resource=ray_resource, max_retries=max_retries)
+    try:
+        code = run_batch(request)
+    except OpenAgentsError as err:
+        raise _setup_error(err) from None
+    raise click.exceptions.Exit(code)
+
+
 @main.group()
 def transcript() -> None:
     """Session transcripts."""

@@ -770,6 +770,24 @@ class _Applier:
     # -- writing
 
     def run(self) -> ApplyReport:
+        ok = self.plan(clean=True)
+        if self.report.conflicts:
+            return self.report  # nothing is applied: the CLI says so and exits 1
+        deletes = [a for a in ok if a.op == "delete"]
+        first = [a for a in ok if a.op != "delete" and not a.replaces_dir]
+        last = [a for a in ok if a.op != "delete" and a.replaces_dir]
+        for act in first:  # parents before children
+            self._do(act)
+        for act in reversed(deletes):  # children before parents
+            self._do(act)
+        for act in last:  # a directory the box replaced, now emptied
+            self._do(act)
+        self._sync_dirs()
+        return self.report
+
+    def plan(self, clean: bool) -> list[_Act]:
+        """Scan, decide and check: what apply would do, with everything left out and every conflict
+        in the report; nothing written (`clean`: remove an interrupted apply's temp files first)."""
         scan = _scan(self.m, self.budget)
         for rel in scan.git_entries:
             self.leave(rel, "a .git entry (any case) is never carried")
@@ -782,7 +800,8 @@ class _Applier:
         unseen = set(scan.too_deep) | {u for u, _ in scan.unreadable}
         below = tuple(u + "/" for u in unseen)
         changes = [c for c in scan.changes if c.path not in unseen and not c.path.startswith(below)]
-        self._clean_stale(changes)
+        if clean:
+            self._clean_stale(changes)
         acts = [a for a in map(self.decide, changes) if a is not None]
         planned = {a.path: a for a in acts}
         ok = []
@@ -797,19 +816,8 @@ class _Applier:
             elif planned.get(act.path) is act:
                 del planned[act.path]  # the real workspace keeps what it has there
         if self.report.conflicts:
-            return self.report  # nothing is applied: the CLI says so and exits 1
-        ok = self._check_links(ok, planned)
-        deletes = [a for a in ok if a.op == "delete"]
-        first = [a for a in ok if a.op != "delete" and not a.replaces_dir]
-        last = [a for a in ok if a.op != "delete" and a.replaces_dir]
-        for act in first:  # parents before children
-            self._do(act)
-        for act in reversed(deletes):  # children before parents
-            self._do(act)
-        for act in last:  # a directory the box replaced, now emptied
-            self._do(act)
-        self._sync_dirs()
-        return self.report
+            return ok
+        return self._check_links(ok, planned)
 
     def _sync_dirs(self) -> None:
         """Each file's data was fsynced before its rename; the renames themselves are made durable
@@ -964,6 +972,18 @@ def _chown(fd: int, uid: int, gid: int) -> None:
         os.fchown(fd, uid, gid)
     except PermissionError:
         pass  # not root: the file is ours, which is the best an unprivileged apply can do
+
+
+def planned_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> tuple[list[Change], ApplyReport]:
+    """What `apply_changes` would carry now, without writing anything: the changes it would apply
+    (for render_diff: the patch as the sanitiser would land it) and its report, with what it would
+    leave out and any conflict (then it would apply nothing)."""
+    applier = _Applier(manifest, budget)
+    try:
+        acts = applier.plan(clean=False)
+        return ([] if applier.report.conflicts else [a.change for a in acts]), applier.report
+    finally:
+        applier.close()
 
 
 def apply_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> ApplyReport:

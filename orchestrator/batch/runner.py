@@ -1,0 +1,182 @@
+"""One batch task, one session: the code both engines run (local threads and Ray tasks alike).
+
+The task's workspace is never the box's: the session always runs in copy mode (sessions.prepare
+takes the copy in the session's state directory before any box exists), and at the end the patch
+is what `oa-sandbox apply ID` would land, computed by the sanitiser itself (review.planned_changes)
+and rendered as `oa-sandbox changes` renders it; what the sanitiser would leave out is listed. The
+copy stays, so `oa-sandbox apply ID` still works after the batch.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from .tasks import BatchTask, TaskError, TaskResult
+
+if TYPE_CHECKING:
+    from ..session import OpenSession
+
+MAX_PATCH_BYTES = 4 << 20  # a result line stays readable: past this the patch is cut with a marker
+
+
+class BatchSettings(BaseModel):
+    """What every task gets unless its line says otherwise (the batch command's options)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    policy: list[str] = Field(default_factory=list)
+    auto_approve: bool = False
+    max_turns: int = 100
+    max_wall: float | None = None
+    max_tokens: int | None = None
+    config: SandboxConfig = Field(default_factory=SandboxConfig)
+
+
+class RunControl:
+    """The engine's hold on one running task: `stop()` cancels its session (the running call is
+    killed, the loop ends `cancelled`, the box is removed by the session's own close)."""
+
+    def __init__(self, cancel: threading.Event | None = None) -> None:
+        self.cancel = cancel or threading.Event()
+        self._lock = threading.Lock()
+        self._opened: OpenSession | None = None
+        self.running = False
+
+    def attach(self, opened: OpenSession | None) -> None:
+        with self._lock:
+            self._opened = opened
+
+    def stop(self) -> None:
+        self.cancel.set()
+        with self._lock:
+            opened = self._opened
+        if opened is not None:
+            opened.session.cancel.set()
+            try:
+                opened.kill_running()
+            except Exception:  # noqa: BLE001 - the box may be going already; its close removes it
+                pass
+
+
+def this_node() -> str:
+    return socket.gethostname()
+
+
+def run_task(task: BatchTask, settings: BatchSettings, control: RunControl | None = None, node: str | None = None) -> TaskResult:
+    """Run one task to its end and say how it went; never raises for the task's own failures (a
+    set-up error, a bug of ours: a typed result). KeyboardInterrupt while it runs ends it cancelled."""
+    control = control or RunControl()
+    began = time.monotonic()
+    where = node or this_node()
+    control.running = True
+    try:
+        result = _run(task, settings, control)
+    except OpenAgentsError as err:
+        result = TaskResult.failed(task.id, "error", err, exit_code=2)
+    except KeyboardInterrupt:
+        result = TaskResult.failed(task.id, "cancelled", OpenAgentsError(ErrorType.CANCELLED, "interrupted while the sandbox started"),
+                                   exit_code=130)
+    except Exception as err:  # noqa: BLE001 - a bug of ours ends this task, typed, not the batch
+        result = TaskResult.failed(task.id, "error", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {str(err)[:500]}"),
+                                   exit_code=2)
+    finally:
+        control.running = False
+    result.wall_s = round(time.monotonic() - began, 3)
+    result.node = where
+    return result
+
+
+def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskResult:
+    from ..budget import Budget
+    from ..loop import SessionResult, SessionStatus
+    from ..policy.approvals import NonInteractiveApprover
+    from ..session import SessionOptions, open_session
+    from ..sessions import WorkspaceMode
+    from ..summary import changed_files, exit_code
+    from ..tools.registry import RegistryConfig
+
+    if control.cancel.is_set():
+        raise KeyboardInterrupt
+    model = task.model or settings.model
+    if not model:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: the task line has no `model`, and the batch no --model")
+    config = settings.config
+    if task.runtime is not None:
+        config = config.model_copy(update={"runtime": task.runtime})
+    try:
+        options = SessionOptions(model_spec=model, base_url=settings.base_url, api_key_env=settings.api_key_env,
+                                 policy_files=task.policy if task.policy is not None else list(settings.policy),
+                                 max_turns=task.max_turns or settings.max_turns, auto_approve=settings.auto_approve,
+                                 registry=RegistryConfig(git=False),  # copy mode: the host git tool is off anyway
+                                 budget=Budget(max_wall_s=task.max_wall or settings.max_wall, max_tokens=settings.max_tokens))
+        opened = open_session(options, Path(task.workspace), config, NonInteractiveApprover(), mode=WorkspaceMode.COPY, kind="batch")
+    except ValueError as err:  # a model spec or policy the session refuses
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)[:500]) from None
+    outcome: SessionResult | None = None
+    try:
+        control.attach(opened)
+        if control.cancel.is_set():
+            outcome = SessionResult(status=SessionStatus.CANCELLED, reason="the batch was cancelled")
+        else:
+            try:
+                outcome = opened.session.run(task.task)
+            except KeyboardInterrupt:
+                outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
+        opened.finish(outcome.status.value, outcome.reason)
+    finally:
+        control.attach(None)
+        opened.close()  # removes the box (confirmed), sweeps the copy, saves the record
+    record = opened.record
+    fields: dict[str, Any] = {}
+    try:
+        fields["files_changed"] = [c.path for c in changed_files(record)]
+    except Exception:  # noqa: BLE001 - the patch below says what changed
+        pass
+    result = TaskResult(id=task.id, status=outcome.status.value, exit_code=exit_code(outcome), session_id=record.id,
+                        reason=outcome.reason, tokens=dict(outcome.tokens), turns=outcome.turns,
+                        error=TaskError(type=outcome.error.type.value, message=outcome.error.message) if outcome.error else None, **fields)
+    _add_patch(result, record.manifest_path)
+    return result
+
+
+def _add_patch(result: TaskResult, manifest_path: Path) -> None:
+    """The patch apply would land, and what it would leave out or refuse; a failure to make it is
+    said in the result (as its error when the session itself had none), never a crash."""
+    from ..boxfs import show
+    from ..review import planned_changes, render_diff, shown
+    from ..workspace_copy import CopyManifest
+
+    try:
+        manifest = CopyManifest.load(manifest_path)
+        carried, report = planned_changes(manifest)
+        lines: list[str] = []
+        size = 0
+        for line in render_diff(manifest, carried):
+            size += len(line) + 1
+            if size > MAX_PATCH_BYTES:
+                lines.append(f"# patch cut at {MAX_PATCH_BYTES} bytes: `oa-sandbox changes {result.session_id}` shows all of it")
+                break
+            lines.append(line)
+        result.patch = "".join(line + "\n" for line in lines)
+        result.left_out = [{"path": shown(item.path), "reason": show(item.reason)} for item in report.left_out]
+        result.conflicts = [{"path": shown(item.path), "reason": show(item.reason)} for item in report.conflicts]
+    except OpenAgentsError as err:
+        _patch_failed(result, err)
+    except OSError as err:
+        _patch_failed(result, OpenAgentsError(ErrorType.IO_ERROR, f"the patch could not be made: {err}"))
+
+
+def _patch_failed(result: TaskResult, err: OpenAgentsError) -> None:
+    result.left_out.append({"path": "", "reason": f"no patch: {err.type.value}: {err.message}"})
+    if result.error is None:
+        result.error = TaskError(type=err.type.value, message=err.message)
