@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import difflib
 import os
-import select
 import struct
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Iterator
 
 START_SECONDS = 10.0  # for the child's interpreter and imports, before the deadline's clock starts
-READY = b"R"
 WHOLE, CUT = b"=", b"C"
 _CHILD_MEMORY = 512 * 1024 * 1024
 _ENCODING = ("utf-8", "surrogatepass")  # a model's JSON may hold a lone surrogate; it goes through as it is
@@ -44,31 +41,16 @@ def bounded_unified_diff(before: str, after: str, from_name: str, to_name: str, 
     """The unified diff from `before` to `after`, made in a child process killed after
     `deadline_s` seconds of diffing, at most `max_bytes` of UTF-8. Never raises for the input's sake."""
     payload = b"".join(struct.pack("!Q", len(blob)) + blob for blob in (s.encode(*_ENCODING) for s in (from_name, to_name, before, after)))
+    from .deadline_child import ChildStopped, Stopped, run_with_deadline  # here: the child (this file) imports nothing of ours
+
     cpu = max(1, int(deadline_s) + 1)
-    command = [sys.executable, "-I", os.path.abspath(__file__), str(max_bytes), str(context), str(cpu)]
     try:
-        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={}, close_fds=True)
-    except OSError as err:
-        return BoundedDiff(skipped=f"the differ could not start ({err.strerror})")
-    try:
-        assert child.stdout is not None
-        ready, _, _ = select.select([child.stdout], [], [], START_SECONDS)
-        if not ready or os.read(child.stdout.fileno(), 1) != READY:
-            return BoundedDiff(skipped=f"the differ did not start within {START_SECONDS:g} s")
-        out, _ = child.communicate(payload, timeout=deadline_s)
-    except subprocess.TimeoutExpired:
-        return BoundedDiff(skipped=f"the diff took longer than {deadline_s:g} s")
-    except OSError as err:  # the child died before it read its input (EPIPE)
-        return BoundedDiff(skipped=f"the differ failed ({err.strerror})")
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
-    if child.returncode != 0 or out[:1] not in (WHOLE, CUT) or len(out) - 1 > max_bytes:
-        return BoundedDiff(skipped=f"the differ failed (exit {child.returncode}: over its CPU or memory limit?)")
+        code, out = run_with_deadline(os.path.abspath(__file__), [str(max_bytes), str(context), str(cpu)], payload, deadline_s, START_SECONDS)
+    except ChildStopped as stop:
+        return BoundedDiff(skipped={Stopped.NOT_STARTED: f"the differ did not start within {START_SECONDS:g} s",
+                                    Stopped.TIMED_OUT: f"the diff took longer than {deadline_s:g} s"}.get(stop.how, f"the differ failed ({stop.detail})"))
+    if code != 0 or out[:1] not in (WHOLE, CUT) or len(out) - 1 > max_bytes:
+        return BoundedDiff(skipped=f"the differ failed (exit {code}: over its CPU or memory limit?)")
     return BoundedDiff(text=out[1:].decode(*_ENCODING), cut=out[:1] == CUT)
 
 
@@ -100,7 +82,7 @@ def _child(max_bytes: int, context: int, cpu_seconds: int) -> None:
 
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
     resource.setrlimit(resource.RLIMIT_AS, (_CHILD_MEMORY, _CHILD_MEMORY))
-    sys.stdout.buffer.write(READY)  # started and imported: the parent's clock starts now
+    sys.stdout.buffer.write(b"R")  # started and imported: the parent's clock starts now
     sys.stdout.buffer.flush()
     raw = sys.stdin.buffer.read()
     blobs, at = [], 0

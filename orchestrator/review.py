@@ -209,13 +209,7 @@ def _open_dir(root_fd: int, rel: str) -> int:
     no link followed anywhere (a symlink raises ELOOP)."""
     if not rel:
         return os.dup(root_fd)
-    try:
-        found = open_parent(root_fd, from_store(rel))
-    except OpenAgentsError as err:
-        raise _unsafe(err) from None
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, "a parent directory is missing")
-    parent, leaf = found
+    parent, leaf = _parent(root_fd, rel)
     try:
         return os.open(leaf, DIR_FLAGS, dir_fd=parent)
     finally:

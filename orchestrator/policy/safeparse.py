@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
-import subprocess
 import sys
 import tomllib
 from typing import Any
@@ -28,7 +26,6 @@ MAX_DEPTH = 32  # nesting levels; a real policy has four
 MAX_NODES = 10_000  # YAML nodes; a real policy has a few hundred
 PARSE_SECONDS = 2.0  # wall clock for an untrusted parse; the slowest input we built takes ~0.6 s alone
 START_SECONDS = 30.0  # for the child's interpreter and imports, before the parse's clock starts
-READY = b"R"
 _CHILD_MEMORY = 512 * 1024 * 1024
 
 
@@ -116,25 +113,15 @@ def parse_data_bounded(raw: bytes, suffix: str, seconds: float = PARSE_SECONDS) 
     """Parse in a child process that is killed after `seconds` of parsing: for files the box may
     have written. The clock starts when the child says it is ready, after its interpreter and
     imports: on a loaded machine those alone took over 2 s, and a legitimate policy was refused."""
-    command = [sys.executable, "-I", __file__, suffix, str(max(1, int(seconds) + 1))]
-    child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={}, close_fds=True)
+    from ..deadline_child import ChildStopped, Stopped, run_with_deadline  # here: the child (this file) imports nothing of ours
+
     try:
-        assert child.stdout is not None
-        ready, _, _ = select.select([child.stdout], [], [], START_SECONDS)
-        if not ready or os.read(child.stdout.fileno(), 1) != READY:
-            raise Refused(f"the parser did not start within {START_SECONDS:g} s")
-        out, _ = child.communicate(raw, timeout=seconds)
-    except subprocess.TimeoutExpired:
-        raise Refused(f"took longer than {seconds:g} s to parse") from None
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait()
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
-    if child.returncode != 0:
-        raise Refused(f"the parser failed (exit {child.returncode}: over its CPU or memory limit?)")
+        code, out = run_with_deadline(os.path.abspath(__file__), [suffix, str(max(1, int(seconds) + 1))], raw, seconds, START_SECONDS)
+    except ChildStopped as stop:
+        raise Refused({Stopped.NOT_STARTED: f"the parser did not start within {START_SECONDS:g} s",
+                       Stopped.TIMED_OUT: f"took longer than {seconds:g} s to parse"}.get(stop.how, f"the parser failed ({stop.detail})")) from None
+    if code != 0:
+        raise Refused(f"the parser failed (exit {code}: over its CPU or memory limit?)")
     try:
         reply = json.loads(out)
     except ValueError:
@@ -149,7 +136,7 @@ def _child(suffix: str, cpu_seconds: int) -> None:
 
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
     resource.setrlimit(resource.RLIMIT_AS, (_CHILD_MEMORY, _CHILD_MEMORY))
-    sys.stdout.buffer.write(READY)  # started and imported: the parent's clock starts now
+    sys.stdout.buffer.write(b"R")  # started and imported: the parent's clock starts now
     sys.stdout.buffer.flush()
     raw = sys.stdin.buffer.read()
     try:
