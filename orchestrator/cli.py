@@ -417,10 +417,10 @@ def _new_transcript_path(text: str | None) -> Path | None:
 
 @main.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
 @click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
-@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE (default: `model` in the config file).")
 @click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
-                                              "or a private address); default OPENAI_BASE_URL for openai: models.")
-@click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY).")
+                                              "or a private address); default OPENAI_BASE_URL for openai: models, ANTHROPIC_BASE_URL for anthropic: models.")
+@click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY / ANTHROPIC_API_KEY).")
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
 @click.option("--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it.")
 @click.option("--auto-approve", is_flag=True, help="Everything that runs inside the sandbox proceeds without asking; host-side git and MCP "
@@ -430,6 +430,9 @@ def _new_transcript_path(text: str | None) -> Path | None:
 @click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help="Stop after N turns (default 100).")
 @click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Stop once the model has used N tokens, input and output summed.")
 @click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="Stop after this much wall time.")
+@click.option("--model-timeout", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS",
+              help="The longest the model server may stay silent (before its answer starts, or between two pieces of it); "
+                   "then the session stops with model_api_error (default 300).")
 @click.option("--context-window", default=None, type=click.IntRange(256, None), metavar="TOKENS",
               help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.")
 @click.option("--output", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
@@ -442,18 +445,19 @@ def _new_transcript_path(text: str | None) -> Path | None:
 @click.argument("task")
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
         non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
-        max_wall: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
+        max_wall: float | None, model_timeout: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
         apply_at_end: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, task: str) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
 
     Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
-    policy, runtime, image, max_turns, max_tokens, max_wall, context_window); flags override them."""
+    policy, runtime, image, max_turns, max_tokens, max_wall, model_timeout, context_window); flags override them."""
     from .budget import Budget
     from .live import LiveView
     from .loop import SessionStatus
     from .policy.approvals import NonInteractiveApprover, TerminalApprover
     from .render import visible
+    from .models.base import DEFAULT_MODEL_TIMEOUT_S
     from .session import SessionOptions, open_session
     from .summary import changed_files, exit_code, summary_json, summary_lines
     from .tools.registry import RegistryConfig
@@ -461,7 +465,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     defaults = _user_config()
     model_spec = model_spec or defaults.model
     if not model_spec:
-        raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, script:FILE) "
+        raise _setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
                                                                      "or set model in the config file"))
     if task == "-":
         task = sys.stdin.read()
@@ -486,7 +490,8 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     try:
         options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
                                  policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or 100,
-                                 registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve)
+                                 registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve,
+                                 model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
         opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode, host_tools=host_tools,
                               copy_limits=_copy_progress(copy_limits))

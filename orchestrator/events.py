@@ -72,6 +72,15 @@ class ModelRetrying(_Event):
     problem: str = ""
 
 
+class ModelTextStreamed(_Event):
+    """A piece of the model's text as it arrives (a streamed answer): for live views only, never
+    written to the transcript (model_response holds the whole text); redacted like every event."""
+
+    type: Literal["model_text"] = "model_text"
+    turn: int = 0
+    text: str = ""
+
+
 class ToolOutputStreamed(_Event):
     """A shell call's output while it runs: for live views only, never written to the transcript
     (the result holds the output); redacted like every event."""
@@ -191,7 +200,7 @@ class SessionEnded(_Event):
 
 
 Event = Annotated[
-    Union[SessionStarted, ModelRequested, ModelRetrying, SandboxStartQueued, ContextCompacted, ToolOutputStreamed, ModelResponded,
+    Union[SessionStarted, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed, ModelResponded,
           ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded],
     Field(discriminator="type"),
 ]

@@ -16,14 +16,17 @@ from rich.console import Console
 from rich.status import Status
 from rich.text import Text
 
-from .events import SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, ToolOutputStreamed, parse
+from .events import (ModelRequested, ModelResponded, ModelRetrying, ModelTextStreamed, SessionEnded, SessionStarted, ToolCallChanged, ToolCallFinished,
+                     ToolCallState, ToolOutputStreamed, parse)
 from .painter import Line, Painter, diff_lines
-from .render import visible
+from .render import continued, visible
 
 ELAPSED_AFTER_S = 1.0
 PLAIN_NOTICES_S = (1, 5, 15, 30, 60, 120, 300, 600)  # when stderr is no terminal: a line at each
 TAIL_LINES = 5  # of a running command's output, under the elapsed-time line on a terminal
 PLAIN_STREAM_LINES = 40  # printed as they come when stderr is no terminal; the result has the rest
+MODEL_TEXT_SHOWN = 100_000  # characters of one streamed answer said live; the transcript has all of it
+MODEL_PREFIX = "◆ model: "
 
 
 class LiveView:
@@ -41,6 +44,13 @@ class LiveView:
         self._tails: dict[str, list[str]] = {}  # call id -> the last lines of its streamed output
         self._partial: dict[str, str] = {}
         self._streamed_lines: dict[str, int] = {}
+        self._waiting: float | None = None  # since when the model has been asked and has said nothing
+        self._waited_notice = 0
+        self._text_turn: int | None = None  # the turn whose streamed text is being printed
+        self._text_open = False  # a streamed line is printed without its end yet
+        self._text_chars = 0
+        self._text_cr = ""
+        self._streamed_turns: set[int] = set()
 
     @property
     def terminal(self) -> bool:
@@ -49,6 +59,8 @@ class LiveView:
     # -- lines ----------------------------------------------------------------------------------
     def print(self, lines: list[Line]) -> None:
         with self._lock:
+            if lines:
+                self._close_text()
             for line in lines:
                 self.console.print(Text(line.text, style=line.style or "") if self.terminal else Text(line.text))
 
@@ -73,6 +85,18 @@ class LiveView:
         if isinstance(event, ToolOutputStreamed):
             self._output(event.call_id, event.text)
             return
+        if isinstance(event, ModelTextStreamed):
+            self._model_text(event.turn, event.text)
+            return
+        if isinstance(event, ModelRequested):
+            self._streamed_turns.discard(event.turn)
+            self._wait_for_model()
+        elif isinstance(event, (ModelResponded, ModelRetrying, SessionEnded)):
+            self._stop_waiting()
+        if isinstance(event, ModelResponded) and event.turn in self._streamed_turns:
+            with self._lock:
+                self._close_text()  # said as it came: not again
+            return
         if isinstance(event, ToolCallChanged) and event.state is ToolCallState.EXECUTING:
             self._started(event.call_id, event.tool)
         elif isinstance(event, ToolCallFinished):
@@ -81,13 +105,65 @@ class LiveView:
         if isinstance(event, SessionStarted):
             self.print([Line(note) for note in self.header_notes])
 
+    # -- the model's text as it arrives, and the line while it thinks -----------------------------
+    def _model_text(self, turn: int, text: str) -> None:
+        """Each piece printed as it comes (no line waits for its end), made visible, every line after
+        the first behind the continuation mark; bounded per answer."""
+        self._stop_waiting()
+        with self._lock:
+            if self._text_turn != turn or turn not in self._streamed_turns:
+                self._close_text()
+                self._text_turn, self._text_chars = turn, 0
+                self._streamed_turns.add(turn)
+                self.console.print(Text(MODEL_PREFIX), end="")
+                self._text_open = True
+            if self._text_chars >= MODEL_TEXT_SHOWN:
+                return
+            text = self._text_cr + text
+            self._text_cr = "\r" if text.endswith("\r") else ""  # a CRLF cut in two is one line end
+            text = text[:-1] if self._text_cr else text
+            if self._text_chars == 0:
+                text = text.lstrip()
+            room = MODEL_TEXT_SHOWN - self._text_chars
+            piece = continued(text[:room])
+            if len(text) > room:
+                piece += " … (the rest of this answer is in the transcript)"
+            self._text_chars += len(text)
+            if piece:
+                self.console.print(Text(piece), end="")
+                self._text_open = True
+
+    def _close_text(self) -> None:
+        if self._text_open:
+            self._text_open = False
+            self._text_cr = ""
+            self.console.print(Text(""))  # the streamed answer's last line ends
+
+    def _wait_for_model(self) -> None:
+        with self._lock:
+            self._waiting = time.monotonic()
+            self._waited_notice = 0
+            self._ensure_ticker()
+
+    def _stop_waiting(self) -> None:
+        with self._lock:
+            if self._waiting is None:
+                return
+            self._waiting = None
+            if not self._running and self._status is not None:
+                self._status.stop()
+                self._status = None
+
     # -- the elapsed-time line ------------------------------------------------------------------
+    def _ensure_ticker(self) -> None:
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="oa-elapsed", daemon=True)
+            self._ticker.start()
+
     def _started(self, call_id: str, tool: str) -> None:
         with self._lock:
             self._running[call_id] = (tool, time.monotonic())
-            if self._ticker is None:
-                self._ticker = threading.Thread(target=self._tick, name="oa-elapsed", daemon=True)
-                self._ticker.start()
+            self._ensure_ticker()
 
     def _output(self, call_id: str, text: str) -> None:
         """Streamed output: a bounded tail under the live line on a terminal, else the first lines as
@@ -127,6 +203,7 @@ class LiveView:
                 now = time.monotonic()
                 long = [(cid, tool, now - start) for cid, (tool, start) in self._running.items() if now - start >= ELAPSED_AFTER_S]
                 if not long:
+                    self._tick_waiting(now)
                     continue
                 if self.terminal:
                     text = "running: " + ", ".join(f"{tool} {elapsed:.0f} s" for _, tool, elapsed in long)
@@ -143,6 +220,24 @@ class LiveView:
                     if due and self._notified.get(cid, 0) < due[-1]:
                         self._notified[cid] = due[-1]
                         self.console.print(Text(f"  … {tool} still running ({due[-1]} s)"))
+
+    def _tick_waiting(self, now: float) -> None:
+        """While the model thinks: a spinner line on a terminal, a plain line now and then otherwise."""
+        if self._waiting is None or now - self._waiting < ELAPSED_AFTER_S:
+            return
+        waited = now - self._waiting
+        if self.terminal:
+            text = f"waiting for the model: {waited:.0f} s"
+            if self._status is None:
+                self._status = self.console.status(text)
+                self._status.start()
+            else:
+                self._status.update(text)
+            return
+        due = [s for s in PLAIN_NOTICES_S if s <= waited]
+        if due and self._waited_notice < due[-1]:
+            self._waited_notice = due[-1]
+            self.console.print(Text(f"  … waiting for the model ({due[-1]} s)"))
 
     def close(self) -> None:
         self._stop.set()

@@ -17,6 +17,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from . import events as ev
+from .context_files import ContextFiles
 from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
 from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
@@ -100,6 +101,7 @@ class Session:
         self._books = threading.Lock()
         self._started = time.monotonic()
         self._out_of_time = threading.Event()  # --max-wall passed: set by a timer while a call may run
+        self.context_files: ContextFiles | None = None  # AGENTS.md files (context_files.py); the root's is in the prompt already
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
@@ -117,6 +119,12 @@ class Session:
         finally:
             if wall_timer is not None:
                 wall_timer.cancel()
+
+    def _text_sink(self, turn: int) -> Callable[[str], None] | None:
+        """Streamed text for whoever watches live (never the transcript: model_response has it whole)."""
+        if self.transcript.on_event is None:
+            return None
+        return lambda text: self.transcript.notify(ev.ModelTextStreamed(turn=turn, text=text))
 
     def _wall_spent(self) -> None:
         self._out_of_time.set()
@@ -140,7 +148,7 @@ class Session:
                 self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools],
                                                        context_tokens=estimate_tokens(self.messages)))
                 try:
-                    reply = self.model.complete(self.messages, tools)
+                    reply = self.model.complete(self.messages, tools, on_text=self._text_sink(turn))
                 except OpenAgentsError as err:
                     return self._end(SessionStatus.STOPPED, f"the model API failed: {err.message}", turn, error=err)
                 spent_in, spent_out = usage_tokens(reply.usage)
@@ -158,6 +166,8 @@ class Session:
                 results = self._run_calls(reply.tool_calls)
                 for call, result in zip(reply.tool_calls, results, strict=True):
                     self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
+                if self.context_files is not None:  # AGENTS.md of the directories this turn worked in, each once
+                    self.messages[0].content += self.context_files.for_calls(reply.tool_calls)
                 if self.after_turn:
                     self.after_turn(turn, [call.name for call in reply.tool_calls])
                 fatal = next((r.error for r in results if r.error and not r.error.recoverable), None)

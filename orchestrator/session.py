@@ -16,12 +16,13 @@ from .config import EgressConfig, SandboxConfig
 from .loop import Session
 from . import events as ev
 from .budget import Budget
-from .models.base import RetryNotice, RetryPolicy, key_variable, model_from_spec
+from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy, key_variable, model_from_spec
 from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
 from .boxfs import HostBudget, lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
 from .checkpoints import CheckpointStore
+from .context_files import ContextFiles
 from .integrity import SweepReport
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
@@ -43,6 +44,8 @@ class SessionOptions(BaseModel):
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     budget: Budget = Field(default_factory=Budget)
     auto_approve: bool = False  # --auto-approve: what runs inside the sandbox proceeds without asking
+    model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)  # --model-timeout: the longest the model may stay silent
+    context_files: bool = True  # AGENTS.md in the system prompt (context_files.py)
 
 
 def load_policies(workspace: Path, files: list[str]) -> tuple[list[PolicyRule], EgressPolicy]:
@@ -159,7 +162,11 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         for transcript in watchers:
             transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
 
-    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried))
+    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
+                            timeout_s=options.model_timeout_s)
+    check = getattr(model, "preflight", None)
+    if check is not None:  # a dead endpoint costs a second here, not a sandbox
+        check()
     rules, egress = load_policies(workspace, options.policy_files)
     key_var = key_variable(options.model_spec, options.api_key_env)
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
@@ -172,6 +179,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     record.save()
     transcript = Transcript(record.transcript, redactor, on_event=on_event)
     watchers.append(transcript)
+    context, root_context = None, ""
+    if options.context_files:  # the root's AGENTS.md, read before any box exists
+        context = ContextFiles(box_ws, note=lambda **fields: transcript.event("context_file", executor=Executor.OPENAGENTS, **fields))
+        root_context = context.root()
     checkpoints = None
     try:
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
@@ -205,4 +216,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns,
                              after_turn=opened.checkpoint, session_id=record.id, workspace_mode=record.mode.value, budget=options.budget)
+    if context is not None:
+        opened.session.messages[0].content += root_context
+        opened.session.context_files = context
     return opened

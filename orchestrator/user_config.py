@@ -34,7 +34,7 @@ CONFIG_CAP = 64 * 1024
 
 class UserConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: str | None = Field(default=None, description="openai:NAME, gemini:NAME or script:FILE.")
+    model: str | None = Field(default=None, description="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE.")
     base_url: str | None = None
     api_key_env: str | None = None
     policy: list[str] = Field(default_factory=list, description="Policy files, applied as if each was given with --policy.")
@@ -47,6 +47,7 @@ class UserConfig(BaseModel):
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int | None = Field(default=None, ge=1)
     max_wall: float | None = Field(default=None, gt=0, description="Seconds.")
+    model_timeout: float | None = Field(default=None, gt=0, description="Seconds the model server may stay silent (--model-timeout; default 300).")
     context_window: int | None = Field(default=None, ge=256)
     copy_max_bytes: str | int | None = Field(default=None, description="Copy mode's size guard: most data, e.g. 4g (default 2g).")
     copy_max_entries: int | None = Field(default=None, ge=1, description="Copy mode's size guard: most entries (default 200000).")

@@ -42,3 +42,12 @@ def test_openai_schema_forbids_extra_fields_and_states_bounds():
 def test_every_sandbox_tool_has_the_spec_kind():
     kinds = {n: s.kind for n, s in SPECS.items() if s.side == "sandbox"}
     assert kinds == {"read_file": "read", "list_files": "read", "grep_files": "search", "write_file": "edit", "edit_file": "edit", "shell": "execute"}
+
+
+def test_anthropic_declarations_are_the_messages_api_tool_shape():
+    """name, description, input_schema (JSON Schema, as OpenAI's parameters): nothing else."""
+    anthropic = declarations(TOOLS, "anthropic")
+    openai = {d["function"]["name"]: d["function"] for d in declarations(TOOLS, "openai")}
+    for decl in anthropic:
+        assert set(decl) == {"name", "description", "input_schema"}
+        assert decl["input_schema"] == openai[decl["name"]]["parameters"] and decl["input_schema"]["type"] == "object"

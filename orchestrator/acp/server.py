@@ -92,6 +92,7 @@ class AcpSession:
     mcp: McpHost | None = None
     busy: threading.Lock = field(default_factory=threading.Lock)
     lander: TurnLander | None = None  # copy mode: lands each prompt turn's changes (landing.py)
+    streamed: set[int] = field(default_factory=set)  # model turns whose text went out as it arrived
 
     @property
     def box_root(self) -> Path:
@@ -413,7 +414,12 @@ class AcpServer:
 
     def _on_event(self, session: AcpSession, record: dict[str, Any]) -> None:
         event = ev.parse(record)
-        if isinstance(event, ev.ModelResponded) and event.text:
+        if isinstance(event, ev.ModelTextStreamed) and event.text:  # a streamed answer, piece by piece
+            session.streamed.add(event.turn)
+            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
+        elif isinstance(event, ev.ModelRequested):  # turns count from 1 again at every prompt
+            session.streamed.discard(event.turn)
+        elif isinstance(event, ev.ModelResponded) and event.text and event.turn not in session.streamed:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
         elif isinstance(event, ev.ToolCallChanged):
             if event.state is ToolCallState.VALIDATING:

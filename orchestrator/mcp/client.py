@@ -240,6 +240,8 @@ class McpHost:
                 out.append({"name": tool.name, "description": tool.description, "parameters": decl._to_gemini(schema)})
             elif family == "openai":
                 out.append({"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": schema}})
+            elif family == "anthropic":
+                out.append({"name": tool.name, "description": tool.description, "input_schema": schema})
             else:
                 raise ValueError(f"unknown model family {family!r}")
         return out

@@ -13,7 +13,7 @@ from typing import Any
 from sandbox_agent import jsonbound
 
 from ..errors import ErrorType, OpenAgentsError
-from .base import Message, ModelTurn, ToolCall
+from .base import Message, ModelTurn, TextSink, ToolCall
 
 
 class ScriptedModel:
@@ -42,7 +42,8 @@ class ScriptedModel:
                 raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}:{number}: not a model turn ({err})") from None
         return cls(turns, name=f"script:{Path(path).name}")
 
-    def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> ModelTurn:
+    def complete(self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None) -> ModelTurn:
+        """A replay: nothing is streamed (the turn is whole at once)."""
         if self._next >= len(self._turns):
             return ModelTurn(text="(the script has no more turns)")
         turn = self._turns[self._next]

@@ -13,7 +13,7 @@ from sandbox_agent import limits
 from .args import ARGS_MODELS
 from .host_git import GitArgs
 
-FAMILIES = ("openai", "gemini")
+FAMILIES = ("openai", "gemini", "anthropic")
 
 BASE_DESCRIPTIONS: dict[str, str] = {
     "read_file": (
@@ -45,6 +45,7 @@ BASE_DESCRIPTIONS: dict[str, str] = {
 OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
     "openai": {},
     "gemini": {},
+    "anthropic": {},
 }
 
 _GEMINI_KEYS = {"type", "description", "properties", "required", "items", "enum", "minimum", "maximum", "nullable", "format"}
@@ -103,6 +104,8 @@ def declaration(name: str, family: str) -> dict[str, Any]:
     base.update(OVERRIDES[family].get(name, {}))
     if family == "gemini":
         return {"name": base["name"], "description": base["description"], "parameters": _to_gemini(base["parameters"])}
+    if family == "anthropic":  # the Messages API: JSON Schema as input_schema
+        return {"name": base["name"], "description": base["description"], "input_schema": base["parameters"]}
     return {"type": "function", "function": {"name": base["name"], "description": base["description"], "parameters": base["parameters"]}}
 
 
