@@ -38,16 +38,21 @@ def client(family: str, server: FakeModelServer, stream: bool):
 
 def script(family: str, server: FakeModelServer, text: str, stream: bool, per_token_s: float, tokens: int) -> None:
     if stream:
-        {"openai": server.openai_stream, "gemini": server.gemini_stream, "anthropic": server.anthropic_stream}[family](text, delay_s=per_token_s)
+        getattr(server, f"{family}_stream")(text, delay_s=per_token_s)
         return
-    {"openai": server.openai_turn, "gemini": server.gemini_turn, "anthropic": server.anthropic_turn}[family](text)
+    getattr(server, f"{family}_turn")(text)
     server.replies[-1].delay_s = per_token_s * tokens  # the whole answer exists only once every token does
 
 
 def first_text_s(family: str, server: FakeModelServer, stream: bool) -> float:
     started = time.perf_counter()
     first: list[float] = []
-    turn = client(family, server, stream).complete(MESSAGES, [], on_text=lambda _: first or first.append(time.perf_counter()))
+
+    def seen(_: str) -> None:
+        if not first:
+            first.append(time.perf_counter())
+
+    turn = client(family, server, stream).complete(MESSAGES, [], on_text=seen)
     assert turn.text
     return (first[0] if first else time.perf_counter()) - started
 
