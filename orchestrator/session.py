@@ -27,6 +27,7 @@ from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
 from .sandbox.starts import StartQueued
 from .sessions import SessionRecord, WorkspaceMode, prepare
+from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
 from .workspace_copy import CopyLimits
@@ -90,7 +91,7 @@ def start_queued(transcript: Transcript, progress: StartQueued) -> None:
         transcript.notify(event)
 
 
-MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
+MUTATING_TOOLS = catalog.mutating()  # the tools that may change workspace files (their ToolDef says)
 
 
 @dataclass

@@ -40,7 +40,7 @@ from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
 from ..render import visible
-from ..tools import declarations
+from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
 from .results import output_schema, to_call_result
@@ -50,20 +50,18 @@ if TYPE_CHECKING:  # for annotations only: this module does not load the session
 
 log = logging.getLogger(__name__)
 
-TOOLS = ("read_file", "list_files", "grep_files", "write_file", "edit_file", "shell")
-MUTATING = ("write_file", "edit_file", "shell")
+TOOLS = tuple(t.name for t in catalog.mcp_tools())  # the tools whose ToolDef says they are served over MCP
 PROGRESS_EVERY_S = 1.0
 _APPROVAL_KEY = "approval"
-_TITLES = {"read_file": "Read a workspace file", "list_files": "List workspace files", "grep_files": "Search workspace files",
-           "write_file": "Write a workspace file", "edit_file": "Edit a workspace file", "shell": "Run a command in the sandbox"}
 
 
 def tool_annotations(name: str, open_world: bool = False) -> types.ToolAnnotations:
-    """Hints for the client's own confirmation: read/list/grep change nothing; write, edit and shell
-    may overwrite or delete what is there. Nothing reaches the network unless --egress opened it."""
-    read_only = name in ("read_file", "list_files", "grep_files")
-    return types.ToolAnnotations(title=_TITLES[name], read_only_hint=read_only, destructive_hint=not read_only,
-                                 idempotent_hint=read_only or name == "write_file", open_world_hint=open_world and name == "shell")
+    """Hints for the client's own confirmation, from the tool's ToolDef: reading tools change
+    nothing; the others may overwrite or delete what is there. Nothing reaches the network unless
+    --egress opened it."""
+    tool = catalog.TOOLS[name]
+    return types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only, destructive_hint=not tool.read_only,
+                                 idempotent_hint=tool.read_only or tool.idempotent, open_world_hint=open_world and tool.reaches_network)
 
 
 def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.Tool]:
@@ -214,7 +212,9 @@ class SandboxMcpServer:
     def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
         """In copy mode, a call that may have changed files says where the change is and how to land it
         (a failed write or edit changed nothing; a failed command may have)."""
-        if self.landing is None or name not in MUTATING or not (result.ok or name == "shell"):
+        tool = catalog.get(name)
+        # a failed write or edit changed nothing; a failed command (an execute-kind tool) may have
+        if self.landing is None or tool is None or not tool.mutates or not (result.ok or tool.kind == "execute"):
             return to_call_result(result, self.mode)
         note = in_copy_note(self.landing.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
@@ -261,7 +261,7 @@ class SandboxMcpServer:
         return context
 
     async def _execute(self, ctx: Any, session: Any, prepared: PreparedCall) -> ToolResult:
-        """The call in a worker thread; a shell call reports its elapsed time as MCP progress (a no-op
+        """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time as MCP progress (a no-op
         unless the client sent a progressToken); a cancelled request kills what the call started."""
         done = anyio.Event()
         outcome: list[ToolResult] = []
@@ -279,8 +279,9 @@ class SandboxMcpServer:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(functools.partial(anyio.to_thread.run_sync, work, abandon_on_cancel=True))
-                if prepared.spec.name == "shell":
-                    timeout = float(prepared.arguments().get("timeout") or 0) or None
+                own_deadline = prepared.spec.box.deadline
+                if own_deadline is not None:  # a call that runs as long as its arguments say (a command)
+                    timeout: float | None = own_deadline(prepared.arguments())
                     while not done.is_set():
                         with anyio.move_on_after(PROGRESS_EVERY_S):
                             await done.wait()

@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 
 from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
+from ..tools import catalog
 from .safeparse import Refused, parse_data, parse_data_bounded
 
 FORBIDDEN_NAME = re.compile(r"bypass", re.IGNORECASE)
@@ -182,13 +183,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    from ..tools.registry import SPECS  # the registry's names are the ones a rule can match
-
-    return sorted(SPECS)
+    return sorted(catalog.TOOLS)  # the built-in tools' names are the ones a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*known_tools(), *DEFAULT_BY_ACTION})
+    return sorted({*catalog.actions(), *DEFAULT_BY_ACTION})
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:
