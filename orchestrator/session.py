@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from .config import EgressConfig, SandboxConfig
 from .loop import Session
+from .pipeline import CallPipeline
 from . import events as ev
 from .budget import Budget
 from .models.base import RetryNotice, RetryPolicy, key_variable, model_from_spec
@@ -36,7 +37,7 @@ ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 
 
 class SessionOptions(BaseModel):
-    model_spec: str
+    model_spec: str | None = None  # None: no model, the caller makes the calls (the MCP server's client)
     base_url: str | None = None
     api_key_env: str | None = None
     policy_files: list[str] = Field(default_factory=list)
@@ -100,7 +101,9 @@ class OpenSession:
     transcript: Transcript
     record: SessionRecord
     checkpoints: "CheckpointStore | None" = None
-    # The loop, made last: its after_turn is this object's checkpoint().
+    # Every call's steps (validate, decide, execute, record), made last with the registry.
+    pipeline: CallPipeline = field(init=False)
+    # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
     session: Session = field(init=False)
 
     def kill_running(self) -> None:
@@ -160,9 +163,11 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         for transcript in watchers:
             transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
 
-    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried))
+    model = None
+    if options.model_spec is not None:
+        model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried))
     rules, egress = load_policies(workspace, options.policy_files)
-    key_var = key_variable(options.model_spec, options.api_key_env)
+    key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
     repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
     record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits)
@@ -204,6 +209,8 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     from .proposed import proposed_diff
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
-    opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns,
-                             after_turn=opened.checkpoint, session_id=record.id, workspace_mode=record.mode.value, budget=options.budget)
+    opened.pipeline = CallPipeline(registry, gate, transcript)
+    if model is not None:
+        opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns, after_turn=opened.checkpoint,
+                                 session_id=record.id, workspace_mode=record.mode.value, budget=options.budget, pipeline=opened.pipeline)
     return opened

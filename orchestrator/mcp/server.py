@@ -3,9 +3,9 @@
 One process serves one MCP session, so it owns one warm sandbox: opened before the first message is
 read (open_session, as `run` opens it: workspace modes, sweep, quota, checkpoints, transcript), kept
 warm and replaced by DockerSandbox itself when the agent dies, and removed when the client goes
-away (stdin EOF, SIGTERM or SIGINT). Each call goes through the same steps as a model's call in
-`run` (Session's validate/approve/execute, so the transcript has the same events); the only other
-caller is the MCP client. Approvals: the policy's deny always holds; a call that would ask asks the
+away (stdin EOF, SIGTERM or SIGINT). Each call goes through the same CallPipeline as a model's call
+in `run` (validate, decide, execute, record: the transcript has the same events); the session has
+no model, the MCP client is the caller. Approvals: the policy's deny always holds; a call that would ask asks the
 user through MCP elicitation when the client declared it (a form request on handshake-era
 connections, an InputRequiredResult on 2026-07-28 ones), and otherwise is left to the client's own
 confirmation, which every MCP client shows before it calls a tool.
@@ -46,6 +46,7 @@ from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing
 from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
+    from ..pipeline import CallPipeline
     from ..session import OpenSession
 
 log = logging.getLogger(__name__)
@@ -183,7 +184,7 @@ class SandboxMcpServer:
         digest = _digest(params.name, arguments)
         context = self._context(ctx, params, digest)
         call = ToolCall(id=f"mcp_{uuid.uuid4().hex[:12]}", name=params.name, arguments=arguments)
-        session = self.opened.session
+        pipeline = self.opened.pipeline
         with self._lock:
             self.calls += 1
             turn = self.calls
@@ -191,7 +192,7 @@ class SandboxMcpServer:
         def approve() -> PreparedCall | ToolResult:
             self.approver.bind(context)
             try:
-                return session._validate_and_approve(call)
+                return pipeline.validate_and_decide(call)
             finally:
                 self.approver.bind(None)
 
@@ -205,7 +206,7 @@ class SandboxMcpServer:
             return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
         if isinstance(prepared, ToolResult):
             return self._answer(prepared)
-        result = await self._execute(ctx, session, prepared)
+        result = await self._execute(ctx, pipeline, prepared)
         await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
         return self._answer(result, params.name)
 
@@ -260,7 +261,7 @@ class SandboxMcpServer:
                 context.preset = types.ElicitResult(action="cancel")  # a stale or forged state is a refusal, never a pass
         return context
 
-    async def _execute(self, ctx: Any, session: Any, prepared: PreparedCall) -> ToolResult:
+    async def _execute(self, ctx: Any, pipeline: CallPipeline, prepared: PreparedCall) -> ToolResult:
         """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time as MCP progress (a no-op
         unless the client sent a progressToken); a cancelled request kills what the call started."""
         done = anyio.Event()
@@ -268,7 +269,7 @@ class SandboxMcpServer:
 
         def work() -> None:
             try:
-                outcome.append(session._execute(prepared))
+                outcome.append(pipeline.execute(prepared))
             finally:
                 try:
                     anyio.from_thread.run_sync(done.set)
@@ -368,7 +369,7 @@ def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
     removal and the sweep finish). Returns the sweep's lines."""
     server = SandboxMcpServer(opened, approver)
     opened.transcript.event("session_start", task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
-                            workspace=str(opened.session.registry.workspace), workspace_mode=opened.record.mode.value, tools=list(TOOLS))
+                            workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value, tools=list(TOOLS))
     reason = "the MCP client went away"
     try:
         anyio.run(server.serve_stdio)
