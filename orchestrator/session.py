@@ -116,14 +116,14 @@ class OpenSession:
         try:
             point = self.checkpoints.record(turn)
         except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
-            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
+            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500]))
             return
         if point is not None and not point.ok:  # failed or over the store's budget: changes unknown, never "none"
-            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, state=point.state,
-                                  error_type=point.error_type, error=point.error[:500])
+            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, state=point.state,
+                                                       error_type=point.error_type, error=point.error[:500]))
         elif point is not None:
-            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
-                                  skipped=[s.model_dump() for s in point.skipped[:200]])
+            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
+                                                       skipped=[s.model_dump() for s in point.skipped[:200]]))
 
     def finish(self, status: str, reason: str) -> None:
         self.record.status, self.record.reason = status, reason
@@ -203,7 +203,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         raise
 
     def swept(report: SweepReport) -> None:
-        transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
+        transcript.emit(ev.IntegritySwept(executor=Executor.OPENAGENTS, **report.model_dump(mode="json")))
 
     sandbox.on_sweep = swept
     from .proposed import proposed_diff

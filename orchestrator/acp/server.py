@@ -333,7 +333,7 @@ class AcpServer:
                 session.lander = TurnLander(record.manifest_path, workspace, record.id)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
-                transcript.event("mcp_servers", executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems)
+                transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))
         except BaseException:
             session.close()
             raise

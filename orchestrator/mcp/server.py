@@ -34,6 +34,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
@@ -236,9 +237,9 @@ class SandboxMcpServer:
                 err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "apply_changes takes no arguments: it lands every change the copy holds")
                 return self._answer(ToolResult.failure(err))
             result = await anyio.to_thread.run_sync(landing.apply)
-            self.opened.transcript.event("apply", executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
-                                         applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
-                                         conflicts=result.meta.get("conflicts", [])[:200])
+            self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
+                                                          applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
+                                                          conflicts=result.meta.get("conflicts", [])[:200]))
         return self._answer(result, name)
 
     def _context(self, ctx: Any, params: types.CallToolRequestParams, digest: str) -> _CallContext:
@@ -368,8 +369,9 @@ def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
     """Serve until the client goes; then remove the box (SIGTERM is ignored while it goes, so the
     removal and the sweep finish). Returns the sweep's lines."""
     server = SandboxMcpServer(opened, approver)
-    opened.transcript.event("session_start", task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
-                            workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value, tools=list(TOOLS))
+    opened.transcript.emit(ev.SessionStarted(task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
+                                             workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
+                                             tools=list(TOOLS)))
     reason = "the MCP client went away"
     try:
         anyio.run(server.serve_stdio)
@@ -378,8 +380,7 @@ def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
     finally:
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            opened.transcript.event("session_end", executor=Executor.USER, status="closed", reason=reason,
-                                    turns=server.calls, final_text="", error=None)
+            opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status="closed", reason=reason, turns=server.calls))
             opened.finish("closed", reason)
             swept = opened.close()
         finally:
