@@ -152,11 +152,11 @@ def test_paths_outside_the_workspace_are_refused_before_the_ladder(registry):
         assert info.value.type == ErrorType.PATH_OUTSIDE_WORKSPACE
 
 
-def test_unknown_disabled_and_delegate_tools_get_typed_refusals(tmp_path):
+def test_unknown_and_disabled_tools_get_typed_refusals(tmp_path):
     from orchestrator.tools.registry import RegistryConfig
 
     registry = ToolRegistry(None, tmp_path, RegistryConfig(disabled={"shell"}))
-    for name, kind in (("rm_rf", ErrorType.UNKNOWN_TOOL), ("shell", ErrorType.TOOL_DISABLED), ("delegate", ErrorType.TOOL_DISABLED)):
+    for name, kind in (("rm_rf", ErrorType.UNKNOWN_TOOL), ("shell", ErrorType.TOOL_DISABLED), ("delegate", ErrorType.UNKNOWN_TOOL)):
         with pytest.raises(OpenAgentsError) as info:
             prepared(registry, name, {"command": "ls"})
         assert info.value.type == kind and info.value.recoverable

@@ -1,9 +1,9 @@
 """Which tools a session has, how each is validated, and where it runs (sandbox or host).
 
 Built from configuration: tools can be switched off per session; an unknown name gets a typed
-refusal; `git` runs on the host, over the repository opened at session start (open_repo, before
-the sandbox starts; no usable .git then means no git tool); `delegate` is known but off unless
-configured. The turn loop only sees prepare() and invoke().
+refusal; a tool that needs the repository (git, on the host) is active only when one was opened
+at session start (open_repo, before the sandbox starts; no usable .git then means no such tool).
+The turn loop only sees prepare() and invoke() (through the CallPipeline).
 """
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ class RegistryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     disabled: set[str] = Field(default_factory=set, description="Tools switched off for this session.")
     git: bool = True
-    delegate: bool = False  # the OpenAgents delegation API is not configured here
 
 
 @dataclass
@@ -84,7 +83,7 @@ class ToolRegistry:
         self.config = config or RegistryConfig()
         self.repo = repo if self.config.git else None
         self.host_tools = host_tools
-        unknown = {n for n in self.config.disabled - SPECS.keys() - {"delegate"} if not n.startswith("mcp__")}
+        unknown = {n for n in self.config.disabled - SPECS.keys() if not n.startswith("mcp__")}
         if unknown:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}")
 
@@ -95,14 +94,12 @@ class ToolRegistry:
 
     def active(self) -> list[str]:
         names = [n for n, s in SPECS.items() if s.side == "sandbox" or (s.needs_repo and self.repo is not None)]
-        if self.config.delegate:
-            names.append("delegate")
         if self.host_tools is not None:
             names += self.host_tools.names()
         return [n for n in names if n not in self.config.disabled]
 
     def declarations(self, family: str) -> list[dict[str, Any]]:
-        own = declarations.declarations([n for n in self.active() if n != "delegate" and n in SPECS], family)
+        own = declarations.declarations([n for n in self.active() if n in SPECS], family)
         if self.host_tools is None:
             return own
         extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
@@ -115,8 +112,6 @@ class ToolRegistry:
             if call.name in self.config.disabled:
                 raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
             return self.host_tools.prepare(call)
-        if call.name == "delegate":
-            raise OpenAgentsError(ErrorType.TOOL_DISABLED, "delegation is not configured")
         spec = SPECS.get(call.name)
         if spec is None:
             raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}")
