@@ -11,12 +11,6 @@ from . import catalog
 
 FAMILIES = ("openai", "gemini")
 
-# Per-family overrides: only what a family needs differently. Empty today except the schema dialect.
-OVERRIDES: dict[str, dict[str, dict[str, Any]]] = {
-    "openai": {},
-    "gemini": {},
-}
-
 _GEMINI_KEYS = {"type", "description", "properties", "required", "items", "enum", "minimum", "maximum", "nullable", "format"}
 
 
@@ -68,7 +62,6 @@ def declaration(name: str, family: str) -> dict[str, Any]:
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}")
     base = base_declaration(name)
-    base.update(OVERRIDES[family].get(name, {}))
     base.update(catalog.TOOLS[name].overrides.get(family, {}))
     if family == "gemini":
         return {"name": base["name"], "description": base["description"], "parameters": _to_gemini(base["parameters"])}
