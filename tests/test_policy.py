@@ -61,11 +61,6 @@ def test_default_ladder(registry, tool, args, level):
     assert Ladder().level(p.spec.name, p.kind, p.action)[0] == level
 
 
-def test_git_push_asks_every_time_on_the_ladder():
-    """The host git tool offers no push now; the rung stays, should it come back."""
-    assert Ladder().level("git", "execute", "git push")[0] == Level.ASK_EVERY_TIME
-
-
 def test_ask_once_with_a_approves_the_kind_for_the_session(registry):
     person = ScriptedPerson("a")
     gate = ApprovalGate(Ladder(), person)

@@ -138,7 +138,7 @@ class TerminalApprover:
 
 class ApprovalGate:
     """`auto_approve` (--auto-approve): whatever would ask and runs inside the sandbox proceeds
-    without asking; host-side tools (git push, MCP tools) still ask, and a deny still wins.
+    without asking; host-side tools (git, MCP tools) still ask, and a deny still wins.
     `preview(prepared)` gives the diff an edit would make, for the question: called only when the
     approver is about to show it to a person (never for automatic, refused, session-approved or
     auto-approved calls, nor for an approver that shows no diff: CI, an editor, an MCP client)."""
