@@ -1,4 +1,4 @@
-"""The approval ladder of the spec (automatic / ask once / ask every time / refuse) and policy files.
+"""The approval ladder (docs/tools.md#approvals: automatic / ask once / ask every time / refuse) and policy files.
 
 Policy tiers, lowest to highest: default < workspace < user < admin. The highest tier with a
 matching rule decides; within a tier the strictest rule wins, so an admin can forbid anything.
@@ -47,7 +47,7 @@ class Decision(str, Enum):
 
 _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
 
-# The spec's ladder, by ACP kind. A tool with several actions (git) gives each action its kind
+# The ladder's defaults, by ACP kind (docs/tools.md#approvals). A tool with several actions (git) gives each action its kind
 # (its ToolDef), so git status/diff/log are read (automatic) and git commit is edit (ask once).
 DEFAULT_BY_KIND = {
     "read": Level.AUTOMATIC,
