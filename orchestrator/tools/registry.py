@@ -93,7 +93,7 @@ class ToolRegistry:
         return host_git.HostRepo.open_at_start(workspace) if (config or RegistryConfig()).git else None
 
     def active(self) -> list[str]:
-        names = [n for n, s in SPECS.items() if s.side == "sandbox" or (s.needs_repo and self.repo is not None)]
+        names = [n for n, s in SPECS.items() if not s.needs_repo or self.repo is not None]
         if self.host_tools is not None:
             names += self.host_tools.names()
         return [n for n in names if n not in self.config.disabled]
