@@ -645,7 +645,7 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     _terminate_as_interrupt()  # a SIGTERM while the box starts removes it too
     approver = McpApprover()
-    options = SessionOptions(model_spec="script:/dev/null", policy_files=list(policies))  # no model: the MCP client is the caller
+    options = SessionOptions(policy_files=list(policies))  # no model: the MCP client makes the calls
     try:
         new_transcript = _new_transcript_path(transcript_path)
         opened = open_session(options, Path(workspace), config, approver, new_transcript, mode=mode, kind="mcp", copy_limits=copy_limits)

@@ -188,6 +188,54 @@ class EgressRecorded(_Event):
                    port=port if isinstance(port, int) and not isinstance(port, bool) else None, reason=text(record.get("reason")), **extra)
 
 
+class CheckpointRecorded(_Event):
+    """After a turn that may have changed files (session.py). `ok` false: the store failed or went
+    over its budget, so the turn's changes are unknown (never "none"); fields not known are left out."""
+
+    type: Literal["checkpoint"] = "checkpoint"
+    turn: int = 0
+    ok: bool = False
+    state: str | None = None
+    error_type: str | None = None
+    error: str | None = None
+    files_changed: list[str] | None = None
+    skipped: list[dict[str, Any]] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        return {k: v for k, v in super().fields().items() if v is not None}
+
+
+class IntegritySwept(_Event):
+    """What a sweep of the workspace found after a box went (integrity.py SweepReport's fields)."""
+
+    type: Literal["integrity_sweep"] = "integrity_sweep"
+    cleared_bits: list[str] = Field(default_factory=list)
+    moved: list[dict[str, Any]] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+    unfinished: str | None = None
+    error_type: str | None = None
+    took_s: float = 0.0
+
+
+class McpServersStarted(_Event):
+    """The editor's MCP servers for an ACP session: the tools they offer, and what failed to start."""
+
+    type: Literal["mcp_servers"] = "mcp_servers"
+    tools: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+
+class ChangesApplied(_Event):
+    """A copy session's changes landed in the real workspace (`via`: who asked, e.g. mcp)."""
+
+    type: Literal["apply"] = "apply"
+    via: str = ""
+    ok: bool = False
+    applied: int = 0
+    left_out: list[Any] = Field(default_factory=list)
+    conflicts: list[Any] = Field(default_factory=list)
+
+
 class SessionEnded(_Event):
     type: Literal["session_end"] = "session_end"
     status: str = ""
@@ -201,7 +249,8 @@ class SessionEnded(_Event):
 
 Event = Annotated[
     Union[SessionStarted, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed, ModelResponded,
-          ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, SessionEnded],
+          ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, McpServersStarted,
+          ChangesApplied, SessionEnded],
     Field(discriminator="type"),
 ]
 EVENT_MODELS: tuple[type[_Event], ...] = get_args(get_args(Event)[0])  # the union's members, for the set of types
@@ -210,8 +259,8 @@ KNOWN_TYPES = frozenset(model.model_fields["type"].default for model in EVENT_MO
 
 
 def parse(record: dict[str, Any]) -> Event | None:
-    """A transcript record as its typed event; None for other records (sweep reports, set-up notes)
-    and for records too damaged to trust (a transcript is a file anyone could have edited)."""
+    """A transcript record as its typed event; None for records of other types (a newer or older
+    version's) and for records too damaged to trust (a transcript is a file anyone could have edited)."""
     if not isinstance(record, dict) or record.get("type") not in KNOWN_TYPES:
         return None
     try:

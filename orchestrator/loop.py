@@ -1,8 +1,9 @@
 """The turn loop and the tool-call scheduler.
 
-Each call goes validating -> awaiting_approval -> scheduled -> executing -> success | error |
-cancelled, and every step lands in the transcript. Read-only calls of one turn run in parallel.
-The session ends on a final answer, max turns, a detected loop, a fatal error, or Ctrl-C.
+Each call's steps (validate, decide, execute, record) are the CallPipeline's (pipeline.py); the
+loop asks the model, schedules a turn's calls (read-only calls of one turn run in parallel) and
+decides when the session ends: a final answer, max turns, a detected loop, a fatal error, a
+budget, or Ctrl-C.
 """
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from . import events as ev
 from .context_files import ContextFiles
 from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
 from .errors import ErrorType, OpenAgentsError
-from .events import ToolCallState
 from .models.base import Message, ModelClient, ToolCall
+from .pipeline import CallOutcome, CallPipeline
 from .policy.approvals import ApprovalGate
 from .protocol import ErrorInfo, Executor, ToolResult
 from .tools.registry import PreparedCall, ToolRegistry
@@ -34,26 +35,12 @@ Read a file before you edit it, and pass the sha256 it showed as expected_sha256
 When the task is done, answer with a short summary and no tool call."""
 
 MAX_PARALLEL_READS = 4
-RESULT_PREVIEW_CHARS = 4000
 
 
 class SessionStatus(str, Enum):
     FINISHED = "finished"
     STOPPED = "stopped"
     CANCELLED = "cancelled"
-
-
-class CallOutcome(BaseModel):
-    """One call that did not simply succeed, for the end-of-run summary."""
-
-    call_id: str
-    tool: str
-    action: str = ""
-    outcome: str  # refused | failed | cancelled
-    reason: str
-    executor: Executor
-    error_type: str | None = None
-    exit_code: int | None = None
 
 
 class SessionResult(BaseModel):
@@ -77,15 +64,19 @@ class Session:
     def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
                  max_turns: int = 100, loop_limit: int = 5, cancel: threading.Event | None = None,
                  after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "",
-                 budget: Budget | None = None) -> None:
-        """`after_turn(turn, tool names)` runs once a turn's calls are done (the session's checkpoint)."""
+                 budget: Budget | None = None, pipeline: CallPipeline | None = None) -> None:
+        """`after_turn(turn, tool names)` runs once a turn's calls are done (the session's checkpoint).
+        `pipeline`: the session's call pipeline, when its opener made one (else one over these parts)."""
         self.model = model
         self.registry = registry
         self.gate = gate
         self.transcript = transcript
         self.max_turns = max_turns
         self.loop_limit = loop_limit
-        self.cancel = cancel or threading.Event()
+        self.pipeline = pipeline or CallPipeline(registry, gate, transcript, cancel)
+        if cancel is not None:
+            self.pipeline.cancel = cancel
+        self.cancel = self.pipeline.cancel
         self.messages: list[Message] = [Message(role="system", content=SYSTEM_PROMPT)]
         self._recent: deque[str] = deque(maxlen=loop_limit)
         self.after_turn = after_turn
@@ -94,14 +85,20 @@ class Session:
         self.budget = budget or Budget()
         self.context_window = self.budget.context_window or default_context_window(model.family, model.name)
         self.tokens = {"input": 0, "output": 0}
-        self.calls: dict[str, int] = {"ok": 0, "failed": 0, "refused": 0, "cancelled": 0}
-        self.refused_calls: list[CallOutcome] = []
-        self.failed_calls: list[CallOutcome] = []
-        self._actions: dict[str, str] = {}
-        self._books = threading.Lock()
         self._started = time.monotonic()
-        self._out_of_time = threading.Event()  # --max-wall passed: set by a timer while a call may run
         self.context_files: ContextFiles | None = None  # AGENTS.md files (context_files.py); the root's is in the prompt already
+
+    @property
+    def calls(self) -> dict[str, int]:
+        return self.pipeline.calls
+
+    @property
+    def refused_calls(self) -> list[CallOutcome]:
+        return self.pipeline.refused_calls
+
+    @property
+    def failed_calls(self) -> list[CallOutcome]:
+        return self.pipeline.failed_calls
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
@@ -127,7 +124,7 @@ class Session:
         return lambda text: self.transcript.notify(ev.ModelTextStreamed(turn=turn, text=text))
 
     def _wall_spent(self) -> None:
-        self._out_of_time.set()
+        self.pipeline.out_of_time.set()  # --max-wall passed: set by a timer while a call may run
         self.registry.kill_running()
 
     def _run_turns(self) -> SessionResult:
@@ -197,7 +194,7 @@ class Session:
         self.transcript.emit(ev.SessionEnded(executor=executor, status=status.value, reason=reason, turns=turns,
                                              final_text=final_text, error=info.model_dump(mode="json") if info else None,
                                              tokens=dict(self.tokens), wall_s=wall))
-        with self._books:
+        with self.pipeline.books:
             return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info, calls=dict(self.calls),
                                  refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall)
 
@@ -231,7 +228,7 @@ class Session:
         results: list[ToolResult | None] = [None] * len(calls)
         approved: list[tuple[int, PreparedCall]] = []
         for i, call in enumerate(calls):
-            prepared = self._validate_and_approve(call)
+            prepared = self.pipeline.validate_and_decide(call)
             if isinstance(prepared, ToolResult):
                 results[i] = prepared
             else:
@@ -245,96 +242,17 @@ class Session:
                 self._execute_batch(batch, results)
                 batch = []
             if item[1] is not None:
-                results[item[0]] = self._execute(item[1])
+                results[item[0]] = self.pipeline.execute(item[1])
         assert all(r is not None for r in results)
         return results  # type: ignore[return-value]
 
-    def _validate_and_approve(self, call: ToolCall) -> PreparedCall | ToolResult:
-        self._state(call, ToolCallState.VALIDATING, arguments=call.arguments if call.arguments_error is None else call.raw_arguments,
-                    arguments_error=call.arguments_error)
-        try:
-            prepared = self.registry.prepare(call)
-        except OpenAgentsError as err:
-            return self._finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS))
-        self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action)
-        outcome = self.gate.decide(prepared)
-        self._actions[call.id] = prepared.action
-        self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=call.id, tool=call.name, action=prepared.action,
-                                                level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
-        if not outcome.allowed:
-            kind = ErrorType.REJECTED_BY_USER if outcome.executor == Executor.USER else ErrorType.REFUSED_BY_POLICY
-            refusal = OpenAgentsError(kind, f"{prepared.action} was not approved: {outcome.reason}")
-            return self._finish(call, ToolResult.failure(refusal, executor=outcome.executor))
-        self._state(call, ToolCallState.SCHEDULED)
-        return prepared
-
     def _execute_batch(self, batch: list[tuple[int, PreparedCall]], results: list[ToolResult | None]) -> None:
         if len(batch) == 1:
-            results[batch[0][0]] = self._execute(batch[0][1])
+            results[batch[0][0]] = self.pipeline.execute(batch[0][1])
             return
         with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_READS, len(batch))) as pool:
-            for (i, _), result in zip(batch, pool.map(lambda item: self._execute(item[1]), batch), strict=True):
+            for (i, _), result in zip(batch, pool.map(lambda item: self.pipeline.execute(item[1]), batch), strict=True):
                 results[i] = result
-
-    def _execute(self, prepared: PreparedCall) -> ToolResult:
-        call = prepared.call
-        if self.cancel.is_set():
-            err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled before this call ran")
-            return self._finish(call, ToolResult.failure(err, executor=Executor.USER), state=ToolCallState.CANCELLED)
-        self._state(call, ToolCallState.EXECUTING)
-
-        def streamed(text: str) -> None:
-            self.transcript.notify(ev.ToolOutputStreamed(executor=Executor.RUNTIME, call_id=call.id, tool=call.name, text=text))
-
-        result = self.registry.invoke(prepared, on_output=streamed if self.transcript.on_event is not None else None)
-        if self._out_of_time.is_set():  # --max-wall passed while it ran: its processes were killed
-            err = OpenAgentsError(ErrorType.BUDGET_EXCEEDED, "the time budget (--max-wall) ran out while this call ran; its processes were killed")
-            cut = ToolResult.failure(err, executor=Executor.OPENAGENTS, output=result.output, meta=result.meta)
-            return self._finish(call, cut, state=ToolCallState.CANCELLED)
-        if self.cancel.is_set():  # cancelled while it ran: its processes were killed
-            err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled while this call ran; its processes were killed")
-            cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta)
-            return self._finish(call, cancelled, state=ToolCallState.CANCELLED)
-        return self._finish(call, result)
-
-    def _state(self, call: ToolCall, state: ToolCallState, **fields: Any) -> None:
-        self.transcript.emit(ev.ToolCallChanged(call_id=call.id, tool=call.name, state=state, **fields))
-
-    def _finish(self, call: ToolCall, result: ToolResult, state: ToolCallState | None = None) -> ToolResult:
-        state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
-        self._book(call, result, state)
-        for record in result.meta.get("egress", []):
-            self.transcript.emit(ev.EgressRecorded.of(call.id, record))
-        self._state(call, state)
-        self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
-                                                 output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
-                                                 error=result.error.model_dump(mode="json") if result.error else None,
-                                                 meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")},
-                                                 diff=result.meta.get("diff")))
-        return result
-
-
-    def _book(self, call: ToolCall, result: ToolResult, state: ToolCallState) -> None:
-        """Counts every call's outcome once; refused and failed calls are kept with their reason."""
-        exit_code = result.meta.get("exit_code")
-        exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
-        error_type = result.error.type if result.error else None
-        if state is ToolCallState.CANCELLED:
-            outcome = "cancelled"
-        elif error_type in (ErrorType.REJECTED_BY_USER, ErrorType.REFUSED_BY_POLICY):
-            outcome = "refused"
-        elif not result.ok or (exit_code is not None and exit_code != 0):
-            outcome = "failed"
-        else:
-            outcome = "ok"
-        with self._books:
-            self.calls[outcome] += 1
-            if outcome in ("refused", "failed"):
-                reason = result.error.message if result.error else f"exit code {exit_code}"
-                record = CallOutcome(call_id=call.id, tool=call.name, action=self._actions.get(call.id, call.name), outcome=outcome,
-                                     reason=reason[:500], executor=result.executor, error_type=error_type.value if error_type else None,
-                                     exit_code=exit_code)
-                (self.refused_calls if outcome == "refused" else self.failed_calls).append(record)
 
 
 def _tool_name(declaration: dict[str, Any]) -> str:

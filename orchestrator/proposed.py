@@ -38,11 +38,11 @@ def _size(n: int) -> str:
 
 
 def proposed_diff(workspace: Path, prepared: PreparedCall) -> Preview | None:
-    """What `write_file` or `edit_file` would change; None for other tools, or when no preview can
-    be made honestly (unreadable, not text, no unique match); a Preview with a note and no text
-    when it would cost too much."""
-    name = prepared.spec.name
-    if prepared.spec.side != "sandbox" or name not in ("write_file", "edit_file"):
+    """What a file-replacing tool's call (its ToolDef's `propose`) would change; None for other
+    tools, or when no preview can be made honestly (unreadable, not text, no unique match); a
+    Preview with a note and no text when it would cost too much."""
+    tool = prepared.spec
+    if tool.side != "sandbox" or not tool.replaces_file or tool.propose is None:
         return None
     args = prepared.arguments()
     path = args["path"]
@@ -55,17 +55,12 @@ def proposed_diff(workspace: Path, prepared: PreparedCall) -> Preview | None:
     except UnicodeDecodeError:
         return None
     # The size of the result, in characters (a lower bound of its bytes), before building it.
-    if name == "write_file":
-        verb, size = "write", len(args["content"])
-    else:
-        old, new = args["old_text"], args["new_text"]
-        count = before.count(old)  # str.replace's own matches: left to right, not overlapping
-        if count == 0 or (count > 1 and not args.get("allow_multiple")):
-            return None
-        verb, size = "edit", len(before) + count * (len(new) - len(old))
-    if size > PREVIEW_CAP:
-        return Preview(None, f"preview skipped: the {verb} would make a {_size(size)} file (previews stop at {_size(PREVIEW_CAP)})")
-    after = args["content"] if name == "write_file" else before.replace(args["old_text"], args["new_text"])
+    proposal = tool.propose(before, args)
+    if proposal is None:
+        return None
+    if proposal.size > PREVIEW_CAP:
+        return Preview(None, f"preview skipped: the {proposal.verb} would make a {_size(proposal.size)} file (previews stop at {_size(PREVIEW_CAP)})")
+    after = proposal.make()
     diff = bounded_unified_diff(before, after, f"a/{path}", f"b/{path}", max_bytes=DIFF_CAP, deadline_s=PREVIEW_SECONDS)
     if diff.text is None:
         return Preview(None, f"preview skipped: {diff.skipped}")

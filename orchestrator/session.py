@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from .config import EgressConfig, SandboxConfig
 from .loop import Session
+from .pipeline import CallPipeline
 from . import events as ev
 from .budget import Budget
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy, key_variable, model_from_spec
@@ -28,6 +29,7 @@ from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
 from .sandbox.starts import StartQueued
 from .sessions import SessionRecord, WorkspaceMode, prepare
+from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
 from .workspace_copy import CopyLimits
@@ -36,7 +38,7 @@ ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 
 
 class SessionOptions(BaseModel):
-    model_spec: str
+    model_spec: str | None = None  # None: no model, the caller makes the calls (the MCP server's client)
     base_url: str | None = None
     api_key_env: str | None = None
     policy_files: list[str] = Field(default_factory=list)
@@ -93,7 +95,7 @@ def start_queued(transcript: Transcript, progress: StartQueued) -> None:
         transcript.notify(event)
 
 
-MUTATING_TOOLS = frozenset({"write_file", "edit_file", "shell", "git"})
+MUTATING_TOOLS = catalog.mutating()  # the tools that may change workspace files (their ToolDef says)
 
 
 @dataclass
@@ -102,7 +104,9 @@ class OpenSession:
     transcript: Transcript
     record: SessionRecord
     checkpoints: "CheckpointStore | None" = None
-    # The loop, made last: its after_turn is this object's checkpoint().
+    # Every call's steps (validate, decide, execute, record), made last with the registry.
+    pipeline: CallPipeline = field(init=False)
+    # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
     session: Session = field(init=False)
 
     def kill_running(self) -> None:
@@ -115,14 +119,14 @@ class OpenSession:
         try:
             point = self.checkpoints.record(turn)
         except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
-            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
+            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500]))
             return
         if point is not None and not point.ok:  # failed or over the store's budget: changes unknown, never "none"
-            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=False, state=point.state,
-                                  error_type=point.error_type, error=point.error[:500])
+            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, state=point.state,
+                                                       error_type=point.error_type, error=point.error[:500]))
         elif point is not None:
-            self.transcript.event("checkpoint", executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
-                                  skipped=[s.model_dump() for s in point.skipped[:200]])
+            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
+                                                       skipped=[s.model_dump() for s in point.skipped[:200]]))
 
     def finish(self, status: str, reason: str) -> None:
         self.record.status, self.record.reason = status, reason
@@ -162,13 +166,15 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         for transcript in watchers:
             transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
 
-    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
-                            timeout_s=options.model_timeout_s)
-    check = getattr(model, "preflight", None)
-    if check is not None:  # a dead endpoint costs a second here, not a sandbox
-        check()
+    model = None
+    if options.model_spec is not None:
+        model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
+                                timeout_s=options.model_timeout_s)
+        check = getattr(model, "preflight", None)
+        if check is not None:  # a dead endpoint costs a second here, not a sandbox
+            check()
     rules, egress = load_policies(workspace, options.policy_files)
-    key_var = key_variable(options.model_spec, options.api_key_env)
+    key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
     redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
     repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
     record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits)
@@ -208,15 +214,17 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         raise
 
     def swept(report: SweepReport) -> None:
-        transcript.event("integrity_sweep", executor=Executor.OPENAGENTS, **report.model_dump(mode="json"))
+        transcript.emit(ev.IntegritySwept(executor=Executor.OPENAGENTS, **report.model_dump(mode="json")))
 
     sandbox.on_sweep = swept
     from .proposed import proposed_diff
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
-    opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns,
-                             after_turn=opened.checkpoint, session_id=record.id, workspace_mode=record.mode.value, budget=options.budget)
-    if context is not None:
-        opened.session.messages[0].content += root_context
-        opened.session.context_files = context
+    opened.pipeline = CallPipeline(registry, gate, transcript)
+    if model is not None:
+        opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns, after_turn=opened.checkpoint,
+                                 session_id=record.id, workspace_mode=record.mode.value, budget=options.budget, pipeline=opened.pipeline)
+        if context is not None:
+            opened.session.messages[0].content += root_context
+            opened.session.context_files = context
     return opened

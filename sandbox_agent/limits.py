@@ -1,4 +1,4 @@
-"""The contract's bounds (shared/spec/tools.md), in one place for the agent and the host."""
+"""The contract's bounds (docs/tools.md), in one place for the agent and the host."""
 
 READ_CAP_BYTES = 48 * 1024
 READ_DEFAULT_LIMIT_LINES = 2000

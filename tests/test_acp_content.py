@@ -75,7 +75,7 @@ def test_diffs_read_the_workspace_without_following_links(tmp_path):
 
     before = files.read_text(ws, {"path": "a.txt"})
     assert before.text == "one\ntwo\nthree\n"
-    assert files.first_changed_line(before, {"old_text": "three"}) == 3
+    assert files.first_changed_line("edit_file", before, {"old_text": "three"}) == 3
     assert files.read_text(ws, {"path": "new.txt"}).missing
     for unknown in ("link.txt", "big.txt", "bin.dat"):
         seen = files.read_text(ws, {"path": unknown})

@@ -41,7 +41,7 @@ def test_start_concurrency_is_checked_in_the_config_file_and_on_the_command_line
 @pytest.mark.parametrize("rule, expected", [
     ('kind = "edits"\ndecision = "allow"', "rules[0].kind: unknown kind (did you mean 'edit'?); allowed: delete, edit, execute"),
     ('tool = "shel"\ndecision = "allow"', "rules[0].tool: unknown tool (did you mean 'shell'?)"),
-    ('action = "git pussh"\ndecision = "deny"', "rules[0].action: unknown action (did you mean 'git push'?)"),
+    ('action = "git comit"\ndecision = "deny"', "rules[0].action: unknown action (did you mean 'git commit'?)"),
     ('tool = "shell"\ndecison = "allow"', "rules[0]: unknown key (did you mean 'decision'?); allowed keys: id, tool, kind, action, command_prefix, decision"),
     ('tool = "shell"\ndecision = "alow"', "rules[0].decision: must be one of allow, ask, deny"),
 ])

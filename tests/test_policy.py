@@ -61,11 +61,6 @@ def test_default_ladder(registry, tool, args, level):
     assert Ladder().level(p.spec.name, p.kind, p.action)[0] == level
 
 
-def test_git_push_asks_every_time_on_the_ladder():
-    """The host git tool offers no push now; the rung stays, should it come back."""
-    assert Ladder().level("git", "execute", "git push")[0] == Level.ASK_EVERY_TIME
-
-
 def test_ask_once_with_a_approves_the_kind_for_the_session(registry):
     person = ScriptedPerson("a")
     gate = ApprovalGate(Ladder(), person)
@@ -152,11 +147,11 @@ def test_paths_outside_the_workspace_are_refused_before_the_ladder(registry):
         assert info.value.type == ErrorType.PATH_OUTSIDE_WORKSPACE
 
 
-def test_unknown_disabled_and_delegate_tools_get_typed_refusals(tmp_path):
+def test_unknown_and_disabled_tools_get_typed_refusals(tmp_path):
     from orchestrator.tools.registry import RegistryConfig
 
     registry = ToolRegistry(None, tmp_path, RegistryConfig(disabled={"shell"}))
-    for name, kind in (("rm_rf", ErrorType.UNKNOWN_TOOL), ("shell", ErrorType.TOOL_DISABLED), ("delegate", ErrorType.TOOL_DISABLED)):
+    for name, kind in (("rm_rf", ErrorType.UNKNOWN_TOOL), ("shell", ErrorType.TOOL_DISABLED), ("delegate", ErrorType.UNKNOWN_TOOL)):
         with pytest.raises(OpenAgentsError) as info:
             prepared(registry, name, {"command": "ls"})
         assert info.value.type == kind and info.value.recoverable

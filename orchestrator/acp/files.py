@@ -16,10 +16,11 @@ from typing import Any
 
 from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
+from ..tools import catalog
 from . import models as m
 
-FILE_TOOLS = frozenset({"read_file", "list_files", "grep_files", "write_file", "edit_file"})
-EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+FILE_TOOLS = catalog.path_tools()  # the tools with a workspace path argument (their ToolDefs say)
+EDIT_TOOLS = catalog.file_replacing()  # the tools that rewrite the file they name
 DIFF_MAX_BYTES = 1024 * 1024
 BOX_ROOT = "/workspace"
 
@@ -59,8 +60,9 @@ def locations(tool: str, args: Any, editor_root: Path, line: int | None = None) 
     rel = workspace_rel(args.get("path", "."))
     if rel is None:
         return None
-    if line is None and tool == "read_file" and isinstance(args.get("offset"), int) and args["offset"] >= 1:
-        line = args["offset"]
+    line_arg = catalog.TOOLS[tool].line_arg
+    if line is None and line_arg is not None and isinstance(args.get(line_arg), int) and args[line_arg] >= 1:
+        line = args[line_arg]
     path = editor_root if rel == "." else editor_root / rel
     return [m.ToolCallLocation(path=str(path), line=line)]
 
@@ -80,9 +82,11 @@ def read_text(box_root: Path, args: Any) -> FileText:
         return FileText()
 
 
-def first_changed_line(before: FileText, args: Any) -> int | None:
-    """edit_file: the 1-based line where its old_text starts in the file before the edit."""
-    old = args.get("old_text") if isinstance(args, dict) else None
+def first_changed_line(tool: str, before: FileText, args: Any) -> int | None:
+    """A tool whose ToolDef names a `match_arg` (edit_file's old_text): the 1-based line where that
+    text starts in the file before the call; None for the others."""
+    match_arg = catalog.TOOLS[tool].match_arg if tool in catalog.TOOLS else None
+    old = args.get(match_arg) if isinstance(args, dict) and match_arg else None
     if before.text is None or not isinstance(old, str) or not old:
         return None
     at = before.text.find(old)

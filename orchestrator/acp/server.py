@@ -44,7 +44,8 @@ from ..mcp.client import McpHost
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
 from ..protocol import Executor
 from ..sessions import SessionRecord, WorkspaceMode
-from ..tools.registry import _GIT_KINDS as GIT_KINDS, SPECS, HostTools, call_title
+from ..tools import catalog
+from ..tools.registry import HostTools
 from . import files
 from . import models as m
 from .content import PromptError, prompt_text, roots_of
@@ -147,13 +148,10 @@ def _kind(kind: str) -> m.ToolKind:
 
 
 def _announced_kind(tool: str, arguments: Any) -> m.ToolKind:
-    """The kind a call is announced with, before it is validated: the tool's, except that the host
-    git tool's reading subcommands (status, diff, log: the registry's own table) are `read`. A
+    """The kind a call is announced with, before it is validated: the tool's, except that a
+    multi-action tool's reading actions (git status, diff, log: its ToolDef's table) are `read`. A
     mutating one keeps the tool's kind until its permission request names the judged one."""
-    spec = SPECS.get(tool)
-    if tool == "git" and isinstance(arguments, dict) and GIT_KINDS.get(str(arguments.get("subcommand"))) == "read":
-        return "read"
-    return _kind(spec.kind if spec else "other")
+    return _kind(catalog.announced_kind(tool, arguments))
 
 
 class AcpServer:
@@ -336,7 +334,7 @@ class AcpServer:
                 session.lander = TurnLander(record.manifest_path, workspace, record.id)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
-                transcript.event("mcp_servers", executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems)
+                transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))
         except BaseException:
             session.close()
             raise
@@ -360,7 +358,8 @@ class AcpServer:
         try:
             loop = session.parts.session
             try:
-                text = prompt_text(p.prompt, session.roots, lambda rel: loop.registry.sandbox.call("read_file", {"path": rel}))
+                reader = catalog.file_reader().name
+                text = prompt_text(p.prompt, session.roots, lambda rel: loop.registry.sandbox.call(reader, {"path": rel}))
             except PromptError as err:
                 raise RpcError(m.INVALID_PARAMS, str(err)) from None
             loop.cancel.clear()
@@ -424,7 +423,7 @@ class AcpServer:
         elif isinstance(event, ev.ToolCallChanged):
             if event.state is ToolCallState.VALIDATING:
                 session.calls[event.call_id] = {"tool": event.tool, "arguments": event.arguments}
-                self._update(session, m.ToolCallStart(toolCallId=event.call_id, title=call_title(event.tool, event.arguments),
+                self._update(session, m.ToolCallStart(toolCallId=event.call_id, title=catalog.call_title(event.tool, event.arguments),
                                                       kind=_announced_kind(event.tool, event.arguments), rawInput=event.arguments,
                                                       locations=files.locations(event.tool, event.arguments, session.workspace)))
             elif event.state is ToolCallState.AWAITING_APPROVAL and event.kind:
@@ -434,7 +433,7 @@ class AcpServer:
                 where = None
                 if call.get("tool") in files.EDIT_TOOLS:  # the file as it is just before the call changes it
                     call["before"] = files.read_text(session.box_root, call.get("arguments"))
-                    line = files.first_changed_line(call["before"], call.get("arguments")) if call["tool"] == "edit_file" else None
+                    line = files.first_changed_line(call["tool"], call["before"], call.get("arguments"))
                     where = files.locations(call["tool"], call.get("arguments"), session.workspace, line) if line else None
                 self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state], locations=where))
             # final states arrive with the result, once: a cancelled call's last status stays its final one

@@ -4,8 +4,8 @@ the `outputSchema` it conforms to.
 The MCP specification takes `structuredContent` as the result and the text block as its rendering
 for clients without structured output; clients that support it (pydantic-ai's MCPToolset,
 FastMCP's Client) hand the model `structuredContent` alone. So the payload is in it: `output`
-holds the file's text (read_file), the listing, the matches, the command's output (shell) or what
-was done, `note` the bounds and exit notes, `error` the typed error; the tool's metadata
+holds what the tool's ToolDef says it holds (`output_doc`: a file's text, a listing, a command's
+output, what was done), `note` the bounds and exit notes, `error` the typed error; the tool's metadata
 (`sha256`, `exit_code`, ...) sits beside them at the top level. The text block keeps the same
 result as the model reads it in `oa-sandbox run` (output, notes, error), for older clients.
 """
@@ -16,6 +16,7 @@ from typing import Any
 import mcp_types as types
 
 from ..protocol import ToolResult
+from ..tools import catalog
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -45,27 +46,13 @@ _MUTATING = {
                                                             "in the real workspace until apply_changes lands it."},
 }
 
+# The MCP server's own tools (landing.py); the built-in tools' words and metadata are their ToolDefs'.
 _OUTPUT = {
-    "read_file": "The file's text (lines offset.., within the read cap).",
-    "list_files": "The listing, one entry a line.",
-    "grep_files": "The matches, one `path:line: text` a line.",
-    "write_file": "What was written.",
-    "edit_file": "What was replaced.",
-    "shell": "The command's combined stdout and stderr (head and tail kept when it is long).",
     "changes": "The unified diff of the private copy against the real workspace.",
     "apply_changes": "What was applied, left out, or in conflict, one line each.",
 }
 
 _META: dict[str, dict[str, Any]] = {
-    "read_file": {"sha256": _STR, "total_lines": _INT, "first_line": _INT, "last_line": _INT, "truncated": _BOOL,
-                  "next_offset": {"type": ["integer", "null"]}, "bytes": _INT, "binary": _BOOL, "bom": _BOOL,
-                  "invalid_utf8": _BOOL, "encoding_guess": _STR},
-    "list_files": {"entries": _INT, "truncated": _BOOL, "unreadable": {"type": "array"}},
-    "grep_files": {"matches": _INT, "truncated": _BOOL, "timed_out": _BOOL, "unreadable": {"type": "array"}},
-    "write_file": {"sha256": _STR, "bytes": _INT, "created": _BOOL, "atomic": _BOOL, **_MUTATING},
-    "edit_file": {"sha256": _STR, "replacements": _INT, "diff": _STR, "atomic": _BOOL, **_MUTATING},
-    "shell": {"exit_code": {"type": ["integer", "null"], "description": "null when the command timed out"}, "timed_out": _BOOL,
-              "timeout_s": _NUM, "output_bytes": _INT, "output_lines": _INT, "output_truncated": _BOOL, "elapsed_s": _NUM, **_MUTATING},
     "changes": {"changes": {"type": "array", "description": "Each changed entry of the copy: path (as shown) and status.",
                             "items": {"type": "object", "properties": {"path": _STR, "status": _STR}, "required": ["path", "status"]}},
                 "count": _INT},
@@ -82,8 +69,15 @@ _META: dict[str, dict[str, Any]] = {
 def output_schema(name: str) -> dict[str, Any]:
     """The JSON Schema every structuredContent of tool `name` conforms to (open: more metadata may come)."""
     props: dict[str, Any] = dict(COMMON)
-    props["output"] = {"type": "string", "description": _OUTPUT[name]}
-    props.update(_META[name])
+    tool = catalog.get(name)
+    if tool is not None:
+        props["output"] = {"type": "string", "description": tool.output_doc}
+        props.update(tool.result_meta)
+        if tool.mutates:
+            props.update(_MUTATING)
+    else:
+        props["output"] = {"type": "string", "description": _OUTPUT[name]}
+        props.update(_META[name])
     return {"type": "object", "properties": props, "required": ["ok", "output", "note", "workspace_mode"], "additionalProperties": True}
 
 

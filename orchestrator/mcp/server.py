@@ -3,9 +3,9 @@
 One process serves one MCP session, so it owns one warm sandbox: opened before the first message is
 read (open_session, as `run` opens it: workspace modes, sweep, quota, checkpoints, transcript), kept
 warm and replaced by DockerSandbox itself when the agent dies, and removed when the client goes
-away (stdin EOF, SIGTERM or SIGINT). Each call goes through the same steps as a model's call in
-`run` (Session's validate/approve/execute, so the transcript has the same events); the only other
-caller is the MCP client. Approvals: the policy's deny always holds; a call that would ask asks the
+away (stdin EOF, SIGTERM or SIGINT). Each call goes through the same CallPipeline as a model's call
+in `run` (validate, decide, execute, record: the transcript has the same events); the session has
+no model, the MCP client is the caller. Approvals: the policy's deny always holds; a call that would ask asks the
 user through MCP elicitation when the client declared it (a form request on handshake-era
 connections, an InputRequiredResult on 2026-07-28 ones), and otherwise is left to the client's own
 confirmation, which every MCP client shows before it calls a tool.
@@ -34,36 +34,36 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
 from ..render import visible
-from ..tools import declarations
+from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
 from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
+    from ..pipeline import CallPipeline
     from ..session import OpenSession
 
 log = logging.getLogger(__name__)
 
-TOOLS = ("read_file", "list_files", "grep_files", "write_file", "edit_file", "shell")
-MUTATING = ("write_file", "edit_file", "shell")
+TOOLS = tuple(t.name for t in catalog.mcp_tools())  # the tools whose ToolDef says they are served over MCP
 PROGRESS_EVERY_S = 1.0
 _APPROVAL_KEY = "approval"
-_TITLES = {"read_file": "Read a workspace file", "list_files": "List workspace files", "grep_files": "Search workspace files",
-           "write_file": "Write a workspace file", "edit_file": "Edit a workspace file", "shell": "Run a command in the sandbox"}
 
 
 def tool_annotations(name: str, open_world: bool = False) -> types.ToolAnnotations:
-    """Hints for the client's own confirmation: read/list/grep change nothing; write, edit and shell
-    may overwrite or delete what is there. Nothing reaches the network unless --egress opened it."""
-    read_only = name in ("read_file", "list_files", "grep_files")
-    return types.ToolAnnotations(title=_TITLES[name], read_only_hint=read_only, destructive_hint=not read_only,
-                                 idempotent_hint=read_only or name == "write_file", open_world_hint=open_world and name == "shell")
+    """Hints for the client's own confirmation, from the tool's ToolDef: reading tools change
+    nothing; the others may overwrite or delete what is there. Nothing reaches the network unless
+    --egress opened it."""
+    tool = catalog.TOOLS[name]
+    return types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only, destructive_hint=not tool.read_only,
+                                 idempotent_hint=tool.read_only or tool.idempotent, open_world_hint=open_world and tool.reaches_network)
 
 
 def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.Tool]:
@@ -185,7 +185,7 @@ class SandboxMcpServer:
         digest = _digest(params.name, arguments)
         context = self._context(ctx, params, digest)
         call = ToolCall(id=f"mcp_{uuid.uuid4().hex[:12]}", name=params.name, arguments=arguments)
-        session = self.opened.session
+        pipeline = self.opened.pipeline
         with self._lock:
             self.calls += 1
             turn = self.calls
@@ -193,7 +193,7 @@ class SandboxMcpServer:
         def approve() -> PreparedCall | ToolResult:
             self.approver.bind(context)
             try:
-                return session._validate_and_approve(call)
+                return pipeline.validate_and_decide(call)
             finally:
                 self.approver.bind(None)
 
@@ -207,14 +207,16 @@ class SandboxMcpServer:
             return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
         if isinstance(prepared, ToolResult):
             return self._answer(prepared)
-        result = await self._execute(ctx, session, prepared)
+        result = await self._execute(ctx, pipeline, prepared)
         await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
         return self._answer(result, params.name)
 
     def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
         """In copy mode, a call that may have changed files says where the change is and how to land it
         (a failed write or edit changed nothing; a failed command may have)."""
-        if self.landing is None or name not in MUTATING or not (result.ok or name == "shell"):
+        tool = catalog.get(name)
+        # a failed write or edit changed nothing; a failed command (an execute-kind tool) may have
+        if self.landing is None or tool is None or not tool.mutates or not (result.ok or tool.kind == "execute"):
             return to_call_result(result, self.mode)
         note = in_copy_note(self.landing.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
@@ -235,9 +237,9 @@ class SandboxMcpServer:
                 err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "apply_changes takes no arguments: it lands every change the copy holds")
                 return self._answer(ToolResult.failure(err))
             result = await anyio.to_thread.run_sync(landing.apply)
-            self.opened.transcript.event("apply", executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
-                                         applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
-                                         conflicts=result.meta.get("conflicts", [])[:200])
+            self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
+                                                          applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
+                                                          conflicts=result.meta.get("conflicts", [])[:200]))
         return self._answer(result, name)
 
     def _context(self, ctx: Any, params: types.CallToolRequestParams, digest: str) -> _CallContext:
@@ -260,15 +262,15 @@ class SandboxMcpServer:
                 context.preset = types.ElicitResult(action="cancel")  # a stale or forged state is a refusal, never a pass
         return context
 
-    async def _execute(self, ctx: Any, session: Any, prepared: PreparedCall) -> ToolResult:
-        """The call in a worker thread; a shell call reports its elapsed time as MCP progress (a no-op
+    async def _execute(self, ctx: Any, pipeline: CallPipeline, prepared: PreparedCall) -> ToolResult:
+        """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time as MCP progress (a no-op
         unless the client sent a progressToken); a cancelled request kills what the call started."""
         done = anyio.Event()
         outcome: list[ToolResult] = []
 
         def work() -> None:
             try:
-                outcome.append(session._execute(prepared))
+                outcome.append(pipeline.execute(prepared))
             finally:
                 try:
                     anyio.from_thread.run_sync(done.set)
@@ -279,8 +281,9 @@ class SandboxMcpServer:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(functools.partial(anyio.to_thread.run_sync, work, abandon_on_cancel=True))
-                if prepared.spec.name == "shell":
-                    timeout = float(prepared.arguments().get("timeout") or 0) or None
+                own_deadline = prepared.spec.box.deadline
+                if own_deadline is not None:  # a call that runs as long as its arguments say (a command)
+                    timeout: float | None = own_deadline(prepared.arguments())
                     while not done.is_set():
                         with anyio.move_on_after(PROGRESS_EVERY_S):
                             await done.wait()
@@ -366,8 +369,9 @@ def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
     """Serve until the client goes; then remove the box (SIGTERM is ignored while it goes, so the
     removal and the sweep finish). Returns the sweep's lines."""
     server = SandboxMcpServer(opened, approver)
-    opened.transcript.event("session_start", task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
-                            workspace=str(opened.session.registry.workspace), workspace_mode=opened.record.mode.value, tools=list(TOOLS))
+    opened.transcript.emit(ev.SessionStarted(task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
+                                             workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
+                                             tools=list(TOOLS)))
     reason = "the MCP client went away"
     try:
         anyio.run(server.serve_stdio)
@@ -376,8 +380,7 @@ def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
     finally:
         previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            opened.transcript.event("session_end", executor=Executor.USER, status="closed", reason=reason,
-                                    turns=server.calls, final_text="", error=None)
+            opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status="closed", reason=reason, turns=server.calls))
             opened.finish("closed", reason)
             swept = opened.close()
         finally:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from ..protocol import Executor
 from ..render import continued, visible
-from ..tools.registry import PreparedCall, call_title
+from ..tools.registry import PreparedCall
 from .ladder import Ladder, Level
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class TerminalApprover:
 
 class ApprovalGate:
     """`auto_approve` (--auto-approve): whatever would ask and runs inside the sandbox proceeds
-    without asking; host-side tools (git push, MCP tools) still ask, and a deny still wins.
+    without asking; host-side tools (git, MCP tools) still ask, and a deny still wins.
     `preview(prepared)` gives the diff an edit would make, for the question: called only when the
     approver is about to show it to a person (never for automatic, refused, session-approved or
     auto-approved calls, nor for an approver that shows no diff: CI, an editor, an MCP client)."""
@@ -152,8 +152,7 @@ class ApprovalGate:
         self.session_approved: set[str] = set()  # kinds the user approved with `a`
 
     def decide(self, prepared: PreparedCall) -> ApprovalOutcome:
-        command = prepared.arguments().get("command") if prepared.spec.name == "shell" else None
-        level, reason = self.ladder.level(prepared.spec.name, prepared.kind, prepared.action, command)
+        level, reason = self.ladder.level(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
         if level == Level.AUTOMATIC:
             return ApprovalOutcome(allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason)
         if level == Level.REFUSE:
@@ -172,7 +171,7 @@ class ApprovalGate:
                 preview = None
         request = ApprovalRequest(
             call_id=prepared.call.id, tool=prepared.spec.name, kind=prepared.kind, action=prepared.action,
-            level=level, title=call_title(prepared.spec.name, prepared.arguments()), arguments=prepared.arguments(),
+            level=level, title=prepared.title, arguments=prepared.arguments(),
             diff=preview.text if preview else None, diff_note=preview.note if preview else None,
         )
         answer = self.approver.ask(request)

@@ -1,4 +1,4 @@
-"""The approval ladder of the spec (automatic / ask once / ask every time / refuse) and policy files.
+"""The approval ladder (docs/tools.md#approvals: automatic / ask once / ask every time / refuse) and policy files.
 
 Policy tiers, lowest to highest: default < workspace < user < admin. The highest tier with a
 matching rule decides; within a tier the strictest rule wins, so an admin can forbid anything.
@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails
 
 from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
+from ..tools import catalog
 from .safeparse import Refused, parse_data, parse_data_bounded
 
 FORBIDDEN_NAME = re.compile(r"bypass", re.IGNORECASE)
@@ -46,8 +47,8 @@ class Decision(str, Enum):
 
 _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
 
-# The spec's ladder: actions first (git has several), then ACP kinds.
-DEFAULT_BY_ACTION = {"git status": Level.AUTOMATIC, "git diff": Level.AUTOMATIC, "git log": Level.AUTOMATIC, "git commit": Level.ASK_ONCE, "git push": Level.ASK_EVERY_TIME}
+# The ladder's defaults, by ACP kind (docs/tools.md#approvals). A tool with several actions (git) gives each action its kind
+# (its ToolDef), so git status/diff/log are read (automatic) and git commit is edit (ask once).
 DEFAULT_BY_KIND = {
     "read": Level.AUTOMATIC,
     "search": Level.AUTOMATIC,
@@ -68,7 +69,7 @@ class PolicyRule(BaseModel):
     id: str | None = Field(default=None, max_length=200)
     tool: str | None = Field(default=None, max_length=100, description="Tool name, e.g. shell.")
     kind: str | None = Field(default=None, max_length=100, description="ACP kind, e.g. edit.")
-    action: str | None = Field(default=None, max_length=200, description="Finest key, e.g. 'git push'.")
+    action: str | None = Field(default=None, max_length=200, description="Finest key, e.g. 'git commit'.")
     command_prefix: str | None = Field(default=None, max_length=4096, description="For shell: the command must start with this.")
     decision: Decision
     tier: Tier = Tier.USER
@@ -182,13 +183,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    from ..tools.registry import SPECS  # the registry's names are the ones a rule can match
-
-    return sorted(SPECS)
+    return sorted(catalog.TOOLS)  # the built-in tools' names are the ones a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*known_tools(), *DEFAULT_BY_ACTION})
+    return catalog.actions()
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:
@@ -270,7 +269,7 @@ class Ladder:
         self.rules = list(rules or [])
 
     def level(self, tool: str, kind: str, action: str, command: str | None = None) -> tuple[Level, str]:
-        default = DEFAULT_BY_ACTION.get(action) or DEFAULT_BY_KIND.get(kind, Level.ASK_EVERY_TIME)
+        default = DEFAULT_BY_KIND.get(kind, Level.ASK_EVERY_TIME)
         matching = [r for r in self.rules if r.matches(tool, kind, action, command)]
         if not matching:
             return default, f"default ladder: {kind}"

@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from sandbox_agent import limits
-
 from .. import host_memory, state, sweep_journal
 from ..boxfs import HostBudget
 from ..config import SandboxLimits
@@ -28,6 +26,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
 from ..quota import WriteQuota
+from ..tools.catalog import box_rule
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
 
@@ -64,7 +63,7 @@ class Sandbox(Protocol):
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         """Run one tool; never raises for a tool failure, only returns a typed result.
-        `on_output(text)`: a shell call's output while it runs (the result still holds it all)."""
+        `on_output(text)`: a streaming call's output while it runs (the result still holds it all)."""
 
     def kill_processes(self) -> None:
         """Kill every process in the sandbox but the agent (Ctrl-C, cancel, a passed deadline)."""
@@ -164,11 +163,11 @@ class SupervisedSandbox:
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the box, under this lock; the others see the new channel and do nothing.
         self._lifecycle = threading.RLock()
-        # The agent runs one shell command at a time (the others wait in it) and a passed deadline
-        # kills every process in the box: so the host sends one shell call at a time itself, and a
-        # shell call's deadline starts only when it holds this turn, i.e. when the agent runs it.
-        # Any command in the box then belongs to the call holding the turn (issue 22).
-        self._shell_turn = threading.Lock()
+        # The agent runs one command at a time (the others wait in it) and a passed deadline kills
+        # every process in the box: so the host sends one exclusive call (BoxRule.exclusive) at a
+        # time itself, and its deadline starts only when it holds this turn, i.e. when the agent
+        # runs it. Any command in the box then belongs to the call holding the turn (issue 22).
+        self._exclusive_turn = threading.Lock()
         self._closed = False
         self._ever_started = False
 
@@ -282,19 +281,20 @@ class SupervisedSandbox:
 
     # -- calls -----------------------------------------------------------------------------
     def deadline_for(self, tool: str, args: dict[str, Any]) -> float:
-        if tool == "shell":
-            requested = args.get("timeout", limits.SHELL_DEFAULT_TIMEOUT_S)
-            if not isinstance(requested, int) or isinstance(requested, bool):
-                requested = limits.SHELL_DEFAULT_TIMEOUT_S
-            return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S) + self.config.shell_grace_s
+        """A tool that bounds its own run by its arguments (its ToolDef's BoxRule) gets that plus the
+        grace; every other call the fixed per-call deadline."""
+        rule = box_rule(tool)
+        if rule.deadline is not None:
+            return rule.deadline(args) + self.config.shell_grace_s
         return self.config.call_deadline_s
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
-        with host_memory.tool_call(), self._shell_turn if tool == "shell" else contextlib.nullcontext():
+        rule = box_rule(tool)
+        with host_memory.tool_call(), self._exclusive_turn if rule.exclusive else contextlib.nullcontext():
             result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
-        if self.quota is not None and tool in ("write_file", "edit_file", "shell") and self.quota.poll():
+        if self.quota is not None and rule.writes and self.quota.poll():
             return self._over_quota(result.output)
         return result
 
@@ -316,7 +316,7 @@ class SupervisedSandbox:
         started = time.monotonic()
         rid: int | None = None
         try:
-            rid, future = channel.request(tool, args, on_output if tool == "shell" else None)
+            rid, future = channel.request(tool, args, on_output if box_rule(tool).streams else None)
             try:
                 response = wait(future, deadline)
             except FutureTimeout:

@@ -32,7 +32,7 @@ from pygit2.enums import FileMode, RepositoryOpenFlag, SortMode
 
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
-from .args import _PathError
+from .argbase import PathError as _PathError
 from .git_workdir import MODE_GITLINK, MODE_LINK, Bounded, Full, PathProblem, Tree, Walk, WorkEntry, check_pathspec, quote
 
 GIT_OUTPUT_CAP = 48 * 1024

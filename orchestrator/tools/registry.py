@@ -1,15 +1,15 @@
 """Which tools a session has, how each is validated, and where it runs (sandbox or host).
 
 Built from configuration: tools can be switched off per session; an unknown name gets a typed
-refusal; `git` runs on the host, over the repository opened at session start (open_repo, before
-the sandbox starts; no usable .git then means no git tool); `delegate` is known but off unless
-configured. The turn loop only sees prepare() and invoke().
+refusal; a tool that needs the repository (git, on the host) is active only when one was opened
+at session start (open_repo, before the sandbox starts; no usable .git then means no such tool).
+The turn loop only sees prepare() and invoke() (through the CallPipeline).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Protocol
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,35 +17,21 @@ from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import ToolResult
 from ..sandbox.base import Sandbox
-from . import declarations, host_git
-from .args import parse_arguments, validate_arguments
+from . import catalog, declarations, host_git
+from .args import validate_arguments
+from .tooldef import HostContext, ToolDef
 
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    kind: str  # the ACP tool kind: read, search, edit, delete, move, execute, fetch, think, other
-    side: Literal["sandbox", "host"]
-
-
-SPECS: dict[str, ToolSpec] = {
-    "read_file": ToolSpec("read_file", "read", "sandbox"),
-    "list_files": ToolSpec("list_files", "read", "sandbox"),
-    "grep_files": ToolSpec("grep_files", "search", "sandbox"),
-    "write_file": ToolSpec("write_file", "edit", "sandbox"),
-    "edit_file": ToolSpec("edit_file", "edit", "sandbox"),
-    "shell": ToolSpec("shell", "execute", "sandbox"),
-    "git": ToolSpec("git", "other", "host"),
-    "delegate": ToolSpec("delegate", "other", "host"),
-}
-_GIT_KINDS = {"status": "read", "diff": "read", "log": "read", "commit": "edit"}
+# The built-in tools by name (catalog.py); a host tool of the session's own is described by a
+# ToolDef of its name, kind and side alone (ToolSpec(name, kind, side)).
+ToolSpec = ToolDef
+SPECS: dict[str, ToolDef] = catalog.TOOLS
+call_title = catalog.call_title
 
 
 class RegistryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     disabled: set[str] = Field(default_factory=set, description="Tools switched off for this session.")
     git: bool = True
-    delegate: bool = False  # the OpenAgents delegation API is not configured here
 
 
 @dataclass
@@ -65,17 +51,17 @@ class PreparedCall:
     def arguments(self) -> dict[str, Any]:
         return self.args.model_dump(exclude_none=True)
 
+    @property
+    def command(self) -> str | None:
+        """What a policy rule's command_prefix is matched against (the tool names the argument)."""
+        if self.spec.command_arg is None:
+            return None
+        value = self.arguments().get(self.spec.command_arg)
+        return value if isinstance(value, str) else None
 
-def call_title(tool: str, arguments: Any) -> str:
-    """One line a person reads: the terminal prompt, the editor's tool call and its permission request.
-    Takes raw arguments too (the editor is told of a call before it is validated)."""
-    args = arguments if isinstance(arguments, dict) else {}
-    if tool == "shell":
-        return f"Run in the sandbox: {str(args.get('command', ''))[:200]}"
-    if tool == "git":
-        return f"Run on the host: git {args.get('subcommand', '')}".strip()
-    detail = args.get("pattern") or args.get("path") or ""
-    return f"{tool} {str(detail)[:120]}".strip()
+    @property
+    def title(self) -> str:
+        return self.spec.call_title(self.arguments())
 
 
 class HostTools(Protocol):
@@ -107,17 +93,13 @@ class ToolRegistry:
         return host_git.HostRepo.open_at_start(workspace) if (config or RegistryConfig()).git else None
 
     def active(self) -> list[str]:
-        names = [n for n, s in SPECS.items() if s.side == "sandbox"]
-        if self.repo is not None:
-            names.append("git")
-        if self.config.delegate:
-            names.append("delegate")
+        names = [n for n, s in SPECS.items() if not s.needs_repo or self.repo is not None]
         if self.host_tools is not None:
             names += self.host_tools.names()
         return [n for n in names if n not in self.config.disabled]
 
     def declarations(self, family: str) -> list[dict[str, Any]]:
-        own = declarations.declarations([n for n in self.active() if n != "delegate" and n in SPECS], family)
+        own = declarations.declarations([n for n in self.active() if n in SPECS], family)
         if self.host_tools is None:
             return own
         extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
@@ -135,11 +117,9 @@ class ToolRegistry:
             raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}")
         if call.name not in self.active():
             raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
-        if spec.name == "delegate":
-            raise OpenAgentsError(ErrorType.TOOL_DISABLED, "delegation is not configured")
-        if spec.name == "git":
-            git_args = host_git.parse_args(parse_arguments(call.arguments))
-            return PreparedCall(call, spec, git_args, _GIT_KINDS[git_args.subcommand], host_git.action(git_args))
+        if spec.prepare is not None:
+            own = spec.prepare(call.arguments)
+            return PreparedCall(call, spec, own.args, own.kind, own.action)
         args = validate_arguments(spec.name, call.arguments)
         return PreparedCall(call, spec, args, spec.kind, spec.name)
 
@@ -152,8 +132,8 @@ class ToolRegistry:
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
             return self.host_tools.invoke(prepared)
         if prepared.spec.side == "host":
-            assert isinstance(prepared.args, host_git.GitArgs)  # git is the registry's one host-side tool: prepare() made these
-            return host_git.run_git(self.repo, prepared.args)
-        if on_output is not None and prepared.spec.name == "shell":
+            assert prepared.spec.run is not None, f"{prepared.spec.name} runs on the host but has no run"
+            return prepared.spec.run(HostContext(repo=self.repo), prepared.args)
+        if on_output is not None and prepared.spec.box.streams:
             return self.sandbox.call(prepared.spec.name, prepared.arguments(), on_output=on_output)
         return self.sandbox.call(prepared.spec.name, prepared.arguments())

@@ -1,0 +1,80 @@
+"""Every built-in tool, found in tools/defs/ (one module per tool, each with its `TOOL`), and the
+lists derived from them. Nothing here names a tool."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any
+
+from . import defs
+from .tooldef import DEFAULT_RULE, BoxRule, ToolDef
+
+
+def _discover() -> dict[str, ToolDef]:
+    found: list[ToolDef] = []
+    for info in pkgutil.iter_modules(defs.__path__):
+        module = importlib.import_module(f"{defs.__name__}.{info.name}")
+        tool = getattr(module, "TOOL", None)
+        if not isinstance(tool, ToolDef):
+            raise TypeError(f"{module.__name__} defines no TOOL (a ToolDef)")
+        found.append(tool)
+    found.sort(key=lambda t: (t.order, t.name))
+    names = [t.name for t in found]
+    if len(set(names)) != len(names):
+        raise TypeError(f"two tools share a name: {names}")
+    return {t.name: t for t in found}
+
+
+TOOLS: dict[str, ToolDef] = _discover()
+
+
+def get(name: str) -> ToolDef | None:
+    return TOOLS.get(name)
+
+
+def box_rule(name: str) -> BoxRule:
+    """How the sandbox supervisor runs a call of `name` (the default rule for a name it does not know:
+    the agent answers unknown_tool)."""
+    tool = TOOLS.get(name)
+    return tool.box if tool is not None else DEFAULT_RULE
+
+
+def sandbox_tools() -> list[str]:
+    return [t.name for t in TOOLS.values() if t.side == "sandbox"]
+
+
+def mcp_tools() -> list[ToolDef]:
+    return [t for t in TOOLS.values() if t.over_mcp]
+
+
+def mutating() -> frozenset[str]:
+    return frozenset(t.name for t in TOOLS.values() if t.mutates)
+
+
+def path_tools() -> frozenset[str]:
+    return frozenset(t.name for t in TOOLS.values() if t.path_arg)
+
+
+def file_replacing() -> frozenset[str]:
+    return frozenset(t.name for t in TOOLS.values() if t.replaces_file)
+
+
+def file_reader() -> ToolDef:
+    return next(t for t in TOOLS.values() if t.reads_file)
+
+
+def actions() -> list[str]:
+    """Every key a policy rule's `action` can name: each tool's name, and each action of a multi-action tool."""
+    return sorted({*TOOLS, *(a for t in TOOLS.values() for a in t.actions)})
+
+
+def call_title(tool: str, arguments: Any) -> str:
+    """One line a person reads: the terminal prompt, the editor's tool call and its permission request.
+    Takes raw arguments too (the editor is told of a call before it is validated)."""
+    known = TOOLS.get(tool)
+    return (known or ToolDef(tool, "other", "host")).call_title(arguments)
+
+
+def announced_kind(tool: str, arguments: Any) -> str:
+    known = TOOLS.get(tool)
+    return known.announced_kind(arguments) if known is not None else "other"

@@ -1,0 +1,25 @@
+"""grep_files: lines of workspace files matching a regular expression (docs/tools.md#grep_files)."""
+from __future__ import annotations
+
+from pydantic import Field
+
+from sandbox_agent import limits
+
+from ..argbase import MAX_PATH_CHARS, PathArgs
+from ..tooldef import J_BOOL, J_INT, ToolDef
+
+
+class GrepFilesArgs(PathArgs):
+    pattern: str = Field(min_length=1, max_length=2000, description="Python regular expression.")
+    path: str = Field(default=".", max_length=MAX_PATH_CHARS, description="File or directory to search.")
+    glob: str | None = Field(default=None, max_length=512, description="Only files whose name matches, e.g. '*.py'.")
+    ignore_case: bool = False
+
+
+TOOL = ToolDef(
+    "grep_files", "search", "sandbox", GrepFilesArgs, order=30, title="Search workspace files",
+    description=f"Search file contents with a regular expression; returns path:line:text, at most {limits.GREP_MAX_LINES} matching lines.",
+    path_arg=True, over_mcp=True, idempotent=True,
+    output_doc="The matches, one `path:line: text` a line.",
+    result_meta={"matches": J_INT, "truncated": J_BOOL, "timed_out": J_BOOL, "unreadable": {"type": "array"}},
+)

@@ -1,0 +1,44 @@
+"""shell: one command with /bin/sh -c in the box (docs/tools.md#shell)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import Field
+
+from sandbox_agent import limits
+
+from ..argbase import Args
+from ..tooldef import J_BOOL, J_INT, J_NUM, BoxRule, ToolDef
+
+
+class ShellArgs(Args):
+    command: str = Field(min_length=1, max_length=64 * 1024, description="Run with /bin/sh -c in the workspace, no standard input.")
+    timeout: int = Field(
+        default=limits.SHELL_DEFAULT_TIMEOUT_S, ge=1, le=1_000_000,
+        description=f"Seconds; default {limits.SHELL_DEFAULT_TIMEOUT_S}, clamped to {limits.SHELL_MAX_TIMEOUT_S}.",
+    )
+
+
+def deadline(args: Mapping[str, Any]) -> float:
+    """The command's own timeout, clamped as the agent clamps it; the host adds its grace. Read from
+    raw arguments too (a caller of the sandbox may pass anything): a non-integer is the default."""
+    requested = args.get("timeout", limits.SHELL_DEFAULT_TIMEOUT_S)
+    if not isinstance(requested, int) or isinstance(requested, bool):
+        requested = limits.SHELL_DEFAULT_TIMEOUT_S
+    return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S)
+
+
+TOOL = ToolDef(
+    "shell", "execute", "sandbox", ShellArgs, order=60, title="Run a command in the sandbox",
+    description=(
+        f"Run a command with /bin/sh -c in the workspace, with no standard input and no network. Default timeout "
+        f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background processes do not outlive the call. "
+        "Output is capped (head and tail kept)."
+    ),
+    mutates=True, box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True),
+    over_mcp=True, reaches_network=True, command_arg="command",
+    title_of=lambda args: f"Run in the sandbox: {str(args.get('command', ''))[:200]}",
+    output_doc="The command's combined stdout and stderr (head and tail kept when it is long).",
+    result_meta={"exit_code": {"type": ["integer", "null"], "description": "null when the command timed out"}, "timed_out": J_BOOL,
+                 "timeout_s": J_NUM, "output_bytes": J_INT, "output_lines": J_INT, "output_truncated": J_BOOL, "elapsed_s": J_NUM},
+)
