@@ -54,7 +54,9 @@ def test_pydantic_ai_reads_edits_and_runs_the_tests(sandbox_image, tmp_path):
 
     transport = StdioTransport(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)],
                                env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=str(REPO))
-    agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, read_timeout=120)])
+    # init_timeout: the server starts its sandbox before it answers initialize (seconds under gVisor on a
+    # loaded machine; the 5 s default failed once in a full run)
+    agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, read_timeout=120, init_timeout=120)])
 
     async def run() -> str:
         result = await agent.run("make the tests pass")
