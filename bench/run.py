@@ -333,7 +333,9 @@ def _run_steps(steps, wanted: list[str], label: str) -> dict:
             continue
         started = time.perf_counter()
         out.update(step())
-        print(f"[{label}: {name}: {time.perf_counter() - started:.1f}s]", file=sys.stderr)
+        # the 1-minute load average as each section ends: a ratio is only as good as the machine was quiet
+        out[f"load_{name.replace(' ', '_')}"] = os.getloadavg()[0]
+        print(f"[{label}: {name}: {time.perf_counter() - started:.1f}s, load {os.getloadavg()[0]:.2f}]", file=sys.stderr)
     return out
 
 
@@ -389,8 +391,41 @@ CURVE_SIDE_BY_SIDE = [
 ]
 
 
+# Issue 26's targets: (runtime kind, label, function of (this runtime's results, runc's), limit, "min"/"max", section).
+# gVisor's calls are held against `docker exec` under runc: what a user would otherwise reach for.
+TARGETS = [
+    ("gvisor", "read_file vs docker exec cat under runc", lambda r, c: c["docker_exec_p50_ms"] / r["tool_call_p50_ms"], 10.0, "min", "tool_calls"),
+    ("gvisor", "shell `true` vs docker exec true under runc", lambda r, c: c["docker_exec_true_p50_ms"] / r["shell_p50_ms"], 10.0, "min", "tool_calls"),
+    ("gvisor", "10 boxes at once: call p50 / runc's", lambda r, c: r["curve_10_call_p50_ms"] / c["curve_10_call_p50_ms"], 2.0, "max", "concurrency"),
+    ("gvisor", "cold start / docker run (same runtime)", lambda r, c: r["cold_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+    ("runc", "shell `true` / read_file", lambda r, c: r["shell_ratio_vs_read"], 2.0, "max", "tool_calls"),
+    ("runc", "cold start / docker run", lambda r, c: r["cold_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+]
+
+
+def target_rows(runtimes: dict) -> list[str]:
+    """Each target the run measured: its ratio, the limit, met or not, and the load average as its section ended."""
+    runc = runtimes.get("runc", {})
+    rows = []
+    for name, r in runtimes.items():
+        kind = "runc" if name == "runc" else "gvisor"
+        for want, label, ratio, limit, sense, section in TARGETS:
+            if want != kind:
+                continue
+            try:
+                value = ratio(r, runc)
+            except (KeyError, ZeroDivisionError):
+                continue  # the section (or runc's, to compare with) did not run
+            met = value >= limit if sense == "min" else value <= limit
+            bound = f"{'>=' if sense == 'min' else '<='} {limit:g}x"
+            load = r.get(f"load_{section}")
+            load_text = f" load {load:.2f}" if load is not None else ""
+            rows.append(f"{name:<16}{label:<46}{value:>8.2f}x  target {bound:<8} {'met' if met else 'NOT MET':<8}{load_text}")
+    return rows
+
+
 def print_report(results: dict) -> None:
-    """Each runtime's full table, then the headline figures side by side."""
+    """Each runtime's full table, the headline figures side by side, then the targets."""
     runtimes = results["runtimes"]
     for runtime, r in runtimes.items():
         print(f"== {runtime}")
@@ -412,6 +447,12 @@ def print_report(results: dict) -> None:
         cells = "".join(f"{fmt.format(v) if v is not None else '-':>12}" for v in values)
         ratio = f"{values[-1] / values[0]:>9.2f}x" if len(names) > 1 and values[0] and values[-1] is not None else ""
         print(f"{label:<36}{cells}{ratio}")
+    rows = target_rows(runtimes)
+    if rows:
+        print(f"== targets (issue 26; load average of {results['machine']['cpus']} CPUs as each section ended: "
+              "on a loaded machine redo them on a quiet one)")
+        for row in rows:
+            print(row)
 
 
 def print_table(r: dict) -> None:

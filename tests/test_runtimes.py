@@ -214,3 +214,24 @@ def test_setup_probes_a_missing_runsc_without_ending_the_set_up(tmp_path):
     done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=10)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "probe:[]\n"
+
+
+def test_a_candidate_registration_named_runsc_dash_something_is_gvisor_and_gets_its_seccomp_profile():
+    # bench/platforms.py measures candidates such as runsc-ptrace: without gVisor's profile no thread starts there
+    from orchestrator.sandbox.runtimes import is_gvisor, seccomp_security_opt
+
+    assert is_gvisor("runsc-ptrace") and is_gvisor("runsc") and is_gvisor("runsc-net")
+    assert not is_gvisor("runc") and not is_gvisor(None) and not is_gvisor("runscx")
+    assert seccomp_security_opt("runsc-ptrace") == seccomp_security_opt("runsc") != seccomp_security_opt("runc")
+    info = {"Runtimes": {**SETUP_RUNTIMES, "runsc-ptrace": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace"]}}}
+    assert choose_runtime_from_info("runsc-ptrace", False, info).gvisor
+
+
+def test_doctor_names_the_platform_directfs_and_overlay_of_the_registration():
+    from orchestrator.sandbox.runtimes import gvisor_settings
+
+    text = gvisor_settings(WITH_GVISOR, RUNSC)
+    assert "platform systrap" in text and "directfs off" in text and "read-only" in text and "root overlay root:self" in text
+    ptrace = {"Runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--oci-seccomp", "--overlay2=none"]}}}
+    text = gvisor_settings(ptrace, RUNSC)
+    assert "platform ptrace" in text and "measured" in text and "directfs on" in text and "root overlay none" in text

@@ -17,7 +17,7 @@ from .daemon import DOCKER_ERRORS
 from .docker import DockerSandbox, container_settings, docker_client
 from .image import build_image, ensure_image, image_status
 from .reaper import Scope, reap
-from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, is_gvisor
+from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
 
 
@@ -72,6 +72,8 @@ class DockerBackend:
                        f"image {config.image}: {status}" + ("" if status == "current" else "  (run `oa-sandbox image build`)")))
         choice = choose_runtime(config.runtime, config.egress is not None, client)  # CONFIG_INVALID propagates
         checks.append(("ok" if choice.gvisor else "info", f"runtime {choice.name}: {choice.why}"))
+        if choice.gvisor:
+            checks.append(("info", f"gVisor settings of {choice.name}: {gvisor_settings(client.info(), choice.name)}"))
         checks.append(("info", f"runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}"))
         return Diagnosis(checks=checks, config=config.model_copy(update={"runtime": choice.name}), reachable=True,
                          can_start=status != "missing", runtime=choice)

@@ -85,7 +85,7 @@ class RuntimeChoice:
 
     @property
     def gvisor(self) -> bool:
-        return self.name in (RUNSC, RUNSC_EGRESS)
+        return is_gvisor(self.name)
 
 
 def runtime_table(info: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -158,7 +158,9 @@ GVISOR_RUNTIMES = frozenset({RUNSC, RUNSC_EGRESS})
 
 
 def is_gvisor(runtime: str | None) -> bool:
-    return runtime in GVISOR_RUNTIMES
+    """runsc, runsc-net, and any other registration named runsc-* (the candidates bench/platforms.py
+    measures, e.g. runsc-ptrace): each gets gVisor's seccomp profile, without which no thread starts."""
+    return runtime is not None and (runtime in GVISOR_RUNTIMES or runtime.startswith(RUNSC + "-"))
 
 
 def gvisor_profile(profile: dict[str, Any]) -> dict[str, Any]:
@@ -188,3 +190,33 @@ def _gvisor_profile_json() -> str:
 def seccomp_security_opt(runtime: str | None) -> str:
     """The `seccomp=...` security option for a box under `runtime` (container_settings' entry)."""
     return "seccomp=" + _gvisor_profile_json() if is_gvisor(runtime) else seccomp.security_opt()
+
+
+def _flag(args: list[str], name: str) -> str | None:
+    """The value of `--name=value` (or a bare `--name`: "true") among runsc's arguments, the last one winning."""
+    value = None
+    for arg in args:
+        if arg == f"--{name}":
+            value = "true"
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def gvisor_settings(info: Mapping[str, Any], name: str) -> str:
+    """What the registration `name` runs boxes with, and why, for `doctor`: the platform (how gVisor's
+    kernel catches the box's system calls), directfs, the root overlay. Read from the daemon's own
+    registration, so it is what this machine's boxes get."""
+    args = runtime_args(info, name)
+    platform = _flag(args, "platform") or "systrap"
+    why_platform = {
+        "systrap": "gVisor's default; scripts/setup measures it against ptrace on the machine and registers the faster",
+        "ptrace": "scripts/setup measured it faster than systrap on this machine",
+        "kvm": "KVM: needs /dev/kvm with (nested) virtualisation",
+    }.get(platform, "as registered")
+    directfs = _flag(args, "directfs")
+    directfs_text = ("directfs off: file operations go through the gofer, because with directfs runsc 20240729 truncates "
+                     "files on read-only bind mounts (the box could empty .git/config)") if directfs == "false" else \
+        "directfs on: the box's kernel opens host files itself"
+    overlay = _flag(args, "overlay2") or "root:self (default)"
+    return f"platform {platform} ({why_platform}); {directfs_text}; root overlay {overlay}"
