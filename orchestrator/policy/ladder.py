@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
 from .safeparse import Refused, parse_data, parse_data_bounded
@@ -95,6 +96,9 @@ class EgressPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: list[str] = Field(default_factory=list, description="Hosts the egress proxy may reach.")
     allow_cidrs: list[str] = Field(default_factory=list, description="Admin only: private networks the proxy may reach.")
+    rules: list[EgressRule] = Field(default_factory=list, description="[[egress.rules]]: by host, port, method and path; first match wins.")
+    credentials: list[EgressCredential] = Field(default_factory=list, description="[[egress.credentials]]: injected by the gate (user or admin).")
+    upstream_ca: str | None = Field(default=None, description="Admin only: a PEM file the gate also trusts for re-originated TLS.")
 
 
 class PolicyFile(BaseModel):
@@ -106,7 +110,8 @@ class PolicyFile(BaseModel):
 
 POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
 POLICY_NAMES = ("policy.toml", "policy.yaml", "policy.yml")
-_KNOWN_KEYS = frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
+_KNOWN_KEYS = (frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
+               | frozenset(EgressRule.model_fields) | frozenset(EgressCredential.model_fields))
 
 
 def _invalid(where: str, problem: str) -> OpenAgentsError:
@@ -260,6 +265,8 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
             raise _invalid(where, f"a workspace policy can only ask or deny, never allow ({what})")
     if policy.egress and policy.egress.allow_cidrs and file_tier != Tier.ADMIN:
         raise _invalid(where, "egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
+    if policy.egress and policy.egress.upstream_ca and file_tier != Tier.ADMIN:
+        raise _invalid(where, "egress upstream_ca is admin-only (OA_ADMIN_POLICY)")
     return policy.model_copy(update={"rules": rules})
 
 
