@@ -25,7 +25,6 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from orchestrator.sandbox.egress_tls import SessionCA
@@ -60,11 +59,12 @@ def _api(world: SessionCA, tmp: Path) -> ThreadingHTTPServer:
     return server
 
 
-def _gate(name: str, api_port: int, world: SessionCA, gate_ca: SessionCA | None) -> tuple[ModuleType, int]:
+def _gate(name: str, api_port: int, world: SessionCA, gate_ca: SessionCA | None) -> tuple[Any, int]:
     spec = importlib.util.spec_from_file_location(name, ROOT / "compose" / "proxy" / "egress_proxy.py")
     assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
+    module: Any = importlib.util.module_from_spec(spec)  # the gate script: its settings are module globals
     spec.loader.exec_module(module)
+    # the gate's module-level settings, as its environment would set them
     module.POLICY = module.Policy("", "127.0.0.0/8", json.dumps([{"action": "allow", "host": "localhost", "port": api_port}]), "bench")
     module.log = lambda **fields: None
     if gate_ca is not None:
