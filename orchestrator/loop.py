@@ -34,6 +34,7 @@ When the task is done, answer with a short summary and no tool call."""
 
 MAX_PARALLEL_READS = 4
 RESULT_PREVIEW_CHARS = 4000
+MAX_EGRESS_SUMMARY = 500  # egress audit records kept for --output json (each bounded: sandbox/egress.py); the rest are counted
 
 
 class SessionStatus(str, Enum):
@@ -66,6 +67,10 @@ class SessionResult(BaseModel):
     failed_calls: list[CallOutcome] = []
     tokens: dict[str, int] = {"input": 0, "output": 0}
     wall_s: float = 0.0
+    # The egress audit (the transcript's `egress` events' fields, call id included): at most
+    # MAX_EGRESS_SUMMARY records, then egress_omitted says how many more the transcript has.
+    egress: list[dict[str, Any]] = []
+    egress_omitted: int = 0
 
     @property
     def refused(self) -> bool:
@@ -96,6 +101,8 @@ class Session:
         self.calls: dict[str, int] = {"ok": 0, "failed": 0, "refused": 0, "cancelled": 0}
         self.refused_calls: list[CallOutcome] = []
         self.failed_calls: list[CallOutcome] = []
+        self.egress: list[dict[str, Any]] = []
+        self.egress_omitted = 0
         self._actions: dict[str, str] = {}
         self._books = threading.Lock()
         self._started = time.monotonic()
@@ -189,7 +196,8 @@ class Session:
                                              tokens=dict(self.tokens), wall_s=wall))
         with self._books:
             return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info, calls=dict(self.calls),
-                                 refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall)
+                                 refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall,
+                                 egress=list(self.egress), egress_omitted=self.egress_omitted)
 
     # -- budgets ---------------------------------------------------------------------------
     def _over_budget(self) -> OpenAgentsError | None:
@@ -294,7 +302,13 @@ class Session:
         state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
         self._book(call, result, state)
         for record in result.meta.get("egress", []):
-            self.transcript.emit(ev.EgressRecorded.of(call.id, record))
+            event = ev.EgressRecorded.of(call.id, record)
+            self.transcript.emit(event)
+            with self._books:
+                if len(self.egress) < MAX_EGRESS_SUMMARY:
+                    self.egress.append(event.fields())
+                else:
+                    self.egress_omitted += 1
         self._state(call, state)
         self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
                                                  output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,

@@ -102,6 +102,8 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "error": result.error.model_dump(mode="json") if result.error else None,
         "workspace_mode": record.mode.value,
         "transcript": record.transcript,
+        "egress": result.egress,  # the audit: one record per request (no credential value, no query)
+        "egress_omitted": result.egress_omitted,
     }
 
 

@@ -223,9 +223,13 @@ def test_the_audit_reaches_the_transcript_and_transcript_show(egress_project, tl
     env = {**os.environ, "OA_ADMIN_POLICY": str(admin), "OA_EGRESS_OUTER_NETWORK": egress_project["outer"], TOKEN_VAR: TOKEN, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "orchestrator.cli"]
     proc = subprocess.run([*cli, "run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--policy", str(user),
-                           "--transcript", str(transcript), "call the API"], capture_output=True, text=True, env=env, timeout=240, cwd=ROOT)
+                           "--transcript", str(transcript), "--output", "json", "call the API"], capture_output=True, text=True, env=env, timeout=240, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert TOKEN not in transcript.read_text() + proc.stdout + proc.stderr
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [(e["method"], e["host"], e["port"], e["path"], e["decision"], e["credential"]) for e in summary["egress"]] == [
+        ("GET", "api.test", 8443, "/repos/org/x", "allow", True), ("DELETE", "api.test", 8443, "/repos/org/x", "deny", False)]
+    assert summary["egress_omitted"] == 0 and summary["egress"][0]["bytes_down"] > 0
     events = [e for e in map(json.loads, transcript.read_text().splitlines()) if e["type"] == "egress"]
     assert [(e["method"], e["path"], e["decision"], e["credential"]) for e in events] == [
         ("GET", "/repos/org/x", "allow", True), ("DELETE", "/repos/org/x", "deny", False)]
