@@ -128,6 +128,7 @@ RULES = [
     EgressRule(action="allow", host="api.test", port=8443, methods=["GET"], path="/repos/org/*"),
     EgressRule(action="allow", host="api.test", port=8443, methods=["POST"], path="/repos/org/issues"),
     EgressRule(action="allow", host="api.test", port=8443, methods=["GET"], path="/echo"),
+    EgressRule(action="allow", host="api.test", port=8443, methods=["GET"], path="/redirect"),
 ]
 
 
@@ -237,3 +238,72 @@ def test_the_audit_reaches_the_transcript_and_transcript_show(egress_project, tl
     shown = subprocess.run([*cli, "transcript", "show", str(transcript)], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
     assert shown.returncode == 0 and "api.test:8443/repos/org/x" in shown.stdout and "credential injected" in shown.stdout
     assert "default deny" in shown.stdout and TOKEN not in shown.stdout
+
+
+# -- the hostile box, for real: raw bytes through the gate from inside the box ---------------------
+ATTACK = r'''
+import os, socket, ssl, sys
+from urllib.parse import urlsplit
+proxy = urlsplit(os.environ["HTTPS_PROXY"])
+mode = sys.argv[1]
+HEADS = {
+    "cl_te": b"POST /repos/org/issues HTTP/1.1\r\nHost: api.test:8443\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    "two_cl": b"POST /repos/org/issues HTTP/1.1\r\nHost: api.test:8443\r\nContent-Length: 0\r\nContent-Length: 38\r\n\r\nGET /admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    "host": b"GET /repos/org/x HTTP/1.1\r\nHost: denied.test:8443\r\n\r\n",
+    "h2": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    "huge": b"GET /repos/org/x HTTP/1.1\r\nHost: api.test:8443\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
+    "redirect": b"GET /redirect HTTP/1.1\r\nHost: api.test:8443\r\n\r\n",
+}
+sock = socket.create_connection((proxy.hostname, proxy.port), timeout=20)
+target = "denied.test:8443" if mode == "follow" else "api.test:8443"
+sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    chunk = sock.recv(1)
+    if not chunk:
+        break
+    head += chunk
+print("CONNECT", head.split(b"\r\n")[0].decode())
+if not head.startswith(b"HTTP/1.1 200"):
+    sys.exit()
+ctx = ssl.create_default_context()  # SSL_CERT_FILE: the session CA is trusted
+ctx.set_alpn_protocols(["h2", "http/1.1"])
+try:
+    tls = ctx.wrap_socket(sock, server_hostname="denied.test" if mode == "sni" else "api.test")
+except (ssl.SSLError, OSError) as e:
+    print("HANDSHAKE", type(e).__name__)
+    sys.exit()
+print("ALPN", tls.selected_alpn_protocol())
+tls.sendall(HEADS[mode])
+out = b""
+try:
+    while chunk := tls.recv(65536):
+        out += chunk
+except (OSError, ssl.SSLError):
+    pass
+print("REPLY", out.split(b"\r\n")[0].decode(errors="replace"), b"Location: https://denied.test:8443/steal" in out)
+'''
+
+
+@pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)
+def test_hostile_requests_from_the_box_get_nothing_through(api_box, tls_api):
+    """From inside the box, through the real gate: CL+TE, two Content-Lengths, an inner Host naming
+    another server, an h2 preface, a 70 KB header, an SNI naming another server, and following a
+    redirect to another host: none reaches the API (or that host); h2 is never negotiated."""
+    assert api_box.call("write_file", {"path": "attack.py", "content": ATTACK}).ok
+    before = len(received(tls_api))
+
+    def attack(mode: str) -> list[str]:
+        return api_box.call("shell", {"command": f"python3 attack.py {mode}", "timeout": 60}).output.strip().splitlines()
+
+    for mode, status in (("cl_te", ("400", "411")), ("two_cl", ("400",)), ("host", ("403",)), ("h2", ("400",)), ("huge", ("431",))):
+        out = attack(mode)
+        assert out[:2] == ["CONNECT HTTP/1.1 200 Connection Established", "ALPN http/1.1"], (mode, out)
+        assert out[2].split()[2] in status, (mode, out)
+    assert attack("sni")[1] == "HANDSHAKE SSLError"
+    assert received(tls_api)[before:] == []
+    redirect = attack("redirect")
+    assert redirect[2].startswith("REPLY HTTP/1.1 302") and redirect[2].endswith("True")  # relayed, not followed
+    follow = attack("follow")
+    assert follow == ["CONNECT HTTP/1.1 403 Egress Refused"]
+    assert [r["path"] for r in received(tls_api)[before:]] == ["/redirect"]
