@@ -7,6 +7,7 @@ The session ends on a final answer, max turns, a detected loop, a fatal error, o
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -18,6 +19,7 @@ from pydantic import BaseModel
 
 from . import events as ev
 from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
+from .config import EgressRule
 from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
 from .models.base import Message, ModelClient, ToolCall
@@ -295,6 +297,33 @@ class Session:
             return self._finish(call, cancelled, state=ToolCallState.CANCELLED)
         return self._finish(call, result)
 
+    def _offer_widening(self, call: ToolCall, event: ev.EgressRecorded) -> str:
+        """A request the gate refused because no rule matched: the person may allow it once or for
+        the session (the gate's rules change live, this session only). A tunnel the gate did not
+        open is offered as its whole host and port (the gate cannot see its paths); otherwise
+        the method and the exact path. Nothing is offered for an explicit deny, a cut field, a
+        session without a person, or a sandbox without a gate."""
+        widen = getattr(self.registry.sandbox, "widen_egress", None)
+        if not callable(widen) or not event.host or event.port is None or "…[cut" in event.host + (event.path or ""):
+            return ""
+        whole_host = event.tls == "tunnel" or event.method == "CONNECT" or not event.path
+        path = None if whole_host else re.sub(r"([*?\[])", r"[\1]", event.path or "/")  # the exact path, not a glob
+        try:
+            rule = EgressRule(action="allow", host=event.host, port=event.port, methods=None if whole_host else [event.method or "GET"], path=path)
+        except ValueError:
+            return ""
+        what = f"{event.host}:{event.port}" if whole_host else f"{event.method} {event.host}:{event.port}{event.path}"
+        outcome = self.gate.widen_egress(call.id, what, {"method": event.method, "host": event.host, "port": event.port, "path": event.path})
+        if outcome.allowed and not widen(rule, outcome.decision == "allow_once"):
+            outcome = outcome.model_copy(update={"allowed": False, "decision": "refused", "reason": "the egress gate could not take the rule"})
+        if outcome.decision != "refused" or getattr(self.gate.approver, "asks_egress", False):
+            self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=call.id, tool="egress", action=f"egress {what}",
+                                                    level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
+        if not outcome.allowed:
+            return ""
+        how = "for this session" if outcome.decision == "approved_for_session" else "for one request"
+        return f"the user allowed egress to {what} {how}: the refused request may be tried again"
+
     def _state(self, call: ToolCall, state: ToolCallState, **fields: Any) -> None:
         self.transcript.emit(ev.ToolCallChanged(call_id=call.id, tool=call.name, state=state, **fields))
 
@@ -309,6 +338,10 @@ class Session:
                     self.egress.append(event.fields())
                 else:
                     self.egress_omitted += 1
+            if event.decision == "deny" and event.rule == "default deny":
+                widened = self._offer_widening(call, event)
+                if widened:  # the model learns it may try again
+                    result = result.model_copy(update={"note": (result.note + "\n" if result.note else "") + widened})
         self._state(call, state)
         self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
                                                  output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,

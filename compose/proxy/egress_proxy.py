@@ -68,8 +68,9 @@ class Rule:
     path (None: any; else a glob on the path, query stripped), action allow or deny."""
 
     def __init__(self, host: str, port: int | None = None, methods=None, path: str | None = None,
-                 action: str = "allow", name: str = "") -> None:
+                 action: str = "allow", name: str = "", once: bool = False) -> None:
         self.host = host.strip().lower().rstrip(".")
+        self.once = once  # a widened rule the person allowed for one request
         self.port = port
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
         self.path = path
@@ -89,7 +90,8 @@ class Rule:
         action = data.get("action", "allow")
         if action not in ("allow", "deny"):
             raise ValueError(f"{name}: action must be allow or deny")
-        return cls(str(data["host"]), data.get("port"), data.get("methods"), data.get("path"), action, data.get("name") or name)
+        return cls(str(data["host"]), data.get("port"), data.get("methods"), data.get("path"), action, data.get("name") or name,
+                   bool(data.get("once")))
 
     @property
     def whole_host(self) -> bool:
@@ -121,6 +123,41 @@ class Policy:
         self.rules += [Rule.parse(r, f"allow[{i}]") for i, r in enumerate(r for r in allow.split(",") if r.strip())]
         self.cidrs = [ipaddress.ip_network(c.strip(), strict=False) for c in cidrs.split(",") if c.strip()]
         self.rule_set = rule_set
+        # Rules the person widened this session (the host writes them with `docker exec`: the box
+        # cannot reach this container's files). They come last, so they only decide what no
+        # configured rule matched (a default deny): an explicit deny is never widened.
+        self.live: list[Rule] = []
+        self.live_file = os.environ.get("OA_EGRESS_LIVE_RULES", "")
+        self._live_stamp: tuple[int, int, int] | None = None
+        self._used_once: set[str] = set()
+        self._live_lock = threading.Lock()
+
+    def _refresh(self) -> list[Rule]:
+        """The widened rules in force (a changed file is read again; a once-rule is gone after its use)."""
+        if not self.live_file:
+            return []
+        with self._live_lock:
+            try:
+                st = os.stat(self.live_file)
+                stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+                if stamp != self._live_stamp and st.st_size < 1 << 20:
+                    with open(self.live_file) as f:
+                        data = json.load(f)
+                    self.live = [Rule.from_dict({**d, "action": "allow", "name": f"widened[{d['id']}]"}, "") for d in data]
+                    self._live_stamp = stamp
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            return [r for r in self.live if r.name not in self._used_once]
+
+    def _use(self, rule: Rule) -> bool:
+        """A once-rule decides one request only; False when another thread used it first."""
+        if not rule.once:
+            return True
+        with self._live_lock:
+            if rule.name in self._used_once:
+                return False
+            self._used_once.add(rule.name)
+            return True
 
     def request(self, host: str, port: int, method: str, path: str) -> tuple[bool, str]:
         """First match wins; none matching is a refusal (deny by default). (allowed, the deciding rule)."""
@@ -128,6 +165,9 @@ class Policy:
         for rule in self.rules:
             if rule.matches(host, port, method, path):
                 return rule.action == "allow", rule.describe()
+        for rule in self._refresh():
+            if rule.matches(host, port, method, path) and self._use(rule):
+                return True, rule.describe()
         return False, "default deny"
 
     def tunnel(self, host: str, port: int) -> tuple[bool, str, str]:
@@ -142,12 +182,15 @@ class Policy:
             if rule.action == "deny":
                 return False, rule.describe(), (f"{rule.describe()} limits methods or paths on {host}:{port}, which a passed-through "
                                                 "TLS tunnel cannot show; only hosts with a credential rule are opened and checked per request")
+        for rule in self._refresh():
+            if rule.whole_host and rule.matches_host(host, port) and self._use(rule):
+                return True, rule.describe(), ""
         return False, "default deny", f"{host}:{port} is not on the allow-list of {self.rule_set} (no rule allows the whole host; deny by default)"
 
     def any_allow(self, host: str, port: int) -> str | None:
         """For an intercepted host: the first allow rule that could let some request through, else None."""
         host = host.lower().rstrip(".")
-        return next((r.describe() for r in self.rules if r.action == "allow" and r.matches_host(host, port)), None)
+        return next((r.describe() for r in [*self.rules, *self._refresh()] if r.action == "allow" and r.matches_host(host, port)), None)
 
     def address_allowed(self, ip: str) -> tuple[bool, str]:
         addr = ipaddress.ip_address(ip)
@@ -407,12 +450,12 @@ class Handler(socketserver.BaseRequestHandler):
         self.audit = {"client": self.client_address[0]}
         try:
             self._handle()
-        except Denied as err:
-            self._refuse(self.audit.pop("_reply_to", self.request), err.status, str(err), err.rule)
+        except Denied as err:  # recorded before the box has its answer: a drain after the call sees it
             log(**self._fields(), decision="deny", rule=err.rule or "none", reason=str(err), **NOTHING_SENT)
+            self._refuse(self.audit.pop("_reply_to", self.request), err.status, str(err), err.rule)
         except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
-            self._refuse(self.audit.pop("_reply_to", self.request), 502, f"upstream failed: {type(err).__name__}")
             log(**self._fields(), decision="error", reason=f"{type(err).__name__}: {err}", **NOTHING_SENT)
+            self._refuse(self.audit.pop("_reply_to", self.request), 502, f"upstream failed: {type(err).__name__}")
 
     def _fields(self) -> dict:
         return {k: v for k, v in self.audit.items() if not k.startswith("_")}
@@ -496,11 +539,11 @@ class Handler(socketserver.BaseRequestHandler):
             try:
                 self._intercepted_request(tls, host, port, ip)
             except Denied as err:  # answered inside the box's TLS, before it closes
-                self._refuse(tls, err.status, str(err), err.rule)
                 log(**self._fields(), decision="deny", rule=err.rule or "none", reason=str(err), **NOTHING_SENT)
+                self._refuse(tls, err.status, str(err), err.rule)
             except (OSError, ValueError) as err:
-                self._refuse(tls, 502, f"upstream failed: {type(err).__name__}")
                 log(**self._fields(), decision="error", reason=f"{type(err).__name__}: {err}", **NOTHING_SENT)
+                self._refuse(tls, 502, f"upstream failed: {type(err).__name__}")
 
     def _intercepted_request(self, tls, host: str, port: int, ip: str) -> None:
         """One request inside an opened tunnel: read, checked, sent with the credential over verified TLS."""

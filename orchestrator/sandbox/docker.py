@@ -19,7 +19,7 @@ import docker.errors
 from docker.types import Mount, Ulimit
 
 from .. import state
-from ..config import LABEL, SandboxConfig
+from ..config import EgressRule, LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from . import lifetime, owner, reaper
@@ -345,6 +345,9 @@ class DockerDeployment:
 
     def drain_egress(self) -> list[dict[str, Any]]:
         return self.egress.drain() if self.egress is not None else []
+
+    def widen_egress(self, rule: EgressRule, once: bool) -> bool:
+        return self.egress.widen(rule, once) if self.egress is not None else False
 
     def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
         """When the daemon is gone, say that (DOCKER_UNAVAILABLE: the box is not replaced, so a dead

@@ -21,7 +21,7 @@ from docker.types import LogConfig
 
 from sandbox_agent import jsonbound
 
-from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
+from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from . import owner, reaper
 from .daemon import DOCKER_ERRORS
@@ -36,6 +36,9 @@ MAX_RECORDS_PER_DRAIN = 200  # per call: past this the transcript gets one line 
 MAX_HOST_CHARS = 255  # longer is no DNS name; the proxy refuses it, and we never copy it whole
 MAX_TEXT_CHARS = 512
 MAX_PATH_CHARS = 256
+LIVE_RULES = "/tmp/oa-egress-live.json"  # in the gate's private tmpfs; written only by `docker exec` from the host
+# Writes argv[2] to argv[1] atomically, inside the gate container (python3 -I -S: nothing of the image's site).
+_WRITE_LIVE = "import os, sys; p = sys.argv[1]; t = p + '.new'; f = open(t, 'w'); f.write(sys.argv[2]); f.close(); os.replace(t, p)"
 
 
 class EgressGate:
@@ -48,6 +51,7 @@ class EgressGate:
         self._seen_seq = 0
         self._since = 0
         self.ca: SessionCA | None = None  # made when a credential rule asks the gate to open TLS
+        self.widened: list[dict[str, Any]] = []  # rules the person allowed live, this session only
 
     @property
     def network_name(self) -> str:
@@ -95,7 +99,7 @@ class EgressGate:
         go to the gate only (its container's environment, which the box cannot read)."""
         config = self.config
         env = {"OA_EGRESS_ALLOW": ",".join(config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(config.allow_cidrs),
-               "OA_EGRESS_RULE_SET": config.rule_set,
+               "OA_EGRESS_RULE_SET": config.rule_set, "OA_EGRESS_LIVE_RULES": LIVE_RULES,
                "OA_EGRESS_RULES": json.dumps([{**rule.model_dump(), "name": f"rules[{i}]"} for i, rule in enumerate(config.rules)])}
         if config.credentials:
             try:
@@ -113,6 +117,22 @@ class EgressGate:
             except (OSError, UnicodeDecodeError) as err:
                 raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"egress upstream_ca {config.upstream_ca}: {err}") from None
         return env
+
+    def widen(self, rule: EgressRule, once: bool) -> bool:
+        """Adds an allow rule to the running gate, for this session only (after every configured
+        rule: it decides only what none of them matched). False when the gate could not take it."""
+        if self.proxy is None:
+            return False
+        self.widened.append({**rule.model_dump(), "id": len(self.widened), "once": once})
+        try:
+            result = self.proxy.exec_run(["python3", "-I", "-S", "-c", _WRITE_LIVE, LIVE_RULES, json.dumps(self.widened)], user="65534:65534")
+        except DOCKER_ERRORS:
+            self.widened.pop()
+            return False
+        if result.exit_code != 0:
+            self.widened.pop()
+            return False
+        return True
 
     def drain(self) -> list[dict[str, Any]]:
         """The proxy's decisions since the last drain, for the transcript.

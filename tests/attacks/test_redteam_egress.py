@@ -459,3 +459,25 @@ def test_redteam_plain_http_to_a_credential_host_gets_no_credential(api_gate):
     port, upstream, records, _ = api_gate
     reply = _send(port, f"GET http://localhost:{upstream.port}/repos/org/x HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n".encode())
     assert TOKEN.encode() not in reply and records[-1]["credential"] is False
+
+
+def test_redteam_widened_rules_come_last_and_a_once_rule_is_used_once(proxy_module, tmp_path):
+    """Rules the person widened (the live file) decide only what no configured rule matched, an
+    allow-once rule lets exactly one request through (also under a race), a session rule stays."""
+    live = tmp_path / "live.json"
+    policy = proxy_module.Policy("", "", json.dumps([{"action": "deny", "host": "api.example", "path": "/private*"}]), "rs")
+    policy.live_file = str(live)
+    live.write_text(json.dumps([{"id": 0, "once": True, "host": "api.example", "methods": ["GET"], "path": "/*"}]))
+    assert policy.request("api.example", 443, "GET", "/private/x") == (False, "rules[0] (deny * api.example/private*)")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(policy.request("api.example", 443, "GET", "/a")[0])) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] * 7 + [True]
+    live.write_text(json.dumps([{"id": 0, "once": True, "host": "api.example", "methods": ["GET"], "path": "/*"},
+                                {"id": 1, "host": "api.example", "methods": ["GET"], "path": "/*"}]))
+    assert [policy.request("api.example", 443, "GET", "/a")[1] for _ in range(3)] == ["widened[1] (allow GET api.example/*)"] * 3
+    assert policy.request("api.example", 443, "POST", "/a") == (False, "default deny")
+    assert policy.tunnel("api.example", 443)[0] is False  # a method/path rule never opens a tunnel it cannot see into
