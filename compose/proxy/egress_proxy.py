@@ -633,6 +633,8 @@ class Handler(socketserver.BaseRequestHandler):
         kept = [(k, v) for k, v in headers if not k.lower().startswith("proxy-") and k.lower() not in HOP_BY_HOP]
         if credential is not None:
             kept = [(k, v) for k, v in kept if k.lower() != credential.header.lower()] + [(credential.header, credential.value)]
+        if isinstance(upstream, ssl.SSLSocket):  # an opened host: ask for plain bytes, so the blanking of the secret sees them
+            kept = [(k, v) for k, v in kept if k.lower() != "accept-encoding"] + [("Accept-Encoding", "identity")]
         default = 443 if credential is not None or isinstance(upstream, ssl.SSLSocket) else 80
         kept.insert(0, ("Host", host if port == default else f"{host}:{port}"))  # exactly what was checked
         head = (f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept) + "Connection: close\r\n\r\n").encode("latin-1")

@@ -151,6 +151,7 @@ def did_you_mean(word: str, allowed: list[str] | tuple[str, ...] | frozenset[str
 
 
 _MODEL_OF_PLACE: dict[str, type[BaseModel]] = {"rules": PolicyRule, "egress": EgressPolicy}
+_EGRESS_PLACES: dict[str, type[BaseModel]] = {"rules": EgressRule, "credentials": EgressCredential}
 _TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a table",
                "model_type": "must be a table", "int_type": "must be a whole number", "bool_type": "must be true or false"}
 
@@ -158,6 +159,8 @@ _TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list",
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     place = next((p for p in reversed(loc[:-1]) if isinstance(p, str)), None)
     model = _MODEL_OF_PLACE.get(place or "", PolicyFile)
+    if loc[:1] == ("egress",) and place in _EGRESS_PLACES:  # [[egress.rules]] are not [[rules]]
+        model = _EGRESS_PLACES[place]
     return [k for k in model.model_fields if k != "tier" or model is PolicyFile]
 
 
@@ -176,7 +179,20 @@ def _problem(e: ErrorDetails) -> str:
         return f"{_loc(loc)}: must be one of allow, ask, deny"
     if kind == "string_too_long":
         return f"{_loc(loc)}: string_too_long (over the length this key allows)"
+    if kind == "value_error" and loc[:1] == ("egress",) and loc[-1] in _EGRESS_VALUES:
+        return f"{_loc(loc)}: {_EGRESS_VALUES[str(loc[-1])]}"
     return f"{_loc(loc)}: {_TYPE_WORDS.get(kind, kind)}"
+
+
+# What each egress key must be (the validators' own messages quote the value: never shown here).
+_EGRESS_VALUES = {
+    "value": "must name a host variable, e.g. 'Bearer ${GITHUB_TOKEN}', on one line",
+    "host": "must be an exact host (credentials), or an exact host, *.suffix or * (rules)",
+    "header": "must be a header name the gate may set (not Host, Content-Length, Transfer-Encoding, Connection)",
+    "path": "must be a glob starting with / (visible ASCII)",
+    "path_prefix": "must start with / (visible ASCII)",
+    "methods": "must be a list of HTTP method names, or [\"*\"]",
+}
 
 
 def _validation_problem(err: ValidationError) -> str:

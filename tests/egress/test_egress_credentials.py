@@ -307,3 +307,22 @@ def test_hostile_requests_from_the_box_get_nothing_through(api_box, tls_api):
     follow = attack("follow")
     assert follow == ["CONNECT HTTP/1.1 403 Egress Refused"]
     assert [r["path"] for r in received(tls_api)[before:]] == ["/redirect"]
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ('[[egress.credentials]]\nhost = "api.test"\nheader = "Authorization"\nvalue = "Bearer ghp_literal"\n', "must name a host variable"),
+    ('[[egress.credentials]]\nhost = "*.test"\nheader = "Authorization"\nvalue = "Bearer ${X}"\n', "exact host"),
+    ('[[egress.credentials]]\nhost = "api.test"\nheader = "Host"\nvalue = "${X}"\n', "header name the gate may set"),
+    ('[[egress.rules]]\naction = "allow"\nhost = "api.test"\npaht = "/x"\n', "did you mean 'path'"),
+    ('[egress]\nupstream_ca = "/etc/ca.pem"\n', "admin-only"),
+])
+def test_bad_egress_policy_is_a_typed_error_that_never_quotes_the_value(tmp_path, text, problem):
+    """A literal token, a wildcard credential host, a header the gate must own, a misspelt key, a user-tier upstream_ca: CONFIG_INVALID, the value never echoed."""
+    from orchestrator.errors import ErrorType, OpenAgentsError
+    from orchestrator.policy.ladder import load_policy_file
+
+    policy = tmp_path / "p.toml"
+    policy.write_text(text)
+    with pytest.raises(OpenAgentsError) as err:
+        load_policy_file(str(policy))
+    assert err.value.type == ErrorType.CONFIG_INVALID and problem in str(err.value) and "ghp_literal" not in str(err.value)
