@@ -784,7 +784,9 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
         ("workspace mode", mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else "")),
         ("workspace", f"{where}{ws} -> /workspace (read-write); {git}"),
         ("write quota", f"{config.write_quota >> 20} MiB of growth per session; integrity sweep at the end and on every replacement"),
-        ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"),
+        ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"
+                    f"{f'; {len(config.egress.rules)} rules' if config.egress.rules else ''}"
+                    f"{f'; credentials injected for {sorted({c.host for c in config.egress.credentials})}' if config.egress.credentials else ''}"),
         ("user", user + ("  (root-owned workspace: the copy belongs to this unprivileged user)" if mode.value == "copy" and ws.stat().st_uid == 0 else "")),
         *backend.settings_for(diagnosis, ws, user),
         ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),

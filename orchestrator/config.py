@@ -30,11 +30,112 @@ DEFAULT_START_CONCURRENCY = 4
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
+_HOST_PATTERN = re.compile(r"^(\*|(\*\.)?[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?)$")
+_HEADER = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$")
+_TEMPLATE_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,127})\}")
+
+
+class EgressRule(BaseModel):
+    """One egress rule ([[egress.rules]]): first match wins, and no match is a refusal."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Literal["allow", "deny"]
+    host: str = Field(description="Exact, *.suffix, or * for any host.")
+    port: int | None = Field(default=None, ge=1, le=65535, description="None: 80 and 443.")
+    methods: list[str] | None = Field(default=None, description="None: any method.")
+    path: str | None = Field(default=None, description="A glob on the request path (query stripped); None: any path. "
+                                                      "Checked only where the gate sees requests: plain http and hosts with a credential rule.")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        value = value.lower().rstrip(".")
+        if not _HOST_PATTERN.match(value):
+            raise ValueError(f"not a host pattern: {value!r}")
+        return value
+
+    @field_validator("methods")
+    @classmethod
+    def _methods(cls, value: list[str] | None) -> list[str] | None:
+        if value is None or value == ["*"]:
+            return None
+        if not value or not all(_HEADER.match(m) for m in value):
+            raise ValueError("methods: a list of HTTP method names, or [\"*\"]")
+        return [m.upper() for m in value]
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is None or value in ("*", "/*"):
+            return None
+        if not value.startswith("/") or len(value) > 1024 or any(ord(c) < 0x21 or ord(c) > 0x7e for c in value):
+            raise ValueError("path: a glob starting with / (visible ASCII)")
+        return value
+
+
+class EgressCredential(BaseModel):
+    """A credential the gate adds to requests for one host ([[egress.credentials]]); the box never holds it."""
+
+    model_config = ConfigDict(extra="forbid")
+    host: str = Field(description="The exact host (no wildcard): the gate opens TLS for this host only.")
+    port: int = Field(default=443, ge=1, le=65535)
+    path_prefix: str = Field(default="/", description="Only requests whose path starts with this get the credential.")
+    header: str = Field(description="The header the gate sets (any value the box sent in it is replaced).")
+    value: str = Field(description="A template naming host variables, e.g. 'Bearer ${GITHUB_TOKEN}'.")
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        value = value.lower().rstrip(".")
+        if "*" in value or not _HOST_PATTERN.match(value):
+            raise ValueError(f"not an exact host: {value!r}")
+        return value
+
+    @field_validator("header")
+    @classmethod
+    def _header(cls, value: str) -> str:
+        if not _HEADER.match(value) or value.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            raise ValueError(f"not a header the gate may set: {value!r}")
+        return value
+
+    @field_validator("path_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        if not value.startswith("/") or any(ord(c) < 0x21 or ord(c) > 0x7e for c in value):
+            raise ValueError("path_prefix must start with / (visible ASCII)")
+        return value
+
+    @field_validator("value")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        if not _TEMPLATE_VAR.search(value) or any(c in value for c in "\r\n\0"):
+            raise ValueError("value must name a host variable, e.g. 'Bearer ${GITHUB_TOKEN}', on one line")
+        return value
+
+    @property
+    def variables(self) -> list[str]:
+        return _TEMPLATE_VAR.findall(self.value)
+
+    def resolve(self, environ: dict[str, str] | os._Environ[str] = os.environ) -> str:
+        """The header's value from the host's environment (here only: never in the box's)."""
+        missing = [name for name in self.variables if not environ.get(name)]
+        if missing:
+            raise ValueError(f"the credential for {self.host} needs {', '.join(missing)} set in the host's environment")
+        value = _TEMPLATE_VAR.sub(lambda m: environ[m.group(1)], self.value)
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(f"the credential for {self.host} would not fit on one header line")
+        return value
+
+
 class EgressConfig(BaseModel):
     """Opt-in egress through the allow-listing proxy (see sandbox/egress.py)."""
 
     model_config = ConfigDict(extra="forbid")
     allow: list[str] = Field(default_factory=list, description="Hosts: exact, *.suffix, optional :port.")
+    rules: list[EgressRule] = Field(default_factory=list, description="Rules by host, port, method and path; before `allow`'s hosts.")
+    credentials: list[EgressCredential] = Field(default_factory=list, description="Credentials the gate injects (user or admin policy only).")
+    rule_set: str = Field(default="session egress rules", max_length=120, description="The name refusals quote.")
+    upstream_ca: str | None = Field(default=None, description="A PEM file the gate also trusts for re-originated TLS (private CAs, tests).")
     allow_cidrs: list[str] = Field(default_factory=list, description="Admin-level only: private networks the proxy may reach.")
     network: str | None = Field(default=None, description="Join this existing internal network (a shared gate, e.g. compose/) instead of starting one.")
     outer_network: str = Field(default_factory=lambda: os.environ.get("OA_EGRESS_OUTER_NETWORK", "bridge"),
@@ -54,6 +155,9 @@ class EgressConfig(BaseModel):
         return f"http://{EGRESS_PROXY_ALIAS}:{EGRESS_PROXY_PORT}"
 
     def environment(self) -> dict[str, str]:
+        """The proxy variables only. A credential's variables are not set in the box, not even to a
+        placeholder (the shell drops secret-looking names anyway): the gate sets the header whether
+        or not the box sent one, and replaces whatever it sent."""
         url = self.proxy_url
         return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
 

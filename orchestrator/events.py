@@ -173,6 +173,15 @@ class EgressRecorded(_Event):
     host: str = ""
     port: int | None = None
     reason: str = ""
+    # The audit record (sandbox/egress.py _bounded_record): when, which path (query stripped), which
+    # rule decided, bytes each way, whether the gate injected a credential (never its value).
+    time: float | None = None
+    path: str | None = None
+    rule: str | None = None
+    bytes_up: int | None = None
+    bytes_down: int | None = None
+    credential: bool = False
+    tls: str | None = None
 
     @classmethod
     def of(cls, call_id: str, record: dict[str, Any]) -> "EgressRecorded":
@@ -181,11 +190,22 @@ class EgressRecorded(_Event):
         def text(value: Any) -> str:
             return "" if value is None else str(value)
 
+        def count(value: Any) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        def optional(value: Any) -> str | None:
+            return None if value is None else str(value)
+
         port = record.get("port")
+        moment = record.get("time")
         extra = {k: v for k, v in record.items() if k not in cls.model_fields and k not in ("seq", "ts")}
         return cls(executor=Executor.OPENAGENTS, call_id=call_id, decision=text(record.get("decision")),
-                   method=None if record.get("method") is None else text(record.get("method")), host=text(record.get("host")),
-                   port=port if isinstance(port, int) and not isinstance(port, bool) else None, reason=text(record.get("reason")), **extra)
+                   method=optional(record.get("method")), host=text(record.get("host")),
+                   port=count(port), reason=text(record.get("reason")),
+                   time=moment if isinstance(moment, (int, float)) and not isinstance(moment, bool) else None,
+                   path=optional(record.get("path")), rule=optional(record.get("rule")), bytes_up=count(record.get("bytes_up")),
+                   bytes_down=count(record.get("bytes_down")), credential=record.get("credential") is True, tls=optional(record.get("tls")),
+                   **extra)
 
 
 class CheckpointRecorded(_Event):

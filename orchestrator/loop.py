@@ -54,6 +54,10 @@ class SessionResult(BaseModel):
     failed_calls: list[CallOutcome] = []
     tokens: dict[str, int] = {"input": 0, "output": 0}
     wall_s: float = 0.0
+    # The egress audit (the transcript's `egress` events' fields, call id included): at most
+    # MAX_EGRESS_SUMMARY records, then egress_omitted says how many more the transcript has.
+    egress: list[dict[str, Any]] = []
+    egress_omitted: int = 0
 
     @property
     def refused(self) -> bool:
@@ -196,7 +200,8 @@ class Session:
                                              tokens=dict(self.tokens), wall_s=wall))
         with self.pipeline.books:
             return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info, calls=dict(self.calls),
-                                 refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall)
+                                 refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall,
+                                 egress=list(self.pipeline.egress), egress_omitted=self.pipeline.egress_omitted)
 
     # -- budgets ---------------------------------------------------------------------------
     def _over_budget(self) -> OpenAgentsError | None:

@@ -118,7 +118,10 @@ class Painter:
             self._running.discard(event.call_id)
             return self._header(event.call_id, event.tool) + self._result(event, who)
         if isinstance(event, EgressRecorded):
-            return [Line(continued(f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port} ({event.reason})"))]
+            sizes = f" ↑{event.bytes_up}B ↓{event.bytes_down}B" if event.bytes_up is not None or event.bytes_down is not None else ""
+            extra = f"{sizes}{' credential injected' if event.credential else ''}{f' [{event.rule}]' if event.rule else ''}"
+            why = f" ({event.reason})" if event.reason else ""
+            return [Line(continued(f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port}{event.path or ''}{extra}{why}"))]
         if isinstance(event, SessionEnded):
             return self._own(f"■ {event.status}{who}: {event.reason}")
         return []

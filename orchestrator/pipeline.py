@@ -9,12 +9,14 @@ refused and failed calls the end-of-run summary shows.
 """
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Callable
 
 from pydantic import BaseModel
 
 from . import events as ev
+from .config import EgressRule
 from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
 from .models.base import ToolCall
@@ -24,6 +26,7 @@ from .tools.registry import PreparedCall, ToolRegistry
 from .transcript import Transcript
 
 RESULT_PREVIEW_CHARS = 4000
+MAX_EGRESS_SUMMARY = 500  # egress audit records kept for --output json (each bounded: sandbox/egress.py); the rest are counted
 
 
 class CallOutcome(BaseModel):
@@ -54,6 +57,10 @@ class CallPipeline:
         self.failed_calls: list[CallOutcome] = []
         self._actions: dict[str, str] = {}
         self.books = threading.Lock()
+        # The egress audit (the transcript's `egress` events' fields, call id included): at most
+        # MAX_EGRESS_SUMMARY records, then egress_omitted says how many more the transcript has.
+        self.egress: list[dict[str, Any]] = []
+        self.egress_omitted = 0
 
     def run(self, call: ToolCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         """All four steps for one call."""
@@ -122,7 +129,17 @@ class CallPipeline:
         state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
         self._book(call, result, state)
         for record in result.meta.get("egress", []):
-            self.transcript.emit(ev.EgressRecorded.of(call.id, record))
+            event = ev.EgressRecorded.of(call.id, record)
+            self.transcript.emit(event)
+            with self.books:
+                if len(self.egress) < MAX_EGRESS_SUMMARY:
+                    self.egress.append(event.fields())
+                else:
+                    self.egress_omitted += 1
+            if event.decision == "deny" and event.rule == "default deny":
+                widened = self._offer_widening(call, event)
+                if widened:  # the model learns it may try again
+                    result = result.model_copy(update={"note": (result.note + "\n" if result.note else "") + widened})
         self._state(call, state)
         self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
                                                  output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
@@ -130,6 +147,33 @@ class CallPipeline:
                                                  meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")},
                                                  diff=result.meta.get("diff")))
         return result
+
+    def _offer_widening(self, call: ToolCall, event: ev.EgressRecorded) -> str:
+        """A request the gate refused because no rule matched: the person may allow it once or for
+        the session (the gate's rules change live, this session only). A tunnel the gate did not
+        open is offered as its whole host and port (the gate cannot see its paths); otherwise
+        the method and the exact path. Nothing is offered for an explicit deny, a cut field, a
+        session without a person, or a sandbox without a gate."""
+        widen = getattr(self.registry.sandbox, "widen_egress", None)
+        if not callable(widen) or not event.host or event.port is None or "…[cut" in event.host + (event.path or ""):
+            return ""
+        whole_host = event.tls == "tunnel" or event.method == "CONNECT" or not event.path
+        path = None if whole_host else re.sub(r"([*?\[])", r"[\1]", event.path or "/")  # the exact path, not a glob
+        try:
+            rule = EgressRule(action="allow", host=event.host, port=event.port, methods=None if whole_host else [event.method or "GET"], path=path)
+        except ValueError:
+            return ""
+        what = f"{event.host}:{event.port}" if whole_host else f"{event.method} {event.host}:{event.port}{event.path}"
+        outcome = self.gate.widen_egress(call.id, what, {"method": event.method, "host": event.host, "port": event.port, "path": event.path})
+        if outcome.allowed and not widen(rule, outcome.decision == "allow_once"):
+            outcome = outcome.model_copy(update={"allowed": False, "decision": "refused", "reason": "the egress gate could not take the rule"})
+        if outcome.decision != "refused" or getattr(self.gate.approver, "asks_egress", False):
+            self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=call.id, tool="egress", action=f"egress {what}",
+                                                    level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
+        if not outcome.allowed:
+            return ""
+        how = "for this session" if outcome.decision == "approved_for_session" else "for one request"
+        return f"the user allowed egress to {what} {how}: the refused request may be tried again"
 
     def _book(self, call: ToolCall, result: ToolResult, state: ToolCallState) -> None:
         """Counts every call's outcome once; refused and failed calls are kept with their reason."""

@@ -72,15 +72,21 @@ def load_policies(workspace: Path, files: list[str]) -> tuple[list[PolicyRule], 
         if policy.egress:
             egress.allow += policy.egress.allow
             egress.allow_cidrs += policy.egress.allow_cidrs
+            egress.rules += policy.egress.rules  # admin's first: the first match wins
+            egress.credentials += policy.egress.credentials
+            egress.upstream_ca = egress.upstream_ca or policy.egress.upstream_ca
     return [rule for policy in loaded for rule in policy.rules], egress
 
 
 def with_policy_egress(config: SandboxConfig, egress: EgressPolicy) -> SandboxConfig:
     """A policy file can open egress (its hosts join --egress's); CIDRs come from admin policy only."""
-    if not egress.allow and not egress.allow_cidrs:
+    if not egress.allow and not egress.allow_cidrs and not egress.rules and not egress.credentials:
         return config
     current = config.egress or EgressConfig()
-    merged = current.model_copy(update={"allow": [*current.allow, *egress.allow], "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs]})
+    # The policies' rules come before --egress's hosts (whole-host allows): an admin's deny still wins.
+    merged = current.model_copy(update={"allow": [*current.allow, *egress.allow], "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs],
+                                        "rules": [*egress.rules, *current.rules], "credentials": [*current.credentials, *egress.credentials],
+                                        "upstream_ca": current.upstream_ca or egress.upstream_ca})
     return config.model_copy(update={"egress": merged})
 
 

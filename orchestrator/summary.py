@@ -113,6 +113,8 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "applied": None,
         "left_out": None,
         "conflicts": None,
+        "egress": result.egress,  # the audit: one record per request (no credential value, no query)
+        "egress_omitted": result.egress_omitted,
     }
     if applied is not None:
         out["applied"] = list(applied.applied)

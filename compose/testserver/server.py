@@ -1,20 +1,65 @@
-"""A test HTTP server for the egress tests: answers `hello from NAME`, and /big with 1 MiB."""
+"""A test server for the egress tests: answers `hello from NAME`, and /big with 1 MiB.
+
+`server.py tls NAME` serves HTTPS on 8443 with /certs/server.pem and /certs/server.key (made by the
+test, signed by its own CA) and records every request it receives, headers and body, as one JSON
+line on stdout: what the test reads to see what really arrived. It answers whether the
+Authorization header was `Bearer $EXPECT_TOKEN` (never the header itself), except /echo, which
+reflects every header it got (a server that echoes: the gate must not let the secret back out), and
+/redirect, which sends the client to another host.
+"""
+import hmac
+import json
+import os
+import ssl
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-NAME = sys.argv[1] if len(sys.argv) > 1 else "server"
+TLS = len(sys.argv) > 1 and sys.argv[1] == "tls"
+NAME = (sys.argv[2] if TLS else sys.argv[1]) if len(sys.argv) > 1 + TLS else "server"
 
 
 class Handler(BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        body = b"x" * (1 << 20) if self.path == "/big" else f"hello from {NAME}\n".encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
+    protocol_version = "HTTP/1.1" if TLS else "HTTP/1.0"
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if TLS:
+            print(json.dumps({"method": self.command, "path": self.path, "headers": list(self.headers.items()),
+                              "body": body.decode("latin-1")}), flush=True)
+        status, extra = 200, []
+        if self.path == "/big":
+            out = b"x" * (1 << 20)
+        elif TLS and self.path == "/echo":
+            out = json.dumps(list(self.headers.items())).encode()
+        elif TLS and self.path == "/redirect":
+            status, out, extra = 302, b"moved\n", [("Location", "https://denied.test:8443/steal")]
+        elif TLS:
+            expected = "Bearer " + os.environ.get("EXPECT_TOKEN", "")
+            ok = hmac.compare_digest(self.headers.get("Authorization", "").encode(), expected.encode())
+            out = json.dumps({"hello": NAME, "path": self.path, "authorized": ok}).encode()
+        else:
+            out = f"hello from {NAME}\n".encode()
+        self.send_response(status)
+        for key, value in extra:
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(out)))
+        self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(body)
+        self.wfile.write(out)
+        self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
 
     def log_message(self, *args):
         pass
 
 
-ThreadingHTTPServer(("0.0.0.0", 8000), Handler).serve_forever()
+if TLS:
+    server = ThreadingHTTPServer(("0.0.0.0", 8443), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain("/certs/server.pem", "/certs/server.key")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()
+else:
+    ThreadingHTTPServer(("0.0.0.0", 8000), Handler).serve_forever()

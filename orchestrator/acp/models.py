@@ -177,7 +177,7 @@ class SessionNotification(_Model):
 class PermissionOption(_Model):
     optionId: str
     name: str
-    kind: Literal["allow_once", "reject_once"]  # the only two we ever offer
+    kind: Literal["allow_once", "allow_always", "reject_once"]  # allow_always only to widen a refused egress request for the session
 
 
 class PermissionToolCall(_Model):

@@ -56,6 +56,12 @@ PERMISSION_OPTIONS = [
     m.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
     m.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
 ]
+# Only for a refused egress request (ApprovalGate.widen_egress): the gate's rule widened for this session.
+EGRESS_OPTIONS = [
+    m.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
+    m.PermissionOption(optionId="allow_session", name="Allow for this session", kind="allow_always"),
+    m.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
+]
 
 
 SETUP_GRACE = 60.0  # seconds shutdown waits for session set-ups still running (a sandbox start)
@@ -110,7 +116,10 @@ class AcpSession:
 
 
 class AcpApprover:
-    """Asks the editor with session/request_permission; only allow_once and reject_once exist."""
+    """Asks the editor with session/request_permission; only allow_once and reject_once exist, but
+    for a refused egress request, which may also be allowed for the session (allow_session)."""
+
+    asks_egress = True
 
     def __init__(self, server: "AcpServer", session_id: str) -> None:
         self.server = server
@@ -120,7 +129,7 @@ class AcpApprover:
         params = m.RequestPermissionParams(
             sessionId=self.session_id,
             toolCall=m.PermissionToolCall(toolCallId=request.call_id, title=request.title, kind=_kind(request.kind), status="pending", rawInput=request.arguments),
-            options=PERMISSION_OPTIONS,
+            options=EGRESS_OPTIONS if request.kind == "egress" else PERMISSION_OPTIONS,
         )
         future = self.server.request("session/request_permission", params, self.session_id)
         try:
@@ -130,6 +139,8 @@ class AcpApprover:
             return Answer(option=WireOption.REJECT_ONCE, executor=Executor.OPENAGENTS, reason=f"no valid answer from the editor: {err}")
         if isinstance(result.outcome, m.SelectedOutcome) and result.outcome.optionId == "allow_once":
             return Answer(option=WireOption.ALLOW_ONCE, reason="allowed in the editor")
+        if isinstance(result.outcome, m.SelectedOutcome) and result.outcome.optionId == "allow_session" and request.kind == "egress":
+            return Answer(option=WireOption.ALLOW_ONCE, remember_for_session=True, reason="allowed in the editor for this session")
         if isinstance(result.outcome, m.CancelledOutcome):
             return Answer(option=WireOption.REJECT_ONCE, reason="the prompt was cancelled")
         return Answer(option=WireOption.REJECT_ONCE, reason="rejected in the editor")

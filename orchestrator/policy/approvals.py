@@ -69,7 +69,8 @@ def shows_diffs(approver: Approver) -> bool:
 
 
 class NonInteractiveApprover:
-    """CI: nobody is there to ask, so whatever would ask is refused (a policy file can allow it)."""
+    """CI: nobody is there to ask, so whatever would ask is refused (a policy file can allow it).
+    It is never asked to widen egress (no `asks_egress`): a non-interactive run never widens."""
 
     def ask(self, request: ApprovalRequest) -> Answer:
         return Answer(
@@ -100,6 +101,8 @@ class TerminalApprover:
     for the session (ask-once rungs only). Ctrl-C at the prompt ends the session: the
     KeyboardInterrupt goes up to the turn loop, which ends it cancelled."""
 
+    asks_egress = True  # a person answers: a refused egress request may be offered (ApprovalGate.widen_egress)
+
     def __init__(self, show_diff: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._show_diff = show_diff
@@ -118,7 +121,8 @@ class TerminalApprover:
             else:
                 preview = json.dumps(request.arguments, ensure_ascii=False)
                 click.echo(f"  {visible(preview[:600])}{'…' if len(preview) > 600 else ''}", err=True)
-            hint = "y = allow once, n = reject" + (f", a = allow every {request.kind} this session" if "a" in choices else "")
+            every = "it for this session" if request.kind == "egress" else f"every {request.kind} this session"
+            hint = "y = allow once, n = reject" + (f", a = allow {every}" if "a" in choices else "")
             while True:
                 click.echo(f"  {hint} ({', '.join(choices)}): ", nl=False, err=True)
                 line = sys.stdin.readline()  # Ctrl-C raises KeyboardInterrupt here, and it goes up
@@ -150,6 +154,22 @@ class ApprovalGate:
         self.auto_approve = auto_approve
         self.preview = preview
         self.session_approved: set[str] = set()  # kinds the user approved with `a`
+
+    def widen_egress(self, call_id: str, what: str, arguments: dict[str, Any]) -> ApprovalOutcome:
+        """Offers one request the gate refused by default (no rule matched) to the person: allow it
+        once, for this session, or not. Only approvers with a person behind them (`asks_egress`: the
+        terminal, an editor over ACP) are asked; anything else (CI, MCP) never widens egress, and
+        --auto-approve does not answer this question."""
+        if getattr(self.approver, "asks_egress", False) is not True:
+            return ApprovalOutcome(allowed=False, decision="refused", level=Level.ASK_ONCE, executor=Executor.OPENAGENTS,
+                                   reason="egress is widened only by a person, in an interactive session")
+        request = ApprovalRequest(call_id=call_id, tool="egress", kind="egress", action=f"egress {what}", level=Level.ASK_ONCE,
+                                  title=f"the egress gate refused {what} (no rule allows it): allow it?", arguments=arguments)
+        answer = self.approver.ask(request)
+        allowed = answer.option == PermissionOption.ALLOW_ONCE
+        decision = ("approved_for_session" if answer.remember_for_session else "allow_once") if allowed else answer.option.value
+        return ApprovalOutcome(allowed=allowed, decision=decision, level=Level.ASK_ONCE, executor=answer.executor,
+                               reason=answer.reason or "asked to widen egress")
 
     def decide(self, prepared: PreparedCall) -> ApprovalOutcome:
         level, reason = self.ladder.level(prepared.spec.name, prepared.kind, prepared.action, prepared.command)

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
 from ..tools import catalog
@@ -96,6 +97,9 @@ class EgressPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: list[str] = Field(default_factory=list, description="Hosts the egress proxy may reach.")
     allow_cidrs: list[str] = Field(default_factory=list, description="Admin only: private networks the proxy may reach.")
+    rules: list[EgressRule] = Field(default_factory=list, description="[[egress.rules]]: by host, port, method and path; first match wins.")
+    credentials: list[EgressCredential] = Field(default_factory=list, description="[[egress.credentials]]: injected by the gate (user or admin).")
+    upstream_ca: str | None = Field(default=None, description="Admin only: a PEM file the gate also trusts for re-originated TLS.")
 
 
 class PolicyFile(BaseModel):
@@ -107,7 +111,8 @@ class PolicyFile(BaseModel):
 
 POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
 POLICY_NAMES = ("policy.toml", "policy.yaml", "policy.yml")
-_KNOWN_KEYS = frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
+_KNOWN_KEYS = (frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
+               | frozenset(EgressRule.model_fields) | frozenset(EgressCredential.model_fields))
 
 
 def _invalid(where: str, problem: str) -> OpenAgentsError:
@@ -147,6 +152,7 @@ def did_you_mean(word: str, allowed: list[str] | tuple[str, ...] | frozenset[str
 
 
 _MODEL_OF_PLACE: dict[str, type[BaseModel]] = {"rules": PolicyRule, "egress": EgressPolicy}
+_EGRESS_PLACES: dict[str, type[BaseModel]] = {"rules": EgressRule, "credentials": EgressCredential}
 _TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a table",
                "model_type": "must be a table", "int_type": "must be a whole number", "bool_type": "must be true or false"}
 
@@ -154,6 +160,8 @@ _TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list",
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
     place = next((p for p in reversed(loc[:-1]) if isinstance(p, str)), None)
     model = _MODEL_OF_PLACE.get(place or "", PolicyFile)
+    if loc[:1] == ("egress",) and place in _EGRESS_PLACES:  # [[egress.rules]] are not [[rules]]
+        model = _EGRESS_PLACES[place]
     return [k for k in model.model_fields if k != "tier" or model is PolicyFile]
 
 
@@ -172,7 +180,20 @@ def _problem(e: ErrorDetails) -> str:
         return f"{_loc(loc)}: must be one of allow, ask, deny"
     if kind == "string_too_long":
         return f"{_loc(loc)}: string_too_long (over the length this key allows)"
+    if kind == "value_error" and loc[:1] == ("egress",) and loc[-1] in _EGRESS_VALUES:
+        return f"{_loc(loc)}: {_EGRESS_VALUES[str(loc[-1])]}"
     return f"{_loc(loc)}: {_TYPE_WORDS.get(kind, kind)}"
+
+
+# What each egress key must be (the validators' own messages quote the value: never shown here).
+_EGRESS_VALUES = {
+    "value": "must name a host variable, e.g. 'Bearer ${GITHUB_TOKEN}', on one line",
+    "host": "must be an exact host (credentials), or an exact host, *.suffix or * (rules)",
+    "header": "must be a header name the gate may set (not Host, Content-Length, Transfer-Encoding, Connection)",
+    "path": "must be a glob starting with / (visible ASCII)",
+    "path_prefix": "must start with / (visible ASCII)",
+    "methods": "must be a list of HTTP method names, or [\"*\"]",
+}
 
 
 def _validation_problem(err: ValidationError) -> str:
@@ -259,6 +280,8 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
             raise _invalid(where, f"a workspace policy can only ask or deny, never allow ({what})")
     if policy.egress and policy.egress.allow_cidrs and file_tier != Tier.ADMIN:
         raise _invalid(where, "egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
+    if policy.egress and policy.egress.upstream_ca and file_tier != Tier.ADMIN:
+        raise _invalid(where, "egress upstream_ca is admin-only (OA_ADMIN_POLICY)")
     return policy.model_copy(update={"rules": rules})
 
 

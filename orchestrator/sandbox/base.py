@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 
 from .. import host_memory, state, sweep_journal
 from ..boxfs import HostBudget
-from ..config import SandboxLimits
+from ..config import EgressRule, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
@@ -362,6 +362,12 @@ class SupervisedSandbox:
         """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
         daemonized children too, since kill(-1) does not care about process groups."""
         self.deployment.kill_processes()
+
+    def widen_egress(self, rule: EgressRule, once: bool) -> bool:
+        """A rule the person allowed, added to the running egress gate for this session (a
+        deployment without a gate, or without live rules, says False)."""
+        widen = getattr(self.deployment, "widen_egress", None)
+        return bool(widen(rule, once)) if callable(widen) else False
 
     def _recover(self, err: OpenAgentsError, channel: Channel) -> None:
         """The agent is gone or untrustworthy: a fresh one on the same workspace, so the session goes on."""

@@ -19,13 +19,14 @@ import docker.errors
 from docker.types import Mount, Ulimit
 
 from .. import state
-from ..config import LABEL, SandboxConfig
+from ..config import EgressRule, LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..integrity import Baseline
 from . import lifetime, owner, reaper
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .egress import EgressGate
+from .egress_tls import SessionCA
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None)
 
 
 def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None,
-                       baseline: Baseline | None = None, git_dir: Path | None = None) -> dict[str, Any]:
+                       baseline: Baseline | None = None, git_dir: Path | None = None, egress_ca: SessionCA | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
     mounts += git_mounts(workspace, baseline or Baseline.capture(workspace), git_dir)
@@ -143,6 +144,9 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
     if config.egress and egress_network:
         settings["network"] = egress_network  # internal: its only other member is the proxy
         settings["environment"] = {**settings["environment"], **config.egress.environment()}
+        if egress_ca is not None:  # the session CA's certificate only: trusted for the hosts the gate opens
+            settings["environment"].update(egress_ca.box_environment())
+            mounts += egress_ca.box_mounts()
     else:
         settings["network_mode"] = "none"
     if config.runtime:
@@ -258,7 +262,8 @@ class DockerDeployment:
             network = self.egress.network_name if self.egress else None
             self._unsure = True
             self.container = self.client.containers.create(**container_settings(self.config, self.spec.workspace, self.spec.user, network,
-                                                                                self.spec.baseline, self.spec.git_dir))
+                                                                                self.spec.baseline, self.spec.git_dir,
+                                                                                self.egress.ca if self.egress else None))
             self._unsure = False
             sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             stream = DockerStream(getattr(sock, "_sock", sock))
@@ -340,6 +345,9 @@ class DockerDeployment:
 
     def drain_egress(self) -> list[dict[str, Any]]:
         return self.egress.drain() if self.egress is not None else []
+
+    def widen_egress(self, rule: EgressRule, once: bool) -> bool:
+        return self.egress.widen(rule, once) if self.egress is not None else False
 
     def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
         """When the daemon is gone, say that (DOCKER_UNAVAILABLE: the box is not replaced, so a dead

@@ -6,8 +6,11 @@ and enforces the allow-list. Without egress, nothing changes: network_mode=none.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 import uuid
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -18,10 +21,11 @@ from docker.types import LogConfig
 
 from sandbox_agent import jsonbound
 
-from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig
+from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from . import owner, reaper
 from .daemon import DOCKER_ERRORS
+from .egress_tls import SessionCA
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,10 @@ PROXY_LOG_CONFIG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "10m
 MAX_RECORDS_PER_DRAIN = 200  # per call: past this the transcript gets one line saying how many more
 MAX_HOST_CHARS = 255  # longer is no DNS name; the proxy refuses it, and we never copy it whole
 MAX_TEXT_CHARS = 512
+MAX_PATH_CHARS = 256
+LIVE_RULES = "/tmp/oa-egress-live.json"  # in the gate's private tmpfs; written only by `docker exec` from the host
+# Writes argv[2] to argv[1] atomically, inside the gate container (python3 -I -S: nothing of the image's site).
+_WRITE_LIVE = "import os, sys; p = sys.argv[1]; t = p + '.new'; f = open(t, 'w'); f.write(sys.argv[2]); f.close(); os.replace(t, p)"
 
 
 class EgressGate:
@@ -42,6 +50,8 @@ class EgressGate:
         self.proxy: Container | None = None
         self._seen_seq = 0
         self._since = 0
+        self.ca: SessionCA | None = None  # made when a credential rule asks the gate to open TLS
+        self.widened: list[dict[str, Any]] = []  # rules the person allowed live, this session only
 
     @property
     def network_name(self) -> str:
@@ -59,10 +69,13 @@ class EgressGate:
 
     def start(self) -> None:
         if self.config.network:
+            if self.config.rules or self.config.credentials:
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, "egress rules and credentials need a per-session gate, not a shared network")
             self._join_shared()
             return
-        if not self.config.allow:
+        if not self.config.allow and not any(rule.action == "allow" for rule in self.config.rules):
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, "egress needs at least one allowed host")
+        environment = self._proxy_environment()
         labels = {LABEL: "egress", f"{LABEL}.egress-id": self.id, **owner.labels_here()}  # reaped with its owner (reaper.py)
         try:
             self.client.images.get(self.config.proxy_image)
@@ -72,7 +85,7 @@ class EgressGate:
             network = self.network = self.client.networks.create(self.network_name, driver="bridge", internal=True, labels=labels)
             proxy = self.proxy = self.client.containers.run(
                 self.config.proxy_image, detach=True, name=f"oa-egress-proxy-{self.id}", network=self.config.outer_network, labels=labels,
-                environment={"OA_EGRESS_ALLOW": ",".join(self.config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(self.config.allow_cidrs)},
+                environment=environment, tmpfs={"/tmp": "rw,nosuid,nodev,noexec,size=1m,mode=1777"},
                 read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="256m", pids_limit=128,
                 log_config=PROXY_LOG_CONFIG,
             )
@@ -80,6 +93,46 @@ class EgressGate:
         except DOCKER_ERRORS as err:
             self.close()
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the egress gate: {err}") from None
+
+    def _proxy_environment(self) -> dict[str, str]:
+        """The gate's configuration. Credentials are resolved here, from the host's environment, and
+        go to the gate only (its container's environment, which the box cannot read)."""
+        config = self.config
+        env = {"OA_EGRESS_ALLOW": ",".join(config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(config.allow_cidrs),
+               "OA_EGRESS_RULE_SET": config.rule_set, "OA_EGRESS_LIVE_RULES": LIVE_RULES,
+               "OA_EGRESS_RULES": json.dumps([{**rule.model_dump(), "name": f"rules[{i}]"} for i, rule in enumerate(config.rules)])}
+        if config.credentials:
+            try:
+                # the variables' values too: the gate blanks each of them in responses (an API that echoes)
+                resolved = [{**c.model_dump(), "value": c.resolve(), "secrets": [os.environ[name] for name in c.variables]}
+                            for c in config.credentials]
+            except ValueError as err:
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)) from None
+            self.ca = SessionCA([c.host for c in config.credentials])
+            env["OA_EGRESS_CREDENTIALS"] = json.dumps(resolved)
+            env["OA_EGRESS_INTERCEPT"] = json.dumps(self.ca.leaves)
+        if config.upstream_ca:
+            try:
+                env["OA_EGRESS_UPSTREAM_CA"] = Path(config.upstream_ca).read_text()
+            except (OSError, UnicodeDecodeError) as err:
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"egress upstream_ca {config.upstream_ca}: {err}") from None
+        return env
+
+    def widen(self, rule: EgressRule, once: bool) -> bool:
+        """Adds an allow rule to the running gate, for this session only (after every configured
+        rule: it decides only what none of them matched). False when the gate could not take it."""
+        if self.proxy is None:
+            return False
+        self.widened.append({**rule.model_dump(), "id": len(self.widened), "once": once})
+        try:
+            result = self.proxy.exec_run(["python3", "-I", "-S", "-c", _WRITE_LIVE, LIVE_RULES, json.dumps(self.widened)], user="65534:65534")
+        except DOCKER_ERRORS:
+            self.widened.pop()
+            return False
+        if result.exit_code != 0:
+            self.widened.pop()
+            return False
+        return True
 
     def drain(self) -> list[dict[str, Any]]:
         """The proxy's decisions since the last drain, for the transcript.
@@ -125,6 +178,9 @@ class EgressGate:
         network, self.network = self.network, None
         if network is not None and network.id is not None:
             gone &= reaper.remove_network(self.client, network.id) is not reaper.Removal.FAILED
+        ca, self.ca = self.ca, None
+        if ca is not None:
+            ca.close()
         return gone
 
 
@@ -139,11 +195,21 @@ def _bounded_text(value: Any, limit: int, keep: int | None = None) -> str | None
 def _bounded_record(record: dict[str, Any]) -> dict[str, Any]:
     """What the transcript keeps of one decision: every field short, whatever the box sent the proxy
     (the host name and the reason quote the request)."""
-    port = record.get("port")
+    def count(value: Any) -> int | None:
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+    ts = record.get("ts")
     return {
+        "time": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None,
         "method": _bounded_text(record.get("method"), 16),
         "host": _bounded_text(record.get("host"), MAX_HOST_CHARS, keep=64),
-        "port": port if isinstance(port, int) and not isinstance(port, bool) else None,
+        "port": count(record.get("port")),
+        "path": _bounded_text(record.get("path"), MAX_PATH_CHARS),  # the proxy logs it with the query stripped
         "decision": record.get("decision"),
+        "rule": _bounded_text(record.get("rule"), 200),
         "reason": _bounded_text(record.get("reason"), MAX_TEXT_CHARS),
+        "bytes_up": count(record.get("bytes_up")),
+        "bytes_down": count(record.get("bytes_down")),
+        "credential": record.get("credential") is True,  # whether one was injected; never its value
+        "tls": _bounded_text(record.get("tls"), 16),
     }

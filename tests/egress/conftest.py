@@ -5,13 +5,16 @@ both of its networks are internal, so nothing can leave them.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OUTER_CIDR = "10.231.251.0/24"
+# Another checkout's project may be up at the same time: OA_EGRESS_COMPOSE_PROJECT, OA_EGRESS_COMPOSE_TAG
+# and OA_EGRESS_OUTER_CIDR / OA_EGRESS_INTERNAL_CIDR (compose/docker-compose.yml) keep them apart.
+OUTER_CIDR = os.environ.get("OA_EGRESS_OUTER_CIDR", "10.231.251.0/24")
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +35,7 @@ def docker_setup():
 
 @pytest.fixture(scope="session")
 def docker_compose_project_name():
-    return "oaegress"
+    return os.environ.get("OA_EGRESS_COMPOSE_PROJECT", "oaegress")
 
 
 @pytest.fixture(scope="session")

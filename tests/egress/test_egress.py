@@ -184,11 +184,17 @@ else:  # tunnel: CONNECT head, then a ClientHello naming sys.argv[3], or plain b
 '''
 
 
+PROBES = {"started": 0.0}  # when the last probe started (last_decision waits for a record newer than it)
+
+
 def probe(box, mode: str, payload: str, extra: str = "") -> list[str]:
     """Runs PROBE in the box: `payload` straight to the proxy (raw), or as a CONNECT head followed by
     a ClientHello naming `extra` (tls) or by `extra` itself (plain); prints what came back."""
+    import time
+
     for path, content in (("probe.py", PROBE), ("payload.hex", payload.encode("latin-1").hex()), ("extra.hex", extra.encode("latin-1").hex())):
         assert box.call("write_file", {"path": path, "content": content}).ok
+    PROBES["started"] = time.time()
     out = box.call("shell", {"command": f"python3 probe.py {mode}", "timeout": 40}).output
     return out.strip().splitlines()
 
@@ -197,8 +203,18 @@ def proxy_log(egress_project) -> list[bytes]:
     return egress_project["proxy"].logs(stdout=True, stderr=False).splitlines()
 
 
-def last_decision(egress_project) -> dict:
-    return [r for r in map(json.loads, proxy_log(egress_project)) if r.get("decision") in ("allow", "deny", "error")][-1]
+def last_decision(egress_project, since: float | None = None) -> dict:
+    """The proxy's newest decision; Docker copies a container's stdout to its log asynchronously, so
+    this waits (up to 5 s) for one newer than the last probe's start."""
+    import time
+
+    since = PROBES["started"] if since is None else since
+    deadline = time.monotonic() + 5
+    while True:
+        records = [r for r in map(json.loads, proxy_log(egress_project)) if r.get("decision") in ("allow", "deny", "error")]
+        if (records and records[-1]["ts"] >= since - 0.01) or time.monotonic() > deadline:
+            return records[-1]
+        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("host_header", ["denied.test:8000", "denied.test", "allowed.test:80", "allowed.test.evil:8000"])
