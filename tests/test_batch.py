@@ -121,7 +121,8 @@ def test_a_result_cut_short_by_a_kill_is_rerun_and_the_next_line_starts_fresh(sa
 def _boxes_of(docker_client, pid: int) -> list[str]:
     from orchestrator.config import LABEL
 
-    return [c.id for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL}.host-pid={pid}"})]
+    # One listing, no inspect per box: a box removed between the two was a NotFound under load.
+    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}.host-pid={pid}"})]
 
 
 def test_ctrl_c_cancels_the_running_sessions_removes_every_box_and_a_rerun_runs_them_again(sandbox_image, docker_client, tmp_path):
