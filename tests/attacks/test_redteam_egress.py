@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import socket
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -392,6 +393,10 @@ def test_redteam_sni_or_host_naming_another_server_is_refused(api_gate):
     port, upstream, records, ca = api_gate
     _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/repos/org/x", port=upstream.port), sni="other.test")
     assert reply.startswith(b"handshake failed") and upstream.connections == 0
+    # the gate's thread records the refusal after the client already saw its handshake fail
+    deadline = time.monotonic() + 5
+    while not records and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert records[-1]["decision"] == "deny" and "other.test" in records[-1]["reason"]
     request = f"GET /repos/org/x HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n".encode()
     _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, request)

@@ -180,7 +180,7 @@ def test_empty_files_past_the_entry_quota_stop_the_box(open_sandbox, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     box = open_sandbox(ws, entry_quota=3000)
     started = time.monotonic()
-    res = box.call("shell", {"command": "mkdir e && python3 -c \"\nfor i in range(30000): open('e/%d' % i, 'w').close()\nprint('finished')\"",
+    res = box.call("shell", {"command": "mkdir e && python3 -c \"\nimport time\nfor i in range(30000):\n    open('e/%d' % i, 'w').close()\n    if i % 1000 == 999: time.sleep(0.05)\nprint('finished')\"",
                              "timeout": 120})
     elapsed = time.monotonic() - started
     made = len(os.listdir(ws / "e"))
