@@ -143,6 +143,8 @@ def _child(suffix: str, cpu_seconds: int) -> None:
         reply: dict[str, Any] = {"data": parse_data(raw, suffix)}
     except Refused as err:
         reply = {"refused": str(err)}
+    except MemoryError:  # which bound a slow, greedy input hits first depends on the machine's speed
+        reply = {"refused": f"needs more than {_CHILD_MEMORY >> 20} MiB to parse"}
     sys.stdout.write(json.dumps(reply))
 
 
