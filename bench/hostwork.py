@@ -64,12 +64,12 @@ def largest_file(ws: Path) -> str:
 
 def child(op: str, ws: Path, scratch: Path) -> None:
     """One operation, in this (child) process. Set-up that is not the operation is done before the clock."""
-    from orchestrator.checkpoints import CheckpointStore
-    from orchestrator.integrity import Baseline, Sweeper
+    from orchestrator.workspace.checkpoints import CheckpointStore
+    from orchestrator.workspace.integrity import Baseline, Sweeper
 
     started = time.monotonic()
     if op == "copy":
-        from orchestrator.workspace_copy import copy_workspace
+        from orchestrator.workspace.copy import copy_workspace
 
         copy_workspace(ws, scratch / "copy", 1000, 1000)
     elif op == "sweep":
@@ -78,8 +78,8 @@ def child(op: str, ws: Path, scratch: Path) -> None:
     elif op == "checkpoint":
         CheckpointStore(scratch / "store", ws).record(0)
     elif op == "changes":
-        from orchestrator.review import list_changes, render_diff
-        from orchestrator.workspace_copy import copy_workspace
+        from orchestrator.workspace.review import list_changes, render_diff
+        from orchestrator.workspace.copy import copy_workspace
 
         manifest = copy_workspace(ws, scratch / "copy", os.getuid(), os.getgid())
         target = scratch / "copy" / largest_file(ws)
@@ -89,7 +89,7 @@ def child(op: str, ws: Path, scratch: Path) -> None:
         for _ in render_diff(manifest, list_changes(manifest)):
             pass
     elif op == "preview":
-        from orchestrator.proposed import proposed_diff
+        from orchestrator.workspace.preview import proposed_diff
         from orchestrator.models.base import ToolCall
         from orchestrator.tools.registry import ToolRegistry
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 
 from . import events as ev
-from .context_files import ContextFiles
+from .workspace.context_files import ContextFiles
 from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
 from .errors import ErrorType, OpenAgentsError
 from .models.base import Message, ModelClient, ToolCall

@@ -22,17 +22,17 @@ from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
 from .boxfs import HostBudget, lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
-from .checkpoints import CheckpointStore
-from .context_files import ContextFiles
-from .integrity import SweepReport
+from .workspace.checkpoints import CheckpointStore
+from .workspace.context_files import ContextFiles
+from .workspace.integrity import SweepReport
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
 from .sandbox.starts import StartQueued
-from .sessions import SessionRecord, WorkspaceMode, prepare
+from .workspace.records import SessionRecord, WorkspaceMode, prepare
 from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
-from .workspace_copy import CopyLimits
+from .workspace.copy import CopyLimits
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 
@@ -223,7 +223,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         transcript.emit(ev.IntegritySwept(executor=Executor.OPENAGENTS, **report.model_dump(mode="json")))
 
     sandbox.on_sweep = swept
-    from .proposed import proposed_diff
+    from .workspace.preview import proposed_diff
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.pipeline = CallPipeline(registry, gate, transcript)

@@ -4,7 +4,7 @@ everything up to the crash. Every outcome names its executor. Secrets are redact
 Everything in an event may come from the box or the model, so every event is bounded here, in one
 place no caller can skip: no line exceeds MAX_EVENT_BYTES (strings cut with a marker saying how
 much was cut, lists and dicts bounded), and no line holds a raw control or bidi character.
-Rendering for a terminal makes such characters visible (orchestrator/render.py).
+Rendering for a terminal makes such characters visible (orchestrator/terminal/render.py).
 """
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from sandbox_agent import jsonbound
 
 from .events import Event
 from .protocol import Executor
-from .render import json_line, visible
+from .terminal.render import json_line, visible
 
 if TYPE_CHECKING:  # for the annotation only: show_lines loads the painter when a transcript is shown
-    from .painter import Line
+    from .terminal.painter import Line
 
 REDACTED = "[REDACTED]"
 MAX_EVENT_BYTES = 64 * 1024  # one serialized line, all fields together
@@ -204,7 +204,7 @@ def show(path: str | Path) -> Iterable[str]:
 
 def show_lines(path: str | Path) -> Iterable[Line]:
     """As show(), with each line's style (diffs are coloured on a terminal); each result under its call."""
-    from .painter import Line, Painter
+    from .terminal.painter import Line, Painter
 
     painter = Painter()
     redactor = Redactor.from_environment()
@@ -224,7 +224,7 @@ def show_lines(path: str | Path) -> Iterable[Line]:
 def resolve_transcript(path_or_id: str) -> Path:
     """`transcript show`'s argument: a transcript file, or a session id (its recorded transcript)."""
     from .errors import ErrorType, OpenAgentsError
-    from .sessions import load
+    from .workspace.records import load
 
     path = Path(path_or_id)
     if path.is_file():
@@ -246,7 +246,7 @@ def resolve_transcript(path_or_id: str) -> Path:
 
 def list_transcripts() -> list[tuple[float, str, str, str]]:
     """(time, session id, status, transcript path) of every recorded session's transcript, newest first."""
-    from .sessions import list_sessions
+    from .workspace.records import list_sessions
 
     out = []
     for record in list_sessions():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from orchestrator.checkpoints import MODE_LINK, CheckpointStore
+from orchestrator.workspace.checkpoints import MODE_LINK, CheckpointStore
 from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from orchestrator.boxfs import HostBudget
-from orchestrator.checkpoints import CheckpointStore
-from orchestrator.quota import WriteQuota
+from orchestrator.workspace.checkpoints import CheckpointStore
+from orchestrator.workspace.quota import WriteQuota
 from orchestrator.sandbox.base import SWEEP_BUDGET_S, SupervisedSandbox
 
 

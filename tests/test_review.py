@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.review import (
+from orchestrator.workspace.review import (
     MAX_FILE_LINES,
     MAX_TOTAL_LINES,
     TEMP_PREFIX,
@@ -25,7 +25,7 @@ from orchestrator.review import (
     list_changes,
     render_diff,
 )
-from orchestrator.workspace_copy import CopyManifest, copy_workspace
+from orchestrator.workspace.copy import CopyManifest, copy_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -307,8 +307,8 @@ def test_a_fifo_in_the_copy_where_a_file_was_never_blocks(tmp_path):
 # kill -9 in the middle of an apply
 
 APPLY_CHILD = (
-    "import sys; from pathlib import Path; from orchestrator.workspace_copy import CopyManifest; "
-    "from orchestrator.review import apply_changes; "
+    "import sys; from pathlib import Path; from orchestrator.workspace.copy import CopyManifest; "
+    "from orchestrator.workspace.review import apply_changes; "
     "r = apply_changes(CopyManifest.load(Path(sys.argv[1]))); print(len(r.applied), len(r.already), len(r.conflicts))"
 )
 N_FILES = 1500
@@ -478,7 +478,7 @@ def test_changes_on_box_text_built_against_difflib_end_at_the_differs_deadline(t
     """A box-written file whose lines each recur just under difflib's junk bound (about 200 KB, inside
     the diff's size cap): `changes` and `changes --stat` ran difflib on the main thread for minutes;
     now a diff of that size runs in bounded_diff's child and the listing says it gave up."""
-    from orchestrator.review import DIFF_DEADLINE_S
+    from orchestrator.workspace.review import DIFF_DEADLINE_S
     from tests.test_preview_bounds import pathological_lines
 
     before, after = pathological_lines(40_000)

@@ -43,7 +43,7 @@ from ..loop import Session, SessionStatus
 from ..mcp.client import McpHost
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
 from ..protocol import Executor
-from ..sessions import SessionRecord, WorkspaceMode
+from ..workspace.records import SessionRecord, WorkspaceMode
 from ..tools import catalog
 from ..tools.registry import HostTools
 from . import files

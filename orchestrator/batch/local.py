@@ -86,7 +86,7 @@ class Progress:
                 self.stream.flush()
 
     def finished(self, result: TaskResult) -> None:
-        from ..render import visible
+        from ..terminal.render import visible
 
         with self._lock:
             self.counts[result.status] = self.counts.get(result.status, 0) + 1
@@ -98,7 +98,7 @@ class Progress:
                 self.stream.flush()
 
     def close(self, out: str, interrupted: bool) -> None:
-        from ..render import visible
+        from ..terminal.render import visible
 
         with self._lock:
             if self.live:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ..render import visible
+from ..terminal.render import visible
 
 
 def _as_bytes(name: bytes | str) -> bytes:

@@ -40,7 +40,7 @@ from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
-from ..render import visible
+from ..terminal.render import visible
 from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions

@@ -15,12 +15,12 @@ import click
 from pydantic import BaseModel
 
 from ..protocol import Executor
-from ..render import continued, visible
+from ..terminal.render import continued, visible
 from ..tools.registry import PreparedCall
 from .ladder import Ladder, Level
 
 if TYPE_CHECKING:
-    from ..proposed import Preview
+    from ..workspace.preview import Preview
 
 
 class PermissionOption(str, Enum):

@@ -10,7 +10,7 @@ from typing import Any, Callable, Protocol
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..integrity import Baseline
+from ..workspace.integrity import Baseline
 from .base import Sandbox
 
 

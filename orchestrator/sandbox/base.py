@@ -19,13 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from .. import host_memory, state, sweep_journal
+from .. import host_memory, state
+from ..workspace import sweep_journal
 from ..boxfs import HostBudget
 from ..config import EgressRule, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
-from ..integrity import Baseline, SweepReport, Sweeper
+from ..workspace.integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
-from ..quota import WriteQuota
+from ..workspace.quota import WriteQuota
 from ..tools.catalog import box_rule
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued

@@ -21,7 +21,7 @@ from docker.types import Mount, Ulimit
 from .. import state
 from ..config import EgressRule, LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..integrity import Baseline
+from ..workspace.integrity import Baseline
 from . import lifetime, owner, reaper
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool

@@ -11,7 +11,7 @@ import docker.errors
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..integrity import Baseline
+from ..workspace.integrity import Baseline
 from .backend import Diagnosis
 from .daemon import DOCKER_ERRORS
 from .docker import DockerSandbox, container_settings, docker_client

@@ -24,7 +24,7 @@ from typing import Any, Callable, Union
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..integrity import Baseline
+from ..workspace.integrity import Baseline
 from .backend import Backend, backend_from_config
 from .base import Sandbox
 from .starts import StartQueued

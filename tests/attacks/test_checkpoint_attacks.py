@@ -19,7 +19,7 @@ import pygit2
 import pytest
 
 from orchestrator.boxfs import BudgetExceeded, HostBudget, from_store, to_store
-from orchestrator.checkpoints import NOT_READABLE, CheckpointStore, store_unknown, unknown_changes
+from orchestrator.workspace.checkpoints import NOT_READABLE, CheckpointStore, store_unknown, unknown_changes
 from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
 
 ROOT = os.geteuid() == 0
@@ -261,7 +261,7 @@ def test_a_495_deep_chain_is_recorded_and_restored_without_recursion(tmp_path: P
 def test_a_failed_checkpoint_reads_as_unknown_never_as_no_change(tmp_path: Path, monkeypatch):
     from orchestrator import sessions
     from orchestrator.loop import SessionResult, SessionStatus
-    from orchestrator.summary import changed_files, summary_json, summary_lines
+    from orchestrator.terminal.summary import changed_files, summary_json, summary_lines
 
     monkeypatch.setattr(sessions, "sessions_root", lambda: tmp_path / "sessions")
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a"})

@@ -17,8 +17,8 @@ import pytest
 
 from orchestrator.boxfs import HostBudget, from_store, remove_tree, to_store
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.review import apply_changes, list_changes, render_diff
-from orchestrator.workspace_copy import COPY_MAX_DEPTH, CopyManifest, copy_workspace
+from orchestrator.workspace.review import apply_changes, list_changes, render_diff
+from orchestrator.workspace.copy import COPY_MAX_DEPTH, CopyManifest, copy_workspace
 from tests.attacks.test_boxfs import HOSTILE_NAMES, deep_chain
 from tests.attacks.test_host_git import init_repo, run
 from orchestrator.tools.host_git import HostRepo

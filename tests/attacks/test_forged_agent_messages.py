@@ -27,7 +27,7 @@ from orchestrator.loop import Session, SessionStatus
 from orchestrator.mcp.server import to_call_result
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
-from orchestrator.painter import Painter
+from orchestrator.terminal.painter import Painter
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
 from orchestrator.policy.ladder import Ladder
 from orchestrator.protocol import ToolResult

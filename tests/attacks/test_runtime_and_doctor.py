@@ -10,7 +10,7 @@ import pytest
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.docker import DockerSandbox
-from orchestrator.selfcheck import CHECKS
+from orchestrator.cli.selfcheck import CHECKS
 
 pytestmark = pytest.mark.docker
 

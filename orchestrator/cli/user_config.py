@@ -26,8 +26,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .errors import ErrorType, OpenAgentsError
-from .policy.ladder import FORBIDDEN_NAME, did_you_mean
+from ..errors import ErrorType, OpenAgentsError
+from ..policy.ladder import FORBIDDEN_NAME, did_you_mean
 
 CONFIG_CAP = 64 * 1024
 

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
-from . import state
-from .errors import ErrorType, OpenAgentsError
+from .. import state
+from ..errors import ErrorType, OpenAgentsError
 
 if TYPE_CHECKING:
-    from .workspace_copy import CopyLimits
+    from .copy import CopyLimits
 
 SANDBOX_UID = 1000  # the image's unprivileged user; copies are owned by it
 _ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -159,7 +159,7 @@ def shown_status(record: SessionRecord) -> str:
 
 def state_bytes(record: SessionRecord) -> int:
     """What the session's directory holds on disk (allocated bytes), counted through a bounded walk."""
-    from .boxfs import BudgetExceeded, HostBudget, Walk
+    from ..boxfs import BudgetExceeded, HostBudget, Walk
 
     total = 0
     try:
@@ -211,7 +211,7 @@ def summary_line(record: SessionRecord) -> str:
 
 def _remove(parent: Path, name: str) -> None:
     """parent/name and all under it, through boxfs: box-written entries, no link followed."""
-    from .boxfs import HostBudget, open_dir, remove_tree
+    from ..boxfs import HostBudget, open_dir, remove_tree
 
     fd = open_dir(parent)
     try:
@@ -278,7 +278,7 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
     Returns the record and the .git to mount read-only over the copy (None in bind mode).
     In copy mode the workspace is measured first: over `limits` it is refused (WorkspaceTooLarge)
     before any record or copy is made."""
-    from .workspace_copy import CopyLimits, WorkspaceTooLarge, copy_workspace, measure_workspace
+    from .copy import CopyLimits, WorkspaceTooLarge, copy_workspace, measure_workspace
 
     mode, box_user = resolve_mode(real, mode, user)
     size = None

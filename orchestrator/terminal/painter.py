@@ -2,7 +2,7 @@
 
 Each result is printed right under its call: a call's header (`→ shell command=...`) is printed when
 it starts running or is decided, and printed again above its result if anything came between. Every
-string here may come from the box or the model: each line is made visible (orchestrator/render.py)
+string here may come from the box or the model: each line is made visible (orchestrator/terminal/render.py)
 and continuation lines are marked, before any colour is added by the front-end.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SandboxStartQueued, SessionEnded,
+from ..events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SandboxStartQueued, SessionEnded,
                      SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, parse)
 from .render import continued, visible
 

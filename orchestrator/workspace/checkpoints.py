@@ -62,10 +62,10 @@ import pygit2
 from pydantic import BaseModel, Field
 from pygit2.enums import RepositoryOpenFlag
 
-from .boxfs import BudgetExceeded, HostBudget, Walk, from_store, lstat_at, open_dir, read_at, show, to_store, write_atomic
-from .boxfs.copy import temp_name
-from .boxfs.read import DIR_FLAGS
-from .errors import ErrorType, OpenAgentsError
+from ..boxfs import BudgetExceeded, HostBudget, Walk, from_store, lstat_at, open_dir, read_at, show, to_store, write_atomic
+from ..boxfs.copy import temp_name
+from ..boxfs.read import DIR_FLAGS
+from ..errors import ErrorType, OpenAgentsError
 from .integrity import is_git_name, special_kind, special_name
 
 MODE_FILE, MODE_EXEC, MODE_LINK, MODE_TREE = 0o100644, 0o100755, 0o120000, 0o040000

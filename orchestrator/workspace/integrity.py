@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .boxfs import BudgetExceeded, Entry, HostBudget, Walk, from_store, open_dir, open_parent, show, to_store
-from .boxfs.read import DIR_FLAGS
-from .errors import ErrorType, OpenAgentsError
+from ..boxfs import BudgetExceeded, Entry, HostBudget, Walk, from_store, open_dir, open_parent, show, to_store
+from ..boxfs.read import DIR_FLAGS
+from ..errors import ErrorType, OpenAgentsError
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
 

@@ -31,13 +31,13 @@ from typing import Iterator, Literal
 from pydantic import BaseModel, Field
 
 from .bounded_diff import bounded_unified_diff, split_lines
-from .boxfs import HostBudget, Walk, from_store, lstat_workspace, open_parent, open_regular, read_at, show, to_store, write_atomic
-from .boxfs.copy import temp_name
-from .boxfs.read import DIR_FLAGS, components, open_dir
-from .errors import OpenAgentsError
+from ..boxfs import HostBudget, Walk, from_store, lstat_workspace, open_parent, open_regular, read_at, show, to_store, write_atomic
+from ..boxfs.copy import temp_name
+from ..boxfs.read import DIR_FLAGS, components, open_dir
+from ..errors import OpenAgentsError
 from .integrity import special_name
-from .render import visible
-from .workspace_copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
+from ..terminal.render import visible
+from .copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
 
 ChangeKind = Literal["added", "modified", "deleted", "type_changed", "mode_changed"]
 

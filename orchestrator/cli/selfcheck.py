@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .config import SandboxConfig
-from .protocol import ToolResult
-from .sandbox.backend import Backend, backend_from_config
-from .sandbox.base import Sandbox
+from ..config import SandboxConfig
+from ..protocol import ToolResult
+from ..sandbox.backend import Backend, backend_from_config
+from ..sandbox.base import Sandbox
 
 CANARY_VAR = "OA_DOCTOR_CANARY_TOKEN"
 CANARY_VALUE = "oa-doctor-canary-5b1e9d"

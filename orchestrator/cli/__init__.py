@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
-from .config import SandboxConfig
-from .errors import ErrorType, OpenAgentsError
-from .painter import Line
-from .protocol import ToolResult
-from .render import json_line
-from .summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+from ..config import SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from ..terminal.painter import Line
+from ..protocol import ToolResult
+from ..terminal.render import json_line
+from ..terminal.summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
 
 if TYPE_CHECKING:  # for annotations only: each command imports what it runs, so `oa-sandbox --help` stays quick
-    from .acp.server import AcpApprover
-    from .live import LiveView
-    from .mcp.client import McpHost
-    from .review import ApplyReport
-    from .sandbox.pool import PoolEvent
-    from .session import OpenSession
-    from .sessions import SessionRecord, WorkspaceMode
-    from .tools.registry import HostTools
+    from ..acp.server import AcpApprover
+    from ..terminal.live import LiveView
+    from ..mcp.client import McpHost
+    from ..workspace.review import ApplyReport
+    from ..sandbox.pool import PoolEvent
+    from ..session import OpenSession
+    from ..workspace.records import SessionRecord, WorkspaceMode
+    from ..tools.registry import HostTools
     from .user_config import UserConfig
-    from .workspace_copy import CopyLimits, CopyProgress
+    from ..workspace.copy import CopyLimits, CopyProgress
 
 EXIT_TOOL_ERROR = EXIT_STOPPED
 
@@ -44,7 +44,7 @@ class SetupExit(click.exceptions.Exit):
 
 
 def _setup_error(err: OpenAgentsError) -> SetupExit:
-    from .render import visible
+    from ..terminal.render import visible
 
     click.echo(visible(f"oa-sandbox: {err.type.value}: {err.message}"), err=True)  # messages may name box paths
     return SetupExit(err)
@@ -117,8 +117,8 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
                 runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
                 workspace_mode: str, entry_quota: int | None = None, copy_max_bytes: str | None = None, copy_max_entries: int | None = None,
                 **kwargs: Any) -> None:
-        from .sessions import WorkspaceMode
-        from .workspace_copy import CopyLimits
+        from ..workspace.records import WorkspaceMode
+        from ..workspace.copy import CopyLimits
 
         defaults = _user_config()  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
@@ -205,7 +205,7 @@ def _copy_progress(limits: CopyLimits) -> CopyLimits:
 def main(verbose: bool) -> None:
     """Run an AI coding agent's tools in a hardened Docker sandbox."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="oa-sandbox: %(message)s")
-    from .host_memory import tune_allocator
+    from ..host_memory import tune_allocator
 
     tune_allocator()  # a long `acp` server's RSS follows its sessions (host_memory.py)
     for handler in logging.getLogger().handlers:
@@ -218,14 +218,14 @@ def _complete_pending_sweeps() -> None:
     ended (OOM, SIGKILL, power loss) left journaled (sweep_journal.py): their boxes are reaped first,
     so no box of theirs still writes while the sweep runs. Never fatal; one that cannot finish is
     said, and no session starts on that workspace until it does."""
-    from . import sweep_journal
-    from .render import visible
+    from ..workspace import sweep_journal
+    from ..terminal.render import visible
 
     try:
         if not any(entry.owner_gone() for entry in sweep_journal.pending()):
             return
         try:
-            from .sandbox.docker import docker_client
+            from ..sandbox.docker import docker_client
 
             docker_client(timeout=30).close()  # its first client reaps the boxes of owners that are gone
         except OpenAgentsError as err:
@@ -267,7 +267,7 @@ def image() -> None:
 @click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
 def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
     """Build the sandbox image; with no registry, from a debootstrap base."""
-    from .sandbox.backend import backend_from_config
+    from ..sandbox.backend import backend_from_config
 
     config = SandboxConfig()
     progress = lambda message: click.echo(message, err=True)  # noqa: E731
@@ -286,10 +286,10 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
 def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str, json_args: str) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
     change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
-    from .render import visible
-    from .sandbox.backend import backend_from_config
-    from .sessions import WorkspaceMode, prepare
-    from .tools.args import validate_arguments
+    from ..terminal.render import visible
+    from ..sandbox.backend import backend_from_config
+    from ..workspace.records import WorkspaceMode, prepare
+    from ..tools.args import validate_arguments
 
     _terminate_as_interrupt()
     try:
@@ -452,15 +452,15 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
 
     Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
     policy, runtime, image, max_turns, max_tokens, max_wall, model_timeout, context_window); flags override them."""
-    from .budget import Budget
-    from .live import LiveView
-    from .loop import SessionStatus
-    from .policy.approvals import NonInteractiveApprover, TerminalApprover
-    from .render import visible
-    from .models.base import DEFAULT_MODEL_TIMEOUT_S
-    from .session import SessionOptions, open_session
-    from .summary import changed_files, exit_code, summary_json, summary_lines
-    from .tools.registry import RegistryConfig
+    from ..budget import Budget
+    from ..terminal.live import LiveView
+    from ..loop import SessionStatus
+    from ..policy.approvals import NonInteractiveApprover, TerminalApprover
+    from ..terminal.render import visible
+    from ..models.base import DEFAULT_MODEL_TIMEOUT_S
+    from ..session import SessionOptions, open_session
+    from ..terminal.summary import changed_files, exit_code, summary_json, summary_lines
+    from ..tools.registry import RegistryConfig
 
     defaults = _user_config()
     model_spec = model_spec or defaults.model
@@ -517,7 +517,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
             result = None
         _ignore_interrupts()  # from here on, clean-up runs to its end
         if result is None:
-            from .loop import SessionResult
+            from ..loop import SessionResult
 
             result = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
         opened.finish(result.status.value, result.reason)
@@ -559,7 +559,7 @@ def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost
     policy says otherwise); each one that could not start is named, and the session goes on."""
     if not servers:
         return None
-    from .mcp.client import McpHost
+    from ..mcp.client import McpHost
 
     host = McpHost(servers).start()
     for problem in host.problems:
@@ -570,8 +570,8 @@ def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost
 def _pool_progress(event: PoolEvent) -> None:
     """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
     line, each box made ready when -v is given; a failed start is logged by the pool itself."""
-    from .sandbox.pool import PoolBoxReady
-    from .sandbox.starts import StartQueued
+    from ..sandbox.pool import PoolBoxReady
+    from ..sandbox.starts import StartQueued
 
     if isinstance(event, StartQueued) and not event.slot_taken:
         click.echo(f"oa-sandbox: pool: a refill waits for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting", err=True)
@@ -592,12 +592,12 @@ def _pool_progress(event: PoolEvent) -> None:
 def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
         transcript_dir: str | None, max_turns: int, pool: int, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
-    from .acp.server import AcpServer
-    from .models.base import model_from_spec
-    from .sandbox import lifetime
-    from .sandbox.pool import SandboxPool
-    from .session import SessionOptions, load_policies, open_session, with_policy_egress
-    from .state import new_id
+    from ..acp.server import AcpServer
+    from ..models.base import model_from_spec
+    from ..sandbox import lifetime
+    from ..sandbox.pool import SandboxPool
+    from ..session import SessionOptions, load_policies, open_session, with_policy_egress
+    from ..state import new_id
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
@@ -638,9 +638,9 @@ def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_en
 def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode,
         copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
-    from .mcp.server import McpApprover, serve
-    from .render import visible
-    from .session import SessionOptions, open_session
+    from ..mcp.server import McpApprover, serve
+    from ..terminal.render import visible
+    from ..session import SessionOptions, open_session
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     _terminate_as_interrupt()  # a SIGTERM while the box starts removes it too
@@ -693,8 +693,8 @@ def batch(tasks_file: str, out: str, concurrency: int | None, model_spec: str | 
     """Run every task of TASKS.jsonl (id, workspace, task; optional model, policy, max_turns,
     max_wall, runtime), each on its own copy of its workspace; one result line each in --out
     (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node)."""
-    from .batch.command import BatchRequest, run_batch
-    from .batch.runner import BatchSettings
+    from ..batch.command import BatchRequest, run_batch
+    from ..batch.runner import BatchSettings
 
     defaults = _user_config()
     config = build_config(image or defaults.image, memory or defaults.memory, defaults.pids, cpus or defaults.cpus, (),
@@ -724,8 +724,8 @@ def transcript_show(path_or_id: str) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    from .render import visible
-    from .transcript import resolve_transcript, show_lines
+    from ..terminal.render import visible
+    from ..transcript import resolve_transcript, show_lines
 
     try:
         path = resolve_transcript(path_or_id)
@@ -742,8 +742,8 @@ def transcript_list() -> None:
     """Every session's transcript, newest first: time, session id, status, path."""
     import time as _time
 
-    from .render import visible
-    from .transcript import list_transcripts
+    from ..terminal.render import visible
+    from ..transcript import list_transcripts
 
     for created, session_id, status, path in list_transcripts():
         when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(created))
@@ -758,8 +758,8 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     """Check the daemon and the image, and print the security settings a sandbox gets."""
     from sandbox_agent import limits
 
-    from .sandbox.backend import backend_from_config
-    from .sessions import resolve_mode
+    from ..sandbox.backend import backend_from_config
+    from ..workspace.records import resolve_mode
 
     backend = backend_from_config(config)
     try:
@@ -812,7 +812,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
 
 
 def _session(session_id: str) -> SessionRecord:
-    from .sessions import load
+    from ..workspace.records import load
 
     try:
         return load(session_id)
@@ -834,9 +834,9 @@ def _copy_session(session_id: str, action: str) -> SessionRecord:
 
 def _apply(record: SessionRecord) -> tuple[int, ApplyReport]:
     """Apply a copy session's changes; 0 when applied, 1 on conflicts (then nothing was applied)."""
-    from .boxfs import show
-    from .review import apply_changes, shown
-    from .workspace_copy import CopyManifest
+    from ..boxfs import show
+    from ..workspace.review import apply_changes, shown
+    from ..workspace.copy import CopyManifest
 
     report = apply_changes(CopyManifest.load(record.manifest_path))
     for item in report.left_out:
@@ -861,8 +861,8 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
     workspace. `sessions prune` removes old ones."""
     if ctx.invoked_subcommand is not None:
         return
-    from .render import visible
-    from .sessions import HEADER, list_sessions, shown_status, summary_line
+    from ..terminal.render import visible
+    from ..workspace.records import HEADER, list_sessions, shown_status, summary_line
 
     records = list_sessions(all_users=all_users)
     if as_json:
@@ -881,7 +881,7 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
 def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
     """Remove old sessions' whole state (copy, checkpoints, transcript, record). Kept: running
     sessions, and copy sessions not yet applied or discarded, unless --all."""
-    from .sessions import parse_duration, prune
+    from ..workspace.records import parse_duration, prune
 
     try:
         seconds = parse_duration(older_than)
@@ -903,8 +903,8 @@ def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
 @click.option("--stat", "stat_only", is_flag=True, help="One line per file with counts, as git diff --stat.")
 def changes(session_id: str, stat_only: bool) -> None:
     """The unified diff of a copy session's changes against the real workspace."""
-    from .review import list_changes, render_diff
-    from .workspace_copy import CopyManifest
+    from ..workspace.review import list_changes, render_diff
+    from ..workspace.copy import CopyManifest
 
     record = _copy_session(session_id, "show")
     manifest = CopyManifest.load(record.manifest_path)
@@ -926,7 +926,7 @@ def apply_(session_id: str) -> None:
 def discard(session_id: str) -> None:
     """Throw a copy session away: its copy, checkpoints, manifest, quarantine and transcript. Only
     its record stays, marked discarded, so `oa-sandbox sessions` still says what became of it."""
-    from .sessions import discard_state, state_bytes
+    from ..workspace.records import discard_state, state_bytes
 
     record = _copy_session(session_id, "discard")
     before = state_bytes(record)
@@ -942,8 +942,8 @@ def discard(session_id: str) -> None:
 def checkpoints(session_id: str) -> None:
     """A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that
     failed or was skipped says so (what changed then is unknown)."""
-    from .checkpoints import CheckpointStore, shown_path
-    from .render import visible
+    from ..workspace.checkpoints import CheckpointStore, shown_path
+    from ..terminal.render import visible
 
     record = _session(session_id)
     for point in CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list():
@@ -965,9 +965,9 @@ def checkpoints(session_id: str) -> None:
 def rollback(session_id: str, turn: int) -> None:
     """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
     Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
-    from .boxfs import from_store, show
-    from .checkpoints import CheckpointStore
-    from .render import visible
+    from ..boxfs import from_store, show
+    from ..workspace.checkpoints import CheckpointStore
+    from ..terminal.render import visible
 
     record = _session(session_id)
     if record.running():
@@ -1007,7 +1007,7 @@ def rollback(session_id: str, turn: int) -> None:
 @click.option("--all", "all_", is_flag=True, help="Also remove sandboxes whose host process is still alive.")
 def gc(all_: bool) -> None:
     """Remove leftover sandbox containers."""
-    from .sandbox.backend import backend_from_config
+    from ..sandbox.backend import backend_from_config
 
     try:
         removed = backend_from_config(SandboxConfig()).gc(all_)

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .loop import SessionResult, SessionStatus
+from ..loop import SessionResult, SessionStatus
 from .render import visible
-from .sessions import SessionRecord
+from ..workspace.records import SessionRecord
 
 if TYPE_CHECKING:
-    from .review import ApplyReport
+    from ..workspace.review import ApplyReport
 
 EXIT_OK, EXIT_STOPPED, EXIT_SETUP, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 3, 130
 EXIT_CODES_HELP = ("Exit codes: 0 finished, no call refused; 3 finished, but a call was refused; 1 stopped "
@@ -52,7 +52,7 @@ def changed_files(record: SessionRecord) -> ChangedFiles:
     import pygit2
     from pygit2.enums import RepositoryOpenFlag
 
-    from .checkpoints import CheckpointStore, unknown_changes
+    from ..workspace.checkpoints import CheckpointStore, unknown_changes
 
     def fallback(unknown: str | None) -> ChangedFiles:
         out = ChangedFiles(FileChange(path=p) for p in record.files_changed)

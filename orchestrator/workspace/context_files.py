@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
-from .boxfs import read_workspace_file, show
-from .errors import ErrorType, OpenAgentsError
+from ..boxfs import read_workspace_file, show
+from ..errors import ErrorType, OpenAgentsError
 
 NAME = "AGENTS.md"
 FILE_CAP = 32 * 1024  # bytes of one file; a bigger one is refused, said to the model, not cut

@@ -38,9 +38,9 @@ from typing import Callable, NamedTuple
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from .boxfs import BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, remove_tree, show, to_store
-from .boxfs.read import DIR_FLAGS, open_dir
-from .errors import ErrorType, OpenAgentsError
+from ..boxfs import BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, remove_tree, show, to_store
+from ..boxfs.read import DIR_FLAGS, open_dir
+from ..errors import ErrorType, OpenAgentsError
 
 COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
 COPY_MAX_ENTRIES = 500_000

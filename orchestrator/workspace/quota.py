@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .boxfs import BudgetExceeded, HostBudget, Walk
-from .boxfs.budget import MAX_DEPTH
+from ..boxfs import BudgetExceeded, HostBudget, Walk
+from ..boxfs.budget import MAX_DEPTH
 
 POLL_S = 0.1
 DEFAULT_ENTRY_QUOTA = 200_000
