@@ -16,6 +16,8 @@ EGRESS_PROXY_IMAGE = os.environ.get("OA_EGRESS_PROXY_IMAGE") or "openagents-egre
 EGRESS_PROXY_ALIAS = "egress-proxy"
 EGRESS_PROXY_PORT = 3128
 LABEL = "dev.openagents.sandbox"
+# Every front-end's default turn limit (run, acp, batch, a config file without max_turns).
+DEFAULT_MAX_TURNS = 100
 
 # The only host variables that may reach the container, with fixed values, never copied from the host.
 BASE_ENV = {

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from . import events as ev
 from .workspace.context_files import ContextFiles
 from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
+from .config import DEFAULT_MAX_TURNS
 from .errors import ErrorType, OpenAgentsError
 from .models.base import Message, ModelClient, ToolCall
 from .pipeline import CallOutcome, CallPipeline
@@ -66,7 +67,7 @@ class SessionResult(BaseModel):
 
 class Session:
     def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
-                 max_turns: int = 100, loop_limit: int = 5, cancel: threading.Event | None = None,
+                 max_turns: int = DEFAULT_MAX_TURNS, loop_limit: int = 5, cancel: threading.Event | None = None,
                  after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "",
                  budget: Budget | None = None, pipeline: CallPipeline | None = None) -> None:
         """`after_turn(turn, tool names)` runs once a turn's calls are done (the session's checkpoint).

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from .config import EgressConfig, SandboxConfig
+from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .loop import Session
 from .pipeline import CallPipeline
 from . import events as ev
@@ -42,7 +42,7 @@ class SessionOptions(BaseModel):
     base_url: str | None = None
     api_key_env: str | None = None
     policy_files: list[str] = Field(default_factory=list)
-    max_turns: int = 100
+    max_turns: int = DEFAULT_MAX_TURNS
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     budget: Budget = Field(default_factory=Budget)
     auto_approve: bool = False  # --auto-approve: what runs inside the sandbox proceeds without asking

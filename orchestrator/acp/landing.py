@@ -30,6 +30,8 @@ from typing import Any, Callable
 from ..boxfs import from_store, read_workspace_file, show
 from ..errors import OpenAgentsError
 from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
+from ..workspace.copy_session import mark_landed
+from ..workspace.records import SessionRecord
 from ..workspace.copy import CopyManifest
 
 META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
@@ -111,10 +113,11 @@ def _items(lines: list[str]) -> list[str]:
 class TurnLander:
     """Lands one copy session's changes at the end of each prompt turn (see the module's docstring)."""
 
-    def __init__(self, manifest_path: Path, editor_root: Path, session: str) -> None:
-        self.manifest_path = manifest_path
+    def __init__(self, record: SessionRecord, editor_root: Path) -> None:
+        self.record = record
+        self.manifest_path = record.manifest_path
         self.editor_root = editor_root
-        self.session = session
+        self.session = record.id
         self._said: set[tuple[str, str]] = set()  # (path, reason) left out and already said
 
     def land(self, write: WriteFile | None = None) -> Landing:
@@ -135,6 +138,7 @@ class TurnLander:
             self._write_through(landing, manifest, scanned, write)
         move_on(manifest, scanned, report)  # after the editor's writes: their stamps are the baseline
         manifest.save(self.manifest_path)
+        mark_landed(self.record)
         return landing
 
     def _report(self, landing: Landing, report: ApplyReport) -> None:

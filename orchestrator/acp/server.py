@@ -342,7 +342,7 @@ class AcpServer:
             session.parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event), session.mcp)
             record = getattr(session.parts, "record", None)
             if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
-                session.lander = TurnLander(record.manifest_path, workspace, record.id)
+                session.lander = TurnLander(record, workspace)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
                 transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))

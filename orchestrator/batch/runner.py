@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..config import SandboxConfig
+from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from .tasks import BatchTask, TaskError, TaskResult
 
@@ -36,7 +36,7 @@ class BatchSettings(BaseModel):
     api_key_env: str | None = None
     policy: list[str] = Field(default_factory=list)
     auto_approve: bool = False
-    max_turns: int = 100
+    max_turns: int = DEFAULT_MAX_TURNS
     max_wall: float | None = None
     max_tokens: int | None = None
     config: SandboxConfig = Field(default_factory=SandboxConfig)

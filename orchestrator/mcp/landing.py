@@ -31,6 +31,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
 from ..terminal.render import visible
 from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
+from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
 from ..workspace.copy import CopyManifest
 
@@ -123,6 +124,7 @@ class Landing:
                 + "; ".join(f"{c['path']}: {c['reason']}" for c in conflicts[:20])), output="\n".join(lines), meta=meta)
         move_on(manifest, scanned, report)
         manifest.save(self.manifest_path)
+        mark_landed(self.record)
         summary = f"applied {len(report.applied)} change(s) to {real}"
         if report.left_out:
             summary += f", left out {len(report.left_out)}"

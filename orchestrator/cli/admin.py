@@ -1,0 +1,150 @@
+"""The commands around sessions rather than in them: the image, `doctor`, transcripts, `gc`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ..config import SandboxConfig
+from ..errors import OpenAgentsError
+from ..terminal.summary import EXIT_OK, EXIT_SETUP
+from .common import EXIT_TOOL_ERROR, sandbox_options, setup_error
+
+if TYPE_CHECKING:
+    from ..workspace.copy import CopyLimits
+    from ..workspace.records import WorkspaceMode
+
+@click.group()
+def image() -> None:
+    """The sandbox image."""
+
+
+@image.command("build")
+@click.option("--base", default="python:3.12-slim", show_default=True, help="Base image, or 'debootstrap' to make one from Debian's packages.")
+@click.option("--tag", default=None, help="Image tag (default openagents-sandbox:latest).")
+@click.option("--rebuild-base", is_flag=True, help="Run debootstrap again even if the base exists.")
+@click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
+def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
+    """Build the sandbox image; with no registry, from a debootstrap base."""
+    from ..sandbox.backend import backend_from_config
+
+    config = SandboxConfig()
+    progress = lambda message: click.echo(message, err=True)  # noqa: E731
+    try:
+        backend_from_config(config).build_image(tag or config.image, base, rebuild_base=rebuild_base, only_if_needed=if_needed,
+                                                progress=progress)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+
+
+@click.group()
+def transcript() -> None:
+    """Session transcripts."""
+
+
+@transcript.command("show")
+@click.argument("path_or_id")
+def transcript_show(path_or_id: str) -> None:
+    """Render a JSONL transcript for a terminal (secrets redacted): a file, or a session's by its id."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from ..terminal.render import visible
+    from ..transcript import resolve_transcript, show_lines
+
+    try:
+        path = resolve_transcript(path_or_id)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+
+    console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
+    for line in show_lines(path):  # each line is visible() already; colour only on a terminal
+        console.print(Text(visible(line.text), style=(line.style or "") if console.is_terminal else ""))
+
+
+@transcript.command("list")
+def transcript_list() -> None:
+    """Every session's transcript, newest first: time, session id, status, path."""
+    import time as _time
+
+    from ..terminal.render import visible
+    from ..transcript import list_transcripts
+
+    for created, session_id, status, path in list_transcripts():
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(created))
+        click.echo(visible(f"{when}  {session_id}  {status:<10} {path}"))
+
+
+@click.command()
+@click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
+@click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
+@sandbox_options
+def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
+    """Check the daemon and the image, and print the security settings a sandbox gets."""
+    from sandbox_agent import limits
+
+    from ..sandbox.backend import backend_from_config
+    from ..workspace.records import resolve_mode
+
+    backend = backend_from_config(config)
+    try:
+        diagnosis = backend.diagnose(config)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    for status, text in diagnosis.checks:
+        click.echo(f"[{status}]{' ' * (5 - len(status))}{text}")
+    if not diagnosis.reachable:
+        raise click.exceptions.Exit(EXIT_SETUP)
+    ok = all(status != "fail" for status, _ in diagnosis.checks)
+    config = diagnosis.config
+    ws = Path(workspace).resolve()
+    try:
+        mode, user = resolve_mode(ws, mode, config.user)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    git = "every .git present at the start read-only" if (ws / ".git").exists() else "an empty read-only placeholder at /workspace/.git"
+    where = "a private copy of " if mode.value == "copy" else ""
+    click.echo("\nSecurity settings of a sandbox:")
+    rows = [
+        ("workspace mode", mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else "")),
+        ("workspace", f"{where}{ws} -> /workspace (read-write); {git}"),
+        ("write quota", f"{config.write_quota >> 20} MiB of growth per session; integrity sweep at the end and on every replacement"),
+        ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"
+                    f"{f'; {len(config.egress.rules)} rules' if config.egress.rules else ''}"
+                    f"{f'; credentials injected for {sorted({c.host for c in config.egress.credentials})}' if config.egress.credentials else ''}"),
+        ("user", user + ("  (root-owned workspace: the copy belongs to this unprivileged user)" if mode.value == "copy" and ws.stat().st_uid == 0 else "")),
+        *backend.settings_for(diagnosis, ws, user),
+        ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),
+    ]
+    for name, value in rows:
+        click.echo(f"  {name:<18} {value}")
+    if attack and diagnosis.can_start:
+        from .selfcheck import run_checks
+
+        click.echo("\nAttack checks (each a real attempt in a real sandbox):")
+        try:
+            results = run_checks(config, backend)
+        except OpenAgentsError as err:
+            raise setup_error(err) from None
+        for name, passed, detail in results:
+            click.echo(f"  {'PASS' if passed else 'FAIL'}  {name:<28} {detail}")
+        failed = sum(not passed for _, passed, _ in results)
+        click.echo(f"{len(results) - failed} passed, {failed} failed")
+        ok &= failed == 0
+        if failed:
+            raise click.exceptions.Exit(EXIT_TOOL_ERROR)
+    raise click.exceptions.Exit(EXIT_OK if ok else EXIT_SETUP)
+
+@click.command()
+@click.option("--all", "all_", is_flag=True, help="Also remove sandboxes whose host process is still alive.")
+def gc(all_: bool) -> None:
+    """Remove leftover sandbox containers."""
+    from ..sandbox.backend import backend_from_config
+
+    try:
+        removed = backend_from_config(SandboxConfig()).gc(all_)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    click.echo(f"removed {removed} sandbox container{'s' if removed != 1 else ''}")
+

@@ -1,0 +1,286 @@
+"""`oa-sandbox run` and `oa-sandbox exec`: a session with a model, and one tool call. With `--output
+json` every exit prints exactly one JSON object."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import click
+
+from ..config import DEFAULT_MAX_TURNS, SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from ..protocol import ToolResult
+from ..terminal.painter import Line
+from ..terminal.render import json_line
+from ..terminal.summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+from .common import (EXIT_TOOL_ERROR, SetupExit, copy_progress, ignore_interrupts, interrupt_once, load_defaults, new_transcript_path,
+                     sandbox_options, setup_error, terminate_as_interrupt)
+from .sessions import apply_copy
+
+if TYPE_CHECKING:
+    from ..mcp.client import McpHost
+    from ..terminal.live import LiveView
+    from ..workspace.copy import CopyLimits
+    from ..workspace.records import WorkspaceMode
+
+@click.command("exec")
+@click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@sandbox_options
+@click.argument("tool")
+@click.argument("json_args", default="{}")
+def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str, json_args: str) -> None:
+    """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
+    change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
+    from ..terminal.render import visible
+    from ..sandbox.backend import backend_from_config
+    from ..workspace.records import WorkspaceMode, prepare
+    from ..tools.args import validate_arguments
+
+    terminate_as_interrupt()
+    try:
+        args = validate_arguments(tool, json_args).model_dump(exclude_none=True)
+    except OpenAgentsError as err:
+        result = ToolResult.failure(err)
+    else:
+        try:
+            record, git_dir = prepare(Path(workspace).resolve(), mode, config.user, kind="exec", limits=copy_progress(copy_limits))
+            box_config = config.model_copy(update={"user": record.user})
+            sandbox = backend_from_config(box_config).sandbox(record.box_workspace, box_config, state_dir=record.dir, git_dir=git_dir)
+            sandbox.start()
+            try:
+                result = sandbox.call(tool, args)
+            finally:
+                sandbox.close()
+        except OpenAgentsError as err:
+            raise setup_error(err) from None
+        record.status = "finished" if result.ok else "stopped"
+        record.save()
+        for report in sandbox.sweeper.reports:
+            for line in report.lines():
+                click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
+        if record.mode == WorkspaceMode.COPY:
+            click.echo(f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
+                       f"apply with `oa-sandbox apply {record.id}`", err=True)
+    click.echo(result.model_dump_json())
+    if result.error is not None and result.error.type in _NO_SANDBOX:
+        raise setup_error(OpenAgentsError(result.error.type, result.error.message))
+    raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
+
+
+# A call that failed because the sandbox itself did (its daemon went away mid-call, it could not be
+# replaced): the same set-up error, exit 2, as when the sandbox fails before the call.
+_NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_FAILED, ErrorType.IMAGE_MISSING})
+
+
+def _wants_json(args: Iterable[str]) -> bool:
+    """Whether a command line asks for `--output json` (read before click has parsed it)."""
+    items = list(args)
+    for i, arg in enumerate(items):
+        if arg == "--":
+            break
+        if arg == "--output=json" or (arg == "--output" and items[i + 1:i + 2] == ["json"]):
+            return True
+    return False
+
+
+def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[str, Any]:
+    """The object `run --output json` prints when it ends before a session result exists: the same
+    keys as a session's, empty, with the exit code, a status and the typed error."""
+    return {"session_id": None, "status": status, "reason": error.message if error else status, "exit_code": code, "turns": 0,
+            "final_text": "", "calls": {}, "refused_calls": [], "failed_calls": [], "changed_files": [], "changed_files_unknown": None,
+            "tokens": {"input": 0, "output": 0}, "wall_s": 0.0, "error": error.to_dict() if error else None, "workspace_mode": None,
+            "transcript": None, "session_status": None, "applied": None, "left_out": None, "conflicts": None}
+
+
+_JSON_PRINTED = "oa-sandbox.json-printed"
+
+
+class _JsonExits(click.Command):
+    """`run --output json`: every exit prints exactly one JSON object on stdout, set-up errors and
+    usage errors included (a CI script's json.load never meets an empty stdout); stderr still gets
+    the one line a person reads."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        wants = _wants_json(args)
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as err:
+            if wants:
+                click.echo(json_line(_exit_json(EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()))))
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.params.get("output_format") != "json":
+            return super().invoke(ctx)
+        try:
+            return super().invoke(ctx)
+        except SetupExit as exc:
+            click.echo(json_line(_exit_json(exc.exit_code, "setup_error", exc.error)))
+            raise
+        except click.UsageError as err:  # raised by an option's own check (--env, --egress, sizes)
+            click.echo(json_line(_exit_json(EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()))))
+            raise
+        except click.exceptions.Exit as exc:
+            if not ctx.meta.get(_JSON_PRINTED):
+                status = "cancelled" if exc.exit_code == EXIT_CANCELLED else "finished" if exc.exit_code == EXIT_OK else "stopped"
+                click.echo(json_line(_exit_json(exc.exit_code, status, None)))
+            raise
+        except Exception as err:
+            click.echo(json_line(_exit_json(EXIT_STOPPED, "failed", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500]))))
+            raise
+
+
+
+@click.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
+@click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
+                                              "or a private address); default OPENAI_BASE_URL for openai: models, ANTHROPIC_BASE_URL for anthropic: models.")
+@click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY / ANTHROPIC_API_KEY).")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
+@click.option("--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it.")
+@click.option("--auto-approve", is_flag=True, help="Everything that runs inside the sandbox proceeds without asking; host-side git and MCP "
+                                                   "tools still ask, and a policy's deny still wins.")
+@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False),
+              help="Where to write the JSONL transcript: a new file (an existing one is refused, never appended to).")
+@click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help=f"Stop after N turns (default {DEFAULT_MAX_TURNS}).")
+@click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Stop once the model has used N tokens, input and output summed.")
+@click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="Stop after this much wall time.")
+@click.option("--model-timeout", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS",
+              help="The longest the model server may stay silent (before its answer starts, or between two pieces of it); "
+                   "then the session stops with model_api_error (default 300).")
+@click.option("--context-window", default=None, type=click.IntRange(256, None), metavar="TOKENS",
+              help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.")
+@click.option("--output", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, session_id, "
+                   "turns, final_text, refused_calls, applied, left_out, conflicts, ...).")
+@click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
+@click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
+@click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
+@sandbox_options
+@click.argument("task")
+def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
+        non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
+        max_wall: float | None, model_timeout: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
+        apply_at_end: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, task: str) -> None:
+    """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
+    from standard input (the session is then non-interactive: stdin is spent).
+
+    Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
+    policy, runtime, image, max_turns, max_tokens, max_wall, model_timeout, context_window); flags override them."""
+    from ..budget import Budget
+    from ..terminal.live import LiveView
+    from ..loop import SessionStatus
+    from ..policy.approvals import NonInteractiveApprover, TerminalApprover
+    from ..terminal.render import visible
+    from ..models.base import DEFAULT_MODEL_TIMEOUT_S
+    from ..session import SessionOptions, open_session
+    from ..terminal.summary import changed_files, exit_code, summary_json, summary_lines
+    from ..tools.registry import RegistryConfig
+
+    defaults = load_defaults()
+    model_spec = model_spec or defaults.model
+    if not model_spec:
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
+                                                                     "or set model in the config file"))
+    if task == "-":
+        task = sys.stdin.read()
+        non_interactive = True
+        if not task.strip():
+            raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "the task read from standard input is empty"))
+    try:
+        path = new_transcript_path(transcript_path)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    view = LiveView()
+    interrupt_once()
+    interactive = not non_interactive and sys.stdin.isatty()
+    budget = Budget(max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
+                    context_window=context_window or defaults.context_window)
+    approver = TerminalApprover(show_diff=view.show_diff) if interactive else NonInteractiveApprover()
+    if auto_approve:
+        view.header_notes.append("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
+    if interactive:
+        view.header_notes.append("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
+    host_tools = None
+    try:
+        options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
+                                 policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+                                 registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve,
+                                 model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
+        host_tools = _start_mcp_servers(defaults.mcp_servers, view)
+        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode, host_tools=host_tools,
+                              copy_limits=copy_progress(copy_limits))
+    except OpenAgentsError as err:
+        if host_tools is not None:
+            host_tools.close()
+        raise setup_error(err) from None
+    except ValueError as err:
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    except OSError as err:  # the transcript's file could not be made after all (a race), the state directory
+        if host_tools is not None:
+            host_tools.close()
+        raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}")) from None
+    except KeyboardInterrupt:  # while the box started: open_session removed it
+        ignore_interrupts()
+        click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
+        raise click.exceptions.Exit(EXIT_CANCELLED) from None
+    result = None
+    try:
+        try:
+            result = opened.session.run(task)
+        except KeyboardInterrupt:  # a second press while the loop itself was ending the session
+            result = None
+        ignore_interrupts()  # from here on, clean-up runs to its end
+        if result is None:
+            from ..loop import SessionResult
+
+            result = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
+        opened.finish(result.status.value, result.reason)
+        opened.record.turns = result.turns  # saved by close(); `rollback --turn` past it is refused
+    finally:
+        ignore_interrupts()
+        view.close()
+        if result is not None and result.status == SessionStatus.CANCELLED:
+            view.note("cancelling: removing the sandbox (Ctrl-C is ignored until it is gone)")
+        swept = opened.close()
+        if host_tools is not None:
+            host_tools.close()  # the user's MCP servers end with the session
+    record = opened.record
+    for line in swept:
+        view.note(visible(f"integrity sweep: {line}"))
+    changes = changed_files(record)
+    code = exit_code(result)
+    view.print([Line(text) for text in summary_lines(result, changes)])
+    view.note(f"   transcript: {record.transcript}")
+    view.note(f"   session: {record.id} ({record.mode.value} mode)")
+    report = None
+    if record.mode.value == "copy":
+        if apply_at_end:
+            applied, report = apply_copy(record)
+            if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
+                code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
+        else:
+            view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
+    if output_format == "json":
+        click.get_current_context().meta[_JSON_PRINTED] = True
+        click.echo(json_line(summary_json(result, record, changes, code, report)))
+    elif result.final_text:
+        click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
+    raise click.exceptions.Exit(code)
+
+
+def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost | None:
+    """The config file's stdio MCP servers, started on the host (their tools ask every time unless a
+    policy says otherwise); each one that could not start is named, and the session goes on."""
+    if not servers:
+        return None
+    from ..mcp.client import McpHost
+
+    host = McpHost(servers).start()
+    for problem in host.problems:
+        view.note(f"oa-sandbox: {problem}")
+    return host
+

@@ -1,0 +1,176 @@
+"""`oa-sandbox acp`, `oa-sandbox mcp` and `oa-sandbox batch`: the front-ends other programs drive
+(an editor, an agent, a CI job); stdout belongs to their protocol, so everything else goes to stderr."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import click
+
+from ..config import DEFAULT_MAX_TURNS, SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from .common import build_config, load_defaults, new_transcript_path, sandbox_options, setup_error, terminate_as_interrupt
+
+if TYPE_CHECKING:
+    from ..acp.server import AcpApprover
+    from ..sandbox.pool import PoolEvent
+    from ..session import OpenSession
+    from ..tools.registry import HostTools
+    from ..workspace.copy import CopyLimits
+    from ..workspace.records import WorkspaceMode
+
+def _pool_progress(event: PoolEvent) -> None:
+    """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
+    line, each box made ready when -v is given; a failed start is logged by the pool itself."""
+    from ..sandbox.pool import PoolBoxReady
+    from ..sandbox.starts import StartQueued
+
+    if isinstance(event, StartQueued) and not event.slot_taken:
+        click.echo(f"oa-sandbox: pool: a refill waits for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting", err=True)
+    elif isinstance(event, PoolBoxReady):
+        logging.getLogger(__name__).debug("pool: %d of %d sandboxes ready, %d claims waiting", event.ready, event.size, event.waiting_claims)
+
+
+@click.command()
+@click.option("--workspace", default=None, type=click.Path(exists=True, file_okay=False), help="Mount this instead of each session's cwd.")
+@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--base-url", default=None)
+@click.option("--api-key-env", default=None, metavar="VAR")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file (repeatable; default: `policy` in the config file).")
+@click.option("--transcript-dir", default=None, type=click.Path(file_okay=False), help="Where session transcripts go.")
+@click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help=f"Turns per prompt (default {DEFAULT_MAX_TURNS}).")
+@click.option("--model-timeout", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS",
+              help="The longest the model server may stay silent (default 300).")
+@click.option("--pool", default=0, show_default=True, type=click.IntRange(0, 32), help="Keep N sandboxes of --workspace warm, so a session starts at once.")
+@sandbox_options
+def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
+        transcript_dir: str | None, max_turns: int | None, model_timeout: float | None, pool: int, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
+    """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
+    from ..acp.server import AcpServer
+    from ..models.base import DEFAULT_MODEL_TIMEOUT_S, model_from_spec
+    from ..sandbox import lifetime
+    from ..sandbox.pool import SandboxPool
+    from ..session import SessionOptions, load_policies, open_session, with_policy_egress
+    from ..state import new_id
+
+    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
+    lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
+    defaults = load_defaults()  # the config file's values, as `run` reads them; a flag given wins
+    model_spec = model_spec or defaults.model
+    if not model_spec:
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
+                                                                    "or set model in the config file"))
+    policies = policies or tuple(defaults.policy)
+    options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
+                             policy_files=list(policies), max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+                             model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
+    try:
+        model_from_spec(model_spec, base_url=options.base_url, api_key_env=options.api_key_env)  # fail fast on a missing key
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+
+    warm = None
+    if pool:
+        if not workspace:
+            raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
+        ws = Path(workspace).resolve()
+        try:
+            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool, on_event=_pool_progress)
+        except OpenAgentsError as err:
+            raise setup_error(err) from None
+        warm.start()
+
+    def start(ws: Path, approver: AcpApprover, on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None) -> OpenSession:
+        path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
+        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp",
+                            host_tools=host_tools, copy_limits=copy_limits)
+
+    try:
+        AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
+    finally:
+        if warm:
+            warm.close()
+
+
+@click.command()
+@click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
+@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False), help="Where to write the JSONL transcript.")
+@sandbox_options
+def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode,
+        copy_limits: CopyLimits) -> None:
+    """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
+    from ..mcp.server import McpApprover, serve
+    from ..terminal.render import visible
+    from ..session import SessionOptions, open_session
+
+    logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
+    terminate_as_interrupt()  # a SIGTERM while the box starts removes it too
+    approver = McpApprover()
+    options = SessionOptions(policy_files=list(policies))  # no model: the MCP client makes the calls
+    try:
+        new_transcript = new_transcript_path(transcript_path)
+        opened = open_session(options, Path(workspace), config, approver, new_transcript, mode=mode, kind="mcp", copy_limits=copy_limits)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    except ValueError as err:
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
+    for line in serve(opened, approver):
+        click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
+    record = opened.record
+    click.echo(f"oa-sandbox: session {record.id} ({record.mode.value} mode), transcript {record.transcript}", err=True)
+    if record.mode.value == "copy":
+        click.echo(f"oa-sandbox: review with `oa-sandbox changes {record.id}`, apply with `oa-sandbox apply {record.id}`", err=True)
+
+
+@click.command(epilog="Exit codes: 0 every task finished; 1 at least one did not (stopped, error, invalid line); "
+                    "2 set-up error; 130 interrupted (no box left behind).")
+@click.argument("tasks_file", metavar="TASKS.jsonl", type=click.Path(exists=True, dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="RESULTS.jsonl: one line appended per task as it ends; "
+                                                                            "a rerun skips the ids it has finished or stopped.")
+@click.option("--concurrency", type=click.IntRange(1, 1024), default=None, metavar="N",
+              help="Sessions at once (default: from cores and memory; starts still go through the start gate).")
+@click.option("--model", "model_spec", default=None, help="For tasks without `model`: openai:NAME, gemini:NAME or script:FILE.")
+@click.option("--base-url", default=None)
+@click.option("--api-key-env", default=None, metavar="VAR")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="For tasks without `policy` (repeatable).")
+@click.option("--auto-approve", is_flag=True, help="Everything inside each sandbox proceeds without asking (a policy's deny still wins).")
+@click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help=f"For tasks without `max_turns` (default {DEFAULT_MAX_TURNS}).")
+@click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="For tasks without `max_wall`.")
+@click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Per task.")
+@click.option("--runtime", default=None, help="For tasks without `runtime`: runc or runsc.")
+@click.option("--image", default=None, help="Sandbox image (default openagents-sandbox:latest).")
+@click.option("--memory", default=None, help="Memory limit of each box, e.g. 1g.")
+@click.option("--cpus", type=float, default=None, help="CPU share of each box.")
+@click.option("--start-concurrency", type=click.IntRange(1, 256), default=None, metavar="N", help="Sandbox starts at once (default 4).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True)
+@click.option("--ray-address", default=None, metavar="ADDRESS", help="--engine ray: the cluster's address (HOST:PORT, or auto).")
+@click.option("--ray-resource", default="oa_sandbox", show_default=True, metavar="NAME",
+              help="--engine ray: the custom resource a node offers per box it holds.")
+@click.option("--max-retries", default=2, show_default=True, type=click.IntRange(0, 10), help="--engine ray: reruns of a task whose node was lost.")
+def batch(tasks_file: str, out: str, concurrency: int | None, model_spec: str | None, base_url: str | None, api_key_env: str | None,
+          policies: tuple[str, ...], auto_approve: bool, max_turns: int | None, max_wall: float | None, max_tokens: int | None,
+          runtime: str | None, image: str | None, memory: str | None, cpus: float | None, start_concurrency: int | None, engine: str,
+          ray_address: str | None, ray_resource: str, max_retries: int) -> None:
+    """Run every task of TASKS.jsonl (id, workspace, task; optional model, policy, max_turns,
+    max_wall, runtime), each on its own copy of its workspace; one result line each in --out
+    (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node)."""
+    from ..batch.command import BatchRequest, run_batch
+    from ..batch.runner import BatchSettings
+
+    defaults = load_defaults()
+    config = build_config(image or defaults.image, memory or defaults.memory, defaults.pids, cpus or defaults.cpus, (),
+                          runtime or defaults.runtime, None, start_concurrency=start_concurrency or defaults.start_concurrency)
+    settings = BatchSettings(model=model_spec or defaults.model, base_url=base_url or defaults.base_url,
+                             api_key_env=api_key_env or defaults.api_key_env, policy=[str(Path(p).resolve()) for p in policies] or defaults.policy,
+                             auto_approve=auto_approve, max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS, max_wall=max_wall or defaults.max_wall,
+                             max_tokens=max_tokens or defaults.max_tokens, config=config)
+    request = BatchRequest(Path(tasks_file), Path(out), settings, concurrency=concurrency, engine=engine, ray_address=ray_address,
+                           ray_resource=ray_resource, max_retries=max_retries)
+    try:
+        code = run_batch(request)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    raise click.exceptions.Exit(code)

@@ -1,0 +1,48 @@
+"""A copy session's life cycle once its changes are to be landed or thrown away: the checks before
+acting on one (it ran in bind mode, it was discarded, it is still running), applying it, discarding
+it, and what its record then says. The CLI, the MCP server and the ACP server call these and only
+print what came of it: the record's `applied` and `discarded` flags change here alone, so
+`oa-sandbox sessions` and `sessions prune` read the same truth whichever front-end landed the work."""
+from __future__ import annotations
+
+from ..errors import ErrorType, OpenAgentsError
+from .copy import CopyManifest
+from .records import SessionRecord, WorkspaceMode, discard_state, load, state_bytes
+from .review import ApplyReport, apply_changes
+
+
+def ended_copy_session(session_id: str, action: str) -> SessionRecord:
+    """The record of an ended copy session whose copy still exists; a typed refusal naming why not."""
+    record = load(session_id)
+    if record.mode != WorkspaceMode.COPY:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} ran in bind mode: its changes are already in "
+                                                           f"{record.workspace}; nothing to {action} (`oa-sandbox rollback` undoes them)")
+    if record.discarded:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone")
+    if record.running():
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})")
+    return record
+
+
+def apply_session(record: SessionRecord) -> ApplyReport:
+    """Land the copy's changes through the sanitiser; on a conflict nothing lands and the record is
+    unchanged, else the record says it was applied."""
+    report = apply_changes(CopyManifest.load(record.manifest_path))
+    if not report.conflicts:
+        mark_landed(record)
+    return report
+
+
+def mark_landed(record: SessionRecord) -> None:
+    """Everything the copy held has reached the workspace (MCP's apply_changes, ACP's end of a
+    prompt turn, `oa-sandbox apply`): `sessions prune` may remove the session like any other."""
+    record.applied = True
+    record.save()
+
+
+def discard_session(record: SessionRecord) -> int:
+    """Remove the copy, checkpoints, manifest, quarantine and transcript (box-written parts through
+    boxfs.remove_tree); the record stays, marked discarded. Returns the bytes freed."""
+    before = state_bytes(record)
+    discard_state(record)
+    return before
