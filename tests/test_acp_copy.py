@@ -67,6 +67,11 @@ async def prompt(conn, session_id: str, text: str) -> tuple[str, dict]:
     return answer.stop_reason, (answer.field_meta or {}).get(META)
 
 
+def record_of(tmp_path: Path) -> dict:
+    (record,) = (tmp_path / "state").glob("openagents-sandbox/sessions/*/session.json")
+    return json.loads(record.read_text())
+
+
 @needs_root
 def test_an_allowed_edit_is_on_disk_when_the_turn_ends(sandbox_image, tmp_path):
     ws = root_workspace(tmp_path / "ws", {"calc.py": "def add(a, b):\n    return a - b\n", "notes.txt": "keep?\n"})
@@ -111,6 +116,7 @@ def test_an_allowed_edit_is_on_disk_when_the_turn_ends(sandbox_image, tmp_path):
     # What landed is no longer a change of the session: `changes` and `apply` have nothing left to carry.
     changes = subprocess.run([OA, "changes", meta2["session"]], capture_output=True, text=True, env={**os.environ, **env(tmp_path)}, timeout=60)
     assert changes.returncode == 0 and changes.stdout == "", changes.stdout + changes.stderr
+    assert record_of(tmp_path)["applied"] is True  # landed as `oa-sandbox apply` would: `sessions prune` may take it
 
 
 @needs_root
@@ -216,6 +222,7 @@ def test_a_conflict_applies_nothing_and_is_reported(sandbox_image, tmp_path):
     assert "nothing landed" in said[1] and "calc.py" in said[1] and f"oa-sandbox changes {meta['session']}" in said[1]
     # It still blocks at the next turn, and is said again; nothing landed meanwhile.
     assert [c["path"] for c in again["conflicts"]] == ["calc.py"] and (ws / "other.txt").read_text() == "other\n"
+    assert record_of(tmp_path)["applied"] is False  # its work has not landed: `sessions prune` keeps it
 
 
 @needs_root

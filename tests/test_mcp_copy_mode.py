@@ -4,6 +4,7 @@ diff, `apply_changes` lands it through the sanitiser (hostile plants left out an
 second apply after a second edit lands too, and a conflict applies nothing."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -52,6 +53,13 @@ class Checked:
         return result
 
 
+def applied_flag(state: Path) -> bool:
+    """The session record's `applied`, as `oa-sandbox sessions` and `sessions prune` read it."""
+    records = list(state.glob("openagents-sandbox/sessions/*/session.json"))
+    assert len(records) == 1, records
+    return json.loads(records[0].read_text())["applied"]
+
+
 def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
     ws = root_owned(tmp_path, {"app.py": "print('old')\n", "keep.txt": "keep\n"})
     state = tmp_path / "state"
@@ -94,6 +102,7 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
             assert "FIFO" in left["pipe"] or "fifo" in left["pipe"].lower()
             assert {"app.py", "plain.txt"} <= set(applied.structured_content["applied"])
             assert "left out: pipe" in text(applied)
+            assert applied_flag(state) is True  # the record says it landed, as after `oa-sandbox apply`: prune may take it
 
             # the session goes on: a second edit of the same file lands with a second apply (no false conflict)
             await call("edit_file", {"path": "app.py", "old_text": "new", "new_text": "newer"})
@@ -101,12 +110,14 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
             assert not again.is_error, text(again)
             assert (ws / "app.py").read_text() == "print('newer')\n"
             assert "app.py" in again.structured_content["applied"]
+            assert applied_flag(state) is True
             left_now = (await call("changes")).structured_content["changes"]
             assert {c["path"] for c in left_now} == {"pipe", "pw"}, left_now  # landed ones are gone; the plants stay: never carried
 
             # a conflict: the user edits the real file in between; nothing at all is applied
             await call("edit_file", {"path": "app.py", "old_text": "newer", "new_text": "box"})
             await call("write_file", {"path": "other.txt", "content": "from the box\n"})
+            assert applied_flag(state) is False  # work in the copy that has not landed: prune keeps the session
             (ws / "app.py").write_text("print('user')\n")
             conflict = await call("apply_changes")
             assert conflict.is_error
@@ -114,6 +125,7 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
             assert [c["path"] for c in conflict.structured_content["conflicts"]] == ["app.py"]
             assert "nothing applied" in text(conflict) and "app.py" in text(conflict)
             assert (ws / "app.py").read_text() == "print('user')\n" and not (ws / "other.txt").exists()
+            assert applied_flag(state) is False
 
             bad = await client.call_tool("apply_changes", {"force": True})
             assert bad.is_error and bad.structured_content["error"]["type"] == "invalid_arguments"

@@ -133,6 +133,7 @@ class TurnLander:
             return landing
         self._report(landing, report)
         if report.conflicts:
+            mark_landed(self.record, False)
             return landing  # nothing was applied: the manifest stays as it was
         if write is not None:
             self._write_through(landing, manifest, scanned, write)

@@ -118,6 +118,7 @@ class Landing:
         lines = [visible(line) for line in report.lines()]
         real = visible(self.record.workspace)
         if report.conflicts:
+            mark_landed(self.record, False)
             lines.append(f"nothing applied: {len(report.conflicts)} path(s) changed in {real} since the copy was taken")
             return ToolResult.failure(OpenAgentsError(
                 ErrorType.STALE_CONTENT, f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "

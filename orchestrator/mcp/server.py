@@ -44,6 +44,7 @@ from ..terminal.render import visible
 from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
+from ..workspace.copy_session import mark_landed
 from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
@@ -218,6 +219,7 @@ class SandboxMcpServer:
         # a failed write or edit changed nothing; a failed command (an execute-kind tool) may have
         if self.landing is None or tool is None or not tool.mutates or not (result.ok or tool.kind == "execute"):
             return to_call_result(result, self.mode)
+        mark_landed(self.landing.record, False)  # the copy may hold work that has not landed
         note = in_copy_note(self.landing.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
         return to_call_result(said, self.mode, {"in_private_copy": True})

@@ -33,11 +33,14 @@ def apply_session(record: SessionRecord) -> ApplyReport:
     return report
 
 
-def mark_landed(record: SessionRecord) -> None:
-    """Everything the copy held has reached the workspace (MCP's apply_changes, ACP's end of a
-    prompt turn, `oa-sandbox apply`): `sessions prune` may remove the session like any other."""
-    record.applied = True
-    record.save()
+def mark_landed(record: SessionRecord, landed: bool = True) -> None:
+    """Whether everything the copy holds has reached the workspace: true after a landing without
+    conflict (MCP's apply_changes, ACP's end of a prompt turn, `oa-sandbox apply`), false again once
+    a call may have changed the copy or a landing met a conflict. `sessions prune` keeps a copy
+    session whose work has not landed; saved at once, so a host killed later leaves it right."""
+    if record.applied != landed:
+        record.applied = landed
+        record.save()
 
 
 def discard_session(record: SessionRecord) -> int:
