@@ -14,6 +14,7 @@ from ..config import SandboxConfig
 from ..protocol import ToolResult
 from ..sandbox.backend import Backend, backend_from_config
 from ..sandbox.base import Sandbox
+from ..tools.defs import read_file, shell
 
 CANARY_VAR = "OA_DOCTOR_CANARY_TOKEN"
 CANARY_VALUE = "oa-doctor-canary-5b1e9d"
@@ -26,7 +27,7 @@ class Check:
 
 
 def _shell(box: Sandbox, command: str, timeout: int = 20) -> ToolResult:
-    return box.call("shell", {"command": command, "timeout": timeout})
+    return box.call(shell.TOOL.name, {"command": command, "timeout": timeout})
 
 
 def _non_root(box: Sandbox, ws: Path) -> tuple[bool, str]:
@@ -57,7 +58,7 @@ def _no_secret(box: Sandbox, ws: Path) -> tuple[bool, str]:
 
 
 def _path_escape(box: Sandbox, ws: Path) -> tuple[bool, str]:
-    results = [box.call("read_file", {"path": p}) for p in ("../etc/passwd", "/etc/passwd", "link-out")]
+    results = [box.call(read_file.TOOL.name, {"path": p}) for p in ("../etc/passwd", "/etc/passwd", "link-out")]
     ok = all(not r.ok and r.error and r.error.type.value == "path_outside_workspace" for r in results)
     return ok, "`..`, absolute and symlinked paths refused" if ok else "a path escaped"
 
@@ -103,7 +104,7 @@ def _syscalls_refused(box: Sandbox, ws: Path) -> tuple[bool, str]:
 
 def _agent_restart(box: Sandbox, ws: Path) -> tuple[bool, str]:
     result = _shell(box, "kill 1; sleep 5")
-    after = box.call("read_file", {"path": "probe.txt"})
+    after = box.call(read_file.TOOL.name, {"path": "probe.txt"})
     ok = result.error is not None and result.error.type.value == "agent_lost" and after.ok
     return ok, "killing the agent is reported and a fresh one takes over" if ok else "the agent was not replaced"
 

@@ -85,6 +85,7 @@ class ToolDef:
     mutates: bool = False  # may change workspace files: a checkpoint follows the turn; copy mode says where
     box: BoxRule = DEFAULT_RULE  # sandbox tools: how the supervisor runs a call
     path_arg: bool = False  # has a workspace `path` argument: editors are shown where the call points
+    path_may_be_directory: bool = False  # that path may name a directory (a listing, a search): its own AGENTS.md applies
     replaces_file: bool = False  # rewrites the file `path` names: a diff is previewed and shown
     propose: Callable[[str, Mapping[str, Any]], Proposal | None] | None = None  # (file before, args) -> its preview
     line_arg: str | None = None  # the argument naming the line the call starts at (editors follow it)

@@ -19,7 +19,7 @@ class GrepFilesArgs(PathArgs):
 TOOL = ToolDef(
     "grep_files", "search", "sandbox", GrepFilesArgs, order=30, title="Search workspace files",
     description=f"Search file contents with a regular expression; returns path:line:text, at most {limits.GREP_MAX_LINES} matching lines.",
-    path_arg=True, over_mcp=True, idempotent=True,
+    path_arg=True, path_may_be_directory=True, over_mcp=True, idempotent=True,
     output_doc="The matches, one `path:line: text` a line.",
     result_meta={"matches": J_INT, "truncated": J_BOOL, "timed_out": J_BOOL, "unreadable": {"type": "array"}},
 )

@@ -1,0 +1,33 @@
+"""Issue 25's rule for tools: a tool's identity lives in its own file under orchestrator/tools/defs/;
+no other product file names a tool (the registry, declarations, front-end lists, approvals, the
+sandbox supervisor and the workspace code read it from the catalog)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from orchestrator.tools import catalog
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def named_tools(path: Path) -> list[tuple[int, str]]:
+    """String constants equal to a tool's name (docstrings and comments are prose, not names)."""
+    names = set(catalog.TOOLS)
+    tree = ast.parse(path.read_text(), str(path))
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+
+
+def test_no_product_file_but_a_tools_own_names_a_tool():
+    defs = ROOT / "orchestrator" / "tools" / "defs"
+    found = {str(p.relative_to(ROOT)): hits for p in sorted((ROOT / "orchestrator").rglob("*.py"))
+             if defs not in p.parents and (hits := named_tools(p))}
+    assert found == {}, f"tool names outside tools/defs/: {found}"
+
+
+def test_the_check_sees_a_name(tmp_path):
+    """The scan above finds a tool named in code (so an empty answer means something)."""
+    planted = tmp_path / "m.py"
+    planted.write_text('"""shell is mentioned in prose."""\nTOOLS = {"shell", "read_file"}\n')
+    assert sorted(name for _, name in named_tools(planted)) == ["read_file", "shell"]
