@@ -93,9 +93,6 @@ class SubprocessDeployment:
 
     gvisor = False
 
-    def security_settings(self) -> list[tuple[str, str]]:
-        return [("isolation", "none (a test double)")]
-
 
 def _sandbox(ws: Path, **limits: Any) -> tuple[SupervisedSandbox, list[SubprocessDeployment]]:
     made: list[SubprocessDeployment] = []

@@ -272,8 +272,7 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
     config = SandboxConfig()
     progress = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
-        backend_from_config(config).build_image(tag or config.image, base, rebuild_base=rebuild_base, only_if_needed=if_needed,
-                                                progress=progress)
+        backend_from_config(config).build_image(tag, base, rebuild_base=rebuild_base, only_if_needed=if_needed, progress=progress)
     except OpenAgentsError as err:
         raise _setup_error(err) from None
 
@@ -593,7 +592,7 @@ def acp(workspace: str | None, model_spec: str, base_url: str | None, api_key_en
         transcript_dir: str | None, max_turns: int, pool: int, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from ..acp.server import AcpServer
-    from ..models.base import model_from_spec
+    from ..models.factory import model_from_spec
     from ..sandbox import lifetime
     from ..sandbox.pool import SandboxPool
     from ..session import SessionOptions, load_policies, open_session, with_policy_egress
