@@ -12,6 +12,7 @@ from orchestrator.config import DockerBackendConfig, SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.backend import backend_from_config
 from orchestrator.sandbox.docker import docker_options
+from orchestrator.sandbox.docker_admin import DockerBackend
 from tests.conftest import make_workspace
 from tests.test_cli_run import oa
 
@@ -66,7 +67,7 @@ def test_a_copy_puts_flat_keys_into_the_backend_and_refuses_keys_nothing_has():
 def test_the_backend_is_made_from_its_own_config():
     config = SandboxConfig(image=TAG)
     backend = backend_from_config(config)
-    assert backend.name == "docker" and backend.options == config.backend  # image build's default tag is this image
+    assert isinstance(backend, DockerBackend) and backend.options == config.backend  # image build's default tag is this image
 
 
 def test_the_docker_backend_refuses_another_backends_config():

@@ -131,8 +131,6 @@ class Backend(Protocol):
     """A backend as the CLI, the pool and the session see it (made by backend.py from the config):
     its sandboxes, and the administration around them."""
 
-    name: str
-
     def sandbox(self, workspace: str | os.PathLike[str], config: SandboxConfig, *, state_dir: Path | None = None,
                 git_dir: Path | None = None, baseline: Baseline | None = None) -> Sandbox:
         """A sandbox for `workspace`, not started yet."""

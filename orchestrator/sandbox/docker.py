@@ -24,7 +24,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..workspace.integrity import Baseline
 from ..workspace.sweep_journal import capture_baseline
 from . import lifetime, owner, reaper
-from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
+from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .egress import EgressGate
 from .egress_tls import SessionCA
@@ -33,7 +33,7 @@ from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 log = logging.getLogger(__name__)
 
 __all__ = ["DockerSandbox", "DockerDeployment", "DockerStream", "container_settings", "docker_client", "docker_options", "git_mounts",
-           "run_detached", "workspace_user", "START_DEADLINE_S", "WORKSPACE_IN_BOX"]
+           "run_detached"]
 STDERR_KEEP = 8192
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
 

@@ -44,8 +44,6 @@ def security_rows(config: SandboxConfig, workspace: Path, user: str, choice: Run
 class DockerBackend:
     """Sandboxes as hardened containers on the local Docker daemon (the default backend)."""
 
-    name = "docker"
-
     def __init__(self, options: DockerBackendConfig | None = None, client: docker.DockerClient | None = None) -> None:
         """`options`: the config it was made from (backend.py); its image is the one `build_image` makes by default."""
         self.options = options or DockerBackendConfig()
