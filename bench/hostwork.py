@@ -65,7 +65,8 @@ def largest_file(ws: Path) -> str:
 def child(op: str, ws: Path, scratch: Path) -> None:
     """One operation, in this (child) process. Set-up that is not the operation is done before the clock."""
     from orchestrator.workspace.checkpoints import CheckpointStore
-    from orchestrator.workspace.integrity import Baseline, Sweeper
+    from orchestrator.workspace.integrity import Sweeper
+    from orchestrator.workspace.sweep_journal import capture_baseline
 
     started = time.monotonic()
     if op == "copy":
@@ -73,7 +74,7 @@ def child(op: str, ws: Path, scratch: Path) -> None:
 
         copy_workspace(ws, scratch / "copy", 1000, 1000)
     elif op == "sweep":
-        baseline = Baseline.capture(ws)
+        baseline = capture_baseline(ws)
         Sweeper(ws, baseline, scratch / "quarantine").sweep()
     elif op == "checkpoint":
         CheckpointStore(scratch / "store", ws).record(0)

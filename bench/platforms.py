@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.config import SandboxConfig  # noqa: E402
+from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 
@@ -36,7 +36,7 @@ def ms_since(started: float) -> float:
 
 
 def one_round(client, ws: Path, image: str, runtime: str, calls: int, starts: int) -> dict:
-    config = SandboxConfig(runtime=runtime)
+    config = SandboxConfig(backend=DockerBackendConfig(runtime=runtime))
     cold, run = [], []
     for _ in range(starts):
         box = DockerSandbox(ws, config, client=client)
@@ -74,7 +74,7 @@ def main() -> int:
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     client = docker_client(timeout=120)
-    image = ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
+    image = ensure_image(client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory(prefix="oa-platforms-") as tmp:
         ws = Path(tmp)
         (ws / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)

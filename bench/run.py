@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.curve import concurrency_curve, curve_rows  # noqa: E402
 from orchestrator.workspace.checkpoints import CheckpointStore  # noqa: E402
-from orchestrator.config import SandboxConfig  # noqa: E402
+from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
-from orchestrator.workspace.integrity import Baseline, Sweeper  # noqa: E402
+from orchestrator.workspace.integrity import Sweeper  # noqa: E402
+from orchestrator.workspace.sweep_journal import capture_baseline  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 from orchestrator.sandbox.pool import SandboxPool  # noqa: E402
@@ -137,7 +138,7 @@ def bench_cold_start(client, ws: Path, image: str, n: int, config: SandboxConfig
 
     def docker_run():
         started = time.perf_counter()
-        client.containers.run(image, entrypoint=["true"], network_mode="none", remove=True, runtime=config.runtime)
+        client.containers.run(image, entrypoint=["true"], network_mode="none", remove=True, runtime=config.backend.runtime)
         return (time.perf_counter() - started) * 1000
 
     ours(), docker_run()  # warm the daemon's caches for both
@@ -242,7 +243,7 @@ def bench_workspace(root: Path, files: int, size: int, copies: int, checkpoints:
     baseline_ms, sweep_ms = [], []
     for n in range(3):  # the integrity sweep: a baseline at the start, a sweep at the end of every session
         started = time.perf_counter()
-        baseline = Baseline.capture(real)
+        baseline = capture_baseline(real)
         baseline_ms.append((time.perf_counter() - started) * 1000)
         started = time.perf_counter()
         Sweeper(real, baseline, root / "state" / f"quarantine{n}").sweep()
@@ -289,11 +290,11 @@ def main() -> int:
         ws = make_workspace(root / "main")
         if set(wanted) & set(BOX_SECTIONS):
             client = docker_client(timeout=600)
-            image = ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
+            image = ensure_image(client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr))
             offered = available_runtimes(client)
             runtimes = args.runtime or [r for r in ("runc", "runsc") if r in offered]
             for runtime in runtimes:
-                config = SandboxConfig(runtime=choose_runtime(runtime, False, client).name)
+                config = SandboxConfig(backend=DockerBackendConfig(runtime=choose_runtime(runtime, False, client).name))
                 # partial, not lambda: each step keeps this runtime's config, whenever it is called
                 steps = [
                     ("tool calls", partial(bench_calls, client, ws, 300 if quick else 2000, 30 if quick else 200, config)),

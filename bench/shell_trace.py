@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.config import SandboxConfig  # noqa: E402
+from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 
@@ -101,7 +101,7 @@ def p50_call(box, tool: str, args: dict, n: int) -> float:
 
 
 def trace(client, ws: Path, runtime: str, n: int) -> list[tuple[str, float]]:
-    with DockerSandbox(ws, SandboxConfig(runtime=runtime), client=client) as box:
+    with DockerSandbox(ws, SandboxConfig(backend=DockerBackendConfig(runtime=runtime)), client=client) as box:
         for _ in range(10):
             box.call("shell", {"command": "true"})
         host = [("host: hello round trip (protocol floor)", p50_call(box, "hello", {}, n)),
@@ -120,7 +120,7 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=100)
     args = parser.parse_args()
     client = docker_client(timeout=300)
-    ensure_image(client, SandboxConfig().image, progress=lambda m: print(m, file=sys.stderr))
+    ensure_image(client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory(prefix="oa-shell-trace-") as tmp:
         ws = Path(tmp)
         (ws / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)

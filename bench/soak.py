@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.host import (  # noqa: E402
     HostSample, close_idle_api_connections, host_sample, mapping_growth, our_containers, our_networks, rss_by_mapping,
 )
-from orchestrator.config import EgressConfig, SandboxConfig  # noqa: E402
+from orchestrator.config import DockerBackendConfig, EgressConfig, SandboxConfig  # noqa: E402
 from orchestrator.errors import OpenAgentsError  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
@@ -156,8 +156,8 @@ def main() -> int:
 
     started = time.monotonic()
     client = docker_client(timeout=600)
-    config = SandboxConfig(runtime=args.runtime)
-    ensure_image(client, config.image, progress=lambda m: print(m, file=sys.stderr))
+    config = SandboxConfig(backend=DockerBackendConfig(runtime=args.runtime))
+    ensure_image(client, config.backend.image, progress=lambda m: print(m, file=sys.stderr))
     root = Path(tempfile.mkdtemp(prefix="oa-soak-"))
     tally = Tally()
     boxes: list[DockerSandbox] = []

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal, Mapping, Self, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # OA_SANDBOX_IMAGE: another tag for the sandbox image, so that two checkouts with different agents
 # (a branch under test beside main) do not rebuild one shared tag under each other.
@@ -169,7 +169,6 @@ class SandboxLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["docker"] = Field(default="docker", description="Which deployment starts the box (sandbox/backend.py).")
     memory: str = Field(default="1g", description="Memory limit, swap included (docker's mem_limit syntax).")
     pids: int = Field(default=256, ge=16, le=65536)
     cpus: float = Field(default=1.0, gt=0, le=64)
@@ -200,17 +199,66 @@ class SandboxLimits(BaseModel):
         return {**BASE_ENV, **self.env}
 
 
-class DockerOptions(BaseModel):
-    """What only the Docker deployment reads: the image tag and the OCI runtime."""
+class DockerBackendConfig(BaseModel):
+    """What only the Docker backend reads: the image tag and the OCI runtime."""
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["docker"] = "docker"  # the discriminator: which backend this config is for
     image: str = DEFAULT_IMAGE
     runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
 
 
-class SandboxConfig(SandboxLimits, DockerOptions):
-    """One flat model for the CLI and the tests (--image, --memory, --runtime ... as before); the
-    supervised sandbox reads it as SandboxLimits, the Docker deployment as DockerOptions."""
+# One config class per backend, told apart by `kind` (as SWE-ReX's deployment configs by `type`);
+# sandbox/backend.py's backend_from_config() is the one place that makes a backend from one.
+BackendConfig = Annotated[Union[DockerBackendConfig], Field(discriminator="kind")]
+# The Docker config's keys as the CLI (--image, --runtime), config.toml and older callers say them: flat.
+_FLAT_KEYS = frozenset({"image", "runtime"})
+
+
+class SandboxConfig(SandboxLimits):
+    """A session's sandbox: the limits every backend enforces, and the backend's own config.
+
+    The flat spellings stay what the CLI and config.toml take: `backend="docker"` names the kind,
+    and `image=`/`runtime=` go into the Docker config (so `SandboxConfig(runtime="runsc")` is
+    `SandboxConfig(backend=DockerBackendConfig(runtime="runsc"))`)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    backend: BackendConfig = Field(default_factory=DockerBackendConfig, description="Which backend starts the box, and its own settings.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not ({"backend", *_FLAT_KEYS} & data.keys()):
+            return data
+        data = dict(data)
+        backend = data.pop("backend", None)
+        if isinstance(backend, BaseModel):
+            backend = backend.model_dump()
+        elif isinstance(backend, str):
+            backend = {"kind": backend}
+        elif backend is None:
+            backend = {}
+        elif not isinstance(backend, dict):
+            return {**data, "backend": backend}  # pydantic's own error names it
+        flat = {key: data.pop(key) for key in list(data) if key in _FLAT_KEYS}
+        return {**data, "backend": {"kind": "docker", **backend, **flat}}
+
+    def with_backend(self, **changes: Any) -> Self:
+        """A copy whose backend config has `changes` (validated: a key that backend does not have is refused)."""
+        backend = self.backend.model_validate({**self.backend.model_dump(), **changes})
+        return super().model_copy(update={"backend": backend})
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy, which sets whatever `update` names unchecked: here a flat key
+        (`runtime`, `image`) goes into the backend's config, and a key no field has is refused, so
+        that a copy never silently keeps the old value."""
+        update = dict(update or {})
+        unknown = set(update) - set(type(self).model_fields) - _FLAT_KEYS
+        if unknown:
+            raise TypeError(f"SandboxConfig has no field {', '.join(sorted(unknown))}")
+        flat = {key: update.pop(key) for key in list(update) if key in _FLAT_KEYS}
+        copy = super().model_copy(update=update, deep=deep)
+        return copy.with_backend(**flat) if flat else copy
+

@@ -17,7 +17,8 @@ from .loop import Session
 from .pipeline import CallPipeline
 from . import events as ev
 from .budget import Budget
-from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy, key_variable, model_from_spec
+from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy
+from .models.factory import key_variable, model_from_spec
 from .policy.approvals import ApprovalGate, Approver
 from .protocol import Executor
 from .boxfs import HostBudget, lstat_workspace

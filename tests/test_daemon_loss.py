@@ -50,7 +50,7 @@ SLOW_CALL = f"touch started; echo started; sleep {SLOW_S}"  # its deadline: the 
 # -- the own daemon ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def image_tarball(sandbox_image, tmp_path_factory) -> Path:
-    tarball = save_image(SandboxConfig().image, tmp_path_factory.mktemp("image") / "sandbox.tar")
+    tarball = save_image(SandboxConfig().backend.image, tmp_path_factory.mktemp("image") / "sandbox.tar")
     yield tarball
     tarball.unlink()  # a quarter of a gigabyte: not kept with pytest's last three temporary directories
 

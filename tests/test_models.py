@@ -107,7 +107,8 @@ def test_gemini_retries_429(server):
 
 # -- streaming ---------------------------------------------------------------------------------
 from orchestrator.models.anthropic import AnthropicClient  # noqa: E402
-from orchestrator.models.base import model_from_spec, preflight  # noqa: E402
+from orchestrator.models.base import preflight  # noqa: E402
+from orchestrator.models.factory import model_from_spec  # noqa: E402
 from orchestrator.models.stream import StreamLimits, sse_events  # noqa: E402
 from tests.fake_model_server import sse  # noqa: E402
 

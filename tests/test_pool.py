@@ -77,13 +77,13 @@ def test_a_burst_of_claims_larger_than_the_pool_is_served_and_the_pool_refills(s
 def test_a_pool_whose_starts_fail_backs_off_and_says_why(sandbox_image, docker_client, tmp_path):
     """A missing image: the claim gets image_missing at once, not a wait for a box that never comes;
     the workers try again one at a time after a growing wait, never in a loop."""
-    from orchestrator.config import SandboxConfig
+    from orchestrator.config import DockerBackendConfig, SandboxConfig
     from orchestrator.errors import ErrorType, OpenAgentsError
     from orchestrator.sandbox.pool import PoolStartFailed
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     events = []
-    config = SandboxConfig(image=f"openagents-sandbox:missing-{uuid.uuid4().hex[:12]}")
+    config = SandboxConfig(backend=DockerBackendConfig(image=f"openagents-sandbox:missing-{uuid.uuid4().hex[:12]}"))
     with SandboxPool(ws, config, size=2, client=docker_client, on_event=events.append) as pool:
         with pytest.raises(OpenAgentsError) as raised:
             pool.claim(timeout=60)

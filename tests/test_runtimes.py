@@ -165,7 +165,7 @@ def test_a_box_under_the_default_choice_runs_the_tools_and_leaves_nothing(open_s
     choice = choose_runtime(None, False, docker_client)
     ws = make_workspace(tmp_path / "ws", {"a.txt": "hello\n"})
     box = open_sandbox(ws)  # no runtime named: the box's own default choice
-    assert box.runtime == choice and box.config.runtime == choice.name
+    assert box.runtime == choice and box.config.backend.runtime == choice.name
     assert box.call("read_file", {"path": "a.txt"}).output.endswith("hello\n")
     kernel = box.call("shell", {"command": "uname -r"}).output.strip()
     host_kernel = subprocess.run(["uname", "-r"], capture_output=True, text=True, check=True).stdout.strip()
@@ -181,13 +181,13 @@ def test_a_gvisor_box_gets_the_profile_with_clone3_left_to_gvisor_and_a_runc_box
     ENOSYS: the gVisor box's profile lets clone3 through; everything else in it is the same."""
     import json
 
-    from orchestrator.config import SandboxConfig
+    from orchestrator.config import DockerBackendConfig, SandboxConfig
     from orchestrator.sandbox.docker import container_settings
     from orchestrator.sandbox.runtimes import seccomp_security_opt
     from orchestrator.sandbox.seccomp import security_opt
 
     def profile(runtime):
-        opts = container_settings(SandboxConfig(runtime=runtime), tmp_path, "1000:1000")["security_opt"]
+        opts = container_settings(SandboxConfig(backend=DockerBackendConfig(runtime=runtime)), tmp_path, "1000:1000")["security_opt"]
         assert "no-new-privileges" in opts
         return json.loads(next(o for o in opts if o.startswith("seccomp="))[len("seccomp="):])
 

@@ -23,6 +23,7 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.backend import backend_from_config
 from orchestrator.sandbox.base import BoxSpec, SupervisedSandbox
 from orchestrator.sandbox.docker import DockerStream
+from orchestrator.sandbox.docker_admin import DockerBackend
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,9 +94,6 @@ class SubprocessDeployment:
 
     gvisor = False
 
-    def security_settings(self) -> list[tuple[str, str]]:
-        return [("isolation", "none (a test double)")]
-
 
 def _sandbox(ws: Path, **limits: Any) -> tuple[SupervisedSandbox, list[SubprocessDeployment]]:
     made: list[SubprocessDeployment] = []
@@ -139,7 +137,7 @@ def test_a_hung_agent_is_killed_and_replaced_at_the_hosts_deadline(tmp_path):
 
 
 def test_the_backend_comes_from_the_config():
-    assert backend_from_config(SandboxConfig()).name == "docker"
+    assert isinstance(backend_from_config(SandboxConfig()), DockerBackend)
     with pytest.raises(ValueError):
         SandboxConfig(backend="podman")  # only what exists can be named
 

@@ -112,7 +112,7 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: the task line has no `model`, and the batch no --model")
     config = settings.config
     if task.runtime is not None:
-        config = config.model_copy(update={"runtime": task.runtime})
+        config = config.with_backend(runtime=task.runtime)
     try:
         options = SessionOptions(model_spec=model, base_url=settings.base_url, api_key_env=settings.api_key_env,
                                  policy_files=task.policy if task.policy is not None else list(settings.policy),

@@ -32,8 +32,7 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
     config = SandboxConfig()
     progress = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
-        backend_from_config(config).build_image(tag or config.image, base, rebuild_base=rebuild_base, only_if_needed=if_needed,
-                                                progress=progress)
+        backend_from_config(config).build_image(tag, base, rebuild_base=rebuild_base, only_if_needed=if_needed, progress=progress)
     except OpenAgentsError as err:
         raise setup_error(err) from None
 

@@ -12,7 +12,8 @@ from typing import Callable
 
 from ..config import SandboxConfig
 from ..protocol import ToolResult
-from ..sandbox.backend import Backend, backend_from_config
+from ..sandbox.backend import backend_from_config
+from ..sandbox.base import Backend
 from ..sandbox.base import Sandbox
 from ..tools.defs import read_file, shell
 

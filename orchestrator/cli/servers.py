@@ -49,7 +49,8 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
         transcript_dir: str | None, max_turns: int | None, model_timeout: float | None, pool: int, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from ..acp.server import AcpServer
-    from ..models.base import DEFAULT_MODEL_TIMEOUT_S, model_from_spec
+    from ..models.base import DEFAULT_MODEL_TIMEOUT_S
+    from ..models.factory import model_from_spec
     from ..sandbox import lifetime
     from ..sandbox.pool import SandboxPool
     from ..session import SessionOptions, load_policies, open_session, with_policy_egress

@@ -1,7 +1,4 @@
 """Sandboxes: how one is started (a Deployment, one module per backend: docker.py) apart from how
-calls run in it (base.py's SupervisedSandbox over channel.py). Callers use backend_from_config()."""
-from .backend import Backend, backend_from_config
-from .base import Deployment, Sandbox, SupervisedSandbox
-from .docker import DockerSandbox
-
-__all__ = ["Backend", "Deployment", "DockerSandbox", "Sandbox", "SupervisedSandbox", "backend_from_config"]
+calls run in it (base.py's SupervisedSandbox over channel.py). Callers make a backend from the
+config with backend.py's backend_from_config(). Nothing is imported here: importing one module of
+the package (the owner labels, the reaper) must not load every backend."""

@@ -15,15 +15,15 @@ import threading
 import time
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 from .. import host_memory, state
-from ..workspace import sweep_journal
 from ..boxfs import HostBudget
-from ..config import EgressRule, SandboxLimits
+from ..config import EgressRule, SandboxConfig, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
+from ..workspace import sweep_journal
 from ..workspace.integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
 from ..workspace.quota import WriteQuota
@@ -114,8 +114,40 @@ class Deployment(Protocol):
     def gvisor(self) -> bool:
         """Whether the box runs on gVisor's kernel."""
 
-    def security_settings(self) -> list[tuple[str, str]]:
-        """The box's security settings as (name, value) rows, for `oa-sandbox doctor`."""
+
+@dataclass
+class Diagnosis:
+    """`oa-sandbox doctor`'s view of a backend: its checks as (status, text), status one of ok,
+    info, fail; the config a box would get (its runtime chosen); whether a box can start at all."""
+
+    checks: list[tuple[str, str]]
+    config: SandboxConfig
+    reachable: bool  # the backend answers (no daemon: doctor stops here)
+    can_start: bool  # the image is there: the attack checks can run
+    runtime: Any = field(default=None)  # the backend's own runtime choice, for settings_for
+
+
+class Backend(Protocol):
+    """A backend as the CLI, the pool and the session see it (made by backend.py from the config):
+    its sandboxes, and the administration around them."""
+
+    def sandbox(self, workspace: str | os.PathLike[str], config: SandboxConfig, *, state_dir: Path | None = None,
+                git_dir: Path | None = None, baseline: Baseline | None = None) -> Sandbox:
+        """A sandbox for `workspace`, not started yet."""
+
+    def diagnose(self, config: SandboxConfig) -> Diagnosis: ...
+
+    def settings_for(self, diagnosis: Diagnosis, workspace: Path, user: str) -> list[tuple[str, str]]:
+        """The security settings a box of `workspace` would get, as (name, value) rows."""
+
+    def gc(self, everything: bool) -> int:
+        """Remove leftover boxes; `everything`: also those whose host process is alive. How many went."""
+
+    def build_image(self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool,
+                    progress: Callable[[str], None]) -> str:
+        """Make the sandbox image `tag` (None: the one the backend's config names) on `base` (the
+        backend's meaning: for Docker an image name, or 'debootstrap'); `only_if_needed`: leave a
+        current image alone. Returns the tag."""
 
 
 def workspace_user(workspace: Path, config: SandboxLimits) -> str:
@@ -151,7 +183,7 @@ class SupervisedSandbox:
         self.id = state.new_id()
         self.state_dir = state_dir or state.sandbox_state_dir(self.workspace, self.id)
         self.git_dir = git_dir
-        self.baseline = baseline or Baseline.capture(self.workspace)
+        self.baseline = baseline or sweep_journal.capture_baseline(self.workspace)
         self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
                                placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
         self.on_sweep: Callable[[SweepReport], None] | None = None

@@ -19,11 +19,12 @@ import docker.errors
 from docker.types import Mount, Ulimit
 
 from .. import state
-from ..config import EgressRule, LABEL, SandboxConfig
+from ..config import EgressRule, LABEL, DockerBackendConfig, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace.integrity import Baseline
+from ..workspace.sweep_journal import capture_baseline
 from . import lifetime, owner, reaper
-from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
+from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .egress import EgressGate
 from .egress_tls import SessionCA
@@ -31,10 +32,18 @@ from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DockerSandbox", "DockerDeployment", "DockerStream", "container_settings", "docker_client", "git_mounts",
-           "run_detached", "workspace_user", "START_DEADLINE_S", "WORKSPACE_IN_BOX"]
+__all__ = ["DockerSandbox", "DockerDeployment", "DockerStream", "container_settings", "docker_client", "docker_options", "git_mounts",
+           "run_detached"]
 STDERR_KEEP = 8192
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
+
+
+def docker_options(config: SandboxConfig) -> DockerBackendConfig:
+    """The Docker part of `config`; a config for another backend is refused, typed (backend.py
+    hands each backend only its own, so this fails only for a caller that skipped it)."""
+    if not isinstance(config.backend, DockerBackendConfig):
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the Docker backend was given a {config.backend.kind!r} backend's config")
+    return config.backend
 
 
 def docker_client(timeout: int = 60, reap: bool = True) -> docker.DockerClient:
@@ -114,10 +123,11 @@ def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None)
 def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None,
                        baseline: Baseline | None = None, git_dir: Path | None = None, egress_ca: SessionCA | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
+    options = docker_options(config)
     mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
-    mounts += git_mounts(workspace, baseline or Baseline.capture(workspace), git_dir)
+    mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir)
     settings: dict[str, Any] = {
-        "image": config.image,
+        "image": options.image,
         "user": user,
         "working_dir": WORKSPACE_IN_BOX,
         "environment": config.environment(),
@@ -127,7 +137,7 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={config.tmp_size},mode=1777"},
         "cap_drop": ["ALL"],
         # seccomp.py: no setuid/setgid bits, no io_uring, ...; under gVisor with clone3 left to its kernel (runtimes.py)
-        "security_opt": ["no-new-privileges", seccomp_security_opt(config.runtime)],
+        "security_opt": ["no-new-privileges", seccomp_security_opt(options.runtime)],
         "pids_limit": config.pids,
         "mem_limit": config.memory,
         "memswap_limit": config.memory,
@@ -149,8 +159,8 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
             mounts += egress_ca.box_mounts()
     else:
         settings["network_mode"] = "none"
-    if config.runtime:
-        settings["runtime"] = config.runtime
+    if options.runtime:
+        settings["runtime"] = options.runtime
     return settings
 
 
@@ -220,7 +230,8 @@ class DockerDeployment:
 
     def __init__(self, spec: BoxSpec, config: SandboxConfig, client: docker.DockerClient | None = None) -> None:
         self.spec = spec
-        self.config = config
+        self.config = config  # after the first start it names the runtime chosen
+        docker_options(config)  # refused here, before anything starts, if it is not Docker's
         self._client = client
         self.container: Any = None
         self.runtime: RuntimeChoice | None = None  # chosen at the first start: gVisor where the daemon has it
@@ -243,15 +254,16 @@ class DockerDeployment:
         if problem is not None:
             raise problem
         self._remove_left_behind()
+        image = docker_options(self.config).image
         try:
-            self.client.images.get(self.config.image)
+            self.client.images.get(image)
         except docker.errors.ImageNotFound:
-            raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.image} is missing; build it with `oa-sandbox image build`") from None
+            raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {image} is missing; build it with `oa-sandbox image build`") from None
         except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
         if self.runtime is None:
             self.runtime = self.choose_runtime()
-            self.config = self.config.model_copy(update={"runtime": self.runtime.name})
+            self.config = self.config.with_backend(runtime=self.runtime.name)
         lifetime.track(self, reaper.remove_own)
         if self.config.egress is not None and self.egress is None:
             self.egress = EgressGate(self.client, self.config.egress)
@@ -277,14 +289,15 @@ class DockerDeployment:
     def choose_runtime(self) -> RuntimeChoice:
         """--runtime as given, or gVisor when the daemon offers a usable registration (runtimes.py)
         and the workspace's repositories fit in the mounts gVisor can start with."""
+        asked = docker_options(self.config).runtime
         try:
-            choice = choose_runtime(self.config.runtime, self.config.egress is not None, self.client)
+            choice = choose_runtime(asked, self.config.egress is not None, self.client)
         except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
         repositories = len(self.spec.baseline.git_entries)
         if choice.gvisor and repositories > MAX_GIT_MOUNTS_GVISOR:
-            if self.config.runtime is not None:
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {self.config.runtime}: the workspace holds {repositories} repositories, "
+            if asked is not None:
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {asked}: the workspace holds {repositories} repositories, "
                                       f"each mounted read-only, and gVisor starts with at most {MAX_GIT_MOUNTS_GVISOR}: use --runtime runc")
             return RuntimeChoice(RUNC, f"runc: the workspace holds {repositories} repositories, each mounted read-only, and gVisor starts "
                                        f"with at most {MAX_GIT_MOUNTS_GVISOR} mounts")
@@ -374,11 +387,6 @@ class DockerDeployment:
     @property
     def gvisor(self) -> bool:
         return self.runtime is not None and self.runtime.gvisor
-
-    def security_settings(self) -> list[tuple[str, str]]:
-        from .docker_admin import security_rows
-
-        return security_rows(self.config, self.spec.workspace, self.spec.user, self.runtime)
 
 
 class DockerSandbox(SupervisedSandbox):

@@ -9,12 +9,12 @@ from typing import Callable
 import docker
 import docker.errors
 
-from ..config import SandboxConfig
+from ..config import DockerBackendConfig, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace.integrity import Baseline
-from .backend import Diagnosis
+from .base import Diagnosis
 from .daemon import DOCKER_ERRORS
-from .docker import DockerSandbox, container_settings, docker_client
+from .docker import DockerSandbox, container_settings, docker_client, docker_options
 from .image import build_image, ensure_image, image_status
 from .reaper import Scope, reap
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
@@ -24,8 +24,9 @@ from .seccomp import DESCRIPTION as SECCOMP
 def security_rows(config: SandboxConfig, workspace: Path, user: str, choice: RuntimeChoice | None = None) -> list[tuple[str, str]]:
     """What `container_settings` gives a box, as doctor's rows (the runtime as chosen, or as configured)."""
     settings = container_settings(config, workspace, user)
-    runtime = choice.name if choice else config.runtime or "runc"
-    gvisor = choice.gvisor if choice else is_gvisor(config.runtime)
+    asked = docker_options(config).runtime
+    runtime = choice.name if choice else asked or "runc"
+    gvisor = choice.gvisor if choice else is_gvisor(asked)
     return [
         ("root filesystem", "read-only" if settings["read_only"] else "writable"),
         ("/tmp", settings["tmpfs"]["/tmp"]),
@@ -43,9 +44,9 @@ def security_rows(config: SandboxConfig, workspace: Path, user: str, choice: Run
 class DockerBackend:
     """Sandboxes as hardened containers on the local Docker daemon (the default backend)."""
 
-    name = "docker"
-
-    def __init__(self, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, options: DockerBackendConfig | None = None, client: docker.DockerClient | None = None) -> None:
+        """`options`: the config it was made from (backend.py); its image is the one `build_image` makes by default."""
+        self.options = options or DockerBackendConfig()
         self._client = client
 
     @property
@@ -67,15 +68,16 @@ class DockerBackend:
         except OpenAgentsError as err:
             return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
         checks = [("ok", f"Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")]
-        status = image_status(client, config.image)
+        options = docker_options(config)
+        status = image_status(client, options.image)
         checks.append(("ok" if status == "current" else "fail",
-                       f"image {config.image}: {status}" + ("" if status == "current" else "  (run `oa-sandbox image build`)")))
-        choice = choose_runtime(config.runtime, config.egress is not None, client)  # CONFIG_INVALID propagates
+                       f"image {options.image}: {status}" + ("" if status == "current" else "  (run `oa-sandbox image build`)")))
+        choice = choose_runtime(options.runtime, config.egress is not None, client)  # CONFIG_INVALID propagates
         checks.append(("ok" if choice.gvisor else "info", f"runtime {choice.name}: {choice.why}"))
         if choice.gvisor:
             checks.append(("info", f"gVisor settings of {choice.name}: {gvisor_settings(client.info(), choice.name)}"))
         checks.append(("info", f"runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}"))
-        return Diagnosis(checks=checks, config=config.model_copy(update={"runtime": choice.name}), reachable=True,
+        return Diagnosis(checks=checks, config=config.with_backend(runtime=choice.name), reachable=True,
                          can_start=status != "missing", runtime=choice)
 
     def settings_for(self, diagnosis: Diagnosis, workspace: Path, user: str) -> list[tuple[str, str]]:
@@ -91,8 +93,9 @@ class DockerBackend:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {str(err)[:300]}") from None
         return len(reaped.containers)
 
-    def build_image(self, tag: str, base: str, *, rebuild_base: bool, only_if_needed: bool,
+    def build_image(self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool,
                     progress: Callable[[str], None]) -> str:
+        tag = tag or self.options.image
         client = self._client or docker_client(timeout=600)  # a build outlasts the default API timeout
         if only_if_needed:
             return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)

@@ -24,8 +24,9 @@ from typing import Any, Callable, Union
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..workspace.integrity import Baseline
-from .backend import Backend, backend_from_config
+from ..workspace.sweep_journal import capture_baseline
+from .backend import backend_from_config
+from .base import Backend
 from .base import Sandbox
 from .starts import StartQueued
 
@@ -92,7 +93,7 @@ class SandboxPool:
         self._workers: list[threading.Thread] = []
         # One baseline for every box of the pool, taken before any ran: a box started later, while a
         # session's box was writing, must not count that box's plants as the user's own.
-        self._baseline = Baseline.capture(self.workspace.resolve())
+        self._baseline = capture_baseline(self.workspace.resolve())
 
     def __enter__(self) -> "SandboxPool":
         self.start()

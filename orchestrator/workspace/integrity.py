@@ -25,7 +25,7 @@ systems it is removed and its record (type, path) kept.
 Every walk is boxfs's (iterative, fd-relative, no link followed) under a `HostBudget`: a sweep
 that cannot finish within it says so (`SweepReport.unfinished`, typed), it never reports clean.
 A host killed before its sweep (OOM, SIGKILL, power loss) leaves a journal (sweep_journal.py)
-that the next command completes.
+that the next command completes, and that sweep_journal.capture_baseline completes before a baseline.
 """
 from __future__ import annotations
 
@@ -113,16 +113,10 @@ class Baseline:
     unchecked: tuple[str, ...] = ()  # directories the walk could not enter (too deep, unreadable), shown
 
     @classmethod
-    def capture(cls, workspace: Path, budget: HostBudget | None = None) -> "Baseline":
-        """The baseline of `workspace`. A sweep still pending for it (its session's host process
-        died before sweeping) is completed first: what that box planted is never adopted."""
-        from .sweep_journal import complete_for
-
-        complete_for(workspace, budget)
-        return cls._capture(workspace, budget)
-
-    @classmethod
     def _capture(cls, workspace: Path, budget: HostBudget | None = None) -> "Baseline":
+        """The walk alone. A session's baseline comes from sweep_journal.capture_baseline, which
+        first completes a sweep still pending for the workspace (the journal needs this module,
+        so the step that needs the journal lives there)."""
         started = time.monotonic()
         git: dict[str, tuple[int, int]] = {}
         bits = set()

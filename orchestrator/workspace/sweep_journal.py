@@ -8,7 +8,7 @@ directory fsynced), in `$XDG_STATE_HOME/openagents-sandbox/pending-sweeps/`: the
 baseline, the quarantine, and the owner (boot, namespaces, pid and start time, as the reaper names
 owners). The journal is removed once the sweep finished. Every `oa-sandbox` command completes the
 journaled sweeps whose owner is gone before anything else (after reaping that owner's boxes), and
-no baseline of a workspace is taken while a sweep for it is pending (Baseline.capture completes it
+no baseline of a workspace is taken while a sweep for it is pending (capture_baseline completes it
 first; one that cannot finish refuses the new session, typed).
 """
 from __future__ import annotations
@@ -168,3 +168,10 @@ def complete_for(workspace: Path, budget: HostBudget | None = None) -> None:
             raise OpenAgentsError(ErrorType(report.error_type or ErrorType.RESOURCE_EXHAUSTED.value),
                                   f"the workspace {workspace} has a sweep left by a session whose host process ended, and it could not finish "
                                   f"({report.unfinished}); no new session starts on it until it does. Its journal: {entry.path}")
+
+
+def capture_baseline(workspace: Path, budget: HostBudget | None = None) -> Baseline:
+    """The baseline of `workspace`. A sweep still pending for it (its session's host process died
+    before sweeping) is completed first: what that box planted is never adopted."""
+    complete_for(workspace, budget)
+    return Baseline._capture(workspace, budget)

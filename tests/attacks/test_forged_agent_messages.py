@@ -142,9 +142,6 @@ class ScriptedDeployment:
     def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
         return err
 
-    def security_settings(self) -> list[tuple[str, str]]:
-        return []
-
 
 def honest(request: dict[str, Any], send: Send) -> None:
     """What a sound agent answers: the path it was asked to read, the command it was asked to run."""

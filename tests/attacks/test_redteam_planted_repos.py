@@ -176,10 +176,10 @@ def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_
 def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_refused(tmp_path, home):
     """Past the cap of read-only repository mounts the sandbox is not started at all (typed, fatal), rather than half protected."""
     from orchestrator.errors import ErrorType, OpenAgentsError
-    from orchestrator.workspace.integrity import Baseline
+    from orchestrator.workspace.sweep_journal import capture_baseline
     from orchestrator.sandbox.docker import MAX_GIT_MOUNTS, git_mounts
 
     ws = make_workspace(home / "many", {f"r{i:04d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(MAX_GIT_MOUNTS + 1)})
     with pytest.raises(OpenAgentsError) as err:
-        git_mounts(ws, Baseline.capture(ws))
+        git_mounts(ws, capture_baseline(ws))
     assert err.value.type is ErrorType.CONFIG_INVALID and not err.value.recoverable and str(MAX_GIT_MOUNTS) in err.value.message

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from orchestrator.config import SandboxConfig
+from orchestrator.config import DockerBackendConfig, SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.cli.selfcheck import CHECKS
@@ -28,7 +28,7 @@ def test_under_runsc_the_box_talks_to_gvisors_kernel(open_sandbox, workspace, ru
 def test_an_unknown_runtime_is_a_typed_start_failure(sandbox_image, docker_client, workspace):
     """A runtime the daemon does not have fails before any container, with a typed, fatal error naming
     the runtimes it has, and leaves no container."""
-    box = DockerSandbox(workspace, SandboxConfig(runtime="oa-no-such-runtime"), client=docker_client)
+    box = DockerSandbox(workspace, SandboxConfig(backend=DockerBackendConfig(runtime="oa-no-such-runtime")), client=docker_client)
     with pytest.raises(OpenAgentsError) as info:
         box.start()
     assert info.value.type == ErrorType.CONFIG_INVALID and not info.value.recoverable

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.boxfs import HostBudget
+from orchestrator.workspace import sweep_journal
 from orchestrator.workspace.integrity import Baseline, Sweeper, is_git_name, is_head_name
 from tests.attacks.test_workspace_integrity import HOSTILE_CONFIG, user_git
 from tests.conftest import make_workspace, sandbox_config
@@ -89,15 +90,14 @@ def test_a_killed_host_leaves_its_sweep_to_the_next_command(sandbox_image, runti
                              "--non-interactive", "--transcript", str(tmp_path / "t2.jsonl"), "look"], env=_env(tmp_path),
                             capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
     assert second.returncode == 0, second.stderr
-    adopted = Baseline.capture(ws).git_entries
+    adopted = sweep_journal.capture_baseline(ws).git_entries
     # an empty top .git is the read-only placeholder's mount point (kept while Docker still lists a box on the workspace)
     assert set(adopted) <= {".git"} and not any(os.scandir(ws / ".git") if ".git" in adopted else ()), adopted
 
 
 def test_a_baseline_completes_a_pending_sweep_first(tmp_path, monkeypatch):
-    """A journal left by a dead host: Baseline.capture of its workspace sweeps before it looks,
+    """A journal left by a dead host: capture_baseline of its workspace sweeps before it looks,
     so the plant is never adopted as the user's repository (no CLI in between)."""
-    from orchestrator.workspace import sweep_journal
     from orchestrator.sandbox import owner
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -115,7 +115,7 @@ def test_a_baseline_completes_a_pending_sweep_first(tmp_path, monkeypatch):
         (ws / rel).write_text("ref: refs/heads/main\n")
     (ws / "bare" / "objects").mkdir()
     (ws / "bare" / "refs").mkdir()
-    baseline = Baseline.capture(ws)
+    baseline = sweep_journal.capture_baseline(ws)
     assert baseline.git_entries == {} and baseline.git_shaped_dirs == frozenset()
     assert not (ws / "lib" / ".git").exists() and not (ws / "bare" / "HEAD").exists()
     assert not path.exists()
@@ -169,7 +169,7 @@ def test_a_sparse_file_with_many_hard_links_is_not_expanded_across_file_systems(
     user_git(ws / "sub")
     user_git(defused)
     assert not marker.exists(), "a git of the user's ran the planted config"
-    again = Baseline.capture(ws)
+    again = sweep_journal.capture_baseline(ws)
     assert again.git_entries == {} and again.git_shaped_dirs == frozenset()
     print(f"state disk grew {(_used(other_fs) - state_before) >> 10} KiB for 16 names of a 16 MiB sparse file")
 
@@ -194,7 +194,6 @@ def test_empty_files_past_the_entry_quota_stop_the_box(open_sandbox, tmp_path):
 def test_a_sweep_past_its_budget_says_so_and_keeps_its_journal(tmp_path, monkeypatch):
     """A tree bigger than the sweep's budget, and one deeper than the walk enters: the report is
     unfinished, typed, never clean; a journaled sweep that did not finish stays journaled."""
-    from orchestrator.workspace import sweep_journal
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = make_workspace(tmp_path / "ws", {f"d/f{i}": "" for i in range(200)})

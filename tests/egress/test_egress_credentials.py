@@ -18,7 +18,7 @@ import time
 import pytest
 from docker.types import Mount
 
-from orchestrator.config import EgressConfig, EgressCredential, EgressRule, SandboxConfig
+from orchestrator.config import DockerBackendConfig, EgressConfig, EgressCredential, EgressRule, SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.sandbox.egress_tls import SessionCA
 from tests.conftest import BOTH_RUNTIMES, make_workspace
@@ -138,7 +138,7 @@ def api_box(request, egress_project, tls_api, docker_client, tmp_path, monkeypat
     egress = EgressConfig(rules=RULES, credentials=[EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")],
                           allow_cidrs=[OUTER_CIDR], outer_network=egress_project["outer"], upstream_ca=tls_api["ca_file"], rule_set="test API rules")
     ws = make_workspace(tmp_path / "ws", {"client.py": CLIENT, "search.py": SEARCH})
-    with DockerSandbox(ws, SandboxConfig(egress=egress, runtime=runtime), client=docker_client) as box:
+    with DockerSandbox(ws, SandboxConfig(egress=egress, backend=DockerBackendConfig(runtime=runtime)), client=docker_client) as box:
         yield box
 
 
