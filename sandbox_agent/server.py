@@ -19,7 +19,11 @@ import threading
 from . import PROTOCOL_VERSION, jsonbound, limits
 from .paths import WORKSPACE, PathRefused
 from .shell import shell
-from .tools import ToolError, edit_file, grep_files, list_files, read_file, write_file
+from .listing import list_files
+from .reading import read_file
+from .search import grep_files
+from .tools import ToolError
+from .writing import edit_file, write_file
 
 TOOLS = {
     "read_file": read_file,
