@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 
-def _find_line_ending_blind(text: str, old: str) -> tuple[list[re.Match], int]:
+def _find_line_ending_blind(text: str, old: str) -> tuple[list[re.Match[str]], int]:
     """(non-overlapping occurrences, occurrences counted at every position) of `old`, where each of
     its line breaks matches LF or CRLF: the model copies text with \n whatever the file uses, and
     mixed files have both. "aa" in "aaa" is there twice (overlapping): that is ambiguous."""
@@ -35,7 +35,7 @@ def _self_overlaps(old: str) -> bool:
 ALIGN_MAX_LINES = 5000  # past this (old or new), a mixed-ending match maps line breaks by position
 
 
-def _replace_keeping_endings(text: str, matches: list[re.Match], new: str) -> str:
+def _replace_keeping_endings(text: str, matches: list[re.Match[str]], new: str) -> str:
     """Every line outside the matches keeps its own ending byte for byte. Inside a match, a line of
     the replacement that is a line of the old text (unchanged context) keeps that line's ending; a
     changed line takes the ending of the line it replaces, an added one that of its neighbour
@@ -76,7 +76,7 @@ def _endings_for(old_lines: list[str], breaks: list[str], new_lines: list[str]) 
     return chosen
 
 
-def _line_numbers(text: str, matches: list[re.Match], most: int = 10) -> str:
+def _line_numbers(text: str, matches: list[re.Match[str]], most: int = 10) -> str:
     numbers, line, pos = [], 1, 0
     for m in matches[:most]:
         line += text.count("\n", pos, m.start())

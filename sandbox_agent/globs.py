@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Callable
 
 from .tools import ToolError
 
@@ -73,7 +74,7 @@ def _glob_regex(pattern: str) -> str:
     return "".join(out)
 
 
-def compile_glob(glob: str):
+def compile_glob(glob: str) -> Callable[[str, str], bool]:
     """A matcher of (workspace-relative path, path relative to the search root). A pattern without
     '/' matches the file's name anywhere, as ripgrep's --glob and Gemini CLI's include do."""
     if len(glob) > 1000:

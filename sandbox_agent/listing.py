@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
+from typing import Any, Iterator
 
 from . import limits
 from .paths import local, resolve
 from .tools import ToolError, _arg, _display, _os_error
 
 
-def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False):
+def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False) -> Iterator[tuple[os.DirEntry[str], bool]]:
     """(entry, is_dir) under `start`, depth first in name order (with `dirs_first`, a directory's
     subdirectories before its files, as Gemini CLI's ls and `tree --dirsfirst` show them; grep keeps
     plain path order). Skipped directories are neither listed nor entered, and nothing is followed
@@ -37,7 +38,7 @@ def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = Non
         stack.extend(reversed(subdirs))
 
 
-def list_files(args: dict) -> dict:
+def list_files(args: dict[str, Any]) -> dict[str, Any]:
     rel = _arg(args, "path", str, ".")
     recursive = _arg(args, "recursive", bool, True)
     real = resolve(rel)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from . import limits
 from .paths import resolve
@@ -9,7 +10,7 @@ from .sniff import BOM, SNIFF_BYTES, _legacy_guess, _looks_binary, _wide_encodin
 from .tools import READ_CHUNK, ToolError, _arg, _open_regular, _os_error, _refuse_trailing_slash, _sha256
 
 
-def read_file(args: dict) -> dict:
+def read_file(args: dict[str, Any]) -> dict[str, Any]:
     """Streams the file: memory stays bounded by the 48 KiB cap whatever the file's size, while the
     sha256 still covers the whole file (the stale-content guard needs it)."""
     rel = _arg(args, "path", str, required=True)
@@ -106,14 +107,14 @@ def read_file(args: dict) -> dict:
 BOM_NOTE = "[the file starts with a UTF-8 byte-order mark (not shown in the output); write_file and edit_file keep it]"
 
 
-def _binary_result(rel: str, size: int, hexdigest: str, why: str = "") -> dict:
+def _binary_result(rel: str, size: int, hexdigest: str, why: str = "") -> dict[str, Any]:
     return {"output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
             "note": (f"[{why}] " if why else "") + "[binary content (or text in an encoding other than UTF-8) is not shown; use "
                     "shell tools to inspect it, e.g. `file`, `od -c | head`, or `iconv -f latin1 -t utf-8 FILE | head`]",
             "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
 
 
-def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int) -> dict:
+def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int) -> dict[str, Any]:
     """A binary file is described, never shown (garbage in the model's context helps nobody);
     UTF-16/32 text is decoded, so the model reads the text and not every other byte as NUL."""
     digest = _sha256()

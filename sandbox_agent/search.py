@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from typing import Any, Callable, Iterable, Iterator
 
 from . import limits
 from .globs import compile_glob
@@ -14,7 +15,7 @@ from .sniff import BOM, SNIFF_BYTES, _looks_binary, _wide_encoding
 from .tools import ToolError, _arg, _display, _file_type, _os_error, _refuse_trailing_slash
 
 
-def grep_files(args: dict) -> dict:
+def grep_files(args: dict[str, Any]) -> dict[str, Any]:
     """The regex search runs in a forked child with a deadline (GREP_TIMEOUT_S): a pattern that
     backtracks catastrophically is killed and answered as a typed timeout, with what was found so
     far, instead of holding the call until the host's deadline replaces the box."""
@@ -54,7 +55,7 @@ def _may_backtrack(pattern: str, flags: int) -> bool:
     except ImportError:
         return True
     try:
-        stack: list = [_parser.parse(pattern, flags)]
+        stack: list[Any] = [_parser.parse(pattern, flags)]
     except Exception:  # noqa: BLE001 - compiled already; whatever the parser says, be careful
         return True
     while stack:
@@ -77,7 +78,7 @@ _SKIP_WHY = {
 }
 
 
-def _search(regex, real: str, root: str, matcher, notes: list[str], child: _Child | _InProcess) -> dict:
+def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
     matches: list[str] = []
     unreadable: list[str] = []
     skipped: dict[str, list[str]] = {kind: [] for kind in _SKIP_WHY}
@@ -94,7 +95,7 @@ def _search(regex, real: str, root: str, matcher, notes: list[str], child: _Chil
         if why:
             skipped[why].append(shown)
             continue
-        bad = long = False
+        bad = long = 0  # the flags seen on any line (see _grep_lines)
         for number, line, flags in lines:
             bad |= flags & 1
             long |= flags & 2
@@ -134,7 +135,7 @@ def _search(regex, real: str, root: str, matcher, notes: list[str], child: _Chil
                      "skipped": counts, "skipped_files": [f for files in skipped.values() for f in files][:50]}}
 
 
-def _counted(items: list, noun: str) -> str:
+def _counted(items: list[str], noun: str) -> str:
     return f"{len(items)} {noun}{'' if len(items) == 1 else 's'}"
 
 
@@ -142,7 +143,7 @@ def _names(items: list[str]) -> str:
     return ", ".join(items[:SKIP_SHOWN]) + (f" and {len(items) - SKIP_SHOWN} more" if len(items) > SKIP_SHOWN else "")
 
 
-def _walk_files(real: str, unreadable: list[str]):
+def _walk_files(real: str, unreadable: list[str]) -> Iterator[str]:
     """Regular files under `real` (or `real` itself if it is one)."""
     start = local(real)
     if not os.path.isdir(start):
@@ -153,13 +154,13 @@ def _walk_files(real: str, unreadable: list[str]):
             yield entry.path
 
 
-def _grep_lines(path: str):
-    """(lines, None) or (None, why it is skipped). Lines are (number, text, flags): 1 = not valid
+def _grep_lines(path: str) -> tuple[Iterable[tuple[int, str, int]], str | None]:
+    """(lines, None) or ((), why it is skipped). Lines are (number, text, flags): 1 = not valid
     UTF-8, 2 = cut at GREP_MAX_LINE_BYTES. The file is streamed: no size makes it unsearchable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except PermissionError:
-        return None, "unreadable"
+        return (), "unreadable"
     except OSError:
         return (), None  # gone, or swapped for a link since the walk: nothing to search
     try:
@@ -176,12 +177,12 @@ def _grep_lines(path: str):
     if wide:
         try:
             if st.st_size > limits.EDIT_MAX_FILE_BYTES:
-                return None, "too_large"
+                return (), "too_large"
             with os.fdopen(os.dup(fd), "rb") as fh:
                 raw = fh.read(limits.EDIT_MAX_FILE_BYTES + 1)
             text = raw[wide[2]:].decode(wide[0])
         except UnicodeDecodeError:
-            return None, "encoding"
+            return (), "encoding"
         except OSError:
             return (), None
         finally:
@@ -189,11 +190,11 @@ def _grep_lines(path: str):
         return ((n, line.removesuffix("\r"), 0) for n, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)), None
     if _looks_binary(head):
         os.close(fd)
-        return None, "binary"
+        return (), "binary"
     return _stream_lines(fd), None
 
 
-def _stream_lines(fd: int):
+def _stream_lines(fd: int) -> Iterator[tuple[int, str, int]]:
     cap = limits.GREP_MAX_LINE_BYTES
     number = 0
     try:

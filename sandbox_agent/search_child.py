@@ -6,15 +6,19 @@ import json
 import os
 import signal
 import time
+from typing import TYPE_CHECKING, Any, Callable
 
 from .paths import PathRefused
 from .tools import ToolError
+
+if TYPE_CHECKING:  # imported where it is used: only a search that may backtrack pays for it
+    import mmap
 
 
 class _InProcess:
     """The search's reporting when it runs in the agent itself: nothing to report to."""
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict[str, Any]) -> None:
         pass
 
     def at(self, shown: str) -> None:
@@ -25,10 +29,10 @@ class _Child:
     """What the search child tells its parent while it runs: each match as it is found (a pipe),
     and the file it is in (shared memory, no system call per file)."""
 
-    def __init__(self, fd: int, shared) -> None:
+    def __init__(self, fd: int, shared: mmap.mmap) -> None:
         self.fd, self.shared = fd, shared
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict[str, Any]) -> None:
         data = memoryview(json.dumps(message).encode() + b"\n")
         while data:
             data = data[os.write(self.fd, data):]
@@ -50,7 +54,7 @@ class _Relayed:
         self.kind, self.message = type, message
 
 
-def _run_search(search, timeout_s: float) -> dict:
+def _run_search(search: Callable[[_Child], dict[str, Any]], timeout_s: float) -> dict[str, Any]:
     import mmap
     import select
 
@@ -63,7 +67,7 @@ def _run_search(search, timeout_s: float) -> dict:
             os.close(r)
             _child_setup(w)
             try:
-                payload: dict = {"done": search(_Child(w, shared))}
+                payload: dict[str, Any] = {"done": search(_Child(w, shared))}
             except (ToolError, PathRefused) as err:
                 payload = {"error": {"type": err.kind, "message": str(err)}}
             except MemoryError:
@@ -106,7 +110,8 @@ def _run_search(search, timeout_s: float) -> dict:
     for message in messages:
         if "done" in message:
             shared.close()
-            return message["done"]
+            done: dict[str, Any] = message["done"]  # what _search returned, relayed as JSON
+            return done
         if "error" in message:
             shared.close()
             relayed = _Relayed(**message["error"])

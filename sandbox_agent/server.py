@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from . import PROTOCOL_VERSION, jsonbound, limits
 from .paths import WORKSPACE, PathRefused
@@ -37,7 +38,7 @@ TOOLS = {
 _out_lock = threading.Lock()
 
 
-def _send(message: dict) -> None:
+def _send(message: dict[str, Any]) -> None:
     line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", errors="surrogateescape") + b"\n"
     with _out_lock:
         sys.stdout.buffer.write(line)
@@ -55,7 +56,7 @@ def _rss_kib() -> int:
     return -1
 
 
-def handle(request: dict) -> dict:
+def handle(request: dict[str, Any]) -> dict[str, Any]:
     rid = request.get("id")
     base = {"v": PROTOCOL_VERSION, "id": rid}
     tool = request.get("tool")
@@ -87,7 +88,7 @@ def handle(request: dict) -> dict:
         return {**base, "ok": False, "error": {"type": "internal_error", "message": f"{type(err).__name__}: {err}"}}
 
 
-def _accept(line: bytes) -> dict | None:
+def _accept(line: bytes) -> dict[str, Any] | None:
     """Parse a request and acknowledge it before it runs: the host retries a call on a fresh agent
     only when it never saw the acknowledgement, so a call that may have run is never run twice."""
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .paths import WORKSPACE, check_fd, local
 
@@ -13,20 +14,25 @@ from .paths import WORKSPACE, check_fd, local
 class ToolError(Exception):
     """A typed failure; ``kind`` is a member of the host's ErrorType enum."""
 
-    def __init__(self, kind: str, message: str, *, output: str = "", meta: dict | None = None) -> None:
+    def __init__(self, kind: str, message: str, *, output: str = "", meta: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.output = output  # what was produced before the failure (a timed-out command's output)
         self.meta = meta or {}
 
 
-try:  # the builtin module: hashlib would load OpenSSL, 3 MiB of the agent's memory
-    from _sha256 import sha256 as _sha256  # type: ignore[import-not-found]  # CPython's private module: no stubs
-except ImportError:
-    try:
-        from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]  # the same, renamed in 3.12
+if TYPE_CHECKING:  # the checker sees hashlib's, which has the same interface (CPython's private modules have no stubs)
+    import hashlib
+
+    _sha256 = hashlib.sha256
+else:
+    try:  # the builtin module: hashlib would load OpenSSL, 3 MiB of the agent's memory
+        from _sha256 import sha256 as _sha256
     except ImportError:
-        from hashlib import sha256 as _sha256
+        try:
+            from _sha2 import sha256 as _sha256  # the same, renamed in 3.12
+        except ImportError:
+            from hashlib import sha256 as _sha256
 
 
 READ_CHUNK = 1 << 20
@@ -58,7 +64,18 @@ def _os_error(err: OSError, rel: str) -> ToolError:
     return ToolError("io_error", f"{rel}: {err.strerror}")
 
 
-def _arg(args: dict, name: str, kind: type, default=None, required: bool = False):
+T = TypeVar("T")
+
+
+@overload
+def _arg(args: dict[str, Any], name: str, kind: type[T], default: None = None, *, required: Literal[True]) -> T: ...
+@overload
+def _arg(args: dict[str, Any], name: str, kind: type[T], default: T) -> T: ...
+@overload
+def _arg(args: dict[str, Any], name: str, kind: type[T], default: None = None) -> T | None: ...
+
+
+def _arg(args: dict[str, Any], name: str, kind: type[T], default: T | None = None, required: bool = False) -> T | None:
     if name not in args or args[name] is None:
         if required:
             raise ToolError("invalid_arguments", f"missing required argument {name!r}")

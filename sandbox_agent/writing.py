@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+from typing import Any
 
 from . import limits
 from .edit_text import _closest_hint, _find_line_ending_blind, _line_numbers, _replace_keeping_endings
@@ -18,17 +19,17 @@ DIFF_MAX_CHARS = 256 * 1024
 _mutation_lock = threading.Lock()
 
 
-def write_file(args: dict) -> dict:
+def write_file(args: dict[str, Any]) -> dict[str, Any]:
     with _mutation_lock:
         return _write_file(args)
 
 
-def edit_file(args: dict) -> dict:
+def edit_file(args: dict[str, Any]) -> dict[str, Any]:
     with _mutation_lock:
         return _edit_file(args)
 
 
-def _write_file(args: dict) -> dict:
+def _write_file(args: dict[str, Any]) -> dict[str, Any]:
     rel = _arg(args, "path", str, required=True)
     content = _arg(args, "content", str, required=True)
     data = content.encode("utf-8", errors="surrogatepass")
@@ -88,7 +89,7 @@ def _kept_mark(real: str) -> tuple[bytes, str, str] | None:
 IN_PLACE_NOTE = "[the directory is read-only, so the file was rewritten in place rather than replaced atomically]"
 
 
-def _edit_file(args: dict) -> dict:
+def _edit_file(args: dict[str, Any]) -> dict[str, Any]:
     rel = _arg(args, "path", str, required=True)
     old = _arg(args, "old_text", str, required=True)
     new = _arg(args, "new_text", str, required=True)
