@@ -97,7 +97,7 @@ def test_a_killed_host_leaves_its_sweep_to_the_next_command(sandbox_image, runti
 def test_a_baseline_completes_a_pending_sweep_first(tmp_path, monkeypatch):
     """A journal left by a dead host: Baseline.capture of its workspace sweeps before it looks,
     so the plant is never adopted as the user's repository (no CLI in between)."""
-    from orchestrator import sweep_journal
+    from orchestrator.workspace import sweep_journal
     from orchestrator.sandbox import owner
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
@@ -194,7 +194,7 @@ def test_empty_files_past_the_entry_quota_stop_the_box(open_sandbox, tmp_path):
 def test_a_sweep_past_its_budget_says_so_and_keeps_its_journal(tmp_path, monkeypatch):
     """A tree bigger than the sweep's budget, and one deeper than the walk enters: the report is
     unfinished, typed, never clean; a journaled sweep that did not finish stays journaled."""
-    from orchestrator import sweep_journal
+    from orchestrator.workspace import sweep_journal
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = make_workspace(tmp_path / "ws", {f"d/f{i}": "" for i in range(200)})
