@@ -15,11 +15,16 @@ import os
 import signal
 import sys
 import threading
+from typing import Any
 
 from . import PROTOCOL_VERSION, jsonbound, limits
 from .paths import WORKSPACE, PathRefused
 from .shell import shell
-from .tools import ToolError, edit_file, grep_files, list_files, read_file, write_file
+from .listing import list_files
+from .reading import read_file
+from .search import grep_files
+from .tools import ToolError
+from .writing import edit_file, write_file
 
 TOOLS = {
     "read_file": read_file,
@@ -33,7 +38,7 @@ TOOLS = {
 _out_lock = threading.Lock()
 
 
-def _send(message: dict) -> None:
+def _send(message: dict[str, Any]) -> None:
     line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", errors="surrogateescape") + b"\n"
     with _out_lock:
         sys.stdout.buffer.write(line)
@@ -51,7 +56,7 @@ def _rss_kib() -> int:
     return -1
 
 
-def handle(request: dict) -> dict:
+def handle(request: dict[str, Any]) -> dict[str, Any]:
     rid = request.get("id")
     base = {"v": PROTOCOL_VERSION, "id": rid}
     tool = request.get("tool")
@@ -83,7 +88,7 @@ def handle(request: dict) -> dict:
         return {**base, "ok": False, "error": {"type": "internal_error", "message": f"{type(err).__name__}: {err}"}}
 
 
-def _accept(line: bytes) -> dict | None:
+def _accept(line: bytes) -> dict[str, Any] | None:
     """Parse a request and acknowledge it before it runs: the host retries a call on a fresh agent
     only when it never saw the acknowledgement, so a call that may have run is never run twice."""
     try:

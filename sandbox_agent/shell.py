@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from . import limits
 from .paths import WORKSPACE
@@ -195,7 +195,7 @@ _pidfd_works = _pidfd_available()
 _waiter: _Waiter | None = None if _pidfd_works else _Waiter()
 
 
-def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
+def _exit_fd(proc: subprocess.Popen[bytes]) -> tuple[int, bool]:
     """A descriptor that becomes readable when the shell exits, and whether it is a pidfd (ours to close)."""
     global _pidfd_works, _waiter
     if _pidfd_works:
@@ -209,7 +209,7 @@ def _exit_fd(proc: subprocess.Popen) -> tuple[int, bool]:
     return _waiter.ready_fd, False
 
 
-def _run(proc: subprocess.Popen, timeout: float, output: _CappedOutput) -> bool:
+def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -> bool:
     """Collect the command's output until its shell exits or the timeout passes, in this thread:
     one poll() over the output pipe and the exit descriptor. True when the timeout passed.
 
@@ -290,7 +290,7 @@ def _drain(fd: int, output: _CappedOutput, wait_s: float) -> None:
             return
 
 
-def _kill_everything_else(proc: subprocess.Popen) -> None:
+def _kill_everything_else(proc: subprocess.Popen[bytes]) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
@@ -324,7 +324,7 @@ def _reap() -> None:
             return
 
 
-def shell(args: dict, on_output: Callable[[str], None] | None = None) -> dict:
+def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`on_output(text)`, if given, receives the output while the command runs (see _CappedOutput)."""
     command = _arg(args, "command", str, required=True)
     requested = _arg(args, "timeout", int, limits.SHELL_DEFAULT_TIMEOUT_S)

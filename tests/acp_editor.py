@@ -150,7 +150,9 @@ def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Edito
     stderr = open(tmp_path / "agent.stderr", "wb")
 
     async def main() -> Run:
-        async with spawn_agent_process(editor, OA, "acp", *agent_args, env={**os.environ, **(env or {})},
+        # The SDK finds a client's methods with getattr and answers method-not-found for the ones an
+        # editor lacks (terminals, reads, elicitation): a partial Client is how it is meant to be used.
+        async with spawn_agent_process(editor, OA, "acp", *agent_args, env={**os.environ, **(env or {})},  # type: ignore[arg-type]
                                        transport_kwargs={"limit": 16 * 1024 * 1024, "shutdown_timeout": 120, "stderr": stderr.fileno()},
                                        observers=[checker]) as (conn, process):
             editor.conn = conn

@@ -11,9 +11,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from orchestrator.workspace.checkpoints import Checkpoint, CheckpointStore
 
 SANDBOX_UID = 1000
 
@@ -28,7 +33,7 @@ def chown_tree(root: Path, uid: int = SANDBOX_UID) -> None:
             os.lchown(os.path.join(dirpath, name), uid, uid)
 
 
-def make_workspace(root: Path, files: dict[str, str | bytes] | None = None) -> Path:
+def make_workspace(root: Path, files: Mapping[str, str | bytes] | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     for rel, content in (files or {}).items():
         path = root / rel
@@ -39,6 +44,14 @@ def make_workspace(root: Path, files: dict[str, str | bytes] | None = None) -> P
             path.write_text(content)
     chown_tree(root)
     return root
+
+
+def recorded(store: CheckpointStore, turn: int) -> Checkpoint:
+    """The checkpoint of a record the test made after changing the workspace (or of turn 0): None,
+    "nothing changed", would be a failure of its own, so it is not let through as a checkpoint."""
+    cp = store.record(turn)
+    assert cp is not None, f"turn {turn}: the store saw no change"
+    return cp
 
 
 def one_box_per_module(prefix: str):
@@ -171,7 +184,7 @@ def sandbox_image(docker_client):
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
+def workspace(tmp_path: Path) -> Iterator[Path]:
     ws = make_workspace(tmp_path / "ws")
     yield ws
     shutil.rmtree(ws, ignore_errors=True)

@@ -72,9 +72,9 @@ class _Spawner:
             except BaseException as err:  # noqa: BLE001 - handed to the caller
                 answer.put((False, err))
 
-    def popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         answer: queue.Queue[tuple[bool, Any]] = queue.Queue()
-        self._jobs.put((lambda: subprocess.Popen(*args, preexec_fn=_die_with_parent, **kwargs), answer))
+        self._jobs.put((lambda: subprocess.Popen(argv, preexec_fn=_die_with_parent, **kwargs), answer))
         ok, value = answer.get()
         if not ok:
             raise value
@@ -203,7 +203,7 @@ class OwnDockerDaemon:
     def pid(self) -> int | None:
         return self.dockerd.pid if self.dockerd is not None and self.dockerd.poll() is None else None
 
-    def answers(self, timeout: float = 2.0) -> bool:
+    def answers(self, timeout: int = 2) -> bool:
         client = None
         try:
             client = docker.DockerClient(base_url=self.host, timeout=timeout, version="1.41")

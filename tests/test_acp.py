@@ -22,6 +22,8 @@ OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 class Editor:
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen([OA, "acp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both piped, above
+        self.stdin, self.stdout = self.proc.stdin, self.proc.stdout
         self.inbox: queue.Queue = queue.Queue()
         self.notifications: list[dict] = []
         self.permission_requests: list[dict] = []
@@ -31,16 +33,16 @@ class Editor:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
-        for line in self.proc.stdout:
+        for line in self.stdout:
             self.inbox.put(json.loads(line))
 
     def send(self, message: dict) -> None:
-        self.proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
-        self.proc.stdin.flush()
+        self.stdin.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        self.stdin.flush()
 
     def send_raw(self, raw: bytes) -> None:
-        self.proc.stdin.write(raw + b"\n")
-        self.proc.stdin.flush()
+        self.stdin.write(raw + b"\n")
+        self.stdin.flush()
 
     def call(self, method: str, params: dict, timeout: float = 120) -> dict:
         self._ids += 1
@@ -66,7 +68,7 @@ class Editor:
         raise TimeoutError(f"no answer to {rid}")
 
     def close(self) -> None:
-        self.proc.stdin.close()
+        self.stdin.close()
         self.proc.wait(timeout=60)
 
 

@@ -61,8 +61,8 @@ def messages(editor: Editor) -> list[str]:
     return [u.content.text for u in editor.updates if isinstance(u, AgentMessageChunk)]
 
 
-async def prompt(conn, session_id: str, text: str) -> tuple[str, dict]:
-    """A prompt turn: its stop reason and its copy-mode report (the PromptResponse's _meta)."""
+async def prompt(conn, session_id: str, text: str) -> tuple[str, dict | None]:
+    """A prompt turn: its stop reason and its copy-mode report (the PromptResponse's _meta; None in bind mode)."""
     answer = await conn.prompt(session_id=session_id, prompt=[text_block(text)])
     return answer.stop_reason, (answer.field_meta or {}).get(META)
 

@@ -14,7 +14,7 @@ import pygit2
 import pytest
 
 from orchestrator.workspace.checkpoints import MODE_LINK, CheckpointStore
-from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
+from tests.conftest import SANDBOX_UID, chown_tree, make_workspace, recorded
 
 
 def picture(ws: Path) -> dict[str, tuple]:
@@ -201,16 +201,16 @@ def test_git_entries_in_any_case_are_neither_recorded_nor_touched(layout):
 def test_oversized_files_and_a_spent_budget_are_listed_not_dropped(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"small.txt": "s" * 100, "huge.bin": b"h" * 5000})
     store = CheckpointStore(tmp_path / "cp.git", ws, budget_bytes=1 << 20, max_file_bytes=4096)
-    cp = store.record(0)
+    cp = recorded(store, 0)
     assert [(s.path, "larger than 4096" in s.reason) for s in cp.skipped] == [("huge.bin", True)]
     (ws / "a.txt").write_text("a" * 1500)
-    cp = store.record(1)
+    cp = recorded(store, 1)
     assert cp.ok and cp.files_changed == ["a.txt"] and "huge.bin" in {s.path for s in cp.skipped}
     # The store's budget counts its real size on disk: past it, a checkpoint is skipped, typed.
     store.budget_bytes = store._index.used_bytes + 2000
     for i in range(4):
         (ws / f"n{i}.txt").write_text(f"{i}" * 1500)
-    cp = store.record(2)
+    cp = recorded(store, 2)
     assert cp.state == "skipped" and cp.error_type == "resource_exhausted" and "budget" in cp.error
     # Restore leaves what was never checkpointed alone and reports it (nothing changed since the last record).
     (ws / "n0.txt").unlink()
@@ -264,8 +264,8 @@ def test_changes_the_hints_could_miss_are_still_seen(tmp_path: Path):
         cp = store.record(turn)
         assert cp is not None and set(cp.files_changed) == expect_changed
         fresh = CheckpointStore(tmp_path / f"fresh{turn}.git", ws)
-        assert fresh.record(0).commit and store.repo[pygit2.Oid(hex=cp.commit)].tree_id == \
-            fresh.repo[pygit2.Oid(hex=fresh.list()[0].commit)].tree_id
+        assert recorded(fresh, 0).commit and store.repo[pygit2.Oid(hex=cp.commit)].peel(pygit2.Commit).tree_id == \
+            fresh.repo[pygit2.Oid(hex=fresh.list()[0].commit)].peel(pygit2.Commit).tree_id
         fresh.close()
 
     (ws / "a/x.txt").write_text("bbbb")  # same size, right after the last record
@@ -314,12 +314,12 @@ def test_checkpoints_of_a_real_sandbox(open_sandbox, tmp_path: Path):
     start = picture(ws)
     out = box.call("shell", {"command": "sed -i 's/a - b/a + b/' calc.py && mkdir -p build && echo obj > build/o.txt && chmod +x tests/t.py"})
     assert out.ok, out
-    cp1 = store.record(1)
+    cp1 = recorded(store, 1)
     assert set(cp1.files_changed) == {"calc.py", "build/o.txt", "tests/t.py"}
     middle = picture(ws)
     out = box.call("shell", {"command": "rm -rf tests && ln -s /etc/passwd calc.py.bak && mkfifo pipe && echo more >> calc.py"})
     assert out.ok, out
-    cp2 = store.record(2)
+    cp2 = recorded(store, 2)
     assert "pipe" in [s.path for s in cp2.skipped] and "calc.py.bak" in cp2.files_changed
     box.close()  # restore runs while no box does
     store.restore(1)
@@ -341,7 +341,7 @@ def test_a_same_size_rewrite_with_a_forged_mtime_is_seen_by_a_full_walk(tmp_path
     (ws / "x.txt").write_text("bbbb")
     os.utime(ws / "x.txt", ns=(old.st_atime_ns, old.st_mtime_ns))
     os.rename(ws / "d", ws / "d2")
-    cp = store.record(1)
+    cp = recorded(store, 1)
     assert "x.txt" in cp.files_changed
     store.restore(0)
     assert (ws / "x.txt").read_text() == "aaaa"

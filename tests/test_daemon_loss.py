@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from orchestrator.sandbox.daemon import DAEMON_CHECK_S
 from tests.conftest import make_workspace
 from tests.docker_daemon import OwnDockerDaemon, extra_runtimes, save_image
 from tests.fake_model_server import FakeModelServer
-from tests.test_seam import SubprocessDeployment
+from tests.test_seam import PipeStream, SubprocessDeployment
 
 OA = str(Path(sys.executable).with_name("oa-sandbox"))
 MARK = "OA_DAEMON_LOSS_TEST"  # in every CLI's environment: its descendants inherit it, wherever they go
@@ -49,7 +50,7 @@ SLOW_CALL = f"touch started; echo started; sleep {SLOW_S}"  # its deadline: the 
 
 # -- the own daemon ----------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def image_tarball(sandbox_image, tmp_path_factory) -> Path:
+def image_tarball(sandbox_image, tmp_path_factory) -> Iterator[Path]:
     tarball = save_image(SandboxConfig().backend.image, tmp_path_factory.mktemp("image") / "sandbox.tar")
     yield tarball
     tarball.unlink()  # a quarter of a gigabyte: not kept with pytest's last three temporary directories
@@ -79,7 +80,7 @@ def own_daemon(docker_client, image_tarball):
 
 
 @pytest.fixture
-def daemon(own_daemon: OwnDockerDaemon, monkeypatch) -> OwnDockerDaemon:
+def daemon(own_daemon: OwnDockerDaemon, monkeypatch) -> Iterator[OwnDockerDaemon]:
     """The own daemon, up, and DOCKER_HOST naming it for this test (and the CLIs it starts)."""
     own_daemon.ensure_up()
     monkeypatch.setenv("DOCKER_HOST", own_daemon.host)
@@ -157,7 +158,7 @@ class VanishingBackend(SubprocessDeployment):
 
     gone = False
 
-    def start(self):  # type: ignore[no-untyped-def]
+    def start(self) -> PipeStream:
         if self.gone:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, "the backend is gone")
         return super().start()
@@ -166,7 +167,7 @@ class VanishingBackend(SubprocessDeployment):
         return OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, "lost with the backend") if self.gone else err
 
 
-def test_a_vanished_backend_fails_each_call_typed_and_the_box_comes_back_with_it(tmp_path):
+def test_a_vanished_backend_fails_each_call_typed_and_the_box_comes_back_with_it(tmp_path: Path) -> None:
     made: list[VanishingBackend] = []
 
     def deploy(spec: BoxSpec) -> VanishingBackend:

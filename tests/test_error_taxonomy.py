@@ -31,14 +31,14 @@ def emitted_types() -> dict[str, str]:
                     continue  # passes on a type that was already checked where it was raised
                 literals = [n.value for n in ast.walk(first) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
                 assert literals, f"{path.name}:{node.lineno}: the error type must be a literal (or a choice of them) so it can be checked"
-                for value in literals:
-                    found.setdefault(value, f"{path.name}:{node.lineno}")
+                for literal in literals:
+                    found.setdefault(literal, f"{path.name}:{node.lineno}")
             if isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values, strict=True):
                     if isinstance(key, ast.Constant) and key.value == "error" and isinstance(value, ast.Dict):
                         for k, v in zip(value.keys, value.values, strict=True):
                             if isinstance(k, ast.Constant) and k.value == "type" and isinstance(v, ast.Constant):
-                                found.setdefault(v.value, f"{path.name}:{node.lineno}")
+                                found.setdefault(str(v.value), f"{path.name}:{node.lineno}")  # not a str: no such type, fails below
     return found
 
 

@@ -35,7 +35,7 @@ def test_the_quotas_walk_past_the_sessions_clock_counts_as_over_quota(tmp_path):
     assert quota.unmeasured
 
 
-def test_the_final_sweep_has_its_own_clock_not_the_sessions():
+def test_the_final_sweep_has_its_own_clock_not_the_sessions() -> None:
     budget = SupervisedSandbox._sweep_budget(None)  # type: ignore[arg-type]
     remaining = budget.remaining_s()
     assert remaining is not None and SWEEP_BUDGET_S - 5 < remaining <= SWEEP_BUDGET_S and budget.parent is None

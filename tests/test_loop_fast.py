@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pytest
 
 from orchestrator import events as ev
+from orchestrator.config import SandboxLimits
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.events import ToolCallState
 from orchestrator.loop import Session, SessionStatus
@@ -25,10 +26,23 @@ from orchestrator.protocol import Executor, ToolResult
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
 
+if TYPE_CHECKING:
+    from orchestrator.sandbox.starts import StartQueued
+    from orchestrator.workspace.integrity import SweepReport, Sweeper
+
 
 
 class FakeSandbox:
     """Answers each call from a table; records what ran, when, and on which thread."""
+
+    # The rest of the Sandbox protocol: always up, never restarted; it has no workspace, so no sweeper.
+    restarts = 0
+    sweeper: Sweeper
+    on_sweep: Callable[[SweepReport], None] | None = None
+    on_start_queue: Callable[[StartQueued], None] | None = None
+    config = SandboxLimits()
+    started = True
+    gvisor = False
 
     def __init__(self, delay: float = 0.0, results: dict[str, ToolResult] | None = None) -> None:
         self.delay = delay
@@ -49,7 +63,7 @@ class FakeSandbox:
         self.killed += 1
         self.release.set()
 
-    def call(self, tool: str, args: dict[str, Any]) -> ToolResult:
+    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         with self._lock:
             self.calls.append((tool, args))
             self.running += 1

@@ -14,7 +14,7 @@ import pytest
 from orchestrator.errors import ErrorType
 from orchestrator.mcp.client import McpHost
 from orchestrator.models.base import ToolCall
-from orchestrator.policy.ladder import Ladder, Level, PolicyRule
+from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -164,7 +164,7 @@ def test_slow_start_and_bad_command_leave_the_others(server_script, tmp_path):
     assert running(server_script) == [], "a server (the slow one too) outlived the session"
 
 
-def test_through_the_registry_and_the_ladder(server_script, tmp_path):
+def test_through_the_registry_and_the_ladder(server_script: Path, tmp_path: Path) -> None:
     """The turn loop sees the MCP tool like a built-in: declared, asked about every time, run, its
     result back to the model; a policy deny on the server refuses without asking."""
     from orchestrator.loop import Session
@@ -194,7 +194,7 @@ def test_through_the_registry_and_the_ladder(server_script, tmp_path):
         assert any(m.role == "tool" and "stored: n1" in m.content for m in session.messages)
 
         denied = Session(ScriptedModel([ModelTurn(tool_calls=[call(3)]), ModelTurn(text="ok")]), registry,
-                         ApprovalGate(Ladder([PolicyRule(action="mcp notes", decision="deny")]), Approver()), Transcript(None))
+                         ApprovalGate(Ladder([PolicyRule(action="mcp notes", decision=Decision.DENY)]), Approver()), Transcript(None))
         denied.run("again")
         assert len(asked) == 2 and any("refused_by_policy" in (m.content or "") for m in denied.messages)
     assert (tmp_path / "notes.txt").read_text() == "n1\nn2\n"

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.cli import main as cli_main
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import ToolCall
-from orchestrator.policy.approvals import Answer, ApprovalGate, NonInteractiveApprover, PermissionOption
+from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, NonInteractiveApprover, PermissionOption
 from orchestrator.policy.ladder import Ladder, Level, Tier, load_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, parse_data_bounded
 from orchestrator.protocol import Executor
@@ -22,7 +22,7 @@ class ScriptedPerson:
 
     def __init__(self, *keys: str) -> None:
         self.keys = list(keys)
-        self.asked = []
+        self.asked: list[ApprovalRequest] = []
 
     def ask(self, request):
         self.asked.append(request)

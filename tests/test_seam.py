@@ -108,7 +108,7 @@ def _sandbox(ws: Path, **limits: Any) -> tuple[SupervisedSandbox, list[Subproces
     return SupervisedSandbox(ws, config, deploy, state_dir=ws.parent / "state"), made
 
 
-def test_the_supervisor_runs_calls_over_another_deployment(tmp_path):
+def test_the_supervisor_runs_calls_over_another_deployment(tmp_path: Path) -> None:
     box, made = _sandbox(tmp_path / "ws")
     with box:
         assert box.started and box.agent_info["pid"] == made[0].proc.pid  # type: ignore[union-attr]
@@ -126,7 +126,7 @@ def test_a_killed_agent_is_replaced_by_the_supervisor_not_the_backend(tmp_path):
         assert box.restarts == 1 and made[0].started == 2
 
 
-def test_a_hung_agent_is_killed_and_replaced_at_the_hosts_deadline(tmp_path):
+def test_a_hung_agent_is_killed_and_replaced_at_the_hosts_deadline(tmp_path: Path) -> None:
     box, made = _sandbox(tmp_path / "ws", shell_grace_s=1.0)
     with box:
         os.kill(made[0].proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
@@ -150,7 +150,12 @@ def _frame(stream: int, payload: bytes) -> bytes:
 
 def _docker_stream(data: bytes) -> DockerStream:
     ours, theirs = socket.socketpair()
-    threading.Thread(target=lambda: (theirs.sendall(data), theirs.close()), daemon=True).start()
+
+    def feed() -> None:
+        theirs.sendall(data)
+        theirs.close()
+
+    threading.Thread(target=feed, daemon=True).start()
     return DockerStream(ours)
 
 

@@ -112,7 +112,7 @@ def test_an_agent_answer_nested_deep_breaks_the_channel_typed(stack_probe, text)
     assert stack_probe == []
 
 
-def test_the_agent_refuses_a_request_nested_deep(stack_probe, monkeypatch):
+def test_the_agent_refuses_a_request_nested_deep(stack_probe: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     sent: list[dict[str, object]] = []
     monkeypatch.setattr(agent_server, "_send", sent.append)
     assert agent_server._accept(DEEP[0].encode()) is None
@@ -120,7 +120,7 @@ def test_the_agent_refuses_a_request_nested_deep(stack_probe, monkeypatch):
     assert stack_probe == []
 
 
-def test_an_editor_line_nested_deep_is_a_parse_error(stack_probe):
+def test_an_editor_line_nested_deep_is_a_parse_error(stack_probe: list[str]) -> None:
     out = io.BytesIO()
     server = AcpServer(factory=None, stdin=io.BytesIO(), stdout=out)  # type: ignore[arg-type]
     server._handle_line(DEEP[0].encode())

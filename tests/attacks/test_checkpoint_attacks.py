@@ -20,7 +20,7 @@ import pytest
 
 from orchestrator.boxfs import BudgetExceeded, HostBudget, from_store, to_store
 from orchestrator.workspace.checkpoints import NOT_READABLE, CheckpointStore, store_unknown, unknown_changes
-from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
+from tests.conftest import SANDBOX_UID, chown_tree, make_workspace, recorded
 
 ROOT = os.geteuid() == 0
 
@@ -50,7 +50,7 @@ def test_renaming_empty_files_across_many_directories_is_charged_packed_and_boun
     ws = make_workspace(tmp_path / "ws", {f"d{i:03}/e{j}/f0-{i}-{j}": "" for i in range(60) for j in range(3)})
     store_path = tmp_path / "cp.git"
     store = CheckpointStore(store_path, ws, budget_bytes=4 << 20)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     sizes = []
     for turn in range(1, 6):
         for i in range(60):
@@ -95,19 +95,19 @@ def test_a_private_file_comes_back_private_and_root_only_files_are_never_stored(
         (ws / "root-dir").mkdir(mode=0o700)
         (ws / "root-dir/inner.txt").write_text("root inner\n")
     store = CheckpointStore(tmp_path / "cp.git", ws, box_user=(SANDBOX_UID, SANDBOX_UID))
-    cp0 = store.record(0)
+    cp0 = recorded(store, 0)
     assert cp0.ok
     if ROOT:
         skipped = {s.path: s.reason for s in cp0.skipped}
         assert skipped.get("root-only.key") == NOT_READABLE and skipped.get("root-dir") == NOT_READABLE
-        blobs = [store.repo[o].data for o in store.repo if store.repo[o].type_str == "blob"]
+        blobs = [obj.data for oid in store.repo if isinstance(obj := store.repo[oid], pygit2.Blob)]
         assert not any(b"root secret" in b or b"root inner" in b for b in blobs)
     # The box widens everything; rollback puts back the exact modes.
     for rel in (".env", "run.sh", "a.txt"):
         os.chmod(ws / rel, 0o666)
     (ws / ".env").write_text("TOKEN=changed\n")
     os.chmod(ws / "shared", 0o777)
-    assert store.record(1).ok
+    assert recorded(store, 1).ok
     report = store.restore(0)
     assert not report.conflicts, report.conflicts
     assert stat.S_IMODE(os.stat(ws / ".env").st_mode) == 0o600
@@ -120,7 +120,7 @@ def test_a_private_file_comes_back_private_and_root_only_files_are_never_stored(
         assert os.stat(ws / "root-only.key").st_uid == 0 and stat.S_IMODE(os.stat(ws / "root-only.key").st_mode) == 0o600
     # A deleted private file comes back private, never 0644 for a moment.
     os.unlink(ws / ".env")
-    assert store.record(2).ok
+    assert recorded(store, 2).ok
     store.restore(0)
     assert stat.S_IMODE(os.stat(ws / ".env").st_mode) == 0o600
 
@@ -133,9 +133,9 @@ def test_files_of_another_owner_come_back_with_that_owner(tmp_path: Path):
     os.chown(ws / "theirs.txt", 0, SANDBOX_UID)
     os.chmod(ws / "theirs.txt", 0o640)  # readable by the box through its group
     store = CheckpointStore(tmp_path / "cp.git", ws, box_user=(SANDBOX_UID, SANDBOX_UID))
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     os.unlink(ws / "theirs.txt")
-    assert store.record(1).ok
+    assert recorded(store, 1).ok
     store.restore(0)
     st = os.stat(ws / "theirs.txt")
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, SANDBOX_UID, 0o640)
@@ -147,10 +147,10 @@ def test_rollback_over_a_file_the_user_changed_after_the_session_changes_nothing
     ws = make_workspace(tmp_path / "ws", {"calc.py": "v0\n", "notes.md": "n0\n", "keep.txt": "k\n"})
     owner = os.stat(ws / "notes.md").st_uid, os.stat(ws / "notes.md").st_gid
     store = CheckpointStore(tmp_path / "cp.git", ws)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     (ws / "calc.py").write_text("v1\n")
     (ws / "new.txt").write_text("box\n")
-    assert store.record(1).ok
+    assert recorded(store, 1).ok
     # After the session the user edits a file the rollback would touch, adds one, removes one.
     (ws / "calc.py").write_text("user's edit\n")
     (ws / "user.txt").write_text("mine\n")
@@ -185,9 +185,9 @@ def test_rollback_keeps_holes_and_charges_its_writes(tmp_path: Path):
         fh.write(b"data")
     budget = HostBudget()
     store = CheckpointStore(tmp_path / "cp.git", ws, budget=budget)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     (ws / "sparse.img").unlink()
-    assert store.record(1).ok
+    assert recorded(store, 1).ok
     spent = budget.bytes_spent
     store.restore(0)
     st = os.stat(ws / "sparse.img")
@@ -201,10 +201,10 @@ def test_rollback_keeps_holes_and_charges_its_writes(tmp_path: Path):
 def test_a_restore_past_its_budget_stops_typed(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {f"f{i}.txt": os.urandom(64 << 10) for i in range(4)})
     store = CheckpointStore(tmp_path / "cp.git", ws, budget=HostBudget(max_bytes=(1 << 20)))
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     for i in range(4):
         (ws / f"f{i}.txt").unlink()
-    assert store.record(1).ok
+    assert recorded(store, 1).ok
     store.host_budget = HostBudget(max_bytes=100 << 10)
     with pytest.raises(BudgetExceeded) as caught:
         store.restore(0)
@@ -220,13 +220,13 @@ def test_invalid_utf8_names_are_stored_and_restored_and_later_checkpoints_still_
     with open(bad, "wb") as fh:
         fh.write(b"payload")
     store = CheckpointStore(tmp_path / "cp.git", ws)
-    cp0 = store.record(0)
+    cp0 = recorded(store, 0)
     assert cp0.ok and not cp0.skipped
     (ws / "a.txt").write_text("b")
     cp1 = store.record(1)
     assert cp1 is not None and cp1.ok and cp1.files_changed == ["a.txt"]
     os.unlink(bad)
-    cp2 = store.record(2)
+    cp2 = recorded(store, 2)
     assert cp2.ok and [from_store(p) for p in cp2.files_changed] == [b"bad\xff\xfe name\\x.txt"]
     store.restore(0)
     assert open(bad, "rb").read() == b"payload" and (ws / "a.txt").read_text() == "a"
@@ -245,14 +245,14 @@ def test_a_495_deep_chain_is_recorded_and_restored_without_recursion(tmp_path: P
     os.close(os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
     os.close(fd)
     store = CheckpointStore(tmp_path / "cp.git", ws)
-    cp0 = store.record(0)
+    cp0 = recorded(store, 0)
     assert cp0.ok and not cp0.skipped, cp0
     (ws / "top.txt").write_text("u")
-    assert store.record(1).ok
+    assert recorded(store, 1).ok
     import shutil
     os.rename(ws / "d", tmp_path / "gone")  # the box removes the chain
     shutil.rmtree(tmp_path / "gone", ignore_errors=True)
-    cp2 = store.record(2)
+    cp2 = recorded(store, 2)
     assert cp2.ok and cp2.files_changed == ["/".join(["d"] * 495) + "/leaf.txt"]
     store.restore(0)
     assert os.path.exists(os.path.join(ws, *(["d"] * 495), "leaf.txt"))
@@ -269,7 +269,7 @@ def test_a_failed_checkpoint_reads_as_unknown_never_as_no_change(tmp_path: Path,
                                     user="1000:1000", status="finished")
     store_path = record.checkpoint_store
     store = CheckpointStore(store_path, ws)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     for i in range(50):
         (ws / f"n{i}").write_text("x")
     store.host_budget = HostBudget(max_entries=10)  # the walk passes its entry budget: the record fails
@@ -296,7 +296,7 @@ def test_a_failed_checkpoint_reads_as_unknown_never_as_no_change(tmp_path: Path,
 def test_a_failed_save_leaves_the_index_as_it_was(tmp_path: Path, monkeypatch):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a"})
     store = CheckpointStore(tmp_path / "cp.git", ws)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     (ws / "a.txt").write_text("b")
 
     def broken(index):
@@ -317,7 +317,7 @@ def test_parallel_records_leave_a_valid_index_and_store(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"base.txt": "b"})
     store_path = tmp_path / "cp.git"
     store = CheckpointStore(store_path, ws)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     errors: list[BaseException] = []
     got: list[int] = []
 
@@ -361,7 +361,7 @@ def test_a_box_planted_name_and_chain_do_not_break_checkpoints(open_sandbox, run
         os.chown(ws, SANDBOX_UID, SANDBOX_UID)
     store = CheckpointStore(tmp_path / "state" / "cp.git", ws)
     box = open_sandbox(ws)
-    assert store.record(0).ok
+    assert recorded(store, 0).ok
     out = box.call("shell", {"command": "printf 'p' > \"$(printf 'bad\\377name')\" && "
                                         "d=.; for i in $(seq 300); do d=$d/d; done; mkdir -p $d && echo leaf > $d/leaf.txt && "
                                         "echo 'x = 2' > calc.py && printf s > private && chmod 600 private"})

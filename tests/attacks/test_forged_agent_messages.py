@@ -24,7 +24,7 @@ from orchestrator import events as ev
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import OpenAgentsError
 from orchestrator.loop import Session, SessionStatus
-from orchestrator.mcp.server import to_call_result
+from orchestrator.mcp.results import to_call_result
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.terminal.painter import Painter

@@ -245,7 +245,7 @@ def _submodule_workspace(tmp_path: Path, m: Markers) -> tuple[Path, Path]:
     repo = init_repo(ws, {"README.md": "# top\n"})
     (ws / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ../evil\n\tupdate = !touch ' + str(m.dir) + "/update\n")
     index = repo.index
-    index.add(pygit2.IndexEntry("sub", pygit2.Oid(hex="1" * 40), 0o160000))
+    index.add(pygit2.IndexEntry("sub", pygit2.Oid(hex="1" * 40), pygit2.enums.FileMode.COMMIT))
     index.add(".gitmodules")
     index.write()
     repo.create_commit("HEAD", SIG, SIG, "add sub", index.write_tree(), [repo.head.target])

@@ -1,0 +1,69 @@
+"""Telling text from binary and naming an encoding from a file's first bytes: read_file, grep_files
+and write_file all judge a file the same way."""
+from __future__ import annotations
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+SNIFF_BYTES = 8192
+_WIDE_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE one
+    (b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32 LE"),
+    (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32 BE"),
+    (b"\xff\xfe", "utf-16-le", "UTF-16 LE"),
+    (b"\xfe\xff", "utf-16-be", "UTF-16 BE"),
+)
+_BINARY_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"%PDF-", b"PK\x03\x04", b"\x7fELF", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+_TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b")
+
+
+def _wide_encoding(head: bytes) -> tuple[str, str, int] | None:
+    for bom, codec, label in _WIDE_BOMS:
+        if head.startswith(bom):
+            return codec, label, len(bom)
+    return None
+
+
+def _looks_binary(head: bytes) -> bool:
+    """As git and Gemini CLI (its isbinaryfile) judge it: a NUL byte, a known binary format's magic, or
+    more than 10% suspicious bytes: control bytes, or bytes that are not part of valid UTF-8 unless
+    the text reads as a single-byte encoding (windows-1251, Latin-1). A few stray Latin-1 bytes stay
+    text (flagged); 128 bytes of 0x80 are not shown as 128 U+FFFD."""
+    if not head:
+        return False
+    if b"\x00" in head or head.startswith(_BINARY_MAGIC):
+        return True
+    controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
+    if controls * 10 > len(head):
+        return True
+    invalid = sum(1 for ch in head.decode("utf-8", errors="surrogateescape") if "\udc80" <= ch <= "\udcff")
+    # A mostly-ASCII file in windows-1251 or Latin-1 is text in another encoding, not binary.
+    return (controls + invalid) * 10 > len(head) and not _legacy_text(head)
+
+
+def _legacy_text(head: bytes) -> bool:
+    """Text in a single-byte encoding: its high bytes are mostly letters (0xC0-0xFF in Latin-1 and
+    windows-1251 alike) and it has the spaces and line breaks of text. Dense 0x80-0xBF bytes, or
+    high bytes with no whitespace between them, are not text."""
+    high = sum(1 for b in head if b >= 0x80)
+    letters = sum(1 for b in head if b >= 0xC0)
+    spaces = sum(1 for b in head if b in b" \t\n\r")
+    return letters * 10 >= high * 6 and spaces * 20 >= len(head)
+
+
+def _legacy_guess(data: bytes) -> tuple[str, str]:
+    """Which single-byte encoding a text that is not UTF-8 most likely is, for the note: Cyrillic
+    words are runs of high bytes (windows-1251), Western European text has them one by one (an
+    accent in a word: windows-1252, a superset of Latin-1's printable range)."""
+    runs = lengths = 0
+    run = 0
+    for b in data[:SNIFF_BYTES * 8]:
+        if b >= 0x80:
+            run += 1
+        elif run:
+            runs, lengths, run = runs + 1, lengths + run, 0
+    if run:
+        runs, lengths = runs + 1, lengths + run
+    if runs and lengths / runs >= 2.5:
+        return "cp1251", "windows-1251 (Cyrillic)"
+    return "cp1252", "windows-1252 / Latin-1 (Western European)"
