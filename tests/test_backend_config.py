@@ -81,7 +81,7 @@ def test_the_docker_backend_refuses_another_backends_config():
 
 
 def test_the_cli_flags_build_the_docker_config():
-    from orchestrator.cli import build_config
+    from orchestrator.cli.common import build_config
 
     config = build_config(TAG, "2g", None, None, (), "runsc", None)
     assert config.backend == DockerBackendConfig(image=TAG, runtime="runsc") and config.memory == "2g"
