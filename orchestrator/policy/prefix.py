@@ -10,7 +10,8 @@ the prompt named, and no command can smuggle a second one past it:
   chains, substitutes or redirects (`;`, `&`, `|`, `$`, a backtick, `<`, `>`, parentheses, a
   newline or any other control character);
 - nor when a prefix word is anything but a plain word (quotes, backslashes, globs, `~`, an
-  assignment such as `LD_PRELOAD=x`);
+  assignment such as `LD_PRELOAD=x`), or the command is named by a path (`./run.sh`, `/bin/x`:
+  perhaps a file the box wrote);
 - nor when the first word runs whatever it is given: a shell, an interpreter (but `python -m
   MODULE`), a wrapper that runs another command (`env`, `sudo`, `xargs`, `timeout`, ...).
 
@@ -48,10 +49,9 @@ def shell_prefix(command: str) -> str | None:
     words = [word for word in re.split(r"[ \t]+", command) if word]  # what /bin/sh splits on; any other space is part of a word
     if not words:
         return None
-    first = words[0]
-    if not _PLAIN_WORD.fullmatch(first) or first.rsplit("/", 1)[-1] in _RUNS_ANYTHING:
-        return None
-    name = first.rsplit("/", 1)[-1]
+    name = words[0]
+    if not _PLAIN_WORD.fullmatch(name) or "/" in name or name in _RUNS_ANYTHING:
+        return None  # a path may name a file the box wrote: only commands found on PATH are offered
     if _PYTHON.fullmatch(name):
         if len(words) >= 3 and words[1] == "-m" and _MODULE.fullmatch(words[2]):
             return " ".join(words[:3])
@@ -60,7 +60,7 @@ def shell_prefix(command: str) -> str | None:
         if len(words) >= 2 and _PLAIN_WORD.fullmatch(words[1]) and not words[1].startswith("-"):
             return " ".join(words[:2])
         return None  # `git -c core.pager=... status`: options before the subcommand change what it runs
-    return first
+    return name
 
 
 def allowed_by(prefixes: set[str], command: str | None) -> str | None:
