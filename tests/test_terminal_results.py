@@ -50,7 +50,7 @@ def test_a_result_shows_its_escaped_tail_and_transcript_show_full_shows_it_all(s
     assert code == 0, seen.decode(errors="replace")
     shown = seen.decode(errors="replace").replace("\r\n", "\n")
     result = shown[shown.index("← ok [runtime]"):]
-    assert "… 23 earlier lines (`oa-sandbox transcript show " in result and "--full` shows them)" in result
+    assert "… 23 earlier lines (all of it: `oa-sandbox transcript show " in result and " --full`)" in result
     tail = [line.strip() for line in result.split("\n")[2:10]]
     assert tail == [f"│ {n}" for n in range(24, 31)] + ["│ x\\x1b[2Jcleared"]  # the last 8 lines, the box's escape made visible
     assert b"x\x1b[2Jcleared" not in seen

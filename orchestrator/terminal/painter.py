@@ -167,7 +167,7 @@ class Painter:
         if len(shown) < len(lines):
             earlier = len(lines) - len(shown)
             out.append(Line(visible(f"    │ … {earlier} earlier line{'s' if earlier != 1 else ''} "
-                                    f"(`oa-sandbox transcript show {self.session_id or 'ID'} --full` shows them)")))
+                                    f"(all of it: `oa-sandbox transcript show {self.session_id or 'ID'} --full`)")))
         return out + [Line("    │ " + visible(self._bounded(line))) for line in shown]
 
     def _bounded(self, line: str) -> str:
