@@ -1,7 +1,7 @@
 """A session's budgets: tokens summed from every model response, wall time, and the context window.
 
-Token counts come from the model's own `usage` (OpenAI's prompt/completion tokens, Gemini's
-usageMetadata); a model that reports none (the scripted one, some local servers) counts zero.
+Token counts come from the model's own `usage` (OpenAI's prompt/completion tokens, Anthropic's
+input/output tokens, Gemini's usageMetadata); a model that reports none (the scripted one, some local servers) counts zero.
 The conversation's size is estimated (4 characters a token, the usual rule of thumb): compaction
 must decide before a request, when no usage for it exists yet.
 
@@ -37,8 +37,9 @@ _WINDOWS_BY_PREFIX = {
     "o4": 200_000,
     "gemini-1.5": 1_048_576,
     "gemini-2": 1_048_576,
+    "claude": 200_000,  # every Claude 3, 3.5, 3.7 and 4 model (a larger beta window is opt-in per request)
 }
-_WINDOWS_BY_FAMILY = {"openai": 128_000, "gemini": 1_048_576}
+_WINDOWS_BY_FAMILY = {"openai": 128_000, "gemini": 1_048_576, "anthropic": 200_000}
 
 
 class Budget(BaseModel):

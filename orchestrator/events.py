@@ -115,6 +115,20 @@ class ContextCompacted(_Event):
     context_window: int = 0
 
 
+class BudgetSpent(_Event):
+    """What the session has spent after each model response, against its limits (None: no limit):
+    for live views only (model_response holds each usage, session_end the sums)."""
+
+    type: Literal["budget"] = "budget"
+    turn: int = 0
+    tokens: dict[str, int] = Field(default_factory=dict)  # input, output: summed so far
+    max_tokens: int | None = None
+    wall_s: float = 0.0
+    max_wall_s: float | None = None
+    context_tokens: int = 0  # the conversation's estimated size when this turn's request was made
+    context_window: int = 0
+
+
 class ModelResponded(_Event):
     type: Literal["model_response"] = "model_response"
     turn: int = 0
@@ -269,6 +283,7 @@ class SessionEnded(_Event):
 
 Event = Annotated[
     Union[SessionStarted, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed, ModelResponded,
+          BudgetSpent,
           ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, McpServersStarted,
           ChangesApplied, SessionEnded],
     Field(discriminator="type"),

@@ -147,8 +147,9 @@ class Session:
                 turn += 1
                 self._compact(turn)
                 tools = self.registry.declarations(self.model.family)
+                context_tokens = estimate_tokens(self.messages)
                 self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools],
-                                                       context_tokens=estimate_tokens(self.messages)))
+                                                       context_tokens=context_tokens))
                 try:
                     reply = self.model.complete(self.messages, tools, on_text=self._text_sink(turn))
                 except OpenAgentsError as err:
@@ -158,6 +159,9 @@ class Session:
                 self.tokens["output"] += spent_out
                 self.transcript.emit(ev.ModelResponded(turn=turn, text=reply.text, tool_calls=[c.model_dump(exclude_none=True) for c in reply.tool_calls],
                                                        usage=reply.usage))
+                self.transcript.notify(ev.BudgetSpent(turn=turn, tokens=dict(self.tokens), max_tokens=self.budget.max_tokens,
+                                                      wall_s=round(time.monotonic() - self._started, 3), max_wall_s=self.budget.max_wall_s,
+                                                      context_tokens=context_tokens, context_window=self.context_window))
                 self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
                 if not reply.tool_calls:
                     return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)

@@ -202,11 +202,12 @@ def show(path: str | Path) -> Iterable[str]:
     return (line.text for line in show_lines(path))
 
 
-def show_lines(path: str | Path) -> Iterable[Line]:
-    """As show(), with each line's style (diffs are coloured on a terminal); each result under its call."""
+def show_lines(path: str | Path, full: bool = False) -> Iterable[Line]:
+    """As show(), with each line's style (diffs are coloured on a terminal); each result under its
+    call, as its tail or (`full`) whole."""
     from .terminal.painter import Line, Painter
 
-    painter = Painter()
+    painter = Painter(full=full)
     redactor = Redactor.from_environment()
     with open(path, encoding="utf-8") as fh:
         for line in fh:

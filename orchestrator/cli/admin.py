@@ -44,7 +44,8 @@ def transcript() -> None:
 
 @transcript.command("show")
 @click.argument("path_or_id")
-def transcript_show(path_or_id: str) -> None:
+@click.option("--full", is_flag=True, help="Every tool result in full (by default the last lines of each, as the live view shows them).")
+def transcript_show(path_or_id: str, full: bool) -> None:
     """Render a JSONL transcript for a terminal (secrets redacted): a file, or a session's by its id."""
     from rich.console import Console
     from rich.text import Text
@@ -58,7 +59,7 @@ def transcript_show(path_or_id: str) -> None:
         raise setup_error(err) from None
 
     console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
-    for line in show_lines(path):  # each line is visible() already; colour only on a terminal
+    for line in show_lines(path, full=full):  # each line is visible() already; colour only on a terminal
         console.print(Text(visible(line.text), style=(line.style or "") if console.is_terminal else ""))
 
 

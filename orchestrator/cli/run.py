@@ -1,10 +1,11 @@
 """`oa-sandbox run` and `oa-sandbox exec`: a session with a model, and one tool call. With `--output
-json` every exit prints exactly one JSON object."""
+json` every exit prints exactly one JSON object; with `--output stream-json` every exit ends the
+stream with one session_end line holding that object."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
@@ -73,15 +74,26 @@ def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limit
 _NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_FAILED, ErrorType.IMAGE_MISSING})
 
 
-def _wants_json(args: Iterable[str]) -> bool:
-    """Whether a command line asks for `--output json` (read before click has parsed it)."""
+_JSON_FORMATS = ("json", "stream-json")
+
+
+def _wants_json(args: Iterable[str]) -> str | None:
+    """The JSON format a command line asks for with `--output` (read before click has parsed it)."""
     items = list(args)
     for i, arg in enumerate(items):
         if arg == "--":
             break
-        if arg == "--output=json" or (arg == "--output" and items[i + 1:i + 2] == ["json"]):
-            return True
-    return False
+        for wanted in _JSON_FORMATS:
+            if arg == f"--output={wanted}" or (arg == "--output" and items[i + 1:i + 2] == [wanted]):
+                return wanted
+    return None
+
+
+def _exit_line(output_format: str, code: int, status: str, error: OpenAgentsError | None) -> str:
+    from .stream_json import end_line
+
+    summary = _exit_json(code, status, error)
+    return end_line(summary) if output_format == "stream-json" else json_line(summary)
 
 
 def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[str, Any]:
@@ -99,7 +111,8 @@ _JSON_PRINTED = "oa-sandbox.json-printed"
 class _JsonExits(click.Command):
     """`run --output json`: every exit prints exactly one JSON object on stdout, set-up errors and
     usage errors included (a CI script's json.load never meets an empty stdout); stderr still gets
-    the one line a person reads."""
+    the one line a person reads. `--output stream-json`: every exit ends the stream with that
+    object as its session_end line."""
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -108,27 +121,28 @@ class _JsonExits(click.Command):
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as err:
             if wants:
-                click.echo(json_line(_exit_json(EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()))))
+                click.echo(_exit_line(wants, EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message())))
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
-        if ctx.params.get("output_format") != "json":
+        wants = ctx.params.get("output_format")
+        if wants not in _JSON_FORMATS:
             return super().invoke(ctx)
         try:
             return super().invoke(ctx)
         except SetupExit as exc:
-            click.echo(json_line(_exit_json(exc.exit_code, "setup_error", exc.error)))
+            click.echo(_exit_line(wants, exc.exit_code, "setup_error", exc.error))
             raise
         except click.UsageError as err:  # raised by an option's own check (--env, --egress, sizes)
-            click.echo(json_line(_exit_json(EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()))))
+            click.echo(_exit_line(wants, EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message())))
             raise
         except click.exceptions.Exit as exc:
             if not ctx.meta.get(_JSON_PRINTED):
                 status = "cancelled" if exc.exit_code == EXIT_CANCELLED else "finished" if exc.exit_code == EXIT_OK else "stopped"
-                click.echo(json_line(_exit_json(exc.exit_code, status, None)))
+                click.echo(_exit_line(wants, exc.exit_code, status, None))
             raise
         except Exception as err:
-            click.echo(json_line(_exit_json(EXIT_STOPPED, "failed", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500]))))
+            click.echo(_exit_line(wants, EXIT_STOPPED, "failed", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500])))
             raise
 
 
@@ -153,9 +167,11 @@ class _JsonExits(click.Command):
                    "then the session stops with model_api_error (default 300).")
 @click.option("--context-window", default=None, type=click.IntRange(256, None), metavar="TOKENS",
               help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.")
-@click.option("--output", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+@click.option("--output", "output_format", type=click.Choice(["text", "json", "stream-json"]), default="text", show_default=True,
               help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, session_id, "
-                   "turns, final_text, refused_calls, applied, left_out, conflicts, ...).")
+                   "turns, final_text, refused_calls, applied, left_out, conflicts, ...). stream-json: the session's events on stdout, "
+                   "one JSON object a line with a `type`, as they happen, ending with a session_end line holding that object; "
+                   "never prompts (as --non-interactive).")
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
 @click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
@@ -185,6 +201,8 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     if not model_spec:
         raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
                                                                      "or set model in the config file"))
+    if output_format == "stream-json":
+        non_interactive = True  # a script reads stdout: nobody is at a prompt
     if task == "-":
         task = sys.stdin.read()
         non_interactive = True
@@ -195,6 +213,13 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     except OpenAgentsError as err:
         raise setup_error(err) from None
     view = LiveView()
+    on_event: Callable[[dict[str, Any]], None] = view.on_event
+    stream = None
+    if output_format == "stream-json":
+        from .stream_json import StreamJson
+
+        stream = StreamJson()
+        on_event = _both(view.on_event, stream.on_event)
     interrupt_once()
     interactive = not non_interactive and sys.stdin.isatty()
     budget = Budget(max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
@@ -211,7 +236,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
                                  registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve,
                                  model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
-        opened = open_session(options, Path(workspace), config, approver, path, view.on_event, mode=mode, host_tools=host_tools,
+        opened = open_session(options, Path(workspace), config, approver, path, on_event, mode=mode, host_tools=host_tools,
                               copy_limits=copy_progress(copy_limits))
     except OpenAgentsError as err:
         if host_tools is not None:
@@ -267,9 +292,20 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     if output_format == "json":
         click.get_current_context().meta[_JSON_PRINTED] = True
         click.echo(json_line(summary_json(result, record, changes, code, report)))
+    elif stream is not None:
+        click.get_current_context().meta[_JSON_PRINTED] = True
+        stream.end(summary_json(result, record, changes, code, report))
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)
+
+
+def _both(first: Callable[[dict[str, Any]], None], second: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+    def both(record: dict[str, Any]) -> None:
+        first(record)
+        second(record)
+
+    return both
 
 
 def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost | None:

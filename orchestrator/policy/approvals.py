@@ -1,7 +1,8 @@
 """Who answers the ladder's questions: a person at a terminal, an editor over ACP, or nobody (CI).
 
 On any wire only `allow_once` and `reject_once` exist. Approving a kind for the whole session
-(`a` at the terminal) is the client's own policy: it is remembered here, never sent anywhere.
+(`a` at the terminal), or a shell command's prefix (`A`, policy/prefix.py), is the client's own
+policy: it is remembered here, never sent anywhere.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from ..protocol import Executor
 from ..terminal.render import continued, visible
 from ..tools.registry import PreparedCall
 from .ladder import Ladder, Level
+from .prefix import allowed_by, shell_prefix
 
 if TYPE_CHECKING:
     from ..workspace.preview import Preview
@@ -38,11 +40,13 @@ class ApprovalRequest(BaseModel):
     arguments: dict[str, Any]
     diff: str | None = None  # what an edit would change, for the person deciding
     diff_note: str | None = None  # ours, one line: why there is no diff (too large, too slow), or that it was cut
+    command_prefix: str | None = None  # the shell prefix an answer may approve for the session (client-side only)
 
 
 class Answer(BaseModel):
     option: PermissionOption
     remember_for_session: bool = False  # client-side only
+    remember_prefix: bool = False  # client-side only: the request's command_prefix, for the rest of the session
     executor: Executor = Executor.USER
     reason: str = ""
 
@@ -83,10 +87,13 @@ MAX_REASON_CHARS = 500
 
 
 def parse_answer(line: str, choices: list[str]) -> tuple[str, str] | None:
-    """`y`, `a`, `n`, or `n` followed by a reason (`n use the fixture instead`, `n: not now`):
-    (key, reason), or None for anything else. The reason goes to the model in the refusal."""
+    """`y`, `a`, `A`, `n`, or `n` followed by a reason (`n use the fixture instead`, `n: not now`):
+    (key, reason), or None for anything else. The reason goes to the model in the refusal. Keys are
+    read in either case, but for `A` (a shell prefix for the session), which only `A` itself gives."""
     text = line.strip()
-    key, rest = text[:1].lower(), text[1:]
+    key, rest = text[:1], text[1:]
+    if key != "A" or "A" not in choices:
+        key = key.lower()
     if key not in choices:
         return None
     if key != "n":
@@ -98,7 +105,8 @@ def parse_answer(line: str, choices: list[str]) -> tuple[str, str] | None:
 
 class TerminalApprover:
     """y: allow once, n [reason]: reject once (the reason goes to the model), a: approve this kind
-    for the session (ask-once rungs only). Ctrl-C at the prompt ends the session: the
+    for the session (ask-once rungs only), A: approve this shell command's prefix for the session
+    (when the gate offers one: request.command_prefix). Ctrl-C at the prompt ends the session: the
     KeyboardInterrupt goes up to the turn loop, which ends it cancelled."""
 
     asks_egress = True  # a person answers: a refused egress request may be offered (ApprovalGate.widen_egress)
@@ -110,6 +118,8 @@ class TerminalApprover:
 
     def ask(self, request: ApprovalRequest) -> Answer:
         choices = ["y", "n", "a"] if request.level == Level.ASK_ONCE else ["y", "n"]
+        if request.command_prefix:
+            choices.append("A")
         with self._lock:
             # The title and arguments are the model's: shown with every control character visible and
             # continuation lines marked, so nothing they hold can redraw or fake the prompt below.
@@ -123,6 +133,8 @@ class TerminalApprover:
                 click.echo(f"  {visible(preview[:600])}{'…' if len(preview) > 600 else ''}", err=True)
             every = "it for this session" if request.kind == "egress" else f"every {request.kind} this session"
             hint = "y = allow once, n = reject" + (f", a = allow {every}" if "a" in choices else "")
+            if "A" in choices:
+                hint += f", A = allow every command starting `{visible(request.command_prefix)}` this session"
             while True:
                 click.echo(f"  {hint} ({', '.join(choices)}): ", nl=False, err=True)
                 line = sys.stdin.readline()  # Ctrl-C raises KeyboardInterrupt here, and it goes up
@@ -137,6 +149,9 @@ class TerminalApprover:
             return Answer(option=PermissionOption.REJECT_ONCE, reason=f"rejected at the terminal: {reason}" if reason else "rejected at the terminal")
         if key == "a":
             return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=True, reason=f"approved at the terminal for every {request.kind} this session")
+        if key == "A":
+            return Answer(option=PermissionOption.ALLOW_ONCE, remember_prefix=True,
+                          reason=f"approved at the terminal for every command starting `{request.command_prefix}` this session")
         return Answer(option=PermissionOption.ALLOW_ONCE, reason="approved at the terminal")
 
 
@@ -145,7 +160,10 @@ class ApprovalGate:
     without asking; host-side tools (git, MCP tools) still ask, and a deny still wins.
     `preview(prepared)` gives the diff an edit would make, for the question: called only when the
     approver is about to show it to a person (never for automatic, refused, session-approved or
-    auto-approved calls, nor for an approver that shows no diff: CI, an editor, an MCP client)."""
+    auto-approved calls, nor for an approver that shows no diff: CI, an editor, an MCP client).
+
+    A shell prefix is offered only for a sandbox command the default ladder asks about: a policy
+    rule that says `ask` means every time, and a host-side tool is never approved wholesale."""
 
     def __init__(self, ladder: Ladder, approver: Approver, auto_approve: bool = False,
                  preview: Callable[[PreparedCall], Preview | None] | None = None) -> None:
@@ -154,6 +172,7 @@ class ApprovalGate:
         self.auto_approve = auto_approve
         self.preview = preview
         self.session_approved: set[str] = set()  # kinds the user approved with `a`
+        self.session_prefixes: set[str] = set()  # shell prefixes the user approved with `A`
 
     def widen_egress(self, call_id: str, what: str, arguments: dict[str, Any]) -> ApprovalOutcome:
         """Offers one request the gate refused by default (no rule matched) to the person: allow it
@@ -180,6 +199,11 @@ class ApprovalGate:
         if level == Level.ASK_ONCE and prepared.kind in self.session_approved:
             return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
                                    reason=f"{prepared.kind} approved for this session")
+        offered = self._prefix_offered(prepared)
+        covering = allowed_by(self.session_prefixes, prepared.command) if offered else None
+        if covering is not None:
+            return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
+                                   reason=f"commands starting `{covering}` approved for this session")
         if self.auto_approve and prepared.spec.side == "sandbox":
             return ApprovalOutcome(allowed=True, decision="auto_approved", level=level, executor=Executor.USER,
                                    reason=f"--auto-approve: runs inside the sandbox ({reason})")
@@ -193,11 +217,20 @@ class ApprovalGate:
             call_id=prepared.call.id, tool=prepared.spec.name, kind=prepared.kind, action=prepared.action,
             level=level, title=prepared.title, arguments=prepared.arguments(),
             diff=preview.text if preview else None, diff_note=preview.note if preview else None,
+            command_prefix=shell_prefix(prepared.command) if offered and prepared.command is not None else None,
         )
         answer = self.approver.ask(request)
         allowed = answer.option == PermissionOption.ALLOW_ONCE
         remembered = allowed and answer.remember_for_session and level == Level.ASK_ONCE
         if remembered:
             self.session_approved.add(prepared.kind)
+        if allowed and answer.remember_prefix and request.command_prefix:
+            self.session_prefixes.add(request.command_prefix)
+            remembered = True
         decision = "approved_for_session" if remembered else answer.option.value
         return ApprovalOutcome(allowed=allowed, decision=decision, level=level, executor=answer.executor, reason=answer.reason or reason)
+
+    def _prefix_offered(self, prepared: PreparedCall) -> bool:
+        if prepared.command is None or prepared.spec.side != "sandbox":
+            return False
+        return not any(rule.matches(prepared.spec.name, prepared.kind, prepared.action, prepared.command) for rule in self.ladder.rules)

@@ -188,6 +188,9 @@ class LiveView:
 
     def _ended(self, call_id: str) -> None:
         with self._lock:
+            shown = self._streamed_lines.get(call_id, 0)
+            if 0 < shown <= PLAIN_STREAM_LINES and not self._partial.get(call_id, "").strip():
+                self.painter.said.add(call_id)  # every line is on the screen already, under its call
             self._running.pop(call_id, None)
             self._notified.pop(call_id, None)
             self._tails.pop(call_id, None)

@@ -16,6 +16,8 @@ from ..events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, 
 from .render import continued, visible
 
 DIFF_LINES_SHOWN = 120
+RESULT_TAIL_LINES = 8  # of a result's output, under its status line (the end of a test run says how it went)
+RESULT_LINE_CHARS = 200  # of each of those lines
 # Reads and searches need no line of their own; a refusal is said by the result line below its call.
 QUIET_DECISIONS = frozenset({"automatic", "reject_once", "refused"})
 
@@ -61,9 +63,13 @@ def arguments_text(arguments: object, error: str | None = None) -> str:
 
 
 class Painter:
-    """Stateful: remembers each call's header, and which call the last line belonged to."""
+    """Stateful: remembers each call's header, and which call the last line belonged to. `full`
+    (`transcript show --full`): every result in full, every line whole, still made visible."""
 
-    def __init__(self) -> None:
+    def __init__(self, full: bool = False) -> None:
+        self.full = full
+        self.session_id = ""  # named in the hint at a cut result
+        self.said: set[str] = set()  # calls whose whole output a live view printed as it came: their result shows none again
         self._headers: dict[str, str] = {}
         self._last_call: str | None = None
         self._running: set[str] = set()  # parallel reads: a header waits for its own result
@@ -85,6 +91,7 @@ class Painter:
     def event_lines(self, event: Event) -> list[Line]:
         who = f" [{event.executor.value}]" if event.executor else ""
         if isinstance(event, SessionStarted):
+            self.session_id = event.session_id
             return self._own(f"● task: {event.task}  (model {event.model}, workspace {event.workspace})")
         if isinstance(event, ModelRetrying):
             return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s")
@@ -139,13 +146,32 @@ class Painter:
             status = f"failed: exit code {exit_code}"
         else:
             status = "ok"
-        text = (event.output or str((event.error or {}).get("message") or "")).strip()
-        preview = text.splitlines()
-        if status.startswith("failed: exit code"):  # the end of a failing command's output says why
-            out = [Line(continued(f"  ← {status}{who}"))]
-            out += [Line("    │ " + visible(tail[:200])) for tail in preview[-6:]]
-        else:
-            out = [Line(continued(f"  ← {status}{who}" + (f": {preview[0][:160]}" if preview else "")))]
+        text = (event.output or str((event.error or {}).get("message") or "")).strip("\n")
+        if event.call_id in self.said:
+            self.said.discard(event.call_id)
+            text = "" if event.ok else text  # a failure's text is its error, never streamed
+        out = self.result_lines(f"  ← {status}{who}", text)
         if event.diff:
             out += diff_lines(event.diff)
         return out
+
+    def result_lines(self, status: str, text: str) -> list[Line]:
+        """The status line, then the output: one line goes on the status line; more go below it,
+        behind the continuation mark, the last RESULT_TAIL_LINES of them (each cut to
+        RESULT_LINE_CHARS) unless `full`, with how many came before."""
+        lines = text.split("\n") if text.strip() else []
+        if len(lines) == 1:
+            return [Line(continued(f"{status}: {self._bounded(lines[0])}"))]
+        out = [Line(continued(status))]
+        shown = lines if self.full else lines[-RESULT_TAIL_LINES:]
+        if len(shown) < len(lines):
+            earlier = len(lines) - len(shown)
+            out.append(Line(visible(f"    │ … {earlier} earlier line{'s' if earlier != 1 else ''} "
+                                    f"(all of it: `oa-sandbox transcript show {self.session_id or 'ID'} --full`)")))
+        return out + [Line("    │ " + visible(self._bounded(line))) for line in shown]
+
+    def _bounded(self, line: str) -> str:
+        line = line.rstrip("\r")
+        if self.full or len(line) <= RESULT_LINE_CHARS:
+            return line
+        return f"{line[:RESULT_LINE_CHARS]}… ({len(line) - RESULT_LINE_CHARS} more characters)"
