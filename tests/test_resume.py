@@ -235,3 +235,65 @@ def test_a_transcript_that_is_a_link_a_fifo_or_too_big_is_refused_typed(tmp_path
         list(read_records(real, max_total=1000))
     assert err.value.type == ErrorType.RESOURCE_EXHAUSTED
     assert all(not isinstance(r, Unreadable) for r in read_records(real))
+
+
+# -- ACP session/load, with the official SDK as the editor -------------------------------------------------
+@pytest.mark.docker
+def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sandbox_image, tmp_path):
+    from acp import RequestError, text_block
+    from acp.schema import AgentMessageChunk, ToolCallProgress, ToolCallStart, UserMessageChunk
+
+    from tests.acp_editor import run_editor
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n"})
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(ROOT)}
+
+    def script(name: str, turns: list[dict]) -> str:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(t) + "\n" for t in turns))
+        return f"script:{path}"
+
+    first_model = script("m1.jsonl", [{"text": "writing b", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "b.txt", "content": "one\n"}}]},
+                                      {"text": "first answer"}])
+
+    async def first(conn, editor):
+        session = await conn.new_session(cwd=str(ws), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=[text_block("FIRST-PROMPT")])
+        return session.session_id, answer.stop_reason
+
+    run = run_editor(tmp_path, ["--model", first_model], first, env=env)
+    sid, stop = run.result
+    assert stop == "end_turn" and (ws / "b.txt").read_text() == "one\n"
+    assert (sessions_dir(tmp_path) / sid / "session.json").is_file()  # the ACP session's id is the record's
+
+    second_model = script("m2.jsonl", [{"text": "", "tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "c.txt", "content": "two\n"}}]},
+                                       {"text": "second answer"}])
+    init: list = []
+
+    async def second(conn, editor):
+        with pytest.raises(RequestError):
+            await conn.load_session(cwd=str(ws), session_id="20990101-000000-000000", mcp_servers=[])
+        await conn.load_session(cwd=str(ws), session_id=sid, mcp_servers=[])
+        replayed = list(editor.updates)
+        with pytest.raises(RequestError):  # loaded already in this agent
+            await conn.load_session(cwd=str(ws), session_id=sid, mcp_servers=[])
+        answer = await conn.prompt(session_id=sid, prompt=[text_block("SECOND-PROMPT")])
+        return replayed, answer.stop_reason
+
+    run = run_editor(tmp_path, ["--model", second_model], second, env=env, init=init)
+    replayed, stop = run.result
+    assert init[0].agent_capabilities.load_session is True
+    assert stop == "end_turn" and (ws / "c.txt").read_text() == "two\n"
+    kinds = [type(u).__name__ for u in replayed]
+    assert kinds == ["UserMessageChunk", "AgentMessageChunk", "ToolCallStart", "ToolCallProgress", "AgentMessageChunk"], kinds
+    assert isinstance(replayed[0], UserMessageChunk) and replayed[0].content.text == "FIRST-PROMPT"
+    assert isinstance(replayed[2], ToolCallStart) and replayed[2].tool_call_id == "w1"
+    assert isinstance(replayed[3], ToolCallProgress) and replayed[3].status == "completed"
+    assert isinstance(replayed[4], AgentMessageChunk) and replayed[4].content.text == "first answer"
+    live = run.editor.updates[len(replayed):]
+    assert any(isinstance(u, AgentMessageChunk) and u.content.text == "second answer" for u in live)
+    recs = records(sessions_dir(tmp_path) / sid / "transcript.jsonl")
+    resumed = [r for r in recs if r["type"] == "session_resumed"]
+    assert len(resumed) == 1 and resumed[0]["via"] == "acp" and resumed[0]["previous_turns"] == 2
+    assert [r["turn"] for r in recs if r["type"] == "model_request"] == [1, 2, 3, 4]
+    assert [r["task"] for r in recs if r["type"] == "session_start"] == ["FIRST-PROMPT", "SECOND-PROMPT"]
