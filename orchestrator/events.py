@@ -53,6 +53,22 @@ class SessionStarted(_Event):
     tools: list[str] = Field(default_factory=list)
 
 
+class SessionResumed(_Event):
+    """A session continued (`run --resume`, `--continue`, ACP session/load): the first record the
+    resumed run appends to the session's transcript, before its session_start. The conversation
+    given to the model was rebuilt from the records above it (resume.py), which are data."""
+
+    type: Literal["session_resumed"] = "session_resumed"
+    session_id: str = ""  # the session continued: the record keeps its one id
+    previous_turns: int = 0  # turns before this one; the resumed run's turns count on from here
+    messages: int = 0  # messages rebuilt from the transcript (the system prompt not counted)
+    unreadable: int = 0  # transcript lines passed over: too long, not JSON, not an event
+    missing_results: int = 0  # calls the transcript has no result for (the session ended mid-turn), answered "no result"
+    model: str = ""
+    previous_model: str = ""
+    via: str = ""  # run | acp
+
+
 class ModelRequested(_Event):
     type: Literal["model_request"] = "model_request"
     turn: int = 0
@@ -274,7 +290,8 @@ class SessionEnded(_Event):
     type: Literal["session_end"] = "session_end"
     status: str = ""
     reason: str = ""
-    turns: int = 0
+    turns: int = 0  # of this run
+    last_turn: int | None = None  # the last turn's number (turns count on across a session's runs); None in older transcripts
     final_text: str = ""
     error: dict[str, Any] | None = None
     tokens: dict[str, int] = Field(default_factory=dict)  # input, output: summed over every model response
@@ -282,8 +299,8 @@ class SessionEnded(_Event):
 
 
 Event = Annotated[
-    Union[SessionStarted, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed, ModelResponded,
-          BudgetSpent,
+    Union[SessionStarted, SessionResumed, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed,
+          ModelResponded, BudgetSpent,
           ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, McpServersStarted,
           ChangesApplied, SessionEnded],
     Field(discriminator="type"),

@@ -48,7 +48,8 @@ class SessionResult(BaseModel):
     status: SessionStatus
     reason: str
     final_text: str = ""
-    turns: int = 0
+    turns: int = 0  # of this run
+    last_turn: int = 0  # the number of its last turn: turns count on across the runs of one session (resume, ACP prompts)
     error: ErrorInfo | None = None
     calls: dict[str, int] = {}  # by outcome: ok, failed, refused, cancelled
     refused_calls: list[CallOutcome] = []
@@ -91,6 +92,8 @@ class Session:
         self.context_window = self.budget.context_window or default_context_window(model.family, model.name)
         self.tokens = {"input": 0, "output": 0}
         self._started = time.monotonic()
+        self.turn = 0  # the last turn's number: a resumed session starts from its previous turns
+        self._run_start = 0
         self.context_files: ContextFiles | None = None  # AGENTS.md files (context_files.py); the root's is in the prompt already
 
     @property
@@ -133,18 +136,19 @@ class Session:
         self.registry.kill_running()
 
     def _run_turns(self) -> SessionResult:
-        turn = 0
+        turn = self._run_start = self.turn
         try:
             while True:
                 if self.cancel.is_set():
                     return self._end(SessionStatus.CANCELLED, "cancelled", turn, executor=Executor.USER)
-                if turn >= self.max_turns:
+                if turn - self._run_start >= self.max_turns:
                     err = OpenAgentsError(ErrorType.MAX_TURNS, f"stopped after {self.max_turns} turns")
                     return self._end(SessionStatus.STOPPED, err.message, turn, error=err)
                 spent = self._over_budget()
                 if spent:
                     return self._end(SessionStatus.STOPPED, spent.message, turn, error=spent)
                 turn += 1
+                self.turn = turn
                 self._compact(turn)
                 tools = self.registry.declarations(self.model.family)
                 context_tokens = estimate_tokens(self.messages)
@@ -198,13 +202,15 @@ class Session:
 
     def _end(self, status: SessionStatus, reason: str, turns: int, final_text: str = "", error: OpenAgentsError | None = None,
              executor: Executor = Executor.OPENAGENTS) -> SessionResult:
+        """`turns`: the last turn's number; the result and the record count this run's turns."""
         info = ErrorInfo.of(error) if error else None
         wall = round(time.monotonic() - self._started, 3)
-        self.transcript.emit(ev.SessionEnded(executor=executor, status=status.value, reason=reason, turns=turns,
+        ran = turns - self._run_start
+        self.transcript.emit(ev.SessionEnded(executor=executor, status=status.value, reason=reason, turns=ran, last_turn=turns,
                                              final_text=final_text, error=info.model_dump(mode="json") if info else None,
                                              tokens=dict(self.tokens), wall_s=wall))
         with self.pipeline.books:
-            return SessionResult(status=status, reason=reason, final_text=final_text, turns=turns, error=info, calls=dict(self.calls),
+            return SessionResult(status=status, reason=reason, final_text=final_text, turns=ran, last_turn=turns, error=info, calls=dict(self.calls),
                                  refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall,
                                  egress=list(self.pipeline.egress), egress_omitted=self.pipeline.egress_omitted)
 

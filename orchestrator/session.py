@@ -30,6 +30,8 @@ from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
 from .sandbox.starts import StartQueued
 from .workspace.records import SessionRecord, WorkspaceMode, prepare
+from .transcript.resume import Rebuilt, ResumeLock, rebuild, resumable
+from .workspace import records as records_
 from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
@@ -111,10 +113,12 @@ class OpenSession:
     transcript: Transcript
     record: SessionRecord
     checkpoints: "CheckpointStore | None" = None
+    lock: ResumeLock | None = None  # a resumed session's: released when it closes
     # Every call's steps (validate, decide, execute, record), made last with the registry.
     pipeline: CallPipeline = field(init=False)
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
     session: Session = field(init=False)
+    rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
 
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
@@ -154,18 +158,33 @@ class OpenSession:
                 self.checkpoints.close()
             if self.record.status == "running":
                 self.record.status = "closed"  # an editor's session, or one that ended without a result
+            if getattr(self, "session", None) is not None and self.session.turn:
+                self.record.turns = self.session.turn  # turns count on across runs: `rollback --turn` up to here
             self.record.save()
+            if self.lock is not None:
+                self.lock.release()
         return [line for report in self.sandbox.sweeper.reports for line in report.lines()]
 
 
 def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
                  transcript_path: Path | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
                  sandbox: Sandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
-                 host_tools: HostTools | None = None, copy_limits: CopyLimits | None = None) -> OpenSession:
+                 host_tools: HostTools | None = None, copy_limits: CopyLimits | None = None,
+                 resume: SessionRecord | None = None) -> OpenSession:
     """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
     (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
     user's MCP servers, started) join the registry; their owner stops them. `copy_limits`: copy
-    mode's size guard (sessions.prepare)."""
+    mode's size guard (sessions.prepare). `resume`: the record of a session to continue (resume.py):
+    its workspace (its copy, in copy mode), its transcript appended to, its conversation rebuilt."""
+    lock = None
+    if resume is not None:  # checked again under the lock: another process may have taken it since
+        lock = ResumeLock(resume)
+        try:
+            resume = resumable(records_.load(resume.id))
+        except BaseException:
+            lock.release()
+            raise
+        workspace = Path(resume.workspace)
     workspace = Path(workspace).resolve()
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
 
@@ -180,22 +199,46 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         check = getattr(model, "preflight", None)
         if check is not None:  # a dead endpoint costs a second here, not a sandbox
             check()
-    rules, egress = load_policies(workspace, options.policy_files)
-    key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
-    redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
-    repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
-    record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits)
+    try:
+        rules, egress = load_policies(workspace, options.policy_files)
+        key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
+        redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
+        repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
+        rebuilt = None
+        if resume is not None:
+            record, git_dir = resume, (workspace / ".git" if resume.mode == WorkspaceMode.COPY else None)
+            rebuilt = rebuild(record.transcript or "")  # bounded, typed (resume.py), before the record says running
+            _mark_resumed(record)
+        else:
+            record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits)
+            record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     box_ws = Path(record.box_workspace)
     if record.mode == WorkspaceMode.COPY:
         repo = None  # the real repository's work tree is not the box's: git stays off in copy mode
-    record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
+    record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
+    record.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
     record.save()
-    transcript = Transcript(record.transcript, redactor, on_event=on_event)
+    try:
+        transcript = Transcript(record.transcript, redactor, on_event=on_event, resume_seq=rebuilt.last_seq if rebuilt else None)
+    except BaseException as err:
+        _failed(record, err, lock)
+        raise
     watchers.append(transcript)
+    if rebuilt is not None:
+        transcript.emit(ev.SessionResumed(executor=Executor.OPENAGENTS, session_id=record.id, previous_turns=rebuilt.previous_turns,
+                                          messages=len(rebuilt.messages), unreadable=rebuilt.unreadable, missing_results=rebuilt.missing_results,
+                                          model=model.name if model is not None else "", previous_model=rebuilt.previous_model, via=kind))
     context, root_context = None, ""
-    if options.context_files:  # the root's AGENTS.md, read before any box exists
+    if options.context_files:  # the root's AGENTS.md: before any box exists, or on resume compared with the start's
         context = ContextFiles(box_ws, note=lambda **fields: transcript.event("context_file", executor=Executor.OPENAGENTS, **fields))
-        root_context = context.root()
+        root_context = context.root(resumed_from=record.context_root, resumed=rebuilt is not None)
+        if rebuilt is None:
+            record.context_root = context.root_digest
+            record.save()
     checkpoints = None
     try:
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
@@ -207,8 +250,11 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         sandbox.on_start_queue = lambda progress: start_queued(transcript, progress)
         if hasattr(sandbox, "host_budget"):
             sandbox.host_budget = host_budget
-        opened = OpenSession(sandbox, transcript, record, checkpoints)
-        opened.checkpoint(0, [])  # the start, before the box has run anything
+        opened = OpenSession(sandbox, transcript, record, checkpoints, lock)
+        if rebuilt is None:
+            opened.checkpoint(0, [])  # the start, before the box has run anything
+        else:
+            _resume_checkpoint(opened, rebuilt.previous_turns)
         if not sandbox.started:
             sandbox.start()
         registry = ToolRegistry(sandbox, box_ws, options.registry, repo, host_tools)
@@ -216,8 +262,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if sandbox is not None:
             sandbox.close()
         transcript.close()
-        record.status, record.reason = "failed", str(getattr(err, "message", err))[:500]
-        record.save()
+        _failed(record, err, lock)
         raise
 
     def swept(report: SweepReport) -> None:
@@ -234,4 +279,42 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if context is not None:
             opened.session.messages[0].content += root_context
             opened.session.context_files = context
+        if rebuilt is not None:
+            opened.session.messages += rebuilt.messages
+            opened.session.turn = max(rebuilt.previous_turns, record.turns or 0)
+    opened.rebuilt = rebuilt
     return opened
+
+
+def _mark_resumed(record: SessionRecord) -> None:
+    """The record of a session being continued: running again, by this process. A copy session's
+    new work is not applied yet (its manifest was moved on by any landing: only new changes remain)."""
+    record.status, record.reason, record.host_pid, record.host_uid = "running", "", os.getpid(), os.getuid()
+    record.resumes += 1
+    if record.mode == WorkspaceMode.COPY:
+        record.applied = False
+
+
+def _failed(record: SessionRecord, err: BaseException, lock: ResumeLock | None) -> None:
+    record.status, record.reason = "failed", str(getattr(err, "message", err))[:500]
+    record.save()
+    if lock is not None:
+        lock.release()
+
+
+def _resume_checkpoint(opened: OpenSession, previous_turns: int) -> None:
+    """The workspace as the resumed run finds it, as the state after the previous last turn, when
+    no checkpoint is at or after that turn (one that is there already holds it; what changed since,
+    the user's edits between the runs, joins the next turn's). Unchanged: nothing is recorded."""
+    store = opened.checkpoints
+    if store is None or any(point.turn >= previous_turns for point in store.list()):
+        return
+    try:
+        point = store.record(previous_turns)
+    except Exception as err:  # noqa: BLE001 - as checkpoint(): never the end of the session
+        opened.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=previous_turns, ok=False, error=str(err)[:500]))
+        return
+    if point is not None:
+        opened.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=point.turn, ok=point.ok, state=None if point.ok else point.state,
+                                                     error_type=point.error_type, error=point.error[:500] or None,
+                                                     files_changed=point.files_changed[:200] if point.ok else None))

@@ -23,6 +23,7 @@ from acp.schema import (
     ClientCapabilities,
     Error,
     InitializeResponse,
+    LoadSessionResponse,
     NewSessionResponse,
     PromptResponse,
     RequestPermissionRequest,
@@ -36,7 +37,8 @@ from acp.schema import (
 from pydantic import BaseModel
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-ANSWERS: dict[str, type[BaseModel]] = {"initialize": InitializeResponse, "session/new": NewSessionResponse, "session/prompt": PromptResponse}
+ANSWERS: dict[str, type[BaseModel]] = {"initialize": InitializeResponse, "session/new": NewSessionResponse, "session/prompt": PromptResponse,
+                                      "session/load": LoadSessionResponse}
 REQUESTS: dict[str, type[BaseModel]] = {"session/request_permission": RequestPermissionRequest, "fs/write_text_file": WriteTextFileRequest}
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionNotification}
 
@@ -142,7 +144,7 @@ class Run:
 
 
 def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Editor], Awaitable[Any]], editor: Editor | None = None,
-               env: dict[str, str] | None = None, capabilities: ClientCapabilities | None = None) -> Run:
+               env: dict[str, str] | None = None, capabilities: ClientCapabilities | None = None, init: list[Any] | None = None) -> Run:
     """Start `oa-sandbox acp AGENT_ARGS`, initialise through the SDK, run `body(conn, editor)`, then
     close stdin and wait for the agent to exit (it removes its sandboxes and MCP servers first)."""
     editor = editor or Editor()
@@ -156,8 +158,10 @@ def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Edito
                                        transport_kwargs={"limit": 16 * 1024 * 1024, "shutdown_timeout": 120, "stderr": stderr.fileno()},
                                        observers=[checker]) as (conn, process):
             editor.conn = conn
-            init = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities)
-            assert init.protocol_version == PROTOCOL_VERSION
+            answer = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities)
+            assert answer.protocol_version == PROTOCOL_VERSION
+            if init is not None:
+                init.append(answer)
             result = await body(conn, editor)
         return Run(editor, checker, process.pid, process.returncode, result)
 

@@ -86,7 +86,7 @@ class McpCapabilities(_Model):
 
 
 class AgentCapabilities(_Model):
-    loadSession: bool = False
+    loadSession: bool = True  # session/load: a recorded session continued, its conversation replayed first
     promptCapabilities: PromptCapabilities = Field(default_factory=PromptCapabilities)
     mcpCapabilities: McpCapabilities = Field(default_factory=McpCapabilities)  # stdio only, which every agent supports
 
@@ -105,6 +105,16 @@ class NewSessionParams(_Model):
 
 class NewSessionResult(_Model):
     sessionId: str
+
+
+class LoadSessionParams(_Model):
+    sessionId: str
+    cwd: str
+    mcpServers: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class LoadSessionResult(_Model):
+    """Answered once the whole conversation went out as session/update notifications."""
 
 
 class PromptParams(_Model):
@@ -143,6 +153,13 @@ class AgentMessageChunk(_Model):
     content: TextContent
 
 
+class UserMessageChunk(_Model):
+    """The user's prompt, as session/load replays it."""
+
+    sessionUpdate: Literal["user_message_chunk"] = "user_message_chunk"
+    content: TextContent
+
+
 class ToolCallStart(_Model):
     sessionUpdate: Literal["tool_call"] = "tool_call"
     toolCallId: str
@@ -165,7 +182,7 @@ class ToolCallUpdate(_Model):
     rawOutput: Any = None
 
 
-SessionUpdate = Union[AgentMessageChunk, ToolCallStart, ToolCallUpdate]
+SessionUpdate = Union[AgentMessageChunk, UserMessageChunk, ToolCallStart, ToolCallUpdate]
 
 
 class SessionNotification(_Model):

@@ -46,7 +46,7 @@ from ..protocol import Executor
 from ..workspace.records import SessionRecord, WorkspaceMode
 from ..tools import catalog
 from ..tools.registry import HostTools
-from . import files
+from . import files, replay
 from . import models as m
 from .content import PromptError, prompt_text, roots_of
 from .landing import Landing, TurnLander
@@ -85,8 +85,11 @@ class SessionParts(Protocol):
     def kill_running(self) -> None: ...
 
 
-# (workspace, approver, on_event, the session's MCP tools) -> the session's parts
-SessionFactory = Callable[[Path, "AcpApprover", Callable[[dict[str, Any]], None], HostTools | None], SessionParts]
+class SessionFactory(Protocol):
+    """(workspace, approver, on_event, the session's MCP tools, the record of a session to resume) -> its parts."""
+
+    def __call__(self, workspace: Path, approver: "AcpApprover", on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None, /,
+                 resume: SessionRecord | None = None) -> SessionParts: ...
 
 
 @dataclass
@@ -253,7 +256,7 @@ class AcpServer:
             return
         if msg.method == "session/prompt":
             threading.Thread(target=self._respond, args=(msg,), daemon=True, name="acp-prompt").start()
-        elif msg.method == "session/new":
+        elif msg.method in ("session/new", "session/load"):
             self._start_setup(msg)
         else:
             self._respond(msg)
@@ -290,6 +293,7 @@ class AcpServer:
         handler = {
             "initialize": self._initialize,
             "session/new": self._new_session,
+            "session/load": self._load_session,
             "session/prompt": self._prompt,
         }.get(msg.method or "")
         try:
@@ -333,19 +337,58 @@ class AcpServer:
             raise RpcError(m.INVALID_PARAMS, f"cwd {p.cwd} is not a directory")
         roots = roots_of(p.cwd, workspace) if self.workspace is None else roots_of(str(self.workspace.absolute()), workspace)
         session = AcpSession(id=f"sess_{uuid.uuid4().hex}", workspace=workspace, roots=roots)
-        session.mcp = McpHost(p.mcpServers) if p.mcpServers else None
+        self._open(session, p.mcpServers)
+        return m.NewSessionResult(sessionId=session.id)
+
+    def _load_session(self, params: dict[str, Any]) -> m.LoadSessionResult:
+        """A recorded session (`oa-sandbox sessions`: its id is the ACP session's) continued: its
+        workspace, its copy in copy mode, its conversation for the model; the conversation is sent
+        again as session/update notifications, then the answer. Refused, typed: a running or
+        discarded session, one without a transcript, one of another workspace."""
+        from ..transcript.resume import find
+
+        p = m.LoadSessionParams.model_validate(params)
+        if not Path(p.cwd).is_absolute():
+            raise RpcError(m.INVALID_PARAMS, f"cwd must be an absolute path, not {p.cwd[:200]!r}")
+        with self._lock:
+            if p.sessionId in self.sessions:
+                raise RpcError(m.INVALID_PARAMS, f"session {p.sessionId[:100]} is open already")
+        try:
+            record = find(p.sessionId)
+        except OpenAgentsError as err:
+            raise RpcError(m.INVALID_PARAMS, err.message, data=err.to_dict()) from None
+        workspace = (self.workspace or Path(p.cwd)).resolve()
+        if str(workspace) != record.workspace:
+            raise RpcError(m.INVALID_PARAMS, f"session {record.id} worked on {record.workspace}, not {workspace}")
+        roots = roots_of(p.cwd, workspace) if self.workspace is None else roots_of(str(self.workspace.absolute()), workspace)
+        session = AcpSession(id=record.id, workspace=workspace, roots=roots)
+        self._open(session, p.mcpServers, record)
+        return m.LoadSessionResult()
+
+    def _open(self, session: AcpSession, mcp_servers: list[dict[str, Any]], resume: SessionRecord | None = None) -> None:
+        """A session's parts made (a resumed one's conversation replayed), then registered: before
+        the answer is sent (see the module's docstring)."""
+        workspace = session.workspace
+        session.mcp = McpHost(mcp_servers) if mcp_servers else None
+        approver = AcpApprover(self, session.id)
         try:
             if session.mcp:
                 session.mcp.start()  # the user's own servers, on the host; failures are named in .problems
                 for problem in session.mcp.problems:
                     log.warning("session %s: %s", session.id, problem)
-            session.parts = self.factory(workspace, AcpApprover(self, session.id), lambda event: self._on_event(session, event), session.mcp)
+            session.parts = self.factory(workspace, approver, lambda event: self._on_event(session, event), session.mcp, resume=resume)
             record = getattr(session.parts, "record", None)
+            if isinstance(record, SessionRecord):
+                session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
             if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
                 session.lander = TurnLander(record, workspace)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
                 transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))
+            rebuilt = getattr(session.parts, "rebuilt", None)
+            if resume is not None and rebuilt is not None:
+                for update in replay.updates(rebuilt.replay, workspace):
+                    self._update(session, update)
         except BaseException:
             session.close()
             raise
@@ -356,7 +399,6 @@ class AcpServer:
         if closing:
             session.close()
             raise RpcError(m.INTERNAL_ERROR, "the agent is shutting down")
-        return m.NewSessionResult(sessionId=session.id)
 
     def _prompt(self, params: dict[str, Any]) -> m.PromptResult:
         p = m.PromptParams.model_validate(params)
@@ -427,7 +469,7 @@ class AcpServer:
         if isinstance(event, ev.ModelTextStreamed) and event.text:  # a streamed answer, piece by piece
             session.streamed.add(event.turn)
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
-        elif isinstance(event, ev.ModelRequested):  # turns count from 1 again at every prompt
+        elif isinstance(event, ev.ModelRequested):  # a turn (they count on across prompts and resumes)
             session.streamed.discard(event.turn)
         elif isinstance(event, ev.ModelResponded) and event.text and event.turn not in session.streamed:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))

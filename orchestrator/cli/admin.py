@@ -59,8 +59,11 @@ def transcript_show(path_or_id: str, full: bool) -> None:
         raise setup_error(err) from None
 
     console = Console(highlight=False, markup=False, emoji=False, soft_wrap=True)
-    for line in show_lines(path, full=full):  # each line is visible() already; colour only on a terminal
-        console.print(Text(visible(line.text), style=(line.style or "") if console.is_terminal else ""))
+    try:
+        for line in show_lines(path, full=full):  # each line is visible() already; colour only on a terminal
+            console.print(Text(visible(line.text), style=(line.style or "") if console.is_terminal else ""))
+    except OpenAgentsError as err:  # a link, a FIFO where the transcript was: refused, typed
+        raise setup_error(err) from None
 
 
 @transcript.command("list")

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..mcp.client import McpHost
     from ..terminal.live import LiveView
     from ..workspace.copy import CopyLimits
-    from ..workspace.records import WorkspaceMode
+    from ..workspace.records import SessionRecord, WorkspaceMode
 
 @click.command("exec")
 @click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
@@ -175,12 +175,16 @@ class _JsonExits(click.Command):
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
 @click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
+@click.option("--resume", "resume_id", default=None, metavar="ID", help="Continue session ID: its workspace (its copy, in copy mode), its "
+                                                                           "conversation, its transcript; its model and policy files unless --model, --policy.")
+@click.option("--continue", "continue_", is_flag=True, help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.")
 @sandbox_options
 @click.argument("task")
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
         non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
         max_wall: float | None, model_timeout: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
-        apply_at_end: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, task: str) -> None:
+        apply_at_end: bool, resume_id: str | None, continue_: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits,
+        task: str) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
 
@@ -197,6 +201,14 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     from ..tools.registry import RegistryConfig
 
     defaults = load_defaults()
+    resumed = _resumed(resume_id, continue_, workspace, transcript_path, mode) if resume_id or continue_ else None
+    if resumed is not None:  # what the session ran with, unless a flag says otherwise
+        same_model = model_spec is None or model_spec == resumed.model_spec
+        base_url = base_url or (resumed.base_url if same_model else None)
+        api_key_env = api_key_env or (resumed.api_key_env if same_model else None)
+        model_spec = model_spec or resumed.model_spec
+        policies = policies or tuple(resumed.policy_files)
+        workspace = resumed.workspace
     model_spec = model_spec or defaults.model
     if not model_spec:
         raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
@@ -237,7 +249,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
                                  model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
         opened = open_session(options, Path(workspace), config, approver, path, on_event, mode=mode, host_tools=host_tools,
-                              copy_limits=copy_progress(copy_limits))
+                              copy_limits=copy_progress(copy_limits), resume=resumed)
     except OpenAgentsError as err:
         if host_tools is not None:
             host_tools.close()
@@ -264,7 +276,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
 
             result = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
         opened.finish(result.status.value, result.reason)
-        opened.record.turns = result.turns  # saved by close(); `rollback --turn` past it is refused
+        opened.record.turns = result.last_turn  # saved by close(); `rollback --turn` past it is refused
     finally:
         ignore_interrupts()
         view.close()
@@ -306,6 +318,34 @@ def _both(first: Callable[[dict[str, Any]], None], second: Callable[[dict[str, A
         second(record)
 
     return both
+
+
+def _resumed(resume_id: str | None, continue_: bool, workspace: str, transcript_path: str | None, mode: WorkspaceMode) -> SessionRecord:
+    """The record of the session `--resume ID` or `--continue` names, if it can be continued; a
+    set-up error naming why not (running, discarded, no transcript, options that contradict it)."""
+    from ..transcript.resume import find, newest
+    from ..workspace.records import WorkspaceMode
+
+    ctx = click.get_current_context()
+    refuse = None
+    if resume_id and continue_:
+        refuse = "--resume and --continue: give one"
+    elif transcript_path is not None:
+        refuse = "--transcript: a resumed session appends to its own transcript"
+    if refuse:
+        raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, refuse))
+    try:
+        record = find(resume_id) if resume_id else newest(Path(workspace))
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    explicit = ctx.get_parameter_source("workspace") == click.core.ParameterSource.COMMANDLINE
+    if resume_id and explicit and str(Path(workspace).resolve()) != record.workspace:
+        refuse = f"session {record.id} worked on {record.workspace}, not {Path(workspace).resolve()}"
+    elif mode not in (WorkspaceMode.AUTO, record.mode):
+        refuse = f"session {record.id} ran in {record.mode.value} mode: it goes on in it"
+    if refuse:
+        raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, refuse))
+    return record
 
 
 def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost | None:

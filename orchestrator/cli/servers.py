@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..session import OpenSession
     from ..tools.registry import HostTools
     from ..workspace.copy import CopyLimits
-    from ..workspace.records import WorkspaceMode
+    from ..workspace.records import SessionRecord, WorkspaceMode
 
 def _pool_progress(event: PoolEvent) -> None:
     """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
@@ -83,7 +83,11 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
             raise setup_error(err) from None
         warm.start()
 
-    def start(ws: Path, approver: AcpApprover, on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None) -> OpenSession:
+    def start(ws: Path, approver: AcpApprover, on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None,
+              resume: SessionRecord | None = None) -> OpenSession:
+        if resume is not None:  # session/load: its own transcript, workspace and mode; its model and policy files unless given here
+            resumed = options.model_copy(update={"policy_files": options.policy_files or resume.policy_files})
+            return open_session(resumed, ws, config, approver, None, on_event, kind="acp", host_tools=host_tools, resume=resume)
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
         return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp",
                             host_tools=host_tools, copy_limits=copy_limits)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SandboxStartQueued, SessionEnded,
-                     SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, parse)
+                     SessionResumed, SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, parse)
 from .render import continued, visible
 
 DIFF_LINES_SHOWN = 120
@@ -93,6 +93,10 @@ class Painter:
         if isinstance(event, SessionStarted):
             self.session_id = event.session_id
             return self._own(f"● task: {event.task}  (model {event.model}, workspace {event.workspace})")
+        if isinstance(event, SessionResumed):
+            damaged = f"; {event.unreadable} unreadable transcript line(s) passed over" if event.unreadable else ""
+            return self._own(f"↻ resumed session {event.session_id} after {event.previous_turns} turn(s): {event.messages} message(s) "
+                             f"of the conversation so far{damaged}")
         if isinstance(event, ModelRetrying):
             return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s")
         if isinstance(event, SandboxStartQueued):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..errors import ErrorType, OpenAgentsError
 from .copy import CopyManifest
 from .records import SessionRecord, WorkspaceMode, discard_state, load, state_bytes
-from .review import ApplyReport, apply_changes
+from .review import ApplyReport, apply_scanned, move_on
 
 
 def ended_copy_session(session_id: str, action: str) -> SessionRecord:
@@ -26,9 +26,13 @@ def ended_copy_session(session_id: str, action: str) -> SessionRecord:
 
 def apply_session(record: SessionRecord) -> ApplyReport:
     """Land the copy's changes through the sanitiser; on a conflict nothing lands and the record is
-    unchanged, else the record says it was applied."""
-    report = apply_changes(CopyManifest.load(record.manifest_path))
+    unchanged, else the record says it was applied and the manifest is moved on (as MCP's and
+    ACP's landings do), so a session resumed after `apply` carries only its new changes next time."""
+    manifest = CopyManifest.load(record.manifest_path)
+    report, scanned = apply_scanned(manifest)
     if not report.conflicts:
+        move_on(manifest, scanned, report)
+        manifest.save(record.manifest_path)
         mark_landed(record)
     return report
 

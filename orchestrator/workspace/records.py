@@ -61,7 +61,15 @@ class SessionRecord(BaseModel):
     applied: bool = False
     discarded: bool = False
     host_uid: int | None = None  # who ran it: `sessions` lists the current user's by default
-    turns: int | None = None  # how many turns the session ran, when it had turns (run)
+    turns: int | None = None  # how many turns the session ran, when it had turns (run); a resumed run's count on
+    # What a resume takes again unless told otherwise (resume.py): the model, its endpoint and key's
+    # variable (never the key), the user's policy files; the digest of the root's AGENTS.md at the start.
+    model_spec: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    policy_files: list[str] = []
+    context_root: str | None = None  # sha256 hex, "absent", or None (not read, or an older record)
+    resumes: int = 0  # how many times the session was resumed
 
     @property
     def dir(self) -> Path:

@@ -8,28 +8,37 @@ Rendering for a terminal makes such characters visible (orchestrator/terminal/re
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 
 from sandbox_agent.shell import SECRET_NAME
 from sandbox_agent import jsonbound
 
-from .events import Event
-from .protocol import Executor
-from .terminal.render import json_line, visible
+from ..errors import ErrorType, OpenAgentsError
+from ..events import Event
+from ..protocol import Executor
+from ..terminal.render import json_line, visible
 
 if TYPE_CHECKING:  # for the annotation only: show_lines loads the painter when a transcript is shown
-    from .terminal.painter import Line
+    from ..terminal.painter import Line
 
 REDACTED = "[REDACTED]"
 MAX_EVENT_BYTES = 64 * 1024  # one serialized line, all fields together
 MAX_ITEMS = 256  # per list or dict, before any shrinking
 MAX_KEY_CHARS = 128
 MAX_DEPTH = 16
+# Reading a transcript back (`transcript show`, resume): every line we write is at most
+# MAX_EVENT_BYTES, so a longer one was not written by us and is passed over, never held whole;
+# past MAX_READ_BYTES the file is not read on.
+MAX_READ_LINE_BYTES = 4 * MAX_EVENT_BYTES
+MAX_READ_BYTES = 256 << 20
+_READ_CHUNK = 64 * 1024
 _MIN_STRING = 64  # the smallest per-string bound tried before an event is replaced by a stub
 _SECRET_PATTERNS = [
     re.compile(r"sk-[A-Za-z0-9_\-]{16,}"),
@@ -69,14 +78,22 @@ class Redactor:
 
 class Transcript:
     def __init__(self, path: str | Path | None, redactor: Redactor | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[dict[str, Any]], None] | None = None, resume_seq: int | None = None) -> None:
+        """`resume_seq`: the session is resumed and the file exists already; its records go on from
+        this seq. The file is then opened without following a link and must be a regular file."""
         self.path = Path(path) if path else None
         self.redactor = redactor or Redactor.from_environment()
         self.on_event = on_event
         self._lock = threading.Lock()
-        self._seq = 0
+        self._seq = resume_seq or 0
         self._fh: TextIO | None = None
-        if self.path:
+        if self.path and resume_seq is not None:
+            fd = _open_regular(self.path, os.O_RDWR | os.O_APPEND)
+            size = os.fstat(fd).st_size
+            self._fh = open(fd, "a", encoding="utf-8")
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                self._fh.write("\n")  # a line cut short by a crash stays one unreadable line, not two records run together
+        elif self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "a", encoding="utf-8")
         self.events: list[dict[str, Any]] = []
@@ -197,6 +214,73 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+def _open_regular(path: Path, flags: int) -> int:
+    """An fd of the regular file at `path`: no link followed, no FIFO waited on; typed otherwise."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"the transcript {visible(str(path))} does not exist") from None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise OpenAgentsError(ErrorType.UNSAFE_WORKSPACE_FILE, f"the transcript {visible(str(path))} is a symbolic link: not followed") from None
+        raise OpenAgentsError(ErrorType.IO_ERROR, f"the transcript {visible(str(path))}: {err.strerror or err}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OpenAgentsError(ErrorType.NOT_REGULAR_FILE, f"the transcript {visible(str(path))} is not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+class Unreadable(str):
+    """A transcript line that is no record: why (too long, not JSON, not an object), for the reader to count or say."""
+
+
+def read_records(path: str | Path, max_line: int = MAX_READ_LINE_BYTES, max_total: int = MAX_READ_BYTES) -> Iterator[dict[str, Any] | Unreadable]:
+    """The transcript's records in order, read back bounded: the file is opened without following a
+    link (a transcript given with --transcript may sit where the box writes); a line over
+    `max_line` bytes is skipped unread, past its end, and said as Unreadable, as is one that is
+    not a JSON object (each parse bounded in depth by jsonbound). Past `max_total` bytes:
+    RESOURCE_EXHAUSTED, raised after the records before it."""
+    fd = _open_regular(Path(path), os.O_RDONLY)
+    with open(fd, "rb", buffering=0) as fh:
+        pending, skipping, total = bytearray(), False, 0
+        while True:
+            chunk = fh.read(_READ_CHUNK)
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_total:
+                raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the transcript {visible(str(path))} is over {max_total >> 20} MiB: not read on")
+            start = 0
+            while True:
+                end = chunk.find(b"\n", start)
+                piece = chunk[start:] if end < 0 else chunk[start:end]
+                if not skipping:
+                    pending += piece
+                    if len(pending) > max_line:
+                        pending.clear()
+                        skipping = True
+                        yield Unreadable(f"a line over {max_line} bytes")
+                if end < 0:
+                    break
+                if not skipping and pending.strip():
+                    yield _record(bytes(pending))
+                pending.clear()
+                skipping = False
+                start = end + 1
+        if not skipping and pending.strip():
+            yield _record(bytes(pending))
+
+
+def _record(line: bytes) -> dict[str, Any] | Unreadable:
+    try:
+        value = jsonbound.loads(line)
+    except (ValueError, UnicodeDecodeError) as err:
+        return Unreadable(f"not JSON ({str(err)[:80]})")
+    return value if isinstance(value, dict) else Unreadable(f"not an event (a JSON {type(value).__name__})")
+
+
 def show(path: str | Path) -> Iterable[str]:
     """The transcript's lines rendered for a terminal: secrets redacted, control characters visible."""
     return (line.text for line in show_lines(path))
@@ -205,27 +289,26 @@ def show(path: str | Path) -> Iterable[str]:
 def show_lines(path: str | Path, full: bool = False) -> Iterable[Line]:
     """As show(), with each line's style (diffs are coloured on a terminal); each result under its
     call, as its tail or (`full`) whole."""
-    from .terminal.painter import Line, Painter
+    from ..terminal.painter import Line, Painter
 
     painter = Painter(full=full)
     redactor = Redactor.from_environment()
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                event = jsonbound.loads(line)
-            except ValueError:
-                yield Line(visible(f"(unreadable line: {redactor(line[:80])!r})"))
+    try:
+        for record in read_records(path):
+            if isinstance(record, Unreadable):
+                yield Line(visible(f"(unreadable line: {redactor(record)})"))
                 continue
-            if not isinstance(event, dict):
-                yield Line(visible(f"(not an event: {redactor(line[:80])!r})"))
-                continue
-            yield from painter.lines(redactor.deep(event))
+            yield from painter.lines(redactor.deep(record))
+    except OpenAgentsError as err:
+        if err.type != ErrorType.RESOURCE_EXHAUSTED:
+            raise
+        yield Line(visible(f"(stopped: {err.message})"))
 
 
 def resolve_transcript(path_or_id: str) -> Path:
     """`transcript show`'s argument: a transcript file, or a session id (its recorded transcript)."""
-    from .errors import ErrorType, OpenAgentsError
-    from .workspace.records import load
+    from ..errors import ErrorType, OpenAgentsError
+    from ..workspace.records import load
 
     path = Path(path_or_id)
     if path.is_file():
@@ -247,7 +330,7 @@ def resolve_transcript(path_or_id: str) -> Path:
 
 def list_transcripts() -> list[tuple[float, str, str, str]]:
     """(time, session id, status, transcript path) of every recorded session's transcript, newest first."""
-    from .workspace.records import list_sessions
+    from ..workspace.records import list_sessions
 
     out = []
     for record in list_sessions():
