@@ -58,6 +58,21 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
+# The agent starts the next call's /bin/sh once a call is over (sandbox_agent/launcher.py), in the
+# time a model takes to answer: seconds. `shell` is timed with this pause (not counted) between calls,
+# and back to back too ("burst"), where each call waits for the shell being made; shell / read_file
+# compares both timed with the pause.
+SHELL_PAUSE_S = 0.05
+
+
+def paced(fn, n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        time.sleep(SHELL_PAUSE_S)
+        out += timed(fn, 1)
+    return out
+
+
 def make_workspace(root: Path, files: int = 0) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)
@@ -83,7 +98,9 @@ def bench_calls(client, ws: Path, n_ours: int, n_exec: int, config: SandboxConfi
         for _ in range(20):
             must(box.call("read_file", {"path": "one_kib.txt"}))
         ours = timed(lambda: must(box.call("read_file", {"path": "one_kib.txt"})), n_ours)
-        shell = timed(lambda: must(box.call("shell", {"command": "true"})), max(n_ours // 4, 20))
+        shell_burst = timed(lambda: must(box.call("shell", {"command": "true"})), max(n_ours // 4, 20))
+        shell = paced(lambda: must(box.call("shell", {"command": "true"})), max(n_ours // 4, 20))
+        read_paced = paced(lambda: must(box.call("read_file", {"path": "one_kib.txt"})), max(n_ours // 4, 20))
         container = box.container
         container.exec_run(["cat", "/workspace/one_kib.txt"], user=box.user)
         exec_cat = timed(lambda: container.exec_run(["cat", "/workspace/one_kib.txt"], user=box.user), n_exec)
@@ -98,7 +115,10 @@ def bench_calls(client, ws: Path, n_ours: int, n_exec: int, config: SandboxConfi
         "docker_exec_p95_ms": pct(exec_cat, 0.95),
         "tool_call_speedup_vs_docker_exec": statistics.median(exec_cat) / statistics.median(ours),
         "shell_p50_ms": statistics.median(shell),
-        "shell_ratio_vs_read": statistics.median(shell) / statistics.median(ours),
+        "shell_burst_p50_ms": statistics.median(shell_burst),
+        "read_paced_p50_ms": statistics.median(read_paced),
+        # both with the pause: after one, a call pays the wake-up of every process on its path (~1 ms here)
+        "shell_ratio_vs_read": statistics.median(shell) / statistics.median(read_paced),
         "docker_exec_true_p50_ms": statistics.median(exec_true),
         "shell_speedup_vs_docker_exec": statistics.median(exec_true) / statistics.median(shell),
         "agent_rss_idle_mib": rss_idle,
@@ -108,7 +128,8 @@ def bench_calls(client, ws: Path, n_ours: int, n_exec: int, config: SandboxConfi
 
 def bench_agent_builds(client, ws: Path, n: int, config: SandboxConfig, baseline_image: str) -> dict:
     """read_file and shell `true` on the baseline image and on ours, alternating box by box, so both
-    see the same machine load. Ratios: shell against read on each build, and ours against the baseline."""
+    see the same machine load, both timed with the pause between calls (SHELL_PAUSE_S). Ratios: shell
+    against read on each build, and ours against the baseline."""
     samples: dict[str, dict[str, list[float]]] = {"before": {"read": [], "shell": []}, "after": {"read": [], "shell": []}}
     builds = {"before": config.model_copy(update={"image": baseline_image}), "after": config}
     for _ in range(4):
@@ -116,8 +137,8 @@ def bench_agent_builds(client, ws: Path, n: int, config: SandboxConfig, baseline
             with DockerSandbox(ws, build, client=client) as box:
                 for _ in range(20):
                     must(box.call("shell", {"command": "true"}))
-                samples[name]["read"] += timed(lambda: must(box.call("read_file", {"path": "one_kib.txt"})), n)
-                samples[name]["shell"] += timed(lambda: must(box.call("shell", {"command": "true"})), n)
+                samples[name]["read"] += paced(lambda: must(box.call("read_file", {"path": "one_kib.txt"})), n)
+                samples[name]["shell"] += paced(lambda: must(box.call("shell", {"command": "true"})), n)
     out: dict = {"baseline_image": baseline_image}
     for name, got in samples.items():
         read, shell = statistics.median(got["read"]), statistics.median(got["shell"])
@@ -367,6 +388,8 @@ def plot_scaling(r: dict, path: Path) -> None:
 SIDE_BY_SIDE = [
     ("read_file 1 KiB p50 (ms)", "tool_call_p50_ms", "{:.2f}"),
     ("shell `true` p50 (ms)", "shell_p50_ms", "{:.2f}"),
+    ("shell `true` back to back p50 (ms)", "shell_burst_p50_ms", "{:.2f}"),
+    ("read_file with the pause p50 (ms)", "read_paced_p50_ms", "{:.2f}"),
     ("shell `true` / read_file", "shell_ratio_vs_read", "{:.2f}x"),
     ("docker exec cat p50 (ms)", "docker_exec_p50_ms", "{:.1f}"),
     ("read_file speed-up vs docker exec", "tool_call_speedup_vs_docker_exec", "{:.0f}x"),
@@ -459,7 +482,7 @@ def print_report(results: dict) -> None:
 def print_table(r: dict) -> None:
     candidates = [
         lambda: ("read_file 1 KiB (warm) p50 / p95", f"{r['tool_call_p50_ms']:.2f} / {r['tool_call_p95_ms']:.2f} ms", f"docker exec cat: {r['docker_exec_p50_ms']:.1f} / {r['docker_exec_p95_ms']:.1f} ms", f"{r['tool_call_speedup_vs_docker_exec']:.0f}x faster (target >= 20x)"),
-        lambda: ("shell `true` p50", f"{r['shell_p50_ms']:.2f} ms", f"docker exec true: {r['docker_exec_true_p50_ms']:.1f} ms", f"{r['shell_speedup_vs_docker_exec']:.1f}x faster"),
+        lambda: ("shell `true` p50 (back to back)", f"{r['shell_p50_ms']:.2f} ms ({r.get('shell_burst_p50_ms', 0):.2f} ms)", f"docker exec true: {r['docker_exec_true_p50_ms']:.1f} ms", f"{r['shell_speedup_vs_docker_exec']:.1f}x faster"),
         lambda: ("cold start to first answer p50 / p95", f"{r['cold_start_p50_ms']:.0f} / {r['cold_start_p95_ms']:.0f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} / {r['docker_run_p95_ms']:.0f} ms", f"{r['cold_start_ratio_vs_docker_run']:.2f}x of docker run (target <= 2.0)"),
         lambda: ("warm pool: claim + first answer p50 / p95", f"{r['pool_claim_p50_ms']:.1f} / {r['pool_claim_p95_ms']:.1f} ms", "", "target < 20 ms"),
         lambda: ("warm pool of 2: 10 claims at once", f"all served in {r['pool_burst_10_s']:.1f} s", f"refills {r['pool_refill_per_s']:.1f} boxes/s", "2 refill workers"),

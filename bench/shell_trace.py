@@ -4,7 +4,8 @@
     python bench/shell_trace.py [--runtime runc --runtime runsc] [--n 100]
 
 From the host: `hello` (the protocol's round trip: host -> attach stream -> agent -> back, no work),
-read_file of 1 KiB, shell `true`. Inside the box (timed there with perf_counter, so no protocol in
+read_file of 1 KiB, shell `true` back to back and 50 ms apart (the agent starts the next call's
+/bin/sh after each call: sandbox_agent/launcher.py). Inside the box (timed there with perf_counter, so no protocol in
 it): each step the agent's shell path adds in turn, from a bare posix_spawn of /bin/true up to the
 agent's own Popen (sh, pipes, a new session, a clean environment) waited for the way it waits under
 that kernel (pidfd where it exists, else a waiter thread and a pipe). The last column is each step's
@@ -90,9 +91,10 @@ print(json.dumps([(name, p50(fn)) for name, fn in steps]))
 '''
 
 
-def p50_call(box, tool: str, args: dict, n: int) -> float:
+def p50_call(box, tool: str, args: dict, n: int, pause_s: float = 0.0) -> float:
     out = []
     for _ in range(n):
+        time.sleep(pause_s)
         started = time.perf_counter()
         result = box.call(tool, args)
         out.append((time.perf_counter() - started) * 1000)
@@ -106,7 +108,9 @@ def trace(client, ws: Path, runtime: str, n: int) -> list[tuple[str, float]]:
             box.call("shell", {"command": "true"})
         host = [("host: hello round trip (protocol floor)", p50_call(box, "hello", {}, n)),
                 ("host: read_file 1 KiB", p50_call(box, "read_file", {"path": "one_kib.txt"}, n)),
-                ("host: shell `true`", p50_call(box, "shell", {"command": "true"}, n))]
+                ("host: shell `true` back to back (waits for the next /bin/sh)", p50_call(box, "shell", {"command": "true"}, n)),
+                ("host: read_file 1 KiB, 50 ms apart", p50_call(box, "read_file", {"path": "one_kib.txt"}, n, 0.05)),
+                ("host: shell `true`, 50 ms apart (a prepared /bin/sh)", p50_call(box, "shell", {"command": "true"}, n, 0.05))]
         (ws / "trace.py").write_text(IN_BOX)
         got = box.call("shell", {"command": f"python3 -I -S trace.py {n}", "timeout": 300})
         assert got.ok, got.error
@@ -133,7 +137,7 @@ def main() -> int:
             before = None
             for name, ms in rows:
                 step = f"{ms - before:+8.2f}" if before is not None and name.startswith("box: ") else ""
-                print(f"{name:<58}{ms:8.2f} ms {step}")
+                print(f"{name:<64}{ms:8.2f} ms {step}")
                 before = ms if name.startswith("box: ") else None
             (ws / "trace.py").unlink()
     return 0

@@ -16,11 +16,15 @@ import signal
 import subprocess
 import threading
 import time
-from typing import Any, Callable
 
 from . import limits
+from .launcher import Launcher
 from .paths import WORKSPACE
 from .tools import ToolError, _arg
+
+TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # Variables that may carry credentials are never handed to the child, even if one reached the box.
 # The host's transcript redactor uses the same pattern.
@@ -324,6 +328,25 @@ def _reap() -> None:
             return
 
 
+def _popen(argv: list[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+    try:
+        return subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=WORKSPACE if os.path.isdir(WORKSPACE) else None,
+            env=child_env(),
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as err:
+        raise ToolError("io_error", f"could not start /bin/sh: {err.strerror}") from None
+
+
+_launcher = Launcher(_popen)
+
+
 def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`on_output(text)`, if given, receives the output while the command runs (see _CappedOutput)."""
     command = _arg(args, "command", str, required=True)
@@ -333,19 +356,7 @@ def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) 
     timeout = min(requested, limits.SHELL_MAX_TIMEOUT_S)
     with _lock:
         started = time.monotonic()
-        try:
-            proc = subprocess.Popen(
-                ["/bin/sh", "-c", command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                cwd=WORKSPACE if os.path.isdir(WORKSPACE) else None,
-                env=child_env(),
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError as err:
-            raise ToolError("io_error", f"could not start /bin/sh: {err.strerror}") from None
+        proc = _launcher.take(command) or _popen(["/bin/sh", "-c", command])
         captured = _CappedOutput(on_output)
         timed_out = _run(proc, timeout, captured)
         _kill_everything_else(proc)
@@ -354,6 +365,7 @@ def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) 
         captured.stream(b"", final=True)
         proc.stdout.close()
         elapsed = time.monotonic() - started
+        _launcher.prepare()  # the next call's shell, made while the model thinks (launcher.py)
     output, truncated = captured.text()
     meta = {
         "exit_code": None if timed_out else proc.returncode,

@@ -6,9 +6,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .paths import WORKSPACE, check_fd, local
+
+TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
+if TYPE_CHECKING:
+    from typing import Any, Literal, TypeVar, overload
 
 
 class ToolError(Exception):
@@ -64,7 +67,11 @@ def _os_error(err: OSError, rel: str) -> ToolError:
     return ToolError("io_error", f"{rel}: {err.strerror}")
 
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
+else:
+    def overload(fn: object) -> object:  # typing's, without importing typing: the last definition is the one called
+        return fn
 
 
 @overload
