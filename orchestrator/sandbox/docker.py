@@ -21,6 +21,7 @@ from docker.types import Mount, Ulimit
 from .. import state
 from ..config import EgressRule, LABEL, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
 from . import lifetime, owner, reaper
 from .base import START_DEADLINE_S, WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox, workspace_user
@@ -343,7 +344,7 @@ class DockerDeployment:
         except DOCKER_ERRORS:
             return True  # unknown: keep the placeholder, it is only an empty directory
 
-    def drain_egress(self) -> list[dict[str, Any]]:
+    def drain_egress(self) -> list[EgressRecord]:
         return self.egress.drain() if self.egress is not None else []
 
     def widen_egress(self, rule: EgressRule, once: bool) -> bool:
