@@ -205,7 +205,7 @@ class EgressGate:
         seconds; the overlap is dropped by `seq`), at most MAX_DRAIN_BYTES of them."""
         assert self.proxy is not None
         try:
-            stream = self.proxy.logs(stdout=True, stderr=False, since=self._since or None, stream=True)
+            stream = self.proxy.logs(stdout=True, stderr=False, since=self._since or None, stream=True, follow=False)
         except DOCKER_ERRORS:
             return []
         data = b""

@@ -41,8 +41,11 @@ def gate_box(egress_project, docker_client, tmp_path):
 
 def test_bursts_of_records_each_go_to_their_own_call(gate_box):
     """Call after call ends with a burst of refused requests: each call has exactly its own records
-    (the paths say which call made them), none arrives with the next call."""
-    per_call = 60
+    (the paths say which call made them), none arrives with the next call. (The race this guards
+    needs Docker's log copy to lag by more than the few milliseconds between the box's last answer
+    and the drain: seen under a full suite's load, not reproduced on demand; the linger test below
+    fails without the mark every time.)"""
+    per_call = 100
     for call in range(8):
         result = gate_box.call("shell", {"command": f"python3 burst.py {per_call}", "timeout": 60})
         assert result.output.strip() == "sent"
@@ -55,9 +58,9 @@ def test_a_record_written_after_the_box_has_its_answer_goes_to_its_call(gate_box
     """The upstream holds the connection open after a complete answer: the box's client is done and
     the call ends before the gate logs. The record still belongs to the call that made the request."""
     fetched = gate_box.call("shell", {"command": "python3 fetch.py http://allowed.test:8000/linger"})
-    assert fetched.output.strip() == "OK 9 lingered"
+    assert fetched.output.strip() == "OK 19 hello from allowed"
     assert [(r.host, r.path, r.decision) for r in fetched.egress] == [("allowed.test", "/linger", "allow")]
-    assert fetched.egress[0].bytes_down > 9
+    assert fetched.egress[0].bytes_down > 19
     quiet = gate_box.call("shell", {"command": "sleep 1"})
     assert quiet.egress == []
 
