@@ -192,7 +192,8 @@ class EgressRecorded(_Event):
 
     def record(self) -> EgressRecord:
         """The event back as the record it came from (what `transcript show` and ACP carry per call)."""
-        return EgressRecord(**{name: getattr(self, name) for name in EgressRecord.model_fields})
+        fields = {name: getattr(self, name) for name in EgressRecord.model_fields}
+        return EgressRecord(**{**fields, "host": self.host or None, "reason": self.reason or None})  # of() wrote None as ""
 
 
 class CheckpointRecorded(_Event):

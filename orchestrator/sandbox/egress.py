@@ -1,7 +1,7 @@
 """Opt-in egress: a per-session internal network whose only other member is our egress proxy.
 
 The sandbox joins the internal network (Docker gives it no route out) and gets HTTP(S)_PROXY,
-nothing else. The proxy (compose/proxy/egress_proxy.py) sits on that network and on an outer one,
+nothing else. The proxy (compose/proxy/egress_gate/) sits on that network and on an outer one,
 and enforces the allow-list. Without egress, nothing changes: network_mode=none.
 """
 from __future__ import annotations
