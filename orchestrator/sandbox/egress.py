@@ -173,7 +173,7 @@ class EgressGate:
             took = _Taken()
             started = time.monotonic()
             asked_at = -MARK_RESEND_S
-            pause = 0.005
+            pause = 0.002
             while True:
                 if time.monotonic() - asked_at >= MARK_RESEND_S:  # again after a while: a signal before the proxy listened is lost
                     asked_at = time.monotonic()
@@ -186,7 +186,7 @@ class EgressGate:
                     log.warning("the egress gate did not mark its log within %.0fs: the rest of this call's records go with the next", MARK_WAIT_S)
                     break
                 time.sleep(pause)
-                pause = min(pause * 2, 0.1)
+                pause = min(pause * 1.5, 0.1)
         if took.omitted:
             took.records.append(EgressRecord(decision="omitted", reason=f"{took.omitted} more egress decisions in this call are not recorded "
                                                                          f"(more than {MAX_RECORDS_PER_DRAIN})"))
