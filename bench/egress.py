@@ -6,8 +6,8 @@
 
 Each request is a fresh connection with its own TLS handshake (the gate forwards one request per
 connection, so that is what a box pays), modes interleaved round by round so drift hits all three.
-The gate is compose/proxy/egress_proxy.py itself, loaded twice (one copy with a credential rule for
-the API's host, one without), with the session CA made by orchestrator/sandbox/egress_tls.py.
+The gate is compose/proxy/egress_gate itself, served twice (once with a credential rule for the
+API's host, once without), with the session CA made by orchestrator/sandbox/egress_tls.py.
 Nothing leaves 127.0.0.1.
 
     python -m bench.egress [--requests 200]
@@ -15,11 +15,11 @@ Nothing leaves 127.0.0.1.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import socket
 import ssl
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -59,20 +59,20 @@ def _api(world: SessionCA, tmp: Path) -> ThreadingHTTPServer:
     return server
 
 
-def _gate(name: str, api_port: int, world: SessionCA, gate_ca: SessionCA | None) -> tuple[Any, int]:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "compose" / "proxy" / "egress_proxy.py")
-    assert spec is not None and spec.loader is not None
-    module: Any = importlib.util.module_from_spec(spec)  # the gate script: its settings are module globals
-    spec.loader.exec_module(module)
-    # the gate's module-level settings, as its environment would set them
-    module.POLICY = module.Policy("", "127.0.0.0/8", json.dumps([{"action": "allow", "host": "localhost", "port": api_port}]), "bench")
-    module.log = lambda **fields: None
+def _gate(api_port: int, world: SessionCA, gate_ca: SessionCA | None) -> int:
+    """The gate's own package, in-process, configured as its environment would configure it."""
+    if str(ROOT / "compose" / "proxy") not in sys.path:
+        sys.path.insert(0, str(ROOT / "compose" / "proxy"))
+    from egress_gate import audit, handler, rules, settings, tls
+
+    policy = rules.Policy("", "127.0.0.0/8", json.dumps([{"action": "allow", "host": "localhost", "port": api_port}]), "bench")
+    gate = settings.Settings(policy, audit=audit.AuditLog(sink=lambda fields: None), upstream_tls=tls.upstream_context(world.ca_pem))
     if gate_ca is not None:
-        module.CREDENTIALS = [module.Credential({"host": "localhost", "port": api_port, "header": "Authorization", "value": "Bearer bench-token"})]
-        module.load_intercept(json.dumps(gate_ca.leaves), world.ca_pem)
-    server = module.Server(("127.0.0.1", 0), module.Handler)
+        gate.credentials = [rules.Credential({"host": "localhost", "port": api_port, "header": "Authorization", "value": "Bearer bench-token"})]
+        gate.intercept = tls.intercept_contexts(json.dumps(gate_ca.leaves))
+    server = handler.Server(("127.0.0.1", 0), gate)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return module, server.server_address[1]
+    return server.server_address[1]
 
 
 def _request(api_port: int, trust: str, gate_port: int | None) -> float:
@@ -111,8 +111,8 @@ def run(requests: int) -> dict[str, dict[str, float]]:
         with tempfile.TemporaryDirectory() as tmp:
             api = _api(world, Path(tmp))
             port = api.server_address[1]
-            _, passed_port = _gate("egress_bench_passed", port, world, None)
-            _, intercept_port = _gate("egress_bench_intercepted", port, world, gate_ca)
+            passed_port = _gate(port, world, None)
+            intercept_port = _gate(port, world, gate_ca)
             modes = {"direct": (world.ca_pem, None), "passed": (world.ca_pem, passed_port), "intercepted": (gate_ca.ca_pem, intercept_port)}
             times: dict[str, list[float]] = {mode: [] for mode in modes}
             for trust, gate in modes.values():  # warm-up

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from .protocol import Executor
+from .protocol import EgressRecord, Executor
 
 
 class ToolCallState(str, Enum):
@@ -203,8 +203,8 @@ class EgressRecorded(_Event):
     host: str = ""
     port: int | None = None
     reason: str = ""
-    # The audit record (sandbox/egress.py _bounded_record): when, which path (query stripped), which
-    # rule decided, bytes each way, whether the gate injected a credential (never its value).
+    # The audit record (protocol.EgressRecord, bounded by sandbox/egress.py): when, which path (query
+    # stripped), which rule decided, bytes each way, whether the gate injected a credential (never its value).
     time: float | None = None
     path: str | None = None
     rule: str | None = None
@@ -214,28 +214,16 @@ class EgressRecorded(_Event):
     tls: str | None = None
 
     @classmethod
-    def of(cls, call_id: str, record: dict[str, Any]) -> "EgressRecorded":
-        """From one line of the proxy's log. Its values come from requests the box made (a missing
-        host, a port that is no number, keys named like ours): shaped here, never trusted to fit."""
-        def text(value: Any) -> str:
-            return "" if value is None else str(value)
+    def of(cls, call_id: str, record: EgressRecord) -> "EgressRecorded":
+        """A result's egress record (protocol.EgressRecord, bounded by sandbox/egress.py) as the
+        transcript's event: the same fields, the call's id, the host as the one who recorded it."""
+        fields = record.model_dump()
+        return cls(executor=Executor.OPENAGENTS, call_id=call_id, **{**fields, "host": record.host or "", "reason": record.reason or ""})
 
-        def count(value: Any) -> int | None:
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-        def optional(value: Any) -> str | None:
-            return None if value is None else str(value)
-
-        port = record.get("port")
-        moment = record.get("time")
-        extra = {k: v for k, v in record.items() if k not in cls.model_fields and k not in ("seq", "ts")}
-        return cls(executor=Executor.OPENAGENTS, call_id=call_id, decision=text(record.get("decision")),
-                   method=optional(record.get("method")), host=text(record.get("host")),
-                   port=count(port), reason=text(record.get("reason")),
-                   time=moment if isinstance(moment, (int, float)) and not isinstance(moment, bool) else None,
-                   path=optional(record.get("path")), rule=optional(record.get("rule")), bytes_up=count(record.get("bytes_up")),
-                   bytes_down=count(record.get("bytes_down")), credential=record.get("credential") is True, tls=optional(record.get("tls")),
-                   **extra)
+    def record(self) -> EgressRecord:
+        """The event back as the record it came from (what `transcript show` and ACP carry per call)."""
+        fields = {name: getattr(self, name) for name in EgressRecord.model_fields}
+        return EgressRecord(**{**fields, "host": self.host or None, "reason": self.reason or None})  # of() wrote None as ""
 
 
 class CheckpointRecorded(_Event):

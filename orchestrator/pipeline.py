@@ -109,11 +109,11 @@ class CallPipeline:
         result = self.registry.invoke(prepared, on_output=streamed if watched or on_output is not None else None)
         if self.out_of_time.is_set():  # --max-wall passed while it ran: its processes were killed
             err = OpenAgentsError(ErrorType.BUDGET_EXCEEDED, "the time budget (--max-wall) ran out while this call ran; its processes were killed")
-            cut = ToolResult.failure(err, executor=Executor.OPENAGENTS, output=result.output, meta=result.meta)
+            cut = ToolResult.failure(err, executor=Executor.OPENAGENTS, output=result.output, meta=result.meta, egress=result.egress)
             return self.finish(call, cut, state=ToolCallState.CANCELLED)
         if self.cancel.is_set():  # cancelled while it ran: its processes were killed
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled while this call ran; its processes were killed")
-            cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta)
+            cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta, egress=result.egress)
             return self.finish(call, cancelled, state=ToolCallState.CANCELLED)
         return self.finish(call, result)
 
@@ -128,7 +128,7 @@ class CallPipeline:
         """The record step: counted, its egress records and its result in the transcript."""
         state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
         self._book(call, result, state)
-        for record in result.meta.get("egress", []):
+        for record in result.egress:
             event = ev.EgressRecorded.of(call.id, record)
             self.transcript.emit(event)
             with self.books:
@@ -144,8 +144,7 @@ class CallPipeline:
         self.transcript.emit(ev.ToolCallFinished(executor=result.executor, call_id=call.id, tool=call.name, state=state, ok=result.ok,
                                                  output=result.output[:RESULT_PREVIEW_CHARS], note=result.note,
                                                  error=result.error.model_dump(mode="json") if result.error else None,
-                                                 meta={k: v for k, v in result.meta.items() if k not in ("diff", "egress")},
-                                                 diff=result.meta.get("diff")))
+                                                 meta=result.meta, diff=result.diff))
         return result
 
     def _offer_widening(self, call: ToolCall, event: ev.EgressRecorded) -> str:

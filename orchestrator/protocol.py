@@ -41,7 +41,8 @@ MAX_META_CHARS = 4 << 20  # JSON-escaped: a 256 KiB diff of control characters i
 _INT_BOUND = 1 << 63
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 # Meta keys only the host writes: an agent's (or a forger's) are dropped, never shown as the host's.
-HOST_META_KEYS = frozenset({"egress", "host_elapsed_s", "workspace_growth_bytes"})
+# "egress" and "diff" are no meta keys (ToolResult's typed fields): an agent's are dropped too.
+HOST_META_KEYS = frozenset({"egress", "diff", "host_elapsed_s", "workspace_growth_bytes"})
 
 
 def _refuse_odd_values(value: Any) -> None:
@@ -98,12 +99,37 @@ class AgentResponse(BaseModel):
 
 
 def agent_meta(meta: dict[str, Any]) -> dict[str, Any]:
-    """An answer's meta as results carry it: the host's own keys dropped (the host sets them), and a
-    diff kept only as text (consumers show it; it is still the agent's word, shown escaped)."""
-    kept = {k: v for k, v in meta.items() if k not in HOST_META_KEYS}
-    if "diff" in kept and not isinstance(kept["diff"], str):
-        del kept["diff"]
-    return kept
+    """An answer's meta as results carry it: the host's own keys and the typed fields' dropped (the
+    host sets them; the diff goes to ToolResult.diff, agent_diff)."""
+    return {k: v for k, v in meta.items() if k not in HOST_META_KEYS}
+
+
+def agent_diff(meta: dict[str, Any]) -> str | None:
+    """An edit's diff as the agent sent it, only as text (consumers show it; it is still the agent's
+    word, shown escaped)."""
+    diff = meta.get("diff")
+    return diff if isinstance(diff, str) else None
+
+
+class EgressRecord(BaseModel):
+    """One request the box made through the egress gate, or the line saying how many more there
+    were (decision "omitted"). Every field bounded by the host (sandbox/egress.py bounded_record):
+    its values quote requests the box made. bytes_up/bytes_down: for an allowed request what went to
+    the upstream and came back; for a refused one (nothing reached the upstream) what the box sent
+    the gate and the refusal it got back. `credential`: whether the gate injected one, never its value."""
+
+    time: float | None = None
+    method: str | None = None
+    host: str | None = None
+    port: int | None = None
+    path: str | None = None  # query stripped
+    decision: str  # allow | deny | error | omitted
+    rule: str | None = None
+    reason: str | None = None
+    bytes_up: int | None = None
+    bytes_down: int | None = None
+    credential: bool = False
+    tls: str | None = None  # tunnel (passed through) | intercepted (opened for a credential) | None (plain http)
 
 
 class ErrorInfo(BaseModel):
@@ -122,13 +148,16 @@ class ToolResult(BaseModel):
     ok: bool
     output: str = ""
     note: str = ""
-    meta: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)  # the tool's own metadata (exit_code, sha256, ...) and the host's timings
     error: ErrorInfo | None = None
     executor: Executor = Executor.RUNTIME
+    diff: str | None = None  # an edit's unified diff (the agent's word, shown escaped)
+    egress: list[EgressRecord] = Field(default_factory=list)  # the gate's record of each request the call made
 
     @classmethod
-    def failure(cls, err: OpenAgentsError, executor: Executor = Executor.OPENAGENTS, output: str = "", meta: dict[str, Any] | None = None) -> "ToolResult":
-        return cls(ok=False, output=output, meta=meta or {}, error=ErrorInfo.of(err), executor=executor)
+    def failure(cls, err: OpenAgentsError, executor: Executor = Executor.OPENAGENTS, output: str = "", meta: dict[str, Any] | None = None,
+                egress: list[EgressRecord] | None = None) -> "ToolResult":
+        return cls(ok=False, output=output, meta=meta or {}, error=ErrorInfo.of(err), executor=executor, egress=egress or [])
 
     @classmethod
     def from_agent(cls, response: AgentResponse) -> "ToolResult":
@@ -137,7 +166,8 @@ class ToolResult(BaseModel):
             wire = response.error or WireError(type="protocol_error", message="the agent failed without saying why")
             kind = ErrorType.parse(wire.type)
             error = ErrorInfo(type=kind, message=wire.message, recoverable=kind.recoverable)
-        return cls(ok=response.ok, output=response.output, note=response.note, meta=agent_meta(response.meta), error=error, executor=Executor.RUNTIME)
+        return cls(ok=response.ok, output=response.output, note=response.note, meta=agent_meta(response.meta), error=error, executor=Executor.RUNTIME,
+                   diff=agent_diff(response.meta))
 
     def for_model(self) -> str:
         """The text the model sees: output, the notes on bounds, and a typed error if any."""

@@ -239,7 +239,9 @@ def test_egress_records_of_any_shape_never_break_the_session(tmp_path):
 
     records = [{"decision": "deny", "host": None, "port": "x", "reason": None},
                {"decision": "deny", "host": "h", "port": 80, "type": "session_end", "executor": "user", "call_id": "forged", "extra": [1]}]
-    box = FakeSandbox(results={"shell": ToolResult(ok=True, output="sent\n", meta={"egress": records})})
+    from orchestrator.sandbox.egress import bounded_record
+
+    box = FakeSandbox(results={"shell": ToolResult(ok=True, output="sent\n", egress=[bounded_record(r) for r in records])})
     turns = [ModelTurn(tool_calls=[ToolCall(id="1", name="shell", arguments={"command": "curl x"})]), ModelTurn(text="done")]
     s, _, transcript = session(tmp_path, turns, sandbox=box)
     assert s.run("task").status is SessionStatus.FINISHED

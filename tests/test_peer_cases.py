@@ -234,7 +234,7 @@ def test_edit_replaces_once_and_shows_a_diff(box, ws):
     result = box.call("edit_file", {"path": rel, "old_text": "return 1", "new_text": "return 2"})
     assert result.ok and (ws / "f.py").read_text() == "def f():\n    return 2\n"
     assert result.meta["replacements"] == 1
-    assert "-    return 1" in result.meta["diff"] and "+    return 2" in result.meta["diff"]
+    assert "-    return 1" in result.diff and "+    return 2" in result.diff
 
 
 def test_edit_across_several_lines(box, ws):

@@ -154,7 +154,7 @@ def test_an_edit_in_a_mixed_file_changes_only_the_edited_lines(box, ws, content,
     result = box.call("edit_file", {"path": rel, "old_text": old, "new_text": new})
     assert result.ok, result.error
     assert (ws / "mixed.txt").read_bytes() == expected
-    changed = [line for line in result.meta["diff"].split("\n") if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    changed = [line for line in result.diff.split("\n") if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     unchanged_context = [line[1:] for line in changed if line[1:].rstrip("\r") in old.split("\n") and line[1:].rstrip("\r") in new.split("\n")]
     assert not unchanged_context, f"untouched lines appear in the diff: {changed}"
 

@@ -20,6 +20,7 @@ import pytest
 
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.protocol import EgressRecord
 from orchestrator.sandbox.backend import backend_from_config
 from orchestrator.sandbox.base import BoxSpec, SupervisedSandbox
 from orchestrator.sandbox.docker import DockerStream
@@ -86,7 +87,7 @@ class SubprocessDeployment:
     def others_on_workspace(self) -> bool:
         return False
 
-    def drain_egress(self) -> list[dict[str, Any]]:
+    def drain_egress(self) -> list[EgressRecord]:
         return []
 
     def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:

@@ -35,13 +35,13 @@ def test_edit_keeps_every_line_ending_and_the_bom(box, ws, before, old, new, aft
     assert result.ok, result
     assert (ws / "f.txt").read_bytes() == after.encode()
     untouched = [line for line in before.splitlines(True) if line in after.splitlines(True)]
-    diff = result.meta["diff"]
+    diff = result.diff
     assert not any(f"-{line}" in diff.splitlines(True) for line in untouched), "the diff claims an untouched line changed"
 
 
 def test_edit_diff_is_honest_about_what_changed(box, ws):
     rel = put(ws, "f.txt", "a\r\nb\nc\r\nd\n")
-    diff = box.call("edit_file", {"path": rel, "old_text": "c", "new_text": "C"}).meta["diff"]
+    diff = box.call("edit_file", {"path": rel, "old_text": "c", "new_text": "C"}).diff
     changed = [line for line in diff.split("\n") if line and line[0] in "+-" and not line.startswith(("+++", "---"))]
     assert changed == ["-c\r", "+C\r"]
 

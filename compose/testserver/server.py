@@ -5,16 +5,19 @@ test, signed by its own CA) and records every request it receives, headers and b
 line on stdout: what the test reads to see what really arrived. It answers whether the
 Authorization header was `Bearer $EXPECT_TOKEN` (never the header itself), except /echo, which
 reflects every header it got (a server that echoes: the gate must not let the secret back out), and
-/redirect, which sends the client to another host.
+/redirect, which sends the client to another host. /linger (plain) answers in full, then keeps the
+connection open for LINGER_S before closing it: the gate's record of it comes after the client is done.
 """
 import hmac
 import json
 import os
 import ssl
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 TLS = len(sys.argv) > 1 and sys.argv[1] == "tls"
+LINGER_S = 0.5
 NAME = (sys.argv[2] if TLS else sys.argv[1]) if len(sys.argv) > 1 + TLS else "server"
 
 
@@ -48,6 +51,9 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
         self.close_connection = True
+        if self.path == "/linger":
+            self.wfile.flush()
+            time.sleep(LINGER_S)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
 

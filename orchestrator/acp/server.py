@@ -497,6 +497,8 @@ class AcpServer:
             call["live"] = (call.get("live", "") + event.text)[-LIVE_OUTPUT_CHARS:]
             self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status="in_progress",
                                                    content=[m.ContentToolCallContent(content=m.TextContent(text=call["live"]))]))
+        elif isinstance(event, ev.EgressRecorded):  # the record step emits them before the call's result: kept for its rawOutput
+            session.calls.setdefault(event.call_id, {}).setdefault("egress", []).append(event.record().model_dump(mode="json"))
         elif isinstance(event, ev.ToolCallFinished):
             call = session.calls.get(event.call_id, {})
             content: list[m.ToolCallContent] = []
@@ -512,7 +514,8 @@ class AcpServer:
             if diff:
                 content.append(diff)
             self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)], content=content,
-                                                   rawOutput={"executor": event.executor.value if event.executor else None, "meta": event.meta}))
+                                                   rawOutput={"executor": event.executor.value if event.executor else None, "meta": event.meta,
+                                                              "egress": call.pop("egress", [])}))
 
 
 LIVE_OUTPUT_CHARS = 4000

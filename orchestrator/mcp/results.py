@@ -30,6 +30,19 @@ ERROR_SCHEMA: dict[str, Any] = {
     "required": ["type", "message", "recoverable"],
 }
 
+_OPT_STR = {"type": ["string", "null"]}
+_OPT_INT = {"type": ["integer", "null"]}
+EGRESS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "description": "The egress gate's record of each request the call made (present when the box has egress; none made: empty). "
+                   "bytes_up/bytes_down: to and from the upstream when allowed; what the box sent and the refusal it got when refused. "
+                   "credential: whether the gate injected one (never its value). A last record with decision 'omitted' counts the rest.",
+    "items": {"type": "object", "required": ["decision"], "properties": {
+        "time": {"type": ["number", "null"]}, "method": _OPT_STR, "host": _OPT_STR, "port": _OPT_INT, "path": _OPT_STR,
+        "decision": {"type": "string", "enum": ["allow", "deny", "error", "omitted"]}, "rule": _OPT_STR, "reason": _OPT_STR,
+        "bytes_up": _OPT_INT, "bytes_down": _OPT_INT, "credential": _BOOL, "tls": _OPT_STR}},
+}
+
 COMMON: dict[str, Any] = {
     "ok": {"type": "boolean", "description": "Whether the call succeeded."},
     "output": {"type": "string", "description": "The result itself, as the model reads it."},
@@ -39,6 +52,7 @@ COMMON: dict[str, Any] = {
                        "description": "bind: the tools work on the real workspace; copy: on the session's private copy of it."},
     "host_elapsed_s": _NUM,
     "workspace_growth_bytes": _INT,
+    "egress": EGRESS_SCHEMA,
 }
 
 _MUTATING = {
@@ -81,11 +95,20 @@ def output_schema(name: str) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": ["ok", "output", "note", "workspace_mode"], "additionalProperties": True}
 
 
-def structured(result: ToolResult, workspace_mode: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The whole result: metadata, then the payload and error (which a metadata key never overrides)."""
-    out: dict[str, Any] = {k: v for k, v in result.meta.items() if k != "egress"}
+def structured(result: ToolResult, workspace_mode: str, extra: dict[str, Any] | None = None, egress: bool = False) -> dict[str, Any]:
+    """The whole result: metadata, then the payload, its diff and egress records, and error (which a
+    metadata key never overrides)."""
+    out: dict[str, Any] = dict(result.meta)
     out.update(extra or {})
     out.update(ok=result.ok, output=result.output, note=result.note, workspace_mode=workspace_mode)
+    if result.diff is not None:
+        out["diff"] = result.diff
+    else:
+        out.pop("diff", None)
+    if egress or result.egress:
+        out["egress"] = [record.model_dump(mode="json") for record in result.egress]
+    else:
+        out.pop("egress", None)
     if result.error is not None:
         out["error"] = {"type": result.error.type.value, "message": result.error.message, "recoverable": result.error.recoverable}
     else:
@@ -93,7 +116,10 @@ def structured(result: ToolResult, workspace_mode: str, extra: dict[str, Any] | 
     return out
 
 
-def to_call_result(result: ToolResult, workspace_mode: str = "bind", extra: dict[str, Any] | None = None) -> types.CallToolResult:
-    """structuredContent: the whole result; the text block: what the model would read in `run`."""
+def to_call_result(result: ToolResult, workspace_mode: str = "bind", extra: dict[str, Any] | None = None,
+                   egress: bool = False) -> types.CallToolResult:
+    """structuredContent: the whole result; the text block: what the model would read in `run`.
+    `egress`: the box has an egress gate, so the result says what the call sent through it (an
+    empty list too: nothing went out)."""
     return types.CallToolResult(content=[types.TextContent(text=result.for_model())],
-                                structured_content=structured(result, workspace_mode, extra), is_error=not result.ok)
+                                structured_content=structured(result, workspace_mode, extra, egress), is_error=not result.ok)

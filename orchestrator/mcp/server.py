@@ -165,7 +165,7 @@ class SandboxMcpServer:
         self.calls = 0
         self._pending: dict[str, tuple[str, float]] = {}  # request_state -> (digest of the call, when)
         self._lock = threading.Lock()
-        open_world = opened.sandbox.config.egress is not None
+        open_world = self.open_world = opened.sandbox.config.egress is not None
         self.mode = opened.record.mode.value
         self.landing = Landing(opened.record) if self.mode == "copy" else None
         self.tools = mcp_tools(open_world, copy_mode=self.landing is not None)
@@ -218,11 +218,11 @@ class SandboxMcpServer:
         tool = catalog.get(name)
         # a failed write or edit changed nothing; a failed command (an execute-kind tool) may have
         if self.landing is None or tool is None or not tool.mutates or not (result.ok or tool.kind == "execute"):
-            return to_call_result(result, self.mode)
+            return to_call_result(result, self.mode, egress=self.open_world)
         mark_landed(self.landing.record, False)  # the copy may hold work that has not landed
         note = in_copy_note(self.landing.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
-        return to_call_result(said, self.mode, {"in_private_copy": True})
+        return to_call_result(said, self.mode, {"in_private_copy": True}, egress=self.open_world)
 
     async def _copy_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         landing = self.landing

@@ -25,7 +25,7 @@ from ..config import EgressRule, SandboxConfig, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace import sweep_journal
 from ..workspace.integrity import Baseline, SweepReport, Sweeper
-from ..protocol import AgentResponse, Executor, ToolResult, agent_meta
+from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_meta
 from ..workspace.quota import WriteQuota
 from ..tools.catalog import box_rule
 from .channel import AgentStream, Channel, wait
@@ -104,7 +104,7 @@ class Deployment(Protocol):
     def others_on_workspace(self) -> bool:
         """Whether another box may still run on this workspace (the sweep keeps shared things then)."""
 
-    def drain_egress(self) -> list[dict[str, Any]]:
+    def drain_egress(self) -> list[EgressRecord]:
         """Egress requests the box made since the last drain (empty without egress)."""
 
     def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
@@ -353,7 +353,9 @@ class SupervisedSandbox:
             try:
                 response = wait(future, deadline)
             except FutureTimeout:
-                return self._on_deadline(tool, channel, rid, future, deadline)
+                timed_out = self._on_deadline(tool, channel, rid, future, deadline)
+                timed_out.egress = self.deployment.drain_egress()  # what it sent before it was killed is its own
+                return timed_out
         except OpenAgentsError as err:
             if err.type is ErrorType.AGENT_LOST:
                 err = self.deployment.why_lost(err)
@@ -366,9 +368,7 @@ class SupervisedSandbox:
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)  # the agent's meta without the host's keys: those are set here
         result.meta["host_elapsed_s"] = round(time.monotonic() - started, 3)
-        records = self.deployment.drain_egress()
-        if records:
-            result.meta["egress"] = records
+        result.egress = self.deployment.drain_egress()
         return result
 
     def _on_deadline(self, tool: str, channel: Channel, rid: int, future: Future[AgentResponse], deadline: float) -> ToolResult:

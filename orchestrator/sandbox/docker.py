@@ -21,6 +21,7 @@ from docker.types import Mount, Ulimit
 from .. import state
 from ..config import EgressRule, LABEL, DockerBackendConfig, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
 from ..workspace.sweep_journal import capture_baseline
 from . import lifetime, owner, reaper
@@ -356,7 +357,7 @@ class DockerDeployment:
         except DOCKER_ERRORS:
             return True  # unknown: keep the placeholder, it is only an empty directory
 
-    def drain_egress(self) -> list[dict[str, Any]]:
+    def drain_egress(self) -> list[EgressRecord]:
         return self.egress.drain() if self.egress is not None else []
 
     def widen_egress(self, rule: EgressRule, once: bool) -> bool:

@@ -1,15 +1,19 @@
 """Opt-in egress: a per-session internal network whose only other member is our egress proxy.
 
 The sandbox joins the internal network (Docker gives it no route out) and gets HTTP(S)_PROXY,
-nothing else. The proxy (compose/proxy/egress_proxy.py) sits on that network and on an outer one,
+nothing else. The proxy (compose/proxy/egress_gate/) sits on that network and on an outer one,
 and enforces the allow-list. Without egress, nothing changes: network_mode=none.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import threading
+import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,7 @@ from sandbox_agent import jsonbound
 
 from ..config import EGRESS_PROXY_ALIAS, LABEL, EgressConfig, EgressRule
 from ..errors import ErrorType, OpenAgentsError
+from ..protocol import EgressRecord
 from . import owner, reaper
 from .daemon import DOCKER_ERRORS
 from .egress_tls import SessionCA
@@ -32,6 +37,13 @@ log = logging.getLogger(__name__)
 # drain() reads the proxy's decisions from its log, so the proxy keeps one, rotated: at most
 # 3 x 10 MB on the host's disk however many requests the box makes.
 PROXY_LOG_CONFIG = LogConfig(type=LogConfig.types.JSON, config={"max-size": "10m", "max-file": "3"})
+# The drain's mark (drain()): the proxy's signal numbers and nonces (compose/proxy/egress_gate/audit.py), how
+# long a drain waits for its mark in all (the proxy's grace for open connections is 1 s), how often it asks again.
+MARK_SIGNAL_BASE = 50
+MARK_NONCES = 8
+MARK_WAIT_S = 5.0
+MARK_RESEND_S = 1.5
+MAX_DRAIN_BYTES = 8 << 20  # of log per read: past it the rest waits for the next drain
 MAX_RECORDS_PER_DRAIN = 200  # per call: past this the transcript gets one line saying how many more
 MAX_HOST_CHARS = 255  # longer is no DNS name; the proxy refuses it, and we never copy it whole
 MAX_TEXT_CHARS = 512
@@ -39,6 +51,12 @@ MAX_PATH_CHARS = 256
 LIVE_RULES = "/tmp/oa-egress-live.json"  # in the gate's private tmpfs; written only by `docker exec` from the host
 # Writes argv[2] to argv[1] atomically, inside the gate container (python3 -I -S: nothing of the image's site).
 _WRITE_LIVE = "import os, sys; p = sys.argv[1]; t = p + '.new'; f = open(t, 'w'); f.write(sys.argv[2]); f.close(); os.replace(t, p)"
+
+
+@dataclass
+class _Taken:
+    records: list[EgressRecord] = field(default_factory=list)
+    omitted: int = 0
 
 
 class EgressGate:
@@ -50,6 +68,8 @@ class EgressGate:
         self.proxy: Container | None = None
         self._seen_seq = 0
         self._since = 0
+        self._nonce = 0
+        self._drain_lock = threading.Lock()  # one drain at a time: each waits for its own mark
         self.ca: SessionCA | None = None  # made when a credential rule asks the gate to open TLS
         self.widened: list[dict[str, Any]] = []  # rules the person allowed live, this session only
 
@@ -134,23 +154,80 @@ class EgressGate:
             return False
         return True
 
-    def drain(self) -> list[dict[str, Any]]:
-        """The proxy's decisions since the last drain, for the transcript.
+    def drain(self) -> list[EgressRecord]:
+        """The proxy's decisions since the last drain: the records of the call that just ended.
 
-        Runs after every call, so it asks Docker only for the log since the last record's second
-        (Docker's `since` has whole seconds) and drops the overlap by the proxy's `seq`.
+        Docker copies the proxy's stdout to its log asynchronously, so reading the log right after a
+        call may miss the call's last records (they would go to the next call). So the drain asks
+        the proxy for a mark (a real-time signal carrying a nonce; egress_gate/audit.py writes the
+        mark after the connections open at that moment have logged) and reads until the mark with
+        its nonce is in the log: every record before it is then there, and records after it are
+        the next call's. Bounded: MARK_WAIT_S in all, MAX_DRAIN_BYTES of log per read; a proxy
+        that never marks (gone, stuck) costs the wait once per call and loses no record, which
+        the next drain finds.
         """
-        if self.proxy is None:
+        if self.proxy is None or self.proxy.id is None:
             return []
+        with self._drain_lock:
+            nonce, self._nonce = self._nonce, (self._nonce + 1) % MARK_NONCES
+            took = _Taken()
+            started = time.monotonic()
+            asked_at = -MARK_RESEND_S
+            pause = 0.002
+            while True:
+                if time.monotonic() - asked_at >= MARK_RESEND_S:  # again after a while: a signal before the proxy listened is lost
+                    asked_at = time.monotonic()
+                    if not self._ask_mark(nonce):
+                        self._take(self._read_log(), None, took)  # no proxy to mark: what its log holds
+                        break
+                if self._take(self._read_log(), nonce, took):
+                    break
+                if time.monotonic() - started > MARK_WAIT_S:
+                    log.warning("the egress gate did not mark its log within %.0fs: the rest of this call's records go with the next", MARK_WAIT_S)
+                    break
+                time.sleep(pause)
+                pause = min(pause * 1.5, 0.1)
+        if took.omitted:
+            took.records.append(EgressRecord(decision="omitted", reason=f"{took.omitted} more egress decisions in this call are not recorded "
+                                                                         f"(more than {MAX_RECORDS_PER_DRAIN})"))
+        return took.records
+
+    def _ask_mark(self, nonce: int) -> bool:
+        assert self.proxy is not None and self.proxy.id is not None
         try:
-            lines = self.proxy.logs(stdout=True, stderr=False, since=self._since or None).decode("utf-8", errors="replace").splitlines()
+            self.client.api.kill(self.proxy.id, signal=MARK_SIGNAL_BASE + nonce)
+        except DOCKER_ERRORS:
+            return False
+        return True
+
+    def _read_log(self) -> list[bytes]:
+        """The proxy's log lines since the second of the last line taken (Docker's `since` has whole
+        seconds; the overlap is dropped by `seq`), at most MAX_DRAIN_BYTES of them."""
+        assert self.proxy is not None
+        try:
+            stream = self.proxy.logs(stdout=True, stderr=False, since=self._since or None, stream=True, follow=False)
         except DOCKER_ERRORS:
             return []
-        records: list[dict[str, Any]] = []
-        omitted = 0
+        data = b""
+        try:
+            for chunk in stream:
+                data += chunk
+                if len(data) >= MAX_DRAIN_BYTES:
+                    break
+        except DOCKER_ERRORS:
+            pass
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):
+                close()
+        return data.split(b"\n")[:-1]  # the last is empty, or a line cut at the bound: read again next time
+
+    def _take(self, lines: list[bytes], nonce: int | None, took: _Taken) -> bool:
+        """Takes the records after the last seen, up to and including the mark for `nonce`: True when
+        that mark was among them (what follows it is the next call's, left for the next drain)."""
         for line in lines:
             try:
-                record = jsonbound.loads(line)
+                record = jsonbound.loads(line.decode("utf-8", errors="replace"))
             except ValueError:
                 continue
             if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or record["seq"] <= self._seen_seq:
@@ -158,15 +235,16 @@ class EgressGate:
             self._seen_seq = record["seq"]
             ts = record.get("ts")
             self._since = max(self._since, int(ts) if isinstance(ts, (int, float)) else 0)
-            if record.get("decision") in ("allow", "deny", "error"):
-                if len(records) < MAX_RECORDS_PER_DRAIN:
-                    records.append(_bounded_record(record))
+            decision = record.get("decision")
+            if decision == "mark":
+                if nonce is not None and record.get("nonce") == nonce:
+                    return True
+            elif decision in ("allow", "deny", "error"):
+                if len(took.records) < MAX_RECORDS_PER_DRAIN:
+                    took.records.append(bounded_record(record))
                 else:
-                    omitted += 1
-        if omitted:
-            records.append({"method": None, "host": None, "port": None, "decision": "omitted",
-                            "reason": f"{omitted} more egress decisions in this call are not recorded (more than {MAX_RECORDS_PER_DRAIN})"})
-        return records
+                    took.omitted += 1
+        return False
 
     def close(self) -> bool:
         """Remove the proxy, then the network, each confirmed gone; False when one is still there (a
@@ -192,24 +270,24 @@ def _bounded_text(value: Any, limit: int, keep: int | None = None) -> str | None
     return text if len(text) <= limit else f"{text[:keep]}…[cut {len(text) - keep} chars]"
 
 
-def _bounded_record(record: dict[str, Any]) -> dict[str, Any]:
+def bounded_record(record: dict[str, Any]) -> EgressRecord:
     """What the transcript keeps of one decision: every field short, whatever the box sent the proxy
     (the host name and the reason quote the request)."""
     def count(value: Any) -> int | None:
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else None
 
     ts = record.get("ts")
-    return {
-        "time": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None,
-        "method": _bounded_text(record.get("method"), 16),
-        "host": _bounded_text(record.get("host"), MAX_HOST_CHARS, keep=64),
-        "port": count(record.get("port")),
-        "path": _bounded_text(record.get("path"), MAX_PATH_CHARS),  # the proxy logs it with the query stripped
-        "decision": record.get("decision"),
-        "rule": _bounded_text(record.get("rule"), 200),
-        "reason": _bounded_text(record.get("reason"), MAX_TEXT_CHARS),
-        "bytes_up": count(record.get("bytes_up")),
-        "bytes_down": count(record.get("bytes_down")),
-        "credential": record.get("credential") is True,  # whether one was injected; never its value
-        "tls": _bounded_text(record.get("tls"), 16),
-    }
+    return EgressRecord(
+        time=ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) and math.isfinite(ts) else None,
+        method=_bounded_text(record.get("method"), 16),
+        host=_bounded_text(record.get("host"), MAX_HOST_CHARS, keep=64),
+        port=count(record.get("port")),
+        path=_bounded_text(record.get("path"), MAX_PATH_CHARS),  # the proxy logs it with the query stripped
+        decision=str(record.get("decision")),
+        rule=_bounded_text(record.get("rule"), 200),
+        reason=_bounded_text(record.get("reason"), MAX_TEXT_CHARS),
+        bytes_up=count(record.get("bytes_up")),
+        bytes_down=count(record.get("bytes_down")),
+        credential=record.get("credential") is True,  # whether one was injected; never its value
+        tls=_bounded_text(record.get("tls"), 16),
+    )

@@ -1,4 +1,4 @@
-"""The per-session CA behind credential injection (sandbox/egress.py, compose/proxy/egress_proxy.py).
+"""The per-session CA behind credential injection (sandbox/egress.py, compose/proxy/egress_gate/).
 
 Made on the host with the `openssl` CLI (the `cryptography` package is no dependency of ours): a CA
 valid for two days, and one leaf certificate per host that has a credential rule. The CA's private

@@ -38,7 +38,7 @@ Progress = Callable[[str], None]
 def _agent_files() -> list[Path]:
     if not DOCKERFILE.is_file():
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{DOCKERFILE} is missing: build the image from a source checkout (pip install -e .)")
-    return [DOCKERFILE] + sorted(p for p in AGENT_DIR.rglob("*.py")) + [PROXY_DIR / "Dockerfile", PROXY_DIR / "egress_proxy.py"]
+    return [DOCKERFILE] + sorted(p for p in AGENT_DIR.rglob("*.py")) + [PROXY_DIR / "Dockerfile", *sorted(PROXY_DIR.rglob("*.py"))]
 
 
 def agent_hash() -> str:

@@ -30,7 +30,7 @@ from orchestrator.models.script import ScriptedModel
 from orchestrator.terminal.painter import Painter
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
 from orchestrator.policy.ladder import Ladder
-from orchestrator.protocol import ToolResult
+from orchestrator.protocol import EgressRecord, ToolResult
 from orchestrator.sandbox import channel as channel_module
 from orchestrator.sandbox.base import BoxSpec, SupervisedSandbox
 from orchestrator.tools.registry import ToolRegistry
@@ -117,7 +117,7 @@ class ScriptedDeployment:
     def __init__(self, spec: BoxSpec, script: Callable[[dict[str, Any], Send], None]) -> None:
         self.script = script
         self.agents: list[ScriptedAgent] = []
-        self.egress: list[dict[str, Any]] = []
+        self.egress: list[EgressRecord] = []
 
     def start(self) -> ScriptedAgent:
         self.agents.append(ScriptedAgent(self.script))
@@ -135,7 +135,7 @@ class ScriptedDeployment:
     def others_on_workspace(self) -> bool:
         return False
 
-    def drain_egress(self) -> list[dict[str, Any]]:
+    def drain_egress(self) -> list[EgressRecord]:
         records, self.egress = self.egress, []
         return records
 
@@ -321,7 +321,7 @@ def test_forged_meta_is_shaped_before_any_consumer(tmp_path, meta):
     result, records, painted = consumers(tmp_path, box, "shell", {"command": "x"})
     assert "egress" not in result.meta and "workspace_growth_bytes" not in result.meta
     assert 0 <= result.meta["host_elapsed_s"] < 10
-    assert not isinstance(result.meta.get("diff"), (list, dict))
+    assert "diff" not in result.meta and (result.diff is None or isinstance(result.diff, str)) and result.egress == []
     assert not [r for r in records if r["type"] == "egress"], "an egress record the agent wrote was shown as the host's"
     finished = [ev.parse(r) for r in records if r["type"] == "tool_result"]
     assert len(finished) == 1 and isinstance(finished[0], ev.ToolCallFinished) and finished[0].executor.value == "runtime"

@@ -5,11 +5,12 @@ upstream on loopback that, like many servers and CDNs, keeps reading requests on
 answering one. The client is a plain socket speaking raw HTTP, as a box's program would."""
 from __future__ import annotations
 
-import importlib.util
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,10 +19,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def proxy_module():
-    spec = importlib.util.spec_from_file_location("egress_proxy_redteam", ROOT / "compose" / "proxy" / "egress_proxy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The gate's package, imported as its container imports it (egress_proxy.py puts compose/proxy on sys.path)."""
+    if str(ROOT / "compose" / "proxy") not in sys.path:
+        sys.path.insert(0, str(ROOT / "compose" / "proxy"))
+    from egress_gate import audit, handler, rules, settings, tls
+
+    return SimpleNamespace(Policy=rules.Policy, Credential=rules.Credential, Settings=settings.Settings, Server=handler.Server,
+                           AuditLog=audit.AuditLog, tls=tls)
 
 
 class LenientUpstream:
@@ -83,9 +87,9 @@ class LenientUpstream:
 @pytest.fixture
 def gate(proxy_module):
     upstream = LenientUpstream()
-    proxy_module.POLICY = proxy_module.Policy(f"localhost:{upstream.port}", "127.0.0.0/8,::1/128")
-    proxy_module.log = lambda **fields: None  # the decisions are not what these tests read
-    server = proxy_module.Server(("127.0.0.1", 0), proxy_module.Handler)
+    settings = proxy_module.Settings(proxy_module.Policy(f"localhost:{upstream.port}", "127.0.0.0/8,::1/128"),
+                                     audit=proxy_module.AuditLog(sink=lambda fields: None))  # the decisions are not what these tests read
+    server = proxy_module.Server(("127.0.0.1", 0), settings)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server.server_address[1], upstream
@@ -217,14 +221,13 @@ def cas():
 
 
 def _gate_with(proxy_module, rules: list[dict], upstream_ca: str, leaves: dict, port: int, prefix: str = "/"):
-    proxy_module.POLICY = proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "test rule set")
-    proxy_module.CREDENTIALS = [proxy_module.Credential({"host": "localhost", "port": port, "path_prefix": prefix, "header": "Authorization",
-                                                         "value": f"Bearer {TOKEN}", "secrets": [TOKEN]})]
-    proxy_module.INTERCEPT.clear()
-    proxy_module.load_intercept(json.dumps(leaves), upstream_ca)
     records: list[dict] = []
-    proxy_module.log = lambda **fields: records.append(fields)
-    server = proxy_module.Server(("127.0.0.1", 0), proxy_module.Handler)
+    credentials = [proxy_module.Credential({"host": "localhost", "port": port, "path_prefix": prefix, "header": "Authorization",
+                                            "value": f"Bearer {TOKEN}", "secrets": [TOKEN]})]
+    settings = proxy_module.Settings(proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "test rule set"), credentials,
+                                     proxy_module.tls.intercept_contexts(json.dumps(leaves)), proxy_module.tls.upstream_context(upstream_ca),
+                                     audit=proxy_module.AuditLog(sink=records.append))
+    server = proxy_module.Server(("127.0.0.1", 0), settings)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, records
 

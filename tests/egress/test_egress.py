@@ -79,9 +79,9 @@ def test_managed_gate_allows_refuses_and_records(managed_gate_box, egress_projec
     box.call("write_file", {"path": "fetch.py", "content": FETCH})
     allowed = box.call("shell", {"command": "python3 fetch.py http://allowed.test:8000/"})
     assert allowed.output.strip() == "OK 19 hello from allowed"
-    assert [(r["host"], r["decision"]) for r in allowed.meta["egress"]] == [("allowed.test", "allow")]
+    assert [(r.host, r.decision) for r in allowed.egress] == [("allowed.test", "allow")]
     denied = box.call("shell", {"command": "python3 fetch.py http://denied.test:8000/"})
-    assert denied.output.startswith("HTTP 403") and denied.meta["egress"][0]["decision"] == "deny"
+    assert denied.output.startswith("HTTP 403") and denied.egress[0].decision == "deny"
     # A listed name that resolves to loopback is refused after resolution (no rebinding around the list).
     loop = box.call("shell", {"command": "python3 fetch.py http://localhost:8000/"})
     assert loop.output.startswith("HTTP 403") and "refused address" in loop.output

@@ -144,7 +144,7 @@ def api_box(request, egress_project, tls_api, docker_client, tmp_path, monkeypat
 
 def call(box, *args: str) -> tuple[dict, list[dict]]:
     result = box.call("shell", {"command": "python3 client.py " + " ".join(f"'{a}'" for a in args), "timeout": 60})
-    return json.loads(result.output.strip().splitlines()[-1]), result.meta.get("egress", [])
+    return json.loads(result.output.strip().splitlines()[-1]), [r.model_dump() for r in result.egress]
 
 
 @pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)
