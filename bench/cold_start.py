@@ -27,7 +27,8 @@ from docker.models.containers import Container, ContainerCollection  # noqa: E40
 from docker.models.images import ImageCollection  # noqa: E402
 
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
-from orchestrator.sandbox import base, daemon, docker as docker_backend  # noqa: E402
+from orchestrator.sandbox import base, daemon  # noqa: E402
+from orchestrator.sandbox import docker as docker_backend
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 from orchestrator.workspace import sweep_journal  # noqa: E402

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import queue
-from pathlib import Path
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from orchestrator.config import LABEL
 from orchestrator.host_memory import malloc_stats

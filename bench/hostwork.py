@@ -79,8 +79,8 @@ def child(op: str, ws: Path, scratch: Path) -> None:
     elif op == "checkpoint":
         CheckpointStore(scratch / "store", ws).record(0)
     elif op == "changes":
-        from orchestrator.workspace.review import list_changes, render_diff
         from orchestrator.workspace.copy import copy_workspace
+        from orchestrator.workspace.review import list_changes, render_diff
 
         manifest = copy_workspace(ws, scratch / "copy", os.getuid(), os.getgid())
         target = scratch / "copy" / largest_file(ws)
@@ -90,9 +90,9 @@ def child(op: str, ws: Path, scratch: Path) -> None:
         for _ in render_diff(manifest, list_changes(manifest)):
             pass
     elif op == "preview":
-        from orchestrator.workspace.preview import proposed_diff
         from orchestrator.models.base import ToolCall
         from orchestrator.tools.registry import ToolRegistry
+        from orchestrator.workspace.preview import proposed_diff
 
         rel = largest_file(ws)
         registry = ToolRegistry(None, ws)  # type: ignore[arg-type]  # prepare() never touches the sandbox

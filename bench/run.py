@@ -32,16 +32,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.curve import concurrency_curve, curve_rows  # noqa: E402
-from orchestrator.workspace.checkpoints import CheckpointStore  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
-from orchestrator.workspace.integrity import Sweeper  # noqa: E402
-from orchestrator.workspace.sweep_journal import capture_baseline  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 from orchestrator.sandbox.pool import SandboxPool  # noqa: E402
 from orchestrator.sandbox.runtimes import available_runtimes, choose_runtime  # noqa: E402
+from orchestrator.workspace.checkpoints import CheckpointStore  # noqa: E402
 from orchestrator.workspace.copy import copy_workspace  # noqa: E402
+from orchestrator.workspace.integrity import Sweeper  # noqa: E402
+from orchestrator.workspace.sweep_journal import capture_baseline  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

@@ -34,7 +34,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.host import (  # noqa: E402
-    HostSample, close_idle_api_connections, host_sample, mapping_growth, our_containers, our_networks, rss_by_mapping,
+    HostSample,
+    close_idle_api_connections,
+    host_sample,
+    mapping_growth,
+    our_containers,
+    our_networks,
+    rss_by_mapping,
 )
 from orchestrator.config import DockerBackendConfig, EgressConfig, SandboxConfig  # noqa: E402
 from orchestrator.errors import OpenAgentsError  # noqa: E402

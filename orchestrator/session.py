@@ -12,30 +12,30 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
+from . import events as ev
+from .boxfs import HostBudget, lstat_workspace
+from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .loop import Session
-from .pipeline import CallPipeline
-from . import events as ev
-from .budget import Budget
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
+from .pipeline import CallPipeline
 from .policy.approvals import ApprovalGate, Approver
-from .protocol import Executor
-from .boxfs import HostBudget, lstat_workspace
 from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
-from .workspace.checkpoints import CheckpointStore
-from .workspace.context_files import ContextFiles
-from .workspace.integrity import SweepReport
+from .protocol import Executor
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
 from .sandbox.starts import StartQueued
-from .workspace.records import SessionRecord, WorkspaceMode, prepare
-from .transcript.resume import Rebuilt, ResumeLock, rebuild, resumable
-from .workspace import records as records_
 from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
+from .transcript.resume import Rebuilt, ResumeLock, rebuild, resumable
+from .workspace import records as records_
+from .workspace.checkpoints import CheckpointStore
+from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
+from .workspace.integrity import SweepReport
+from .workspace.records import SessionRecord, WorkspaceMode, prepare
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 

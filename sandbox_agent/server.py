@@ -19,11 +19,11 @@ import sys
 import threading
 
 from . import PROTOCOL_VERSION, jsonbound, limits
-from .paths import WORKSPACE, PathRefused
-from .shell import shell
 from .listing import list_files
+from .paths import WORKSPACE, PathRefused
 from .reading import read_file
 from .search import grep_files
+from .shell import shell
 from .tools import ToolError
 from .writing import edit_file, write_file
 

@@ -2,7 +2,6 @@
 and write_file all judge a file the same way."""
 from __future__ import annotations
 
-
 BOM = b"\xef\xbb\xbf"
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 
 from orchestrator.boxfs import HostBudget
+from orchestrator.sandbox.base import SWEEP_BUDGET_S, SupervisedSandbox
 from orchestrator.workspace.checkpoints import CheckpointStore
 from orchestrator.workspace.quota import WriteQuota
-from orchestrator.sandbox.base import SWEEP_BUDGET_S, SupervisedSandbox
 
 
 def test_a_checkpoint_past_the_sessions_clock_is_unknown_not_empty(tmp_path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "orchestrator"
 MAX_ROOT_MODULES = 12

@@ -28,7 +28,7 @@ from orchestrator.transcript import Transcript
 
 if TYPE_CHECKING:
     from orchestrator.sandbox.starts import StartQueued
-    from orchestrator.workspace.integrity import SweepReport, Sweeper
+    from orchestrator.workspace.integrity import Sweeper, SweepReport
 
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.transcript.resume import NO_RESULT, rebuild
 from orchestrator.transcript import Unreadable, read_records
+from orchestrator.transcript.resume import NO_RESULT, rebuild
 from tests.conftest import make_workspace
 from tests.fake_model_server import FakeModelServer
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.workspace.copy import CopyManifest, copy_workspace
 from orchestrator.workspace.review import (
     MAX_FILE_LINES,
     MAX_TOTAL_LINES,
@@ -25,7 +26,6 @@ from orchestrator.workspace.review import (
     list_changes,
     render_diff,
 )
-from orchestrator.workspace.copy import CopyManifest, copy_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -238,9 +238,9 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     """What `run` shows: while the session's box waits for a start slot, the live view gets the place
     in line (not written to the transcript); once it starts, the wait is recorded once."""
     from orchestrator.events import SandboxStartQueued, parse
-    from orchestrator.terminal.painter import Painter
     from orchestrator.policy.approvals import NonInteractiveApprover
     from orchestrator.session import SessionOptions, open_session
+    from orchestrator.terminal.painter import Painter
     from orchestrator.workspace.records import WorkspaceMode
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))

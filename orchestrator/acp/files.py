@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
+from ..errors import ErrorType, OpenAgentsError
 from ..tools import catalog
 from . import models as m
 

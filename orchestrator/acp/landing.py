@@ -29,10 +29,10 @@ from typing import Any, Callable
 
 from ..boxfs import from_store, read_workspace_file, show
 from ..errors import OpenAgentsError
-from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
+from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
-from ..workspace.copy import CopyManifest
+from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
 
 META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
 EDITOR_WRITE_MAX_BYTES = 1024 * 1024  # as the diffs: a bigger file lands on disk and is not sent to the editor

@@ -41,11 +41,12 @@ from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
 from ..loop import Session, SessionStatus
 from ..mcp.client import McpHost
-from ..policy.approvals import Answer, ApprovalRequest, PermissionOption as WireOption
+from ..policy.approvals import Answer, ApprovalRequest
+from ..policy.approvals import PermissionOption as WireOption
 from ..protocol import Executor
-from ..workspace.records import SessionRecord, WorkspaceMode
 from ..tools import catalog
 from ..tools.registry import HostTools
+from ..workspace.records import SessionRecord, WorkspaceMode
 from . import files, replay
 from . import models as m
 from .content import PromptError, prompt_text, roots_of

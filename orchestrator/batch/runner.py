@@ -101,9 +101,9 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
     from ..loop import SessionResult, SessionStatus
     from ..policy.approvals import NonInteractiveApprover
     from ..session import SessionOptions, open_session
-    from ..workspace.records import WorkspaceMode
     from ..terminal.summary import changed_files, exit_code
     from ..tools.registry import RegistryConfig
+    from ..workspace.records import WorkspaceMode
 
     if control.cancel.is_set():
         raise KeyboardInterrupt
@@ -153,8 +153,8 @@ def _add_patch(result: TaskResult, manifest_path: Path) -> None:
     """The patch apply would land, and what it would leave out or refuse; a failure to make it is
     said in the result (as its error when the session itself had none), never a crash."""
     from ..boxfs import show
-    from ..workspace.review import planned_changes, render_diff, shown
     from ..workspace.copy import CopyManifest
+    from ..workspace.review import planned_changes, render_diff, shown
 
     try:
         manifest = CopyManifest.load(manifest_path)

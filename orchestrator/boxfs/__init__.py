@@ -18,7 +18,7 @@ written, and attacked (tests/attacks/test_boxfs.py), once:
 from .budget import BudgetExceeded, HostBudget
 from .copy import HardLinks, copy_regular, punch_copy
 from .names import from_store, show, to_store
-from .read import lstat_at, open_dir, open_parent, open_regular, read_at, read_workspace_file, lstat_workspace
+from .read import lstat_at, lstat_workspace, open_dir, open_parent, open_regular, read_at, read_workspace_file
 from .restore import remove_tree, write_atomic
 from .walk import Entry, Walk, kind_of
 

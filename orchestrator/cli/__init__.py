@@ -14,6 +14,7 @@ from .run import exec_, run
 from .servers import acp, batch, mcp
 from .sessions import apply_, changes, checkpoints, discard, rollback, sessions_
 
+
 @click.group()
 @click.option("-v", "--verbose", is_flag=True, help="Log what the host does.")
 @click.version_option(package_name="openagents-sandbox")
@@ -33,8 +34,8 @@ def _complete_pending_sweeps() -> None:
     ended (OOM, SIGKILL, power loss) left journaled (sweep_journal.py): their boxes are reaped first,
     so no box of theirs still writes while the sweep runs. Never fatal; one that cannot finish is
     said, and no session starts on that workspace until it does."""
-    from ..workspace import sweep_journal
     from ..terminal.render import visible
+    from ..workspace import sweep_journal
 
     try:
         if not any(entry.owner_gone() for entry in sweep_journal.pending()):

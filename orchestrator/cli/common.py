@@ -104,8 +104,8 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
                 runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
                 workspace_mode: str, entry_quota: int | None = None, copy_max_bytes: str | None = None, copy_max_entries: int | None = None,
                 **kwargs: Any) -> None:
-        from ..workspace.records import WorkspaceMode
         from ..workspace.copy import CopyLimits
+        from ..workspace.records import WorkspaceMode
 
         defaults = load_defaults()  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,

@@ -15,8 +15,18 @@ from ..protocol import ToolResult
 from ..terminal.painter import Line
 from ..terminal.render import json_line
 from ..terminal.summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
-from .common import (EXIT_TOOL_ERROR, SetupExit, copy_progress, ignore_interrupts, interrupt_once, load_defaults, new_transcript_path,
-                     sandbox_options, setup_error, terminate_as_interrupt)
+from .common import (
+    EXIT_TOOL_ERROR,
+    SetupExit,
+    copy_progress,
+    ignore_interrupts,
+    interrupt_once,
+    load_defaults,
+    new_transcript_path,
+    sandbox_options,
+    setup_error,
+    terminate_as_interrupt,
+)
 from .sessions import apply_copy
 
 if TYPE_CHECKING:
@@ -33,10 +43,10 @@ if TYPE_CHECKING:
 def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str, json_args: str) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
     change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
-    from ..terminal.render import visible
     from ..sandbox.backend import backend_from_config
-    from ..workspace.records import WorkspaceMode, prepare
+    from ..terminal.render import visible
     from ..tools.args import validate_arguments
+    from ..workspace.records import WorkspaceMode, prepare
 
     terminate_as_interrupt()
     try:
@@ -191,12 +201,12 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
     policy, runtime, image, max_turns, max_tokens, max_wall, model_timeout, context_window); flags override them."""
     from ..budget import Budget
-    from ..terminal.live import LiveView
     from ..loop import SessionStatus
-    from ..policy.approvals import NonInteractiveApprover, TerminalApprover
-    from ..terminal.render import visible
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
+    from ..policy.approvals import NonInteractiveApprover, TerminalApprover
     from ..session import SessionOptions, open_session
+    from ..terminal.live import LiveView
+    from ..terminal.render import visible
     from ..terminal.summary import changed_files, exit_code, summary_json, summary_lines
     from ..tools.registry import RegistryConfig
 

@@ -13,8 +13,7 @@ from typing import Callable
 from ..config import SandboxConfig
 from ..protocol import ToolResult
 from ..sandbox.backend import backend_from_config
-from ..sandbox.base import Backend
-from ..sandbox.base import Sandbox
+from ..sandbox.base import Backend, Sandbox
 from ..tools.defs import read_file, shell
 
 CANARY_VAR = "OA_DOCTOR_CANARY_TOKEN"

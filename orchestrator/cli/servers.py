@@ -108,8 +108,8 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
         copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
     from ..mcp.server import McpApprover, serve
-    from ..terminal.render import visible
     from ..session import SessionOptions, open_session
+    from ..terminal.render import visible
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     terminate_as_interrupt()  # a SIGTERM while the box starts removes it too

@@ -104,8 +104,8 @@ def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
 @click.option("--stat", "stat_only", is_flag=True, help="One line per file with counts, as git diff --stat.")
 def changes(session_id: str, stat_only: bool) -> None:
     """The unified diff of a copy session's changes against the real workspace."""
-    from ..workspace.review import list_changes, render_diff
     from ..workspace.copy import CopyManifest
+    from ..workspace.review import list_changes, render_diff
 
     record = _copy_session(session_id, "show")
     manifest = CopyManifest.load(record.manifest_path)
@@ -142,8 +142,8 @@ def discard(session_id: str) -> None:
 def checkpoints(session_id: str) -> None:
     """A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that
     failed or was skipped says so (what changed then is unknown)."""
-    from ..workspace.checkpoints import CheckpointStore, shown_path
     from ..terminal.render import visible
+    from ..workspace.checkpoints import CheckpointStore, shown_path
 
     record = _session(session_id)
     for point in CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list():
@@ -166,8 +166,8 @@ def rollback(session_id: str, turn: int) -> None:
     """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
     Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
     from ..boxfs import from_store, show
-    from ..workspace.checkpoints import CheckpointStore
     from ..terminal.render import visible
+    from ..workspace.checkpoints import CheckpointStore
 
     record = _session(session_id)
     if record.running():

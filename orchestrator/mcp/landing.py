@@ -30,10 +30,10 @@ from typing import Any
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
 from ..terminal.render import visible
-from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
+from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
-from ..workspace.copy import CopyManifest
+from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
 
 COPY_TOOLS = ("changes", "apply_changes")
 MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all

@@ -43,8 +43,8 @@ from ..protocol import Executor, ToolResult
 from ..terminal.render import visible
 from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
-from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
 from ..workspace.copy_session import mark_landed
+from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
 from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself

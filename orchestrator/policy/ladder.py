@@ -17,9 +17,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails
 
+from ..boxfs import read_workspace_file
 from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
-from ..boxfs import read_workspace_file
 from ..tools import catalog
 from .safeparse import Refused, parse_data, parse_data_bounded
 

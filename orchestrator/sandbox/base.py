@@ -23,11 +23,11 @@ from .. import host_memory, state
 from ..boxfs import HostBudget
 from ..config import EgressRule, SandboxConfig, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
-from ..workspace import sweep_journal
-from ..workspace.integrity import Baseline, SweepReport, Sweeper
 from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_meta
-from ..workspace.quota import WriteQuota
 from ..tools.catalog import box_rule
+from ..workspace import sweep_journal
+from ..workspace.integrity import Baseline, Sweeper, SweepReport
+from ..workspace.quota import WriteQuota
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
 

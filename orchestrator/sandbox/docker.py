@@ -19,7 +19,7 @@ import docker.errors
 from docker.types import Mount, Ulimit
 
 from .. import state
-from ..config import EgressRule, LABEL, DockerBackendConfig, SandboxConfig
+from ..config import LABEL, DockerBackendConfig, EgressRule, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline

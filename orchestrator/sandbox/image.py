@@ -20,7 +20,8 @@ from typing import Callable
 import docker
 import docker.errors
 
-from ..config import DEFAULT_IMAGE, EGRESS_PROXY_IMAGE as PROXY_IMAGE, LABEL
+from ..config import DEFAULT_IMAGE, LABEL
+from ..config import EGRESS_PROXY_IMAGE as PROXY_IMAGE
 from ..errors import ErrorType, OpenAgentsError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,8 +26,7 @@ from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace.sweep_journal import capture_baseline
 from .backend import backend_from_config
-from .base import Backend
-from .base import Sandbox
+from .base import Backend, Sandbox
 from .starts import StartQueued
 
 log = logging.getLogger(__name__)

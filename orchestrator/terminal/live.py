@@ -16,8 +16,19 @@ from rich.console import Console
 from rich.status import Status
 from rich.text import Text
 
-from ..events import (ModelRequested, ModelResponded, ModelRetrying, ModelTextStreamed, SessionEnded, SessionStarted, ToolCallChanged, ToolCallFinished,
-                     ToolCallState, ToolOutputStreamed, parse)
+from ..events import (
+    ModelRequested,
+    ModelResponded,
+    ModelRetrying,
+    ModelTextStreamed,
+    SessionEnded,
+    SessionStarted,
+    ToolCallChanged,
+    ToolCallFinished,
+    ToolCallState,
+    ToolOutputStreamed,
+    parse,
+)
 from .painter import Line, Painter, diff_lines
 from .render import continued, visible
 

@@ -11,8 +11,22 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..events import (ApprovalDecided, ContextCompacted, EgressRecorded, Event, ModelResponded, ModelRetrying, SandboxStartQueued, SessionEnded,
-                     SessionResumed, SessionStarted, ToolCallChanged, ToolCallFinished, ToolCallState, parse)
+from ..events import (
+    ApprovalDecided,
+    ContextCompacted,
+    EgressRecorded,
+    Event,
+    ModelResponded,
+    ModelRetrying,
+    SandboxStartQueued,
+    SessionEnded,
+    SessionResumed,
+    SessionStarted,
+    ToolCallChanged,
+    ToolCallFinished,
+    ToolCallState,
+    parse,
+)
 from .render import continued, visible
 
 DIFF_LINES_SHOWN = 120

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ..loop import SessionResult, SessionStatus
-from .render import visible
 from ..workspace.records import SessionRecord
+from .render import visible
 
 if TYPE_CHECKING:
     from ..workspace.review import ApplyReport

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 
-from sandbox_agent.shell import SECRET_NAME
 from sandbox_agent import jsonbound
+from sandbox_agent.shell import SECRET_NAME
 
 from ..errors import ErrorType, OpenAgentsError
 from ..events import Event

@@ -22,8 +22,8 @@ from typing import Sequence
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import Message, ToolCall
-from . import Unreadable, read_records
 from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, load
+from . import Unreadable, read_records
 
 RESUMABLE_KINDS = frozenset({"run", "acp"})  # exec and mcp sessions have no conversation of their own
 MAX_MESSAGES = 20_000  # rebuilt; past this the oldest go (compaction would elide them anyway)

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .bounded_diff import bounded_unified_diff
-from ..errors import ErrorType, OpenAgentsError
 from ..boxfs import read_workspace_file
+from ..errors import ErrorType, OpenAgentsError
 from ..tools.registry import PreparedCall
+from .bounded_diff import bounded_unified_diff
 
 PREVIEW_CAP = 1 << 20  # bytes of the current file read for a preview, and of the file the edit would make
 PREVIEW_SECONDS = 2.0  # for the diff itself, once its child process has started

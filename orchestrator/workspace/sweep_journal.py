@@ -23,7 +23,7 @@ from typing import Any
 from .. import state
 from ..boxfs import HostBudget, from_store, to_store
 from ..errors import ErrorType, OpenAgentsError
-from .integrity import Baseline, SweepReport, Sweeper
+from .integrity import Baseline, Sweeper, SweepReport
 
 log = logging.getLogger(__name__)
 

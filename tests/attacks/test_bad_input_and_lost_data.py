@@ -13,9 +13,9 @@ from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import ApprovalGate, NonInteractiveApprover
 from orchestrator.policy.ladder import Decision, Ladder, PolicyRule
+from orchestrator.sandbox.docker import run_detached
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
-from orchestrator.sandbox.docker import run_detached
 
 pytestmark = pytest.mark.docker
 

@@ -16,8 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.boxfs import (BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, from_store, read_at,
-                                read_workspace_file, remove_tree, show, to_store, write_atomic)
+from orchestrator.boxfs import (
+    BudgetExceeded,
+    HardLinks,
+    HostBudget,
+    Walk,
+    copy_regular,
+    from_store,
+    read_at,
+    read_workspace_file,
+    remove_tree,
+    show,
+    to_store,
+    write_atomic,
+)
 from orchestrator.errors import ErrorType, OpenAgentsError
 
 HOSTILE_NAMES = [b"new\nline", b"bad\xffutf8", b"esc\x1b[2Jclear", b"tab\tname", b"back\\slash", b"\xc3\x28", "ünï".encode()]

@@ -27,12 +27,12 @@ from orchestrator.loop import Session, SessionStatus
 from orchestrator.mcp.results import to_call_result
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
-from orchestrator.terminal.painter import Painter
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
 from orchestrator.policy.ladder import Ladder
 from orchestrator.protocol import EgressRecord, ToolResult
 from orchestrator.sandbox import channel as channel_module
 from orchestrator.sandbox.base import BoxSpec, SupervisedSandbox
+from orchestrator.terminal.painter import Painter
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
 

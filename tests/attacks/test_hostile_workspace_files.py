@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.boxfs import lstat_workspace, read_workspace_file
+from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.policy.ladder import POLICY_CAP, load_workspace_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, Refused, parse_data_bounded
 from orchestrator.session import load_policies

@@ -105,8 +105,8 @@ def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, t
 
 def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sandbox, tmp_path, home):
     """Copy mode: a bare repository the box planted in the copy is not carried into the real workspace by apply (its HEAD is left out and listed)."""
-    from orchestrator.workspace.review import apply_changes
     from orchestrator.workspace.copy import copy_workspace
+    from orchestrator.workspace.review import apply_changes
     from tests.conftest import chown_tree
 
     marker = home / "markers" / "MARKER-apply-pager"
@@ -176,8 +176,8 @@ def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_
 def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_refused(tmp_path, home):
     """Past the cap of read-only repository mounts the sandbox is not started at all (typed, fatal), rather than half protected."""
     from orchestrator.errors import ErrorType, OpenAgentsError
-    from orchestrator.workspace.sweep_journal import capture_baseline
     from orchestrator.sandbox.docker import MAX_GIT_MOUNTS, git_mounts
+    from orchestrator.workspace.sweep_journal import capture_baseline
 
     ws = make_workspace(home / "many", {f"r{i:04d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(MAX_GIT_MOUNTS + 1)})
     with pytest.raises(OpenAgentsError) as err:

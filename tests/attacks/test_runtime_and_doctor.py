@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
+from orchestrator.cli.selfcheck import CHECKS
 from orchestrator.config import DockerBackendConfig, SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.docker import DockerSandbox
-from orchestrator.cli.selfcheck import CHECKS
 
 pytestmark = pytest.mark.docker
 

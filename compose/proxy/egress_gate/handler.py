@@ -16,8 +16,20 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-from .checks import (Denied, Headers, check_body, check_host_header, check_literal, check_path, client_hello_sni, normal_host,
-                     parse_authority, resolve, short, short_text)
+from .checks import (
+    Denied,
+    Headers,
+    check_body,
+    check_host_header,
+    check_literal,
+    check_path,
+    client_hello_sni,
+    normal_host,
+    parse_authority,
+    resolve,
+    short,
+    short_text,
+)
 from .rules import TOKEN, Credential
 from .settings import Settings
 from .tls import SNI_ATTRIBUTE, Redactor
