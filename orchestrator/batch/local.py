@@ -168,8 +168,12 @@ def run_local(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWri
     except KeyboardInterrupt:
         ignore_interrupts()
         outcome.interrupted = True
+        # Every task not started is dropped first, while the running ones still hold their workers:
+        # stopping a running one first frees its worker, which could take a queued task meanwhile.
+        for future in controls:
+            future.cancel()
         for future, control in controls.items():
-            if not future.cancel():
+            if not future.cancelled():
                 control.stop()
         executor.shutdown(wait=True, cancel_futures=True)  # every running session ends, its box removed
         for future in controls:
