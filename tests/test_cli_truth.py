@@ -100,6 +100,8 @@ def test_the_byte_limit_names_its_flag_and_the_flag_and_config_key_raise_it(sand
     ws = make_workspace(tmp_path / "ws", {"blob.bin": os.urandom(3 << 20), "a.txt": "a\n"})
     proc = oa(tmp_path, "exec", "--workspace", str(ws), "--workspace-mode", "copy", "--copy-max-bytes", "1m", "read_file", '{"path": "a.txt"}')
     assert proc.returncode == 2 and "over 1.0 MiB of data" in proc.stderr and "--copy-max-bytes" in proc.stderr, proc.stderr
+    said = json.loads(proc.stdout)  # exec's one JSON result, for a set-up error too
+    assert said["ok"] is False and said["error"]["type"] == "resource_exhausted" and "--copy-max-bytes" in said["error"]["message"]
     assert not sessions_dir(tmp_path).exists()
     proc = oa(tmp_path, "exec", "--workspace", str(ws), "--workspace-mode", "copy", "--copy-max-bytes", "8m", "read_file", '{"path": "a.txt"}')
     assert proc.returncode == 0 and json.loads(proc.stdout)["output"] == "a\n", proc.stderr

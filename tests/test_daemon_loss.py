@@ -314,6 +314,7 @@ def test_run_killed_mid_call_ends_the_session_typed_and_the_next_run_works(daemo
     down = subprocess.run([OA, "exec", "--workspace", str(ws), "read_file", '{"path": "a.txt"}'], env=env, capture_output=True, text=True,
                           timeout=60)
     assert down.returncode == 2 and "docker_unavailable" in down.stderr, down.stderr
+    assert json.loads(down.stdout)["error"]["type"] == "docker_unavailable"  # its one JSON result on stdout
 
     daemon.ensure_up()
     again = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "cat a.txt"}}]}, {"text": "done"}], "again.jsonl")

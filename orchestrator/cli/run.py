@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 @click.argument("tool")
 @click.argument("json_args", default="{}")
 def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str, json_args: str) -> None:
-    """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result. In copy mode the
-    change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
+    """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result (a set-up error too: a
+    script's json.load never meets an empty stdout). In copy mode the change stays in the session's
+    copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from ..sandbox.backend import backend_from_config
     from ..terminal.render import visible
     from ..tools.args import validate_arguments
@@ -64,6 +65,7 @@ def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limit
             finally:
                 sandbox.close()
         except OpenAgentsError as err:
+            click.echo(ToolResult.failure(err).model_dump_json())
             raise setup_error(err) from None
         record.status = "finished" if result.ok else "stopped"
         record.save()
