@@ -142,18 +142,21 @@ def runtime(request, docker_client) -> str | None:
     name = getattr(request, "param", None)
     if name is None or name == "runc":
         return name
+    return require_runtime(name, docker_client)
+
+
+def require_runtime(name: str, docker_client) -> str:
+    """`name`, when the daemon has a usable registration of it; else the test is skipped with the
+    reason, or failed under OA_REQUIRE_RUNSC=1 (CI)."""
     from orchestrator.errors import OpenAgentsError
     from orchestrator.sandbox.runtimes import choose_runtime
 
     try:
         choose_runtime(name, False, docker_client)
-        problem = None
     except OpenAgentsError as err:
-        problem = str(err)
-    if problem:
         if os.environ.get("OA_REQUIRE_RUNSC") == "1":
-            pytest.fail(f"OA_REQUIRE_RUNSC=1 but {problem}")
-        pytest.skip(problem)
+            pytest.fail(f"OA_REQUIRE_RUNSC=1 but {err}")
+        pytest.skip(str(err))
     return name
 
 

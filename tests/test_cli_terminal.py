@@ -8,6 +8,7 @@ import os
 import pty
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,20 +16,21 @@ from tests.conftest import make_workspace
 from tests.test_terminal_prompt import read_until
 
 pytestmark = pytest.mark.docker
-OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
+ROOT = Path(__file__).resolve().parent.parent
 LABEL = "dev.openagents.sandbox"
 
 
-def spawn(tmp_path, ws, turns):
+def spawn(tmp_path: Path, ws: Path, turns: list[dict], *flags: str) -> tuple[int, int, Path]:
+    """`oa-sandbox run` of this tree at a pty, with a script model of `turns`; (pid, pty fd, transcript path)."""
     script = tmp_path / "s.jsonl"
     script.write_text("\n".join(json.dumps(t) for t in turns))
     transcript = tmp_path / "t.jsonl"
-    os.environ["XDG_STATE_HOME"] = str(tmp_path / "state")  # inherited by the child only: pytest's own env is restored below
     pid, fd = pty.fork()
     if pid == 0:
-        os.environ["XDG_CONFIG_HOME"] = str(tmp_path / "config")
-        os.execv(OA, [OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--transcript", str(transcript), "go"])
-    del os.environ["XDG_STATE_HOME"]
+        os.environ.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
+        os.chdir(ROOT)
+        os.execv(sys.executable, [sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", f"script:{script}",
+                                  "--transcript", str(transcript), *flags, "go"])
     return pid, fd, transcript
 
 
@@ -98,16 +100,10 @@ def test_n_with_a_reason_reaches_the_model_and_the_edit_prompt_shows_the_diff(sa
 
 def test_a_long_call_shows_a_live_elapsed_line_with_its_output_tail_at_a_terminal(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
-    script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
+    pid, fd, _ = spawn(tmp_path, ws, [
         {"tool_calls": [{"name": "shell", "arguments": {"command": "echo tail-line; sleep 3"}}]},
         {"text": "done"},
-    ]))
-    os.environ["XDG_STATE_HOME"] = str(tmp_path / "state")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execv(OA, [OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--auto-approve", "go"])
-    del os.environ["XDG_STATE_HOME"]
+    ], "--auto-approve")
     try:
         seen = read_until(fd, b"running: shell 1 s")
         seen += read_until(fd, b"session:")

@@ -7,12 +7,10 @@ command line tells which way each went, so the comparison cannot pass by taking 
 """
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
-from orchestrator.errors import OpenAgentsError
 from tests.conftest import BOTH_RUNTIMES, chown_tree
 
 pytestmark = pytest.mark.docker
@@ -23,15 +21,9 @@ PAD = "\n#" + "p" * 5000  # past PIPE_BUF (4096): the launcher refuses it
 @pytest.fixture(scope="module", params=BOTH_RUNTIMES)
 def box(request, sandbox_image, docker_client, tmp_path_factory):
     from orchestrator.sandbox.docker import DockerSandbox
-    from orchestrator.sandbox.runtimes import choose_runtime
-    from tests.conftest import sandbox_config
+    from tests.conftest import require_runtime, sandbox_config
 
-    try:
-        choose_runtime(request.param, False, docker_client)
-    except OpenAgentsError as err:
-        if os.environ.get("OA_REQUIRE_RUNSC") == "1":
-            pytest.fail(f"OA_REQUIRE_RUNSC=1 but {err}")
-        pytest.skip(str(err))
+    require_runtime(request.param, docker_client)
     root = tmp_path_factory.mktemp(f"shell-launcher-{request.param}") / "ws"
     root.mkdir()
     chown_tree(root)

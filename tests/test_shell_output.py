@@ -13,12 +13,11 @@ suffix on UTF-8 boundaries: codex-rs/utils/string/src/truncate/tests.rs).
 """
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 
-from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.errors import ErrorType
 from tests.conftest import BOTH_RUNTIMES, chown_tree, live_processes
 
 pytestmark = pytest.mark.docker
@@ -35,15 +34,9 @@ BOUND_S = 1.5
 def box(request, sandbox_image, docker_client, tmp_path_factory):
     """One box per runtime for the module (the conftest `runtime` fixture is per test, a box each)."""
     from orchestrator.sandbox.docker import DockerSandbox
-    from orchestrator.sandbox.runtimes import choose_runtime
-    from tests.conftest import sandbox_config
+    from tests.conftest import require_runtime, sandbox_config
 
-    try:
-        choose_runtime(request.param, False, docker_client)
-    except OpenAgentsError as err:
-        if os.environ.get("OA_REQUIRE_RUNSC") == "1":
-            pytest.fail(f"OA_REQUIRE_RUNSC=1 but {err}")
-        pytest.skip(str(err))
+    require_runtime(request.param, docker_client)
     root = tmp_path_factory.mktemp(f"shell-output-{request.param}") / "ws"
     root.mkdir()
     chown_tree(root)

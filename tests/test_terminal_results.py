@@ -5,33 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import make_workspace
-from tests.test_cli_terminal import finish
+from tests.test_cli_terminal import ROOT, finish, spawn
 from tests.test_terminal_prompt import read_until
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def spawn(tmp_path: Path, ws: Path, turns: list[dict], *flags: str) -> tuple[int, int, Path]:
-    script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in turns))
-    transcript = tmp_path / "t.jsonl"
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-        os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", f"script:{script}",
-                                  "--transcript", str(transcript), *flags, "go"])
-    return pid, fd, transcript
 
 
 def test_a_result_shows_its_escaped_tail_and_transcript_show_full_shows_it_all(sandbox_image, tmp_path):
