@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from docker.models.containers import Container, ContainerCollection  # noqa: E402
 from docker.models.images import ImageCollection  # noqa: E402
 
+from bench.host import make_workspace  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.sandbox import base, daemon  # noqa: E402
 from orchestrator.sandbox import docker as docker_backend
@@ -75,11 +76,7 @@ def main() -> int:
     image = ensure_image(client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr))
     instrument()
     with tempfile.TemporaryDirectory(prefix="oa-cold-start-") as tmp:
-        ws = Path(tmp)
-        (ws / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)
-        if os.geteuid() == 0:
-            os.chown(ws, 1000, 1000)
-            os.chown(ws / "one_kib.txt", 1000, 1000)
+        ws = make_workspace(Path(tmp))
         for runtime in args.runtime or ["runc", "runsc"]:
             config = SandboxConfig(backend=DockerBackendConfig(runtime=runtime))
             rows: dict[str, list[float]] = defaultdict(list)

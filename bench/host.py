@@ -112,3 +112,18 @@ def mapping_growth(before: dict[str, int], after: dict[str, int], top: int = 8) 
     """The mappings whose resident size changed most between two rss_by_mapping() readings."""
     moved = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in before.keys() | after.keys()), key=lambda d: -abs(d[0]))
     return ", ".join(f"{Path(k).name or k} {kib / 1024:+.2f}" for kib, k in moved[:top] if kib)
+
+
+def make_workspace(root: Path, files: int = 0) -> Path:
+    """The benchmarks' workspace: one_kib.txt, big.txt and `files` small files, owned by the box's uid 1000."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)
+    (root / "big.txt").write_text(("y" * 63 + "\n") * 2000)
+    for i in range(files):
+        sub = root / f"d{i // 1000:03}"
+        if i % 1000 == 0:
+            sub.mkdir(exist_ok=True)
+        (sub / f"f{i:06}.txt").write_text(f"file {i}\nnothing to see\n" + ("needle\n" if i == files - 1 else ""))
+    if os.geteuid() == 0:
+        os.system(f"chown -R 1000:1000 {root}")
+    return root

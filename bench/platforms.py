@@ -22,6 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.host import make_workspace  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
@@ -76,11 +77,7 @@ def main() -> int:
     client = docker_client(timeout=120)
     image = ensure_image(client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr))
     with tempfile.TemporaryDirectory(prefix="oa-platforms-") as tmp:
-        ws = Path(tmp)
-        (ws / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)
-        if os.geteuid() == 0:
-            os.chown(ws, 1000, 1000)
-            os.chown(ws / "one_kib.txt", 1000, 1000)
+        ws = make_workspace(Path(tmp))
         results: dict[str, list[dict]] = {r: [] for r in args.runtimes}
         for n in range(args.rounds):
             for runtime in args.runtimes:

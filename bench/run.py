@@ -32,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.curve import concurrency_curve, curve_rows  # noqa: E402
+from bench.host import make_workspace  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
@@ -71,20 +72,6 @@ def paced(fn, n: int) -> list[float]:
         time.sleep(SHELL_PAUSE_S)
         out += timed(fn, 1)
     return out
-
-
-def make_workspace(root: Path, files: int = 0) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "one_kib.txt").write_text(("x" * 63 + "\n") * 16)
-    (root / "big.txt").write_text(("y" * 63 + "\n") * 2000)
-    for i in range(files):
-        sub = root / f"d{i // 1000:03}"
-        if i % 1000 == 0:
-            sub.mkdir(exist_ok=True)
-        (sub / f"f{i:06}.txt").write_text(f"file {i}\nnothing to see\n" + ("needle\n" if i == files - 1 else ""))
-    if os.geteuid() == 0:
-        os.system(f"chown -R 1000:1000 {root}")
-    return root
 
 
 def must(result):
