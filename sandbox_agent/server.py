@@ -8,37 +8,50 @@ Response: {"v": 1, "id": 7, "ok": true, "output": "...", "note": "...", "meta": 
 
 Each request runs in a thread of its own, so a read can answer while a command runs: an idle one
 kept from an earlier request where there is one (see _Workers).
+
+A tool's module is imported at its first call (TOOLS): the agent answers `hello` and a first read
+without loading subprocess, the shell's machinery, the search child or the editor, which under gVisor
+cost a cold start tens of milliseconds (issue 26; the shell makes the agent not dumpable when it is
+first imported, before its first command).
 """
 from __future__ import annotations
 
+import collections
+import importlib
 import json
 import os
-import queue
 import signal
 import sys
 import threading
 
 from . import PROTOCOL_VERSION, jsonbound, limits
-from .listing import list_files
 from .paths import WORKSPACE, PathRefused
-from .reading import read_file
-from .search import grep_files
-from .shell import shell
 from .tools import ToolError
-from .writing import edit_file, write_file
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
+# A tool's name -> its module and function, imported at the tool's first call.
 TOOLS = {
-    "read_file": read_file,
-    "list_files": list_files,
-    "grep_files": grep_files,
-    "write_file": write_file,
-    "edit_file": edit_file,
-    "shell": shell,
+    "read_file": ("reading", "read_file"),
+    "list_files": ("listing", "list_files"),
+    "grep_files": ("search", "grep_files"),
+    "write_file": ("writing", "write_file"),
+    "edit_file": ("writing", "edit_file"),
+    "shell": ("shell", "shell"),
 }
+_loaded: dict[str, Callable[..., dict[str, Any]]] = {}
+
+
+def _tool(name: str) -> Callable[..., dict[str, Any]]:
+    """The tool's function; its module is imported now if this is its first call (the import lock
+    makes two first calls at once wait for one import)."""
+    fn = _loaded.get(name)
+    if fn is None:
+        module, function = TOOLS[name]
+        fn = _loaded[name] = getattr(importlib.import_module(f"{__package__}.{module}"), function)
+    return fn
 
 _out_lock = threading.Lock()
 
@@ -70,14 +83,14 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return {**base, "ok": False, "error": {"type": "protocol_error", "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}"}}
     if tool == "hello":
         return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0]}}
-    fn = TOOLS.get(tool) if isinstance(tool, str) else None  # a list as the tool would be unhashable: unknown, typed
-    if fn is None:
+    if not isinstance(tool, str) or tool not in TOOLS:  # a list as the tool would be unhashable: unknown, typed
         return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
     if not isinstance(args, dict):
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}
     try:
+        fn = _tool(tool)
         if tool == "shell" and request.get("stream") is True:
-            result = shell(args, on_output=lambda text: _send({**base, "chunk": text}))
+            result = fn(args, on_output=lambda text: _send({**base, "chunk": text}))
         else:
             result = fn(args)
         return {**base, "ok": True, **result}
@@ -116,15 +129,19 @@ class _Workers:
     MAX_IDLE = 4
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        # A deque and a condition, not queue.SimpleQueue: importing queue (and its C module) cost the
+        # agent's start ~20 ms under gVisor.
+        self._jobs: collections.deque[dict[str, Any]] = collections.deque()
         self._idle = 0
         self._lock = threading.Lock()
+        self._job_waiting = threading.Condition(self._lock)
 
     def submit(self, request: dict[str, Any]) -> None:
         with self._lock:
-            if self._idle:  # one of them is (or is about to be) blocked in get(): it takes this
+            if self._idle:  # one of them is (or is about to be) waiting for a job: it takes this
                 self._idle -= 1
-                self._jobs.put(request)
+                self._jobs.append(request)
+                self._job_waiting.notify()
                 return
         threading.Thread(target=self._work, args=(request,), daemon=True).start()
 
@@ -135,17 +152,9 @@ class _Workers:
                 if self._idle >= self.MAX_IDLE:
                     return
                 self._idle += 1
-            request = self._jobs.get()
-
-
-def _harden() -> None:
-    """Not dumpable: a command running as our uid cannot ptrace us or read /proc/1/{environ,mem,fd}."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except Exception:
-        pass
+                while not self._jobs:
+                    self._job_waiting.wait()
+                request = self._jobs.popleft()
 
 
 def _exit_on_signals() -> None:
@@ -165,7 +174,6 @@ def _exit_on_signals() -> None:
 
 
 def main() -> None:
-    _harden()
     try:
         os.chdir(WORKSPACE)  # tools open paths relative to it (see paths.local)
     except OSError:

@@ -193,8 +193,21 @@ def _pidfd_available() -> bool:
         return False
 
 
-# Decided once, when the agent starts: the waiter thread, if needed, exists before any command
-# runs, so a command that exhausts the box's processes or memory cannot stop it being made.
+def _not_dumpable() -> None:
+    """A command running as our uid cannot ptrace the agent or read /proc/1/{environ,mem,fd}."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:
+        pass
+
+
+# Done once, when this module is imported: at the first shell call, before its command starts (the
+# agent imports a tool at its first call, server.TOOLS), so before anything but the agent has run in
+# the box. The agent is made not dumpable, and the waiter thread, if needed, exists before any
+# command runs, so a command that exhausts the box's processes or memory cannot stop it being made.
+_not_dumpable()
 _pidfd_works = _pidfd_available()
 _waiter: _Waiter | None = None if _pidfd_works else _Waiter()
 

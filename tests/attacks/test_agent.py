@@ -41,6 +41,29 @@ def test_replacing_the_agent_files(victim):
     victim.assert_intact()
 
 
+def test_modules_planted_before_a_tools_first_call_are_never_imported(victim):
+    """The agent imports a tool's module at the tool's first call (issue 26), so after commands have
+    run. Modules planted wherever a command can write (the workspace, the agent's working directory;
+    /tmp, its HOME), named as the agent's package and the standard modules those tools import, are
+    never loaded: the agent's import path is the read-only image only (-I, -S, an absolute path)."""
+    names = ["sandbox_agent", "re", "difflib", "hashlib", "mmap", "select", "fnmatch", "codecs", "stat", "itertools", "ctypes"]
+    planted = "; ".join(
+        f"for d in /workspace /tmp /tmp/sandbox_agent /workspace/sandbox_agent; do mkdir -p $d/{name}; "
+        f"printf 'open(\"/tmp/PWNED-{name}\", \"w\").close()\\n' | tee $d/{name}.py $d/{name}/__init__.py >/dev/null; done"
+        for name in names + ["search", "writing", "listing", "globs", "edit_text", "search_child"]
+    )
+    assert victim.sh(planted + "; ls /tmp | head -3").ok
+    assert victim.call("grep_files", {"pattern": "vic+tim", "path": "."}).ok
+    assert victim.call("list_files", {"path": "."}).ok
+    assert victim.call("write_file", {"path": "new.txt", "content": "one\ntwo\n"}).ok
+    assert not victim.call("edit_file", {"path": "new.txt", "old_text": "thre", "new_text": "3"}).ok  # a failed edit loads difflib
+    assert victim.call("edit_file", {"path": "new.txt", "old_text": "two", "new_text": "2"}).ok
+    assert victim.sh("ls /tmp | grep -c PWNED").output.strip() == "0"
+    victim.assert_intact(changed=("new.txt", "sandbox_agent/", *(f"{n}.py" for n in names), *(f"{n}/" for n in names),
+                                  *(f"{n}.py" for n in ("search", "writing", "listing", "globs", "edit_text", "search_child")),
+                                  *(f"{n}/" for n in ("search", "writing", "listing", "globs", "edit_text", "search_child"))))
+
+
 def test_garbage_on_the_agents_stdout(victim):
     """A command cannot write to the agent's stdout under runc (/proc/1/fd is closed to it: the agent is
     not dumpable). gVisor does not apply that check to /proc/1/fd, so there the garbage reaches the host,
