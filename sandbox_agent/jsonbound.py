@@ -11,7 +11,8 @@ deep. The agent and the host share this module, so it keeps to the standard libr
 from __future__ import annotations
 
 import itertools
-import json
+
+from . import wire
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -68,4 +69,4 @@ def loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
         text = raw.decode("utf-8", "surrogatepass")  # as json.loads decodes UTF-8 bytes
     if deeper_than(raw, max_depth):
         raise TooDeep(f"nested more than {max_depth} levels deep")
-    return json.loads(text)
+    return wire.decode(text)  # json.loads, without importing the json package (wire.py)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import collections
 import importlib
-import json
 import os
 import signal
 import sys
 import threading
 
-from . import PROTOCOL_VERSION, jsonbound, limits
+from . import PROTOCOL_VERSION, jsonbound, limits, wire
 from .paths import WORKSPACE, PathRefused
 from .tools import ToolError
 
@@ -57,7 +56,7 @@ _out_lock = threading.Lock()
 
 
 def _send(message: dict[str, Any]) -> None:
-    line = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8", errors="surrogateescape") + b"\n"
+    line = wire.encode(message).encode("utf-8", errors="surrogateescape") + b"\n"
     with _out_lock:
         sys.stdout.buffer.write(line)
         sys.stdout.buffer.flush()

@@ -81,6 +81,25 @@ def test_runc_opts_out_even_when_gvisor_is_there():
     assert choose("runc", True, FakeClient(WITH_GVISOR)).name == RUNC
 
 
+def test_runc_by_name_does_not_ask_the_daemon_and_gvisor_asks_it_each_time():
+    """`docker info` costs a box's start ~6 ms: runc asked for by name needs none; a gVisor choice asks
+    every time, so a registration changed meanwhile (here: --oci-seccomp removed) is refused at once."""
+    class Counting(FakeClient):
+        asked = 0
+
+        def info(self) -> dict:
+            self.asked += 1
+            return super().info()
+
+    client = Counting(WITH_GVISOR)
+    assert choose("runc", False, client).name == RUNC and client.asked == 0
+    assert choose("runsc", False, client).name == RUNSC and client.asked == 1
+    client._info = {"Runtimes": {**SETUP_RUNTIMES, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--directfs=false"]}}}
+    with pytest.raises(OpenAgentsError) as err:
+        choose("runsc", False, client)
+    assert client.asked == 2 and "--oci-seccomp" in str(err.value)
+
+
 @pytest.mark.parametrize("info", [PLAIN, {}, {"Runtimes": None}])
 def test_asking_for_runsc_the_daemon_lacks_is_a_typed_fatal_error(info):
     with pytest.raises(OpenAgentsError) as err:
