@@ -21,8 +21,8 @@ from orchestrator.sandbox.runtimes import (
 
 SETUP_RUNTIMES = {  # what scripts/setup registers, as `docker info` reports it
     "runc": {"path": "runc"},
-    "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp", "--directfs=false"]},
-    "runsc-net": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--oci-seccomp", "--directfs=false"]},
+    "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]},
+    "runsc-net": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host", "--oci-seccomp"]},
 }
 WITH_GVISOR = {"Runtimes": SETUP_RUNTIMES}
 PLAIN = {"Runtimes": {"runc": {"path": "runc"}, "io.containerd.runc.v2": {"path": "runc"}}}
@@ -94,7 +94,7 @@ def test_runc_by_name_does_not_ask_the_daemon_and_gvisor_asks_it_each_time():
     client = Counting(WITH_GVISOR)
     assert choose("runc", False, client).name == RUNC and client.asked == 0
     assert choose("runsc", False, client).name == RUNSC and client.asked == 1
-    client._info = {"Runtimes": {**SETUP_RUNTIMES, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--directfs=false"]}}}
+    client._info = {"Runtimes": {**SETUP_RUNTIMES, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}
     with pytest.raises(OpenAgentsError) as err:
         choose("runsc", False, client)
     assert client.asked == 2 and "--oci-seccomp" in str(err.value)
@@ -148,10 +148,13 @@ def test_the_version_probe_reads_the_registered_binary(tmp_path):
     assert runsc_version(str(tmp_path / "missing")) is None
 
 
-def test_runsc_with_directfs_is_not_used_since_it_truncates_files_on_read_only_mounts():
-    with_directfs = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp"]}}}
-    choice = choose(None, False, FakeClient(with_directfs))
-    assert choice.name == RUNC and "--directfs=false" in choice.why and "read-only" in choice.why
+def test_runsc_is_used_with_directfs_on_or_off():
+    """directfs is safe with the sandbox's mounts (no read-only bind mount of a directory: mounts.py), so a
+    registration is usable either way; tests/attacks/test_workspace_integrity.py shows the .git files keep
+    their bytes under the registration this machine has."""
+    for extra in ([], ["--directfs=false"], ["--directfs=true"]):
+        info = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp", *extra]}}}
+        assert choose(None, False, FakeClient(info)).name == RUNSC, extra
 
 
 def test_available_runtimes_lists_the_daemons_and_always_runc():
@@ -170,7 +173,7 @@ def test_the_real_daemons_choice_matches_its_registrations(docker_client):
     from orchestrator.sandbox.runtimes import MIN_RUNSC_VERSION, runsc_version
 
     entry = registered.get("runsc") or {}
-    usable = ({"--oci-seccomp", "--directfs=false"} <= set(entry.get("runtimeArgs") or [])
+    usable = ("--oci-seccomp" in (entry.get("runtimeArgs") or [])
               and (runsc_version(str(entry.get("path"))) or 0) >= MIN_RUNSC_VERSION)
     assert choice.name == (RUNSC if usable else RUNC), choice
     assert available_runtimes(docker_client) >= {"runc"} | ({"runsc"} if "runsc" in registered else set())
@@ -250,7 +253,9 @@ def test_doctor_names_the_platform_directfs_and_overlay_of_the_registration():
     from orchestrator.sandbox.runtimes import gvisor_settings
 
     text = gvisor_settings(WITH_GVISOR, RUNSC)
-    assert "platform systrap" in text and "directfs off" in text and "read-only" in text and "root overlay root:self" in text
+    assert "platform systrap" in text and "directfs on" in text and "read-only volumes" in text and "root overlay root:self" in text
+    off = {"Runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--oci-seccomp", "--directfs=false"]}}}
+    assert "directfs off" in gvisor_settings(off, RUNSC) and "gofer" in gvisor_settings(off, RUNSC)
     ptrace = {"Runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--oci-seccomp", "--overlay2=none"]}}}
     text = gvisor_settings(ptrace, RUNSC)
     assert "platform ptrace" in text and "measured" in text and "directfs on" in text and "root overlay none" in text

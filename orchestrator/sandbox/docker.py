@@ -24,7 +24,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
 from ..workspace.sweep_journal import capture_baseline
-from . import lifetime, owner, reaper
+from . import lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .egress import EgressGate
@@ -111,22 +111,22 @@ def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None)
     if len(baseline.git_entries) > MAX_GIT_MOUNTS:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} holds {len(baseline.git_entries)} repositories (.git entries); "
                               f"the sandbox mounts each read-only and takes at most {MAX_GIT_MOUNTS}: give it a smaller part of the tree")
-    mounts = []
+    found = []
     for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r)):
         if not os.path.islink(workspace / rel):
-            mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/{rel}", source=str(workspace / rel), type="bind", read_only=True))
+            found.append(mounts.read_only(workspace / rel, f"{WORKSPACE_IN_BOX}/{rel}"))
     if not os.path.lexists(workspace / ".git"):
         top = git_dir if git_dir is not None and os.path.lexists(git_dir) and not os.path.islink(git_dir) else state.empty_dir()
-        mounts.append(Mount(target=f"{WORKSPACE_IN_BOX}/.git", source=str(top), type="bind", read_only=True))
-    return mounts
+        found.append(mounts.read_only(top, f"{WORKSPACE_IN_BOX}/.git"))
+    return found
 
 
 def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None,
                        baseline: Baseline | None = None, git_dir: Path | None = None, egress_ca: SessionCA | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     options = docker_options(config)
-    mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
-    mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir)
+    box_mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
+    box_mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir)
     settings: dict[str, Any] = {
         "image": options.image,
         "user": user,
@@ -145,7 +145,7 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "nano_cpus": int(config.cpus * 1e9),
         "ulimits": [Ulimit(name="fsize", soft=config.max_file_size, hard=config.max_file_size), Ulimit(name="core", soft=0, hard=0)],
         "ipc_mode": "private",
-        "mounts": mounts,
+        "mounts": box_mounts,
         # Who started it (owner.py): the next oa-sandbox command removes it once that process is gone.
         "labels": {LABEL: "1", f"{LABEL}.workspace": str(workspace), **owner.labels_here()},
         # No container log: the agent's stdout is the attached channel, and json-file would store every
@@ -157,7 +157,7 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         settings["environment"] = {**settings["environment"], **config.egress.environment()}
         if egress_ca is not None:  # the session CA's certificate only: trusted for the hosts the gate opens
             settings["environment"].update(egress_ca.box_environment())
-            mounts += egress_ca.box_mounts()
+            box_mounts += egress_ca.box_mounts()
     else:
         settings["network_mode"] = "none"
     if options.runtime:

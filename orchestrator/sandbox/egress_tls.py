@@ -21,6 +21,7 @@ import certifi
 from docker.types import Mount
 
 from ..errors import ErrorType, OpenAgentsError
+from .mounts import read_only
 
 BOX_DIR = "/etc/openagents-egress"
 BOX_CA = f"{BOX_DIR}/ca.pem"
@@ -79,9 +80,7 @@ class SessionCA:
         self.trust = trust
 
     def box_mounts(self) -> list[Mount]:
-        mounts = [Mount(target=BOX_DIR, source=str(self.trust), type="bind", read_only=True)]
-        mounts += [Mount(target=target, source=str(self.trust / "bundle.pem"), type="bind", read_only=True) for target in SYSTEM_BUNDLES]
-        return mounts
+        return [read_only(self.trust, BOX_DIR), *(read_only(self.trust / "bundle.pem", target) for target in SYSTEM_BUNDLES)]
 
     @staticmethod
     def box_environment() -> dict[str, str]:

@@ -46,8 +46,9 @@ class Removal(enum.Enum):
 
 
 def remove_container(client: docker.DockerClient, container_id: str, deadline_s: float = REMOVE_DEADLINE_S) -> Removal:
-    """Remove one container and confirm it is gone (inspect -> NotFound)."""
-    return _remove_verified("container", container_id, lambda: client.api.remove_container(container_id, force=True),
+    """Remove one container, with its anonymous volumes (the read-only views of mounts.py), and confirm
+    it is gone (inspect -> NotFound)."""
+    return _remove_verified("container", container_id, lambda: client.api.remove_container(container_id, force=True, v=True),
                             lambda: client.api.inspect_container(container_id), deadline_s)
 
 

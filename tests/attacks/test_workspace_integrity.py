@@ -71,7 +71,8 @@ def test_no_repository_can_be_planted_at_the_top(box_on, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     box = box_on(ws)
     out = box.call("shell", {"command": "mkdir -p .git/objects 2>&1; echo x > .git/config 2>&1; mv .git .g 2>&1; ls -a .git | wc -l"}).output
-    assert "Read-only file system" in out and out.strip().endswith("2")  # only . and ..
+    # Refused either way: the placeholder is root's and read-only (gVisor with directfs checks the owner first).
+    assert ("Read-only file system" in out or "Permission denied" in out) and out.strip().endswith("2"), out  # only . and ..
     plant_repo(box, ".GIT", marker)
     box.close()
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt"], "the placeholder's mount point or a planted .GIT was left"
@@ -89,8 +90,16 @@ def test_existing_repositories_are_read_only_in_the_box(box_on, tmp_path):
     for target in (".git/config", ".git/pre-commit", "lib/.git/config", "lib/.git/post-checkout"):
         res = box.call("shell", {"command": f"echo 'touch /tmp/x' > {target} 2>&1"})
         assert "Read-only file system" in res.output, (target, res.output)
+    # Emptying, not appending: under gVisor with directfs a read-only *bind* mount of a directory let an
+    # open(O_TRUNC) empty the host file before it said EROFS (mounts.py); `>`, truncate(1) and a bare
+    # O_TRUNC open, as the box's own uid and against the gitfile too.
+    res = box.call("shell", {"command": "for f in .git/config lib/.git/config mod/.git; do : > $f; truncate -s 0 $f; "
+                                        "python3 -c \"import os, sys; os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)\" $f; done 2>&1 | sort | uniq -c"})
+    assert "Read-only file system" in res.output and "Permission denied" not in res.output, res.output
     res = box.call("shell", {"command": "echo 'gitdir: /etc' > mod/.git 2>&1; rm -rf lib/.git 2>&1; mv lib lib2 2>&1 && echo moved"})
     box.close()
+    views = [v.id for v in box.client.volumes.list() if str(ws) in str((v.attrs.get("Options") or {}).get("device", ""))]
+    assert views == [], "a read-only view (an anonymous volume) outlived its box"
     assert {p: (ws / p).read_text() for p in before if (ws / p).exists()} == {k: v for k, v in before.items() if (ws / k).exists()}
     assert (ws / "mod" / ".git").read_text() == before["mod/.git"]
     assert not (ws / ".git" / "hooks" / "pre-commit").exists()

@@ -1,0 +1,27 @@
+"""Read-only views of host paths inside a box, made so that no runtime can write through them.
+
+A read-only *bind* mount of a directory is not enough under gVisor with directfs (runsc 20240729's
+default): an open(O_TRUNC) of a file under it fails with EROFS only after the host file was emptied
+(reproduced: `: > .git/config` in the box left the user's config at 0 bytes). So a directory is
+mounted as an anonymous `local` volume that the daemon itself bind-mounts read-only in the host's
+kernel (o=bind,ro): whatever the runtime opens through it, the host's kernel refuses to write, and
+the file keeps its bytes (tested under runc and runsc: tests/attacks/test_workspace_integrity.py).
+A single file stays a read-only bind mount: runsc opens it read-only, and O_TRUNC is refused before
+anything is changed (measured the same way). `docker rm -v` removes an anonymous volume with its
+box (reaper.remove_container); the volume holds no data, only where the daemon bound the directory.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from docker.types import DriverConfig, Mount
+
+
+def read_only(source: Path | str, target: str) -> Mount:
+    """`source` (a directory or a file on the host) at `target` in the box, read-only."""
+    if os.path.isdir(source) and not os.path.islink(source):
+        # Anonymous (no source: removed with the box), and nothing of the image copied into it (no_copy).
+        return Mount(target=target, source=None, type="volume", no_copy=True,
+                     driver_config=DriverConfig("local", {"type": "none", "o": "bind,ro", "device": str(source)}))
+    return Mount(target=target, source=str(source), type="bind", read_only=True)
