@@ -226,6 +226,36 @@ def test_a_conflict_applies_nothing_and_is_reported(sandbox_image, tmp_path):
 
 
 @needs_root
+def test_the_record_says_unlanded_as_soon_as_a_call_changes_the_copy_mid_turn(sandbox_image, tmp_path):
+    """After a landing the record says `applied` (prune may take the copy); the next turn's first
+    change turns it false at once, before that turn lands: a host killed mid-turn must not leave a
+    copy holding unlanded work that `sessions prune` would take. A failed edit changes nothing."""
+    ws = root_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    model = script(tmp_path, [
+        call("w1", "write_file", path="a.txt", content="one\n"), {"text": "first done"},
+        call("e0", "edit_file", path="a.txt", old_text="not there", new_text="x"),
+        call("w2", "write_file", path="b.txt", content="two\n"),
+        call("w3", "write_file", path="c.txt", content="three\n"), {"text": "second done"},
+    ])
+    seen: dict[str, bool] = {}
+
+    def decide(tool_call) -> str:
+        seen[tool_call.tool_call_id] = record_of(tmp_path)["applied"]  # what a prune would read at this moment
+        return "allow_once"
+
+    async def body(conn, editor):
+        session = await conn.new_session(cwd=str(ws), mcp_servers=[])
+        return await prompt(conn, session.session_id, "go"), await prompt(conn, session.session_id, "more")
+
+    run = run_editor(tmp_path, agent_args(tmp_path, model), body, editor=Editor(decide=decide), env=env(tmp_path))
+    (_, meta1), (_, meta2) = run.result
+    assert meta1["applied"] == ["a.txt"] and sorted(meta2["applied"]) == ["b.txt", "c.txt"]
+    # e0 failed (nothing changed): still landed when w2 was asked; w2 wrote: unlanded when w3 was asked.
+    assert seen.get("w2") is True and seen.get("w3") is False, seen
+    assert record_of(tmp_path)["applied"] is True
+
+
+@needs_root
 def test_hostile_plants_are_left_out_and_reported(sandbox_image, tmp_path):
     outside = tmp_path / "outside"
     outside.write_text("outside\n")

@@ -46,6 +46,7 @@ from ..policy.approvals import PermissionOption as WireOption
 from ..protocol import Executor
 from ..tools import catalog
 from ..tools.registry import HostTools
+from ..workspace.copy_session import note_call
 from ..workspace.records import SessionRecord, WorkspaceMode
 from . import files, replay
 from . import models as m
@@ -502,6 +503,8 @@ class AcpServer:
             session.calls.setdefault(event.call_id, {}).setdefault("egress", []).append(event.record().model_dump(mode="json"))
         elif isinstance(event, ev.ToolCallFinished):
             call = session.calls.get(event.call_id, {})
+            if session.lander is not None:  # copy mode: until the turn's landing, its work has not landed
+                note_call(session.lander.record, event.tool or str(call.get("tool", "")), event.ok)
             content: list[m.ToolCallContent] = []
             text = event.output
             if event.error:

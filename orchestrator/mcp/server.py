@@ -43,7 +43,7 @@ from ..protocol import Executor, ToolResult
 from ..terminal.render import visible
 from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
-from ..workspace.copy_session import mark_landed
+from ..workspace.copy_session import note_call
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
 from .results import output_schema, to_call_result
 
@@ -215,11 +215,8 @@ class SandboxMcpServer:
     def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
         """In copy mode, a call that may have changed files says where the change is and how to land it
         (a failed write or edit changed nothing; a failed command may have)."""
-        tool = catalog.get(name)
-        # a failed write or edit changed nothing; a failed command (an execute-kind tool) may have
-        if self.landing is None or tool is None or not tool.mutates or not (result.ok or tool.kind == "execute"):
+        if self.landing is None or not note_call(self.landing.record, name, result.ok):
             return to_call_result(result, self.mode, egress=self.open_world)
-        mark_landed(self.landing.record, False)  # the copy may hold work that has not landed
         note = in_copy_note(self.landing.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
         return to_call_result(said, self.mode, {"in_private_copy": True}, egress=self.open_world)

@@ -6,6 +6,7 @@ print what came of it: the record's `applied` and `discarded` flags change here 
 from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
+from ..tools import catalog
 from .copy import CopyManifest
 from .records import SessionRecord, WorkspaceMode, discard_state, load, state_bytes
 from .review import ApplyReport, apply_scanned, move_on
@@ -45,6 +46,18 @@ def mark_landed(record: SessionRecord, landed: bool = True) -> None:
     if record.applied != landed:
         record.applied = landed
         record.save()
+
+
+def note_call(record: SessionRecord, tool_name: str, ok: bool) -> bool:
+    """After each call of a copy session, whichever front-end ran it: whether the call may have changed
+    the copy (a mutating tool that succeeded, or a command whatever its outcome: a failed write or edit
+    changed nothing, a failed command may have), and if so the record says its work has not landed.
+    At once, mid-turn too: a host killed before the next landing leaves a copy `sessions prune` keeps."""
+    tool = catalog.get(tool_name)
+    if tool is None or not tool.mutates or not (ok or tool.kind == "execute"):
+        return False
+    mark_landed(record, False)
+    return True
 
 
 def discard_session(record: SessionRecord) -> int:
