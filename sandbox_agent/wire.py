@@ -48,7 +48,14 @@ try:
     from _json import encode_basestring, make_encoder, make_scanner
 
     _scan: Callable[[str, int], tuple[Any, int]] | None = make_scanner(_DecoderSettings())  # type: ignore[arg-type]  # typeshed names the class itself, the C code reads attributes
-    _encode: Callable[[object, int], Any] | None = make_encoder({}, _not_serializable, encode_basestring, None, ":", ",", False, False, True)
+
+    def _encoder() -> Callable[[object, int], Any]:
+        """A fresh encoder per message, as json.dumps makes one: its circular-reference markers are
+        left holding what a failed encode had entered (and would call that object circular next time)."""
+        return make_encoder({}, _not_serializable, encode_basestring, None, ":", ",", False, False, True)
+
+    _encoder()  # the signature this module knows, or the json package
+    _encode: Callable[[], Callable[[object, int], Any]] | None = _encoder
 except (ImportError, TypeError):  # no accelerator, or one whose signature changed: the json package
     _scan = _encode = None
 
@@ -71,4 +78,4 @@ def encode(obj: object) -> str:
     """json.dumps(obj, ensure_ascii=False, separators=(",", ":"))."""
     if _encode is None or isinstance(obj, str):
         return _json_dumps(obj)
-    return "".join(_encode(obj, 0))
+    return "".join(_encode()(obj, 0))

@@ -73,6 +73,17 @@ def test_values_json_cannot_encode_fail_as_json_fails():
     assert outcome(wire.encode, circular) == outcome(json.dumps, circular)
 
 
+def test_a_failed_encode_leaves_nothing_behind_for_the_next():
+    """The C encoder's circular-reference markers keep what a failed encode entered: shared between
+    messages, the same dict sent again after a failure would be called circular (and held forever)."""
+    meta = {"ok": [1, 2], "bad": object()}
+    message = {"meta": meta}
+    with pytest.raises(TypeError):
+        wire.encode(message)
+    del meta["bad"]
+    assert wire.encode(message) == '{"meta":{"ok":[1,2]}}'
+
+
 def test_without_the_accelerator_it_is_the_json_package(monkeypatch):
     monkeypatch.setattr(wire, "_scan", None)
     monkeypatch.setattr(wire, "_encode", None)
