@@ -55,9 +55,9 @@ try:
         return make_encoder({}, _not_serializable, encode_basestring, None, ":", ",", False, False, True)
 
     _encoder()  # the signature this module knows, or the json package
-    _encode: Callable[[], Callable[[object, int], Any]] | None = _encoder
+    _new_encoder: Callable[[], Callable[[object, int], Any]] | None = _encoder
 except (ImportError, TypeError):  # no accelerator, or one whose signature changed: the json package
-    _scan = _encode = None
+    _scan = _new_encoder = None
 
 
 def decode(text: str) -> Any:
@@ -76,6 +76,6 @@ def decode(text: str) -> Any:
 
 def encode(obj: object) -> str:
     """json.dumps(obj, ensure_ascii=False, separators=(",", ":"))."""
-    if _encode is None or isinstance(obj, str):
+    if _new_encoder is None or isinstance(obj, str):
         return _json_dumps(obj)
-    return "".join(_encode()(obj, 0))
+    return "".join(_new_encoder()(obj, 0))

@@ -86,7 +86,7 @@ def test_a_failed_encode_leaves_nothing_behind_for_the_next():
 
 def test_without_the_accelerator_it_is_the_json_package(monkeypatch):
     monkeypatch.setattr(wire, "_scan", None)
-    monkeypatch.setattr(wire, "_encode", None)
+    monkeypatch.setattr(wire, "_new_encoder", None)
     for text in TEXTS:
         assert outcome(wire.decode, text) == outcome(json.loads, text)
     for value in VALUES:
