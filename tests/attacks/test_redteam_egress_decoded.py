@@ -99,6 +99,10 @@ class EchoAPI:
         if kind == "chunked":  # the echo in CHUNK-byte chunks: a chunk-size line lands inside the token
             body = b"".join(b"%x\r\n%s\r\n" % (len(head[i:i + CHUNK]), head[i:i + CHUNK]) for i in range(0, len(head), CHUNK))
             return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
+        if kind == "big":  # over the gate's 1 MiB buffer: the echo in the middle of 1.5 MiB, in 4093-byte chunks
+            data = b"x" * (3 << 19) + head + b"y" * 5000
+            body = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + 4093]), data[i:i + 4093]) for i in range(0, len(data), 4093))
+            return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
         if kind in ("gzip", "br"):  # compressed although the gate asked for identity (br: a coding it cannot read)
             body = gzip.compress(head)
             return b"HTTP/1.1 200 OK\r\nContent-Encoding: " + kind.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
@@ -187,6 +191,19 @@ def test_redteam_a_chunk_boundary_moved_into_the_echoed_token_does_not_hand_it_o
         assert status == 200 and b"Authorization: " in body, reply[:300]
         assert not _leaks(body) and TOKEN.encode() not in reply, f"pad {pad}: the token reached the box"
     assert records[-1]["credential"] is True and records[-1]["decision"] == "allow"
+
+
+@pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/1.0"])
+def test_redteam_a_long_answer_is_streamed_blanked_and_reframed(echo_gate, version):
+    """Past the gate's buffer the answer streams (its own chunking for HTTP/1.1, up to the close for
+    HTTP/1.0): the echoed token in the middle of 1.5 MiB is blanked all the same, nothing is lost."""
+    port, api, _, ca = echo_gate
+    request = _get("/echo/big", port=api.port).replace(b"HTTP/1.1\r\n", version.encode() + b"\r\n", 1)
+    reply = _tls_exchange(port, api.port, ca.ca_pem, request)[1]
+    status, headers, body = _decoded(reply)
+    assert status == 200 and "content-length" not in headers
+    assert headers.get("transfer-encoding") == ("chunked" if version == "HTTP/1.1" else None)
+    assert body.startswith(b"x" * (3 << 19)) and body.endswith(b"y" * 5000) and b"Authorization: " in body and not _leaks(body)
 
 
 @pytest.mark.parametrize("kind", ["b64", "b64url", "pct", "pctlower", "hex", "HEX", "json", "upper", "header"])

@@ -23,16 +23,17 @@ def _hex_pair(byte: int) -> str:
     return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in f"{byte:02x}")
 
 
-def _char_forms(byte: int) -> str:
-    """One byte of the secret as the echo may write it: itself (any case), %XX, \\u00XX, a short escape."""
+def _char_forms(byte: int) -> list[str]:
+    """One byte of the secret as the echo may write it, each form's pattern starting with one
+    literal character: itself (either case), %XX, \\u00XX, a JSON short escape, `+` for a space."""
     char = chr(byte)
-    forms = [f"[{re.escape(char.lower())}{re.escape(char.upper())}]" if char.isalpha() and byte < 0x80 else re.escape(char),
-             "%" + _hex_pair(byte), r"\\[uU]00" + _hex_pair(byte)]
+    plain = [char.lower(), char.upper()] if char.isalpha() and byte < 0x80 else [char]
+    forms = [re.escape(c) for c in dict.fromkeys(plain)] + ["%" + _hex_pair(byte), r"\\[uU]00" + _hex_pair(byte)]
     if byte in _JSON_SHORT:
         forms.append(re.escape("\\" + _JSON_SHORT[byte]))
     if byte == 0x20:
         forms.append(r"\+")  # a form-encoded space
-    return "(?:" + "|".join(forms) + ")"
+    return forms
 
 
 def _base64_cores(secret: bytes) -> list[bytes]:
@@ -49,13 +50,17 @@ def _base64_cores(secret: bytes) -> list[bytes]:
     return cores
 
 
-def secret_pattern(secret: bytes) -> tuple[str, int]:
-    """The pattern of every form of `secret`, and the longest text it can match."""
-    per_char = "".join(_char_forms(b) for b in secret)
-    hex_form = "".join(_hex_pair(b) for b in secret)
+def secret_branches(secret: bytes) -> tuple[list[str], int]:
+    """The patterns of every form of `secret`, each starting with one literal character (so the
+    regex engine skips ahead to the bytes a form can start with), and the longest text they match."""
+    rest = "".join("(?:" + "|".join(_char_forms(b)) + ")" for b in secret[1:])
+    branches = [form + rest for form in _char_forms(secret[0])]
+    digits = secret.hex()
+    hex_rest = "".join(f"[{d}{d.upper()}]" if d.isalpha() else d for d in digits[1:])
+    branches += [lead + hex_rest for lead in dict.fromkeys([digits[0], digits[0].upper()])]
     cores = sorted(set(_base64_cores(secret)), key=len, reverse=True)
-    alternatives = [per_char, hex_form, *(re.escape(c.decode("ascii")) for c in cores if len(c) >= MIN_SECRET)]
-    return "|".join(f"(?:{a})" for a in alternatives), max(6 * len(secret), 2 * len(secret))
+    branches += [re.escape(c.decode("ascii")) for c in cores if len(c) >= MIN_SECRET]
+    return branches, 6 * len(secret)
 
 
 class Redactor:
@@ -65,8 +70,8 @@ class Redactor:
 
     def __init__(self, secrets: list[bytes]) -> None:
         self.secrets = sorted({s for s in secrets if len(s) >= MIN_SECRET}, key=len, reverse=True)
-        patterns = [secret_pattern(s) for s in self.secrets]
-        self.pattern = re.compile("|".join(p for p, _ in patterns).encode("latin-1")) if patterns else None
+        patterns = [secret_branches(s) for s in self.secrets]
+        self.pattern = re.compile("|".join(b for branches, _ in patterns for b in branches).encode("latin-1")) if patterns else None
         self.window = max((n for _, n in patterns), default=1) - 1
         self.tail = b""
 
