@@ -110,7 +110,7 @@ def _values(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
 def body_pieces(up: Upstream, method: str, code: int, headers: list[tuple[bytes, bytes]]) -> tuple[Iterator[bytes], bool]:
     """The body as the box's client would decode it, in pieces, and whether it was gzip-decoded."""
     transfer = _values(headers, b"transfer-encoding")
-    lengths = {v for k, v in headers if k.lower() == b"content-length" for v in v.split(b",")}
+    lengths = {v.strip() for k, v in headers if k.lower() == b"content-length" for v in v.split(b",")}
     coding = [c for c in _values(headers, b"content-encoding") if c != b"identity"]
     if coding not in ([], [b"gzip"], [b"x-gzip"]):
         raise Uninspectable(f"Content-Encoding {b', '.join(coding).decode('latin-1')[:60]!r} (the gate asked for identity and reads only gzip)")
@@ -123,7 +123,7 @@ def body_pieces(up: Upstream, method: str, code: int, headers: list[tuple[bytes,
             raise Uninspectable("both Transfer-Encoding and Content-Length in the answer")
         pieces = _dechunk(up)
     elif lengths:
-        if len(lengths) != 1 or not re.fullmatch(rb"\s*[0-9]{1,18}\s*", next(iter(lengths))):
+        if len(lengths) != 1 or not re.fullmatch(rb"[0-9]{1,18}", next(iter(lengths))):
             raise Uninspectable("a malformed or conflicting Content-Length in the answer")
         pieces = up.take(int(next(iter(lengths))))
     else:
