@@ -278,3 +278,25 @@ def test_redteam_a_star_method_is_refused_not_read_as_any(proxy_module):  # noqa
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("path", ["/%61dmin/keys", "/ADMIN/keys", "/x/../admin/keys", "//admin/keys"])
+def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noqa: F811
+    """The same spellings through plain http (no credential, the gate reads the request itself): refused, nothing forwarded."""
+    from tests.attacks.test_redteam_egress import LenientUpstream, _send
+
+    upstream = LenientUpstream()
+    rules = [{"action": "deny", "host": "localhost", "port": upstream.port, "path": "/admin*"}, {"action": "allow", "host": "localhost", "port": upstream.port}]
+    settings = proxy_module.Settings(proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "rs"), audit=proxy_module.AuditLog(sink=lambda fields: None))
+    server = proxy_module.Server(("127.0.0.1", 0), settings)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        authority = f"localhost:{upstream.port}"
+        reply = _send(server.server_address[1], f"GET http://{authority}{path} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        assert reply.startswith(b"HTTP/1.1 403") and b"/admin*" in reply and upstream.heads == []
+        _send(server.server_address[1], f"GET http://{authority}/a/./b//c HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        assert upstream.closed.acquire(timeout=30) and upstream.heads[0].split(b"\r\n")[0] == b"GET /a/b/c HTTP/1.1"
+    finally:
+        server.shutdown()
+        server.server_close()
+        upstream.close()
