@@ -126,12 +126,23 @@ def test_tools_listed_called_and_stopped(server_script, tmp_path):
 
 
 def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
-    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b")], call_deadline_s=3).start()
+    """A stalled call ends at the deadline and its server is killed (not left holding a sleeping
+    call) and dropped; a crash is typed at once; a third server goes on."""
+    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b"), spec(server_script, tmp_path, "c")],
+                   call_deadline_s=3).start()
     try:
+        stalled_pid = int(host.call("mcp__b__pid", {}).output)
         started = time.monotonic()
         stalled = host.call("mcp__b__stall", {"seconds": 60})
         assert not stalled.ok and stalled.error.type == ErrorType.TIMEOUT
+        assert "did not answer" in stalled.error.message and "stopped" in stalled.error.message
         assert time.monotonic() - started < 6
+        deadline = time.monotonic() + 3
+        while alive(stalled_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(stalled_pid), "the stalled server was left running"
+        after = host.call("mcp__b__pid", {})
+        assert not after.ok and after.error.type == ErrorType.AGENT_LOST
 
         started = time.monotonic()
         crashed = host.call("mcp__a__crash", {})
@@ -139,7 +150,7 @@ def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
         assert time.monotonic() - started < 6
         again = host.call("mcp__a__pid", {})
         assert not again.ok and again.error.type == ErrorType.AGENT_LOST  # at once: the server is known gone
-        b_pid = int(host.call("mcp__b__pid", {}).output)  # the other server goes on
+        b_pid = int(host.call("mcp__c__pid", {}).output)  # the other server goes on
     finally:
         host.close()
     time.sleep(0.5)
