@@ -228,3 +228,53 @@ def test_a_tool_whose_schema_nests_too_deep_is_left_out():
     deep = Tool.model_validate({"name": "deep", "inputSchema": nested(MAX_SCHEMA_DEPTH)})
     assert _tool("s", shallow) is not None
     assert _tool("s", deep) is None
+
+
+def test_ctrl_c_and_kill_running_end_a_stalled_call_at_once(server_script, tmp_path):
+    """Ctrl-C while a call waits, and kill_running (what --max-wall's timer calls), end the call at
+    once and kill its server, not at the call's deadline and not only when the host is closed."""
+    import signal
+    import threading
+
+    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b")], call_deadline_s=100).start()
+    try:
+        assert host.call_deadline_s == 100
+        a_pid = int(host.call("mcp__a__pid", {}).output)
+        b_pid = int(host.call("mcp__b__pid", {}).output)
+        threading.Timer(1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            host.call("mcp__a__stall", {"seconds": 60})
+        assert time.monotonic() - started < 5
+        deadline = time.monotonic() + 2
+        while alive(a_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(a_pid), "Ctrl-C left the stalled server running"
+
+        threading.Timer(1, host.kill_running).start()
+        started = time.monotonic()
+        cut = host.call("mcp__b__stall", {"seconds": 60})
+        assert not cut.ok and cut.error.type == ErrorType.CANCELLED and time.monotonic() - started < 5
+        deadline = time.monotonic() + 2
+        while alive(b_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(b_pid)
+    finally:
+        host.close()
+
+
+def test_the_call_deadline_is_the_shell_limit():
+    from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
+
+    assert McpHost([]).call_deadline_s == SHELL_DEFAULT_TIMEOUT_S == 60
+    assert McpHost([], call_deadline_s=10_000).call_deadline_s == SHELL_MAX_TIMEOUT_S == 240
+    assert McpHost([], call_deadline_s=5).call_deadline_s == 5
+
+
+def test_json_values_are_counted_outside_strings_only():
+    from orchestrator.mcp.transport import json_values
+
+    assert json_values(b'{"a": [1, 2, {"b": []}]}', 0) == 6  # { [ , , { [
+    text = b'{"t": "' + b'[,{' * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes
+    assert json_values(text, 10) == 2
+    assert json_values(b"[" + b"[]," * 100_000 + b"[]]", 1000) > 1000

@@ -4,7 +4,9 @@ The SDK's own stdio client reads a whole line, however long, and parses it: a se
 one 50 MB line makes the host hold it (and its parse) whole. Here a line is gathered in bytes up to
 MAX_MESSAGE_BYTES; a line that passes it is never finished: the server's process group is killed
 at once, `on_lost` says why, and the read stream ends, so the call waiting on it fails (the
-session's pending requests end with "Connection closed") and the client reports it typed.
+session's pending requests end with "Connection closed") and the client reports it typed. A line
+within the size whose JSON values are more than MAX_MESSAGE_VALUES (counted before parsing: 4 MiB
+of `[],` would parse into some 600 MiB of objects) is treated the same.
 
 A server is its own process group (start_new_session); every way out (the server closed its
 stdout, it exited or crashed, the session ends, the host killed it) ends with SIGKILL to that group,
@@ -27,9 +29,37 @@ if TYPE_CHECKING:
     from mcp.client._transport import TransportStreams
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024  # one JSON-RPC message from a server, before parsing
+# And its values (an upper bound: `[`, `{` and `,` outside strings): parsed, a tiny value costs some
+# 400 bytes of objects, so 4 MiB of `[],` would take some 600 MiB. 64 Ki values stay under ~40 MiB.
+MAX_MESSAGE_VALUES = 64 * 1024
 CHUNK = 64 * 1024
 GRACE_S = 2.0  # after stdin closes, before SIGTERM (the MCP spec's shutdown), then as long to SIGKILL
 _POLL_S = 0.02
+
+
+_NOT_COUNTED = bytes(set(range(256)) - set(b'"[]{},'))
+_PIECE = 64 * 1024
+
+
+def json_values(data: bytes, cap: int) -> int:
+    """An upper bound on the values in a JSON text (each `[`, `{` and `,` outside strings), counted
+    without parsing: bytes-wide C passes, a 64 KiB piece at a time (sandbox_agent/jsonbound.py's way
+    of finding what lies outside strings). Stops counting once past `cap`."""
+    quick = data.count(b",") + data.count(b"[") + data.count(b"{")
+    if quick <= cap:
+        return quick
+    # A backslash escapes the next character: with escaped backslashes gone, then escaped quotes,
+    # each quote left opens or closes a string.
+    skeleton = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_COUNTED)
+    count, in_string = 0, False
+    for start in range(0, len(skeleton), _PIECE):
+        parts = skeleton[start:start + _PIECE].split(b'"')
+        outside = b"".join(parts[1 if in_string else 0::2])
+        in_string ^= len(parts) % 2 == 0
+        count += len(outside) - outside.count(b"]") - outside.count(b"}")
+        if count > cap:
+            break
+    return count
 
 
 @dataclass
@@ -52,7 +82,8 @@ class ServerProcess:
 
 @asynccontextmanager
 async def bounded_stdio(command: str, args: list[str], env: dict[str, str], cwd: str | None, errlog: TextIO, handle: ServerProcess,
-                        on_lost: Callable[[str], None], max_message: int = MAX_MESSAGE_BYTES) -> AsyncIterator[TransportStreams]:
+                        on_lost: Callable[[str], None], max_message: int = MAX_MESSAGE_BYTES,
+                        max_values: int = MAX_MESSAGE_VALUES) -> AsyncIterator[TransportStreams]:
     """The SDK's Transport: (read stream, write stream) of SessionMessage, for mcp.Client."""
     import mcp_types
     from mcp.shared.message import SessionMessage
@@ -73,6 +104,10 @@ async def bounded_stdio(command: str, args: list[str], env: dict[str, str], cwd:
         on_lost(f"sent a message over the limit of {max_message} bytes (at least {size}); it was stopped")
         handle.kill_group()
 
+    def too_many(values: int) -> None:
+        on_lost(f"sent a message over the limit of {max_values} JSON values (at least {values}); it was stopped")
+        handle.kill_group()
+
     async def stdout_reader() -> None:
         assert process.stdout is not None
         pending = bytearray()
@@ -91,6 +126,8 @@ async def bounded_stdio(command: str, args: list[str], env: dict[str, str], cwd:
                         start = end + 1
                         line = bytes(pending)
                         pending.clear()
+                        if (values := json_values(line, max_values)) > max_values:
+                            return too_many(values)
                         if line.strip():
                             await read_writer.send(parse(line))
                     if len(pending) + len(chunk) - start > max_message:

@@ -76,11 +76,13 @@ def stall() -> str:
 
 
 @app.tool()
-def flood() -> str:
-    """One 50 MB JSON-RPC line, written straight to stdout after a pause (the host's RSS is read then)."""
+def flood(kind: str) -> str:
+    """One JSON-RPC line written straight to the wire after a pause (the host's RSS is read then):
+    50 MB of one string, or 1.8 MB of 600,000 empty objects."""
     open(os.environ["FLOOD_MARK"], "w").close()
     time.sleep(2)
-    line = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "' + b"x" * (50 << 20) + b'"}}\n'
+    data = b'"' + b"x" * (50 << 20) + b'"' if kind == "50 MB" else b"[" + b",".join([b"{}"] * 600_000) + b"]"
+    line = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": ' + data + b'}}\n'
     os.set_blocking(WIRE, True)
     view = memoryview(line)
     while view:
@@ -157,8 +159,8 @@ class Setup:
         return alive_now
 
 
-def call(tool: str) -> dict:
-    return {"text": "calling", "tool_calls": [{"name": f"mcp__hostile__{tool}", "arguments": {}}]}
+def call(tool: str, **arguments: str) -> dict:
+    return {"text": "calling", "tool_calls": [{"name": f"mcp__hostile__{tool}", "arguments": arguments}]}
 
 
 def test_mcp_server_escape_sequences_reach_no_terminal_raw(sandbox_image, tmp_path):
@@ -194,9 +196,10 @@ def test_a_stalled_mcp_call_ends_with_max_wall(sandbox_image, tmp_path):
     assert len(setup.server_pids()) == 2 and setup.left_running() == []
 
 
-def test_a_50_mb_mcp_message_is_refused_before_it_is_read_whole(sandbox_image, tmp_path):
-    """A server answering with one 50 MB JSON-RPC line: the call fails typed, the server is killed, and the host's RSS grows by far less than the message (it is never read whole)."""
-    setup = Setup(tmp_path, {"hostile": {}}, [call("flood"), {"text": "done"}])
+@pytest.mark.parametrize("kind", ["50 MB", "600,000 values"])
+def test_a_huge_mcp_message_is_refused_before_it_is_parsed(sandbox_image, tmp_path, kind):
+    """A server sending one 50 MB JSON-RPC line, or 1.8 MB holding 600,000 empty objects: the call fails typed, the server is killed, and the host's RSS grows by far less than the message would cost (it is never read whole, nor parsed)."""
+    setup = Setup(tmp_path, {"hostile": {}}, [call("flood", kind=kind), {"text": "done"}])
     proc = subprocess.Popen(setup.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=setup.env)
     peak = {"base": 0, "max": 0}
 
@@ -222,12 +225,12 @@ def test_a_50_mb_mcp_message_is_refused_before_it_is_read_whole(sandbox_image, t
     out, err = proc.communicate(timeout=240)
     sampler.join()
     growth = peak["max"] - peak["base"]
-    print(f"host RSS {peak['base'] >> 20} MiB before the 50 MB line, at most {peak['max'] >> 20} MiB after: +{growth / (1 << 20):.1f} MiB")
+    print(f"host RSS {peak['base'] >> 20} MiB before the {kind} line, at most {peak['max'] >> 20} MiB after: +{growth / (1 << 20):.1f} MiB")
     assert proc.returncode == 0, err.decode(errors="replace")
     assert peak["base"] > 0 and growth < 64 << 20, f"the host grew by {growth >> 20} MiB reading one message"
     (flood,) = setup.results("mcp__hostile__flood")
     assert not flood["ok"] and flood["error"]["type"] == "protocol_error", flood
-    assert "over the limit" in flood["error"]["message"]
+    assert "over the limit" in flood["error"]["message"] and ("bytes" if kind == "50 MB" else "JSON values") in flood["error"]["message"]
     assert setup.left_running() == []
 
 
