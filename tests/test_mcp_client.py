@@ -278,3 +278,33 @@ def test_json_values_are_counted_outside_strings_only():
     text = b'{"t": "' + b'[,{' * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes
     assert json_values(text, 10) == 2
     assert json_values(b"[" + b"[]," * 100_000 + b"[]]", 1000) > 1000
+
+
+def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_path: Path) -> None:
+    """--max-wall passes while the user is still at the approval prompt: the MCP call is not started
+    afterwards (it would otherwise run, up to its own deadline, past the session's)."""
+    from orchestrator.budget import Budget
+    from orchestrator.loop import Session
+    from orchestrator.models.base import ModelTurn
+    from orchestrator.models.script import ScriptedModel
+    from orchestrator.policy.approvals import Answer, ApprovalGate, PermissionOption
+    from orchestrator.tools.registry import RegistryConfig, ToolRegistry
+    from orchestrator.transcript import Transcript
+
+    class SlowApprover:
+        def ask(self, request):
+            time.sleep(2.5)  # --max-wall (1 s) passes meanwhile
+            return Answer(option=PermissionOption.ALLOW_ONCE)
+
+    class NoBox:
+        def kill_processes(self) -> None:
+            pass
+
+    call = ToolCall(id="c1", name="mcp__notes__add_note", arguments={"text": "late"})
+    with McpHost([spec(server_script, tmp_path)], call_deadline_s=20) as host:
+        registry = ToolRegistry(NoBox(), tmp_path, RegistryConfig(git=False), host_tools=host)  # type: ignore[arg-type]
+        model = ScriptedModel([ModelTurn(tool_calls=[call]), ModelTurn(text="done")])
+        session = Session(model, registry, ApprovalGate(Ladder(), SlowApprover()), Transcript(tmp_path / "t.jsonl"), budget=Budget(max_wall_s=1))
+        result = session.run("note it")
+    assert result.error is not None and result.error.type == ErrorType.BUDGET_EXCEEDED
+    assert not (tmp_path / "notes.txt").exists(), "the call ran after the time budget was spent"
