@@ -263,3 +263,24 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
     session_id = asyncio.run(main())
     assert not boxes_on(docker_client, ws) and not (ws / "late.txt").exists()
     assert load(session_id).status == "closed"
+
+
+def run_exec(ws: Path, *args: str) -> tuple[int, dict]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.run([OA, "exec", "--workspace", str(ws), *args], capture_output=True, text=True, env=env, timeout=180)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_a_deny_rule_refuses_exec_with_the_same_typed_error_as_run(tmp_path, docker_client):
+    """exec goes through the ladder (it used to call the box directly): the workspace's own policy
+    and --policy refuse it, REFUSED_BY_POLICY and exit 3, and nothing runs; what no rule denies runs."""
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n", ".openagents/policy.toml": '[[rules]]\ntool = "shell"\ndecision = "deny"\n'})
+    code, said = run_exec(ws, "shell", '{"command": "touch pwned"}')
+    assert (code, said["ok"], said["error"]["type"]) == (3, False, "refused_by_policy") and not (ws / "pwned").exists()
+    policy = tmp_path / "no-writes.toml"
+    policy.write_text('[[rules]]\ntool = "write_file"\ndecision = "deny"\n')
+    code, said = run_exec(ws, "--policy", str(policy), "write_file", '{"path": "b.txt", "content": "b"}')
+    assert (code, said["error"]["type"]) == (3, "refused_by_policy") and not (ws / "b.txt").exists()
+    code, said = run_exec(ws, "write_file", '{"path": "b.txt", "content": "b"}')
+    assert (code, said["ok"]) == (0, True) and (ws / "b.txt").read_text() == "b"
+    assert not boxes_on(docker_client, ws)

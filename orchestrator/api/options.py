@@ -19,7 +19,7 @@ from ..models.base import DEFAULT_MODEL_TIMEOUT_S
 from ..policy.approvals import Answer, ApprovalRequest
 from ..session import SessionOptions
 from ..tools.registry import RegistryConfig
-from ..workspace.copy import CopyLimits
+from ..workspace.copy import CopyLimits, CopyProgress
 from ..workspace.records import WorkspaceMode
 
 # Who answers the ladder's questions: True allows the call once, False refuses it; an Answer says more.
@@ -49,6 +49,7 @@ class SandboxOptions(BaseModel):
     # copy mode's size guard (--copy-max-bytes, --copy-max-entries)
     copy_max_bytes: int | None = Field(default=None, ge=1)
     copy_max_entries: int | None = Field(default=None, ge=1)
+    on_copy_progress: Callable[[CopyProgress], None] | None = Field(default=None, description="Told how a long copy goes (copy mode).")
     # approvals (--policy, --auto-approve; an approver callback instead of a terminal)
     policy_files: list[Path] = Field(default_factory=list)
     auto_approve: bool = False
@@ -100,7 +101,8 @@ class SandboxOptions(BaseModel):
 
     def copy_limits(self) -> CopyLimits:
         limits = CopyLimits()
-        return CopyLimits(max_bytes=self.copy_max_bytes or limits.max_bytes, max_entries=self.copy_max_entries or limits.max_entries)
+        return CopyLimits(max_bytes=self.copy_max_bytes or limits.max_bytes, max_entries=self.copy_max_entries or limits.max_entries,
+                          progress=self.on_copy_progress)
 
     def session_options(self, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> SessionOptions:
         return SessionOptions(model_spec=model, base_url=base_url, api_key_env=api_key_env, policy_files=[str(p) for p in self.policy_files],

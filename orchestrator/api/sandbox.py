@@ -105,8 +105,21 @@ class Sandbox:
         transcript = Path(options.transcript).absolute() if options.transcript is not None else None
         if transcript is not None and transcript.exists():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
-        opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), approver, transcript, fanout,
-                              mode=options.workspace_mode(), kind=self.kind, copy_limits=options.copy_limits())
+        try:
+            opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), approver, transcript, fanout,
+                                  mode=options.workspace_mode(), kind=self.kind, copy_limits=options.copy_limits())
+        except OpenAgentsError:
+            self._closed = True
+            raise
+        except ValueError as err:  # a policy or config value open_session's parts refused
+            self._closed = True
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)[:1000]) from None
+        except OSError as err:  # the state directory, the transcript's file
+            self._closed = True
+            raise OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}") from None
+        except BaseException:
+            self._closed = True
+            raise
         self._opened, self._record = opened, opened.record
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, _close_quietly, opened)
@@ -125,10 +138,12 @@ class Sandbox:
             self._status = ("stopped", f"{type(err).__name__}: {str(err)[:300]}")
         self.close()
 
-    def close(self) -> list[str]:
-        """Kill what runs, remove the box (and its egress gate), sweep the workspace, save the record.
-        Idempotent. Ctrl-C is held off while it runs (in the main thread), so it runs to its end.
-        Returns the integrity sweep's findings, one line each."""
+    def close(self, *, status: str | None = None, reason: str = "") -> list[str]:
+        """Kill what runs, remove the box (and its egress gate), sweep the workspace, save the record
+        (`status`: what it says, default closed). Idempotent. Ctrl-C is held off while it runs (in
+        the main thread), so it runs to its end. Returns the integrity sweep's findings, one line each."""
+        if status is not None:
+            self._status = (status, reason or status)
         with self._lock:
             if self._closed:
                 return []
