@@ -25,7 +25,7 @@ OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 
 def boxes_on(docker_client, ws: Path) -> list[str]:
     """The containers of any state (running or not) started for this workspace."""
-    return [c.id for c in docker_client.containers.list(all=True, filters={"label": f"{LABEL}.workspace={ws.resolve()}"})]
+    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws.resolve()}"})]
 
 
 def deny_shell(tmp_path: Path) -> Path:
