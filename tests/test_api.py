@@ -284,3 +284,29 @@ def test_a_deny_rule_refuses_exec_with_the_same_typed_error_as_run(tmp_path, doc
     code, said = run_exec(ws, "write_file", '{"path": "b.txt", "content": "b"}')
     assert (code, said["ok"]) == (0, True) and (ws / "b.txt").read_text() == "b"
     assert not boxes_on(docker_client, ws)
+
+
+def test_a_box_killed_behind_the_sandbox_is_replaced_and_none_is_left(tmp_path, docker_client):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with Sandbox(ws, auto_approve=True) as box:
+        first = boxes_on(docker_client, ws)
+        docker_client.api.remove_container(first[0], force=True)
+        assert box.shell("cat a.txt").output == "a\n"  # a fresh box on the same workspace
+        assert boxes_on(docker_client, ws) and boxes_on(docker_client, ws) != first
+    assert not boxes_on(docker_client, ws)
+
+
+def test_an_egress_gate_goes_with_the_sandbox_on_an_exception(tmp_path, docker_client):
+    from orchestrator.sandbox.owner import PID_LABEL
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    mine = {"label": [f"{LABEL}=egress", f"{PID_LABEL}={os.getpid()}"]}
+    before = ({c["Id"] for c in docker_client.api.containers(all=True, filters=mine)},
+              {n["Id"] for n in docker_client.api.networks(filters=mine)})
+    with pytest.raises(ZeroDivisionError):
+        with Sandbox(ws, auto_approve=True, egress=["example.com"]) as box:
+            assert box.shell("echo $HTTPS_PROXY").output.startswith("http://")
+            assert {c["Id"] for c in docker_client.api.containers(all=True, filters=mine)} - before[0]  # the gate is up
+            raise ZeroDivisionError("the program failed")
+    after = ({c["Id"] for c in docker_client.api.containers(all=True, filters=mine)}, {n["Id"] for n in docker_client.api.networks(filters=mine)})
+    assert after == before and not boxes_on(docker_client, ws)

@@ -41,9 +41,7 @@ class AsyncSandbox:
             raise
 
     def _kill(self) -> None:
-        opened = self.sync._opened
-        if opened is not None:
-            opened.kill_running()
+        self.sync.kill_running()
 
     async def open(self) -> "AsyncSandbox":
         loop = asyncio.get_running_loop()
@@ -62,19 +60,20 @@ class AsyncSandbox:
             return
         await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
 
-    async def close(self) -> list[str]:
+    async def close(self, *, status: str | None = None, reason: str = "") -> list[str]:
         loop = asyncio.get_running_loop()
-        return await asyncio.shield(loop.run_in_executor(None, self.sync.close))
+        return await asyncio.shield(loop.run_in_executor(None, functools.partial(self.sync.close, status=status, reason=reason)))
 
     async def __aenter__(self) -> "AsyncSandbox":
         return await self.open()
 
     async def __aexit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
         if isinstance(err, (KeyboardInterrupt, asyncio.CancelledError)):
-            self.sync._status = ("cancelled", "cancelled")
+            await self.close(status="cancelled", reason="cancelled")
         elif err is not None:
-            self.sync._status = ("stopped", f"{type(err).__name__}: {str(err)[:300]}")
-        await self.close()
+            await self.close(status="stopped", reason=f"{type(err).__name__}: {str(err)[:300]}")
+        else:
+            await self.close()
 
     # -- what it is --------------------------------------------------------------------------
     @property

@@ -16,14 +16,15 @@ from ..config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..events import Event
 from ..models.base import DEFAULT_MODEL_TIMEOUT_S
-from ..policy.approvals import Answer, ApprovalRequest
+from ..policy.approvals import ApprovalRequest
 from ..session import SessionOptions
 from ..tools.registry import RegistryConfig
 from ..workspace.copy import CopyLimits, CopyProgress
 from ..workspace.records import WorkspaceMode
 
 # Who answers the ladder's questions: True allows the call once, False refuses it; an Answer says more.
-ApproverCallback = Callable[[ApprovalRequest], "bool | Answer"]
+# An object with an `ask(request) -> Answer` method (policy.approvals.Approver: a front-end's) is used as it is.
+ApproverCallback = Callable[[ApprovalRequest], Any]
 _BOX_FIELDS = ("runtime", "image", "memory", "cpus", "pids", "user", "egress", "write_quota", "entry_quota", "start_concurrency")
 
 
@@ -53,7 +54,7 @@ class SandboxOptions(BaseModel):
     # approvals (--policy, --auto-approve; an approver callback instead of a terminal)
     policy_files: list[Path] = Field(default_factory=list)
     auto_approve: bool = False
-    approver: ApproverCallback | None = None
+    approver: ApproverCallback | Any | None = None
     # the record and the transcript
     transcript: Path | None = Field(default=None, description="Where the JSONL transcript goes (default: the session's state directory).")
     on_event: Callable[[Event], None] | None = Field(default=None, description="Called with every typed event the transcript records.")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
-from ..policy.approvals import NonInteractiveApprover
+from ..policy.approvals import Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
 from ..workspace.copy_session import apply_session, discard_session, note_call
@@ -91,7 +91,10 @@ class Sandbox:
         options = self.options
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
-        approver = CallbackApprover(options.approver) if options.approver is not None else NonInteractiveApprover()
+        approver: Approver = NonInteractiveApprover()
+        if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
+            ask = getattr(options.approver, "ask", None)
+            approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
         on_event = options.on_event
 
         def fanout(record: dict[str, Any]) -> None:
@@ -170,6 +173,12 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    def kill_running(self) -> None:
+        """Kill every process the box runs (a call in another thread ends, killed); the box stays."""
+        opened = self._opened
+        if opened is not None:
+            opened.kill_running()
 
     def _live(self) -> OpenSession:
         opened = self._opened
