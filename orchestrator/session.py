@@ -17,7 +17,7 @@ from .boxfs import HostBudget, lstat_workspace
 from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .loop import Session
-from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy
+from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
 from .policy.approvals import ApprovalGate, Approver
@@ -119,6 +119,9 @@ class OpenSession:
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
     session: Session = field(init=False)
     rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
+    # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
+    context: ContextFiles | None = field(init=False, default=None)
+    root_context: str = field(init=False, default="")
 
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
@@ -187,18 +190,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         workspace = Path(resume.workspace)
     workspace = Path(workspace).resolve()
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
-
-    def retried(notice: RetryNotice) -> None:
-        for transcript in watchers:
-            transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
-
-    model = None
-    if options.model_spec is not None:
-        model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
-                                timeout_s=options.model_timeout_s)
-        check = getattr(model, "preflight", None)
-        if check is not None:  # a dead endpoint costs a second here, not a sandbox
-            check()
+    model = _model(options, watchers) if options.model_spec is not None else None
     try:
         rules, egress = load_policies(workspace, options.policy_files)
         key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
@@ -273,17 +265,53 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.pipeline = CallPipeline(registry, gate, transcript)
+    opened.context, opened.root_context = context, root_context
     if model is not None:
-        opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns, after_turn=opened.checkpoint,
-                                 session_id=record.id, workspace_mode=record.mode.value, budget=options.budget, pipeline=opened.pipeline)
-        if context is not None:
-            opened.session.messages[0].content += root_context
-            opened.session.context_files = context
+        opened.session = _turn_loop(opened, model, options)
         if rebuilt is not None:
             opened.session.messages += rebuilt.messages
             opened.session.turn = max(rebuilt.previous_turns, record.turns or 0)
     opened.rebuilt = rebuilt
     return opened
+
+
+def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
+    """The model `options.model_spec` names, its retries told to the watchers' transcripts, checked
+    before any box exists where it can be (a dead endpoint costs a second, not a sandbox)."""
+    assert options.model_spec is not None
+
+    def retried(notice: RetryNotice) -> None:
+        for transcript in watchers:
+            transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
+
+    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
+                            timeout_s=options.model_timeout_s)
+    check = getattr(model, "preflight", None)
+    if check is not None:
+        check()
+    return model
+
+
+def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> Session:
+    session = Session(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
+                      after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
+                      budget=options.budget, pipeline=opened.pipeline)
+    if opened.context is not None:
+        session.messages[0].content += opened.root_context
+        session.context_files = opened.context
+    return session
+
+
+def attach_model(opened: OpenSession, options: SessionOptions) -> Session:
+    """A turn loop for a model named after the session opened (the API's run()): over the session's
+    own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
+    says which model worked on it last (what a resume takes again)."""
+    session = _turn_loop(opened, _model(options, [opened.transcript]), options)
+    opened.session = session
+    record = opened.record
+    record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
+    record.save()
+    return session
 
 
 def _mark_resumed(record: SessionRecord) -> None:
