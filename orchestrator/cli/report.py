@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 import click
 
 from ..errors import ErrorType, OpenAgentsError
 from .common import setup_error
+
+if TYPE_CHECKING:
+    from ..workspace.records import SessionRecord
 
 
 @click.command()
@@ -31,3 +35,32 @@ def report(session_id: str, output: Path | None) -> None:
     except OSError as err:
         raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not write the report: {err}")) from None
     click.echo(f"wrote {written}", err=True)
+
+
+_META = "oa_report_file"
+
+
+def _remember(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        ctx.meta[_META] = value
+
+
+report_option = click.option("--report", "report_file", type=click.Path(dir_okay=False, path_type=Path), default=None, expose_value=False,
+                             callback=_remember, help="At the end, write the session's HTML report here (as `oa-sandbox report ID -o FILE`).")
+
+
+def write_requested_report(record: SessionRecord, say: Callable[[str], None]) -> None:
+    """The report `--report FILE` asked for, written before any apply (so its diff is the session's);
+    a report that cannot be written is said, and the session's exit code stays what it was."""
+    out = click.get_current_context().meta.get(_META)
+    if out is None:
+        return
+    from ..report import write
+    from ..terminal.render import visible
+
+    try:
+        write(record, out)
+    except (OpenAgentsError, OSError) as err:
+        say(visible(f"   the report could not be written to {out}: {getattr(err, 'message', None) or err}"))
+        return
+    say(visible(f"   report: {out}"))

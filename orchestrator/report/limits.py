@@ -38,10 +38,13 @@ class Limits:
 
 def text(value: object, limit: int, tail: bool = False) -> str:
     """`value` as one visible string of at most about `limit` chars, a cut said in the text."""
-    shown = visible("" if value is None else value)
-    if len(shown) <= limit:
+    full = "" if value is None else value if isinstance(value, str) else str(value)
+    raw = full if len(full) <= 2 * limit else full[-2 * limit:] if tail else full[:2 * limit]  # only what can be kept is made visible
+    shown = visible(raw)
+    if len(shown) <= limit and len(raw) == len(full):
         return shown
-    cut = len(shown) - limit
+    limit = min(limit, len(shown))
+    cut = len(shown) - limit + len(full) - len(raw)
     if tail:
         return f"…[{cut} chars cut before this]\n{shown[-limit:]}"
     return f"{shown[:limit]}…[cut {cut} chars]"
