@@ -72,11 +72,13 @@ def find(session_id: str) -> SessionRecord:
 
 
 def newest(workspace: Path) -> SessionRecord:
-    """`--continue`: the newest of the current user's sessions of `workspace` that had a conversation."""
+    """`--continue`: the newest, by its own recorded start time, of the caller's sessions of
+    `workspace` that had a conversation. Only the caller's: records whose file and directory the
+    caller owns (records.list_sessions), whatever uid or id a record's text claims."""
     real = str(Path(workspace).resolve())
-    for record in list_sessions(all_users=False):
-        if record.workspace == real and record.kind in RESUMABLE_KINDS:
-            return resumable(record)
+    mine = [r for r in list_sessions(all_users=False) if r.workspace == real and r.kind in RESUMABLE_KINDS]
+    if mine:
+        return resumable(max(mine, key=lambda r: r.created))
     raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session of {real} to continue (see `oa-sandbox sessions`)")
 
 
