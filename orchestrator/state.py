@@ -36,7 +36,23 @@ def others_may_write(st: os.stat_result) -> bool:
     uid = os.getuid()
     if st.st_uid not in (uid, 0):
         return True
-    return bool(st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid != os.getgid()))
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return bool(st.st_mode & stat.S_IWGRP) and not _own_group(st.st_gid)
+
+
+def _own_group(gid: int) -> bool:
+    """The caller's primary group with no other listed member (a user private group, as umask 002 makes dirs 0775)."""
+    import grp
+    import pwd
+
+    if gid != os.getgid():
+        return False
+    try:
+        name = pwd.getpwuid(os.getuid()).pw_name
+        return all(member == name for member in grp.getgrgid(gid).gr_mem)
+    except KeyError:
+        return False
 
 
 def own_dir(path: Path) -> Path:

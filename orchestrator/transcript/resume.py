@@ -22,7 +22,7 @@ from typing import Sequence
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import Message, ToolCall
-from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, load
+from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, open_own_record
 from . import Unreadable, read_records
 
 RESUMABLE_KINDS = frozenset({"run", "acp"})  # exec and mcp sessions have no conversation of their own
@@ -68,7 +68,8 @@ def resumable(record: SessionRecord) -> SessionRecord:
 
 
 def find(session_id: str) -> SessionRecord:
-    return resumable(load(session_id))
+    """`--resume ID`, ACP's session/load: the caller's own record (another user's is refused, naming its owner)."""
+    return resumable(open_own_record(session_id))
 
 
 def newest(workspace: Path) -> SessionRecord:

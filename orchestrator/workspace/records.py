@@ -329,7 +329,7 @@ def summary_line(record: SessionRecord) -> str:
     from .checkpoints import store_unknown
 
     files = f"{len(record.files_changed):>4} files"
-    if store_unknown(record.checkpoint_store):
+    if record.owner == os.getuid() and store_unknown(record.checkpoint_store):  # another user's directory is not read into
         files = f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"  # a checkpoint failed
     return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}"
 
