@@ -237,7 +237,7 @@ class SandboxMcpServer:
                 return self._answer(ToolResult.failure(err))
             result = await anyio.to_thread.run_sync(landing.apply)
             self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
-                                                          applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
+                                                          applied=result.meta.get("applied_total", 0), left_out=result.meta.get("left_out", [])[:200],
                                                           conflicts=result.meta.get("conflicts", [])[:200]))
         return self._answer(result, name)
 
