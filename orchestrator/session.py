@@ -16,12 +16,13 @@ from . import events as ev
 from .boxfs import HostBudget, lstat_workspace
 from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
+from .errors import ErrorType, OpenAgentsError
 from .loop import Session
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
 from .policy.approvals import ApprovalGate, Approver
-from .policy.ladder import POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, load_policy_file, load_workspace_policy
+from .policy.ladder import POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, load_policy_file, load_workspace_policy
 from .protocol import Executor
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
@@ -201,6 +202,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
             check()
     try:
         rules, egress = load_policies(workspace, options.policy_files)
+        access = access_of(rules)
+        mode = access_mode(access, mode, sandbox, resume, config)
+        if access == Access.READ_ONLY:
+            config = config.model_copy(update={"workspace_read_only": True})
         key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
         redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
         repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
@@ -285,6 +290,22 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
             opened.session.turn = max(rebuilt.previous_turns, record.turns or 0)
     opened.rebuilt = rebuilt
     return opened
+
+
+def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None,
+                config: SandboxConfig) -> WorkspaceMode:
+    """The workspace mode a policy's workspace_access leaves: copy-only makes `auto` a copy and
+    refuses bind mode (its edits would reach the workspace with no landing to refuse); read-only
+    refuses a box started before the policy was known with the workspace writable (a warm pool's)."""
+    pinned = f"the policy's workspace_access is {access.value}"
+    if access == Access.COPY_ONLY:
+        if sandbox is not None or (resume is not None and resume.mode == WorkspaceMode.BIND) or mode == WorkspaceMode.BIND:
+            raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
+                                                               "directly; run with --workspace-mode copy (or auto), without --pool")
+        return WorkspaceMode.COPY
+    if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
+        raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
+    return mode
 
 
 def _mark_resumed(record: SessionRecord) -> None:

@@ -167,7 +167,7 @@ class SandboxMcpServer:
         self._lock = threading.Lock()
         open_world = self.open_world = opened.sandbox.config.egress is not None
         self.mode = opened.record.mode.value
-        self.landing = Landing(opened.record) if self.mode == "copy" else None
+        self.landing = Landing(opened.record, opened.pipeline.gate) if self.mode == "copy" else None
         self.tools = mcp_tools(open_world, copy_mode=self.landing is not None)
         self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                                           instructions=instructions(opened.record))
