@@ -162,3 +162,51 @@ def test_acp_end_of_turn_landing_meets_the_ladder(sandbox_image, tmp_path, varia
         return
     assert meta["landed"] is False and refused_landing(meta.get("error")), meta
     assert meta["applied"] == [] and not (ws / "made.txt").exists()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28: InputRequiredResult; handshake era: elicitation/create
+def test_mcp_a_landing_rule_that_asks_is_put_to_the_client(sandbox_image, tmp_path, mode):
+    """A landing rule that asks: MCP's apply_changes puts the question to the client's user (elicitation); a rejection lands nothing (rejected_by_user), an acceptance lands."""
+    ws = root_owned(tmp_path)
+    env = environment(tmp_path, None)
+    (tmp_path / "admin.toml").write_text('tier = "admin"\n' + SHELL + '[[rules]]\naction = "land"\ndecision = "ask"\n')
+    params = StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)], env=env, cwd=ROOT)
+    asked: list[str] = []
+
+    async def answer(ctx, params):
+        from mcp_types import ElicitResult
+
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"allow": len(asked) > 1})
+
+    async def session():
+        async with Client(params, read_timeout_seconds=120, elicitation_callback=answer, mode=mode) as client:
+            await client.call_tool("shell", {"command": WRITE})
+            first = await client.call_tool("apply_changes", {})
+            on_disk = (ws / "made.txt").exists()
+            second = await client.call_tool("apply_changes", {})
+            return first, on_disk, second
+
+    first, on_disk, second = anyio.run(session)
+    assert first.is_error and first.structured_content["error"]["type"] == "rejected_by_user" and not on_disk
+    assert not second.is_error and (ws / "made.txt").read_text() == "from-the-shell\n"
+    assert len(asked) == 2 and all("land" in message for message in asked)
+
+
+def test_acp_a_landing_rule_that_asks_is_put_to_the_editor(sandbox_image, tmp_path):
+    """A landing rule that asks: ACP's end-of-turn landing is put to the editor (session/request_permission); a rejection lands nothing (rejected_by_user)."""
+    ws = root_owned(tmp_path)
+    env = environment(tmp_path, None)
+    (tmp_path / "admin.toml").write_text('tier = "admin"\n' + SHELL + '[[rules]]\naction = "land"\ndecision = "ask"\n')
+    model = script(tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}])
+    editor = Editor(decide=lambda tool_call: "reject_once" if "land" in (tool_call.title or "") else "allow_once")
+
+    async def body(conn, editor):
+        session = await conn.new_session(cwd=str(ws), mcp_servers=[])
+        answer = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
+        return (answer.field_meta or {}).get("dev.openagents.sandbox/copyMode")
+
+    run = run_editor(tmp_path, ["--model", model, "--transcript-dir", str(tmp_path / "t")], body, editor=editor, env=env)
+    meta = run.result
+    assert [p.title for p in run.editor.permissions] == ["land the private copy's changes in the real workspace"]
+    assert meta["landed"] is False and "rejected_by_user" in meta["error"] and not (ws / "made.txt").exists()
