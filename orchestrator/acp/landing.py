@@ -7,7 +7,9 @@ deletions and inside-pointing relative symlinks; modes normalised; nothing in a 
 device, hard link or absolute symlink (each is left out, with why); and its conflict rule: a path
 the user changed in the real workspace since the copy was taken (or since the last landing) is a
 conflict, and one conflict means nothing lands. The changes then stay in the copy and the next
-turn tries again.
+turn tries again. Before anything is written the landing meets the ladder's decision
+(ApprovalGate.decide_landing, as every front-end's does): a deny rule, copy-only or read-only
+refuses it (said in the turn's message and `_meta` error), a rule that asks puts it to the editor.
 
 When the editor offers `fs/write_text_file`, each text file the sanitiser carried is also written
 through it, so the editor's buffers hold what is on disk. Its content is the file as it landed,
@@ -30,12 +32,13 @@ from typing import Any, Callable
 
 from ..boxfs import from_store, read_workspace_file, show
 from ..boxfs.names import stored_exact, stored_shown
-from ..errors import OpenAgentsError
+from ..errors import ErrorType, OpenAgentsError
 from ..terminal.machine import MAX_LISTED, Bounded, name_item
 from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
 from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
+from ..workspace.review.landing import LandingGate
 
 META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
 EDITOR_WRITE_MAX_BYTES = 1024 * 1024  # as the diffs: a bigger file lands on disk and is not sent to the editor
@@ -123,8 +126,10 @@ def _items(lines: list[str]) -> list[str]:
 class TurnLander:
     """Lands one copy session's changes at the end of each prompt turn (see the module's docstring)."""
 
-    def __init__(self, record: SessionRecord, editor_root: Path) -> None:
+    def __init__(self, record: SessionRecord, editor_root: Path, gate: LandingGate | None) -> None:
+        """`gate`: the session's ApprovalGate, whose decide_landing every landing meets (None: refused)."""
         self.record = record
+        self.gate = gate
         self.manifest_path = record.manifest_path
         self.editor_root = editor_root
         self.session = record.id
@@ -134,7 +139,9 @@ class TurnLander:
         manifest = CopyManifest.load(self.manifest_path)
         landing = Landing(session=self.session, workspace=str(self.editor_root), lists_dir=Path(self.record.dir) / "lists")
         try:
-            report, scanned = apply_scanned(manifest)
+            if self.gate is None:
+                raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, "landing refused: the session has no approval gate to decide it")
+            report, scanned = apply_scanned(manifest, self.gate.decide_landing())
         except OpenAgentsError as err:
             landing.error = f"{err.type.value}: {err.message}"
             return landing

@@ -383,7 +383,7 @@ class AcpServer:
             if isinstance(record, SessionRecord):
                 session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
             if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
-                session.lander = TurnLander(record, workspace)
+                session.lander = TurnLander(record, workspace, getattr(getattr(session.parts, "pipeline", None), "gate", None))
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
                 transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))

@@ -322,7 +322,7 @@ class Sandbox:
         A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed."""
         record = self._copy_record("apply")
         opened = self._live()
-        report = apply_session(record)
+        report = apply_session(record, opened.pipeline.gate.decide_landing("Sandbox.apply()"))  # a refusal: OpenAgentsError, typed
         if report.conflicts:
             from ..workspace.copy_session import mark_landed
 

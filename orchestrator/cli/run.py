@@ -126,6 +126,13 @@ def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[st
 _JSON_PRINTED = "oa-sandbox.json-printed"
 
 
+def _landing_said(summary: dict[str, Any], refused: OpenAgentsError | None) -> dict[str, Any]:
+    """`--apply` refused by the ladder: the typed refusal is the summary's error (nothing was applied)."""
+    if refused is not None:
+        summary["error"], summary["applied"] = refused.to_dict(), []
+    return summary
+
+
 class _JsonExits(click.Command):
     """`run --output json`: every exit prints exactly one JSON object on stdout, set-up errors and
     usage errors included (a CI script's json.load never meets an empty stdout); stderr still gets
@@ -313,20 +320,26 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     view.note(f"   transcript: {record.transcript}")
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
     write_requested_report(record, view.note)
-    report = None
+    report = landing_refused = None
     if record.mode.value == "copy":
         if apply_at_end:
-            applied, report = apply_copy(record)
-            if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
-                code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
+            try:
+                applied, report = apply_copy(record, opened.pipeline.gate.decide_landing("run --apply"))
+            except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
+                landing_refused = err
+                view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))
+                code = EXIT_REFUSED if code == EXIT_OK else code
+            else:
+                if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
+                    code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
         else:
             view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
     if output_format == "json":
         click.get_current_context().meta[_JSON_PRINTED] = True
-        click.echo(json_line(summary_json(result, record, changes, code, report)))  # bounded: at most MAX_LINE_BYTES
+        click.echo(json_line(_landing_said(summary_json(result, record, changes, code, report), landing_refused)))  # bounded: at most MAX_LINE_BYTES
     elif stream is not None:
         click.get_current_context().meta[_JSON_PRINTED] = True
-        stream.end(summary_json(result, record, changes, code, report))
+        stream.end(_landing_said(summary_json(result, record, changes, code, report), landing_refused))
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)

@@ -9,10 +9,11 @@ import click
 
 from ..errors import ErrorType, OpenAgentsError
 from ..terminal.render import json_line
-from ..terminal.summary import EXIT_OK
-from .common import EXIT_TOOL_ERROR, setup_error
+from ..terminal.summary import EXIT_OK, EXIT_REFUSED, EXIT_SETUP
+from .common import EXIT_TOOL_ERROR, SetupExit, setup_error
 
 if TYPE_CHECKING:
+    from ..policy.approvals import ApprovalOutcome
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
 
@@ -35,14 +36,26 @@ def _copy_session(session_id: str, action: str) -> SessionRecord:
         raise setup_error(err) from None
 
 
-def apply_copy(record: SessionRecord) -> tuple[int, ApplyReport]:
-    """Apply a copy session's changes, saying what was left out and any conflict on stderr; 0 when
-    applied, 1 on conflicts (then nothing was applied)."""
+def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
+    """The ladder's decision on landing an ended session's copy (`oa-sandbox apply`): the policies
+    in force for its workspace and the session's own policy files, as a session would load them."""
+    from ..policy.approvals import ApprovalGate, NonInteractiveApprover
+    from ..policy.ladder import Ladder
+    from ..session import load_policies
+
+    rules, _ = load_policies(Path(record.workspace), list(record.policy_files))
+    return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
+
+
+def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, ApplyReport]:
+    """Apply a copy session's changes if `permit` (the ladder's decision) allows it, else the typed
+    refusal is raised; saying what was left out and any conflict on stderr; 0 when applied, 1 on
+    conflicts (then nothing was applied)."""
     from ..boxfs import show
     from ..workspace.copy_session import apply_session
     from ..workspace.review import shown
 
-    report = apply_session(record)
+    report = apply_session(record, permit)
     for item in report.left_out:
         click.echo(f"  left out {shown(item.path)}: {show(item.reason)}", err=True)
     if report.conflicts:
@@ -127,7 +140,12 @@ def apply_(session_id: str) -> None:
     """Apply a copy session's changes to the real workspace (a sanitiser: regular files and dirs,
     normalised modes, nothing under .git). Any conflict: nothing is applied, exit 1."""
     record = _copy_session(session_id, "apply")
-    raise click.exceptions.Exit(apply_copy(record)[0])
+    try:
+        code = apply_copy(record, landing_permit(record, f"oa-sandbox apply {record.id}"))[0]
+    except OpenAgentsError as err:
+        exit_code = EXIT_REFUSED if err.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER) else EXIT_SETUP
+        raise SetupExit(setup_error(err).error, exit_code) from None
+    raise click.exceptions.Exit(code)
 
 
 @click.command()

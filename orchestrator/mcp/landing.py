@@ -10,7 +10,9 @@ server then offers two more tools:
   directories, deletions and in-workspace symlinks are carried, everything else (FIFOs, devices,
   absolute links, .git entries, box-made hard links...) is left out and listed; a path the user
   changed in the real workspace since the copy was taken is a conflict, and one conflict means
-  nothing is applied (an error result listing each conflict).
+  nothing is applied (an error result listing each conflict). The landing is first put to the
+  ladder (ApprovalGate.decide_landing, as every front-end's is): a deny rule, copy-only or
+  read-only refuses it, typed (refused_by_policy), and nothing is written.
 
 After an apply, the session goes on with the same copy. So that a later apply of a file edited
 again is not taken for the user's change, the manifest's baseline of every entry that landed is
@@ -34,6 +36,7 @@ from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
 from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
+from ..workspace.review.landing import LandingGate
 from .results import apply_meta, changes_meta
 
 COPY_TOOLS = ("changes", "apply_changes")
@@ -78,6 +81,7 @@ class Landing:
     """The copy-mode tools of one MCP session (one apply at a time)."""
 
     record: SessionRecord
+    gate: LandingGate
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -111,7 +115,7 @@ class Landing:
 
     def _apply(self) -> ToolResult:
         manifest = CopyManifest.load(self.manifest_path)
-        report, scanned = apply_scanned(manifest)
+        report, scanned = apply_scanned(manifest, self.gate.decide_landing())
         meta: dict[str, Any] = apply_meta(report, self.record.dir / "lists")
         lines = report.lines(MAX_REPORT_LINES)
         real = visible(self.record.workspace)
