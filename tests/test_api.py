@@ -310,3 +310,39 @@ def test_an_egress_gate_goes_with_the_sandbox_on_an_exception(tmp_path, docker_c
             raise ZeroDivisionError("the program failed")
     after = ({c["Id"] for c in docker_client.api.containers(all=True, filters=mine)}, {n["Id"] for n in docker_client.api.networks(filters=mine)})
     assert after == before and not boxes_on(docker_client, ws)
+
+
+def test_a_run_left_early_is_cancelled_and_the_sandbox_goes_on(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60; touch late.txt", "timeout": 120}}]}) + "\n"
+                      + json.dumps({"text": "never"}) + "\n")
+    seen = []
+    with Sandbox(ws, auto_approve=True, on_event=seen.append) as box:
+        run = box.run("wait", model=f"script:{script}")
+        for event in run:
+            if getattr(event, "state", None) == "executing":
+                break  # the program stops listening mid-command
+        assert run.result is not None and run.result.status.value == "cancelled"
+        assert box.shell("echo still here").output == "still here\n"  # not cancelled itself
+    assert not (ws / "late.txt").exists()
+    assert any(isinstance(e, SessionEnded) for e in seen)  # on_event got the typed events too
+
+
+def test_async_run_yields_events_and_a_second_run_continues_the_conversation(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    script = tmp_path / "s.jsonl"
+    script.write_text("\n".join(json.dumps(t) for t in [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "first done"}, {"text": "second done"}]) + "\n")
+
+    async def main() -> tuple[list[str], str, str, int]:
+        async with AsyncSandbox(ws, auto_approve=True) as box:
+            run = box.run("read a.txt", model=f"script:{script}")
+            kinds = [event.type async for event in run]
+            again = box.run("and now?", model=f"script:{script}")
+            second = await again.wait_async()
+            return kinds, run.result.final_text, second.final_text, len(again._session.messages)
+
+    kinds, first, second, messages = asyncio.run(main())
+    assert "tool_result" in kinds and kinds[-1] == "session_end"
+    assert (first, second) == ("first done", "second done") and messages >= 6  # system, task, call, result, answer, task 2, answer 2

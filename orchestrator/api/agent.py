@@ -35,6 +35,7 @@ class AgentRun:
         if self._thread is not None:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "this run was started already: an AgentRun is iterated once")
         self._sinks.append(sink)
+        self._session.cancel.clear()
 
         def work() -> None:
             try:
@@ -61,6 +62,7 @@ class AgentRun:
             except Exception:  # noqa: BLE001 - the box may be gone; the loop ends anyway
                 pass
             self._thread.join()
+        self._session.cancel.clear()  # the sandbox goes on: its next calls are not cancelled
 
     def _outcome(self) -> SessionResult:
         if self._error is not None:

@@ -41,6 +41,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:
+    from ..loop import Session
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
@@ -81,6 +82,7 @@ class Sandbox:
         self._sinks: list[Callable[[dict[str, Any]], None]] = []
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
+        self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -374,8 +376,13 @@ class Sandbox:
         if not isinstance(model, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
         opened = self._live()
-        session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
-        session.turn = self._turn
+        wanted = (model, base_url, api_key_env)
+        if self._agent is not None and self._agent[0] == wanted:
+            session = self._agent[1]  # the same model again: the conversation goes on, as an editor's next prompt
+        else:
+            session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
+            self._agent = (wanted, session)
+        session.turn = max(session.turn, self._turn)
 
         def ended(last_turn: int) -> None:
             with self._lock:
