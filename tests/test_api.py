@@ -338,7 +338,8 @@ def test_async_run_yields_events_and_a_second_run_continues_the_conversation(tmp
     async def main() -> tuple[list[str], str, str, int]:
         async with AsyncSandbox(ws, auto_approve=True) as box:
             run = box.run("read a.txt", model=f"script:{script}")
-            kinds = [event.type async for event in run]
+            kinds: list[str] = [event.type async for event in run]
+            assert run.result is not None
             again = box.run("and now?", model=f"script:{script}")
             second = await again.wait_async()
             return kinds, run.result.final_text, second.final_text, len(again._session.messages)
