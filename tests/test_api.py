@@ -347,3 +347,29 @@ def test_async_run_yields_events_and_a_second_run_continues_the_conversation(tmp
     kinds, first, second, messages = asyncio.run(main())
     assert "tool_result" in kinds and kinds[-1] == "session_end"
     assert (first, second) == ("first done", "second done") and messages >= 6  # system, task, call, result, answer, task 2, answer 2
+
+
+@pytest.mark.parametrize("ending", ["never closed", "SIGTERM mid-command"])
+def test_a_program_that_ends_without_closing_leaves_no_box(tmp_path, docker_client, ending):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    program = tmp_path / "p.py"
+    body = "box.shell('sleep 100', timeout=200)" if ending.startswith("SIGTERM") else "box.write_file('b.txt', 'b')"
+    program.write_text(f"import sys\nfrom orchestrator import Sandbox\nbox = Sandbox(sys.argv[1], auto_approve=True).open()\n"
+                       f"print(box.id, flush=True)\n{body}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    session_id = proc.stdout.readline().strip()
+    assert session_id, proc.communicate()
+    if ending.startswith("SIGTERM"):
+        import time
+
+        deadline = time.monotonic() + 60
+        while '"executing"' not in Path(load(session_id).transcript or "").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.terminate()
+    proc.communicate(timeout=60)
+    assert not boxes_on(docker_client, ws)
+    assert not load(session_id).running()
+    if ending == "never closed":
+        assert (ws / "b.txt").read_text() == "b" and load(session_id).status == "closed"
