@@ -237,6 +237,18 @@ def test_bad_options_and_workspaces_are_typed_errors(tmp_path):
         Sandbox(tmp_path / "absent").open()
     assert missing.value.type is ErrorType.INVALID_ARGUMENTS
     assert SandboxOptions(mode="copy", memory="2g").sandbox_config().memory == "2g"
+    for bad in ({"egress": ["bad host"]}, {"env": {"1BAD": "x"}}, {"pids": 1}):
+        with pytest.raises(OpenAgentsError) as refused:
+            Sandbox(tmp_path, **bad).open()
+        assert refused.value.type is ErrorType.INVALID_ARGUMENTS and "validation error" not in refused.value.message
+
+
+def test_a_missing_image_is_a_typed_error(tmp_path, docker_client):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with pytest.raises(OpenAgentsError) as missing:
+        Sandbox(ws, image="oa-no-such-image:latest").open()
+    assert missing.value.type is ErrorType.IMAGE_MISSING and "oa-sandbox image build" in missing.value.message
+    assert not boxes_on(docker_client, ws)
 
 
 def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
