@@ -385,3 +385,17 @@ def test_a_program_that_ends_without_closing_leaves_no_box(tmp_path, docker_clie
     assert not load(session_id).running()
     if ending == "never closed":
         assert (ws / "b.txt").read_text() == "b" and load(session_id).status == "closed"
+
+
+def test_the_cli_reviews_and_applies_an_api_made_copy_session(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with Sandbox(ws, mode="copy", auto_approve=True) as box:
+        box.write_file("a.txt", "from the api\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    listed = json.loads(subprocess.run([OA, "sessions", "--json"], capture_output=True, text=True, check=True, env=env).stdout)
+    mine = [s for s in (listed if isinstance(listed, list) else listed.get("sessions", [])) if s.get("id") == box.id]
+    assert mine and mine[0]["mode"] == "copy" and mine[0]["applied"] is False
+    shown = subprocess.run([OA, "changes", box.id], capture_output=True, text=True, check=True, env=env).stdout
+    assert "+from the api" in shown and (ws / "a.txt").read_text() == "a\n"
+    subprocess.run([OA, "apply", box.id], capture_output=True, text=True, check=True, env=env)
+    assert (ws / "a.txt").read_text() == "from the api\n" and load(box.id).applied
