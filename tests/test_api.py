@@ -399,3 +399,38 @@ def test_the_cli_reviews_and_applies_an_api_made_copy_session(tmp_path):
     assert "+from the api" in shown and (ws / "a.txt").read_text() == "a\n"
     subprocess.run([OA, "apply", box.id], capture_output=True, text=True, check=True, env=env)
     assert (ws / "a.txt").read_text() == "from the api\n" and load(box.id).applied
+
+
+def test_a_call_racing_close_from_another_thread_never_starts_a_new_box(tmp_path, docker_client):
+    """A closed box's next call used to restart it (the supervisor took the missing channel for a
+    lost agent): a call from another thread that lost the race with close() left a new box behind."""
+    import threading
+
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.docker import DockerSandbox
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    raw = DockerSandbox(ws, SandboxConfig(), client=docker_client)
+    raw.start()
+    raw.close()
+    late = raw.call("read_file", {"path": "a.txt"})
+    assert not late.ok and late.error is not None and late.error.type is ErrorType.SANDBOX_CLOSED
+    assert not boxes_on(docker_client, ws)
+    outcomes: list[object] = []
+    box = Sandbox(ws, auto_approve=True).open()
+
+    def busy() -> None:
+        try:
+            outcomes.append(box.shell("sleep 30", timeout=60))
+        except OpenAgentsError as err:
+            outcomes.append(err.type)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    deadline = __import__("time").monotonic() + 30
+    while '"executing"' not in box.transcript_path.read_text():
+        assert __import__("time").monotonic() < deadline
+        __import__("time").sleep(0.05)
+    box.close()
+    worker.join(30)
+    assert outcomes == [ErrorType.SANDBOX_CLOSED] and not boxes_on(docker_client, ws)

@@ -79,6 +79,7 @@ class Sandbox:
         self._closed = False
         self._turn = 0
         self._lock = threading.Lock()
+        self._books = threading.Lock()  # a call's bookkeeping (turn, checkpoint, record) against close
         self._sinks: list[Callable[[dict[str, Any]], None]] = []
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
@@ -160,15 +161,16 @@ class Sandbox:
             self._finalizer.detach()
         held = _hold_interrupts()
         try:
-            status, reason = self._status
-            opened.record.turns = max(self._turn, opened.record.turns or 0)
-            opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
-            opened.finish(status, reason)
             try:
-                opened.kill_running()
+                opened.kill_running()  # a call still running in another thread ends now, killed
             except Exception:  # noqa: BLE001 - the box may be gone already; close removes what is left
                 pass
-            return opened.close()
+            with self._books:  # a call's checkpoint still being taken ends first; none starts after
+                status, reason = self._status
+                opened.record.turns = max(self._turn, opened.record.turns or 0)
+                opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
+                opened.finish(status, reason)
+                return opened.close()
         finally:
             _release_interrupts(held)
 
@@ -231,12 +233,13 @@ class Sandbox:
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
-        with self._lock:
+        with self._books:  # one at a time, and never after close() took the session apart
+            if self._closed:
+                raise self._closed_error()
             self._turn += 1
-            turn = self._turn
-        if opened.record.mode.value == "copy":
-            note_call(opened.record, tool, result.ok)
-        opened.checkpoint(turn, [tool])
+            if opened.record.mode.value == "copy":
+                note_call(opened.record, tool, result.ok)
+            opened.checkpoint(self._turn, [tool])
         return call.id, result
 
     def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
