@@ -44,8 +44,11 @@ def test_the_six_tools_as_typed_methods_in_bind_mode(tmp_path, docker_client):
         assert box.mode == "bind" and boxes_on(docker_client, ws)
         read = box.read_file("a.txt")
         assert read.text == "one\ntwo\n" and read.total_lines == 2 and len(read.sha256 or "") == 64
-        assert sorted(box.list_files().entries) == ["a.txt", "src/", "src/m.py"]
+        assert sorted(box.list_files().entries) == ["a.txt", "src/", "src/m.py"]  # before blob.bin
         assert [(m.path, m.line) for m in box.grep_files(r"x = \d").matches] == [("src/m.py", 1)]
+        box.shell("printf 'PK\\003\\004\\000\\377' > blob.bin")
+        blob = box.read_file("blob.bin")
+        assert blob.binary and blob.text == "" and "binary file" in blob.output and blob.sha256
         assert box.write_file("b.txt", "new\n").created
         edit = box.edit_file("a.txt", "two", "three", expected_sha256=read.sha256)
         assert edit.replacements == 1 and "+three" in (edit.diff or "")
