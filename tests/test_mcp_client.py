@@ -308,3 +308,19 @@ def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_
         result = session.run("note it")
     assert result.error is not None and result.error.type == ErrorType.BUDGET_EXCEEDED
     assert not (tmp_path / "notes.txt").exists(), "the call ran after the time budget was spent"
+
+
+def test_ctrl_c_while_servers_start_leaves_none_running(server_script, tmp_path):
+    """Ctrl-C while a server is still starting: start() raises, and no server is left running (the
+    caller never got a host to close)."""
+    import signal
+    import threading
+
+    host = McpHost([spec(server_script, tmp_path, "ok"), spec(server_script, tmp_path, "slow", SLOW_START="30")], start_deadline_s=20)
+    threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        host.start()
+    deadline = time.monotonic() + 3
+    while running(server_script) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(server_script) == []

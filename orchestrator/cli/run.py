@@ -27,6 +27,7 @@ from .common import (
     setup_error,
     terminate_as_interrupt,
 )
+from .report import report_option, write_requested_report
 from .sessions import apply_copy
 
 if TYPE_CHECKING:
@@ -194,6 +195,7 @@ class _JsonExits(click.Command):
 @click.option("--resume", "resume_id", default=None, metavar="ID", help="Continue session ID: its workspace (its copy, in copy mode), its "
                                                                            "conversation, its transcript; its model and policy files unless --model, --policy.")
 @click.option("--continue", "continue_", is_flag=True, help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.")
+@report_option
 @sandbox_options
 @click.argument("task")
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
@@ -309,6 +311,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     view.print([Line(text) for text in summary_lines(result, changes)])
     view.note(f"   transcript: {record.transcript}")
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
+    write_requested_report(record, view.note)
     report = None
     if record.mode.value == "copy":
         if apply_at_end:

@@ -158,13 +158,19 @@ class McpHost:
         for key, server in self._servers.items():
             ready[key] = Future()
             server.task = asyncio.run_coroutine_threadsafe(self._hold(server, ready[key]), self._loop)
-        for key, server in self._servers.items():
-            try:
-                ready[key].result(timeout=self.start_deadline_s)
-            except FutureTimeout:
-                self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
-            except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
-                self._drop(server, f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}")
+        try:
+            for key, server in self._servers.items():
+                try:
+                    ready[key].result(timeout=self.start_deadline_s)
+                except FutureTimeout:
+                    self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
+                except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
+                    self._drop(server, f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}")
+        except BaseException:  # Ctrl-C while they start: the caller never gets this host to close
+            for server in self._servers.values():
+                server.process.kill_group("interrupted")
+            self.close()
+            raise
         for server in self._servers.values():
             for tool in server.tools:
                 if tool.name in self._tools:
