@@ -269,6 +269,14 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
             slow.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await slow
+            endless = box.shell_stream("echo first; sleep 60; touch late2.txt", timeout=120)
+            async for chunk in endless:
+                assert chunk == "first\n"
+                break  # the program stops listening: the command is killed
+            assert endless.result is None
+            started = asyncio.get_running_loop().time()
+            assert (await box.shell("echo next", timeout=30)).output == "next\n"  # not queued behind a 60 s command
+            assert asyncio.get_running_loop().time() - started < 20
             reads = await asyncio.gather(box.read_file("a.txt"), box.read_file("b.txt"))
             assert [r.text for r in reads] == ["a\n", "b\n"]
             with pytest.raises(ToolError):
@@ -276,7 +284,7 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
             return box.id
 
     session_id = asyncio.run(main())
-    assert not boxes_on(docker_client, ws) and not (ws / "late.txt").exists()
+    assert not boxes_on(docker_client, ws) and not (ws / "late.txt").exists() and not (ws / "late2.txt").exists()
     assert load(session_id).status == "closed"
 
 
