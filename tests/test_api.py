@@ -221,9 +221,21 @@ def test_a_missing_docker_daemon_is_a_typed_error_and_leaves_nothing(tmp_path, m
     with pytest.raises(OpenAgentsError) as gone:
         box.open()
     assert gone.value.type is ErrorType.DOCKER_UNAVAILABLE and "daemon" in gone.value.message.lower()
+    assert (ws / "a.txt").read_text() == "a\n"  # the workspace is as it was
     with pytest.raises(OpenAgentsError) as closed:
         box.shell("ls")
     assert closed.value.type is ErrorType.SANDBOX_CLOSED
+
+
+def test_a_failing_callback_never_breaks_the_call(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+
+    def broken(_: object) -> None:
+        raise RuntimeError("the program's bug")
+
+    with Sandbox(ws, auto_approve=True, on_event=broken) as box:
+        assert box.shell("echo one; echo two", on_output=broken).output == "one\ntwo\n"
+        assert box.read_file("a.txt").text == "a\n"
 
 
 def test_bad_options_and_workspaces_are_typed_errors(tmp_path):

@@ -69,6 +69,8 @@ class Sandbox:
     latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED)."""
 
     def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+        if not isinstance(kind, str) or not kind.isidentifier():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
         if not isinstance(workspace, (str, PathLike)):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}")
         self.options = SandboxOptions.of(options, settings)
@@ -104,7 +106,7 @@ class Sandbox:
             if on_event is not None:
                 typed = ev.parse(record)
                 if typed is not None:
-                    on_event(typed)
+                    _quietly(on_event, typed)
             for sink in list(self._sinks):
                 sink(record)
 
@@ -192,7 +194,9 @@ class Sandbox:
         return opened
 
     def _closed_error(self) -> OpenAgentsError:
-        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed: its box is removed; open a new Sandbox")
+        if self._record is None:
+            return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox failed to open (its error said why): open a new Sandbox")
+        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed: its box is removed; open a new Sandbox")
 
     # -- what it is --------------------------------------------------------------------------
     @property
@@ -228,8 +232,9 @@ class Sandbox:
         if arguments is not None and not isinstance(arguments, dict):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
         call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
+        shown = (lambda text: _quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
         try:
-            result = opened.pipeline.run(call, on_output)
+            result = opened.pipeline.run(call, shown)
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
@@ -392,6 +397,15 @@ class Sandbox:
                 self._turn = max(self._turn, last_turn)
 
         return AgentRun(session, task, self._sinks, opened.kill_running, ended)
+
+
+def _quietly(callback: Callable[[Any], None], value: Any) -> None:
+    """A program's callback: what it raises is its own business, never the session's (it is called
+    from the box's reader and the transcript, mid-call)."""
+    try:
+        callback(value)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 def _close_quietly(opened: OpenSession) -> None:
