@@ -357,6 +357,9 @@ def test_a_run_left_early_is_cancelled_and_the_sandbox_goes_on(tmp_path):
         run = box.run("wait", model=f"script:{script}")
         for event in run:
             if getattr(event, "state", None) == "executing":
+                with pytest.raises(OpenAgentsError) as busy:
+                    box.run("another", model=f"script:{script}")
+                assert busy.value.type is ErrorType.INVALID_ARGUMENTS
                 break  # the program stops listening mid-command
         assert run.result is not None and run.result.status.value == "cancelled"
         assert box.shell("echo still here").output == "still here\n"  # not cancelled itself

@@ -31,6 +31,10 @@ class AgentRun:
         self._events: queue.Queue[Any] = queue.Queue()
         self._consumed = False
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _start(self, sink: Callable[[dict[str, Any]], None]) -> None:
         if self._thread is not None:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "this run was started already: an AgentRun is iterated once")

@@ -85,6 +85,7 @@ class Sandbox:
         self._sinks: list[Callable[[dict[str, Any]], None]] = []
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
+        self._run: AgentRun | None = None
         self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
 
     # -- life cycle ------------------------------------------------------------------------------
@@ -384,6 +385,8 @@ class Sandbox:
         if not isinstance(model, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
         opened = self._live()
+        if self._run is not None and self._run.running:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "run: the sandbox's previous run is still going: iterate it to its end, or leave it")
         wanted = (model, base_url, api_key_env)
         if self._agent is not None and self._agent[0] == wanted:
             session = self._agent[1]  # the same model again: the conversation goes on, as an editor's next prompt
@@ -396,7 +399,8 @@ class Sandbox:
             with self._lock:
                 self._turn = max(self._turn, last_turn)
 
-        return AgentRun(session, task, self._sinks, opened.kill_running, ended)
+        self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
+        return self._run
 
 
 def _quietly(callback: Callable[[Any], None], value: Any) -> None:
