@@ -41,9 +41,10 @@ from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
 from ..loop import Session, SessionStatus
 from ..mcp.client import McpHost
+from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
-from ..protocol import Executor
+from ..protocol import Executor, ToolResult
 from ..tools import catalog
 from ..tools.registry import HostTools
 from ..workspace.copy_session import note_call
@@ -414,7 +415,11 @@ class AcpServer:
             loop = session.parts.session
             try:
                 reader = catalog.file_reader().name
-                text = prompt_text(p.prompt, session.roots, lambda rel: loop.registry.sandbox.call(reader, {"path": rel}))
+
+                def read_link(rel: str) -> ToolResult:  # through the pipeline: the ladder, a deny rule, the transcript
+                    return loop.pipeline.run(ToolCall(id=f"link_{uuid.uuid4().hex[:12]}", name=reader, arguments={"path": rel}))
+
+                text = prompt_text(p.prompt, session.roots, read_link)
             except PromptError as err:
                 raise RpcError(m.INVALID_PARAMS, str(err)) from None
             loop.cancel.clear()
