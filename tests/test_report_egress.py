@@ -4,7 +4,6 @@ project of tests/egress: two test servers on internal networks, nothing leaves t
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -36,13 +35,10 @@ def test_report_shows_allowed_and_denied_egress(egress_project, sandbox_image, t
         {"text": "done"},
     ]))
     out = tmp_path / "egress.html"
-    os.environ["OA_ADMIN_POLICY"] = str(admin)
-    os.environ["OA_EGRESS_OUTER_NETWORK"] = egress_project["outer"]
-    try:
-        proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--egress", "allow:allowed.test:8000",
-                       "--report", str(out), "fetch", state=tmp_path / "state")
-    finally:
-        del os.environ["OA_ADMIN_POLICY"], os.environ["OA_EGRESS_OUTER_NETWORK"]
+    # The per-session gate must reach the test servers: its outer network is the project's.
+    env = {"OA_ADMIN_POLICY": str(admin), "OA_EGRESS_OUTER_NETWORK": egress_project["outer"]}
+    proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--egress", "allow:allowed.test:8000",
+                   "--report", str(out), "fetch", state=tmp_path / "state", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = out.read_text(encoding="utf-8")
     egress = page.split('<section id="egress">', 1)[1].split("</section>", 1)[0]
