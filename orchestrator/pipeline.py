@@ -97,6 +97,9 @@ class CallPipeline:
         if self.cancel.is_set():
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled before this call ran")
             return self.finish(call, ToolResult.failure(err, executor=Executor.USER), state=ToolCallState.CANCELLED)
+        if self.out_of_time.is_set():  # --max-wall passed while it was being approved: it never starts
+            err = OpenAgentsError(ErrorType.BUDGET_EXCEEDED, "the time budget (--max-wall) ran out before this call ran")
+            return self.finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS), state=ToolCallState.CANCELLED)
         self._state(call, ToolCallState.EXECUTING)
         watched = self.transcript.on_event is not None
 

@@ -5,7 +5,7 @@ import os
 
 from . import limits
 from .paths import resolve
-from .sniff import BOM, SNIFF_BYTES, _legacy_guess, _looks_binary, _wide_encoding
+from .sniff import BOM, SNIFF_BYTES, _legacy_guess, _looks_binary, _wide_encoding, cut_at_end
 from .tools import READ_CHUNK, ToolError, _arg, _open_regular, _os_error, _refuse_trailing_slash, _sha256
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -31,10 +31,19 @@ def read_file(args: dict[str, Any]) -> dict[str, Any]:
     except OSError as err:
         os.close(fd)
         raise _os_error(err, rel) from None
-    encoding = _wide_encoding(head)
+    encoding = _wide_encoding(head)  # a character cut at the end is judged on the whole file (_read_special)
     has_bom = head.startswith(BOM)
-    if encoding or _looks_binary(head):
-        return _read_special(rel, fd, encoding, size_on_disk, offset, limit)
+    binary = _looks_binary(head)
+    if encoding or binary:
+        try:
+            special = _read_special(rel, os.dup(fd), encoding, size_on_disk, offset, limit, binary)
+            if special is not None:
+                os.close(fd)
+                return special
+            os.lseek(fd, 0, os.SEEK_SET)  # its byte-order mark was only a hint: read as ordinary text
+        except BaseException:
+            os.close(fd)
+            raise
     digest = _sha256()
     collected: list[bytes] = []
     size = line_no = 0
@@ -117,9 +126,14 @@ def _binary_result(rel: str, size: int, hexdigest: str, why: str = "") -> dict[s
             "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
 
 
-def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int) -> dict[str, Any]:
+def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int,
+                  binary: bool) -> dict[str, Any] | None:
     """A binary file is described, never shown (garbage in the model's context helps nobody);
-    UTF-16/32 text is decoded, so the model reads the text and not every other byte as NUL."""
+    UTF-16/32 text is decoded, so the model reads the text and not every other byte as NUL.
+    A byte-order mark is a hint: a body that is not strictly its encoding is judged by the ordinary
+    rules (`binary`, from the first bytes): None when they say text (the caller reads it as such),
+    binary unless the only fault is a character cut at the end (UTF-16 text with an odd trailing
+    byte: shown, with U+FFFD and a note)."""
     digest = _sha256()
     kept = bytearray()
     cap = limits.EDIT_MAX_FILE_BYTES
@@ -137,11 +151,16 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
     codec, label, bom_len = encoding
     if len(kept) > cap:
         raise ToolError("file_too_large", f"{rel} is {label} text of {size} bytes; read_file decodes at most {cap}")
+    body = bytes(kept[bom_len:])
     try:
-        text, bad = bytes(kept[bom_len:]).decode(codec), ""
+        text, bad = body.decode(codec), ""
     except UnicodeDecodeError as err:
+        if not binary:
+            return None
+        if not cut_at_end(err, len(body)):
+            return _binary_result(rel, size, hexdigest, f"it starts with a {label} byte-order mark but is not {label} text ({err.reason} at byte {err.start + bom_len})")
         # The file's fault, not the arguments': shown with replacement, and said.
-        text = bytes(kept[bom_len:]).decode(codec, errors="replace")
+        text = body.decode(codec, errors="replace")
         bad = f"\n[the file is not valid {label} ({err.reason} at byte {err.start + bom_len}): what cannot be decoded shows as U+FFFD; edit_file cannot edit it]"
     lines = text.splitlines(keepends=True)
     total = len(lines)

@@ -180,16 +180,22 @@ def _grep_lines(path: str) -> tuple[Iterable[tuple[int, str, int]], str | None]:
     if wide:
         try:
             if st.st_size > limits.EDIT_MAX_FILE_BYTES:
+                os.close(fd)
                 return (), "too_large"
             with os.fdopen(os.dup(fd), "rb") as fh:
                 raw = fh.read(limits.EDIT_MAX_FILE_BYTES + 1)
             text = raw[wide[2]:].decode(wide[0])
         except UnicodeDecodeError:
-            return (), "encoding"
+            if _looks_binary(head):
+                os.close(fd)
+                return (), "encoding"
+            wide = None  # the byte-order mark was only a hint: searched as ordinary text
+            os.lseek(fd, 0, os.SEEK_SET)
         except OSError:
-            return (), None
-        finally:
             os.close(fd)
+            return (), None
+    if wide:
+        os.close(fd)
         return ((n, line.removesuffix("\r"), 0) for n, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)), None
     if _looks_binary(head):
         os.close(fd)

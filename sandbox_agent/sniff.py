@@ -16,11 +16,31 @@ _BINARY_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"
 _TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b")
 
 
-def _wide_encoding(head: bytes) -> tuple[str, str, int] | None:
-    for bom, codec, label in _WIDE_BOMS:
+def _wide_encoding(head: bytes, whole: bool = False) -> tuple[str, str, int] | None:
+    """(codec, label, mark length) of a UTF-16/32 byte-order mark, which is a hint, not a verdict: it
+    counts only when what follows decodes strictly (`b"\\xff\\xfe\\nplain\\n"` is not UTF-16, and
+    is judged by the ordinary text/binary rules). `head` is the file's first bytes; unless `whole`
+    (they are all of it), a character cut at their end is not held against them."""
+    for bom, codec, label in _WIDE_BOMS:  # the longest mark that matches is the only one considered
         if head.startswith(bom):
-            return codec, label, len(bom)
+            return (codec, label, len(bom)) if decodes(head[len(bom):], codec, whole) else None
     return None
+
+
+def decodes(body: bytes, codec: str, final: bool = True) -> bool:
+    """Whether `body` is strictly `codec`; with `final` false, an incomplete last character is not an error."""
+    import codecs  # already loaded by the interpreter's start: this costs nothing
+
+    try:
+        codecs.getincrementaldecoder(codec)("strict").decode(body, final)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def cut_at_end(err: UnicodeDecodeError, size: int) -> bool:
+    """The decoding failed only because the last character is incomplete (an odd trailing byte)."""
+    return err.end >= size and err.reason in ("truncated data", "unexpected end of data")
 
 
 def _looks_binary(head: bytes) -> bool:

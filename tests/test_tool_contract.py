@@ -73,6 +73,28 @@ def test_read_file_decodes_utf16_and_utf32_with_a_bom(box, ws, codec, bom):
     assert second.output == "zweite Zeile\n"
 
 
+@pytest.mark.parametrize("content", [b"\xff\xfe\nplain\n", b"\xfe\xff\nplain\n", b"\xff\xfe" + b"plain text line\n" * 3 + b"a\xdc x\n"])
+def test_a_byte_order_mark_is_a_hint_not_a_verdict(box, ws, content):
+    """Issue 40.6 (codex's own test): a file starting with a UTF-16/32 mark whose body is not that
+    encoding (odd length, a lone surrogate) is judged by the ordinary rules: its lines read back as
+    they are, never as UTF-16 garbage; grep finds them."""
+    rel = put(ws, "hinted.txt", content)
+    result = box.call("read_file", {"path": rel})
+    assert result.ok, result.error
+    assert "plain" in result.output and "UTF-16" not in result.note and "UTF-32" not in result.note
+    assert "\nplain" in result.output and result.meta.get("encoding") is None
+    found = box.call("grep_files", {"pattern": "plain", "path": rel.rpartition("/")[0]})
+    assert found.ok and "plain" in found.output, found
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe" + bytes(range(256)) * 4 + b"\x00\xdc\x00\xdc", b"\xff\xfe\x00\x00\nplain\n",
+                                     b"\x00\x00\xfe\xff" + b"\xff\xff\xff\xff" * 8])
+def test_a_byte_order_mark_before_binary_is_binary(box, ws, content):
+    """A mark followed by bytes that are neither its encoding nor text is binary: described, never shown."""
+    result = box.call("read_file", {"path": put(ws, "hinted.bin", content)})
+    assert result.ok and result.meta.get("binary") is True and "\ufffd" not in result.output
+
+
 def test_read_file_flags_invalid_utf8_instead_of_passing_it_silently(box, ws):
     rel = put(ws, "latin1.txt", "caf\xe9 au lait\n".encode("latin-1"))
     result = box.call("read_file", {"path": rel})
