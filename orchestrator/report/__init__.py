@@ -87,9 +87,10 @@ def build(record: SessionRecord, limits: Limits | None = None) -> str:
     return page
 
 
-def write(record: SessionRecord, out: Path, limits: Limits | None = None) -> Path:
-    """The page written atomically to `out` (a temporary file beside it, then renamed), mode 0644."""
-    page = build(record, limits)
+def write(record: SessionRecord, out: Path, limits: Limits | None = None, page: str | None = None) -> Path:
+    """The page (built now, unless given) written atomically to `out` (a temporary file beside it,
+    then renamed), mode 0644."""
+    page = build(record, limits) if page is None else page
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
