@@ -351,6 +351,16 @@ class Sandbox:
         self.close()
         return discard_session(record)
 
+    def report(self, path: str | PathLike[str] | None = None) -> str:
+        """The session's self-contained HTML page (`oa-sandbox report ID`'s: orchestrator/report),
+        written atomically to `path` when given; the page either way. Open or closed."""
+        from ..report import build, write
+
+        page = build(self.record)
+        if path is not None:
+            write(self.record, Path(path), page=page)
+        return page
+
     def _copy_record(self, action: str) -> SessionRecord:
         record = self._live().record
         if record.mode.value != "copy":
