@@ -56,15 +56,23 @@ def _own_group(gid: int) -> bool:
 
 
 def own_dir(path: Path) -> Path:
-    """`path`, when nobody but the caller (or root) may write it (or it is not there yet: the caller
-    makes it); else the caller's `user-UID` subdirectory of it, made 0700 and checked. Refused,
+    """`path`, when nobody but the caller (or root) may write it (not there yet: made now, 0700);
+    else the caller's `user-UID` subdirectory of it, made 0700 and checked. Refused,
     CONFIG_INVALID with the reason: a shared directory without the sticky bit or owned by another
     user (its owner could swap the subdirectory), a subdirectory that is a link, not the caller's,
     or open to others."""
     try:
         st = os.stat(path)  # the configured path itself may be a link the user made
     except FileNotFoundError:
-        return path
+        # Made now, 0700, and checked as any other: one another user made first (a race) is refused, not used.
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError:
+            return path  # cannot be made here: the caller's own use of it says why
+        return own_dir(path) if os.path.lexists(path) else path
     except OSError as err:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the state directory {path} cannot be used: {err.strerror}") from None
     if not stat.S_ISDIR(st.st_mode):
