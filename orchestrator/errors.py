@@ -53,6 +53,7 @@ class ErrorType(str, Enum):
     MAX_TURNS = "max_turns"
     BUDGET_EXCEEDED = "budget_exceeded"  # --max-tokens or --max-wall spent
     WORKSPACE_QUOTA_EXCEEDED = "workspace_quota_exceeded"
+    SANDBOX_CLOSED = "sandbox_closed"  # a call on a sandbox the program closed (orchestrator.api)
 
     @property
     def recoverable(self) -> bool:
@@ -79,6 +80,7 @@ _FATAL = frozenset(
         ErrorType.MAX_TURNS,
         ErrorType.BUDGET_EXCEEDED,
         ErrorType.WORKSPACE_QUOTA_EXCEEDED,
+        ErrorType.SANDBOX_CLOSED,
     }
 )
 

@@ -133,7 +133,14 @@ class Session:
 
     def _wall_spent(self) -> None:
         self.pipeline.out_of_time.set()  # --max-wall passed: set by a timer while a call may run
+        self._stop_host_calls()
         self.registry.kill_running()
+
+    def _stop_host_calls(self) -> None:
+        """A host-side call (an MCP server's) waiting on its server returns now; the server is killed."""
+        stop = getattr(self.registry.host_tools, "kill_running", None)
+        if stop is not None:
+            stop()
 
     def _run_turns(self) -> SessionResult:
         turn = self._run_start = self.turn
@@ -193,6 +200,7 @@ class Session:
             return self._end(SessionStatus.STOPPED, f"{err.type.value}: {err.message}", turn, error=err)
         except KeyboardInterrupt:
             self.cancel.set()
+            self._stop_host_calls()
             self.registry.kill_running()
             return self._end(SessionStatus.CANCELLED, "interrupted (Ctrl-C); the running call was killed", turn, executor=Executor.USER)
         except Exception as exc:  # a bug of ours: the transcript still ends, typed, and the error goes on up

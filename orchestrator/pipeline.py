@@ -9,19 +9,18 @@ refused and failed calls the end-of-run summary shows.
 """
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any, Callable
 
 from pydantic import BaseModel
 
 from . import events as ev
-from .config import EgressRule
 from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
 from .models.base import ToolCall
 from .policy.approvals import ApprovalGate
 from .protocol import Executor, ToolResult
+from .sandbox.egress import widening_offer
 from .tools.registry import PreparedCall, ToolRegistry
 from .transcript import Transcript
 
@@ -97,6 +96,9 @@ class CallPipeline:
         if self.cancel.is_set():
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled before this call ran")
             return self.finish(call, ToolResult.failure(err, executor=Executor.USER), state=ToolCallState.CANCELLED)
+        if self.out_of_time.is_set():  # --max-wall passed while it was being approved: it never starts
+            err = OpenAgentsError(ErrorType.BUDGET_EXCEEDED, "the time budget (--max-wall) ran out before this call ran")
+            return self.finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS), state=ToolCallState.CANCELLED)
         self._state(call, ToolCallState.EXECUTING)
         watched = self.transcript.on_event is not None
 
@@ -149,21 +151,17 @@ class CallPipeline:
 
     def _offer_widening(self, call: ToolCall, event: ev.EgressRecorded) -> str:
         """A request the gate refused because no rule matched: the person may allow it once or for
-        the session (the gate's rules change live, this session only). A tunnel the gate did not
-        open is offered as its whole host and port (the gate cannot see its paths); otherwise
-        the method and the exact path. Nothing is offered for an explicit deny, a cut field, a
-        session without a person, or a sandbox without a gate."""
+        the session (the gate's rules change live, this session only). What is offered and written
+        is the literal request shown (sandbox/egress.py widening_offer). Nothing is offered for an
+        explicit deny, a record that names no one literal request, a session without a person, or
+        a sandbox without a gate."""
         widen = getattr(self.registry.sandbox, "widen_egress", None)
-        if not callable(widen) or not event.host or event.port is None or "…[cut" in event.host + (event.path or ""):
+        offer = widening_offer(event.method, event.host, event.port, event.path, event.tls)
+        if offer is None or not callable(widen):
             return ""
-        whole_host = event.tls == "tunnel" or event.method == "CONNECT" or not event.path
-        path = None if whole_host else re.sub(r"([*?\[])", r"[\1]", event.path or "/")  # the exact path, not a glob
-        try:
-            rule = EgressRule(action="allow", host=event.host, port=event.port, methods=None if whole_host else [event.method or "GET"], path=path)
-        except ValueError:
-            return ""
-        what = f"{event.host}:{event.port}" if whole_host else f"{event.method} {event.host}:{event.port}{event.path}"
-        outcome = self.gate.widen_egress(call.id, what, {"method": event.method, "host": event.host, "port": event.port, "path": event.path})
+        rule, what = offer
+        arguments = {"host": rule.host, "port": rule.port, "method": rule.methods[0] if rule.methods else None, "path": event.path if rule.path else None}
+        outcome = self.gate.widen_egress(call.id, what, arguments)
         if outcome.allowed and not widen(rule, outcome.decision == "allow_once"):
             outcome = outcome.model_copy(update={"allowed": False, "decision": "refused", "reason": "the egress gate could not take the rule"})
         if outcome.decision != "refused" or getattr(self.gate.approver, "asks_egress", False):

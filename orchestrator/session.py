@@ -13,16 +13,18 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from . import events as ev
-from .boxfs import HostBudget, lstat_workspace
+from .boxfs import HostBudget, lstat_workspace, read_workspace_file
 from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
 from .loop import Session
-from .models.base import DEFAULT_MODEL_TIMEOUT_S, RetryNotice, RetryPolicy
+from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
+from .policy import pins
 from .policy.approvals import ApprovalGate, Approver
-from .policy.ladder import POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, load_policy_file, load_workspace_policy
+from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, parse_policy
+from .policy.pins import Source
 from .protocol import Executor
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
@@ -54,23 +56,37 @@ class SessionOptions(BaseModel):
     context_files: bool = True  # AGENTS.md in the system prompt (context_files.py)
 
 
-def load_policies(workspace: Path, files: list[str]) -> tuple[list[PolicyRule], EgressPolicy]:
+def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | None = None,
+                  sources: list[Source] | None = None) -> tuple[list[PolicyRule], EgressPolicy]:
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
     (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user).
 
     The workspace's files are the box's: they are looked at with lstat and read through boxfs
     only, so a symlink (or a symlinked .openagents), a FIFO or a huge file is refused, never
-    followed, blocked on or read; whatever sits at one of the names must be a sound policy.
+    followed, blocked on or read; whatever sits at one of the names must be a sound policy. Any
+    file that lies where a box can write counts as a workspace policy, however it was named
+    (policy/pins.py). `resumed`: the user's files come from what that session pinned at its start,
+    and its pinned workspace policies apply beside today's. `sources` gets what was read (to pin).
     """
+    collected: list[Source] = []
     loaded = []
     admin = os.environ.get("OA_ADMIN_POLICY") or ADMIN_POLICY
     if Path(admin).is_file():
-        loaded.append(load_policy_file(admin, Tier.ADMIN))
+        source = Source("admin_policy", Path(admin).resolve(), pins.read_file(admin, "admin policy"), pins.inside(Path(admin), pins.box_roots(workspace)))
+        pins.note_changed(resumed, "admin_policy", source.path)
+        loaded.append(pins.parse(source, Tier.ADMIN))
+        collected.append(source)
     for name in POLICY_NAMES:
         rel = f".openagents/{name}"
         if lstat_workspace(workspace, rel) is not None:
-            loaded.append(load_workspace_policy(workspace, rel))
-    loaded += [load_policy_file(path) for path in files]
+            raw = read_workspace_file(workspace, rel, POLICY_CAP)
+            loaded.append(parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True))
+            collected.append(Source("workspace_policy", workspace / rel, raw, True))
+    for source in [*pins.pinned_workspace_sources(resumed), *pins.user_sources(files, workspace, resumed)]:
+        loaded.append(pins.parse(source))
+        collected.append(source)
+    if sources is not None:
+        sources += collected
     egress = EgressPolicy()
     for policy in loaded:
         if policy.egress:
@@ -120,6 +136,9 @@ class OpenSession:
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
     session: Session = field(init=False)
     rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
+    # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
+    context: ContextFiles | None = field(init=False, default=None)
+    root_context: str = field(init=False, default="")
 
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
@@ -188,20 +207,14 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         workspace = Path(resume.workspace)
     workspace = Path(workspace).resolve()
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
-
-    def retried(notice: RetryNotice) -> None:
-        for transcript in watchers:
-            transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
-
-    model = None
-    if options.model_spec is not None:
-        model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
-                                timeout_s=options.model_timeout_s)
-        check = getattr(model, "preflight", None)
-        if check is not None:  # a dead endpoint costs a second here, not a sandbox
-            check()
+    model = _model(options, watchers) if options.model_spec is not None else None
     try:
-        rules, egress = load_policies(workspace, options.policy_files)
+        read: list[Source] = []  # pinned in the record below
+        rules, egress = load_policies(workspace, options.policy_files, resume, read)
+        config_file = pins.user_config_source(workspace)
+        if config_file is not None:
+            pins.note_changed(resume, "user_config", config_file.path)
+            read.append(config_file)
         access = access_of(rules)
         mode = access_mode(access, mode, sandbox, resume, config)
         if access == Access.READ_ONLY:
@@ -226,6 +239,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         repo = None  # the real repository's work tree is not the box's: git stays off in copy mode
     record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
     record.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
+    pins.save(record, read)  # the authority in force now, for any later resume
     record.save()
     try:
         transcript = Transcript(record.transcript, redactor, on_event=on_event, resume_seq=rebuilt.last_seq if rebuilt else None)
@@ -279,12 +293,9 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.pipeline = CallPipeline(registry, gate, transcript)
+    opened.context, opened.root_context = context, root_context
     if model is not None:
-        opened.session = Session(model, registry, gate, transcript, max_turns=options.max_turns, after_turn=opened.checkpoint,
-                                 session_id=record.id, workspace_mode=record.mode.value, budget=options.budget, pipeline=opened.pipeline)
-        if context is not None:
-            opened.session.messages[0].content += root_context
-            opened.session.context_files = context
+        opened.session = _turn_loop(opened, model, options)
         if rebuilt is not None:
             opened.session.messages += rebuilt.messages
             opened.session.turn = max(rebuilt.previous_turns, record.turns or 0)
@@ -306,6 +317,45 @@ def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, re
     if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
         raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
     return mode
+
+
+def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
+    """The model `options.model_spec` names, its retries told to the watchers' transcripts, checked
+    before any box exists where it can be (a dead endpoint costs a second, not a sandbox)."""
+    assert options.model_spec is not None
+
+    def retried(notice: RetryNotice) -> None:
+        for transcript in watchers:
+            transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
+
+    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
+                            timeout_s=options.model_timeout_s)
+    check = getattr(model, "preflight", None)
+    if check is not None:
+        check()
+    return model
+
+
+def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> Session:
+    session = Session(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
+                      after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
+                      budget=options.budget, pipeline=opened.pipeline)
+    if opened.context is not None:
+        session.messages[0].content += opened.root_context
+        session.context_files = opened.context
+    return session
+
+
+def attach_model(opened: OpenSession, options: SessionOptions) -> Session:
+    """A turn loop for a model named after the session opened (the API's run()): over the session's
+    own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
+    says which model worked on it last (what a resume takes again)."""
+    session = _turn_loop(opened, _model(options, [opened.transcript]), options)
+    opened.session = session
+    record = opened.record
+    record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
+    record.save()
+    return session
 
 
 def _mark_resumed(record: SessionRecord) -> None:

@@ -241,6 +241,8 @@ def test_sessions_lists_yours_under_a_header_or_as_json_and_prune_keeps_unapplie
     other = make("bind")
     record = sessions_dir(tmp_path) / other / "session.json"
     record.write_text(json.dumps({**json.loads(record.read_text()), "host_uid": os.getuid() + 4242}))
+    for path in (record.parent, record):  # another user's: whose a record is, is its owner on disk (issue 41)
+        os.chown(path, os.getuid() + 4242, os.getgid())
 
     listing = oa(tmp_path, "sessions")
     assert listing.returncode == 0 and listing.stdout.splitlines()[0].split()[:3] == ["ID", "CREATED", "MODE"]

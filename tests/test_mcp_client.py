@@ -126,12 +126,23 @@ def test_tools_listed_called_and_stopped(server_script, tmp_path):
 
 
 def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
-    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b")], call_deadline_s=3).start()
+    """A stalled call ends at the deadline and its server is killed (not left holding a sleeping
+    call) and dropped; a crash is typed at once; a third server goes on."""
+    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b"), spec(server_script, tmp_path, "c")],
+                   call_deadline_s=3).start()
     try:
+        stalled_pid = int(host.call("mcp__b__pid", {}).output)
         started = time.monotonic()
         stalled = host.call("mcp__b__stall", {"seconds": 60})
         assert not stalled.ok and stalled.error.type == ErrorType.TIMEOUT
+        assert "did not answer" in stalled.error.message and "stopped" in stalled.error.message
         assert time.monotonic() - started < 6
+        deadline = time.monotonic() + 3
+        while alive(stalled_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(stalled_pid), "the stalled server was left running"
+        after = host.call("mcp__b__pid", {})
+        assert not after.ok and after.error.type == ErrorType.AGENT_LOST
 
         started = time.monotonic()
         crashed = host.call("mcp__a__crash", {})
@@ -139,7 +150,7 @@ def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
         assert time.monotonic() - started < 6
         again = host.call("mcp__a__pid", {})
         assert not again.ok and again.error.type == ErrorType.AGENT_LOST  # at once: the server is known gone
-        b_pid = int(host.call("mcp__b__pid", {}).output)  # the other server goes on
+        b_pid = int(host.call("mcp__c__pid", {}).output)  # the other server goes on
     finally:
         host.close()
     time.sleep(0.5)
@@ -217,3 +228,99 @@ def test_a_tool_whose_schema_nests_too_deep_is_left_out():
     deep = Tool.model_validate({"name": "deep", "inputSchema": nested(MAX_SCHEMA_DEPTH)})
     assert _tool("s", shallow) is not None
     assert _tool("s", deep) is None
+
+
+def test_ctrl_c_and_kill_running_end_a_stalled_call_at_once(server_script, tmp_path):
+    """Ctrl-C while a call waits, and kill_running (what --max-wall's timer calls), end the call at
+    once and kill its server, not at the call's deadline and not only when the host is closed."""
+    import signal
+    import threading
+
+    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b")], call_deadline_s=100).start()
+    try:
+        assert host.call_deadline_s == 100
+        a_pid = int(host.call("mcp__a__pid", {}).output)
+        b_pid = int(host.call("mcp__b__pid", {}).output)
+        threading.Timer(1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            host.call("mcp__a__stall", {"seconds": 60})
+        assert time.monotonic() - started < 5
+        deadline = time.monotonic() + 2
+        while alive(a_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(a_pid), "Ctrl-C left the stalled server running"
+
+        threading.Timer(1, host.kill_running).start()
+        started = time.monotonic()
+        cut = host.call("mcp__b__stall", {"seconds": 60})
+        assert not cut.ok and cut.error.type == ErrorType.CANCELLED and time.monotonic() - started < 5
+        deadline = time.monotonic() + 2
+        while alive(b_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(b_pid)
+    finally:
+        host.close()
+
+
+def test_the_call_deadline_is_the_shell_limit():
+    from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
+
+    assert McpHost([]).call_deadline_s == SHELL_DEFAULT_TIMEOUT_S == 60
+    assert McpHost([], call_deadline_s=10_000).call_deadline_s == SHELL_MAX_TIMEOUT_S == 240
+    assert McpHost([], call_deadline_s=5).call_deadline_s == 5
+
+
+def test_json_values_are_counted_outside_strings_only():
+    from orchestrator.mcp.transport import json_values
+
+    assert json_values(b'{"a": [1, 2, {"b": []}]}', 0) == 6  # { [ , , { [
+    text = b'{"t": "' + b'[,{' * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes
+    assert json_values(text, 10) == 2
+    assert json_values(b"[" + b"[]," * 100_000 + b"[]]", 1000) > 1000
+
+
+def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_path: Path) -> None:
+    """--max-wall passes while the user is still at the approval prompt: the MCP call is not started
+    afterwards (it would otherwise run, up to its own deadline, past the session's)."""
+    from orchestrator.budget import Budget
+    from orchestrator.loop import Session
+    from orchestrator.models.base import ModelTurn
+    from orchestrator.models.script import ScriptedModel
+    from orchestrator.policy.approvals import Answer, ApprovalGate, PermissionOption
+    from orchestrator.tools.registry import RegistryConfig, ToolRegistry
+    from orchestrator.transcript import Transcript
+
+    class SlowApprover:
+        def ask(self, request):
+            time.sleep(2.5)  # --max-wall (1 s) passes meanwhile
+            return Answer(option=PermissionOption.ALLOW_ONCE)
+
+    class NoBox:
+        def kill_processes(self) -> None:
+            pass
+
+    call = ToolCall(id="c1", name="mcp__notes__add_note", arguments={"text": "late"})
+    with McpHost([spec(server_script, tmp_path)], call_deadline_s=20) as host:
+        registry = ToolRegistry(NoBox(), tmp_path, RegistryConfig(git=False), host_tools=host)  # type: ignore[arg-type]
+        model = ScriptedModel([ModelTurn(tool_calls=[call]), ModelTurn(text="done")])
+        session = Session(model, registry, ApprovalGate(Ladder(), SlowApprover()), Transcript(tmp_path / "t.jsonl"), budget=Budget(max_wall_s=1))
+        result = session.run("note it")
+    assert result.error is not None and result.error.type == ErrorType.BUDGET_EXCEEDED
+    assert not (tmp_path / "notes.txt").exists(), "the call ran after the time budget was spent"
+
+
+def test_ctrl_c_while_servers_start_leaves_none_running(server_script, tmp_path):
+    """Ctrl-C while a server is still starting: start() raises, and no server is left running (the
+    caller never got a host to close)."""
+    import signal
+    import threading
+
+    host = McpHost([spec(server_script, tmp_path, "ok"), spec(server_script, tmp_path, "slow", SLOW_START="30")], start_deadline_s=20)
+    threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        host.start()
+    deadline = time.monotonic() + 3
+    while running(server_script) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running(server_script) == []

@@ -297,3 +297,60 @@ def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sand
     assert len(resumed) == 1 and resumed[0]["via"] == "acp" and resumed[0]["previous_turns"] == 2
     assert [r["turn"] for r in recs if r["type"] == "model_request"] == [1, 2, 3, 4]
     assert [r["task"] for r in recs if r["type"] == "session_start"] == ["FIRST-PROMPT", "SECOND-PROMPT"]
+
+
+# -- issue 41/40: whose record, which is newest, and the authority pinned at the start ---------------------
+def _own_record(tmp_path: Path, sid: str, created: float, ws: Path):
+    from orchestrator.workspace.records import SessionRecord, WorkspaceMode
+
+    record = SessionRecord(id=sid, created=created, workspace=str(ws), mode=WorkspaceMode.BIND, box_workspace=str(ws), user="1000:1000",
+                           status="finished", transcript=str(tmp_path / f"{sid}.jsonl"))
+    Path(record.transcript or "").write_text("")
+    record.save()
+    return record
+
+
+def test_continue_picks_the_newest_by_recorded_start_not_by_id_and_records_are_read_bounded(tmp_path, monkeypatch):
+    from orchestrator.transcript.resume import newest
+    from orchestrator.workspace.records import RECORD_CAP, list_sessions, open_own_record
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = make_workspace(tmp_path / "ws", {"a.py": "x = 1\n"})
+    _own_record(tmp_path, "29991231-235959-aaaaaa", 1000.0, ws)  # a far-future id, started long ago
+    real = _own_record(tmp_path, "20261201-120000-bbbbbb", 2000.0, ws)
+    assert newest(ws).id == real.id
+    # a record that is a link, or over the cap, is refused typed and passed over by the listing
+    big = _own_record(tmp_path, "20261201-120001-cccccc", 3000.0, ws)
+    (big.dir / "session.json").write_bytes(b" " * (RECORD_CAP + 1))
+    linked = _own_record(tmp_path, "20261201-120002-dddddd", 4000.0, ws)
+    (linked.dir / "session.json").unlink()
+    (linked.dir / "session.json").symlink_to(real.dir / "session.json")
+    for sid in (big.id, linked.id):
+        with pytest.raises(OpenAgentsError) as err:
+            open_own_record(sid)
+        assert err.value.type is ErrorType.CONFIG_INVALID
+    assert [r.id for r in list_sessions(all_users=False)] == [real.id, "29991231-235959-aaaaaa"]
+    assert newest(ws).id == real.id
+
+
+def test_a_resume_takes_the_pinned_policy_and_refuses_a_tampered_pin(tmp_path, monkeypatch):
+    from orchestrator.policy import pins
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = make_workspace(tmp_path / "ws", {"a.py": "x = 1\n"})
+    policy = tmp_path / "mine.toml"
+    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "deny"\n')
+    record = _own_record(tmp_path, "20261201-120000-eeeeee", 1.0, ws)
+    start = pins.user_sources([str(policy)], ws)
+    assert [s.box_reach for s in start] == [False]
+    pins.save(record, start)
+    record.save()
+    policy.write_text('tier = "admin"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    said: list[str] = []
+    again = pins.user_sources([str(policy)], ws, record, say=said.append)
+    assert again[0].raw == b'[[rules]]\ntool = "shell"\ndecision = "deny"\n' and "changed since session" in said[0]
+    assert pins.parse(again[0]).rules[0].decision.value == "deny"
+    (record.dir / "pins" / record.pins[0].pinned).write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    with pytest.raises(OpenAgentsError) as err:
+        pins.user_sources([str(policy)], ws, record)
+    assert err.value.type is ErrorType.CONFIG_INVALID and "pinned at its start has changed" in err.value.message

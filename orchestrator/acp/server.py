@@ -461,6 +461,8 @@ class AcpServer:
             if not future.done():
                 future.set_result({"outcome": {"outcome": "cancelled"}})
         session.parts.kill_running()
+        if session.mcp:  # a stalled call to the editor's MCP server ends now too, not at its own deadline
+            session.mcp.kill_running()
 
     # -- transcript events -> session/update -------------------------------------------------
     def _update(self, session: AcpSession, update: m.SessionUpdate) -> None:

@@ -27,6 +27,7 @@ from .common import (
     setup_error,
     terminate_as_interrupt,
 )
+from .report import report_option, write_requested_report
 from .sessions import apply_copy
 
 if TYPE_CHECKING:
@@ -37,17 +38,22 @@ if TYPE_CHECKING:
 
 @click.command("exec")
 @click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="Policy file, TOML or YAML (repeatable): its deny refuses the call, as in `run`.")
 @sandbox_options
 @click.argument("tool")
 @click.argument("json_args", default="{}")
-def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str, json_args: str) -> None:
+def exec_(workspace: str, policies: tuple[str, ...], config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str,
+          json_args: str) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result (a set-up error too: a
-    script's json.load never meets an empty stdout). In copy mode the change stays in the session's
-    copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
-    from ..sandbox.backend import backend_from_config
+    script's json.load never meets an empty stdout). The call goes through the policy ladder as a
+    model's does in `run`: you asked for it, so what would ask runs, but a policy's deny (admin, the
+    workspace's .openagents/policy.*, --policy) refuses it (refused_by_policy, exit 3). In copy mode
+    the change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
+    from ..api import Sandbox, SandboxOptions
     from ..terminal.render import visible
     from ..tools.args import validate_arguments
-    from ..workspace.records import WorkspaceMode, prepare
+    from ..workspace.records import WorkspaceMode
 
     terminate_as_interrupt()
     try:
@@ -55,30 +61,29 @@ def exec_(workspace: str, config: SandboxConfig, mode: WorkspaceMode, copy_limit
     except OpenAgentsError as err:
         result = ToolResult.failure(err)
     else:
+        limits = copy_progress(copy_limits)
+        options = SandboxOptions(config=config, mode=mode.value, copy_max_bytes=limits.max_bytes, copy_max_entries=limits.max_entries,
+                                 on_copy_progress=limits.progress, policy_files=[Path(p) for p in policies], auto_approve=True)
+        box = Sandbox(Path(workspace).resolve(), options, kind="exec")
         try:
-            record, git_dir = prepare(Path(workspace).resolve(), mode, config.user, kind="exec", limits=copy_progress(copy_limits))
-            box_config = config.model_copy(update={"user": record.user})
-            sandbox = backend_from_config(box_config).sandbox(record.box_workspace, box_config, state_dir=record.dir, git_dir=git_dir)
-            sandbox.start()
-            try:
-                result = sandbox.call(tool, args)
-            finally:
-                sandbox.close()
+            box.open()
         except OpenAgentsError as err:
             click.echo(ToolResult.failure(err).model_dump_json())
             raise setup_error(err) from None
-        record.status = "finished" if result.ok else "stopped"
-        record.save()
-        for report in sandbox.sweeper.reports:
-            for line in report.lines():
-                click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
+        with box:
+            result = box.call(tool, args)
+            swept = box.close(status="finished" if result.ok else "stopped", reason=result.error.message if result.error else "")
+        for line in swept:
+            click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
+        record = box.record
         if record.mode == WorkspaceMode.COPY:
             click.echo(f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
                        f"apply with `oa-sandbox apply {record.id}`", err=True)
     click.echo(result.model_dump_json())
     if result.error is not None and result.error.type in _NO_SANDBOX:
         raise setup_error(OpenAgentsError(result.error.type, result.error.message))
-    raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_TOOL_ERROR)
+    refused = result.error is not None and result.error.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER)
+    raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_REFUSED if refused else EXIT_TOOL_ERROR)
 
 
 # A call that failed because the sandbox itself did (its daemon went away mid-call, it could not be
@@ -197,6 +202,7 @@ class _JsonExits(click.Command):
 @click.option("--resume", "resume_id", default=None, metavar="ID", help="Continue session ID: its workspace (its copy, in copy mode), its "
                                                                            "conversation, its transcript; its model and policy files unless --model, --policy.")
 @click.option("--continue", "continue_", is_flag=True, help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.")
+@report_option
 @sandbox_options
 @click.argument("task")
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
@@ -312,6 +318,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     view.print([Line(text) for text in summary_lines(result, changes)])
     view.note(f"   transcript: {record.transcript}")
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
+    write_requested_report(record, view.note)
     report = landing_refused = None
     if record.mode.value == "copy":
         if apply_at_end:

@@ -18,10 +18,11 @@ if TYPE_CHECKING:
     from ..workspace.review import ApplyReport
 
 def _session(session_id: str) -> SessionRecord:
-    from ..workspace.records import load
+    """The caller's own record (records.open_own_record): another user's is refused, naming its owner."""
+    from ..workspace.records import open_own_record
 
     try:
-        return load(session_id)
+        return open_own_record(session_id)
     except OpenAgentsError as err:
         raise setup_error(err) from None
 
@@ -42,7 +43,7 @@ def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
     from ..policy.ladder import Ladder
     from ..session import load_policies
 
-    rules, _ = load_policies(Path(record.workspace), list(record.policy_files))
+    rules, _ = load_policies(Path(record.workspace), list(record.policy_files), record)  # its user files as pinned at its start
     return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
 
 
@@ -72,15 +73,20 @@ def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, App
 @click.pass_context
 def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
     """List your sessions, newest first, under a header: id, time, mode, status, files changed,
-    workspace. `sessions prune` removes old ones."""
+    workspace. `sessions prune` removes old ones. Yours are the records you own on disk (whatever a
+    record says); --all-users lists the others too, only to list them."""
     if ctx.invoked_subcommand is not None:
         return
     from ..terminal.render import visible
     from ..workspace.records import HEADER, list_sessions, shown_status, summary_line
 
-    records = list_sessions(all_users=all_users)
+    try:
+        records = list_sessions(all_users=all_users)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
     if as_json:
-        click.echo(json_line([{**r.model_dump(mode="json"), "shown_status": shown_status(r), "dir": str(r.dir)} for r in records]))
+        click.echo(json_line([{**r.model_dump(mode="json"), "shown_status": shown_status(r), "dir": str(r.dir), "owner_uid": r.owner}
+                              for r in records]))
         return
     click.echo(HEADER)
     for record in records:
@@ -103,6 +109,8 @@ def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
         raise click.BadParameter(str(err), param_hint="--older-than") from None
     try:
         removed, kept = prune(seconds, all_, all_users=all_users)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
     except OSError as err:
         raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not prune: {err}")) from None
     freed = sum(size for _, size in removed)

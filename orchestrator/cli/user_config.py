@@ -19,7 +19,6 @@ line naming the file, the key and what is allowed, never silently ignored:
 """
 from __future__ import annotations
 
-import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
 from ..policy.ladder import FORBIDDEN_NAME, did_you_mean
+from ..policy.pins import config_path
 
 CONFIG_CAP = 64 * 1024
 
@@ -53,11 +53,6 @@ class UserConfig(BaseModel):
     copy_max_entries: int | None = Field(default=None, ge=1, description="Copy mode's size guard: most entries (default 200000).")
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
                                              description="Your stdio MCP servers for `run`, started on the host: [[mcp_servers]] name, command, args, env.")
-
-
-def config_path() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "openagents-sandbox" / "config.toml"
 
 
 def load_user_config(path: Path | None = None) -> UserConfig:

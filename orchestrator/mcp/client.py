@@ -5,7 +5,14 @@ The servers are the user's (from ACP's session/new `mcpServers`, or the config):
 host with the user's rights, and nothing of theirs enters the box. The SDK is asyncio, the session
 is threads: one event-loop thread per McpHost runs every server's client, and the methods here are
 synchronous, each with its own deadline. A server that crashes or stalls gives a typed error, never
-a hung turn; close() stops them all (the SDK kills each server's process group).
+a hung turn; close() stops them all (each server's whole process group is killed).
+
+A server is a peer the user chose, not the user: what it sends is hostile data like the box's.
+Every message is bounded before it is parsed (transport.py: MAX_MESSAGE_BYTES; past it the server
+is killed and dropped); its text reaches a person or our own messages only through
+terminal.render.visible() (problems, errors, descriptions, the SDK's log lines); a call's deadline
+is the shell's (60 s, never past 240 s) unless configured lower, and a server that passes it is
+killed, process group and all, and dropped; Ctrl-C and --max-wall (kill_running) end a call at once.
 
 Approvals: every call is kind `other`, so the default ladder asks every time; policy keys are the
 tool name (`tool = "mcp__github__create_issue"`) and the server (`action = "mcp github"`), so a
@@ -20,7 +27,7 @@ import logging
 import os
 import re
 import threading
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +36,16 @@ from typing import Any, Sequence, TextIO
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sandbox_agent import jsonbound
+from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
+from ..terminal.render import visible
 from ..tools import declarations as decl
 from ..tools.args import parse_arguments
 from ..tools.registry import PreparedCall, ToolSpec
+from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +107,10 @@ class _Server:
     client: Any = None
     stop: asyncio.Event | None = None
     task: Future[None] | None = None
-    lost: str = ""  # why the server is gone, once it is
+    lost: str = ""  # why the server is gone, once it is (visible text)
+    lost_type: ErrorType = ErrorType.AGENT_LOST
+    process: ServerProcess = field(default_factory=ServerProcess)
+    waiting: set[threading.Event] = field(default_factory=set)  # one per call in flight
     done: threading.Event = field(default_factory=threading.Event)  # its task has unwound: the process is gone
     tools: list[McpTool] = field(default_factory=list)
 
@@ -105,24 +118,25 @@ class _Server:
 class McpHost:
     """The user's MCP servers for one session; a registry's extra host-side tools."""
 
-    def __init__(self, servers: Sequence[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0, call_deadline_s: float = 120.0,
-                 log_dir: Path | None = None) -> None:
+    def __init__(self, servers: Sequence[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0,
+                 call_deadline_s: float = SHELL_DEFAULT_TIMEOUT_S, log_dir: Path | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.start_deadline_s = start_deadline_s
-        self.call_deadline_s = call_deadline_s
+        self.call_deadline_s = min(call_deadline_s, SHELL_MAX_TIMEOUT_S)  # the shell's limit, unless lower
+        self.max_message_bytes = max_message_bytes
         self.log_dir = log_dir
-        self.problems: list[str] = []  # servers that could not start or were refused, one line each
+        self.problems: list[str] = []  # servers that could not start or were refused, one line each, visible()
         self._servers: dict[str, _Server] = {}
         for raw in servers:
             if isinstance(raw, dict) and (kind := raw.get("type")) not in (None, "stdio"):
-                self.problems.append(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})")
+                self.problems.append(visible(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})"))
                 continue
             try:
                 spec = raw if isinstance(raw, McpServerSpec) else McpServerSpec.model_validate(raw)
             except ValidationError as err:
-                self.problems.append(f"an MCP server entry is not valid: {err.errors(include_input=False)[0]['msg']}")
+                self.problems.append(visible(f"an MCP server entry is not valid: {err.errors(include_input=False)[0]['msg']}"))
                 continue
             if spec.key in self._servers:
-                self.problems.append(f"MCP server {spec.name!r}: a second server with that name was left out")
+                self.problems.append(visible(f"MCP server {spec.name!r}: a second server with that name was left out"))
                 continue
             self._servers[spec.key] = _Server(spec)
         self._tools: dict[str, McpTool] = {}
@@ -136,6 +150,7 @@ class McpHost:
         is left out (named in `problems`); the others go on."""
         if not self._servers or self._loop is not None:
             return self
+        _escape_sdk_logs()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host", daemon=True)
         self._thread.start()
@@ -143,13 +158,19 @@ class McpHost:
         for key, server in self._servers.items():
             ready[key] = Future()
             server.task = asyncio.run_coroutine_threadsafe(self._hold(server, ready[key]), self._loop)
-        for key, server in self._servers.items():
-            try:
-                ready[key].result(timeout=self.start_deadline_s)
-            except FutureTimeout:
-                self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
-            except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
-                self._drop(server, f"MCP server {server.spec.name!r} failed to start: {_why(err)}")
+        try:
+            for key, server in self._servers.items():
+                try:
+                    ready[key].result(timeout=self.start_deadline_s)
+                except FutureTimeout:
+                    self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
+                except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
+                    self._drop(server, f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}")
+        except BaseException:  # Ctrl-C while they start: the caller never gets this host to close
+            for server in self._servers.values():
+                server.process.kill_group("interrupted")
+            self.close()
+            raise
         for server in self._servers.values():
             for tool in server.tools:
                 if tool.name in self._tools:
@@ -159,32 +180,57 @@ class McpHost:
         return self
 
     def _drop(self, server: _Server, why: str) -> None:
-        server.lost = why
-        self.problems.append(why)
+        server.lost = visible(why)
+        self.problems.append(server.lost)
+        server.process.kill_group("dropped")
         if server.task is not None:
             server.task.cancel()
 
+    def _kill(self, server: _Server, why: str, kind: ErrorType) -> None:
+        """A server that stopped answering, or a call the session ends: its process group is
+        killed now, the calls waiting on it return, and it is not used again."""
+        if not server.lost:
+            server.lost, server.lost_type = visible(why), kind
+        server.process.kill_group(why)
+        for wake in list(server.waiting):
+            wake.set()
+
+    def kill_running(self) -> None:
+        """Ctrl-C or --max-wall: every server with a call in flight is killed and its call returns."""
+        for server in self._servers.values():
+            if server.waiting:
+                self._kill(server, f"MCP server {server.spec.name!r} was stopped mid-call: the session was cancelled or ran out of time",
+                           ErrorType.CANCELLED)
+
     async def _hold(self, server: _Server, ready: Future[bool]) -> None:
         """One server's whole life in one task: the SDK's context managers open and close in the same task."""
-        from mcp import Client, StdioServerParameters, stdio_client
+        from mcp import Client
+        from mcp.client.stdio import get_default_environment
 
         spec = server.spec
-        params = StdioServerParameters(command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd)
         server.stop = asyncio.Event()
         errlog = self._errlog(spec)
+
+        def lost(why: str) -> None:
+            server.lost, server.lost_type = visible(f"MCP server {spec.name!r} {why}"), ErrorType.PROTOCOL_ERROR
+
+        transport = bounded_stdio(spec.command, spec.args, get_default_environment() | spec.env, spec.cwd, errlog, server.process, lost,
+                                  self.max_message_bytes)
         try:
-            async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=self.call_deadline_s) as client:
+            async with Client(transport, read_timeout_seconds=self.call_deadline_s) as client:
                 server.client = client
                 listing = await client.list_tools()
                 server.tools = [t for t in (_tool(spec.key, raw) for raw in listing.tools) if t is not None]
                 ready.set_result(True)
                 await server.stop.wait()
         except BaseException as err:
-            if not ready.done():
+            started = ready.done()
+            if not started:  # start() names it
                 ready.set_exception(err if isinstance(err, Exception) else RuntimeError("cancelled"))
             if not isinstance(err, Exception):
                 raise
-            server.lost = server.lost or f"MCP server {spec.name!r} stopped: {_why(err)}"
+            if started:
+                server.lost = server.lost or visible(f"MCP server {spec.name!r} stopped: {_why(err)}")
         finally:
             server.client = None
             server.done.set()
@@ -272,14 +318,34 @@ class McpHost:
         if tool is None:
             return ToolResult.failure(OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown MCP tool {name!r}"))
         server = self._servers[tool.server]
-        if server.client is None or self._loop is None:
+        if server.client is None or server.lost or self._loop is None:
             return ToolResult.failure(OpenAgentsError(ErrorType.AGENT_LOST, server.lost or f"MCP server {server.spec.name!r} is not running"))
-        future = asyncio.run_coroutine_threadsafe(server.client.call_tool(tool.tool, arguments, read_timeout_seconds=self.call_deadline_s), self._loop)
+        # The SDK's own timeout is a little later: the host's deadline decides, and kills.
+        coroutine = server.client.call_tool(tool.tool, arguments, read_timeout_seconds=self.call_deadline_s + 5)
+        wake = threading.Event()
+        server.waiting.add(wake)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        future.add_done_callback(lambda _: wake.set())
         try:
-            result = future.result(timeout=self.call_deadline_s + 1)
-        except FutureTimeout:
+            answered = wake.wait(self.call_deadline_s)
+        except BaseException:  # Ctrl-C while waiting: the server goes with the call
+            self._kill(server, f"MCP server {server.spec.name!r} was stopped mid-call: the session was interrupted", ErrorType.CANCELLED)
             future.cancel()
-            return ToolResult.failure(OpenAgentsError(ErrorType.TIMEOUT, f"{name} passed the deadline of {self.call_deadline_s:.0f}s; the call was cancelled"))
+            raise
+        finally:
+            server.waiting.discard(wake)
+        if not answered:
+            self._kill(server, f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped "
+                               "(its process group killed)", ErrorType.TIMEOUT)
+            future.cancel()
+            return ToolResult.failure(OpenAgentsError(ErrorType.TIMEOUT, server.lost))
+        if not future.done():  # woken by kill_running or a kill: the call does not wait for the server
+            future.cancel()
+            return ToolResult.failure(OpenAgentsError(server.lost_type, server.lost))
+        try:
+            result = future.result(timeout=0)
+        except (FutureTimeout, CancelledError):
+            return ToolResult.failure(OpenAgentsError(server.lost_type, server.lost or f"{name} was cancelled"))
         except Exception as err:  # noqa: BLE001 - the SDK's errors: a closed connection, a timeout, an MCP error
             return ToolResult.failure(self._call_error(name, server, err))
         return _result(name, tool, result)
@@ -287,11 +353,16 @@ class McpHost:
     def _call_error(self, name: str, server: _Server, err: Exception) -> OpenAgentsError:
         from mcp import MCPError
 
-        text = _why(err)
+        text = visible(_why(err))
+        if server.lost:  # the transport or the host ended it (too big a message, a kill): that is the reason
+            return OpenAgentsError(server.lost_type, f"{name}: {server.lost}")
         if isinstance(err, TimeoutError) or "timed out" in text.lower():
-            return OpenAgentsError(ErrorType.TIMEOUT, f"{name} passed the deadline of {self.call_deadline_s:.0f}s: {text}")
-        if server.client is None or server.lost or "closed" in text.lower():
-            server.lost = server.lost or f"MCP server {server.spec.name!r} is gone: {text}"
+            self._kill(server, f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped",
+                       ErrorType.TIMEOUT)
+            return OpenAgentsError(ErrorType.TIMEOUT, server.lost)
+        if server.client is None or "closed" in text.lower():
+            server.lost = visible(f"MCP server {server.spec.name!r} is gone: {text}")
+            server.process.kill_group()  # a child it left behind too
             return OpenAgentsError(ErrorType.AGENT_LOST, f"{name}: the MCP server {server.spec.name!r} is gone ({text})")
         if isinstance(err, MCPError):
             return OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"{name}: the MCP server answered with an error: {text}")
@@ -312,7 +383,7 @@ def _tool(server_key: str, raw: Any) -> McpTool | None:
     if schema.get("type") != "object" or not text or len(text) > MAX_SCHEMA_BYTES or jsonbound.deeper_than(text.encode(), MAX_SCHEMA_DEPTH):
         log.warning("MCP tool %s left out: its input schema is not a bounded object schema", name)
         return None
-    description = (raw.description or raw.title or raw.name or "")[:MAX_DESCRIPTION]
+    description = visible((raw.description or raw.title or raw.name or "")[:MAX_DESCRIPTION])
     return McpTool(name=name, server=server_key, tool=str(raw.name), description=f"(MCP server {server_key}) {description}", schema=schema)
 
 
@@ -334,9 +405,29 @@ def _result(name: str, tool: McpTool, result: Any) -> ToolResult:
         encoded = json.dumps(result.structured_content, default=str)
         meta["structured"] = result.structured_content if len(encoded) <= MAX_STRUCTURED_BYTES else f"[{len(encoded)} bytes, left out]"
     if result.is_error:
-        err = OpenAgentsError(ErrorType.IO_ERROR, f"{name} reported an error: {output[:2000] or '(no text)'}")
+        err = OpenAgentsError(ErrorType.IO_ERROR, f"{name} reported an error: {visible(output[:2000]) or '(no text)'}")
         return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta=meta)
     return ToolResult(ok=True, output=output, note=note, meta=meta, executor=Executor.OPENAGENTS)
+
+
+class _VisibleFormatter(logging.Formatter):
+    """The SDK's log lines carry a server's text (a method name, a tool name, a parse error quoting
+    the message): made visible, as one line, before they reach stderr."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record)).replace("\n", "\\n")
+
+
+def _escape_sdk_logs() -> None:
+    """The `mcp` logger's records go through _VisibleFormatter (to stderr, at the root's level),
+    not raw through the root's handlers."""
+    sdk = logging.getLogger("mcp")
+    if any(isinstance(h.formatter, _VisibleFormatter) for h in sdk.handlers):
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(_VisibleFormatter("oa-sandbox: %(name)s: %(message)s"))
+    sdk.addHandler(handler)
+    sdk.propagate = False
 
 
 def _why(err: BaseException) -> str:

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 import uuid
@@ -51,6 +52,35 @@ MAX_PATH_CHARS = 256
 LIVE_RULES = "/tmp/oa-egress-live.json"  # in the gate's private tmpfs; written only by `docker exec` from the host
 # Writes argv[2] to argv[1] atomically, inside the gate container (python3 -I -S: nothing of the image's site).
 _WRITE_LIVE = "import os, sys; p = sys.argv[1]; t = p + '.new'; f = open(t, 'w'); f.write(sys.argv[2]); f.close(); os.replace(t, p)"
+
+
+# A widening offer names one literal request (issue 41): a method is an RFC 9110 token without `*`
+# (one method, never "any"), the host a name or IP literal the gate normalised (no pattern), the path
+# the canonical one the gate checked and forwarded (visible ASCII, its glob characters escaped below).
+_OFFER_METHOD = re.compile(r"[!#$%&'+.^_`|~0-9A-Z-]{1,16}\Z")
+_OFFER_HOST = re.compile(r"(?:[a-z0-9_-]{1,63}\.)*[a-z0-9_-]{1,63}\Z|\[[0-9a-f:.]{2,45}\]\Z")
+_OFFER_PATH = re.compile(r"/[\x21-\x7e]{0,1023}\Z")
+
+
+def widening_offer(method: str | None, host: str, port: int | None, path: str | None, tls: str | None) -> tuple[EgressRule, str] | None:
+    """The rule that allows exactly the refused request a person is shown, and the words shown; None
+    when the record does not name one literal request (a cut or odd field, a method `*`). A tunnel
+    the gate did not open is offered as its whole host and port (the gate cannot see its paths)."""
+    if port is None or not _OFFER_HOST.match(host or ""):
+        return None
+    if tls == "tunnel" or method == "CONNECT":
+        try:
+            return EgressRule(action="allow", host=host, port=port), f"every request to {host}:{port} (a TLS tunnel the gate cannot see into)"
+        except ValueError:
+            return None
+    if method is None or path is None or not _OFFER_METHOD.match(method) or not _OFFER_PATH.match(path) or "\u2026[cut" in path:
+        return None
+    literal = re.sub(r"([*?\[])", r"[\1]", path)  # the exact path as a glob that matches only itself
+    try:
+        rule = EgressRule(action="allow", host=host, port=port, methods=[method], path=literal)
+    except ValueError:  # pydantic's ValidationError is one: a path too long once escaped
+        return None
+    return rule, f"{method} {host}:{port}{path}"
 
 
 @dataclass

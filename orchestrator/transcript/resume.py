@@ -22,7 +22,7 @@ from typing import Sequence
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import Message, ToolCall
-from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, load
+from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, open_own_record
 from . import Unreadable, read_records
 
 RESUMABLE_KINDS = frozenset({"run", "acp"})  # exec and mcp sessions have no conversation of their own
@@ -68,15 +68,18 @@ def resumable(record: SessionRecord) -> SessionRecord:
 
 
 def find(session_id: str) -> SessionRecord:
-    return resumable(load(session_id))
+    """`--resume ID`, ACP's session/load: the caller's own record (another user's is refused, naming its owner)."""
+    return resumable(open_own_record(session_id))
 
 
 def newest(workspace: Path) -> SessionRecord:
-    """`--continue`: the newest of the current user's sessions of `workspace` that had a conversation."""
+    """`--continue`: the newest, by its own recorded start time, of the caller's sessions of
+    `workspace` that had a conversation. Only the caller's: records whose file and directory the
+    caller owns (records.list_sessions), whatever uid or id a record's text claims."""
     real = str(Path(workspace).resolve())
-    for record in list_sessions(all_users=False):
-        if record.workspace == real and record.kind in RESUMABLE_KINDS:
-            return resumable(record)
+    mine = [r for r in list_sessions(all_users=False) if r.workspace == real and r.kind in RESUMABLE_KINDS]
+    if mine:
+        return resumable(max(mine, key=lambda r: r.created))
     raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session of {real} to continue (see `oa-sandbox sessions`)")
 
 

@@ -14,20 +14,29 @@ transcript given with --transcript outside this directory is the user's file and
 `prune` removes whole session directories, records included. Everything under a session directory
 may hold box-written entries, so it is removed through boxfs.remove_tree (no link followed).
 
+Whose session a record is comes from the file system, never from the record's text: a record is the
+caller's only if its session directory and its session.json are owned by the caller (fstat on what
+was opened, no link followed). `host_uid` in the JSON is informational. `open_own_record` is the one
+way every command that acts on a session (resume, continue, apply, changes, discard, rollback,
+checkpoints, transcript, the servers) gets a record; another user's is refused (NotOwnRecord, naming
+the owner). Records are read bounded (RECORD_CAP) and parsed as untrusted data.
+
 Workspace modes: `bind` mounts the real workspace; `copy` mounts a private copy owned by the
 unprivileged sandbox uid, and nothing reaches the real one until `apply`. `auto` is copy for a
 root-owned workspace (every CI clone made as root) and bind otherwise, so the box never needs uid 0.
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
+import stat
 import time
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from .. import state
 from ..errors import ErrorType, OpenAgentsError
@@ -37,6 +46,38 @@ if TYPE_CHECKING:
 
 SANDBOX_UID = 1000  # the image's unprivileged user; copies are owned by it
 _ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
+RECORD_CAP = 8 << 20  # bytes of session.json read at most; a record is a few KiB (its files_changed may be long)
+
+
+class Pin(BaseModel):
+    """A file that granted authority at the session's start (a policy, the user's config), pinned:
+    its resolved path, the digest of its content then, where the copy of that content is kept (in
+    the session's directory, which no box reaches), and whether it lay where a box could write it
+    (then it never counted above the workspace tier)."""
+
+    role: str  # policy | admin_policy | user_config
+    path: str
+    sha256: str
+    pinned: str  # a file name under the session's pins/
+    box_reach: bool = False
+
+
+class NotOwnRecord(OpenAgentsError):
+    """A session record that is not the caller's (its directory or file is another user's)."""
+
+    def __init__(self, session_id: str, owner: int, what: str = "session") -> None:
+        self.owner = owner
+        super().__init__(ErrorType.PERMISSION_DENIED, f"{what} {session_id} belongs to {_user_name(owner)}, not to you "
+                                                      f"({_user_name(os.getuid())}): only its owner may use it (`oa-sandbox sessions --all-users` lists it)")
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, OverflowError):
+        return f"uid {uid}"
 
 
 class WorkspaceMode(str, Enum):
@@ -60,7 +101,7 @@ class SessionRecord(BaseModel):
     host_pid: int = 0
     applied: bool = False
     discarded: bool = False
-    host_uid: int | None = None  # who ran it: `sessions` lists the current user's by default
+    host_uid: int | None = None  # who ran it, as the writer said: informational only (ownership is the file's owner)
     turns: int | None = None  # how many turns the session ran, when it had turns (run); a resumed run's count on
     # What a resume takes again unless told otherwise (resume.py): the model, its endpoint and key's
     # variable (never the key), the user's policy files; the digest of the root's AGENTS.md at the start.
@@ -70,10 +111,19 @@ class SessionRecord(BaseModel):
     policy_files: list[str] = []
     context_root: str | None = None  # sha256 hex, "absent", or None (not read, or an older record)
     resumes: int = 0  # how many times the session was resumed
+    pins: list[Pin] = []  # the authority in force at the start, pinned (policy/pins.py)
+    _dir: Path | None = PrivateAttr(default=None)  # where it was read from
+    _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
 
     @property
     def dir(self) -> Path:
-        return sessions_root() / self.id
+        return self._dir or sessions_root() / self.id
+
+    @property
+    def owner(self) -> int:
+        """The uid owning the record (its file and directory), as the file system says; a record
+        this process made is its own."""
+        return os.getuid() if self._owner is None else self._owner
 
     @property
     def manifest_path(self) -> Path:
@@ -103,7 +153,30 @@ class SessionRecord(BaseModel):
 
 
 def sessions_root() -> Path:
-    return state.state_root() / "sessions"
+    """The caller's own sessions directory (state.own_dir: a shared one is used through user-UID)."""
+    return state.own_subdir("sessions")
+
+
+def _shared_roots() -> list[Path]:
+    """Other users' session directories in this state directory, for `--all-users` (listing only):
+    a shared sessions/ itself and the user-UID directories in it that the caller may read."""
+    mine = sessions_root()
+    roots = []
+    top = state.configured_root()
+    try:
+        users = [top / n / "sessions" for n in os.listdir(top) if n.startswith("user-")]
+    except OSError:
+        users = []
+    for base in {top / "sessions", state.state_root() / "sessions", *users}:
+        if base == mine:
+            continue
+        roots.append(base)
+        try:
+            names = os.listdir(base)
+        except OSError:
+            continue
+        roots += [base / n for n in names if n.startswith("user-") and base / n != mine]
+    return roots
 
 
 def new_record(workspace: Path, mode: WorkspaceMode, user: str, kind: str = "run") -> SessionRecord:
@@ -116,43 +189,87 @@ def new_record(workspace: Path, mode: WorkspaceMode, user: str, kind: str = "run
     return record
 
 
-def load(session_id: str) -> SessionRecord:
-    if not _ID.match(session_id):
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)")
-    path = sessions_root() / session_id / "session.json"
+def read_record(session_dir: Path, session_id: str) -> SessionRecord:
+    """The record in `session_dir`, read as untrusted data: the directory and session.json opened
+    without following a link, the file a regular one of at most RECORD_CAP bytes, its owner and
+    its directory's taken by fstat on what was opened. Typed errors: FILE_NOT_FOUND, CONFIG_INVALID."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        return SessionRecord.model_validate_json(path.read_text())
+        dfd = os.open(session_dir, flags | os.O_DIRECTORY)
     except FileNotFoundError:
         raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
-    except (OSError, ValidationError, ValueError) as err:
+    except OSError as err:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the directory of session {session_id} cannot be opened "
+                                                        f"({'a link' if err.errno in (errno.ELOOP, errno.ENOTDIR) else err.strerror})") from None
+    try:
+        dst = os.fstat(dfd)
+        try:
+            fd = os.open("session.json", flags | os.O_NONBLOCK, dir_fd=dfd)
+        except FileNotFoundError:
+            raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
+        try:
+            fst = os.fstat(fd)
+            if not stat.S_ISREG(fst.st_mode):
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is not a regular file")
+            if fst.st_size > RECORD_CAP:
+                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is over {RECORD_CAP} bytes")
+            raw = os.read(fd, RECORD_CAP + 1)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: "
+                                                        f"{'a link' if err.errno == errno.ELOOP else err.strerror}") from None
+    finally:
+        os.close(dfd)
+    if len(raw) > RECORD_CAP:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is over {RECORD_CAP} bytes")
+    try:
+        record = SessionRecord.model_validate_json(raw)
+    except (ValidationError, ValueError) as err:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: {str(err)[:200]}") from None
+    if record.id != session_id:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record in the directory of session {session_id} names another id")
+    record._dir = session_dir
+    # Another user's if either is: a directory of theirs (they may replace the file) or a file of theirs.
+    record._owner = dst.st_uid if dst.st_uid != os.getuid() else fst.st_uid
+    return record
+
+
+def open_own_record(session_id: str) -> SessionRecord:
+    """The caller's own record of session `session_id`: the one function every command acting on a
+    session goes through. INVALID_ARGUMENTS for a malformed id, FILE_NOT_FOUND, CONFIG_INVALID for
+    an unreadable record, NotOwnRecord (PERMISSION_DENIED, naming the owner) for another user's."""
+    if not _ID.match(session_id):
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)")
+    record = read_record(sessions_root() / session_id, session_id)
+    if record.owner != os.getuid():
+        raise NotOwnRecord(session_id, record.owner)
+    return record
+
+
+load = open_own_record  # the name older callers use: the same check
 
 
 def list_sessions(all_users: bool = True) -> list[SessionRecord]:
-    """Newest first; unreadable records are passed over. Without `all_users`, only the current
-    user's (the uid recorded, or for older records the owner of the record's file)."""
+    """Newest first (by the record's own start time); unreadable records are passed over. Without
+    `all_users`, only the caller's (by the file system's owner, never the record's text); with it,
+    also the records of other users of this state directory that the caller can read, to list only."""
+    roots = list(dict.fromkeys([sessions_root()] + (_shared_roots() if all_users else [])))
     out = []
-    try:
-        names = sorted((n for n in os.listdir(sessions_root()) if _ID.match(n)), reverse=True)
-    except FileNotFoundError:
-        return []
-    for name in names:
+    for root in roots:
         try:
-            record = load(name)
-        except OpenAgentsError:
+            names = [n for n in os.listdir(root) if _ID.match(n)]
+        except OSError:
             continue
-        if all_users or owner_uid(record) == os.getuid():
-            out.append(record)
+        for name in names:
+            try:
+                record = read_record(root / name, name)
+            except OpenAgentsError:
+                continue
+            if all_users or record.owner == os.getuid():
+                out.append(record)
+    out.sort(key=lambda r: (r.created, r.id), reverse=True)
     return out
-
-
-def owner_uid(record: SessionRecord) -> int | None:
-    if record.host_uid is not None:
-        return record.host_uid
-    try:
-        return (record.dir / "session.json").stat().st_uid
-    except OSError:
-        return None
 
 
 HEADER = f"{'ID':<22}  {'CREATED':<16}  {'MODE':<4}  {'STATUS':<20} {'FILES':>10}  WORKSPACE"
@@ -207,12 +324,15 @@ def resolve_mode(workspace: Path, mode: WorkspaceMode, user: str | None) -> tupl
 
 def summary_line(record: SessionRecord) -> str:
     """One line under HEADER."""
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created))
+    try:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(record.created))
+    except (OverflowError, ValueError, OSError):  # another user's record may say any number
+        when = f"{'?':<16}"
     status = shown_status(record)
     from .checkpoints import store_unknown
 
     files = f"{len(record.files_changed):>4} files"
-    if store_unknown(record.checkpoint_store):
+    if record.owner == os.getuid() and store_unknown(record.checkpoint_store):  # another user's directory is not read into
         files = f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"  # a checkpoint failed
     return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}"
 
@@ -263,7 +383,7 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None,
             kept.append(record)
             continue
         size = state_bytes(record)
-        _remove(sessions_root(), record.id)
+        _remove(record.dir.parent, record.id)
         removed.append((record, size))
     return removed, kept
 

@@ -32,7 +32,7 @@ VERSION = 1
 
 
 def journal_dir() -> Path:
-    return state.state_root() / "pending-sweeps"
+    return state.own_subdir("pending-sweeps")
 
 
 @dataclass

@@ -18,7 +18,9 @@ refused) cannot be seen without breaking TLS.
 
 The jobs, one module each: rules.py (the rule set, first match wins, deny by default, and the
 rules a person widened live), checks.py (what a request must look like: host names, paths,
-bodies, ClientHellos), tls.py (opening the TLS of hosts with a credential rule, and blanking the
-secret in what comes back), audit.py (the log, and the marks the host drains it by),
+bodies, ClientHellos; the one canonical path rules read and the upstream gets), tls.py (opening
+the TLS of hosts with a credential rule), response.py (their answers read as the box's client will
+read them: de-chunked, gzip decoded, re-framed; what cannot be read so is refused), redact.py (every
+common form of a secret blanked in them), audit.py (the log, and the marks the host drains it by),
 handler.py (one connection, start to end), settings.py (the environment read once).
 """

@@ -19,10 +19,11 @@ Headers = list[tuple[str, str]]
 class Denied(Exception):
     """A refusal: the status the box gets, the reason it reads, the rule that decided (if one did)."""
 
-    def __init__(self, status: int, reason: str, rule: str | None = None) -> None:
+    def __init__(self, status: int, reason: str, rule: str | None = None, kind: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.rule = rule
+        self.kind = kind  # the refusal's type, when it is not a rule's (uninspectable_response)
 
 
 def short(value: object, limit: int = MAX_LOG_TEXT) -> object:
@@ -147,17 +148,82 @@ def check_body(headers: Headers, max_request: int) -> int:
     return length
 
 
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
 def check_path(path: str) -> str:
-    """The path as rules see it, or Denied when a server could read it as another one (dot segments,
-    encoded slashes or dots, backslashes, empty segments): a glob checked here is the path reached."""
+    """The one form of the path that rules see and the upstream gets (RFC 3986 6.2.2): percent-
+    encoded unreserved characters decoded, other escapes upper case, dot segments resolved, runs of
+    slashes made one. Denied where servers disagree on what a spelling means, rather than guess: an
+    invalid escape (`%zz`), an encoded slash or backslash, NUL or any control character (raw or
+    encoded), an encoded percent followed by hex (decoded twice by some servers), a backslash, a
+    `;` (path parameters, which some servers strip before routing), a fragment, bytes that are not
+    UTF-8 once decoded (overlong forms). What was checked is what is sent."""
     if not path.startswith("/") or any(ord(c) < 0x21 or ord(c) > 0x7e for c in path):
         raise Denied(400, "the request path must be an absolute path of visible ASCII")
-    lowered = path.lower()
-    if "\\" in path or "//" in path or any(code in lowered for code in ("%2f", "%5c", "%2e", "%00")):
-        raise Denied(400, "ambiguous request path (an encoded slash, dot or backslash, or an empty segment)")
-    if any(segment in (".", "..") for segment in path.split("/")):
-        raise Denied(400, "dot segments in the request path")
-    return path
+    if "\\" in path or ";" in path or "#" in path:
+        raise Denied(400, "ambiguous request path (a backslash, a `;` path parameter or a fragment)")
+    out: list[str] = []
+    encoded = bytearray()  # a run of escaped bytes that stay escaped: must be UTF-8 as a whole
+    i = 0
+    while i < len(path):
+        char = path[i]
+        if char != "%":
+            _utf8_run(encoded)
+            out.append(char)
+            i += 1
+            continue
+        pair = path[i + 1:i + 3]
+        if len(pair) != 2 or not set(pair) <= _HEX:
+            raise Denied(400, "invalid percent-encoding in the request path")
+        byte = int(pair, 16)
+        if chr(byte) in _UNRESERVED:
+            _utf8_run(encoded)
+            out.append(chr(byte))
+        elif byte < 0x20 or byte == 0x7F or byte in (0x2F, 0x5C):
+            raise Denied(400, "ambiguous request path (an encoded slash, backslash, NUL or control character)")
+        elif byte == 0x25 and set(path[i + 3:i + 5]) <= _HEX and len(path[i + 3:i + 5]) == 2:
+            raise Denied(400, "ambiguous request path (a double percent-encoding)")
+        else:
+            if byte >= 0x80:
+                encoded.append(byte)
+            else:
+                _utf8_run(encoded)
+            out.append(f"%{byte:02X}")
+        i += 3
+    _utf8_run(encoded)
+    segments: list[str] = []
+    parts = "".join(out).split("/")[1:]
+    for at, segment in enumerate(parts):
+        last = at == len(parts) - 1
+        if segment == "..":
+            if segments:
+                segments.pop()
+            if last:
+                segments.append("")
+        elif segment == ".":
+            if last:
+                segments.append("")
+        elif segment or last:
+            segments.append(segment)
+    return "/" + "/".join(segments)
+
+
+def check_query(query: str) -> str:
+    """The query as sent: visible ASCII only (it is forwarded as it came; rules do not read it)."""
+    if any(ord(c) < 0x21 or ord(c) > 0x7e for c in query):
+        raise Denied(400, "the request query must be visible ASCII")
+    return query
+
+
+def _utf8_run(encoded: bytearray) -> None:
+    if encoded:
+        try:
+            encoded.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Denied(400, "percent-encoded bytes in the request path that are not UTF-8") from None
+        encoded.clear()
 
 
 def client_hello_sni(body: bytes) -> str | None:

@@ -23,6 +23,7 @@ from .checks import (
     check_host_header,
     check_literal,
     check_path,
+    check_query,
     client_hello_sni,
     normal_host,
     parse_authority,
@@ -30,9 +31,11 @@ from .checks import (
     short,
     short_text,
 )
+from .redact import Redactor
+from .response import Uninspectable, Upstream, relay
 from .rules import TOKEN, Credential
 from .settings import Settings
-from .tls import SNI_ATTRIBUTE, Redactor
+from .tls import SNI_ATTRIBUTE
 
 HEADER_LIMIT = 64 * 1024
 IDLE_TIMEOUT_S = 60
@@ -40,6 +43,10 @@ MAX_CLIENT_HELLO = 64 * 1024
 HOP_BY_HOP = ("connection", "keep-alive", "host", "upgrade", "http2-settings", "te", "trailer", "transfer-encoding")
 ESTABLISHED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 Box = socket.socket  # the box's side: the accepted socket, or the TLS the gate opened on it (an ssl.SSLSocket)
+
+
+class Cut(Exception):
+    """An answer cut after the box had part of it (already in the audit): nothing more to say."""
 
 
 class Server(socketserver.ThreadingTCPServer):
@@ -54,6 +61,8 @@ class Server(socketserver.ThreadingTCPServer):
 class Handler(socketserver.BaseRequestHandler):
     server: Server
     leftover = b""
+    version = "HTTP/1.1"  # the box's request's, for the framing of the answer
+    injected = False  # whether the current request carries the credential
 
     def setup(self) -> None:
         self.settings = self.server.settings
@@ -72,7 +81,7 @@ class Handler(socketserver.BaseRequestHandler):
         try:
             self._handle()
         except Denied as err:  # recorded before the box has its answer: a drain after the call sees it
-            self._refuse(err.status, str(err), err.rule, "deny")
+            self._refuse(err.status, str(err), err.rule, "deny", kind=err.kind)
         except (OSError, ValueError) as err:  # ssl.SSLError is an OSError
             self._refuse(502, f"upstream failed: {type(err).__name__}", None, "error", f"{type(err).__name__}: {err}")
 
@@ -109,19 +118,21 @@ class Handler(socketserver.BaseRequestHandler):
         self.audit.update(host=host, port=port, path=short(url.path, 200))
         check_host_header(headers, host, port, default_port=80)
         check_literal(policy, host)
-        path = check_path(url.path or "/")
+        path = check_path(url.path or "/")  # the canonical form: what the rules see is what is sent
+        query = check_query(url.query)
+        self.audit["path"] = short(path, 200)
         allowed, rule = policy.request(host, port, method, path)
         if not allowed:
             raise Denied(403, policy.refusal(host, port, method, path, rule), rule)
         length = check_body(headers, self.settings.max_request)
         ip = resolve(policy, host, port)
         with socket.create_connection((ip, port), timeout=10) as upstream:
-            target_path = path + ("?" + url.query if url.query else "")
+            target_path = path + ("?" + query if query else "")
             sent = self._forward_request(self.sock, upstream, method, target_path, headers, host, port, length, None)
             # One checked request per connection: nothing more of the client's reaches this
             # upstream (a pipelined second request would carry its own, unchecked Host).
             self.leftover = b""
-            received = self._pipe(upstream, self.sock, Redactor([]))
+            received = self._pipe(upstream, self.sock)
         self._log(decision="allow", rule=rule, bytes_up=sent, bytes_down=received, credential=False)
 
     def _connect(self, target: str, headers: Headers) -> None:
@@ -174,7 +185,9 @@ class Handler(socketserver.BaseRequestHandler):
             try:
                 self._intercepted_request(tls, host, port, ip)
             except Denied as err:
-                self._refuse(err.status, str(err), err.rule, "deny")
+                self._refuse(err.status, str(err), err.rule, "deny", kind=err.kind)
+            except Cut:
+                pass
             except (OSError, ValueError) as err:
                 self._refuse(502, f"upstream failed: {type(err).__name__}", None, "error", f"{type(err).__name__}: {err}")
             self.reply_to = None
@@ -189,20 +202,23 @@ class Handler(socketserver.BaseRequestHandler):
         self.audit["method"] = method
         if method == "CONNECT" or not target.startswith("/"):
             raise Denied(400, "inside an opened tunnel only origin-form requests (GET /path) are proxied")
-        raw_path, _, _query = target.partition("?")
-        self.audit["path"] = short(raw_path.partition("#")[0], 200)
+        raw_path, _, query = target.partition("#")[0].partition("?")
+        self.audit["path"] = short(raw_path, 200)
         check_host_header(headers, host, port, default_port=443)
-        path = check_path(raw_path)
+        path = check_path(raw_path)  # the canonical form: what the rules see is what is sent
+        query = check_query(query)
+        self.audit["path"] = short(path, 200)
         allowed, rule = policy.request(host, port, method, path)
         if not allowed:
             raise Denied(403, policy.refusal(host, port, method, path, rule), rule)
         length = check_body(headers, self.settings.max_request)
         credential = self.settings.credential_for(host, port, path)
+        self.injected = credential is not None
         assert self.settings.upstream_tls is not None, "an intercepted host needs the upstream context (Settings.from_environment)"
         with socket.create_connection((ip, port), timeout=10) as raw, self.settings.upstream_tls.wrap_socket(raw, server_hostname=host) as upstream:
-            sent = self._forward_request(tls, upstream, method, target, headers, host, port, length, credential)
+            sent = self._forward_request(tls, upstream, method, path + ("?" + query if query else ""), headers, host, port, length, credential)
             self.leftover = b""
-            received = self._pipe(upstream, tls, Redactor(self.settings.secrets_of(host)))
+            received = self._inspected(upstream, tls, method, Redactor(self.settings.secrets_of(host)))
         # logged before the box's connection closes: when the box has its answer, the record exists
         self._log(decision="allow", rule=rule, bytes_up=sent, bytes_down=received, credential=credential is not None)
 
@@ -226,6 +242,9 @@ class Handler(socketserver.BaseRequestHandler):
         parts = lines[0].split(" ")
         if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not TOKEN.match(parts[0]):
             raise Denied(400, "malformed request line")
+        if "*" in parts[0]:  # a token, but no method: never a request for "any method" (a rule's `*`)
+            raise Denied(400, "a request method must name one method")
+        self.version = parts[2]
         headers: Headers = []
         for line in lines[1:]:
             name, sep, value = line.partition(":")
@@ -268,8 +287,9 @@ class Handler(socketserver.BaseRequestHandler):
         kept = [(k, v) for k, v in headers if not k.lower().startswith("proxy-") and k.lower() not in HOP_BY_HOP]
         if credential is not None:
             kept = [(k, v) for k, v in kept if k.lower() != credential.header.lower()] + [(credential.header, credential.value)]
-        if isinstance(upstream, ssl.SSLSocket):  # an opened host: ask for plain bytes, so the blanking of the secret sees them
-            kept = [(k, v) for k, v in kept if k.lower() != "accept-encoding"] + [("Accept-Encoding", "identity")]
+        if isinstance(upstream, ssl.SSLSocket):  # an opened host: ask for plain bytes, so the blanking of the secret sees them;
+            # no byte ranges (a slice chosen by the box could cut an echoed secret in two), no 100-continue
+            kept = [(k, v) for k, v in kept if k.lower() not in ("accept-encoding", "range", "if-range", "expect")] + [("Accept-Encoding", "identity")]
         default = 443 if credential is not None or isinstance(upstream, ssl.SSLSocket) else 80
         kept.insert(0, ("Host", host if port == default else f"{host}:{port}"))  # exactly what was checked
         head = (f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept) + "Connection: close\r\n\r\n").encode("latin-1")
@@ -285,8 +305,9 @@ class Handler(socketserver.BaseRequestHandler):
             remaining -= len(chunk)
         return len(head) + length - remaining
 
-    def _pipe(self, upstream: socket.socket, client: Box, redactor: Redactor) -> int:
-        """The response, upstream to client, until the upstream closes (we asked for Connection: close) or the cap."""
+    def _pipe(self, upstream: socket.socket, client: Box) -> int:
+        """A plain host's response (no secret to blank), upstream to client, until the upstream closes
+        (we asked for Connection: close) or the cap."""
         received = 0
         while True:
             try:
@@ -294,12 +315,34 @@ class Handler(socketserver.BaseRequestHandler):
             except OSError:  # ssl.SSLError is one
                 data = b""
             if not data:
-                client.sendall(redactor.feed(b"", final=True))
                 return received
             received += len(data)
             if received > self.settings.max_response:
                 return received
-            client.sendall(redactor.feed(data))
+            client.sendall(data)
+
+    def _inspected(self, upstream: ssl.SSLSocket, client: Box, method: str, redactor: Redactor) -> int:
+        """The answer of an opened host, read as the box's client will read it, blanked and re-framed
+        (response.py). Refused (502, in the audit) when it cannot be read so and the box has none of
+        it yet; cut when that shows later. Returns the bytes received from the upstream."""
+        up = Upstream(upstream.recv, self.settings.max_response)
+        sent = 0
+
+        def send(data: bytes) -> None:
+            nonlocal sent
+            client.sendall(data)
+            sent += len(data)
+
+        try:
+            relay(up, send, redactor, method, chunked_ok=self.version == "HTTP/1.1")
+        except Uninspectable as err:
+            if sent:
+                self._log(decision="error", reason=f"answer cut: {err}", refused="uninspectable_response", bytes_up=self.from_box,
+                          bytes_down=up.received, credential=self.injected)
+                raise Cut from None
+            raise Denied(502, f"the answer of {self.audit.get('host')} cannot be inspected: {err}", "response check",
+                         "uninspectable_response") from None
+        return up.received
 
     def _relay(self, upstream: socket.socket) -> tuple[int, int]:
         """Both ways for a passed-through tunnel, until either side closes, goes idle, or passes its cap."""
@@ -332,15 +375,18 @@ class Handler(socketserver.BaseRequestHandler):
                     client.sendall(data)
         return sent, received
 
-    def _refuse(self, status: int, reason: str, rule: str | None, decision: str, logged_reason: str | None = None) -> None:
+    def _refuse(self, status: int, reason: str, rule: str | None, decision: str, logged_reason: str | None = None, kind: str | None = None) -> None:
         """Records the refusal (what the box sent, what it gets back) and then answers: a JSON body naming
         the rule set and the rule, nothing of the request's headers in it. After a passed-through
         tunnel's 200 there is no answer: the tunnel just closes."""
-        body = json.dumps({"error": "egress refused", "reason": reason, "rule_set": self.settings.policy.rule_set, "rule": rule or "none"}).encode()
+        body = json.dumps({"error": "egress refused", "reason": reason, "rule_set": self.settings.policy.rule_set, "rule": rule or "none",
+                           **({"refused": kind} if kind else {})}).encode()
         answer = (f"HTTP/1.1 {status} Egress Refused\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                   "Connection: close\r\n\r\n").encode() + body
         to, self.reply_to = self.reply_to, None
         fields: dict[str, Any] = {"rule": rule or "none"} if decision == "deny" else {}
+        if kind:
+            fields["refused"] = kind
         self._log(decision=decision, **fields, reason=logged_reason or reason, bytes_up=self.from_box,
                   bytes_down=self.to_box + (len(answer) if to is not None else 0), credential=False)
         if to is None:

@@ -74,8 +74,15 @@ class Rule:
         return host == self.host
 
     def matches(self, host: str, port: int, method: str, path: str) -> bool:
-        return (self.matches_host(host, port) and (self.methods is None or method in self.methods)
-                and (self.path is None or fnmatch.fnmatchcase(path, self.path)))
+        """`path` is the canonical one (checks.check_path). A deny rule's path matches in any case
+        (servers differ on case: a deny fails closed), an allow rule's exactly as written."""
+        if not (self.matches_host(host, port) and (self.methods is None or method in self.methods)):
+            return False
+        if self.path is None:
+            return True
+        if self.action == "deny":
+            return fnmatch.fnmatchcase(path.lower(), self.path.lower())
+        return fnmatch.fnmatchcase(path, self.path)
 
     def describe(self) -> str:
         methods = ",".join(sorted(self.methods)) if self.methods else "*"

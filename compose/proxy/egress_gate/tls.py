@@ -1,7 +1,7 @@
 """TLS for the hosts that have a credential rule: the gate ends the box's TLS with a certificate the
 host signed for that host (OA_EGRESS_INTERCEPT: JSON {host: {"cert": PEM, "key": PEM}}; the CA's key
 stays on the host) and re-originates TLS to the real host with full verification (system trust,
-plus OA_EGRESS_UPSTREAM_CA's PEM). What comes back is blanked of the secret (Redactor)."""
+plus OA_EGRESS_UPSTREAM_CA's PEM). What comes back is read and blanked of the secret by response.py."""
 from __future__ import annotations
 
 import json
@@ -51,26 +51,3 @@ def sni_check(expected: str) -> Callable[[ssl.SSLObject, str | None, ssl.SSLCont
             return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
         return None
     return check
-
-
-class Redactor:
-    """Replaces each secret in a byte stream with as many asterisks (so a Content-Length stays true),
-    across chunk boundaries: an upstream that echoes the injected header does not hand it to the box."""
-
-    def __init__(self, secrets: list[bytes]) -> None:
-        self.secrets = [s for s in secrets if len(s) >= 4]
-        self.keep = max((len(s) for s in self.secrets), default=1) - 1
-        self.tail = b""
-
-    def feed(self, data: bytes, final: bool = False) -> bytes:
-        if not self.secrets:
-            return data
-        buf = self.tail + data
-        for secret in self.secrets:
-            buf = buf.replace(secret, b"*" * len(secret))
-        if final or self.keep == 0:
-            self.tail = b""
-            return buf
-        cut = max(0, len(buf) - self.keep)
-        out, self.tail = buf[:cut], buf[cut:]
-        return out

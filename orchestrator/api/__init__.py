@@ -1,0 +1,35 @@
+"""The public Python API of openagents-sandbox: a hardened sandbox on a workspace, for a program.
+
+    from orchestrator import Sandbox
+
+    with Sandbox("path/to/repo", auto_approve=True) as box:
+        print(box.shell("ls").output)
+
+Everything a front-end does to a session goes through here (docs/api.md): the six tools through
+the call pipeline and the policy ladder, copy mode's review, checkpoints, an agent's run.
+"""
+from ..errors import ErrorType, OpenAgentsError
+from ..policy.approvals import Answer, ApprovalRequest
+from .agent import AgentRun
+from .aio import AsyncSandbox, ShellStream
+from .options import SandboxOptions
+from .results import (
+    ApplyResult,
+    ChangedFile,
+    Changes,
+    EditResult,
+    GrepMatch,
+    GrepResult,
+    ListResult,
+    ReadResult,
+    ShellResult,
+    ToolError,
+    WriteResult,
+)
+from .sandbox import Sandbox
+
+__all__ = [
+    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "ErrorType",
+    "GrepMatch", "GrepResult", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream",
+    "ToolError", "WriteResult",
+]

@@ -1,0 +1,182 @@
+"""`AsyncSandbox`: the same sandbox for asyncio programs. Each method runs the sync one in a worker
+thread (the box's channel is blocking I/O), so the event loop never waits on the box. A cancelled
+call kills what it started in the box before the cancellation goes on; opening and closing are
+shielded from cancellation (a box half started or half removed is never left behind)."""
+from __future__ import annotations
+
+import asyncio
+import functools
+from os import PathLike
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, TypeVar
+
+from .options import SandboxOptions
+from .sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..protocol import ToolResult
+    from ..workspace.checkpoints import Checkpoint, RestoreReport
+    from ..workspace.records import SessionRecord
+    from .agent import AgentRun
+    from .results import ApplyResult, Changes, EditResult, GrepResult, ListResult, ReadResult, ShellResult, WriteResult
+
+T = TypeVar("T")
+_END = object()
+
+
+class AsyncSandbox:
+    """`async with AsyncSandbox("repo", auto_approve=True) as box: await box.shell("make test")`."""
+
+    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+        self.sync = Sandbox(workspace, options, kind=kind, **settings)
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            await asyncio.shield(loop.run_in_executor(None, self._kill))
+            raise
+
+    def _kill(self) -> None:
+        self.sync.kill_running()
+
+    async def open(self) -> "AsyncSandbox":
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, self.sync.open)
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:  # opened all the same: removed before the cancellation goes on
+            await asyncio.shield(self._close_after(future))
+            raise
+        return self
+
+    async def _close_after(self, future: "asyncio.Future[Any]") -> None:
+        try:
+            await future
+        except BaseException:  # noqa: BLE001 - open failed: it removed what it made
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+
+    async def close(self, *, status: str | None = None, reason: str = "") -> list[str]:
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(None, functools.partial(self.sync.close, status=status, reason=reason)))
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return await self.open()
+
+    async def __aexit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
+        if isinstance(err, (KeyboardInterrupt, asyncio.CancelledError)):
+            await self.close(status="cancelled", reason="cancelled")
+        elif err is not None:
+            await self.close(status="stopped", reason=f"{type(err).__name__}: {str(err)[:300]}")
+        else:
+            await self.close()
+
+    # -- what it is --------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def record(self) -> SessionRecord:
+        return self.sync.record
+
+    @property
+    def mode(self) -> str:
+        return self.sync.mode
+
+    @property
+    def closed(self) -> bool:
+        return self.sync.closed
+
+    @property
+    def transcript_path(self) -> Path:
+        return self.sync.transcript_path
+
+    # -- the tools -----------------------------------------------------------------------------
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        return await self._run(self.sync.call, tool, arguments)
+
+    async def read_file(self, path: str | PathLike[str], offset: int = 1, limit: int | None = None) -> ReadResult:
+        return await self._run(self.sync.read_file, path, offset, limit)
+
+    async def list_files(self, path: str | PathLike[str] = ".", recursive: bool = True) -> ListResult:
+        return await self._run(self.sync.list_files, path, recursive)
+
+    async def grep_files(self, pattern: str, path: str | PathLike[str] = ".", glob: str | None = None, ignore_case: bool = False) -> GrepResult:
+        return await self._run(self.sync.grep_files, pattern, path, glob, ignore_case)
+
+    async def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
+        return await self._run(self.sync.write_file, path, content)
+
+    async def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
+                        expected_sha256: str | None = None) -> EditResult:
+        return await self._run(self.sync.edit_file, path, old_text, new_text, allow_multiple, expected_sha256)
+
+    async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
+        return await self._run(self.sync.shell, command, timeout, on_output)
+
+    def shell_stream(self, command: str, timeout: int = 60) -> "ShellStream":
+        """`async for text in box.shell_stream("make test")`: the output as it comes; then `.result`."""
+        return ShellStream(self, command, timeout)
+
+    # -- review, checkpoints, a run ----------------------------------------------------------
+    async def changes(self) -> Changes:
+        return await self._run(self.sync.changes)
+
+    async def apply(self) -> ApplyResult:
+        return await self._run(self.sync.apply)
+
+    async def discard(self) -> int:
+        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self.sync.discard))
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        return await self._run(self.sync.checkpoints)
+
+    async def rollback(self, turn: int) -> RestoreReport:
+        return await self._run(self.sync.rollback, turn)
+
+    def run(self, task: str, *, model: str, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+        """`async for event in box.run(task, model=...)`; or `await run.wait_async()`."""
+        return self.sync.run(task, model=model, base_url=base_url, api_key_env=api_key_env)
+
+
+class ShellStream:
+    """A command's output chunks as an async iterator; `.result` (a ShellResult) once it ended. A
+    failure (a refusal, a timeout) is raised from the iteration, as shell() raises it."""
+
+    def __init__(self, box: AsyncSandbox, command: str, timeout: int) -> None:
+        self._box, self._command, self._timeout = box, command, timeout
+        self.result: ShellResult | None = None
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[Any] = asyncio.Queue()
+
+        def output(text: str) -> None:
+            loop.call_soon_threadsafe(chunks.put_nowait, text)
+
+        async def work() -> ShellResult:
+            try:
+                return await self._box.shell(self._command, self._timeout, output)
+            finally:
+                chunks.put_nowait(_END)
+
+        task = asyncio.ensure_future(work())
+        try:
+            while True:
+                chunk = await chunks.get()
+                if chunk is _END:
+                    break
+                yield chunk
+            self.result = await task
+        finally:
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except BaseException:  # noqa: BLE001 - the program left the loop; the call is killed
+                    pass

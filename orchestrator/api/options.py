@@ -1,0 +1,112 @@
+"""What a program says about the sandbox it opens: the knobs `oa-sandbox run` has, as one typed object.
+
+Every field is optional; unset ones take the CLI's defaults (the config file is not read: a
+program says what it wants). A whole `SandboxConfig` (as the CLI's flags build it) may be given
+as `config` instead of the box's fields, never both.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..budget import Budget
+from ..config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
+from ..errors import ErrorType, OpenAgentsError
+from ..events import Event
+from ..models.base import DEFAULT_MODEL_TIMEOUT_S
+from ..policy.approvals import ApprovalRequest
+from ..session import SessionOptions
+from ..tools.registry import RegistryConfig
+from ..workspace.copy import CopyLimits, CopyProgress
+from ..workspace.records import WorkspaceMode
+
+# Who answers the ladder's questions: True allows the call once, False refuses it; an Answer says more.
+# An object with an `ask(request) -> Answer` method (policy.approvals.Approver: a front-end's) is used as it is.
+ApproverCallback = Callable[[ApprovalRequest], Any]
+_BOX_FIELDS = ("runtime", "image", "memory", "cpus", "pids", "user", "egress", "write_quota", "entry_quota", "start_concurrency")
+
+
+class SandboxOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+    mode: Literal["auto", "bind", "copy"] = Field(default="auto", description="bind: the box writes the workspace; copy: a private copy you "
+                                                                               "review and apply; auto: copy for a root-owned workspace, else bind.")
+    # the box (as --runtime, --image, --memory, --cpus, --pids, --user, --env, --egress, --write-quota, --entry-quota)
+    runtime: str | None = None
+    image: str | None = None
+    memory: str | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    user: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    egress: list[str] | EgressConfig | None = Field(default=None, description="Hosts the box may reach through the egress gate, or a "
+                                                                              "whole EgressConfig (rules, credentials); default: no network.")
+    write_quota: int | None = None
+    entry_quota: int | None = None
+    start_concurrency: int | None = None
+    config: SandboxConfig | None = Field(default=None, description="A whole SandboxConfig instead of the box's fields above.")
+    # copy mode's size guard (--copy-max-bytes, --copy-max-entries)
+    copy_max_bytes: int | None = Field(default=None, ge=1)
+    copy_max_entries: int | None = Field(default=None, ge=1)
+    on_copy_progress: Callable[[CopyProgress], None] | None = Field(default=None, description="Told how a long copy goes (copy mode).")
+    # approvals (--policy, --auto-approve; an approver callback instead of a terminal)
+    policy_files: list[Path] = Field(default_factory=list)
+    auto_approve: bool = False
+    approver: ApproverCallback | Any | None = None
+    # the record and the transcript
+    transcript: Path | None = Field(default=None, description="Where the JSONL transcript goes (default: the session's state directory).")
+    on_event: Callable[[Event], None] | None = Field(default=None, description="Called with every typed event the transcript records.")
+    # the tools
+    disabled_tools: frozenset[str] = frozenset()
+    git: bool = Field(default=True, description="Offer the host-side git tool to a model run (as `run` does unless --no-git).")
+    context_files: bool = True
+    # an agent run's limits (run()): as --max-turns, --max-tokens, --max-wall, --model-timeout, --context-window
+    max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_wall_s: float | None = Field(default=None, gt=0)
+    model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)
+    context_window: int | None = Field(default=None, ge=256)
+
+    @classmethod
+    def of(cls, options: "SandboxOptions | None", settings: dict[str, Any]) -> "SandboxOptions":
+        """`options` with `settings` (keyword arguments) over it; a typed error for a wrong one."""
+        if options is not None and not isinstance(options, SandboxOptions):
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"options must be a SandboxOptions, not {type(options).__name__}")
+        try:
+            if options is None:
+                return cls(**settings)
+            return cls(**{**options.model_dump(exclude_unset=True), **settings}) if settings else options
+        except ValidationError as err:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in err.errors()[:5])
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: {problems}") from None
+        except TypeError as err:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: {err}") from None
+
+    def sandbox_config(self) -> SandboxConfig:
+        given = {name: getattr(self, name) for name in _BOX_FIELDS if getattr(self, name) is not None}
+        if self.config is not None:
+            if given or self.env:
+                raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: config and {', '.join(given) or 'env'} both given: say one")
+            return self.config
+        if isinstance(given.get("egress"), list):
+            given["egress"] = EgressConfig(allow=given["egress"])
+        try:
+            return SandboxConfig(**given, env=dict(self.env))
+        except ValidationError as err:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: {err.errors()[0]['msg']}") from None
+
+    def workspace_mode(self) -> WorkspaceMode:
+        return WorkspaceMode(self.mode)
+
+    def copy_limits(self) -> CopyLimits:
+        limits = CopyLimits()
+        return CopyLimits(max_bytes=self.copy_max_bytes or limits.max_bytes, max_entries=self.copy_max_entries or limits.max_entries,
+                          progress=self.on_copy_progress)
+
+    def session_options(self, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> SessionOptions:
+        return SessionOptions(model_spec=model, base_url=base_url, api_key_env=api_key_env, policy_files=[str(p) for p in self.policy_files],
+                              max_turns=self.max_turns, registry=RegistryConfig(disabled=set(self.disabled_tools), git=self.git),
+                              budget=Budget(max_tokens=self.max_tokens, max_wall_s=self.max_wall_s, context_window=self.context_window),
+                              auto_approve=self.auto_approve, model_timeout_s=self.model_timeout_s, context_files=self.context_files)

@@ -1,0 +1,185 @@
+"""The API's results as typed values, and its one exception.
+
+Each tool's result keeps the call's whole `ToolResult` (`.result`) and lifts what the tool's own
+metadata says into fields. Everything in them came from the box: it is bounded by the agent and
+the host (protocol.py), never escaped here; a program printing it to a terminal escapes it
+itself (`orchestrator.terminal.render.visible`).
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import ErrorType, OpenAgentsError
+from ..protocol import ToolResult
+from ..workspace.review import ApplyReport
+
+
+class ToolError(OpenAgentsError):
+    """A tool call that failed or was refused: `.type` (an ErrorType) says which; `.result` is the
+    whole typed result (a timed-out command's partial output is in `.result.output`)."""
+
+    def __init__(self, type: ErrorType, message: str, result: ToolResult | None = None) -> None:
+        super().__init__(type, message)
+        self.result = result if result is not None else ToolResult.failure(OpenAgentsError(type, message))
+
+    @property
+    def output(self) -> str:
+        return self.result.output
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    call_id: str
+    output: str = ""  # the tool's text, as the model would read it
+    note: str = ""  # the agent's and the host's notes (truncation, skipped entries)
+    result: ToolResult
+
+
+def _meta(result: ToolResult, key: str, kind: type, default: Any = None) -> Any:
+    value = result.meta.get(key, default)
+    if kind is int and isinstance(value, bool):
+        return default
+    return value if isinstance(value, kind) else default
+
+
+class ReadResult(_Result):
+    path: str
+    text: str  # the lines read (output): offset and limit in lines, capped at 48 KiB
+    sha256: str | None = None  # of the whole file: pass it to edit_file as expected_sha256
+    total_lines: int | None = None
+    first_line: int | None = None
+    last_line: int | None = None
+    truncated: bool = False
+
+    @classmethod
+    def of(cls, call_id: str, r: ToolResult, path: str) -> "ReadResult":
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, text=r.output, sha256=_meta(r, "sha256", str),
+                   total_lines=_meta(r, "total_lines", int), first_line=_meta(r, "first_line", int), last_line=_meta(r, "last_line", int),
+                   truncated=_meta(r, "truncated", bool, False))
+
+
+class ListResult(_Result):
+    path: str
+    entries: list[str] = Field(default_factory=list)  # relative to the workspace; a directory ends with /
+    truncated: bool = False  # at most 500 entries
+
+    @classmethod
+    def of(cls, call_id: str, r: ToolResult, path: str) -> "ListResult":
+        count = _meta(r, "entries", int, 0)
+        entries = r.output.split("\n")[:count] if count else []
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, entries=entries, truncated=_meta(r, "truncated", bool, False))
+
+
+class GrepMatch(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    line: int
+    text: str
+
+
+_MATCH = re.compile(r"^(.*?):(\d+):(.*)$", re.DOTALL)
+
+
+class GrepResult(_Result):
+    pattern: str
+    matches: list[GrepMatch] = Field(default_factory=list)  # at most 200
+    truncated: bool = False
+
+    @classmethod
+    def of(cls, call_id: str, r: ToolResult, pattern: str) -> "GrepResult":
+        count = _meta(r, "matches", int, 0)
+        found = []
+        for line in r.output.split("\n")[:count] if count else []:
+            m = _MATCH.match(line)
+            if m:
+                found.append(GrepMatch(path=m.group(1), line=int(m.group(2)), text=m.group(3)))
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, pattern=pattern, matches=found, truncated=_meta(r, "truncated", bool, False))
+
+
+class WriteResult(_Result):
+    path: str
+    sha256: str | None = None
+    bytes: int | None = None
+    created: bool = False
+
+    @classmethod
+    def of(cls, call_id: str, r: ToolResult, path: str) -> "WriteResult":
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, sha256=_meta(r, "sha256", str),
+                   bytes=_meta(r, "bytes", int), created=_meta(r, "created", bool, False))
+
+
+class EditResult(_Result):
+    path: str
+    sha256: str | None = None
+    replacements: int = 0
+    diff: str | None = None
+
+    @classmethod
+    def of(cls, call_id: str, r: ToolResult, path: str) -> "EditResult":
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, sha256=_meta(r, "sha256", str),
+                   replacements=_meta(r, "replacements", int, 0), diff=r.diff)
+
+
+class ShellResult(_Result):
+    """A command that ran: a non-zero exit is a result, not an error. A timeout raises ToolError
+    (type TIMEOUT) with the partial output in its result."""
+
+    command: str
+    exit_code: int | None = None
+    timed_out: bool = False
+    timeout_s: float | None = None
+    elapsed_s: float | None = None
+    output_truncated: bool = False  # head and tail kept
+
+    @classmethod
+    def of(cls, call_id: str, r: ToolResult, command: str) -> "ShellResult":
+        timeout = _meta(r, "timeout_s", (int, float))  # type: ignore[arg-type]
+        elapsed = _meta(r, "elapsed_s", (int, float))  # type: ignore[arg-type]
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, command=command, exit_code=_meta(r, "exit_code", int),
+                   timed_out=_meta(r, "timed_out", bool, False), timeout_s=float(timeout) if timeout is not None else None,
+                   elapsed_s=float(elapsed) if elapsed is not None else None, output_truncated=_meta(r, "output_truncated", bool, False))
+
+
+class ChangedFile(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    path: str  # shown form: valid text, whatever bytes the box put in the name
+    status: str  # added | modified | deleted | type_changed ...
+
+
+class Changes(BaseModel):
+    """A copy session's changes against the real workspace: the unified diff, and the stat."""
+
+    model_config = ConfigDict(frozen=True)
+
+    files: list[ChangedFile] = Field(default_factory=list)
+    diff: str = ""
+    stat: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
+
+class ApplyResult(BaseModel):
+    """What landing the copy did. Any conflict: nothing was applied (`ok` false)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    applied: list[str] = Field(default_factory=list)
+    left_out: list[dict[str, str]] = Field(default_factory=list)  # path, reason: what the sanitiser does not carry
+    conflicts: list[dict[str, str]] = Field(default_factory=list)  # path, reason: changed in the real workspace since the copy
+    already: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, report: ApplyReport) -> "ApplyResult":
+        from ..workspace.review import shown
+
+        return cls(ok=not report.conflicts, applied=[shown(p) for p in report.applied],
+                   left_out=[{"path": shown(lo.path), "reason": lo.reason} for lo in report.left_out],
+                   conflicts=[{"path": shown(c.path), "reason": c.reason} for c in report.conflicts], already=[shown(p) for p in report.already])

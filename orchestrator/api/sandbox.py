@@ -1,0 +1,413 @@
+"""`Sandbox`: one session on a workspace, for a program. The one place a session is put together
+(open_session: policies, copy, box, gate, ladder, transcript, checkpoints, record) and taken apart
+(kill, remove, sweep, record), whichever front-end asks.
+
+Every tool call goes through the session's CallPipeline (validate -> ladder -> execute -> record),
+as a model's call does in `oa-sandbox run`: a policy's deny refuses it with REFUSED_BY_POLICY, and
+the transcript has it. Each call is one turn of the session (a checkpoint after one that may have
+changed files, so `rollback(turn)` and `oa-sandbox rollback --turn` reach it).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import uuid
+import weakref
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .. import events as ev
+from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
+from ..policy.approvals import Approver, NonInteractiveApprover
+from ..protocol import Executor, ToolResult
+from ..session import OpenSession, attach_model, open_session
+from ..workspace.copy_session import apply_session, discard_session, note_call
+from .agent import AgentRun
+from .approval import CallbackApprover
+from .options import SandboxOptions
+from .results import (
+    ApplyResult,
+    ChangedFile,
+    Changes,
+    EditResult,
+    GrepResult,
+    ListResult,
+    ReadResult,
+    ShellResult,
+    ToolError,
+    WriteResult,
+)
+
+if TYPE_CHECKING:
+    from ..workspace.checkpoints import Checkpoint, RestoreReport
+    from ..workspace.records import SessionRecord
+
+
+def _require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], what: str) -> None:
+    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
+        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not a bool")
+    if not isinstance(value, kinds):
+        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not {type(value).__name__}")
+
+
+def _path(tool: str, path: Any) -> str:
+    if isinstance(path, PathLike):
+        path = path.__fspath__()
+    _require(tool, "path", path, str, "a str (relative to the workspace)")
+    return str(path)
+
+
+class Sandbox:
+    """`with Sandbox("repo", auto_approve=True) as box: box.shell("make test")`.
+
+    `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
+    session record calls it (`oa-sandbox sessions` lists it). Opened on `with` or `open()`; closed
+    on leaving the block, on `close()`, on an exception or Ctrl-C, and at interpreter exit at the
+    latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED)."""
+
+    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+        if not isinstance(workspace, (str, PathLike)):
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}")
+        self.options = SandboxOptions.of(options, settings)
+        self.workspace = Path(workspace)
+        self.kind = kind
+        self._opened: OpenSession | None = None
+        self._record: SessionRecord | None = None  # kept after close: the session's id and record stay readable
+        self._closed = False
+        self._turn = 0
+        self._lock = threading.Lock()
+        self._sinks: list[Callable[[dict[str, Any]], None]] = []
+        self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
+        self._status = ("closed", "the program closed the sandbox")
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def open(self) -> "Sandbox":
+        if self._closed:
+            raise self._closed_error()
+        if self._opened is not None:
+            return self
+        options = self.options
+        if not self.workspace.is_dir():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
+        approver: Approver = NonInteractiveApprover()
+        if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
+            ask = getattr(options.approver, "ask", None)
+            approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
+        on_event = options.on_event
+
+        def fanout(record: dict[str, Any]) -> None:
+            if on_event is not None:
+                typed = ev.parse(record)
+                if typed is not None:
+                    on_event(typed)
+            for sink in list(self._sinks):
+                sink(record)
+
+        transcript = Path(options.transcript).absolute() if options.transcript is not None else None
+        if transcript is not None and transcript.exists():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
+        try:
+            opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), approver, transcript, fanout,
+                                  mode=options.workspace_mode(), kind=self.kind, copy_limits=options.copy_limits())
+        except OpenAgentsError:
+            self._closed = True
+            raise
+        except ValueError as err:  # a policy or config value open_session's parts refused
+            self._closed = True
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)[:1000]) from None
+        except OSError as err:  # the state directory, the transcript's file
+            self._closed = True
+            raise OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}") from None
+        except BaseException:
+            self._closed = True
+            raise
+        self._opened, self._record = opened, opened.record
+        # However the program ends (no close, an exception nobody caught), the box goes at exit.
+        self._finalizer = weakref.finalize(self, _close_quietly, opened)
+        opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
+                                                 workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
+                                                 tools=opened.pipeline.registry.active()))
+        return self
+
+    def __enter__(self) -> "Sandbox":
+        return self.open()
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
+        if isinstance(err, KeyboardInterrupt):
+            self._status = ("cancelled", "interrupted (Ctrl-C)")
+        elif err is not None:
+            self._status = ("stopped", f"{type(err).__name__}: {str(err)[:300]}")
+        self.close()
+
+    def close(self, *, status: str | None = None, reason: str = "") -> list[str]:
+        """Kill what runs, remove the box (and its egress gate), sweep the workspace, save the record
+        (`status`: what it says, default closed). Idempotent. Ctrl-C is held off while it runs (in
+        the main thread), so it runs to its end. Returns the integrity sweep's findings, one line each."""
+        if status is not None:
+            self._status = (status, reason or status)
+        with self._lock:
+            if self._closed:
+                return []
+            self._closed = True
+            opened, self._opened = self._opened, None
+        if opened is None:
+            return []
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        held = _hold_interrupts()
+        try:
+            status, reason = self._status
+            opened.record.turns = max(self._turn, opened.record.turns or 0)
+            opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
+            opened.finish(status, reason)
+            try:
+                opened.kill_running()
+            except Exception:  # noqa: BLE001 - the box may be gone already; close removes what is left
+                pass
+            return opened.close()
+        finally:
+            _release_interrupts(held)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def kill_running(self) -> None:
+        """Kill every process the box runs (a call in another thread ends, killed); the box stays."""
+        opened = self._opened
+        if opened is not None:
+            opened.kill_running()
+
+    def _live(self) -> OpenSession:
+        opened = self._opened
+        if opened is None:
+            raise self._closed_error() if self._closed else OpenAgentsError(
+                ErrorType.SANDBOX_CLOSED, "the sandbox is not open: use `with Sandbox(...) as box:` or call open() first")
+        return opened
+
+    def _closed_error(self) -> OpenAgentsError:
+        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed: its box is removed; open a new Sandbox")
+
+    # -- what it is --------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        """The session id: `oa-sandbox sessions`, `changes ID`, `apply ID`, `rollback ID` know it (after close too)."""
+        return self.record.id
+
+    @property
+    def record(self) -> SessionRecord:
+        """The session's record, as `oa-sandbox sessions` reads it (still readable after close)."""
+        if self._record is not None:
+            return self._record
+        raise OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox was never opened: it has no session yet")
+
+    @property
+    def mode(self) -> str:
+        return self.record.mode.value
+
+    @property
+    def transcript_path(self) -> Path:
+        return Path(self.record.transcript or "")
+
+    # -- the six tools ---------------------------------------------------------------------------
+    def call(self, tool: str, arguments: dict[str, Any] | None = None, on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """One call of any tool by name, through the pipeline; never raises for a tool's failure or
+        a refusal (the typed result says it), only for a closed sandbox."""
+        return self._call(tool, arguments, on_output)[1]
+
+    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None) -> tuple[str, ToolResult]:
+        opened = self._live()
+        if not isinstance(tool, str):
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"tool must be a str, not {type(tool).__name__}")
+        if arguments is not None and not isinstance(arguments, dict):
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
+        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
+        try:
+            result = opened.pipeline.run(call, on_output)
+        except KeyboardInterrupt:
+            self._status = ("cancelled", "interrupted (Ctrl-C)")
+            raise
+        with self._lock:
+            self._turn += 1
+            turn = self._turn
+        if opened.record.mode.value == "copy":
+            note_call(opened.record, tool, result.ok)
+        opened.checkpoint(turn, [tool])
+        return call.id, result
+
+    def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
+        call_id, result = self._call(tool, arguments, on_output)
+        if not result.ok:
+            error = result.error
+            kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
+            raise ToolError(kind, message, result)
+        return call_id, result
+
+    def read_file(self, path: str | PathLike[str], offset: int = 1, limit: int | None = None) -> ReadResult:
+        """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB."""
+        rel = _path("read_file", path)
+        _require("read_file", "offset", offset, int, "an int")
+        args: dict[str, Any] = {"path": rel, "offset": offset}
+        if limit is not None:
+            _require("read_file", "limit", limit, int, "an int")
+            args["limit"] = limit
+        return ReadResult.of(*self._checked("read_file", args), rel)
+
+    def list_files(self, path: str | PathLike[str] = ".", recursive: bool = True) -> ListResult:
+        """At most 500 entries; .git, node_modules, target, dist skipped."""
+        rel = _path("list_files", path)
+        _require("list_files", "recursive", recursive, bool, "a bool")
+        return ListResult.of(*self._checked("list_files", {"path": rel, "recursive": recursive}), rel)
+
+    def grep_files(self, pattern: str, path: str | PathLike[str] = ".", glob: str | None = None, ignore_case: bool = False) -> GrepResult:
+        """Lines matching a Python regular expression, at most 200."""
+        _require("grep_files", "pattern", pattern, str, "a str")
+        rel = _path("grep_files", path)
+        args: dict[str, Any] = {"pattern": pattern, "path": rel, "ignore_case": ignore_case}
+        _require("grep_files", "ignore_case", ignore_case, bool, "a bool")
+        if glob is not None:
+            _require("grep_files", "glob", glob, str, "a str")
+            args["glob"] = glob
+        return GrepResult.of(*self._checked("grep_files", args), pattern)
+
+    def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
+        """The whole new content of a file (never inside .git)."""
+        rel = _path("write_file", path)
+        _require("write_file", "content", content, str, "a str")
+        return WriteResult.of(*self._checked("write_file", {"path": rel, "content": content}), rel)
+
+    def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
+                  expected_sha256: str | None = None) -> EditResult:
+        """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
+        refuses the edit if the file changed since."""
+        rel = _path("edit_file", path)
+        _require("edit_file", "old_text", old_text, str, "a str")
+        _require("edit_file", "new_text", new_text, str, "a str")
+        _require("edit_file", "allow_multiple", allow_multiple, bool, "a bool")
+        args: dict[str, Any] = {"path": rel, "old_text": old_text, "new_text": new_text, "allow_multiple": allow_multiple}
+        if expected_sha256 is not None:
+            _require("edit_file", "expected_sha256", expected_sha256, str, "a str")
+            args["expected_sha256"] = expected_sha256
+        return EditResult.of(*self._checked("edit_file", args), rel)
+
+    def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
+        """`/bin/sh -c command` in the workspace, no stdin; `timeout` seconds (at most 240, kept by the
+        host too). `on_output(text)` gets the output as it comes. A non-zero exit is a result; a
+        timeout raises ToolError(TIMEOUT) with the partial output in `.result`."""
+        _require("shell", "command", command, str, "a str")
+        _require("shell", "timeout", timeout, int, "an int (seconds)")
+        if on_output is not None and not callable(on_output):
+            raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
+        return ShellResult.of(*self._checked("shell", {"command": command, "timeout": timeout}, on_output), command)
+
+    # -- a copy session's review -----------------------------------------------------------------
+    def changes(self) -> Changes:
+        """What the tools changed in the private copy against the real workspace (copy mode)."""
+        record = self._copy_record("show")
+        from ..workspace.copy import CopyManifest
+        from ..workspace.review import list_changes, render_diff, shown
+
+        manifest = CopyManifest.load(record.manifest_path)
+        found = list_changes(manifest)
+        if not found:
+            return Changes()
+        diff = "\n".join(render_diff(manifest, found))
+        stat = "\n".join(render_diff(manifest, found, stat=True))
+        return Changes(files=[ChangedFile(path=shown(c.path), status=c.status) for c in found], diff=diff, stat=stat)
+
+    def apply(self) -> ApplyResult:
+        """Land the copy's changes in the real workspace through the sanitiser (`oa-sandbox apply`'s).
+        A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed.
+        A landing the policy refuses (a deny rule, copy-only, read-only) raises ToolError(REFUSED_BY_POLICY)."""
+        record = self._copy_record("apply")
+        opened = self._live()
+        try:
+            report = apply_session(record, opened.pipeline.gate.decide_landing("Sandbox.apply()"))
+        except OpenAgentsError as err:
+            raise ToolError(err.type, err.message) from None
+        if report.conflicts:
+            from ..workspace.copy_session import mark_landed
+
+            mark_landed(record, False)
+        result = ApplyResult.of(report)
+        opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via=self.kind, ok=result.ok, applied=len(result.applied),
+                                                 left_out=result.left_out[:200], conflicts=result.conflicts[:200]))
+        return result
+
+    def discard(self) -> int:
+        """Close the sandbox and remove its copy, checkpoints and transcript (copy mode); returns the
+        bytes freed. The record stays, marked discarded."""
+        record = self._copy_record("discard")
+        self._status = ("closed", "discarded")
+        self.close()
+        return discard_session(record)
+
+    def _copy_record(self, action: str) -> SessionRecord:
+        record = self._live().record
+        if record.mode.value != "copy":
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} runs in bind mode: its changes are already in "
+                                                               f"{record.workspace}; nothing to {action}")
+        return record
+
+    # -- checkpoints -----------------------------------------------------------------------------
+    def checkpoints(self) -> list[Checkpoint]:
+        """The session's checkpoints: turn 0 (the start) and one after each call that changed files."""
+        store = self._live().checkpoints
+        return store.list() if store is not None else []
+
+    def rollback(self, turn: int) -> RestoreReport:
+        """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
+        A file changed since the last checkpoint: nothing restored, the report lists the conflicts."""
+        _require("rollback", "turn", turn, int, "an int")
+        opened = self._live()
+        store = opened.checkpoints
+        if store is None or not any(point.turn == turn and point.ok for point in store.list()):
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
+        opened.kill_running()
+        return store.restore(turn)
+
+    # -- an agent's run --------------------------------------------------------------------------
+    def run(self, task: str, *, model: str, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+        """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE)
+        works on `task` with the six tools, through the same pipeline and ladder. Iterate the
+        returned AgentRun for the typed events (`--output stream-json`'s), or call .wait()."""
+        if not isinstance(task, str) or not task.strip():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "run: task must be a non-empty str")
+        if not isinstance(model, str):
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
+        opened = self._live()
+        session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
+        session.turn = self._turn
+
+        def ended(last_turn: int) -> None:
+            with self._lock:
+                self._turn = max(self._turn, last_turn)
+
+        return AgentRun(session, task, self._sinks, opened.kill_running, ended)
+
+
+def _close_quietly(opened: OpenSession) -> None:
+    try:
+        opened.finish("closed", "the program ended without closing the sandbox")
+        opened.close()
+    except Exception:  # noqa: BLE001 - at interpreter exit: nothing to tell
+        pass
+
+
+def _hold_interrupts() -> Any:
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        return None
+
+
+def _release_interrupts(previous: Any) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+__all__ = ["Sandbox"]
