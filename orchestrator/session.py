@@ -303,6 +303,22 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     return opened
 
 
+def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None,
+                config: SandboxConfig) -> WorkspaceMode:
+    """The workspace mode a policy's workspace_access leaves: copy-only makes `auto` a copy and
+    refuses bind mode (its edits would reach the workspace with no landing to refuse); read-only
+    refuses a box started before the policy was known with the workspace writable (a warm pool's)."""
+    pinned = f"the policy's workspace_access is {access.value}"
+    if access == Access.COPY_ONLY:
+        if sandbox is not None or (resume is not None and resume.mode == WorkspaceMode.BIND) or mode == WorkspaceMode.BIND:
+            raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
+                                                               "directly; run with --workspace-mode copy (or auto), without --pool")
+        return WorkspaceMode.COPY
+    if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
+        raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
+    return mode
+
+
 def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
     """The model `options.model_spec` names, its retries told to the watchers' transcripts, checked
     before any box exists where it can be (a dead endpoint costs a second, not a sandbox)."""
@@ -340,22 +356,6 @@ def attach_model(opened: OpenSession, options: SessionOptions) -> Session:
     record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
     record.save()
     return session
-
-
-def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None,
-                config: SandboxConfig) -> WorkspaceMode:
-    """The workspace mode a policy's workspace_access leaves: copy-only makes `auto` a copy and
-    refuses bind mode (its edits would reach the workspace with no landing to refuse); read-only
-    refuses a box started before the policy was known with the workspace writable (a warm pool's)."""
-    pinned = f"the policy's workspace_access is {access.value}"
-    if access == Access.COPY_ONLY:
-        if sandbox is not None or (resume is not None and resume.mode == WorkspaceMode.BIND) or mode == WorkspaceMode.BIND:
-            raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
-                                                               "directly; run with --workspace-mode copy (or auto), without --pool")
-        return WorkspaceMode.COPY
-    if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
-        raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
-    return mode
 
 
 def _mark_resumed(record: SessionRecord) -> None:

@@ -330,10 +330,14 @@ class Sandbox:
 
     def apply(self) -> ApplyResult:
         """Land the copy's changes in the real workspace through the sanitiser (`oa-sandbox apply`'s).
-        A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed."""
+        A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed.
+        A landing the policy refuses (a deny rule, copy-only, read-only) raises ToolError(REFUSED_BY_POLICY)."""
         record = self._copy_record("apply")
         opened = self._live()
-        report = apply_session(record, opened.pipeline.gate.decide_landing("Sandbox.apply()"))  # a refusal: OpenAgentsError, typed
+        try:
+            report = apply_session(record, opened.pipeline.gate.decide_landing("Sandbox.apply()"))
+        except OpenAgentsError as err:
+            raise ToolError(err.type, err.message) from None
         if report.conflicts:
             from ..workspace.copy_session import mark_landed
 

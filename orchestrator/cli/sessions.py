@@ -43,7 +43,7 @@ def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
     from ..policy.ladder import Ladder
     from ..session import load_policies
 
-    rules, _ = load_policies(Path(record.workspace), list(record.policy_files))
+    rules, _ = load_policies(Path(record.workspace), list(record.policy_files), record)  # its user files as pinned at its start
     return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
 
 

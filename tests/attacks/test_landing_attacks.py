@@ -210,3 +210,19 @@ def test_acp_a_landing_rule_that_asks_is_put_to_the_editor(sandbox_image, tmp_pa
     meta = run.result
     assert [p.title for p in run.editor.permissions] == ["land the private copy's changes in the real workspace"]
     assert meta["landed"] is False and "rejected_by_user" in meta["error"] and not (ws / "made.txt").exists()
+
+
+@pytest.mark.parametrize("variant", ["deny-edits", "copy-only"])
+def test_the_public_api_apply_meets_the_ladder(sandbox_image, tmp_path, monkeypatch, variant):
+    """The public API's Sandbox.apply() lands nothing an allowed shell command wrote when an admin denies edits or sets copy-only: ToolError(refused_by_policy)."""
+    from orchestrator import Sandbox, ToolError
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    for key, value in environment(tmp_path, variant).items():
+        monkeypatch.setenv(key, value)
+    with Sandbox(ws, mode="copy") as box:
+        box.shell(WRITE)
+        with pytest.raises(ToolError) as err:
+            box.apply()
+    assert err.value.type.value == "refused_by_policy" and "landing refused" in err.value.message
+    assert not (ws / "made.txt").exists()
