@@ -23,6 +23,12 @@ from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
+from ..tools.defs import edit_file as edit_def
+from ..tools.defs import grep_files as grep_def
+from ..tools.defs import list_files as list_def
+from ..tools.defs import read_file as read_def
+from ..tools.defs import shell as shell_def
+from ..tools.defs import write_file as write_def
 from ..workspace.copy_session import apply_session, discard_session, note_call
 from .agent import AgentRun
 from .approval import CallbackApprover
@@ -44,6 +50,10 @@ if TYPE_CHECKING:
     from ..loop import Session
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
+
+# the tools' names come from their own homes (tools/defs/), as everywhere else
+READ, LIST, GREP = read_def.TOOL.name, list_def.TOOL.name, grep_def.TOOL.name
+WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.name
 
 
 def _require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], what: str) -> None:
@@ -258,60 +268,60 @@ class Sandbox:
 
     def read_file(self, path: str | PathLike[str], offset: int = 1, limit: int | None = None) -> ReadResult:
         """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB."""
-        rel = _path("read_file", path)
-        _require("read_file", "offset", offset, int, "an int")
+        rel = _path(READ, path)
+        _require(READ, "offset", offset, int, "an int")
         args: dict[str, Any] = {"path": rel, "offset": offset}
         if limit is not None:
-            _require("read_file", "limit", limit, int, "an int")
+            _require(READ, "limit", limit, int, "an int")
             args["limit"] = limit
-        return ReadResult.of(*self._checked("read_file", args), rel)
+        return ReadResult.of(*self._checked(READ, args), rel)
 
     def list_files(self, path: str | PathLike[str] = ".", recursive: bool = True) -> ListResult:
         """At most 500 entries; .git, node_modules, target, dist skipped."""
-        rel = _path("list_files", path)
-        _require("list_files", "recursive", recursive, bool, "a bool")
-        return ListResult.of(*self._checked("list_files", {"path": rel, "recursive": recursive}), rel)
+        rel = _path(LIST, path)
+        _require(LIST, "recursive", recursive, bool, "a bool")
+        return ListResult.of(*self._checked(LIST, {"path": rel, "recursive": recursive}), rel)
 
     def grep_files(self, pattern: str, path: str | PathLike[str] = ".", glob: str | None = None, ignore_case: bool = False) -> GrepResult:
         """Lines matching a Python regular expression, at most 200."""
-        _require("grep_files", "pattern", pattern, str, "a str")
-        rel = _path("grep_files", path)
+        _require(GREP, "pattern", pattern, str, "a str")
+        rel = _path(GREP, path)
         args: dict[str, Any] = {"pattern": pattern, "path": rel, "ignore_case": ignore_case}
-        _require("grep_files", "ignore_case", ignore_case, bool, "a bool")
+        _require(GREP, "ignore_case", ignore_case, bool, "a bool")
         if glob is not None:
-            _require("grep_files", "glob", glob, str, "a str")
+            _require(GREP, "glob", glob, str, "a str")
             args["glob"] = glob
-        return GrepResult.of(*self._checked("grep_files", args), pattern)
+        return GrepResult.of(*self._checked(GREP, args), pattern)
 
     def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
         """The whole new content of a file (never inside .git)."""
-        rel = _path("write_file", path)
-        _require("write_file", "content", content, str, "a str")
-        return WriteResult.of(*self._checked("write_file", {"path": rel, "content": content}), rel)
+        rel = _path(WRITE, path)
+        _require(WRITE, "content", content, str, "a str")
+        return WriteResult.of(*self._checked(WRITE, {"path": rel, "content": content}), rel)
 
     def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
                   expected_sha256: str | None = None) -> EditResult:
         """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
         refuses the edit if the file changed since."""
-        rel = _path("edit_file", path)
-        _require("edit_file", "old_text", old_text, str, "a str")
-        _require("edit_file", "new_text", new_text, str, "a str")
-        _require("edit_file", "allow_multiple", allow_multiple, bool, "a bool")
+        rel = _path(EDIT, path)
+        _require(EDIT, "old_text", old_text, str, "a str")
+        _require(EDIT, "new_text", new_text, str, "a str")
+        _require(EDIT, "allow_multiple", allow_multiple, bool, "a bool")
         args: dict[str, Any] = {"path": rel, "old_text": old_text, "new_text": new_text, "allow_multiple": allow_multiple}
         if expected_sha256 is not None:
-            _require("edit_file", "expected_sha256", expected_sha256, str, "a str")
+            _require(EDIT, "expected_sha256", expected_sha256, str, "a str")
             args["expected_sha256"] = expected_sha256
-        return EditResult.of(*self._checked("edit_file", args), rel)
+        return EditResult.of(*self._checked(EDIT, args), rel)
 
     def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
         """`/bin/sh -c command` in the workspace, no stdin; `timeout` seconds (at most 240, kept by the
         host too). `on_output(text)` gets the output as it comes. A non-zero exit is a result; a
         timeout raises ToolError(TIMEOUT) with the partial output in `.result`."""
-        _require("shell", "command", command, str, "a str")
-        _require("shell", "timeout", timeout, int, "an int (seconds)")
+        _require(SHELL, "command", command, str, "a str")
+        _require(SHELL, "timeout", timeout, int, "an int (seconds)")
         if on_output is not None and not callable(on_output):
             raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
-        return ShellResult.of(*self._checked("shell", {"command": command, "timeout": timeout}, on_output), command)
+        return ShellResult.of(*self._checked(SHELL, {"command": command, "timeout": timeout}, on_output), command)
 
     # -- a copy session's review -----------------------------------------------------------------
     def changes(self) -> Changes:
