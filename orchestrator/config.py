@@ -180,6 +180,7 @@ class SandboxLimits(BaseModel):
     write_quota: int = Field(default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota).")
     entry_quota: int = Field(default=200_000, ge=100, description="New entries (files, directories, links: inodes) the session may "
                                                                "create in the workspace (--entry-quota).")
+    workspace_read_only: bool = Field(default=False, description="The workspace is mounted read-only (a policy's workspace_access = read-only).")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
     start_concurrency: int = Field(default_factory=lambda: os.environ.get("OA_START_CONCURRENCY") or DEFAULT_START_CONCURRENCY,

@@ -16,13 +16,14 @@ from . import events as ev
 from .boxfs import HostBudget, lstat_workspace, read_workspace_file
 from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
+from .errors import ErrorType, OpenAgentsError
 from .loop import Session
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
 from .policy import pins
 from .policy.approvals import ApprovalGate, Approver
-from .policy.ladder import POLICY_CAP, POLICY_NAMES, EgressPolicy, Ladder, PolicyRule, Tier, parse_policy
+from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, parse_policy
 from .policy.pins import Source
 from .protocol import Executor
 from .sandbox.backend import backend_from_config
@@ -214,6 +215,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if config_file is not None:
             pins.note_changed(resume, "user_config", config_file.path)
             read.append(config_file)
+        access = access_of(rules)
+        mode = access_mode(access, mode, sandbox, resume, config)
+        if access == Access.READ_ONLY:
+            config = config.model_copy(update={"workspace_read_only": True})
         key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
         redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
         repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
@@ -335,6 +340,22 @@ def attach_model(opened: OpenSession, options: SessionOptions) -> Session:
     record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
     record.save()
     return session
+
+
+def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None,
+                config: SandboxConfig) -> WorkspaceMode:
+    """The workspace mode a policy's workspace_access leaves: copy-only makes `auto` a copy and
+    refuses bind mode (its edits would reach the workspace with no landing to refuse); read-only
+    refuses a box started before the policy was known with the workspace writable (a warm pool's)."""
+    pinned = f"the policy's workspace_access is {access.value}"
+    if access == Access.COPY_ONLY:
+        if sandbox is not None or (resume is not None and resume.mode == WorkspaceMode.BIND) or mode == WorkspaceMode.BIND:
+            raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
+                                                               "directly; run with --workspace-mode copy (or auto), without --pool")
+        return WorkspaceMode.COPY
+    if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
+        raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
+    return mode
 
 
 def _mark_resumed(record: SessionRecord) -> None:

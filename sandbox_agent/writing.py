@@ -9,7 +9,7 @@ import threading
 from . import limits
 from .edit_text import _closest_hint, _find_line_ending_blind, _line_numbers, _replace_keeping_endings
 from .paths import PathRefused, check_fd, local, resolve
-from .sniff import BOM, _wide_encoding
+from .sniff import BOM, SNIFF_BYTES, _wide_encoding
 from .tools import ToolError, _arg, _file_type, _os_error, _read_bytes, _refuse_trailing_slash, _rel, sha256
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -78,12 +78,13 @@ def _kept_mark(real: str) -> tuple[bytes, str, str] | None:
         return None
     try:
         check_fd(fd)
-        head = os.pread(fd, 4, 0)
+        head = os.pread(fd, SNIFF_BYTES, 0)
+        whole = os.fstat(fd).st_size <= len(head)
     except (OSError, PathRefused):
         return None
     finally:
         os.close(fd)
-    wide = _wide_encoding(head)
+    wide = _wide_encoding(head, whole)  # a mark over a body that is not its encoding was only a hint: not kept
     if wide:
         return head[:wide[2]], wide[0], wide[1]
     return (BOM, "utf-8", "UTF-8") if head.startswith(BOM) else None

@@ -229,6 +229,8 @@ def pytest_collection_modifyitems(config, items):
         parts = item.path.parts
         if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or "attacks" in parts or "egress" in parts:
             item.add_marker(pytest.mark.docker)
+    # slow tests last (a stable sort: the rest keep their order), so a failure shows up early in CI
+    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,8 +22,8 @@ CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup installs it)")
 
 
-def run_cli(*args: str, state: Path, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_STATE_HOME": str(state)}
+def run_cli(*args: str, state: Path, timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env or {}), "XDG_STATE_HOME": str(state)}
     return subprocess.run([OA, *args], capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

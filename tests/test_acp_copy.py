@@ -297,7 +297,7 @@ def test_hostile_plants_are_left_out_and_reported(sandbox_image, tmp_path):
     assert (ws / "good.txt").read_text() == "good\n"
     tool = (ws / "tool").stat()
     assert stat.S_IMODE(tool.st_mode) == 0o755 and tool.st_uid == 0  # carried without its setuid bit, and said
-    assert {"path": "tool", "boxMode": "4755", "mode": "0755"} in meta["normalised"]
+    assert {"path": "tool", "pathShown": "tool", "boxMode": "4755", "mode": "0755"} in meta["normalised"]
     # Only text files that landed went through the editor: no plant did (tool is not UTF-8 text).
     assert [p for p, _ in run.editor.writes] == [str(ws / "good.txt")]
     said = messages(run.editor)[1]

@@ -44,8 +44,11 @@ def test_the_six_tools_as_typed_methods_in_bind_mode(tmp_path, docker_client):
         assert box.mode == "bind" and boxes_on(docker_client, ws)
         read = box.read_file("a.txt")
         assert read.text == "one\ntwo\n" and read.total_lines == 2 and len(read.sha256 or "") == 64
-        assert sorted(box.list_files().entries) == ["a.txt", "src/", "src/m.py"]
+        assert sorted(box.list_files().entries) == ["a.txt", "src/", "src/m.py"]  # before blob.bin
         assert [(m.path, m.line) for m in box.grep_files(r"x = \d").matches] == [("src/m.py", 1)]
+        box.shell("printf 'PK\\003\\004\\000\\377' > blob.bin")
+        blob = box.read_file("blob.bin")
+        assert blob.binary and blob.text == "" and "binary file" in blob.output and blob.sha256
         assert box.write_file("b.txt", "new\n").created
         edit = box.edit_file("a.txt", "two", "three", expected_sha256=read.sha256)
         assert edit.replacements == 1 and "+three" in (edit.diff or "")
@@ -218,9 +221,21 @@ def test_a_missing_docker_daemon_is_a_typed_error_and_leaves_nothing(tmp_path, m
     with pytest.raises(OpenAgentsError) as gone:
         box.open()
     assert gone.value.type is ErrorType.DOCKER_UNAVAILABLE and "daemon" in gone.value.message.lower()
+    assert (ws / "a.txt").read_text() == "a\n"  # the workspace is as it was
     with pytest.raises(OpenAgentsError) as closed:
         box.shell("ls")
     assert closed.value.type is ErrorType.SANDBOX_CLOSED
+
+
+def test_a_failing_callback_never_breaks_the_call(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+
+    def broken(_: object) -> None:
+        raise RuntimeError("the program's bug")
+
+    with Sandbox(ws, auto_approve=True, on_event=broken) as box:
+        assert box.shell("echo one; echo two", on_output=broken).output == "one\ntwo\n"
+        assert box.read_file("a.txt").text == "a\n"
 
 
 def test_bad_options_and_workspaces_are_typed_errors(tmp_path):
@@ -237,6 +252,18 @@ def test_bad_options_and_workspaces_are_typed_errors(tmp_path):
         Sandbox(tmp_path / "absent").open()
     assert missing.value.type is ErrorType.INVALID_ARGUMENTS
     assert SandboxOptions(mode="copy", memory="2g").sandbox_config().memory == "2g"
+    for bad in ({"egress": ["bad host"]}, {"env": {"1BAD": "x"}}, {"pids": 1}):
+        with pytest.raises(OpenAgentsError) as refused:
+            Sandbox(tmp_path, **bad).open()
+        assert refused.value.type is ErrorType.INVALID_ARGUMENTS and "validation error" not in refused.value.message
+
+
+def test_a_missing_image_is_a_typed_error(tmp_path, docker_client):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with pytest.raises(OpenAgentsError) as missing:
+        Sandbox(ws, image="oa-no-such-image:latest").open()
+    assert missing.value.type is ErrorType.IMAGE_MISSING and "oa-sandbox image build" in missing.value.message
+    assert not boxes_on(docker_client, ws)
 
 
 def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
@@ -254,6 +281,14 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
             slow.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await slow
+            endless = box.shell_stream("echo first; sleep 60; touch late2.txt", timeout=120)
+            async for chunk in endless:
+                assert chunk == "first\n"
+                break  # the program stops listening: the command is killed
+            assert endless.result is None
+            started = asyncio.get_running_loop().time()
+            assert (await box.shell("echo next", timeout=30)).output == "next\n"  # not queued behind a 60 s command
+            assert asyncio.get_running_loop().time() - started < 20
             reads = await asyncio.gather(box.read_file("a.txt"), box.read_file("b.txt"))
             assert [r.text for r in reads] == ["a\n", "b\n"]
             with pytest.raises(ToolError):
@@ -261,7 +296,7 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
             return box.id
 
     session_id = asyncio.run(main())
-    assert not boxes_on(docker_client, ws) and not (ws / "late.txt").exists()
+    assert not boxes_on(docker_client, ws) and not (ws / "late.txt").exists() and not (ws / "late2.txt").exists()
     assert load(session_id).status == "closed"
 
 
@@ -310,3 +345,118 @@ def test_an_egress_gate_goes_with_the_sandbox_on_an_exception(tmp_path, docker_c
             raise ZeroDivisionError("the program failed")
     after = ({c["Id"] for c in docker_client.api.containers(all=True, filters=mine)}, {n["Id"] for n in docker_client.api.networks(filters=mine)})
     assert after == before and not boxes_on(docker_client, ws)
+
+
+def test_a_run_left_early_is_cancelled_and_the_sandbox_goes_on(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60; touch late.txt", "timeout": 120}}]}) + "\n"
+                      + json.dumps({"text": "never"}) + "\n")
+    seen = []
+    with Sandbox(ws, auto_approve=True, on_event=seen.append) as box:
+        run = box.run("wait", model=f"script:{script}")
+        for event in run:
+            if getattr(event, "state", None) == "executing":
+                with pytest.raises(OpenAgentsError) as busy:
+                    box.run("another", model=f"script:{script}")
+                assert busy.value.type is ErrorType.INVALID_ARGUMENTS
+                break  # the program stops listening mid-command
+        assert run.result is not None and run.result.status.value == "cancelled"
+        assert box.shell("echo still here").output == "still here\n"  # not cancelled itself
+    assert not (ws / "late.txt").exists()
+    assert any(isinstance(e, SessionEnded) for e in seen)  # on_event got the typed events too
+
+
+def test_async_run_yields_events_and_a_second_run_continues_the_conversation(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    script = tmp_path / "s.jsonl"
+    script.write_text("\n".join(json.dumps(t) for t in [
+        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "first done"}, {"text": "second done"}]) + "\n")
+
+    async def main() -> tuple[list[str], str, str, int]:
+        async with AsyncSandbox(ws, auto_approve=True) as box:
+            run = box.run("read a.txt", model=f"script:{script}")
+            kinds: list[str] = [event.type async for event in run]
+            assert run.result is not None
+            again = box.run("and now?", model=f"script:{script}")
+            second = await again.wait_async()
+            return kinds, run.result.final_text, second.final_text, len(again._session.messages)
+
+    kinds, first, second, messages = asyncio.run(main())
+    assert "tool_result" in kinds and kinds[-1] == "session_end"
+    assert (first, second) == ("first done", "second done") and messages >= 6  # system, task, call, result, answer, task 2, answer 2
+
+
+@pytest.mark.parametrize("ending", ["never closed", "SIGTERM mid-command"])
+def test_a_program_that_ends_without_closing_leaves_no_box(tmp_path, docker_client, ending):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    program = tmp_path / "p.py"
+    body = "box.shell('sleep 100', timeout=200)" if ending.startswith("SIGTERM") else "box.write_file('b.txt', 'b')"
+    program.write_text(f"import sys\nfrom orchestrator import Sandbox\nbox = Sandbox(sys.argv[1], auto_approve=True).open()\n"
+                       f"print(box.id, flush=True)\n{body}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    session_id = proc.stdout.readline().strip()
+    assert session_id, proc.communicate()
+    if ending.startswith("SIGTERM"):
+        import time
+
+        deadline = time.monotonic() + 60
+        while '"executing"' not in Path(load(session_id).transcript or "").read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        proc.terminate()
+    proc.communicate(timeout=60)
+    assert not boxes_on(docker_client, ws)
+    assert not load(session_id).running()
+    if ending == "never closed":
+        assert (ws / "b.txt").read_text() == "b" and load(session_id).status == "closed"
+
+
+def test_the_cli_reviews_and_applies_an_api_made_copy_session(tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with Sandbox(ws, mode="copy", auto_approve=True) as box:
+        box.write_file("a.txt", "from the api\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    listed = json.loads(subprocess.run([OA, "sessions", "--json"], capture_output=True, text=True, check=True, env=env).stdout)
+    mine = [s for s in (listed if isinstance(listed, list) else listed.get("sessions", [])) if s.get("id") == box.id]
+    assert mine and mine[0]["mode"] == "copy" and mine[0]["applied"] is False
+    shown = subprocess.run([OA, "changes", box.id], capture_output=True, text=True, check=True, env=env).stdout
+    assert "+from the api" in shown and (ws / "a.txt").read_text() == "a\n"
+    subprocess.run([OA, "apply", box.id], capture_output=True, text=True, check=True, env=env)
+    assert (ws / "a.txt").read_text() == "from the api\n" and load(box.id).applied
+
+
+def test_a_call_racing_close_from_another_thread_never_starts_a_new_box(tmp_path, docker_client):
+    """A closed box's next call used to restart it (the supervisor took the missing channel for a
+    lost agent): a call from another thread that lost the race with close() left a new box behind."""
+    import threading
+
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.docker import DockerSandbox
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    raw = DockerSandbox(ws, SandboxConfig(), client=docker_client)
+    raw.start()
+    raw.close()
+    late = raw.call("read_file", {"path": "a.txt"})
+    assert not late.ok and late.error is not None and late.error.type is ErrorType.SANDBOX_CLOSED
+    assert not boxes_on(docker_client, ws)
+    outcomes: list[object] = []
+    box = Sandbox(ws, auto_approve=True).open()
+
+    def busy() -> None:
+        try:
+            outcomes.append(box.shell("sleep 30", timeout=60))
+        except OpenAgentsError as err:
+            outcomes.append(err.type)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    deadline = __import__("time").monotonic() + 30
+    while '"executing"' not in box.transcript_path.read_text():
+        assert __import__("time").monotonic() < deadline
+        __import__("time").sleep(0.05)
+    box.close()
+    worker.join(30)
+    assert outcomes == [ErrorType.SANDBOX_CLOSED] and not boxes_on(docker_client, ws)

@@ -85,7 +85,7 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
 
             diff = await call("changes")
             assert not diff.is_error and "+print('new')" in diff.structured_content["output"] and "-print('old')" in text(diff)
-            assert diff.structured_content["changes"] == [{"path": "app.py", "status": "modified"}]
+            assert diff.structured_content["changes"] == [{"path": "app.py", "path_shown": "app.py", "status": "modified"}]
 
             # hostile plants in the copy: left out, listed; the plain file lands
             planted = await call("shell", {"command": "mkfifo pipe; ln -s /etc/passwd pw; mkdir -p sub/.git; "

@@ -177,3 +177,73 @@ def test_a_slow_parser_start_does_not_count_against_the_parse(tmp_path, monkeypa
     monkeypatch.setattr(sys, "executable", str(slow_python))
     data = parse_data_bounded(b'[[rules]]\ntool = "shell"\ndecision = "ask"\n', ".toml")
     assert data == {"rules": [{"tool": "shell", "decision": "ask"}]}
+
+
+# -- issue 40: the workspace access level, and landing as an action the ladder decides ----------
+def _parsed(text: str, tier: Tier | None = None):
+    from orchestrator.policy.ladder import parse_policy
+
+    return parse_policy(text.encode(), "p.toml", ".toml", tier).rules
+
+
+@pytest.mark.parametrize("selector", ['tool = "apply_changes"', 'action = "land"', 'kind = "edit"'])
+def test_a_rule_names_the_landing(selector):
+    """Refused at load as unknown before: now each of the three names the landing."""
+    rules = _parsed(f'[[rules]]\n{selector}\ndecision = "deny"\n')
+    assert Ladder(rules).level("apply_changes", "edit", "land")[0] == Level.REFUSE
+    assert Ladder().level("apply_changes", "edit", "land")[0] == Level.AUTOMATIC  # no rule: the front-end's landing is the request
+
+
+def test_an_unknown_access_level_is_one_readable_line():
+    with pytest.raises(OpenAgentsError) as err:
+        _parsed('workspace_access = "writable"\n')
+    assert err.value.type == ErrorType.CONFIG_INVALID and "must be one of read-write, copy-only, read-only" in err.value.message
+
+
+def test_the_most_restrictive_level_wins_and_no_tier_widens_it():
+    from orchestrator.policy.ladder import Access, access_of
+
+    admin = _parsed('workspace_access = "read-only"\n', Tier.ADMIN)
+    user = _parsed('workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n')
+    ladder = Ladder(admin + user)
+    assert access_of(admin + user) == Access.READ_ONLY
+    for tool, action in (("write_file", "write_file"), ("edit_file", "edit_file"), ("apply_changes", "land")):
+        level, reason = ladder.level(tool, "edit", action)
+        assert level == Level.REFUSE and "workspace_access = read-only (admin policy p.toml)" in reason
+    assert ladder.level("read_file", "read", "read_file")[0] == Level.AUTOMATIC
+    # A user's copy-only under an admin's read-write: still copy-only (levels only tighten).
+    both = _parsed('workspace_access = "read-write"\n', Tier.ADMIN) + _parsed('workspace_access = "copy-only"\n')
+    assert access_of(both) == Access.COPY_ONLY and Ladder(both).level("apply_changes", "edit", "land")[0] == Level.REFUSE
+    assert Ladder(both).level("write_file", "edit", "write_file")[0] == Level.ASK_ONCE  # copy-only refuses landing, not edits
+    # A workspace file may set a level (it only tightens).
+    assert access_of(_parsed('workspace_access = "copy-only"\n', Tier.WORKSPACE)) == Access.COPY_ONLY
+
+
+def test_the_access_rules_cannot_be_written_in_a_file():
+    """The marker that makes a rule hold over every tier is not a key a file can set."""
+    with pytest.raises(OpenAgentsError):
+        _parsed('[[rules]]\n_access = "read-only"\ndecision = "allow"\n')
+
+
+def test_a_landing_rule_that_asks_is_answered_by_the_users_own_command_or_the_approver():
+    rules = _parsed('[[rules]]\naction = "land"\ndecision = "ask"\n')
+    gate = ApprovalGate(Ladder(rules), NonInteractiveApprover())
+    assert gate.decide_landing("oa-sandbox apply S").allowed
+    nobody = gate.decide_landing()
+    assert not nobody.allowed and nobody.executor == Executor.OPENAGENTS
+
+    class Person:
+        def __init__(self) -> None:
+            self.asked: list[ApprovalRequest] = []
+
+        def ask(self, request: ApprovalRequest) -> Answer:
+            self.asked.append(request)
+            return Answer(option=PermissionOption.REJECT_ONCE, reason="no")
+
+    person = Person()
+    outcome = ApprovalGate(Ladder(rules), person).decide_landing()
+    assert not outcome.allowed and outcome.executor == Executor.USER
+    assert [(r.tool, r.kind, r.action) for r in person.asked] == [("apply_changes", "edit", "land")]
+    from orchestrator.workspace.review.landing import refusal
+
+    assert refusal(outcome).type == ErrorType.REJECTED_BY_USER and refusal(nobody).type == ErrorType.REFUSED_BY_POLICY

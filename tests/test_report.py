@@ -99,3 +99,22 @@ def test_report_of_an_unknown_session(tmp_path):
     assert missing.returncode == 2 and "no session" in missing.stderr
     bad = run_cli("report", "../../etc", state=tmp_path / "state")
     assert bad.returncode == 2 and "not a session id" in bad.stderr
+
+
+def test_report_from_the_python_api(tmp_path, monkeypatch, sandbox_image):
+    """`Sandbox.report(path)`: the page of an API session (its calls, who decided, the copy's diff), written and returned, after close."""
+    from orchestrator import Sandbox
+    from tests.conftest import make_workspace
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "old\n"})
+    chown_tree(ws)
+    with Sandbox(ws, auto_approve=True, mode="copy") as box:
+        box.write_file("a.txt", "new <b>\n")
+        box.shell("echo '<script>x</script>'")
+    out = tmp_path / "api.html"
+    page = box.report(out)
+    assert out.read_text(encoding="utf-8") == page and len(page.encode()) <= MAX_PAGE_BYTES
+    assert '<strong class="tool">write_file</strong>' in page and '<strong class="tool">shell</strong>' in page
+    assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>x" not in page
+    assert "+new &lt;b&gt;" in page and "-old" in page

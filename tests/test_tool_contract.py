@@ -87,6 +87,17 @@ def test_a_byte_order_mark_is_a_hint_not_a_verdict(box, ws, content):
     assert found.ok and "plain" in found.output, found
 
 
+def test_write_file_keeps_a_wide_encoding_only_when_the_mark_was_true(box, ws):
+    """A file whose UTF-16 mark was only a hint is not UTF-16: write_file writes the new text as UTF-8,
+    as read_file showed it; a real UTF-16 file keeps its mark and encoding."""
+    hinted = put(ws, "hinted.txt", b"\xff\xfe\nplain\n")
+    assert box.call("write_file", {"path": hinted, "content": "new\n"}).ok
+    assert (ws / "hinted.txt").read_bytes() == b"new\n"
+    real = put(ws, "real.txt", b"\xff\xfe" + "old\n".encode("utf-16-le"))
+    assert box.call("write_file", {"path": real, "content": "new\n"}).ok
+    assert (ws / "real.txt").read_bytes() == b"\xff\xfe" + "new\n".encode("utf-16-le")
+
+
 @pytest.mark.parametrize("content", [b"\xff\xfe" + bytes(range(256)) * 4 + b"\x00\xdc\x00\xdc", b"\xff\xfe\x00\x00\nplain\n",
                                      b"\x00\x00\xfe\xff" + b"\xff\xff\xff\xff" * 8])
 def test_a_byte_order_mark_before_binary_is_binary(box, ws, content):

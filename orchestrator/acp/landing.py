@@ -7,7 +7,9 @@ deletions and inside-pointing relative symlinks; modes normalised; nothing in a 
 device, hard link or absolute symlink (each is left out, with why); and its conflict rule: a path
 the user changed in the real workspace since the copy was taken (or since the last landing) is a
 conflict, and one conflict means nothing lands. The changes then stay in the copy and the next
-turn tries again.
+turn tries again. Before anything is written the landing meets the ladder's decision
+(ApprovalGate.decide_landing, as every front-end's does): a deny rule, copy-only or read-only
+refuses it (said in the turn's message and `_meta` error), a rule that asks puts it to the editor.
 
 When the editor offers `fs/write_text_file`, each text file the sanitiser carried is also written
 through it, so the editor's buffers hold what is on disk. Its content is the file as it landed,
@@ -23,21 +25,25 @@ said at every turn it still blocks.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ..boxfs import from_store, read_workspace_file, show
-from ..errors import OpenAgentsError
+from ..boxfs.names import stored_exact, stored_shown
+from ..errors import ErrorType, OpenAgentsError
+from ..terminal.machine import MAX_LISTED, Bounded, name_item
 from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
 from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
+from ..workspace.review.landing import LandingGate
 
 META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
 EDITOR_WRITE_MAX_BYTES = 1024 * 1024  # as the diffs: a bigger file lands on disk and is not sent to the editor
 MESSAGE_ITEMS = 20  # paths named per list in the editor's message; _meta lists up to META_ITEMS
-META_ITEMS = 1000
+META_ITEMS = MAX_LISTED
 
 WriteFile = Callable[[str, str], None]  # (the editor's absolute path, text): raises when the editor refuses
 
@@ -56,21 +62,24 @@ class Landing:
     editor_writes: list[str] = field(default_factory=list)
     editor_failures: list[tuple[str, str]] = field(default_factory=list)
     error: str | None = None  # the landing itself could not run (typed message)
+    lists_dir: Path | None = None  # where a cut list of _meta is written in full (the session's directory)
 
     def meta(self) -> dict[str, Any]:
-        return {META_KEY: {
-            "session": self.session,
-            "workspace": self.workspace,
-            "landed": not self.conflicts and self.error is None,
-            "applied": [shown(p) for p in self.applied[:META_ITEMS]],
-            "leftOut": [{"path": shown(lo.path), "reason": show(lo.reason)} for lo in self.left_out[:META_ITEMS]],
-            "stillLeftOut": self.still_left_out,
-            "conflicts": [{"path": shown(c.path), "reason": show(c.reason)} for c in self.conflicts[:META_ITEMS]],
-            "normalised": [{"path": shown(n.path), "boxMode": n.box_mode, "mode": n.mode} for n in self.normalised[:META_ITEMS]],
-            "editorWrites": [shown(p) for p in self.editor_writes[:META_ITEMS]],
-            "editorWriteFailures": [{"path": shown(p), "reason": show(why)} for p, why in self.editor_failures[:META_ITEMS]],
-            **({"error": self.error} if self.error else {}),
-        }}
+        """Names exact (a string, or {"bytes_b64": ...}), their display forms beside them (`Shown`);
+        each list at most META_ITEMS long, with `<key>Total` and `<key>File` (the whole list, a JSONL
+        file in the session's directory, when cut): terminal/machine.py's rules, in camelCase."""
+        out: dict[str, Any] = {"session": self.session, "workspace": self.workspace, "landed": not self.conflicts and self.error is None,
+                               "stillLeftOut": self.still_left_out}
+        lists = Bounded(out, self.lists_dir, f"acp-{time.time_ns()}", camel=True)
+        lists.put("applied", self.applied, name_item, stored_shown)
+        lists.put("leftOut", self.left_out, lambda lo: _named(lo.path, reason=show(lo.reason)))
+        lists.put("conflicts", self.conflicts, lambda c: _named(c.path, reason=show(c.reason)))
+        lists.put("normalised", self.normalised, lambda n: _named(n.path, boxMode=n.box_mode, mode=n.mode))
+        lists.put("editorWrites", self.editor_writes, name_item, stored_shown)
+        lists.put("editorWriteFailures", self.editor_failures, lambda f: _named(f[0], reason=show(f[1])))
+        if self.error:
+            out["error"] = self.error
+        return {META_KEY: lists.value()}
 
     def message(self) -> str | None:
         """What the editor's user reads at the end of the turn; None when there is nothing to say."""
@@ -96,6 +105,10 @@ class Landing:
         return "\n".join(lines) if lines else None
 
 
+def _named(path: str, **fields: Any) -> dict[str, Any]:
+    return {"path": stored_exact(path), "pathShown": stored_shown(path), **fields}
+
+
 def _count(items: list[Any], word: str) -> str:
     return f"{len(items)} {word}{'' if len(items) == 1 else 's'}"
 
@@ -113,8 +126,10 @@ def _items(lines: list[str]) -> list[str]:
 class TurnLander:
     """Lands one copy session's changes at the end of each prompt turn (see the module's docstring)."""
 
-    def __init__(self, record: SessionRecord, editor_root: Path) -> None:
+    def __init__(self, record: SessionRecord, editor_root: Path, gate: LandingGate | None) -> None:
+        """`gate`: the session's ApprovalGate, whose decide_landing every landing meets (None: refused)."""
         self.record = record
+        self.gate = gate
         self.manifest_path = record.manifest_path
         self.editor_root = editor_root
         self.session = record.id
@@ -122,9 +137,11 @@ class TurnLander:
 
     def land(self, write: WriteFile | None = None) -> Landing:
         manifest = CopyManifest.load(self.manifest_path)
-        landing = Landing(session=self.session, workspace=str(self.editor_root))
+        landing = Landing(session=self.session, workspace=str(self.editor_root), lists_dir=Path(self.record.dir) / "lists")
         try:
-            report, scanned = apply_scanned(manifest)
+            if self.gate is None:
+                raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, "landing refused: the session has no approval gate to decide it")
+            report, scanned = apply_scanned(manifest, self.gate.decide_landing())
         except OpenAgentsError as err:
             landing.error = f"{err.type.value}: {err.message}"
             return landing

@@ -41,9 +41,10 @@ from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
 from ..loop import Session, SessionStatus
 from ..mcp.client import McpHost
+from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
-from ..protocol import Executor
+from ..protocol import Executor, ToolResult
 from ..tools import catalog
 from ..tools.registry import HostTools
 from ..workspace.copy_session import note_call
@@ -383,7 +384,7 @@ class AcpServer:
             if isinstance(record, SessionRecord):
                 session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
             if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
-                session.lander = TurnLander(record, workspace)
+                session.lander = TurnLander(record, workspace, getattr(getattr(session.parts, "pipeline", None), "gate", None))
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
                 transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))
@@ -414,7 +415,11 @@ class AcpServer:
             loop = session.parts.session
             try:
                 reader = catalog.file_reader().name
-                text = prompt_text(p.prompt, session.roots, lambda rel: loop.registry.sandbox.call(reader, {"path": rel}))
+
+                def read_link(rel: str) -> ToolResult:  # through the pipeline: the ladder, a deny rule, the transcript
+                    return loop.pipeline.run(ToolCall(id=f"link_{uuid.uuid4().hex[:12]}", name=reader, arguments={"path": rel}))
+
+                text = prompt_text(p.prompt, session.roots, read_link)
             except PromptError as err:
                 raise RpcError(m.INVALID_PARAMS, str(err)) from None
             loop.cancel.clear()

@@ -31,10 +31,15 @@ class AgentRun:
         self._events: queue.Queue[Any] = queue.Queue()
         self._consumed = False
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def _start(self, sink: Callable[[dict[str, Any]], None]) -> None:
         if self._thread is not None:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "this run was started already: an AgentRun is iterated once")
         self._sinks.append(sink)
+        self._session.cancel.clear()
 
         def work() -> None:
             try:
@@ -61,6 +66,7 @@ class AgentRun:
             except Exception:  # noqa: BLE001 - the box may be gone; the loop ends anyway
                 pass
             self._thread.join()
+        self._session.cancel.clear()  # the sandbox goes on: its next calls are not cancelled
 
     def _outcome(self) -> SessionResult:
         if self._error is not None:

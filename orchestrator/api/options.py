@@ -90,12 +90,14 @@ class SandboxOptions(BaseModel):
             if given or self.env:
                 raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: config and {', '.join(given) or 'env'} both given: say one")
             return self.config
-        if isinstance(given.get("egress"), list):
-            given["egress"] = EgressConfig(allow=given["egress"])
         try:
+            if isinstance(given.get("egress"), list):
+                given["egress"] = EgressConfig(allow=given["egress"])
             return SandboxConfig(**given, env=dict(self.env))
         except ValidationError as err:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: {err.errors()[0]['msg']}") from None
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: {where + ': ' if where else ''}{first['msg']}") from None
 
     def workspace_mode(self) -> WorkspaceMode:
         return WorkspaceMode(self.mode)

@@ -54,10 +54,13 @@ class ReadResult(_Result):
     first_line: int | None = None
     last_line: int | None = None
     truncated: bool = False
+    binary: bool = False  # not text (or not UTF-8): `text` is empty, `output` says so, the note how to look
 
     @classmethod
     def of(cls, call_id: str, r: ToolResult, path: str) -> "ReadResult":
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, text=r.output, sha256=_meta(r, "sha256", str),
+        binary = _meta(r, "binary", bool, False)
+        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, text="" if binary else r.output, binary=binary,
+                   sha256=_meta(r, "sha256", str),
                    total_lines=_meta(r, "total_lines", int), first_line=_meta(r, "first_line", int), last_line=_meta(r, "last_line", int),
                    truncated=_meta(r, "truncated", bool, False))
 

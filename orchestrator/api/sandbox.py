@@ -41,6 +41,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:
+    from ..loop import Session
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
@@ -68,6 +69,8 @@ class Sandbox:
     latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED)."""
 
     def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+        if not isinstance(kind, str) or not kind.isidentifier():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
         if not isinstance(workspace, (str, PathLike)):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}")
         self.options = SandboxOptions.of(options, settings)
@@ -78,9 +81,12 @@ class Sandbox:
         self._closed = False
         self._turn = 0
         self._lock = threading.Lock()
+        self._books = threading.Lock()  # a call's bookkeeping (turn, checkpoint, record) against close
         self._sinks: list[Callable[[dict[str, Any]], None]] = []
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
+        self._run: AgentRun | None = None
+        self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -101,7 +107,7 @@ class Sandbox:
             if on_event is not None:
                 typed = ev.parse(record)
                 if typed is not None:
-                    on_event(typed)
+                    _quietly(on_event, typed)
             for sink in list(self._sinks):
                 sink(record)
 
@@ -158,15 +164,16 @@ class Sandbox:
             self._finalizer.detach()
         held = _hold_interrupts()
         try:
-            status, reason = self._status
-            opened.record.turns = max(self._turn, opened.record.turns or 0)
-            opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
-            opened.finish(status, reason)
             try:
-                opened.kill_running()
+                opened.kill_running()  # a call still running in another thread ends now, killed
             except Exception:  # noqa: BLE001 - the box may be gone already; close removes what is left
                 pass
-            return opened.close()
+            with self._books:  # a call's checkpoint still being taken ends first; none starts after
+                status, reason = self._status
+                opened.record.turns = max(self._turn, opened.record.turns or 0)
+                opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
+                opened.finish(status, reason)
+                return opened.close()
         finally:
             _release_interrupts(held)
 
@@ -188,7 +195,9 @@ class Sandbox:
         return opened
 
     def _closed_error(self) -> OpenAgentsError:
-        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed: its box is removed; open a new Sandbox")
+        if self._record is None:
+            return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox failed to open (its error said why): open a new Sandbox")
+        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed: its box is removed; open a new Sandbox")
 
     # -- what it is --------------------------------------------------------------------------
     @property
@@ -224,17 +233,19 @@ class Sandbox:
         if arguments is not None and not isinstance(arguments, dict):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
         call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
+        shown = (lambda text: _quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
         try:
-            result = opened.pipeline.run(call, on_output)
+            result = opened.pipeline.run(call, shown)
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
-        with self._lock:
+        with self._books:  # one at a time, and never after close() took the session apart
+            if self._closed:
+                raise self._closed_error()
             self._turn += 1
-            turn = self._turn
-        if opened.record.mode.value == "copy":
-            note_call(opened.record, tool, result.ok)
-        opened.checkpoint(turn, [tool])
+            if opened.record.mode.value == "copy":
+                note_call(opened.record, tool, result.ok)
+            opened.checkpoint(self._turn, [tool])
         return call.id, result
 
     def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
@@ -322,7 +333,7 @@ class Sandbox:
         A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed."""
         record = self._copy_record("apply")
         opened = self._live()
-        report = apply_session(record)
+        report = apply_session(record, opened.pipeline.gate.decide_landing("Sandbox.apply()"))  # a refusal: OpenAgentsError, typed
         if report.conflicts:
             from ..workspace.copy_session import mark_landed
 
@@ -339,6 +350,16 @@ class Sandbox:
         self._status = ("closed", "discarded")
         self.close()
         return discard_session(record)
+
+    def report(self, path: str | PathLike[str] | None = None) -> str:
+        """The session's self-contained HTML page (`oa-sandbox report ID`'s: orchestrator/report),
+        written atomically to `path` when given; the page either way. Open or closed."""
+        from ..report import build, write
+
+        page = build(self.record)
+        if path is not None:
+            write(self.record, Path(path), page=page)
+        return page
 
     def _copy_record(self, action: str) -> SessionRecord:
         record = self._live().record
@@ -374,14 +395,31 @@ class Sandbox:
         if not isinstance(model, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
         opened = self._live()
-        session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
-        session.turn = self._turn
+        if self._run is not None and self._run.running:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "run: the sandbox's previous run is still going: iterate it to its end, or leave it")
+        wanted = (model, base_url, api_key_env)
+        if self._agent is not None and self._agent[0] == wanted:
+            session = self._agent[1]  # the same model again: the conversation goes on, as an editor's next prompt
+        else:
+            session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
+            self._agent = (wanted, session)
+        session.turn = max(session.turn, self._turn)
 
         def ended(last_turn: int) -> None:
             with self._lock:
                 self._turn = max(self._turn, last_turn)
 
-        return AgentRun(session, task, self._sinks, opened.kill_running, ended)
+        self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
+        return self._run
+
+
+def _quietly(callback: Callable[[Any], None], value: Any) -> None:
+    """A program's callback: what it raises is its own business, never the session's (it is called
+    from the box's reader and the transcript, mid-call)."""
+    try:
+        callback(value)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 def _close_quietly(opened: OpenSession) -> None:

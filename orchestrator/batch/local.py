@@ -86,19 +86,19 @@ class Progress:
                 self.stream.flush()
 
     def finished(self, result: TaskResult) -> None:
-        from ..terminal.render import visible
+        from ..terminal.render import one_line
 
         with self._lock:
             self.counts[result.status] = self.counts.get(result.status, 0) + 1
             if self.live:
                 mark = "✓" if result.status == "finished" else "✗"
                 error = f" {result.error.type}" if result.error else ""
-                self.stream.write("\r\x1b[2K" + visible(f"{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node or 'not run'})") + "\n")
+                self.stream.write("\r\x1b[2K" + one_line(f"{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node or 'not run'})") + "\n")
                 self.stream.write(self._bar())
                 self.stream.flush()
 
     def close(self, out: str, interrupted: bool) -> None:
-        from ..terminal.render import visible
+        from ..terminal.render import one_line
 
         with self._lock:
             if self.live:
@@ -106,7 +106,7 @@ class Progress:
             done = ", ".join(f"{n} {status}" for status, n in sorted(self.counts.items())) or "none ended"
             skipped = f"; {self.skipped} skipped (already finished in {out})" if self.skipped else ""
             state = "interrupted" if interrupted else "done"
-            self.stream.write(visible(f"batch {state}: {sum(self.counts.values())} of {self.total} tasks ended ({done}){skipped}; "
+            self.stream.write(one_line(f"batch {state}: {sum(self.counts.values())} of {self.total} tasks ended ({done}){skipped}; "
                                       f"{time.monotonic() - self.began:.1f} s; results in {out}") + "\n")
             self.stream.flush()
 

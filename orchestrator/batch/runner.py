@@ -8,6 +8,7 @@ copy stays, so `oa-sandbox apply ID` still works after the batch.
 """
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -16,14 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..boxfs.names import stored_shown
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..terminal.machine import Bounded, name_item, named
 from .tasks import BatchTask, TaskError, TaskResult
 
 if TYPE_CHECKING:
     from ..session import OpenSession
 
-MAX_PATCH_BYTES = 4 << 20  # a result line stays readable: past this the patch is cut with a marker
+MAX_PATCH_BYTES = 512 << 10  # of the patch inline in a result line (which is at most MAX_LINE_BYTES); the whole in patch_file
+MAX_PATCH_FILE_BYTES = 64 << 20  # of the patch file in the session's directory (render_diff bounds it further)
 
 
 class BatchSettings(BaseModel):
@@ -137,46 +141,103 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
         control.attach(None)
         opened.close()  # removes the box (confirmed), sweeps the copy, saves the record
     record = opened.record
-    fields: dict[str, Any] = {}
     try:
-        fields["files_changed"] = [c.path for c in changed_files(record)]
+        changed = [c.path for c in changed_files(record)]
     except Exception:  # noqa: BLE001 - the patch below says what changed
-        pass
+        changed = []
     result = TaskResult(id=task.id, status=outcome.status.value, exit_code=exit_code(outcome), session_id=record.id,
                         reason=outcome.reason, tokens=dict(outcome.tokens), turns=outcome.turns,
-                        error=TaskError(type=outcome.error.type.value, message=outcome.error.message) if outcome.error else None, **fields)
-    _add_patch(result, record.manifest_path)
-    return result
+                        error=TaskError(type=outcome.error.type.value, message=outcome.error.message) if outcome.error else None)
+    fields: dict[str, Any] = {}
+    lists = Bounded(fields, Path(record.dir) / "lists", "batch")
+    lists.put("files_changed", changed, name_item, stored_shown)
+    _add_patch(result, record.manifest_path, Path(record.dir), lists)
+    return _bounded(result, lists)
 
 
-def _add_patch(result: TaskResult, manifest_path: Path) -> None:
-    """The patch apply would land, and what it would leave out or refuse; a failure to make it is
-    said in the result (as its error when the session itself had none), never a crash."""
+def _bounded(result: TaskResult, lists: Bounded) -> TaskResult:
+    """The result with its lists and patch fitted to one line of at most MAX_LINE_BYTES (the full
+    lists and patch are in the session's directory, named by the `_file` keys)."""
+    out = lists.out
+    out["patch"] = result.patch
+    lists.text("patch", MAX_PATCH_BYTES, PATCH_CUT)
+    out.update(lists.value())
+    if out["patch"] != result.patch:
+        result.patch_cut = True
+    return result.model_copy(update={k: v for k, v in out.items() if k in TaskResult.model_fields})
+
+
+PATCH_CUT = "\n# patch cut: patch_file has all of it\n"
+
+
+def _add_patch(result: TaskResult, manifest_path: Path, session_dir: Path, lists: Bounded) -> None:
+    """The patch apply would land (names quoted as git quotes them, so `git apply` lands them), and
+    what it would leave out or refuse; a failure to make it is said in the result (as its error when
+    the session itself had none), never a crash. The whole patch goes to the session's patch.diff
+    when the result line cannot hold it."""
     from ..boxfs import show
     from ..workspace.copy import CopyManifest
-    from ..workspace.review import planned_changes, render_diff, shown
+    from ..workspace.review import planned_changes, render_diff
 
     try:
         manifest = CopyManifest.load(manifest_path)
         carried, report = planned_changes(manifest)
-        lines: list[str] = []
+        head: list[str] = []
         size = 0
-        for line in render_diff(manifest, carried):
-            size += len(line) + 1
-            if size > MAX_PATCH_BYTES:
-                lines.append(f"# patch cut at {MAX_PATCH_BYTES} bytes: `oa-sandbox changes {result.session_id}` shows all of it")
-                break
-            lines.append(line)
-        result.patch = "".join(line + "\n" for line in lines)
-        result.left_out = [{"path": shown(item.path), "reason": show(item.reason)} for item in report.left_out]
-        result.conflicts = [{"path": shown(item.path), "reason": show(item.reason)} for item in report.conflicts]
+        spill: _Spill | None = None
+        for line in render_diff(manifest, carried, for_git=True):
+            data = line + "\n"
+            size += len(data.encode("utf-8", "surrogatepass"))
+            if spill is None and size > MAX_PATCH_BYTES:
+                spill = _Spill(session_dir / "patch.diff", head)
+            if spill is not None:
+                if not spill.add(data):
+                    break
+            else:
+                head.append(data)
+        if spill is not None:
+            result.patch_file = spill.close()
+            result.patch_cut = True
+            head.append(PATCH_CUT[1:])
+        result.patch = "".join(head)
+        lists.put("left_out", report.left_out, lambda item: named(item.path, reason=show(item.reason)))
+        lists.put("conflicts", report.conflicts, lambda item: named(item.path, reason=show(item.reason)))
     except OpenAgentsError as err:
         _patch_failed(result, err)
     except OSError as err:
         _patch_failed(result, OpenAgentsError(ErrorType.IO_ERROR, f"the patch could not be made: {err}"))
 
 
+class _Spill:
+    """The whole patch, written to a temporary file beside `path` and renamed over it when done."""
+
+    def __init__(self, path: Path, head: list[str]) -> None:
+        import tempfile
+
+        self.path = path
+        fd, self.tmp = tempfile.mkstemp(prefix=".patch.diff.", dir=path.parent)
+        self.f = os.fdopen(fd, "w", encoding="utf-8", errors="surrogatepass")
+        self.size = 0
+        for data in head:
+            self.add(data)
+
+    def add(self, data: str) -> bool:
+        if self.size + len(data) > MAX_PATCH_FILE_BYTES:
+            self.f.write(f"# patch cut at {MAX_PATCH_FILE_BYTES} bytes\n")
+            return False
+        self.f.write(data)
+        self.size += len(data)
+        return True
+
+    def close(self) -> str:
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.tmp, self.path)
+        return str(self.path)
+
+
 def _patch_failed(result: TaskResult, err: OpenAgentsError) -> None:
-    result.left_out.append({"path": "", "reason": f"no patch: {err.type.value}: {err.message}"})
+    result.left_out.append({"path": "", "path_shown": "", "reason": f"no patch: {err.type.value}: {err.message}"})
     if result.error is None:
         result.error = TaskError(type=err.type.value, message=err.message)

@@ -59,10 +59,22 @@ class TaskResult(BaseModel):
     exit_code: int  # as `oa-sandbox run`: 0, 3 (a call refused), 1 (stopped), 2 (set-up), 130 (cancelled)
     session_id: str | None = None
     reason: str = ""
-    patch: str = ""  # the unified diff apply_changes would land, against the source workspace
-    left_out: list[dict[str, str]] = Field(default_factory=list)  # {path, reason}: what apply would not carry
-    conflicts: list[dict[str, str]] = Field(default_factory=list)  # the source changed under the task: apply would land nothing
-    files_changed: list[str] = Field(default_factory=list)
+    # Names are exact (a string, or {"bytes_b64": ...}) with display forms beside them (`_shown`);
+    # each list holds at most terminal.machine.MAX_LISTED items, `_total` counts them all, `_file`
+    # names the JSONL file in the session's directory that holds all of them when the list is cut.
+    patch: str = ""  # the unified diff apply_changes would land, against the source workspace (names quoted as git does)
+    patch_cut: bool = False  # the patch stops short: patch_file (the session's patch.diff) holds all of it
+    patch_file: str | None = None
+    left_out: list[dict[str, Any]] = Field(default_factory=list)  # {path, path_shown, reason}: what apply would not carry
+    left_out_total: int = 0
+    left_out_file: str | None = None
+    conflicts: list[dict[str, Any]] = Field(default_factory=list)  # the source changed under the task: apply would land nothing
+    conflicts_total: int = 0
+    conflicts_file: str | None = None
+    files_changed: list[Any] = Field(default_factory=list)
+    files_changed_shown: list[str] = Field(default_factory=list)
+    files_changed_total: int = 0
+    files_changed_file: str | None = None
     tokens: dict[str, int] = Field(default_factory=lambda: {"input": 0, "output": 0})
     turns: int = 0
     wall_s: float = 0.0
@@ -191,7 +203,11 @@ class ResultWriter:
                     os.write(self._fd, b"\n")
 
     def write(self, result: TaskResult) -> None:
-        data = (result.model_dump_json() + "\n").encode()
+        """One line, at most MAX_LINE_BYTES (the runner fits the lists and patch; a result still over
+        it keeps its small values only). Written with json_line: no raw control character."""
+        from ..terminal.machine import fit_json
+
+        data = (fit_json(result.model_dump(mode="json")) + "\n").encode("utf-8", "surrogatepass")
         with self._lock:
             view = memoryview(data)
             while view:

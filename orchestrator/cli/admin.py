@@ -71,12 +71,12 @@ def transcript_list() -> None:
     """Every session's transcript, newest first: time, session id, status, path."""
     import time as _time
 
-    from ..terminal.render import visible
+    from ..terminal.render import one_line
     from ..transcript import list_transcripts
 
     for created, session_id, status, path in list_transcripts():
         when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(created))
-        click.echo(visible(f"{when}  {session_id}  {status:<10} {path}"))
+        click.echo(one_line(f"{when}  {session_id}  {status:<10} {path}"))
 
 
 @click.command()

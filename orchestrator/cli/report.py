@@ -22,10 +22,10 @@ def report(session_id: str, output: Path | None) -> None:
     with its approval and who decided, the gate's egress audit, checkpoints and the final diff.
     No script, nothing fetched; everything the box wrote is shown as text."""
     from ..report import build, write
-    from ..workspace.records import load
+    from ..workspace.records import open_own_record
 
     try:
-        record = load(session_id)
+        record = open_own_record(session_id)  # the caller's own: another user's is refused, naming its owner
         if output is not None and str(output) == "-":
             click.echo(build(record), nl=False)
             return

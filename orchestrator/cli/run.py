@@ -14,7 +14,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
 from ..terminal.painter import Line
 from ..terminal.render import json_line
-from ..terminal.summary import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+from ..terminal.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
 from .common import (
     EXIT_TOOL_ERROR,
     SetupExit,
@@ -117,12 +117,20 @@ def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[st
     """The object `run --output json` prints when it ends before a session result exists: the same
     keys as a session's, empty, with the exit code, a status and the typed error."""
     return {"session_id": None, "status": status, "reason": error.message if error else status, "exit_code": code, "turns": 0,
-            "final_text": "", "calls": {}, "refused_calls": [], "failed_calls": [], "changed_files": [], "changed_files_unknown": None,
-            "tokens": {"input": 0, "output": 0}, "wall_s": 0.0, "error": error.to_dict() if error else None, "workspace_mode": None,
-            "transcript": None, "session_status": None, "applied": None, "left_out": None, "conflicts": None}
+            "final_text": "", "calls": {}, "refused_calls": [], "failed_calls": [], "changed_files": [], "changed_files_total": 0,
+            "changed_files_file": None, "changed_files_unknown": None, "tokens": {"input": 0, "output": 0}, "wall_s": 0.0,
+            "error": error.to_dict() if error else None, "workspace_mode": None, "transcript": None, "session_status": None,
+            **dict.fromkeys(APPLY_KEYS)}
 
 
 _JSON_PRINTED = "oa-sandbox.json-printed"
+
+
+def _landing_said(summary: dict[str, Any], refused: OpenAgentsError | None) -> dict[str, Any]:
+    """`--apply` refused by the ladder: the typed refusal is the summary's error (nothing was applied)."""
+    if refused is not None:
+        summary["error"], summary["applied"] = refused.to_dict(), []
+    return summary
 
 
 class _JsonExits(click.Command):
@@ -312,20 +320,26 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     view.note(f"   transcript: {record.transcript}")
     view.note(f"   session: {record.id} ({record.mode.value} mode)")
     write_requested_report(record, view.note)
-    report = None
+    report = landing_refused = None
     if record.mode.value == "copy":
         if apply_at_end:
-            applied, report = apply_copy(record)
-            if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
-                code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
+            try:
+                applied, report = apply_copy(record, opened.pipeline.gate.decide_landing("run --apply"))
+            except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
+                landing_refused = err
+                view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))
+                code = EXIT_REFUSED if code == EXIT_OK else code
+            else:
+                if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
+                    code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
         else:
             view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
     if output_format == "json":
         click.get_current_context().meta[_JSON_PRINTED] = True
-        click.echo(json_line(summary_json(result, record, changes, code, report)))
+        click.echo(json_line(_landing_said(summary_json(result, record, changes, code, report), landing_refused)))  # bounded: at most MAX_LINE_BYTES
     elif stream is not None:
         click.get_current_context().meta[_JSON_PRINTED] = True
-        stream.end(summary_json(result, record, changes, code, report))
+        stream.end(_landing_said(summary_json(result, record, changes, code, report), landing_refused))
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)

@@ -51,6 +51,7 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
     from ..acp.server import AcpServer
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..models.factory import model_from_spec
+    from ..policy.ladder import Access, access_of
     from ..sandbox import lifetime
     from ..sandbox.pool import SandboxPool
     from ..session import SessionOptions, load_policies, open_session, with_policy_egress
@@ -78,7 +79,13 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
             raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
-            warm = SandboxPool(ws, with_policy_egress(config, load_policies(ws, list(policies))[1]), size=pool, on_event=_pool_progress)
+            rules, egress = load_policies(ws, list(policies))
+            access = access_of(rules)  # a warm box is bind mode: never for copy-only, mounted read-only for read-only
+            if access == Access.COPY_ONLY:
+                raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, "the policy's workspace_access is copy-only: a warm pool's boxes "
+                                                                   "mount the workspace itself; run without --pool")
+            warm_config = config.model_copy(update={"workspace_read_only": access == Access.READ_ONLY})
+            warm = SandboxPool(ws, with_policy_egress(warm_config, egress), size=pool, on_event=_pool_progress)
         except OpenAgentsError as err:
             raise setup_error(err) from None
         warm.start()

@@ -9,10 +9,11 @@ import click
 
 from ..errors import ErrorType, OpenAgentsError
 from ..terminal.render import json_line
-from ..terminal.summary import EXIT_OK
-from .common import EXIT_TOOL_ERROR, setup_error
+from ..terminal.summary import EXIT_OK, EXIT_REFUSED, EXIT_SETUP
+from .common import EXIT_TOOL_ERROR, SetupExit, setup_error
 
 if TYPE_CHECKING:
+    from ..policy.approvals import ApprovalOutcome
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
 
@@ -35,14 +36,26 @@ def _copy_session(session_id: str, action: str) -> SessionRecord:
         raise setup_error(err) from None
 
 
-def apply_copy(record: SessionRecord) -> tuple[int, ApplyReport]:
-    """Apply a copy session's changes, saying what was left out and any conflict on stderr; 0 when
-    applied, 1 on conflicts (then nothing was applied)."""
+def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
+    """The ladder's decision on landing an ended session's copy (`oa-sandbox apply`): the policies
+    in force for its workspace and the session's own policy files, as a session would load them."""
+    from ..policy.approvals import ApprovalGate, NonInteractiveApprover
+    from ..policy.ladder import Ladder
+    from ..session import load_policies
+
+    rules, _ = load_policies(Path(record.workspace), list(record.policy_files))
+    return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
+
+
+def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, ApplyReport]:
+    """Apply a copy session's changes if `permit` (the ladder's decision) allows it, else the typed
+    refusal is raised; saying what was left out and any conflict on stderr; 0 when applied, 1 on
+    conflicts (then nothing was applied)."""
     from ..boxfs import show
     from ..workspace.copy_session import apply_session
     from ..workspace.review import shown
 
-    report = apply_session(record)
+    report = apply_session(record, permit)
     for item in report.left_out:
         click.echo(f"  left out {shown(item.path)}: {show(item.reason)}", err=True)
     if report.conflicts:
@@ -64,7 +77,7 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
     record says); --all-users lists the others too, only to list them."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..terminal.render import visible
+    from ..terminal.render import one_line
     from ..workspace.records import HEADER, list_sessions, shown_status, summary_line
 
     try:
@@ -77,7 +90,7 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
         return
     click.echo(HEADER)
     for record in records:
-        click.echo(visible(summary_line(record)))
+        click.echo(one_line(summary_line(record)))  # a record another user wrote: its text stays on its line
 
 
 @sessions_.command("prune")
@@ -127,7 +140,12 @@ def apply_(session_id: str) -> None:
     """Apply a copy session's changes to the real workspace (a sanitiser: regular files and dirs,
     normalised modes, nothing under .git). Any conflict: nothing is applied, exit 1."""
     record = _copy_session(session_id, "apply")
-    raise click.exceptions.Exit(apply_copy(record)[0])
+    try:
+        code = apply_copy(record, landing_permit(record, f"oa-sandbox apply {record.id}"))[0]
+    except OpenAgentsError as err:
+        exit_code = EXIT_REFUSED if err.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER) else EXIT_SETUP
+        raise SetupExit(setup_error(err).error, exit_code) from None
+    raise click.exceptions.Exit(code)
 
 
 @click.command()
@@ -150,21 +168,21 @@ def discard(session_id: str) -> None:
 def checkpoints(session_id: str) -> None:
     """A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that
     failed or was skipped says so (what changed then is unknown)."""
-    from ..terminal.render import visible
+    from ..terminal.render import one_line
     from ..workspace.checkpoints import CheckpointStore, shown_path
 
     record = _session(session_id)
     for point in CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list():
         label = "start" if point.turn == 0 else f"turn {point.turn}"
         if not point.ok:
-            click.echo(visible(f"{label:<9}    ? files  checkpoint {point.state} ({point.error_type}): {point.error}"))
+            click.echo(one_line(f"{label:<9}    ? files  checkpoint {point.state} ({point.error_type}): {point.error}"))
             continue
         names = [shown_path(p, point) for p in point.files_changed[:8]]
         more = point.files_changed_count - len(names)
         files = ", ".join(names) + (f" and {more} more" if more > 0 else "")
-        click.echo(visible(f"{label:<9} {point.files_changed_count:>4} files  {files}"))
+        click.echo(one_line(f"{label:<9} {point.files_changed_count:>4} files  {files}"))
         for skipped in point.skipped:
-            click.echo(visible(f"          not checkpointed: {shown_path(skipped.path, point)} ({skipped.reason})"))
+            click.echo(one_line(f"          not checkpointed: {shown_path(skipped.path, point)} ({skipped.reason})"))
 
 
 @click.command()
@@ -174,7 +192,7 @@ def rollback(session_id: str, turn: int) -> None:
     """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
     Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
     from ..boxfs import from_store, show
-    from ..terminal.render import visible
+    from ..terminal.render import one_line
     from ..workspace.checkpoints import CheckpointStore
 
     record = _session(session_id)
@@ -202,11 +220,11 @@ def rollback(session_id: str, turn: int) -> None:
         raise setup_error(err) from None
     if report.conflicts:
         for conflict in report.conflicts:
-            click.echo(visible(f"  conflict {show(from_store(conflict.path))}: {conflict.reason}"), err=True)
+            click.echo(one_line(f"  conflict {show(from_store(conflict.path))}: {conflict.reason}"), err=True)
         click.echo(f"nothing restored: {len(report.conflicts)} file(s) changed in {record.box_workspace} since the session's last checkpoint", err=True)
         raise click.exceptions.Exit(EXIT_TOOL_ERROR)
     for skipped in report.skipped:
-        click.echo(visible(f"  not restored: {show(from_store(skipped.path))} ({skipped.reason})"), err=True)
+        click.echo(one_line(f"  not restored: {show(from_store(skipped.path))} ({skipped.reason})"), err=True)
     click.echo(f"restored {record.box_workspace} to {'the start' if turn == 0 else f'turn {turn}'}: "
                f"{len(report.restored)} written, {len(report.removed)} removed", err=True)
 

@@ -6,7 +6,8 @@ or a live one it handed on (model_text, tool_output, budget), written with json_
 box or the model put in a string reaches stdout as a JSON escape, never as a raw control byte.
 The loop's own session_end is held back: the stream's last line is always one session_end that
 carries the summary `--output json` prints (set-up errors and Ctrl-C included), so a script reads
-lines until that one. Several threads report events (parallel reads, streamed output): one lock
+lines until that one. No line is over terminal.machine.MAX_LINE_BYTES (1 MiB): the summary's lists
+are bounded, and an event still over it keeps its small values only. Several threads report events (parallel reads, streamed output): one lock
 keeps every line whole.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 import threading
 from typing import Any, TextIO
 
+from ..terminal.machine import MAX_LINE_BYTES, fit_json
 from ..terminal.render import json_line
 
 END_TYPE = "session_end"
@@ -34,7 +36,8 @@ class StreamJson:
     def on_event(self, record: dict[str, Any]) -> None:
         if record.get("type") == END_TYPE:
             return  # said once, with the summary, by end()
-        self._write(json_line(record))
+        line = json_line(record)
+        self._write(line if len(line) <= MAX_LINE_BYTES // 4 or len(line.encode()) <= MAX_LINE_BYTES else fit_json(record))
 
     def end(self, summary: dict[str, Any]) -> None:
         self._write(end_line(summary))

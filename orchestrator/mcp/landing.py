@@ -10,7 +10,9 @@ server then offers two more tools:
   directories, deletions and in-workspace symlinks are carried, everything else (FIFOs, devices,
   absolute links, .git entries, box-made hard links...) is left out and listed; a path the user
   changed in the real workspace since the copy was taken is a conflict, and one conflict means
-  nothing is applied (an error result listing each conflict).
+  nothing is applied (an error result listing each conflict). The landing is first put to the
+  ladder (ApprovalGate.decide_landing, as every front-end's is): a deny rule, copy-only or
+  read-only refuses it, typed (refused_by_policy), and nothing is written.
 
 After an apply, the session goes on with the same copy. So that a later apply of a file edited
 again is not taken for the user's change, the manifest's baseline of every entry that landed is
@@ -34,9 +36,12 @@ from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
 from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
+from ..workspace.review.landing import LandingGate
+from .results import apply_meta, changes_meta
 
 COPY_TOOLS = ("changes", "apply_changes")
 MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all
+MAX_REPORT_LINES = 1000  # lines of apply's report in the text block; the metadata's lists name their files
 
 CHANGES_DESCRIPTION = ("Copy mode only: the unified diff of what the tools changed in this session's private copy, against the real "
                        "workspace. Nothing in it is in the real workspace until apply_changes lands it. stat=true: one line per file "
@@ -76,6 +81,7 @@ class Landing:
     """The copy-mode tools of one MCP session (one apply at a time)."""
 
     record: SessionRecord
+    gate: LandingGate
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -96,8 +102,7 @@ class Landing:
             return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"the copy could not be compared: {err.strerror}"))
         note = (f"[diff cut at {MAX_DIFF_CHARS} characters: `oa-sandbox changes {self.record.id}` shows it all]" if cut else
                 "[in the private copy only: apply_changes lands it]")
-        return ToolResult(ok=True, output=text, note=note, meta={"changes": [{"path": shown(c.path), "status": c.status} for c in found],
-                                                                 "count": len(found)})
+        return ToolResult(ok=True, output=text, note=note, meta=changes_meta(found, self.record.dir / "lists"))
 
     def apply(self) -> ToolResult:
         with self._lock:
@@ -110,19 +115,16 @@ class Landing:
 
     def _apply(self) -> ToolResult:
         manifest = CopyManifest.load(self.manifest_path)
-        report, scanned = apply_scanned(manifest)
-        conflicts = [{"path": shown(c.path), "reason": visible(c.reason)} for c in report.conflicts]
-        meta: dict[str, Any] = {"applied": [shown(p) for p in report.applied],
-                                "left_out": [{"path": shown(lo.path), "reason": visible(lo.reason)} for lo in report.left_out],
-                                "conflicts": conflicts, "already": [shown(p) for p in report.already]}
-        lines = [visible(line) for line in report.lines()]
+        report, scanned = apply_scanned(manifest, self.gate.decide_landing())
+        meta: dict[str, Any] = apply_meta(report, self.record.dir / "lists")
+        lines = report.lines(MAX_REPORT_LINES)
         real = visible(self.record.workspace)
         if report.conflicts:
             mark_landed(self.record, False)
             lines.append(f"nothing applied: {len(report.conflicts)} path(s) changed in {real} since the copy was taken")
             return ToolResult.failure(OpenAgentsError(
                 ErrorType.STALE_CONTENT, f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "
-                + "; ".join(f"{c['path']}: {c['reason']}" for c in conflicts[:20])), output="\n".join(lines), meta=meta)
+                + "; ".join(f"{shown(c.path)}: {visible(c.reason)}" for c in report.conflicts[:20])), output="\n".join(lines), meta=meta)
         move_on(manifest, scanned, report)
         manifest.save(self.manifest_path)
         mark_landed(self.record)

@@ -11,12 +11,20 @@ result as the model reads it in `oa-sandbox run` (output, notes, error), for old
 """
 from __future__ import annotations
 
-from typing import Any
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
+from ..boxfs import show
+from ..boxfs.names import stored_shown
 from ..protocol import ToolResult
+from ..terminal.machine import Bounded, name_item, named
 from ..tools import catalog
+
+if TYPE_CHECKING:
+    from ..workspace.review import ApplyReport, Change
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -66,18 +74,54 @@ _OUTPUT = {
     "apply_changes": "What was applied, left out, or in conflict, one line each.",
 }
 
+# A name in a result: a string (its UTF-8), or {"bytes_b64": ...} when its bytes are not UTF-8.
+_NAME = {"oneOf": [_STR, {"type": "object", "properties": {"bytes_b64": _STR}, "required": ["bytes_b64"], "additionalProperties": False}]}
+
+
+def _named(**props: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": {"path": _NAME, "path_shown": _STR, **props}, "required": ["path", "path_shown", *props]}
+
+
+def _bounds(key: str) -> dict[str, Any]:
+    """The keys beside a bounded list (terminal/machine.py)."""
+    return {f"{key}_total": _INT, f"{key}_file": {"type": ["string", "null"], "description": f"When {key} is cut (over 1,000 items): "
+                                                                                                f"a JSONL file holding every item."}}
+
+
 _META: dict[str, dict[str, Any]] = {
-    "changes": {"changes": {"type": "array", "description": "Each changed entry of the copy: path (as shown) and status.",
-                            "items": {"type": "object", "properties": {"path": _STR, "status": _STR}, "required": ["path", "status"]}},
-                "count": _INT},
-    "apply_changes": {"applied": {"type": "array", "items": _STR},
-                      "left_out": {"type": "array", "description": "What the sanitiser never carries, and why.",
-                                   "items": {"type": "object", "properties": {"path": _STR, "reason": _STR}, "required": ["path", "reason"]}},
+    "changes": {"changes": {"type": "array", "description": "Each changed entry of the copy: path (exact), path_shown and status.",
+                            "items": _named(status=_STR)},
+                "count": _INT, **_bounds("changes")},
+    "apply_changes": {"applied": {"type": "array", "items": _NAME}, "applied_shown": {"type": "array", "items": _STR}, **_bounds("applied"),
+                      "left_out": {"type": "array", "description": "What the sanitiser never carries, and why.", "items": _named(reason=_STR)},
+                      **_bounds("left_out"),
                       "conflicts": {"type": "array", "description": "Paths changed in the real workspace since the copy was taken: "
-                                                                  "one conflict means nothing was applied.",
-                                    "items": {"type": "object", "properties": {"path": _STR, "reason": _STR}, "required": ["path", "reason"]}},
-                      "already": {"type": "array", "items": _STR}},
+                                                                  "one conflict means nothing was applied.", "items": _named(reason=_STR)},
+                      **_bounds("conflicts"),
+                      "already": {"type": "array", "items": _NAME}, "already_shown": {"type": "array", "items": _STR}, **_bounds("already")},
 }
+
+
+def _lists(lists_dir: Path | None, kind: str) -> Bounded:
+    return Bounded({}, lists_dir, f"mcp-{kind}-{time.time_ns()}")
+
+
+def changes_meta(found: list[Change], lists_dir: Path | None) -> dict[str, Any]:
+    """`changes`' metadata: each entry named exactly, at most 1,000 of them (the rest in a file)."""
+    lists = _lists(lists_dir, "changes")
+    lists.out["count"] = len(found)
+    lists.put("changes", found, lambda c: named(c.path, status=c.status))
+    return lists.value()
+
+
+def apply_meta(report: ApplyReport, lists_dir: Path | None) -> dict[str, Any]:
+    """`apply_changes`' metadata: names exact with `_shown` beside them, each list bounded."""
+    lists = _lists(lists_dir, "apply")
+    lists.put("applied", report.applied, name_item, stored_shown)
+    lists.put("left_out", report.left_out, lambda lo: named(lo.path, reason=show(lo.reason)))
+    lists.put("conflicts", report.conflicts, lambda c: named(c.path, reason=show(c.reason)))
+    lists.put("already", report.already, name_item, stored_shown)
+    return lists.value()
 
 
 def output_schema(name: str) -> dict[str, Any]:

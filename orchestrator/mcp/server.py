@@ -167,7 +167,7 @@ class SandboxMcpServer:
         self._lock = threading.Lock()
         open_world = self.open_world = opened.sandbox.config.egress is not None
         self.mode = opened.record.mode.value
-        self.landing = Landing(opened.record) if self.mode == "copy" else None
+        self.landing = Landing(opened.record, opened.pipeline.gate) if self.mode == "copy" else None
         self.tools = mcp_tools(open_world, copy_mode=self.landing is not None)
         self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                                           instructions=instructions(opened.record))
@@ -178,7 +178,7 @@ class SandboxMcpServer:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         arguments = params.arguments or {}
         if params.name in COPY_TOOLS:
-            return await self._copy_tool(params.name, arguments)
+            return await self._copy_tool(ctx, params, arguments)
         if params.name not in TOOLS:
             names = ", ".join(TOOLS + (COPY_TOOLS if self.landing else ()))
             err = OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {params.name!r}; the tools are {names}")
@@ -201,16 +201,19 @@ class SandboxMcpServer:
         try:
             prepared = await anyio.to_thread.run_sync(approve)
         except NeedsInput as need:
-            state = secrets.token_urlsafe(18)
-            with self._lock:
-                self._pending[state] = (digest, time.monotonic())
-            ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message=elicit_message(need.request), requested_schema=elicit_schema(need.request)))
-            return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
+            return self._input_required(need, digest)
         if isinstance(prepared, ToolResult):
             return self._answer(prepared)
         result = await self._execute(ctx, pipeline, prepared)
         await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
         return self._answer(result, params.name)
+
+    def _input_required(self, need: NeedsInput, digest: str) -> types.InputRequiredResult:
+        state = secrets.token_urlsafe(18)
+        with self._lock:
+            self._pending[state] = (digest, time.monotonic())
+        ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message=elicit_message(need.request), requested_schema=elicit_schema(need.request)))
+        return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
 
     def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
         """In copy mode, a call that may have changed files says where the change is and how to land it
@@ -221,7 +224,9 @@ class SandboxMcpServer:
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
         return to_call_result(said, self.mode, {"in_private_copy": True}, egress=self.open_world)
 
-    async def _copy_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def _copy_tool(self, ctx: Any, params: types.CallToolRequestParams,
+                         arguments: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
+        name = params.name
         landing = self.landing
         if landing is None:
             return self._answer(bind_mode_refusal(name, self.opened.record))
@@ -235,9 +240,22 @@ class SandboxMcpServer:
             if arguments:
                 err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "apply_changes takes no arguments: it lands every change the copy holds")
                 return self._answer(ToolResult.failure(err))
-            result = await anyio.to_thread.run_sync(landing.apply)
+            digest = _digest(name, arguments)
+            context = self._context(ctx, params, digest)
+
+            def land() -> ToolResult:  # a landing rule that asks is put to the client as a call's question is
+                self.approver.bind(context)
+                try:
+                    return landing.apply()
+                finally:
+                    self.approver.bind(None)
+
+            try:
+                result = await anyio.to_thread.run_sync(land)
+            except NeedsInput as need:
+                return self._input_required(need, digest)
             self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
-                                                          applied=len(result.meta.get("applied", [])), left_out=result.meta.get("left_out", [])[:200],
+                                                          applied=result.meta.get("applied_total", 0), left_out=result.meta.get("left_out", [])[:200],
                                                           conflicts=result.meta.get("conflicts", [])[:200]))
         return self._answer(result, name)
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from ..protocol import Executor
 from ..terminal.render import continued, visible
 from ..tools.registry import PreparedCall
-from .ladder import Ladder, Level
+from .ladder import LAND_ACTION, LAND_KIND, LAND_TOOL, Ladder, Level
 from .prefix import allowed_by, shell_prefix
 
 if TYPE_CHECKING:
@@ -229,6 +229,34 @@ class ApprovalGate:
             remembered = True
         decision = "approved_for_session" if remembered else answer.option.value
         return ApprovalOutcome(allowed=allowed, decision=decision, level=level, executor=answer.executor, reason=answer.reason or reason)
+
+    def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
+        """Whether a copy's changes may land in the real workspace: the one decision every landing
+        meets (review.landing.apply_scanned takes its outcome), the ladder's like an edit's. A deny
+        (a rule, copy-only, read-only) refuses; an allow, or no rule at all, lets it land; a rule
+        that asks is answered by `requested`, the user's own command that asked for this landing
+        (`oa-sandbox apply`, `run --apply`), else put to the approver (the editor, MCP elicitation;
+        nobody in CI: refused). --auto-approve never answers it: the landing is on the host."""
+        level, reason = self.ladder.level(LAND_TOOL, LAND_KIND, LAND_ACTION)
+        if level == Level.AUTOMATIC:
+            return ApprovalOutcome(allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason)
+        if level == Level.REFUSE:
+            return ApprovalOutcome(allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason)
+        if requested:
+            return ApprovalOutcome(allowed=True, decision="allow_once", level=level, executor=Executor.USER,
+                                   reason=f"asked for by the user's own command ({requested}); {reason}")
+        if level == Level.ASK_ONCE and LAND_KIND in self.session_approved:
+            return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
+                                   reason=f"{LAND_KIND} approved for this session")
+        request = ApprovalRequest(call_id=LAND_ACTION, tool=LAND_TOOL, kind=LAND_KIND, action=LAND_ACTION, level=level,
+                                  title="land the private copy's changes in the real workspace", arguments={})
+        answer = self.approver.ask(request)
+        allowed = answer.option == PermissionOption.ALLOW_ONCE
+        remembered = allowed and answer.remember_for_session and level == Level.ASK_ONCE
+        if remembered:
+            self.session_approved.add(LAND_KIND)
+        return ApprovalOutcome(allowed=allowed, decision="approved_for_session" if remembered else answer.option.value, level=level,
+                               executor=answer.executor, reason=answer.reason or reason)
 
     def _prefix_offered(self, prepared: PreparedCall) -> bool:
         if prepared.command is None or prepared.spec.side != "sandbox":

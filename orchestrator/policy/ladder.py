@@ -14,7 +14,7 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from pydantic_core import ErrorDetails
 
 from ..boxfs import read_workspace_file
@@ -48,6 +48,26 @@ class Decision(str, Enum):
 
 _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
 
+# Landing a copy's changes in the real workspace (`oa-sandbox apply`, `run --apply`, ACP's end of a
+# turn, MCP's apply_changes) is an edit of the user's files: a rule names it as `tool =
+# "apply_changes"`, `action = "land"`, or with every edit as `kind = "edit"`.
+LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
+
+
+class Access(str, Enum):
+    """`workspace_access` in a policy file: what the session may do to the real workspace.
+    read-write: today's (bind mode edits it, copy mode lands through the sanitiser); copy-only: the
+    session works on a copy whatever --workspace-mode says and nothing ever lands; read-only: the
+    workspace is mounted read-only, every edit (write_file, edit_file, git commit) and every landing
+    refused. The most restrictive level of all the files in force wins, whatever their tiers."""
+
+    READ_WRITE = "read-write"
+    COPY_ONLY = "copy-only"
+    READ_ONLY = "read-only"
+
+
+_ACCESS_ORDER = [Access.READ_WRITE, Access.COPY_ONLY, Access.READ_ONLY]
+
 # The ladder's defaults, by ACP kind (docs/tools.md#approvals). A tool with several actions (git) gives each action its kind
 # (its ToolDef), so git status/diff/log are read (automatic) and git commit is edit (ask once).
 DEFAULT_BY_KIND = {
@@ -74,6 +94,9 @@ class PolicyRule(BaseModel):
     command_prefix: str | None = Field(default=None, max_length=4096, description="For shell: the command must start with this.")
     decision: Decision
     tier: Tier = Tier.USER
+    # Set only for the rules a file's workspace_access makes (access_rules), never from a file: such a
+    # rule holds whatever any tier's rules say.
+    _access: Access | None = PrivateAttr(default=None)
 
     def matches(self, tool: str, kind: str, action: str, command: str | None) -> bool:
         if self.tool is not None and self.tool != tool:
@@ -105,8 +128,27 @@ class EgressPolicy(BaseModel):
 class PolicyFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tier: str = "user"
+    workspace_access: Access | None = Field(default=None, description="read-write | copy-only | read-only: the most restrictive in force wins.")
     rules: list[PolicyRule] = Field(default_factory=list)
     egress: EgressPolicy | None = None
+
+
+def access_rules(level: Access | None, where: str, tier: Tier) -> list[PolicyRule]:
+    """The refusals a workspace_access level stands for: copy-only refuses landing, read-only every
+    edit (landing is one). They hold over every tier's rules (Ladder.level looks at them first)."""
+    if level is None or level == Access.READ_WRITE:
+        return []
+    label = f"workspace_access = {level.value} ({tier.name.lower()} policy {where})"
+    rule = PolicyRule(id=label, decision=Decision.DENY, tier=tier,
+                      **({"kind": LAND_KIND} if level == Access.READ_ONLY else {"action": LAND_ACTION}))
+    rule._access = level
+    return [rule]
+
+
+def access_of(rules: list[PolicyRule]) -> Access:
+    """The workspace access level in force: the most restrictive any policy file set (read-write if none did)."""
+    levels = [r._access for r in rules if r._access is not None]
+    return max(levels, key=_ACCESS_ORDER.index, default=Access.READ_WRITE)
 
 
 POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
@@ -178,6 +220,8 @@ def _problem(e: ErrorDetails) -> str:
         return f"{_loc(loc)}: missing (required)"
     if kind == "enum" and loc[-1:] == ("decision",):
         return f"{_loc(loc)}: must be one of allow, ask, deny"
+    if kind == "enum" and loc[-1:] == ("workspace_access",):
+        return f"{_loc(loc)}: must be one of read-write, copy-only, read-only"
     if kind == "string_too_long":
         return f"{_loc(loc)}: string_too_long (over the length this key allows)"
     if kind == "value_error" and loc[:1] == ("egress",) and loc[-1] in _EGRESS_VALUES:
@@ -204,11 +248,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    return sorted(catalog.TOOLS)  # the built-in tools' names are the ones a rule can match
+    return sorted({*catalog.TOOLS, LAND_TOOL})  # the built-in tools' names, and landing's, are the ones a rule can match
 
 
 def known_actions() -> list[str]:
-    return catalog.actions()
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION})
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:
@@ -273,6 +317,7 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
     except KeyError:
         raise _invalid(where, "not valid: tier must be one of default, workspace, user, admin") from None
     rules = [rule.model_copy(update={"tier": file_tier}) for rule in policy.rules]
+    rules += access_rules(policy.workspace_access, where, file_tier)
     if file_tier == Tier.WORKSPACE:
         loose = [i for i, r in enumerate(rules) if r.decision == Decision.ALLOW]
         if loose or policy.egress:
@@ -292,10 +337,17 @@ class Ladder:
         self.rules = list(rules or [])
 
     def level(self, tool: str, kind: str, action: str, command: str | None = None) -> tuple[Level, str]:
-        default = DEFAULT_BY_KIND.get(kind, Level.ASK_EVERY_TIME)
+        """Landing (LAND_TOOL, kind edit, LAND_ACTION) has no question of its own by default: the
+        front-end's landing is the request (a command, a flag, the client's call, copy mode's end
+        of an ACP turn); a rule that names it (or every edit) decides it like an edit."""
         matching = [r for r in self.rules if r.matches(tool, kind, action, command)]
+        pinned = next((r for r in matching if r._access is not None), None)
+        if pinned is not None:  # a workspace_access level: no rule of any tier widens it
+            return Level.REFUSE, str(pinned.id)
+        landing = (tool, kind, action) == (LAND_TOOL, LAND_KIND, LAND_ACTION)
+        default = Level.AUTOMATIC if landing else DEFAULT_BY_KIND.get(kind, Level.ASK_EVERY_TIME)
         if not matching:
-            return default, f"default ladder: {kind}"
+            return default, f"default ladder: {'land' if landing else kind}"
         top = max(r.tier for r in matching)
         chosen = max((r for r in matching if r.tier == top), key=lambda r: (_STRICTNESS[r.decision], r.specificity))
         label = f"{chosen.tier.name.lower()} policy rule {chosen.id or json.dumps(chosen.model_dump(exclude_none=True, exclude={'tier'}))}"
@@ -303,4 +355,4 @@ class Ladder:
             return Level.REFUSE, label
         if chosen.decision == Decision.ALLOW:
             return Level.AUTOMATIC, label
-        return (default if default in (Level.ASK_ONCE, Level.ASK_EVERY_TIME) else Level.ASK_EVERY_TIME), label
+        return (default if default in (Level.ASK_ONCE, Level.ASK_EVERY_TIME) else Level.ASK_ONCE if landing else Level.ASK_EVERY_TIME), label

@@ -77,10 +77,15 @@ def read_file(path: str | Path, what: str = "policy") -> bytes:
 
 def parse(source: Source, tier: Tier | None = None) -> PolicyFile:
     """The source as a policy: a file where a box can write is a workspace policy, whatever it says."""
-    if source.box_reach:
-        where = f"{source.path} (where the sandbox can write it, so it counts as a workspace policy, which can only ask or deny)"
-        return parse_policy(source.raw, where, source.path.suffix, Tier.WORKSPACE, untrusted=True)
-    return parse_policy(source.raw, str(source.path), source.path.suffix, tier)
+    if not source.box_reach:
+        return parse_policy(source.raw, str(source.path), source.path.suffix, tier)
+    try:
+        return parse_policy(source.raw, str(source.path), source.path.suffix, Tier.WORKSPACE, untrusted=True)
+    except OpenAgentsError as err:
+        if "workspace policy" not in err.message and "admin-only" not in err.message:
+            raise
+        raise OpenAgentsError(err.type, f"{err.message}: {source.path} lies where the sandbox can write (the workspace), so it counts "
+                                        "as a workspace policy whatever tier it claims; keep a policy that allows outside the workspace") from None
 
 
 def _read_pin(record: SessionRecord, pin: Pin) -> bytes:

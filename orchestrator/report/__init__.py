@@ -46,7 +46,7 @@ def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, An
     exit_status = ("3 (finished, a call was refused)" if refused else "0 (finished)") if record.status == "finished" else \
         (f"{code} ({record.status})" if code is not None else f"none yet ({status})")
     changes = final_changes(record, g, limits)
-    checkpoints, source = store_checkpoints(record, g, limits)
+    checkpoints, checkpoints_left_out, source = store_checkpoints(record, g, limits)
     left_out = []
     if g.entries_left_out:
         left_out.append(f"{g.entries_left_out} timeline entries past the first {limits.max_entries}")
@@ -56,16 +56,21 @@ def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, An
         left_out.append(f"{g.egress_left_out} egress records past the first {limits.max_egress}")
     if changes.lines_left_out:
         left_out.append(f"{changes.lines_left_out} diff lines past the page's share")
+    if changes.rows_left_out:
+        left_out.append(f"{changes.rows_left_out} entries of what the sanitiser would leave out, past the first {limits.max_left_out}")
+    if checkpoints_left_out:
+        left_out.append(f"{checkpoints_left_out} checkpoints past the first {limits.max_checkpoints}")
     if g.stopped:
         left_out.append(f"the transcript was not read to its end: {g.stopped}")
     transcript = record.transcript or "none left"
+    model = g.model or visible(record.model_spec or "") or "not recorded"
     return {
         "record": record, "g": g, "changes": changes, "checkpoints": checkpoints, "checkpoints_source": source,
         "status": visible(status), "status_class": "ok" if record.status == "finished" and not refused else "bad",
         "exit_status": exit_status, "limit_hit": g.reason if record.status == "stopped" else "",
         "calls": len(calls) + g.entries_left_out, "refused": refused, "failed": failed,
         "transcript_path": visible(transcript), "session_dir": visible(str(record.dir)), "workspace": visible(record.workspace),
-        "left_out": left_out, "generated": time.time(),
+        "left_out": left_out, "generated": time.time(), "model": model,
     }
 
 
@@ -82,9 +87,10 @@ def build(record: SessionRecord, limits: Limits | None = None) -> str:
     return page
 
 
-def write(record: SessionRecord, out: Path, limits: Limits | None = None) -> Path:
-    """The page written atomically to `out` (a temporary file beside it, then renamed), mode 0644."""
-    page = build(record, limits)
+def write(record: SessionRecord, out: Path, limits: Limits | None = None, page: str | None = None) -> Path:
+    """The page (built now, unless given) written atomically to `out` (a temporary file beside it,
+    then renamed), mode 0644."""
+    page = build(record, limits) if page is None else page
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

@@ -37,6 +37,7 @@ class Changes:
     conflicts: list[tuple[str, str]] = field(default_factory=list)
     problem: str = ""  # why there is no diff, or why it is partial
     lines_left_out: int = 0
+    rows_left_out: int = 0  # of the sanitiser's lists
 
 
 def _kind(line: str) -> str:
@@ -95,8 +96,10 @@ def copy_changes(record: SessionRecord, limits: Limits) -> Changes:
     except (OpenAgentsError, OSError, ValueError) as err:
         out.problem = text(f"the diff could not be read: {getattr(err, 'message', None) or err}", 2000)
         return out
-    out.left_out = [(text(shown(item.path), 1000), text(item.reason, 2000)) for item in plan.left_out[:2000]]
-    out.conflicts = [(text(shown(item.path), 1000), text(item.reason, 2000)) for item in plan.conflicts[:2000]]
+    room = Budget(limits.checkpoint_bytes, floor=60)
+    out.left_out = [(room.take(shown(item.path), 1000), room.take(item.reason, 2000)) for item in plan.left_out[:limits.max_left_out]]
+    out.conflicts = [(room.take(shown(item.path), 1000), room.take(item.reason, 2000)) for item in plan.conflicts[:limits.max_left_out]]
+    out.rows_left_out = max(0, len(plan.left_out) - limits.max_left_out) + max(0, len(plan.conflicts) - limits.max_left_out)
     return out
 
 
@@ -125,21 +128,23 @@ def final_changes(record: SessionRecord, gathered: Gathered, limits: Limits) -> 
     return bind_changes(gathered, limits)
 
 
-def store_checkpoints(record: SessionRecord, gathered: Gathered, limits: Limits) -> tuple[list[CheckpointRow], str]:
-    """The store's checkpoints (and where they came from); the transcript's when the store is gone."""
+def store_checkpoints(record: SessionRecord, gathered: Gathered, limits: Limits) -> tuple[list[CheckpointRow], int, str]:
+    """The store's checkpoints, how many more there are, and where they came from; the
+    transcript's when the store is gone."""
     from ..workspace.checkpoints import CheckpointStore, shown_path
 
     store = Path(record.checkpoint_store)
     if not (store / "HEAD").exists() or not os.path.isdir(record.box_workspace):
-        return gathered.checkpoints, "the transcript's checkpoint records (the store is gone)"
+        return gathered.checkpoints, gathered.checkpoints_left_out, "the transcript's checkpoint records (the store is gone)"
     try:
         points = CheckpointStore(store, Path(record.box_workspace)).list()
     except (OpenAgentsError, OSError, ValueError) as err:
-        return gathered.checkpoints, text(f"the transcript's checkpoint records (the store could not be read: {err})", 500)
-    rows = []
-    for point in points[:5000]:
-        names = [text(shown_path(p, point), 500) for p in point.files_changed[:limits.max_checkpoint_files]]
+        why = text(f"the transcript's checkpoint records (the store could not be read: {err})", 500)
+        return gathered.checkpoints, gathered.checkpoints_left_out, why
+    rows, room = [], Budget(limits.checkpoint_bytes, floor=60)
+    for point in points[:limits.max_checkpoints]:
+        names = [room.take(shown_path(p, point), 500) for p in point.files_changed[:limits.max_checkpoint_files]]
         rows.append(CheckpointRow(point.turn, text(point.state, 30), names, max(0, point.files_changed_count - len(names)),
-                                  [text(f"{shown_path(s.path, point)} ({s.reason})", 500) for s in point.skipped[:20]],
-                                  text(f"{point.error_type or ''} {point.error}".strip(), limits.max_text)))
-    return rows, f"the checkpoint store (`oa-sandbox checkpoints {record.id}`)"
+                                  [room.take(f"{shown_path(s.path, point)} ({s.reason})", 500) for s in point.skipped[:20]],
+                                  room.take(f"{point.error_type or ''} {point.error}".strip(), limits.max_text)))
+    return rows, max(0, len(points) - limits.max_checkpoints), f"the checkpoint store (`oa-sandbox checkpoints {record.id}`)"

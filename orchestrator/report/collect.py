@@ -19,6 +19,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..transcript import Unreadable, read_records
 from .limits import Budget, Limits, text
 
+_PER_CALL = frozenset({"tool_call", "approval", "tool_result"})
 _REFUSED = frozenset({ErrorType.REFUSED_BY_POLICY.value, ErrorType.REJECTED_BY_USER.value})
 
 
@@ -100,6 +101,7 @@ class Gathered:
     egress_left_out: int = 0
     credentials: dict[str, int] = field(default_factory=dict)  # host:port -> requests it was injected into
     checkpoints: list[CheckpointRow] = field(default_factory=list)
+    checkpoints_left_out: int = 0
     records: int = 0
     unreadable: int = 0
     unknown: int = 0
@@ -126,20 +128,38 @@ class _Reader:
         self.turn = 0
         self.budget = Budget(limits.timeline_bytes)
         self.keep = self.budget.take
+        self.names = Budget(limits.checkpoint_bytes, floor=60)
 
-    def call(self, call_id: str, tool: str) -> Call | None:
-        """The call of this id; a new one gets a timeline row while there is room (past it, None)."""
+    def call(self, call_id: str, tool: str, last: bool = False) -> Call | None:
+        """The call of this id; a new one gets a timeline row while there is room. Past it: None,
+        and nothing is kept of the call (so a transcript of millions of calls costs no memory); a
+        call left out is counted at its result (`last`), which every call has once."""
         found = self.g.calls.get(call_id)
         if found is not None:
             return found
         if len(self.g.entries) >= self.limits.max_entries:
-            self.g.entries_left_out += 1
-            self.g.calls[call_id] = Call(call_id, "", self.turn)  # counted once; its events pass unread
+            self.g.entries_left_out += last
             return None
         new = Call(text(call_id, 200), text(tool, 200), self.turn)
         self.g.calls[call_id] = new
         self.g.entries.append(Entry(self.turn, call=new))
         return new
+
+    def passed_over(self, record: dict[str, Any]) -> bool:
+        """Once the timeline is full, a record of a call not on it is only counted, never parsed
+        into an event (most of a huge transcript's cost)."""
+        if len(self.g.entries) < self.limits.max_entries:
+            return False
+        kind = record.get("type")
+        if kind in _PER_CALL and record.get("call_id") not in self.g.calls:
+            self.g.entries_left_out += kind == "tool_result"
+            return True
+        if kind == "model_response":
+            self.g.entries_left_out += bool(record.get("text"))
+            turn = record.get("turn")
+            self.turn = turn if isinstance(turn, int) and not isinstance(turn, bool) else self.turn
+            return True
+        return False
 
     def take(self, event: ev._Event) -> None:  # noqa: C901 - one branch per event type, in the order a session writes them
         g, lim = self.g, self.limits
@@ -157,7 +177,7 @@ class _Reader:
                     g.entries_left_out += 1
         elif isinstance(event, ev.ToolCallChanged):
             call = self.call(event.call_id, event.tool)
-            if call is not None and call.tool:
+            if call is not None:
                 call.state = event.state.value
                 if not call.states or call.states[-1] != call.state:
                     call.states.append(call.state)
@@ -168,12 +188,12 @@ class _Reader:
                 call.kind, call.action = text(event.kind or call.kind, 50), text(event.action or call.action, 300)
         elif isinstance(event, ev.ApprovalDecided):
             call = self.call(event.call_id, event.tool)
-            if call is not None and call.tool and len(call.approvals) < 20:
+            if call is not None and len(call.approvals) < 20:
                 who = event.executor.value if event.executor is not None else "not recorded"
                 call.approvals.append((text(event.decision, 50), who, text(event.level, 50), self.keep(event.reason, lim.max_text)))
         elif isinstance(event, ev.ToolCallFinished):
-            call = self.call(event.call_id, event.tool)
-            if call is not None and call.tool:
+            call = self.call(event.call_id, event.tool, last=True)
+            if call is not None:
                 call.ok = event.ok
                 call.executor = event.executor.value if event.executor is not None else ""
                 if event.state is not None:
@@ -189,11 +209,15 @@ class _Reader:
         elif isinstance(event, ev.EgressRecorded):
             self.egress(event)
         elif isinstance(event, ev.CheckpointRecorded):
-            files = [text(f, 500) for f in (event.files_changed or [])]
+            if len(g.checkpoints) >= lim.max_checkpoints:
+                g.checkpoints_left_out += 1
+                return
+            files = event.files_changed or []
+            skipped = [f"{s.get('path', '')} ({s.get('reason', '')})" for s in (event.skipped or [])[:20] if isinstance(s, dict)]
             g.checkpoints.append(CheckpointRow(event.turn, text(event.state or ("ok" if event.ok else "failed"), 30),
-                                               files[:lim.max_checkpoint_files], max(0, len(files) - lim.max_checkpoint_files),
-                                               [text(f"{s.get('path', '')} ({s.get('reason', '')})", 500) for s in (event.skipped or [])[:20]],
-                                               text(f"{event.error_type or ''} {event.error or ''}".strip(), lim.max_text)))
+                                               [self.names.take(f, 500) for f in files[:lim.max_checkpoint_files]],
+                                               max(0, len(files) - lim.max_checkpoint_files), [self.names.take(f, 500) for f in skipped],
+                                               self.names.take(f"{event.error_type or ''} {event.error or ''}".strip(), lim.max_text)))
         elif isinstance(event, ev.BudgetSpent):
             g.tokens = {k: v for k, v in event.tokens.items() if isinstance(v, int)}
             if event.max_tokens is not None:
@@ -242,6 +266,8 @@ def gather(transcript: Path | None, limits: Limits) -> Gathered:
                 reader.g.unreadable += 1
                 continue
             reader.g.records += 1
+            if reader.passed_over(record):
+                continue
             event = ev.parse(record)
             if event is None:
                 reader.g.unknown += 1

@@ -26,14 +26,19 @@ class Limits:
     max_egress: int = 5000  # rows of the gate's audit
     max_diff_lines: int = 20000  # lines of the final diff, all files together
     max_checkpoint_files: int = 50  # names listed per checkpoint
+    max_checkpoints: int = 1000  # checkpoint rows
+    max_left_out: int = 2000  # rows of what the sanitiser would leave out (and of conflicts)
     timeline_bytes: int = 4 << 20  # what the timeline's texts may cost escaped, all together (Budget)
     diff_bytes: int = 2 << 20  # and the diff's
+    checkpoint_bytes: int = 1 << 20  # and the checkpoints' names (the sanitiser's list has as much again)
 
     def halved(self) -> "Limits":
         return replace(self, max_entries=max(50, self.max_entries // 2), max_text=max(256, self.max_text // 2),
                        max_output=max(512, self.max_output // 2), max_egress=max(50, self.max_egress // 2),
                        max_diff_lines=max(200, self.max_diff_lines // 2), max_checkpoint_files=max(5, self.max_checkpoint_files // 2),
-                       timeline_bytes=self.timeline_bytes // 2, diff_bytes=self.diff_bytes // 2)
+                       timeline_bytes=self.timeline_bytes // 2, diff_bytes=self.diff_bytes // 2,
+                       checkpoint_bytes=self.checkpoint_bytes // 2, max_checkpoints=max(50, self.max_checkpoints // 2),
+                       max_left_out=max(50, self.max_left_out // 2))
 
 
 def text(value: object, limit: int, tail: bool = False) -> str:

@@ -338,6 +338,9 @@ class SupervisedSandbox:
 
     def _call(self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
         with self._lifecycle:
+            if self._closed:  # never a new box behind a close (a call racing it from another thread)
+                return ToolResult.failure(OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed: its box was removed"),
+                                          executor=Executor.OPENAGENTS)
             if self._channel is None or self._channel.broken:
                 try:
                     self.restart()

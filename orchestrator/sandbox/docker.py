@@ -104,10 +104,11 @@ MAX_GIT_MOUNTS = 1024
 MAX_GIT_MOUNTS_GVISOR = 48
 
 
-def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None) -> list[Mount]:
+def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None, top: bool = True) -> list[Mount]:
     """Every .git the workspace had at the start, read-only (the box can change none of them), and
     at the top either `git_dir` (copy mode: the real workspace's .git over the copy) or, when there
-    is none, an empty read-only placeholder (the box can plant no repository there)."""
+    is none, an empty read-only placeholder (the box can plant no repository there). Not `top`: a
+    workspace mounted read-only needs no placeholder (nothing can be planted), and has no mountpoint for one."""
     if len(baseline.git_entries) > MAX_GIT_MOUNTS:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} holds {len(baseline.git_entries)} repositories (.git entries); "
                               f"the sandbox mounts each read-only and takes at most {MAX_GIT_MOUNTS}: give it a smaller part of the tree")
@@ -115,9 +116,9 @@ def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None)
     for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r)):
         if not os.path.islink(workspace / rel):
             found.append(mounts.read_only(workspace / rel, f"{WORKSPACE_IN_BOX}/{rel}"))
-    if not os.path.lexists(workspace / ".git"):
-        top = git_dir if git_dir is not None and os.path.lexists(git_dir) and not os.path.islink(git_dir) else state.empty_dir()
-        found.append(mounts.read_only(top, f"{WORKSPACE_IN_BOX}/.git"))
+    if top and not os.path.lexists(workspace / ".git"):
+        top_dir = git_dir if git_dir is not None and os.path.lexists(git_dir) and not os.path.islink(git_dir) else state.empty_dir()
+        found.append(mounts.read_only(top_dir, f"{WORKSPACE_IN_BOX}/.git"))
     return found
 
 
@@ -125,8 +126,8 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
                        baseline: Baseline | None = None, git_dir: Path | None = None, egress_ca: SessionCA | None = None) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     options = docker_options(config)
-    box_mounts = [Mount(target=WORKSPACE_IN_BOX, source=str(workspace), type="bind", read_only=False)]
-    box_mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir)
+    box_mounts = [mounts.workspace(workspace, WORKSPACE_IN_BOX, config.workspace_read_only)]
+    box_mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir, top=not config.workspace_read_only)
     settings: dict[str, Any] = {
         "image": options.image,
         "user": user,

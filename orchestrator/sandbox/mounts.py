@@ -18,6 +18,14 @@ from pathlib import Path
 from docker.types import DriverConfig, Mount
 
 
+def workspace(source: Path | str, target: str, read_only_: bool = False) -> Mount:
+    """The workspace (or its copy) at `target`: read-write, or, for a policy's workspace_access =
+    read-only, the daemon's own read-only bind below (no runtime writes through it)."""
+    if read_only_:
+        return read_only(source, target)
+    return Mount(target=target, source=str(source), type="bind", read_only=False)
+
+
 def read_only(source: Path | str, target: str) -> Mount:
     """`source` (a directory or a file on the host) at `target` in the box, read-only."""
     if os.path.isdir(source) and not os.path.islink(source):

@@ -66,6 +66,13 @@ def _json_escape(char: str) -> str:
     return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
+def one_line(text: object) -> str:
+    """visible(text) on one line: newline and tab escaped too (`\\n`, `\\t`). The one form of a
+    name (or any box-chosen string) inside a line of ours: it can neither start a line at the left
+    margin nor steer the terminal. Not reversible: for display only."""
+    return visible(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
 def continued(text: object, prefix: str = "    │ ") -> str:
     """visible(text), with every line after the first behind `prefix`: a newline the box or the
     model wrote can never start a line at the left margin, where our own prompts start."""

@@ -87,12 +87,24 @@ def changed_files(record: SessionRecord) -> ChangedFiles:
         return fallback(unknown)
 
 
+MAX_FINAL_TEXT = 256 << 10  # bytes of the model's final text in the JSON object (the transcript has all of it)
+# The keys beside each list of names (terminal/machine.py); null when no apply was tried.
+APPLY_KEYS = ("applied", "applied_shown", "applied_total", "applied_file", "left_out", "left_out_total", "left_out_file",
+              "conflicts", "conflicts_total", "conflicts_file")
+
+
 def summary_json(result: SessionResult, record: SessionRecord, changes: list[FileChange], code: int,
                  applied: ApplyReport | None = None) -> dict[str, Any]:
     """`run --output json`. `applied`, `left_out` and `conflicts` are null unless `--apply` applied (or
     tried to apply) a copy; after a conflict (nothing applied) `status` is `stopped`, `reason` and
-    the typed `error` (stale_content) say so, and `session_status` keeps how the session itself ended."""
-    out = {
+    the typed `error` (stale_content) say so, and `session_status` keeps how the session itself ended.
+    Names are exact (boxfs.exact) with `_shown` forms beside them; each list is bounded
+    (terminal/machine.py: at most MAX_LISTED inline, `_total`, `_file`), the object at MAX_LINE_BYTES."""
+    from ..boxfs import show
+    from ..boxfs.names import stored_shown
+    from .machine import Bounded, name_item, named
+
+    out: dict[str, Any] = {
         "session_id": record.id,
         "status": result.status.value,
         "reason": result.reason,
@@ -102,7 +114,9 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "calls": result.calls,
         "refused_calls": [c.model_dump(mode="json") for c in result.refused_calls],
         "failed_calls": [c.model_dump(mode="json") for c in result.failed_calls],
-        "changed_files": [c.model_dump() for c in changes],
+        "changed_files": [],
+        "changed_files_total": 0,
+        "changed_files_file": None,
         "changed_files_unknown": getattr(changes, "unknown", None),  # why the list may be incomplete (a failed checkpoint)
         "tokens": dict(result.tokens),
         "wall_s": result.wall_s,
@@ -110,23 +124,24 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "workspace_mode": record.mode.value,
         "transcript": record.transcript,
         "session_status": result.status.value,
-        "applied": None,
-        "left_out": None,
-        "conflicts": None,
+        **dict.fromkeys(APPLY_KEYS),
         "egress": result.egress,  # the audit: one record per request (no credential value, no query)
         "egress_omitted": result.egress_omitted,
     }
+    bounded = Bounded(out, Path(record.dir) / "lists", "run")
+    bounded.text("final_text", MAX_FINAL_TEXT, f" [cut at {MAX_FINAL_TEXT >> 10} KiB: the transcript has all of it]")
+    bounded.put("changed_files", changes, lambda c: named(c.path, added=c.added, removed=c.removed))
     if applied is not None:
-        out["applied"] = list(applied.applied)
-        out["left_out"] = [item.model_dump() for item in applied.left_out]
-        out["conflicts"] = [item.model_dump() for item in applied.conflicts]
+        bounded.put("applied", applied.applied, name_item, stored_shown)
+        bounded.put("left_out", applied.left_out, lambda lo: named(lo.path, reason=show(lo.reason)))
+        bounded.put("conflicts", applied.conflicts, lambda c: named(c.path, reason=show(c.reason)))
         if applied.conflicts:
             message = (f"apply conflict: nothing applied: {len(applied.conflicts)} file(s) changed in {record.workspace} "
                        "since the copy was taken")
             out["status"], out["reason"] = "stopped", message
             if out["error"] is None:
                 out["error"] = {"type": "stale_content", "message": message, "recoverable": False}
-    return out
+    return bounded.value()
 
 
 def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]:
@@ -142,10 +157,12 @@ def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]
     if unknown:
         lines.append(visible(f"   changed files unknown: {unknown}"))
     if changes:
-        width = max(len(c.path) for c in changes[:50])
+        from ..boxfs.names import stored_shown
+
+        width = max(len(stored_shown(c.path)) for c in changes[:50])
         lines.append(f"   {len(changes)} file{'s' if len(changes) != 1 else ''} changed:")
-        for change in changes[:50]:
-            lines.append(visible(f"     {change.path:<{width}}  +{change.added} -{change.removed}"))
+        for change in changes[:50]:  # a name on one line: a newline in it never reaches the left margin
+            lines.append(f"     {stored_shown(change.path):<{width}}  +{change.added} -{change.removed}")
         if len(changes) > 50:
             lines.append(f"     and {len(changes) - 50} more")
     elif not unknown:

@@ -10,6 +10,7 @@ from ..tools import catalog
 from .copy import CopyManifest
 from .records import SessionRecord, WorkspaceMode, discard_state, load, state_bytes
 from .review import ApplyReport, apply_scanned, move_on
+from .review.landing import Permit
 
 
 def ended_copy_session(session_id: str, action: str) -> SessionRecord:
@@ -25,12 +26,13 @@ def ended_copy_session(session_id: str, action: str) -> SessionRecord:
     return record
 
 
-def apply_session(record: SessionRecord) -> ApplyReport:
-    """Land the copy's changes through the sanitiser; on a conflict nothing lands and the record is
+def apply_session(record: SessionRecord, permit: Permit) -> ApplyReport:
+    """Land the copy's changes through the sanitiser, if `permit` (the ladder's decision) allows it
+    (else the typed refusal, nothing written); on a conflict nothing lands and the record is
     unchanged, else the record says it was applied and the manifest is moved on (as MCP's and
     ACP's landings do), so a session resumed after `apply` carries only its new changes next time."""
     manifest = CopyManifest.load(record.manifest_path)
-    report, scanned = apply_scanned(manifest)
+    report, scanned = apply_scanned(manifest, permit)
     if not report.conflicts:
         move_on(manifest, scanned, report)
         manifest.save(record.manifest_path)

@@ -162,7 +162,12 @@ def _shared_roots() -> list[Path]:
     a shared sessions/ itself and the user-UID directories in it that the caller may read."""
     mine = sessions_root()
     roots = []
-    for base in {state.configured_root() / "sessions", state.state_root() / "sessions"}:
+    top = state.configured_root()
+    try:
+        users = [top / n / "sessions" for n in os.listdir(top) if n.startswith("user-")]
+    except OSError:
+        users = []
+    for base in {top / "sessions", state.state_root() / "sessions", *users}:
         if base == mine:
             continue
         roots.append(base)
@@ -171,8 +176,6 @@ def _shared_roots() -> list[Path]:
         except OSError:
             continue
         roots += [base / n for n in names if n.startswith("user-") and base / n != mine]
-    if mine.name.startswith("user-") and mine.parent not in roots:
-        roots.append(mine.parent)
     return roots
 
 
@@ -251,7 +254,7 @@ def list_sessions(all_users: bool = True) -> list[SessionRecord]:
     """Newest first (by the record's own start time); unreadable records are passed over. Without
     `all_users`, only the caller's (by the file system's owner, never the record's text); with it,
     also the records of other users of this state directory that the caller can read, to list only."""
-    roots = [sessions_root()] + (_shared_roots() if all_users else [])
+    roots = list(dict.fromkeys([sessions_root()] + (_shared_roots() if all_users else [])))
     out = []
     for root in roots:
         try:

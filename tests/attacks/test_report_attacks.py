@@ -138,6 +138,7 @@ def test_report_csp_stops_what_escaping_would_miss(hostile, tmp_path):
     del recorder.requests[before:]
 
 
+@pytest.mark.slow  # writing 200 MiB and reading it back: about 35 s here
 @needs_chromium
 def test_report_of_a_huge_transcript_is_bounded_and_renders_fast(hostile, tmp_path):
     """A session whose transcript grew to 200 MiB (tens of thousands of big tool results): the report is built in seconds, stays under its cap, says what it left out and where the full record is, and Chromium renders it in seconds."""
@@ -148,15 +149,16 @@ def test_report_of_a_huge_transcript_is_bounded_and_renders_fast(hostile, tmp_pa
     results = [json.loads(line) for line in lines if json.loads(line)["type"] in ("tool_call", "approval", "tool_result", "model_response")]
     ending = [line for line in lines if json.loads(line)["type"] == "session_end"]
     body = [line for line in lines if json.loads(line)["type"] != "session_end"]
+    # Each round the same records under new call ids: serialised once, the id put in by replace.
+    rounds = "".join(json.dumps({**event, "call_id": f"{event.get('call_id', '')}-@N@"}) + "\n" for event in results)
     with transcript.open("w", encoding="utf-8") as fh:
         fh.write("\n".join(body) + "\n")
         written, n = 0, 0
         while written < 200 << 20:
             n += 1
-            for event in results:
-                line = json.dumps({**event, "call_id": f"{event.get('call_id', '')}-{n}"}) + "\n"
-                fh.write(line)
-                written += len(line)
+            chunk = rounds.replace("-@N@", f"-{n}")
+            fh.write(chunk)
+            written += len(chunk)
         fh.write("\n".join(ending) + "\n")
     out = tmp_path / "huge.html"
     started = time.monotonic()

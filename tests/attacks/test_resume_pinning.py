@@ -74,3 +74,27 @@ def test_resume_after_the_box_rewrote_an_in_workspace_policy_to_admin_grants_not
                "--non-interactive", "--output", "json", "task three")
     assert fresh.returncode == 2 and "config_invalid" in fresh.stderr and "workspace policy" in fresh.stderr, fresh.stderr
     assert not (ws / "PWNED").exists()
+
+
+@pytest.mark.docker
+def test_resume_after_the_box_loosened_the_workspaces_own_policy_keeps_the_deny_it_had_at_the_start(sandbox_image, tmp_path):
+    """The box rewrites the workspace's own `.openagents/policy.toml` (which denied every shell command) into one that denies nothing: a resumed `--auto-approve` session still applies the deny pinned at the start beside today's file, so the command the start refused stays refused."""
+    deny = 'tier = "workspace"\n\n[[rules]]\nid = "repo-no-shell"\ntool = "shell"\ndecision = "deny"\n'
+    ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": deny, "a.py": "x = 1\n"})
+    loosened = 'tier = "workspace"\n\n[[rules]]\nid = "harmless"\ntool = "read_file"\ndecision = "ask"\n'
+    first_model = script(tmp_path / "first.jsonl",
+                         {"text": "", "tool_calls": [{"name": "write_file", "arguments": {"path": ".openagents/policy.toml", "content": loosened}}]},
+                         {"text": "first done"})
+    first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", "--model", first_model, "--non-interactive",
+               "--auto-approve", "--output", "json", "task one")
+    assert first.returncode in (0, 3), first.stderr
+    sid = json.loads(first.stdout)["session_id"]
+    assert (ws / ".openagents" / "policy.toml").read_text() == loosened
+    second_model = script(tmp_path / "second.jsonl",
+                          {"text": "", "tool_calls": [{"name": "shell", "arguments": {"command": "touch PWNED"}}]},
+                          {"text": "second done"})
+    second = oa(tmp_path, "run", "--resume", sid, "--model", second_model, "--non-interactive", "--auto-approve", "--output", "json", "task two")
+    assert not (ws / "PWNED").exists(), "the resumed session dropped the workspace policy's deny the box removed"
+    assert second.returncode in (0, 3), second.stderr
+    transcript = (tmp_path / "state" / "openagents-sandbox" / "sessions" / sid / "transcript.jsonl").read_text()
+    assert "workspace policy rule repo-no-shell" in transcript

@@ -19,7 +19,7 @@ from tests.conftest import BOTH_RUNTIMES, make_workspace
 from tests.egress.conftest import OUTER_CIDR
 from tests.egress.test_egress_credentials import API, TOKEN, TOKEN_VAR, tls_api  # noqa: F401
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.slow]  # about 45 s per runtime
 
 # Each kind, each padding: one request; prints what the client made of the answers.
 DECODING_CLIENT = r'''

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ...boxfs import from_store, open_dir, read_at
+from ...boxfs.names import git_quoted
 from ...errors import OpenAgentsError
 from ...terminal.render import visible
 from ..bounded_diff import bounded_unified_diff, split_lines
@@ -116,16 +117,21 @@ def _unified(old: _Side, new: _Side, context: int) -> tuple[list[str], str | Non
     return lines, f"cut at {MAX_DIFF_BYTES >> 10} KiB" if result.cut else None
 
 
-def _hunks(old: _Side, new: _Side) -> list[str]:
-    """Unified diff body lines, each one terminal line (made visible), with git's no-newline marks."""
+def _hunks(old: _Side, new: _Side, for_git: bool) -> list[str]:
+    """Unified diff body lines, each one terminal line (made visible unless `for_git`: then as they
+    are, for a patch in JSON), with git's no-newline marks."""
     lines, problem = _unified(old, new, 3)
-    out = [visible(line) for line in lines]
+    out = lines if for_git else [visible(line) for line in lines]
     return out + [f"# diff {problem}"] if problem else out
 
 
-def _headers(change: Change, old: _Side, new: _Side) -> list[str]:
-    p = shown(change.path)
-    out = [f"diff --git a/{p} b/{p}"]
+def _label(side: str, path: str, for_git: bool) -> str:
+    """`a/NAME` for a person (shown: one line, escaped), or as git writes it (git_quoted, exact)."""
+    return git_quoted(side.encode() + from_store(path)) if for_git else f"{side}{shown(path)}"
+
+
+def _headers(change: Change, old: _Side, new: _Side, for_git: bool = False) -> list[str]:
+    out = [f"diff --git {_label('a/', change.path, for_git)} {_label('b/', change.path, for_git)}"]
     if old.kind == "absent" and new.kind != "absent":
         out.append(f"new file mode {_git_mode(new)}")
     elif new.kind == "absent" and old.kind != "absent":
@@ -148,14 +154,16 @@ def _summary(side: _Side) -> str:
     return side.note or ("absent" if side.kind == "absent" else f"{side.size} bytes")
 
 
-def _body(old: _Side, new: _Side, path: str) -> list[str]:
+def _body(old: _Side, new: _Side, path: str, for_git: bool = False) -> list[str]:
+    """`path` in to_store form."""
     if old.note and old.kind == "file" or new.note and new.kind == "file":
-        return [f"# not diffed: a/{path}: {_summary(old)}; b/{path}: {_summary(new)}"]
+        return [f"# not diffed: a/{shown(path)}: {_summary(old)}; b/{shown(path)}: {_summary(new)}"]
     if old.text is None and new.text is None:
         return []
-    label_a = f"a/{path}" if old.text is not None else "/dev/null"
-    label_b = f"b/{path}" if new.text is not None else "/dev/null"
-    hunks = _hunks(old, new)
+    tab = "\t" if for_git and b" " in from_store(path) else ""  # as git: a name with a space ends at a tab
+    label_a = _label("a/", path, for_git) + tab if old.text is not None else "/dev/null"
+    label_b = _label("b/", path, for_git) + tab if new.text is not None else "/dev/null"
+    hunks = _hunks(old, new, for_git)
     return [f"--- {label_a}", f"+++ {label_b}", *hunks] if hunks else []
 
 
@@ -172,23 +180,28 @@ def _counts(old: _Side, new: _Side) -> tuple[int, int] | str | None:
     return plus, minus
 
 
-def render_diff(manifest: CopyManifest, changes: list[Change], stat: bool = False) -> Iterator[str]:
+def render_diff(manifest: CopyManifest, changes: list[Change], stat: bool = False, for_git: bool = False) -> Iterator[str]:
     """Each change as a git-style diff against the REAL workspace file, one terminal line per item.
 
     Bounded: files over MAX_DIFF_FILE_BYTES or holding a NUL are summarised by size, at most
     MAX_FILE_LINES lines per file and MAX_TOTAL_LINES in all. `stat=True`: one line per file with
-    +/- counts and a total line, like `git diff --stat`. Names and content are made visible.
+    +/- counts and a total line, like `git diff --stat`. Names and content are made visible; with
+    `for_git` (a patch carried in JSON, e.g. a batch result) names are quoted as git quotes them and
+    content lines are as they are, so `git apply` lands exactly the names the box made.
     """
     real_fd = open_dir(manifest.real)
     copy_fd = open_dir(manifest.copy_dir)
     try:
-        yield from (_stat_lines if stat else _diff_lines)(real_fd, copy_fd, changes)
+        if stat:
+            yield from _stat_lines(real_fd, copy_fd, changes)
+        else:
+            yield from _diff_lines(real_fd, copy_fd, changes, for_git)
     finally:
         os.close(real_fd)
         os.close(copy_fd)
 
 
-def _diff_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[str]:
+def _diff_lines(real_fd: int, copy_fd: int, changes: list[Change], for_git: bool = False) -> Iterator[str]:
     total = 0
     for i, change in enumerate(changes):
         if total >= MAX_TOTAL_LINES:
@@ -196,7 +209,7 @@ def _diff_lines(real_fd: int, copy_fd: int, changes: list[Change]) -> Iterator[s
             return
         old = _side(real_fd, change.path)
         new = _side(copy_fd, change.path) if change.after is not None else _Side("absent")
-        lines = _headers(change, old, new) + _body(old, new, shown(change.path))
+        lines = _headers(change, old, new, for_git) + _body(old, new, change.path, for_git)
         if len(lines) > MAX_FILE_LINES:
             lines = lines[:MAX_FILE_LINES] + [f"# {len(lines) - MAX_FILE_LINES} more lines of this file not shown"]
         total += len(lines)
