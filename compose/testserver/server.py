@@ -5,6 +5,7 @@ test, signed by its own CA) and records every request it receives, headers and b
 line on stdout: what the test reads to see what really arrived. It answers whether the
 Authorization header was `Bearer $EXPECT_TOKEN` (never the header itself), except /echo, which
 reflects every header it got (a server that echoes: the gate must not let the secret back out), and
+/echo/chunked, /echo/gzip and /echo/b64, the same echo chunked, compressed and base64-encoded, and
 /redirect, which sends the client to another host. /linger (plain) answers in full, then keeps the
 connection open for LINGER_S before closing it: the gate's record of it comes after the client is done.
 """
@@ -35,6 +36,8 @@ class Handler(BaseHTTPRequestHandler):
             out = b"x" * (1 << 20)
         elif TLS and self.path == "/echo":
             out = json.dumps(list(self.headers.items())).encode()
+        elif TLS and self.path in ("/echo/chunked", "/echo/gzip", "/echo/b64"):
+            return self._echo_as(self.path.rsplit("/", 1)[1], json.dumps(list(self.headers.items())).encode())
         elif TLS and self.path == "/redirect":
             status, out, extra = 302, b"moved\n", [("Location", "https://denied.test:8443/steal")]
         elif TLS:
@@ -54,6 +57,27 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/linger":
             self.wfile.flush()
             time.sleep(LINGER_S)
+
+    def _echo_as(self, kind, echo):
+        """The echo in 16-byte chunks (a chunk-size line lands inside an echoed token, wherever the
+        client's padding puts it), gzipped although the client asked for identity, or base64."""
+        self.send_response(200)
+        if kind == "chunked":
+            self.send_header("Transfer-Encoding", "chunked")
+            body = b"".join(b"%x\r\n%s\r\n" % (len(echo[i:i + 16]), echo[i:i + 16]) for i in range(0, len(echo), 16)) + b"0\r\n\r\n"
+        else:
+            if kind == "gzip":
+                import gzip
+                body = gzip.compress(echo)
+                self.send_header("Content-Encoding", "gzip")
+            else:
+                import base64
+                body = base64.b64encode(echo)
+            self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
 

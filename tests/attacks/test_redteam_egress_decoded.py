@@ -300,3 +300,10 @@ def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noq
         server.shutdown()
         server.server_close()
         upstream.close()
+
+
+def test_redteam_a_rule_written_with_escapes_matches_the_canonical_form(proxy_module):  # noqa: F811
+    """An admin's `deny /%61dmin*` is compared in the same canonical form as requests: it holds on /admin/x and /ADMIN."""
+    policy = proxy_module.Policy("", "", json.dumps([{"action": "deny", "host": "api.example", "path": "/%61dmin*"},
+                                                     {"action": "allow", "host": "api.example"}]), "rs")
+    assert [policy.request("api.example", 443, "GET", p)[0] for p in ("/admin/x", "/ADMIN", "/other")] == [False, False, True]

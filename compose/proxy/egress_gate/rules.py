@@ -22,6 +22,15 @@ TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")  # a header name (RFC 9110 
 MAX_LIVE_FILE = 1 << 20
 
 
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _canonical_escapes(glob: str) -> str:
+    """A rule's path written with escapes, in the form request paths are compared in (checks.check_path):
+    `%61` is `a`, other escapes upper case. A rule `/%61dmin*` then matches what `/admin/x` becomes."""
+    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)) if chr(int(m.group(1), 16)) in _UNRESERVED else m.group().upper(), glob)
+
+
 class Rule:
     """One rule: host (exact, *.suffix, or * for any), port (None: 80 and 443), methods (None: any),
     path (None: any; else a glob on the path, query stripped), action allow or deny."""
@@ -32,7 +41,7 @@ class Rule:
         self.once = once  # a widened rule the person allowed for one request
         self.port = port
         self.methods = None if methods is None else frozenset(m.upper() for m in methods)
-        self.path = path
+        self.path = None if path is None else _canonical_escapes(path)
         self.action = action
         self.name = name
 
