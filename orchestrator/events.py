@@ -236,11 +236,21 @@ class CheckpointRecorded(_Event):
     state: str | None = None
     error_type: str | None = None
     error: str | None = None
-    files_changed: list[str] | None = None
+    files_changed: list[Any] | None = None  # boxfs.to_store form when made; exact (a str or {"bytes_b64"}) in the record
     skipped: list[dict[str, Any]] | None = None
 
     def fields(self) -> dict[str, Any]:
-        return {k: v for k, v in super().fields().items() if v is not None}
+        """Names as every machine output gives them (README: Names in machine output): exact, with `_shown` beside."""
+        from .boxfs.names import stored_exact, stored_shown
+
+        out = {k: v for k, v in super().fields().items() if v is not None}
+        if self.files_changed is not None:
+            out["files_changed"] = [stored_exact(p) if isinstance(p, str) else p for p in self.files_changed]
+            out["files_changed_shown"] = [stored_shown(p) if isinstance(p, str) else "" for p in self.files_changed]
+        if self.skipped is not None:
+            out["skipped"] = [{**s, "path": stored_exact(s["path"]), "path_shown": stored_shown(s["path"])} if isinstance(s.get("path"), str) else s
+                              for s in self.skipped]
+        return out
 
 
 class IntegritySwept(_Event):

@@ -154,3 +154,30 @@ def test_a_cluster_with_no_node_offering_the_resource_is_a_typed_set_up_error(cl
                           env=driver_env(tmp_path), capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stderr
     assert "config_invalid" in proc.stderr and "gpu_box" in proc.stderr and "ray start --resources" in proc.stderr
+
+
+@pytest.mark.slow
+def test_30000_box_made_names_through_ray_leave_the_result_line_bounded(cluster, tmp_path):
+    """Issue 41.3 through Ray on loopback: a task whose box makes 30,000 long-named absolute symlinks
+    and 100 files comes back from its worker as one result line under 1 MiB, 1,000 names a list with
+    the totals, and the full lists on the node that ran it; the driver's peak RSS is measured."""
+    from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED
+    from tests.attacks.test_names_in_output import _many, model, policy
+
+    shutil.copytree(CALC, tmp_path / "calc")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "many", "workspace": "calc", "task": "make names", "model": f"script:{model(tmp_path, _many(30_000))}",
+                                 "policy": str(policy(tmp_path))}) + "\n")
+    out, rss = tmp_path / "results.jsonl", tmp_path / "rss"
+    began = time.monotonic()
+    proc = subprocess.run(["/usr/bin/time", "-o", str(rss), "-f", "%M", sys.executable, "-m", "orchestrator.cli", "batch", str(tasks),
+                           "--out", str(out), "--engine", "ray", "--ray-address", cluster.address],
+                          env=driver_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (line,) = out.read_bytes().splitlines()
+    r = json.loads(line)
+    print(f"\n30,000 names through Ray: result line {len(line)} bytes, driver peak RSS {int(rss.read_text().split()[-1]) >> 10} MiB, "
+          f"{time.monotonic() - began:.0f} s")
+    assert len(line) <= MAX_LINE_BYTES and r["status"] == "finished"
+    assert len(r["left_out"]) <= MAX_LISTED and r["left_out_total"] == 30_000 and r["files_changed_total"] == 30_100
+    assert len(Path(r["left_out_file"]).read_bytes().splitlines()) == 30_000  # the node's state directory (both are this machine)

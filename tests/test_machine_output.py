@@ -70,3 +70,13 @@ def test_a_result_line_is_never_over_its_bound(tmp_path):
     assert len(line) <= MAX_LINE_BYTES and got["id"] == "t" and got["status"] == "finished" and "line_cut" in got
     assert len(fit_json({"a": "x" * (2 << 20), "b": 1}).encode()) <= MAX_LINE_BYTES
     os.unlink(tmp_path / "out.jsonl")
+
+
+def test_a_checkpoint_event_names_files_exactly_with_shown_forms():
+    from orchestrator import events as ev
+
+    record = ev.CheckpointRecorded(turn=1, ok=True, files_changed=[to_store(b"a\nb\xff"), "plain"],
+                                   skipped=[{"path": to_store(b"back\\slash"), "reason": "too big"}]).fields()
+    assert record["files_changed"] == [{"bytes_b64": "YQpi/w=="}, "plain"] and record["files_changed_shown"] == ["a\\nb\\xff", "plain"]
+    assert record["skipped"] == [{"path": "back\\slash", "path_shown": "back\\slash", "reason": "too big"}]
+    assert ev.parse({"type": "checkpoint", **record}) is not None  # a resumed transcript still reads it

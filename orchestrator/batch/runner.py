@@ -158,11 +158,10 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
 def _bounded(result: TaskResult, lists: Bounded) -> TaskResult:
     """The result with its lists and patch fitted to one line of at most MAX_LINE_BYTES (the full
     lists and patch are in the session's directory, named by the `_file` keys)."""
-    out = lists.out
-    out["patch"] = result.patch
+    lists.out["patch"] = result.patch
     lists.text("patch", MAX_PATCH_BYTES, PATCH_CUT)
-    out.update(lists.value())
-    if out["patch"] != result.patch:
+    out = lists.value()
+    if out.get("patch") != result.patch:
         result.patch_cut = True
     return result.model_copy(update={k: v for k, v in out.items() if k in TaskResult.model_fields})
 
@@ -239,5 +238,6 @@ class _Spill:
 
 def _patch_failed(result: TaskResult, err: OpenAgentsError) -> None:
     result.left_out.append({"path": "", "path_shown": "", "reason": f"no patch: {err.type.value}: {err.message}"})
+    result.left_out_total = len(result.left_out)
     if result.error is None:
         result.error = TaskError(type=err.type.value, message=err.message)
