@@ -65,10 +65,20 @@ def ignore_interrupts() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-def load_defaults() -> UserConfig:
+def load_defaults(workspace: str | Path | None = None) -> UserConfig:
+    """The user's config file. Its keys are authority (the model endpoint, the key variable, policy
+    files, MCP servers started on the host), so a file the box can reach (inside `workspace` or the
+    state directory, as when the workspace is $HOME) is refused, never read: a box that rewrote it
+    would otherwise choose the next session's endpoint or host commands."""
+    from ..policy.pins import box_roots, config_path, inside
     from .user_config import load_user_config
 
     try:
+        path = config_path()
+        if workspace is not None and path.exists() and inside(path, box_roots(Path(workspace))):
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"config {path} lies where the sandbox can write (inside the workspace "
+                                                            "or the state directory), so it is not trusted: move it (XDG_CONFIG_HOME) or "
+                                                            "choose another workspace")
         return load_user_config()
     except OpenAgentsError as err:
         raise setup_error(err) from None
@@ -107,7 +117,7 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         from ..workspace.copy import CopyLimits
         from ..workspace.records import WorkspaceMode
 
-        defaults = load_defaults()  # the config file's values; a flag given wins
+        defaults = load_defaults(kwargs.get("workspace"))  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
                               runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency,
                               entry_quota)

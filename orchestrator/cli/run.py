@@ -226,7 +226,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     from ..terminal.summary import changed_files, exit_code, summary_json, summary_lines
     from ..tools.registry import RegistryConfig
 
-    defaults = load_defaults()
+    defaults = load_defaults(workspace or ".")
     resumed = _resumed(resume_id, continue_, workspace, transcript_path, mode) if resume_id or continue_ else None
     if resumed is not None:  # what the session ran with, unless a flag says otherwise
         same_model = model_spec is None or model_spec == resumed.model_spec

@@ -59,7 +59,7 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
-    defaults = load_defaults()  # the config file's values, as `run` reads them; a flag given wins
+    defaults = load_defaults(workspace)  # the config file's values, as `run` reads them; a flag given wins
     model_spec = model_spec or defaults.model
     if not model_spec:
         raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
