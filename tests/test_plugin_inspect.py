@@ -156,6 +156,31 @@ async def test_a_deny_rule_refuses_a_harness_exec_and_cleanup_leaves_nothing(tmp
         await env.read_file("a.txt")
 
 
+async def test_what_the_box_sends_back_is_bounded_checked_and_escaped(shared_env):
+    """The box program's answers are the box's: a claimed size over the limit is refused before
+    anything is read, a payload that is not strict base64 or not the claimed size is an error, and
+    the box's words in an exception are escaped."""
+    from orchestrator import ErrorType, OpenAgentsError
+    from orchestrator.plugins.transport import BoxFailure
+
+    program = shared_env.program
+    with pytest.raises(BoxFailure) as huge:
+        await program.fetch({"staged": "x", "lines": 10**8, "size": 10**12}, 1024 * 1024)
+    assert huge.value.kind == "limit"
+    with pytest.raises(OpenAgentsError) as bad:
+        await program.fetch({"inline": "not base64!"}, 1024)
+    assert bad.value.type is ErrorType.INTERNAL_ERROR
+    for spec in ({"staged": "../x", "lines": 1, "size": 1}, {"staged": ".hidden", "lines": 1, "size": 1}, ["not", "a", "dict"]):
+        with pytest.raises(OpenAgentsError):
+            await program.fetch(spec, 1024)
+    await shared_env.exec(["sh", "-c", "printf 'QUJD\\n' > .oa-plugin/liar.b64"])  # 3 bytes, claimed 2
+    with pytest.raises(OpenAgentsError, match="size"):
+        await program.fetch({"staged": "liar.b64", "lines": 1, "size": 2}, 1024)
+    with pytest.raises(FileNotFoundError) as missing:
+        await shared_env.read_file("no-such-\x1b[2J-file")
+    assert "\x1b" not in str(missing.value) and "no-such-" in str(missing.value)
+
+
 def test_config_round_trips_through_config_deserialize():
     config = OpenAgentsSandboxConfig(memory="512m", policy_files=["p.toml"])
     assert OpenAgentsSandboxEnvironment.config_deserialize(config.model_dump()) == config

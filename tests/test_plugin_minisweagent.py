@@ -82,6 +82,9 @@ def test_timeouts_refusals_and_what_the_box_sees(tmp_path, docker_client):
         assert "sleep 30" not in left
         clamped = env.execute({"command": "echo fine"}, timeout=10_000)  # clamped to 240 s, the box's limit
         assert clamped["returncode"] == 0
+        hostile = env.execute({"command": "printf 'a\\033]0;owned\\007\\033[2Jb\\n'; head -c 200000 /dev/zero | tr '\\0' x"})
+        assert "\x1b" not in hostile["output"] and "\x07" not in hostile["output"] and "owned" in hostile["output"]
+        assert len(hostile["output"]) < 60_000  # the shell tool's bound: head and tail kept
         failed = env.execute({"command": "exit 3"})
         assert failed["returncode"] == 3 and failed["exception_info"] == ""
     finally:

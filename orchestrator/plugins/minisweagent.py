@@ -20,6 +20,7 @@ from minisweagent.exceptions import Submitted
 from pydantic import BaseModel, ConfigDict
 
 from .. import ErrorType, OpenAgentsError, Sandbox, ToolError
+from ..terminal.render import visible
 
 MAX_TIMEOUT_S = 240  # the shell tool's limit, kept by the host: a longer timeout is clamped to it
 _FINISH = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -76,7 +77,8 @@ class OpenAgentsEnvironment:
         return f"{exports}{enter}{run}"
 
     def execute(self, action: dict[str, Any], cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
-        """One command in the box: {"output" (stdout and stderr), "returncode", "exception_info"}. A
+        """One command in the box: {"output" (stdout and stderr, bounded by the shell tool and escaped:
+        mini-swe-agent shows it on the terminal), "returncode", "exception_info"}. A
         timeout returns (-1, the partial output), the command and all it started killed; a refusal
         returns -1 and says why. A closed environment raises OpenAgentsError(SANDBOX_CLOSED)."""
         command = action.get("command", "") if isinstance(action, dict) else ""
@@ -84,7 +86,7 @@ class OpenAgentsEnvironment:
         output: dict[str, Any]
         try:
             result = self.sandbox.shell(self.command_line(str(command), cwd), timeout=seconds)
-            output = {"output": result.output, "returncode": result.exit_code if result.exit_code is not None else -1, "exception_info": ""}
+            output = {"output": visible(result.output), "returncode": result.exit_code if result.exit_code is not None else -1, "exception_info": ""}
         except ToolError as err:
             if err.type is ErrorType.TIMEOUT:
                 info = f"The command timed out after {seconds} s and was killed with everything it started."
@@ -92,7 +94,7 @@ class OpenAgentsEnvironment:
                 info = f"The sandbox's policy refused the command: {err.message}"
             else:
                 info = f"An error occurred while executing the command: {err.type.value}: {err.message}"
-            output = {"output": err.output, "returncode": -1, "exception_info": info,
+            output = {"output": visible(err.output), "returncode": -1, "exception_info": visible(info),
                       "extra": {"exception_type": err.type.value, "exception": err.message}}
         self._check_finished(output)
         return output

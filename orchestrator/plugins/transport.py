@@ -18,6 +18,7 @@ from typing import Any
 from sandbox_agent.jsonbound import loads
 
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ToolError
+from ..terminal.render import visible
 from .box_script import SCRIPT
 
 STAGE = ".oa-plugin"
@@ -91,7 +92,8 @@ class BoxProgram:
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's answer is not a JSON object")
         if "error" in answer:
             size = answer.get("size")
-            raise BoxFailure(str(answer["error"])[:40], str(answer.get("message", ""))[:2000], size if isinstance(size, int) else 0)
+            # the box's words: bounded, and escaped (a harness prints exceptions to its terminal and logs)
+            raise BoxFailure(str(answer["error"])[:40], visible(str(answer.get("message", ""))[:2000]), size if isinstance(size, int) else 0)
         return answer
 
     async def fetch(self, spec: Any, limit: int) -> bytes:
