@@ -145,11 +145,13 @@ async def test_a_deny_rule_refuses_a_harness_exec_and_cleanup_leaves_nothing(tmp
         await env.exec(["echo", "never runs"])
     with pytest.raises(PermissionError, match="policy"):
         await env.write_file("a.txt", "never written")
-    await OpenAgentsSandboxEnvironment.sample_cleanup("deny", config, envs, False)
+    await OpenAgentsSandboxEnvironment.sample_cleanup("deny", config, envs, True)  # as an interrupted sample
     await OpenAgentsSandboxEnvironment.task_cleanup("deny", config, True)
     assert set(my_boxes(docker_client)) <= before
     assert not root.exists()
-    assert load(record.id).status in ("closed", "discarded")
+    kept = load(record.id)
+    assert kept.status in ("closed", "discarded")
+    assert not Path(kept.box_workspace).exists()  # the private copy went with the box
     with pytest.raises(SandboxUnavailableError):
         await env.exec(["true"])
     with pytest.raises(SandboxUnavailableError):

@@ -121,14 +121,11 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
     async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool) -> None:
         return None  # every box is removed by its sample's cleanup (and at interpreter exit at the latest)
 
-    async def close(self, interrupted: bool = False) -> None:
+    async def close(self, interrupted: bool = False) -> None:  # noqa: ARG002 - Inspect's flag; the answer is the same
         """Remove the box, its copy, checkpoints and transcript; the record stays (marked discarded)."""
         try:
-            if not self.box.closed:
-                if interrupted:
-                    await self.box.close(status="cancelled", reason="Inspect interrupted the sample")
-                else:
-                    await self.box.discard()
+            if not self.box.closed:  # interrupted or not: a sample's box and copy have nothing worth keeping
+                await self.box.discard()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
