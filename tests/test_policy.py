@@ -11,7 +11,7 @@ from orchestrator.cli import main as cli_main
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import ToolCall
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, NonInteractiveApprover, PermissionOption
-from orchestrator.policy.ladder import Ladder, Level, Tier, load_policy
+from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule, Tier, load_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, parse_data_bounded
 from orchestrator.protocol import Executor
 from orchestrator.tools.registry import ToolRegistry
@@ -247,3 +247,25 @@ def test_a_landing_rule_that_asks_is_answered_by_the_users_own_command_or_the_ap
     from orchestrator.workspace.review.landing import refusal
 
     assert refusal(outcome).type == ErrorType.REJECTED_BY_USER and refusal(nobody).type == ErrorType.REFUSED_BY_POLICY
+
+
+@pytest.mark.parametrize("command", ["rm -rf x", "true; rm x", "sh -c 'rm x'", "env rm x", "/bin/rm x", "$(rm x)", " rm x",
+                                     "echo `rm x`", "ls && rm x", "bash -lc \"rm x\"", "xargs rm < list"])
+def test_a_deny_prefix_refuses_the_program_wherever_the_command_may_run_it(command):
+    """Attack: `deny rm` was passed by `true; rm x` (a prefix never matched a compound command, so
+    the command fell to the default ladder, which --auto-approve answers). A deny now fails closed."""
+    ladder = Ladder([PolicyRule(tool="shell", command_prefix="rm", decision=Decision.DENY)])
+    assert ladder.level("shell", "execute", "shell", command)[0] == Level.REFUSE
+
+
+@pytest.mark.parametrize("command,refused", [("git push origin", True), ("git -C d push", True), ("cd a && git push", True),
+                                             ("git status", False), ("pytest -q", False)])
+def test_a_deny_prefix_leaves_plain_commands_it_does_not_name(command, refused):
+    ladder = Ladder([PolicyRule(tool="shell", command_prefix="git push", decision=Decision.DENY)])
+    assert (ladder.level("shell", "execute", "shell", command)[0] == Level.REFUSE) is refused
+
+
+def test_an_allow_prefix_still_never_matches_a_compound_command():
+    ladder = Ladder([PolicyRule(tool="shell", command_prefix="pytest", decision=Decision.ALLOW)])
+    assert ladder.level("shell", "execute", "shell", "pytest -q")[0] == Level.AUTOMATIC
+    assert ladder.level("shell", "execute", "shell", "pytest -q; curl x")[0] != Level.AUTOMATIC

@@ -21,6 +21,7 @@ from ..boxfs import read_workspace_file
 from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from ..tools import catalog
+from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
 
 FORBIDDEN_NAME = re.compile(r"bypass", re.IGNORECASE)
@@ -106,14 +107,36 @@ class PolicyRule(BaseModel):
         if self.action is not None and self.action != action:
             return False
         if self.command_prefix is not None:
-            # A prefix never matches a compound command: `pytest; curl evil` is not `pytest`.
-            if command is None or not command.startswith(self.command_prefix) or re.search(r"[;&|`$<>()\n]", command):
+            if command is None:
+                return False
+            if self.decision == Decision.DENY:  # fails closed: wherever the denied program may run
+                return deny_prefix_matches(self.command_prefix, command)
+            # An allow or ask prefix never matches a compound command: `pytest; curl evil` is not `pytest`.
+            if not command.startswith(self.command_prefix) or re.search(r"[;&|`$<>()\n]", command):
                 return False
         return True
 
     @property
     def specificity(self) -> int:
         return sum(x is not None for x in (self.tool, self.kind, self.action, self.command_prefix))
+
+
+_WORD = re.compile(r"[^\s;&|`$<>(){}'\"\\=]+")
+
+
+def deny_prefix_matches(prefix: str, command: str) -> bool:
+    """A deny rule's prefix fails closed. A plain command (one program found on PATH, no shell
+    syntax, no wrapper: what `A` could approve, policy/prefix.py) is matched by its words as
+    written. Any other command is matched when the prefix's first word stands in it as a word
+    anywhere, by its last path part: `true; rm x`, `sh -c 'rm x'`, `env rm x`, `/bin/rm x`, `$(rm x)`,
+    `git -C d push` are all refused by a deny of `rm` or `git push`. A shell command cannot be proven
+    not to run a program it names, so a deny refuses more rather than less; what no command line
+    shows (a program a script runs) is for egress rules and hooks."""
+    words = command.split()
+    if shell_prefix(command) is not None:
+        return " ".join(words).startswith(" ".join(prefix.split()))
+    head = prefix.split(maxsplit=1)[0] if prefix.strip() else ""
+    return bool(head) and any(word.rsplit("/", 1)[-1] == head for word in _WORD.findall(command))
 
 
 class EgressPolicy(BaseModel):
