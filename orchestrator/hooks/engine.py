@@ -55,9 +55,10 @@ class Verdict:
 
 class Hooks:
     def __init__(self, specs: list[HookSpec], workspace: Path, transcript: Transcript, session_id: str = "",
-                 model_key: str | None = None) -> None:
+                 model_key: str | None = None, box_workspace: Path | None = None) -> None:
         self.specs = list(specs)
         self.workspace = Path(workspace)
+        self.box_workspace = Path(box_workspace or workspace)  # the tree the box works on (copy mode: the session's copy)
         self.transcript = transcript
         self.session_id = session_id
         self.model_key = model_key
@@ -80,7 +81,7 @@ class Hooks:
         return verdict
 
     def _payload(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
-        return {"hook_event_name": event, "session_id": self.session_id, "cwd": str(self.workspace),
+        return {"hook_event_name": event, "session_id": self.session_id, "cwd": str(self.workspace), "box_workspace": str(self.box_workspace),
                 "transcript_path": str(self.transcript.path) if getattr(self.transcript, "path", None) else "",
                 "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
 

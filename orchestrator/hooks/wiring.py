@@ -13,7 +13,8 @@ from .engine import Hooks, clean
 from .spec import Collected, in_force
 
 
-def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None) -> Hooks | None:
+def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
+         box_workspace: Path | None = None) -> Hooks | None:
     """The hooks in force (hooks/spec.py in_force); each one left out is recorded and said on stderr."""
     specs, dropped = in_force(collected.specs, collected.trusted, workspace, pins.box_roots(workspace))
     for line in [*collected.dropped, *dropped]:
@@ -21,7 +22,7 @@ def make(collected: Collected, workspace: Path, transcript: Transcript, session_
         sys.stderr.write(clean(f"oa-sandbox: hook not in force: {line}") + "\n")
     if not specs:
         return None
-    return Hooks(specs, workspace, transcript, session_id, model_key)
+    return Hooks(specs, workspace, transcript, session_id, model_key, box_workspace)
 
 
 def session_start(hooks: Hooks | None, trigger: str, via: str) -> str:
