@@ -167,3 +167,22 @@ def test_admin_hooks_run_first_and_a_user_allow_undoes_no_block(tmp_path, monkey
     hooks = Hooks(specs, ws, Transcript(tmp_path / "t.jsonl"))
     verdict = hooks.fire("BeforeTool", {}, tool="shell")
     assert verdict.blocked and "admin says no" in verdict.reason
+
+
+def test_the_hooks_command_lists_hooks_their_origin_and_what_cannot_run(tmp_path):
+    import subprocess
+
+    ws = tmp_path / "ws"
+    (ws / ".openagents").mkdir(parents=True)
+    (ws / ".openagents/policy.toml").write_text(hook_toml(["/bin/true"]))
+    user = tmp_path / "u.toml"
+    user.write_text(hook_toml(["/nonexistent/guard"], "AfterTool", 'matcher = "shell"') + hook_toml(["/bin/true"], "SessionStart"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+           "OA_ADMIN_POLICY": str(tmp_path / "none")}
+    proc = subprocess.run([PY, "-m", "orchestrator.cli", "hooks", "--workspace", str(ws), "--policy", str(user)], capture_output=True, text=True,
+                          env=env, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("FAIL AfterTool") and str(user) in lines[0] and "cannot run" in proc.stdout
+    assert any(line.startswith("ok   SessionStart") for line in lines)
+    assert "not in force: BeforeTool hook 0 of .openagents/policy.toml" in proc.stdout
