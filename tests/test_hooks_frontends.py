@@ -171,3 +171,22 @@ def test_the_mcp_server_honours_the_hook(sandbox_image, tmp_path):
 
     anyio.run(session)
     assert log.read_text().count("BeforeTool shell") == len(CURLS) + 1
+
+
+def test_batch_honours_the_hook(sandbox_image, tmp_path):
+    make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    policy, log = guard_policy(tmp_path)
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": CURLS[3]}}]}) + "\n"
+                      + json.dumps({"text": "gave up"}) + "\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "t1", "workspace": "ws", "task": "fetch"}) + "\n")
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "batch", str(tasks), "--out", str(out), "--model", f"script:{script}",
+                           "--policy", str(policy)], capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, cwd=tmp_path,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("OA_ADMIN")}, "PYTHONPATH": str(ROOT),
+                               "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert out.exists(), proc.stderr
+    assert log.read_text().splitlines() == ["BeforeTool shell"]
+    blocked = [r for r in hook_records(tmp_path) if r["hook_event"] == "BeforeTool"]
+    assert [r["outcome"] for r in blocked] == ["blocked"] and blocked[0]["executor"] == "user"
