@@ -190,3 +190,27 @@ def test_batch_honours_the_hook(sandbox_image, tmp_path):
     assert log.read_text().splitlines() == ["BeforeTool shell"]
     blocked = [r for r in hook_records(tmp_path) if r["hook_event"] == "BeforeTool"]
     assert [r["outcome"] for r in blocked] == ["blocked"] and blocked[0]["executor"] == "user"
+
+
+def test_acp_honours_the_hook(sandbox_image, tmp_path, monkeypatch):
+    from orchestrator.acp import models as m
+    from tests.test_acp import Editor, updates
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    policy, log = guard_policy(tmp_path)
+    script = tmp_path / "s.jsonl"
+    script.write_text(json.dumps({"tool_calls": [{"id": "t1", "name": "shell", "arguments": {"command": CURLS[2]}}]}) + "\n"
+                      + json.dumps({"text": "Done."}) + "\n")
+    editor = Editor("--model", f"script:{script}", "--policy", str(policy))
+    try:
+        editor.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+        session_id = m.NewSessionResult.model_validate(editor.call("session/new", {"cwd": str(ws), "mcpServers": []})["result"]).sessionId
+        editor.call("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "fetch"}]})
+    finally:
+        editor.close()
+    final = [u for u in updates(editor, "tool_call_update") if u.get("status") in ("completed", "failed")]
+    assert final[0]["status"] == "failed" and "curl is not allowed" in final[0]["content"][0]["content"]["text"]
+    assert not editor.permission_requests
+    assert log.read_text().splitlines() == ["BeforeTool shell"]
