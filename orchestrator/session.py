@@ -179,7 +179,10 @@ class OpenSession:
         sweeps found, one line each, for the end of the run (the transcript has them as events)."""
         if not self._ended and getattr(self, "pipeline", None) is not None:  # SessionEnd: once, also after Ctrl-C or a fatal error
             self._ended = True
-            hook_wiring.session_end(self.pipeline.hooks, self.record.status, self.record.reason)
+            try:
+                hook_wiring.session_end(self.pipeline.hooks, self.record.status, self.record.reason)
+            except KeyboardInterrupt:  # a second Ctrl-C cuts the hooks short (killed), never the box's removal
+                pass
         try:
             self.sandbox.close()
         finally:
