@@ -122,19 +122,19 @@ def split(command: list[str] | str) -> list[str]:
         return []
 
 
-def names_box_file(hook: HookSpec, workspace: Path, roots: list[Path]) -> str | None:
-    """The first word of the command that names an existing file where a box can write (relative
-    words are taken from the workspace, the hook's cwd; a bare program name from PATH). What a
-    shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
-    argv = hook.argv
-    for index, word in enumerate(argv):
+def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[int, Path]]:
+    """The words of the command that name an existing file where a box can write, each with its path
+    as named (relative words are taken from the workspace, the hook's cwd; a bare program name from
+    PATH). What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
+    found: list[tuple[int, Path]] = []
+    for index, word in enumerate(hook.argv):
         if not word or word.startswith("-"):
             continue
         if index == 0 and "/" not in word:
-            found = _which(word)
-            if found is None:
+            program = _which(word)
+            if program is None:
                 continue
-            path = Path(found)
+            path = Path(program)
         else:
             path = Path(word) if os.path.isabs(word) else workspace / word
         try:
@@ -143,8 +143,19 @@ def names_box_file(hook: HookSpec, workspace: Path, roots: list[Path]) -> str | 
         except (OSError, ValueError):
             continue
         if exists and any(real == root or root in real.parents for root in roots):
-            return word
-    return None
+            found.append((index, path))
+    return found
+
+
+def names_box_file(hook: HookSpec, workspace: Path, roots: list[Path]) -> str | None:
+    words = box_words(hook, workspace, roots)
+    return hook.argv[words[0][0]] if words else None
+
+
+def with_argv(hook: HookSpec, argv: list[str]) -> HookSpec:
+    placed = hook.model_copy(update={"command": argv})
+    placed._tier, placed._where, placed._position = hook._tier, hook._where, hook._position
+    return placed
 
 
 def _which(name: str) -> str | None:

@@ -6,17 +6,35 @@ import sys
 from pathlib import Path
 
 from .. import events as ev
+from ..errors import ErrorType, OpenAgentsError
 from ..policy import pins
 from ..protocol import Executor
 from ..transcript import Transcript
+from ..workspace.records import SessionRecord
 from .engine import Hooks, clean
-from .spec import Collected, in_force
+from .spec import Collected, HookSpec, box_words, in_force, with_argv
 
 
 def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
-         box_workspace: Path | None = None) -> Hooks | None:
-    """The hooks in force (hooks/spec.py in_force); each one left out is recorded and said on stderr."""
-    specs, dropped = in_force(collected.specs, collected.trusted, workspace, pins.box_roots(workspace))
+         box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False) -> Hooks | None:
+    """The hooks in force (hooks/spec.py in_force); each one left out is recorded and said on stderr.
+    A trusted hook's files where the box can write run from their copies pinned at the start (`record`)."""
+    roots = pins.box_roots(workspace)
+    kept, dropped = in_force(collected.specs, collected.trusted, workspace, roots)
+    specs: list[HookSpec] = []
+    for hook in kept:
+        argv = hook.argv
+        try:
+            for index, path in box_words(hook, workspace, roots):
+                if record is None:
+                    raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: no session to pin it in")
+                argv[index] = str(pins.hook_script(record, workspace, path, resumed))
+        except OpenAgentsError as err:
+            dropped.append(f"{hook.label()}: {err.message}")
+            continue
+        specs.append(with_argv(hook, argv) if argv != hook.argv else hook)
+    if record is not None:
+        record.save()
     for line in [*collected.dropped, *dropped]:
         transcript.emit(ev.HookRan(executor=Executor.OPENAGENTS, outcome="not_in_force", reason=clean(line)))
         sys.stderr.write(clean(f"oa-sandbox: hook not in force: {line}") + "\n")

@@ -126,3 +126,29 @@ def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(san
     text = Path(transcript).read_text()
     assert "\x1b" not in text and "\\u001b" not in text and len(text) < 1_000_000
     assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode != 0  # nothing left running
+
+
+def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_image, tmp_path):
+    """A trusted hook runs a script inside the workspace; the box rewrites the script: the start's pinned copy runs, this session and on resume."""
+    canary = tmp_path / "canary"
+    log = tmp_path / "guard.log"
+    ws = make_workspace(tmp_path / "ws", {
+        ".openagents/policy.toml": '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", ".openagents/hooks/guard.sh"]\n',
+        ".openagents/hooks/guard.sh": f"echo A >> {log}\n",
+    })
+    user = tmp_path / "user.toml"
+    user.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    with FakeModelServer() as server:
+        server.openai_turn("", [("shell", {"command": f"echo 'echo ran > {canary}' > .openagents/hooks/guard.sh"})])
+        server.openai_turn("", [("shell", {"command": "echo next"})])
+        server.openai_turn("first done")
+        server.openai_turn("", [("shell", {"command": "echo resumed"})])
+        server.openai_turn("second done")
+        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--output", "json", "--policy", str(user)]
+        first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", *model, "one")
+        assert first.returncode == 0, first.stderr
+        assert str(canary) in (ws / ".openagents/hooks/guard.sh").read_text()  # the box did rewrite it
+        second = oa(tmp_path, "run", "--resume", json.loads(first.stdout)["session_id"], *model, "two")
+        assert second.returncode == 0, second.stderr
+    assert not canary.exists()
+    assert log.read_text().splitlines() == ["A", "A", "A"]
