@@ -186,3 +186,17 @@ def test_the_hooks_command_lists_hooks_their_origin_and_what_cannot_run(tmp_path
     assert lines[0].startswith("FAIL AfterTool") and str(user) in lines[0] and "cannot run" in proc.stdout
     assert any(line.startswith("ok   SessionStart") for line in lines)
     assert "not in force: BeforeTool hook 0 of .openagents/policy.toml" in proc.stdout
+
+
+def test_transcript_show_prints_a_hook_block_escaped(tmp_path):
+    import subprocess
+
+    hook = script(tmp_path, "h.py", "print(json.dumps({'decision': 'block', 'reason': 'no \\x1b[31mred', 'systemMessage': 'told \\x07you'}))")
+    hooks, path = hooks_of(tmp_path, hook_toml(hook, extra='id = "guard"'))
+    hooks.fire("BeforeTool", {}, tool="shell", call_id="c1")
+    hooks.transcript.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "XDG_STATE_HOME": str(tmp_path / "state")}
+    shown = subprocess.run([PY, "-m", "orchestrator.cli", "transcript", "show", str(path)], capture_output=True, text=True, env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "hook guard BeforeTool blocked" in shown.stdout and "told" in shown.stdout
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
