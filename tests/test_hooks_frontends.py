@@ -214,3 +214,15 @@ def test_acp_honours_the_hook(sandbox_image, tmp_path, monkeypatch):
     assert final[0]["status"] == "failed" and "curl is not allowed" in final[0]["content"][0]["content"]["text"]
     assert not editor.permission_requests
     assert log.read_text().splitlines() == ["BeforeTool shell"]
+
+
+def test_doctor_fails_on_a_hook_whose_program_cannot_run(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    policy = tmp_path / "p.toml"
+    policy.write_text('[[hooks]]\nid = "gone"\nevent = "AfterTool"\ncommand = ["/nonexistent/lint"]\n')
+    (tmp_path / "config" / "openagents-sandbox").mkdir(parents=True)
+    (tmp_path / "config" / "openagents-sandbox" / "config.toml").write_text(f'policy = ["{policy}"]\n')
+    proc = oa(tmp_path, "doctor", "--workspace", str(ws))
+    assert proc.returncode != 0 and "[fail] hook gone (AfterTool" in proc.stdout and "is not a file" in proc.stdout, proc.stdout[-2000:]
+    policy.write_text('[[hooks]]\nid = "fine"\nevent = "AfterTool"\ncommand = ["/bin/true"]\n')
+    assert "1 hook(s) in force, every program executable" in oa(tmp_path, "doctor", "--workspace", str(ws)).stdout

@@ -38,3 +38,24 @@ def hooks(workspace: str, policies: tuple[str, ...]) -> None:
         click.echo("no hooks")
     if bad:
         raise click.exceptions.Exit(1)
+
+
+def doctor_check(ws: Path) -> bool:
+    """`doctor`'s lines on the hooks in force here (the config file's policies): False if one cannot run."""
+    from ..hooks.engine import clean
+    from ..hooks.listing import hooks_for, problem
+
+    try:
+        specs, dropped = hooks_for(ws, list(load_defaults().policy))
+    except OpenAgentsError as err:
+        click.echo(clean(f"[fail] hooks: {err.message}", 2000))
+        return False
+    troubles = [(hook, problem(hook, ws)) for hook in specs]
+    for hook, trouble in troubles:
+        if trouble:
+            click.echo(clean(f"[fail] hook {hook.label()} ({hook.event}, from {hook.where}): {trouble}", 2000))
+    for line in dropped:
+        click.echo(clean(f"[warn] hook not in force: {line}", 2000))
+    if specs and not any(trouble for _, trouble in troubles):
+        click.echo(f"[ok]   {len(specs)} hook(s) in force, every program executable (`oa-sandbox hooks` lists them)")
+    return not any(trouble for _, trouble in troubles)
