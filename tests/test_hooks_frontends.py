@@ -134,7 +134,10 @@ import json, sys
 event = json.load(sys.stdin)
 command = event["tool_input"]["command"]
 new = {{"rewrite-ok": {{"command": "echo rewritten"}}, "rewrite-bad": {{"command": 5}}, "rewrite-rm": {{"command": "rm a.txt"}}}}.get(command)
-print(json.dumps({{"hookSpecificOutput": {{"tool_input": new}}}} if new else {{}}))
+if command == "stop-now":
+    print(json.dumps({{"continue": False, "stopReason": "enough for today"}}))
+else:
+    print(json.dumps({{"hookSpecificOutput": {{"tool_input": new}}}} if new else {{}}))
 """)
     policy, _ = guard_policy(tmp_path, f'\n[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = ["{rewrite}"]\n'
                                        '\n[[rules]]\nid = "no-rm"\ntool = "shell"\ncommand_prefix = "rm"\ndecision = "deny"\n')
@@ -150,6 +153,9 @@ print(json.dumps({{"hookSpecificOutput": {{"tool_input": new}}}} if new else {{}
         with pytest.raises(ToolError) as denied:
             box.shell("rewrite-rm")
         assert denied.value.type is ErrorType.REFUSED_BY_POLICY  # the ladder decides after the hook
+        with pytest.raises(ToolError) as stopped:
+            box.shell("stop-now")
+        assert stopped.value.type is ErrorType.HOOK_STOPPED and "enough for today" in str(stopped.value)
     assert (ws / "a.txt").exists()
 
 

@@ -45,8 +45,10 @@ def before_tool(hooks: Hooks, registry: ToolRegistry, prepared: PreparedCall) ->
         verdict = hooks.fire("BeforeTool", _fields(prepared), tool=prepared.spec.name, kind=prepared.kind, command=prepared.command,
                              call_id=prepared.call.id, stop_at_rewrite=True)
         ask = ask or verdict.ask
-        if verdict.blocked or verdict.stop:
-            raise OpenAgentsError(verdict.error_type, f"a hook refused {prepared.action}: {verdict.reason or verdict.stop_reason}")
+        if verdict.stop:  # fatal: the turn loop ends the session on it
+            raise OpenAgentsError(ErrorType.HOOK_STOPPED, f"a hook stopped the session at {prepared.action}: {verdict.stop_reason}")
+        if verdict.blocked:
+            raise OpenAgentsError(verdict.error_type, f"a hook refused {prepared.action}: {verdict.reason}")
         if verdict.tool_input is None or verdict.tool_input == prepared.arguments():
             return prepared, ask
         call = prepared.call.model_copy(update={"arguments": verdict.tool_input, "raw_arguments": None, "arguments_error": None})
