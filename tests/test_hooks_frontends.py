@@ -232,3 +232,27 @@ def test_doctor_fails_on_a_hook_whose_program_cannot_run(sandbox_image, tmp_path
     assert proc.returncode != 0 and "[fail] hook gone (AfterTool" in proc.stdout and "is not a file" in proc.stdout, proc.stdout[-2000:]
     policy.write_text('[[hooks]]\nid = "fine"\nevent = "AfterTool"\ncommand = ["/bin/true"]\n')
     assert "1 hook(s) in force, every program executable" in oa(tmp_path, "doctor", "--workspace", str(ws)).stdout
+
+
+def test_a_notification_hook_fires_before_a_person_is_asked(sandbox_image, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    log = tmp_path / "notify.log"
+    hook = write_script(tmp_path / "notify.py", """#!{py}
+import json, sys
+e = json.load(sys.stdin)
+open({log!r}, "a").write(e["notification_type"] + " " + e["details"]["tool_name"] + "\\n")
+""", log=str(log))
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'[[hooks]]\nevent = "Notification"\nmatcher = "ToolPermission"\ncommand = ["{hook}"]\n')
+    order: list[str] = []
+
+    def approver(request):
+        order.append("asked:" + (log.read_text() if log.exists() else ""))
+        return True
+
+    with Sandbox(ws, approver=approver, policy_files=[policy]) as box:
+        box.read_file("a.txt")  # automatic: nobody is asked, no notification
+        assert "x" in box.shell("echo x").output
+    assert order == ["asked:ToolPermission shell\n"]

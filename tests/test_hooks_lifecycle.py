@@ -77,3 +77,37 @@ def test_a_before_model_stop_is_a_typed_fatal_end_and_session_end_still_fires(sa
     assert "the budget office says no" in out["error"]["message"]
     assert asked == 0
     assert log.read_text().splitlines() == ["SessionStart startup", "SessionEnd stopped"]
+
+
+def test_agent_model_selection_and_compression_points_fire_with_their_effects(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"big.txt": "x" * 12000 + "\n"})
+    log = tmp_path / "points.log"
+    hook = tmp_path / "points.py"
+    hook.write_text(f"""#!{sys.executable}
+import json, sys
+e = json.load(sys.stdin)
+name = e["hook_event_name"]
+open({str(log)!r}, "a").write(name + "\\n")
+if name == "BeforeAgent":
+    print(json.dumps({{"hookSpecificOutput": {{"additionalContext": "TICKET-7 says: be brief"}}}}))
+elif name == "BeforeToolSelection":
+    print(json.dumps({{"hookSpecificOutput": {{"toolConfig": {{"allowedFunctionNames": ["read_file", "list_files"]}}}}}}))
+""")
+    hook.chmod(0o755)
+    policy = tmp_path / "p.toml"
+    policy.write_text("".join(f'[[hooks]]\nevent = "{point}"\ncommand = ["{hook}"]\n'
+                              for point in ("BeforeAgent", "AfterAgent", "BeforeToolSelection", "BeforeModel", "AfterModel", "PreCompress")))
+    with FakeModelServer() as server:
+        server.openai_turn("", [("read_file", {"path": "big.txt"})])
+        server.openai_turn("", [("list_files", {"path": "."})])
+        server.openai_turn("done")
+        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", "openai:m", "--base-url",
+                               server.base_url, "--policy", str(policy), "--non-interactive", "--output", "json", "--context-window", "4000",
+                               "go"], env=environment(tmp_path), cwd=ROOT, input="", capture_output=True, text=True, timeout=240)
+        bodies = [r["body"] for r in server.requests if r.get("body", {}).get("messages")]
+    assert proc.returncode == 0, proc.stderr
+    assert "TICKET-7 says: be brief" in bodies[0]["messages"][1]["content"]  # BeforeAgent's context, with the prompt
+    assert all(sorted(t["function"]["name"] for t in b["tools"]) == ["list_files", "read_file"] for b in bodies)  # narrowed
+    points = log.read_text().splitlines()
+    assert points[0] == "BeforeAgent" and points[-1] == "AfterAgent" and points.count("BeforeModel") == 3 and points.count("AfterModel") == 3
+    assert "PreCompress" in points
