@@ -85,7 +85,8 @@ class CallPipeline:
                 prepared, ask = tool_hooks.before_tool(self.hooks, self.registry, prepared)
             except OpenAgentsError as err:
                 return self.finish(call, ToolResult.failure(err, executor=Executor.USER))
-        self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action)
+        rewritten = prepared.arguments() if prepared.call is not call else None  # a hook's new input, recorded as judged and run
+        self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action, arguments=rewritten)
         outcome = tool_hooks.decide(self.gate, prepared, ask, self.hooks)
         with self.books:
             self._actions[call.id] = prepared.action

@@ -156,7 +156,11 @@ else:
         with pytest.raises(ToolError) as stopped:
             box.shell("stop-now")
         assert stopped.value.type is ErrorType.HOOK_STOPPED and "enough for today" in str(stopped.value)
+        transcript = box.transcript_path
     assert (ws / "a.txt").exists()
+    judged = [json.loads(line) for line in Path(transcript).read_text().splitlines()]
+    rewritten = [r["arguments"]["command"] for r in judged if r.get("state") == "awaiting_approval" and r.get("arguments")]
+    assert rewritten == ["echo rewritten", "rm a.txt"]  # each hook's new input is recorded as judged and run
 
 
 def test_the_mcp_server_honours_the_hook(sandbox_image, tmp_path):
