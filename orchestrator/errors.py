@@ -42,6 +42,7 @@ class ErrorType(str, Enum):
     REFUSED_BY_POLICY = "refused_by_policy"
     REJECTED_BY_USER = "rejected_by_user"
     CANCELLED = "cancelled"
+    HOOK_FAILED = "hook_failed"  # a user's hook crashed, timed out or printed no JSON (docs/hooks.md): a Before* hook fails closed
     # fatal: the session cannot go on
     NO_SPACE = "no_space"
     DOCKER_UNAVAILABLE = "docker_unavailable"
@@ -54,6 +55,7 @@ class ErrorType(str, Enum):
     BUDGET_EXCEEDED = "budget_exceeded"  # --max-tokens or --max-wall spent
     WORKSPACE_QUOTA_EXCEEDED = "workspace_quota_exceeded"
     SANDBOX_CLOSED = "sandbox_closed"  # a call on a sandbox the program closed (orchestrator.api)
+    HOOK_STOPPED = "hook_stopped"  # a user's hook answered continue: false (docs/hooks.md)
 
     @property
     def recoverable(self) -> bool:
@@ -81,6 +83,7 @@ _FATAL = frozenset(
         ErrorType.BUDGET_EXCEEDED,
         ErrorType.WORKSPACE_QUOTA_EXCEEDED,
         ErrorType.SANDBOX_CLOSED,
+        ErrorType.HOOK_STOPPED,
     }
 )
 

@@ -284,6 +284,28 @@ class ChangesApplied(_Event):
     conflicts: list[Any] = Field(default_factory=list)
 
 
+class HookRan(_Event):
+    """One run of a user's hook (docs/hooks.md), executor `user`: its point, what it answered and
+    what that did. Every text it printed is escaped and cut (hooks/engine.py) before it lands here."""
+
+    type: Literal["hook"] = "hook"
+    hook_event: str = ""
+    hook: str = ""  # its id, or its place in its file
+    tier: str = ""
+    source: str = ""
+    call_id: str | None = None
+    tool: str | None = None
+    outcome: str = ""  # ok | blocked | error | timeout | stopped
+    exit_code: int | None = None
+    decision: str | None = None
+    reason: str = ""
+    system_message: str = ""
+    rewrote_input: bool = False
+    context_chars: int = 0
+    error_type: str | None = None
+    took_s: float = 0.0
+
+
 class SessionEnded(_Event):
     type: Literal["session_end"] = "session_end"
     status: str = ""
@@ -300,7 +322,7 @@ Event = Annotated[
     Union[SessionStarted, SessionResumed, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed,
           ModelResponded, BudgetSpent,
           ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, McpServersStarted,
-          ChangesApplied, SessionEnded],
+          ChangesApplied, HookRan, SessionEnded],
     Field(discriminator="type"),
 ]
 EVENT_MODELS: tuple[type[_Event], ...] = get_args(get_args(Event)[0])  # the union's members, for the set of types

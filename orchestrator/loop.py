@@ -21,6 +21,7 @@ from . import events as ev
 from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
 from .config import DEFAULT_MAX_TURNS
 from .errors import ErrorType, OpenAgentsError
+from .hooks import turns as hook_points
 from .models.base import Message, ModelClient, ToolCall
 from .pipeline import CallOutcome, CallPipeline
 from .policy.approvals import ApprovalGate
@@ -114,13 +115,19 @@ class Session:
                                                workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active()))
         self.messages.append(Message(role="user", content=task))
         self._started = time.monotonic()
+        try:
+            self.messages[-1].content += hook_points.before_agent(self.pipeline.hooks, task)
+        except OpenAgentsError as err:
+            return self._end(SessionStatus.STOPPED, err.message, self.turn, error=err)
         wall_timer = None
         if self.budget.max_wall_s is not None:  # a call still running when the time is up is killed, not waited for
             wall_timer = threading.Timer(self.budget.max_wall_s, self._wall_spent)
             wall_timer.daemon = True
             wall_timer.start()
         try:
-            return self._run_turns()
+            result = self._run_turns()
+            hook_points.after_agent(self.pipeline.hooks, task, result.status.value, result.final_text)
+            return result
         finally:
             if wall_timer is not None:
                 wall_timer.cancel()
@@ -157,7 +164,8 @@ class Session:
                 turn += 1
                 self.turn = turn
                 self._compact(turn)
-                tools = self.registry.declarations(self.model.family)
+                tools = hook_points.select_tools(self.pipeline.hooks, self.registry.declarations(self.model.family), _tool_name)
+                hook_points.before_model(self.pipeline.hooks, self.messages, turn, self.model.name)
                 context_tokens = estimate_tokens(self.messages)
                 self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools],
                                                        context_tokens=context_tokens))
@@ -173,6 +181,7 @@ class Session:
                 self.transcript.notify(ev.BudgetSpent(turn=turn, tokens=dict(self.tokens), max_tokens=self.budget.max_tokens,
                                                       wall_s=round(time.monotonic() - self._started, 3), max_wall_s=self.budget.max_wall_s,
                                                       context_tokens=context_tokens, context_window=self.context_window))
+                hook_points.after_model(self.pipeline.hooks, reply.text, [c.model_dump(exclude_none=True) for c in reply.tool_calls], turn)
                 self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
                 if not reply.tool_calls:
                     return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)
@@ -191,6 +200,8 @@ class Session:
                 if fatal:
                     stop = OpenAgentsError(fatal.type, fatal.message)
                     return self._end(SessionStatus.STOPPED, f"a fatal error: {fatal.type.value}: {fatal.message}", turn, error=stop)
+                if self.pipeline.stop_reason:
+                    raise OpenAgentsError(ErrorType.HOOK_STOPPED, f"a hook stopped the session: {self.pipeline.stop_reason}")
                 if looping:
                     stop = OpenAgentsError(ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row")
                     return self._end(SessionStatus.STOPPED, stop.message, turn, error=stop)
@@ -235,6 +246,7 @@ class Session:
     def _compact(self, turn: int) -> None:
         elided, before, after = compact(self.messages, self.context_window)
         if elided:
+            hook_points.pre_compress(self.pipeline.hooks, turn, before, self.context_window)
             self.transcript.emit(ev.ContextCompacted(executor=Executor.OPENAGENTS, turn=turn, elided_outputs=elided, tokens_before=before,
                                                      tokens_after=after, context_window=self.context_window))
 

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from . import events as ev
 from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
+from .hooks import tools as tool_hooks
+from .hooks.engine import Hooks
 from .models.base import ToolCall
 from .policy.approvals import ApprovalGate
 from .protocol import Executor, ToolResult
@@ -60,6 +62,8 @@ class CallPipeline:
         # MAX_EGRESS_SUMMARY records, then egress_omitted says how many more the transcript has.
         self.egress: list[dict[str, Any]] = []
         self.egress_omitted = 0
+        self.hooks: Hooks | None = None  # the user's hooks (hooks/): BeforeTool before the ladder, AfterTool after the run
+        self.stop_reason = ""  # a hook's continue: false (the turn loop ends the session on it)
 
     def run(self, call: ToolCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         """All four steps for one call."""
@@ -75,8 +79,15 @@ class CallPipeline:
             prepared = self.registry.prepare(call)
         except OpenAgentsError as err:
             return self.finish(call, ToolResult.failure(err, executor=Executor.OPENAGENTS))
-        self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action)
-        outcome = self.gate.decide(prepared)
+        ask = False
+        if self.hooks is not None:  # before the ladder, which then decides on what the hooks left
+            try:
+                prepared, ask = tool_hooks.before_tool(self.hooks, self.registry, prepared)
+            except OpenAgentsError as err:
+                return self.finish(call, ToolResult.failure(err, executor=Executor.USER))
+        rewritten = prepared.arguments() if prepared.call is not call else None  # a hook's new input, recorded as judged and run
+        self._state(call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action, arguments=rewritten)
+        outcome = tool_hooks.decide(self.gate, prepared, ask, self.hooks)
         with self.books:
             self._actions[call.id] = prepared.action
         self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=call.id, tool=call.name, action=prepared.action,
@@ -117,6 +128,9 @@ class CallPipeline:
             err = OpenAgentsError(ErrorType.CANCELLED, "the session was cancelled while this call ran; its processes were killed")
             cancelled = ToolResult.failure(err, executor=Executor.USER, output=result.output, meta=result.meta, egress=result.egress)
             return self.finish(call, cancelled, state=ToolCallState.CANCELLED)
+        if self.hooks is not None:
+            result, stop = tool_hooks.after_tool(self.hooks, prepared, result)
+            self.stop_reason = self.stop_reason or stop
         return self.finish(call, result)
 
     def kill_running(self) -> None:

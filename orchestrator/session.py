@@ -17,6 +17,8 @@ from .boxfs import HostBudget, lstat_workspace, read_workspace_file
 from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
+from .hooks import wiring as hook_wiring
+from .hooks.spec import Collected
 from .loop import Session
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
@@ -57,7 +59,7 @@ class SessionOptions(BaseModel):
 
 
 def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | None = None,
-                  sources: list[Source] | None = None) -> tuple[list[PolicyRule], EgressPolicy]:
+                  sources: list[Source] | None = None, hooks: Collected | None = None) -> tuple[list[PolicyRule], EgressPolicy]:
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
     (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user).
 
@@ -67,6 +69,7 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
     file that lies where a box can write counts as a workspace policy, however it was named
     (policy/pins.py). `resumed`: the user's files come from what that session pinned at its start,
     and its pinned workspace policies apply beside today's. `sources` gets what was read (to pin).
+    `hooks` gets the files' [[hooks]]: on resume, none from a workspace file read afresh (only its pin's).
     """
     collected: list[Source] = []
     loaded = []
@@ -80,13 +83,20 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
         rel = f".openagents/{name}"
         if lstat_workspace(workspace, rel) is not None:
             raw = read_workspace_file(workspace, rel, POLICY_CAP)
-            loaded.append(parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True))
+            fresh = parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True)
+            if resumed is not None and fresh.hooks and hooks is not None:  # what the box wrote since the start grants nothing
+                hooks.dropped += [f"{h.label()}: {rel} read afresh on resume; only the hooks pinned at the session's start run" for h in fresh.hooks]
+                fresh = fresh.model_copy(update={"hooks": []})
+            loaded.append(fresh)
             collected.append(Source("workspace_policy", workspace / rel, raw, True))
     for source in [*pins.pinned_workspace_sources(resumed), *pins.user_sources(files, workspace, resumed)]:
         loaded.append(pins.parse(source))
         collected.append(source)
     if sources is not None:
         sources += collected
+    if hooks is not None:
+        hooks.specs += [hook for policy in loaded for hook in policy.hooks]
+        hooks.trusted = hooks.trusted or any(policy.trust_workspace_hooks for policy in loaded)  # parse_policy refuses it below the user tier
     egress = EgressPolicy()
     for policy in loaded:
         if policy.egress:
@@ -139,6 +149,8 @@ class OpenSession:
     # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
     context: ContextFiles | None = field(init=False, default=None)
     root_context: str = field(init=False, default="")
+    hook_context: str = field(init=False, default="")  # what SessionStart hooks added, for the model's system prompt
+    _ended: bool = field(init=False, default=False)
 
     def kill_running(self) -> None:
         self.sandbox.kill_processes()
@@ -165,6 +177,12 @@ class OpenSession:
     def close(self) -> list[str]:
         """Removes the sandbox, which sweeps the workspace; records what changed; returns what the
         sweeps found, one line each, for the end of the run (the transcript has them as events)."""
+        if not self._ended and getattr(self, "pipeline", None) is not None:  # SessionEnd: once, also after Ctrl-C or a fatal error
+            self._ended = True
+            try:
+                hook_wiring.session_end(self.pipeline.hooks, self.record.status, self.record.reason)
+            except KeyboardInterrupt:  # a second Ctrl-C cuts the hooks short (killed), never the box's removal
+                pass
         try:
             self.sandbox.close()
         finally:
@@ -210,7 +228,8 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     model = _model(options, watchers) if options.model_spec is not None else None
     try:
         read: list[Source] = []  # pinned in the record below
-        rules, egress = load_policies(workspace, options.policy_files, resume, read)
+        hook_specs = Collected()
+        rules, egress = load_policies(workspace, options.policy_files, resume, read, hook_specs)
         config_file = pins.user_config_source(workspace)
         if config_file is not None:
             pins.note_changed(resume, "user_config", config_file.path)
@@ -293,7 +312,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.pipeline = CallPipeline(registry, gate, transcript)
+    opened.pipeline.hooks = hook_wiring.make(hook_specs, workspace, transcript, record.id, key_var, box_ws, record,
+                                              resumed=rebuilt is not None)
     opened.context, opened.root_context = context, root_context
+    opened.hook_context = hook_wiring.session_start(opened.pipeline.hooks, "resume" if rebuilt is not None else "startup", kind)
     if model is not None:
         opened.session = _turn_loop(opened, model, options)
         if rebuilt is not None:
@@ -343,6 +365,8 @@ def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions)
     if opened.context is not None:
         session.messages[0].content += opened.root_context
         session.context_files = opened.context
+    if opened.hook_context:
+        session.messages[0].content += opened.hook_context
     return session
 
 

@@ -122,6 +122,9 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     ]
     for name, value in rows:
         click.echo(f"  {name:<18} {value}")
+    from .hooks import doctor_check
+
+    ok &= doctor_check(ws)  # the user's hooks (docs/hooks.md): each program must be able to run
     if attack and diagnosis.can_start:
         from .selfcheck import run_checks
 

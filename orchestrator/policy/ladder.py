@@ -20,6 +20,7 @@ from pydantic_core import ErrorDetails
 from ..boxfs import read_workspace_file
 from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
+from ..hooks.spec import HookSpec
 from ..tools import catalog
 from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
@@ -154,6 +155,8 @@ class PolicyFile(BaseModel):
     workspace_access: Access | None = Field(default=None, description="read-write | copy-only | read-only: the most restrictive in force wins.")
     rules: list[PolicyRule] = Field(default_factory=list)
     egress: EgressPolicy | None = None
+    hooks: list[HookSpec] = Field(default_factory=list, max_length=100, description="[[hooks]]: the user's programs at the loop's points (docs/hooks.md).")
+    trust_workspace_hooks: bool = Field(default=False, description="User or admin only: a workspace file's hooks may run on the host.")
 
 
 def access_rules(level: Access | None, where: str, tier: Tier) -> list[PolicyRule]:
@@ -177,7 +180,7 @@ def access_of(rules: list[PolicyRule]) -> Access:
 POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
 POLICY_NAMES = ("policy.toml", "policy.yaml", "policy.yml")
 _KNOWN_KEYS = (frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
-               | frozenset(EgressRule.model_fields) | frozenset(EgressCredential.model_fields))
+               | frozenset(EgressRule.model_fields) | frozenset(EgressCredential.model_fields) | frozenset(HookSpec.model_fields))
 
 
 def _invalid(where: str, problem: str) -> OpenAgentsError:
@@ -216,7 +219,7 @@ def did_you_mean(word: str, allowed: list[str] | tuple[str, ...] | frozenset[str
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-_MODEL_OF_PLACE: dict[str, type[BaseModel]] = {"rules": PolicyRule, "egress": EgressPolicy}
+_MODEL_OF_PLACE: dict[str, type[BaseModel]] = {"rules": PolicyRule, "egress": EgressPolicy, "hooks": HookSpec}
 _EGRESS_PLACES: dict[str, type[BaseModel]] = {"rules": EgressRule, "credentials": EgressCredential}
 _TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a table",
                "model_type": "must be a table", "int_type": "must be a whole number", "bool_type": "must be true or false"}
@@ -247,6 +250,8 @@ def _problem(e: ErrorDetails) -> str:
         return f"{_loc(loc)}: must be one of read-write, copy-only, read-only"
     if kind == "string_too_long":
         return f"{_loc(loc)}: string_too_long (over the length this key allows)"
+    if kind == "value_error" and loc[:1] == ("hooks",) and loc[-1] in _HOOK_VALUES:
+        return f"{_loc(loc)}: {_HOOK_VALUES[str(loc[-1])]}"
     if kind == "value_error" and loc[:1] == ("egress",) and loc[-1] in _EGRESS_VALUES:
         return f"{_loc(loc)}: {_EGRESS_VALUES[str(loc[-1])]}"
     return f"{_loc(loc)}: {_TYPE_WORDS.get(kind, kind)}"
@@ -260,6 +265,14 @@ _EGRESS_VALUES = {
     "path": "must be a glob starting with / (visible ASCII)",
     "path_prefix": "must start with / (visible ASCII)",
     "methods": "must be a list of HTTP method names, or [\"*\"]",
+}
+
+
+_HOOK_VALUES = {
+    "event": "must be one of BeforeTool, AfterTool, BeforeModel, AfterModel, BeforeToolSelection, BeforeAgent, AfterAgent, "
+             "SessionStart, SessionEnd, PreCompress, Notification",
+    "matcher": "must be a valid regular expression", "command_regex": "must be a valid regular expression",
+    "command": "must be a non-empty argv list (or a string of words)", "env": "must list environment variable names",
 }
 
 
@@ -346,11 +359,14 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
         if loose or policy.egress:
             what = f"rules[{loose[0]}] allows" if loose else "it opens egress"
             raise _invalid(where, f"a workspace policy can only ask or deny, never allow ({what})")
+    if policy.trust_workspace_hooks and file_tier <= Tier.WORKSPACE:
+        raise _invalid(where, "trust_workspace_hooks is the user's word: a workspace policy cannot trust itself")
+    hooks = [hook.placed(int(file_tier), where, index) for index, hook in enumerate(policy.hooks)]
     if policy.egress and policy.egress.allow_cidrs and file_tier != Tier.ADMIN:
         raise _invalid(where, "egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
     if policy.egress and policy.egress.upstream_ca and file_tier != Tier.ADMIN:
         raise _invalid(where, "egress upstream_ca is admin-only (OA_ADMIN_POLICY)")
-    return policy.model_copy(update={"rules": rules})
+    return policy.model_copy(update={"rules": rules, "hooks": hooks})
 
 
 class Ladder:

@@ -193,3 +193,47 @@ def user_config_source(workspace: Path) -> Source | None:
     except OpenAgentsError:
         return None
     return Source("user_config", path.resolve(), raw, inside(path, box_roots(workspace)))
+
+
+HOOK_SCRIPT_CAP = 1024 * 1024
+
+
+def hook_script(record: SessionRecord, workspace: Path, path: Path, resumed: bool) -> Path:
+    """A trusted hook's file that lies where the box can write (hooks/spec.py box_words), as the
+    session runs it: a copy pinned at the session's start (read through boxfs: no link followed,
+    regular, capped), so what the box writes there later, this session or before a resume, never
+    runs. On resume the start's copy is taken, its digest checked; a file the start did not pin is
+    refused."""
+    from ..boxfs import read_workspace_file
+
+    rel = os.path.relpath(os.path.normpath(path), workspace)
+    if rel.startswith("..") or os.path.isabs(rel):
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"hook file {path}: where the sandbox can write but outside the workspace: not run")
+    key = str(Path(workspace) / rel)
+    pin = next((p for p in record.pins if p.role == "hook_script" and p.path == key), None)
+    if pin is not None:
+        copy = record.dir / PINS_DIR / pin.pinned
+        raw = _read_capped(copy)
+        if raw is None or sha256(raw) != pin.sha256:
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the copy of hook file {key} pinned at the session's start has changed: not run")
+        return copy
+    if resumed:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"hook file {key} was not pinned at the session's start: not run on resume")
+    raw = read_workspace_file(workspace, rel, HOOK_SCRIPT_CAP)
+    save(record, [Source("hook_script", Path(key), raw, True)])
+    pin = record.pins[-1]
+    copy = record.dir / PINS_DIR / pin.pinned
+    os.chmod(copy, 0o700)
+    return copy
+
+
+def _read_capped(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        return os.read(fd, HOOK_SCRIPT_CAP + 1) if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() else None
+    finally:
+        os.close(fd)

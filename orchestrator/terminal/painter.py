@@ -16,6 +16,7 @@ from ..events import (
     ContextCompacted,
     EgressRecorded,
     Event,
+    HookRan,
     ModelResponded,
     ModelRetrying,
     SandboxStartQueued,
@@ -149,6 +150,10 @@ class Painter:
             return [Line(continued(f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port}{event.path or ''}{extra}{why}"))]
         if isinstance(event, SessionEnded):
             return self._own(f"■ {event.status}{who}: {event.reason}")
+        if isinstance(event, HookRan) and (event.outcome != "ok" or event.system_message):  # a hook that only said ok stays quiet
+            said = f": {event.reason}" if event.reason else ""
+            message = f" ({event.system_message})" if event.system_message else ""
+            return [Line(continued(f"  ⚑ hook {event.hook or ''} {event.hook_event} {event.outcome}{who}{said}{message}"[:2000]))]
         return []
 
     def _result(self, event: ToolCallFinished, who: str) -> list[Line]:

@@ -1,0 +1,195 @@
+"""The `[[hooks]]` tables of a policy file, and which hooks are in force.
+
+A hook names its event, what it matches, the command (an argv list, or a string split like a shell
+would split words, never run by a shell), a timeout and an order. Tiers: the admin's file, the
+user's files, the workspace's own (.openagents/policy.*, or any file lying where a box can write).
+No file removes or weakens another's hook: hooks only add, every matching hook runs, and one that
+blocks decides. A workspace file's hooks run nothing unless a user or admin file says
+`trust_workspace_hooks = true`; a command naming a file where the box can write is workspace
+content too (the box could rewrite it), under the same trust.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+EVENTS = ("BeforeTool", "AfterTool", "BeforeModel", "AfterModel", "BeforeToolSelection", "BeforeAgent", "AfterAgent",
+          "SessionStart", "SessionEnd", "PreCompress", "Notification")
+BEFORE = frozenset({"BeforeTool", "BeforeModel", "BeforeToolSelection", "BeforeAgent"})  # a failed hook here fails closed
+DEFAULT_TIMEOUT_S = 60.0
+
+
+class HookSpec(BaseModel):
+    """One `[[hooks]]` table. `matcher`: a regex the tool's name must match whole (Tool events) or
+    the exact trigger (SessionStart: startup|resume); `kind`: the call's ACP kind; `command_regex`:
+    searched in a shell call's command. `env`: host variables passed on by name (the model's key
+    only with `pass_model_key`, from a user or admin file)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = Field(default=None, max_length=200)
+    event: str = Field(max_length=40)
+    matcher: str | None = Field(default=None, max_length=1000)
+    kind: str | None = Field(default=None, max_length=100)
+    command_regex: str | None = Field(default=None, max_length=1000)
+    command: list[str] | str
+    timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600)
+    order: int = 0
+    env: list[str] = Field(default_factory=list, max_length=64)
+    pass_model_key: bool = False
+    _tier: int = PrivateAttr(default=2)  # ladder.Tier's value (spec.py does not import the ladder)
+    _where: str = PrivateAttr(default="")
+    _position: int = PrivateAttr(default=0)
+
+    @field_validator("event")
+    @classmethod
+    def _known_event(cls, value: str) -> str:
+        if value not in EVENTS:
+            raise ValueError("must be one of " + ", ".join(EVENTS))
+        return value
+
+    @field_validator("matcher", "command_regex")
+    @classmethod
+    def _regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error:
+                raise ValueError("must be a valid regular expression") from None
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _argv(cls, value: list[str] | str) -> list[str] | str:
+        argv = split(value)
+        if not argv or not argv[0] or len(argv) > 256 or any(len(a) > 4096 or "\x00" in a for a in argv):
+            raise ValueError("must be a non-empty argv list (or a string of words), at most 256 words of 4096 characters")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        if any(not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name) for name in value):
+            raise ValueError("must list environment variable names")
+        return value
+
+    @property
+    def argv(self) -> list[str]:
+        return split(self.command)
+
+    @property
+    def tier(self) -> int:
+        return self._tier
+
+    @property
+    def where(self) -> str:
+        return self._where
+
+    def label(self) -> str:
+        return self.id or f"{self.event} hook {self._position} of {self._where or 'a policy'}"
+
+    def placed(self, tier: int, where: str, position: int) -> "HookSpec":
+        hook = self.model_copy()
+        hook._tier, hook._where, hook._position = tier, where, position
+        return hook
+
+    def matches(self, tool: str | None = None, kind: str | None = None, command: str | None = None, trigger: str | None = None) -> bool:
+        if self.matcher is not None and self.matcher not in ("", "*"):
+            subject = tool if tool is not None else trigger
+            if subject is None:
+                return False
+            if tool is not None and not re.fullmatch(self.matcher, subject):
+                return False
+            if tool is None and subject != self.matcher:
+                return False
+        if self.kind is not None and self.kind != kind:
+            return False
+        if self.command_regex is not None and (command is None or not re.search(self.command_regex, command)):
+            return False
+        return True
+
+
+def split(command: list[str] | str) -> list[str]:
+    if isinstance(command, list):
+        return list(command)
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return []
+
+
+def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[int, Path]]:
+    """The words of the command that name an existing file where a box can write, each with its path
+    as named (relative words are taken from the workspace, the hook's cwd; a bare program name from
+    PATH). What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
+    found: list[tuple[int, Path]] = []
+    for index, word in enumerate(hook.argv):
+        if not word or word.startswith("-"):
+            continue
+        if index == 0 and "/" not in word:
+            program = _which(word)
+            if program is None:
+                continue
+            path = Path(program)
+        else:
+            path = Path(word) if os.path.isabs(word) else workspace / word
+        try:
+            real = Path(os.path.realpath(path))
+            exists = os.path.lexists(path)
+        except (OSError, ValueError):
+            continue
+        if exists and any(real == root or root in real.parents for root in roots):
+            found.append((index, path))
+    return found
+
+
+def names_box_file(hook: HookSpec, workspace: Path, roots: list[Path]) -> str | None:
+    words = box_words(hook, workspace, roots)
+    return hook.argv[words[0][0]] if words else None
+
+
+def with_argv(hook: HookSpec, argv: list[str]) -> HookSpec:
+    placed = hook.model_copy(update={"command": argv})
+    placed._tier, placed._where, placed._position = hook._tier, hook._where, hook._position
+    return placed
+
+
+def _which(name: str) -> str | None:
+    import shutil
+
+    return shutil.which(name)
+
+
+def in_force(specs: list[HookSpec], trusted: bool, workspace: Path, roots: list[Path]) -> tuple[list[HookSpec], list[str]]:
+    """The hooks that run, in order (admin's, then the user's, then the workspace's; by `order`,
+    then as written), and one line for each left out and why."""
+    kept: list[HookSpec] = []
+    dropped: list[str] = []
+    for hook in specs:
+        reach = names_box_file(hook, workspace, roots)
+        if hook.tier <= 1 and not trusted:
+            dropped.append(f"{hook.label()}: a workspace file's hook runs nothing on the host unless a user policy says trust_workspace_hooks = true")
+        elif reach is not None and not trusted:
+            dropped.append(f"{hook.label()}: its command names {reach!r}, where the sandbox can write; "
+                           "runs only with trust_workspace_hooks = true")
+        else:
+            kept.append(hook)
+    kept.sort(key=lambda h: (-h.tier, h.order))  # stable: files in the order read, hooks as written
+    return kept, dropped
+
+
+def describe(hook: HookSpec) -> dict[str, Any]:
+    return {"id": hook.label(), "event": hook.event, "tier": hook.tier, "from": hook.where, "command": hook.argv[:8]}
+
+
+class Collected:
+    """The `[[hooks]]` of every policy file read at a session's start (session.load_policies)."""
+
+    def __init__(self) -> None:
+        self.specs: list[HookSpec] = []
+        self.trusted = False  # a user or admin file said trust_workspace_hooks = true
+        self.dropped: list[str] = []

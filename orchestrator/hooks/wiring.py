@@ -1,0 +1,56 @@
+"""The session's hooks made at its start (session.py), and its life-cycle points: SessionStart once
+it is open, SessionEnd once when it closes (after a final answer, Ctrl-C or a fatal error alike)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .. import events as ev
+from ..errors import ErrorType, OpenAgentsError
+from ..policy import pins
+from ..protocol import Executor
+from ..transcript import Transcript
+from ..workspace.records import SessionRecord
+from .engine import Hooks, clean
+from .spec import Collected, HookSpec, box_words, in_force, with_argv
+
+
+def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
+         box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False) -> Hooks | None:
+    """The hooks in force (hooks/spec.py in_force); each one left out is recorded and said on stderr.
+    A trusted hook's files where the box can write run from their copies pinned at the start (`record`)."""
+    roots = pins.box_roots(workspace)
+    kept, dropped = in_force(collected.specs, collected.trusted, workspace, roots)
+    specs: list[HookSpec] = []
+    for hook in kept:
+        argv = hook.argv
+        try:
+            for index, path in box_words(hook, workspace, roots):
+                if record is None:
+                    raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: no session to pin it in")
+                argv[index] = str(pins.hook_script(record, workspace, path, resumed))
+        except OpenAgentsError as err:
+            dropped.append(f"{hook.label()}: {err.message}")
+            continue
+        specs.append(with_argv(hook, argv) if argv != hook.argv else hook)
+    if record is not None:
+        record.save()
+    for line in [*collected.dropped, *dropped]:
+        transcript.emit(ev.HookRan(executor=Executor.OPENAGENTS, outcome="not_in_force", reason=clean(line)))
+        sys.stderr.write(clean(f"oa-sandbox: hook not in force: {line}") + "\n")
+    if not specs:
+        return None
+    return Hooks(specs, workspace, transcript, session_id, model_key, box_workspace)
+
+
+def session_start(hooks: Hooks | None, trigger: str, via: str) -> str:
+    """SessionStart's hooks (advisory); the context they add, for the model's system prompt."""
+    if hooks is None or not hooks.active("SessionStart"):
+        return ""
+    verdict = hooks.fire("SessionStart", {"source": trigger, "via": via}, trigger=trigger)
+    return ("\n\nContext from the user's SessionStart hooks:\n" + verdict.context_text()) if verdict.context else ""
+
+
+def session_end(hooks: Hooks | None, status: str, reason: str) -> None:
+    if hooks is not None and hooks.active("SessionEnd"):
+        hooks.fire("SessionEnd", {"reason": status, "detail": reason[:2000]}, trigger=status)

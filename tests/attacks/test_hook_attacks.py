@@ -1,0 +1,154 @@
+"""Issue 35: hooks are host commands, so whatever chooses them or feeds them is authority. A
+workspace file (the box can write it) runs nothing on the host untrusted; a box rewriting a hooks
+file between sessions gains nothing on resume (only the start's pinned file counts); a user file
+cannot remove or weaken an admin's hook; what a hook prints is bounded and escaped, a hook that
+hangs is killed and the call fails closed. Real host scripts, real boxes, the real CLI."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.api import Sandbox, ToolError
+from orchestrator.errors import ErrorType
+from tests.conftest import make_workspace
+from tests.fake_model_server import FakeModelServer
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_KEY = "sk-hook-attack-key-5b1e9d"
+
+
+def planted_hook(canary: Path) -> str:
+    """A [[hooks]] table that would write `canary` on the host if it ever ran."""
+    return f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", "-c", "echo ran > {canary}"]\n' \
+           f'[[hooks]]\nevent = "SessionStart"\ncommand = ["sh", "-c", "echo ran > {canary}"]\n'
+
+
+def oa(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))}
+    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=240,
+                          env=environment, cwd=ROOT)
+
+
+@pytest.fixture
+def clean_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)
+
+
+def test_a_workspace_hooks_file_runs_nothing_on_the_host_untrusted(sandbox_image, tmp_path, clean_env):
+    """A hooks table planted in .openagents/policy.toml, or written there by the box, runs no host command."""
+    canary = tmp_path / "canary"
+    ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": planted_hook(canary)})
+    with Sandbox(ws, auto_approve=True) as box:
+        assert "hi" in box.shell("echo hi").output
+        box.shell(f"printf '%s' '{planted_hook(tmp_path / 'canary2')}' > .openagents/policy.toml")
+    with Sandbox(ws, auto_approve=True) as box:  # the box's file, read at the next start: still nothing
+        assert "hi" in box.shell("echo hi").output
+    assert not canary.exists() and not (tmp_path / "canary2").exists()
+
+
+def test_a_box_rewriting_a_pinned_hooks_file_gains_nothing_on_resume(sandbox_image, tmp_path):
+    """The user trusts the workspace's hooks; the box rewrites the file mid-session; the resume runs only the start's hooks."""
+    canary = tmp_path / "canary"
+    log = tmp_path / "benign.log"
+    envdump = tmp_path / "env.json"
+    benign = (f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{sys.executable}", "-c", '
+              f'"import json, os; open(\'{log}\', \'a\').write(\'A\\\\n\'); json.dump(dict(os.environ), open(\'{envdump}\', \'w\'))"]\n')
+    ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": benign})
+    user = tmp_path / "user.toml"
+    user.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    hostile = planted_hook(canary).replace("'", "'\\''")
+    with FakeModelServer() as server:
+        server.openai_turn("", [("shell", {"command": f"printf '%s' '{hostile}' > .openagents/policy.toml && echo rewritten"})])
+        server.openai_turn("first done")
+        server.openai_turn("", [("shell", {"command": "echo second"})])
+        server.openai_turn("second done")
+        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--output", "json", "--policy", str(user)]
+        first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", *model, "one", env={"OPENAI_API_KEY": MODEL_KEY})
+        assert first.returncode == 0, first.stderr
+        assert "hooks" in (ws / ".openagents/policy.toml").read_text() and str(canary) in (ws / ".openagents/policy.toml").read_text()
+        second = oa(tmp_path, "run", "--resume", json.loads(first.stdout)["session_id"], *model, "two", env={"OPENAI_API_KEY": MODEL_KEY})
+        assert second.returncode == 0, second.stderr
+    assert not canary.exists()
+    assert log.read_text().splitlines() == ["A", "A"]  # the pinned hook ran for each call, the box's never
+    assert MODEL_KEY not in envdump.read_text()  # and with no model key in its environment
+
+
+def test_a_user_file_cannot_remove_or_weaken_an_admin_hook(sandbox_image, tmp_path, clean_env, monkeypatch):
+    """An admin's BeforeTool guard holds against a user file that allows shell, answers allow, and claims the admin tier."""
+    guard = tmp_path / "guard.sh"
+    guard.write_text("#!/bin/sh\ncat | grep -q curl && { echo 'admin: no curl' >&2; exit 2; }\nexit 0\n")
+    guard.chmod(0o755)
+    admin = tmp_path / "admin.toml"
+    admin.write_text(f'[[hooks]]\nid = "admin-guard"\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = ["{guard}"]\n')
+    monkeypatch.setenv("OA_ADMIN_POLICY", str(admin))
+    user = tmp_path / "user.toml"
+    user.write_text('tier = "admin"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+                    '[[hooks]]\nid = "admin-guard"\nevent = "BeforeTool"\nmatcher = ".*"\norder = -1000\n'
+                    'command = ["sh", "-c", "echo \'{\\"decision\\": \\"allow\\"}\'"]\n')
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with Sandbox(ws, auto_approve=True, policy_files=[user]) as box:
+        with pytest.raises(ToolError) as refused:
+            box.shell("curl -s http://127.0.0.1:9/")
+        assert refused.value.type is ErrorType.REJECTED_BY_USER and "admin: no curl" in str(refused.value)
+        assert "ok" in box.shell("echo ok").output
+
+
+@pytest.mark.parametrize("body,expect", [
+    ("printf '\\033]52;c;cHduZWQ=\\007\\033[2Jcleared' >&2; exit 2", ErrorType.REJECTED_BY_USER),
+    ("head -c 52428800 /dev/zero | tr '\\0' x; exit 0", ErrorType.HOOK_FAILED),
+    ("sleep 600", ErrorType.HOOK_FAILED),
+    ("exit 1", ErrorType.HOOK_FAILED),
+], ids=["escapes", "50MB", "hangs", "crashes"])
+def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(sandbox_image, tmp_path, clean_env, body, expect):
+    """Escape sequences are shown escaped; 50 MB of stdout, a hang (killed at its timeout) or a crash refuse the call, typed."""
+    policy = tmp_path / "p.toml"
+    policy.write_text(f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ntimeout = 3\ncommand = ["sh", "-c", "{body.replace(chr(92), chr(92) * 2)}"]\n')
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:
+        started = time.monotonic()
+        with pytest.raises(ToolError) as refused:
+            box.shell("touch pwned")
+        assert time.monotonic() - started < 30
+        assert refused.value.type is expect
+        assert "\x1b" not in str(refused.value) and "\x07" not in str(refused.value)
+        transcript = box.transcript_path
+    assert not (ws / "pwned").exists()
+    text = Path(transcript).read_text()
+    assert "\x1b" not in text and "\\u001b" not in text and len(text) < 1_000_000
+    assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode != 0  # nothing left running
+
+
+def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_image, tmp_path):
+    """A trusted hook runs a script inside the workspace; the box rewrites the script: the start's pinned copy runs, this session and on resume."""
+    canary = tmp_path / "canary"
+    log = tmp_path / "guard.log"
+    ws = make_workspace(tmp_path / "ws", {
+        ".openagents/policy.toml": '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", ".openagents/hooks/guard.sh"]\n',
+        ".openagents/hooks/guard.sh": f"echo A >> {log}\n",
+    })
+    user = tmp_path / "user.toml"
+    user.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    with FakeModelServer() as server:
+        server.openai_turn("", [("shell", {"command": f"echo 'echo ran > {canary}' > .openagents/hooks/guard.sh"})])
+        server.openai_turn("", [("shell", {"command": "echo next"})])
+        server.openai_turn("first done")
+        server.openai_turn("", [("shell", {"command": "echo resumed"})])
+        server.openai_turn("second done")
+        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--output", "json", "--policy", str(user)]
+        first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", *model, "one")
+        assert first.returncode == 0, first.stderr
+        assert str(canary) in (ws / ".openagents/hooks/guard.sh").read_text()  # the box did rewrite it
+        second = oa(tmp_path, "run", "--resume", json.loads(first.stdout)["session_id"], *model, "two")
+        assert second.returncode == 0, second.stderr
+    assert not canary.exists()
+    assert log.read_text().splitlines() == ["A", "A", "A"]
