@@ -106,7 +106,8 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
         mode, user = resolve_mode(ws, mode, config.user)
     except OpenAgentsError as err:
         raise setup_error(err) from None
-    git = "every .git present at the start read-only" if (ws / ".git").exists() else "an empty read-only placeholder at /workspace/.git"
+    git = "every .git present at the start read-only" if (ws / ".git").exists() else (
+        "an empty read-only placeholder at /workspace/.git" if mode.value == "copy" else "nothing at /workspace/.git (bind mode: a repository planted there is swept)")
     where = "a private copy of " if mode.value == "copy" else ""
     click.echo("\nSecurity settings of a sandbox:")
     rows = [

@@ -185,7 +185,7 @@ class SupervisedSandbox:
         self.git_dir = git_dir
         self.baseline = baseline or sweep_journal.capture_baseline(self.workspace)
         self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
-                               placeholder_mountpoint=not os.path.lexists(self.workspace / ".git"))
+                               placeholder_mountpoint=git_dir is not None and ".git" not in self.baseline.git_entries)  # docker.git_mounts
         self.on_sweep: Callable[[SweepReport], None] | None = None
         self.on_start_queue: Callable[[StartQueued], None] | None = None
         self.start_gate: StartGate = START_GATE  # shared by every box of the process

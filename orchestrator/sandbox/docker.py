@@ -17,6 +17,7 @@ from typing import Any
 import docker
 import docker.errors
 from docker.types import Mount, Ulimit
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from .. import state
 from ..config import LABEL, DockerBackendConfig, EgressRule, SandboxConfig
@@ -105,19 +106,29 @@ MAX_GIT_MOUNTS_GVISOR = 48
 
 
 def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None, top: bool = True) -> list[Mount]:
-    """Every .git the workspace had at the start, read-only (the box can change none of them), and
-    at the top either `git_dir` (copy mode: the real workspace's .git over the copy) or, when there
-    is none, an empty read-only placeholder (the box can plant no repository there). Not `top`: a
-    workspace mounted read-only needs no placeholder (nothing can be planted), and has no mountpoint for one."""
+    """Every .git the workspace had at the start (its baseline), read-only: the box can change none
+    of them. Copy mode (`git_dir` given: `workspace` is the session's own copy) with none at the top
+    gets `git_dir` there (the real workspace's .git) or an empty read-only placeholder.
+
+    Bind mode with no .git at the top gets nothing there: a mount point is a directory the runtime
+    creates in the workspace itself (runc and runsc alike), and every session on the workspace would
+    share it, one creating it while another's sweep removes it (issue 40: `bind source path does not
+    exist`, `Duplicate mount point`). A repository the box plants at the top is moved out by the
+    sweep, by identity, as a nested one is. Decided from the baseline alone, never from the host's
+    state now (a .git another session's box made or its sweep moved must not change this box's mounts).
+    Not `top`: a workspace mounted read-only needs no placeholder (nothing can be planted)."""
     if len(baseline.git_entries) > MAX_GIT_MOUNTS:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} holds {len(baseline.git_entries)} repositories (.git entries); "
                               f"the sandbox mounts each read-only and takes at most {MAX_GIT_MOUNTS}: give it a smaller part of the tree")
     found = []
     for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r)):
-        if not os.path.islink(workspace / rel):
+        # One gone since the baseline (another session's sweep moved what its box planted) is not
+        # mounted: a mount of a missing source fails the start, and one the box makes there is not
+        # the baseline's (by identity) and is moved out.
+        if os.path.lexists(workspace / rel) and not os.path.islink(workspace / rel):
             found.append(mounts.read_only(workspace / rel, f"{WORKSPACE_IN_BOX}/{rel}"))
-    if top and not os.path.lexists(workspace / ".git"):
-        top_dir = git_dir if git_dir is not None and os.path.lexists(git_dir) and not os.path.islink(git_dir) else state.empty_dir()
+    if top and git_dir is not None and ".git" not in baseline.git_entries:
+        top_dir = git_dir if os.path.lexists(git_dir) and not os.path.islink(git_dir) else state.empty_dir()
         found.append(mounts.read_only(top_dir, f"{WORKSPACE_IN_BOX}/.git"))
     return found
 
@@ -164,6 +175,24 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
     if options.runtime:
         settings["runtime"] = options.runtime
     return settings
+
+
+# A start the daemon or the runtime failed for a passing reason is tried again: Docker's 5xx answers
+# under load, and runsc's `cannot read client sync file: EOF` (its sandbox process lost while the
+# machine was saturated) are gone on the next try (issue 40: 4 to 10 of 200 starts at concurrency 8
+# under a CPU burner). A 4xx (a bad mount, an unknown option) is the same every time: never retried.
+START_ATTEMPTS = 4
+START_BACKOFF = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.5)  # 0.5, 1, 2 s (+ up to 0.5 s each): at most ~5 s in all
+
+
+def transient_start_failure(err: BaseException) -> bool:
+    """A start failure worth another try: the daemon's own 5xx answer (never a 4xx, never a lost daemon)."""
+    return isinstance(err, docker.errors.APIError) and err.is_server_error()
+
+
+def _start_retry_note(state: RetryCallState) -> None:
+    err = state.outcome.exception() if state.outcome is not None else None
+    log.info("sandbox start failed (%s); try %d of %d", str(err)[:200], state.attempt_number + 1, START_ATTEMPTS)
 
 
 class DockerStream:
@@ -272,21 +301,40 @@ class DockerDeployment:
             self._unsure = True
             self.egress.start()
             self._unsure = False
+        tries = 0
         try:
-            network = self.egress.network_name if self.egress else None
-            self._unsure = True
-            self.container = self.client.containers.create(**container_settings(self.config, self.spec.workspace, self.spec.user, network,
-                                                                                self.spec.baseline, self.spec.git_dir,
-                                                                                self.egress.ca if self.egress else None))
-            self._unsure = False
-            sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
-            stream = DockerStream(getattr(sock, "_sock", sock))
-            self.container.start()
+            for attempt in Retrying(retry=retry_if_exception(transient_start_failure), stop=stop_after_attempt(START_ATTEMPTS), wait=START_BACKOFF,
+                                    reraise=True, before_sleep=_start_retry_note):
+                with attempt:
+                    tries += 1
+                    try:
+                        return self._create_and_start()
+                    except DOCKER_ERRORS:
+                        self.remove()
+                        lost = self.daemon.problem(self.client)  # the daemon went away while the box started: say that
+                        if lost is not None:
+                            raise lost from None
+                        raise
         except DOCKER_ERRORS as err:
-            self.remove()
-            lost = self.daemon.problem(self.client)  # the daemon went away while the box started: say that
-            raise lost or OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox: {err}") from None
-        return stream
+            tried = f" (tried {tries} times)" if tries > 1 else ""
+            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox{tried}: {err}") from None
+        raise AssertionError("unreachable: Retrying returns or raises")  # pragma: no cover
+
+    def _create_and_start(self) -> DockerStream:
+        network = self.egress.network_name if self.egress else None
+        self._unsure = True
+        self.container = self.client.containers.create(**container_settings(self.config, self.spec.workspace, self.spec.user, network,
+                                                                            self.spec.baseline, self.spec.git_dir,
+                                                                            self.egress.ca if self.egress else None))
+        self._unsure = False
+        sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        raw = getattr(sock, "_sock", sock)
+        try:
+            self.container.start()
+        except BaseException:
+            raw.close()  # a retry attaches afresh: this one's socket would stay open with nothing reading it
+            raise
+        return DockerStream(raw)
 
     def choose_runtime(self) -> RuntimeChoice:
         """--runtime as given, or gVisor when the daemon offers a usable registration (runtimes.py)

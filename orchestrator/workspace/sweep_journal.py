@@ -13,6 +13,7 @@ first; one that cannot finish refuses the new session, typed).
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -102,12 +103,17 @@ def clear(path: Path) -> None:
 
 
 def _load(path: Path) -> Pending | None:
+    """The journal at `path`, or None: gone (its sweep finished, by its owner or by another command:
+    journals are read by every process and removed by whoever finishes them, so that is no error),
+    or unreadable (said once, and left for a person)."""
     try:
         with open(path, "rb") as fh:
             data: dict[str, Any] = json.loads(fh.read(MAX_JOURNAL_BYTES))
         return Pending(path, Path(os.fsdecode(from_store(data["workspace"]))), Path(os.fsdecode(from_store(data["quarantine"]))),
                        bool(data["placeholder_mountpoint"]), Baseline.from_json(data["baseline"]),
                        {str(k): str(v) for k, v in (data.get("owner") or {}).items()} or None)
+    except FileNotFoundError:
+        return None
     except (OSError, ValueError, KeyError, TypeError) as err:
         log.warning("unreadable pending-sweep journal %s (%s): left for a person to look at", path, err)
         return None
@@ -135,14 +141,35 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def complete(entry: Pending, budget: HostBudget | None = None, shared: bool = False) -> SweepReport:
-    """Run one journaled sweep now; the journal goes once the sweep finished."""
-    if not entry.workspace.is_dir():
-        clear(entry.path)  # the workspace is gone (a copy-mode copy removed): nothing left to sweep
-        return SweepReport()
-    report = Sweeper(entry.workspace, entry.baseline, entry.quarantine, entry.placeholder_mountpoint).sweep(shared=shared, budget=budget)
-    if report.complete:
-        clear(entry.path)
-    return report
+    """Run one journaled sweep now; the journal goes once the sweep finished. Two commands that
+    find the same journal do not both sweep: the journal file's lock is held for the sweep, and
+    whoever gets it second finds the journal gone (finished: nothing to do) or sweeps it itself."""
+    try:
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return SweepReport()  # finished meanwhile, by its owner or another command
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not _still(entry.path, fd):
+            return SweepReport()  # finished (and removed) by the command that held the lock before us
+        if not entry.workspace.is_dir():
+            clear(entry.path)  # the workspace is gone (a copy-mode copy removed): nothing left to sweep
+            return SweepReport()
+        report = Sweeper(entry.workspace, entry.baseline, entry.quarantine, entry.placeholder_mountpoint).sweep(shared=shared, budget=budget)
+        if report.complete:
+            clear(entry.path)
+        return report
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def _still(path: Path, fd: int) -> bool:
+    """Whether `path` still names the file open at `fd` (not removed, not replaced)."""
+    try:
+        now, held = os.stat(path, follow_symlinks=False), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
 def complete_gone(workspace: Path | None = None, budget: HostBudget | None = None) -> list[tuple[Pending, SweepReport]]:
