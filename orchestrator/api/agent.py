@@ -68,6 +68,12 @@ class AgentRun:
             self._thread.join()
         self._session.cancel.clear()  # the sandbox goes on: its next calls are not cancelled
 
+    def _joined(self) -> None:
+        """The worker's last act is handing on the end: once it is seen, the worker is waited for, so
+        `running` is false by the time the program can ask for another run."""
+        if self._thread is not None:
+            self._thread.join()
+
     def _outcome(self) -> SessionResult:
         if self._error is not None:
             raise self._error
@@ -89,6 +95,7 @@ class AgentRun:
         finally:
             if not finished:
                 self._cancel()
+        self._joined()
         self._outcome()
 
     def wait(self) -> SessionResult:
@@ -121,6 +128,7 @@ class AgentRun:
         finally:
             if not finished:
                 await asyncio.to_thread(self._cancel)
+        await asyncio.to_thread(self._joined)
         self._outcome()
 
     async def wait_async(self) -> SessionResult:
