@@ -79,6 +79,8 @@ def test_a_batch_runs_each_task_on_its_own_copy_with_its_patch_and_types_a_faili
         assert r["session_id"] and r["node"] and r["wall_s"] > 0 and r["turns"] == 5 and r["tokens"] == {"input": 0, "output": 0}
         assert "--- a/calc.py\n+++ b/calc.py\n" in r["patch"] and "-    return a - b\n+    return a + b\n" in r["patch"]
         assert r["left_out"] == [] and r["conflicts"] == [] and r["files_changed"] == ["calc.py"]
+        page = Path(r["report_file"]).read_text()  # each task's session report, in its session's directory
+        assert r["session_id"] in page and "calc.py" in page and "Content-Security-Policy" in page
     assert [digest(ws) for ws in sources] == before  # every task worked on a copy: the sources are untouched
 
     # the patch is what apply would land: it applies to a fresh checkout and the tests pass there

@@ -25,6 +25,7 @@ from .tasks import BatchTask, TaskError, TaskResult
 
 if TYPE_CHECKING:
     from ..session import OpenSession
+    from ..workspace.records import SessionRecord
 
 MAX_PATCH_BYTES = 512 << 10  # of the patch inline in a result line (which is at most MAX_LINE_BYTES); the whole in patch_file
 MAX_PATCH_FILE_BYTES = 64 << 20  # of the patch file in the session's directory (render_diff bounds it further)
@@ -152,7 +153,19 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
     lists = Bounded(fields, Path(record.dir) / "lists", "batch")
     lists.put("files_changed", changed, name_item, stored_shown)
     _add_patch(result, record.manifest_path, Path(record.dir), lists)
+    result.report_file = _report(record)
     return _bounded(result, lists)
+
+
+def _report(record: SessionRecord) -> str | None:
+    """The task's session report (issue 38), in its session's directory: bounded as every report is
+    (8 MiB); a report that cannot be made costs the task nothing but this pointer."""
+    from ..report import write
+
+    try:
+        return str(write(record, Path(record.dir) / "report.html"))
+    except Exception:  # noqa: BLE001 - the result line stands without its report
+        return None
 
 
 def _bounded(result: TaskResult, lists: Bounded) -> TaskResult:

@@ -83,6 +83,7 @@ class TaskResult(BaseModel):
     attempts: int = 1  # Ray: how many times the task was started (a node lost mid-task: more than one)
     retried: bool = False
     nodes_tried: list[str] = Field(default_factory=list)  # Ray: the nodes of the earlier attempts
+    report_file: str | None = None  # the session's HTML report (`oa-sandbox report`'s), on the node that ran the task
 
     @classmethod
     def failed(cls, task_id: str, status: Status, err: OpenAgentsError, exit_code: int, **fields: Any) -> "TaskResult":
