@@ -164,10 +164,34 @@ def test_an_acp_resource_link_meets_the_same_deny_rule(sandbox_image, tmp_path):
 
         transcripts = tmp_path / "t"
         run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
-                                    "--transcript-dir", str(transcripts)], body, env={"OA_TEST_MODEL_KEY": "test-key"})
+                                    "--transcript-dir", str(transcripts), "--workspace-mode", "copy"], body, env={"OA_TEST_MODEL_KEY": "test-key"})
         requests = server.requests
     assert run.result == "end_turn" and SECRET not in json.dumps(requests)
     task = [m for m in requests[0]["body"]["messages"] if m["role"] == "user"][-1]["content"]
     assert REFUSED in task
-    [refusal] = decided(records(transcripts), "read_file")
+    said = records(transcripts)
+    [refusal] = decided(said, "read_file")
     assert (refusal["decision"], refusal["executor"]) == ("refused", "openagents")
+    # a copy session: the turn's end-of-turn landing met the same rule, recorded
+    [landing] = decided(said, "apply_changes")
+    assert (landing["decision"], landing["executor"], landing["action"]) == ("refused", "openagents", "land")
+    assert not [r for r in said if r["type"] == "apply" and r.get("ok")]
+
+
+def test_an_acp_landing_allowed_is_recorded_with_its_outcome(sandbox_image, tmp_path):
+    ws = workspace(tmp_path, "")
+    with FakeModelServer() as server:
+        server.openai_turn("nothing to do")
+
+        async def body(conn, editor):
+            session = await conn.new_session(cwd=str(ws), mcp_servers=[])
+            return (await conn.prompt(session_id=session.session_id, prompt=[text_block("hello")])).stop_reason
+
+        transcripts = tmp_path / "t"
+        run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
+                                    "--transcript-dir", str(transcripts), "--workspace-mode", "copy"], body, env={"OA_TEST_MODEL_KEY": "test-key"})
+    assert run.result == "end_turn"
+    said = records(transcripts)
+    [landing] = decided(said, "apply_changes")
+    assert (landing["decision"], landing["executor"]) == ("automatic", "openagents")
+    assert [(r["via"], r["ok"], r["applied"]) for r in said if r["type"] == "apply"] == [("acp", True, 0)]
