@@ -77,6 +77,7 @@ def test_mcp_changes_and_apply_changes_meet_the_deny_rule(sandbox_image, tmp_pat
             assert "box" not in text(shown)
             landed = await client.call_tool("apply_changes", {})
             assert landed.is_error and landed.structured_content["error"]["type"] == REFUSED, text(landed)
+            assert landed.structured_content["error"]["message"].startswith("landing refused: ")  # every landing's one refusal
             bad = await client.call_tool("changes", {"stat": "yes"})
             assert bad.is_error and bad.structured_content["error"]["type"] == "invalid_arguments"
 
@@ -145,7 +146,7 @@ def test_the_api_meets_the_same_deny_rule(sandbox_image, tmp_path):
         box.write_file("app.py", "print('box')\n")
         with pytest.raises(ToolError) as landed:
             box.apply()
-        assert landed.value.type is ErrorType.REFUSED_BY_POLICY
+        assert landed.value.type is ErrorType.REFUSED_BY_POLICY and str(landed.value.message).startswith("landing refused: ")
         transcript = box.transcript_path
     assert (ws / "app.py").read_text() == "print('old')\n"
     [refusal] = decided(records(transcript), "read_file")
