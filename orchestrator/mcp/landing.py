@@ -191,6 +191,12 @@ class CopyTools:
     def declarations(self, family: str) -> list[dict[str, Any]]:
         return self.inner.declarations(family) if self.inner is not None else []  # no model is told of these two
 
+    def kill_running(self) -> None:
+        """Cancel reaches the inner host tools' calls as before (loop.py looks for this); the two here end on their own."""
+        stop = getattr(self.inner, "kill_running", None)
+        if callable(stop):
+            stop()
+
     def prepare(self, call: ToolCall) -> PreparedCall:
         if call.name not in COPY_TOOLS:
             assert self.inner is not None
