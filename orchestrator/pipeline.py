@@ -21,10 +21,12 @@ from .hooks import tools as tool_hooks
 from .hooks.engine import Hooks
 from .models.base import ToolCall
 from .policy.approvals import ApprovalGate
+from .policy.ladder import LAND_ACTION, LAND_TOOL
 from .protocol import Executor, ToolResult
 from .sandbox.egress import widening_offer
 from .tools.registry import PreparedCall, ToolRegistry
 from .transcript import Transcript
+from .workspace.review.landing import refusal as landing_refusal
 
 RESULT_PREVIEW_CHARS = 4000
 MAX_EGRESS_SUMMARY = 500  # egress audit records kept for --output json (each bounded: sandbox/egress.py); the rest are counted
@@ -95,6 +97,8 @@ class CallPipeline:
         if not outcome.allowed:
             kind = ErrorType.REJECTED_BY_USER if outcome.executor == Executor.USER else ErrorType.REFUSED_BY_POLICY
             refusal = OpenAgentsError(kind, f"{prepared.action} was not approved: {outcome.reason}")
+            if (prepared.spec.name, prepared.action) == (LAND_TOOL, LAND_ACTION):  # MCP's apply_changes: every landing's one refusal
+                refusal = landing_refusal(outcome)
             return self.finish(call, ToolResult.failure(refusal, executor=outcome.executor))
         self._state(call, ToolCallState.SCHEDULED)
         return prepared

@@ -30,7 +30,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Protocol, TypeGuard, get_args
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Protocol, TypeGuard, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -44,15 +44,36 @@ from ..mcp.client import McpHost
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
+from ..policy.ladder import LAND_ACTION, LAND_TOOL
 from ..protocol import Executor, ToolResult
 from ..tools import catalog
 from ..tools.registry import HostTools
 from ..workspace.copy_session import note_call
 from ..workspace.records import SessionRecord, WorkspaceMode
+from ..workspace.review import shown
 from . import files, replay
 from . import models as m
 from .content import PromptError, prompt_text, roots_of
 from .landing import Landing, TurnLander
+
+if TYPE_CHECKING:
+    from ..policy.approvals import ApprovalGate, ApprovalOutcome
+    from ..transcript import Transcript
+
+
+class RecordedLanding:
+    """The session's gate for the end-of-turn landing, its decision recorded in the transcript (who
+    decided, and why) as a call's is: the landing is an edit of the real workspace."""
+
+    def __init__(self, gate: ApprovalGate, transcript: Transcript | None) -> None:
+        self.gate, self.transcript = gate, transcript
+
+    def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
+        outcome = self.gate.decide_landing(requested)
+        if self.transcript is not None:
+            self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=LAND_ACTION, tool=LAND_TOOL, action=LAND_ACTION,
+                                                    level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
+        return outcome
 
 log = logging.getLogger(__name__)
 PERMISSION_OPTIONS = [
@@ -384,7 +405,9 @@ class AcpServer:
             if isinstance(record, SessionRecord):
                 session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
             if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
-                session.lander = TurnLander(record, workspace, getattr(getattr(session.parts, "pipeline", None), "gate", None))
+                gate = getattr(getattr(session.parts, "pipeline", None), "gate", None)
+                recorded = RecordedLanding(gate, getattr(session.parts, "transcript", None)) if gate is not None else None
+                session.lander = TurnLander(record, workspace, recorded)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
                 transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))
@@ -448,6 +471,11 @@ class AcpServer:
             self.ask("fs/write_text_file", m.WriteTextFileParams(sessionId=session.id, path=path, content=content), session.id, EDITOR_WRITE_TIMEOUT_S)
 
         landing = session.lander.land(write if self.editor_writes else None)
+        transcript = getattr(session.parts, "transcript", None)
+        if transcript is not None and (landing.error is None or landing.applied):  # the landing ran: its outcome, as MCP's and the API's
+            transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="acp", ok=landing.error is None and not landing.conflicts,
+                                              applied=len(landing.applied), left_out=[shown(lo.path) for lo in landing.left_out[:200]],
+                                              conflicts=[shown(c.path) for c in landing.conflicts[:200]]))
         text = landing.message()
         if text:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=text)))

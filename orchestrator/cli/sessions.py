@@ -1,5 +1,11 @@
 """The commands on sessions that have ended: list and prune them, see, apply or discard a copy
-session's changes, list checkpoints and roll back."""
+session's changes, list checkpoints and roll back.
+
+These are the user's own commands on host-kept state (the box is gone, no agent or client asks), so
+they are not pipeline calls: `apply` meets the ladder's landing decision (the command is the
+request, a deny still refuses it) and its outcome goes to the session record; none appends to the
+ended session's transcript, which ends at its session_end (README, "Every path through the one
+pipeline")."""
 from __future__ import annotations
 
 from pathlib import Path

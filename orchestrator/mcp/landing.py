@@ -10,9 +10,15 @@ server then offers two more tools:
   directories, deletions and in-workspace symlinks are carried, everything else (FIFOs, devices,
   absolute links, .git entries, box-made hard links...) is left out and listed; a path the user
   changed in the real workspace since the copy was taken is a conflict, and one conflict means
-  nothing is applied (an error result listing each conflict). The landing is first put to the
-  ladder (ApprovalGate.decide_landing, as every front-end's is): a deny rule, copy-only or
-  read-only refuses it, typed (refused_by_policy), and nothing is written.
+  nothing is applied (an error result listing each conflict).
+
+Both are calls like the six tools': `CopyTools` gives them to the session's registry as host-side
+tools (the shape the user's MCP servers' tools and git have), so each goes through the one
+CallPipeline: validated, decided by the ladder, run, and recorded in the transcript with who
+decided and who ran it. `changes` is a read of the session's own copy (a rule names it `tool =
+"changes"`, kind read: automatic by default); `apply_changes` is the landing, judged as every
+front-end's landing is (tool apply_changes, kind edit, action land: the ladder's decide_landing
+key): a deny rule, copy-only or read-only refuses it, typed (refused_by_policy), nothing written.
 
 After an apply, the session goes on with the same copy. So that a later apply of a file edited
 again is not taken for the user's change, the manifest's baseline of every entry that landed is
@@ -29,17 +35,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from ..errors import ErrorType, OpenAgentsError
-from ..protocol import ToolResult
+from ..models.base import ToolCall
+from ..policy.ladder import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
+from ..protocol import Executor, ToolResult
 from ..terminal.render import visible
+from ..tools.registry import HostTools, PreparedCall
+from ..tools.tooldef import ToolDef
 from ..workspace.copy import CopyManifest
 from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
 from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
-from ..workspace.review.landing import LandingGate
+from ..workspace.review.landing import Permit
 from .results import apply_meta, changes_meta
 
-COPY_TOOLS = ("changes", "apply_changes")
+COPY_TOOLS = (CHANGES_TOOL, LAND_TOOL)
 MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all
 MAX_REPORT_LINES = 1000  # lines of apply's report in the text block; the metadata's lists name their files
 
@@ -81,7 +93,6 @@ class Landing:
     """The copy-mode tools of one MCP session (one apply at a time)."""
 
     record: SessionRecord
-    gate: LandingGate
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -104,18 +115,19 @@ class Landing:
                 "[in the private copy only: apply_changes lands it]")
         return ToolResult(ok=True, output=text, note=note, meta=changes_meta(found, self.record.dir / "lists"))
 
-    def apply(self) -> ToolResult:
+    def apply(self, permit: Permit) -> ToolResult:
+        """`permit`: the ladder's decision on this landing (the call pipeline's); a refusal writes nothing."""
         with self._lock:
             try:
-                return self._apply()
+                return self._apply(permit)
             except OpenAgentsError as err:
                 return ToolResult.failure(err)
             except OSError as err:
                 return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"apply stopped: {err.strerror}"))
 
-    def _apply(self) -> ToolResult:
+    def _apply(self, permit: Permit) -> ToolResult:
         manifest = CopyManifest.load(self.manifest_path)
-        report, scanned = apply_scanned(manifest, self.gate.decide_landing())
+        report, scanned = apply_scanned(manifest, permit)
         meta: dict[str, Any] = apply_meta(report, self.record.dir / "lists")
         lines = report.lines(MAX_REPORT_LINES)
         real = visible(self.record.workspace)
@@ -134,6 +146,82 @@ class Landing:
         if not report.applied and not report.left_out:
             summary = f"nothing to apply: the private copy has no changes for {real}"
         return ToolResult(ok=True, output="\n".join([*lines, summary]), meta=meta)
+
+
+class ChangesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    stat: bool = False
+
+
+class ApplyArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+CHANGES_DEF = ToolDef(CHANGES_TOOL, CHANGES_KIND, "host", ChangesArgs, title="The private copy's changes",
+                      title_of=lambda args: "show the private copy's changes against the real workspace")
+APPLY_DEF = ToolDef(LAND_TOOL, LAND_KIND, "host", ApplyArgs, title="Land the private copy's changes",
+                    title_of=lambda args: "land the private copy's changes in the real workspace")
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """The pipeline's allowing decision, as the Permit apply_scanned takes: invoke() is reached only
+    after CallPipeline.validate_and_decide allowed the call (the same ladder key as decide_landing)."""
+
+    allowed: bool = True
+    reason: str = "allowed by the call pipeline's decision"
+    executor: Executor = Executor.OPENAGENTS
+
+
+class CopyTools:
+    """`changes` and `apply_changes` as host-side tools of the session's registry (tools/registry.py
+    HostTools), so the CallPipeline validates, decides, runs and records them as any other call;
+    `inner`: the host tools the session already had (the user's MCP servers), kept as they were."""
+
+    def __init__(self, landing: Landing, inner: HostTools | None = None) -> None:
+        self.landing = landing
+        self.inner = inner
+
+    def names(self) -> list[str]:
+        return list(COPY_TOOLS) + (self.inner.names() if self.inner is not None else [])
+
+    def owns(self, name: str) -> bool:
+        return name in COPY_TOOLS or (self.inner is not None and self.inner.owns(name))
+
+    def declarations(self, family: str) -> list[dict[str, Any]]:
+        return self.inner.declarations(family) if self.inner is not None else []  # no model is told of these two
+
+    def kill_running(self) -> None:
+        """Cancel reaches the inner host tools' calls as before (loop.py looks for this); the two here end on their own."""
+        stop = getattr(self.inner, "kill_running", None)
+        if callable(stop):
+            stop()
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        if call.name not in COPY_TOOLS:
+            assert self.inner is not None
+            return self.inner.prepare(call)
+        spec = CHANGES_DEF if call.name == CHANGES_TOOL else APPLY_DEF
+        assert spec.args is not None
+        try:
+            args = spec.args.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
+        except ValidationError:
+            said = ("changes takes one optional argument, stat (a boolean)" if spec is CHANGES_DEF else
+                    "apply_changes takes no arguments: it lands every change the copy holds")
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, said) from None
+        if spec is CHANGES_DEF:
+            return PreparedCall(call, spec, args, CHANGES_KIND, CHANGES_ACTION)
+        return PreparedCall(call, spec, args, LAND_KIND, LAND_ACTION)
+
+    def invoke(self, prepared: PreparedCall) -> ToolResult:
+        if prepared.spec.name not in COPY_TOOLS:
+            assert self.inner is not None
+            return self.inner.invoke(prepared)
+        if isinstance(prepared.args, ChangesArgs):
+            result = self.landing.changes(prepared.args.stat)
+        else:
+            result = self.landing.apply(_Decided())
+        return result.model_copy(update={"executor": Executor.OPENAGENTS})  # run on the host, by us
 
 
 def _joined(lines: Iterable[str], limit: int) -> tuple[str, bool]:

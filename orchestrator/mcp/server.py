@@ -38,13 +38,13 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
-from ..policy.ladder import Level
+from ..policy.ladder import LAND_TOOL, Level
 from ..protocol import Executor, ToolResult
 from ..terminal.render import visible
 from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call
-from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, Landing, bind_mode_refusal, in_copy_note, instructions
+from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, CopyTools, Landing, bind_mode_refusal, in_copy_note, instructions
 from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
@@ -167,7 +167,10 @@ class SandboxMcpServer:
         self._lock = threading.Lock()
         open_world = self.open_world = opened.sandbox.config.egress is not None
         self.mode = opened.record.mode.value
-        self.landing = Landing(opened.record, opened.pipeline.gate) if self.mode == "copy" else None
+        self.landing = Landing(opened.record) if self.mode == "copy" else None
+        if self.landing is not None:  # changes and apply_changes: host-side tools of the session's registry, through its pipeline
+            registry = opened.pipeline.registry
+            registry.host_tools = CopyTools(self.landing, registry.host_tools)
         self.tools = mcp_tools(open_world, copy_mode=self.landing is not None)
         self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                                           instructions=instructions(opened.record))
@@ -177,9 +180,9 @@ class SandboxMcpServer:
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         arguments = params.arguments or {}
-        if params.name in COPY_TOOLS:
-            return await self._copy_tool(ctx, params, arguments)
-        if params.name not in TOOLS:
+        if params.name in COPY_TOOLS and self.landing is None:
+            return self._answer(bind_mode_refusal(params.name, self.opened.record))
+        if params.name not in TOOLS + COPY_TOOLS:
             names = ", ".join(TOOLS + (COPY_TOOLS if self.landing else ()))
             err = OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {params.name!r}; the tools are {names}")
             return self._answer(ToolResult.failure(err))
@@ -205,7 +208,12 @@ class SandboxMcpServer:
         if isinstance(prepared, ToolResult):
             return self._answer(prepared)
         result = await self._execute(ctx, pipeline, prepared)
-        await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
+        if params.name == LAND_TOOL:  # the landing's own record, as every front-end's (its call's are the pipeline's)
+            self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
+                                                          applied=result.meta.get("applied_total", 0), left_out=result.meta.get("left_out", [])[:200],
+                                                          conflicts=result.meta.get("conflicts", [])[:200]))
+        elif params.name not in COPY_TOOLS:
+            await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
         return self._answer(result, params.name)
 
     def _input_required(self, need: NeedsInput, digest: str) -> types.InputRequiredResult:
@@ -223,41 +231,6 @@ class SandboxMcpServer:
         note = in_copy_note(self.landing.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
         return to_call_result(said, self.mode, {"in_private_copy": True}, egress=self.open_world)
-
-    async def _copy_tool(self, ctx: Any, params: types.CallToolRequestParams,
-                         arguments: dict[str, Any]) -> types.CallToolResult | types.InputRequiredResult:
-        name = params.name
-        landing = self.landing
-        if landing is None:
-            return self._answer(bind_mode_refusal(name, self.opened.record))
-        if name == "changes":
-            stat_only = arguments.get("stat", False)
-            if not isinstance(stat_only, bool) or set(arguments) - {"stat"}:
-                err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "changes takes one optional argument, stat (a boolean)")
-                return self._answer(ToolResult.failure(err))
-            result = await anyio.to_thread.run_sync(landing.changes, stat_only)
-        else:
-            if arguments:
-                err = OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "apply_changes takes no arguments: it lands every change the copy holds")
-                return self._answer(ToolResult.failure(err))
-            digest = _digest(name, arguments)
-            context = self._context(ctx, params, digest)
-
-            def land() -> ToolResult:  # a landing rule that asks is put to the client as a call's question is
-                self.approver.bind(context)
-                try:
-                    return landing.apply()
-                finally:
-                    self.approver.bind(None)
-
-            try:
-                result = await anyio.to_thread.run_sync(land)
-            except NeedsInput as need:
-                return self._input_required(need, digest)
-            self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
-                                                          applied=result.meta.get("applied_total", 0), left_out=result.meta.get("left_out", [])[:200],
-                                                          conflicts=result.meta.get("conflicts", [])[:200]))
-        return self._answer(result, name)
 
     def _context(self, ctx: Any, params: types.CallToolRequestParams, digest: str) -> _CallContext:
         caps = ctx.session.client_capabilities

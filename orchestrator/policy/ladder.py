@@ -54,6 +54,8 @@ _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
 # turn, MCP's apply_changes) is an edit of the user's files: a rule names it as `tool =
 # "apply_changes"`, `action = "land"`, or with every edit as `kind = "edit"`.
 LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
+# MCP's `changes` (copy mode): a read of the session's own copy, named in a rule as `tool = "changes"`.
+CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
 
 
 class Access(str, Enum):
@@ -284,11 +286,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL})  # the built-in tools' names, and landing's, are the ones a rule can match
+    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL})  # the built-in tools' names, landing's and changes', are the ones a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION})
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION})
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:
