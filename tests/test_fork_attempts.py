@@ -68,3 +68,26 @@ def test_attempts_and_pick_go_together_on_a_new_copy(tmp_path):
     assert oa(tmp_path, *common, "--attempts", "17", "--pick", "true", "task").returncode == 2
     assert not (tmp_path / "state" / "openagents-sandbox" / "sessions").exists() or not any(
         Path(tmp_path / "state" / "openagents-sandbox" / "sessions").iterdir())
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_pick_command_that_hangs_is_killed_and_fails_and_nothing_is_chosen(sandbox_image, tmp_path):
+    ws = make_workspace(tmp_path / "ws", {"calc.py": CALC})
+    (tmp_path / "m.jsonl").write_text(json.dumps({"text": "nothing to do"}) + "\n")
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/m.jsonl", "--non-interactive", "--output", "json",
+              "--attempts", "2", "--pick", "sleep 100000", "--pick-timeout", "2", "task", timeout=400)
+    assert proc.returncode == 1, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["chosen"] is None and len(out["attempts"]) == 2
+    assert all(a["score"] is None and not a["discarded"] for a in out["attempts"])  # none passed: all kept
+
+
+def test_scores_and_the_tie_break():
+    from orchestrator.cli.attempts import Attempt, best, parse_score
+
+    assert parse_score(True, 0, "ok\n") == 1.0 and parse_score(True, 0, "ran 3\n0.75\n") == 0.75
+    assert parse_score(True, 1, "0.9\n") is None and parse_score(False, None, "") is None and parse_score(True, 0, "nan\n") == 1.0
+    a, b, c = (Attempt(1, "a", score=None), Attempt(2, "b", score=1.0, changed_lines=9), Attempt(3, "c", score=1.0, changed_lines=2))
+    assert best([a, b, c]) is c and best([a]) is None
+    assert best([Attempt(1, "x", score=2.0, changed_lines=50), c]).session_id == "x"

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ..workspace.copy import CopyLimits
     from ..workspace.records import SessionRecord
 
-PICK_TIMEOUT_S = 600  # the pick command's shell timeout (clamped to the shell's own maximum)
+PICK_TIMEOUT_S = 600  # the pick command's shell timeout by default (--pick-timeout; clamped to the shell's own maximum)
 
 
 def attempt_workers(attempts: int) -> int:
@@ -79,7 +79,7 @@ def best(attempts: list[Attempt]) -> Attempt | None:
 
 
 def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig, copy_limits: CopyLimits, task: str, attempts: int,
-                 pick: str, apply_at_end: bool, output_format: str) -> None:
+                 pick: str, apply_at_end: bool, output_format: str, pick_timeout: int = PICK_TIMEOUT_S) -> None:
     """The whole best-of-N; ends with click's Exit (0: one chosen (and applied, with --apply), 1: none
     passed or an apply conflict, 3: the landing was refused)."""
     from ..workspace.copy_session import discard_session
@@ -107,7 +107,7 @@ def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig
                + " ".join(f.id for f in forks), err=True)
     results = [Attempt(number=i + 1, session_id=f.id) for i, f in enumerate(forks)]
     with ThreadPoolExecutor(max_workers=attempt_workers(attempts), thread_name_prefix="oa-attempt") as pool:
-        list(pool.map(lambda pair: _one(options, config, task, pick, *pair), zip(forks, results, strict=True)))
+        list(pool.map(lambda pair: _one(options, config, task, pick, pick_timeout, *pair), zip(forks, results, strict=True)))
     chosen = best(results)
     for attempt, record in zip(results, forks, strict=True):
         if chosen is not None and attempt is not chosen:
@@ -150,7 +150,7 @@ def _fresh(record: SessionRecord) -> SessionRecord:
     return ended_copy_session(record.id, "use")
 
 
-def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, fork: SessionRecord, attempt: Attempt) -> None:
+def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt) -> None:
     """One attempt: the task in the fork's own box, then the pick command in that box; never raises."""
     from ..policy.approvals import NonInteractiveApprover
     from ..session import open_session
@@ -173,7 +173,7 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, f
         opened.finish(result.status.value, result.reason)
         opened.record.turns = result.last_turn
         attempt.status = result.status.value
-        _score(opened, pick, result.last_turn, attempt)
+        _score(opened, pick, pick_timeout, result.last_turn, attempt)
     except OpenAgentsError as err:
         attempt.error = {"type": err.type.value, "message": err.message[:300]}
     except Exception as err:  # noqa: BLE001
@@ -188,7 +188,7 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, f
     attempt.changed_lines = _changed_lines(fork)
 
 
-def _score(opened: OpenSession, pick: str, last_turn: int, attempt: Attempt) -> None:
+def _score(opened: OpenSession, pick: str, timeout: int, last_turn: int, attempt: Attempt) -> None:
     """COMMAND through the pipeline in the attempt's box (your own command: what would ask runs, a
     deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
     from ..models.base import ToolCall
@@ -197,7 +197,7 @@ def _score(opened: OpenSession, pick: str, last_turn: int, attempt: Attempt) -> 
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0
     opened.pipeline.gate.auto_approve = True
     result = opened.pipeline.run(ToolCall(id=f"pick_{uuid.uuid4().hex[:12]}", name="shell",
-                                          arguments={"command": pick, "timeout": PICK_TIMEOUT_S}))
+                                          arguments={"command": pick, "timeout": timeout}))
     exit_code = result.meta.get("exit_code") if isinstance(result.meta, dict) else None
     attempt.pick_exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
     attempt.score = parse_score(result.ok, attempt.pick_exit_code, result.output or "")

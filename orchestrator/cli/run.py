@@ -207,13 +207,15 @@ class _JsonExits(click.Command):
               help="Best-of-N: N attempts of TASK from one copy of the workspace, in parallel (one per core), each scored by --pick.")
 @click.option("--pick", default=None, metavar="COMMAND", help="With --attempts: run in each attempt's own box (exit 0 passes, scored 1 or "
                                                                "the number on its last line); the best is kept (ties: fewest changed lines), the rest discarded.")
+@click.option("--pick-timeout", default=600, type=click.IntRange(1, None), show_default=True, metavar="SECONDS",
+              help="The pick command's shell timeout (clamped to the shell's maximum): past it the command is killed and the attempt fails.")
 @report_option
 @sandbox_options
 @click.argument("task")
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
         non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
         max_wall: float | None, model_timeout: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
-        apply_at_end: bool, resume_id: str | None, continue_: bool, attempts: int, pick: str | None, config: SandboxConfig, mode: WorkspaceMode,
+        apply_at_end: bool, resume_id: str | None, continue_: bool, attempts: int, pick: str | None, pick_timeout: int, config: SandboxConfig, mode: WorkspaceMode,
         copy_limits: CopyLimits, task: str) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
@@ -282,7 +284,8 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
             from .attempts import run_attempts
 
             view.close()
-            run_attempts(options, Path(workspace), config, copy_progress(copy_limits), task, attempts, pick, apply_at_end, output_format)
+            run_attempts(options, Path(workspace), config, copy_progress(copy_limits), task, attempts, pick, apply_at_end, output_format,
+                         pick_timeout)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
         opened = open_session(options, Path(workspace), config, approver, path, on_event, mode=mode, host_tools=host_tools,
                               copy_limits=copy_progress(copy_limits), resume=resumed)
