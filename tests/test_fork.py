@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
+from tests.conftest import chown_tree, make_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -208,3 +208,31 @@ def test_fork_of_a_fresh_copy_session_is_a_normal_copy_session(tmp_path, monkeyp
         (Path(record.box_workspace) / "a.txt").write_text(f"{record.id}\n")
         assert [c.path for c in list_changes(CopyManifest.load(record.manifest_path))] == ["a.txt"]
     assert (tmp_path / "ws" / "a.txt").read_text() == "alpha\n"
+
+
+def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch):
+    from orchestrator.workspace.checkpoints import CheckpointStore
+    from orchestrator.workspace.copy import CopyManifest
+    from orchestrator.workspace.fork import fork_session
+    from orchestrator.workspace.records import open_own_record
+    from orchestrator.workspace.review import list_changes
+
+    sid = _ended_copy_session(tmp_path, monkeypatch)
+    record = open_own_record(sid)
+    copy = Path(record.box_workspace)
+    with CheckpointStore(record.checkpoint_store, copy) as store:
+        store.record(0)
+        (copy / "a.txt").write_text("turn one\n")  # written as the box would: the sandbox uid's
+        chown_tree(copy)
+        store.record(1)
+        (copy / "b.txt").write_text("turn two\n")
+        chown_tree(copy)
+        store.record(2)
+    record.turns = 2
+    record.save()
+    (fork,) = fork_session(sid, 1, turn=1)
+    fork_copy = Path(fork.box_workspace)
+    assert (fork_copy / "a.txt").read_text() == "turn one\n" and not (fork_copy / "b.txt").exists()
+    assert fork.forked_turn == 1 and fork.turns == 1
+    assert [c.path for c in list_changes(CopyManifest.load(fork.manifest_path))] == ["a.txt"]
+    assert (copy / "b.txt").exists()  # the parent is untouched
