@@ -91,3 +91,40 @@ def test_scores_and_the_tie_break():
     a, b, c = (Attempt(1, "a", score=None), Attempt(2, "b", score=1.0, changed_lines=9), Attempt(3, "c", score=1.0, changed_lines=2))
     assert best([a, b, c]) is c and best([a]) is None
     assert best([Attempt(1, "x", score=2.0, changed_lines=50), c]).session_id == "x"
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ctrl_c_cancels_every_attempt_and_leaves_no_box(sandbox_image, docker_client, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from orchestrator.config import LABEL
+    from tests.test_fork import ROOT
+
+    ws = make_workspace(tmp_path / "ws", {"calc.py": CALC})
+    (tmp_path / "m.jsonl").write_text(json.dumps({"text": "", "tool_calls": [{"name": "shell", "arguments": {"command": "sleep 300"}}]}) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/m.jsonl",
+                                 "--non-interactive", "--auto-approve", "--attempts", "2", "--pick", "true", "task"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink, env=env, cwd=ROOT)
+        deadline = time.monotonic() + 120
+
+        def boxes() -> list:
+            listed = docker_client.api.containers(all=True, filters={"label": LABEL})
+            return [c for c in listed if str(tmp_path) in (c.get("Labels") or {}).get(f"{LABEL}.workspace", "")]
+
+        while len(boxes()) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert len(boxes()) == 2, err.read_text()
+        time.sleep(3)  # both in their `sleep 300`
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, err.read_text()
+    assert "cancelling the attempts" in err.read_text()
+    assert not boxes()

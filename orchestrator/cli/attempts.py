@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,8 +27,8 @@ import click
 
 from ..errors import ErrorType, OpenAgentsError
 from ..terminal.render import json_line, visible
-from ..terminal.summary import EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
-from .common import setup_error
+from ..terminal.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
+from .common import ignore_interrupts, setup_error
 from .sessions import apply_copy, landing_permit
 
 if TYPE_CHECKING:
@@ -106,8 +107,21 @@ def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig
     click.echo(f"oa-sandbox: {attempts} attempts from one copy of {workspace} ({attempt_workers(attempts)} at once): "
                + " ".join(f.id for f in forks), err=True)
     results = [Attempt(number=i + 1, session_id=f.id) for i, f in enumerate(forks)]
-    with ThreadPoolExecutor(max_workers=attempt_workers(attempts), thread_name_prefix="oa-attempt") as pool:
-        list(pool.map(lambda pair: _one(options, config, task, pick, pick_timeout, *pair), zip(forks, results, strict=True)))
+    live = _Live()
+    pool = ThreadPoolExecutor(max_workers=attempt_workers(attempts), thread_name_prefix="oa-attempt")
+    futures = [pool.submit(_one, options, config, task, pick, pick_timeout, fork, attempt, live) for fork, attempt in zip(forks, results, strict=True)]
+    try:
+        wait(futures)
+    except KeyboardInterrupt:  # Ctrl-C: every attempt is cancelled, its box removed; all are kept
+        ignore_interrupts()
+        click.echo("oa-sandbox: cancelling the attempts (their boxes are removed; Ctrl-C is ignored until then)", err=True)
+        live.cancel()
+        wait(futures)
+        pool.shutdown()
+        for attempt in results:
+            click.echo(f"  attempt {attempt.number}  {attempt.session_id}  {attempt.status}", err=True)
+        raise click.exceptions.Exit(EXIT_CANCELLED) from None
+    pool.shutdown()
     chosen = best(results)
     for attempt, record in zip(results, forks, strict=True):
         if chosen is not None and attempt is not chosen:
@@ -150,7 +164,33 @@ def _fresh(record: SessionRecord) -> SessionRecord:
     return ended_copy_session(record.id, "use")
 
 
-def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt) -> None:
+class _Live:
+    """The attempts' open sessions, so Ctrl-C reaches every one of them."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._opened: list[OpenSession] = []
+
+    def add(self, opened: OpenSession) -> bool:
+        with self._lock:
+            self._opened.append(opened)
+            return not self.stopped.is_set()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.stopped.set()
+            opened = list(self._opened)
+        for one in opened:
+            one.pipeline.cancel.set()
+            try:
+                one.kill_running()
+            except Exception:  # noqa: BLE001 - its box is removed when the attempt closes it
+                pass
+
+
+def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt,
+         live: _Live) -> None:
     """One attempt: the task in the fork's own box, then the pick command in that box; never raises."""
     from ..policy.approvals import NonInteractiveApprover
     from ..session import open_session
@@ -159,6 +199,9 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, p
     spec = options.model_spec or ""
     if spec.startswith("script:"):  # a replay: `{attempt}` in its file name picks one script per attempt (tests, demos)
         spec = spec.replace("{attempt}", str(attempt.number))
+    if live.stopped.is_set():
+        attempt.status = "cancelled"
+        return
     try:
         opened = open_session(options.model_copy(update={"model_spec": spec}), Path(fork.workspace), config, NonInteractiveApprover(),
                               mode=WorkspaceMode.COPY, resume=fork)
@@ -169,11 +212,14 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, p
         attempt.error = {"type": ErrorType.INTERNAL_ERROR.value, "message": f"{type(err).__name__}: {err}"[:300]}
         return
     try:
+        if not live.add(opened):
+            opened.pipeline.cancel.set()
         result = opened.session.run(task)
         opened.finish(result.status.value, result.reason)
         opened.record.turns = result.last_turn
         attempt.status = result.status.value
-        _score(opened, pick, pick_timeout, result.last_turn, attempt)
+        if not live.stopped.is_set():
+            _score(opened, pick, pick_timeout, result.last_turn, attempt)
     except OpenAgentsError as err:
         attempt.error = {"type": err.type.value, "message": err.message[:300]}
     except Exception as err:  # noqa: BLE001
