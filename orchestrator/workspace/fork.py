@@ -100,7 +100,7 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, l
         record.save()
         uid, gid = (int(x) for x in parent.user.split(":", 1))
         dest = Path(record.box_workspace)
-        copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget())
+        copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
         me = os.getuid(), os.getgid()
         for name in ("pins", "checkpoints.git"):  # host-written, still copied as data: no link followed
             if (parent.dir / name).is_dir() and not (parent.dir / name).is_symlink():
@@ -123,6 +123,38 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, l
         _failed(record, str(err))
         raise
     return record
+
+
+def _clones(directory: Path) -> bool:
+    """Whether the file system under `directory` clones (FICLONE): probed once per fork with two
+    files of our own, so a file system without reflinks is not asked again for every file."""
+    import fcntl
+
+    from ..boxfs.copy import FICLONE
+
+    a, b = directory / ".oa-clone-probe-a", directory / ".oa-clone-probe-b"
+    try:
+        fa = os.open(a, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fa, b"\0" * 4096)
+            fb = os.open(b, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.ioctl(fb, FICLONE, fa)
+                return True
+            except OSError:
+                return False
+            finally:
+                os.close(fb)
+        finally:
+            os.close(fa)
+    except OSError:
+        return True  # not known: copy_regular tries each file and falls back by itself
+    finally:
+        for name in (a, b):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
 
 
 def _fork_manifest(parent: CopyManifest, copied: CopyManifest, dest: Path, uid: int, gid: int) -> CopyManifest:
