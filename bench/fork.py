@@ -6,7 +6,8 @@
 A workspace of FILES files and MB of data is made, copied into a copy session (as `run
 --workspace-mode copy` would), and that session is forked FORKS times, one fork at a time
 (fork_session(ID, 1), the whole of it: record, copy through boxfs, manifest, pins, checkpoint store,
-transcript). Between forks `cp -a` of the session's copy is timed the same number of times. Printed:
+transcript). Between forks `cp -a` of the session's copy is timed the same number of times, the two
+alternating which goes first, each after a sync. Printed:
 p50 per fork, p50 of `cp -a`, their ratio, host disk used per fork (allocated blocks of the fork's
 directory) against the workspace's, whether the file system clones (FICLONE), and the 1-minute
 load average. Everything made is removed at the end.
@@ -84,14 +85,17 @@ def main() -> int:
         forks, cps, disk = [], [], []
         fork_session(record.id, 1)  # warm: the first call's imports are not the fork's cost
         for i in range(args.forks):
-            started = time.perf_counter()
-            made = fork_session(record.id, 1)[0]
-            forks.append(time.perf_counter() - started)
-            disk.append(allocated(made.dir))
-            started = time.perf_counter()
-            subprocess.run(["cp", "-a", record.box_workspace, str(top / f"cp{i}")], check=True)
-            cps.append(time.perf_counter() - started)
-            shutil.rmtree(top / f"cp{i}")
+            for which in (("fork", "cp") if i % 2 else ("cp", "fork")):  # alternated: neither always reads a warm cache
+                os.sync()  # the other's writes are not written back on this one's time
+                started = time.perf_counter()
+                if which == "fork":
+                    made = fork_session(record.id, 1)[0]
+                    forks.append(time.perf_counter() - started)
+                    disk.append(allocated(made.dir))
+                else:
+                    subprocess.run(["cp", "-a", record.box_workspace, str(top / f"cp{i}")], check=True)
+                    cps.append(time.perf_counter() - started)
+                    shutil.rmtree(top / f"cp{i}")
         result = {
             "files": args.files, "mb": args.mb, "forks": args.forks, "reflinks": reflinks_here(top),
             "fork_p50_s": round(statistics.median(forks), 3), "cp_a_p50_s": round(statistics.median(cps), 3),
