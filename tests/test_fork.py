@@ -236,3 +236,28 @@ def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch):
     assert fork.forked_turn == 1 and fork.turns == 1
     assert [c.path for c in list_changes(CopyManifest.load(fork.manifest_path))] == ["a.txt"]
     assert (copy / "b.txt").exists()  # the parent is untouched
+
+
+@pytest.mark.docker
+def test_the_api_forks_a_closed_sandbox_only(sandbox_image, tmp_path, monkeypatch):
+    from orchestrator import Sandbox
+    from orchestrator.errors import ErrorType, OpenAgentsError
+    from orchestrator.workspace.records import open_own_record
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n"})
+    with Sandbox(ws, mode="copy", auto_approve=True) as box:
+        box.write_file("a.txt", "from the box\n")
+        with pytest.raises(OpenAgentsError) as err:
+            box.fork(1)
+        assert err.value.type == ErrorType.INVALID_ARGUMENTS
+    forks = box.fork(2)
+    assert len(set(forks)) == 2
+    for fork in forks:
+        record = open_own_record(fork)
+        assert record.forked_from == box.id and (Path(record.box_workspace) / "a.txt").read_text() == "from the box\n"
+    with Sandbox(ws, mode="bind") as bound:
+        pass
+    with pytest.raises(OpenAgentsError) as err:
+        bound.fork(1)
+    assert err.value.type == ErrorType.INVALID_ARGUMENTS
