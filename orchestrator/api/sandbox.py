@@ -399,6 +399,17 @@ class Sandbox:
         opened.kill_running()
         return store.restore(turn)
 
+    def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
+        """After close: this copy session forked into `n` independent copy sessions (`oa-sandbox fork`'s:
+        each its own copy, record and manifest; `oa-sandbox changes/apply/discard ID` work on each);
+        their ids. `turn`: the state after that checkpoint instead of the latest. Typed errors: still
+        open, bind mode, discarded, `n` out of 1..MAX_FORKS."""
+        if not self._closed or self._record is None:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)")
+        from ..workspace.fork import fork_session
+
+        return [record.id for record in fork_session(self._record.id, n, turn)]
+
     # -- an agent's run --------------------------------------------------------------------------
     def run(self, task: str, *, model: str, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
         """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE)

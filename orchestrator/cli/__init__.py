@@ -10,6 +10,7 @@ import click
 
 from ..errors import OpenAgentsError
 from .admin import doctor, gc, image, transcript
+from .fork import fork
 from .hooks import hooks
 from .report import report
 from .run import exec_, run
@@ -73,5 +74,5 @@ class _OnceFilter(logging.Filter):
         return True
 
 
-for command in (image, exec_, run, acp, mcp, batch, transcript, doctor, sessions_, changes, apply_, discard, checkpoints, rollback, report, gc, hooks):
+for command in (image, exec_, run, acp, mcp, batch, transcript, doctor, sessions_, changes, apply_, discard, checkpoints, rollback, fork, report, gc, hooks):
     main.add_command(command)

@@ -203,14 +203,20 @@ class _JsonExits(click.Command):
 @click.option("--resume", "resume_id", default=None, metavar="ID", help="Continue session ID: its workspace (its copy, in copy mode), its "
                                                                            "conversation, its transcript; its model and policy files unless --model, --policy.")
 @click.option("--continue", "continue_", is_flag=True, help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.")
+@click.option("--attempts", default=1, type=click.IntRange(1, 16), show_default=True,
+              help="Best-of-N: N attempts of TASK from one copy of the workspace, in parallel (one per core), each scored by --pick.")
+@click.option("--pick", default=None, metavar="COMMAND", help="With --attempts: run in each attempt's own box (exit 0 passes, scored 1 or "
+                                                               "the number on its last line); the best is kept (ties: fewest changed lines), the rest discarded.")
+@click.option("--pick-timeout", default=600, type=click.IntRange(1, None), show_default=True, metavar="SECONDS",
+              help="The pick command's shell timeout (clamped to the shell's maximum): past it the command is killed and the attempt fails.")
 @report_option
 @sandbox_options
 @click.argument("task")
 def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
         non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
         max_wall: float | None, model_timeout: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
-        apply_at_end: bool, resume_id: str | None, continue_: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits,
-        task: str) -> None:
+        apply_at_end: bool, resume_id: str | None, continue_: bool, attempts: int, pick: str | None, pick_timeout: int, config: SandboxConfig, mode: WorkspaceMode,
+        copy_limits: CopyLimits, task: str) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
 
@@ -227,6 +233,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     from ..tools.registry import RegistryConfig
 
     defaults = load_defaults(workspace or ".")
+    _check_attempts(attempts, pick, resume_id or continue_, mode)
     resumed = _resumed(resume_id, continue_, workspace, transcript_path, mode) if resume_id or continue_ else None
     if resumed is not None:  # what the session ran with, unless a flag says otherwise
         same_model = model_spec is None or model_spec == resumed.model_spec
@@ -273,6 +280,12 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
                                  policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
                                  registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve,
                                  model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
+        if pick is not None:
+            from .attempts import run_attempts
+
+            view.close()
+            run_attempts(options, Path(workspace), config, copy_progress(copy_limits), task, attempts, pick, apply_at_end, output_format,
+                         pick_timeout)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
         opened = open_session(options, Path(workspace), config, approver, path, on_event, mode=mode, host_tools=host_tools,
                               copy_limits=copy_progress(copy_limits), resume=resumed)
@@ -343,6 +356,21 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)
+
+
+def _check_attempts(attempts: int, pick: str | None, resuming: object, mode: WorkspaceMode) -> None:
+    """--attempts/--pick: both or neither, on a new copy session."""
+    refuse = None
+    if (attempts > 1) != (pick is not None):
+        refuse = "--attempts N (2 or more) and --pick COMMAND go together"
+    elif pick is not None and resuming:
+        refuse = "--attempts starts from a fresh copy of the workspace: not with --resume or --continue"
+    elif pick is not None and mode.value == "bind":
+        refuse = "--attempts works on copies of the workspace: not in bind mode"
+    elif pick is not None and not pick.strip():
+        refuse = "--pick needs a command"
+    if refuse:
+        raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, refuse))
 
 
 def _both(first: Callable[[dict[str, Any]], None], second: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:

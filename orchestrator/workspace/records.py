@@ -112,6 +112,8 @@ class SessionRecord(BaseModel):
     context_root: str | None = None  # sha256 hex, "absent", or None (not read, or an older record)
     resumes: int = 0  # how many times the session was resumed
     pins: list[Pin] = []  # the authority in force at the start, pinned (policy/pins.py)
+    forked_from: str | None = None  # the session this one was forked from (workspace/fork.py)
+    forked_turn: int | None = None  # the parent's checkpoint turn it was forked at (None: its latest state)
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
 
@@ -334,7 +336,8 @@ def summary_line(record: SessionRecord) -> str:
     files = f"{len(record.files_changed):>4} files"
     if record.owner == os.getuid() and store_unknown(record.checkpoint_store):  # another user's directory is not read into
         files = f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"  # a checkpoint failed
-    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}"
+    parent = f"  (fork of {record.forked_from})" if record.forked_from else ""
+    return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}{parent}"
 
 
 def _remove(parent: Path, name: str) -> None:

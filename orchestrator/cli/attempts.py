@@ -1,0 +1,274 @@
+"""`oa-sandbox run --attempts N --pick 'COMMAND' TASK`: best-of-N from one start.
+
+A fresh copy session is made of the workspace (the size guard and the copy as `run` makes them),
+forked N ways (workspace/fork.py), and the task runs in each fork, in its own box, at most
+`attempt_workers()` at once. Each attempt is then scored by COMMAND, run in that attempt's own box
+through the shell tool's pipeline (the ladder's policies and the shell's limits apply: a command
+that hangs is killed at its timeout and fails): exit 0 is a pass, scored 1, or the number the
+command prints on its last line; a non-zero exit, a timeout or a refusal fails (no score). What the
+command itself writes (caches, reports) is rolled back through the attempt's checkpoints, so only
+the agent's work is carried. The best score is kept (ties: fewest changed lines, then the first);
+the others are discarded, and so is the start's copy. With `--apply` the chosen one lands through
+the sanitiser after the ladder's landing decision (`oa-sandbox apply`'s own functions). When no
+attempt passes, none is chosen, all are kept, and the exit code is 1.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import ErrorType, OpenAgentsError
+from ..terminal.render import json_line, visible
+from ..terminal.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
+from ..tools.defs import shell as shell_def
+from .common import ignore_interrupts, setup_error
+from .sessions import apply_copy, landing_permit
+
+SHELL = shell_def.TOOL.name  # the pick command runs as a shell call, through the pipeline
+
+if TYPE_CHECKING:
+    from ..config import SandboxConfig
+    from ..session import OpenSession, SessionOptions
+    from ..workspace.copy import CopyLimits
+    from ..workspace.records import SessionRecord
+
+PICK_TIMEOUT_S = 600  # the pick command's shell timeout by default (--pick-timeout; clamped to the shell's own maximum)
+
+
+def attempt_workers(attempts: int) -> int:
+    """Attempts run at once: one per core, at most the attempts (each is a box and a model loop)."""
+    return max(1, min(attempts, os.cpu_count() or 1))
+
+
+@dataclass
+class Attempt:
+    number: int
+    session_id: str
+    status: str = "error"
+    score: float | None = None  # None: failed (non-zero exit, timeout, refused, the attempt's own error)
+    pick_exit_code: int | None = None
+    changed_lines: int = 0
+    error: dict[str, str] | None = None
+    discarded: bool = False
+
+
+def parse_score(ok: bool, exit_code: int | None, output: str) -> float | None:
+    """Exit 0: the number on the output's last line if there is one, else 1. Anything else: None."""
+    if not ok or exit_code != 0:
+        return None
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if lines:
+        try:
+            value = float(lines[-1])
+        except ValueError:
+            return 1.0
+        if math.isfinite(value):
+            return value
+    return 1.0
+
+
+def best(attempts: list[Attempt]) -> Attempt | None:
+    scored = [a for a in attempts if a.score is not None]
+    if not scored:
+        return None
+    return min(scored, key=lambda a: (-(a.score or 0.0), a.changed_lines, a.number))
+
+
+def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig, copy_limits: CopyLimits, task: str, attempts: int,
+                 pick: str, apply_at_end: bool, output_format: str, pick_timeout: int = PICK_TIMEOUT_S) -> None:
+    """The whole best-of-N; ends with click's Exit (0: one chosen (and applied, with --apply), 1: none
+    passed or an apply conflict, 3: the landing was refused)."""
+    from ..workspace.copy_session import discard_session
+    from ..workspace.fork import fork_session
+    from ..workspace.records import WorkspaceMode, discard_state, prepare
+
+    try:
+        start, _ = prepare(workspace.resolve(), WorkspaceMode.COPY, config.user, "run", copy_limits)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    try:
+        start.transcript = str(start.dir / "transcript.jsonl")
+        fd = os.open(start.transcript, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        start.model_spec, start.base_url, start.api_key_env = options.model_spec, options.base_url, options.api_key_env
+        start.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
+        start.status, start.reason, start.host_pid = "finished", f"the start of {attempts} attempts", 0
+        start.save()
+        forks = fork_session(start.id, attempts)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    finally:
+        discard_state(start)  # the forks hold the start now
+    click.echo(f"oa-sandbox: {attempts} attempts from one copy of {workspace} ({attempt_workers(attempts)} at once): "
+               + " ".join(f.id for f in forks), err=True)
+    results = [Attempt(number=i + 1, session_id=f.id) for i, f in enumerate(forks)]
+    live = _Live()
+    pool = ThreadPoolExecutor(max_workers=attempt_workers(attempts), thread_name_prefix="oa-attempt")
+    futures = [pool.submit(_one, options, config, task, pick, pick_timeout, fork, attempt, live) for fork, attempt in zip(forks, results, strict=True)]
+    try:
+        wait(futures)
+    except KeyboardInterrupt:  # Ctrl-C: every attempt is cancelled, its box removed; all are kept
+        ignore_interrupts()
+        click.echo("oa-sandbox: cancelling the attempts (their boxes are removed; Ctrl-C is ignored until then)", err=True)
+        live.cancel()
+        wait(futures)
+        pool.shutdown()
+        for attempt in results:
+            click.echo(f"  attempt {attempt.number}  {attempt.session_id}  {attempt.status}", err=True)
+        raise click.exceptions.Exit(EXIT_CANCELLED) from None
+    pool.shutdown()
+    chosen = best(results)
+    for attempt, record in zip(results, forks, strict=True):
+        if chosen is not None and attempt is not chosen:
+            try:
+                discard_session(_fresh(record))
+                attempt.discarded = True
+            except (OpenAgentsError, OSError) as err:
+                attempt.error = attempt.error or {"type": ErrorType.IO_ERROR.value, "message": f"not discarded: {err}"[:300]}
+        shown = "failed" if attempt.score is None else f"{attempt.score:g}"
+        click.echo(visible(f"  attempt {attempt.number}  {attempt.session_id}  {attempt.status:<9} score {shown:<8} "
+                           f"{attempt.changed_lines} changed line(s)" + ("  <- chosen" if attempt is chosen else "")
+                           + (f"  ({attempt.error['type']}: {attempt.error['message']})" if attempt.error else "")), err=True)
+    code = EXIT_OK
+    landing: dict[str, object] | None = None
+    if chosen is None:
+        click.echo("oa-sandbox: no attempt passed the pick command: none chosen, all kept (`oa-sandbox sessions`)", err=True)
+        code = EXIT_STOPPED
+    elif apply_at_end:
+        record = _fresh(next(f for f in forks if f.id == chosen.session_id))
+        try:
+            applied, report = apply_copy(record, landing_permit(record, "run --attempts --apply"))
+            landing = {"applied": len(report.applied), "left_out": len(report.left_out), "conflicts": len(report.conflicts)}
+            code = EXIT_OK if applied == EXIT_OK else EXIT_STOPPED
+        except OpenAgentsError as err:
+            landing = {"error": err.to_dict()}
+            code = EXIT_REFUSED
+    else:
+        click.echo(f"   chosen: {chosen.session_id}: `oa-sandbox changes {chosen.session_id}`, `oa-sandbox apply {chosen.session_id}`", err=True)
+    if output_format in ("json", "stream-json"):
+        click.get_current_context().meta["oa-sandbox.json-printed"] = True
+        click.echo(json_line({"session_id": chosen.session_id if chosen else None, "status": "finished" if chosen else "stopped",
+                              "exit_code": code, "pick": pick, "chosen": chosen.session_id if chosen else None,
+                              "attempts": [asdict(a) for a in results], "landing": landing}))
+    raise click.exceptions.Exit(code)
+
+
+def _fresh(record: SessionRecord) -> SessionRecord:
+    from ..workspace.copy_session import ended_copy_session
+
+    return ended_copy_session(record.id, "use")
+
+
+class _Live:
+    """The attempts' open sessions, so Ctrl-C reaches every one of them."""
+
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self._lock = threading.Lock()
+        self._opened: list[OpenSession] = []
+
+    def add(self, opened: OpenSession) -> bool:
+        with self._lock:
+            self._opened.append(opened)
+            return not self.stopped.is_set()
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.stopped.set()
+            opened = list(self._opened)
+        for one in opened:
+            one.pipeline.cancel.set()
+            try:
+                one.kill_running()
+            except Exception:  # noqa: BLE001 - its box is removed when the attempt closes it
+                pass
+
+
+def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt,
+         live: _Live) -> None:
+    """One attempt: the task in the fork's own box, then the pick command in that box; never raises."""
+    from ..policy.approvals import NonInteractiveApprover
+    from ..session import open_session
+    from ..workspace.records import WorkspaceMode
+
+    spec = options.model_spec or ""
+    if spec.startswith("script:"):  # a replay: `{attempt}` in its file name picks one script per attempt (tests, demos)
+        spec = spec.replace("{attempt}", str(attempt.number))
+    if live.stopped.is_set():
+        attempt.status = "cancelled"
+        return
+    try:
+        opened = open_session(options.model_copy(update={"model_spec": spec}), Path(fork.workspace), config, NonInteractiveApprover(),
+                              mode=WorkspaceMode.COPY, resume=fork)
+    except OpenAgentsError as err:
+        attempt.error = {"type": err.type.value, "message": err.message[:300]}
+        return
+    except Exception as err:  # noqa: BLE001 - one attempt's failure is its own result
+        attempt.error = {"type": ErrorType.INTERNAL_ERROR.value, "message": f"{type(err).__name__}: {err}"[:300]}
+        return
+    try:
+        if not live.add(opened):
+            opened.pipeline.cancel.set()
+        result = opened.session.run(task)
+        opened.finish(result.status.value, result.reason)
+        opened.record.turns = result.last_turn
+        attempt.status = result.status.value
+        if not live.stopped.is_set():
+            _score(opened, pick, pick_timeout, result.last_turn, attempt)
+    except OpenAgentsError as err:
+        attempt.error = {"type": err.type.value, "message": err.message[:300]}
+    except Exception as err:  # noqa: BLE001
+        attempt.error = {"type": ErrorType.INTERNAL_ERROR.value, "message": f"{type(err).__name__}: {err}"[:300]}
+    finally:
+        try:
+            opened.close()
+        except Exception as err:  # noqa: BLE001
+            attempt.error = attempt.error or {"type": ErrorType.INTERNAL_ERROR.value, "message": f"closing: {err}"[:300]}
+    if attempt.error is not None:
+        attempt.score = None
+    attempt.changed_lines = _changed_lines(fork)
+
+
+def _score(opened: OpenSession, pick: str, timeout: int, last_turn: int, attempt: Attempt) -> None:
+    """COMMAND through the pipeline in the attempt's box (your own command: what would ask runs, a
+    deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
+    from ..models.base import ToolCall
+
+    store = opened.checkpoints
+    base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0
+    opened.pipeline.gate.auto_approve = True
+    result = opened.pipeline.run(ToolCall(id=f"pick_{uuid.uuid4().hex[:12]}", name=SHELL,
+                                          arguments={"command": pick, "timeout": timeout}))
+    exit_code = result.meta.get("exit_code") if isinstance(result.meta, dict) else None
+    attempt.pick_exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
+    attempt.score = parse_score(result.ok, attempt.pick_exit_code, result.output or "")
+    if store is None:
+        return
+    opened.kill_running()
+    turn = max(last_turn, base) + 1
+    opened.checkpoint(turn, [SHELL])
+    if any(p.turn == turn and p.ok for p in store.list()):
+        report = store.restore(base)
+        if report.conflicts:
+            raise OpenAgentsError(ErrorType.STALE_CONTENT, f"what the pick command wrote could not be rolled back ({len(report.conflicts)} file(s))")
+
+
+def _changed_lines(fork: SessionRecord) -> int:
+    """Lines added and removed against the real workspace (the tie-break), through the review's bounded diff."""
+    from ..workspace.copy import CopyManifest
+    from ..workspace.review import list_changes, render_diff
+
+    try:
+        manifest = CopyManifest.load(fork.manifest_path)
+        return sum(1 for line in render_diff(manifest, list_changes(manifest))
+                   if line[:1] in ("+", "-") and not line.startswith(("+++", "---")))
+    except (OpenAgentsError, OSError, ValueError):
+        return 0

@@ -1,0 +1,219 @@
+"""Forking an ended copy session into N independent copy sessions (`oa-sandbox fork ID -n N`).
+
+Each fork is a normal copy session: its own record (naming its parent in `forked_from`), its own
+copy of the parent's copy (at its latest state, or restored to a checkpoint turn), its own manifest
+(so `changes` shows what the parent's box and the fork's box changed against the real workspace,
+and `apply` checks the real workspace as the parent's would), its own checkpoint store and pinned
+authority, its own box when one is started on it (`run --resume FORK`).
+
+The parent's copy is box-written: it is copied only through orchestrator/boxfs (copy_workspace's
+walk: bounded, no link followed, FIFOs/sockets/devices left out, setuid/setgid dropped, every
+entry owned by the sandbox uid). Data is cloned with FICLONE where the file system can (no bytes
+and no shared writable inode: a reflink is copy-on-write), else copied (holes kept). Never a hard
+link to a box-written file: a fork never shares a writable inode with its parent or a sibling.
+Measured on this project's machine (ext4: no reflinks; an overlay needs a mount the host process
+may not make, and docker would not see one made in a user namespace): the copy is a data copy, so
+a fork costs what `cp -a` of the copy costs (bench/fork.py).
+
+Whose session it is comes from the file system (records.open_own_record): another user's is
+refused (PERMISSION_DENIED); a running, discarded, failed or bind-mode session is refused typed.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..boxfs import HostBudget, open_dir, open_regular, punch_copy
+from ..errors import ErrorType, OpenAgentsError
+from .copy import CopyLimits, CopyManifest, ManifestEntry, copy_workspace
+from .copy_session import ended_copy_session
+from .records import SessionRecord, WorkspaceMode, discard_state, new_record
+
+MAX_FORKS = 16  # forks made by one call; each is a full session's state (and, when run, a box)
+TRANSCRIPT_CAP = 256 << 20  # as resume reads at most
+
+__all__ = ["MAX_FORKS", "fork_session"]
+
+
+def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyLimits | None = None) -> list[SessionRecord]:
+    """Fork the caller's ended copy session `session_id` into `n` new copy sessions (at its latest
+    state, or at the state after checkpoint `turn`); returns their records. All or none: a fork that
+    fails removes the ones already made, and the typed error is raised."""
+    from ..transcript.resume import ResumeLock
+
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORKS:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"a session forks into 1 to {MAX_FORKS} sessions at once, not {n!r}")
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"--turn takes a checkpoint's turn (0 or more), not {turn!r}")
+    parent = ended_copy_session(session_id, "fork")
+    lock = ResumeLock(parent)  # no resume of the parent starts while its copy is being read
+    try:
+        parent = ended_copy_session(session_id, "fork")
+        if parent.status == "failed" or not os.path.isdir(parent.box_workspace) or not parent.manifest_path.is_file():
+            raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"session {parent.id} has no copy to fork ({parent.status}: {parent.reason})"[:400])
+        if turn is not None:
+            turn = _checkpoint_turn(parent, turn)
+        manifest = CopyManifest.load(parent.manifest_path)
+        made: list[SessionRecord] = []
+        try:
+            for _ in range(n):
+                made.append(_fork_one(parent, manifest, turn, limits or CopyLimits()))
+        except BaseException:
+            for record in made:
+                _failed(record, "a sibling fork failed")
+            raise
+        return made
+    finally:
+        lock.release()
+
+
+def _checkpoint_turn(parent: SessionRecord, turn: int) -> int:
+    """The checkpoint that holds the state after `turn` (a turn that changed nothing has none: the one before it)."""
+    from .checkpoints import CheckpointStore
+
+    with CheckpointStore(parent.checkpoint_store, Path(parent.box_workspace)) as store:
+        points = store.list()
+    last = parent.turns if parent.turns is not None else max((p.turn for p in points), default=0)
+    if turn > last:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ran {last} turn(s): there is no turn {turn} to fork from")
+    earlier = [p.turn for p in points if p.ok and p.turn <= turn]
+    if not earlier:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} has no checkpoint at or before turn {turn}")
+    return max(earlier)
+
+
+def _failed(record: SessionRecord, why: str) -> None:
+    try:
+        record.status, record.reason = "failed", f"fork failed: {why}"[:500]
+        discard_state(record)
+    except OSError:
+        pass
+
+
+def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, limits: CopyLimits) -> SessionRecord:
+    record = new_record(Path(parent.workspace), WorkspaceMode.COPY, parent.user, kind=parent.kind)
+    try:
+        for field in ("model_spec", "base_url", "api_key_env", "policy_files", "pins", "context_root"):
+            setattr(record, field, getattr(parent, field))
+        record.forked_from, record.forked_turn = parent.id, turn
+        record.turns = parent.turns if turn is None else turn
+        record.save()
+        uid, gid = (int(x) for x in parent.user.split(":", 1))
+        dest = Path(record.box_workspace)
+        copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+        me = os.getuid(), os.getgid()
+        for name in ("pins", "checkpoints.git"):  # host-written, still copied as data: no link followed
+            if (parent.dir / name).is_dir() and not (parent.dir / name).is_symlink():
+                copy_workspace(parent.dir / name, record.dir / name, *me, budget=limits.copy_budget())
+                os.chmod(record.dir / name, 0o700)
+        _fork_manifest(manifest, copied, dest, uid, gid).save(record.manifest_path)
+        record.transcript = str(record.dir / "transcript.jsonl")
+        if turn is None:
+            _copy_transcript(parent, record)
+        else:
+            _restore(record, turn)
+            _new_file(record.dir, b"transcript.jsonl")  # a fresh conversation from that turn's files
+        record.status, record.reason, record.host_pid = "finished", f"forked from {parent.id}" + (f" at turn {turn}" if turn is not None else ""), 0
+        record.applied = False
+        record.save()
+    except OSError as err:
+        _failed(record, str(err))
+        raise OpenAgentsError(ErrorType.IO_ERROR, f"could not fork session {parent.id}: {err}") from None
+    except BaseException as err:
+        _failed(record, str(err))
+        raise
+    return record
+
+
+def _clones(directory: Path) -> bool:
+    """Whether the file system under `directory` clones (FICLONE): probed once per fork with two
+    files of our own, so a file system without reflinks is not asked again for every file."""
+    import fcntl
+
+    from ..boxfs.copy import FICLONE
+
+    a, b = directory / ".oa-clone-probe-a", directory / ".oa-clone-probe-b"
+    try:
+        fa = os.open(a, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fa, b"\0" * 4096)
+            fb = os.open(b, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.ioctl(fb, FICLONE, fa)
+                return True
+            except OSError:
+                return False
+            finally:
+                os.close(fb)
+        finally:
+            os.close(fa)
+    except OSError:
+        return True  # not known: copy_regular tries each file and falls back by itself
+    finally:
+        for name in (a, b):
+            try:
+                os.unlink(name)
+            except OSError:
+                pass
+
+
+def _fork_manifest(parent: CopyManifest, copied: CopyManifest, dest: Path, uid: int, gid: int) -> CopyManifest:
+    """The fork's manifest: the real workspace's stamps as the parent took them (so `apply` checks the
+    user's files against the same moment), the copy's stamps as the parent's copy first was (so what
+    the parent's box changed is a change of the fork's too), with the fork's own inode for an entry
+    the parent's box left as it was (so hard-link groups of the real tree stay groups)."""
+    out = CopyManifest(real=parent.real, copy_dir=str(dest), uid=uid, gid=gid, real_uid=parent.real_uid, real_gid=parent.real_gid,
+                       left_out=dict(parent.left_out), took_s=copied.took_s)
+    for key, entry in parent.entries.items():
+        got = copied.entries.get(key)
+        if got is not None and entry.copy.same_as(got.real):
+            out.entries[key] = ManifestEntry(entry.real, got.copy)
+        else:
+            out.entries[key] = entry
+    return out
+
+
+def _copy_transcript(parent: SessionRecord, record: SessionRecord) -> None:
+    """The parent's conversation, so `run --resume FORK` goes on from it (bounded, no link followed)."""
+    if not parent.transcript or not os.path.lexists(parent.transcript):
+        _new_file(record.dir, b"transcript.jsonl")
+        return
+    src = Path(parent.transcript)
+    src_fd, dst_fd = open_dir(src.parent), open_dir(record.dir)
+    try:
+        _copy_named(src_fd, src.name, dst_fd)
+    finally:
+        os.close(src_fd)
+        os.close(dst_fd)
+
+
+def _copy_named(src_fd: int, name: str, dst_fd: int) -> None:
+    """The transcript (wherever --transcript put it) copied as the fork's own transcript.jsonl."""
+    fin, _ = open_regular(src_fd, os.fsencode(name), None)
+    try:
+        fout = os.open("transcript.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_fd)
+        try:
+            punch_copy(fin, fout, HostBudget.until(60.0, max_bytes=TRANSCRIPT_CAP, max_entries=None))
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+
+
+def _new_file(directory: Path, name: bytes) -> None:
+    fd = open_dir(directory)
+    try:
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd))
+    finally:
+        os.close(fd)
+
+
+def _restore(record: SessionRecord, turn: int) -> None:
+    """The fork's copy put back to the state after `turn`, through its own copy of the checkpoint store."""
+    from .checkpoints import CheckpointStore
+
+    with CheckpointStore(record.checkpoint_store, Path(record.box_workspace)) as store:
+        report = store.restore(turn)
+    if report.conflicts:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"the copy changed since its last checkpoint ({len(report.conflicts)} file(s)): "
+                                                           f"cannot fork it at turn {turn}")
