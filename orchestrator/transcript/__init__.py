@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 
 from sandbox_agent import jsonbound
-from sandbox_agent.shell import SECRET_NAME
+from sandbox_agent.limits import SECRET_NAME_PATTERN
 
 from ..errors import ErrorType, OpenAgentsError
 from ..events import Event
@@ -47,6 +47,9 @@ _SECRET_PATTERNS = [
     re.compile(r"AIza[0-9A-Za-z_\-]{30,}"),
     re.compile(r"(?i)bearer\s+[A-Za-z0-9._\-]{16,}"),
 ]
+
+
+SECRET_NAME = re.compile(SECRET_NAME_PATTERN, re.I)  # the agent's shell strips the same names
 
 
 class Redactor:
