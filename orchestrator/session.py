@@ -253,8 +253,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
                                           model=model.name if model is not None else "", previous_model=rebuilt.previous_model, via=kind))
     context, root_context = None, ""
     if options.context_files:  # the root's AGENTS.md: before any box exists, or on resume compared with the start's
-        context = ContextFiles(box_ws, note=lambda **fields: transcript.event("context_file", executor=Executor.OPENAGENTS, **fields),
-                               real=workspace)
+        context = ContextFiles(box_ws, note=transcript.emit, real=workspace)
         root_context = context.root(resumed_from=record.context_root, resumed=rebuilt is not None)
         if rebuilt is None:
             record.context_root = context.root_digest
