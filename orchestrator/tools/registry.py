@@ -17,7 +17,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import ToolResult
 from ..sandbox.base import Sandbox
-from . import catalog, declarations, host_git
+from . import catalog, declarations, host_git, network
 from .args import validate_arguments
 from .tooldef import HostContext, ToolDef
 
@@ -99,11 +99,15 @@ class ToolRegistry:
         return [n for n in names if n not in self.config.disabled]
 
     def declarations(self, family: str) -> list[dict[str, Any]]:
-        own = declarations.declarations([n for n in self.active() if n in SPECS], family)
+        own = declarations.declarations([n for n in self.active() if n in SPECS], family, self.network_sentence())
         if self.host_tools is None:
             return own
         extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
         return own + extra
+
+    def network_sentence(self) -> str:
+        """What the sandbox's network really is, for the system prompt and the tools that reach it."""
+        return network.of_sandbox(self.sandbox)
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         if call.arguments_error is not None:
