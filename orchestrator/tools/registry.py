@@ -22,10 +22,8 @@ from .args import validate_arguments
 from .tooldef import HostContext, ToolDef
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
-# ToolDef of its name, kind and side alone (ToolSpec(name, kind, side)).
-ToolSpec = ToolDef
+# ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
 SPECS: dict[str, ToolDef] = catalog.TOOLS
-call_title = catalog.call_title
 
 
 class RegistryConfig(BaseModel):
@@ -39,7 +37,7 @@ class PreparedCall:
     """A call that passed validation: what the ladder judges and the registry runs."""
 
     call: ToolCall
-    spec: ToolSpec
+    spec: ToolDef
     args: BaseModel
     kind: str
     action: str  # e.g. "shell", "git commit": the ladder's finest key

@@ -311,7 +311,7 @@ def show_lines(path: str | Path, full: bool = False) -> Iterable[Line]:
 def resolve_transcript(path_or_id: str) -> Path:
     """`transcript show`'s argument: a transcript file, or a session id (its recorded transcript)."""
     from ..errors import ErrorType, OpenAgentsError
-    from ..workspace.records import load
+    from ..workspace.records import open_own_record
 
     path = Path(path_or_id)
     if path.is_file():
@@ -319,7 +319,7 @@ def resolve_transcript(path_or_id: str) -> Path:
     if path.exists():
         raise OpenAgentsError(ErrorType.NOT_A_FILE, f"{path_or_id} is not a transcript file")
     try:
-        record = load(path_or_id)
+        record = open_own_record(path_or_id)
     except OpenAgentsError as err:
         if err.type == ErrorType.INVALID_ARGUMENTS:  # not shaped like an id either
             raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"{path_or_id}: no such transcript file, and not a session id "
