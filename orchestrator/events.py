@@ -265,6 +265,23 @@ class IntegritySwept(_Event):
     took_s: float = 0.0
 
 
+class ContextFileNoted(_Event):
+    """An AGENTS.md the session gave the model (`given`) or refused (`refused`: a link, a directory,
+    a file too big...), from workspace/context_files.py. Fields a record has not are left out."""
+
+    type: Literal["context_file"] = "context_file"
+    outcome: str = ""  # given | refused
+    path: str = ""  # the file's path in the workspace, shown form (boxfs.show)
+    bytes: int | None = None  # given: the bytes read
+    during_session: bool | None = None  # given: read after the box had run (the sandbox may have written it)
+    origin: str | None = None  # given: the label the model saw
+    error_type: str | None = None  # refused: the ErrorType
+    reason: str | None = None  # refused
+
+    def fields(self) -> dict[str, Any]:
+        return {k: v for k, v in super().fields().items() if v is not None}
+
+
 class McpServersStarted(_Event):
     """The editor's MCP servers for an ACP session: the tools they offer, and what failed to start."""
 
@@ -321,8 +338,8 @@ class SessionEnded(_Event):
 Event = Annotated[
     Union[SessionStarted, SessionResumed, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed,
           ModelResponded, BudgetSpent,
-          ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, McpServersStarted,
-          ChangesApplied, HookRan, SessionEnded],
+          ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, ContextFileNoted,
+          McpServersStarted, ChangesApplied, HookRan, SessionEnded],
     Field(discriminator="type"),
 ]
 EVENT_MODELS: tuple[type[_Event], ...] = get_args(get_args(Event)[0])  # the union's members, for the set of types

@@ -32,7 +32,7 @@ from .workspace.context_files import ContextFiles
 
 SYSTEM_PROMPT = """You are a coding agent working on a repository mounted at /workspace inside a sandbox.
 Use the tools to read, search, edit and test the code. Paths are relative to the workspace root.
-The sandbox has no network. Commands run with /bin/sh -c and no standard input.
+{network} Commands run with /bin/sh -c and no standard input.
 Read a file before you edit it, and pass the sha256 it showed as expected_sha256.
 When the task is done, answer with a short summary and no tool call."""
 
@@ -84,7 +84,7 @@ class Session:
         if cancel is not None:
             self.pipeline.cancel = cancel
         self.cancel = self.pipeline.cancel
-        self.messages: list[Message] = [Message(role="system", content=SYSTEM_PROMPT)]
+        self.messages: list[Message] = [Message(role="system", content=SYSTEM_PROMPT.format(network=registry.network_sentence()))]
         self._recent: deque[str] = deque(maxlen=loop_limit)
         self.after_turn = after_turn
         self.session_id = session_id

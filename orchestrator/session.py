@@ -218,7 +218,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     if resume is not None:  # checked again under the lock: another process may have taken it since
         lock = ResumeLock(resume)
         try:
-            resume = resumable(records_.load(resume.id))
+            resume = resumable(records_.open_own_record(resume.id))
         except BaseException:
             lock.release()
             raise
@@ -272,8 +272,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
                                           model=model.name if model is not None else "", previous_model=rebuilt.previous_model, via=kind))
     context, root_context = None, ""
     if options.context_files:  # the root's AGENTS.md: before any box exists, or on resume compared with the start's
-        context = ContextFiles(box_ws, note=lambda **fields: transcript.event("context_file", executor=Executor.OPENAGENTS, **fields),
-                               real=workspace)
+        context = ContextFiles(box_ws, note=transcript.emit, real=workspace)
         root_context = context.root(resumed_from=record.context_root, resumed=rebuilt is not None)
         if rebuilt is None:
             record.context_root = context.root_digest

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 # Variables that may carry credentials are never handed to the child, even if one reached the box.
 # The host's transcript redactor uses the same pattern.
-SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL|GRANT|AUTH)", re.I)
+SECRET_NAME = re.compile(limits.SECRET_NAME_PATTERN, re.I)
 
 _lock = threading.Lock()
 STREAM_EVERY_S = 0.2  # output chunks are coalesced: at most one message per interval

@@ -16,7 +16,7 @@ import pytest
 from orchestrator import AsyncSandbox, ErrorType, OpenAgentsError, Sandbox, SandboxOptions, ToolError
 from orchestrator.config import LABEL
 from orchestrator.events import SessionEnded, ToolCallFinished
-from orchestrator.workspace.records import load
+from orchestrator.workspace.records import open_own_record as load
 from tests.conftest import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")

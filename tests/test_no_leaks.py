@@ -419,3 +419,39 @@ def test_two_hundred_execs_at_concurrency_eight_under_cpu_load_leave_no_containe
     assert failures == [], "\n".join(failures[:10])
     reaped_ours = [pid for err in reaps for pid in map(int, re.findall(r"\(pid ([0-9]+)\)", err)) if pid in ours]
     assert reaped_ours == [], reaps
+
+
+
+# Counts the reaper's passes in a fresh process (reap_leftovers_once runs once per process). The boxes
+# of gone owners cannot be the witness here: on a shared daemon any other process's command reaps them
+# within seconds, so the count of the reaper's own passes is what says who reaps.
+_COUNT_REAPS = """
+import sys
+from orchestrator.sandbox import reaper
+calls = []
+real = reaper.reap
+def counted(client, scope):
+    calls.append(scope.name)
+    return real(client, scope)
+reaper.reap = counted
+from orchestrator.sandbox.docker import docker_client
+from orchestrator.sandbox.docker_admin import DockerBackend
+from orchestrator.config import SandboxConfig
+client = docker_client(timeout=30)
+client.close()
+print("after docker_client", calls)
+backend = DockerBackend()
+backend.diagnose(SandboxConfig())
+print("after diagnose", calls)
+"""
+
+
+@pytest.mark.docker
+def test_getting_a_client_removes_nothing_and_reaping_is_its_own_call(docker_client, tmp_path):
+    """Issue 36: `docker_client()` used to reap the boxes of gone owners as a side effect of making a
+    connection. Now it reaps nothing; `doctor`'s diagnosis (like a sandbox's first client) asks for
+    the reaping itself, once per process."""
+    done = subprocess.run([sys.executable, "-c", _COUNT_REAPS], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "after docker_client []" in done.stdout, done.stdout
+    assert "after diagnose ['LEFTOVERS']" in done.stdout, done.stdout

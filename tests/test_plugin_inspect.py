@@ -21,7 +21,7 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: E402,F401,F403 - Insp
 from orchestrator.config import LABEL  # noqa: E402
 from orchestrator.plugins.inspect_provider import OpenAgentsSandboxConfig, OpenAgentsSandboxEnvironment  # noqa: E402
 from orchestrator.sandbox.owner import PID_LABEL  # noqa: E402
-from orchestrator.workspace.records import load  # noqa: E402
+from orchestrator.workspace.records import open_own_record as load  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("sandbox_image"), pytest.mark.anyio]
 

@@ -21,7 +21,7 @@ from orchestrator import ErrorType, OpenAgentsError  # noqa: E402
 from orchestrator.config import LABEL  # noqa: E402
 from orchestrator.plugins.minisweagent import OpenAgentsEnvironment  # noqa: E402
 from orchestrator.sandbox.owner import PID_LABEL  # noqa: E402
-from orchestrator.workspace.records import load  # noqa: E402
+from orchestrator.workspace.records import open_own_record as load  # noqa: E402
 from tests.conftest import make_workspace  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")

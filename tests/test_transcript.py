@@ -123,3 +123,26 @@ def test_transcript_show_makes_every_control_character_visible(tmp_path):
     assert text.count("\\x1b[2J") >= 7 and "\\u202egnp.exe" in text
     # Newlines the model wrote never start a line at the left margin, where real prompts start.
     assert not any(line.startswith(("?", "  y =")) for line in text.splitlines())
+
+
+def test_context_file_records_are_typed_events_like_the_others(tmp_path):
+    """Issue 36: the context_file record was written from loose keyword arguments, the one record
+    no front-end could `parse()`. It is an event model now: written through `emit`, read back typed."""
+    from orchestrator import events as ev
+    from orchestrator.workspace.context_files import ContextFiles
+
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "AGENTS.md").write_text("root rules\n")
+    (ws / "src" / "AGENTS.md").mkdir()  # a directory where the file would be: refused, and said
+    transcript = Transcript(tmp_path / "t.jsonl", redactor=Redactor())
+    files = ContextFiles(ws, note=transcript.emit)
+    assert "root rules" in files.root()
+    files._look("src", "during")
+    transcript.close()
+    records = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    given, refused = (ev.parse(r) for r in records)
+    assert isinstance(given, ev.ContextFileNoted) and isinstance(refused, ev.ContextFileNoted)
+    assert (given.outcome, given.path, given.bytes, given.during_session, given.executor) == ("given", "AGENTS.md", 11, False, Executor.OPENAGENTS)
+    assert (refused.outcome, refused.path) == ("refused", "src/AGENTS.md") and refused.error_type and refused.reason
+    assert "bytes" not in records[1] and "origin" not in records[1]  # fields a refusal has not are left out, as before

@@ -1,7 +1,7 @@
 """Budgets for host work on box data: one object holds them all.
 
 Every walk, read, copy, sweep, checkpoint, diff and restore of box-written data is bounded in
-bytes, entries (inodes), depth, wall time and memory. A session makes one `HostBudget` from its
+bytes, entries (inodes), depth and wall time. A session makes one `HostBudget` from its
 limits (its `--max-wall` deadline included, so host work cannot outlive the session's clock), and
 each piece of host work takes a `slice()` of it with its own caps: spending is charged to both.
 """
@@ -18,7 +18,6 @@ from ..errors import ErrorType, OpenAgentsError
 MAX_ENTRIES = 1_000_000
 MAX_DEPTH = 512
 MAX_BYTES = 8 << 30
-MAX_MEMORY = 256 << 20  # bytes the host holds at once for one piece of work (a read, a preview)
 
 
 class BudgetExceeded(OpenAgentsError):
@@ -37,7 +36,6 @@ class HostBudget:
     max_bytes: int | None = MAX_BYTES
     max_entries: int | None = MAX_ENTRIES
     max_depth: int = MAX_DEPTH
-    max_memory: int = MAX_MEMORY
     deadline: float | None = None  # time.monotonic() by which the work must end
     parent: "HostBudget | None" = None
     bytes_spent: int = 0
@@ -57,10 +55,8 @@ class HostBudget:
             mine = time.monotonic() + seconds
             deadline = mine if deadline is None else min(deadline, mine)
         depth = caps.pop("max_depth", None)
-        memory = caps.pop("max_memory", None)
         return HostBudget(max_bytes=caps.get("max_bytes", self.max_bytes), max_entries=caps.get("max_entries", self.max_entries),
                           max_depth=min(self.max_depth, depth) if depth is not None else self.max_depth,
-                          max_memory=min(self.max_memory, memory) if memory is not None else self.max_memory,
                           deadline=deadline, parent=self)
 
     def remaining_s(self) -> float | None:
@@ -94,7 +90,3 @@ class HostBudget:
         """Whether a directory at `depth` (the root's children are at 1) may be entered."""
         return depth <= self.max_depth
 
-    def check_memory(self, n: int) -> None:
-        """Refuse to hold `n` bytes at once."""
-        if n > self.max_memory:
-            raise BudgetExceeded("memory", self.max_memory, f"{n} bytes asked at once")

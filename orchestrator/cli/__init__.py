@@ -45,8 +45,11 @@ def _complete_pending_sweeps() -> None:
             return
         try:
             from ..sandbox.docker import docker_client
+            from ..sandbox.reaper import reap_leftovers_once
 
-            docker_client(timeout=30).close()  # its first client reaps the boxes of owners that are gone
+            client = docker_client(timeout=30)
+            reap_leftovers_once(client)  # the boxes of owners that are gone, before their sweep
+            client.close()
         except OpenAgentsError as err:
             logging.getLogger(__name__).warning("could not reap the boxes of ended sessions before their sweep: %s", err.message)
         for entry, report in sweep_journal.complete_gone():

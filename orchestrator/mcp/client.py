@@ -44,7 +44,8 @@ from ..protocol import Executor, ToolResult
 from ..terminal.render import visible
 from ..tools import declarations as decl
 from ..tools.args import parse_arguments
-from ..tools.registry import PreparedCall, ToolSpec
+from ..tools.registry import PreparedCall
+from ..tools.tooldef import ToolDef
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
 
 log = logging.getLogger(__name__)
@@ -306,7 +307,7 @@ class McpHost:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{call.name}: {err.message[:500]}") from None
         except jsonschema.SchemaError:
             pass  # the server's schema is its own business; the server checks the call itself
-        return PreparedCall(call, ToolSpec(call.name, "other", "host"), McpArguments.model_validate(args), "other", tool.action)
+        return PreparedCall(call, ToolDef(call.name, "other", "host"), McpArguments.model_validate(args), "other", tool.action)
 
     def invoke(self, prepared: PreparedCall) -> ToolResult:
         tool = self._tools[prepared.spec.name]

@@ -48,11 +48,11 @@ def docker_options(config: SandboxConfig) -> DockerBackendConfig:
     return config.backend
 
 
-def docker_client(timeout: int = 60, reap: bool = True) -> docker.DockerClient:
+def docker_client(timeout: int = 60) -> docker.DockerClient:
     """A client that answers, or a fatal typed error that says how to start a daemon. Connecting
     (the version probe and the ping) waits DAEMON_CHECK_S at most, so a frozen daemon fails set-up
-    in seconds; `timeout` then bounds each request of the real work. `reap`: the process's first
-    client first removes the boxes of owners that are gone (reaper.py; never fatal)."""
+    in seconds; `timeout` then bounds each request of the real work. It removes nothing: a caller
+    that wants the boxes of gone owners reaped says so (reaper.reap_leftovers_once)."""
     try:
         client = docker.from_env(timeout=min(timeout, int(DAEMON_CHECK_S)))
         share_one_pool(client)
@@ -64,8 +64,6 @@ def docker_client(timeout: int = 60, reap: bool = True) -> docker.DockerClient:
             f"no Docker daemon answers ({err}). Start one: `sudo systemctl start docker`, or `sudo dockerd &`; "
             "on Debian without Docker: `sudo apt-get install docker.io`. Set DOCKER_HOST if it listens elsewhere.",
         ) from None
-    if reap:
-        reaper.reap_leftovers_once(client)
     return client
 
 
@@ -278,6 +276,7 @@ class DockerDeployment:
     def client(self) -> docker.DockerClient:
         if self._client is None:
             self._client = docker_client()
+            reaper.reap_leftovers_once(self._client)  # before the process's first box: the boxes of gone owners
         return self._client
 
     def start(self) -> DockerStream:

@@ -16,7 +16,7 @@ from .base import Diagnosis
 from .daemon import DOCKER_ERRORS
 from .docker import DockerSandbox, container_settings, docker_client, docker_options
 from .image import build_image, ensure_image, image_status
-from .reaper import Scope, reap
+from .reaper import Scope, reap, reap_leftovers_once
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
 
@@ -53,6 +53,7 @@ class DockerBackend:
     def client(self) -> docker.DockerClient:
         if self._client is None:
             self._client = docker_client()
+            reap_leftovers_once(self._client)
         return self._client
 
     def sandbox(self, workspace: str | os.PathLike[str], config: SandboxConfig, *, state_dir: Path | None = None,
@@ -64,6 +65,7 @@ class DockerBackend:
         try:
             client = self._client or docker_client(timeout=10)
             self._client = client
+            reap_leftovers_once(client)  # `doctor` reaps the boxes of gone owners and says so
             version = client.version()
         except OpenAgentsError as err:
             return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
@@ -86,7 +88,7 @@ class DockerBackend:
     def gc(self, everything: bool) -> int:
         """Remove leftover sandbox containers and egress networks (reaper.py says which); `everything`:
         also those whose host process is alive. Returns how many containers went."""
-        client = self._client or docker_client(timeout=30, reap=False)
+        client = self._client or docker_client(timeout=30)
         try:
             reaped = reap(client, Scope.ALL if everything else Scope.GC)
         except DOCKER_ERRORS as err:
@@ -97,6 +99,7 @@ class DockerBackend:
                     progress: Callable[[str], None]) -> str:
         tag = tag or self.options.image
         client = self._client or docker_client(timeout=600)  # a build outlasts the default API timeout
+        reap_leftovers_once(client)
         if only_if_needed:
             return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
         return build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)

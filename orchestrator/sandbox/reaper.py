@@ -5,7 +5,8 @@ NotFound. A conflict ("removal already in progress", a box still dying) is waite
 deadline; a daemon that is gone is said at warning level as docker_unavailable, with the id.
 
 Every box and egress network/proxy carries its owner's labels (owner.py). Three scopes read them:
-- LEFTOVERS, before any command that talks to Docker: what belongs to an owner that is certainly
+- LEFTOVERS, before a command's first box, `doctor`, an image build and a pending sweep (each calls
+  reap_leftovers_once; getting a client reaps nothing): what belongs to an owner that is certainly
   gone (reaped, and said at warning level: a leftover is a leak someone should hear about);
 - GC, `oa-sandbox gc`: those, and boxes of older versions (no owner labels) by their host-pid as
   before: removed unless that pid runs and the box does too;
@@ -204,8 +205,9 @@ _reap_lock = threading.Lock()
 
 
 def reap_leftovers_once(client: docker.DockerClient) -> None:
-    """Before a command's first Docker call: the boxes of owners that are gone. Never fatal, never
-    twice per process, and never a live process's box (owner.verdict)."""
+    """The boxes of owners that are gone, for a caller about to use Docker for real work (a sandbox's
+    first client, doctor, an image build). Never fatal, never twice per process, and never a live
+    process's box (owner.verdict)."""
     global _reaped_in
     with _reap_lock:
         if _reaped_in == os.getpid():

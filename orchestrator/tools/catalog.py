@@ -39,10 +39,6 @@ def box_rule(name: str) -> BoxRule:
     return tool.box if tool is not None else DEFAULT_RULE
 
 
-def sandbox_tools() -> list[str]:
-    return [t.name for t in TOOLS.values() if t.side == "sandbox"]
-
-
 def mcp_tools() -> list[ToolDef]:
     return [t for t in TOOLS.values() if t.over_mcp]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from . import catalog
+from . import catalog, network
 
 FAMILIES = ("openai", "gemini", "anthropic")
 
@@ -58,10 +58,15 @@ def base_declaration(name: str) -> dict[str, Any]:
     return {"name": name, "description": tool.description, "parameters": schema}
 
 
-def declaration(name: str, family: str) -> dict[str, Any]:
+def declaration(name: str, family: str, network_sentence: str | None = None) -> dict[str, Any]:
+    """`network_sentence`: what this session's network really is (network.sentence); a tool that
+    reaches the network says it in place of the generic sentence its static description ends with."""
     if family not in FAMILIES:
         raise ValueError(f"unknown model family {family!r}")
     base = base_declaration(name)
+    if network_sentence is not None and catalog.TOOLS[name].reaches_network:
+        assert base["description"].endswith(network.GENERIC), f"{name} reaches the network but does not say so"
+        base["description"] = base["description"][:-len(network.GENERIC)] + network_sentence
     base.update(catalog.TOOLS[name].overrides.get(family, {}))
     if family == "gemini":
         return {"name": base["name"], "description": base["description"], "parameters": _to_gemini(base["parameters"])}
@@ -70,5 +75,5 @@ def declaration(name: str, family: str) -> dict[str, Any]:
     return {"type": "function", "function": {"name": base["name"], "description": base["description"], "parameters": base["parameters"]}}
 
 
-def declarations(names: list[str], family: str) -> list[dict[str, Any]]:
-    return [declaration(n, family) for n in names]
+def declarations(names: list[str], family: str, network_sentence: str | None = None) -> list[dict[str, Any]]:
+    return [declaration(n, family, network_sentence) for n in names]

@@ -17,15 +17,13 @@ from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import ToolResult
 from ..sandbox.base import Sandbox
-from . import catalog, declarations, host_git
+from . import catalog, declarations, host_git, network
 from .args import validate_arguments
 from .tooldef import HostContext, ToolDef
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
-# ToolDef of its name, kind and side alone (ToolSpec(name, kind, side)).
-ToolSpec = ToolDef
+# ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
 SPECS: dict[str, ToolDef] = catalog.TOOLS
-call_title = catalog.call_title
 
 
 class RegistryConfig(BaseModel):
@@ -39,7 +37,7 @@ class PreparedCall:
     """A call that passed validation: what the ladder judges and the registry runs."""
 
     call: ToolCall
-    spec: ToolSpec
+    spec: ToolDef
     args: BaseModel
     kind: str
     action: str  # e.g. "shell", "git commit": the ladder's finest key
@@ -99,11 +97,15 @@ class ToolRegistry:
         return [n for n in names if n not in self.config.disabled]
 
     def declarations(self, family: str) -> list[dict[str, Any]]:
-        own = declarations.declarations([n for n in self.active() if n in SPECS], family)
+        own = declarations.declarations([n for n in self.active() if n in SPECS], family, self.network_sentence())
         if self.host_tools is None:
             return own
         extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
         return own + extra
+
+    def network_sentence(self) -> str:
+        """What the sandbox's network really is, for the system prompt and the tools that reach it."""
+        return network.of_sandbox(self.sandbox)
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         if call.arguments_error is not None:

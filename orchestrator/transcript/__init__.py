@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 
 from sandbox_agent import jsonbound
-from sandbox_agent.shell import SECRET_NAME
+from sandbox_agent.limits import SECRET_NAME_PATTERN
 
 from ..errors import ErrorType, OpenAgentsError
 from ..events import Event
@@ -47,6 +47,9 @@ _SECRET_PATTERNS = [
     re.compile(r"AIza[0-9A-Za-z_\-]{30,}"),
     re.compile(r"(?i)bearer\s+[A-Za-z0-9._\-]{16,}"),
 ]
+
+
+SECRET_NAME = re.compile(SECRET_NAME_PATTERN, re.I)  # the agent's shell strips the same names
 
 
 class Redactor:
@@ -308,7 +311,7 @@ def show_lines(path: str | Path, full: bool = False) -> Iterable[Line]:
 def resolve_transcript(path_or_id: str) -> Path:
     """`transcript show`'s argument: a transcript file, or a session id (its recorded transcript)."""
     from ..errors import ErrorType, OpenAgentsError
-    from ..workspace.records import load
+    from ..workspace.records import open_own_record
 
     path = Path(path_or_id)
     if path.is_file():
@@ -316,7 +319,7 @@ def resolve_transcript(path_or_id: str) -> Path:
     if path.exists():
         raise OpenAgentsError(ErrorType.NOT_A_FILE, f"{path_or_id} is not a transcript file")
     try:
-        record = load(path_or_id)
+        record = open_own_record(path_or_id)
     except OpenAgentsError as err:
         if err.type == ErrorType.INVALID_ARGUMENTS:  # not shaped like an id either
             raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"{path_or_id}: no such transcript file, and not a session id "

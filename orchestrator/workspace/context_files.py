@@ -31,6 +31,8 @@ from typing import Any, Callable
 from ..boxfs import lstat_workspace, read_workspace_file, show
 from ..boxfs.read import kind_words
 from ..errors import ErrorType, OpenAgentsError
+from ..events import ContextFileNoted
+from ..protocol import Executor
 from ..tools import catalog
 
 NAME = "AGENTS.md"
@@ -54,9 +56,9 @@ ABSENT = "absent"  # the digest recorded for a root without the file
 
 
 class ContextFiles:
-    """`note(kind, path, **fields)` records what was read or refused (the transcript's context_file)."""
+    """`note(event)` records what was read or refused (events.ContextFileNoted, the transcript's context_file)."""
 
-    def __init__(self, workspace: Path, note: Callable[..., Any] | None = None, real: Path | None = None) -> None:
+    def __init__(self, workspace: Path, note: Callable[[ContextFileNoted], Any] | None = None, real: Path | None = None) -> None:
         """`real`: the user's own workspace when `workspace` is a copy of it (copy mode), where an
         entry the copy left out (a FIFO, socket or device) is looked at to say why it is refused."""
         self.workspace = Path(workspace)
@@ -148,7 +150,7 @@ class ContextFiles:
     def _record(self, outcome: str, rel: str, **fields: Any) -> None:
         if self.note is not None:
             try:
-                self.note(outcome=outcome, path=show(rel), **fields)
+                self.note(ContextFileNoted(executor=Executor.OPENAGENTS, outcome=outcome, path=show(rel), **fields))
             except Exception:  # noqa: BLE001 - a record must never end the session
                 pass
 

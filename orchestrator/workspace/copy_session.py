@@ -8,14 +8,14 @@ from __future__ import annotations
 from ..errors import ErrorType, OpenAgentsError
 from ..tools import catalog
 from .copy import CopyManifest
-from .records import SessionRecord, WorkspaceMode, discard_state, load, state_bytes
+from .records import SessionRecord, WorkspaceMode, discard_state, open_own_record, state_bytes
 from .review import ApplyReport, apply_scanned, move_on
 from .review.landing import Permit
 
 
 def ended_copy_session(session_id: str, action: str) -> SessionRecord:
     """The record of an ended copy session whose copy still exists; a typed refusal naming why not."""
-    record = load(session_id)
+    record = open_own_record(session_id)
     if record.mode != WorkspaceMode.COPY:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} ran in bind mode: its changes are already in "
                                                            f"{record.workspace}; nothing to {action} (`oa-sandbox rollback` undoes them)")

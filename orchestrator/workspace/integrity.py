@@ -55,14 +55,6 @@ def is_head_name(name: str) -> bool:
     return name.casefold() == "head"
 
 
-def _exists(dir_fd: int, name: str) -> bool:
-    try:
-        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        return True
-    except OSError:
-        return False
-
-
 def git_shaped(dir_fd: int) -> bool:
     """Whether git's discovery takes the directory behind dir_fd for a git directory (setup.c,
     is_git_directory): HEAD plus objects/ and refs/, or HEAD plus a `commondir` file that points at

@@ -61,16 +61,6 @@ def measure(root: Path, skip: set[tuple[int, int]] | None = None, budget: HostBu
     return usage
 
 
-def disk_usage(root: Path, skip: set[tuple[int, int]] | None = None, too_deep: list[str] | None = None,
-               budget: HostBudget | None = None) -> int:
-    """Bytes allocated under root (see `measure`); directories below the walk's depth are named in
-    `too_deep` (their bytes are not counted)."""
-    usage = measure(root, skip, budget)
-    if too_deep is not None:
-        too_deep += [os.fsdecode(rel) for rel in usage.too_deep]
-    return usage.allocated
-
-
 def _fs_used(path: Path) -> tuple[int, int]:
     """(bytes, inodes) in use on the file system; inodes 0 where it does not count them (f_files 0)."""
     st = os.statvfs(path)

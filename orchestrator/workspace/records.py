@@ -249,9 +249,6 @@ def open_own_record(session_id: str) -> SessionRecord:
     return record
 
 
-load = open_own_record  # the name older callers use: the same check
-
-
 def list_sessions(all_users: bool = True) -> list[SessionRecord]:
     """Newest first (by the record's own start time); unreadable records are passed over. Without
     `all_users`, only the caller's (by the file system's owner, never the record's text); with it,

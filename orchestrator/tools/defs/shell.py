@@ -7,6 +7,7 @@ from pydantic import Field
 
 from sandbox_agent import limits
 
+from .. import network
 from ..argbase import Args
 from ..tooldef import J_BOOL, J_INT, J_NUM, BoxRule, ToolDef
 
@@ -31,9 +32,9 @@ def deadline(args: Mapping[str, Any]) -> float:
 TOOL = ToolDef(
     "shell", "execute", "sandbox", ShellArgs, order=60, title="Run a command in the sandbox",
     description=(
-        f"Run a command with /bin/sh -c in the workspace, with no standard input and no network. Default timeout "
+        f"Run a command with /bin/sh -c in the workspace, with no standard input. Default timeout "
         f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background processes do not outlive the call. "
-        "Output is capped (head and tail kept)."
+        f"Output is capped (head and tail kept). {network.GENERIC}"
     ),
     mutates=True, box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True),
     over_mcp=True, reaches_network=True, command_arg="command",
