@@ -419,7 +419,10 @@ class Sandbox:
 
     def rollback(self, turn: int) -> RestoreReport:
         """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
-        A file changed since the last checkpoint: nothing restored, the report lists the conflicts."""
+        A file changed since the last checkpoint: nothing restored, the report lists the conflicts.
+        It meets the ladder as an edit (tool/action `rollback`, kind edit): a deny of edits raises
+        ToolError(REFUSED_BY_POLICY); an ask is answered by this call itself (the program asked).
+        Its decision and outcome are in the transcript."""
         _require("rollback", "turn", turn, int, "an int")
         opened = self._live()
         store = opened.checkpoints
