@@ -196,3 +196,54 @@ def test_an_acp_landing_allowed_is_recorded_with_its_outcome(sandbox_image, tmp_
     [landing] = decided(said, "apply_changes")
     assert (landing["decision"], landing["executor"]) == ("automatic", "openagents")
     assert [(r["via"], r["ok"], r["applied"]) for r in said if r["type"] == "apply"] == [("acp", True, 0)]
+
+
+def test_the_api_changes_apply_and_rollback_meet_the_deny_rules(sandbox_image, tmp_path):
+    """Sandbox.changes() read the copy and rollback() wrote the workspace beside the pipeline and
+    the ladder (no rule could refuse them, the transcript never had them); apply() recorded its
+    outcome but not its decision. Now each is refused typed by the rule that names it (changes,
+    apply_changes, a deny of edits for rollback), nothing read or written, and each call's
+    decision and outcome are in the transcript with who decided."""
+    ws = workspace(tmp_path, DENY_ALL + '[[rules]]\nkind = "edit"\ndecision = "deny"\n')
+    with Sandbox(ws, mode="copy", auto_approve=True) as box:
+        for name, act in (("changes", box.changes), ("apply_changes", box.apply), ("rollback", lambda: box.rollback(0))):
+            with pytest.raises(ToolError) as refused:
+                act()
+            assert refused.value.type is ErrorType.REFUSED_BY_POLICY, (name, refused.value)
+        transcript = box.transcript_path
+    assert (ws / "app.py").read_text() == "print('old')\n"
+    said = records(transcript)
+    for tool in ("changes", "apply_changes", "rollback"):
+        [decision] = decided(said, tool)
+        assert (decision["decision"], decision["executor"]) == ("refused", "openagents"), (tool, decision)
+        [result] = finished(said, tool)
+        assert result["ok"] is False and result["error"]["type"] == REFUSED, (tool, result)
+    assert not [r for r in said if r["type"] == "apply"]
+
+
+def test_the_api_changes_apply_and_rollback_allowed_are_recorded(sandbox_image, tmp_path):
+    """No rule: the typed results are as before (Changes, ApplyResult, RestoreReport), each call is
+    decided and recorded; a call of these host tools that is not the program's own (a model's,
+    through call()) is an unknown tool, never a landing."""
+    ws = workspace(tmp_path, "")
+    with Sandbox(ws, mode="copy", auto_approve=True) as box:
+        box.write_file("app.py", "print('box')\n")
+        shown = box.changes()
+        assert [(f.path, f.status) for f in shown.files] == [("app.py", "modified")] and "+print('box')" in shown.diff and "app.py" in shown.stat
+        stray = box.call("apply_changes")
+        assert not stray.ok and stray.error is not None and stray.error.type is ErrorType.UNKNOWN_TOOL
+        assert (ws / "app.py").read_text() == "print('old')\n"
+        landed = box.apply()
+        assert landed.ok and landed.applied == ["app.py"]
+        box.write_file("app.py", "print('again')\n")
+        restored = box.rollback(0)
+        assert not restored.conflicts
+        assert "print('old')" in box.read_file("app.py").text
+        transcript = box.transcript_path
+    assert (ws / "app.py").read_text() == "print('box')\n"
+    said = records(transcript)
+    for tool in ("changes", "apply_changes", "rollback"):
+        [decision] = decided(said, tool)
+        assert decision["decision"] != "refused", (tool, decision)
+        assert [r["ok"] for r in finished(said, tool) if r["call_id"] == decision["call_id"]] == [True], tool
+    assert [(r["via"], r["ok"], r["applied"]) for r in said if r["type"] == "apply"] == [("api", True, 1)]

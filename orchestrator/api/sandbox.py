@@ -21,15 +21,17 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
+from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, Level
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
+from ..tools.copy_tools import CopyTools, Landing
 from ..tools.defs import edit_file as edit_def
 from ..tools.defs import grep_files as grep_def
 from ..tools.defs import list_files as list_def
 from ..tools.defs import read_file as read_def
 from ..tools.defs import shell as shell_def
 from ..tools.defs import write_file as write_def
-from ..workspace.copy_session import apply_session, discard_session, note_call
+from ..workspace.copy_session import discard_session, note_call
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .options import SandboxOptions
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from ..workspace.records import SessionRecord
 
 # the tools' names come from their own homes (tools/defs/), as everywhere else
+ROLLBACK, ROLLBACK_KIND = "rollback", "edit"  # rollback() meets the ladder as an edit (a rule on kind edit decides it)
 READ, LIST, GREP = read_def.TOOL.name, list_def.TOOL.name, grep_def.TOOL.name
 WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.name
 
@@ -97,6 +100,9 @@ class Sandbox:
         self._status = ("closed", "the program closed the sandbox")
         self._run: AgentRun | None = None
         self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
+        self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
+        self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
+        self._review = threading.Lock()  # one changes()/apply() at a time: each reads its own call's typed outcome
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -140,6 +146,10 @@ class Sandbox:
             self._closed = True
             raise
         self._opened, self._record = opened, opened.record
+        if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
+            registry = opened.pipeline.registry
+            self._landing = Landing(opened.record)
+            registry.host_tools = CopyTools(self._landing, registry.host_tools, self._issued)
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, _close_quietly, opened)
         opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
@@ -325,13 +335,21 @@ class Sandbox:
 
     # -- a copy session's review -----------------------------------------------------------------
     def changes(self) -> Changes:
-        """What the tools changed in the private copy against the real workspace (copy mode)."""
-        record = self._copy_record("show")
-        from ..workspace.copy import CopyManifest
-        from ..workspace.review import list_changes, render_diff, shown
+        """What the tools changed in the private copy against the real workspace (copy mode): a call of
+        `changes` through the pipeline (a rule `tool = "changes"` decides it; a deny raises
+        ToolError(REFUSED_BY_POLICY)), recorded in the transcript."""
+        self._copy_record("show")
+        from ..workspace.review import render_diff, shown
 
-        manifest = CopyManifest.load(record.manifest_path)
-        found = list_changes(manifest)
+        landing = self._landing
+        assert landing is not None
+        with self._review:
+            landing.last_changes = None
+            result = self._own_call(CHANGES_TOOL, {})
+            scanned = landing.last_changes
+        if not result.ok or scanned is None:
+            raise _tool_error(result)
+        manifest, found = scanned
         if not found:
             return Changes()
         diff = "\n".join(render_diff(manifest, found))
@@ -339,23 +357,34 @@ class Sandbox:
         return Changes(files=[ChangedFile(path=shown(c.path), status=c.status) for c in found], diff=diff, stat=stat)
 
     def apply(self) -> ApplyResult:
-        """Land the copy's changes in the real workspace through the sanitiser (`oa-sandbox apply`'s).
+        """Land the copy's changes in the real workspace through the sanitiser (`oa-sandbox apply`'s),
+        a call of `apply_changes` through the pipeline, recorded with its decision and outcome.
         A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed.
         A landing the policy refuses (a deny rule, copy-only, read-only) raises ToolError(REFUSED_BY_POLICY)."""
-        record = self._copy_record("apply")
+        self._copy_record("apply")
         opened = self._live()
-        try:
-            report = apply_session(record, opened.pipeline.gate.decide_landing("Sandbox.apply()"))
-        except OpenAgentsError as err:
-            raise ToolError(err.type, err.message) from None
-        if report.conflicts:
-            from ..workspace.copy_session import mark_landed
+        landing = self._landing
+        assert landing is not None
+        with self._review:
+            landing.last_report = None
+            result = self._own_call(LAND_TOOL, {})
+            report = landing.last_report
+        if report is None or (not result.ok and not report.conflicts):  # refused, or stopped before a report
+            raise _tool_error(result)
+        applied = ApplyResult.of(report)
+        opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via=self.kind, ok=applied.ok, applied=len(applied.applied),
+                                                 left_out=applied.left_out[:200], conflicts=applied.conflicts[:200]))
+        return applied
 
-            mark_landed(record, False)
-        result = ApplyResult.of(report)
-        opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via=self.kind, ok=result.ok, applied=len(result.applied),
-                                                 left_out=result.left_out[:200], conflicts=result.conflicts[:200]))
-        return result
+    def _own_call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
+        """This program's own call of a host tool only it may call (changes, apply_changes)."""
+        opened = self._live()
+        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
+        self._issued.add(call.id)
+        try:
+            return opened.pipeline.run(call)
+        finally:
+            self._issued.discard(call.id)
 
     def discard(self) -> int:
         """Close the sandbox and remove its copy, checkpoints and transcript (copy mode); returns the
@@ -390,14 +419,42 @@ class Sandbox:
 
     def rollback(self, turn: int) -> RestoreReport:
         """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
-        A file changed since the last checkpoint: nothing restored, the report lists the conflicts."""
+        A file changed since the last checkpoint: nothing restored, the report lists the conflicts.
+        It meets the ladder as an edit (tool/action `rollback`, kind edit): a deny of edits raises
+        ToolError(REFUSED_BY_POLICY); an ask is answered by this call itself (the program asked).
+        Its decision and outcome are in the transcript."""
         _require("rollback", "turn", turn, int, "an int")
         opened = self._live()
         store = opened.checkpoints
         if store is None or not any(point.turn == turn and point.ok for point in store.list()):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
+        pipeline = opened.pipeline
+        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=ROLLBACK, arguments={"turn": turn})
+        level, reason = pipeline.gate.ladder.level(ROLLBACK, ROLLBACK_KIND, ROLLBACK)
+        refused = level == Level.REFUSE
+        decision, decider = ("refused", Executor.OPENAGENTS) if refused else (
+            ("automatic", Executor.OPENAGENTS) if level == Level.AUTOMATIC else ("allow_once", Executor.USER))
+        if not refused and level != Level.AUTOMATIC:
+            reason = f"asked for by the program's own call (Sandbox.rollback()); {reason}"
+        opened.transcript.emit(ev.ApprovalDecided(executor=decider, call_id=call.id, tool=ROLLBACK, action=ROLLBACK, level=level.value,
+                                                  decision=decision, reason=reason))
+        if refused:
+            err = OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"rollback was not approved: {reason}")
+            pipeline.finish(call, ToolResult.failure(err))
+            raise ToolError(err.type, err.message)
         opened.kill_running()
-        return store.restore(turn)
+        try:
+            report = store.restore(turn)
+        except OpenAgentsError as err:
+            pipeline.finish(call, ToolResult.failure(err))
+            raise
+        said = f"restored turn {turn}: {len(report.restored)} restored, {len(report.removed)} removed"
+        if report.conflicts:
+            pipeline.finish(call, ToolResult.failure(OpenAgentsError(
+                ErrorType.STALE_CONTENT, f"nothing restored: {len(report.conflicts)} file(s) changed since the last checkpoint")))
+        else:
+            pipeline.finish(call, ToolResult(ok=True, output=said))
+        return report
 
     def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
         """After close: this copy session forked into `n` independent copy sessions (`oa-sandbox fork`'s:
@@ -436,6 +493,12 @@ class Sandbox:
 
         self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
         return self._run
+
+
+def _tool_error(result: ToolResult) -> ToolError:
+    error = result.error
+    kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
+    return ToolError(kind, message, result)
 
 
 def _quietly(callback: Callable[[Any], None], value: Any) -> None:

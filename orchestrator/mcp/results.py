@@ -11,20 +11,14 @@ result as the model reads it in `oa-sandbox run` (output, notes, error), for old
 """
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import mcp_types as types
 
-from ..boxfs import show
-from ..boxfs.names import stored_shown
 from ..protocol import ToolResult
-from ..terminal.machine import Bounded, name_item, named
 from ..tools import catalog
-
-if TYPE_CHECKING:
-    from ..workspace.review import ApplyReport, Change
+from ..tools.copy_tools import apply_meta as apply_meta  # re-exported: their home is tools/copy_tools.py
+from ..tools.copy_tools import changes_meta as changes_meta
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -100,28 +94,6 @@ _META: dict[str, dict[str, Any]] = {
                       **_bounds("conflicts"),
                       "already": {"type": "array", "items": _NAME}, "already_shown": {"type": "array", "items": _STR}, **_bounds("already")},
 }
-
-
-def _lists(lists_dir: Path | None, kind: str) -> Bounded:
-    return Bounded({}, lists_dir, f"mcp-{kind}-{time.time_ns()}")
-
-
-def changes_meta(found: list[Change], lists_dir: Path | None) -> dict[str, Any]:
-    """`changes`' metadata: each entry named exactly, at most 1,000 of them (the rest in a file)."""
-    lists = _lists(lists_dir, "changes")
-    lists.out["count"] = len(found)
-    lists.put("changes", found, lambda c: named(c.path, status=c.status))
-    return lists.value()
-
-
-def apply_meta(report: ApplyReport, lists_dir: Path | None) -> dict[str, Any]:
-    """`apply_changes`' metadata: names exact with `_shown` beside them, each list bounded."""
-    lists = _lists(lists_dir, "apply")
-    lists.put("applied", report.applied, name_item, stored_shown)
-    lists.put("left_out", report.left_out, lambda lo: named(lo.path, reason=show(lo.reason)))
-    lists.put("conflicts", report.conflicts, lambda c: named(c.path, reason=show(c.reason)))
-    lists.put("already", report.already, name_item, stored_shown)
-    return lists.value()
 
 
 def output_schema(name: str) -> dict[str, Any]:

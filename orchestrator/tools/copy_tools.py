@@ -1,0 +1,225 @@
+"""`changes` and `apply_changes`, copy mode's two host-side tools (issue 34): the session's registry
+gets them (CopyTools, a HostTools), so each goes through the one CallPipeline: validated, decided by
+the ladder, run, and recorded with who decided and who ran it. The MCP server (mcp/landing.py) and
+the Python API (api/sandbox.py) install the same class; their words to a client are their own.
+
+`changes` is a read of the session's own copy (a rule names it `tool = "changes"`, kind read);
+`apply_changes` is the landing (tool apply_changes, kind edit, action land: decide_landing's key).
+After an apply the session goes on with the same copy: the manifest's baseline of every entry that
+landed is moved to what landed (an entry the box changed after the scan shows as changed again).
+
+`issued`: when given, the ids of the calls the owner itself makes; any other call of these names
+(a model's, in the API's run()) is an unknown tool, never a landing the model asked for.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..boxfs import show
+from ..boxfs.names import stored_shown
+from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
+from ..policy.ladder import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
+from ..protocol import Executor, ToolResult
+from ..terminal.machine import Bounded, name_item, named
+from ..terminal.render import visible
+from ..workspace.copy import CopyManifest
+from ..workspace.copy_session import mark_landed
+from ..workspace.records import SessionRecord
+from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
+from ..workspace.review.landing import Permit
+from .registry import HostTools, PreparedCall
+from .tooldef import ToolDef
+
+if TYPE_CHECKING:
+    from ..workspace.review import ApplyReport, Change
+
+COPY_TOOLS = (CHANGES_TOOL, LAND_TOOL)
+MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all
+MAX_REPORT_LINES = 1000  # lines of apply's report in the text block; the metadata's lists name their files
+
+
+def _lists(lists_dir: Path | None, kind: str) -> Bounded:
+    return Bounded({}, lists_dir, f"mcp-{kind}-{time.time_ns()}")
+
+
+def changes_meta(found: list[Change], lists_dir: Path | None) -> dict[str, Any]:
+    """`changes`' metadata: each entry named exactly, at most 1,000 of them (the rest in a file)."""
+    lists = _lists(lists_dir, "changes")
+    lists.out["count"] = len(found)
+    lists.put("changes", found, lambda c: named(c.path, status=c.status))
+    return lists.value()
+
+
+def apply_meta(report: ApplyReport, lists_dir: Path | None) -> dict[str, Any]:
+    """`apply_changes`' metadata: names exact with `_shown` beside them, each list bounded."""
+    lists = _lists(lists_dir, "apply")
+    lists.put("applied", report.applied, name_item, stored_shown)
+    lists.put("left_out", report.left_out, lambda lo: named(lo.path, reason=show(lo.reason)))
+    lists.put("conflicts", report.conflicts, lambda c: named(c.path, reason=show(c.reason)))
+    lists.put("already", report.already, name_item, stored_shown)
+    return lists.value()
+
+
+
+@dataclass
+class Landing:
+    """The copy-mode tools of one MCP session (one apply at a time)."""
+
+    record: SessionRecord
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # What the last call found, typed, for an in-process owner (the API's Changes, ApplyResult):
+    # the manifest and changes `changes` listed; the report `apply_changes` made.
+    last_changes: "tuple[CopyManifest, list[Change]] | None" = field(default=None, repr=False)
+    last_report: "ApplyReport | None" = field(default=None, repr=False)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.record.manifest_path
+
+    def changes(self, stat: bool = False) -> ToolResult:
+        try:
+            manifest = CopyManifest.load(self.manifest_path)
+            found = list_changes(manifest)
+            self.last_changes = (manifest, found)
+            if not found:
+                return ToolResult(ok=True, output="no changes: the private copy is as the real workspace",
+                                  meta={"changes": [], "count": 0})
+            text, cut = _joined(render_diff(manifest, found, stat=stat), MAX_DIFF_CHARS)
+        except OpenAgentsError as err:
+            return ToolResult.failure(err)
+        except OSError as err:
+            return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"the copy could not be compared: {err.strerror}"))
+        note = (f"[diff cut at {MAX_DIFF_CHARS} characters: `oa-sandbox changes {self.record.id}` shows it all]" if cut else
+                "[in the private copy only: apply_changes lands it]")
+        return ToolResult(ok=True, output=text, note=note, meta=changes_meta(found, self.record.dir / "lists"))
+
+    def apply(self, permit: Permit) -> ToolResult:
+        """`permit`: the ladder's decision on this landing (the call pipeline's); a refusal writes nothing."""
+        with self._lock:
+            try:
+                return self._apply(permit)
+            except OpenAgentsError as err:
+                return ToolResult.failure(err)
+            except OSError as err:
+                return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"apply stopped: {err.strerror}"))
+
+    def _apply(self, permit: Permit) -> ToolResult:
+        manifest = CopyManifest.load(self.manifest_path)
+        report, scanned = apply_scanned(manifest, permit)
+        self.last_report = report
+        meta: dict[str, Any] = apply_meta(report, self.record.dir / "lists")
+        lines = report.lines(MAX_REPORT_LINES)
+        real = visible(self.record.workspace)
+        if report.conflicts:
+            mark_landed(self.record, False)
+            lines.append(f"nothing applied: {len(report.conflicts)} path(s) changed in {real} since the copy was taken")
+            return ToolResult.failure(OpenAgentsError(
+                ErrorType.STALE_CONTENT, f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "
+                + "; ".join(f"{shown(c.path)}: {visible(c.reason)}" for c in report.conflicts[:20])), output="\n".join(lines), meta=meta)
+        move_on(manifest, scanned, report)
+        manifest.save(self.manifest_path)
+        mark_landed(self.record)
+        summary = f"applied {len(report.applied)} change(s) to {real}"
+        if report.left_out:
+            summary += f", left out {len(report.left_out)}"
+        if not report.applied and not report.left_out:
+            summary = f"nothing to apply: the private copy has no changes for {real}"
+        return ToolResult(ok=True, output="\n".join([*lines, summary]), meta=meta)
+
+
+class ChangesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    stat: bool = False
+
+
+class ApplyArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+CHANGES_DEF = ToolDef(CHANGES_TOOL, CHANGES_KIND, "host", ChangesArgs, title="The private copy's changes",
+                      title_of=lambda args: "show the private copy's changes against the real workspace")
+APPLY_DEF = ToolDef(LAND_TOOL, LAND_KIND, "host", ApplyArgs, title="Land the private copy's changes",
+                    title_of=lambda args: "land the private copy's changes in the real workspace")
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """The pipeline's allowing decision, as the Permit apply_scanned takes: invoke() is reached only
+    after CallPipeline.validate_and_decide allowed the call (the same ladder key as decide_landing)."""
+
+    allowed: bool = True
+    reason: str = "allowed by the call pipeline's decision"
+    executor: Executor = Executor.OPENAGENTS
+
+
+class CopyTools:
+    """`changes` and `apply_changes` as host-side tools of the session's registry (tools/registry.py
+    HostTools), so the CallPipeline validates, decides, runs and records them as any other call;
+    `inner`: the host tools the session already had (the user's MCP servers), kept as they were."""
+
+    def __init__(self, landing: Landing, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
+        self.landing = landing
+        self.inner = inner
+        self.issued = issued
+
+    def names(self) -> list[str]:
+        return list(COPY_TOOLS) + (self.inner.names() if self.inner is not None else [])
+
+    def owns(self, name: str) -> bool:
+        return name in COPY_TOOLS or (self.inner is not None and self.inner.owns(name))
+
+    def declarations(self, family: str) -> list[dict[str, Any]]:
+        return self.inner.declarations(family) if self.inner is not None else []  # no model is told of these two
+
+    def kill_running(self) -> None:
+        """Cancel reaches the inner host tools' calls as before (loop.py looks for this); the two here end on their own."""
+        stop = getattr(self.inner, "kill_running", None)
+        if callable(stop):
+            stop()
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        if call.name not in COPY_TOOLS:
+            assert self.inner is not None
+            return self.inner.prepare(call)
+        if self.issued is not None and call.id not in self.issued:  # not the owner's own call (a model's, in the API's run())
+            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
+        spec = CHANGES_DEF if call.name == CHANGES_TOOL else APPLY_DEF
+        assert spec.args is not None
+        try:
+            args = spec.args.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
+        except ValidationError:
+            said = ("changes takes one optional argument, stat (a boolean)" if spec is CHANGES_DEF else
+                    "apply_changes takes no arguments: it lands every change the copy holds")
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, said) from None
+        if spec is CHANGES_DEF:
+            return PreparedCall(call, spec, args, CHANGES_KIND, CHANGES_ACTION)
+        return PreparedCall(call, spec, args, LAND_KIND, LAND_ACTION)
+
+    def invoke(self, prepared: PreparedCall) -> ToolResult:
+        if prepared.spec.name not in COPY_TOOLS:
+            assert self.inner is not None
+            return self.inner.invoke(prepared)
+        if isinstance(prepared.args, ChangesArgs):
+            result = self.landing.changes(prepared.args.stat)
+        else:
+            result = self.landing.apply(_Decided())
+        return result.model_copy(update={"executor": Executor.OPENAGENTS})  # run on the host, by us
+
+
+def _joined(lines: Iterable[str], limit: int) -> tuple[str, bool]:
+    out: list[str] = []
+    size = 0
+    for line in lines:
+        size += len(line) + 1
+        if size > limit:
+            return "\n".join(out), True
+        out.append(line)
+    return "\n".join(out), False
