@@ -200,3 +200,35 @@ def test_transcript_show_prints_a_hook_block_escaped(tmp_path):
     assert shown.returncode == 0, shown.stderr
     assert "hook guard BeforeTool blocked" in shown.stdout and "told" in shown.stdout
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+
+
+def test_a_hook_never_runs_in_the_workspace_so_box_planted_modules_are_not_loaded(tmp_path):
+    """Attack (review of issue 35): the box writes json.py into the workspace; a user's hook
+    `python3 -c 'import json, ...'` run with the workspace as its working directory imported it and
+    ran the box's code on the host. A hook now runs in an empty directory of its own."""
+    hooks, _ = hooks_of(tmp_path, hook_toml([PY, "-c", "import json, os, sys; json.load(sys.stdin); print(os.getcwd(), file=sys.stderr)"]))
+    ws = tmp_path / "ws"
+    marker = tmp_path / "pwned"
+    (ws / "json.py").write_text(f"open({str(marker)!r}, 'w').write('box code ran on the host')\n")
+    verdict = hooks.fire("BeforeTool", {"tool_name": "shell", "tool_input": {"command": "ls"}}, tool="shell")
+    assert not verdict.blocked, verdict.reason
+    assert not marker.exists()
+
+
+def test_a_hook_naming_a_workspace_file_that_appears_later_is_workspace_content(tmp_path):
+    """Attack: a user hook named `hooks/check.py` (relative) or WORKSPACE/hooks/check.py (absolute) while
+    the file did not exist yet was not flagged; the box then made it and the next event ran it. A
+    relative word now resolves in the hook's own empty directory (nothing of the box's), and an
+    absolute one under a box root is workspace content whether or not it exists."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    marker = tmp_path / "pwned"
+    absolute = ws / "hooks" / "check.py"
+    policy = parse_policy(hook_toml([PY, str(absolute)]).encode(), "test", ".toml", Tier.USER)
+    kept, dropped = in_force(policy.hooks, False, ws, [ws])
+    assert kept == [] and dropped  # untrusted: not in force, though the file is not there yet
+    hooks, path = hooks_of(tmp_path, hook_toml([PY, "hooks/check.py"]))
+    absolute.parent.mkdir(exist_ok=True)
+    absolute.write_text(f"open({str(marker)!r}, 'w').write('box code ran on the host')\n")
+    verdict = hooks.fire("BeforeTool", {"tool_name": "shell", "tool_input": {"command": "ls"}}, tool="shell")
+    assert verdict.blocked and not marker.exists()  # the relative script is not found where the hook runs: fails closed

@@ -88,7 +88,7 @@ class Hooks:
     def _one(self, hook: HookSpec, event: str, fields: dict[str, Any], verdict: Verdict, tool: str | None, call_id: str | None) -> None:
         env = run_.environment(hook.env, self.model_key, hook.pass_model_key and hook.tier >= 2,
                                {"OA_HOOK_EVENT": event, "OA_SESSION_ID": self.session_id, "OA_PROJECT_DIR": str(self.workspace)})
-        ran = run_.run(hook.argv, self._payload(event, fields), self.workspace, env, hook.timeout)
+        ran = run_.run(hook.argv, self._payload(event, fields), env, hook.timeout)
         record: dict[str, Any] = {"hook_event": event, "hook": clean(hook.label(), 300), "tier": TIERS.get(hook.tier, str(hook.tier)),
                                   "source": clean(hook.where, 500), "call_id": call_id, "tool": tool, "exit_code": ran.exit_code,
                                   "took_s": ran.took_s}

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -62,7 +63,16 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float) -> Ran:
+def run(argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: float) -> Ran:
+    """Runs the hook in an empty private directory, never in the workspace: the box writes the
+    workspace, and a program started there loads what lies there (python's `-c`/`-m` put the working
+    directory first on sys.path; make, pytest, npm read their files from it). The workspace is in
+    the payload's `cwd` and OA_PROJECT_DIR for a hook that chooses to look at it."""
+    with tempfile.TemporaryDirectory(prefix="oa-hook-") as cwd:
+        return _run(argv, payload, Path(cwd), {**env, "PYTHONSAFEPATH": "1"}, timeout)
+
+
+def _run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float) -> Ran:
     started = time.monotonic()
     data = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
     try:

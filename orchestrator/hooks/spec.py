@@ -123,9 +123,13 @@ def split(command: list[str] | str) -> list[str]:
 
 
 def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[int, Path]]:
-    """The words of the command that name an existing file where a box can write, each with its path
-    as named (relative words are taken from the workspace, the hook's cwd; a bare program name from
-    PATH). What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
+    """The words of the command that name a file where a box can write, each with its path: an
+    absolute word under a box root, by its spelling or its real path, whether or not the file
+    exists yet (the box may make it later, or replace a link that pointed out); a bare program name
+    found on PATH there; a relative word naming a file the workspace holds now (the user meant it:
+    it runs from its pinned copy, or not at all). A relative word naming nothing there stays
+    harmless: a hook runs in an empty directory of its own (hooks/run.py), never in the workspace.
+    What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
     found: list[tuple[int, Path]] = []
     for index, word in enumerate(hook.argv):
         if not word or word.startswith("-"):
@@ -135,14 +139,18 @@ def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[
             if program is None:
                 continue
             path = Path(program)
+        elif os.path.isabs(word):
+            path = Path(word)
+        elif os.path.lexists(workspace / word):
+            path = workspace / word
         else:
-            path = Path(word) if os.path.isabs(word) else workspace / word
+            continue
         try:
+            spelled = Path(os.path.abspath(path))
             real = Path(os.path.realpath(path))
-            exists = os.path.lexists(path)
         except (OSError, ValueError):
             continue
-        if exists and any(real == root or root in real.parents for root in roots):
+        if any(candidate == root or root in candidate.parents for candidate in (spelled, real) for root in roots):
             found.append((index, path))
     return found
 
