@@ -128,3 +128,28 @@ def test_ctrl_c_cancels_every_attempt_and_leaves_no_box(sandbox_image, docker_cl
         assert proc.wait(timeout=120) == 130, err.read_text()
     assert "cancelling the attempts" in err.read_text()
     assert not boxes()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_every_attempt_keeps_the_workspace_hooks_the_user_trusts(sandbox_image, tmp_path):
+    """Review of issue 37: each attempt opens its fork as a resume, and a resume takes workspace hooks
+    only from what the start pinned; the start pinned nothing, so a trusted workspace guard (here:
+    block every shell call) silently did not run in any attempt. The start now pins as a session does."""
+    import sys
+
+    ws = make_workspace(tmp_path / "ws", {"calc.py": CALC, "test_calc.py": TEST})
+    (ws / ".openagents").mkdir()
+    guard = [sys.executable, "-c", "import sys; print('no shell here', file=sys.stderr); sys.exit(2)"]
+    (ws / ".openagents" / "policy.toml").write_text(f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = {json.dumps(guard)}\n')
+    user_policy = tmp_path / "user.toml"
+    user_policy.write_text('trust_workspace_hooks = true\n')
+    call = {"name": "shell", "arguments": {"command": "touch made-by-the-attempt.txt"}}
+    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "", "tool_calls": [call]}) + "\n" + json.dumps({"text": "done"}) + "\n")
+    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/a.jsonl", "--non-interactive", "--auto-approve",
+              "--policy", str(user_policy), "--output", "json", "--attempts", "2", "--pick", "true", "guarded", timeout=600)
+    out = json.loads(proc.stdout)
+    assert len(out["attempts"]) == 2, proc.stderr
+    for attempt in out["attempts"]:
+        copy = sessions_dir(tmp_path) / attempt["session_id"] / "copy"
+        assert not (copy / "made-by-the-attempt.txt").exists(), proc.stderr

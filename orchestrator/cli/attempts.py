@@ -100,6 +100,7 @@ def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig
         os.close(fd)
         start.model_spec, start.base_url, start.api_key_env = options.model_spec, options.base_url, options.api_key_env
         start.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
+        _pin_start(start, workspace.resolve(), options.policy_files)
         start.status, start.reason, start.host_pid = "finished", f"the start of {attempts} attempts", 0
         start.save()
         forks = fork_session(start.id, attempts)
@@ -190,6 +191,31 @@ class _Live:
                 one.kill_running()
             except Exception:  # noqa: BLE001 - its box is removed when the attempt closes it
                 pass
+
+
+def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -> None:
+    """What the start trusts (policy files, the workspace's own policy and its hooks, the config
+    file), pinned as a first session pins it: each attempt opens its fork as a resume, and a resume
+    takes hooks and policies from the pins, never afresh (without them it ran no workspace hook)."""
+    from ..hooks.spec import Collected, box_words, in_force
+    from ..policy import pins
+    from ..session import load_policies
+
+    read: list[pins.Source] = []
+    collected = Collected()
+    load_policies(workspace, policy_files, None, read, collected)
+    config_file = pins.user_config_source(workspace)
+    if config_file is not None:
+        read.append(config_file)
+    pins.save(start, read)
+    roots = pins.box_roots(workspace)
+    kept, _ = in_force(collected.specs, collected.trusted, workspace, roots)
+    for hook in kept:  # a trusted hook's script in the workspace: its copy as of now is what every attempt runs
+        for _, path in box_words(hook, workspace, roots):
+            try:
+                pins.hook_script(start, workspace, path, False)
+            except OpenAgentsError:
+                pass  # not pinned: each attempt then says it is not in force, as a session would
 
 
 def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt,
