@@ -51,6 +51,7 @@ class SessionStarted(_Event):
     workspace: str = ""
     workspace_mode: str = ""
     tools: list[str] = Field(default_factory=list)
+    runtime: str = ""  # the box's OCI runtime (runsc, runc), when the box has started
 
 
 class SessionResumed(_Event):

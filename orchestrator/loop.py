@@ -112,7 +112,8 @@ class Session:
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
         self.transcript.emit(ev.SessionStarted(task=task, model=self.model.name, family=self.model.family, session_id=self.session_id,
-                                               workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active()))
+                                               workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active(),
+                                               runtime=self.registry.runtime_name()))
         self.messages.append(Message(role="user", content=task))
         self._started = time.monotonic()
         try:

@@ -58,6 +58,7 @@ def test_run_report_of_a_bind_session(tmp_path):
     parts = sections(page)
     summary, timeline, checkpoints, changes = parts["summary"], parts["timeline"], parts["checkpoints"], parts["changes"]
     assert "fix the bug" in summary and "script:model.jsonl" in summary and "bind" in summary
+    assert "<th>Runtime</th><td>runsc</td>" in summary or "<th>Runtime</th><td>runc</td>" in summary
     assert "3 (finished, a call was refused)" in summary and "1 refused" in summary
     for tool in ("list_files", "read_file", "shell", "edit_file"):
         assert f'<strong class="tool">{tool}</strong>' in timeline

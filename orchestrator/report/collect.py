@@ -166,8 +166,7 @@ class _Reader:
         if isinstance(event, ev.SessionStarted):
             g.task, g.model, g.family = text(event.task, lim.max_text), text(event.model, 300), text(event.family, 100)
             g.workspace_mode = text(event.workspace_mode, 50)
-            runtime = (event.model_extra or {}).get("runtime")
-            g.runtime = text(runtime, 100) if isinstance(runtime, str) else ""
+            g.runtime = text(event.runtime, 100)
         elif isinstance(event, ev.ModelResponded):
             self.turn = event.turn
             if event.text:

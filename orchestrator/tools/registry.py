@@ -103,6 +103,12 @@ class ToolRegistry:
         extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
         return own + extra
 
+    def runtime_name(self) -> str:
+        """The box's runtime as chosen at its start (runsc, runc), or "" before it has one."""
+        backend = getattr(getattr(self.sandbox, "config", None), "backend", None)
+        runtime = getattr(backend, "runtime", None)
+        return runtime if isinstance(runtime, str) else ""
+
     def network_sentence(self) -> str:
         """What the sandbox's network really is, for the system prompt and the tools that reach it."""
         return network.of_sandbox(self.sandbox)
