@@ -154,8 +154,10 @@ def _gunzip(pieces: Iterator[bytes], cap: int) -> Iterator[bytes]:
         for piece in pieces:
             data = piece
             while data:
+                if inflate.eof:  # a second member (or bytes after the end): what a client decodes is not what was read
+                    raise Uninspectable("a gzip body of more than one member, or data after its end")
                 chunk = inflate.decompress(data, READ)
-                data = inflate.unconsumed_tail
+                data = inflate.unconsumed_tail or inflate.unused_data
                 out += len(chunk)
                 if out > cap:
                     raise Uninspectable(f"the decoded answer is over the cap of {cap} bytes")
