@@ -119,3 +119,22 @@ def test_report_from_the_python_api(tmp_path, monkeypatch, sandbox_image):
     assert '<strong class="tool">write_file</strong>' in page and '<strong class="tool">shell</strong>' in page
     assert "&lt;script&gt;x&lt;/script&gt;" in page and "<script>x" not in page
     assert "+new &lt;b&gt;" in page and "-old" in page
+
+
+def test_report_of_a_rolled_back_session(tmp_path, monkeypatch, sandbox_image):
+    """A session rolled back to its start (the API's rollback, a call the ladder decides): the page shows
+    the rollback in the timeline with who decided, and the final diff is empty (the write was undone)."""
+    from orchestrator import Sandbox
+    from tests.conftest import make_workspace
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "old\n"})
+    chown_tree(ws)
+    with Sandbox(ws, auto_approve=True, mode="copy") as box:
+        box.write_file("a.txt", "rolled back later\n")
+        box.rollback(0)
+        assert box.read_file("a.txt").text == "old\n"
+    page = box.report(tmp_path / "rolled.html")
+    parts = sections(page)
+    assert '<strong class="tool">rollback</strong>' in parts["timeline"] and "by user" in parts["timeline"]
+    assert "rolled back later" not in parts["changes"]
