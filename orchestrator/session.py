@@ -58,6 +58,19 @@ class SessionOptions(BaseModel):
     context_files: bool = True  # AGENTS.md in the system prompt (context_files.py)
 
 
+def load_authority(workspace: Path, files: list[str], resumed: SessionRecord | None, hooks: Collected
+                   ) -> tuple[list[PolicyRule], EgressPolicy, list[Source]]:
+    """Everything a session's start trusts: the policies (load_policies) and the user's config file,
+    with each source as read now, for pins.save."""
+    read: list[Source] = []
+    rules, egress = load_policies(workspace, files, resumed, read, hooks)
+    config_file = pins.user_config_source(workspace)
+    if config_file is not None:
+        pins.note_changed(resumed, "user_config", config_file.path)
+        read.append(config_file)
+    return rules, egress, read
+
+
 def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | None = None,
                   sources: list[Source] | None = None, hooks: Collected | None = None) -> tuple[list[PolicyRule], EgressPolicy]:
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
@@ -227,13 +240,8 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
     model = _model(options, watchers) if options.model_spec is not None else None
     try:
-        read: list[Source] = []  # pinned in the record below
         hook_specs = Collected()
-        rules, egress = load_policies(workspace, options.policy_files, resume, read, hook_specs)
-        config_file = pins.user_config_source(workspace)
-        if config_file is not None:
-            pins.note_changed(resume, "user_config", config_file.path)
-            read.append(config_file)
+        rules, egress, read = load_authority(workspace, options.policy_files, resume, hook_specs)  # `read`: pinned in the record below
         access = access_of(rules)
         mode = access_mode(access, mode, sandbox, resume, config)
         if access == Access.READ_ONLY:

@@ -197,25 +197,21 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
     """What the start trusts (policy files, the workspace's own policy and its hooks, the config
     file), pinned as a first session pins it: each attempt opens its fork as a resume, and a resume
     takes hooks and policies from the pins, never afresh (without them it ran no workspace hook)."""
-    from ..hooks.spec import Collected, box_words, in_force
+    from ..hooks.spec import Collected, in_force
+    from ..hooks.wiring import pinned_argv
     from ..policy import pins
-    from ..session import load_policies
+    from ..session import load_authority
 
-    read: list[pins.Source] = []
     collected = Collected()
-    load_policies(workspace, policy_files, None, read, collected)
-    config_file = pins.user_config_source(workspace)
-    if config_file is not None:
-        read.append(config_file)
+    _, _, read = load_authority(workspace, policy_files, None, collected)
     pins.save(start, read)
     roots = pins.box_roots(workspace)
     kept, _ = in_force(collected.specs, collected.trusted, workspace, roots)
     for hook in kept:  # a trusted hook's script in the workspace: its copy as of now is what every attempt runs
-        for _, path in box_words(hook, workspace, roots):
-            try:
-                pins.hook_script(start, workspace, path, False)
-            except OpenAgentsError:
-                pass  # not pinned: each attempt then says it is not in force, as a session would
+        try:
+            pinned_argv(hook, workspace, roots, start, False)
+        except OpenAgentsError:
+            pass  # not pinned: each attempt then says it is not in force, as a session would
 
 
 def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt,

@@ -15,6 +15,17 @@ from .engine import Hooks, clean
 from .spec import Collected, HookSpec, box_words, in_force, with_argv
 
 
+def pinned_argv(hook: HookSpec, workspace: Path, roots: list[Path], record: SessionRecord | None, resumed: bool) -> list[str]:
+    """The hook's command with each file where the box can write replaced by its copy pinned in
+    `record` (pinned now, at a start; taken from the start's pins on resume); typed error if it cannot be."""
+    argv = hook.argv
+    for index, path in box_words(hook, workspace, roots):
+        if record is None:
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: no session to pin it in")
+        argv[index] = str(pins.hook_script(record, workspace, path, resumed))
+    return argv
+
+
 def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
          box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False) -> Hooks | None:
     """The hooks in force (hooks/spec.py in_force); each one left out is recorded and said on stderr.
@@ -23,12 +34,8 @@ def make(collected: Collected, workspace: Path, transcript: Transcript, session_
     kept, dropped = in_force(collected.specs, collected.trusted, workspace, roots)
     specs: list[HookSpec] = []
     for hook in kept:
-        argv = hook.argv
         try:
-            for index, path in box_words(hook, workspace, roots):
-                if record is None:
-                    raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}: no session to pin it in")
-                argv[index] = str(pins.hook_script(record, workspace, path, resumed))
+            argv = pinned_argv(hook, workspace, roots, record, resumed)
         except OpenAgentsError as err:
             dropped.append(f"{hook.label()}: {err.message}")
             continue
