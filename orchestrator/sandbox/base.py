@@ -27,6 +27,7 @@ from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_
 from ..tools.catalog import box_rule
 from ..workspace import sweep_journal
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
+from ..workspace.overlay import fork_upper
 from ..workspace.quota import WriteQuota
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
@@ -232,7 +233,8 @@ class SupervisedSandbox:
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
             self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes,
-                                    entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget)
+                                    entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget,
+                                    layer=fork_upper(self.workspace))  # a fork's overlay: the disk it uses counts
         self.quota.start()
         first = not self._ever_started
         try:

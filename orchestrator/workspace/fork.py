@@ -6,14 +6,14 @@ copy of the parent's copy (at its latest state, or restored to a checkpoint turn
 and `apply` checks the real workspace as the parent's would), its own checkpoint store and pinned
 authority, its own box when one is started on it (`run --resume FORK`).
 
-The parent's copy is box-written: it is copied only through orchestrator/boxfs (copy_workspace's
-walk: bounded, no link followed, FIFOs/sockets/devices left out, setuid/setgid dropped, every
-entry owned by the sandbox uid). Data is cloned with FICLONE where the file system can (no bytes
-and no shared writable inode: a reflink is copy-on-write), else copied (holes kept). Never a hard
-link to a box-written file: a fork never shares a writable inode with its parent or a sibling.
-Measured on this project's machine (ext4: no reflinks; an overlay needs a mount the host process
-may not make, and docker would not see one made in a user namespace): the copy is a data copy, so
-a fork costs what `cp -a` of the copy costs (bench/fork.py).
+Where the host may mount (root or CAP_SYS_ADMIN, outside a user namespace: overlay.unusable), a
+fork's copy is a kernel overlay over the parent's frozen state (workspace/cow.py): no data is
+copied, and a fork costs a few directories and a mount (bench/fork.py measures both ways against
+`cp -a`). Elsewhere (a non-root host) the parent's copy, box-written, is copied through
+orchestrator/boxfs (copy_workspace's walk: bounded, no link followed, FIFOs/sockets/devices left
+out, setuid/setgid dropped, every entry owned by the sandbox uid), data cloned with FICLONE where
+the file system can, else copied (holes kept). Never a hard link to a box-written file: a fork
+never shares a writable inode with its parent or a sibling, either way.
 
 Whose session it is comes from the file system (records.open_own_record): another user's is
 refused (PERMISSION_DENIED); a running, discarded, failed or bind-mode session is refused typed.
@@ -54,10 +54,11 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
         if turn is not None:
             turn = _checkpoint_turn(parent, turn)
         manifest = CopyManifest.load(parent.manifest_path)
+        lowers = _layers(parent)
         made: list[SessionRecord] = []
         try:
             for _ in range(n):
-                made.append(_fork_one(parent, manifest, turn, limits or CopyLimits()))
+                made.append(_fork_one(parent, manifest, turn, limits or CopyLimits(), lowers))
         except BaseException:
             for record in made:
                 _failed(record, "a sibling fork failed")
@@ -65,6 +66,17 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
         return made
     finally:
         lock.release()
+
+
+def _layers(parent: SessionRecord) -> list[str] | None:
+    """The frozen layers the forks stand on (cow.fork_layers), None for data copies; a freeze
+    that failed leaves the parent as it was, and the forks are data copies."""
+    from .cow import fork_layers
+
+    try:
+        return fork_layers(parent)
+    except OSError as err:
+        raise OpenAgentsError(ErrorType.IO_ERROR, f"could not freeze session {parent.id}'s copy for a fork: {err}") from None
 
 
 def _checkpoint_turn(parent: SessionRecord, turn: int) -> int:
@@ -90,7 +102,8 @@ def _failed(record: SessionRecord, why: str) -> None:
         pass
 
 
-def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, limits: CopyLimits) -> SessionRecord:
+def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, limits: CopyLimits,
+              lowers: list[str] | None) -> SessionRecord:
     record = new_record(Path(parent.workspace), WorkspaceMode.COPY, parent.user, kind=parent.kind)
     try:
         for field in ("model_spec", "base_url", "api_key_env", "policy_files", "pins", "context_root"):
@@ -100,13 +113,20 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, l
         record.save()
         uid, gid = (int(x) for x in parent.user.split(":", 1))
         dest = Path(record.box_workspace)
-        copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+        if lowers is not None:  # an overlay: what the fork sees is the parent's, inode numbers too (one file system)
+            from .cow import make_fork_copy
+
+            make_fork_copy(record, lowers)
+            fork_manifest = manifest.model_copy(update={"copy_dir": str(dest)})
+        else:
+            copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+            fork_manifest = _fork_manifest(manifest, copied, dest, uid, gid)
         me = os.getuid(), os.getgid()
         for name in ("pins", "checkpoints.git"):  # host-written, still copied as data: no link followed
             if (parent.dir / name).is_dir() and not (parent.dir / name).is_symlink():
                 copy_workspace(parent.dir / name, record.dir / name, *me, budget=limits.copy_budget())
                 os.chmod(record.dir / name, 0o700)
-        _fork_manifest(manifest, copied, dest, uid, gid).save(record.manifest_path)
+        fork_manifest.save(record.manifest_path)
         record.transcript = str(record.dir / "transcript.jsonl")
         if turn is None:
             _copy_transcript(parent, record)

@@ -40,6 +40,7 @@ from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from .. import state
 from ..errors import ErrorType, OpenAgentsError
+from .overlay import Layers, ensure_mounted, layers_root, unmount
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
@@ -114,6 +115,7 @@ class SessionRecord(BaseModel):
     pins: list[Pin] = []  # the authority in force at the start, pinned (policy/pins.py)
     forked_from: str | None = None  # the session this one was forked from (workspace/fork.py)
     forked_turn: int | None = None  # the parent's checkpoint turn it was forked at (None: its latest state)
+    cow: Layers | None = None  # its copy is a copy-on-write overlay (workspace/cow.py): how to mount it again
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
 
@@ -237,15 +239,20 @@ def read_record(session_dir: Path, session_id: str) -> SessionRecord:
     return record
 
 
-def open_own_record(session_id: str) -> SessionRecord:
+def open_own_record(session_id: str, mount: bool = True) -> SessionRecord:
     """The caller's own record of session `session_id`: the one function every command acting on a
     session goes through. INVALID_ARGUMENTS for a malformed id, FILE_NOT_FOUND, CONFIG_INVALID for
-    an unreadable record, NotOwnRecord (PERMISSION_DENIED, naming the owner) for another user's."""
+    an unreadable record, NotOwnRecord (PERMISSION_DENIED, naming the owner) for another user's.
+    A copy-on-write copy (a fork's) is mounted again if it is not (a reboot, an unmount), unless
+    `mount` is false (discarding needs no view of it): an IO_ERROR if it cannot be, never an
+    empty directory that would read as every file deleted."""
     if not _ID.match(session_id):
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)")
     record = read_record(sessions_root() / session_id, session_id)
     if record.owner != os.getuid():
         raise NotOwnRecord(session_id, record.owner)
+    if mount and record.cow is not None and not record.discarded and record.mode == WorkspaceMode.COPY:
+        ensure_mounted(record.cow, Path(record.box_workspace), record.id)
     return record
 
 
@@ -354,8 +361,12 @@ def discard_state(record: SessionRecord) -> None:
     """Everything of a copy session's state but its record: the copy, the manifest, the checkpoint
     store, the quarantine, its transcript when it is in the session directory. The record stays,
     marked discarded (so `sessions` still tells what became of it); the copy goes first, as the
-    biggest, and a copy outside the directory (never made by this version) is removed too."""
+    biggest, and a copy outside the directory (never made by this version) is removed too. A
+    copy-on-write copy is unmounted first (its upper goes with the rest), and a frozen layer no
+    other session stands on goes after."""
     copy = Path(record.box_workspace)
+    if record.cow is not None:
+        unmount(copy)
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir:
         _remove(record.dir, copy.name)
     for name in sorted(os.listdir(record.dir)):
@@ -365,6 +376,30 @@ def discard_state(record: SessionRecord) -> None:
         record.transcript = None
     record.discarded = True
     record.save()
+    if record.cow is not None:
+        remove_unused_layers()
+
+
+LAYER_GRACE_S = 30.0  # a layer younger than this is kept: a fork may be making it, its record not yet saved
+
+
+def remove_unused_layers(now: float | None = None) -> list[str]:
+    """Remove the frozen layers (overlay.layers_root) no session of the caller's that is not
+    discarded stands on; returns their names. Box-written: through boxfs.remove_tree."""
+    used = {layer for r in list_sessions(all_users=False) if r.cow is not None and not r.discarded for layer in r.cow.lowers}
+    root = layers_root()
+    now = time.time() if now is None else now
+    removed = []
+    for name in sorted(os.listdir(root)):
+        try:
+            young = now - os.lstat(root / name).st_mtime < LAYER_GRACE_S
+        except OSError:
+            continue
+        if young or str(root / name / "tree") in used:
+            continue
+        _remove(root, name)
+        removed.append(name)
+    return removed
 
 
 def prune(older_than_s: float, all_: bool = False, now: float | None = None,
@@ -383,8 +418,11 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None,
             kept.append(record)
             continue
         size = state_bytes(record)
+        if record.cow is not None:
+            unmount(Path(record.box_workspace))
         _remove(record.dir.parent, record.id)
         removed.append((record, size))
+    remove_unused_layers()
     return removed, kept
 
 
