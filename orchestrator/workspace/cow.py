@@ -111,7 +111,7 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
             if target.is_dir() and not target.is_symlink():
                 os.rmdir(target)
             os.rename(tree, target)
-        parent.cow = None
+        parent.drop_cow()
         parent.save()
         _remove(parent.dir, "cow")
         _drop_layer(tree.parent)

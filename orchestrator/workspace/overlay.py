@@ -40,7 +40,7 @@ MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 _CAP_SYS_ADMIN = 21
 
-__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "mount", "mounts_under", "unmount", "unusable"]
+__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "mount", "mounted_lowers", "mounts_under", "unmount", "unusable"]
 
 
 class Layers(BaseModel):
@@ -186,25 +186,42 @@ def _finish_freeze(layers: Layers, target: Path) -> None:
         os.utime(layers.upper, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def mounts_under(root: Path) -> list[Path]:
-    """This project's fork overlays mounted at or under `root` (as /proc/self/mountinfo lists
-    them), deepest first: what a clean-up unmounts before it removes a directory tree."""
-    prefix = os.fsencode(os.path.realpath(root))
-    found = []
+def mounted_lowers() -> set[str]:
+    """Every lower layer a fork overlay mounted now stands on (from /proc/self/mountinfo): a layer
+    in use is never removed, whatever the records say."""
+    out: set[str] = set()
+    for _point, options in _fork_mounts():
+        for option in options.split(b","):
+            if option.startswith(b"lowerdir="):
+                out.update(os.fsdecode(p) for p in option[len(b"lowerdir="):].split(b":"))
+    return out
+
+
+def _fork_mounts() -> list[tuple[bytes, bytes]]:
+    """(mount point, super options) of every fork overlay (source oa-fork) mounted now."""
     try:
         with open("/proc/self/mountinfo", "rb") as fh:
             lines = fh.read().splitlines()
     except OSError:
         return []
+    found = []
     for line in lines:
         fields = line.split(b" ")
         try:
             sep = fields.index(b"-")
         except ValueError:
             continue
-        point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
-        if fields[sep + 1:sep + 3] == [b"overlay", b"oa-fork"] and (point == prefix or point.startswith(prefix + b"/")):
-            found.append(Path(os.fsdecode(point)))
+        if fields[sep + 1:sep + 3] == [b"overlay", b"oa-fork"] and len(fields) > sep + 3:
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+            found.append((point, fields[sep + 3]))
+    return found
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """This project's fork overlays mounted at or under `root` (as /proc/self/mountinfo lists
+    them), deepest first: what a clean-up unmounts before it removes a directory tree."""
+    prefix = os.fsencode(os.path.realpath(root))
+    found = [Path(os.fsdecode(point)) for point, _ in _fork_mounts() if point == prefix or point.startswith(prefix + b"/")]
     return sorted(found, key=lambda p: -len(p.parts))
 
 

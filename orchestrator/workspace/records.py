@@ -40,7 +40,7 @@ from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from .. import state
 from ..errors import ErrorType, OpenAgentsError
-from .overlay import Layers, ensure_mounted, layers_root, unmount
+from .overlay import Layers, ensure_mounted, is_mounted, layers_root, mounted_lowers, unmount
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
@@ -118,6 +118,7 @@ class SessionRecord(BaseModel):
     cow: Layers | None = None  # its copy is a copy-on-write overlay (workspace/cow.py): how to mount it again
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
+    _cow_dropped: bool = PrivateAttr(default=False)  # drop_cow() was called: save() writes no layers
 
     @property
     def dir(self) -> Path:
@@ -137,7 +138,18 @@ class SessionRecord(BaseModel):
     def checkpoint_store(self) -> Path:
         return self.dir / "checkpoints.git"
 
+    def drop_cow(self) -> None:
+        """The copy is a plain directory again (a freeze undone): the next save() says so."""
+        self.cow, self._cow_dropped = None, True
+
     def save(self) -> None:
+        if self.cow is None and not self._cow_dropped:
+            # A fork froze this session's copy through another object of this record (fork_session
+            # reads its own): an older object saved later must not forget the layers its copy stands on.
+            try:
+                self.cow = read_record(self.dir, self.id).cow
+            except OpenAgentsError:
+                pass
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = self.dir / "session.json.tmp"
         tmp.write_text(self.model_dump_json(indent=1))
@@ -365,8 +377,8 @@ def discard_state(record: SessionRecord) -> None:
     copy-on-write copy is unmounted first (its upper goes with the rest), and a frozen layer no
     other session stands on goes after."""
     copy = Path(record.box_workspace)
-    if record.cow is not None:
-        unmount(copy)
+    if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
+        unmount(copy)  # a fork's overlay (the record may be an older object of it: the mount says)
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir:
         _remove(record.dir, copy.name)
     for name in sorted(os.listdir(record.dir)):
@@ -376,7 +388,7 @@ def discard_state(record: SessionRecord) -> None:
         record.transcript = None
     record.discarded = True
     record.save()
-    if record.cow is not None:
+    if record.cow is not None:  # (save() took it from the file if this object was older than a freeze)
         remove_unused_layers()
 
 
@@ -387,6 +399,7 @@ def remove_unused_layers(now: float | None = None) -> list[str]:
     """Remove the frozen layers (overlay.layers_root) no session of the caller's that is not
     discarded stands on; returns their names. Box-written: through boxfs.remove_tree."""
     used = {layer for r in list_sessions(all_users=False) if r.cow is not None and not r.discarded for layer in r.cow.lowers}
+    used |= mounted_lowers()  # and any a mounted fork overlay stands on, whatever a record says
     root = layers_root()
     now = time.time() if now is None else now
     removed = []
@@ -418,8 +431,9 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None,
             kept.append(record)
             continue
         size = state_bytes(record)
-        if record.cow is not None:
-            unmount(Path(record.box_workspace))
+        copy = Path(record.box_workspace)
+        if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
+            unmount(copy)
         _remove(record.dir.parent, record.id)
         removed.append((record, size))
     remove_unused_layers()
