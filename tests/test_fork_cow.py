@@ -166,3 +166,24 @@ def test_a_freeze_cut_short_is_finished_when_the_parent_is_opened(tmp_path, monk
     os.rename(tree, copy)
     reopened = open_own_record(sid)
     assert (Path(reopened.box_workspace) / "a.txt").read_text() == "alpha\n" and tree.is_dir()
+
+
+def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypatch):
+    """The API and best-of-N hold a parent's record object from before the fork froze it; saving or
+    discarding through that object must neither forget the layers nor remove the copy through the mount."""
+    from orchestrator.workspace.fork import fork_session
+    from orchestrator.workspace.overlay import is_mounted, mounted_lowers
+    from orchestrator.workspace.records import discard_state, open_own_record, remove_unused_layers
+
+    sid = _parent(tmp_path, monkeypatch)
+    held = open_own_record(sid)
+    (fork,) = fork_session(sid, 1)
+    assert held.cow is None
+    held.reason = "saved later through an older object"
+    held.save()
+    assert held.cow is not None and fork.cow is not None and held.cow.lowers == fork.cow.lowers == open_own_record(sid).cow.lowers
+    discard_state(held)
+    assert not is_mounted(Path(held.box_workspace)) and fork.cow is not None
+    assert set(fork.cow.lowers) <= mounted_lowers()
+    remove_unused_layers(now=time.time() + 3600)  # the fork stands on the layer: it stays
+    assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n"
