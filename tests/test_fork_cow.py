@@ -66,6 +66,7 @@ def test_writes_through_every_overlay_fork_reach_that_fork_alone(tmp_path, monke
     for i, fork in enumerate(forks):
         copy = Path(fork.box_workspace)
         assert _view(copy) == before_parent  # a fork starts as the parent is
+        assert CopyManifest.load(fork.manifest_path).copy_dir == fork.box_workspace and not list_changes(CopyManifest.load(fork.manifest_path))
         (copy / "a.txt").write_text(f"fork {i}\n")
         with open(copy / "b.txt", "a") as fh:
             fh.write(f"appended by {i}\n")
