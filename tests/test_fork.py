@@ -256,6 +256,17 @@ def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch, f
     assert fork.forked_turn == 1 and fork.turns == 1
     assert [c.path for c in list_changes(CopyManifest.load(fork.manifest_path))] == ["a.txt"]
     assert (copy / "b.txt").exists()  # the parent is untouched
+    # the store's git objects are shared by hard links (host-written, written once), the rest is the fork's own
+    objects = [p for p in (fork.dir / "checkpoints.git" / "objects").rglob("*") if p.is_file()]
+    assert objects and all(os.stat(p).st_nlink >= 2 for p in objects)
+    assert os.stat(fork.dir / "checkpoints.git" / "HEAD").st_ino != os.stat(record.checkpoint_store / "HEAD").st_ino
+    with CheckpointStore(fork.checkpoint_store, fork_copy) as store:  # the fork's store goes on by itself
+        (fork_copy / "c.txt").write_text("the fork's turn\n")
+        chown_tree(fork_copy)
+        store.record(2)
+    with CheckpointStore(record.checkpoint_store, copy) as store:
+        assert [p.turn for p in store.list() if p.ok] == [0, 1, 2] and store.restore(1).conflicts == []
+    assert not (copy / "b.txt").exists() and (copy / "a.txt").read_text() == "turn one\n"
 
 
 @pytest.mark.docker

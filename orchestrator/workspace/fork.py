@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import stat
 from pathlib import Path
 
 from ..boxfs import HostBudget, open_dir, open_regular, punch_copy
@@ -124,9 +126,12 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | 
             copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
             _fork_manifest(manifest, copied, dest, uid, gid).save(record.manifest_path)
         me = os.getuid(), os.getgid()
-        for name in ("pins", "checkpoints.git"):  # host-written, still copied as data: no link followed
+        for name in ("pins", "checkpoints.git"):  # host-written, copied (a store's objects linked): no link followed
             if (parent.dir / name).is_dir() and not (parent.dir / name).is_symlink():
-                copy_workspace(parent.dir / name, record.dir / name, *me, budget=limits.copy_budget())
+                if name == "checkpoints.git":
+                    _share_store(parent.dir / name, record.dir / name, limits.copy_budget())
+                else:
+                    copy_workspace(parent.dir / name, record.dir / name, *me, budget=limits.copy_budget())
                 os.chmod(record.dir / name, 0o700)
         record.transcript = str(record.dir / "transcript.jsonl")
         if turn is None:
@@ -176,6 +181,35 @@ def _clones(directory: Path) -> bool:
                 os.unlink(name)
             except OSError:
                 pass
+
+
+_OBJECT = re.compile(rb"^objects/(pack/pack-[0-9a-f]{40,64}\.(pack|idx|rev)|[0-9a-f]{2}/[0-9a-f]{38,62})$")
+
+
+def _share_store(src: Path, dst: Path, budget: HostBudget) -> None:
+    """The parent's checkpoint store for the fork: its git objects hard-linked (host-written, never
+    in a box, never written again: git writes an object once, under its hash, and packing writes new
+    packs and unlinks the old), everything else (the index of checkpoints, refs, config) copied. A
+    long session's store is about its workspace's size: copied per fork, it would be the disk a
+    copy-on-write fork saves."""
+    from ..boxfs import Walk, copy_regular
+
+    os.mkdir(dst, 0o700)
+    fds = {b"": os.open(dst, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)}
+    try:
+        for entry in Walk(src, budget, sort=True).entries():
+            parent = fds[entry.rel.rpartition(b"/")[0]]
+            mode = entry.st.st_mode
+            if stat.S_ISDIR(mode):
+                os.mkdir(entry.name, 0o700, dir_fd=parent)
+                fds[entry.rel] = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            elif stat.S_ISREG(mode) and _OBJECT.match(entry.rel):
+                os.link(entry.name, entry.name, src_dir_fd=entry.dir_fd, dst_dir_fd=parent, follow_symlinks=False)
+            elif stat.S_ISREG(mode):
+                copy_regular(entry.dir_fd, entry.name, parent, budget, mode=stat.S_IMODE(mode), rel=entry.rel)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _same_manifest(parent: Path, fork: Path, dest: Path) -> None:
