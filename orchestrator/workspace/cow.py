@@ -31,11 +31,11 @@ import stat
 from pathlib import Path
 
 from .. import state
-from ..boxfs import BudgetExceeded, HostBudget, Walk, open_dir, open_parent, open_regular, punch_copy, remove_tree
+from ..boxfs import BudgetExceeded, HostBudget, Walk, open_dir, open_parent, open_regular, punch_copy
 from ..boxfs.copy import temp_name
 from ..errors import ErrorType, OpenAgentsError
 from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, mount, unmount, unusable
-from .records import SessionRecord
+from .records import SessionRecord, remove_entry
 
 FREEZE_BUDGET_S = 300.0
 
@@ -113,7 +113,7 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
             os.rename(tree, target)
         parent.drop_cow()
         parent.save()
-        _remove(parent.dir, "cow")
+        remove_entry(parent.dir, "cow")
         _drop_layer(tree.parent)
         return None
     return [str(tree)]
@@ -132,7 +132,7 @@ def _freeze_upper(parent: SessionRecord) -> list[str]:
     os.rename(upper, tree)
     os.mkdir(upper, 0o700)
     _like(upper, tree)
-    _remove(Path(old.work).parent, Path(old.work).name)  # overlayfs's scratch space, left from the last mount
+    remove_entry(Path(old.work).parent, Path(old.work).name)  # overlayfs's scratch space, left from the last mount
     os.mkdir(old.work, 0o700)
     _inert(tree, parent.user)
     mount(layers, target)
@@ -236,18 +236,8 @@ def _copy_as(parent: int, name: bytes, tmp: bytes, st: os.stat_result, uid: int,
         os.close(fin)
 
 
-def _remove(parent: Path, name: str) -> None:
-    fd = open_dir(parent)
-    try:
-        remove_tree(fd, name, HostBudget(max_entries=None, max_bytes=None))
-    except FileNotFoundError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _drop_layer(layer: Path) -> None:
     try:
-        _remove(layer.parent, layer.name)
+        remove_entry(layer.parent, layer.name)
     except OSError:
         pass

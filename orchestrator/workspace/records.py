@@ -356,7 +356,7 @@ def summary_line(record: SessionRecord) -> str:
     return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}{parent}"
 
 
-def _remove(parent: Path, name: str) -> None:
+def remove_entry(parent: Path, name: str) -> None:
     """parent/name and all under it, through boxfs: box-written entries, no link followed."""
     from ..boxfs import HostBudget, open_dir, remove_tree
 
@@ -380,10 +380,10 @@ def discard_state(record: SessionRecord) -> None:
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
         unmount(copy)  # a fork's overlay (the record may be an older object of it: the mount says)
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir:
-        _remove(record.dir, copy.name)
+        remove_entry(record.dir, copy.name)
     for name in sorted(os.listdir(record.dir)):
         if name != "session.json":
-            _remove(record.dir, name)
+            remove_entry(record.dir, name)
     if record.transcript and Path(record.transcript).parent == record.dir:
         record.transcript = None
     record.discarded = True
@@ -410,7 +410,7 @@ def remove_unused_layers(now: float | None = None) -> list[str]:
             continue
         if young or str(root / name / "tree") in used:
             continue
-        _remove(root, name)
+        remove_entry(root, name)
         removed.append(name)
     return removed
 
@@ -434,7 +434,7 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None,
         copy = Path(record.box_workspace)
         if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
             unmount(copy)
-        _remove(record.dir.parent, record.id)
+        remove_entry(record.dir.parent, record.id)
         removed.append((record, size))
     remove_unused_layers()
     return removed, kept
