@@ -117,6 +117,9 @@ def test_a_fork_is_mounted_again_in_a_later_process_and_discard_removes_it(tmp_p
     assert proc.returncode == 0, proc.stderr
     assert "a.txt" in proc.stdout and "b.txt" not in proc.stdout
     assert is_mounted(Path(one.box_workspace))
+    from orchestrator.workspace.records import state_bytes
+
+    assert state_bytes(open_own_record(two.id)) < 1 << 20  # its own disk: not the layer's MiB seen through its mount
     # discard, in later processes too: unmounted and removed; the layer goes with the last session on it
     for record in (one, two):
         assert oa(tmp_path, "discard", record.id).returncode == 0

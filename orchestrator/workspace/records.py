@@ -301,13 +301,15 @@ def shown_status(record: SessionRecord) -> str:
 
 
 def state_bytes(record: SessionRecord) -> int:
-    """What the session's directory holds on disk (allocated bytes), counted through a bounded walk."""
+    """What the session's directory holds on disk (allocated bytes), counted through a bounded walk
+    that enters no mount (a fork's overlay view is its layers' blocks, not its own: its upper is counted)."""
     from ..boxfs import BudgetExceeded, HostBudget, Walk
 
     total = 0
     try:
-        for entry in Walk(record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None)).entries():
-            total += entry.st.st_blocks * 512
+        dev = os.lstat(record.dir).st_dev
+        for entry in Walk(record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None), enter=lambda e: e.st.st_dev == dev).entries():
+            total += entry.st.st_blocks * 512 if entry.st.st_dev == dev else 0
     except (BudgetExceeded, OSError):
         pass
     return total
