@@ -89,23 +89,21 @@ class AnthropicMessages(Dialect):
             raise self.unexpected(err, data) from None
 
     def assembler(self, on_text: TextSink | None) -> Assembler:
-        return AnthropicStream(on_text)
+        return AnthropicStream(self, on_text)
 
 
 DIALECT = AnthropicMessages()
 
 
 class AnthropicStream(Assembler):
-    def __init__(self, on_text: TextSink | None) -> None:
-        super().__init__(on_text)
+    end_marker = "no message_stop"
+
+    def __init__(self, dialect: Dialect, on_text: TextSink | None) -> None:
+        super().__init__(dialect, on_text)
         self.blocks: dict[int, dict[str, Any]] = {}
-        self.usage: dict[str, Any] = {}
-        self.finished = False
 
     def feed(self, event: SSEEvent) -> None:
-        data = event.data
-        if not isinstance(data, dict):
-            raise DIALECT.unexpected(TypeError("an event is no object"), data)
+        data = self.data(event)
         kind = data.get("type", event.event)
         try:
             if kind == "message_start":
@@ -129,10 +127,10 @@ class AnthropicStream(Assembler):
                 message = f"{error.get('type', 'error')}: {str(error.get('message', ''))[:200]}"
                 if error.get("type") in RETRYABLE_STREAM_ERRORS:
                     raise RetryableModelError(f"error in the stream: {message}")
-                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{DIALECT.what} reported an error in the stream: {message}")
+                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what} reported an error in the stream: {message}")
             # ping, content_block_stop and event types added later: nothing to do
         except (KeyError, TypeError, AttributeError) as err:
-            raise DIALECT.unexpected(err, data) from None
+            raise self.dialect.unexpected(err, data) from None
 
     def _delta(self, block: dict[str, Any], delta: dict[str, Any]) -> None:
         if delta.get("type") == "text_delta":
@@ -142,20 +140,18 @@ class AnthropicStream(Assembler):
         elif delta.get("type") == "input_json_delta":
             block["json"] += str(delta.get("partial_json", ""))
             if len(block["json"]) > MAX_STREAMED_ARGUMENT_CHARS:
-                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{DIALECT.what}: a streamed tool input is over {MAX_STREAMED_ARGUMENT_CHARS} characters")
+                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what}: a streamed tool input is over {MAX_STREAMED_ARGUMENT_CHARS} characters")
 
     def _block(self, index: Any, new: dict[str, Any] | None = None) -> dict[str, Any]:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_BLOCKS:
-            raise DIALECT.unexpected(ValueError(f"content block index {index!r}"), index)
+            raise self.dialect.unexpected(ValueError(f"content block index {index!r}"), index)
         if new is not None:
             self.blocks[index] = new
         if index not in self.blocks:
-            raise DIALECT.unexpected(KeyError(f"a delta for block {index}, which never started"), index)
+            raise self.dialect.unexpected(KeyError(f"a delta for block {index}, which never started"), index)
         return self.blocks[index]
 
-    def turn(self) -> ModelTurn:
-        if not self.finished:
-            raise RetryableModelError("the stream ended before the answer did (no message_stop)")
+    def assembled(self) -> ModelTurn:
         text = "".join(b["text"] for _, b in sorted(self.blocks.items()) if b["type"] == "text")
         calls = [ToolCall.model_validate({"id": str(b["id"] or f"toolu_{i}"), "name": str(b["name"] or ""), "arguments": b["json"] or "{}"})
                  for i, b in sorted(self.blocks.items()) if b["type"] == "tool_use"]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from ...errors import ErrorType, OpenAgentsError
 from ...tools.argbase import parse_arguments
-from ..base import Message, ModelTurn, TextSink, ToolCall
+from ..base import Message, ModelTurn, RetryableModelError, TextSink, ToolCall
 from ..stream import SSEEvent
 
 MAX_STREAMED_CALLS = 128  # tool calls in one streamed answer: indexes past it are refused, not allocated
@@ -25,22 +25,38 @@ MAX_STREAMED_ARGUMENT_CHARS = 4 << 20  # one streamed call's arguments, assemble
 class Assembler(ABC):
     """Builds one ModelTurn from one streamed answer's events (a new one per attempt). `shown` says
     whether any text went to the watcher already: after that an attempt that fails is not made again
-    (the text would be said twice), it is a typed error."""
+    (the text would be said twice), it is a typed error. A stream that stops before its family's end
+    marker (`finished` never set) is worth another try while nothing was shown."""
 
-    def __init__(self, on_text: TextSink | None) -> None:
+    end_marker: ClassVar[str]  # what says the answer is complete, named in the error when it never came
+
+    def __init__(self, dialect: "Dialect", on_text: TextSink | None) -> None:
+        self.dialect = dialect
         self.on_text = on_text
         self.shown = False
+        self.usage: dict[str, Any] = {}
+        self.finished = False
 
     def say(self, piece: str) -> None:
         if piece and self.on_text is not None:
             self.shown = True
             self.on_text(piece)
 
+    def data(self, event: SSEEvent) -> dict[str, Any]:
+        if not isinstance(event.data, dict):
+            raise self.dialect.unexpected(TypeError("an event is no object"), event.data)
+        return event.data
+
+    def turn(self) -> ModelTurn:
+        if not self.finished:
+            raise RetryableModelError(f"the stream ended before the answer did ({self.end_marker})")
+        return self.assembled()
+
     @abstractmethod
     def feed(self, event: SSEEvent) -> None: ...
 
     @abstractmethod
-    def turn(self) -> ModelTurn: ...
+    def assembled(self) -> ModelTurn: ...
 
 
 class Dialect(ABC):

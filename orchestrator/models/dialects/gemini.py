@@ -96,7 +96,7 @@ class GeminiGenerate(Dialect):
             raise self.unexpected(err, data) from None
 
     def assembler(self, on_text: TextSink | None) -> Assembler:
-        return GeminiStream(on_text)
+        return GeminiStream(self, on_text)
 
 
 DIALECT = GeminiGenerate()
@@ -118,34 +118,31 @@ class GeminiStream(Assembler):
     """streamGenerateContent?alt=sse: each event is a whole GenerateContentResponse holding the new
     parts; the last carries finishReason, usageMetadata is cumulative; there is no [DONE]."""
 
-    def __init__(self, on_text: TextSink | None) -> None:
-        super().__init__(on_text)
+    end_marker = "no finishReason"
+
+    def __init__(self, dialect: GeminiGenerate, on_text: TextSink | None) -> None:
+        super().__init__(dialect, on_text)
+        self.parts = dialect.parts
         self.text: list[str] = []
         self.calls: list[ToolCall] = []
-        self.usage: dict[str, Any] = {}
-        self.finished = False
 
     def feed(self, event: SSEEvent) -> None:
-        data = event.data
-        if not isinstance(data, dict):
-            raise DIALECT.unexpected(TypeError("an event is no object"), data)
+        data = self.data(event)
         if "error" in data:
             raise RetryableModelError(f"error in the stream: {str(data['error'])[:200]}")
-        parts = DIALECT.parts(data)
+        parts = self.parts(data)
         piece = _text(parts)
         if piece:
             self.text.append(piece)
             self.say(piece)
         self.calls += _calls(parts)
         if len(self.calls) > MAX_STREAMED_CALLS:
-            raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{DIALECT.what} streamed over {MAX_STREAMED_CALLS} function calls in one answer")
+            raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what} streamed over {MAX_STREAMED_CALLS} function calls in one answer")
         if isinstance(data.get("usageMetadata"), dict):
             self.usage = data["usageMetadata"]
         candidates = data.get("candidates") or []
         if candidates and isinstance(candidates[0], dict) and candidates[0].get("finishReason"):
             self.finished = True
 
-    def turn(self) -> ModelTurn:
-        if not self.finished:
-            raise RetryableModelError("the stream ended before the answer did (no finishReason)")
+    def assembled(self) -> ModelTurn:
         return ModelTurn(text="".join(self.text), tool_calls=self.calls, usage=self.usage)

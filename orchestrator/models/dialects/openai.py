@@ -67,7 +67,7 @@ class OpenAIChat(Dialect):
             raise self.unexpected(err, data) from None
 
     def assembler(self, on_text: TextSink | None) -> Assembler:
-        return OpenAIStream(on_text)
+        return OpenAIStream(self, on_text)
 
 
 DIALECT = OpenAIChat()
@@ -76,20 +76,18 @@ DIALECT = OpenAIChat()
 class OpenAIStream(Assembler):
     """One streamed answer's chunks -> a ModelTurn."""
 
-    def __init__(self, on_text: TextSink | None) -> None:
-        super().__init__(on_text)
+    end_marker = "no finish_reason, no [DONE]"
+
+    def __init__(self, dialect: Dialect, on_text: TextSink | None) -> None:
+        super().__init__(dialect, on_text)
         self.text: list[str] = []
         self.calls: dict[int, dict[str, Any]] = {}
-        self.usage: dict[str, Any] = {}
-        self.finished = False
 
     def feed(self, event: SSEEvent) -> None:
         if event.done:
             self.finished = True
             return
-        data = event.data
-        if not isinstance(data, dict):
-            raise DIALECT.unexpected(TypeError("a chunk is no object"), data)
+        data = self.data(event)
         if "error" in data:  # some servers report a failure inside the stream
             raise RetryableModelError(f"error in the stream: {str(data['error'])[:200]}")
         if isinstance(data.get("usage"), dict):
@@ -108,12 +106,12 @@ class OpenAIStream(Assembler):
                 if choice.get("finish_reason"):
                     self.finished = True
         except (KeyError, TypeError, AttributeError) as err:
-            raise DIALECT.unexpected(err, data) from None
+            raise self.dialect.unexpected(err, data) from None
 
     def _call_delta(self, part: dict[str, Any]) -> None:
         index = part.get("index", len(self.calls))
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_STREAMED_CALLS:
-            raise DIALECT.unexpected(ValueError(f"tool call index {index!r}"), part)
+            raise self.dialect.unexpected(ValueError(f"tool call index {index!r}"), part)
         call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
         if part.get("id"):
             call["id"] = str(part["id"])
@@ -124,11 +122,9 @@ class OpenAIStream(Assembler):
             call["arguments"] += str(function["arguments"])
             if len(call["arguments"]) > MAX_STREAMED_ARGUMENT_CHARS:
                 raise OpenAgentsError(ErrorType.MODEL_API_ERROR,
-                                      f"{DIALECT.what}: a streamed tool call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters")
+                                      f"{self.dialect.what}: a streamed tool call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters")
 
-    def turn(self) -> ModelTurn:
-        if not self.finished:
-            raise RetryableModelError("the stream ended before the answer did (no finish_reason, no [DONE])")
+    def assembled(self) -> ModelTurn:
         calls = [ToolCall.model_validate({"id": c["id"] or f"call_{i}", "name": c["name"], "arguments": c["arguments"] or "{}"})
                  for i, c in sorted(self.calls.items())]
         return ModelTurn(text="".join(self.text), tool_calls=calls, usage=self.usage)
