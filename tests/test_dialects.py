@@ -42,6 +42,22 @@ def assemble(family: str, raw: list[bytes]) -> tuple[object, list[str]]:
     return built.turn(), seen
 
 
+def responses_events(text: str, calls: list[tuple[str, str]]) -> list[bytes]:
+    out = [sse({"type": "response.created", "response": {"status": "in_progress"}}, "response.created")]
+    out += [sse({"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": text[i:i + 3]}, "response.output_text.delta")
+            for i in range(0, len(text), 3)]
+    for k, (name, raw) in enumerate(calls, 1):
+        out.append(sse({"type": "response.output_item.added", "output_index": k,
+                        "item": {"type": "function_call", "call_id": f"call_{k}", "name": name, "arguments": ""}}, "response.output_item.added"))
+        out += [sse({"type": "response.function_call_arguments.delta", "output_index": k, "delta": raw[i:i + 4]}, "response.function_call_arguments.delta")
+                for i in range(0, len(raw), 4)]
+        out.append(sse({"type": "response.output_item.done", "output_index": k,
+                        "item": {"type": "function_call", "call_id": f"call_{k}", "name": name, "arguments": raw}}, "response.output_item.done"))
+    out.append(sse({"type": "response.completed", "response": {"status": "completed", "usage": {"input_tokens": 30, "output_tokens": 4}}},
+                   "response.completed"))
+    return out
+
+
 # -- declarations ---------------------------------------------------------------------------------
 def test_each_family_declares_a_tool_in_its_own_shape():
     assert dialect("openai").declare("t", "does t", SCHEMA) == {"type": "function", "function": {"name": "t", "description": "does t", "parameters": SCHEMA}}
@@ -161,6 +177,7 @@ def test_gemini_stream_takes_each_event_whole():
     ("openai", FakeModelServer.openai_events("cut")[:2]),
     ("anthropic", FakeModelServer.anthropic_events("cut")[:4]),
     ("gemini", [sse({"candidates": [{"content": {"parts": [{"text": "cut"}]}}]})]),
+    ("openai-responses", responses_events("cut", [])[:-1]),
 ])
 def test_a_stream_that_ends_early_is_worth_another_try_and_says_so(family, raw):
     built = dialect(family).assembler(None)
@@ -186,6 +203,58 @@ def test_errors_in_a_stream_map_to_retry_or_typed_error(family, raw, retryable):
             built.feed(event)
 
 
+# -- OpenAI's Responses API ------------------------------------------------------------------------
+def test_responses_request_items_and_flat_non_strict_tools():
+    responses = dialect("openai-responses")
+    assert responses.declare("t", "does t", SCHEMA) == {"type": "function", "name": "t", "description": "does t", "parameters": SCHEMA, "strict": False}
+    body = responses.request("gpt-5", HISTORY, [{"tool": 1}], stream=True)
+    assert list(body) == ["model", "input", "store", "instructions", "tools", "stream"] and body["store"] is False
+    assert body["instructions"] == "be brief"
+    assert body["input"] == [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": "looking"},
+        {"type": "function_call", "call_id": "c1", "name": "read_file", "arguments": '{"path": "a.py"}'},
+        {"type": "function_call", "call_id": "c2", "name": "read_file", "arguments": '{"path": "b.py"'},  # broken stays as sent
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+    ]
+    assert responses.url("https://api.openai.com/v1/", "gpt-5", True) == "https://api.openai.com/v1/responses"
+    assert "stream" not in responses.request("gpt-5", HISTORY, [], stream=False)
+
+
+def test_responses_parse_messages_calls_reasoning_and_failure():
+    turn = dialect("openai-responses").parse({"status": "completed", "usage": {"input_tokens": 7, "output_tokens": 2}, "output": [
+        {"type": "reasoning", "summary": [{"type": "summary_text", "text": "secret thoughts"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "on it"}]},
+        {"type": "function_call", "call_id": "call_9", "name": "grep_files", "arguments": '{"pattern": "x"}'}]})
+    assert turn.text == "on it" and turn.usage == {"input_tokens": 7, "output_tokens": 2}
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("call_9", "grep_files", {"pattern": "x"})]
+    with pytest.raises(OpenAgentsError, match="reported an error: invalid_prompt"):
+        dialect("openai-responses").parse({"status": "failed", "error": {"code": "invalid_prompt", "message": "no"}, "output": []})
+    with pytest.raises(RetryableModelError, match="server_error"):
+        dialect("openai-responses").parse({"status": "failed", "error": {"code": "server_error", "message": "oops"}})
+
+
+def test_responses_stream_assembles_text_calls_and_usage():
+    turn, seen = assemble("openai-responses", responses_events("let me grep", [("grep_files", '{"pattern": "TODO"}'), ("read_file", '{"path": "a"}')]))
+    assert "".join(seen) == turn.text == "let me grep" and len(seen) > 1
+    assert [(c.id, c.name, c.arguments) for c in turn.tool_calls] == [("call_1", "grep_files", {"pattern": "TODO"}), ("call_2", "read_file", {"path": "a"})]
+    assert turn.usage == {"input_tokens": 30, "output_tokens": 4}
+
+
+@pytest.mark.parametrize("raw, retryable", [
+    ([sse({"type": "error", "code": "rate_limit_exceeded", "message": "slow"}, "error")], True),
+    ([sse({"type": "response.failed", "response": {"error": {"code": "server_error", "message": "x"}}}, "response.failed")], True),
+    ([sse({"type": "response.failed", "response": {"error": {"code": "invalid_image", "message": "x"}}}, "response.failed")], False),
+    ([sse({"type": "response.function_call_arguments.delta", "output_index": -1, "delta": "{"})], False),
+])
+def test_responses_stream_errors(raw, retryable):
+    built = dialect("openai-responses").assembler(None)
+    with pytest.raises(RetryableModelError if retryable else OpenAgentsError):
+        for event in events(raw):
+            built.feed(event)
+
+
 # -- a family is one file -------------------------------------------------------------------------
 def family_files() -> list[Path]:
     return sorted(p for p in DIALECTS_DIR.glob("*.py") if p.name not in ("__init__.py", "dialect.py"))
@@ -196,7 +265,7 @@ def test_the_registry_lists_each_family_file_once():
     the family's name is its file's name, so a reader finds it from the folder alone."""
     modules = {type(d).__module__.rsplit(".", 1)[1]: name for name, d in DIALECTS.items()}
     assert sorted(modules) == sorted(p.stem for p in family_files())
-    assert all(stem == family for stem, family in modules.items())
+    assert all(stem == family.replace("-", "_") for stem, family in modules.items())
     assert all(isinstance(d, Dialect) and d.family == name and d.what and d.key_variable for name, d in DIALECTS.items())
 
 

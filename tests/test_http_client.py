@@ -22,11 +22,14 @@ from tests.fake_model_server import FakeModelServer, sse
 
 FAST = RetryPolicy(max_attempts=3, max_total_s=20, base_delay_s=0.01, max_delay_s=0.05)
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="fix it")]
-URLS = {"openai": "http://model.test/v1", "gemini": "http://model.test/v1beta", "anthropic": "http://model.test"}
+URLS = {"openai": "http://model.test/v1", "gemini": "http://model.test/v1beta", "anthropic": "http://model.test",
+        "openai-responses": "http://model.test/v1"}
 WHOLE = {
     "openai": {"choices": [{"message": {"content": "done"}}], "usage": {"prompt_tokens": 5}},
     "gemini": {"candidates": [{"content": {"parts": [{"text": "done"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5}},
     "anthropic": {"content": [{"type": "text", "text": "done"}], "usage": {"input_tokens": 5}},
+    "openai-responses": {"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}],
+                         "usage": {"input_tokens": 5}},
 }
 
 

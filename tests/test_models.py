@@ -307,3 +307,18 @@ def test_anthropic_spec_key_and_base_url(monkeypatch, server):
     server.anthropic_stream("via base url")
     assert model_from_spec("anthropic:c", base_url=server.base_url).complete(MESSAGES, []).text == "via base url"  # .../v1 given: no /v1/v1
     assert server.requests[-1]["path"] == "/v1/messages"
+
+
+def test_openai_responses_spec_over_loopback(monkeypatch, server):
+    """`openai-responses:NAME`: the Responses API's event stream, through the factory, on loopback."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server.stream([sse({"type": "response.output_text.delta", "output_index": 0, "delta": "he"}, "response.output_text.delta"),
+                   sse({"type": "response.output_text.delta", "output_index": 0, "delta": "llo"}, "response.output_text.delta"),
+                   sse({"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 1}}}, "response.completed")], pieces=7)
+    client = model_from_spec("openai-responses:gpt-test", base_url=server.base_url)
+    seen: list[str] = []
+    turn = client.complete(MESSAGES, declarations(["read_file"], "openai-responses"), on_text=seen.append)
+    assert client.family == "openai-responses" and turn.text == "hello" and seen == ["he", "llo"] and turn.usage["input_tokens"] == 3
+    request = server.requests[0]
+    assert request["path"] == "/v1/responses" and request["body"]["instructions"] == "s" and request["body"]["store"] is False
+    assert request["body"]["input"] == [{"role": "user", "content": "fix it"}] and request["body"]["tools"][0]["name"] == "read_file"
