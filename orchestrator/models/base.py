@@ -64,7 +64,7 @@ TextSink = Callable[[str], None]  # streamed text, piece by piece, as it arrives
 
 
 class ModelClient(Protocol):
-    family: str  # "openai", "gemini" or "anthropic": which tool declarations this model receives
+    family: str  # a dialect's family (models/dialects/): which tool declarations this model receives
     name: str
 
     def complete(self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None) -> ModelTurn: ...
