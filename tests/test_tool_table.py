@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pytest
 
@@ -107,7 +107,7 @@ class _Agent:
 
 
 @pytest.fixture
-def agent(tmp_path: Path):  # type: ignore[no-untyped-def]
+def agent(tmp_path: Path) -> Iterator[tuple[_Agent, Path]]:
     running = _Agent(tmp_path)
     yield running, tmp_path
     running.close()
