@@ -18,7 +18,7 @@ from ..models.base import ToolCall
 from ..protocol import ToolResult
 from ..sandbox.base import Sandbox
 from . import catalog, declarations, host_git, network
-from .tooldef import RunContext, ToolDef
+from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
 # ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
@@ -44,7 +44,7 @@ class PreparedCall:
 
     @property
     def read_only(self) -> bool:
-        return self.kind in ("read", "search", "think")
+        return self.kind in READ_ONLY_KINDS
 
     def arguments(self) -> dict[str, Any]:
         return self.args.model_dump(exclude_none=True)
