@@ -1,0 +1,135 @@
+"""SWE-ReX's deployment on our box: `OpenAgentsDeployment` implements
+`swerex.deployment.abstract.AbstractDeployment` (async `start`, `stop`, `is_alive`, `runtime`),
+opening one `AsyncSandbox` (the public API) and handing out an `OpenAgentsRuntime` on it.
+
+Installed with `pip install 'openagents-sandbox[swerex]'`. SWE-ReX has no plug-in discovery: its
+`DeploymentConfig` is a closed union of its own config classes, told apart by a `type` field. So
+`OpenAgentsDeploymentConfig` follows their shape (`type: "openagents"`, `get_deployment()`) for
+code that takes any such config by duck typing, and programs build the deployment by its import
+path (docs/api.md, SWE-ReX). Without a `workspace`, the box works on an empty private directory
+(copy mode) removed at `stop`, like SWE-ReX's own docker deployment starts from a clean image.
+"""
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+from swerex.deployment.abstract import AbstractDeployment
+from swerex.deployment.hooks.abstract import CombinedDeploymentHook, DeploymentHook
+from swerex.exceptions import DeploymentNotStartedError, DeploymentStartupError
+from swerex.runtime.abstract import IsAliveResponse
+
+from .. import AsyncSandbox, OpenAgentsError
+from .swerex_runtime import OpenAgentsRuntime
+
+
+class OpenAgentsDeploymentConfig(BaseModel):
+    """The deployment's settings: SandboxOptions' fields of the same names."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["openagents"] = "openagents"  # SWE-ReX's discriminator field, as its own configs have it
+    workspace: str | None = None  # the host directory (/workspace in the box); None: a fresh empty one, removed at stop
+    mode: Literal["auto", "bind", "copy"] = "copy"
+    image: str | None = None
+    runtime: str | None = None
+    memory: str | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    egress: list[str] | None = None
+    policy_files: list[str] = []
+    auto_approve: bool = True  # commands inside the box run without asking; a policy's deny still refuses them
+
+    def get_deployment(self) -> "OpenAgentsDeployment":
+        return OpenAgentsDeployment.from_config(self)
+
+
+class OpenAgentsDeployment(AbstractDeployment):
+    """`deployment = OpenAgentsDeployment(workspace="repo"); await deployment.start();
+    await deployment.runtime.execute(Command(...)); await deployment.stop()`."""
+
+    def __init__(self, *, logger: logging.Logger | None = None, **kwargs: Any) -> None:
+        self._config = OpenAgentsDeploymentConfig(**kwargs)
+        self.logger = logger or logging.getLogger("rex-deploy.openagents")
+        self._hooks = CombinedDeploymentHook()
+        self._box: AsyncSandbox | None = None
+        self._runtime: OpenAgentsRuntime | None = None
+        self._scratch: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: OpenAgentsDeploymentConfig) -> "OpenAgentsDeployment":
+        return cls(**config.model_dump(exclude={"type"}))
+
+    def add_hook(self, hook: DeploymentHook) -> None:
+        self._hooks.add_hook(hook)
+
+    @property
+    def sandbox(self) -> AsyncSandbox:
+        """The open AsyncSandbox (for `changes()`, `apply()`, `id`); DeploymentNotStartedError before start."""
+        if self._box is None:
+            raise DeploymentNotStartedError()  # type: ignore[no-untyped-call]  # SWE-ReX leaves its __init__ untyped
+        return self._box
+
+    @property
+    def runtime(self) -> OpenAgentsRuntime:
+        if self._runtime is None:
+            raise DeploymentNotStartedError()  # type: ignore[no-untyped-call]  # SWE-ReX leaves its __init__ untyped
+        return self._runtime
+
+    async def is_alive(self, *, timeout: float | None = None) -> IsAliveResponse:
+        return await self.runtime.is_alive(timeout=timeout)
+
+    async def start(self) -> None:
+        """Open the box (a second start while running is a no-op). Failing, it leaves nothing
+        behind and raises DeploymentStartupError carrying the sandbox's typed error as its cause."""
+        if self._box is not None:
+            return
+        config = self._config
+        self._hooks.on_custom_step("Starting the openagents sandbox")
+        if config.workspace is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="oa-swerex-"))
+        workspace = self._scratch or Path(config.workspace or ".")
+        box_settings = {k: v for k, v in config.model_dump(include={"image", "runtime", "memory", "cpus", "pids", "egress"}).items() if v is not None}
+        box = AsyncSandbox(workspace, mode="copy" if self._scratch else config.mode, auto_approve=config.auto_approve,
+                           policy_files=[Path(p) for p in config.policy_files], kind="swerex", **box_settings)
+        try:
+            await box.open()
+        except OpenAgentsError as err:
+            self._remove_scratch()
+            raise DeploymentStartupError(f"the openagents sandbox did not start: {err.type.value}: {err.message}") from err
+        except BaseException:
+            self._remove_scratch()
+            raise
+        self._box, self._runtime = box, OpenAgentsRuntime(box, logger=self.logger)
+
+    async def stop(self) -> None:
+        """Remove the box and its egress gate (idempotent). A scratch workspace goes with its copy;
+        a given workspace's copy stays for review (`oa-sandbox changes ID`), as the API's close keeps it."""
+        box, runtime = self._box, self._runtime
+        self._box = self._runtime = None
+        try:
+            if runtime is not None:
+                await runtime.close()
+            if box is not None and not box.closed:
+                await (box.discard() if self._scratch is not None else box.close())
+        finally:
+            self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def __del__(self) -> None:
+        """SWE-ReX's base stops the deployment from __del__ through an event loop; a box that is
+        still open at this point is closed synchronously instead (no loop needed)."""
+        box = getattr(self, "_box", None)
+        if box is not None and not box.closed:
+            box.sync.close()
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
