@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ class OpenAgentsDeployment(AbstractDeployment):
         self._box: AsyncSandbox | None = None
         self._runtime: OpenAgentsRuntime | None = None
         self._scratch: Path | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     @classmethod
     def from_config(cls, config: OpenAgentsDeploymentConfig) -> "OpenAgentsDeployment":
@@ -66,6 +68,10 @@ class OpenAgentsDeployment(AbstractDeployment):
 
     def add_hook(self, hook: DeploymentHook) -> None:
         self._hooks.add_hook(hook)
+
+    @property
+    def config(self) -> OpenAgentsDeploymentConfig:
+        return self._config
 
     @property
     def sandbox(self) -> AsyncSandbox:
@@ -105,12 +111,16 @@ class OpenAgentsDeployment(AbstractDeployment):
             self._remove_scratch()
             raise
         self._box, self._runtime = box, OpenAgentsRuntime(box, logger=self.logger)
+        self._finalizer = weakref.finalize(self, _release, box, self._scratch)
 
     async def stop(self) -> None:
         """Remove the box and its egress gate (idempotent). A scratch workspace goes with its copy;
         a given workspace's copy stays for review (`oa-sandbox changes ID`), as the API's close keeps it."""
         box, runtime = self._box, self._runtime
         self._box = self._runtime = None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
         try:
             if runtime is not None:
                 await runtime.close()
@@ -125,11 +135,18 @@ class OpenAgentsDeployment(AbstractDeployment):
             self._scratch = None
 
     def __del__(self) -> None:
-        """SWE-ReX's base stops the deployment from __del__ through an event loop; a box that is
-        still open at this point is closed synchronously instead (no loop needed)."""
-        box = getattr(self, "_box", None)
-        if box is not None and not box.closed:
+        """SWE-ReX's base stops the deployment from __del__ through an event loop; ours closes a box
+        still open synchronously (no loop needed), and so does the interpreter's exit (finalize)."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+
+
+def _release(box: AsyncSandbox, scratch: Path | None) -> None:
+    """A deployment never stopped: its box closed, its scratch workspace removed."""
+    try:
+        if not box.closed:
             box.sync.close()
-        scratch = getattr(self, "_scratch", None)
+    finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)

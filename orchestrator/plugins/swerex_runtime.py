@@ -59,7 +59,7 @@ from swerex.runtime.abstract import (
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ShellResult, ToolError
 from ..terminal.render import visible
 from .swerex_session import SYNTAX_MARK, new_state_path, session_command
-from .transport import BoxFailure, BoxProgram, clamp_timeout
+from .transport import STAGE, BoxFailure, BoxProgram, clamp_timeout
 
 MAX_SESSION_TIMEOUT_S = 240  # the shell tool's limit, kept by the host
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024  # per stream of an execute(), and per read_file: box-written data the host takes
@@ -279,8 +279,14 @@ class OpenAgentsRuntime(AbstractRuntime):
         return UploadResponse()
 
     async def close(self) -> CloseResponse:
-        """Forget the sessions; the deployment removes the box (OpenAgentsDeployment.stop)."""
+        """Forget the sessions and remove the transport's staging directory if it is empty (so a
+        copy session's review shows only what the harness changed); the deployment removes the box."""
         self.sessions.clear()
+        if not self.box.closed:
+            try:
+                await self.box.shell(f"rmdir -- {STAGE} 2>/dev/null; true", timeout=10)
+            except OpenAgentsError:  # refused by a policy, or the box went: nothing to tidy
+                pass
         return CloseResponse()
 
 

@@ -63,4 +63,4 @@ def session_command(command: str, state: str) -> str:
     while delimiter in command:  # pragma: no cover - a 128-bit collision
         delimiter = f"OA_SWEREX_{uuid.uuid4().hex}"
     return (f"OA_SWEREX_CMD=$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\n"
-            f"exec bash --noprofile --norc -c {shlex.quote(RUNNER)} oa-swerex {shlex.quote(state)} \"$OA_SWEREX_CMD\"")
+            f"exec bash --noprofile --norc -c {shlex.quote(RUNNER)} bash {shlex.quote(state)} \"$OA_SWEREX_CMD\"")
