@@ -125,6 +125,11 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
     assert (await runtime.read_file(ReadFileRequest(path="/tmp/new/dir/f.txt"))).content == "héllo\n"
     await runtime.write_file(WriteFileRequest(path="rel.txt", content="in the workspace"))
     assert (await runtime.run_in_session(A("cat /workspace/rel.txt"))).output == "in the workspace"
+    big = "".join(f"line {i}\n" for i in range(40_000))  # 390 KB: staged both ways in bounded pieces
+    await runtime.write_file(WriteFileRequest(path="/tmp/big.txt", content=big))
+    assert (await runtime.read_file(ReadFileRequest(path="/tmp/big.txt"))).content == big
+    obs = await runtime.run_in_session(A("python3 <<EOF\nprint('from a here-document')\nEOF"))
+    assert obs.output == "from a here-document\n"
     with pytest.raises(FileNotFoundError):
         await runtime.read_file(ReadFileRequest(path="/nope.txt"))
     with pytest.raises(IsADirectoryError):
@@ -224,6 +229,33 @@ async def test_the_box_reaches_the_host_neither_through_its_state_nor_its_output
     finally:
         await deployment.stop()
     assert mine(docker_client) == before
+
+
+def test_a_deployment_never_stopped_goes_at_interpreter_exit(tmp_path, docker_client):
+    """SWE-ReX's base stops a deployment from __del__ through an event loop that may be gone: ours
+    closes the box synchronously, at the latest when the interpreter exits."""
+    import subprocess
+    import sys
+
+    before, dirs_before = mine(docker_client), scratch_dirs()
+    code = ("import asyncio\n"
+            "from swerex.runtime.abstract import Command\n"
+            "from orchestrator.plugins.swerex_deployment import OpenAgentsDeployment\n"
+            "d = OpenAgentsDeployment()\n"
+            "async def main():\n"
+            "    await d.start()\n"
+            "    r = await d.runtime.execute(Command(command='echo alive', shell=True))\n"
+            "    print('RESULT', r.stdout.strip(), d.sandbox.id)\n"
+            "asyncio.run(main())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    _, text, session = out.stdout.strip().splitlines()[-1].split()
+    assert text == "alive", out.stderr[-2000:]
+    record = load(session)
+    assert record.status in ("closed", "discarded")
+    assert mine(docker_client) == before
+    for workspace in (record.workspace, record.box_workspace):
+        assert not docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={workspace}"})
+    assert scratch_dirs() <= dirs_before
 
 
 def test_the_config_follows_swerex_configs_and_refuses_what_it_does_not_know():
