@@ -18,31 +18,22 @@ import weakref
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
 from swerex.deployment.abstract import AbstractDeployment
 from swerex.deployment.hooks.abstract import CombinedDeploymentHook, DeploymentHook
 from swerex.exceptions import DeploymentNotStartedError, DeploymentStartupError
 from swerex.runtime.abstract import IsAliveResponse
 
 from .. import AsyncSandbox, OpenAgentsError
+from .settings import BoxSettings
 from .swerex_runtime import OpenAgentsRuntime
 
 
-class OpenAgentsDeploymentConfig(BaseModel):
-    """The deployment's settings: SandboxOptions' fields of the same names."""
-
-    model_config = ConfigDict(extra="forbid")
+class OpenAgentsDeploymentConfig(BoxSettings):
+    """The deployment's settings: these and the box's (BoxSettings)."""
 
     type: Literal["openagents"] = "openagents"  # SWE-ReX's discriminator field, as its own configs have it
     workspace: str | None = None  # the host directory (/workspace in the box); None: a fresh empty one, removed at stop
     mode: Literal["auto", "bind", "copy"] = "copy"
-    image: str | None = None
-    runtime: str | None = None
-    memory: str | None = None
-    cpus: float | None = None
-    pids: int | None = None
-    egress: list[str] | None = None
-    policy_files: list[str] = []
     auto_approve: bool = True  # commands inside the box run without asking; a policy's deny still refuses them
 
     def get_deployment(self) -> "OpenAgentsDeployment":
@@ -99,9 +90,8 @@ class OpenAgentsDeployment(AbstractDeployment):
         if config.workspace is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="oa-swerex-"))
         workspace = self._scratch or Path(config.workspace or ".")
-        box_settings = {k: v for k, v in config.model_dump(include={"image", "runtime", "memory", "cpus", "pids", "egress"}).items() if v is not None}
         box = AsyncSandbox(workspace, mode="copy" if self._scratch else config.mode, auto_approve=config.auto_approve,
-                           policy_files=[Path(p) for p in config.policy_files], kind="swerex", **box_settings)
+                           policy_files=config.policy_paths(), kind="swerex", **config.box_options())
         try:
             await box.open()
         except OpenAgentsError as err:

@@ -59,7 +59,7 @@ from swerex.runtime.abstract import (
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ShellResult, ToolError
 from ..terminal.render import visible
 from .swerex_session import SYNTAX_MARK, new_state_path, session_command
-from .transport import STAGE, BoxFailure, BoxProgram, clamp_timeout
+from .transport import STAGE, BoxFailure, BoxProgram, clamp_timeout, os_error
 
 MAX_SESSION_TIMEOUT_S = 240  # the shell tool's limit, kept by the host
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024  # per stream of an execute(), and per read_file: box-written data the host takes
@@ -103,12 +103,9 @@ def _translate(err: OpenAgentsError) -> Exception:
 
 
 def _file_error(err: BoxFailure, path: str) -> Exception:
-    if err.kind == "not_found":
-        return FileNotFoundError(2, f"No such file or directory: {err.message}", path)
-    if err.kind == "permission":
-        return PermissionError(13, f"Permission denied: {err.message}", path)
-    if err.kind == "is_dir":
-        return IsADirectoryError(21, f"Is a directory: {err.message}", path)
+    error = os_error(err, path)
+    if error is not None:
+        return error
     if err.kind == "limit":
         return OutputLimitError(ErrorType.FILE_TOO_LARGE, f"{path}: over the host's bound of {MAX_OUTPUT_BYTES} bytes ({err.message})")
     return OSError(f"{path}: {err.message}")
