@@ -13,10 +13,12 @@ import pytest
 
 pytest.importorskip("swerex")
 
+from swerex.deployment.config import get_deployment  # noqa: E402
 from swerex.exceptions import (  # noqa: E402
     BashIncorrectSyntaxError,
     CommandTimeoutError,
     DeploymentNotStartedError,
+    DeploymentStartupError,
     NonZeroExitCodeError,
     SessionDoesNotExistError,
     SessionExistsError,
@@ -32,6 +34,7 @@ from swerex.runtime.abstract import (  # noqa: E402
     WriteFileRequest,
 )
 
+from orchestrator import ErrorType, OpenAgentsError  # noqa: E402
 from orchestrator.config import LABEL  # noqa: E402
 from orchestrator.plugins import swerex_runtime  # noqa: E402
 from orchestrator.plugins.swerex_deployment import OpenAgentsDeployment, OpenAgentsDeploymentConfig  # noqa: E402
@@ -258,9 +261,21 @@ def test_a_deployment_never_stopped_goes_at_interpreter_exit(tmp_path, docker_cl
     assert scratch_dirs() <= dirs_before
 
 
+async def test_no_docker_daemon_is_swerexs_startup_error_and_leaves_nothing(monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    dirs_before = scratch_dirs()
+    deployment = OpenAgentsDeployment()
+    with pytest.raises(DeploymentStartupError, match="docker_unavailable") as failed:
+        await deployment.start()
+    assert isinstance(failed.value.__cause__, OpenAgentsError) and failed.value.__cause__.type is ErrorType.DOCKER_UNAVAILABLE
+    assert scratch_dirs() <= dirs_before
+    with pytest.raises(DeploymentNotStartedError):
+        _ = deployment.runtime
+
+
 def test_the_config_follows_swerex_configs_and_refuses_what_it_does_not_know():
     config = OpenAgentsDeploymentConfig.model_validate({"type": "openagents", "workspace": "repo", "mode": "bind"})
-    deployment = config.get_deployment()
+    deployment = get_deployment(config)  # type: ignore[arg-type] - SWE-ReX's own helper, duck-typed on get_deployment()
     assert isinstance(deployment, OpenAgentsDeployment) and deployment.config.workspace == "repo"
     with pytest.raises(ValueError):
         OpenAgentsDeploymentConfig.model_validate({"type": "docker"})
