@@ -174,6 +174,10 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
         await runtime.execute(Command(command="true", shell=True))
     with pytest.raises(SandboxClosedError):
         await runtime.create_session(CreateBashSessionRequest(session="late"))
+    with pytest.raises(SandboxClosedError):
+        await runtime.run_in_session(A("true"))
+    with pytest.raises(SandboxClosedError):
+        await runtime.read_file(ReadFileRequest(path="rel.txt"))
     assert not await runtime.is_alive()
 
 

@@ -157,6 +157,8 @@ class OpenAgentsRuntime(AbstractRuntime):
         return CreateBashSessionResponse(output=output)
 
     async def run_in_session(self, action: BashAction | BashInterruptAction) -> BashObservation:
+        if self.box.closed:
+            raise SandboxClosedError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed (the deployment stopped)")
         if action.session not in self.sessions:
             raise SessionDoesNotExistError(f"session {action.session!r} does not exist")
         if isinstance(action, BashInterruptAction):
