@@ -279,7 +279,7 @@ async def test_no_docker_daemon_is_swerexs_startup_error_and_leaves_nothing(monk
 
 def test_the_config_follows_swerex_configs_and_refuses_what_it_does_not_know():
     config = OpenAgentsDeploymentConfig.model_validate({"type": "openagents", "workspace": "repo", "mode": "bind"})
-    deployment = get_deployment(config)  # type: ignore[arg-type] - SWE-ReX's own helper, duck-typed on get_deployment()
+    deployment = get_deployment(config)  # SWE-ReX's own helper: duck-typed on get_deployment()
     assert isinstance(deployment, OpenAgentsDeployment) and deployment.config.workspace == "repo"
     with pytest.raises(ValueError):
         OpenAgentsDeploymentConfig.model_validate({"type": "docker"})
