@@ -120,7 +120,10 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
     assert "sleep 45" not in obs.output  # killed with everything it started
     with pytest.raises(InteractiveUnsupportedError):
         await runtime.run_in_session(A("python3", is_interactive_command=True, expect=[">>> "]))
-    await runtime.create_session(CreateBashSessionRequest(session="other"))
+    assert (await runtime.run_in_session(A("echo capped", timeout=10_000))).output == "capped\n"  # capped to the box's 240 s
+    await runtime.write_file(WriteFileRequest(path="/tmp/rc.sh", content="tool() { echo tool ran in $PWD; }\nexport FROM_RC=1\n"))
+    await runtime.create_session(CreateBashSessionRequest(session="other", startup_source=["/tmp/rc.sh"]))
+    assert (await runtime.run_in_session(A("tool; echo $FROM_RC", session="other"))).output.splitlines() == ["tool ran in /workspace", "1"]
     assert (await runtime.run_in_session(A("pwd; echo ${EXPORTED:-unset}", session="other"))).output.splitlines() == ["/workspace", "unset"]
 
     # files and uploads
