@@ -6,7 +6,8 @@ a path the user named. But a name there can still be a link (planted on a shared
 directory, or a path given on the command line that is one), and a write through it would land
 elsewhere. The flags that refuse it are spelled here, beside the rules for box data, so no module
 elsewhere opens a file with O_NOFOLLOW/O_DIRECTORY of its own (tests/test_boxfs_guard.py).
-Errors are the kernel's OSError (ELOOP for a link), for the caller to type.
+Errors are the kernel's OSError (ELOOP for a link to a file, ENOTDIR for one where a directory was
+wanted), for the caller to type.
 """
 from __future__ import annotations
 
@@ -28,6 +29,6 @@ def create_private(path: Path | str | bytes, mode: int = 0o600) -> int:
 
 
 def open_private_dir(path: Path | str | bytes, *, follow: bool = False) -> int:
-    """A read descriptor of the directory `path`; its last component a link is refused (ELOOP)
+    """A read descriptor of the directory `path`; its last component a link is refused (ENOTDIR)
     unless `follow` (a directory we only fsync, whose name is ours)."""
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))

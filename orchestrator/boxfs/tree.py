@@ -10,7 +10,7 @@ kernel call), and the work is bounded by the budget (entries listed, bytes writt
 Host code outside orchestrator/boxfs/ never spells openat, fstatat, `dir_fd=` or O_NOFOLLOW
 itself (tests/test_boxfs_guard.py): when a rule changes, it changes here.
 
-Errors are the kernel's (OSError: ELOOP for a link where a directory was wanted, ENOTDIR,
+Errors are the kernel's (OSError: ENOTDIR or ELOOP for a link where a directory was wanted,
 ENOENT), as the callers handled them before this handle existed; reads of file content refuse
 with boxfs's typed UNSAFE_WORKSPACE_FILE (see read.py).
 """
@@ -60,7 +60,7 @@ class BoxDir:
         return cls(fd, budget, rel, owned=False)
 
     def sub(self, name: Name) -> "BoxDir":
-        """The child directory `name`, opened O_NOFOLLOW: a symlink raises ELOOP, a file ENOTDIR."""
+        """The child directory `name`, opened O_NOFOLLOW|O_DIRECTORY: a symlink or a file raises ENOTDIR (or ELOOP)."""
         raw = name if isinstance(name, bytes) else os.fsencode(name)
         return BoxDir(os.open(name, DIR_FLAGS, dir_fd=self.fd), self.budget, self.rel + b"/" + raw if self.rel else raw)
 
