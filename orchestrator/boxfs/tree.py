@@ -22,9 +22,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Callable, Iterator
 
+from ..errors import ErrorType, OpenAgentsError
 from .budget import BudgetExceeded, HostBudget
 from .copy import HardLinks, copy_regular, temp_name
-from .read import DIR_FLAGS, Name, components, lstat_at, open_dir, open_regular, read_at
+from .names import show
+from .read import DIR_FLAGS, Name, components, lstat_at, open_dir, open_parent, open_regular, read_at
 from .restore import remove_tree, write_atomic
 from .walk import Entry, Walk
 
@@ -69,9 +71,12 @@ class BoxDir:
         component opened O_NOFOLLOW from its parent (OSError as `sub`)."""
         if not rel:
             return BoxDir(os.dup(self.fd), self.budget, self.rel)
+        parts = components(rel)
+        if len(parts) > self.budget.max_depth:
+            raise BudgetExceeded("depth", self.budget.max_depth, f"{len(parts)} levels")
         here = self.dup()
         try:
-            for part in components(rel):
+            for part in parts:
                 nxt = here.sub(part)
                 here.close()
                 here = nxt
@@ -83,7 +88,6 @@ class BoxDir:
     def parent_of(self, rel: Name) -> tuple["BoxDir", bytes] | None:
         """(a handle of rel's parent, rel's last name), reached without following a link; None when
         a parent is missing or not a directory; a symlinked parent is refused, typed."""
-        from .read import open_parent
         found = open_parent(self.fd, rel)
         if found is None:
             return None
@@ -263,3 +267,25 @@ class BoxDir:
     def remove_tree(self, name: Name, budget: HostBudget | None = None) -> None:
         """Remove `name` and all under it (see restore.remove_tree: iterative, no link followed)."""
         remove_tree(self.fd, name, budget if budget is not None else self.budget)
+
+
+def read_workspace_file(workspace: Path | str, rel: Name, cap: int) -> bytes:
+    """The bytes of the regular file WORKSPACE/rel, at most `cap` of them, or a typed refusal:
+    UNSAFE_WORKSPACE_FILE for a link anywhere on the path, a non-regular leaf or one over the cap;
+    FILE_NOT_FOUND when nothing is there."""
+    with BoxDir.open(workspace) as top:
+        found = top.parent_of(rel)
+    if found is None:
+        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"workspace file '{show(rel)}' does not exist")
+    with found[0] as parent:
+        return parent.read(found[1], cap, rel)[0]
+
+
+def lstat_workspace(workspace: Path | str, rel: Name) -> os.stat_result | None:
+    """What is at `rel` (the entry itself), or None if nothing is; a symlinked parent is refused."""
+    with BoxDir.open(workspace) as top:
+        found = top.parent_of(rel)
+    if found is None:
+        return None
+    with found[0] as parent:
+        return parent.lstat_or_none(found[1])
