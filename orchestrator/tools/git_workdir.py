@@ -20,7 +20,7 @@ from typing import Callable, Generator, cast
 
 from sandbox_agent.paths import GIT_DIR, PathRefused, check_lexical
 
-from ..boxfs import BoxDir, Entry, HostBudget, lstat_at, open_regular, show
+from ..boxfs import BoxDir, Entry, HostBudget, show
 from ..boxfs import Walk as BoxWalk
 from ..boxfs.read import read_fd
 from ..errors import ErrorType, OpenAgentsError
@@ -119,7 +119,7 @@ def _read_ignore_file(dir_fd: int) -> bytes | None:
     the box can swap for a link (to a FIFO: libgit2 would block in open() holding the GIL, and the
     whole host process with it) between this check and libgit2's own open."""
     try:
-        fd, st = open_regular(dir_fd, ".gitignore")
+        fd, st = BoxDir.at(dir_fd).open_file(".gitignore")
     except OpenAgentsError as err:
         return b"" if err.type is ErrorType.FILE_NOT_FOUND else None
     try:
@@ -167,7 +167,7 @@ class Tree:
                 try:
                     child = BoxDir.at(fd).sub(part).detach()
                 except OSError as err:
-                    st = lstat_at(fd, part)
+                    st = BoxDir.at(fd).lstat_or_none(part)
                     if st is not None and stat.S_ISLNK(st.st_mode):
                         raise PathProblem("path_outside_workspace", f"{here!r} is a symbolic link; git paths do not go through links") from None
                     raise PathProblem("file_not_found" if err.errno == 2 else "path_invalid", f"{here!r}: {err.strerror}") from None
@@ -191,7 +191,7 @@ class Tree:
                 return None
             raise
         try:
-            return lstat_at(fd, name)
+            return BoxDir.at(fd).lstat_or_none(name)
         finally:
             os.close(fd)
 
@@ -206,7 +206,7 @@ class Tree:
                 return None
             raise
         try:
-            st = lstat_at(fd, name)
+            st = BoxDir.at(fd).lstat_or_none(name)
             if st is None:
                 return None
             if stat.S_ISLNK(st.st_mode):
@@ -334,7 +334,7 @@ class Tree:
         parent, _, name = rel.rpartition("/")
         dir_fd, _ = self._open_dir(parent)
         try:
-            return open_regular(dir_fd, name, rel)
+            return BoxDir.at(dir_fd).open_file(name, rel)
         except OpenAgentsError as err:
             raise PathProblem("file_not_found" if err.type is ErrorType.FILE_NOT_FOUND else "not_regular_file",
                               f"{rel!r}: {err.message}") from None

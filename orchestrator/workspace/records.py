@@ -339,15 +339,13 @@ def summary_line(record: SessionRecord) -> str:
 
 def _remove(parent: Path, name: str) -> None:
     """parent/name and all under it, through boxfs: box-written entries, no link followed."""
-    from ..boxfs import HostBudget, open_dir, remove_tree
+    from ..boxfs import BoxDir, HostBudget
 
-    fd = open_dir(parent)
-    try:
-        remove_tree(fd, name, HostBudget(max_entries=None, max_bytes=None))
-    except FileNotFoundError:
-        pass
-    finally:
-        os.close(fd)
+    with BoxDir.open(parent, HostBudget(max_entries=None, max_bytes=None)) as where:
+        try:
+            where.remove_tree(name)
+        except FileNotFoundError:
+            pass
 
 
 def discard_state(record: SessionRecord) -> None:
