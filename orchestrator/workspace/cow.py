@@ -31,7 +31,7 @@ import stat
 from pathlib import Path
 
 from .. import state
-from ..boxfs import BudgetExceeded, HostBudget, Walk, open_dir, open_parent, open_regular, punch_copy
+from ..boxfs import BoxDir, BudgetExceeded, HostBudget, Walk, punch_copy
 from ..boxfs.copy import temp_name
 from ..errors import ErrorType, OpenAgentsError
 from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, mount, unmount, unusable
@@ -166,67 +166,48 @@ def _inert(tree: Path, owner: str) -> None:
             mode = entry.st.st_mode
             if stat.S_ISCHR(mode) and entry.st.st_rdev == 0:
                 continue  # a whiteout of an upper that became a layer
+            here = BoxDir.at(entry.dir_fd)
             if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                os.unlink(entry.name, dir_fd=entry.dir_fd)
+                here.unlink(entry.name)
                 continue
             if stat.S_ISREG(mode) and entry.st.st_nlink > 1:  # maybe a name of a file outside: not changed in place
                 names.setdefault(entry.key, []).append(entry.rel)
                 nlinks[entry.key] = entry.st.st_nlink
                 continue
-            _own(entry.dir_fd, entry.name, entry.st, uid, gid)
+            _own(here, entry.name, entry.st, uid, gid)
     except BudgetExceeded as err:
         raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {err}") from None
-    root = open_dir(tree)
-    try:
+    with BoxDir.open(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None)) as root:
         for key, rels in names.items():
-            if len(rels) < nlinks[key]:  # a name of it lies outside the layer: every name here gets its own inode
-                for rel in rels:
-                    _own_inode(root, rel, uid, gid)
-            else:
-                _in_place(root, rels[0], uid, gid)
-    finally:
-        os.close(root)
+            for rel in rels if len(rels) < nlinks[key] else rels[:1]:
+                found = root.parent_of(rel)
+                if found is None:
+                    continue
+                parent, name = found
+                with parent:
+                    if len(rels) < nlinks[key]:  # a name of it lies outside the layer: every name here gets its own inode
+                        _own_inode(parent, name, uid, gid)
+                    else:
+                        _own(parent, name, parent.lstat(name), uid, gid)
 
 
-def _own(dir_fd: int, name: bytes, st: os.stat_result, uid: int, gid: int) -> None:
+def _own(here: BoxDir, name: bytes, st: os.stat_result, uid: int, gid: int) -> None:
     """The entry the sandbox user's (as a data copy makes every entry), setuid/setgid dropped."""
     if (st.st_uid, st.st_gid) != (uid, gid):
-        os.chown(name, uid, gid, dir_fd=dir_fd, follow_symlinks=False)
+        here.lchown(name, uid, gid)
     if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-        os.chmod(name, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID), dir_fd=dir_fd, follow_symlinks=False)
+        here.chmod_entry(name, lambda now: stat.S_IMODE(now.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
-def _in_place(root: int, rel: bytes, uid: int, gid: int) -> None:
-    found = open_parent(root, rel)
-    if found is None:
-        return
-    parent, name = found
+def _own_inode(parent: BoxDir, name: bytes, uid: int, gid: int) -> None:
+    """parent/name replaced by a copy of its data under a new inode of the sandbox user's, atomically."""
+    st = parent.lstat(name)
+    tmp = temp_name()
+    fin, _ = parent.open_file(name)
     try:
-        _own(parent, name, os.stat(name, dir_fd=parent, follow_symlinks=False), uid, gid)
-    finally:
-        os.close(parent)
-
-
-def _own_inode(root: int, rel: bytes, uid: int, gid: int) -> None:
-    found = open_parent(root, rel)
-    if found is None:
-        return
-    parent, name = found
-    try:
-        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-        tmp = temp_name()
-        _copy_as(parent, name, tmp, st, uid, gid)
-        os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-    finally:
-        os.close(parent)
-
-
-def _copy_as(parent: int, name: bytes, tmp: bytes, st: os.stat_result, uid: int, gid: int) -> None:
-    fin, _ = open_regular(parent, name)
-    try:
-        fout = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=parent)
+        fout = parent.create(tmp)
         try:
-            punch_copy(fin, fout, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None), st.st_size)
+            punch_copy(fin, fout, parent.budget, st.st_size)
             os.fchown(fout, uid, gid)
             os.fchmod(fout, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
             os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -234,6 +215,7 @@ def _copy_as(parent: int, name: bytes, tmp: bytes, st: os.stat_result, uid: int,
             os.close(fout)
     finally:
         os.close(fin)
+    parent.rename(tmp, name)
 
 
 def _drop_layer(layer: Path) -> None:

@@ -193,24 +193,20 @@ def _share_store(src: Path, dst: Path, budget: HostBudget) -> None:
     packs and unlinks the old), everything else (the index of checkpoints, refs, config) copied. A
     long session's store is about its workspace's size: copied per fork, it would be the disk a
     copy-on-write fork saves."""
-    from ..boxfs import Walk, copy_regular
+    import shutil
+
+    from ..boxfs import Walk
 
     os.mkdir(dst, 0o700)
-    fds = {b"": os.open(dst, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)}
-    try:
-        for entry in Walk(src, budget, sort=True).entries():
-            parent = fds[entry.rel.rpartition(b"/")[0]]
-            mode = entry.st.st_mode
-            if stat.S_ISDIR(mode):
-                os.mkdir(entry.name, 0o700, dir_fd=parent)
-                fds[entry.rel] = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
-            elif stat.S_ISREG(mode) and _OBJECT.match(entry.rel):
-                os.link(entry.name, entry.name, src_dir_fd=entry.dir_fd, dst_dir_fd=parent, follow_symlinks=False)
-            elif stat.S_ISREG(mode):
-                copy_regular(entry.dir_fd, entry.name, parent, budget, mode=stat.S_IMODE(mode), rel=entry.rel)
-    finally:
-        for fd in fds.values():
-            os.close(fd)
+    for entry in Walk(src, budget, sort=True).entries():  # (the store is ours: its paths are used as paths)
+        here, there = src / os.fsdecode(entry.rel), dst / os.fsdecode(entry.rel)
+        if stat.S_ISDIR(entry.st.st_mode):
+            os.mkdir(there, 0o700)
+        elif stat.S_ISREG(entry.st.st_mode) and _OBJECT.match(entry.rel):
+            os.link(here, there, follow_symlinks=False)
+        elif stat.S_ISREG(entry.st.st_mode):
+            shutil.copyfile(here, there, follow_symlinks=False)
+            os.chmod(there, stat.S_IMODE(entry.st.st_mode) & 0o700)
 
 
 def _same_manifest(parent: Path, fork: Path, dest: Path) -> None:
