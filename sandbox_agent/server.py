@@ -149,6 +149,8 @@ class _Workers:
     def _work(self, request: dict[str, Any]) -> None:
         while True:
             _send(handle(request))
+            if request.get("tool") == "shell" and "shell" in _loaded:  # after the answer: shell.prepare_next
+                sys.modules[f"{__package__}.shell"].prepare_next()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:
                     return
