@@ -158,9 +158,10 @@ def _tail_start(tail: bytes, before: int | None) -> int:
 
 
 class _Waiter(threading.Thread):
-    """Where pidfd_open is missing (gVisor): one long-lived thread waits for each command's shell in
-    turn and writes a byte to a pipe when it has exited, so the caller can poll() for the exit and
-    for output together. Started once: a thread per command, or Popen.wait(timeout)'s sleep loop
+    """Where pidfd_open is missing (gVisor): one long-lived thread waits for a command's shell, when
+    the call hands it one (a shell whose output has not ended within WATCH_AFTER_S, or ended before
+    it exited: see _run), and writes a byte to a pipe when it has exited, so the caller can poll()
+    for the exit and for output together. Started once: a thread per command, or Popen.wait(timeout)'s sleep loop
     (0.5, 1, 2 ms ...), was most of a short command's cost."""
 
     def __init__(self) -> None:
