@@ -406,16 +406,19 @@ def _popen(argv: list[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen
 _launcher = Launcher(_popen)
 
 
-def prepare_next() -> None:
+def after_answer() -> None:
     """Start making the next call's shell (launcher.py), in the time the model takes to answer.
 
-    Called by the server once a shell call's answer is sent, not before: under gVisor starting a
-    program takes a CPU for ~20 ms, and started while the answer was being encoded and written it
-    delayed that answer. Under the lock, so no command runs while the shell is made; every command
+    Called by the server once a shell call's answer is sent, not before: CPython holds the GIL
+    through the vfork and exec of the new shell (6-7 ms under gVisor, measured), and started while
+    the answer was being encoded and written it could delay that answer. Under the lock, so no command runs while the shell is made; every command
     of an earlier call was swept before that call released the lock, so nothing a command started
     can meet the new shell."""
     with _lock:
-        _launcher.prepare()
+        try:
+            _launcher.prepare()
+        except Exception:  # no thread to start it (out of processes or memory): the next call starts its own shell
+            pass
 
 
 def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
