@@ -21,7 +21,7 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
-from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, Level
+from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
 from ..tools.copy_tools import CopyTools, Landing
@@ -35,6 +35,7 @@ from ..workspace.copy_session import discard_session, note_call
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .options import SandboxOptions
+from .own_calls import OwnCallApprover, OwnCalls
 from .results import (
     ApplyResult,
     ChangedFile,
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from ..workspace.records import SessionRecord
 
 # the tools' names come from their own homes (tools/defs/), as everywhere else
-ROLLBACK, ROLLBACK_KIND = "rollback", "edit"  # rollback() meets the ladder as an edit (a rule on kind edit decides it)
 READ, LIST, GREP = read_def.TOOL.name, list_def.TOOL.name, grep_def.TOOL.name
 WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.name
 
@@ -102,7 +102,8 @@ class Sandbox:
         self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
         self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
-        self._review = threading.Lock()  # one changes()/apply() at a time: each reads its own call's typed outcome
+        self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
+        self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -131,7 +132,8 @@ class Sandbox:
         if transcript is not None and transcript.exists():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
         try:
-            opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), approver, transcript, fanout,
+            opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
+                                  transcript, fanout,
                                   mode=options.workspace_mode(), kind=self.kind, copy_limits=options.copy_limits())
         except OpenAgentsError:
             self._closed = True
@@ -150,6 +152,9 @@ class Sandbox:
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)
             registry.host_tools = CopyTools(self._landing, registry.host_tools, self._issued)
+        registry = opened.pipeline.registry
+        self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
+        registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, _close_quietly, opened)
         opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
@@ -420,40 +425,23 @@ class Sandbox:
     def rollback(self, turn: int) -> RestoreReport:
         """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
         A file changed since the last checkpoint: nothing restored, the report lists the conflicts.
-        It meets the ladder as an edit (tool/action `rollback`, kind edit): a deny of edits raises
-        ToolError(REFUSED_BY_POLICY); an ask is answered by this call itself (the program asked).
-        Its decision and outcome are in the transcript."""
-        _require("rollback", "turn", turn, int, "an int")
+        A call of `rollback` through the pipeline (own_calls.py): the user's BeforeTool hooks see it,
+        the ladder decides it as an edit (a rule `tool = "rollback"` or `kind = "edit"`): a deny or a
+        hook's block raises ToolError(REFUSED_BY_POLICY or the hook's type); an ask is answered by this
+        call itself (the program asked). Its decision and outcome are in the transcript."""
+        _require(ROLLBACK_TOOL, "turn", turn, int, "an int")
         opened = self._live()
         store = opened.checkpoints
         if store is None or not any(point.turn == turn and point.ok for point in store.list()):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
-        pipeline = opened.pipeline
-        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=ROLLBACK, arguments={"turn": turn})
-        level, reason = pipeline.gate.ladder.level(ROLLBACK, ROLLBACK_KIND, ROLLBACK)
-        refused = level == Level.REFUSE
-        decision, decider = ("refused", Executor.OPENAGENTS) if refused else (
-            ("automatic", Executor.OPENAGENTS) if level == Level.AUTOMATIC else ("allow_once", Executor.USER))
-        if not refused and level != Level.AUTOMATIC:
-            reason = f"asked for by the program's own call (Sandbox.rollback()); {reason}"
-        opened.transcript.emit(ev.ApprovalDecided(executor=decider, call_id=call.id, tool=ROLLBACK, action=ROLLBACK, level=level.value,
-                                                  decision=decision, reason=reason))
-        if refused:
-            err = OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"rollback was not approved: {reason}")
-            pipeline.finish(call, ToolResult.failure(err))
-            raise ToolError(err.type, err.message)
-        opened.kill_running()
-        try:
-            report = store.restore(turn)
-        except OpenAgentsError as err:
-            pipeline.finish(call, ToolResult.failure(err))
-            raise
-        said = f"restored turn {turn}: {len(report.restored)} restored, {len(report.removed)} removed"
-        if report.conflicts:
-            pipeline.finish(call, ToolResult.failure(OpenAgentsError(
-                ErrorType.STALE_CONTENT, f"nothing restored: {len(report.conflicts)} file(s) changed since the last checkpoint")))
-        else:
-            pipeline.finish(call, ToolResult(ok=True, output=said))
+        own = self._own_calls
+        assert own is not None
+        with self._review:
+            own.last_report = None
+            result = self._own_call(ROLLBACK_TOOL, {"turn": turn})
+            report = own.last_report
+        if report is None:  # refused, or stopped before a restore
+            raise _tool_error(result)
         return report
 
     def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
