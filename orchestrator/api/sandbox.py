@@ -51,6 +51,7 @@ from .results import (
 
 if TYPE_CHECKING:
     from ..loop import Session
+    from ..sandbox.base import Sandbox as BoxBackend
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
@@ -79,9 +80,15 @@ class Sandbox:
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
     session record calls it (`oa-sandbox sessions` lists it). Opened on `with` or `open()`; closed
     on leaving the block, on `close()`, on an exception or Ctrl-C, and at interpreter exit at the
-    latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED)."""
+    latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED).
 
-    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+    For the project's own front-ends (docs/api.md, "Front-ends"), keyword-only: `box`, a box a warm
+    pool started for this workspace and config; `any_caller_lands`, copy mode's `changes` and
+    `apply_changes` callable by whoever calls through the pipeline (the MCP server's client), not
+    only by this object's own methods."""
+
+    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api",
+                 box: BoxBackend | None = None, any_caller_lands: bool = False, **settings: Any) -> None:
         if not isinstance(kind, str) or not kind.isidentifier():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
         if not isinstance(workspace, (str, PathLike)):
@@ -89,6 +96,8 @@ class Sandbox:
         self.options = SandboxOptions.of(options, settings)
         self.workspace = Path(workspace)
         self.kind = kind
+        self._box = box  # a front-end's box already started for this workspace and config (a warm pool's): bind mode
+        self._any_caller_lands = any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
         self._opened: OpenSession | None = None
         self._record: SessionRecord | None = None  # kept after close: the session's id and record stay readable
         self._closed = False
@@ -132,9 +141,10 @@ class Sandbox:
         if transcript is not None and transcript.exists():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
         try:
+            resume = self._resumed()
             opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
-                                  transcript, fanout,
-                                  mode=options.workspace_mode(), kind=self.kind, copy_limits=options.copy_limits())
+                                  transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
+                                  host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
         except OpenAgentsError:
             self._closed = True
             raise
@@ -148,19 +158,38 @@ class Sandbox:
             self._closed = True
             raise
         self._opened, self._record = opened, opened.record
+        if self._framed_by_loop:  # run() without a model goes on with the one opened
+            self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.session)
         if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)
-            registry.host_tools = CopyTools(self._landing, registry.host_tools, self._issued)
+            registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
         registry = opened.pipeline.registry
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, _close_quietly, opened)
-        opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
-                                                 workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
-                                                 tools=opened.pipeline.registry.active()))
+        if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
+            opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
+                                                     workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
+                                                     tools=opened.pipeline.registry.active()))
         return self
+
+    def _resumed(self) -> SessionRecord | None:
+        """The record `options.resume` names, if it can be continued and is of this workspace."""
+        if self.options.resume is None:
+            return None
+        from ..transcript.resume import find
+
+        record = find(self.options.resume)
+        if str(self.workspace.resolve()) != record.workspace:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} worked on {record.workspace}, not {self.workspace.resolve()}")
+        return record
+
+    @property
+    def _framed_by_loop(self) -> bool:
+        """Opened with a model: its turn loop frames the transcript (session_start and session_end per run)."""
+        return self._opened is not None and getattr(self._opened, "session", None) is not None
 
     def __enter__(self) -> "Sandbox":
         return self.open()
@@ -196,7 +225,9 @@ class Sandbox:
             with self._books:  # a call's checkpoint still being taken ends first; none starts after
                 status, reason = self._status
                 opened.record.turns = max(self._turn, opened.record.turns or 0)
-                opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
+                if getattr(opened, "session", None) is None:  # else its turn loop said how each run ended
+                    opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn,
+                                                           last_turn=self._turn))
                 opened.finish(status, reason)
                 return opened.close()
         finally:
@@ -205,6 +236,26 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def parts(self) -> OpenSession:
+        """The open session's parts (its pipeline, gate, transcript, checkpoints, turn loop), for the
+        project's own front-ends, which drive a loop or a protocol over them (docs/api.md,
+        "Front-ends"); a program uses the methods. Not a stable interface."""
+        return self._live()
+
+    def record_call(self, tool: str, ok: bool) -> None:
+        """The bookkeeping of one call a front-end ran through `parts.pipeline` itself (the MCP server
+        splits a call's decision from its run): a turn counted, a copy session's record told, a
+        checkpoint after a call that may have changed files, as for this object's own calls."""
+        opened = self._live()
+        with self._books:  # one at a time, and never after close() took the session apart
+            if self._closed:
+                raise self._closed_error()
+            self._turn += 1
+            if opened.record.mode.value == "copy":
+                note_call(opened.record, tool, ok)
+            opened.checkpoint(self._turn, [tool])
 
     def kill_running(self) -> None:
         """Kill every process the box runs (a call in another thread ends, killed); the box stays."""
@@ -264,13 +315,7 @@ class Sandbox:
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
-        with self._books:  # one at a time, and never after close() took the session apart
-            if self._closed:
-                raise self._closed_error()
-            self._turn += 1
-            if opened.record.mode.value == "copy":
-                note_call(opened.record, tool, result.ok)
-            opened.checkpoint(self._turn, [tool])
+        self.record_call(tool, result.ok)
         return call.id, result
 
     def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
@@ -456,12 +501,15 @@ class Sandbox:
         return [record.id for record in fork_session(self._record.id, n, turn)]
 
     # -- an agent's run --------------------------------------------------------------------------
-    def run(self, task: str, *, model: str, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
-        """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE)
-        works on `task` with the six tools, through the same pipeline and ladder. Iterate the
-        returned AgentRun for the typed events (`--output stream-json`'s), or call .wait()."""
+    def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+        """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE;
+        default: the options' `model`) works on `task` with the six tools, through the same pipeline
+        and ladder. Iterate the returned AgentRun for the typed events (`--output stream-json`'s), or
+        call .wait()."""
         if not isinstance(task, str) or not task.strip():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "run: task must be a non-empty str")
+        if model is None and self.options.model is not None:
+            model, base_url, api_key_env = self.options.model, self.options.base_url, self.options.api_key_env
         if not isinstance(model, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
         opened = self._live()
@@ -506,18 +554,22 @@ def _close_quietly(opened: OpenSession) -> None:
         pass
 
 
+_HELD = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a front-end's SIGTERM (cli.common.terminate_as_interrupt)
+
+
 def _hold_interrupts() -> Any:
+    """While the box is removed and the workspace swept, neither Ctrl-C nor SIGTERM cuts it short."""
     if threading.current_thread() is not threading.main_thread():
         return None
     try:
-        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in _HELD]
     except ValueError:
         return None
 
 
 def _release_interrupts(previous: Any) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    for sig, handler in previous or []:
+        signal.signal(sig, handler)
 
 
 __all__ = ["Sandbox"]
