@@ -127,9 +127,11 @@ class Sandbox:
         if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
             ask = getattr(options.approver, "ask", None)
             approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
-        on_event = options.on_event
+        on_event, on_record = options.on_event, options.on_record
 
         def fanout(record: dict[str, Any]) -> None:
+            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
+                on_record(record)
             if on_event is not None:
                 typed = ev.parse(record)
                 if typed is not None:

@@ -298,7 +298,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         if host_tools is not None:
             host_tools.close()
         raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}")) from None
-    except KeyboardInterrupt:  # while the box started: open_session removed it
+    except KeyboardInterrupt:  # while the box started: the Sandbox removed it
         ignore_interrupts()
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
         raise click.exceptions.Exit(EXIT_CANCELLED) from None
