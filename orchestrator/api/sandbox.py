@@ -121,6 +121,36 @@ class Sandbox:
         if self._opened is not None:
             return self
         options = self.options
+        try:
+            opened = self._start()
+        except BaseException:
+            if self._box is not None:  # a warm pool's box handed over: it goes with this failed open
+                try:
+                    self._box.close()
+                except Exception:  # noqa: BLE001 - removed already (the session's own clean-up), or the daemon is gone
+                    pass
+            raise
+        self._opened, self._record = opened, opened.record
+        if self._framed_by_loop:  # run() without a model goes on with the one opened
+            self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.session)
+        if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
+            registry = opened.pipeline.registry
+            self._landing = Landing(opened.record)
+            registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
+        registry = opened.pipeline.registry
+        self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
+        registry.host_tools = self._own_calls
+        # However the program ends (no close, an exception nobody caught), the box goes at exit.
+        self._finalizer = weakref.finalize(self, _close_quietly, opened)
+        if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
+            opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
+                                                     workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
+                                                     tools=opened.pipeline.registry.active()))
+        return self
+
+    def _start(self) -> OpenSession:
+        """open_session with this object's options: the one place a session is put together; a typed error for what fails."""
+        options = self.options
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
         approver: Approver = NonInteractiveApprover()
@@ -144,9 +174,9 @@ class Sandbox:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
         try:
             resume = self._resumed()
-            opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
-                                  transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
-                                  host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
+            return open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
+                                transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
+                                host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
         except OpenAgentsError:
             self._closed = True
             raise
@@ -159,23 +189,6 @@ class Sandbox:
         except BaseException:
             self._closed = True
             raise
-        self._opened, self._record = opened, opened.record
-        if self._framed_by_loop:  # run() without a model goes on with the one opened
-            self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.session)
-        if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
-            registry = opened.pipeline.registry
-            self._landing = Landing(opened.record)
-            registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
-        registry = opened.pipeline.registry
-        self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
-        registry.host_tools = self._own_calls
-        # However the program ends (no close, an exception nobody caught), the box goes at exit.
-        self._finalizer = weakref.finalize(self, _close_quietly, opened)
-        if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
-            opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
-                                                     workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
-                                                     tools=opened.pipeline.registry.active()))
-        return self
 
     def _resumed(self) -> SessionRecord | None:
         """The record `options.resume` names, if it can be continued and is of this workspace."""
