@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..boxfs.private import create_private
 from ..errors import ErrorType, OpenAgentsError
 from ..terminal.render import json_line, visible
 from ..terminal.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
@@ -95,7 +96,7 @@ def run_attempts(options: SandboxOptions, workspace: Path, task: str, attempts: 
         raise setup_error(err) from None
     try:
         start.transcript = str(start.dir / "transcript.jsonl")
-        fd = os.open(start.transcript, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = create_private(start.transcript)
         os.close(fd)
         start.model_spec, start.base_url, start.api_key_env = options.model, options.base_url, options.api_key_env
         start.policy_files = [str(Path(f).resolve()) for f in options.policy_files]

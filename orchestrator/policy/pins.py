@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import state
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace.records import Pin, SessionRecord
 from .ladder import POLICY_CAP, PolicyFile, Tier, parse_policy
@@ -94,7 +95,7 @@ def _read_pin(record: SessionRecord, pin: Pin) -> bytes:
     if "/" in name or name in ("", ".", ".."):
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"session {record.id}: the pin of {pin.path} names no file of its own")
     try:
-        fd = os.open(record.dir / PINS_DIR / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_private(record.dir / PINS_DIR / name, os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             raw = os.read(fd, POLICY_CAP + 1) if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() else None
@@ -173,7 +174,7 @@ def save(record: SessionRecord, sources: list[Source]) -> None:
             continue
         name = f"{len(record.pins):03d}-{source.role}{source.path.suffix[:16] if source.path.suffix.isascii() else ''}"
         tmp = folder / (name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             os.write(fd, source.raw)
             os.fsync(fd)
@@ -229,7 +230,7 @@ def hook_script(record: SessionRecord, workspace: Path, path: Path, resumed: boo
 
 def _read_capped(path: Path) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..boxfs.private import create_private
 from ..workspace.records import SessionRecord
 from .changes import final_changes, store_checkpoints
 from .collect import Gathered, gather
@@ -93,7 +94,7 @@ def write(record: SessionRecord, out: Path, limits: Limits | None = None, page: 
     page = build(record, limits) if page is None else page
     out = Path(out)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    fd = create_private(tmp, 0o644)
     try:
         with open(fd, "w", encoding="utf-8", errors="replace") as fh:
             fh.write(page)

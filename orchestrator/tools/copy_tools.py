@@ -36,7 +36,7 @@ from ..workspace.records import SessionRecord
 from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
 from ..workspace.review.landing import Permit
 from .registry import HostTools, PreparedCall
-from .tooldef import ToolDef
+from .tooldef import Approval, ToolDef
 
 if TYPE_CHECKING:
     from ..workspace.review import ApplyReport, Change
@@ -145,9 +145,9 @@ class ApplyArgs(BaseModel):
 
 
 CHANGES_DEF = ToolDef(CHANGES_TOOL, CHANGES_KIND, "host", ChangesArgs, title="The private copy's changes",
-                      title_of=lambda args: "show the private copy's changes against the real workspace")
+                      approval=Approval(describe=lambda args: "show the private copy's changes against the real workspace"))
 APPLY_DEF = ToolDef(LAND_TOOL, LAND_KIND, "host", ApplyArgs, title="Land the private copy's changes",
-                    title_of=lambda args: "land the private copy's changes in the real workspace")
+                    approval=Approval(describe=lambda args: "land the private copy's changes in the real workspace"))
 
 
 @dataclass(frozen=True)

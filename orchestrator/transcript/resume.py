@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import events as ev
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import Message, ToolCall
 from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, open_own_record
@@ -88,7 +89,7 @@ class ResumeLock:
     record's `running` check alone leaves a window between the check and the record's save)."""
 
     def __init__(self, record: SessionRecord) -> None:
-        self.fd = os.open(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.fd = open_private(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import state
 from ..boxfs import HostBudget, from_store, to_store
+from ..boxfs.private import open_private, open_private_dir
 from ..errors import ErrorType, OpenAgentsError
 from .integrity import Baseline, Sweeper, SweepReport
 
@@ -66,7 +67,7 @@ class Pending:
 
 
 def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = open_private_dir(path, follow=True)
     try:
         os.fsync(fd)
     finally:
@@ -83,7 +84,7 @@ def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mount
     body = json.dumps({"version": VERSION, "workspace": to_store(os.fsencode(workspace)), "quarantine": to_store(os.fsencode(quarantine)),
                        "placeholder_mountpoint": placeholder_mountpoint, "owner": labels_here(), "baseline": baseline.to_json()})
     tmp = folder / f".{sandbox_id}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         os.write(fd, body.encode())
         os.fsync(fd)
@@ -145,7 +146,7 @@ def complete(entry: Pending, budget: HostBudget | None = None, shared: bool = Fa
     find the same journal do not both sweep: the journal file's lock is held for the sweep, and
     whoever gets it second finds the journal gone (finished: nothing to do) or sweeps it itself."""
     try:
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_private(entry.path, os.O_RDONLY)
     except FileNotFoundError:
         return SweepReport()  # finished meanwhile, by its owner or another command
     try:
