@@ -20,7 +20,7 @@ from ..policy.approvals import Answer, ApprovalRequest, Approver, PermissionOpti
 from ..policy.ladder import ROLLBACK_ACTION, ROLLBACK_KIND, ROLLBACK_TOOL
 from ..protocol import Executor, ToolResult
 from ..tools.registry import HostTools, PreparedCall
-from ..tools.tooldef import ToolDef
+from ..tools.tooldef import Approval, ToolDef
 
 if TYPE_CHECKING:
     from ..workspace.checkpoints import CheckpointStore, RestoreReport
@@ -32,7 +32,7 @@ class RollbackArgs(BaseModel):
 
 
 ROLLBACK_DEF = ToolDef(ROLLBACK_TOOL, ROLLBACK_KIND, "host", RollbackArgs, title="Roll the workspace back to a checkpoint",
-                       title_of=lambda args: f"roll the workspace back to its state after turn {args.get('turn')}")
+                       approval=Approval(describe=lambda args: f"roll the workspace back to its state after turn {args.get('turn')}"))
 
 
 class OwnCallApprover:
