@@ -64,9 +64,9 @@ def largest_file(ws: Path) -> str:
 
 def child(op: str, ws: Path, scratch: Path) -> None:
     """One operation, in this (child) process. Set-up that is not the operation is done before the clock."""
+    from orchestrator.sandbox.sweep_journal import capture_baseline
     from orchestrator.workspace.checkpoints import CheckpointStore
     from orchestrator.workspace.integrity import Sweeper
-    from orchestrator.workspace.sweep_journal import capture_baseline
 
     started = time.monotonic()
     if op == "copy":
@@ -90,7 +90,7 @@ def child(op: str, ws: Path, scratch: Path) -> None:
         for _ in render_diff(manifest, list_changes(manifest)):
             pass
     elif op == "preview":
-        from orchestrator.models.base import ToolCall
+        from orchestrator.tools.call import ToolCall
         from orchestrator.tools.registry import ToolRegistry
         from orchestrator.workspace.preview import proposed_diff
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ErrorType
-from orchestrator.mcp.client import McpHost
-from orchestrator.models.base import ToolCall
 from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule
+from orchestrator.tools.call import ToolCall
+from orchestrator.tools.mcp.client import McpHost
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -216,7 +216,7 @@ def test_a_tool_whose_schema_nests_too_deep_is_left_out():
     both recursively: one nested past MAX_SCHEMA_DEPTH leaves its tool out, as an oversized one does."""
     from mcp.types import Tool
 
-    from orchestrator.mcp.client import MAX_SCHEMA_DEPTH, _tool
+    from orchestrator.tools.mcp.client import MAX_SCHEMA_DEPTH, _tool
 
     def nested(levels: int) -> dict:
         inner: dict = {"type": "string"}
@@ -272,7 +272,7 @@ def test_the_call_deadline_is_the_shell_limit():
 
 
 def test_json_values_are_counted_outside_strings_only():
-    from orchestrator.mcp.transport import json_values
+    from orchestrator.tools.mcp.transport import json_values
 
     assert json_values(b'{"a": [1, 2, {"b": []}]}', 0) == 6  # { [ , , { [
     text = b'{"t": "' + b'[,{' * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes

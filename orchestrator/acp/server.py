@@ -11,7 +11,7 @@ never reach a session still being set up: an id the editor could not yet know is
 malformed frame gets a JSON-RPC error and never ends the process.
 
 The editor's stdio MCP servers (session/new `mcpServers`) are started on the host for the session
-(orchestrator/mcp/client.py McpHost), offered to the model as mcp__<server>__<tool>, asked for at
+(orchestrator/tools/mcp/client.py McpHost), offered to the model as mcp__<server>__<tool>, asked for at
 every call, and stopped when the session ends. A prompt the model API fails on ends as a JSON-RPC
 error on that session/prompt, with the typed reason in `data`.
 
@@ -40,13 +40,13 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
 from ..loop import Session, SessionStatus
-from ..mcp.client import McpHost
-from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
-from ..policy.ladder import LAND_ACTION, LAND_TOOL
 from ..protocol import Executor, ToolResult
 from ..tools import catalog
+from ..tools.call import ToolCall
+from ..tools.catalog import LAND_ACTION, LAND_TOOL
+from ..tools.mcp.client import McpHost
 from ..tools.registry import HostTools
 from ..workspace.copy_session import note_call
 from ..workspace.records import SessionRecord, WorkspaceMode

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
-from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, Level
+from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
-from ..tools.copy_tools import CopyTools, Landing
+from ..tools.call import ToolCall
+from ..tools.catalog import CHANGES_TOOL, LAND_TOOL
 from ..tools.defs import edit_file as edit_def
 from ..tools.defs import grep_files as grep_def
 from ..tools.defs import list_files as list_def
@@ -32,6 +32,7 @@ from ..tools.defs import read_file as read_def
 from ..tools.defs import shell as shell_def
 from ..tools.defs import write_file as write_def
 from ..workspace.copy_session import discard_session, note_call
+from ..workspace.copy_tools import CopyTools, Landing
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .options import SandboxOptions

@@ -104,9 +104,9 @@ def run_task(task: BatchTask, settings: BatchSettings, control: RunControl | Non
 def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskResult:
     from ..budget import Budget
     from ..loop import SessionResult, SessionStatus
+    from ..loop.summary import changed_files, exit_code
     from ..policy.approvals import NonInteractiveApprover
     from ..session import SessionOptions, open_session
-    from ..terminal.summary import changed_files, exit_code
     from ..tools.registry import RegistryConfig
     from ..workspace.records import WorkspaceMode
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ErrorType, OpenAgentsError
-from ..terminal.render import json_line, visible
-from ..terminal.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
+from ..ground.text import json_line, visible
+from ..loop.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
 from ..tools.defs import shell as shell_def
 from .common import ignore_interrupts, setup_error
 from .sessions import apply_copy, landing_permit
@@ -262,7 +262,7 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, p
 def _score(opened: OpenSession, pick: str, timeout: int, last_turn: int, attempt: Attempt) -> None:
     """COMMAND through the pipeline in the attempt's box (your own command: what would ask runs, a
     deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
-    from ..models.base import ToolCall
+    from ..tools.call import ToolCall
 
     store = opened.checkpoints
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0

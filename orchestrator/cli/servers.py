@@ -114,9 +114,9 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
 def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode,
         copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
+    from ..ground.text import visible
     from ..mcp.server import McpApprover, serve
     from ..session import SessionOptions, open_session
-    from ..terminal.render import visible
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     terminate_as_interrupt()  # a SIGTERM while the box starts removes it too

@@ -28,7 +28,7 @@ TIERS = {0: "default", 1: "workspace", 2: "user", 3: "admin"}
 
 
 def clean(text: object, cap: int = TEXT_CAP) -> str:
-    from ..terminal.render import visible
+    from ..ground.text import visible
 
     shown = visible(text if isinstance(text, str) else json.dumps(text, default=str)[:cap])
     return shown if len(shown) <= cap else shown[:cap] + "…[cut]"

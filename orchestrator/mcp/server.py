@@ -36,12 +36,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
+from ..ground.text import visible
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
-from ..policy.ladder import LAND_TOOL, Level
+from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
-from ..terminal.render import visible
 from ..tools import catalog, declarations
+from ..tools.call import ToolCall
+from ..tools.catalog import LAND_TOOL
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, CopyTools, Landing, bind_mode_refusal, in_copy_note, instructions

@@ -9,19 +9,8 @@ import json
 from typing import Any
 
 from ..errors import ErrorType, OpenAgentsError
-from .base import (
-    DEFAULT_MODEL_TIMEOUT_S,
-    Message,
-    ModelTurn,
-    RetryableModelError,
-    RetryPolicy,
-    TextSink,
-    ToolCall,
-    http_client,
-    post_json,
-    post_stream,
-    preflight,
-)
+from ..tools.call import ToolCall
+from .base import DEFAULT_MODEL_TIMEOUT_S, Message, ModelTurn, RetryableModelError, RetryPolicy, TextSink, http_client, post_json, post_stream, preflight
 from .stream import SSEEvent
 
 WHAT = "the OpenAI-compatible API"

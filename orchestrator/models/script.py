@@ -13,7 +13,8 @@ from typing import Any
 from sandbox_agent import jsonbound
 
 from ..errors import ErrorType, OpenAgentsError
-from .base import Message, ModelTurn, TextSink, ToolCall
+from ..tools.call import ToolCall
+from .base import Message, ModelTurn, TextSink
 
 
 class ScriptedModel:

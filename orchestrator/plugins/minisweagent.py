@@ -20,7 +20,7 @@ from minisweagent.exceptions import Submitted
 from pydantic import BaseModel, ConfigDict
 
 from .. import ErrorType, OpenAgentsError, Sandbox, ToolError
-from ..terminal.render import visible
+from ..ground.text import visible
 
 MAX_TIMEOUT_S = 240  # the shell tool's limit, kept by the host: a longer timeout is clamped to it
 _FINISH = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

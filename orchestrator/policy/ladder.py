@@ -22,6 +22,7 @@ from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from ..hooks.spec import HookSpec
 from ..tools import catalog
+from ..tools.catalog import CHANGES_ACTION, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
 from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
 
@@ -49,13 +50,6 @@ class Decision(str, Enum):
 
 
 _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
-
-# Landing a copy's changes in the real workspace (`oa-sandbox apply`, `run --apply`, ACP's end of a
-# turn, MCP's apply_changes) is an edit of the user's files: a rule names it as `tool =
-# "apply_changes"`, `action = "land"`, or with every edit as `kind = "edit"`.
-LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
-# MCP's `changes` (copy mode): a read of the session's own copy, named in a rule as `tool = "changes"`.
-CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
 
 
 class Access(str, Enum):

@@ -117,7 +117,7 @@ def _disk_digest(path: Path) -> str | None:
 
 
 def _say(line: str) -> None:
-    from ..terminal.render import visible
+    from ..ground.text import visible
 
     sys.stderr.write(visible(f"oa-sandbox: {line}") + "\n")
     sys.stderr.flush()

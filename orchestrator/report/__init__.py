@@ -35,7 +35,7 @@ _EXIT = {"finished": None, "stopped": 1, "failed": 1, "cancelled": 130}
 
 
 def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, Any]:
-    from ..terminal.render import visible
+    from ..ground.text import visible
     from ..workspace.records import shown_status
 
     calls = [e.call for e in g.entries if e.call is not None]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..terminal.render import visible
+from ..ground.text import visible
 
 MAX_PAGE_BYTES = 8 << 20  # the page, all in: past this it is rendered again with every bound halved
 

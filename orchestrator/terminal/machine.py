@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..boxfs.names import stored_exact, stored_shown
-from .render import json_line
+from ..ground.text import json_line
 
 MAX_LISTED = 1000  # items of one list inline; the rest only in its file
 MAX_LINE_BYTES = 1 << 20  # one JSON line (or one --output json object), newline excluded

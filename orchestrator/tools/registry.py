@@ -14,11 +14,11 @@ from typing import Any, Callable, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
 from ..protocol import ToolResult
 from ..sandbox.base import Sandbox
 from . import catalog, declarations, host_git, network
 from .args import validate_arguments
+from .call import ToolCall
 from .tooldef import HostContext, ToolDef
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
@@ -63,7 +63,7 @@ class PreparedCall:
 
 
 class HostTools(Protocol):
-    """Extra host-side tools a session brings (the user's MCP servers: orchestrator/mcp/client.py McpHost).
+    """Extra host-side tools a session brings (the user's MCP servers: orchestrator/tools/mcp/client.py McpHost).
     They prepare and invoke their own calls; switching one off by name works as for the built-ins."""
 
     def names(self) -> list[str]: ...

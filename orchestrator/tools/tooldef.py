@@ -73,7 +73,7 @@ class HostContext:
 class ToolDef:
     """One tool. `name`, `kind` (ACP's: read, search, edit, delete, move, execute, fetch, think,
     other) and `side` (sandbox or host) come first so a host-side tool of the session's own (an MCP
-    server's, mcp/client.py) can be described by those three alone."""
+    server's, tools/mcp/client.py) can be described by those three alone."""
 
     name: str
     kind: str

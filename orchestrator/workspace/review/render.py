@@ -16,7 +16,7 @@ from typing import Iterator
 from ...boxfs import from_store, open_dir, read_at
 from ...boxfs.names import git_quoted
 from ...errors import OpenAgentsError
-from ...terminal.render import visible
+from ...ground.text import visible
 from ..bounded_diff import bounded_unified_diff, split_lines
 from ..copy import CopyManifest
 from ..integrity import special_name

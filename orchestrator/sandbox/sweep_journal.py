@@ -24,7 +24,7 @@ from typing import Any
 from .. import state
 from ..boxfs import HostBudget, from_store, to_store
 from ..errors import ErrorType, OpenAgentsError
-from .integrity import Baseline, Sweeper, SweepReport
+from ..workspace.integrity import Baseline, Sweeper, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Pending:
     owner: dict[str, str] | None  # the owner's labels (sandbox/owner.py); None: it could not be named
 
     def owner_gone(self) -> bool:
-        from ..sandbox.owner import Owner, Verdict, current, verdict
+        from .owner import Owner, Verdict, current, verdict
 
         owner = Owner.from_labels(self.owner)
         if owner is None:
@@ -59,7 +59,7 @@ class Pending:
             return False
 
     def owner_pid(self) -> str:
-        from ..sandbox.owner import Owner
+        from .owner import Owner
 
         owner = Owner.from_labels(self.owner)
         return str(owner.pid) if owner else "?"
@@ -75,7 +75,7 @@ def _fsync_dir(path: Path) -> None:
 
 def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mountpoint: bool, baseline: Baseline) -> Path:
     """Journal the sweep of `workspace` before its box starts; returns the journal file."""
-    from ..sandbox.owner import labels_here
+    from .owner import labels_here
 
     folder = journal_dir()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)

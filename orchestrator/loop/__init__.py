@@ -17,18 +17,19 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from . import events as ev
-from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
-from .config import DEFAULT_MAX_TURNS
-from .errors import ErrorType, OpenAgentsError
-from .hooks import turns as hook_points
-from .models.base import Message, ModelClient, ToolCall
-from .pipeline import CallOutcome, CallPipeline
-from .policy.approvals import ApprovalGate
-from .protocol import ErrorInfo, Executor, ToolResult
-from .tools.registry import PreparedCall, ToolRegistry
-from .transcript import Transcript
-from .workspace.context_files import ContextFiles
+from .. import events as ev
+from ..budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
+from ..config import DEFAULT_MAX_TURNS
+from ..errors import ErrorType, OpenAgentsError
+from ..hooks import turns as hook_points
+from ..models.base import Message, ModelClient
+from ..pipeline import CallOutcome, CallPipeline
+from ..policy.approvals import ApprovalGate
+from ..protocol import ErrorInfo, Executor, ToolResult
+from ..tools.call import ToolCall
+from ..tools.registry import PreparedCall, ToolRegistry
+from ..transcript import Transcript
+from ..workspace.context_files import ContextFiles
 
 SYSTEM_PROMPT = """You are a coding agent working on a repository mounted at /workspace inside a sandbox.
 Use the tools to read, search, edit and test the code. Paths are relative to the workspace root.

@@ -38,14 +38,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sandbox_agent import jsonbound
 from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
 
-from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
-from ..protocol import Executor, ToolResult
-from ..terminal.render import visible
-from ..tools import declarations as decl
-from ..tools.args import parse_arguments
-from ..tools.registry import PreparedCall
-from ..tools.tooldef import ToolDef
+from ...errors import ErrorType, OpenAgentsError
+from ...ground.text import visible
+from ...protocol import Executor, ToolResult
+from .. import declarations as decl
+from ..args import parse_arguments
+from ..call import ToolCall
+from ..registry import PreparedCall
+from ..tooldef import ToolDef
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
 
 log = logging.getLogger(__name__)
