@@ -18,13 +18,13 @@ from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
 from .hooks import wiring as hook_wiring
-from .hooks.spec import Collected
 from .loop import Session
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
 from .policy import pins
 from .policy.approvals import ApprovalGate, Approver
+from .policy.hook_spec import Collected
 from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, parse_policy
 from .policy.pins import Source
 from .protocol import Executor
@@ -34,13 +34,13 @@ from .sandbox.starts import StartQueued
 from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
-from .transcript.resume import Rebuilt, ResumeLock, rebuild, resumable
+from .transcript.resume import Rebuilt, rebuild, resumable
 from .workspace import records as records_
 from .workspace.checkpoints import CheckpointStore
 from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
 from .workspace.integrity import SweepReport
-from .workspace.records import SessionRecord, WorkspaceMode, prepare
+from .workspace.records import ResumeLock, SessionRecord, WorkspaceMode, prepare
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 

@@ -197,9 +197,9 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
     """What the start trusts (policy files, the workspace's own policy and its hooks, the config
     file), pinned as a first session pins it: each attempt opens its fork as a resume, and a resume
     takes hooks and policies from the pins, never afresh (without them it ran no workspace hook)."""
-    from ..hooks.spec import Collected, in_force
     from ..hooks.wiring import pinned_argv
     from ..policy import pins
+    from ..policy.hook_spec import Collected, in_force
     from ..session import load_authority
 
     collected = Collected()

@@ -17,10 +17,10 @@ from typing import Any
 
 from .. import events as ev
 from ..errors import ErrorType
+from ..policy.hook_spec import BEFORE, HookSpec
 from ..protocol import Executor
 from ..transcript import Transcript
 from . import run as run_
-from .spec import BEFORE, HookSpec
 
 TEXT_CAP = 4000  # a reason, a message, one context: escaped, then cut
 CONTEXT_CAP = 16000  # all the context one point adds for the model

@@ -20,9 +20,9 @@ from pydantic_core import ErrorDetails
 from ..boxfs import read_workspace_file
 from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
-from ..hooks.spec import HookSpec
 from ..tools import catalog
 from ..tools.catalog import CHANGES_ACTION, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
+from .hook_spec import HookSpec
 from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
 

@@ -199,7 +199,7 @@ HOOK_SCRIPT_CAP = 1024 * 1024
 
 
 def hook_script(record: SessionRecord, workspace: Path, path: Path, resumed: bool) -> Path:
-    """A trusted hook's file that lies where the box can write (hooks/spec.py box_words), as the
+    """A trusted hook's file that lies where the box can write (policy/hook_spec.py box_words), as the
     session runs it: a copy pinned at the session's start (read through boxfs: no link followed,
     regular, capped), so what the box writes there later, this session or before a resume, never
     runs. On resume the start's copy is taken, its digest checked; a file the start did not pin is

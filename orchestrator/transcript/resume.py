@@ -13,7 +13,6 @@ then goes through the loop's compaction like any other.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,24 +81,6 @@ def newest(workspace: Path) -> SessionRecord:
     if mine:
         return resumable(max(mine, key=lambda r: r.created))
     raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session of {real} to continue (see `oa-sandbox sessions`)")
-
-
-class ResumeLock:
-    """Held for the resumed session's life: two resumes of one session never run at once (the
-    record's `running` check alone leaves a window between the check and the record's save)."""
-
-    def __init__(self, record: SessionRecord) -> None:
-        self.fd = os.open(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is being resumed by another process") from None
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def rebuild(path: str | Path) -> Rebuilt:

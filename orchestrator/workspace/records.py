@@ -28,6 +28,7 @@ root-owned workspace (every CI clone made as root) and bind otherwise, so the bo
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
@@ -432,3 +433,21 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
         raise
     manifest.save(record.manifest_path)
     return record, real / ".git"
+
+
+class ResumeLock:
+    """Held for the resumed session's life: two resumes of one session never run at once (the
+    record's `running` check alone leaves a window between the check and the record's save)."""
+
+    def __init__(self, record: SessionRecord) -> None:
+        self.fd = os.open(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is being resumed by another process") from None
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
