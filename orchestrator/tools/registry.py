@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
-from ..sandbox.base import Sandbox
 from . import catalog, declarations, host_git, network
 from .args import validate_arguments
 from .call import ToolCall
 from .tooldef import HostContext, ToolDef
+
+if TYPE_CHECKING:  # the registry is handed its sandbox; tools/ sits below sandbox/ (docs/architecture.md)
+    from ..sandbox.base import Sandbox
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
 # ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
