@@ -18,11 +18,11 @@ again with every bound halved; what was left out is said at the top, with where 
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from ..ground.atomic import write_atomic
 from ..workspace.records import SessionRecord
 from .changes import final_changes, store_checkpoints
 from .collect import Gathered, gather
@@ -92,18 +92,4 @@ def write(record: SessionRecord, out: Path, limits: Limits | None = None, page: 
     then renamed), mode 0644."""
     page = build(record, limits) if page is None else page
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        with open(fd, "w", encoding="utf-8", errors="replace") as fh:
-            fh.write(page)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return out
+    return write_atomic(out, page.encode("utf-8", "replace"), mode=0o644)
