@@ -3,7 +3,7 @@
 Each call's steps (validate, decide, execute, record) are the CallPipeline's (pipeline.py); the
 loop asks the model, schedules a turn's calls (read-only calls of one turn run in parallel) and
 decides when the session ends: a final answer, max turns, a detected loop, a fatal error, a
-budget, or Ctrl-C.
+budget, or Ctrl-C. Its run summary (what a person and a script read at the end) is summary.py.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Pending sweeps: a host killed before its end-of-session sweep must not leave the box's plants.
 
-The integrity sweep runs when the box is gone (integrity.py). A host process that dies first (OOM,
+The integrity sweep runs when the box is gone (workspace/integrity.py). A host process that dies first (OOM,
 SIGKILL, power loss) never runs it: the `.git` the box planted would run on the user's next `git
 status`, and the next session would adopt it into its baseline as the user's own. So before a box
 starts, its sweep is journaled, durably (a temporary file written, fsynced, renamed, the
