@@ -18,7 +18,7 @@ from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
 from .hooks import wiring as hook_wiring
-from .loop import Session
+from .loop import TurnLoop
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
@@ -157,7 +157,7 @@ class OpenSession:
     # Every call's steps (validate, decide, execute, record), made last with the registry.
     pipeline: CallPipeline = field(init=False)
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
-    session: Session = field(init=False)
+    session: TurnLoop = field(init=False)
     rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
     # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
     context: ContextFiles | None = field(init=False, default=None)
@@ -365,8 +365,8 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
     return model
 
 
-def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> Session:
-    session = Session(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
+def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> TurnLoop:
+    session = TurnLoop(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
                       after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
                       budget=options.budget, pipeline=opened.pipeline)
     if opened.context is not None:
@@ -377,7 +377,7 @@ def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions)
     return session
 
 
-def attach_model(opened: OpenSession, options: SessionOptions) -> Session:
+def attach_model(opened: OpenSession, options: SessionOptions) -> TurnLoop:
     """A turn loop for a model named after the session opened (the API's run()): over the session's
     own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
     says which model worked on it last (what a resume takes again)."""

@@ -39,7 +39,7 @@ from sandbox_agent import jsonbound
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
-from ..loop import Session, SessionStatus
+from ..loop import SessionStatus, TurnLoop
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
 from ..protocol import Executor, ToolResult
@@ -102,7 +102,7 @@ class RpcError(Exception):
 class SessionParts(Protocol):
     """What a factory hands back for one ACP session (orchestrator.session.OpenSession)."""
 
-    session: Session
+    session: TurnLoop
 
     def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
 

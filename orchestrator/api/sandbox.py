@@ -50,7 +50,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:
-    from ..loop import Session
+    from ..loop import TurnLoop
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
@@ -100,7 +100,7 @@ class Sandbox:
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
         self._run: AgentRun | None = None
-        self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
+        self._agent: tuple[tuple[str, str | None, str | None], TurnLoop] | None = None  # the last run's model and turn loop
         self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
         self._review = threading.Lock()  # one changes()/apply() at a time: each reads its own call's typed outcome

@@ -68,7 +68,7 @@ class SessionResult(BaseModel):
         return bool(self.refused_calls)
 
 
-class Session:
+class TurnLoop:
     def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
                  max_turns: int = DEFAULT_MAX_TURNS, loop_limit: int = 5, cancel: threading.Event | None = None,
                  after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "",
