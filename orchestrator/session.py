@@ -157,7 +157,7 @@ class OpenSession:
     # Every call's steps (validate, decide, execute, record), made last with the registry.
     pipeline: CallPipeline = field(init=False)
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
-    session: TurnLoop = field(init=False)
+    turn_loop: TurnLoop = field(init=False)
     rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
     # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
     context: ContextFiles | None = field(init=False, default=None)
@@ -209,8 +209,8 @@ class OpenSession:
                 self.checkpoints.close()
             if self.record.status == "running":
                 self.record.status = "closed"  # an editor's session, or one that ended without a result
-            if getattr(self, "session", None) is not None and self.session.turn:
-                self.record.turns = self.session.turn  # turns count on across runs: `rollback --turn` up to here
+            if getattr(self, "turn_loop", None) is not None and self.turn_loop.turn:
+                self.record.turns = self.turn_loop.turn  # turns count on across runs: `rollback --turn` up to here
             self.record.save()
             if self.lock is not None:
                 self.lock.release()
@@ -324,10 +324,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     opened.context, opened.root_context = context, root_context
     opened.hook_context = hook_wiring.session_start(opened.pipeline.hooks, "resume" if rebuilt is not None else "startup", kind)
     if model is not None:
-        opened.session = _turn_loop(opened, model, options)
+        opened.turn_loop = _turn_loop(opened, model, options)
         if rebuilt is not None:
-            opened.session.messages += rebuilt.messages
-            opened.session.turn = max(rebuilt.previous_turns, record.turns or 0)
+            opened.turn_loop.messages += rebuilt.messages
+            opened.turn_loop.turn = max(rebuilt.previous_turns, record.turns or 0)
     opened.rebuilt = rebuilt
     return opened
 
@@ -382,7 +382,7 @@ def attach_model(opened: OpenSession, options: SessionOptions) -> TurnLoop:
     own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
     says which model worked on it last (what a resume takes again)."""
     session = _turn_loop(opened, _model(options, [opened.transcript]), options)
-    opened.session = session
+    opened.turn_loop = session
     record = opened.record
     record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
     record.save()

@@ -102,7 +102,7 @@ class RpcError(Exception):
 class SessionParts(Protocol):
     """What a factory hands back for one ACP session (orchestrator.session.OpenSession)."""
 
-    session: TurnLoop
+    turn_loop: TurnLoop
 
     def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
 
@@ -131,7 +131,7 @@ class AcpSession:
     @property
     def box_root(self) -> Path:
         """The workspace the box works on (a copy in copy mode): where diffs are read."""
-        return Path(self.parts.session.registry.workspace) if self.parts else self.workspace
+        return Path(self.parts.turn_loop.registry.workspace) if self.parts else self.workspace
 
     def close(self) -> None:
         try:
@@ -435,7 +435,7 @@ class AcpServer:
         if not session.busy.acquire(blocking=False):
             raise RpcError(m.INVALID_REQUEST, "a prompt is already running in this session")
         try:
-            loop = session.parts.session
+            loop = session.parts.turn_loop
             try:
                 reader = catalog.file_reader().name
 
@@ -484,7 +484,7 @@ class AcpServer:
     def _cancel(self, session: AcpSession) -> None:
         if session.parts is None:
             return
-        session.parts.session.cancel.set()
+        session.parts.turn_loop.cancel.set()
         with self._lock:
             # only permission requests are answered "cancelled" here; a file write is the editor's to answer
             waiting = [(k, f) for k, (f, sid, method) in self._pending.items() if sid == session.id and method == "session/request_permission"]

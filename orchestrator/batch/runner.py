@@ -66,7 +66,7 @@ class RunControl:
         with self._lock:
             opened = self._opened
         if opened is not None:
-            opened.session.cancel.set()
+            opened.turn_loop.cancel.set()
             try:
                 opened.kill_running()
             except Exception:  # noqa: BLE001 - the box may be going already; its close removes it
@@ -134,7 +134,7 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
             outcome = SessionResult(status=SessionStatus.CANCELLED, reason="the batch was cancelled")
         else:
             try:
-                outcome = opened.session.run(task.task)
+                outcome = opened.turn_loop.run(task.task)
             except KeyboardInterrupt:
                 outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
         opened.finish(outcome.status.value, outcome.reason)

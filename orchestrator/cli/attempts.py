@@ -239,7 +239,7 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, p
     try:
         if not live.add(opened):
             opened.pipeline.cancel.set()
-        result = opened.session.run(task)
+        result = opened.turn_loop.run(task)
         opened.finish(result.status.value, result.reason)
         opened.record.turns = result.last_turn
         attempt.status = result.status.value

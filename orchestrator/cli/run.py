@@ -306,7 +306,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     result = None
     try:
         try:
-            result = opened.session.run(task)
+            result = opened.turn_loop.run(task)
         except KeyboardInterrupt:  # a second press while the loop itself was ending the session
             result = None
         ignore_interrupts()  # from here on, clean-up runs to its end
