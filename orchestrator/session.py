@@ -366,27 +366,27 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
 
 
 def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> TurnLoop:
-    session = TurnLoop(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
-                      after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
-                      budget=options.budget, pipeline=opened.pipeline)
+    loop = TurnLoop(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
+                    after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
+                    budget=options.budget, pipeline=opened.pipeline)
     if opened.context is not None:
-        session.messages[0].content += opened.root_context
-        session.context_files = opened.context
+        loop.messages[0].content += opened.root_context
+        loop.context_files = opened.context
     if opened.hook_context:
-        session.messages[0].content += opened.hook_context
-    return session
+        loop.messages[0].content += opened.hook_context
+    return loop
 
 
 def attach_model(opened: OpenSession, options: SessionOptions) -> TurnLoop:
     """A turn loop for a model named after the session opened (the API's run()): over the session's
     own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
     says which model worked on it last (what a resume takes again)."""
-    session = _turn_loop(opened, _model(options, [opened.transcript]), options)
-    opened.turn_loop = session
+    loop = _turn_loop(opened, _model(options, [opened.transcript]), options)
+    opened.turn_loop = loop
     record = opened.record
     record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
     record.save()
-    return session
+    return loop
 
 
 def _mark_resumed(record: SessionRecord) -> None:
