@@ -26,6 +26,7 @@ from typing import Callable
 
 from .. import state
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.atomic import write_atomic
 from ..workspace.records import Pin, SessionRecord
 from .ladder import POLICY_CAP, PolicyFile, Tier, parse_policy
 
@@ -172,14 +173,7 @@ def save(record: SessionRecord, sources: list[Source]) -> None:
         if any(p.role == source.role and p.path == str(source.path) and p.sha256 == digest for p in record.pins):
             continue
         name = f"{len(record.pins):03d}-{source.role}{source.path.suffix[:16] if source.path.suffix.isascii() else ''}"
-        tmp = folder / (name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, source.raw)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / name)
+        write_atomic(folder / name, source.raw)
         record.pins.append(Pin(role=source.role, path=str(source.path), sha256=digest, pinned=name, box_reach=source.box_reach))
 
 

@@ -41,6 +41,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 from ..boxfs import BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, remove_tree, show, to_store
 from ..boxfs.read import DIR_FLAGS, open_dir
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.atomic import write_atomic
 
 COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
 COPY_MAX_ENTRIES = 500_000
@@ -167,9 +168,7 @@ class CopyManifest(BaseModel):
     _groups: dict[int, int] | None = PrivateAttr(default=None)
 
     def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.model_dump_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, self.model_dump_json(), mode=0o644)
 
     @classmethod
     def load(cls, path: Path) -> "CopyManifest":

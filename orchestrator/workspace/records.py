@@ -41,6 +41,7 @@ from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from .. import state
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.atomic import write_atomic
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
@@ -138,9 +139,7 @@ class SessionRecord(BaseModel):
 
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.dir / "session.json.tmp"
-        tmp.write_text(self.model_dump_json(indent=1))
-        os.replace(tmp, self.dir / "session.json")
+        write_atomic(self.dir / "session.json", self.model_dump_json(indent=1), mode=0o644)
 
     def running(self) -> bool:
         """Still owned by a live process (a record left 'running' by a killed host is not)."""
