@@ -10,7 +10,7 @@ a hung turn; close() stops them all (each server's whole process group is killed
 A server is a peer the user chose, not the user: what it sends is hostile data like the box's.
 Every message is bounded before it is parsed (transport.py: MAX_MESSAGE_BYTES; past it the server
 is killed and dropped); its text reaches a person or our own messages only through
-terminal.render.visible() (problems, errors, descriptions, the SDK's log lines); a call's deadline
+ground.text.visible() (problems, errors, descriptions, the SDK's log lines); a call's deadline
 is the shell's (60 s, never past 240 s) unless configured lower, and a server that passes it is
 killed, process group and all, and dropped; Ctrl-C and --max-wall (kill_running) end a call at once.
 
