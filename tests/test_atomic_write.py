@@ -33,3 +33,10 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def test_a_durable_write_syncs_and_leaves_only_the_file(tmp_path):
+    """The sweep journal's form (the directory synced after the rename): same result, nothing else left."""
+    write_atomic(tmp_path / "journal.json", '{"v": 1}', durable=True)
+    assert (tmp_path / "journal.json").read_text() == '{"v": 1}'
+    assert os.listdir(tmp_path) == ["journal.json"]

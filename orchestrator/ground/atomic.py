@@ -13,8 +13,9 @@ import secrets
 from pathlib import Path
 
 
-def write_atomic(path: str | Path, data: str | bytes, mode: int = 0o600) -> Path:
-    """`data` (text as UTF-8) as the whole content of `path`, or OSError with `path` unchanged."""
+def write_atomic(path: str | Path, data: str | bytes, mode: int = 0o600, durable: bool = False) -> Path:
+    """`data` (text as UTF-8) as the whole content of `path`, or OSError with `path` unchanged.
+    `durable`: the directory is synced too, so the new name itself survives a power loss (a journal)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique: two writers never share one
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
@@ -30,4 +31,15 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int = 0o600) -> Path
         except OSError:
             pass
         raise
+    if durable:
+        fsync_dir(path.parent)
     return path
+
+
+def fsync_dir(path: Path) -> None:
+    """A directory's entries (a name added, renamed or removed) made durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

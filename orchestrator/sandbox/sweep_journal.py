@@ -24,6 +24,7 @@ from typing import Any
 from .. import state
 from ..boxfs import HostBudget, from_store, to_store
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.atomic import fsync_dir, write_atomic
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
 
 log = logging.getLogger(__name__)
@@ -65,14 +66,6 @@ class Pending:
         return str(owner.pid) if owner else "?"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mountpoint: bool, baseline: Baseline) -> Path:
     """Journal the sweep of `workspace` before its box starts; returns the journal file."""
     from .owner import labels_here
@@ -82,16 +75,7 @@ def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mount
     path = folder / f"{sandbox_id}.json"
     body = json.dumps({"version": VERSION, "workspace": to_store(os.fsencode(workspace)), "quarantine": to_store(os.fsencode(quarantine)),
                        "placeholder_mountpoint": placeholder_mountpoint, "owner": labels_here(), "baseline": baseline.to_json()})
-    tmp = folder / f".{sandbox_id}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, body.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    _fsync_dir(folder)
-    return path
+    return write_atomic(path, body, durable=True)
 
 
 def clear(path: Path) -> None:
@@ -99,7 +83,7 @@ def clear(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         return
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _load(path: Path) -> Pending | None:
