@@ -9,7 +9,7 @@ Response: {"v": 1, "id": 7, "ok": true, "output": "...", "note": "...", "meta": 
 Each request runs in a thread of its own, so a read can answer while a command runs: an idle one
 kept from an earlier request where there is one (see _Workers).
 
-A tool's module is imported at its first call (TOOLS): the agent answers `hello` and a first read
+A tool's module is imported at its first call (table.py's TOOLS): the agent answers `hello` and a first read
 without loading subprocess, the shell's machinery, the search child or the editor, which under gVisor
 cost a cold start tens of milliseconds (issue 26; the shell makes the agent not dumpable when it is
 first imported, before its first command).
@@ -22,6 +22,7 @@ import threading
 
 from . import PROTOCOL_VERSION, jsonbound, limits, wire
 from .paths import WORKSPACE, PathRefused
+from .table import TOOLS  # a tool's name -> its module and function (imported at its first call) and bounds
 from .tools import ToolError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -33,15 +34,6 @@ else:  # the C modules under them: collections (keyword, operator, reprlib ...) 
     import _signal as signal  # the start 3 ms under runc, 9-18 ms under gVisor (issue 26)
     from _collections import deque
 
-# A tool's name -> its module and function, imported at the tool's first call.
-TOOLS = {
-    "read_file": ("reading", "read_file"),
-    "list_files": ("listing", "list_files"),
-    "grep_files": ("search", "grep_files"),
-    "write_file": ("writing", "write_file"),
-    "edit_file": ("writing", "edit_file"),
-    "shell": ("shell", "shell"),
-}
 _loaded: dict[str, Callable[..., dict[str, Any]]] = {}
 
 
@@ -50,7 +42,7 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
     makes two first calls at once wait for one import)."""
     fn = _loaded.get(name)
     if fn is None:
-        module, function = TOOLS[name]
+        module, function, _ = TOOLS[name]
         fn = _loaded[name] = getattr(__import__(f"{__package__}.{module}", fromlist=[function]), function)
     return fn
 

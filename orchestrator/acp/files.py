@@ -60,7 +60,7 @@ def locations(tool: str, args: Any, editor_root: Path, line: int | None = None) 
     rel = workspace_rel(args.get("path", "."))
     if rel is None:
         return None
-    line_arg = catalog.TOOLS[tool].line_arg
+    line_arg = catalog.TOOLS[tool].files.line_arg
     if line is None and line_arg is not None and isinstance(args.get(line_arg), int) and args[line_arg] >= 1:
         line = args[line_arg]
     path = editor_root if rel == "." else editor_root / rel
@@ -85,7 +85,7 @@ def read_text(box_root: Path, args: Any) -> FileText:
 def first_changed_line(tool: str, before: FileText, args: Any) -> int | None:
     """A tool whose ToolDef names a `match_arg` (edit_file's old_text): the 1-based line where that
     text starts in the file before the call; None for the others."""
-    match_arg = catalog.TOOLS[tool].match_arg if tool in catalog.TOOLS else None
+    match_arg = catalog.TOOLS[tool].files.match_arg if tool in catalog.TOOLS else None
     old = args.get(match_arg) if isinstance(args, dict) and match_arg else None
     if before.text is None or not isinstance(old, str) or not old:
         return None

@@ -101,8 +101,8 @@ def output_schema(name: str) -> dict[str, Any]:
     props: dict[str, Any] = dict(COMMON)
     tool = catalog.get(name)
     if tool is not None:
-        props["output"] = {"type": "string", "description": tool.output_doc}
-        props.update(tool.result_meta)
+        props["output"] = {"type": "string", "description": tool.mcp.output_doc}
+        props.update(tool.mcp.result_meta)
         if tool.mutates:
             props.update(_MUTATING)
     else:

@@ -65,7 +65,7 @@ def tool_annotations(name: str, open_world: bool = False) -> types.ToolAnnotatio
     --egress opened it."""
     tool = catalog.TOOLS[name]
     return types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only, destructive_hint=not tool.read_only,
-                                 idempotent_hint=tool.read_only or tool.idempotent, open_world_hint=open_world and tool.reaches_network)
+                                 idempotent_hint=tool.read_only or tool.mcp.idempotent, open_world_hint=open_world and tool.reaches_network)
 
 
 def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.Tool]:

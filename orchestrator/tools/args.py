@@ -1,5 +1,5 @@
-"""Validating a call's arguments by tool name: the tool's own model (tools/defs/) over the shared
-parsing of argbase.py."""
+"""Validating a call's arguments by tool name: the tool's declaration (tools/defs/, tooldef.py
+`ToolDef.validate`) over the shared parsing of argbase.py."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,16 +8,16 @@ from pydantic import BaseModel
 
 from ..errors import ErrorType, OpenAgentsError
 from . import catalog
-from .argbase import MAX_PATH_CHARS, MAX_RAW_ARGUMENT_BYTES, parse_arguments, validate_model
+from .argbase import MAX_PATH_CHARS, MAX_RAW_ARGUMENT_BYTES, parse_arguments
 
 __all__ = ["ARGS_MODELS", "MAX_PATH_CHARS", "MAX_RAW_ARGUMENT_BYTES", "parse_arguments", "validate_arguments"]
 
 # The tools whose arguments are one model (the sandbox tools); a multi-action tool validates in its own prepare.
-ARGS_MODELS: dict[str, type[BaseModel]] = {t.name: t.args for t in catalog.TOOLS.values() if t.args is not None and t.prepare is None}
+ARGS_MODELS: dict[str, type[BaseModel]] = {t.name: t.args for t in catalog.TOOLS.values()
+                                           if t.args is not None and t.approval.prepare is None}
 
 
 def validate_arguments(tool: str, raw: str | bytes | dict[str, Any] | None) -> BaseModel:
-    model = ARGS_MODELS.get(tool)
-    if model is None:
+    if tool not in ARGS_MODELS:
         raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {tool!r}; the tools are {', '.join(ARGS_MODELS)}")
-    return validate_model(model, tool, parse_arguments(raw))
+    return catalog.TOOLS[tool].validate(raw).args

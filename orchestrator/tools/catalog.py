@@ -40,7 +40,7 @@ def box_rule(name: str) -> BoxRule:
 
 
 def mcp_tools() -> list[ToolDef]:
-    return [t for t in TOOLS.values() if t.over_mcp]
+    return [t for t in TOOLS.values() if t.mcp.served]
 
 
 def mutating() -> frozenset[str]:
@@ -48,20 +48,20 @@ def mutating() -> frozenset[str]:
 
 
 def path_tools() -> frozenset[str]:
-    return frozenset(t.name for t in TOOLS.values() if t.path_arg)
+    return frozenset(t.name for t in TOOLS.values() if t.files.path_arg)
 
 
 def file_replacing() -> frozenset[str]:
-    return frozenset(t.name for t in TOOLS.values() if t.replaces_file)
+    return frozenset(t.name for t in TOOLS.values() if t.files.replaces_file)
 
 
 def file_reader() -> ToolDef:
-    return next(t for t in TOOLS.values() if t.reads_file)
+    return next(t for t in TOOLS.values() if t.files.reads_file)
 
 
 def actions() -> list[str]:
     """Every key a policy rule's `action` can name: each tool's name, and each action of a multi-action tool."""
-    return sorted({*TOOLS, *(a for t in TOOLS.values() for a in t.actions)})
+    return sorted({*TOOLS, *(a for t in TOOLS.values() for a in t.approval.actions)})
 
 
 def call_title(tool: str, arguments: Any) -> str:

@@ -16,9 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
 from . import catalog, declarations, host_git, network
-from .args import validate_arguments
 from .call import ToolCall
-from .tooldef import HostContext, ToolDef
+from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
 
 if TYPE_CHECKING:  # the registry is handed its sandbox; tools/ sits below sandbox/ (docs/architecture.md)
     from ..sandbox.base import Sandbox
@@ -36,7 +35,8 @@ class RegistryConfig(BaseModel):
 
 @dataclass
 class PreparedCall:
-    """A call that passed validation: what the ladder judges and the registry runs."""
+    """The invocation: a call whose arguments its declaration (`spec`, tooldef.py) validated: what
+    the ladder judges, what a person is asked about (`title`), and what runs (`execute`)."""
 
     call: ToolCall
     spec: ToolDef
@@ -46,7 +46,7 @@ class PreparedCall:
 
     @property
     def read_only(self) -> bool:
-        return self.kind in ("read", "search", "think")
+        return self.kind in READ_ONLY_KINDS
 
     def arguments(self) -> dict[str, Any]:
         return self.args.model_dump(exclude_none=True)
@@ -54,14 +54,20 @@ class PreparedCall:
     @property
     def command(self) -> str | None:
         """What a policy rule's command_prefix is matched against (the tool names the argument)."""
-        if self.spec.command_arg is None:
+        if self.spec.approval.command_arg is None:
             return None
-        value = self.arguments().get(self.spec.command_arg)
+        value = self.arguments().get(self.spec.approval.command_arg)
         return value if isinstance(value, str) else None
 
     @property
     def title(self) -> str:
+        """What the call does, in one line a person reads at its approval prompt."""
         return self.spec.call_title(self.arguments())
+
+    def execute(self, context: RunContext) -> ToolResult:
+        """Run it: the declaration's own runner for a host tool, one request to the box's agent
+        for a sandbox tool (a host tool of the session's own is invoked by its HostTools)."""
+        return self.spec.execute(context, self.args)
 
 
 class HostTools(Protocol):
@@ -127,11 +133,8 @@ class ToolRegistry:
             raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}")
         if call.name not in self.active():
             raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
-        if spec.prepare is not None:
-            own = spec.prepare(call.arguments)
-            return PreparedCall(call, spec, own.args, own.kind, own.action)
-        args = validate_arguments(spec.name, call.arguments)
-        return PreparedCall(call, spec, args, spec.kind, spec.name)
+        own = spec.validate(call.arguments)
+        return PreparedCall(call, spec, own.args, own.kind, own.action)
 
     def kill_running(self) -> None:
         """Cancel: what runs in the sandbox is killed from outside (host tools end at their deadline)."""
@@ -141,9 +144,4 @@ class ToolRegistry:
         """`on_output(text)`: a shell call's output while it runs, for a live view."""
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
             return self.host_tools.invoke(prepared)
-        if prepared.spec.side == "host":
-            assert prepared.spec.run is not None, f"{prepared.spec.name} runs on the host but has no run"
-            return prepared.spec.run(HostContext(repo=self.repo), prepared.args)
-        if on_output is not None and prepared.spec.box.streams:
-            return self.sandbox.call(prepared.spec.name, prepared.arguments(), on_output=on_output)
-        return self.sandbox.call(prepared.spec.name, prepared.arguments())
+        return prepared.execute(RunContext(self.sandbox, self.repo, on_output))

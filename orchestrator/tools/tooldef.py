@@ -1,21 +1,35 @@
-"""What a tool is, in one place: `ToolDef`. Each tool has its own file under tools/defs/ holding its
-argument model and its ToolDef; everything else that knows about tools (the registry, the
-declarations each model family gets, the MCP and ACP tool lists, the approval prompt's title, the
-sandbox supervisor's deadline and one-at-a-time rule, the checkpoints) reads it from there
-(catalog.py), so no other product file names a tool. The contract each tool keeps is docs/tools.md.
+"""What a tool is, as Gemini CLI splits it (packages/core/src/tools/tools.ts): a frozen
+**declaration** (`ToolDef`) and an **invocation** (a call whose arguments passed the declaration's
+validation: registry.PreparedCall, built by `ToolDef.validate`, run by `ToolDef.execute`).
 
-This module is data only: it imports no sandbox, session or front-end code, so every layer may
-import it (the sandbox layer reads a tool's `BoxRule` from it) without an import circle.
+The declaration is data, testable alone: the model-facing face (name, description, argument model
+and so JSON schema, kind), where it runs (sandbox or host) and how (`BoxRule`), the bounds the box
+enforces (`bounds`, checked against the agent's own table: sandbox_agent/table.py), what the
+approval ladder judges (`Approval`), how a call relates to a workspace file (`FileUse`) and what
+the MCP server says of it (`McpFace`). Each tool has its own file under tools/defs/ holding its
+argument model and its ToolDef; everything else that knows about tools reads it from catalog.py,
+so no other product file names a tool. The contract each tool keeps is docs/tools.md.
+
+This module imports no sandbox, session or front-end code, so every layer may import it (the
+sandbox layer reads a tool's `BoxRule` from it) without an import circle; the sandbox an invocation
+runs in is only a `BoxCaller` here.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 
 from pydantic import BaseModel
 
+from ..errors import ErrorType, OpenAgentsError
+from .argbase import parse_arguments, validate_model
+
 if TYPE_CHECKING:
     from ..protocol import ToolResult
+
+# ACP's tool kinds (the ladder judges by them); read, search and think change nothing.
+KINDS = ("read", "search", "edit", "delete", "move", "execute", "fetch", "think", "other")
+READ_ONLY_KINDS = ("read", "search", "think")
 
 
 @dataclass(frozen=True)
@@ -33,7 +47,7 @@ class BoxRule:
 
 DEFAULT_RULE = BoxRule()
 
-# JSON Schema types for `result_meta`.
+# JSON Schema types for `McpFace.result_meta`.
 J_STR: Mapping[str, Any] = {"type": "string"}
 J_INT: Mapping[str, Any] = {"type": "integer"}
 J_BOOL: Mapping[str, Any] = {"type": "boolean"}
@@ -42,8 +56,8 @@ J_NUM: Mapping[str, Any] = {"type": "number"}
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated call as a tool's own `prepare` hook returns it: the arguments, the ACP kind the
-    ladder judges, and the finest policy key (e.g. "git commit")."""
+    """A validated call as `ToolDef.validate` (or a tool's own `Approval.prepare`) returns it: the
+    arguments, the ACP kind the ladder judges, and the finest policy key (e.g. "git commit")."""
 
     args: BaseModel
     kind: str
@@ -62,67 +76,128 @@ class Proposal:
 
 
 @dataclass(frozen=True)
-class HostContext:
-    """What a host-side tool runs against (the registry builds it): the repository opened at
-    session start, or None when there is none."""
+class Approval:
+    """What the approval ladder judges of a call, and the words a person is asked with."""
 
+    # One line a person reads (prompt, editor), from raw arguments; None: "<name> <pattern or path>".
+    describe: Callable[[Mapping[str, Any]], str] | None = None
+    command_arg: str | None = None  # the argument a policy rule's command_prefix matches
+    # Tools with several actions (git): action -> kind, for policy files and announcements; raw
+    # arguments -> action, before validation; and the validation that also names kind and action.
+    actions: Mapping[str, str] = field(default_factory=dict)
+    action_of: Callable[[Mapping[str, Any]], str | None] | None = None
+    prepare: Callable[[Any], Prepared] | None = None
+
+
+@dataclass(frozen=True)
+class FileUse:
+    """How a call relates to one workspace file: where editors are shown it points, and the preview
+    of a file it replaces."""
+
+    path_arg: bool = False  # has a workspace `path` argument
+    path_may_be_directory: bool = False  # that path may name a directory (a listing, a search): its own AGENTS.md applies
+    reads_file: bool = False  # returns a workspace file's text: how an editor's link to a file is read
+    replaces_file: bool = False  # rewrites the file `path` names: a diff is previewed and shown
+    propose: Callable[[str, Mapping[str, Any]], Proposal | None] | None = None  # (file before, args) -> its preview
+    line_arg: str | None = None  # the argument naming the line the call starts at (editors follow it)
+    match_arg: str | None = None  # the argument holding text of the file before the call: where the change is
+
+
+NO_FILE = FileUse()
+
+
+@dataclass(frozen=True)
+class McpFace:
+    """What `oa-sandbox mcp` says of the tool (its hints and outputSchema)."""
+
+    served: bool = False  # served by `oa-sandbox mcp`
+    idempotent: bool = False  # the same call twice changes nothing more
+    output_doc: str = ""  # what the result's output holds
+    result_meta: Mapping[str, Any] = field(default_factory=dict)  # the result's metadata keys, as JSON Schema properties
+
+
+NOT_SERVED = McpFace()
+
+
+class BoxCaller(Protocol):
+    """What an invocation of a sandbox tool needs of the sandbox (sandbox/base.py Sandbox)."""
+
+    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult: ...
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What an invocation runs against (the registry builds it): the sandbox for a box tool, the
+    repository opened at session start for a host tool (None when there is none), and where a
+    streaming call's output goes while it runs."""
+
+    sandbox: BoxCaller | None = None
     repo: Any = None
+    on_output: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
 class ToolDef:
-    """One tool. `name`, `kind` (ACP's: read, search, edit, delete, move, execute, fetch, think,
-    other) and `side` (sandbox or host) come first so a host-side tool of the session's own (an MCP
-    server's, tools/mcp/client.py) can be described by those three alone."""
+    """One tool's declaration. `name`, `kind` (KINDS) and `side` (sandbox or host) come first so a
+    host-side tool of the session's own (an MCP server's, tools/mcp/client.py) can be described by those
+    three alone."""
 
     name: str
     kind: str
     side: Literal["sandbox", "host"]
     args: type[BaseModel] | None = None  # strict, extra fields forbidden: the declarations' schema too
     description: str = ""  # what every model family is told
-    title: str = ""  # a short label: the MCP tool's title
+    title: str = ""  # a short label (the MCP tool's title)
     order: int = 100  # position in the declarations and lists (the snapshots' order)
     mutates: bool = False  # may change workspace files: a checkpoint follows the turn; copy mode says where
-    box: BoxRule = DEFAULT_RULE  # sandbox tools: how the supervisor runs a call
-    path_arg: bool = False  # has a workspace `path` argument: editors are shown where the call points
-    path_may_be_directory: bool = False  # that path may name a directory (a listing, a search): its own AGENTS.md applies
-    replaces_file: bool = False  # rewrites the file `path` names: a diff is previewed and shown
-    propose: Callable[[str, Mapping[str, Any]], Proposal | None] | None = None  # (file before, args) -> its preview
-    line_arg: str | None = None  # the argument naming the line the call starts at (editors follow it)
-    match_arg: str | None = None  # the argument holding text of the file before the call: where the change is
-    reads_file: bool = False  # returns a workspace file's text: how an editor's link to a file is read
-    over_mcp: bool = False  # served by `oa-sandbox mcp`
-    idempotent: bool = False  # MCP's hint: the same call twice changes nothing more
-    reaches_network: bool = False  # MCP's open-world hint when egress is open
-    command_arg: str | None = None  # the argument a policy rule's command_prefix matches
-    output_doc: str = ""  # what the result's output holds (the MCP outputSchema's words)
-    result_meta: Mapping[str, Any] = field(default_factory=dict)  # the result's metadata keys, as JSON Schema properties
-    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per model family: declaration keys replaced
-    # One line a person reads (prompt, editor), from raw arguments; None: "<name> <pattern or path>".
-    title_of: Callable[[Mapping[str, Any]], str] | None = None
-    # Tools with several actions (git): validation that also names the kind and action judged.
-    prepare: Callable[[Any], Prepared] | None = None
-    actions: Mapping[str, str] = field(default_factory=dict)  # action -> kind, for policy files and announcements
-    action_of: Callable[[Mapping[str, Any]], str | None] | None = None  # raw arguments -> action, before validation
+    reaches_network: bool = False  # its description ends with the network sentence; MCP's open-world hint when egress is open
     needs_repo: bool = False  # active only when a repository was opened at session start
-    run: Callable[[HostContext, Any], "ToolResult"] | None = None  # host-side tools: the call itself
+    # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/test_tool_table.py).
+    bounds: Mapping[str, int] = field(default_factory=dict)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per model family: declaration keys replaced
+    box: BoxRule = DEFAULT_RULE  # sandbox tools: how the supervisor runs a call
+    approval: Approval = Approval()
+    files: FileUse = NO_FILE
+    mcp: McpFace = NOT_SERVED
+    run: Callable[[RunContext, Any], ToolResult] | None = None  # host-side tools: the call itself
 
     @property
     def read_only(self) -> bool:
-        return self.kind in ("read", "search", "think")
+        return self.kind in READ_ONLY_KINDS
 
     def call_title(self, arguments: Any) -> str:
         args = arguments if isinstance(arguments, dict) else {}
-        if self.title_of is not None:
-            return self.title_of(args)
+        if self.approval.describe is not None:
+            return self.approval.describe(args)
         detail = args.get("pattern") or args.get("path") or ""
         return f"{self.name} {str(detail)[:120]}".strip()
 
     def announced_kind(self, arguments: Any) -> str:
         """The kind a call is announced with before it is validated: a multi-action tool's action
         kind when its raw arguments name a reading one; the tool's kind otherwise."""
-        if self.action_of is not None and isinstance(arguments, dict):
-            kind = self.actions.get(self.action_of(arguments) or "")
+        if self.approval.action_of is not None and isinstance(arguments, dict):
+            kind = self.approval.actions.get(self.approval.action_of(arguments) or "")
             if kind in ("read", "search"):
                 return kind
         return self.kind
+
+    def validate(self, raw: str | bytes | dict[str, Any] | None) -> Prepared:
+        """The model's raw arguments as this tool's arguments, with the kind and action the ladder
+        judges, or a typed error (Gemini CLI's `build`: nothing runs here)."""
+        if self.approval.prepare is not None:
+            return self.approval.prepare(raw)
+        if self.args is None:
+            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"{self.name} declares no arguments")
+        return Prepared(validate_model(self.args, self.name, parse_arguments(raw)), self.kind, self.name)
+
+    def execute(self, context: RunContext, args: BaseModel) -> ToolResult:
+        """Run validated arguments: a host tool's own `run`, or one request to the box's agent (a
+        streaming tool's output goes to `context.on_output` while it runs)."""
+        if self.run is not None:
+            return self.run(context, args)
+        if self.side != "sandbox" or context.sandbox is None:
+            raise OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{self.name} has nowhere to run")
+        arguments = args.model_dump(exclude_none=True)
+        if self.box.streams and context.on_output is not None:
+            return context.sandbox.call(self.name, arguments, on_output=context.on_output)
+        return context.sandbox.call(self.name, arguments)

@@ -84,10 +84,10 @@ class ContextFiles:
         out = []
         for call in calls:
             tool = catalog.get(getattr(call, "name", ""))
-            if tool is None or not tool.path_arg or getattr(call, "arguments_error", None):
+            if tool is None or not tool.files.path_arg or getattr(call, "arguments_error", None):
                 continue
             path = (getattr(call, "arguments", None) or {}).get("path")
-            for directory in _directories(path, tool.path_may_be_directory):
+            for directory in _directories(path, tool.files.path_may_be_directory):
                 out.append(self._look(directory, DURING))
         return "".join(out)
 

@@ -31,7 +31,7 @@ from ..terminal.machine import Bounded, name_item, named
 from ..tools.call import ToolCall
 from ..tools.catalog import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
 from ..tools.registry import HostTools, PreparedCall
-from ..tools.tooldef import ToolDef
+from ..tools.tooldef import Approval, ToolDef
 from .copy import CopyManifest
 from .copy_session import mark_landed
 from .records import SessionRecord
@@ -145,9 +145,9 @@ class ApplyArgs(BaseModel):
 
 
 CHANGES_DEF = ToolDef(CHANGES_TOOL, CHANGES_KIND, "host", ChangesArgs, title="The private copy's changes",
-                      title_of=lambda args: "show the private copy's changes against the real workspace")
+                      approval=Approval(describe=lambda args: "show the private copy's changes against the real workspace"))
 APPLY_DEF = ToolDef(LAND_TOOL, LAND_KIND, "host", ApplyArgs, title="Land the private copy's changes",
-                    title_of=lambda args: "land the private copy's changes in the real workspace")
+                    approval=Approval(describe=lambda args: "land the private copy's changes in the real workspace"))
 
 
 @dataclass(frozen=True)

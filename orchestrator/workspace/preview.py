@@ -42,7 +42,7 @@ def proposed_diff(workspace: Path, prepared: PreparedCall) -> Preview | None:
     tools, or when no preview can be made honestly (unreadable, not text, no unique match); a
     Preview with a note and no text when it would cost too much."""
     tool = prepared.spec
-    if tool.side != "sandbox" or not tool.replaces_file or tool.propose is None:
+    if tool.side != "sandbox" or not tool.files.replaces_file or tool.files.propose is None:
         return None
     args = prepared.arguments()
     path = args["path"]
@@ -55,7 +55,7 @@ def proposed_diff(workspace: Path, prepared: PreparedCall) -> Preview | None:
     except UnicodeDecodeError:
         return None
     # The size of the result, in characters (a lower bound of its bytes), before building it.
-    proposal = tool.propose(before, args)
+    proposal = tool.files.propose(before, args)
     if proposal is None:
         return None
     if proposal.size > PREVIEW_CAP:

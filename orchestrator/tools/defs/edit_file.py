@@ -8,7 +8,7 @@ from pydantic import Field, model_validator
 from sandbox_agent import limits
 
 from ..argbase import PathArgs
-from ..tooldef import J_BOOL, J_INT, J_STR, BoxRule, Proposal, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_STR, BoxRule, FileUse, McpFace, Proposal, ToolDef
 
 
 class EditFileArgs(PathArgs):
@@ -43,7 +43,8 @@ TOOL = ToolDef(
         "Replace an exact piece of text in a file. old_text must match exactly and once, unless allow_multiple is true. "
         "Line endings and a byte-order mark are kept. Prefer this to write_file for changes to existing files."
     ),
-    mutates=True, box=BoxRule(writes=True), path_arg=True, replaces_file=True, match_arg="old_text", over_mcp=True, propose=_proposal,
-    output_doc="What was replaced.",
-    result_meta={"sha256": J_STR, "replacements": J_INT, "diff": J_STR, "atomic": J_BOOL},
+    mutates=True, box=BoxRule(writes=True), bounds={"max_file_bytes": limits.EDIT_MAX_FILE_BYTES},
+    files=FileUse(path_arg=True, replaces_file=True, match_arg="old_text", propose=_proposal),
+    mcp=McpFace(served=True, output_doc="What was replaced.",
+                result_meta={"sha256": J_STR, "replacements": J_INT, "diff": J_STR, "atomic": J_BOOL}),
 )

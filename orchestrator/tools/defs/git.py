@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from .. import host_git
 from ..argbase import parse_arguments
-from ..tooldef import HostContext, Prepared, ToolDef
+from ..tooldef import Approval, Prepared, RunContext, ToolDef
 
 KINDS = {"status": "read", "diff": "read", "log": "read", "commit": "edit"}
 
@@ -21,7 +21,7 @@ def _action_of(args: Mapping[str, Any]) -> str | None:
     return f"git {sub}" if isinstance(sub, str) and sub in KINDS else None
 
 
-def _run(context: HostContext, args: Any) -> Any:
+def _run(context: RunContext, args: Any) -> Any:
     assert isinstance(args, host_git.GitArgs)  # _prepare made these
     return host_git.run_git(context.repo, args)
 
@@ -34,7 +34,7 @@ TOOL = ToolDef(
         "included; large or binary files summarised); commit records all changes, or the given paths, and asks the user. "
         "There is no push."
     ),
-    mutates=True, needs_repo=True, prepare=_prepare, run=_run, action_of=_action_of,
-    actions={f"git {sub}": kind for sub, kind in KINDS.items()},
-    title_of=lambda args: f"Run on the host: git {args.get('subcommand', '')}".strip(),
+    mutates=True, needs_repo=True, run=_run,
+    approval=Approval(describe=lambda args: f"Run on the host: git {args.get('subcommand', '')}".strip(),
+                      actions={f"git {sub}": kind for sub, kind in KINDS.items()}, action_of=_action_of, prepare=_prepare),
 )

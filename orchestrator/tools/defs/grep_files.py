@@ -6,7 +6,7 @@ from pydantic import Field
 from sandbox_agent import limits
 
 from ..argbase import MAX_PATH_CHARS, PathArgs
-from ..tooldef import J_BOOL, J_INT, ToolDef
+from ..tooldef import J_BOOL, J_INT, FileUse, McpFace, ToolDef
 
 
 class GrepFilesArgs(PathArgs):
@@ -19,7 +19,9 @@ class GrepFilesArgs(PathArgs):
 TOOL = ToolDef(
     "grep_files", "search", "sandbox", GrepFilesArgs, order=30, title="Search workspace files",
     description=f"Search file contents with a regular expression; returns path:line:text, at most {limits.GREP_MAX_LINES} matching lines.",
-    path_arg=True, path_may_be_directory=True, over_mcp=True, idempotent=True,
-    output_doc="The matches, one `path:line: text` a line.",
-    result_meta={"matches": J_INT, "truncated": J_BOOL, "timed_out": J_BOOL, "unreadable": {"type": "array"}},
+    bounds={"max_lines": limits.GREP_MAX_LINES, "line_chars": limits.GREP_LINE_CHARS, "max_line_bytes": limits.GREP_MAX_LINE_BYTES,
+            "timeout_s": limits.GREP_TIMEOUT_S},
+    files=FileUse(path_arg=True, path_may_be_directory=True),
+    mcp=McpFace(served=True, idempotent=True, output_doc="The matches, one `path:line: text` a line.",
+                result_meta={"matches": J_INT, "truncated": J_BOOL, "timed_out": J_BOOL, "unreadable": {"type": "array"}}),
 )

@@ -6,7 +6,7 @@ from pydantic import Field
 from sandbox_agent import limits
 
 from ..argbase import MAX_PATH_CHARS, PathArgs
-from ..tooldef import J_BOOL, J_INT, ToolDef
+from ..tooldef import J_BOOL, J_INT, FileUse, McpFace, ToolDef
 
 
 class ListFilesArgs(PathArgs):
@@ -18,7 +18,8 @@ TOOL = ToolDef(
     "list_files", "read", "sandbox", ListFilesArgs, order=20, title="List workspace files",
     description=(f"List files and directories under a workspace path (at most {limits.LIST_MAX_ENTRIES} entries; .git, node_modules, "
                  "target and dist are skipped). Directories end with '/'."),
-    path_arg=True, path_may_be_directory=True, over_mcp=True, idempotent=True,
-    output_doc="The listing, one entry a line.",
-    result_meta={"entries": J_INT, "truncated": J_BOOL, "unreadable": {"type": "array"}},
+    bounds={"max_entries": limits.LIST_MAX_ENTRIES},
+    files=FileUse(path_arg=True, path_may_be_directory=True),
+    mcp=McpFace(served=True, idempotent=True, output_doc="The listing, one entry a line.",
+                result_meta={"entries": J_INT, "truncated": J_BOOL, "unreadable": {"type": "array"}}),
 )

@@ -6,7 +6,7 @@ from pydantic import Field
 from sandbox_agent import limits
 
 from ..argbase import PathArgs
-from ..tooldef import J_BOOL, J_INT, J_STR, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_STR, FileUse, McpFace, ToolDef
 
 
 class ReadFileArgs(PathArgs):
@@ -21,9 +21,10 @@ TOOL = ToolDef(
         "which line to read on from (pass it as offset). The result shows the file's sha256: pass it to edit_file as "
         "expected_sha256 so the edit is refused if the file changed meanwhile."
     ),
-    path_arg=True, line_arg="offset", reads_file=True, over_mcp=True, idempotent=True,
-    output_doc="The file's text (lines offset.., within the read cap).",
-    result_meta={"sha256": J_STR, "total_lines": J_INT, "first_line": J_INT, "last_line": J_INT, "truncated": J_BOOL,
-                 "next_offset": {"type": ["integer", "null"]}, "bytes": J_INT, "binary": J_BOOL, "bom": J_BOOL,
-                 "invalid_utf8": J_BOOL, "encoding_guess": J_STR},
+    bounds={"read_cap_bytes": limits.READ_CAP_BYTES, "default_lines": limits.READ_DEFAULT_LIMIT_LINES},
+    files=FileUse(path_arg=True, line_arg="offset", reads_file=True),
+    mcp=McpFace(served=True, idempotent=True, output_doc="The file's text (lines offset.., within the read cap).",
+                result_meta={"sha256": J_STR, "total_lines": J_INT, "first_line": J_INT, "last_line": J_INT, "truncated": J_BOOL,
+                             "next_offset": {"type": ["integer", "null"]}, "bytes": J_INT, "binary": J_BOOL, "bom": J_BOOL,
+                             "invalid_utf8": J_BOOL, "encoding_guess": J_STR}),
 )

@@ -9,7 +9,7 @@ from sandbox_agent import limits
 
 from .. import network
 from ..argbase import Args
-from ..tooldef import J_BOOL, J_INT, J_NUM, BoxRule, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_NUM, Approval, BoxRule, McpFace, ToolDef
 
 
 class ShellArgs(Args):
@@ -36,10 +36,12 @@ TOOL = ToolDef(
         f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background processes do not outlive the call. "
         f"Output is capped (head and tail kept). {network.GENERIC}"
     ),
-    mutates=True, box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True),
-    over_mcp=True, reaches_network=True, command_arg="command",
-    title_of=lambda args: f"Run in the sandbox: {str(args.get('command', ''))[:200]}",
-    output_doc="The command's combined stdout and stderr (head and tail kept when it is long).",
-    result_meta={"exit_code": {"type": ["integer", "null"], "description": "null when the command timed out"}, "timed_out": J_BOOL,
-                 "timeout_s": J_NUM, "output_bytes": J_INT, "output_lines": J_INT, "output_truncated": J_BOOL, "elapsed_s": J_NUM},
+    mutates=True, reaches_network=True, box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True),
+    bounds={"timeout_default_s": limits.SHELL_DEFAULT_TIMEOUT_S, "timeout_max_s": limits.SHELL_MAX_TIMEOUT_S,
+            "output_head_bytes": limits.SHELL_OUTPUT_HEAD_BYTES, "output_tail_bytes": limits.SHELL_OUTPUT_TAIL_BYTES},
+    approval=Approval(describe=lambda args: f"Run in the sandbox: {str(args.get('command', ''))[:200]}", command_arg="command"),
+    mcp=McpFace(served=True, output_doc="The command's combined stdout and stderr (head and tail kept when it is long).",
+                result_meta={"exit_code": {"type": ["integer", "null"], "description": "null when the command timed out"},
+                             "timed_out": J_BOOL, "timeout_s": J_NUM, "output_bytes": J_INT, "output_lines": J_INT,
+                             "output_truncated": J_BOOL, "elapsed_s": J_NUM}),
 )

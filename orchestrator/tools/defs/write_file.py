@@ -8,7 +8,7 @@ from pydantic import Field
 from sandbox_agent import limits
 
 from ..argbase import PathArgs
-from ..tooldef import J_BOOL, J_INT, J_STR, BoxRule, Proposal, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_STR, BoxRule, FileUse, McpFace, Proposal, ToolDef
 
 
 class WriteFileArgs(PathArgs):
@@ -24,7 +24,8 @@ def _proposal(before: str, args: Mapping[str, Any]) -> Proposal:
 TOOL = ToolDef(
     "write_file", "edit", "sandbox", WriteFileArgs, order=40, title="Write a workspace file",
     description="Create or replace a whole file in the workspace (never under .git). Parent directories are created. The write is atomic.",
-    mutates=True, box=BoxRule(writes=True), path_arg=True, replaces_file=True, over_mcp=True, idempotent=True, propose=_proposal,
-    output_doc="What was written.",
-    result_meta={"sha256": J_STR, "bytes": J_INT, "created": J_BOOL, "atomic": J_BOOL},
+    mutates=True, box=BoxRule(writes=True), bounds={"max_bytes": limits.WRITE_MAX_BYTES},
+    files=FileUse(path_arg=True, replaces_file=True, propose=_proposal),
+    mcp=McpFace(served=True, idempotent=True, output_doc="What was written.",
+                result_meta={"sha256": J_STR, "bytes": J_INT, "created": J_BOOL, "atomic": J_BOOL}),
 )
