@@ -48,6 +48,8 @@ if op == "write":
             os.makedirs(parent, exist_ok=True)
         with open(path, "wb") as sink:
             payload(req["data"], sink)
+        if isinstance(req.get("mode"), int):
+            os.chmod(path, req["mode"] & 0o777)
     except IsADirectoryError as err:
         fail("is_dir", err, path)
     except PermissionError as err:
@@ -93,7 +95,7 @@ cwd = req.get("cwd") or None
 timed_out = False
 try:
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(req["cmd"], stdin=stdin, stdout=out, stderr=err, cwd=cwd, env=env, start_new_session=True)
+        proc = subprocess.Popen(req["cmd"], stdin=stdin, stdout=out, stderr=subprocess.STDOUT if req.get("merge") else err, cwd=cwd, env=env, start_new_session=True)
         try:
             rc = proc.wait(timeout=req["timeout"])
         except subprocess.TimeoutExpired:

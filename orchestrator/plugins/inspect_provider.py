@@ -27,25 +27,19 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ConfigDict
 
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ToolError
-from .transport import BoxFailure, BoxProgram, clamp_timeout
+from .settings import BoxSettings
+from .transport import BoxFailure, BoxProgram, clamp_timeout, os_error
 
 MAX_READ_BYTES = 16 * 1024 * 1024  # box-written data the host takes per read_file (docs/api.md, Plug-ins)
 
 
-class OpenAgentsSandboxConfig(BaseModel):
+class OpenAgentsSandboxConfig(BoxSettings):
     """`sandbox=("openagents", OpenAgentsSandboxConfig(...))`: the box's settings (SandboxOptions'
     fields of the same names). Commands are approved automatically inside the box; `policy_files`
     may still deny them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    image: str | None = None
-    runtime: str | None = None
-    memory: str | None = None
-    cpus: float | None = None
-    pids: int | None = None
-    egress: list[str] | None = None
-    policy_files: list[str] = []
     max_read_bytes: int = MAX_READ_BYTES
 
 
@@ -68,12 +62,9 @@ def _config(config: SandboxEnvironmentConfigType | None) -> OpenAgentsSandboxCon
 
 
 def _raise(err: BoxFailure, path: str) -> None:
-    if err.kind == "not_found":
-        raise FileNotFoundError(2, f"No such file or directory: {err.message}", path)
-    if err.kind == "permission":
-        raise PermissionError(13, f"Permission denied: {err.message}", path)
-    if err.kind == "is_dir":
-        raise IsADirectoryError(21, f"Is a directory: {err.message}", path)
+    error = os_error(err, path)
+    if error is not None:
+        raise error
     if err.kind == "user":
         raise SandboxUserUnsupportedError(err.message)
     if err.kind == "limit":
@@ -100,9 +91,7 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
                           metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         settings = _config(config)
         root = Path(tempfile.mkdtemp(prefix="oa-inspect-"))
-        options: dict[str, Any] = {k: v for k, v in settings.model_dump(exclude={"max_read_bytes", "policy_files"}).items() if v is not None}
-        box = AsyncSandbox(root, mode="copy", auto_approve=True, policy_files=[Path(p) for p in settings.policy_files],
-                           kind="inspect", **options)
+        box = AsyncSandbox(root, mode="copy", auto_approve=True, policy_files=settings.policy_paths(), kind="inspect", **settings.box_options())
         try:
             await box.open()
         except BaseException:

@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from minisweagent.exceptions import Submitted
-from pydantic import BaseModel, ConfigDict
 
 from .. import ErrorType, OpenAgentsError, Sandbox, ToolError
 from ..ground.text import visible
+from .settings import BoxSettings
 
 MAX_TIMEOUT_S = 240  # the shell tool's limit, kept by the host: a longer timeout is clamped to it
 _FINISH = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
-class OpenAgentsEnvironmentConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class OpenAgentsEnvironmentConfig(BoxSettings):
+    """The `environment` section's keys: these and the box's settings (BoxSettings)."""
 
     workspace: str = "."  # the host directory the box works on (/workspace in the box)
     mode: Literal["auto", "bind", "copy"] = "auto"  # as SandboxOptions.mode
@@ -35,13 +35,6 @@ class OpenAgentsEnvironmentConfig(BaseModel):
     env: dict[str, str] = {}  # exported to every command (only to the commands)
     timeout: int = 30
     interpreter: list[str] = []  # e.g. ["bash", "-lc"]; default /bin/sh -c (the shell tool's)
-    image: str | None = None
-    runtime: str | None = None
-    memory: str | None = None
-    cpus: float | None = None
-    pids: int | None = None
-    egress: list[str] | None = None
-    policy_files: list[str] = []
     auto_approve: bool = True  # commands inside the box run without asking; a policy's deny still refuses them
 
 
@@ -51,9 +44,8 @@ class OpenAgentsEnvironment:
 
     def __init__(self, *, config_class: type[OpenAgentsEnvironmentConfig] = OpenAgentsEnvironmentConfig, **kwargs: Any) -> None:
         self.config = config_class(**kwargs)
-        box = {k: v for k, v in self.config.model_dump(include={"image", "runtime", "memory", "cpus", "pids", "egress"}).items() if v is not None}
         self.sandbox = Sandbox(Path(self.config.workspace), mode=self.config.mode, auto_approve=self.config.auto_approve,
-                               policy_files=[Path(p) for p in self.config.policy_files], kind="minisweagent", **box)
+                               policy_files=self.config.policy_paths(), kind="minisweagent", **self.config.box_options())
         self.sandbox.open()
         self._finalizer = weakref.finalize(self, self.sandbox.close)
         self._uname = self._box_uname()

@@ -42,6 +42,18 @@ class Payload:
     size: int
 
 
+def os_error(err: BoxFailure, path: str) -> OSError | None:
+    """Python's own exception for a file failure of the box program (what harnesses catch), or None
+    for a failure that is not one of those (limit, user, os: each plug-in says it its own way)."""
+    if err.kind == "not_found":
+        return FileNotFoundError(2, f"No such file or directory: {err.message}", path)
+    if err.kind == "permission":
+        return PermissionError(13, f"Permission denied: {err.message}", path)
+    if err.kind == "is_dir":
+        return IsADirectoryError(21, f"Is a directory: {err.message}", path)
+    return None
+
+
 def clamp_timeout(timeout: int | float | None) -> int:
     """A harness's timeout in whole seconds, at least 1 and at most MAX_COMMAND_TIMEOUT_S."""
     if timeout is None:
