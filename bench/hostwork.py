@@ -90,7 +90,7 @@ def child(op: str, ws: Path, scratch: Path) -> None:
         for _ in render_diff(manifest, list_changes(manifest)):
             pass
     elif op == "preview":
-        from orchestrator.tools.call import ToolCall
+        from orchestrator.models.base import ToolCall
         from orchestrator.tools.registry import ToolRegistry
         from orchestrator.workspace.preview import proposed_diff
 

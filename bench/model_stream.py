@@ -18,22 +18,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.models.anthropic import AnthropicClient  # noqa: E402
 from orchestrator.models.base import Message, RetryPolicy  # noqa: E402
-from orchestrator.models.gemini import GeminiClient  # noqa: E402
-from orchestrator.models.openai import OpenAIChatClient  # noqa: E402
+from orchestrator.models.dialects import DIALECTS  # noqa: E402
+from orchestrator.models.http import HttpModelClient  # noqa: E402
 from tests.fake_model_server import FakeModelServer  # noqa: E402
 
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="explain the code")]
 
 
 def client(family: str, server: FakeModelServer, stream: bool):
-    retry = RetryPolicy(max_attempts=1)
-    if family == "openai":
-        return OpenAIChatClient("m", server.base_url, "", retry, stream=stream)
-    if family == "gemini":
-        return GeminiClient("m", f"{server.root_url}/v1beta", "", retry, stream=stream)
-    return AnthropicClient("m", server.root_url, "", retry, stream=stream)
+    url = {"openai": server.base_url, "gemini": f"{server.root_url}/v1beta"}.get(family, server.root_url)
+    return HttpModelClient(DIALECTS[family], "m", url, "", RetryPolicy(max_attempts=1), stream=stream)
 
 
 def script(family: str, server: FakeModelServer, text: str, stream: bool, per_token_s: float, tokens: int) -> None:

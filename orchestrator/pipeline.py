@@ -19,10 +19,10 @@ from .errors import ErrorType, OpenAgentsError
 from .events import ToolCallState
 from .hooks import tools as tool_hooks
 from .hooks.engine import Hooks
+from .models.base import ToolCall
 from .policy.approvals import ApprovalGate
 from .protocol import Executor, ToolResult
 from .sandbox.egress import widening_offer
-from .tools.call import ToolCall
 from .tools.catalog import LAND_ACTION, LAND_TOOL
 from .tools.registry import PreparedCall, ToolRegistry
 from .transcript import Transcript

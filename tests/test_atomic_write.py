@@ -1,4 +1,4 @@
-"""ground/atomic.py, the one atomic writer (terminal/machine.py's lists, the report page, the
+"""boxfs/atomic.py, the one atomic writer (terminal/machine.py's lists, the report page, the
 checkpoint index): whole or not at all, and no temporary file left behind either way."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from orchestrator.ground.atomic import write_atomic
+from orchestrator.boxfs.atomic import write_atomic
 
 
 def test_it_replaces_the_whole_file_with_the_mode_asked(tmp_path):

@@ -10,9 +10,8 @@ import pytest
 from orchestrator import events as ev
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.loop import SessionStatus
-from orchestrator.models.base import ModelTurn
+from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.protocol import ToolResult
-from orchestrator.tools.call import ToolCall
 from tests.test_loop_fast import FakeSandbox, session, typed
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,18 +16,20 @@ from tests.test_layout import PACKAGE, ROOT, import_graph, knots
 # Ground up. Each entry: the parts of one layer, and what they own (the doc's words).
 LAYERS: list[dict[str, str]] = [
     {"ground": "leaf modules that import nothing of ours: text shown safely and JSON lines (text.py), "
-               "a deadline in a child process (deadline.py), atomic file writes (atomic.py)",
+               "a deadline in a child process (deadline.py)",
      "errors": "the one error taxonomy: ErrorType (recoverable or fatal) and OpenAgentsError",
      "config": "the sandbox's configuration: limits, runtimes, egress rules",
      "host_memory": "the host process's allocator tuned so its memory follows the work"},
     {"protocol": "the wire messages between host and container agent, and ToolResult, every call's outcome",
      "state": "the state directory, where the host keeps what a session leaves behind (owned, never box-writable)"},
-    {"boxfs": "the one safe-file layer: every read, walk, copy and restore of box-written files"},
+    {"boxfs": "the one safe-file layer: every read, walk, copy and restore of box-written files; "
+              "host-owned files opened with no link followed (private.py) and written atomically (atomic.py)"},
     {"events": "the typed events of a session (what the transcript records and front-ends show)"},
     {"terminal": "painting a session for a person or a machine (live view, machine lines)",
-     "tools": "the tools: one declaration per tool (defs/), the catalog, arguments, the call type, "
+     "models": "the model clients: one dialect per family (models/dialects/), the one HTTP client, the "
+               "model-neutral conversation and the call type (ToolCall) with the one argument parser"},
+    {"tools": "the tools: one declaration per tool (defs/), the catalog, arguments, each family's declarations, "
               "the registry that runs them, host git, our MCP client (mcp/)"},
-    {"models": "the model clients (OpenAI, Anthropic, Gemini, scripted) and their shared conversation"},
     {"budget": "a session's budgets: tokens, wall time, the context window and compaction",
      "workspace": "the user's workspace: copies, checkpoints, review and landing, forks, session records"},
     {"transcript": "the JSONL transcript: writing, reading back, resuming",

@@ -18,12 +18,11 @@ from orchestrator.config import SandboxLimits
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.events import ToolCallState
 from orchestrator.loop import SessionStatus, TurnLoop
-from orchestrator.models.base import ModelTurn
+from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
 from orchestrator.policy.ladder import Ladder
 from orchestrator.protocol import Executor, ToolResult
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ErrorType
+from orchestrator.models.base import ToolCall
 from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.mcp.client import McpHost
 
 pytestmark = pytest.mark.timeout(120)

@@ -7,8 +7,8 @@ import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import Message, RetryPolicy
-from orchestrator.models.gemini import GeminiClient
-from orchestrator.models.openai import OpenAIChatClient
+from orchestrator.models.dialects import DIALECTS
+from orchestrator.models.http import HttpModelClient, preflight
 from orchestrator.tools.declarations import declarations
 from tests.fake_model_server import FakeModelServer
 
@@ -23,7 +23,7 @@ def server():
 
 
 def openai(server, retry=FAST, **kw):
-    return OpenAIChatClient("gpt-test", server.base_url, "sk-test-key-0123456789abcdef", retry, **kw)
+    return HttpModelClient(DIALECTS["openai"], "gpt-test", server.base_url, "sk-test-key-0123456789abcdef", retry, **kw)
 
 
 def test_openai_tool_call_and_request_shape(server):
@@ -67,7 +67,7 @@ def test_openai_client_error_is_not_retried(server):
 
 
 def test_openai_connection_refused_is_a_typed_error():
-    client = OpenAIChatClient("m", "http://127.0.0.1:9/v1", "k", RetryPolicy(max_attempts=2, base_delay_s=0.01))
+    client = HttpModelClient(DIALECTS["openai"], "m", "http://127.0.0.1:9/v1", "k", RetryPolicy(max_attempts=2, base_delay_s=0.01))
     with pytest.raises(OpenAgentsError) as info:
         client.complete(MESSAGES, [])
     assert info.value.type == ErrorType.MODEL_API_ERROR
@@ -82,7 +82,7 @@ def test_openai_unexpected_shape_is_typed(server):
 
 def test_gemini_function_call_and_request_shape(server):
     server.gemini_turn("let me see", [("grep_files", {"pattern": "TODO"})])
-    client = GeminiClient("gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", FAST, stream=False)
+    client = HttpModelClient(DIALECTS["gemini"], "gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", FAST, stream=False)
     history = MESSAGES + [
         Message(role="assistant", content="", tool_calls=[{"id": "c1", "name": "read_file", "arguments": '{"path": "x"}'}]),
         Message(role="tool", tool_call_id="c1", name="read_file", content="contents"),
@@ -101,24 +101,22 @@ def test_gemini_function_call_and_request_shape(server):
 
 def test_gemini_retries_429(server):
     server.reply({"error": {"code": 429}}, status=429, headers={"Retry-After": "0"}).gemini_turn("ok")
-    client = GeminiClient("g", f"http://127.0.0.1:{server.port}/v1beta", "k", FAST)
+    client = HttpModelClient(DIALECTS["gemini"], "g", f"http://127.0.0.1:{server.port}/v1beta", "k", FAST)
     assert client.complete(MESSAGES, []).text == "ok" and len(server.requests) == 2
 
 
 # -- streaming ---------------------------------------------------------------------------------
-from orchestrator.models.anthropic import AnthropicClient  # noqa: E402
-from orchestrator.models.base import preflight  # noqa: E402
 from orchestrator.models.factory import model_from_spec  # noqa: E402
 from orchestrator.models.stream import StreamLimits, sse_events  # noqa: E402
 from tests.fake_model_server import sse  # noqa: E402
 
 
 def gemini(server, retry=FAST, **kw):
-    return GeminiClient("gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", retry, **kw)
+    return HttpModelClient(DIALECTS["gemini"], "gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", retry, **kw)
 
 
 def anthropic(server, retry=FAST, **kw):
-    return AnthropicClient("claude-test", server.root_url, "sk-ant-test-key-0123456789", retry, **kw)
+    return HttpModelClient(DIALECTS["anthropic"], "claude-test", server.root_url, "sk-ant-test-key-0123456789", retry, **kw)
 
 
 @pytest.mark.parametrize("pieces", [None, 1, 7])
@@ -149,7 +147,7 @@ def test_a_server_that_ignores_stream_is_read_whole(server):
 
 def test_non_streamed_mode_sends_no_stream_flag(server):
     server.openai_turn("done")
-    client = OpenAIChatClient("m", server.base_url, "", FAST, stream=False)
+    client = HttpModelClient(DIALECTS["openai"], "m", server.base_url, "", FAST, stream=False)
     assert client.complete(MESSAGES, []).text == "done" and "stream" not in server.requests[0]["body"]
 
 
@@ -272,11 +270,7 @@ def test_sse_parser_bounds_and_types():
 def test_an_endless_stream_is_cut_at_the_total_bound(server):
     server.stream([sse({"choices": [{"index": 0, "delta": {"content": "x" * 1000}}]})] * 2000)
     with pytest.raises(OpenAgentsError) as info:
-        from orchestrator.models.base import post_stream
-        from orchestrator.models.openai import OpenAIStream
-
-        client = openai(server)
-        post_stream(client._http, client._url, {}, {}, FAST, "test", lambda: OpenAIStream(None), StreamLimits(max_total_bytes=100_000))
+        openai(server, limits=StreamLimits(max_total_bytes=100_000)).complete(MESSAGES, [])
     assert info.value.type == ErrorType.MODEL_API_ERROR and "whole answer" in info.value.message
 
 
@@ -313,3 +307,18 @@ def test_anthropic_spec_key_and_base_url(monkeypatch, server):
     server.anthropic_stream("via base url")
     assert model_from_spec("anthropic:c", base_url=server.base_url).complete(MESSAGES, []).text == "via base url"  # .../v1 given: no /v1/v1
     assert server.requests[-1]["path"] == "/v1/messages"
+
+
+def test_openai_responses_spec_over_loopback(monkeypatch, server):
+    """`openai-responses:NAME`: the Responses API's event stream, through the factory, on loopback."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server.stream([sse({"type": "response.output_text.delta", "output_index": 0, "delta": "he"}, "response.output_text.delta"),
+                   sse({"type": "response.output_text.delta", "output_index": 0, "delta": "llo"}, "response.output_text.delta"),
+                   sse({"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 1}}}, "response.completed")], pieces=7)
+    client = model_from_spec("openai-responses:gpt-test", base_url=server.base_url)
+    seen: list[str] = []
+    turn = client.complete(MESSAGES, declarations(["read_file"], "openai-responses"), on_text=seen.append)
+    assert client.family == "openai-responses" and turn.text == "hello" and seen == ["he", "llo"] and turn.usage["input_tokens"] == 3
+    request = server.requests[0]
+    assert request["path"] == "/v1/responses" and request["body"]["instructions"] == "s" and request["body"]["store"] is False
+    assert request["body"]["input"] == [{"role": "user", "content": "fix it"}] and request["body"]["tools"][0]["name"] == "read_file"

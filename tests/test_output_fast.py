@@ -12,12 +12,12 @@ import pytest
 from orchestrator.budget import default_context_window
 from orchestrator.cli.stream_json import StreamJson
 from orchestrator.events import ToolCallFinished, ToolCallState
+from orchestrator.models.base import ToolCall
 from orchestrator.policy.approvals import Answer, ApprovalGate, PermissionOption, TerminalApprover, parse_answer
 from orchestrator.policy.ladder import Ladder, PolicyRule
 from orchestrator.policy.prefix import shell_prefix
 from orchestrator.protocol import Executor
 from orchestrator.terminal.painter import RESULT_LINE_CHARS, RESULT_TAIL_LINES, Painter
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.registry import ToolRegistry
 from tests.test_transcript import HOSTILE, _raw_hidden
 

@@ -9,11 +9,11 @@ import pytest
 
 from orchestrator.cli import main as cli_main
 from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.models.base import ToolCall
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, NonInteractiveApprover, PermissionOption
 from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule, Tier, load_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, parse_data_bounded
 from orchestrator.protocol import Executor
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.registry import ToolRegistry
 
 

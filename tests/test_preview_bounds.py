@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from orchestrator.models.base import ToolCall
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, NonInteractiveApprover, PermissionOption, TerminalApprover, shows_diffs
 from orchestrator.policy.ladder import Ladder, PolicyRule
 from orchestrator.terminal.live import LiveView
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.workspace.bounded_diff import bounded_unified_diff
 from orchestrator.workspace.preview import PREVIEW_SECONDS, proposed_diff

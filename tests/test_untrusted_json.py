@@ -20,7 +20,8 @@ import pytest
 from orchestrator.acp.server import AcpServer
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import Message, RetryPolicy
-from orchestrator.models.openai import OpenAIChatClient
+from orchestrator.models.dialects import DIALECTS
+from orchestrator.models.http import HttpModelClient
 from orchestrator.sandbox.channel import Channel
 from orchestrator.tools.args import parse_arguments
 from orchestrator.transcript import show_lines
@@ -133,7 +134,7 @@ def test_a_model_answer_nested_deep_is_a_typed_model_error(stack_probe):
     with FakeModelServer() as server:
         for _ in range(2):
             server.reply(DEEP[0].encode())
-        client = OpenAIChatClient("m", server.base_url, "k", RetryPolicy(max_attempts=2, base_delay_s=0.01))
+        client = HttpModelClient(DIALECTS["openai"], "m", server.base_url, "k", RetryPolicy(max_attempts=2, base_delay_s=0.01))
         with pytest.raises(OpenAgentsError) as info:
             client.complete([Message(role="user", content="hi")], [])
     assert info.value.type == ErrorType.MODEL_API_ERROR

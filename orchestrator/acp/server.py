@@ -40,11 +40,11 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
 from ..loop import SessionStatus, TurnLoop
+from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
 from ..protocol import Executor, ToolResult
 from ..tools import catalog
-from ..tools.call import ToolCall
 from ..tools.catalog import LAND_ACTION, LAND_TOOL
 from ..tools.mcp.client import McpHost
 from ..tools.registry import HostTools

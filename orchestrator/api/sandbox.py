@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
-from ..tools.call import ToolCall
 from ..tools.catalog import CHANGES_TOOL, LAND_TOOL
 from ..tools.defs import edit_file as edit_def
 from ..tools.defs import grep_files as grep_def

@@ -14,14 +14,20 @@ written, and attacked (tests/attacks/test_boxfs.py), once:
 - restoring writes a temporary name and renames it (atomic), with owner and mode given by the
   caller, never wider than asked;
 - names are bytes inside; `show()` is the one way a name reaches a person.
+
+`BoxDir` (tree.py) is the handle consumers hold: a directory opened once, no link followed, with
+every act on its entries as a method bounded by its budget. Outside this package no host code
+spells openat, fstatat, `dir_fd=`, O_NOFOLLOW/O_DIRECTORY or a walker of its own
+(tests/test_boxfs_guard.py fails when one does).
 """
 from .budget import BudgetExceeded, HostBudget
 from .copy import HardLinks, copy_regular, punch_copy
 from .names import from_store, show, to_store
-from .read import lstat_at, lstat_workspace, open_dir, open_parent, open_regular, read_at, read_workspace_file
+from .read import lstat_at, open_dir, open_parent, open_regular, read_at
 from .restore import remove_tree, write_atomic
+from .tree import BoxDir, lstat_workspace, read_workspace_file
 from .walk import Entry, Walk, kind_of
 
-__all__ = ["BudgetExceeded", "Entry", "HardLinks", "HostBudget", "Walk", "copy_regular", "from_store", "kind_of",
+__all__ = ["BoxDir", "BudgetExceeded", "Entry", "HardLinks", "HostBudget", "Walk", "copy_regular", "from_store", "kind_of",
            "lstat_at", "lstat_workspace", "open_dir", "open_parent", "open_regular", "punch_copy", "read_at",
            "read_workspace_file", "remove_tree", "show", "to_store", "write_atomic"]

@@ -136,38 +136,3 @@ def read_at(dir_fd: int, name: Name, cap: int, rel: Name | None = None) -> tuple
         return read_fd(fd, cap, name if rel is None else rel), st
     finally:
         os.close(fd)
-
-
-def _parent_in(workspace: Path | str, rel: Name) -> tuple[int, bytes] | None:
-    """open_parent from the workspace's own path (opened and closed here)."""
-    root = open_dir(workspace)
-    try:
-        return open_parent(root, rel)
-    finally:
-        os.close(root)
-
-
-def read_workspace_file(workspace: Path | str, rel: Name, cap: int) -> bytes:
-    """The bytes of the regular file WORKSPACE/rel, at most `cap` of them, or a typed refusal:
-    UNSAFE_WORKSPACE_FILE for a link anywhere on the path, a non-regular leaf or one over the cap;
-    FILE_NOT_FOUND when nothing is there."""
-    found = _parent_in(workspace, rel)
-    if found is None:
-        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"workspace file '{show(rel)}' does not exist")
-    parent, leaf = found
-    try:
-        return read_at(parent, leaf, cap, rel)[0]
-    finally:
-        os.close(parent)
-
-
-def lstat_workspace(workspace: Path | str, rel: Name) -> os.stat_result | None:
-    """What is at `rel` (the entry itself), or None if nothing is; a symlinked parent is refused."""
-    found = _parent_in(workspace, rel)
-    if found is None:
-        return None
-    parent, leaf = found
-    try:
-        return lstat_at(parent, leaf)
-    finally:
-        os.close(parent)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from ..boxfs.private import create_private
 from ..errors import ErrorType, OpenAgentsError
 from ..ground.text import json_line, visible
 from ..loop.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
@@ -96,7 +97,7 @@ def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig
         raise setup_error(err) from None
     try:
         start.transcript = str(start.dir / "transcript.jsonl")
-        fd = os.open(start.transcript, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = create_private(start.transcript)
         os.close(fd)
         start.model_spec, start.base_url, start.api_key_env = options.model_spec, options.base_url, options.api_key_env
         start.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
@@ -262,7 +263,7 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, p
 def _score(opened: OpenSession, pick: str, timeout: int, last_turn: int, attempt: Attempt) -> None:
     """COMMAND through the pipeline in the attempt's box (your own command: what would ask runs, a
     deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
-    from ..tools.call import ToolCall
+    from ..models.base import ToolCall
 
     store = opened.checkpoints
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0

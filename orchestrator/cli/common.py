@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
+from ..boxfs.private import create_private
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..loop.summary import EXIT_SETUP, EXIT_STOPPED
@@ -214,7 +215,7 @@ def new_transcript_path(text: str | None) -> Path | None:
             path.parent.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
             raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is not a directory") from None
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = create_private(path)
     except OSError as err:
         kind = {errno.EACCES: ErrorType.PERMISSION_DENIED, errno.EPERM: ErrorType.PERMISSION_DENIED, errno.EROFS: ErrorType.PERMISSION_DENIED,
                 errno.ENOTDIR: ErrorType.NOT_A_DIRECTORY, errno.EISDIR: ErrorType.IS_DIRECTORY, errno.EEXIST: ErrorType.INVALID_ARGUMENTS}

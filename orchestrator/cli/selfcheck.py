@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..boxfs import BoxDir
 from ..config import SandboxConfig
 from ..protocol import ToolResult
 from ..sandbox.backend import backend_from_config
@@ -86,7 +87,8 @@ def _daemons(box: Sandbox, ws: Path) -> tuple[bool, str]:
 def _no_setuid(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "cp /bin/sh setuid-probe && chmod 4755 setuid-probe; chmod g+s setuid-probe; "
                       "python3 -c 'import os; os.close(os.open(\"setgid-probe\", os.O_CREAT, 0o2755))'; echo done").output
-    planted = [p.name for p in ws.iterdir() if os.lstat(p).st_mode & 0o6000]
+    with BoxDir.open(ws) as top:  # box-written: names and lstat through boxfs, nothing followed
+        planted = [os.fsdecode(n) for n in top.names() if top.lstat(n).st_mode & 0o6000]
     ran = (ws / "setuid-probe").is_file() and "done" in out  # the copy was made: only the bit was refused
     detail = f"setuid/setgid on the host: {planted}" if planted else "chmod 4755, g+s and open(0o2755) refused" if ran else f"the probe did not run: {out[-200:]}"
     return ran and not planted, detail

@@ -1,2 +1,2 @@
 """The ground floor: small leaf modules every part uses (text shown safely and JSON lines, deadlines in a
-child process, atomic file writes). They import nothing of ours, so anything may import them."""
+child process). They import nothing of ours, so anything may import them."""

@@ -22,11 +22,10 @@ from ..budget import Budget, compact, default_context_window, estimate_tokens, u
 from ..config import DEFAULT_MAX_TURNS
 from ..errors import ErrorType, OpenAgentsError
 from ..hooks import turns as hook_points
-from ..models.base import Message, ModelClient
+from ..models.base import Message, ModelClient, ToolCall
 from ..pipeline import CallOutcome, CallPipeline
 from ..policy.approvals import ApprovalGate
 from ..protocol import ErrorInfo, Executor, ToolResult
-from ..tools.call import ToolCall
 from ..tools.registry import PreparedCall, ToolRegistry
 from ..transcript import Transcript
 from ..workspace.context_files import ContextFiles

@@ -37,11 +37,11 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..ground.text import visible
+from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
 from ..tools import catalog, declarations
-from ..tools.call import ToolCall
 from ..tools.catalog import LAND_TOOL
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call

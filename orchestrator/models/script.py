@@ -13,8 +13,7 @@ from typing import Any
 from sandbox_agent import jsonbound
 
 from ..errors import ErrorType, OpenAgentsError
-from ..tools.call import ToolCall
-from .base import Message, ModelTurn, TextSink
+from .base import Message, ModelTurn, TextSink, ToolCall
 
 
 class ScriptedModel:

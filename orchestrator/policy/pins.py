@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import state
+from ..boxfs.atomic import write_atomic
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
-from ..ground.atomic import write_atomic
 from ..workspace.records import Pin, SessionRecord
 from .ladder import POLICY_CAP, PolicyFile, Tier, parse_policy
 
@@ -95,7 +96,7 @@ def _read_pin(record: SessionRecord, pin: Pin) -> bytes:
     if "/" in name or name in ("", ".", ".."):
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"session {record.id}: the pin of {pin.path} names no file of its own")
     try:
-        fd = os.open(record.dir / PINS_DIR / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_private(record.dir / PINS_DIR / name, os.O_RDONLY | os.O_NONBLOCK)
         try:
             st = os.fstat(fd)
             raw = os.read(fd, POLICY_CAP + 1) if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() else None
@@ -223,7 +224,7 @@ def hook_script(record: SessionRecord, workspace: Path, path: Path, resumed: boo
 
 def _read_capped(path: Path) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_private(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
     try:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..ground.atomic import write_atomic
+from ..boxfs.atomic import write_atomic
 from ..workspace.records import SessionRecord
 from .changes import final_changes, store_checkpoints
 from .collect import Gathered, gather

@@ -1,6 +1,6 @@
 """Pending sweeps: a host killed before its end-of-session sweep must not leave the box's plants.
 
-The integrity sweep runs when the box is gone (workspace/integrity.py). A host process that dies first (OOM,
+The integrity sweep runs when the box is gone (integrity.py). A host process that dies first (OOM,
 SIGKILL, power loss) never runs it: the `.git` the box planted would run on the user's next `git
 status`, and the next session would adopt it into its baseline as the user's own. So before a box
 starts, its sweep is journaled, durably (a temporary file written, fsynced, renamed, the
@@ -23,8 +23,9 @@ from typing import Any
 
 from .. import state
 from ..boxfs import HostBudget, from_store, to_store
+from ..boxfs.atomic import fsync_dir, write_atomic
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
-from ..ground.atomic import fsync_dir, write_atomic
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
 
 log = logging.getLogger(__name__)
@@ -129,7 +130,7 @@ def complete(entry: Pending, budget: HostBudget | None = None, shared: bool = Fa
     find the same journal do not both sweep: the journal file's lock is held for the sweep, and
     whoever gets it second finds the journal gone (finished: nothing to do) or sweeps it itself."""
     try:
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_private(entry.path, os.O_RDONLY)
     except FileNotFoundError:
         return SweepReport()  # finished meanwhile, by its owner or another command
     try:

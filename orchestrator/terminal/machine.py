@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from ..boxfs.atomic import write_atomic
 from ..boxfs.names import stored_exact, stored_shown
-from ..ground.atomic import write_atomic
 from ..ground.text import json_line
 
 MAX_LISTED = 1000  # items of one list inline; the rest only in its file

@@ -1,20 +1,19 @@
 """What each model family sees of a tool: name, description, JSON schema. Data only, resolved from
-the tool's ToolDef (its description and argument model) plus its per-family overrides, so the
-exact declaration a family receives is testable alone (tests/snapshots/). Invocation lives
-elsewhere (registry.py)."""
+the tool's ToolDef (its description and argument model) plus its per-family overrides, then put in
+the family's shape by its dialect (models/dialects/), so the exact declaration a family receives is
+testable alone (tests/snapshots/). Invocation lives elsewhere (registry.py)."""
 from __future__ import annotations
 
 import copy
 from typing import Any
 
+from ..models.dialects import DIALECTS, dialect
 from . import catalog, network
 
-FAMILIES = ("openai", "gemini", "anthropic")
-
-_GEMINI_KEYS = {"type", "description", "properties", "required", "items", "enum", "minimum", "maximum", "nullable", "format"}
+FAMILIES = tuple(DIALECTS)
 
 
-def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Pydantic's schema, without titles and with Optional[X] flattened to X (the model may omit it)."""
     schema = copy.deepcopy(schema)
 
@@ -38,22 +37,10 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _to_gemini(schema: dict[str, Any]) -> dict[str, Any]:
-    """Gemini takes an OpenAPI subset with upper-case type names; unknown keys are dropped."""
-    out = {k: v for k, v in schema.items() if k in _GEMINI_KEYS}
-    if "type" in out:
-        out["type"] = str(out["type"]).upper()
-    if "properties" in out:
-        out["properties"] = {k: _to_gemini(v) for k, v in out["properties"].items()}
-    if "items" in out:
-        out["items"] = _to_gemini(out["items"])
-    return out
-
-
 def base_declaration(name: str) -> dict[str, Any]:
     tool = catalog.TOOLS[name]
     assert tool.args is not None, f"{name} declares no arguments"
-    schema = _clean_schema(tool.args.model_json_schema())
+    schema = clean_schema(tool.args.model_json_schema())
     schema.pop("description", None)
     return {"name": name, "description": tool.description, "parameters": schema}
 
@@ -61,18 +48,13 @@ def base_declaration(name: str) -> dict[str, Any]:
 def declaration(name: str, family: str, network_sentence: str | None = None) -> dict[str, Any]:
     """`network_sentence`: what this session's network really is (network.sentence); a tool that
     reaches the network says it in place of the generic sentence its static description ends with."""
-    if family not in FAMILIES:
-        raise ValueError(f"unknown model family {family!r}")
+    shape = dialect(family)  # ValueError for a family that has no dialect
     base = base_declaration(name)
     if network_sentence is not None and catalog.TOOLS[name].reaches_network:
         assert base["description"].endswith(network.GENERIC), f"{name} reaches the network but does not say so"
         base["description"] = base["description"][:-len(network.GENERIC)] + network_sentence
     base.update(catalog.TOOLS[name].overrides.get(family, {}))
-    if family == "gemini":
-        return {"name": base["name"], "description": base["description"], "parameters": _to_gemini(base["parameters"])}
-    if family == "anthropic":  # the Messages API: JSON Schema as input_schema
-        return {"name": base["name"], "description": base["description"], "input_schema": base["parameters"]}
-    return {"type": "function", "function": {"name": base["name"], "description": base["description"], "parameters": base["parameters"]}}
+    return shape.declare(base["name"], base["description"], base["parameters"])
 
 
 def declarations(names: list[str], family: str, network_sentence: str | None = None) -> list[dict[str, Any]]:

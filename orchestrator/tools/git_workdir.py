@@ -20,9 +20,9 @@ from typing import Callable, Generator, cast
 
 from sandbox_agent.paths import GIT_DIR, PathRefused, check_lexical
 
-from ..boxfs import Entry, HostBudget, lstat_at, open_regular, show
+from ..boxfs import BoxDir, Entry, HostBudget, show
 from ..boxfs import Walk as BoxWalk
-from ..boxfs.read import DIR_FLAGS, read_fd
+from ..boxfs.read import read_fd
 from ..errors import ErrorType, OpenAgentsError
 
 MAX_ENTRIES = 100_000  # files walked per command; beyond this a command stops with a note
@@ -109,8 +109,7 @@ def _is_git_name(name: str | bytes) -> bool:
 
 def _holds_git_entry(dir_fd: int) -> bool:
     """Whether the directory dir_fd holds a `.git` entry (any case): streamed, nothing kept."""
-    with os.scandir(dir_fd) as it:
-        return any(_is_git_name(item.name) for item in it)
+    return BoxDir.at(dir_fd).has_name(_is_git_name)
 
 
 def _read_ignore_file(dir_fd: int) -> bytes | None:
@@ -120,7 +119,7 @@ def _read_ignore_file(dir_fd: int) -> bytes | None:
     the box can swap for a link (to a FIFO: libgit2 would block in open() holding the GIL, and the
     whole host process with it) between this check and libgit2's own open."""
     try:
-        fd, st = open_regular(dir_fd, ".gitignore")
+        fd, st = BoxDir.at(dir_fd).open_file(".gitignore")
     except OpenAgentsError as err:
         return b"" if err.type is ErrorType.FILE_NOT_FOUND else None
     try:
@@ -159,16 +158,16 @@ class Tree:
         """An fd for directory `rel`; also whether every .gitignore on the way is safe to hand to libgit2.
         With nested_check, a directory on the way that holds a .git entry is refused (a pathspec
         may not reach into a nested repository)."""
-        fd = os.open(self.root, DIR_FLAGS)
+        fd = BoxDir.open(self.root, last_nofollow=True).detach()
         parts = [p for p in rel.split("/") if p not in ("", ".")]
         try:
             ignore_ok = self._ignore_file_ok(fd, "")
             for i, part in enumerate(parts):
                 here = "/".join(parts[: i + 1])
                 try:
-                    child = os.open(part, DIR_FLAGS, dir_fd=fd)
+                    child = BoxDir.at(fd).sub(part).detach()
                 except OSError as err:
-                    st = lstat_at(fd, part)
+                    st = BoxDir.at(fd).lstat_or_none(part)
                     if st is not None and stat.S_ISLNK(st.st_mode):
                         raise PathProblem("path_outside_workspace", f"{here!r} is a symbolic link; git paths do not go through links") from None
                     raise PathProblem("file_not_found" if err.errno == 2 else "path_invalid", f"{here!r}: {err.strerror}") from None
@@ -192,7 +191,7 @@ class Tree:
                 return None
             raise
         try:
-            return lstat_at(fd, name)
+            return BoxDir.at(fd).lstat_or_none(name)
         finally:
             os.close(fd)
 
@@ -207,7 +206,7 @@ class Tree:
                 return None
             raise
         try:
-            st = lstat_at(fd, name)
+            st = BoxDir.at(fd).lstat_or_none(name)
             if st is None:
                 return None
             if stat.S_ISLNK(st.st_mode):
@@ -216,7 +215,7 @@ class Tree:
                     raise PathProblem("path_outside_workspace", f"{rel!r} is a symbolic link leading outside the workspace")
             elif stat.S_ISDIR(st.st_mode):
                 try:
-                    child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                    child = BoxDir.at(fd).sub(name).detach()
                 except FileNotFoundError:
                     return None
                 try:
@@ -248,7 +247,7 @@ class Tree:
         fd, ok = self._open_dir(parent)
         try:
             if stat.S_ISDIR(st.st_mode):
-                child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                child = BoxDir.at(fd).sub(name).detach()
                 try:
                     self._walk_dir(child, start + "/", skip, walk, ok and self._ignore_file_ok(child, start), False, budget)
                 finally:
@@ -278,7 +277,7 @@ class Tree:
             if skip(rel, True, parent_ok):
                 return False
             try:
-                sub = os.open(entry.name, DIR_FLAGS, dir_fd=entry.dir_fd)
+                sub = BoxDir.at(entry.dir_fd).sub(entry.name).detach()
             except OSError:
                 walk.notes.append(f"{quote(rel)}/ could not be opened")
                 return False
@@ -335,7 +334,7 @@ class Tree:
         parent, _, name = rel.rpartition("/")
         dir_fd, _ = self._open_dir(parent)
         try:
-            return open_regular(dir_fd, name, rel)
+            return BoxDir.at(dir_fd).open_file(name, rel)
         except OpenAgentsError as err:
             raise PathProblem("file_not_found" if err.type is ErrorType.FILE_NOT_FOUND else "not_regular_file",
                               f"{rel!r}: {err.message}") from None
@@ -346,7 +345,7 @@ class Tree:
         parent, _, name = rel.rpartition("/")
         dir_fd, _ = self._open_dir(parent)
         try:
-            return os.fsencode(os.readlink(name, dir_fd=dir_fd))
+            return BoxDir.at(dir_fd).readlink(name)
         finally:
             os.close(dir_fd)
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
 from ..protocol import ToolResult
 from . import catalog, declarations, host_git, network
-from .call import ToolCall
 from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
 
 if TYPE_CHECKING:  # the registry is handed its sandbox; tools/ sits below sandbox/ (docs/architecture.md)

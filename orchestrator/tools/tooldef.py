@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 from pydantic import BaseModel
 
 from ..errors import ErrorType, OpenAgentsError
-from .argbase import parse_arguments, validate_model
+from ..models.base import parse_arguments
+from .argbase import validate_model
 
 if TYPE_CHECKING:
     from ..protocol import ToolResult

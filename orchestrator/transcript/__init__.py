@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, TextIO
 from sandbox_agent import jsonbound
 from sandbox_agent.limits import SECRET_NAME_PATTERN
 
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from ..events import Event
 from ..ground.text import json_line, visible
@@ -220,7 +221,7 @@ def _jsonable(value: Any) -> Any:
 def _open_regular(path: Path, flags: int) -> int:
     """An fd of the regular file at `path`: no link followed, no FIFO waited on; typed otherwise."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_private(path, flags | os.O_NONBLOCK)
     except FileNotFoundError:
         raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"the transcript {visible(str(path))} does not exist") from None
     except OSError as err:

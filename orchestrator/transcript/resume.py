@@ -20,8 +20,7 @@ from typing import Sequence
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import Message
-from ..tools.call import ToolCall
+from ..models.base import Message, ToolCall
 from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, open_own_record
 from . import Unreadable, read_records
 

@@ -38,10 +38,9 @@ from typing import Callable, NamedTuple
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from ..boxfs import BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, remove_tree, show, to_store
-from ..boxfs.read import DIR_FLAGS, open_dir
+from ..boxfs import BoxDir, BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, open_dir, remove_tree, show, to_store
+from ..boxfs.atomic import write_atomic
 from ..errors import ErrorType, OpenAgentsError
-from ..ground.atomic import write_atomic
 
 COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
 COPY_MAX_ENTRIES = 500_000
@@ -258,7 +257,7 @@ def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, b
     links = HardLinks()
     # the copy's directories on the path being walked, innermost last: finished (moded, owned,
     # timed) when the walk leaves them, since a directory's children all come right after it
-    path: list[_Dir] = [_Dir(b"", os.open(dest, DIR_FLAGS), 0o755, (0, 0))]
+    path: list[_Dir] = [_Dir(b"", BoxDir.open(dest, budget, last_nofollow=True).detach(), 0o755, (0, 0))]
     walk = Walk(src_fd, budget, enter=lambda e: not (e.depth == 1 and e.name == b".git"), sort=True)
     try:
         for entry in walk.entries():
@@ -268,6 +267,7 @@ def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, b
             while path[-1].rel != parent:
                 _finish(path.pop(), uid, gid, manifest)
             dst = path[-1].fd
+            into = BoxDir.at(dst, budget)
             key = to_store(entry.rel)
             kind = kind_of(entry.st.st_mode)
             if kind == "special":
@@ -276,15 +276,15 @@ def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, b
             mode = stat.S_IMODE(entry.st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID)
             times = (entry.st.st_atime_ns, entry.st.st_mtime_ns)
             if kind == "symlink":
-                os.symlink(os.readlink(entry.name, dir_fd=entry.dir_fd), entry.name, dir_fd=dst)
-                os.chown(entry.name, uid, gid, dir_fd=dst, follow_symlinks=False)
-                os.utime(entry.name, ns=times, dir_fd=dst, follow_symlinks=False)
-                copied = os.stat(entry.name, dir_fd=dst, follow_symlinks=False)
+                into.symlink(BoxDir.at(entry.dir_fd).readlink(entry.name), entry.name)
+                into.lchown(entry.name, uid, gid)
+                into.lutime(entry.name, times)
+                copied = into.lstat(entry.name)
             elif kind == "dir":
                 if not budget.check_depth(entry.depth + 1):
                     raise _DepthExceeded(entry.rel, budget.max_depth)
-                os.mkdir(entry.name, 0o700, dir_fd=dst)
-                sub = os.open(entry.name, DIR_FLAGS, dir_fd=dst)
+                into.mkdir(entry.name, 0o700)
+                sub = into.sub(entry.name).detach()
                 path.append(_Dir(entry.rel, sub, mode, times))
                 copied = os.fstat(sub)  # its stamp is taken again when it is finished
             else:

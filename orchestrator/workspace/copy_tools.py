@@ -26,9 +26,9 @@ from ..boxfs import show
 from ..boxfs.names import stored_shown
 from ..errors import ErrorType, OpenAgentsError
 from ..ground.text import visible
+from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
 from ..terminal.machine import Bounded, name_item, named
-from ..tools.call import ToolCall
 from ..tools.catalog import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
 from ..tools.registry import HostTools, PreparedCall
 from ..tools.tooldef import Approval, ToolDef

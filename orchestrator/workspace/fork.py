@@ -23,7 +23,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..boxfs import HostBudget, open_dir, open_regular, punch_copy
+from ..boxfs import BoxDir, HostBudget, open_dir, open_regular, punch_copy
+from ..boxfs.private import create_private, open_private
 from ..errors import ErrorType, OpenAgentsError
 from .copy import CopyLimits, CopyManifest, ManifestEntry, copy_workspace
 from .copy_session import ended_copy_session
@@ -134,10 +135,10 @@ def _clones(directory: Path) -> bool:
 
     a, b = directory / ".oa-clone-probe-a", directory / ".oa-clone-probe-b"
     try:
-        fa = os.open(a, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fa = open_private(a, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         try:
             os.write(fa, b"\0" * 4096)
-            fb = os.open(b, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fb = create_private(b)
             try:
                 fcntl.ioctl(fb, FICLONE, fa)
                 return True
@@ -191,7 +192,7 @@ def _copy_named(src_fd: int, name: str, dst_fd: int) -> None:
     """The transcript (wherever --transcript put it) copied as the fork's own transcript.jsonl."""
     fin, _ = open_regular(src_fd, os.fsencode(name), None)
     try:
-        fout = os.open("transcript.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_fd)
+        fout = BoxDir.at(dst_fd).create("transcript.jsonl")
         try:
             punch_copy(fin, fout, HostBudget.until(60.0, max_bytes=TRANSCRIPT_CAP, max_entries=None))
         finally:
@@ -203,7 +204,7 @@ def _copy_named(src_fd: int, name: str, dst_fd: int) -> None:
 def _new_file(directory: Path, name: bytes) -> None:
     fd = open_dir(directory)
     try:
-        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd))
+        os.close(BoxDir.at(fd).create(name))
     finally:
         os.close(fd)
 

@@ -40,8 +40,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ..boxfs import BudgetExceeded, Entry, HostBudget, Walk, from_store, open_dir, open_parent, show, to_store
-from ..boxfs.read import DIR_FLAGS
+from ..boxfs import BoxDir, BudgetExceeded, Entry, HostBudget, Walk, from_store, show, to_store
 from ..errors import ErrorType, OpenAgentsError
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID
@@ -61,8 +60,8 @@ def git_shaped(dir_fd: int) -> bool:
     them. By names only (any case, for case-insensitive disks), without reading anything; called
     only where a HEAD entry was met, so it costs nothing on ordinary trees."""
     try:
-        names = {n.casefold() for n in os.listdir(dir_fd)}
-    except OSError:
+        names = {os.fsdecode(n).casefold() for n in BoxDir.at(dir_fd).names()}
+    except (OSError, BudgetExceeded):
         return False
     return "head" in names and ("commondir" in names or {"objects", "refs"} <= names)
 
@@ -261,21 +260,21 @@ class Sweeper:
 
     def _placeholder(self, entry: Entry, shared: bool) -> bool:
         """True when the top .git is our own empty mount point (then it is removed, unless shared)."""
+        parent = BoxDir.at(entry.dir_fd)
         try:
-            fd = os.open(entry.name, DIR_FLAGS, dir_fd=entry.dir_fd)
+            top = parent.sub(entry.name)
         except OSError:
             return False
         try:
-            with os.scandir(fd) as it:
-                if next(iter(it), None) is not None:
-                    return False
+            if not top.is_empty():
+                return False
         except OSError:
             return False
         finally:
-            os.close(fd)
+            top.close()
         if not shared:
             try:
-                os.rmdir(entry.name, dir_fd=entry.dir_fd)
+                parent.rmdir(entry.name)
             except OSError:
                 pass
         return True
@@ -293,13 +292,14 @@ class Sweeper:
         rel = entry.text
         dest = self._batch / rel
         dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        parent = BoxDir.at(entry.dir_fd)
         try:
-            os.rename(entry.name, dest, src_dir_fd=entry.dir_fd)
+            parent.rename_out(entry.name, dest)
         except OSError as err:
             if err.errno != errno.EXDEV:  # the state directory is on another file system
                 raise
             if kind in ("fifo", "socket", "device"):
-                os.unlink(entry.name, dir_fd=entry.dir_fd)  # holds no data: its record is all there was
+                parent.unlink(entry.name)  # holds no data: its record is all there was
                 return Moved(path=to_store(entry.rel), kind=kind)
             return self._defuse_in_place(entry, kind, budget)
         _make_inert(dest, budget)
@@ -308,10 +308,11 @@ class Sweeper:
     def _defuse_in_place(self, entry: Entry, kind: str, budget: HostBudget) -> Moved:
         self._count += 1
         inert = f".oa-quarantined-{self._batch_id}-{self._count}".encode()
-        if os.path.lexists(os.path.join(f"/proc/self/fd/{entry.dir_fd}", os.fsdecode(inert))):
+        here = BoxDir.at(entry.dir_fd, budget)
+        if here.exists(inert):
             raise OSError(errno.EEXIST, f"{show(inert)} exists already")
-        os.rename(entry.name, inert, src_dir_fd=entry.dir_fd, dst_dir_fd=entry.dir_fd)
-        _defuse(entry.dir_fd, inert, self._batch_id, budget)
+        here.rename(entry.name, inert)
+        _defuse(here, inert, self._batch_id)
         parent = entry.rel.rpartition(b"/")[0]
         where = parent + b"/" + inert if parent else inert
         return Moved(path=to_store(entry.rel), kind=kind, to=to_store(where), in_place=True)
@@ -323,48 +324,37 @@ class Sweeper:
 
 
 def _clear_bits(dir_fd: int, name: bytes) -> None:
-    """chmod through an O_PATH fd opened relative to the parent's fd: nothing can be swapped in."""
-    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISLNK(st.st_mode):
-            return
-        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SPECIAL_BITS)
-    finally:
-        os.close(fd)
+    """chmod through an O_PATH fd opened relative to the parent's fd (BoxDir.chmod_entry): nothing can be swapped in."""
+    BoxDir.at(dir_fd).chmod_entry(name, lambda st: stat.S_IMODE(st.st_mode) & ~SPECIAL_BITS)
 
 
-def _defuse(dir_fd: int, name: bytes, batch: str, budget: HostBudget) -> None:
-    """Make dir_fd/name (just renamed to an inert name, still in the workspace) harmless where it
+def _defuse(parent: BoxDir, name: bytes, batch: str) -> None:
+    """Make parent/name (just renamed to an inert name, still in the workspace) harmless where it
     is: its files mode 0 (setuid gone, nothing to run or read), and every `.git` and HEAD name in
     it renamed, so no directory of it is a repository to git's discovery or to a later baseline.
     Renames only: nothing is copied or deleted."""
     suffix = f".oa-defused-{batch}".encode()
-    _inert_at(dir_fd, name, mode_file=0)
+    _inert_at(parent, name, mode_file=0)
     try:
-        top = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+        top = parent.sub(name)
     except OSError:
         return  # not a directory (a gitfile, a HEAD file): done
-    try:
+    with top:
         later: list[bytes] = []  # directories with a git name: renamed after the walk, deepest first
-        for entry in Walk(top, budget).entries():
-            _inert_at(entry.dir_fd, entry.name, mode_file=0)
+        for entry in top.entries():
+            here = BoxDir.at(entry.dir_fd)
+            _inert_at(here, entry.name, mode_file=0)
             if is_git_name(entry.name_text) or is_head_name(entry.name_text):
                 if entry.is_dir:
                     later.append(entry.rel)
                 else:
-                    os.rename(entry.name, entry.name + suffix, src_dir_fd=entry.dir_fd, dst_dir_fd=entry.dir_fd)
+                    here.rename(entry.name, entry.name + suffix)
         for rel in sorted(later, key=lambda r: r.count(b"/"), reverse=True):
-            found = open_parent(top, rel)
+            found = top.parent_of(rel)
             if found is None:
                 continue
-            parent, leaf = found
-            try:
-                os.rename(leaf, leaf + suffix, src_dir_fd=parent, dst_dir_fd=parent)
-            finally:
-                os.close(parent)
-    finally:
-        os.close(top)
+            with found[0] as where:
+                where.rename(found[1], found[1] + suffix)
 
 
 def _make_inert(path: Path, budget: HostBudget) -> None:
@@ -373,40 +363,32 @@ def _make_inert(path: Path, budget: HostBudget) -> None:
     directory of it open and swap links in), and a file with other names (a hard link the box made
     to a workspace file) keeps its mode: chmod would change the user's file as well."""
     try:
-        parent = open_dir(path.parent)
+        parent = BoxDir.open(path.parent, budget)
     except OpenAgentsError:
         return
-    try:
+    with parent:
         _inert_at(parent, os.fsencode(path.name))
         try:
-            top = os.open(os.fsencode(path.name), DIR_FLAGS, dir_fd=parent)
+            top = parent.sub(os.fsencode(path.name))
         except OSError:
             return
-        try:
-            for entry in Walk(top, budget).entries():
-                _inert_at(entry.dir_fd, entry.name)
-        finally:
-            os.close(top)
-    finally:
-        os.close(parent)
+        with top:
+            for entry in top.entries():
+                _inert_at(BoxDir.at(entry.dir_fd), entry.name)
 
 
-def _inert_at(dir_fd: int, name: bytes, mode_file: int = 0o600) -> None:
+def _inert_at(parent: BoxDir, name: bytes, mode_file: int = 0o600) -> None:
     try:
-        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError:
-        return
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            os.chmod(f"/proc/self/fd/{fd}", 0o700)
-        elif stat.S_ISLNK(st.st_mode):
-            pass
-        elif st.st_nlink == 1 or not stat.S_ISREG(st.st_mode):
-            os.chmod(f"/proc/self/fd/{fd}", mode_file)
-        elif st.st_mode & SPECIAL_BITS:  # another name is the user's: only the bits the box may have set go
-            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SPECIAL_BITS)
+        parent.chmod_entry(name, lambda st: _inert_mode(st, mode_file))
     except OSError:
         pass
-    finally:
-        os.close(fd)
+
+
+def _inert_mode(st: os.stat_result, mode_file: int) -> int | None:
+    if stat.S_ISDIR(st.st_mode):
+        return 0o700
+    if st.st_nlink == 1 or not stat.S_ISREG(st.st_mode):
+        return mode_file
+    if st.st_mode & SPECIAL_BITS:  # another name is the user's: only the bits the box may have set go
+        return stat.S_IMODE(st.st_mode) & ~SPECIAL_BITS
+    return None

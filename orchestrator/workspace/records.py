@@ -40,8 +40,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from .. import state
+from ..boxfs.atomic import write_atomic
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
-from ..ground.atomic import write_atomic
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
@@ -195,9 +196,9 @@ def read_record(session_dir: Path, session_id: str) -> SessionRecord:
     """The record in `session_dir`, read as untrusted data: the directory and session.json opened
     without following a link, the file a regular one of at most RECORD_CAP bytes, its owner and
     its directory's taken by fstat on what was opened. Typed errors: FILE_NOT_FOUND, CONFIG_INVALID."""
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    from ..boxfs.private import open_private_dir
     try:
-        dfd = os.open(session_dir, flags | os.O_DIRECTORY)
+        dfd = open_private_dir(session_dir)
     except FileNotFoundError:
         raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
     except OSError as err:
@@ -206,7 +207,7 @@ def read_record(session_dir: Path, session_id: str) -> SessionRecord:
     try:
         dst = os.fstat(dfd)
         try:
-            fd = os.open("session.json", flags | os.O_NONBLOCK, dir_fd=dfd)
+            fd = open_private("session.json", os.O_RDONLY | os.O_NONBLOCK, at=dfd)
         except FileNotFoundError:
             raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
         try:
@@ -339,15 +340,13 @@ def summary_line(record: SessionRecord) -> str:
 
 def _remove(parent: Path, name: str) -> None:
     """parent/name and all under it, through boxfs: box-written entries, no link followed."""
-    from ..boxfs import HostBudget, open_dir, remove_tree
+    from ..boxfs import BoxDir, HostBudget
 
-    fd = open_dir(parent)
-    try:
-        remove_tree(fd, name, HostBudget(max_entries=None, max_bytes=None))
-    except FileNotFoundError:
-        pass
-    finally:
-        os.close(fd)
+    with BoxDir.open(parent, HostBudget(max_entries=None, max_bytes=None)) as where:
+        try:
+            where.remove_tree(name)
+        except FileNotFoundError:
+            pass
 
 
 def discard_state(record: SessionRecord) -> None:
@@ -439,7 +438,7 @@ class ResumeLock:
     record's `running` check alone leaves a window between the check and the record's save)."""
 
     def __init__(self, record: SessionRecord) -> None:
-        self.fd = os.open(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        self.fd = open_private(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

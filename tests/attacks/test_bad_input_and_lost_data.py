@@ -9,12 +9,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from orchestrator.loop import SessionStatus, TurnLoop
-from orchestrator.models.base import ModelTurn
+from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import ApprovalGate, NonInteractiveApprover
 from orchestrator.policy.ladder import Decision, Ladder, PolicyRule
 from orchestrator.sandbox.docker import run_detached
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
 

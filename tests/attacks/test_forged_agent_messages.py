@@ -25,7 +25,7 @@ from orchestrator.config import SandboxConfig
 from orchestrator.errors import OpenAgentsError
 from orchestrator.loop import SessionStatus, TurnLoop
 from orchestrator.mcp.results import to_call_result
-from orchestrator.models.base import ModelTurn
+from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
 from orchestrator.policy.ladder import Ladder
@@ -33,7 +33,6 @@ from orchestrator.protocol import EgressRecord, ToolResult
 from orchestrator.sandbox import channel as channel_module
 from orchestrator.sandbox.base import BoxSpec, SupervisedSandbox
 from orchestrator.terminal.painter import Painter
-from orchestrator.tools.call import ToolCall
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
 

@@ -15,7 +15,7 @@ import pygit2
 import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.tools.call import ToolCall
+from orchestrator.models.base import ToolCall
 from orchestrator.tools.host_git import GIT_OUTPUT_CAP, HostRepo, parse_args
 from orchestrator.tools.registry import RegistryConfig, ToolRegistry
 from tests.conftest import chown_tree

@@ -21,12 +21,12 @@ import docker
 import pytest
 
 from orchestrator.config import EgressConfig
+from orchestrator.models.base import ToolCall
 from orchestrator.pipeline import CallPipeline
 from orchestrator.policy.approvals import ApprovalGate, TerminalApprover
 from orchestrator.policy.ladder import Ladder
 from orchestrator.protocol import ToolResult
 from orchestrator.sandbox.egress import LIVE_RULES, EgressGate
-from orchestrator.tools.call import ToolCall
 from orchestrator.transcript import Transcript
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]

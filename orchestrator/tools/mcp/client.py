@@ -40,10 +40,11 @@ from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
 
 from ...errors import ErrorType, OpenAgentsError
 from ...ground.text import visible
+from ...models.base import ToolCall
+from ...models.dialects import dialect
 from ...protocol import Executor, ToolResult
 from .. import declarations as decl
 from ..args import parse_arguments
-from ..call import ToolCall
 from ..registry import PreparedCall
 from ..tooldef import ToolDef
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
@@ -279,20 +280,9 @@ class McpHost:
         return name.startswith(PREFIX)
 
     def declarations(self, family: str) -> list[dict[str, Any]]:
-        """Per family, like the built-ins (tools/declarations.py): OpenAI's function object, or
-        Gemini's OpenAPI subset."""
-        out = []
-        for tool in self._tools.values():
-            schema = decl._clean_schema(tool.schema)
-            if family == "gemini":
-                out.append({"name": tool.name, "description": tool.description, "parameters": decl._to_gemini(schema)})
-            elif family == "openai":
-                out.append({"type": "function", "function": {"name": tool.name, "description": tool.description, "parameters": schema}})
-            elif family == "anthropic":
-                out.append({"name": tool.name, "description": tool.description, "input_schema": schema})
-            else:
-                raise ValueError(f"unknown model family {family!r}")
-        return out
+        """Per family, like the built-ins (tools/declarations.py): each in its dialect's shape."""
+        shape = dialect(family)
+        return [shape.declare(tool.name, tool.description, decl.clean_schema(tool.schema)) for tool in self._tools.values()]
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self._tools.get(call.name)

@@ -17,9 +17,7 @@ from typing import Iterable, Protocol
 
 import pygit2
 
-from ...boxfs import BudgetExceeded, HostBudget, Walk, from_store, lstat_at, open_dir, read_at, to_store, write_atomic
-from ...boxfs.copy import temp_name
-from ...boxfs.read import DIR_FLAGS
+from ...boxfs import BoxDir, BudgetExceeded, HostBudget, Walk, from_store, open_dir, to_store
 from ...errors import ErrorType, OpenAgentsError
 from ..integrity import is_git_name
 from .index import Checkpoint, Conflict, RestoreReport, Skipped
@@ -84,33 +82,32 @@ class _Opener:
     """Descriptors of directories by workspace path, each component opened O_NOFOLLOW from its
     parent; the chain last used is kept, so paths in order cost one open each."""
 
-    def __init__(self, root_fd: int) -> None:
-        self.stack: list[tuple[bytes, int]] = [(b"", root_fd)]
+    def __init__(self, root_fd: int, budget: HostBudget) -> None:
+        self.stack: list[tuple[bytes, BoxDir]] = [(b"", BoxDir.at(root_fd, budget))]
 
-    def dir(self, rel: bytes) -> int:
+    def dir(self, rel: bytes) -> BoxDir:
         while len(self.stack) > 1 and not (rel == self.stack[-1][0] or rel.startswith(self.stack[-1][0] + b"/")):
-            os.close(self.stack.pop()[1])
-        path, fd = self.stack[-1]
+            self.stack.pop()[1].close()
+        path, here = self.stack[-1]
         rest = rel[len(path):].lstrip(b"/")
         for part in rest.split(b"/") if rest else []:
-            sub = os.open(part, DIR_FLAGS, dir_fd=fd)
+            here = here.sub(part)
             path = path + b"/" + part if path else part
-            self.stack.append((path, sub))
-            fd = sub
-        return fd
+            self.stack.append((path, here))
+        return here
 
     def forget(self, rel: bytes) -> None:
         """rel was removed or replaced: no descriptor of it (or under it) is used again."""
         for i, (path, _) in enumerate(self.stack):
             if i and (path == rel or path.startswith(rel + b"/")):
-                for _, fd in self.stack[i:]:
-                    os.close(fd)
+                for _, here in self.stack[i:]:
+                    here.close()
                 del self.stack[i:]
                 return
 
     def close(self) -> None:
         while len(self.stack) > 1:
-            os.close(self.stack.pop()[1])
+            self.stack.pop()[1].close()
 
 
 def _parent_name(rel: bytes) -> tuple[bytes, bytes]:
@@ -148,12 +145,12 @@ class _Restorer:
                 cur[e.rel] = ("dir", st.st_mode & 0o777, st.st_uid, st.st_gid) if self.owners else ("dir", st.st_mode & 0o777)
             elif stat.S_ISLNK(st.st_mode):
                 try:
-                    cur[e.rel] = ("link", os.readlink(e.name, dir_fd=e.dir_fd))
+                    cur[e.rel] = ("link", BoxDir.at(e.dir_fd).readlink(e.name))
                 except OSError:
                     cur[e.rel] = ("special",)
             elif stat.S_ISREG(st.st_mode):
                 try:
-                    data, st = read_at(e.dir_fd, e.name, max(self.store.max_file_bytes, 1), e.rel)
+                    data, st = BoxDir.at(e.dir_fd).read(e.name, max(self.store.max_file_bytes, 1), e.rel)
                     self.budget.charge_bytes(len(data))
                     oid: str | None = str(pygit2.hash(data))
                 except OpenAgentsError:
@@ -233,20 +230,20 @@ class _Restorer:
                     self.report.skipped.append(Skipped(path=to_store(rel), reason="it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir)"))
 
     def _apply(self, root_fd: int, cur: dict[bytes, _State], want: dict[bytes, _State], touched: builtins.list[bytes]) -> None:
-        opener = _Opener(root_fd)
+        opener = _Opener(root_fd, self.budget)
         try:
             # 1. what must go (or be replaced by another kind), deepest first
             for p in sorted((p for p in touched if p in cur and (p not in want or cur[p][0] != want[p][0] or cur[p][0] == "special")),
                             key=lambda x: (-x.count(b"/"), x)):
                 parent, name = _parent_name(p)
                 try:
-                    fd = opener.dir(parent)
+                    here = opener.dir(parent)
                     if cur[p][0] == "dir":
                         opener.forget(p)
-                        os.rmdir(name, dir_fd=fd)
+                        here.rmdir(name)
                         self.report.removed.append(to_store(p) + "/")
                     else:
-                        os.unlink(name, dir_fd=fd)
+                        here.unlink(name)
                         self.report.removed.append(to_store(p))
                 except OSError as err:
                     if err.errno in (errno.ENOTEMPTY, errno.EEXIST):
@@ -260,20 +257,20 @@ class _Restorer:
                 parent, name = _parent_name(p)
                 state = want[p]
                 try:
-                    fd = opener.dir(parent)
-                    there = lstat_at(fd, name)
+                    here = opener.dir(parent)
+                    there = here.lstat_or_none(name)
                     if there is not None and state[0] != "dir" and stat.S_ISDIR(there.st_mode):
                         continue  # could not be removed above: already listed
                     if state[0] == "dir":
                         if there is None or not stat.S_ISDIR(there.st_mode):
                             if there is not None:
                                 continue
-                            os.mkdir(name, 0o700, dir_fd=fd)
+                            here.mkdir(name, 0o700)
                         dirs_done.append(p)
                     elif state[0] == "link":
-                        self._link(fd, name, p)
+                        self._link(here, name, p)
                     else:
-                        self._file(fd, name, p)
+                        self._file(here, name, p)
                 except OSError as err:
                     self.report.skipped.append(Skipped(path=to_store(p), reason=f"cannot restore it: {err.strerror}"))
             # 3. directory modes and owners, deepest first (a 0500 directory is filled before it is closed)
@@ -281,41 +278,28 @@ class _Restorer:
                 state = want[p]
                 parent, name = _parent_name(p)
                 try:
-                    sub = os.open(name, DIR_FLAGS, dir_fd=opener.dir(parent))
-                    try:
+                    with opener.dir(parent).sub(name) as sub:
                         if self.owners:
-                            os.fchown(sub, int(state[2]), int(state[3]))  # type: ignore[call-overload]
-                        os.fchmod(sub, int(state[1]) & 0o777)  # type: ignore[call-overload]
-                    finally:
-                        os.close(sub)
+                            os.fchown(sub.fd, int(state[2]), int(state[3]))  # type: ignore[call-overload]
+                        os.fchmod(sub.fd, int(state[1]) & 0o777)  # type: ignore[call-overload]
                 except OSError as err:
                     self.report.skipped.append(Skipped(path=to_store(p), reason=f"cannot set its mode: {err.strerror}"))
         finally:
             opener.close()
 
-    def _file(self, fd: int, name: bytes, rel: bytes) -> None:
+    def _file(self, here: BoxDir, name: bytes, rel: bytes) -> None:
         state = self.target.states[rel]
         data = _object(self.store.repo, self.target.blobs[rel], pygit2.Blob).data
         uid = gid = None
         if self.owners:
             uid, gid = int(state[3]), int(state[4])  # type: ignore[call-overload]
-        write_atomic(fd, name, data, self.budget, mode=int(state[1]), uid=uid, gid=gid)  # type: ignore[call-overload]
+        here.write_atomic(name, data, mode=int(state[1]), uid=uid, gid=gid)  # type: ignore[call-overload]
         self.report.restored.append(to_store(rel))
 
-    def _link(self, fd: int, name: bytes, rel: bytes) -> None:
+    def _link(self, here: BoxDir, name: bytes, rel: bytes) -> None:
         target = _object(self.store.repo, self.target.blobs[rel], pygit2.Blob).data
-        tmp = temp_name()
-        os.symlink(target, tmp, dir_fd=fd)
-        try:
-            if self.owners:
-                os.chown(tmp, *self.target.owner, dir_fd=fd, follow_symlinks=False)
-            os.rename(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)  # replaces a file or a link itself, never through it
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=fd)
-            except OSError:
-                pass
-            raise
+        # replaces a file or a link itself, never through it
+        here.replace_link(target, name, self.target.owner if self.owners else None, owner_required=True)
         self.report.restored.append(to_store(rel))
 
 

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pygit2
 
-from ...boxfs import HostBudget, Walk, open_dir, read_at, show
-from ...boxfs.read import DIR_FLAGS
+from ...boxfs import BoxDir, HostBudget, Walk, open_dir, show
 from ...errors import ErrorType, OpenAgentsError
 from ..integrity import is_git_name, special_kind, special_name
 from .dirs import _Dir, _entry_changed, _key, _meta, _same_entries, _ts, _under
@@ -182,7 +181,7 @@ class _Snapshots(_ObjectStore):
             if prev_dir is not None and prev_dir.ino != st.st_ino:
                 self._drop(prev_dir)
             try:
-                sub_fd = os.open(raw, DIR_FLAGS, dir_fd=fd)
+                sub_fd = BoxDir.at(fd).sub(raw).detach()
             except OSError as err:
                 d.skipped[name] = (None, f"cannot open the directory: {err.strerror}")
                 return None
@@ -211,7 +210,7 @@ class _Snapshots(_ObjectStore):
             return None
         if stat.S_ISLNK(mode):
             try:
-                data = os.readlink(raw, dir_fd=fd)
+                data = BoxDir.at(fd).readlink(raw)
             except OSError as err:
                 d.skipped[name] = (None, f"cannot read the link: {err.strerror}")
                 return None
@@ -224,7 +223,7 @@ class _Snapshots(_ObjectStore):
                 d.skipped[name] = (key, f"larger than {self.max_file_bytes} bytes ({st.st_size})")
                 return None
             try:
-                data, st = read_at(fd, raw, self.max_file_bytes, os.fsencode(rel))
+                data, st = BoxDir.at(fd).read(raw, self.max_file_bytes, os.fsencode(rel))
             except OpenAgentsError as err:  # swapped since the lstat, grew past the cap, unreadable
                 d.skipped[name] = (None, f"cannot checkpoint it: {err.message}")
                 return None
@@ -312,7 +311,7 @@ class _Snapshots(_ObjectStore):
                     before = d.files.get(name), d.dirs.get(name)
                     self._budget.charge_entries()
                     try:
-                        st = os.stat(os.fsencode(name), dir_fd=fd, follow_symlinks=False)
+                        st = BoxDir.at(fd).lstat(os.fsencode(name))
                     except FileNotFoundError:
                         d.odd = None
                         d.files.pop(name, None)
@@ -353,7 +352,7 @@ class _Snapshots(_ObjectStore):
         try:
             for part in d.rel.split("/") if d.rel else []:
                 try:
-                    sub = os.open(os.fsencode(part), DIR_FLAGS, dir_fd=fd)
+                    sub = BoxDir.at(fd).sub(os.fsencode(part)).detach()
                 except OSError:
                     raise _NeedFull from None
                 os.close(fd)

@@ -16,8 +16,8 @@ from typing import Literal
 import pygit2
 
 from ...boxfs import HostBudget, show, to_store
+from ...boxfs.atomic import write_atomic
 from ...errors import ErrorType, OpenAgentsError
-from ...ground.atomic import write_atomic
 from .dirs import _Dir
 from .index import INDEX_CAP, INDEX_NAME, Checkpoint, RestoreReport, Skipped, _Index
 from .objects import MODE_EXEC, MODE_LINK, _object, _StoreFull, _tree_files

@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ...boxfs import HostBudget, from_store, open_regular, write_atomic
-from ...boxfs.copy import temp_name
-from ...boxfs.read import DIR_FLAGS
+from ...boxfs import BoxDir, HostBudget, from_store
 from ...errors import OpenAgentsError
 from ..copy import CopyManifest
 from .nofollow import _open_dir, _open_file, _parent
@@ -71,7 +69,7 @@ class _Applier(_Planner):
             self.leave(act.path, f"not applied: {err.strerror}")
             return
         try:
-            getattr(self, f"_{act.op}")(act, parent, name)
+            getattr(self, f"_{act.op}")(act, BoxDir.at(parent, self.budget), name)
             self.touched.add(where)
             self.report.applied.append(act.path)
             if act.op in ("write", "chmod") and act.mode != act.box_mode:
@@ -85,18 +83,15 @@ class _Applier(_Planner):
         finally:
             os.close(parent)
 
-    def _mkdir(self, act: _Act, parent: int, name: bytes) -> None:
+    def _mkdir(self, act: _Act, parent: BoxDir, name: bytes) -> None:
         if act.real is not None:
-            os.unlink(name, dir_fd=parent)  # a file or a symlink the box turned into a directory
-        os.mkdir(name, 0o755, dir_fd=parent)
-        fd = os.open(name, DIR_FLAGS, dir_fd=parent)
-        try:
-            _chown(fd, *_owner(None, self.m))
-            os.fchmod(fd, 0o755)
-        finally:
-            os.close(fd)
+            parent.unlink(name)  # a file or a symlink the box turned into a directory
+        parent.mkdir(name, 0o755)
+        with parent.sub(name) as made:
+            _chown(made.fd, *_owner(None, self.m))
+            os.fchmod(made.fd, 0o755)
 
-    def _write(self, act: _Act, parent: int, name: bytes) -> None:
+    def _write(self, act: _Act, parent: BoxDir, name: bytes) -> None:
         src = _open_file(self.copy_fd, act.path)
         try:
             st = os.fstat(src)
@@ -104,15 +99,15 @@ class _Applier(_Planner):
                 raise _Refused(f"a hard link ({st.st_nlink} names) made in the box is never carried")
             uid, gid = _settable(*_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m))
             if act.replaces_dir:
-                os.rmdir(name, dir_fd=parent)  # emptied by the deletions before
+                parent.rmdir(name)  # emptied by the deletions before
             # a temp name, fsync, rename: old or new, never half; holes kept (a sparse file stays sparse)
-            write_atomic(parent, name, src, self.budget, mode=act.mode, uid=uid, gid=gid)
+            parent.write_atomic(name, src, mode=act.mode, uid=uid, gid=gid)
         finally:
             os.close(src)
 
-    def _chmod(self, act: _Act, parent: int, name: bytes) -> None:
+    def _chmod(self, act: _Act, parent: BoxDir, name: bytes) -> None:
         try:
-            fd = open_regular(parent, name)[0]
+            fd = parent.open_file(name)[0]
         except OpenAgentsError:
             raise _Refused("no longer a regular file in the real workspace") from None
         try:
@@ -120,31 +115,15 @@ class _Applier(_Planner):
         finally:
             os.close(fd)
 
-    def _symlink(self, act: _Act, parent: int, name: bytes) -> None:
-        tmp = temp_name()
-        os.symlink(from_store(act.target), tmp, dir_fd=parent)
-        try:
-            uid, gid = _owner(act.real, self.m)
-            try:
-                os.chown(tmp, uid, gid, dir_fd=parent, follow_symlinks=False)
-            except PermissionError:
-                pass
-            if act.replaces_dir:
-                os.rmdir(name, dir_fd=parent)
-            os.rename(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=parent)
-            except OSError:
-                pass
-            raise
+    def _symlink(self, act: _Act, parent: BoxDir, name: bytes) -> None:
+        parent.replace_link(from_store(act.target), name, _owner(act.real, self.m), act.replaces_dir)
 
-    def _delete(self, act: _Act, parent: int, name: bytes) -> None:
-        st = os.lstat(name, dir_fd=parent)
+    def _delete(self, act: _Act, parent: BoxDir, name: bytes) -> None:
+        st = parent.lstat(name)
         if stat.S_ISDIR(st.st_mode):
-            os.rmdir(name, dir_fd=parent)
+            parent.rmdir(name)
         elif stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
-            os.unlink(name, dir_fd=parent)
+            parent.unlink(name)
         else:
             raise _Refused("not a file, directory or symlink in the real workspace: left alone")
 

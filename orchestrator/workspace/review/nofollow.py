@@ -11,8 +11,8 @@ import os
 import stat
 from dataclasses import dataclass
 
-from ...boxfs import from_store, open_parent, open_regular, to_store
-from ...boxfs.read import DIR_FLAGS, components
+from ...boxfs import BoxDir, from_store, to_store
+from ...boxfs.read import components
 from ...errors import OpenAgentsError
 
 
@@ -28,7 +28,7 @@ def _open_dir(root_fd: int, rel: str) -> int:
         return os.dup(root_fd)
     parent, leaf = _parent(root_fd, rel)
     try:
-        return os.open(leaf, DIR_FLAGS, dir_fd=parent)
+        return BoxDir.at(parent).sub(leaf).detach()
     finally:
         os.close(parent)
 
@@ -46,36 +46,36 @@ def _locate(root_fd: int, rel: str) -> _Where:
     a directory the user replaced from one that was never one. Each component is opened with
     boxfs's O_NOFOLLOW directory flags from its parent's fd."""
     parts = components(from_store(rel))
-    fd = os.dup(root_fd)
+    here = BoxDir.at(root_fd).dup()
     try:
         for i, name in enumerate(parts[:-1]):
             try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                st = here.lstat(name)
             except FileNotFoundError:
                 return _Where(parent_missing=True)
             if not stat.S_ISDIR(st.st_mode):
                 return _Where(blocker=to_store(b"/".join(parts[: i + 1])),
                               blocker_kind="a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory")
-            sub = os.open(name, DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = sub
+            sub = here.sub(name)
+            here.close()
+            here = sub
         try:
-            return _Where(st=os.stat(parts[-1], dir_fd=fd, follow_symlinks=False))
+            return _Where(st=here.lstat(parts[-1]))
         except FileNotFoundError:
             return _Where()
     finally:
-        os.close(fd)
+        here.close()
 
 
 def _parent(root_fd: int, rel: str) -> tuple[int, bytes]:
     """(a new fd of rel's parent, rel's last name), reached through boxfs.open_parent."""
     try:
-        found = open_parent(root_fd, from_store(rel))
+        found = BoxDir.at(root_fd).parent_of(from_store(rel))
     except OpenAgentsError as err:
         raise _unsafe(err) from None
     if found is None:
         raise FileNotFoundError(errno.ENOENT, "a parent directory is missing")
-    return found
+    return found[0].detach(), found[1]
 
 
 def _open_file(root_fd: int, rel: str) -> int:
@@ -83,7 +83,7 @@ def _open_file(root_fd: int, rel: str) -> int:
     (a FIFO, socket or device is refused before it is opened)."""
     parent, leaf = _parent(root_fd, rel)
     try:
-        return open_regular(parent, leaf, from_store(rel))[0]
+        return BoxDir.at(parent).open_file(leaf, from_store(rel))[0]
     except OpenAgentsError as err:
         raise _unsafe(err) from None
     finally:
@@ -94,6 +94,6 @@ def _readlink(root_fd: int, rel: str) -> str:
     """The target of the symlink root/rel, in to_store form (read, never followed)."""
     parent, leaf = _parent(root_fd, rel)
     try:
-        return to_store(os.readlink(leaf, dir_fd=parent))
+        return to_store(BoxDir.at(parent).readlink(leaf))
     finally:
         os.close(parent)

@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import Literal
 
-from ...boxfs import HostBudget, open_dir, to_store
+from ...boxfs import BoxDir, HostBudget, open_dir, to_store
 from ..copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
 from ..integrity import special_name
 from .nofollow import _locate, _open_dir, _open_file, _readlink, _Where
@@ -143,7 +143,7 @@ class _Planner:
             except OSError:
                 continue
             try:
-                names |= {n.casefold() for n in os.listdir(fd)}
+                names |= {os.fsdecode(n).casefold() for n in BoxDir.at(fd).names()}
             finally:
                 os.close(fd)
         return "head" in names and ("commondir" in names or {"objects", "refs"} <= names)
@@ -235,7 +235,7 @@ class _Planner:
         """A name in the real directory that apply would not remove (so it cannot be removed)."""
         fd = _open_dir(self.real_fd, rel)
         try:
-            names = [to_store(os.fsencode(n)) for n in os.listdir(fd)]
+            names = [to_store(n) for n in BoxDir.at(fd).names()]
         finally:
             os.close(fd)
         for name in sorted(names):
@@ -361,12 +361,13 @@ class _Planner:
                 fd = _open_dir(self.real_fd, rel)
             except OSError:
                 continue
+            here = BoxDir.at(fd)
             try:
-                for name in os.listdir(fd):
-                    if _TEMP_RE.match(name):
+                for name in here.names():
+                    if _TEMP_RE.match(os.fsdecode(name)):
                         try:
-                            if not stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
-                                os.unlink(name, dir_fd=fd)
+                            if not stat.S_ISDIR(here.lstat(name).st_mode):
+                                here.unlink(name)
                         except OSError:
                             pass
             finally:

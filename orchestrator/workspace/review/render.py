@@ -13,7 +13,7 @@ import stat
 from dataclasses import dataclass
 from typing import Iterator
 
-from ...boxfs import from_store, open_dir, read_at
+from ...boxfs import BoxDir, from_store, open_dir
 from ...boxfs.names import git_quoted
 from ...errors import OpenAgentsError
 from ...ground.text import visible
@@ -70,7 +70,7 @@ def _side(root_fd: int, rel: str) -> _Side:
     except OSError:
         return _Side("unsafe", note="could not be opened safely")
     try:  # capped: the box may still be growing it
-        data = read_at(parent, leaf, MAX_DIFF_FILE_BYTES, from_store(rel))[0]
+        data = BoxDir.at(parent).read(leaf, MAX_DIFF_FILE_BYTES, from_store(rel))[0]
     except OpenAgentsError as err:
         if "cap" in err.message:
             return _Side("file", st.st_size, mode, note=f"large file, {max(st.st_size, MAX_DIFF_FILE_BYTES + 1)}+ bytes")

@@ -14,8 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ...boxfs import HostBudget, Walk, from_store, show, to_store
-from ...boxfs.read import DIR_FLAGS
+from ...boxfs import BoxDir, HostBudget, Walk, from_store, show, to_store
 from ..copy import COPY_MAX_DEPTH, CopyManifest, Stamp
 
 ChangeKind = Literal["added", "modified", "deleted", "type_changed", "mode_changed"]
@@ -108,14 +107,11 @@ def _scan(manifest: CopyManifest, budget: HostBudget | None = None) -> _Scan:
 
 def _empty_dir(dir_fd: int, name: bytes) -> bool:
     try:
-        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+        sub = BoxDir.at(dir_fd).sub(name)
     except OSError:
         return False
-    try:
-        with os.scandir(fd) as it:
-            return next(iter(it), None) is None
-    finally:
-        os.close(fd)
+    with sub:
+        return sub.is_empty()
 
 
 def list_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> list[Change]:
