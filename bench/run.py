@@ -173,6 +173,9 @@ def bench_cold_start(client, ws: Path, image: str, n: int, config: SandboxConfig
         "docker_run_p50_ms": statistics.median(run),
         "docker_run_p95_ms": pct(run, 0.95),
         "cold_start_ratio_vs_docker_run": statistics.median(cold) / statistics.median(run),
+        # The same question ("how soon does a new session's first call answer?") with a box the warm
+        # pool started ahead (a pre-started agent): what `acp --pool N` and batch pay. Not a cold start.
+        "pool_start_ratio_vs_docker_run": statistics.median(claims) / statistics.median(run),
     }
 
 
@@ -384,6 +387,7 @@ SIDE_BY_SIDE = [
     ("cold start p50 (ms)", "cold_start_p50_ms", "{:.0f}"),
     ("cold start / docker run", "cold_start_ratio_vs_docker_run", "{:.2f}x"),
     ("pool claim p50 (ms)", "pool_claim_p50_ms", "{:.1f}"),
+    ("pool claim / docker run", "pool_start_ratio_vs_docker_run", "{:.3f}x"),
     ("pool refill under a burst (boxes/s)", "pool_refill_per_s", "{:.1f}"),
     ("agent RSS (MiB)", "agent_rss_mib", "{:.1f}"),
     ("before: shell `true` / read_file", "before_shell_ratio_vs_read", "{:.2f}x"),
@@ -402,15 +406,17 @@ CURVE_SIDE_BY_SIDE = [
 ]
 
 
-# Issue 26's targets: (runtime kind, label, function of (this runtime's results, runc's), limit, "min"/"max", section).
+# Issues 26 and 37: the targets (runtime kind, label, function of (this runtime's results, runc's), limit, "min"/"max", section).
 # gVisor's calls are held against `docker exec` under runc: what a user would otherwise reach for.
 TARGETS = [
     ("gvisor", "read_file vs docker exec cat under runc", lambda r, c: c["docker_exec_p50_ms"] / r["tool_call_p50_ms"], 10.0, "min", "tool_calls"),
     ("gvisor", "shell `true` vs docker exec true under runc", lambda r, c: c["docker_exec_true_p50_ms"] / r["shell_p50_ms"], 10.0, "min", "tool_calls"),
     ("gvisor", "10 boxes at once: call p50 / runc's", lambda r, c: r["curve_10_call_p50_ms"] / c["curve_10_call_p50_ms"], 2.0, "max", "concurrency"),
     ("gvisor", "cold start / docker run (same runtime)", lambda r, c: r["cold_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+    ("gvisor", "warm pool start / docker run (same runtime)", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
     ("runc", "shell `true` / read_file", lambda r, c: r["shell_ratio_vs_read"], 2.0, "max", "tool_calls"),
     ("runc", "cold start / docker run", lambda r, c: r["cold_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+    ("runc", "warm pool start / docker run", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
 ]
 
 
@@ -460,7 +466,7 @@ def print_report(results: dict) -> None:
         print(f"{label:<36}{cells}{ratio}")
     rows = target_rows(runtimes)
     if rows:
-        print(f"== targets (issue 26; load average of {results['machine']['cpus']} CPUs as each section ended: "
+        print(f"== targets (issues 26 and 37; load average of {results['machine']['cpus']} CPUs as each section ended: "
               "on a loaded machine redo them on a quiet one)")
         for row in rows:
             print(row)
@@ -471,7 +477,8 @@ def print_table(r: dict) -> None:
         lambda: ("read_file 1 KiB (warm) p50 / p95", f"{r['tool_call_p50_ms']:.2f} / {r['tool_call_p95_ms']:.2f} ms", f"docker exec cat: {r['docker_exec_p50_ms']:.1f} / {r['docker_exec_p95_ms']:.1f} ms", f"{r['tool_call_speedup_vs_docker_exec']:.0f}x faster (target >= 20x)"),
         lambda: ("shell `true` p50 (back to back)", f"{r['shell_p50_ms']:.2f} ms ({r.get('shell_burst_p50_ms', 0):.2f} ms)", f"docker exec true: {r['docker_exec_true_p50_ms']:.1f} ms", f"{r['shell_speedup_vs_docker_exec']:.1f}x faster"),
         lambda: ("cold start to first answer p50 / p95", f"{r['cold_start_p50_ms']:.0f} / {r['cold_start_p95_ms']:.0f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} / {r['docker_run_p95_ms']:.0f} ms", f"{r['cold_start_ratio_vs_docker_run']:.2f}x of docker run (target <= 2.0)"),
-        lambda: ("warm pool: claim + first answer p50 / p95", f"{r['pool_claim_p50_ms']:.1f} / {r['pool_claim_p95_ms']:.1f} ms", "", "target < 20 ms"),
+        lambda: ("warm pool: claim + first answer p50 / p95", f"{r['pool_claim_p50_ms']:.1f} / {r['pool_claim_p95_ms']:.1f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} ms",
+                 f"{r['pool_start_ratio_vs_docker_run']:.3f}x of docker run (a box started ahead; target < 20 ms)"),
         lambda: ("warm pool of 2: 10 claims at once", f"all served in {r['pool_burst_10_s']:.1f} s", f"refills {r['pool_refill_per_s']:.1f} boxes/s", "2 refill workers"),
         lambda: ("agent RSS idle / after 48 KiB read", f"{r['agent_rss_idle_mib']:.1f} / {r['agent_rss_mib']:.1f} MiB", "", "target < 15 MiB"),
     ]

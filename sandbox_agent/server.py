@@ -35,6 +35,9 @@ else:  # the C modules under them: collections (keyword, operator, reprlib ...) 
     from _collections import deque
 
 _loaded: dict[str, Callable[..., dict[str, Any]]] = {}
+# A tool's module may define after_answer(): run once each answer of that tool is written (the shell
+# starts the next call's /bin/sh then, shell.after_answer), not before, where it would delay the answer.
+_after_answer: dict[str, Callable[[], None]] = {}
 
 
 def _tool(name: str) -> Callable[..., dict[str, Any]]:
@@ -42,8 +45,12 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
     makes two first calls at once wait for one import)."""
     fn = _loaded.get(name)
     if fn is None:
-        module, function, _ = TOOLS[name]
-        fn = _loaded[name] = getattr(__import__(f"{__package__}.{module}", fromlist=[function]), function)
+        module_name, function, _ = TOOLS[name]
+        module = __import__(f"{__package__}.{module_name}", fromlist=[function])
+        after = getattr(module, "after_answer", None)
+        if after is not None:
+            _after_answer[name] = after
+        fn = _loaded[name] = getattr(module, function)
     return fn
 
 _out_lock = threading.Lock()
@@ -141,6 +148,9 @@ class _Workers:
     def _work(self, request: dict[str, Any]) -> None:
         while True:
             _send(handle(request))
+            after = _after_answer.get(str(request.get("tool")))
+            if after is not None:
+                after()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:
                     return

@@ -158,9 +158,10 @@ def _tail_start(tail: bytes, before: int | None) -> int:
 
 
 class _Waiter(threading.Thread):
-    """Where pidfd_open is missing (gVisor): one long-lived thread waits for each command's shell in
-    turn and writes a byte to a pipe when it has exited, so the caller can poll() for the exit and
-    for output together. Started once: a thread per command, or Popen.wait(timeout)'s sleep loop
+    """Where pidfd_open is missing (gVisor): one long-lived thread waits for a command's shell, when
+    the call hands it one (a shell whose output has not ended within WATCH_AFTER_S, or ended before
+    it exited: see _run), and writes a byte to a pipe when it has exited, so the caller can poll()
+    for the exit and for output together. Started once: a thread per command, or Popen.wait(timeout)'s sleep loop
     (0.5, 1, 2 ms ...), was most of a short command's cost."""
 
     def __init__(self) -> None:
@@ -226,6 +227,32 @@ def _exit_fd(proc: subprocess.Popen[bytes]) -> tuple[int, bool]:
     return _waiter.ready_fd, False
 
 
+# Without pidfd (gVisor) the waiter thread is handed the shell only if its output has not ended
+# within WATCH_AFTER_S, or ended without the shell exiting. A command that ends sooner closes the
+# output pipe as it exits: the caller wakes on that end of file and reaps the shell itself, a
+# wake-up in place of three (the waiter's waitpid, its write, the caller's poll), each a trip
+# through gVisor's scheduler, the costlier the busier the machine.
+WATCH_AFTER_S = 0.02
+REAP_WITHIN_S, REAP_PAUSE_S = 0.005, 0.0001  # the shell closes its descriptors a little before it is a zombie
+
+
+def _reaped(proc: subprocess.Popen[bytes], within: float = 0.0) -> bool:
+    """Reap the shell if it has exited, asking again REAP_PAUSE_S apart for `within` seconds; True if it has."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            pid, status = os.waitpid(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: no exit code to give
+            proc.returncode = -signal.SIGKILL
+            return True
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(REAP_PAUSE_S)
+
+
 def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -> bool:
     """Collect the command's output until its shell exits or the timeout passes, in this thread:
     one poll() over the output pipe and the exit descriptor. True when the timeout passed.
@@ -234,23 +261,40 @@ def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -
     DRAIN_S at most: a stage that passes output on after the shell ends (`exec > >(tee log)`, a
     background job finishing) is heard, and one holding the pipe open forever costs DRAIN_S, no
     more. Codex does the same after its child exits (codex-rs/core/src/exec.rs, IO_DRAIN_TIMEOUT_MS).
-    Whatever is still running afterwards is killed by the caller: nothing outlives the call."""
+    Whatever is still running afterwards is killed by the caller: nothing outlives the call.
+    Without pidfd the exit descriptor is asked for only when needed (WATCH_AFTER_S)."""
     assert proc.stdout is not None  # started with stdout=PIPE
     out_fd = proc.stdout.fileno()
-    exit_fd, is_pidfd = _exit_fd(proc)
     poller = select.poll()
     poller.register(out_fd, select.POLLIN)
-    poller.register(exit_fd, select.POLLIN)
+    exit_fd: int | None = None
+    is_pidfd = False
+    if _pidfd_works:
+        exit_fd, is_pidfd = _exit_fd(proc)
+    if exit_fd is not None:
+        poller.register(exit_fd, select.POLLIN)
+    watch_at = time.monotonic() + WATCH_AFTER_S
     end = time.monotonic() + timeout
     exited = timed_out = False
     out_open = True
     try:
         while out_open or not exited:
-            left = end - time.monotonic()
+            now = time.monotonic()
+            if exit_fd is None and not exited and (not out_open or now >= watch_at):
+                if _reaped(proc, REAP_WITHIN_S if not out_open else 0.0):  # the usual way out: it closed its output as it exited
+                    exited = True
+                    end = min(end, time.monotonic() + DRAIN_S)
+                    continue
+                exit_fd, is_pidfd = _exit_fd(proc)
+                poller.register(exit_fd, select.POLLIN)
+            left = end - now
             if left <= 0:
                 timed_out = not exited
                 break
-            ready = poller.poll(min(left, STREAM_EVERY_S if output.waiting else left) * 1000)
+            wait = min(left, STREAM_EVERY_S) if output.waiting else left
+            if exit_fd is None and not exited:
+                wait = min(wait, max(watch_at - now, 0.0))
+            ready = poller.poll(wait * 1000)
             if not ready and output.waiting:
                 output.stream(b"", flush=True)
             for fd, _ in ready:
@@ -262,7 +306,7 @@ def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -
                     poller.unregister(out_fd)
                     out_open = False
     finally:
-        if is_pidfd:
+        if is_pidfd and exit_fd is not None:
             os.close(exit_fd)
     if not exited:
         try:
@@ -271,12 +315,14 @@ def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -
             pass
     if is_pidfd:
         proc.wait()
-    else:
+    elif exit_fd is not None:  # the waiter was handed the shell: one byte, and its status, per shell
         if not exited:
             _wait_readable(exit_fd)
         os.read(exit_fd, 1)
         status = _waiter.statuses.pop(proc.pid, None) if _waiter else None
         proc.returncode = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
+    elif not exited:  # timed out before the waiter was asked (a timeout under WATCH_AFTER_S: never, as timeouts are >= 1 s)
+        proc.wait()
     return timed_out
 
 
@@ -360,6 +406,21 @@ def _popen(argv: list[str], stdin: int = subprocess.DEVNULL) -> subprocess.Popen
 _launcher = Launcher(_popen)
 
 
+def after_answer() -> None:
+    """Start making the next call's shell (launcher.py), in the time the model takes to answer.
+
+    Called by the server once a shell call's answer is sent, not before: CPython holds the GIL
+    through the vfork and exec of the new shell (6-7 ms under gVisor, measured), and started while
+    the answer was being encoded and written it could delay that answer. Under the lock, so no command runs while the shell is made; every command
+    of an earlier call was swept before that call released the lock, so nothing a command started
+    can meet the new shell."""
+    with _lock:
+        try:
+            _launcher.prepare()
+        except Exception:  # no thread to start it (out of processes or memory): the next call starts its own shell
+            pass
+
+
 def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
     """`on_output(text)`, if given, receives the output while the command runs (see _CappedOutput)."""
     command = _arg(args, "command", str, required=True)
@@ -378,7 +439,6 @@ def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) 
         captured.stream(b"", final=True)
         proc.stdout.close()
         elapsed = time.monotonic() - started
-        _launcher.prepare()  # the next call's shell, made while the model thinks (launcher.py)
     output, truncated = captured.text()
     meta = {
         "exit_code": None if timed_out else proc.returncode,

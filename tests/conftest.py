@@ -258,3 +258,18 @@ def deep_trees_removed(tmp_path_factory):
             pass
         finally:
             os.close(fd)
+
+
+@pytest.fixture(autouse=True)
+def fork_overlays_unmounted(tmp_path_factory):
+    """Forks made as root are overlay mounts (workspace/cow.py), which outlive the process by design:
+    after each test those under pytest's temporary root are unmounted, so its clean-up removes plain
+    directories (and the host keeps no stale mounts)."""
+    yield
+    from orchestrator.workspace.overlay import mounts_under, unmount
+
+    for point in mounts_under(tmp_path_factory.getbasetemp().parent):
+        try:
+            unmount(point)
+        except Exception:  # noqa: BLE001 - a clean-up: the next test's run tries again
+            pass

@@ -58,6 +58,17 @@ def first_run(tmp_path: Path, ws: Path, calls: list[dict]) -> str:
     return json.loads(proc.stdout)["session_id"]
 
 
+@pytest.fixture(params=["copy", "overlay"])
+def fork_mode(request, monkeypatch) -> str:
+    """Both ways a fork's copy is made: a data copy (any host), a kernel overlay (a root host: workspace/cow.py)."""
+    from orchestrator.workspace.overlay import unusable
+
+    if request.param == "overlay" and unusable():
+        pytest.skip(f"overlay forks: {unusable()}")
+    monkeypatch.setenv("OA_FORK_COW", "copy" if request.param == "copy" else "auto")
+    return str(request.param)
+
+
 def inodes(root: Path) -> set[tuple[int, int]]:
     out = set()
     for dirpath, _dirnames, filenames in os.walk(root):
@@ -70,7 +81,7 @@ def inodes(root: Path) -> set[tuple[int, int]]:
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_fork_three_ways_each_changed_differently_apply_one_discard_the_rest(sandbox_image, tmp_path):
+def test_fork_three_ways_each_changed_differently_apply_one_discard_the_rest(sandbox_image, tmp_path, fork_mode):
     ws = make_workspace(tmp_path / "ws", {"calc.py": "def add(a, b):\n    return a - b\n", "keep.txt": "kept\n"})
     parent = first_run(tmp_path, ws, [write("base.txt", "from the parent\n")])
     proc = oa(tmp_path, "fork", parent, "-n", "3", "--output", "json")
@@ -101,6 +112,13 @@ def test_fork_three_ways_each_changed_differently_apply_one_discard_the_rest(san
         assert sorted(p.name for p in copy.glob("only*.txt")) == [f"only{i}.txt"]
         assert (copy / "base.txt").read_text() == f"rewritten by fork {i}\n"
     assert not list(parent_copy.glob("only*.txt")) and (parent_copy / "base.txt").read_text() == "from the parent\n"
+    if fork_mode == "overlay":  # each box's writes went to its fork's own upper layer, none to a layer they share
+        uppers = [sessions_dir(tmp_path) / f / "cow" / "upper" for f in forks]
+        layer_inodes = inodes(tmp_path / "state" / "openagents-sandbox" / "layers")
+        for i, upper in enumerate(uppers):
+            assert (upper / f"only{i}.txt").is_file() and (upper / "base.txt").read_text() == f"rewritten by fork {i}\n"
+            assert not inodes(upper) & layer_inodes
+        assert not set.intersection(*(inodes(u) for u in uppers))
     # changes / apply one: the parent's work and this fork's land, the siblings' do not
     diff = oa(tmp_path, "changes", forks[1])
     assert diff.returncode == 0 and "only1.txt" in diff.stdout and "base.txt" in diff.stdout and "only0.txt" not in diff.stdout
@@ -116,7 +134,7 @@ def test_fork_three_ways_each_changed_differently_apply_one_discard_the_rest(san
 
 
 @pytest.mark.docker
-def test_a_hostile_parent_copy_stays_inert_in_its_forks(sandbox_image, tmp_path):
+def test_a_hostile_parent_copy_stays_inert_in_its_forks(sandbox_image, tmp_path, fork_mode):
     secret = tmp_path / "host-secret.txt"
     secret.write_text("HOST-SECRET\n")
     ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n"})
@@ -144,7 +162,9 @@ def test_a_hostile_parent_copy_stays_inert_in_its_forks(sandbox_image, tmp_path)
         assert hard.st_ino != secret_ino and hard.st_nlink == 1 and hard.st_uid == 1000
         (copy / "hard.txt").write_text("overwritten in a fork\n")
     assert secret.read_text() == "HOST-SECRET\n"
-    assert os.stat(secret).st_nlink == 2  # the secret and the parent's planted link only
+    # the secret and the parent's planted link only; an overlay fork froze the parent's copy into a
+    # layer first, made inert as a data copy is: the planted name got an inode of its own
+    assert os.stat(secret).st_nlink == (2 if fork_mode == "copy" else 1)
 
 
 # -- refusals, typed ----------------------------------------------------------------------------------------
@@ -194,7 +214,7 @@ def test_fork_refusals_are_typed(tmp_path, monkeypatch):
     assert set(os.listdir(record.dir.parent)) == before
 
 
-def test_fork_of_a_fresh_copy_session_is_a_normal_copy_session(tmp_path, monkeypatch):
+def test_fork_of_a_fresh_copy_session_is_a_normal_copy_session(tmp_path, monkeypatch, fork_mode):
     from orchestrator.workspace.copy import CopyManifest
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.review import list_changes
@@ -210,7 +230,7 @@ def test_fork_of_a_fresh_copy_session_is_a_normal_copy_session(tmp_path, monkeyp
     assert (tmp_path / "ws" / "a.txt").read_text() == "alpha\n"
 
 
-def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch):
+def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch, fork_mode):
     from orchestrator.workspace.checkpoints import CheckpointStore
     from orchestrator.workspace.copy import CopyManifest
     from orchestrator.workspace.fork import fork_session
@@ -236,6 +256,17 @@ def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch):
     assert fork.forked_turn == 1 and fork.turns == 1
     assert [c.path for c in list_changes(CopyManifest.load(fork.manifest_path))] == ["a.txt"]
     assert (copy / "b.txt").exists()  # the parent is untouched
+    # the store's git objects are shared by hard links (host-written, written once), the rest is the fork's own
+    objects = [p for p in (fork.dir / "checkpoints.git" / "objects").rglob("*") if p.is_file()]
+    assert objects and all(os.stat(p).st_nlink >= 2 for p in objects)
+    assert os.stat(fork.dir / "checkpoints.git" / "HEAD").st_ino != os.stat(record.checkpoint_store / "HEAD").st_ino
+    with CheckpointStore(fork.checkpoint_store, fork_copy) as store:  # the fork's store goes on by itself
+        (fork_copy / "c.txt").write_text("the fork's turn\n")
+        chown_tree(fork_copy)
+        store.record(2)
+    with CheckpointStore(record.checkpoint_store, copy) as store:
+        assert [p.turn for p in store.list() if p.ok] == [0, 1, 2] and store.restore(1).conflicts == []
+    assert not (copy / "b.txt").exists() and (copy / "a.txt").read_text() == "turn one\n"
 
 
 @pytest.mark.docker

@@ -236,6 +236,15 @@ async def test_the_box_reaches_the_host_neither_through_its_state_nor_its_output
         with pytest.raises(OutputLimitError):
             await runtime.upload(UploadRequest(source_path=str(many), target_path="/tmp/many"))
         assert (await runtime.execute(Command(command="test -e /tmp/many", shell=True))).exit_code == 1
+        # an upload source holding links (a tree the box may have written): no link is followed
+        secret = tmp_path / "host-secret.txt"
+        secret.write_text("HOST-ONLY-CONTENT\n")
+        linked = make_workspace(tmp_path / "linked", {"plain.txt": "plain\n"})
+        (linked / "leak.txt").symlink_to(secret)
+        (linked / "leakdir").symlink_to(tmp_path)
+        await runtime.upload(UploadRequest(source_path=str(linked), target_path="/tmp/linked"))
+        obs = await runtime.execute(Command(command="cat /tmp/linked/plain.txt; ls -A /tmp/linked; grep -r HOST-ONLY /tmp/linked | wc -l", shell=True))
+        assert obs.stdout.splitlines() == ["plain", "plain.txt", "0"]
     finally:
         await deployment.stop()
     assert mine(docker_client) == before

@@ -70,3 +70,25 @@ def test_each_call_gets_a_fresh_shell(box):
 def test_a_long_command_takes_the_ordinary_way_and_the_next_call_is_prepared_again(box):
     assert run(box, "echo long" + PAD) == ("/bin/sh -c", "long\n", 0, None)
     assert run(box, "echo short") == ("/bin/sh -s", "short\n", 0, None)
+
+
+# Each way a shell's end is seen (sandbox_agent/shell.py: without pidfd, under gVisor, the call reaps
+# the shell itself when its output ends as it exits, and hands it to the waiter thread otherwise),
+# each on the prepared shell and on `/bin/sh -c`: the exit code is the shell's, and the call ends
+# when the shell does (a background job holding the pipe costs the drain, no more).
+EXITS = [
+    ("exit 3", 3),  # output ends as it exits
+    ("exec >&- 2>&-; sleep 0.3; exit 4", 4),  # output ends long before it exits
+    ("sleep 0.1; exit 6", 6),  # exits after the waiter was handed it
+    ("sleep 30 & exit 5", 5),  # exits while a job holds its output open
+    ("kill -9 $$", -9),  # killed by a signal
+]
+
+
+@pytest.mark.parametrize(("command", "code"), EXITS)
+def test_the_exit_code_is_the_shells_whichever_way_its_end_is_seen(box, command, code):
+    for padded, way in ((command, "/bin/sh -s"), (command + PAD, "/bin/sh -c")):
+        started = time.monotonic()
+        seen_way, _, seen_code, error = run(box, padded)
+        assert (seen_way, seen_code, error) == (way, code, None)
+        assert time.monotonic() - started < 5  # the job's 30 s sleep was swept, not waited for

@@ -120,6 +120,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
         ("user", user + ("  (root-owned workspace: the copy belongs to this unprivileged user)" if mode.value == "copy" and ws.stat().st_uid == 0 else "")),
         *backend.settings_for(diagnosis, ws, user),
         ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),
+        ("forks", _forks_made_by()),
     ]
     for name, value in rows:
         click.echo(f"  {name:<18} {value}")
@@ -155,3 +156,12 @@ def gc(all_: bool) -> None:
         raise setup_error(err) from None
     click.echo(f"removed {removed} sandbox container{'s' if removed != 1 else ''}")
 
+
+def _forks_made_by() -> str:
+    """How `fork` and `run --attempts` make a fork's copy here (workspace/cow.py)."""
+    from ..workspace.overlay import unusable
+
+    why = unusable()
+    if why is None:
+        return "copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes)"
+    return f"a data copy per fork (reflinks where the file system has them): {why}"

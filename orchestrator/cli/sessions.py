@@ -33,11 +33,11 @@ def _session(session_id: str) -> SessionRecord:
         raise setup_error(err) from None
 
 
-def _copy_session(session_id: str, action: str) -> SessionRecord:
+def _copy_session(session_id: str, action: str, mount: bool = True) -> SessionRecord:
     from ..workspace.copy_session import ended_copy_session
 
     try:
-        return ended_copy_session(session_id, action)
+        return ended_copy_session(session_id, action, mount)
     except OpenAgentsError as err:
         raise setup_error(err) from None
 
@@ -161,7 +161,7 @@ def discard(session_id: str) -> None:
     its record stays, marked discarded, so `oa-sandbox sessions` still says what became of it."""
     from ..workspace.copy_session import discard_session
 
-    record = _copy_session(session_id, "discard")
+    record = _copy_session(session_id, "discard", mount=False)  # a fork's overlay that cannot be mounted again is still discarded
     try:
         before = discard_session(record)
     except OSError as err:

@@ -57,6 +57,7 @@ from swerex.runtime.abstract import (
 )
 
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ShellResult, ToolError
+from ..boxfs import BoxDir
 from ..ground.text import visible
 from .swerex_session import SYNTAX_MARK, new_state_path, session_command
 from .transport import STAGE, BoxFailure, BoxProgram, clamp_timeout, os_error
@@ -273,8 +274,8 @@ class OpenAgentsRuntime(AbstractRuntime):
         if dirs is not None:
             made = [target] + [f"{target}/{rel}" for rel in dirs]
             await self.execute(Command(command=["mkdir", "-p", "--", *made], check=True, timeout=60))
-        for rel, path in files:
-            await self._write(f"{target}/{rel}" if rel else target, path.read_bytes(), stat.S_IMODE(path.stat().st_mode))
+        for rel, data, mode in files:
+            await self._write(f"{target}/{rel}" if rel else target, data, mode)
         return UploadResponse()
 
     async def close(self) -> CloseResponse:
@@ -289,29 +290,30 @@ class OpenAgentsRuntime(AbstractRuntime):
         return CloseResponse()
 
 
-def _walk(source: Path) -> tuple[list[tuple[str, Path]], list[str] | None]:
-    """(files as (relative name, host path), directories or None for a single file), bounded.
-    A symlinked directory is not entered; a symlinked file is uploaded as its content."""
+def _walk(source: Path) -> tuple[list[tuple[str, bytes, int]], list[str] | None]:
+    """(files as (relative name, content, mode), directories or None for a single file), bounded.
+    The path the caller names is the caller's; what is below it is read through boxfs like any
+    tree that may hold box-written data (it may be a workspace): no link is followed (a symlinked
+    file or directory is left out), only regular files are read, names as the tree has them."""
     if not source.exists():
         raise FileNotFoundError(2, "No such file or directory", str(source))
     if not source.is_dir():
         _bound(1, source.stat().st_size)
-        return [("", source)], None
-    files: list[tuple[str, Path]] = []
+        return [("", source.read_bytes(), stat.S_IMODE(source.stat().st_mode))], None
+    files: list[tuple[str, bytes, int]] = []
     dirs: list[str] = []
     total = 0
-    for root, subdirs, names in os.walk(source):
-        base = Path(root)
-        subdirs.sort()
-        for name in subdirs:
-            if not (base / name).is_symlink():
-                dirs.append((base / name).relative_to(source).as_posix())
-        for name in sorted(names):
-            path = base / name
-            if path.is_file():
-                files.append((path.relative_to(source).as_posix(), path))
-                total += path.stat().st_size
-                _bound(len(files) + len(dirs), total)
+    with BoxDir.open(source) as tree:
+        for entry in tree.walk(sort=True).entries():
+            if entry.is_dir:
+                dirs.append(os.fsdecode(entry.rel))
+            elif stat.S_ISREG(entry.st.st_mode):
+                _bound(len(files) + len(dirs) + 1, total + entry.st.st_size)
+                data, st = BoxDir.at(entry.dir_fd).read(entry.name, MAX_UPLOAD_BYTES - total + 1)
+                total += len(data)
+                _bound(len(files) + len(dirs) + 1, total)
+                files.append((os.fsdecode(entry.rel), data, stat.S_IMODE(st.st_mode)))
+            _bound(len(files) + len(dirs), total)
     return files, dirs
 
 

@@ -26,6 +26,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_meta
 from ..tools.catalog import box_rule
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
+from ..workspace.overlay import fork_upper
 from ..workspace.quota import WriteQuota
 from . import sweep_journal
 from .channel import AgentStream, Channel, wait
@@ -232,7 +233,8 @@ class SupervisedSandbox:
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
             self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes,
-                                    entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget)
+                                    entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget,
+                                    layer=fork_upper(self.workspace))  # a fork's overlay: the disk it uses counts
         self.quota.start()
         first = not self._ever_started
         try:

@@ -13,9 +13,11 @@ from .review import ApplyReport, apply_scanned, move_on
 from .review.landing import Permit
 
 
-def ended_copy_session(session_id: str, action: str) -> SessionRecord:
-    """The record of an ended copy session whose copy still exists; a typed refusal naming why not."""
-    record = open_own_record(session_id)
+def ended_copy_session(session_id: str, action: str, mount: bool = True) -> SessionRecord:
+    """The record of an ended copy session whose copy still exists; a typed refusal naming why not.
+    `mount`: a copy-on-write copy is mounted again if need be (records.open_own_record); discarding
+    one needs no view of it."""
+    record = open_own_record(session_id, mount=mount)
     if record.mode != WorkspaceMode.COPY:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} ran in bind mode: its changes are already in "
                                                            f"{record.workspace}; nothing to {action} (`oa-sandbox rollback` undoes them)")

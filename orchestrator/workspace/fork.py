@@ -6,21 +6,24 @@ copy of the parent's copy (at its latest state, or restored to a checkpoint turn
 and `apply` checks the real workspace as the parent's would), its own checkpoint store and pinned
 authority, its own box when one is started on it (`run --resume FORK`).
 
-The parent's copy is box-written: it is copied only through orchestrator/boxfs (copy_workspace's
-walk: bounded, no link followed, FIFOs/sockets/devices left out, setuid/setgid dropped, every
-entry owned by the sandbox uid). Data is cloned with FICLONE where the file system can (no bytes
-and no shared writable inode: a reflink is copy-on-write), else copied (holes kept). Never a hard
-link to a box-written file: a fork never shares a writable inode with its parent or a sibling.
-Measured on this project's machine (ext4: no reflinks; an overlay needs a mount the host process
-may not make, and docker would not see one made in a user namespace): the copy is a data copy, so
-a fork costs what `cp -a` of the copy costs (bench/fork.py).
+Where the host may mount (root or CAP_SYS_ADMIN, outside a user namespace: overlay.unusable), a
+fork's copy is a kernel overlay over the parent's frozen state (workspace/cow.py): no data is
+copied, and a fork costs a few directories and a mount (bench/fork.py measures both ways against
+`cp -a`). Elsewhere (a non-root host) the parent's copy, box-written, is copied through
+orchestrator/boxfs (copy_workspace's walk: bounded, no link followed, FIFOs/sockets/devices left
+out, setuid/setgid dropped, every entry owned by the sandbox uid), data cloned with FICLONE where
+the file system can, else copied (holes kept). Never a hard link to a box-written file: a fork
+never shares a writable inode with its parent or a sibling, either way.
 
 Whose session it is comes from the file system (records.open_own_record): another user's is
 refused (PERMISSION_DENIED); a running, discarded, failed or bind-mode session is refused typed.
 """
 from __future__ import annotations
 
+import json
 import os
+import re
+import stat
 from pathlib import Path
 
 from ..boxfs import BoxDir, HostBudget, open_dir, open_regular, punch_copy
@@ -54,11 +57,12 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
             raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"session {parent.id} has no copy to fork ({parent.status}: {parent.reason})"[:400])
         if turn is not None:
             turn = _checkpoint_turn(parent, turn)
-        manifest = CopyManifest.load(parent.manifest_path)
+        lowers = _layers(parent)
+        manifest = CopyManifest.load(parent.manifest_path) if lowers is None else None  # an overlay fork needs no parse
         made: list[SessionRecord] = []
         try:
             for _ in range(n):
-                made.append(_fork_one(parent, manifest, turn, limits or CopyLimits()))
+                made.append(_fork_one(parent, manifest, turn, limits or CopyLimits(), lowers))
         except BaseException:
             for record in made:
                 _failed(record, "a sibling fork failed")
@@ -66,6 +70,17 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
         return made
     finally:
         lock.release()
+
+
+def _layers(parent: SessionRecord) -> list[str] | None:
+    """The frozen layers the forks stand on (cow.fork_layers), None for data copies; a freeze
+    that failed leaves the parent as it was, and the forks are data copies."""
+    from .cow import fork_layers
+
+    try:
+        return fork_layers(parent)
+    except OSError as err:
+        raise OpenAgentsError(ErrorType.IO_ERROR, f"could not freeze session {parent.id}'s copy for a fork: {err}") from None
 
 
 def _checkpoint_turn(parent: SessionRecord, turn: int) -> int:
@@ -91,7 +106,8 @@ def _failed(record: SessionRecord, why: str) -> None:
         pass
 
 
-def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, limits: CopyLimits) -> SessionRecord:
+def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | None, limits: CopyLimits,
+              lowers: list[str] | None) -> SessionRecord:
     record = new_record(Path(parent.workspace), WorkspaceMode.COPY, parent.user, kind=parent.kind)
     try:
         for field in ("model_spec", "base_url", "api_key_env", "policy_files", "pins", "context_root"):
@@ -101,13 +117,23 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest, turn: int | None, l
         record.save()
         uid, gid = (int(x) for x in parent.user.split(":", 1))
         dest = Path(record.box_workspace)
-        copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+        if lowers is not None:  # an overlay: what the fork sees is the parent's, inode numbers too (one file system)
+            from .cow import make_fork_copy
+
+            make_fork_copy(record, lowers)
+            _same_manifest(parent.manifest_path, record.manifest_path, dest)
+        else:
+            assert manifest is not None
+            copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+            _fork_manifest(manifest, copied, dest, uid, gid).save(record.manifest_path)
         me = os.getuid(), os.getgid()
-        for name in ("pins", "checkpoints.git"):  # host-written, still copied as data: no link followed
+        for name in ("pins", "checkpoints.git"):  # host-written, copied (a store's objects linked): no link followed
             if (parent.dir / name).is_dir() and not (parent.dir / name).is_symlink():
-                copy_workspace(parent.dir / name, record.dir / name, *me, budget=limits.copy_budget())
+                if name == "checkpoints.git":
+                    _share_store(parent.dir / name, record.dir / name, limits.copy_budget())
+                else:
+                    copy_workspace(parent.dir / name, record.dir / name, *me, budget=limits.copy_budget())
                 os.chmod(record.dir / name, 0o700)
-        _fork_manifest(manifest, copied, dest, uid, gid).save(record.manifest_path)
         record.transcript = str(record.dir / "transcript.jsonl")
         if turn is None:
             _copy_transcript(parent, record)
@@ -156,6 +182,53 @@ def _clones(directory: Path) -> bool:
                 os.unlink(name)
             except OSError:
                 pass
+
+
+_OBJECT = re.compile(rb"^objects/(pack/pack-[0-9a-f]{40,64}\.(pack|idx|rev)|[0-9a-f]{2}/[0-9a-f]{38,62})$")
+
+
+def _share_store(src: Path, dst: Path, budget: HostBudget) -> None:
+    """The parent's checkpoint store for the fork: its git objects hard-linked (host-written, never
+    in a box, never written again: git writes an object once, under its hash, and packing writes new
+    packs and unlinks the old), everything else (the index of checkpoints, refs, config) copied. A
+    long session's store is about its workspace's size: copied per fork, it would be the disk a
+    copy-on-write fork saves."""
+    import shutil
+
+    from ..boxfs import Walk
+
+    os.mkdir(dst, 0o700)
+    for entry in Walk(src, budget, sort=True).entries():  # (the store is ours: its paths are used as paths)
+        here, there = src / os.fsdecode(entry.rel), dst / os.fsdecode(entry.rel)
+        if stat.S_ISDIR(entry.st.st_mode):
+            os.mkdir(there, 0o700)
+        elif stat.S_ISREG(entry.st.st_mode) and _OBJECT.match(entry.rel):
+            os.link(here, there, follow_symlinks=False)
+        elif stat.S_ISREG(entry.st.st_mode):
+            shutil.copyfile(here, there, follow_symlinks=False)
+            os.chmod(there, stat.S_IMODE(entry.st.st_mode) & 0o700)
+
+
+def _same_manifest(parent: Path, fork: Path, dest: Path) -> None:
+    """An overlay fork's manifest: the parent's (every stamp, inode numbers too, is what the fork
+    sees: the layers are one file system), naming the fork's copy. The parent's file (host-written)
+    is copied with its `copy_dir` replaced, not parsed: 30k entries take 0.6 s to validate; where
+    the text is not as this version writes it, it is parsed and saved after all."""
+    raw = parent.read_bytes()
+    key = raw.find(b'"copy_dir":')
+    try:
+        if key < 0:
+            raise ValueError("no copy_dir")
+        start = key + len(b'"copy_dir":')
+        _, end = json.JSONDecoder().raw_decode(raw[start:start + 65536].decode("utf-8", "strict"))
+        value = raw[start:start + 65536].decode("utf-8")[:end].encode("utf-8")
+        text = raw[:start] + json.dumps(str(dest), ensure_ascii=False).encode("utf-8") + raw[start + len(value):]
+    except ValueError:
+        CopyManifest.load(parent).model_copy(update={"copy_dir": str(dest)}).save(fork)
+        return
+    tmp = fork.with_name(fork.name + ".tmp")
+    tmp.write_bytes(text)
+    os.replace(tmp, fork)
 
 
 def _fork_manifest(parent: CopyManifest, copied: CopyManifest, dest: Path, uid: int, gid: int) -> CopyManifest:

@@ -11,6 +11,11 @@ counts as over quota, never as fine). Past either quota it kills every process i
 every later call fails with the fatal `workspace_quota_exceeded`, which stops the session. The
 bound is soft by what the box can write in one poll interval plus the kill (docs/security.md
 gives the measured overshoot).
+
+A fork's copy-on-write copy (workspace/cow.py) grows on disk in its upper layer, not where the
+merged view says: a one-byte change to a 100 MB file costs 100 MB (copied up), a deleted file
+costs an entry (a whiteout). So for one the quota counts the upper (`layer`): the disk the fork
+uses counts against it. It is only counted (blocks and entries, by a boxfs walk), never read.
 """
 from __future__ import annotations
 
@@ -70,11 +75,13 @@ def _fs_used(path: Path) -> tuple[int, int]:
 class WriteQuota:
     def __init__(self, workspace: Path, limit: int, start_usage: int, skip: set[tuple[int, int]] | None = None,
                  on_exceeded: Callable[[], None] | None = None, entry_limit: int | None = DEFAULT_ENTRY_QUOTA, start_entries: int = 0,
-                 budget: HostBudget | None = None) -> None:
+                 budget: HostBudget | None = None, layer: Path | None = None) -> None:
         """`limit`: bytes of growth; `entry_limit`: new entries (files, directories, links), None for
         none; `start_usage`/`start_entries`: measured by the same rule (the baseline's walk);
-        `budget`: bounds every measuring walk (the session's, when it has one)."""
+        `budget`: bounds every measuring walk (the session's, when it has one); `layer`: the upper
+        of a copy-on-write copy, measured instead of the workspace (then from now)."""
         self.workspace = workspace
+        self.measured = layer or workspace
         self.limit = limit
         self.entry_limit = entry_limit
         self.skip = skip or set()
@@ -82,6 +89,9 @@ class WriteQuota:
         self.budget = budget
         self.start_usage = start_usage
         self.start_entries = start_entries
+        if layer is not None:
+            start = measure(layer, budget=budget.slice() if budget is not None else None)
+            self.start_usage, self.start_entries = start.allocated, start.entries
         self.growth = 0
         self.entry_growth = 0
         self.unmeasured: str | None = None  # why the walk could not see all of the workspace (then it is over quota)
@@ -115,7 +125,7 @@ class WriteQuota:
         """Measure now; True when a quota is passed (then also kill, once)."""
         if self.exceeded.is_set():
             return True
-        usage = measure(self.workspace, self.skip, self._walk_budget())
+        usage = measure(self.measured, self.skip, self._walk_budget())
         self.growth = usage.allocated - self.start_usage
         self.entry_growth = usage.entries - self.start_entries
         # Called only when the file system grew past the headroom: if the walk cannot see all of the

@@ -43,6 +43,7 @@ from .. import state
 from ..boxfs.atomic import write_atomic
 from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
+from .overlay import Layers, ensure_mounted, is_mounted, layers_root, mounted_lowers, unmount
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
@@ -117,8 +118,10 @@ class SessionRecord(BaseModel):
     pins: list[Pin] = []  # the authority in force at the start, pinned (policy/pins.py)
     forked_from: str | None = None  # the session this one was forked from (workspace/fork.py)
     forked_turn: int | None = None  # the parent's checkpoint turn it was forked at (None: its latest state)
+    cow: Layers | None = None  # its copy is a copy-on-write overlay (workspace/cow.py): how to mount it again
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
+    _cow_dropped: bool = PrivateAttr(default=False)  # drop_cow() was called: save() writes no layers
 
     @property
     def dir(self) -> Path:
@@ -138,7 +141,18 @@ class SessionRecord(BaseModel):
     def checkpoint_store(self) -> Path:
         return self.dir / "checkpoints.git"
 
+    def drop_cow(self) -> None:
+        """The copy is a plain directory again (a freeze undone): the next save() says so."""
+        self.cow, self._cow_dropped = None, True
+
     def save(self) -> None:
+        if self.cow is None and not self._cow_dropped:
+            # A fork froze this session's copy through another object of this record (fork_session
+            # reads its own): an older object saved later must not forget the layers its copy stands on.
+            try:
+                self.cow = read_record(self.dir, self.id).cow
+            except OpenAgentsError:
+                pass
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_atomic(self.dir / "session.json", self.model_dump_json(indent=1), mode=0o644)
 
@@ -238,15 +252,20 @@ def read_record(session_dir: Path, session_id: str) -> SessionRecord:
     return record
 
 
-def open_own_record(session_id: str) -> SessionRecord:
+def open_own_record(session_id: str, mount: bool = True) -> SessionRecord:
     """The caller's own record of session `session_id`: the one function every command acting on a
     session goes through. INVALID_ARGUMENTS for a malformed id, FILE_NOT_FOUND, CONFIG_INVALID for
-    an unreadable record, NotOwnRecord (PERMISSION_DENIED, naming the owner) for another user's."""
+    an unreadable record, NotOwnRecord (PERMISSION_DENIED, naming the owner) for another user's.
+    A copy-on-write copy (a fork's) is mounted again if it is not (a reboot, an unmount), unless
+    `mount` is false (discarding needs no view of it): an IO_ERROR if it cannot be, never an
+    empty directory that would read as every file deleted."""
     if not _ID.match(session_id):
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)")
     record = read_record(sessions_root() / session_id, session_id)
     if record.owner != os.getuid():
         raise NotOwnRecord(session_id, record.owner)
+    if mount and record.cow is not None and not record.discarded and record.mode == WorkspaceMode.COPY:
+        ensure_mounted(record.cow, Path(record.box_workspace), record.id)
     return record
 
 
@@ -283,13 +302,15 @@ def shown_status(record: SessionRecord) -> str:
 
 
 def state_bytes(record: SessionRecord) -> int:
-    """What the session's directory holds on disk (allocated bytes), counted through a bounded walk."""
+    """What the session's directory holds on disk (allocated bytes), counted through a bounded walk
+    that enters no mount (a fork's overlay view is its layers' blocks, not its own: its upper is counted)."""
     from ..boxfs import BudgetExceeded, HostBudget, Walk
 
     total = 0
     try:
-        for entry in Walk(record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None)).entries():
-            total += entry.st.st_blocks * 512
+        dev = os.lstat(record.dir).st_dev
+        for entry in Walk(record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None), enter=lambda e: e.st.st_dev == dev).entries():
+            total += entry.st.st_blocks * 512 if entry.st.st_dev == dev else 0
     except (BudgetExceeded, OSError):
         pass
     return total
@@ -338,7 +359,7 @@ def summary_line(record: SessionRecord) -> str:
     return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}{parent}"
 
 
-def _remove(parent: Path, name: str) -> None:
+def remove_entry(parent: Path, name: str) -> None:
     """parent/name and all under it, through boxfs: box-written entries, no link followed."""
     from ..boxfs import BoxDir, HostBudget
 
@@ -353,17 +374,46 @@ def discard_state(record: SessionRecord) -> None:
     """Everything of a copy session's state but its record: the copy, the manifest, the checkpoint
     store, the quarantine, its transcript when it is in the session directory. The record stays,
     marked discarded (so `sessions` still tells what became of it); the copy goes first, as the
-    biggest, and a copy outside the directory (never made by this version) is removed too."""
+    biggest, and a copy outside the directory (never made by this version) is removed too. A
+    copy-on-write copy is unmounted first (its upper goes with the rest), and a frozen layer no
+    other session stands on goes after."""
     copy = Path(record.box_workspace)
+    if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
+        unmount(copy)  # a fork's overlay (the record may be an older object of it: the mount says)
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir:
-        _remove(record.dir, copy.name)
+        remove_entry(record.dir, copy.name)
     for name in sorted(os.listdir(record.dir)):
         if name != "session.json":
-            _remove(record.dir, name)
+            remove_entry(record.dir, name)
     if record.transcript and Path(record.transcript).parent == record.dir:
         record.transcript = None
     record.discarded = True
     record.save()
+    if record.cow is not None:  # (save() took it from the file if this object was older than a freeze)
+        remove_unused_layers()
+
+
+LAYER_GRACE_S = 30.0  # a layer younger than this is kept: a fork may be making it, its record not yet saved
+
+
+def remove_unused_layers(now: float | None = None) -> list[str]:
+    """Remove the frozen layers (overlay.layers_root) no session of the caller's that is not
+    discarded stands on; returns their names. Box-written: through boxfs.remove_tree."""
+    used = {layer for r in list_sessions(all_users=False) if r.cow is not None and not r.discarded for layer in r.cow.lowers}
+    used |= mounted_lowers()  # and any a mounted fork overlay stands on, whatever a record says
+    root = layers_root()
+    now = time.time() if now is None else now
+    removed = []
+    for name in sorted(os.listdir(root)):
+        try:
+            young = now - os.lstat(root / name).st_mtime < LAYER_GRACE_S
+        except OSError:
+            continue
+        if young or str(root / name / "tree") in used:
+            continue
+        remove_entry(root, name)
+        removed.append(name)
+    return removed
 
 
 def prune(older_than_s: float, all_: bool = False, now: float | None = None,
@@ -382,8 +432,12 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None,
             kept.append(record)
             continue
         size = state_bytes(record)
-        _remove(record.dir.parent, record.id)
+        copy = Path(record.box_workspace)
+        if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
+            unmount(copy)
+        remove_entry(record.dir.parent, record.id)
         removed.append((record, size))
+    remove_unused_layers()
     return removed, kept
 
 

@@ -1,0 +1,234 @@
+"""Kernel overlayfs mounts for copy-on-write forks: whether this host may make them, and making,
+checking and removing one. Paths only, no session records (workspace/cow.py decides what to mount).
+
+A fork's copy is an overlay mounted by the host at the session's `copy/` (the merged view: what the
+box mounts, what `changes`, `apply`, checkpoints and the sweep read, through boxfs as any copy), over
+frozen read-only layers (`layers/<id>/tree` under the state root, never written again) and the
+session's own upper and work directories (`cow/upper`, `cow/work`). The upper is box-written: its
+whiteouts (character devices 0/0) and opaque directories are overlayfs's business; the host never
+reads it raw, only measures it (the write quota) and removes it (discard, prune).
+
+Why the host mounts (and not Docker's local volume driver with type=overlay): the host reviews and
+lands the merged view, so it needs it mounted on its side too; a volume mounted by the daemon
+alone would mean a second mount made with the same privilege. The mount is made in the host's
+mount namespace, where the Docker daemon sees it; it outlives the host process (a session goes on,
+is reviewed or discarded in a later one); after a reboot, `Layers` (kept in the session's record)
+says how to mount it again, and it is mounted again by the next command that opens the session.
+
+It needs root or CAP_SYS_ADMIN in the initial user namespace (an overlay mounted in a user
+namespace is invisible to the daemon): elsewhere forks are data copies (`usable` says why).
+OA_FORK_COW=copy forces the copies (a host process in a mount namespace of its own, e.g. a
+privileged container given the Docker socket, whose mounts the daemon would not see).
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from .. import state
+from ..errors import ErrorType, OpenAgentsError
+
+MAX_LAYERS = 32  # lower layers stacked at most (each fork of a fork that wrote adds one); past it a fork is a data copy
+_OPTIONS_MAX = 4000  # the mount data is one page
+_BAD_IN_PATH = (",", ":", "\\", "\n", "=")  # separators of the mount data: such a path is not mounted, the fork is a copy
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+_CAP_SYS_ADMIN = 21
+
+__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "mount", "mounted_lowers", "mounts_under", "unmount", "unusable"]
+
+
+class Layers(BaseModel):
+    """How a session's copy is mounted (kept in its record): the frozen layers, topmost first, and
+    the session's own upper and work directories."""
+
+    lowers: list[str]
+    upper: str
+    work: str
+
+    def options(self) -> str:
+        for path in (*self.lowers, self.upper, self.work):
+            if any(c in path for c in _BAD_IN_PATH):
+                raise OverlayError(f"the path {path!r} holds a character the mount options cannot carry")
+        text = f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work},redirect_dir=off,index=off,metacopy=off"
+        if len(text) > _OPTIONS_MAX or len(self.lowers) > MAX_LAYERS:
+            raise OverlayError(f"{len(self.lowers)} layers do not fit one mount")
+        return text
+
+
+class OverlayError(OpenAgentsError):
+    """A copy-on-write mount that could not be made (IO_ERROR): the caller falls back to a data copy
+    where it can, or says that the session's copy cannot be reached."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorType.IO_ERROR, message)
+
+
+def layers_root() -> Path:
+    """Where frozen layers live: the caller's state root, the file system of its sessions (a layer
+    is made by a rename, never a copy)."""
+    return state.own_subdir("layers")
+
+
+def unusable() -> str | None:
+    """Why this host process may not make overlay forks (None: it may)."""
+    choice = os.environ.get("OA_FORK_COW", "auto").strip().lower()
+    if choice == "copy":
+        return "OA_FORK_COW=copy"
+    if not os.path.exists("/proc/self/status"):
+        return "not Linux"
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            caps = next((int(line.split()[1], 16) for line in fh if line.startswith("CapEff:")), 0)
+        with open("/proc/self/uid_map", encoding="ascii", errors="replace") as fh:
+            uid_map = fh.read().split()
+    except OSError as err:
+        return f"the process's capabilities cannot be read ({err.strerror})"
+    if not caps >> _CAP_SYS_ADMIN & 1:
+        return "the host process may not mount (it is not root and lacks CAP_SYS_ADMIN)"
+    if uid_map[:3] != ["0", "0", "4294967295"]:
+        return "the host process runs in a user namespace, whose mounts the Docker daemon would not see"
+    return None
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def mount(layers: Layers, target: Path) -> None:
+    """Mount `layers` at `target` (an empty directory), nosuid and nodev; OverlayError if the
+    kernel refuses (no privilege, no overlayfs, a layer missing)."""
+    import ctypes
+
+    options = layers.options()
+    for path in (*layers.lowers, layers.upper, layers.work):
+        if not os.path.isdir(path) or os.path.islink(path):
+            raise OverlayError(f"the layer {path} is missing")
+    if _libc().mount(b"oa-fork", os.fsencode(target), b"overlay", MS_NOSUID | MS_NODEV, options.encode()) != 0:
+        code = ctypes.get_errno()
+        raise OverlayError(f"overlayfs refused to mount {target}: {os.strerror(code)}")
+
+
+def unmount(target: Path) -> None:
+    """Unmount `target` if it is a mount (a busy one is detached: it goes when its last user does)."""
+    import ctypes
+
+    if not is_mounted(target):
+        return
+    libc = _libc()
+    path = os.fsencode(target)
+    if libc.umount2(path, 0) == 0:
+        return
+    code = ctypes.get_errno()
+    if code == errno.EBUSY and libc.umount2(path, MNT_DETACH) == 0:
+        return
+    if code in (errno.EINVAL, errno.ENOENT):
+        return
+    raise OverlayError(f"could not unmount {target}: {os.strerror(code)}")
+
+
+def is_mounted(target: Path) -> bool:
+    """Whether something is mounted at `target` (its device differs from its parent's); no link followed."""
+    try:
+        st = os.lstat(target)
+        parent = os.lstat(target.parent)
+    except OSError:
+        return False
+    return st.st_dev != parent.st_dev
+
+
+def ensure_mounted(layers: Layers, target: Path, session_id: str) -> None:
+    """The session's copy mounted (again, after a reboot or an unmount), or a typed refusal: an
+    unmounted copy is an empty directory, and reviewing or applying that would say every file was
+    deleted."""
+    if is_mounted(target):
+        return
+    why = unusable()
+    if why is not None:
+        raise OverlayError(f"the copy of session {session_id} is a copy-on-write overlay that is not mounted, and this process "
+                           f"cannot mount it ({why}); run the command as the user who forked it (root), "
+                           f"or `oa-sandbox discard {session_id}`")
+    try:
+        _finish_freeze(layers, target)
+        os.makedirs(target, mode=0o700, exist_ok=True)
+        mount(layers, target)
+    except OSError as err:
+        raise OverlayError(f"the copy of session {session_id} could not be mounted again: {err}; "
+                           f"`oa-sandbox discard {session_id}` removes it") from None
+    except OverlayError as err:
+        raise OverlayError(f"the copy of session {session_id} could not be mounted again: {err.message}; "
+                           f"`oa-sandbox discard {session_id}` removes it") from None
+
+
+def _finish_freeze(layers: Layers, target: Path) -> None:
+    """A freeze (cow.py) cut short between saving the record and moving the frozen directory into
+    its layer: the layer names what it was taking (its `source`); the move is finished now."""
+    top = Path(layers.lowers[0])
+    if os.path.lexists(top):
+        return
+    try:
+        source = Path((top.parent / "source").read_text(encoding="utf-8"))
+    except OSError:
+        return
+    if source in (target, Path(layers.upper)) and source.is_dir() and not source.is_symlink() and not is_mounted(source):
+        os.rename(source, top)
+        os.mkdir(source, 0o700)
+        st = os.lstat(top)  # the upper's root as the merged root looked
+        os.chown(layers.upper, st.st_uid, st.st_gid)
+        os.chmod(layers.upper, st.st_mode & 0o7777)
+        os.utime(layers.upper, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def mounted_lowers() -> set[str]:
+    """Every lower layer a fork overlay mounted now stands on (from /proc/self/mountinfo): a layer
+    in use is never removed, whatever the records say."""
+    out: set[str] = set()
+    for _point, options in _fork_mounts():
+        for option in options.split(b","):
+            if option.startswith(b"lowerdir="):
+                out.update(os.fsdecode(p) for p in option[len(b"lowerdir="):].split(b":"))
+    return out
+
+
+def _fork_mounts() -> list[tuple[bytes, bytes]]:
+    """(mount point, super options) of every fork overlay (source oa-fork) mounted now."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(b" ")
+        try:
+            sep = fields.index(b"-")
+        except ValueError:
+            continue
+        if fields[sep + 1:sep + 3] == [b"overlay", b"oa-fork"] and len(fields) > sep + 3:
+            point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+            found.append((point, fields[sep + 3]))
+    return found
+
+
+def mounts_under(root: Path) -> list[Path]:
+    """This project's fork overlays mounted at or under `root` (as /proc/self/mountinfo lists
+    them), deepest first: what a clean-up unmounts before it removes a directory tree."""
+    prefix = os.fsencode(os.path.realpath(root))
+    found = [Path(os.fsdecode(point)) for point, _ in _fork_mounts() if point == prefix or point.startswith(prefix + b"/")]
+    return sorted(found, key=lambda p: -len(p.parts))
+
+
+def fork_upper(workspace: Path) -> Path | None:
+    """The upper layer of the fork overlay mounted at `workspace` (what its writes cost on disk, for
+    the write quota), or None when `workspace` is no fork's copy."""
+    if not mounts_under(workspace) or not is_mounted(workspace):
+        return None
+    upper = workspace.parent / "cow" / "upper"
+    return upper if upper.is_dir() and not upper.is_symlink() else None
