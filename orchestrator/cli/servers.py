@@ -29,7 +29,7 @@ class AcpParts:
     def __init__(self, box: Sandbox) -> None:
         self.box = box
         parts = box.parts
-        self.session, self.pipeline, self.transcript, self.rebuilt = parts.session, parts.pipeline, parts.transcript, parts.rebuilt
+        self.turn_loop, self.pipeline, self.transcript, self.rebuilt = parts.turn_loop, parts.pipeline, parts.transcript, parts.rebuilt
         self.record = box.record
 
     def close(self) -> list[str]:
@@ -135,8 +135,8 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
         copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
     from ..api import Sandbox, SandboxOptions
+    from ..ground.text import visible
     from ..mcp.server import McpApprover, serve
-    from ..terminal.render import visible
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     terminate_as_interrupt()  # a SIGTERM while the box starts removes it too

@@ -17,8 +17,8 @@ import mcp_types as types
 
 from ..protocol import ToolResult
 from ..tools import catalog
-from ..tools.copy_tools import apply_meta as apply_meta  # re-exported: their home is tools/copy_tools.py
-from ..tools.copy_tools import changes_meta as changes_meta
+from ..workspace.copy_tools import apply_meta as apply_meta
+from ..workspace.copy_tools import changes_meta as changes_meta
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}

@@ -37,12 +37,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.text import visible
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
-from ..policy.ladder import LAND_TOOL, Level
+from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
-from ..terminal.render import visible
 from ..tools import catalog, declarations
+from ..tools.catalog import LAND_TOOL
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, bind_mode_refusal, in_copy_note, instructions

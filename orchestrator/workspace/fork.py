@@ -43,7 +43,7 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
     """Fork the caller's ended copy session `session_id` into `n` new copy sessions (at its latest
     state, or at the state after checkpoint `turn`); returns their records. All or none: a fork that
     fails removes the ones already made, and the typed error is raised."""
-    from ..transcript.resume import ResumeLock
+    from .records import ResumeLock
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORKS:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"a session forks into 1 to {MAX_FORKS} sessions at once, not {n!r}")
