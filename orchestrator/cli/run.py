@@ -13,6 +13,7 @@ from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..ground.text import json_line
 from ..loop.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+from ..models.dialects import MODEL_FORMS
 from ..protocol import ToolResult
 from ..terminal.painter import Line
 from .common import (
@@ -175,7 +176,7 @@ class _JsonExits(click.Command):
 
 @click.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
 @click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
-@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--model", "model_spec", default=None, help=f"{MODEL_FORMS} (default: `model` in the config file).")
 @click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
                                               "or a private address); default OPENAI_BASE_URL for openai: models, ANTHROPIC_BASE_URL for anthropic: models.")
 @click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY / ANTHROPIC_API_KEY).")
@@ -243,7 +244,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         workspace = resumed.workspace
     model_spec = model_spec or defaults.model
     if not model_spec:
-        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, f"no model: pass --model ({MODEL_FORMS}) "
                                                                      "or set model in the config file"))
     if output_format == "stream-json":
         non_interactive = True  # a script reads stdout: nobody is at a prompt
