@@ -45,7 +45,7 @@ LAYERS: list[dict[str, str]] = [
     {"batch": "many tasks at once (local processes or Ray)",
      "mcp": "the MCP server: a session offered to other agents",
      "acp": "the ACP agent: a session inside an editor"},
-    {"plugins": "harness plug-ins (Inspect AI, mini-swe-agent)",
+    {"plugins": "harness plug-ins (Inspect AI, mini-swe-agent, SWE-ReX)",
      "cli": "the oa-sandbox command"},
 ]
 
