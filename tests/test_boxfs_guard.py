@@ -3,7 +3,8 @@
 Everything the box wrote is hostile, and the rules for touching it (no link followed, no parent
 swapped between a check and its use, bounded) are written once, in boxfs (its `BoxDir` handle,
 `Walk`, the readers). A file elsewhere that spells openat/fstatat (`dir_fd=`), O_NOFOLLOW,
-O_DIRECTORY, O_PATH, a walker (os.walk/fwalk/scandir/listdir, Path.rglob/iterdir/walk) or
+O_DIRECTORY, O_PATH, a walker (os.walk/fwalk/scandir/listdir, Path.rglob/iterdir/glob, any of them
+imported by name), a tree remover or copier of its own (shutil.rmtree/copytree: boxfs.remove_path) or
 boxfs's private directory flags has started its own copy of those rules, which this test refuses.
 
 ALLOWED is short and names only host-owned files the box can never write, each with its reason.
@@ -19,12 +20,15 @@ BOXFS = ROOT / "boxfs"
 FLAGS = {"O_NOFOLLOW", "O_DIRECTORY", "O_PATH"}
 FD_KEYWORDS = {"dir_fd", "src_dir_fd", "dst_dir_fd"}
 OS_WALKERS = {"walk", "fwalk", "scandir", "listdir"}
-PATH_WALKERS = {"rglob", "iterdir"}
+PATH_WALKERS = {"rglob", "iterdir", "glob"}
+SHUTIL_TREES = {"rmtree", "copytree"}
 PRIVATE = {"DIR_FLAGS", "FILE_FLAGS"}
 
 # (file relative to orchestrator/, what) -> why it is not box-written data
 ALLOWED: dict[tuple[str, str], str] = {
     ("sandbox/image.py", "rglob"): "hashes our own package's source files (sandbox_agent/, compose/proxy/) for the image tag",
+    ("sandbox/image.py", "glob"): "lists the host's /etc/apt/sources.list.d for the base image's build (the host's own files)",
+    ("sandbox/egress_tls.py", "shutil.rmtree"): "removes the gate's CA directory, which the host made 0700 for itself and never mounts in a box",
     ("state.py", "os.scandir"): "asks whether the user's state directory (host-owned, never mounted in a box) is empty",
     ("workspace/records.py", "os.listdir"): "lists session ids under the state directory (host-owned; the copies under it are walked by boxfs)",
     ("sandbox/sweep_journal.py", "os.listdir"): "lists the sweep journal's own files in the state directory (host-owned)",
@@ -45,6 +49,8 @@ def _offences(path: Path) -> list[tuple[str, int]]:
             for alias in node.names:
                 if alias.name in FLAGS | PRIVATE:
                     found.append((alias.name, node.lineno))
+                elif (node.module, alias.name) in {("os", w) for w in OS_WALKERS} | {("shutil", t) for t in SHUTIL_TREES}:
+                    found.append((f"{node.module}.{alias.name}", node.lineno))
         elif isinstance(node, ast.Call):
             for kw in node.keywords:
                 if kw.arg in FD_KEYWORDS:
@@ -53,6 +59,8 @@ def _offences(path: Path) -> list[tuple[str, int]]:
             if isinstance(func, ast.Attribute):
                 if func.attr in OS_WALKERS and isinstance(func.value, ast.Name) and func.value.id == "os":
                     found.append((f"os.{func.attr}", node.lineno))
+                elif func.attr in SHUTIL_TREES and isinstance(func.value, ast.Name) and func.value.id == "shutil":
+                    found.append((f"shutil.{func.attr}", node.lineno))
                 elif func.attr in PATH_WALKERS:
                     found.append((func.attr, node.lineno))
     return found
@@ -81,7 +89,8 @@ def test_the_guard_sees_each_form(tmp_path: Path) -> None:
         "import os\nfrom pathlib import Path\nfrom orchestrator.boxfs.read import DIR_FLAGS\n"
         "os.open('a', os.O_RDONLY | os.O_NOFOLLOW)\nos.open('b', os.O_DIRECTORY)\nos.stat('c', dir_fd=3)\n"
         "os.rename('a', 'b', src_dir_fd=3, dst_dir_fd=4)\nos.walk('.')\nos.scandir('.')\nos.listdir(3)\n"
-        "Path('.').rglob('*')\nPath('.').iterdir()\nos.open('d', os.O_PATH)\n")
+        "Path('.').rglob('*')\nPath('.').iterdir()\nos.open('d', os.O_PATH)\n"
+        "import shutil\nfrom os import walk\nfrom shutil import copytree\nshutil.rmtree('x')\nPath('.').glob('*')\n")
     kinds = {what for what, _ in _offences(sample)}
     assert kinds == {"DIR_FLAGS", "os.O_NOFOLLOW", "os.O_DIRECTORY", "os.O_PATH", "dir_fd=", "src_dir_fd=", "dst_dir_fd=",
-                     "os.walk", "os.scandir", "os.listdir", "rglob", "iterdir"}
+                     "os.walk", "os.scandir", "os.listdir", "rglob", "iterdir", "glob", "shutil.rmtree", "shutil.copytree"}

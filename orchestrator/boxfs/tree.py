@@ -269,6 +269,19 @@ class BoxDir:
         remove_tree(self.fd, name, budget if budget is not None else self.budget)
 
 
+def remove_path(path: Path | str) -> None:
+    """Remove `path` and everything under it, as a tree the box may have written: iterative, no
+    link followed (a link is removed, never its target), bounded by time only (a removal must
+    finish); nothing there is not an error. shutil.rmtree's place for our trees (a scratch
+    workspace, a shadow repository, a self-check's box)."""
+    path = Path(path)
+    try:
+        with BoxDir.open(path.parent, HostBudget(max_entries=None, max_bytes=None)) as where:
+            where.remove_tree(path.name)
+    except (FileNotFoundError, OpenAgentsError):
+        pass
+
+
 def read_workspace_file(workspace: Path | str, rel: Name, cap: int) -> bytes:
     """The bytes of the regular file WORKSPACE/rel, at most `cap` of them, or a typed refusal:
     UNSAFE_WORKSPACE_FILE for a link anywhere on the path, a non-regular leaf or one over the cap;

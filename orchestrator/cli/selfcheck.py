@@ -3,14 +3,13 @@ set-up (whichever backend), so an enterprise can check its installation, not jus
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..boxfs import BoxDir
+from ..boxfs import BoxDir, remove_path
 from ..config import SandboxConfig
 from ..protocol import ToolResult
 from ..sandbox.backend import backend_from_config
@@ -158,5 +157,5 @@ def run_checks(config: SandboxConfig, backend: Backend | None = None) -> list[tu
             os.environ.pop(CANARY_VAR, None)
         else:
             os.environ[CANARY_VAR] = previous
-        shutil.rmtree(root, ignore_errors=True)
+        remove_path(root)
     return rows

@@ -9,7 +9,6 @@ docs/api.md (Plug-ins) lists what differs from Inspect's local and docker provid
 """
 from __future__ import annotations
 
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Literal, Union, overload
@@ -27,6 +26,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ConfigDict
 
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ToolError
+from ..boxfs import remove_path
 from .settings import BoxSettings
 from .transport import BoxFailure, BoxProgram, clamp_timeout, os_error
 
@@ -95,7 +95,7 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
         try:
             await box.open()
         except BaseException:
-            shutil.rmtree(root, ignore_errors=True)
+            remove_path(root)
             raise
         return {"default": cls(box, root, settings)}
 
@@ -116,7 +116,7 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
             if not self.box.closed:  # interrupted or not: a sample's box and copy have nothing worth keeping
                 await self.box.discard()
         finally:
-            shutil.rmtree(self.root, ignore_errors=True)
+            remove_path(self.root)
 
     # -- the calls ---------------------------------------------------------------------------------
     async def _run(self, request: dict[str, Any], timeout_s: int = 30) -> dict[str, Any]:

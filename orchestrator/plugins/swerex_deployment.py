@@ -12,7 +12,6 @@ path (docs/api.md, SWE-ReX). Without a `workspace`, the box works on an empty pr
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import weakref
 from pathlib import Path
@@ -24,6 +23,7 @@ from swerex.exceptions import DeploymentNotStartedError, DeploymentStartupError
 from swerex.runtime.abstract import IsAliveResponse
 
 from .. import AsyncSandbox, OpenAgentsError
+from ..boxfs import remove_path
 from .settings import BoxSettings
 from .swerex_runtime import OpenAgentsRuntime
 
@@ -121,7 +121,7 @@ class OpenAgentsDeployment(AbstractDeployment):
 
     def _remove_scratch(self) -> None:
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            remove_path(self._scratch)
             self._scratch = None
 
     def __del__(self) -> None:
@@ -139,4 +139,4 @@ def _release(box: AsyncSandbox, scratch: Path | None) -> None:
             box.sync.close()
     finally:
         if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_path(scratch)

@@ -17,7 +17,6 @@ credentials would have to come from somewhere the box can not write, and nothing
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 import tempfile
 import threading
@@ -30,6 +29,7 @@ import pygit2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pygit2.enums import FileMode, RepositoryOpenFlag, SortMode
 
+from ..boxfs import remove_path
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
 from .argbase import PathError as _PathError
@@ -223,7 +223,7 @@ class HostRepo:
     def _close_shadow(self) -> None:
         self._ignore_repo = None
         if self._shadow is not None:
-            shutil.rmtree(self._shadow, ignore_errors=True)
+            remove_path(self._shadow)
             self._shadow = None
 
     def _check_unchanged(self) -> None:
