@@ -284,7 +284,7 @@ def _oa(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           env=env, cwd=ROOT)
 
 
-@pytest.mark.parametrize("state", ["state", "state-" + "s" * 40])
+@pytest.mark.parametrize("state", ["state", "state-" + "s" * 40], ids=["short-state-path", "long-state-path"])
 def test_a_chain_of_forks_past_the_layer_cap_stays_whole(tmp_path, monkeypatch, state):
     """A fork of a fork of a fork ..., each writing before it is forked again, 40 deep: no mount ever holds more than MAX_LAYERS layers, and past the cap (or past what one page of mount options carries, under a long state path) a fork is a data copy, never an error that stops the chain; every fork sees exactly the files written by its ancestors."""
     from orchestrator.workspace.fork import fork_session
