@@ -264,11 +264,12 @@ def deep_trees_removed(tmp_path_factory):
 def fork_overlays_unmounted(tmp_path_factory):
     """Forks made as root are overlay mounts (workspace/cow.py), which outlive the process by design:
     after each test those under pytest's temporary root are unmounted, so its clean-up removes plain
-    directories (and the host keeps no stale mounts)."""
+    directories (and the host keeps no stale mounts). This run's root only: pytest-of-USER is shared by
+    every pytest run on the machine, and a run unmounting there pulled the copies from under another's forks."""
     yield
     from orchestrator.workspace.overlay import mounts_under, unmount
 
-    for point in mounts_under(tmp_path_factory.getbasetemp().parent):
+    for point in mounts_under(tmp_path_factory.getbasetemp()):
         try:
             unmount(point)
         except Exception:  # noqa: BLE001 - a clean-up: the next test's run tries again

@@ -119,14 +119,24 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
     return [str(tree)]
 
 
-def _freeze_upper(parent: SessionRecord) -> list[str]:
+def _freeze_upper(parent: SessionRecord) -> list[str] | None:
     assert parent.cow is not None
     target, old = Path(parent.box_workspace), parent.cow
     upper = Path(old.upper)
     tree = _new_layer(upper)
     layers = Layers(lowers=[str(tree), *old.lowers], upper=old.upper, work=old.work)
-    layers.options()  # fits, or OverlayError before anything changed
+    try:
+        layers.options()  # fits, or the fork is a data copy: nothing changed yet
+    except OverlayError:
+        _drop_layer(tree.parent)
+        return None
     unmount(target)
+    try:  # before the upper becomes a layer: one that cannot be made inert is never stood on, the parent goes on as it was
+        _inert(upper, parent.user)
+    except (OSError, OpenAgentsError):
+        _drop_layer(tree.parent)
+        mount(old, target)
+        return None
     parent.cow = layers
     parent.save()
     os.rename(upper, tree)
@@ -134,7 +144,6 @@ def _freeze_upper(parent: SessionRecord) -> list[str]:
     _like(upper, tree)
     remove_entry(Path(old.work).parent, Path(old.work).name)  # overlayfs's scratch space, left from the last mount
     os.mkdir(old.work, 0o700)
-    _inert(tree, parent.user)
     mount(layers, target)
     return list(layers.lowers)
 
@@ -161,8 +170,9 @@ def _inert(tree: Path, owner: str) -> None:
     uid, gid = (int(x) for x in owner.split(":", 1))
     names: dict[tuple[int, int], list[bytes]] = {}
     nlinks: dict[tuple[int, int], int] = {}
+    walk = Walk(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None))
     try:
-        for entry in Walk(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None)).entries():
+        for entry in walk.entries():
             mode = entry.st.st_mode
             if stat.S_ISCHR(mode) and entry.st.st_rdev == 0:
                 continue  # a whiteout of an upper that became a layer
@@ -177,6 +187,9 @@ def _inert(tree: Path, owner: str) -> None:
             _own(here, entry.name, entry.st, uid, gid)
     except BudgetExceeded as err:
         raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {err}") from None
+    if not walk.complete:  # what lies below was not made inert: never a layer
+        raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {len(walk.too_deep)} director(ies) "
+                                                            f"deeper than {walk.budget.max_depth} levels, {len(walk.unreadable)} unreadable")
     with BoxDir.open(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None)) as root:
         for key, rels in names.items():
             for rel in rels if len(rels) < nlinks[key] else rels[:1]:
