@@ -31,13 +31,10 @@ import stat
 from pathlib import Path
 
 from .. import state
-from ..boxfs import BoxDir, BudgetExceeded, HostBudget, Walk, punch_copy
-from ..boxfs.copy import temp_name
-from ..errors import ErrorType, OpenAgentsError
-from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, mount, unmount, unusable
+from ..boxfs import BudgetExceeded, HostBudget, Walk
+from ..errors import OpenAgentsError
+from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, make_inert, mount, mount_lock, unmount, unusable
 from .records import SessionRecord, remove_entry
-
-FREEZE_BUDGET_S = 300.0
 
 __all__ = ["fork_layers", "make_fork_copy"]
 
@@ -48,13 +45,14 @@ def fork_layers(parent: SessionRecord) -> list[str] | None:
     privilege, a path the mount cannot carry, too many layers, a file system that refused)."""
     if unusable() is not None:
         return None
-    if parent.cow is None:
-        return _freeze_copy(parent)
-    if _empty(Path(parent.cow.upper)):
-        return list(parent.cow.lowers)
-    if len(parent.cow.lowers) + 1 > MAX_LAYERS:
-        return None
-    return _freeze_upper(parent)
+    with mount_lock(parent.dir):  # no other process mounts the parent's copy while it is frozen
+        if parent.cow is None:
+            return _freeze_copy(parent)
+        if _empty(Path(parent.cow.upper)):
+            return list(parent.cow.lowers)
+        if len(parent.cow.lowers) + 1 > MAX_LAYERS:
+            return None
+        return _freeze_upper(parent)
 
 
 def make_fork_copy(record: SessionRecord, lowers: list[str]) -> None:
@@ -103,7 +101,7 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
         os.rename(target, tree)
         os.mkdir(target, 0o700)
         _like(Path(layers.upper), tree)
-        _inert(tree, parent.user)
+        make_inert(tree, parent.user, tree.parent)
         mount(layers, target)
     except (OSError, OpenAgentsError):  # put back as it was: the parent's copy a plain directory again
         unmount(target)
@@ -130,9 +128,13 @@ def _freeze_upper(parent: SessionRecord) -> list[str] | None:
     except OverlayError:
         _drop_layer(tree.parent)
         return None
-    unmount(target)
+    try:  # never detached: a process still in the copy would go on writing into what becomes a shared layer
+        unmount(target, detach=False)
+    except OverlayError:
+        _drop_layer(tree.parent)
+        return None
     try:  # before the upper becomes a layer: one that cannot be made inert is never stood on, the parent goes on as it was
-        _inert(upper, parent.user)
+        make_inert(upper, parent.user, tree.parent)
     except (OSError, OpenAgentsError):
         _drop_layer(tree.parent)
         mount(old, target)
@@ -162,73 +164,6 @@ def _empty(directory: Path) -> bool:
         return next(iter(Walk(directory, HostBudget.until(10.0, max_entries=2, max_bytes=None)).entries()), None) is None
     except (BudgetExceeded, OSError):
         return False
-
-
-def _inert(tree: Path, owner: str) -> None:
-    """What a data-copy fork leaves out or drops, done to the layer before anyone mounts it (see the
-    module's docstring); over its budget the freeze fails and the fork is a data copy."""
-    uid, gid = (int(x) for x in owner.split(":", 1))
-    names: dict[tuple[int, int], list[bytes]] = {}
-    nlinks: dict[tuple[int, int], int] = {}
-    walk = Walk(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None))
-    try:
-        for entry in walk.entries():
-            mode = entry.st.st_mode
-            if stat.S_ISCHR(mode) and entry.st.st_rdev == 0:
-                continue  # a whiteout of an upper that became a layer
-            here = BoxDir.at(entry.dir_fd)
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-                here.unlink(entry.name)
-                continue
-            if stat.S_ISREG(mode) and entry.st.st_nlink > 1:  # maybe a name of a file outside: not changed in place
-                names.setdefault(entry.key, []).append(entry.rel)
-                nlinks[entry.key] = entry.st.st_nlink
-                continue
-            _own(here, entry.name, entry.st, uid, gid)
-    except BudgetExceeded as err:
-        raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {err}") from None
-    if not walk.complete:  # what lies below was not made inert: never a layer
-        raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {len(walk.too_deep)} director(ies) "
-                                                            f"deeper than {walk.budget.max_depth} levels, {len(walk.unreadable)} unreadable")
-    with BoxDir.open(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None)) as root:
-        for key, rels in names.items():
-            for rel in rels if len(rels) < nlinks[key] else rels[:1]:
-                found = root.parent_of(rel)
-                if found is None:
-                    continue
-                parent, name = found
-                with parent:
-                    if len(rels) < nlinks[key]:  # a name of it lies outside the layer: every name here gets its own inode
-                        _own_inode(parent, name, uid, gid)
-                    else:
-                        _own(parent, name, parent.lstat(name), uid, gid)
-
-
-def _own(here: BoxDir, name: bytes, st: os.stat_result, uid: int, gid: int) -> None:
-    """The entry the sandbox user's (as a data copy makes every entry), setuid/setgid dropped."""
-    if (st.st_uid, st.st_gid) != (uid, gid):
-        here.lchown(name, uid, gid)
-    if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
-        here.chmod_entry(name, lambda now: stat.S_IMODE(now.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
-
-
-def _own_inode(parent: BoxDir, name: bytes, uid: int, gid: int) -> None:
-    """parent/name replaced by a copy of its data under a new inode of the sandbox user's, atomically."""
-    st = parent.lstat(name)
-    tmp = temp_name()
-    fin, _ = parent.open_file(name)
-    try:
-        fout = parent.create(tmp)
-        try:
-            punch_copy(fin, fout, parent.budget, st.st_size)
-            os.fchown(fout, uid, gid)
-            os.fchmod(fout, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
-            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
-        finally:
-            os.close(fout)
-    finally:
-        os.close(fin)
-    parent.rename(tmp, name)
 
 
 def _drop_layer(layer: Path) -> None:

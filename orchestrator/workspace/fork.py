@@ -27,6 +27,7 @@ import stat
 from pathlib import Path
 
 from ..boxfs import BoxDir, HostBudget, open_dir, open_regular, punch_copy
+from ..boxfs.atomic import write_atomic
 from ..boxfs.private import create_private, open_private
 from ..errors import ErrorType, OpenAgentsError
 from .copy import CopyLimits, CopyManifest, ManifestEntry, copy_workspace
@@ -226,9 +227,7 @@ def _same_manifest(parent: Path, fork: Path, dest: Path) -> None:
     except ValueError:
         CopyManifest.load(parent).model_copy(update={"copy_dir": str(dest)}).save(fork)
         return
-    tmp = fork.with_name(fork.name + ".tmp")
-    tmp.write_bytes(text)
-    os.replace(tmp, fork)
+    write_atomic(fork, text)
 
 
 def _fork_manifest(parent: CopyManifest, copied: CopyManifest, dest: Path, uid: int, gid: int) -> CopyManifest:

@@ -22,15 +22,21 @@ privileged container given the Docker socket, whose mounts the daemon would not 
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import re
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pydantic import BaseModel
 
 from .. import state
+from ..boxfs import BoxDir, BudgetExceeded, HostBudget, Walk, punch_copy
+from ..boxfs.copy import temp_name
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 
 MAX_LAYERS = 32  # lower layers stacked at most (each fork of a fork that wrote adds one); past it a fork is a data copy
@@ -40,7 +46,23 @@ MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 _CAP_SYS_ADMIN = 21
 
-__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "mount", "mounted_lowers", "mounts_under", "unmount", "unusable"]
+__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "mount", "mount_lock",
+           "mounted_lowers", "mounts_under", "unmount", "unusable"]
+FREEZE_BUDGET_S = 300.0
+INERT = "inert"  # in a layer's directory beside its tree: the tree was made inert (cow._inert) and may be stood on
+
+
+@contextlib.contextmanager
+def mount_lock(session_dir: Path) -> Iterator[None]:
+    """One process at a time mounts, freezes or unmounts a session's copy (an flock on the session
+    directory's `cow.lock`): without it two commands opening a fork after a reboot would stack two
+    overlays on one upper, or one would mount a layer a freeze was still making inert."""
+    fd = open_private(session_dir / "cow.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 class Layers(BaseModel):
@@ -96,6 +118,82 @@ def unusable() -> str | None:
     return None
 
 
+def make_inert(tree: Path, owner: str, layer_dir: Path) -> None:
+    """Make `tree` inert (what a data-copy fork leaves out or drops: see workspace/cow.py) and mark
+    its layer `layer_dir` so: only a marked layer is ever mounted (a freeze cut short is finished
+    here, by ensure_mounted, before anyone stands on it)."""
+    _inert(tree, owner)
+    fd = open_private(layer_dir / INERT, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+
+
+def _inert(tree: Path, owner: str) -> None:
+    """What a data-copy fork leaves out or drops, done to the layer before anyone mounts it (see the
+    module's docstring); over its budget the freeze fails and the fork is a data copy."""
+    uid, gid = (int(x) for x in owner.split(":", 1))
+    names: dict[tuple[int, int], list[bytes]] = {}
+    nlinks: dict[tuple[int, int], int] = {}
+    walk = Walk(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None))
+    try:
+        for entry in walk.entries():
+            mode = entry.st.st_mode
+            if stat.S_ISCHR(mode) and entry.st.st_rdev == 0:
+                continue  # a whiteout of an upper that became a layer
+            here = BoxDir.at(entry.dir_fd)
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                here.unlink(entry.name)
+                continue
+            if stat.S_ISREG(mode) and entry.st.st_nlink > 1:  # maybe a name of a file outside: not changed in place
+                names.setdefault(entry.key, []).append(entry.rel)
+                nlinks[entry.key] = entry.st.st_nlink
+                continue
+            _own(here, entry.name, entry.st, uid, gid)
+    except BudgetExceeded as err:
+        raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {err}") from None
+    if not walk.complete:  # what lies below was not made inert: never a layer
+        raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {len(walk.too_deep)} director(ies) "
+                                                            f"deeper than {walk.budget.max_depth} levels, {len(walk.unreadable)} unreadable")
+    with BoxDir.open(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None)) as root:
+        for key, rels in names.items():
+            for rel in rels if len(rels) < nlinks[key] else rels[:1]:
+                found = root.parent_of(rel)
+                if found is None:
+                    continue
+                parent, name = found
+                with parent:
+                    if len(rels) < nlinks[key]:  # a name of it lies outside the layer: every name here gets its own inode
+                        _own_inode(parent, name, uid, gid)
+                    else:
+                        _own(parent, name, parent.lstat(name), uid, gid)
+
+
+def _own(here: BoxDir, name: bytes, st: os.stat_result, uid: int, gid: int) -> None:
+    """The entry the sandbox user's (as a data copy makes every entry), setuid/setgid dropped."""
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        here.lchown(name, uid, gid)
+    if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        here.chmod_entry(name, lambda now: stat.S_IMODE(now.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+
+
+def _own_inode(parent: BoxDir, name: bytes, uid: int, gid: int) -> None:
+    """parent/name replaced by a copy of its data under a new inode of the sandbox user's, atomically."""
+    st = parent.lstat(name)
+    tmp = temp_name()
+    fin, _ = parent.open_file(name)
+    try:
+        fout = parent.create(tmp)
+        try:
+            punch_copy(fin, fout, parent.budget, st.st_size)
+            os.fchown(fout, uid, gid)
+            os.fchmod(fout, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            os.utime(fout, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(fout)
+    finally:
+        os.close(fin)
+    parent.rename(tmp, name)
+
+
 def _libc() -> Any:
     import ctypes
 
@@ -116,8 +214,10 @@ def mount(layers: Layers, target: Path) -> None:
         raise OverlayError(f"overlayfs refused to mount {target}: {os.strerror(code)}")
 
 
-def unmount(target: Path) -> None:
-    """Unmount `target` if it is a mount (a busy one is detached: it goes when its last user does)."""
+def unmount(target: Path, *, detach: bool = True) -> None:
+    """Unmount `target` if it is a mount. A busy one is detached (it goes when its last user does),
+    unless `detach` is false (a freeze: a process still in the copy would go on writing into what
+    becomes a shared layer), where it is an OverlayError."""
     import ctypes
 
     if not is_mounted(target):
@@ -127,7 +227,7 @@ def unmount(target: Path) -> None:
     if libc.umount2(path, 0) == 0:
         return
     code = ctypes.get_errno()
-    if code == errno.EBUSY and libc.umount2(path, MNT_DETACH) == 0:
+    if code == errno.EBUSY and detach and libc.umount2(path, MNT_DETACH) == 0:
         return
     if code in (errno.EINVAL, errno.ENOENT):
         return
@@ -144,12 +244,16 @@ def is_mounted(target: Path) -> bool:
     return st.st_dev != parent.st_dev
 
 
-def ensure_mounted(layers: Layers, target: Path, session_id: str) -> None:
+def ensure_mounted(layers: Layers, target: Path, session_id: str, owner: str) -> None:
     """The session's copy mounted (again, after a reboot or an unmount), or a typed refusal: an
     unmounted copy is an empty directory, and reviewing or applying that would say every file was
     deleted."""
-    if is_mounted(target):
-        return
+    with mount_lock(target.parent):
+        if not is_mounted(target):
+            _mount_again(layers, target, session_id, owner)
+
+
+def _mount_again(layers: Layers, target: Path, session_id: str, owner: str) -> None:
     why = unusable()
     if why is not None:
         raise OverlayError(f"the copy of session {session_id} is a copy-on-write overlay that is not mounted, and this process "
@@ -157,12 +261,15 @@ def ensure_mounted(layers: Layers, target: Path, session_id: str) -> None:
                            f"or `oa-sandbox discard {session_id}`")
     try:
         _finish_freeze(layers, target)
+        for lower in layers.lowers:  # a freeze cut short before its layer was made inert: made inert now, before anyone stands on it
+            if not os.path.lexists(Path(lower).parent / INERT):
+                make_inert(Path(lower), owner, Path(lower).parent)
         os.makedirs(target, mode=0o700, exist_ok=True)
         mount(layers, target)
     except OSError as err:
         raise OverlayError(f"the copy of session {session_id} could not be mounted again: {err}; "
                            f"`oa-sandbox discard {session_id}` removes it") from None
-    except OverlayError as err:
+    except OpenAgentsError as err:  # OverlayError, or a layer that could not be made inert
         raise OverlayError(f"the copy of session {session_id} could not be mounted again: {err.message}; "
                            f"`oa-sandbox discard {session_id}` removes it") from None
 

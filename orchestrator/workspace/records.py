@@ -265,7 +265,7 @@ def open_own_record(session_id: str, mount: bool = True) -> SessionRecord:
     if record.owner != os.getuid():
         raise NotOwnRecord(session_id, record.owner)
     if mount and record.cow is not None and not record.discarded and record.mode == WorkspaceMode.COPY:
-        ensure_mounted(record.cow, Path(record.box_workspace), record.id)
+        ensure_mounted(record.cow, Path(record.box_workspace), record.id, record.user)
     return record
 
 
@@ -396,11 +396,29 @@ def discard_state(record: SessionRecord) -> None:
 LAYER_GRACE_S = 30.0  # a layer younger than this is kept: a fork may be making it, its record not yet saved
 
 
+def _unreadable_records() -> bool:
+    """Whether a session directory of the caller's holds a record that cannot be read (list_sessions
+    passes such over)."""
+    root = sessions_root()
+    try:
+        names = [n for n in os.listdir(root) if _ID.match(n)]
+    except OSError:
+        return False
+    for name in names:
+        try:
+            read_record(root / name, name)
+        except OpenAgentsError:
+            return True
+    return False
+
+
 def remove_unused_layers(now: float | None = None) -> list[str]:
     """Remove the frozen layers (overlay.layers_root) no session of the caller's that is not
     discarded stands on; returns their names. Box-written: through boxfs.remove_tree."""
     used = {layer for r in list_sessions(all_users=False) if r.cow is not None and not r.discarded for layer in r.cow.lowers}
     used |= mounted_lowers()  # and any a mounted fork overlay stands on, whatever a record says
+    if _unreadable_records():  # a record we cannot read may stand on any layer: keep them all until it is read or removed
+        return []
     root = layers_root()
     now = time.time() if now is None else now
     removed = []
