@@ -1,7 +1,8 @@
 """Assembling one session: policies, model, sandbox, registry, ladder, transcript.
 
-`oa-sandbox run` and `oa-sandbox acp` differ only in who answers approvals and who watches the
-events; everything else is put together here, once.
+Every front-end (run, exec, mcp, acp, batch, --attempts, the plug-ins) differs only in who answers
+approvals and who watches the events; everything else is put together here, once, and only the
+public API (orchestrator/api/: Sandbox) calls open_session (tests/test_api_layout.py).
 """
 from __future__ import annotations
 

@@ -48,3 +48,47 @@ def test_no_front_end_reaches_another_modules_private_names():
             if reaches:
                 found[str(path.relative_to(ROOT))] = reaches
     assert not found, f"front-ends reaching private names: {found}"
+
+
+def session_openers(source: str) -> list[str]:
+    """Where a module calls or imports session.open_session (by name, as an attribute, or imported)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "open_session" for alias in node.names):
+            found.append(f"line {node.lineno}: from {node.module} import open_session")
+        elif isinstance(node, ast.Attribute) and node.attr == "open_session":
+            found.append(f"line {node.lineno}: .open_session")
+        elif isinstance(node, ast.Name) and node.id == "open_session":
+            found.append(f"line {node.lineno}: open_session")
+    return found
+
+
+def test_the_check_sees_a_session_opened_by_hand():
+    assert len(session_openers("from ..session import SessionOptions, open_session\nopen_session(o, ws)\n")) == 2
+    assert session_openers("from .. import session\nsession.open_session(o)\n") == ["line 2: .open_session"]
+    assert session_openers("from ..api import Sandbox\nSandbox(ws).open()\n") == []
+
+
+def test_only_the_api_opens_a_session():
+    """Issue 34: a session's life cycle (start, sweep, checkpoint, record, close, Ctrl-C) is written
+    once, in orchestrator/api/ (Sandbox); every front-end (run, exec, mcp, acp, batch, --attempts,
+    the harness plug-ins) opens an orchestrator.api.Sandbox, never session.open_session itself."""
+    found = {}
+    for path in sorted((ROOT / "orchestrator").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("orchestrator/api/") or rel == "orchestrator/session.py":
+            continue
+        openers = session_openers(path.read_text())
+        if openers:
+            found[rel] = openers
+    assert not found, f"sessions opened beside the API: {found}"
+
+
+def test_every_front_end_opens_an_api_sandbox():
+    """The other half: each front-end's module does build its session on the API's Sandbox."""
+    for rel in ("orchestrator/cli/run.py", "orchestrator/cli/servers.py", "orchestrator/cli/attempts.py", "orchestrator/batch/runner.py"):
+        tree = ast.parse((ROOT / rel).read_text())
+        imported = any(isinstance(node, ast.ImportFrom) and node.module == "api" and node.level == 2
+                       and any(alias.name == "Sandbox" for alias in node.names) for node in ast.walk(tree))
+        built = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Sandbox" for node in ast.walk(tree))
+        assert imported and built, rel

@@ -247,3 +247,53 @@ def test_the_api_changes_apply_and_rollback_allowed_are_recorded(sandbox_image, 
         assert decision["decision"] != "refused", (tool, decision)
         assert [r["ok"] for r in finished(said, tool) if r["call_id"] == decision["call_id"]] == [True], tool
     assert [(r["via"], r["ok"], r["applied"]) for r in said if r["type"] == "apply"] == [("api", True, 1)]
+
+
+BLOCK_ROLLBACK = """#!{py}
+import json, sys
+event = json.load(sys.stdin)
+open({log!r}, "a").write(event["hook_event_name"] + " " + event.get("tool_name", "") + " " + json.dumps(event.get("tool_input")) + "\\n")
+print("no rollback here (the user's hook)", file=sys.stderr)
+sys.exit(2)
+"""
+
+
+def test_the_api_rollback_is_seen_and_refused_by_a_before_tool_hook(sandbox_image, tmp_path):
+    """rollback() met the ladder beside the call pipeline, so the user's BeforeTool hooks never saw
+    it and could not refuse it. Now it is a pipeline call: the hook sees `rollback` with its
+    arguments and blocks it; nothing is restored; the transcript has the refusal, by the user."""
+    log = tmp_path / "hook.log"
+    script = tmp_path / "block.py"
+    script.write_text(BLOCK_ROLLBACK.format(py=sys.executable, log=str(log)))
+    script.chmod(0o755)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[[hooks]]\nid = "no-rollback"\nevent = "BeforeTool"\nmatcher = "rollback"\ncommand = ["{script}"]\ntimeout = 20\n')
+    ws = workspace(tmp_path, "")
+    with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:
+        box.write_file("app.py", "print('new')\n")
+        with pytest.raises(ToolError) as blocked:
+            box.rollback(0)
+        assert blocked.value.type is ErrorType.REJECTED_BY_USER and "no rollback here" in blocked.value.message
+        assert (ws / "app.py").read_text() == "print('new')\n"  # nothing restored
+        transcript = box.transcript_path
+    assert log.read_text().splitlines() == ['BeforeTool rollback {"turn": 0}']
+    [result] = finished(records(transcript), "rollback")
+    assert (result["ok"], result["executor"], result["error"]["type"]) == (False, "user", "rejected_by_user")
+    assert not decided(records(transcript), "rollback")  # the hook refused it before the ladder
+
+
+def test_the_api_rollback_meets_a_rule_that_names_it(sandbox_image, tmp_path):
+    """A rule `tool = "rollback"` (a name the policy loader now knows) refuses it, typed and
+    recorded; a model's call of `rollback` (call(), as run()'s model would) is an unknown tool."""
+    ws = workspace(tmp_path, '[[rules]]\ntool = "rollback"\ndecision = "deny"\n')
+    with Sandbox(ws, auto_approve=True) as box:
+        box.write_file("app.py", "print('new')\n")
+        stray = box.call("rollback", {"turn": 0})
+        assert not stray.ok and stray.error is not None and stray.error.type is ErrorType.UNKNOWN_TOOL
+        with pytest.raises(ToolError) as refused:
+            box.rollback(0)
+        assert refused.value.type is ErrorType.REFUSED_BY_POLICY and "rollback" in refused.value.message
+        assert (ws / "app.py").read_text() == "print('new')\n"
+        transcript = box.transcript_path
+    [decision] = decided(records(transcript), "rollback")
+    assert (decision["decision"], decision["executor"], decision["action"]) == ("refused", "openagents", "rollback")

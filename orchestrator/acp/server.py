@@ -100,7 +100,7 @@ class RpcError(Exception):
 
 
 class SessionParts(Protocol):
-    """What a factory hands back for one ACP session (orchestrator.session.OpenSession)."""
+    """What a factory hands back for one ACP session (cli/servers.py AcpParts: an orchestrator.api.Sandbox's)."""
 
     session: Session
 

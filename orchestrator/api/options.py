@@ -58,9 +58,19 @@ class SandboxOptions(BaseModel):
     # the record and the transcript
     transcript: Path | None = Field(default=None, description="Where the JSONL transcript goes (default: the session's state directory).")
     on_event: Callable[[Event], None] | None = Field(default=None, description="Called with every typed event the transcript records.")
+    on_record: Callable[[dict[str, Any]], None] | None = Field(default=None, description="Called with every transcript record as the JSON "
+                                                                                         "object written (what --output stream-json prints).")
+    resume: str | None = Field(default=None, description="The id of a recorded session to continue (`run --resume`'s): its workspace "
+                                                         "(its copy, in copy mode), its transcript appended to, its conversation for `model`.")
+    # the model (--model, --base-url, --api-key-env): run()'s when it names none; given here, it is checked before the box starts
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
     # the tools
     disabled_tools: frozenset[str] = frozenset()
     git: bool = Field(default=True, description="Offer the host-side git tool to a model run (as `run` does unless --no-git).")
+    host_tools: Any | None = Field(default=None, description="Host-side tools offered beside the six (tools.registry.HostTools: the user's "
+                                                             "MCP servers, started, as mcp.client.McpHost); their owner stops them.")
     context_files: bool = True
     # an agent run's limits (run()): as --max-turns, --max-tokens, --max-wall, --model-timeout, --context-window
     max_turns: int = Field(default=DEFAULT_MAX_TURNS, ge=1)
@@ -77,7 +87,8 @@ class SandboxOptions(BaseModel):
         try:
             if options is None:
                 return cls(**settings)
-            return cls(**{**options.model_dump(exclude_unset=True), **settings}) if settings else options
+            given = {name: getattr(options, name) for name in options.model_fields_set}  # as given: objects stay themselves
+            return cls(**{**given, **settings}) if settings else options
         except ValidationError as err:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'options'}: {e['msg']}" for e in err.errors()[:5])
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"sandbox options: {problems}") from None
@@ -108,6 +119,9 @@ class SandboxOptions(BaseModel):
                           progress=self.on_copy_progress)
 
     def session_options(self, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> SessionOptions:
+        """The session's options; `model` (else this object's own `model`) the turn loop's."""
+        if model is None:
+            model, base_url, api_key_env = self.model, self.base_url, self.api_key_env
         return SessionOptions(model_spec=model, base_url=base_url, api_key_env=api_key_env, policy_files=[str(p) for p in self.policy_files],
                               max_turns=self.max_turns, registry=RegistryConfig(disabled=set(self.disabled_tools), git=self.git),
                               budget=Budget(max_tokens=self.max_tokens, max_wall_s=self.max_wall_s, context_window=self.context_window),

@@ -21,7 +21,7 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
-from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, Level
+from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
 from ..tools.copy_tools import CopyTools, Landing
@@ -35,6 +35,7 @@ from ..workspace.copy_session import discard_session, note_call
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .options import SandboxOptions
+from .own_calls import OwnCallApprover, OwnCalls
 from .results import (
     ApplyResult,
     ChangedFile,
@@ -50,11 +51,11 @@ from .results import (
 
 if TYPE_CHECKING:
     from ..loop import Session
+    from ..sandbox.base import Sandbox as BoxBackend
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
 # the tools' names come from their own homes (tools/defs/), as everywhere else
-ROLLBACK, ROLLBACK_KIND = "rollback", "edit"  # rollback() meets the ladder as an edit (a rule on kind edit decides it)
 READ, LIST, GREP = read_def.TOOL.name, list_def.TOOL.name, grep_def.TOOL.name
 WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.name
 
@@ -79,9 +80,15 @@ class Sandbox:
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
     session record calls it (`oa-sandbox sessions` lists it). Opened on `with` or `open()`; closed
     on leaving the block, on `close()`, on an exception or Ctrl-C, and at interpreter exit at the
-    latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED)."""
+    latest. After close every method raises OpenAgentsError(SANDBOX_CLOSED).
 
-    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+    For the project's own front-ends (docs/api.md, "Front-ends"), keyword-only: `box`, a box a warm
+    pool started for this workspace and config; `any_caller_lands`, copy mode's `changes` and
+    `apply_changes` callable by whoever calls through the pipeline (the MCP server's client), not
+    only by this object's own methods."""
+
+    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api",
+                 box: BoxBackend | None = None, any_caller_lands: bool = False, **settings: Any) -> None:
         if not isinstance(kind, str) or not kind.isidentifier():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
         if not isinstance(workspace, (str, PathLike)):
@@ -89,6 +96,8 @@ class Sandbox:
         self.options = SandboxOptions.of(options, settings)
         self.workspace = Path(workspace)
         self.kind = kind
+        self._box = box  # a front-end's box already started for this workspace and config (a warm pool's): bind mode
+        self._any_caller_lands = any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
         self._opened: OpenSession | None = None
         self._record: SessionRecord | None = None  # kept after close: the session's id and record stay readable
         self._closed = False
@@ -102,7 +111,8 @@ class Sandbox:
         self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
         self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
-        self._review = threading.Lock()  # one changes()/apply() at a time: each reads its own call's typed outcome
+        self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
+        self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -111,15 +121,47 @@ class Sandbox:
         if self._opened is not None:
             return self
         options = self.options
+        try:
+            opened = self._start()
+        except BaseException:
+            if self._box is not None:  # a warm pool's box handed over: it goes with this failed open
+                try:
+                    self._box.close()
+                except Exception:  # noqa: BLE001 - removed already (the session's own clean-up), or the daemon is gone
+                    pass
+            raise
+        self._opened, self._record = opened, opened.record
+        if self._framed_by_loop:  # run() without a model goes on with the one opened
+            self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.session)
+        if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
+            registry = opened.pipeline.registry
+            self._landing = Landing(opened.record)
+            registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
+        registry = opened.pipeline.registry
+        self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
+        registry.host_tools = self._own_calls
+        # However the program ends (no close, an exception nobody caught), the box goes at exit.
+        self._finalizer = weakref.finalize(self, _close_quietly, opened)
+        if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
+            opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
+                                                     workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
+                                                     tools=opened.pipeline.registry.active()))
+        return self
+
+    def _start(self) -> OpenSession:
+        """open_session with this object's options: the one place a session is put together; a typed error for what fails."""
+        options = self.options
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
         approver: Approver = NonInteractiveApprover()
         if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
             ask = getattr(options.approver, "ask", None)
             approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
-        on_event = options.on_event
+        on_event, on_record = options.on_event, options.on_record
 
         def fanout(record: dict[str, Any]) -> None:
+            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
+                on_record(record)
             if on_event is not None:
                 typed = ev.parse(record)
                 if typed is not None:
@@ -131,8 +173,10 @@ class Sandbox:
         if transcript is not None and transcript.exists():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
         try:
-            opened = open_session(options.session_options(), self.workspace, options.sandbox_config(), approver, transcript, fanout,
-                                  mode=options.workspace_mode(), kind=self.kind, copy_limits=options.copy_limits())
+            resume = self._resumed()
+            return open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
+                                transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
+                                host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
         except OpenAgentsError:
             self._closed = True
             raise
@@ -145,17 +189,22 @@ class Sandbox:
         except BaseException:
             self._closed = True
             raise
-        self._opened, self._record = opened, opened.record
-        if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
-            registry = opened.pipeline.registry
-            self._landing = Landing(opened.record)
-            registry.host_tools = CopyTools(self._landing, registry.host_tools, self._issued)
-        # However the program ends (no close, an exception nobody caught), the box goes at exit.
-        self._finalizer = weakref.finalize(self, _close_quietly, opened)
-        opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
-                                                 workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
-                                                 tools=opened.pipeline.registry.active()))
-        return self
+
+    def _resumed(self) -> SessionRecord | None:
+        """The record `options.resume` names, if it can be continued and is of this workspace."""
+        if self.options.resume is None:
+            return None
+        from ..transcript.resume import find
+
+        record = find(self.options.resume)
+        if str(self.workspace.resolve()) != record.workspace:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} worked on {record.workspace}, not {self.workspace.resolve()}")
+        return record
+
+    @property
+    def _framed_by_loop(self) -> bool:
+        """Opened with a model: its turn loop frames the transcript (session_start and session_end per run)."""
+        return self._opened is not None and getattr(self._opened, "session", None) is not None
 
     def __enter__(self) -> "Sandbox":
         return self.open()
@@ -191,7 +240,9 @@ class Sandbox:
             with self._books:  # a call's checkpoint still being taken ends first; none starts after
                 status, reason = self._status
                 opened.record.turns = max(self._turn, opened.record.turns or 0)
-                opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn))
+                if getattr(opened, "session", None) is None:  # else its turn loop said how each run ended
+                    opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn,
+                                                           last_turn=self._turn))
                 opened.finish(status, reason)
                 return opened.close()
         finally:
@@ -200,6 +251,26 @@ class Sandbox:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def parts(self) -> OpenSession:
+        """The open session's parts (its pipeline, gate, transcript, checkpoints, turn loop), for the
+        project's own front-ends, which drive a loop or a protocol over them (docs/api.md,
+        "Front-ends"); a program uses the methods. Not a stable interface."""
+        return self._live()
+
+    def record_call(self, tool: str, ok: bool) -> None:
+        """The bookkeeping of one call a front-end ran through `parts.pipeline` itself (the MCP server
+        splits a call's decision from its run): a turn counted, a copy session's record told, a
+        checkpoint after a call that may have changed files, as for this object's own calls."""
+        opened = self._live()
+        with self._books:  # one at a time, and never after close() took the session apart
+            if self._closed:
+                raise self._closed_error()
+            self._turn += 1
+            if opened.record.mode.value == "copy":
+                note_call(opened.record, tool, ok)
+            opened.checkpoint(self._turn, [tool])
 
     def kill_running(self) -> None:
         """Kill every process the box runs (a call in another thread ends, killed); the box stays."""
@@ -259,13 +330,7 @@ class Sandbox:
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
-        with self._books:  # one at a time, and never after close() took the session apart
-            if self._closed:
-                raise self._closed_error()
-            self._turn += 1
-            if opened.record.mode.value == "copy":
-                note_call(opened.record, tool, result.ok)
-            opened.checkpoint(self._turn, [tool])
+        self.record_call(tool, result.ok)
         return call.id, result
 
     def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
@@ -420,40 +485,23 @@ class Sandbox:
     def rollback(self, turn: int) -> RestoreReport:
         """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
         A file changed since the last checkpoint: nothing restored, the report lists the conflicts.
-        It meets the ladder as an edit (tool/action `rollback`, kind edit): a deny of edits raises
-        ToolError(REFUSED_BY_POLICY); an ask is answered by this call itself (the program asked).
-        Its decision and outcome are in the transcript."""
-        _require("rollback", "turn", turn, int, "an int")
+        A call of `rollback` through the pipeline (own_calls.py): the user's BeforeTool hooks see it,
+        the ladder decides it as an edit (a rule `tool = "rollback"` or `kind = "edit"`): a deny or a
+        hook's block raises ToolError(REFUSED_BY_POLICY or the hook's type); an ask is answered by this
+        call itself (the program asked). Its decision and outcome are in the transcript."""
+        _require(ROLLBACK_TOOL, "turn", turn, int, "an int")
         opened = self._live()
         store = opened.checkpoints
         if store is None or not any(point.turn == turn and point.ok for point in store.list()):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
-        pipeline = opened.pipeline
-        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=ROLLBACK, arguments={"turn": turn})
-        level, reason = pipeline.gate.ladder.level(ROLLBACK, ROLLBACK_KIND, ROLLBACK)
-        refused = level == Level.REFUSE
-        decision, decider = ("refused", Executor.OPENAGENTS) if refused else (
-            ("automatic", Executor.OPENAGENTS) if level == Level.AUTOMATIC else ("allow_once", Executor.USER))
-        if not refused and level != Level.AUTOMATIC:
-            reason = f"asked for by the program's own call (Sandbox.rollback()); {reason}"
-        opened.transcript.emit(ev.ApprovalDecided(executor=decider, call_id=call.id, tool=ROLLBACK, action=ROLLBACK, level=level.value,
-                                                  decision=decision, reason=reason))
-        if refused:
-            err = OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"rollback was not approved: {reason}")
-            pipeline.finish(call, ToolResult.failure(err))
-            raise ToolError(err.type, err.message)
-        opened.kill_running()
-        try:
-            report = store.restore(turn)
-        except OpenAgentsError as err:
-            pipeline.finish(call, ToolResult.failure(err))
-            raise
-        said = f"restored turn {turn}: {len(report.restored)} restored, {len(report.removed)} removed"
-        if report.conflicts:
-            pipeline.finish(call, ToolResult.failure(OpenAgentsError(
-                ErrorType.STALE_CONTENT, f"nothing restored: {len(report.conflicts)} file(s) changed since the last checkpoint")))
-        else:
-            pipeline.finish(call, ToolResult(ok=True, output=said))
+        own = self._own_calls
+        assert own is not None
+        with self._review:
+            own.last_report = None
+            result = self._own_call(ROLLBACK_TOOL, {"turn": turn})
+            report = own.last_report
+        if report is None:  # refused, or stopped before a restore
+            raise _tool_error(result)
         return report
 
     def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
@@ -468,12 +516,15 @@ class Sandbox:
         return [record.id for record in fork_session(self._record.id, n, turn)]
 
     # -- an agent's run --------------------------------------------------------------------------
-    def run(self, task: str, *, model: str, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
-        """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE)
-        works on `task` with the six tools, through the same pipeline and ladder. Iterate the
-        returned AgentRun for the typed events (`--output stream-json`'s), or call .wait()."""
+    def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+        """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE;
+        default: the options' `model`) works on `task` with the six tools, through the same pipeline
+        and ladder. Iterate the returned AgentRun for the typed events (`--output stream-json`'s), or
+        call .wait()."""
         if not isinstance(task, str) or not task.strip():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "run: task must be a non-empty str")
+        if model is None and self.options.model is not None:
+            model, base_url, api_key_env = self.options.model, self.options.base_url, self.options.api_key_env
         if not isinstance(model, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
         opened = self._live()
@@ -518,18 +569,22 @@ def _close_quietly(opened: OpenSession) -> None:
         pass
 
 
+_HELD = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a front-end's SIGTERM (cli.common.terminate_as_interrupt)
+
+
 def _hold_interrupts() -> Any:
+    """While the box is removed and the workspace swept, neither Ctrl-C nor SIGTERM cuts it short."""
     if threading.current_thread() is not threading.main_thread():
         return None
     try:
-        return signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in _HELD]
     except ValueError:
         return None
 
 
 def _release_interrupts(previous: Any) -> None:
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+    for sig, handler in previous or []:
+        signal.signal(sig, handler)
 
 
 __all__ = ["Sandbox"]

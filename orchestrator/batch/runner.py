@@ -24,7 +24,7 @@ from ..terminal.machine import Bounded, name_item, named
 from .tasks import BatchTask, TaskError, TaskResult
 
 if TYPE_CHECKING:
-    from ..session import OpenSession
+    from ..api import Sandbox
     from ..workspace.records import SessionRecord
 
 MAX_PATCH_BYTES = 512 << 10  # of the patch inline in a result line (which is at most MAX_LINE_BYTES); the whole in patch_file
@@ -54,22 +54,22 @@ class RunControl:
     def __init__(self, cancel: threading.Event | None = None) -> None:
         self.cancel = cancel or threading.Event()
         self._lock = threading.Lock()
-        self._opened: OpenSession | None = None
+        self._box: Sandbox | None = None
         self.running = False
 
-    def attach(self, opened: OpenSession | None) -> None:
+    def attach(self, box: Sandbox | None) -> None:
         with self._lock:
-            self._opened = opened
+            self._box = box
 
     def stop(self) -> None:
         self.cancel.set()
         with self._lock:
-            opened = self._opened
-        if opened is not None:
-            opened.session.cancel.set()
+            box = self._box
+        if box is not None:
             try:
-                opened.kill_running()
-            except Exception:  # noqa: BLE001 - the box may be going already; its close removes it
+                box.parts.session.cancel.set()
+                box.kill_running()
+            except Exception:  # noqa: BLE001 - the box may be going already (closed); its close removes it
                 pass
 
 
@@ -102,13 +102,9 @@ def run_task(task: BatchTask, settings: BatchSettings, control: RunControl | Non
 
 
 def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskResult:
-    from ..budget import Budget
+    from ..api import Sandbox, SandboxOptions
     from ..loop import SessionResult, SessionStatus
-    from ..policy.approvals import NonInteractiveApprover
-    from ..session import SessionOptions, open_session
     from ..terminal.summary import changed_files, exit_code
-    from ..tools.registry import RegistryConfig
-    from ..workspace.records import WorkspaceMode
 
     if control.cancel.is_set():
         raise KeyboardInterrupt
@@ -118,30 +114,28 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
     config = settings.config
     if task.runtime is not None:
         config = config.with_backend(runtime=task.runtime)
-    try:
-        options = SessionOptions(model_spec=model, base_url=settings.base_url, api_key_env=settings.api_key_env,
-                                 policy_files=task.policy if task.policy is not None else list(settings.policy),
-                                 max_turns=task.max_turns or settings.max_turns, auto_approve=settings.auto_approve,
-                                 registry=RegistryConfig(git=False),  # copy mode: the host git tool is off anyway
-                                 budget=Budget(max_wall_s=task.max_wall or settings.max_wall, max_tokens=settings.max_tokens))
-        opened = open_session(options, Path(task.workspace), config, NonInteractiveApprover(), mode=WorkspaceMode.COPY, kind="batch")
+    try:  # nobody to ask (non-interactive); copy mode: the host git tool is off anyway
+        options = SandboxOptions(config=config, mode="copy", model=model, base_url=settings.base_url, api_key_env=settings.api_key_env,
+                                 policy_files=[Path(p) for p in (task.policy if task.policy is not None else settings.policy)],
+                                 max_turns=task.max_turns or settings.max_turns, auto_approve=settings.auto_approve, git=False,
+                                 max_wall_s=task.max_wall or settings.max_wall, max_tokens=settings.max_tokens)
+        box = Sandbox(Path(task.workspace), options, kind="batch").open()
     except ValueError as err:  # a model spec or policy the session refuses
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)[:500]) from None
     outcome: SessionResult | None = None
     try:
-        control.attach(opened)
+        control.attach(box)
         if control.cancel.is_set():
             outcome = SessionResult(status=SessionStatus.CANCELLED, reason="the batch was cancelled")
         else:
             try:
-                outcome = opened.session.run(task.task)
+                outcome = box.parts.session.run(task.task)
             except KeyboardInterrupt:
                 outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
-        opened.finish(outcome.status.value, outcome.reason)
     finally:
         control.attach(None)
-        opened.close()  # removes the box (confirmed), sweeps the copy, saves the record
-    record = opened.record
+        box.close(**({"status": outcome.status.value, "reason": outcome.reason} if outcome is not None else {}))  # box removed, copy swept, record saved
+    record = box.record
     try:
         changed = [c.path for c in changed_files(record)]
     except Exception:  # noqa: BLE001 - the patch below says what changed

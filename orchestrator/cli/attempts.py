@@ -36,9 +36,7 @@ from .sessions import apply_copy, landing_permit
 SHELL = shell_def.TOOL.name  # the pick command runs as a shell call, through the pipeline
 
 if TYPE_CHECKING:
-    from ..config import SandboxConfig
-    from ..session import OpenSession, SessionOptions
-    from ..workspace.copy import CopyLimits
+    from ..api import Sandbox, SandboxOptions
     from ..workspace.records import SessionRecord
 
 PICK_TIMEOUT_S = 600  # the pick command's shell timeout by default (--pick-timeout; clamped to the shell's own maximum)
@@ -83,25 +81,26 @@ def best(attempts: list[Attempt]) -> Attempt | None:
     return min(scored, key=lambda a: (-(a.score or 0.0), a.changed_lines, a.number))
 
 
-def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig, copy_limits: CopyLimits, task: str, attempts: int,
-                 pick: str, apply_at_end: bool, output_format: str, pick_timeout: int = PICK_TIMEOUT_S) -> None:
+def run_attempts(options: SandboxOptions, workspace: Path, task: str, attempts: int, pick: str, apply_at_end: bool, output_format: str,
+                 pick_timeout: int = PICK_TIMEOUT_S) -> None:
     """The whole best-of-N; ends with click's Exit (0: one chosen (and applied, with --apply), 1: none
-    passed or an apply conflict, 3: the landing was refused)."""
+    passed or an apply conflict, 3: the landing was refused). `options`: `run`'s, for every attempt's
+    Sandbox (each resumes its fork, non-interactive)."""
     from ..workspace.copy_session import discard_session
     from ..workspace.fork import fork_session
     from ..workspace.records import WorkspaceMode, discard_state, prepare
 
     try:
-        start, _ = prepare(workspace.resolve(), WorkspaceMode.COPY, config.user, "run", copy_limits)
+        start, _ = prepare(workspace.resolve(), WorkspaceMode.COPY, options.sandbox_config().user, "run", options.copy_limits())
     except OpenAgentsError as err:
         raise setup_error(err) from None
     try:
         start.transcript = str(start.dir / "transcript.jsonl")
         fd = create_private(start.transcript)
         os.close(fd)
-        start.model_spec, start.base_url, start.api_key_env = options.model_spec, options.base_url, options.api_key_env
+        start.model_spec, start.base_url, start.api_key_env = options.model, options.base_url, options.api_key_env
         start.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
-        _pin_start(start, workspace.resolve(), options.policy_files)
+        _pin_start(start, workspace.resolve(), [str(f) for f in options.policy_files])
         start.status, start.reason, start.host_pid = "finished", f"the start of {attempts} attempts", 0
         start.save()
         forks = fork_session(start.id, attempts)
@@ -114,7 +113,7 @@ def run_attempts(options: SessionOptions, workspace: Path, config: SandboxConfig
     results = [Attempt(number=i + 1, session_id=f.id) for i, f in enumerate(forks)]
     live = _Live()
     pool = ThreadPoolExecutor(max_workers=attempt_workers(attempts), thread_name_prefix="oa-attempt")
-    futures = [pool.submit(_one, options, config, task, pick, pick_timeout, fork, attempt, live) for fork, attempt in zip(forks, results, strict=True)]
+    futures = [pool.submit(_one, options, task, pick, pick_timeout, fork, attempt, live) for fork, attempt in zip(forks, results, strict=True)]
     try:
         wait(futures)
     except KeyboardInterrupt:  # Ctrl-C: every attempt is cancelled, its box removed; all are kept
@@ -175,22 +174,22 @@ class _Live:
     def __init__(self) -> None:
         self.stopped = threading.Event()
         self._lock = threading.Lock()
-        self._opened: list[OpenSession] = []
+        self._boxes: list[Sandbox] = []
 
-    def add(self, opened: OpenSession) -> bool:
+    def add(self, box: Sandbox) -> bool:
         with self._lock:
-            self._opened.append(opened)
+            self._boxes.append(box)
             return not self.stopped.is_set()
 
     def cancel(self) -> None:
         with self._lock:
             self.stopped.set()
-            opened = list(self._opened)
-        for one in opened:
-            one.pipeline.cancel.set()
+            boxes = list(self._boxes)
+        for box in boxes:
             try:
-                one.kill_running()
-            except Exception:  # noqa: BLE001 - its box is removed when the attempt closes it
+                box.parts.pipeline.cancel.set()
+                box.kill_running()
+            except Exception:  # noqa: BLE001 - closed already, or its box is removed when the attempt closes it
                 pass
 
 
@@ -215,44 +214,43 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
             pass  # not pinned: each attempt then says it is not in force, as a session would
 
 
-def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt,
-         live: _Live) -> None:
-    """One attempt: the task in the fork's own box, then the pick command in that box; never raises."""
-    from ..policy.approvals import NonInteractiveApprover
-    from ..session import open_session
-    from ..workspace.records import WorkspaceMode
+def _one(options: SandboxOptions, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt, live: _Live) -> None:
+    """One attempt: the task in the fork's own box (a Sandbox resuming the fork), then the pick
+    command in that box; never raises."""
+    from ..api import Sandbox
 
-    spec = options.model_spec or ""
+    spec = options.model or ""
     if spec.startswith("script:"):  # a replay: `{attempt}` in its file name picks one script per attempt (tests, demos)
         spec = spec.replace("{attempt}", str(attempt.number))
     if live.stopped.is_set():
         attempt.status = "cancelled"
         return
-    try:
-        opened = open_session(options.model_copy(update={"model_spec": spec}), Path(fork.workspace), config, NonInteractiveApprover(),
-                              mode=WorkspaceMode.COPY, resume=fork)
+    try:  # nobody to ask (a person is at none of N boxes), its own transcript (the fork's), no live view
+        box = Sandbox(Path(fork.workspace), options, kind="run", model=spec, resume=fork.id, mode="copy", approver=None, transcript=None,
+                      on_record=None, on_event=None, host_tools=None).open()
     except OpenAgentsError as err:
         attempt.error = {"type": err.type.value, "message": err.message[:300]}
         return
     except Exception as err:  # noqa: BLE001 - one attempt's failure is its own result
         attempt.error = {"type": ErrorType.INTERNAL_ERROR.value, "message": f"{type(err).__name__}: {err}"[:300]}
         return
+    status: dict[str, str] = {}
     try:
-        if not live.add(opened):
-            opened.pipeline.cancel.set()
-        result = opened.session.run(task)
-        opened.finish(result.status.value, result.reason)
-        opened.record.turns = result.last_turn
+        if not live.add(box):
+            box.parts.pipeline.cancel.set()
+        result = box.parts.session.run(task)
+        status = {"status": result.status.value, "reason": result.reason}
+        box.record.turns = result.last_turn
         attempt.status = result.status.value
         if not live.stopped.is_set():
-            _score(opened, pick, pick_timeout, result.last_turn, attempt)
+            _score(box, pick, pick_timeout, result.last_turn, attempt)
     except OpenAgentsError as err:
         attempt.error = {"type": err.type.value, "message": err.message[:300]}
     except Exception as err:  # noqa: BLE001
         attempt.error = {"type": ErrorType.INTERNAL_ERROR.value, "message": f"{type(err).__name__}: {err}"[:300]}
     finally:
         try:
-            opened.close()
+            box.close(**status)
         except Exception as err:  # noqa: BLE001
             attempt.error = attempt.error or {"type": ErrorType.INTERNAL_ERROR.value, "message": f"closing: {err}"[:300]}
     if attempt.error is not None:
@@ -260,11 +258,12 @@ def _one(options: SessionOptions, config: SandboxConfig, task: str, pick: str, p
     attempt.changed_lines = _changed_lines(fork)
 
 
-def _score(opened: OpenSession, pick: str, timeout: int, last_turn: int, attempt: Attempt) -> None:
+def _score(box: Sandbox, pick: str, timeout: int, last_turn: int, attempt: Attempt) -> None:
     """COMMAND through the pipeline in the attempt's box (your own command: what would ask runs, a
     deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
     from ..models.base import ToolCall
 
+    opened = box.parts
     store = opened.checkpoints
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0
     opened.pipeline.gate.auto_approve = True

@@ -173,6 +173,12 @@ def parse_size(text: str, flag: str = "--write-quota") -> int:
     return value
 
 
+def copy_options(limits: CopyLimits) -> dict[str, Any]:
+    """Copy mode's size guard (--copy-max-bytes, --copy-max-entries, a progress line) as the API's
+    SandboxOptions fields."""
+    return {"copy_max_bytes": limits.max_bytes, "copy_max_entries": limits.max_entries, "on_copy_progress": limits.progress}
+
+
 def copy_progress(limits: CopyLimits) -> CopyLimits:
     """The limits, with a progress line on stderr while a long copy runs, when stderr is a terminal
     (and only then: a log or a CI job gets no carriage returns)."""

@@ -18,6 +18,7 @@ from ..terminal.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT
 from .common import (
     EXIT_TOOL_ERROR,
     SetupExit,
+    copy_options,
     copy_progress,
     ignore_interrupts,
     interrupt_once,
@@ -222,15 +223,13 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
 
     Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
     policy, runtime, image, max_turns, max_tokens, max_wall, model_timeout, context_window); flags override them."""
-    from ..budget import Budget
+    from ..api import Sandbox, SandboxOptions
     from ..loop import SessionStatus
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..policy.approvals import NonInteractiveApprover, TerminalApprover
-    from ..session import SessionOptions, open_session
     from ..terminal.live import LiveView
     from ..terminal.render import visible
     from ..terminal.summary import changed_files, exit_code, summary_json, summary_lines
-    from ..tools.registry import RegistryConfig
 
     defaults = load_defaults(workspace or ".")
     _check_attempts(attempts, pick, resume_id or continue_, mode)
@@ -267,8 +266,6 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         on_event = _both(view.on_event, stream.on_event)
     interrupt_once()
     interactive = not non_interactive and sys.stdin.isatty()
-    budget = Budget(max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
-                    context_window=context_window or defaults.context_window)
     approver = TerminalApprover(show_diff=view.show_diff) if interactive else NonInteractiveApprover()
     if auto_approve:
         view.header_notes.append("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
@@ -276,19 +273,21 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         view.header_notes.append("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
     host_tools = None
     try:
-        options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
-                                 policy_files=list(policies) or defaults.policy, max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
-                                 registry=RegistryConfig(disabled=set(disabled), git=not no_git), budget=budget, auto_approve=auto_approve,
-                                 model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
+        options = SandboxOptions(config=config, mode=mode.value, **copy_options(copy_progress(copy_limits)), model=model_spec,
+                                 base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
+                                 policy_files=[Path(p) for p in (list(policies) or defaults.policy)],
+                                 max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS, disabled_tools=frozenset(disabled), git=not no_git,
+                                 max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
+                                 context_window=context_window or defaults.context_window, auto_approve=auto_approve,
+                                 model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S, approver=approver,
+                                 transcript=path, on_record=on_event)
         if pick is not None:
             from .attempts import run_attempts
 
             view.close()
-            run_attempts(options, Path(workspace), config, copy_progress(copy_limits), task, attempts, pick, apply_at_end, output_format,
-                         pick_timeout)
+            run_attempts(options, Path(workspace), task, attempts, pick, apply_at_end, output_format, pick_timeout)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view)
-        opened = open_session(options, Path(workspace), config, approver, path, on_event, mode=mode, host_tools=host_tools,
-                              copy_limits=copy_progress(copy_limits), resume=resumed)
+        box = Sandbox(Path(workspace), options, kind="run", host_tools=host_tools, resume=resumed.id if resumed is not None else None).open()
     except OpenAgentsError as err:
         if host_tools is not None:
             host_tools.close()
@@ -299,14 +298,15 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         if host_tools is not None:
             host_tools.close()
         raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}")) from None
-    except KeyboardInterrupt:  # while the box started: open_session removed it
+    except KeyboardInterrupt:  # while the box started: the Sandbox removed it
         ignore_interrupts()
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
         raise click.exceptions.Exit(EXIT_CANCELLED) from None
     result = None
+    gate = box.parts.pipeline.gate  # the landing's decision (--apply) is the session's, after it closed
     try:
         try:
-            result = opened.session.run(task)
+            result = box.parts.session.run(task)
         except KeyboardInterrupt:  # a second press while the loop itself was ending the session
             result = None
         ignore_interrupts()  # from here on, clean-up runs to its end
@@ -314,17 +314,16 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
             from ..loop import SessionResult
 
             result = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
-        opened.finish(result.status.value, result.reason)
-        opened.record.turns = result.last_turn  # saved by close(); `rollback --turn` past it is refused
+        box.record.turns = result.last_turn  # saved by close(); `rollback --turn` past it is refused
     finally:
         ignore_interrupts()
         view.close()
         if result is not None and result.status == SessionStatus.CANCELLED:
             view.note("cancelling: removing the sandbox (Ctrl-C is ignored until it is gone)")
-        swept = opened.close()
+        swept = box.close(**({"status": result.status.value, "reason": result.reason} if result is not None else {}))
         if host_tools is not None:
             host_tools.close()  # the user's MCP servers end with the session
-    record = opened.record
+    record = box.record
     for line in swept:
         view.note(visible(f"integrity sweep: {line}"))
     changes = changed_files(record)
@@ -337,7 +336,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     if record.mode.value == "copy":
         if apply_at_end:
             try:
-                applied, report = apply_copy(record, opened.pipeline.gate.decide_landing("run --apply"))
+                applied, report = apply_copy(record, gate.decide_landing("run --apply"))
             except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
                 landing_refused = err
                 view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))

@@ -11,15 +11,33 @@ import click
 
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from .common import build_config, load_defaults, new_transcript_path, sandbox_options, setup_error, terminate_as_interrupt
+from .common import build_config, copy_options, load_defaults, new_transcript_path, sandbox_options, setup_error, terminate_as_interrupt
 
 if TYPE_CHECKING:
     from ..acp.server import AcpApprover
+    from ..api import Sandbox
     from ..sandbox.pool import PoolEvent
-    from ..session import OpenSession
     from ..tools.registry import HostTools
     from ..workspace.copy import CopyLimits
     from ..workspace.records import SessionRecord, WorkspaceMode
+
+class AcpParts:
+    """What the ACP server drives for one editor session (acp.server.SessionParts), from its open
+    Sandbox: the turn loop, record, pipeline, transcript and what a resume rebuilt; its end is the
+    API's close (box removed, workspace swept, record saved)."""
+
+    def __init__(self, box: Sandbox) -> None:
+        self.box = box
+        parts = box.parts
+        self.session, self.pipeline, self.transcript, self.rebuilt = parts.session, parts.pipeline, parts.transcript, parts.rebuilt
+        self.record = box.record
+
+    def close(self) -> list[str]:
+        return self.box.close(status="closed", reason="the editor's session ended")
+
+    def kill_running(self) -> None:
+        self.box.kill_running()
+
 
 def _pool_progress(event: PoolEvent) -> None:
     """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
@@ -49,12 +67,13 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
         transcript_dir: str | None, max_turns: int | None, model_timeout: float | None, pool: int, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from ..acp.server import AcpServer
+    from ..api import Sandbox, SandboxOptions
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..models.factory import model_from_spec
     from ..policy.ladder import Access, access_of
     from ..sandbox import lifetime
     from ..sandbox.pool import SandboxPool
-    from ..session import SessionOptions, load_policies, open_session, with_policy_egress
+    from ..session import load_policies, with_policy_egress
     from ..state import new_id
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
@@ -65,8 +84,8 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
         raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
                                                                     "or set model in the config file"))
     policies = policies or tuple(defaults.policy)
-    options = SessionOptions(model_spec=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
-                             policy_files=list(policies), max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+    options = SandboxOptions(config=config, model=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
+                             policy_files=[Path(p) for p in policies], max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
                              model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S)
     try:
         model_from_spec(model_spec, base_url=options.base_url, api_key_env=options.api_key_env)  # fail fast on a missing key
@@ -91,13 +110,14 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
         warm.start()
 
     def start(ws: Path, approver: AcpApprover, on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None,
-              resume: SessionRecord | None = None) -> OpenSession:
+              resume: SessionRecord | None = None) -> AcpParts:
+        own: dict[str, Any] = {"approver": approver, "on_record": on_event, "host_tools": host_tools}
         if resume is not None:  # session/load: its own transcript, workspace and mode; its model and policy files unless given here
-            resumed = options.model_copy(update={"policy_files": options.policy_files or resume.policy_files})
-            return open_session(resumed, ws, config, approver, None, on_event, kind="acp", host_tools=host_tools, resume=resume)
+            files = options.policy_files or [Path(p) for p in resume.policy_files]
+            return AcpParts(Sandbox(ws, options, kind="acp", **own, resume=resume.id, policy_files=files).open())
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
-        return open_session(options, ws, config, approver, path, on_event, sandbox=warm.claim() if warm else None, mode=mode, kind="acp",
-                            host_tools=host_tools, copy_limits=copy_limits)
+        return AcpParts(Sandbox(ws, options, kind="acp", box=warm.claim() if warm else None, **own, transcript=path, mode=mode.value,
+                                **copy_options(copy_limits)).open())
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
@@ -114,24 +134,22 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
 def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, config: SandboxConfig, mode: WorkspaceMode,
         copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
+    from ..api import Sandbox, SandboxOptions
     from ..mcp.server import McpApprover, serve
-    from ..session import SessionOptions, open_session
     from ..terminal.render import visible
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     terminate_as_interrupt()  # a SIGTERM while the box starts removes it too
     approver = McpApprover()
-    options = SessionOptions(policy_files=list(policies))  # no model: the MCP client makes the calls
-    try:
-        new_transcript = new_transcript_path(transcript_path)
-        opened = open_session(options, Path(workspace), config, approver, new_transcript, mode=mode, kind="mcp", copy_limits=copy_limits)
+    try:  # no model: the MCP client makes the calls, and may call changes/apply_changes in copy mode
+        options = SandboxOptions(config=config, mode=mode.value, **copy_options(copy_limits), policy_files=[Path(p) for p in policies],
+                                 approver=approver, transcript=new_transcript_path(transcript_path))
+        box = Sandbox(Path(workspace), options, kind="mcp", any_caller_lands=True).open()
     except OpenAgentsError as err:
         raise setup_error(err) from None
-    except ValueError as err:
-        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, str(err))) from None
-    for line in serve(opened, approver):
+    for line in serve(box, approver):
         click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
-    record = opened.record
+    record = box.record
     click.echo(f"oa-sandbox: session {record.id} ({record.mode.value} mode), transcript {record.transcript}", err=True)
     if record.mode.value == "copy":
         click.echo(f"oa-sandbox: review with `oa-sandbox changes {record.id}`, apply with `oa-sandbox apply {record.id}`", err=True)

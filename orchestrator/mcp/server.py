@@ -1,7 +1,8 @@
 """`oa-sandbox mcp`: the six sandboxed tools over MCP stdio, with the official `mcp` SDK (lowlevel Server).
 
 One process serves one MCP session, so it owns one warm sandbox: opened before the first message is
-read (open_session, as `run` opens it: workspace modes, sweep, quota, checkpoints, transcript), kept
+read (an orchestrator.api.Sandbox, as every front-end opens one: workspace modes, sweep, quota,
+checkpoints, transcript, record), kept
 warm and replaced by DockerSandbox itself when the agent dies, and removed when the client goes
 away (stdin EOF, SIGTERM or SIGINT). Each call goes through the same CallPipeline as a model's call
 in `run` (validate, decide, execute, record: the transcript has the same events); the session has
@@ -44,12 +45,12 @@ from ..terminal.render import visible
 from ..tools import catalog, declarations
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call
-from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, CopyTools, Landing, bind_mode_refusal, in_copy_note, instructions
+from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, bind_mode_refusal, in_copy_note, instructions
 from .results import output_schema, to_call_result
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
+    from ..api import Sandbox
     from ..pipeline import CallPipeline
-    from ..session import OpenSession
 
 log = logging.getLogger(__name__)
 
@@ -157,33 +158,33 @@ def answer_of(result: types.ElicitResult) -> Answer:
 
 
 class SandboxMcpServer:
-    """The MCP face of one opened session (orchestrator.session.OpenSession)."""
+    """The MCP face of one open sandbox (orchestrator.api.Sandbox, opened with any_caller_lands: in
+    copy mode its registry has `changes` and `apply_changes` for the client, through its pipeline)."""
 
-    def __init__(self, opened: OpenSession, approver: McpApprover) -> None:
-        self.opened = opened
+    def __init__(self, box: Sandbox, approver: McpApprover) -> None:
+        self.box = box
+        self.opened = box.parts
         self.approver = approver
         self.calls = 0
         self._pending: dict[str, tuple[str, float]] = {}  # request_state -> (digest of the call, when)
         self._lock = threading.Lock()
-        open_world = self.open_world = opened.sandbox.config.egress is not None
-        self.mode = opened.record.mode.value
-        self.landing = Landing(opened.record) if self.mode == "copy" else None
-        if self.landing is not None:  # changes and apply_changes: host-side tools of the session's registry, through its pipeline
-            registry = opened.pipeline.registry
-            registry.host_tools = CopyTools(self.landing, registry.host_tools)
-        self.tools = mcp_tools(open_world, copy_mode=self.landing is not None)
+        open_world = self.open_world = self.opened.sandbox.config.egress is not None
+        self.record = box.record
+        self.mode = self.record.mode.value
+        self.copy_mode = self.mode == "copy"
+        self.tools = mcp_tools(open_world, copy_mode=self.copy_mode)
         self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                                          instructions=instructions(opened.record))
+                                          instructions=instructions(self.record))
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self.tools)
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         arguments = params.arguments or {}
-        if params.name in COPY_TOOLS and self.landing is None:
-            return self._answer(bind_mode_refusal(params.name, self.opened.record))
+        if params.name in COPY_TOOLS and not self.copy_mode:
+            return self._answer(bind_mode_refusal(params.name, self.record))
         if params.name not in TOOLS + COPY_TOOLS:
-            names = ", ".join(TOOLS + (COPY_TOOLS if self.landing else ()))
+            names = ", ".join(TOOLS + (COPY_TOOLS if self.copy_mode else ()))
             err = OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {params.name!r}; the tools are {names}")
             return self._answer(ToolResult.failure(err))
         digest = _digest(params.name, arguments)
@@ -192,7 +193,6 @@ class SandboxMcpServer:
         pipeline = self.opened.pipeline
         with self._lock:
             self.calls += 1
-            turn = self.calls
 
         def approve() -> PreparedCall | ToolResult:
             self.approver.bind(context)
@@ -206,14 +206,16 @@ class SandboxMcpServer:
         except NeedsInput as need:
             return self._input_required(need, digest)
         if isinstance(prepared, ToolResult):
+            if params.name not in COPY_TOOLS:
+                await anyio.to_thread.run_sync(self.box.record_call, params.name, False)
             return self._answer(prepared)
         result = await self._execute(ctx, pipeline, prepared)
         if params.name == LAND_TOOL:  # the landing's own record, as every front-end's (its call's are the pipeline's)
             self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
                                                           applied=result.meta.get("applied_total", 0), left_out=result.meta.get("left_out", [])[:200],
                                                           conflicts=result.meta.get("conflicts", [])[:200]))
-        elif params.name not in COPY_TOOLS:
-            await anyio.to_thread.run_sync(self.opened.checkpoint, turn, [params.name])
+        elif params.name not in COPY_TOOLS:  # the turn counted, the checkpoint taken: the API's bookkeeping, as for its own calls
+            await anyio.to_thread.run_sync(self.box.record_call, params.name, result.ok)
         return self._answer(result, params.name)
 
     def _input_required(self, need: NeedsInput, digest: str) -> types.InputRequiredResult:
@@ -226,9 +228,9 @@ class SandboxMcpServer:
     def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
         """In copy mode, a call that may have changed files says where the change is and how to land it
         (a failed write or edit changed nothing; a failed command may have)."""
-        if self.landing is None or not note_call(self.landing.record, name, result.ok):
+        if not self.copy_mode or not note_call(self.record, name, result.ok):
             return to_call_result(result, self.mode, egress=self.open_world)
-        note = in_copy_note(self.landing.record)
+        note = in_copy_note(self.record)
         said = result.model_copy(update={"note": "\n".join(p for p in (result.note, note) if p)})
         return to_call_result(said, self.mode, {"in_private_copy": True}, egress=self.open_world)
 
@@ -355,24 +357,15 @@ def _version() -> str:
         return "0"
 
 
-def serve(opened: OpenSession, approver: McpApprover) -> list[str]:
-    """Serve until the client goes; then remove the box (SIGTERM is ignored while it goes, so the
-    removal and the sweep finish). Returns the sweep's lines."""
-    server = SandboxMcpServer(opened, approver)
-    opened.transcript.emit(ev.SessionStarted(task="(MCP server)", model="mcp client", family="mcp", session_id=opened.record.id,
-                                             workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
-                                             tools=list(TOOLS)))
+def serve(box: Sandbox, approver: McpApprover) -> list[str]:
+    """Serve until the client goes; then close the sandbox (the API holds SIGINT and SIGTERM off
+    while the box is removed and swept). Returns the sweep's lines."""
+    server = SandboxMcpServer(box, approver)
     reason = "the MCP client went away"
     try:
         anyio.run(server.serve_stdio)
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
-        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status="closed", reason=reason, turns=server.calls))
-            opened.finish("closed", reason)
-            swept = opened.close()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        swept = box.close(status="closed", reason=reason)
     return swept

@@ -56,6 +56,9 @@ _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
 LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
 # MCP's `changes` (copy mode): a read of the session's own copy, named in a rule as `tool = "changes"`.
 CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
+# The Python API's Sandbox.rollback(): the workspace the box sees put back to a checkpoint, an edit
+# of it, named in a rule as `tool = "rollback"` (or with every edit as `kind = "edit"`).
+ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
 
 
 class Access(str, Enum):
@@ -286,11 +289,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL})  # the built-in tools' names, landing's and changes', are the ones a rule can match
+    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL})  # the built-in tools' names, landing's, changes' and rollback's, are the ones a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION})
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION})
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:
