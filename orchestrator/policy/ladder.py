@@ -59,6 +59,9 @@ CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
 # The Python API's Sandbox.rollback(): the workspace the box sees put back to a checkpoint, an edit
 # of it, named in a rule as `tool = "rollback"` (or with every edit as `kind = "edit"`).
 ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
+# MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
+# writes only the sandbox's own state (no box, no workspace), named in a rule as `tool = "fork"`.
+FORK_TOOL, FORK_KIND, FORK_ACTION = "fork", "read", "fork"
 
 
 class Access(str, Enum):
@@ -289,11 +292,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL})  # the built-in tools' names, landing's, changes' and rollback's, are the ones a rule can match
+    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL})  # the built-in tools' names and the host-side ones' are what a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION})
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION})
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:
