@@ -51,6 +51,7 @@ class Attempt:
     pick_exit_code: int | None = None
     changed_lines: int = 0
     error: dict[str, str] | None = None
+    pick_error: dict[str, str] | None = None  # why the pick command had no exit code (refused, killed at its timeout, ...)
     discarded: bool = False
     turns: int = 0
 
@@ -272,6 +273,8 @@ def _score(box: Sandbox, pick: str, timeout: int, last_turn: int, attempt: Attem
     exit_code = result.meta.get("exit_code") if isinstance(result.meta, dict) else None
     attempt.pick_exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
     attempt.score = parse_score(result.ok, attempt.pick_exit_code, result.output or "")
+    if attempt.pick_exit_code is None and result.error is not None:  # the command did not run to an exit (refused, timed out, the box): say why
+        attempt.pick_error = {"type": result.error.type.value, "message": result.error.message[:300]}
     if store is None:
         return
     opened.kill_running()
