@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
-from ..api.attempts import PICK_TIMEOUT_S, attempt_workers, finish, launch, start_forks
+from ..api.attempts import MAX_ATTEMPTS, PICK_TIMEOUT_S, attempt_workers, finish, launch, start_forks
 from ..errors import OpenAgentsError
 from ..terminal.render import json_line, visible
 from ..terminal.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
@@ -23,6 +23,26 @@ from .sessions import apply_copy, landing_permit
 
 if TYPE_CHECKING:
     from ..api import SandboxOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def best_of_options(what: str) -> Callable[[F], F]:
+    """--attempts, --pick and --pick-timeout, as `run` and `batch` take them; `what`: whose attempts."""
+    def add(command: F) -> F:
+        for option in reversed([
+            click.option("--attempts", default=1, type=click.IntRange(1, MAX_ATTEMPTS), show_default=True,
+                         help=f"Best-of-N: N attempts of {what} from one copy of the workspace, in parallel (one per core), each scored by --pick."),
+            click.option("--pick", default=None, metavar="COMMAND", help="With --attempts: run in each attempt's own box (exit 0 passes, scored 1 "
+                                                                           "or the number on its last line); the best is kept (ties: fewest changed "
+                                                                           "lines), the rest discarded."),
+            click.option("--pick-timeout", default=PICK_TIMEOUT_S, type=click.IntRange(1, None), show_default=True, metavar="SECONDS",
+                         help="The pick command's shell timeout (clamped to the shell's maximum): past it the command is killed and the attempt "
+                              "fails."),
+        ]):
+            command = option(command)
+        return command
+    return add
 
 
 def run_attempts(options: SandboxOptions, workspace: Path, task: str, attempts: int, pick: str, apply_at_end: bool, output_format: str,

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from ..api.attempts import MAX_ATTEMPTS, PICK_TIMEOUT_S
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from .attempts import best_of_options
 from .common import build_config, copy_options, load_defaults, new_transcript_path, sandbox_options, setup_error, terminate_as_interrupt
 
 if TYPE_CHECKING:
@@ -181,12 +181,7 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
 @click.option("--ray-resource", default="oa_sandbox", show_default=True, metavar="NAME",
               help="--engine ray: the custom resource a node offers per box it holds.")
 @click.option("--max-retries", default=2, show_default=True, type=click.IntRange(0, 10), help="--engine ray: reruns of a task whose node was lost.")
-@click.option("--attempts", default=1, type=click.IntRange(1, MAX_ATTEMPTS), show_default=True,
-              help="Best-of-N for tasks without `attempts`: N attempts of each task from one copy, each scored by --pick.")
-@click.option("--pick", default=None, metavar="COMMAND", help="For tasks without `pick`: run in each attempt's own box (exit 0 passes, "
-                                                               "scored 1 or the number it prints last); the best is kept, the rest discarded.")
-@click.option("--pick-timeout", default=PICK_TIMEOUT_S, type=click.IntRange(1, None), show_default=True, metavar="SECONDS",
-              help="The pick command's shell timeout (clamped to the shell's maximum).")
+@best_of_options("each task without `attempts` and `pick`")
 def batch(tasks_file: str, out: str, concurrency: int | None, model_spec: str | None, base_url: str | None, api_key_env: str | None,
           policies: tuple[str, ...], auto_approve: bool, max_turns: int | None, max_wall: float | None, max_tokens: int | None,
           runtime: str | None, image: str | None, memory: str | None, cpus: float | None, start_concurrency: int | None, engine: str,
