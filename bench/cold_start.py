@@ -28,11 +28,10 @@ from docker.models.images import ImageCollection  # noqa: E402
 
 from bench.host import make_workspace  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
-from orchestrator.sandbox import base, daemon  # noqa: E402
+from orchestrator.sandbox import base, daemon, sweep_journal  # noqa: E402
 from orchestrator.sandbox import docker as docker_backend
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
-from orchestrator.workspace import sweep_journal  # noqa: E402
 from orchestrator.workspace.quota import WriteQuota  # noqa: E402
 
 SPENT: dict[str, float] = defaultdict(float)

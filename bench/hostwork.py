@@ -64,9 +64,9 @@ def largest_file(ws: Path) -> str:
 
 def child(op: str, ws: Path, scratch: Path) -> None:
     """One operation, in this (child) process. Set-up that is not the operation is done before the clock."""
+    from orchestrator.sandbox.sweep_journal import capture_baseline
     from orchestrator.workspace.checkpoints import CheckpointStore
     from orchestrator.workspace.integrity import Sweeper
-    from orchestrator.workspace.sweep_journal import capture_baseline
 
     started = time.monotonic()
     if op == "copy":

@@ -39,10 +39,10 @@ from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E4
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 from orchestrator.sandbox.pool import SandboxPool  # noqa: E402
 from orchestrator.sandbox.runtimes import available_runtimes, choose_runtime  # noqa: E402
+from orchestrator.sandbox.sweep_journal import capture_baseline
 from orchestrator.workspace.checkpoints import CheckpointStore  # noqa: E402
 from orchestrator.workspace.copy import copy_workspace  # noqa: E402
 from orchestrator.workspace.integrity import Sweeper  # noqa: E402
-from orchestrator.workspace.sweep_journal import capture_baseline  # noqa: E402
 
 
 def pct(values: list[float], q: float) -> float:

@@ -1,5 +1,5 @@
 """One tool call's steps, the same for every caller: validate -> decide (policy, approver) ->
-execute -> record. The turn loop (loop.py) runs a model's calls through it, the MCP server its
+execute -> record. The turn loop (loop/__init__.py) runs a model's calls through it, the MCP server its
 client's calls (mcp/server.py), and the ACP server its editor's session through the loop; so every
 call, whoever makes it, gets the same checks, the same approval and the same transcript events.
 
@@ -21,9 +21,9 @@ from .hooks import tools as tool_hooks
 from .hooks.engine import Hooks
 from .models.base import ToolCall
 from .policy.approvals import ApprovalGate
-from .policy.ladder import LAND_ACTION, LAND_TOOL
 from .protocol import Executor, ToolResult
 from .sandbox.egress import widening_offer
+from .tools.catalog import LAND_ACTION, LAND_TOOL
 from .tools.registry import PreparedCall, ToolRegistry
 from .transcript import Transcript
 from .workspace.review.landing import refusal as landing_refusal

@@ -19,13 +19,13 @@ from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
 from .hooks import wiring as hook_wiring
-from .hooks.spec import Collected
-from .loop import Session
+from .loop import TurnLoop
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
 from .policy import pins
 from .policy.approvals import ApprovalGate, Approver
+from .policy.hook_spec import Collected
 from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, parse_policy
 from .policy.pins import Source
 from .protocol import Executor
@@ -35,13 +35,13 @@ from .sandbox.starts import StartQueued
 from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
-from .transcript.resume import Rebuilt, ResumeLock, rebuild, resumable
+from .transcript.resume import Rebuilt, rebuild, resumable
 from .workspace import records as records_
 from .workspace.checkpoints import CheckpointStore
 from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
 from .workspace.integrity import SweepReport
-from .workspace.records import SessionRecord, WorkspaceMode, prepare
+from .workspace.records import ResumeLock, SessionRecord, WorkspaceMode, prepare
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 
@@ -158,7 +158,7 @@ class OpenSession:
     # Every call's steps (validate, decide, execute, record), made last with the registry.
     pipeline: CallPipeline = field(init=False)
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
-    session: Session = field(init=False)
+    turn_loop: TurnLoop = field(init=False)
     rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
     # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
     context: ContextFiles | None = field(init=False, default=None)
@@ -210,8 +210,8 @@ class OpenSession:
                 self.checkpoints.close()
             if self.record.status == "running":
                 self.record.status = "closed"  # an editor's session, or one that ended without a result
-            if getattr(self, "session", None) is not None and self.session.turn:
-                self.record.turns = self.session.turn  # turns count on across runs: `rollback --turn` up to here
+            if getattr(self, "turn_loop", None) is not None and self.turn_loop.turn:
+                self.record.turns = self.turn_loop.turn  # turns count on across runs: `rollback --turn` up to here
             self.record.save()
             if self.lock is not None:
                 self.lock.release()
@@ -325,10 +325,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     opened.context, opened.root_context = context, root_context
     opened.hook_context = hook_wiring.session_start(opened.pipeline.hooks, "resume" if rebuilt is not None else "startup", kind)
     if model is not None:
-        opened.session = _turn_loop(opened, model, options)
+        opened.turn_loop = _turn_loop(opened, model, options)
         if rebuilt is not None:
-            opened.session.messages += rebuilt.messages
-            opened.session.turn = max(rebuilt.previous_turns, record.turns or 0)
+            opened.turn_loop.messages += rebuilt.messages
+            opened.turn_loop.turn = max(rebuilt.previous_turns, record.turns or 0)
     opened.rebuilt = rebuilt
     return opened
 
@@ -366,28 +366,28 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
     return model
 
 
-def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> Session:
-    session = Session(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
-                      after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
-                      budget=options.budget, pipeline=opened.pipeline)
+def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> TurnLoop:
+    loop = TurnLoop(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
+                    after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
+                    budget=options.budget, pipeline=opened.pipeline)
     if opened.context is not None:
-        session.messages[0].content += opened.root_context
-        session.context_files = opened.context
+        loop.messages[0].content += opened.root_context
+        loop.context_files = opened.context
     if opened.hook_context:
-        session.messages[0].content += opened.hook_context
-    return session
+        loop.messages[0].content += opened.hook_context
+    return loop
 
 
-def attach_model(opened: OpenSession, options: SessionOptions) -> Session:
+def attach_model(opened: OpenSession, options: SessionOptions) -> TurnLoop:
     """A turn loop for a model named after the session opened (the API's run()): over the session's
     own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
     says which model worked on it last (what a resume takes again)."""
-    session = _turn_loop(opened, _model(options, [opened.transcript]), options)
-    opened.session = session
+    loop = _turn_loop(opened, _model(options, [opened.transcript]), options)
+    opened.turn_loop = loop
     record = opened.record
     record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
     record.save()
-    return session
+    return loop
 
 
 def _mark_resumed(record: SessionRecord) -> None:

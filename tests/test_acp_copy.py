@@ -336,7 +336,7 @@ def test_git_reads_are_announced_as_read_and_a_commit_keeps_its_kind(sandbox_ima
 
 
 def test_git_reads_batched_in_parallel_take_turns(tmp_path):
-    """Reads run in parallel in a turn (loop.py), and the three git reads above are one batch: the
+    """Reads run in parallel in a turn (loop/__init__.py), and the three git reads above are one batch: the
     repository's per-command shadow work tree once raced there (TypeError out of the prompt)."""
     from concurrent.futures import ThreadPoolExecutor
 

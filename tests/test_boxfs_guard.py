@@ -27,7 +27,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("sandbox/image.py", "rglob"): "hashes our own package's source files (sandbox_agent/, compose/proxy/) for the image tag",
     ("state.py", "os.scandir"): "asks whether the user's state directory (host-owned, never mounted in a box) is empty",
     ("workspace/records.py", "os.listdir"): "lists session ids under the state directory (host-owned; the copies under it are walked by boxfs)",
-    ("workspace/sweep_journal.py", "os.listdir"): "lists the sweep journal's own files in the state directory (host-owned)",
+    ("sandbox/sweep_journal.py", "os.listdir"): "lists the sweep journal's own files in the state directory (host-owned)",
     ("workspace/checkpoints/objects.py", "os.scandir"): "sizes the checkpoint store's git object directory (host-owned, written by libgit2 for us)",
     ("workspace/checkpoints/objects.py", "iterdir"): "lists the checkpoint store's pack files (host-owned, written by libgit2 for us)",
 }

@@ -111,7 +111,7 @@ def test_bind_mode_mounts_nothing_at_the_top_and_decides_from_the_baseline(tmp_p
     by every session on it); a .git that appears after the baseline (another session's box made it)
     changes no mount (issue 40: `Duplicate mount point`, `bind source path does not exist`)."""
     from orchestrator.sandbox.docker import git_mounts
-    from orchestrator.workspace.sweep_journal import capture_baseline
+    from orchestrator.sandbox.sweep_journal import capture_baseline
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n", "lib/.git/HEAD": "ref: refs/heads/main\n"})
     baseline = capture_baseline(ws)
@@ -130,7 +130,7 @@ def test_bind_mode_mounts_nothing_at_the_top_and_decides_from_the_baseline(tmp_p
 def test_a_journal_finished_by_another_process_is_no_error(tmp_path, monkeypatch, caplog):
     """Journals are read by every command and removed by whoever finishes them: one that vanishes
     between the listing and the read is finished, not 'unreadable ... left for a person'."""
-    from orchestrator.workspace import sweep_journal
+    from orchestrator.sandbox import sweep_journal
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
@@ -146,7 +146,7 @@ def test_a_journal_finished_by_another_process_is_no_error(tmp_path, monkeypatch
     worker = threading.Thread(target=churn)
     worker.start()
     try:
-        with caplog.at_level(logging.WARNING, logger="orchestrator.workspace.sweep_journal"):
+        with caplog.at_level(logging.WARNING, logger="orchestrator.sandbox.sweep_journal"):
             deadline = time.monotonic() + 3
             while time.monotonic() < deadline:
                 sweep_journal.pending()

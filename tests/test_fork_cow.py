@@ -136,10 +136,10 @@ def test_a_fork_is_mounted_again_in_a_later_process_and_discard_removes_it(tmp_p
 
 
 def test_the_write_quota_counts_what_a_forks_writes_cost_on_disk(tmp_path, monkeypatch):
+    from orchestrator.sandbox.sweep_journal import capture_baseline
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import fork_upper
     from orchestrator.workspace.quota import WriteQuota
-    from orchestrator.workspace.sweep_journal import capture_baseline
 
     sid = _parent(tmp_path, monkeypatch)
     (fork,) = fork_session(sid, 1)

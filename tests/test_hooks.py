@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.hooks.engine import Hooks
-from orchestrator.hooks.spec import Collected, in_force
+from orchestrator.policy.hook_spec import Collected, in_force
 from orchestrator.policy.ladder import Tier, parse_policy
 from orchestrator.session import load_policies
 from orchestrator.transcript import Transcript

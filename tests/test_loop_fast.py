@@ -17,7 +17,7 @@ from orchestrator import events as ev
 from orchestrator.config import SandboxLimits
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.events import ToolCallState
-from orchestrator.loop import Session, SessionStatus
+from orchestrator.loop import SessionStatus, TurnLoop
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
@@ -95,12 +95,12 @@ def call(cid: str, name: str, arguments: Any) -> ToolCall:
     return ToolCall(id=cid, name=name, arguments=arguments)
 
 
-def session(tmp_path: Path, turns: list[ModelTurn], sandbox: FakeSandbox | None = None, approver=None, **kw) -> tuple[Session, FakeSandbox, Transcript]:
+def session(tmp_path: Path, turns: list[ModelTurn], sandbox: FakeSandbox | None = None, approver=None, **kw) -> tuple[TurnLoop, FakeSandbox, Transcript]:
     box = sandbox or FakeSandbox()
     transcript = Transcript(tmp_path / "t.jsonl")
     registry = ToolRegistry(box, tmp_path)
     gate = ApprovalGate(Ladder(), approver or RecordingApprover())
-    return Session(ScriptedModel(turns), registry, gate, transcript, **kw), box, transcript
+    return TurnLoop(ScriptedModel(turns), registry, gate, transcript, **kw), box, transcript
 
 
 def typed(transcript: Transcript) -> list:

@@ -11,9 +11,9 @@ from orchestrator.acp.landing import META_KEY, Landing
 from orchestrator.batch.tasks import ResultWriter, TaskResult
 from orchestrator.boxfs import to_store
 from orchestrator.boxfs.names import from_exact
+from orchestrator.ground.text import json_line
 from orchestrator.mcp.results import apply_meta
 from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED, Bounded, fit_json, name_item
-from orchestrator.terminal.render import json_line
 from orchestrator.workspace.review import ApplyReport, LeftOut
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ErrorType
-from orchestrator.mcp.client import McpHost
 from orchestrator.models.base import ToolCall
 from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule
+from orchestrator.tools.mcp.client import McpHost
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -178,7 +178,7 @@ def test_slow_start_and_bad_command_leave_the_others(server_script, tmp_path):
 def test_through_the_registry_and_the_ladder(server_script: Path, tmp_path: Path) -> None:
     """The turn loop sees the MCP tool like a built-in: declared, asked about every time, run, its
     result back to the model; a policy deny on the server refuses without asking."""
-    from orchestrator.loop import Session
+    from orchestrator.loop import TurnLoop
     from orchestrator.models.base import ModelTurn
     from orchestrator.models.script import ScriptedModel
     from orchestrator.policy.approvals import Answer, ApprovalGate, PermissionOption
@@ -198,13 +198,13 @@ def test_through_the_registry_and_the_ladder(server_script: Path, tmp_path: Path
         names = [d["function"]["name"] for d in registry.declarations("openai")]
         assert "mcp__notes__add_note" in names and "read_file" in names and "mcp__notes__crash" not in names
         model = ScriptedModel([ModelTurn(tool_calls=[call(1)]), ModelTurn(tool_calls=[call(2)]), ModelTurn(text="done")])
-        session = Session(model, registry, ApprovalGate(Ladder(), Approver()), Transcript(tmp_path / "t.jsonl"))
+        session = TurnLoop(model, registry, ApprovalGate(Ladder(), Approver()), Transcript(tmp_path / "t.jsonl"))
         result = session.run("take notes")
         assert result.final_text == "done"
         assert asked == [("mcp__notes__add_note", Level.ASK_EVERY_TIME)] * 2  # every time, not once
         assert any(m.role == "tool" and "stored: n1" in m.content for m in session.messages)
 
-        denied = Session(ScriptedModel([ModelTurn(tool_calls=[call(3)]), ModelTurn(text="ok")]), registry,
+        denied = TurnLoop(ScriptedModel([ModelTurn(tool_calls=[call(3)]), ModelTurn(text="ok")]), registry,
                          ApprovalGate(Ladder([PolicyRule(action="mcp notes", decision=Decision.DENY)]), Approver()), Transcript(None))
         denied.run("again")
         assert len(asked) == 2 and any("refused_by_policy" in (m.content or "") for m in denied.messages)
@@ -216,7 +216,7 @@ def test_a_tool_whose_schema_nests_too_deep_is_left_out():
     both recursively: one nested past MAX_SCHEMA_DEPTH leaves its tool out, as an oversized one does."""
     from mcp.types import Tool
 
-    from orchestrator.mcp.client import MAX_SCHEMA_DEPTH, _tool
+    from orchestrator.tools.mcp.client import MAX_SCHEMA_DEPTH, _tool
 
     def nested(levels: int) -> dict:
         inner: dict = {"type": "string"}
@@ -272,7 +272,7 @@ def test_the_call_deadline_is_the_shell_limit():
 
 
 def test_json_values_are_counted_outside_strings_only():
-    from orchestrator.mcp.transport import json_values
+    from orchestrator.tools.mcp.transport import json_values
 
     assert json_values(b'{"a": [1, 2, {"b": []}]}', 0) == 6  # { [ , , { [
     text = b'{"t": "' + b'[,{' * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes
@@ -284,7 +284,7 @@ def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_
     """--max-wall passes while the user is still at the approval prompt: the MCP call is not started
     afterwards (it would otherwise run, up to its own deadline, past the session's)."""
     from orchestrator.budget import Budget
-    from orchestrator.loop import Session
+    from orchestrator.loop import TurnLoop
     from orchestrator.models.base import ModelTurn
     from orchestrator.models.script import ScriptedModel
     from orchestrator.policy.approvals import Answer, ApprovalGate, PermissionOption
@@ -304,7 +304,7 @@ def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_
     with McpHost([spec(server_script, tmp_path)], call_deadline_s=20) as host:
         registry = ToolRegistry(NoBox(), tmp_path, RegistryConfig(git=False), host_tools=host)  # type: ignore[arg-type]
         model = ScriptedModel([ModelTurn(tool_calls=[call]), ModelTurn(text="done")])
-        session = Session(model, registry, ApprovalGate(Ladder(), SlowApprover()), Transcript(tmp_path / "t.jsonl"), budget=Budget(max_wall_s=1))
+        session = TurnLoop(model, registry, ApprovalGate(Ladder(), SlowApprover()), Transcript(tmp_path / "t.jsonl"), budget=Budget(max_wall_s=1))
         result = session.run("note it")
     assert result.error is not None and result.error.type == ErrorType.BUDGET_EXCEEDED
     assert not (tmp_path / "notes.txt").exists(), "the call ran after the time budget was spent"

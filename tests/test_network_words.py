@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config import EgressConfig, EgressRule, SandboxLimits
-from orchestrator.loop import Session
+from orchestrator.loop import TurnLoop
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import ApprovalGate
 from orchestrator.policy.ladder import Ladder
@@ -26,7 +26,7 @@ class _Limits:
 
 def _told(tmp_path: Path, egress: EgressConfig | None) -> tuple[str, dict[str, str]]:
     registry = ToolRegistry(_Limits(egress), tmp_path)  # type: ignore[arg-type]
-    session = Session(ScriptedModel([]), registry, ApprovalGate(Ladder(), None), Transcript(None, redactor=Redactor()))  # type: ignore[arg-type]
+    session = TurnLoop(ScriptedModel([]), registry, ApprovalGate(Ladder(), None), Transcript(None, redactor=Redactor()))  # type: ignore[arg-type]
     shell = {}
     for family in FAMILIES:
         for d in registry.declarations(family):

@@ -52,7 +52,7 @@ def _raw_hidden(text: str) -> list[str]:
 
 
 def test_visible_leaves_no_control_character_and_is_idempotent():
-    from orchestrator.terminal.render import visible
+    from orchestrator.ground.text import visible
 
     everything = "".join(chr(c) for c in range(0x00, 0xA0)) + "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c\u2028\u2029\U000e0041\ud800"
     out = visible(everything + HOSTILE)
@@ -64,7 +64,7 @@ def test_visible_leaves_no_control_character_and_is_idempotent():
 
 
 def test_json_lines_escape_what_json_leaves_raw_and_still_round_trip():
-    from orchestrator.terminal.render import json_line
+    from orchestrator.ground.text import json_line
 
     value = {"k": HOSTILE + "\ud800\U000e0041", HOSTILE: [HOSTILE]}
     line = json_line(value)

@@ -11,7 +11,7 @@ never reach a session still being set up: an id the editor could not yet know is
 malformed frame gets a JSON-RPC error and never ends the process.
 
 The editor's stdio MCP servers (session/new `mcpServers`) are started on the host for the session
-(orchestrator/mcp/client.py McpHost), offered to the model as mcp__<server>__<tool>, asked for at
+(orchestrator/tools/mcp/client.py McpHost), offered to the model as mcp__<server>__<tool>, asked for at
 every call, and stopped when the session ends. A prompt the model API fails on ends as a JSON-RPC
 error on that session/prompt, with the typed reason in `data`.
 
@@ -39,14 +39,14 @@ from sandbox_agent import jsonbound
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
-from ..loop import Session, SessionStatus
-from ..mcp.client import McpHost
+from ..loop import SessionStatus, TurnLoop
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
-from ..policy.ladder import LAND_ACTION, LAND_TOOL
 from ..protocol import Executor, ToolResult
 from ..tools import catalog
+from ..tools.catalog import LAND_ACTION, LAND_TOOL
+from ..tools.mcp.client import McpHost
 from ..tools.registry import HostTools
 from ..workspace.copy_session import note_call
 from ..workspace.records import SessionRecord, WorkspaceMode
@@ -102,7 +102,7 @@ class RpcError(Exception):
 class SessionParts(Protocol):
     """What a factory hands back for one ACP session (cli/servers.py AcpParts: an orchestrator.api.Sandbox's)."""
 
-    session: Session
+    turn_loop: TurnLoop
 
     def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
 
@@ -131,7 +131,7 @@ class AcpSession:
     @property
     def box_root(self) -> Path:
         """The workspace the box works on (a copy in copy mode): where diffs are read."""
-        return Path(self.parts.session.registry.workspace) if self.parts else self.workspace
+        return Path(self.parts.turn_loop.registry.workspace) if self.parts else self.workspace
 
     def close(self) -> None:
         try:
@@ -435,7 +435,7 @@ class AcpServer:
         if not session.busy.acquire(blocking=False):
             raise RpcError(m.INVALID_REQUEST, "a prompt is already running in this session")
         try:
-            loop = session.parts.session
+            loop = session.parts.turn_loop
             try:
                 reader = catalog.file_reader().name
 
@@ -484,7 +484,7 @@ class AcpServer:
     def _cancel(self, session: AcpSession) -> None:
         if session.parts is None:
             return
-        session.parts.session.cancel.set()
+        session.parts.turn_loop.cancel.set()
         with self._lock:
             # only permission requests are answered "cancelled" here; a file write is the editor's to answer
             waiting = [(k, f) for k, (f, sid, method) in self._pending.items() if sid == session.id and method == "session/request_permission"]

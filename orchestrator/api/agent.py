@@ -13,7 +13,7 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 
 if TYPE_CHECKING:
-    from ..loop import Session, SessionResult
+    from ..loop import SessionResult, TurnLoop
 
 _DONE = object()
 
@@ -22,7 +22,7 @@ class AgentRun:
     """Iterate for `events.Event`s (sync: `for e in run`, async: `async for e in run`); `.result`
     is the SessionResult once it ended; `wait()` runs it to its end and returns that."""
 
-    def __init__(self, session: Session, task: str, sinks: list[Callable[[dict[str, Any]], None]], kill: Callable[[], None],
+    def __init__(self, session: TurnLoop, task: str, sinks: list[Callable[[dict[str, Any]], None]], kill: Callable[[], None],
                  ended: Callable[[int], None]) -> None:
         self._session, self._task, self._sinks, self._kill, self._ended = session, task, sinks, kill, ended
         self.result: SessionResult | None = None

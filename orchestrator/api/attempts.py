@@ -198,9 +198,9 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
     """What the start trusts (policy files, the workspace's own policy and its hooks, the config
     file), pinned as a first session pins it: each attempt opens its fork as a resume, and a resume
     takes hooks and policies from the pins, never afresh (without them it ran no workspace hook)."""
-    from ..hooks.spec import Collected, in_force
     from ..hooks.wiring import pinned_argv
     from ..policy import pins
+    from ..policy.hook_spec import Collected, in_force
     from ..session import load_authority
 
     collected = Collected()
@@ -239,7 +239,7 @@ def _one(options: SandboxOptions, task: str, pick: str, pick_timeout: int, fork:
     try:
         if not live.add(box):
             box.parts.pipeline.cancel.set()
-        result = box.parts.session.run(task)
+        result = box.parts.turn_loop.run(task)
         status = {"status": result.status.value, "reason": result.reason}
         box.record.turns = result.last_turn
         attempt.status, attempt.turns = result.status.value, result.turns

@@ -1,5 +1,5 @@
 """The program's own host-side calls (issue 34): `Sandbox.rollback()` as a call of the session's one
-CallPipeline, as `changes` and `apply_changes` are (tools/copy_tools.py), so the user's BeforeTool
+CallPipeline, as `changes` and `apply_changes` are (workspace/copy_tools.py), so the user's BeforeTool
 hooks see it, the ladder decides it (a rule `tool = "rollback"`, or any rule on `kind = "edit"`),
 and the transcript records its decision, who decided and its outcome.
 
@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, Approver, PermissionOption
-from ..policy.ladder import ROLLBACK_ACTION, ROLLBACK_KIND, ROLLBACK_TOOL
 from ..protocol import Executor, ToolResult
+from ..tools.catalog import ROLLBACK_ACTION, ROLLBACK_KIND, ROLLBACK_TOOL
 from ..tools.registry import HostTools, PreparedCall
 from ..tools.tooldef import Approval, ToolDef
 

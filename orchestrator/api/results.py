@@ -3,7 +3,7 @@
 Each tool's result keeps the call's whole `ToolResult` (`.result`) and lifts what the tool's own
 metadata says into fields. Everything in them came from the box: it is bounded by the agent and
 the host (protocol.py), never escaped here; a program printing it to a terminal escapes it
-itself (`orchestrator.terminal.render.visible`).
+itself (`orchestrator.ground.text.visible`).
 """
 from __future__ import annotations
 

@@ -21,18 +21,18 @@ from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
-from ..policy.ladder import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
 from ..protocol import Executor, ToolResult
 from ..session import OpenSession, attach_model, open_session
-from ..tools.copy_tools import CopyTools, Landing
+from ..tools.catalog import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
 from ..tools.defs import edit_file as edit_def
 from ..tools.defs import grep_files as grep_def
 from ..tools.defs import list_files as list_def
 from ..tools.defs import read_file as read_def
 from ..tools.defs import shell as shell_def
 from ..tools.defs import write_file as write_def
-from ..tools.fork_tool import ForkTools
 from ..workspace.copy_session import discard_session, note_call
+from ..workspace.copy_tools import CopyTools, Landing
+from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .options import SandboxOptions
@@ -51,7 +51,7 @@ from .results import (
 )
 
 if TYPE_CHECKING:
-    from ..loop import Session
+    from ..loop import TurnLoop
     from ..sandbox.base import Sandbox as BoxBackend
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
@@ -109,7 +109,7 @@ class Sandbox:
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
         self._run: AgentRun | None = None
-        self._agent: tuple[tuple[str, str | None, str | None], Session] | None = None  # the last run's model and turn loop
+        self._agent: tuple[tuple[str, str | None, str | None], TurnLoop] | None = None  # the last run's model and turn loop
         self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
         self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
@@ -133,7 +133,7 @@ class Sandbox:
             raise
         self._opened, self._record = opened, opened.record
         if self._framed_by_loop:  # run() without a model goes on with the one opened
-            self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.session)
+            self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.turn_loop)
         if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)

@@ -24,7 +24,7 @@ MAX_PATCH_FILE_BYTES = 64 << 20  # of the patch file in the session's directory 
 def with_changes(result: TaskResult, record: SessionRecord) -> TaskResult:
     """`result` with what the session `record` changed: its files, the patch apply would land (and
     what it would leave out), its report; fitted to one result line."""
-    from ..terminal.summary import changed_files
+    from ..loop.summary import changed_files
 
     try:
         changed = [c.path for c in changed_files(record)]

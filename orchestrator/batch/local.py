@@ -86,7 +86,7 @@ class Progress:
                 self.stream.flush()
 
     def finished(self, result: TaskResult) -> None:
-        from ..terminal.render import one_line
+        from ..ground.text import one_line
 
         with self._lock:
             self.counts[result.status] = self.counts.get(result.status, 0) + 1
@@ -98,7 +98,7 @@ class Progress:
                 self.stream.flush()
 
     def close(self, out: str, interrupted: bool) -> None:
-        from ..terminal.render import one_line
+        from ..ground.text import one_line
 
         with self._lock:
             if self.live:

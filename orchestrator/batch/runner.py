@@ -65,7 +65,7 @@ class RunControl:
             box = self._box
         if box is not None:
             try:
-                box.parts.session.cancel.set()
+                box.parts.turn_loop.cancel.set()
                 box.kill_running()
             except Exception:  # noqa: BLE001 - the box may be going already (closed); its close removes it
                 pass
@@ -102,7 +102,7 @@ def run_task(task: BatchTask, settings: BatchSettings, control: RunControl | Non
 def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskResult:
     from ..api import Sandbox, SandboxOptions
     from ..loop import SessionResult, SessionStatus
-    from ..terminal.summary import exit_code
+    from ..loop.summary import exit_code
 
     if control.cancel.is_set():
         raise KeyboardInterrupt
@@ -132,7 +132,7 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
             outcome = SessionResult(status=SessionStatus.CANCELLED, reason="the batch was cancelled")
         else:
             try:
-                outcome = box.parts.session.run(task.task)
+                outcome = box.parts.turn_loop.run(task.task)
             except KeyboardInterrupt:
                 outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
     finally:

@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any
 
-from ..terminal.render import one_line
+from ..ground.text import one_line
 
 
 def _as_bytes(name: bytes | str) -> bytes:

@@ -34,11 +34,11 @@ def main(verbose: bool) -> None:
 
 def _complete_pending_sweeps() -> None:
     """Before anything else, every command finishes the integrity sweeps that host processes which
-    ended (OOM, SIGKILL, power loss) left journaled (sweep_journal.py): their boxes are reaped first,
+    ended (OOM, SIGKILL, power loss) left journaled (sandbox/sweep_journal.py): their boxes are reaped first,
     so no box of theirs still writes while the sweep runs. Never fatal; one that cannot finish is
     said, and no session starts on that workspace until it does."""
-    from ..terminal.render import visible
-    from ..workspace import sweep_journal
+    from ..ground.text import visible
+    from ..sandbox import sweep_journal
 
     try:
         if not any(entry.owner_gone() for entry in sweep_journal.pending()):

@@ -8,7 +8,7 @@ import click
 
 from ..config import SandboxConfig
 from ..errors import OpenAgentsError
-from ..terminal.summary import EXIT_OK, EXIT_SETUP
+from ..loop.summary import EXIT_OK, EXIT_SETUP
 from .common import EXIT_TOOL_ERROR, sandbox_options, setup_error
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def transcript_show(path_or_id: str, full: bool) -> None:
     from rich.console import Console
     from rich.text import Text
 
-    from ..terminal.render import visible
+    from ..ground.text import visible
     from ..transcript import resolve_transcript, show_lines
 
     try:
@@ -71,7 +71,7 @@ def transcript_list() -> None:
     """Every session's transcript, newest first: time, session id, status, path."""
     import time as _time
 
-    from ..terminal.render import one_line
+    from ..ground.text import one_line
     from ..transcript import list_transcripts
 
     for created, session_id, status, path in list_transcripts():

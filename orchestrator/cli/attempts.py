@@ -16,8 +16,8 @@ import click
 
 from ..api.attempts import MAX_ATTEMPTS, PICK_TIMEOUT_S, attempt_workers, finish, launch, start_forks
 from ..errors import OpenAgentsError
-from ..terminal.render import json_line, visible
-from ..terminal.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
+from ..ground.text import json_line, visible
+from ..loop.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
 from .common import ignore_interrupts, setup_error
 from .sessions import apply_copy, landing_permit
 

@@ -14,7 +14,7 @@ import click
 from ..boxfs.private import create_private
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..terminal.summary import EXIT_SETUP, EXIT_STOPPED
+from ..loop.summary import EXIT_SETUP, EXIT_STOPPED
 
 if TYPE_CHECKING:
     from ..workspace.copy import CopyLimits, CopyProgress
@@ -32,7 +32,7 @@ class SetupExit(click.exceptions.Exit):
 
 
 def setup_error(err: OpenAgentsError) -> SetupExit:
-    from ..terminal.render import visible
+    from ..ground.text import visible
 
     click.echo(visible(f"oa-sandbox: {err.type.value}: {err.message}"), err=True)  # messages may name box paths
     return SetupExit(err)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..errors import OpenAgentsError
-from ..terminal.render import json_line
+from ..ground.text import json_line
 from ..workspace.fork import MAX_FORKS
 from .common import setup_error
 

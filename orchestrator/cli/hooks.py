@@ -17,7 +17,7 @@ def hooks(workspace: str, policies: tuple[str, ...]) -> None:
     """List the hooks a session started here would run (docs/hooks.md), in order, with their tier and
     file, and the ones left out and why; exit 1 if a hook's program cannot run (it would fail closed)."""
     from ..hooks.engine import TIERS, clean
-    from ..hooks.listing import hooks_for, problem
+    from .hook_listing import hooks_for, problem
 
     ws = Path(workspace).resolve()
     try:
@@ -43,7 +43,7 @@ def hooks(workspace: str, policies: tuple[str, ...]) -> None:
 def doctor_check(ws: Path) -> bool:
     """`doctor`'s lines on the hooks in force here (the config file's policies): False if one cannot run."""
     from ..hooks.engine import clean
-    from ..hooks.listing import hooks_for, problem
+    from .hook_listing import hooks_for, problem
 
     try:
         specs, dropped = hooks_for(ws, list(load_defaults().policy))

@@ -55,8 +55,8 @@ def write_requested_report(record: SessionRecord, say: Callable[[str], None]) ->
     out = click.get_current_context().meta.get(_META)
     if out is None:
         return
+    from ..ground.text import visible
     from ..report import write
-    from ..terminal.render import visible
 
     try:
         write(record, out)

@@ -11,10 +11,11 @@ import click
 
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.text import json_line
+from ..loop.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+from ..models.dialects import MODEL_FORMS
 from ..protocol import ToolResult
 from ..terminal.painter import Line
-from ..terminal.render import json_line
-from ..terminal.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
 from .attempts import best_of_options
 from .common import (
     EXIT_TOOL_ERROR,
@@ -33,8 +34,8 @@ from .report import report_option, write_requested_report
 from .sessions import apply_copy
 
 if TYPE_CHECKING:
-    from ..mcp.client import McpHost
     from ..terminal.live import LiveView
+    from ..tools.mcp.client import McpHost
     from ..workspace.copy import CopyLimits
     from ..workspace.records import SessionRecord, WorkspaceMode
 
@@ -53,7 +54,7 @@ def exec_(workspace: str, policies: tuple[str, ...], config: SandboxConfig, mode
     workspace's .openagents/policy.*, --policy) refuses it (refused_by_policy, exit 3). In copy mode
     the change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from ..api import Sandbox, SandboxOptions
-    from ..terminal.render import visible
+    from ..ground.text import visible
     from ..tools.args import validate_arguments
     from ..workspace.records import WorkspaceMode
 
@@ -176,7 +177,7 @@ class _JsonExits(click.Command):
 
 @click.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
 @click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
-@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--model", "model_spec", default=None, help=f"{MODEL_FORMS} (default: `model` in the config file).")
 @click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
                                               "or a private address); default OPENAI_BASE_URL for openai: models, ANTHROPIC_BASE_URL for anthropic: models.")
 @click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY / ANTHROPIC_API_KEY).")
@@ -220,12 +221,12 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     Defaults come from $XDG_CONFIG_HOME/openagents-sandbox/config.toml (model, base_url, api_key_env,
     policy, runtime, image, max_turns, max_tokens, max_wall, model_timeout, context_window); flags override them."""
     from ..api import Sandbox, SandboxOptions
+    from ..ground.text import visible
     from ..loop import SessionStatus
+    from ..loop.summary import changed_files, exit_code, summary_json, summary_lines
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..policy.approvals import NonInteractiveApprover, TerminalApprover
     from ..terminal.live import LiveView
-    from ..terminal.render import visible
-    from ..terminal.summary import changed_files, exit_code, summary_json, summary_lines
 
     defaults = load_defaults(workspace or ".")
     _check_attempts(attempts, pick, resume_id or continue_, mode)
@@ -239,7 +240,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         workspace = resumed.workspace
     model_spec = model_spec or defaults.model
     if not model_spec:
-        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, f"no model: pass --model ({MODEL_FORMS}) "
                                                                      "or set model in the config file"))
     if output_format == "stream-json":
         non_interactive = True  # a script reads stdout: nobody is at a prompt
@@ -302,7 +303,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     gate = box.parts.pipeline.gate  # the landing's decision (--apply) is the session's, after it closed
     try:
         try:
-            result = box.parts.session.run(task)
+            result = box.parts.turn_loop.run(task)
         except KeyboardInterrupt:  # a second press while the loop itself was ending the session
             result = None
         ignore_interrupts()  # from here on, clean-up runs to its end
@@ -409,7 +410,7 @@ def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost
     policy says otherwise); each one that could not start is named, and the session goes on."""
     if not servers:
         return None
-    from ..mcp.client import McpHost
+    from ..tools.mcp.client import McpHost
 
     host = McpHost(servers).start()
     for problem in host.problems:

@@ -11,6 +11,7 @@ import click
 
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..models.dialects import MODEL_FORMS
 from .attempts import best_of_options
 from .common import build_config, copy_options, load_defaults, new_transcript_path, sandbox_options, setup_error, terminate_as_interrupt
 
@@ -30,7 +31,7 @@ class AcpParts:
     def __init__(self, box: Sandbox) -> None:
         self.box = box
         parts = box.parts
-        self.session, self.pipeline, self.transcript, self.rebuilt = parts.session, parts.pipeline, parts.transcript, parts.rebuilt
+        self.turn_loop, self.pipeline, self.transcript, self.rebuilt = parts.turn_loop, parts.pipeline, parts.transcript, parts.rebuilt
         self.record = box.record
 
     def close(self) -> list[str]:
@@ -54,7 +55,7 @@ def _pool_progress(event: PoolEvent) -> None:
 
 @click.command()
 @click.option("--workspace", default=None, type=click.Path(exists=True, file_okay=False), help="Mount this instead of each session's cwd.")
-@click.option("--model", "model_spec", default=None, help="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE (default: `model` in the config file).")
+@click.option("--model", "model_spec", default=None, help=f"{MODEL_FORMS} (default: `model` in the config file).")
 @click.option("--base-url", default=None)
 @click.option("--api-key-env", default=None, metavar="VAR")
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file (repeatable; default: `policy` in the config file).")
@@ -82,7 +83,7 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
     defaults = load_defaults(workspace)  # the config file's values, as `run` reads them; a flag given wins
     model_spec = model_spec or defaults.model
     if not model_spec:
-        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: pass --model (openai:NAME, gemini:NAME, anthropic:NAME, script:FILE) "
+        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, f"no model: pass --model ({MODEL_FORMS}) "
                                                                     "or set model in the config file"))
     policies = policies or tuple(defaults.policy)
     options = SandboxOptions(config=config, model=model_spec, base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
@@ -136,8 +137,8 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
         copy_limits: CopyLimits) -> None:
     """Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."""
     from ..api import Sandbox, SandboxOptions
+    from ..ground.text import visible
     from ..mcp.server import McpApprover, serve
-    from ..terminal.render import visible
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     terminate_as_interrupt()  # a SIGTERM while the box starts removes it too
@@ -163,7 +164,7 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
                                                                             "a rerun skips the ids it has finished or stopped.")
 @click.option("--concurrency", type=click.IntRange(1, 1024), default=None, metavar="N",
               help="Sessions at once (default: from cores and memory; starts still go through the start gate).")
-@click.option("--model", "model_spec", default=None, help="For tasks without `model`: openai:NAME, gemini:NAME or script:FILE.")
+@click.option("--model", "model_spec", default=None, help=f"For tasks without `model`: {MODEL_FORMS}.")
 @click.option("--base-url", default=None)
 @click.option("--api-key-env", default=None, metavar="VAR")
 @click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="For tasks without `policy` (repeatable).")

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ErrorType, OpenAgentsError
-from ..terminal.render import json_line
-from ..terminal.summary import EXIT_OK, EXIT_REFUSED, EXIT_SETUP
+from ..ground.text import json_line
+from ..loop.summary import EXIT_OK, EXIT_REFUSED, EXIT_SETUP
 from .common import EXIT_TOOL_ERROR, SetupExit, setup_error
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
     record says); --all-users lists the others too, only to list them."""
     if ctx.invoked_subcommand is not None:
         return
-    from ..terminal.render import one_line
+    from ..ground.text import one_line
     from ..workspace.records import HEADER, list_sessions, shown_status, summary_line
 
     try:
@@ -174,7 +174,7 @@ def discard(session_id: str) -> None:
 def checkpoints(session_id: str) -> None:
     """A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that
     failed or was skipped says so (what changed then is unknown)."""
-    from ..terminal.render import one_line
+    from ..ground.text import one_line
     from ..workspace.checkpoints import CheckpointStore, shown_path
 
     record = _session(session_id)
@@ -198,7 +198,7 @@ def rollback(session_id: str, turn: int) -> None:
     """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
     Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
     from ..boxfs import from_store, show
-    from ..terminal.render import one_line
+    from ..ground.text import one_line
     from ..workspace.checkpoints import CheckpointStore
 
     record = _session(session_id)

@@ -16,8 +16,8 @@ import sys
 import threading
 from typing import Any, TextIO
 
+from ..ground.text import json_line
 from ..terminal.machine import MAX_LINE_BYTES, fit_json
-from ..terminal.render import json_line
 
 END_TYPE = "session_end"
 

@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
+from ..models.dialects import MODEL_FORMS
 from ..policy.ladder import FORBIDDEN_NAME, did_you_mean
 from ..policy.pins import config_path
 
@@ -34,7 +35,7 @@ CONFIG_CAP = 64 * 1024
 
 class UserConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    model: str | None = Field(default=None, description="openai:NAME, gemini:NAME, anthropic:NAME or script:FILE.")
+    model: str | None = Field(default=None, description=f"{MODEL_FORMS}.")
     base_url: str | None = None
     api_key_env: str | None = None
     policy: list[str] = Field(default_factory=list, description="Policy files, applied as if each was given with --policy.")

@@ -17,10 +17,10 @@ from typing import Any
 
 from .. import events as ev
 from ..errors import ErrorType
+from ..policy.hook_spec import BEFORE, HookSpec
 from ..protocol import Executor
 from ..transcript import Transcript
 from . import run as run_
-from .spec import BEFORE, HookSpec
 
 TEXT_CAP = 4000  # a reason, a message, one context: escaped, then cut
 CONTEXT_CAP = 16000  # all the context one point adds for the model
@@ -28,7 +28,7 @@ TIERS = {0: "default", 1: "workspace", 2: "user", 3: "admin"}
 
 
 def clean(text: object, cap: int = TEXT_CAP) -> str:
-    from ..terminal.render import visible
+    from ..ground.text import visible
 
     shown = visible(text if isinstance(text, str) else json.dumps(text, default=str)[:cap])
     return shown if len(shown) <= cap else shown[:cap] + "…[cut]"

@@ -1,4 +1,4 @@
-"""The turn loop's points (loop.py): BeforeAgent and AfterAgent around a prompt, BeforeToolSelection,
+"""The turn loop's points (loop/__init__.py): BeforeAgent and AfterAgent around a prompt, BeforeToolSelection,
 BeforeModel and AfterModel around each model request, PreCompress when the conversation is
 compacted. A block or a `continue: false` at one of them ends the session, typed."""
 from __future__ import annotations

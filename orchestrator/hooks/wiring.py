@@ -8,11 +8,11 @@ from pathlib import Path
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..policy import pins
+from ..policy.hook_spec import Collected, HookSpec, box_words, in_force, with_argv
 from ..protocol import Executor
 from ..transcript import Transcript
 from ..workspace.records import SessionRecord
 from .engine import Hooks, clean
-from .spec import Collected, HookSpec, box_words, in_force, with_argv
 
 
 def pinned_argv(hook: HookSpec, workspace: Path, roots: list[Path], record: SessionRecord | None, resumed: bool) -> list[str]:
@@ -28,7 +28,7 @@ def pinned_argv(hook: HookSpec, workspace: Path, roots: list[Path], record: Sess
 
 def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
          box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False) -> Hooks | None:
-    """The hooks in force (hooks/spec.py in_force); each one left out is recorded and said on stderr.
+    """The hooks in force (policy/hook_spec.py in_force); each one left out is recorded and said on stderr.
     A trusted hook's files where the box can write run from their copies pinned at the start (`record`)."""
     roots = pins.box_roots(workspace)
     kept, dropped = in_force(collected.specs, collected.trusted, workspace, roots)

@@ -12,7 +12,7 @@ server then offers two more tools:
   changed in the real workspace since the copy was taken is a conflict, and one conflict means
   nothing is applied (an error result listing each conflict).
 
-Both are calls like the six tools': `CopyTools` (tools/copy_tools.py, shared with the Python API) gives them to the session's registry as host-side
+Both are calls like the six tools': `CopyTools` (workspace/copy_tools.py, shared with the Python API) gives them to the session's registry as host-side
 tools (the shape the user's MCP servers' tools and git have), so each goes through the one
 CallPipeline: validated, decided by the ladder, run, and recorded in the transcript with who
 decided and who ran it. `changes` is a read of the session's own copy (a rule names it `tool =
@@ -30,9 +30,9 @@ In bind mode neither tool is listed: every change is already in the real workspa
 from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.text import visible
 from ..protocol import ToolResult
-from ..terminal.render import visible
-from ..tools.copy_tools import COPY_TOOLS, CopyTools, Landing
+from ..workspace.copy_tools import COPY_TOOLS, CopyTools, Landing
 from ..workspace.records import SessionRecord
 
 __all__ = ["COPY_TOOLS", "CopyTools", "Landing", "bind_mode_refusal", "in_copy_note", "instructions"]

@@ -15,12 +15,12 @@ from typing import Any
 
 import mcp_types as types
 
-from ..policy.ladder import FORK_TOOL
 from ..protocol import ToolResult
 from ..tools import catalog
-from ..tools.copy_tools import apply_meta as apply_meta  # re-exported: their home is tools/copy_tools.py
-from ..tools.copy_tools import changes_meta as changes_meta
-from ..tools.fork_tool import FORK_OUTPUT_META
+from ..tools.catalog import FORK_TOOL
+from ..workspace.copy_tools import apply_meta as apply_meta
+from ..workspace.copy_tools import changes_meta as changes_meta
+from ..workspace.fork_tool import FORK_OUTPUT_META
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}

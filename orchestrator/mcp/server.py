@@ -37,15 +37,16 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.text import visible
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
-from ..policy.ladder import FORK_TOOL, LAND_TOOL, Level
+from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
-from ..terminal.render import visible
 from ..tools import catalog, declarations
-from ..tools.fork_tool import FORK_DEF, FORK_DESCRIPTION, FORK_INPUT_SCHEMA
+from ..tools.catalog import FORK_TOOL, LAND_TOOL
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call
+from ..workspace.fork_tool import FORK_DEF, FORK_DESCRIPTION, FORK_INPUT_SCHEMA
 from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, bind_mode_refusal, in_copy_note, instructions
 from .landing import COPY_TOOLS as LANDING_TOOLS
 from .results import output_schema, to_call_result

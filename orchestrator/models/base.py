@@ -10,8 +10,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, model_validator
 
+from sandbox_agent import jsonbound, limits
+
 from ..errors import ErrorType, OpenAgentsError
-from ..tools.argbase import parse_arguments
 
 
 class ToolCall(BaseModel):
@@ -123,3 +124,28 @@ def api_key(var: str, base_url: str | None = None) -> str:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's key is not set: export {var}=... "
                                                         "(a server on loopback or a private address needs none)")
     return value
+
+
+def parse_arguments(raw: str | bytes | dict[str, Any] | None) -> dict[str, Any]:
+    """Model arguments arrive as JSON text (OpenAI) or an object (Gemini); both end up a dict or a typed error."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, dict):
+        return raw
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments are not valid UTF-8") from None
+    if len(raw) > MAX_RAW_ARGUMENT_BYTES:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are {len(raw)} characters; the limit is {MAX_RAW_ARGUMENT_BYTES}")
+    try:
+        value = jsonbound.loads(raw)
+    except ValueError as err:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are not valid JSON: {err}") from None
+    if not isinstance(value, dict):
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments must be a JSON object")
+    return value
+
+
+MAX_RAW_ARGUMENT_BYTES = limits.WRITE_MAX_BYTES + 64 * 1024

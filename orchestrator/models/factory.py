@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
 from .base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryPolicy, api_key
-from .dialects import DIALECTS
+from .dialects import DIALECTS, MODEL_FORMS, SCRIPT
 from .http import HttpModelClient
 from .script import ScriptedModel
 
-SCRIPT = "script"  # `script:FILE`: a recorded conversation replayed, no endpoint and no key (tests, demos)
 _KINDS = ", ".join(DIALECTS) + f" or {SCRIPT}"
-_FORMS = ", ".join(f"{kind}:NAME" for kind in DIALECTS) + f" or {SCRIPT}:FILE"
 
 
 def key_variable(spec: str, api_key_env: str | None = None) -> str | None:
@@ -23,10 +21,10 @@ def key_variable(spec: str, api_key_env: str | None = None) -> str | None:
 
 def model_from_spec(spec: str, base_url: str | None = None, api_key_env: str | None = None, retry: RetryPolicy | None = None,
                     timeout_s: float = DEFAULT_MODEL_TIMEOUT_S) -> ModelClient:
-    """`openai:NAME`, `gemini:NAME`, `anthropic:NAME` or `script:FILE`. `timeout_s`: --model-timeout."""
+    """One of MODEL_FORMS (`openai:NAME`, `script:FILE`, ...). `timeout_s`: --model-timeout."""
     kind, sep, name = spec.partition(":")
     if not sep or not name:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--model {spec!r}: use {_FORMS}")
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--model {spec!r}: use {MODEL_FORMS}")
     if kind == SCRIPT:
         return ScriptedModel.load(name)
     dialect = DIALECTS.get(kind)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from minisweagent.exceptions import Submitted
 
 from .. import ErrorType, OpenAgentsError, Sandbox, ToolError
-from ..terminal.render import visible
+from ..ground.text import visible
 from .settings import BoxSettings
 
 MAX_TIMEOUT_S = 240  # the shell tool's limit, kept by the host: a longer timeout is clamped to it

@@ -58,7 +58,7 @@ from swerex.runtime.abstract import (
 
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ShellResult, ToolError
 from ..boxfs import BoxDir
-from ..terminal.render import visible
+from ..ground.text import visible
 from .swerex_session import SYNTAX_MARK, new_state_path, session_command
 from .transport import STAGE, BoxFailure, BoxProgram, clamp_timeout, os_error
 

@@ -18,7 +18,7 @@ from typing import Any
 from sandbox_agent.jsonbound import loads
 
 from .. import AsyncSandbox, ErrorType, OpenAgentsError, ToolError
-from ..terminal.render import visible
+from ..ground.text import visible
 from .box_script import SCRIPT
 
 STAGE = ".oa-plugin"

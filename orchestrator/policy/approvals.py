@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 import click
 from pydantic import BaseModel
 
+from ..ground.text import continued, visible
 from ..protocol import Executor
-from ..terminal.render import continued, visible
+from ..tools.catalog import LAND_ACTION, LAND_KIND, LAND_TOOL
 from ..tools.registry import PreparedCall
-from .ladder import LAND_ACTION, LAND_KIND, LAND_TOOL, Ladder, Level
+from .ladder import Ladder, Level
 from .prefix import allowed_by, shell_prefix
 
 if TYPE_CHECKING:

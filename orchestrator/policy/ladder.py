@@ -20,8 +20,19 @@ from pydantic_core import ErrorDetails
 from ..boxfs import read_workspace_file
 from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
-from ..hooks.spec import HookSpec
 from ..tools import catalog
+from ..tools.catalog import (
+    CHANGES_ACTION,
+    CHANGES_TOOL,
+    FORK_ACTION,
+    FORK_TOOL,
+    LAND_ACTION,
+    LAND_KIND,
+    LAND_TOOL,
+    ROLLBACK_ACTION,
+    ROLLBACK_TOOL,
+)
+from .hook_spec import HookSpec
 from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
 
@@ -49,19 +60,6 @@ class Decision(str, Enum):
 
 
 _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
-
-# Landing a copy's changes in the real workspace (`oa-sandbox apply`, `run --apply`, ACP's end of a
-# turn, MCP's apply_changes) is an edit of the user's files: a rule names it as `tool =
-# "apply_changes"`, `action = "land"`, or with every edit as `kind = "edit"`.
-LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
-# MCP's `changes` (copy mode): a read of the session's own copy, named in a rule as `tool = "changes"`.
-CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
-# The Python API's Sandbox.rollback(): the workspace the box sees put back to a checkpoint, an edit
-# of it, named in a rule as `tool = "rollback"` (or with every edit as `kind = "edit"`).
-ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
-# MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
-# writes only the sandbox's own state (no box, no workspace), named in a rule as `tool = "fork"`.
-FORK_TOOL, FORK_KIND, FORK_ACTION = "fork", "read", "fork"
 
 
 class Access(str, Enum):

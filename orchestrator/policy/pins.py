@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import state
+from ..boxfs.atomic import write_atomic
 from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace.records import Pin, SessionRecord
@@ -118,7 +119,7 @@ def _disk_digest(path: Path) -> str | None:
 
 
 def _say(line: str) -> None:
-    from ..terminal.render import visible
+    from ..ground.text import visible
 
     sys.stderr.write(visible(f"oa-sandbox: {line}") + "\n")
     sys.stderr.flush()
@@ -173,14 +174,7 @@ def save(record: SessionRecord, sources: list[Source]) -> None:
         if any(p.role == source.role and p.path == str(source.path) and p.sha256 == digest for p in record.pins):
             continue
         name = f"{len(record.pins):03d}-{source.role}{source.path.suffix[:16] if source.path.suffix.isascii() else ''}"
-        tmp = folder / (name + ".tmp")
-        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        try:
-            os.write(fd, source.raw)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, folder / name)
+        write_atomic(folder / name, source.raw)
         record.pins.append(Pin(role=source.role, path=str(source.path), sha256=digest, pinned=name, box_reach=source.box_reach))
 
 
@@ -200,7 +194,7 @@ HOOK_SCRIPT_CAP = 1024 * 1024
 
 
 def hook_script(record: SessionRecord, workspace: Path, path: Path, resumed: bool) -> Path:
-    """A trusted hook's file that lies where the box can write (hooks/spec.py box_words), as the
+    """A trusted hook's file that lies where the box can write (policy/hook_spec.py box_words), as the
     session runs it: a copy pinned at the session's start (read through boxfs: no link followed,
     regular, capped), so what the box writes there later, this session or before a resume, never
     runs. On resume the start's copy is taken, its digest checked; a file the start did not pin is

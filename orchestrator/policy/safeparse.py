@@ -113,7 +113,7 @@ def parse_data_bounded(raw: bytes, suffix: str, seconds: float = PARSE_SECONDS) 
     """Parse in a child process that is killed after `seconds` of parsing: for files the box may
     have written. The clock starts when the child says it is ready, after its interpreter and
     imports: on a loaded machine those alone took over 2 s, and a legitimate policy was refused."""
-    from ..boxfs.deadline_child import ChildStopped, Stopped, run_with_deadline  # here: the child (this file) imports nothing of ours
+    from ..ground.deadline import ChildStopped, Stopped, run_with_deadline
 
     try:
         code, out = run_with_deadline(os.path.abspath(__file__), [suffix, str(max(1, int(seconds) + 1))], raw, seconds, START_SECONDS)

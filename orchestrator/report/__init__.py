@@ -18,12 +18,11 @@ again with every bound halved; what was left out is said at the top, with where 
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from ..boxfs.private import create_private
+from ..boxfs.atomic import write_atomic
 from ..workspace.records import SessionRecord
 from .changes import final_changes, store_checkpoints
 from .collect import Gathered, gather
@@ -36,7 +35,7 @@ _EXIT = {"finished": None, "stopped": 1, "failed": 1, "cancelled": 130}
 
 
 def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, Any]:
-    from ..terminal.render import visible
+    from ..ground.text import visible
     from ..workspace.records import shown_status
 
     calls = [e.call for e in g.entries if e.call is not None]
@@ -93,18 +92,4 @@ def write(record: SessionRecord, out: Path, limits: Limits | None = None, page: 
     then renamed), mode 0644."""
     page = build(record, limits) if page is None else page
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    fd = create_private(tmp, 0o644)
-    try:
-        with open(fd, "w", encoding="utf-8", errors="replace") as fh:
-            fh.write(page)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return out
+    return write_atomic(out, page.encode("utf-8", "replace"), mode=0o644)

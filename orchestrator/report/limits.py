@@ -3,7 +3,7 @@ template sees it.
 
 Every value the box or the model shaped (names, outputs, arguments, diffs, the model's text, the
 gate's records of the box's requests) goes through `text()` here: made visible (control, bidi and
-format characters shown as escapes, terminal.render.visible; invalid UTF-8 was already replaced
+format characters shown as escapes, ground.text.visible; invalid UTF-8 was already replaced
 by the readers) and cut to its bound with a marker saying how much was cut. The template then
 escapes it for HTML (Jinja2's autoescape); nothing box-written is ever marked safe.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..terminal.render import visible
+from ..ground.text import visible
 
 MAX_PAGE_BYTES = 8 << 20  # the page, all in: past this it is rendered again with every bound halved
 

@@ -25,10 +25,10 @@ from ..config import EgressRule, SandboxConfig, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_meta
 from ..tools.catalog import box_rule
-from ..workspace import sweep_journal
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
 from ..workspace.overlay import fork_upper
 from ..workspace.quota import WriteQuota
+from . import sweep_journal
 from .channel import AgentStream, Channel, wait
 from .starts import START_GATE, StartGate, StartQueued
 

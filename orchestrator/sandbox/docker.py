@@ -24,13 +24,13 @@ from ..config import LABEL, DockerBackendConfig, EgressRule, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
-from ..workspace.sweep_journal import capture_baseline
 from . import lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .egress import EgressGate
 from .egress_tls import SessionCA
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
+from .sweep_journal import capture_baseline
 
 log = logging.getLogger(__name__)
 

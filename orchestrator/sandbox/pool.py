@@ -24,10 +24,10 @@ from typing import Any, Callable, Union
 
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..workspace.sweep_journal import capture_baseline
 from .backend import backend_from_config
 from .base import Backend, Sandbox
 from .starts import StartQueued
+from .sweep_journal import capture_baseline
 
 log = logging.getLogger(__name__)
 

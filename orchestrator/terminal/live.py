@@ -29,8 +29,8 @@ from ..events import (
     ToolOutputStreamed,
     parse,
 )
+from ..ground.text import continued, visible
 from .painter import Line, Painter, diff_lines
-from .render import continued, visible
 
 ELAPSED_AFTER_S = 1.0
 PLAIN_NOTICES_S = (1, 5, 15, 30, 60, 120, 300, 600)  # when stderr is no terminal: a line at each

@@ -12,14 +12,13 @@ MAX_LINE_BYTES: big texts are cut to their own caps first, then the lists share 
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from ..boxfs.atomic import write_atomic
 from ..boxfs.names import stored_exact, stored_shown
-from .render import json_line
+from ..ground.text import json_line
 
 MAX_LISTED = 1000  # items of one list inline; the rest only in its file
 MAX_LINE_BYTES = 1 << 20  # one JSON line (or one --output json object), newline excluded
@@ -39,21 +38,7 @@ def named(path: str, **fields: Any) -> dict[str, Any]:
 def write_list(path: Path, items: Iterable[Any]) -> Path:
     """Every item as one JSON line, written to a temporary file beside `path`, synced, renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for item in items:
-                f.write(json_line(item) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return path
+    return write_atomic(path, "".join(json_line(item) + "\n" for item in items))
 
 
 @dataclass

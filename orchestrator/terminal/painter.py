@@ -2,7 +2,7 @@
 
 Each result is printed right under its call: a call's header (`→ shell command=...`) is printed when
 it starts running or is decided, and printed again above its result if anything came between. Every
-string here may come from the box or the model: each line is made visible (orchestrator/terminal/render.py)
+string here may come from the box or the model: each line is made visible (orchestrator/ground/text.py)
 and continuation lines are marked, before any colour is added by the front-end.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..events import (
     ToolCallState,
     parse,
 )
-from .render import continued, visible
+from ..ground.text import continued, visible
 
 DIFF_LINES_SHOWN = 120
 RESULT_TAIL_LINES = 8  # of a result's output, under its status line (the end of a test run says how it went)

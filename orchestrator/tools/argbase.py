@@ -8,13 +8,11 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from sandbox_agent import jsonbound, limits
 from sandbox_agent.paths import PathRefused, check_lexical
 
 from ..errors import ErrorType, OpenAgentsError
 
 MAX_PATH_CHARS = 4096
-MAX_RAW_ARGUMENT_BYTES = limits.WRITE_MAX_BYTES + 64 * 1024
 
 
 class Args(BaseModel):
@@ -41,28 +39,6 @@ class PathError(ValueError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def parse_arguments(raw: str | bytes | dict[str, Any] | None) -> dict[str, Any]:
-    """Model arguments arrive as JSON text (OpenAI) or an object (Gemini); both end up a dict or a typed error."""
-    if raw is None or raw == "":
-        return {}
-    if isinstance(raw, dict):
-        return raw
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments are not valid UTF-8") from None
-    if len(raw) > MAX_RAW_ARGUMENT_BYTES:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are {len(raw)} characters; the limit is {MAX_RAW_ARGUMENT_BYTES}")
-    try:
-        value = jsonbound.loads(raw)
-    except ValueError as err:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are not valid JSON: {err}") from None
-    if not isinstance(value, dict):
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments must be a JSON object")
-    return value
 
 
 def validate_model(model: type[BaseModel], tool: str, args: dict[str, Any]) -> BaseModel:

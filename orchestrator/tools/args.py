@@ -7,8 +7,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from ..errors import ErrorType, OpenAgentsError
+from ..models.base import MAX_RAW_ARGUMENT_BYTES, parse_arguments
 from . import catalog
-from .argbase import MAX_PATH_CHARS, MAX_RAW_ARGUMENT_BYTES, parse_arguments
+from .argbase import MAX_PATH_CHARS
 
 __all__ = ["ARGS_MODELS", "MAX_PATH_CHARS", "MAX_RAW_ARGUMENT_BYTES", "parse_arguments", "validate_arguments"]
 

@@ -74,3 +74,21 @@ def call_title(tool: str, arguments: Any) -> str:
 def announced_kind(tool: str, arguments: Any) -> str:
     known = TOOLS.get(tool)
     return known.announced_kind(arguments) if known is not None else "other"
+
+
+# Landing a copy's changes in the real workspace (`oa-sandbox apply`, `run --apply`, ACP's end of a
+# turn, MCP's apply_changes) is an edit of the user's files: a rule names it as `tool =
+# "apply_changes"`, `action = "land"`, or with every edit as `kind = "edit"`.
+LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
+
+
+# MCP's `changes` (copy mode): a read of the session's own copy, named in a rule as `tool = "changes"`.
+CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
+
+# The Python API's Sandbox.rollback(): the workspace the box sees put back to a checkpoint, an edit
+# of it, named in a rule as `tool = "rollback"` (or with every edit as `kind = "edit"`).
+ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
+
+# MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
+# writes only the sandbox's own state (no box, no workspace), named in a rule as `tool = "fork"`.
+FORK_TOOL, FORK_KIND, FORK_ACTION = "fork", "read", "fork"

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import ToolResult
-from ..sandbox.base import Sandbox
 from . import catalog, declarations, host_git, network
 from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
+
+if TYPE_CHECKING:  # the registry is handed its sandbox; tools/ sits below sandbox/ (docs/architecture.md)
+    from ..sandbox.base import Sandbox
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
 # ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
@@ -69,7 +71,7 @@ class PreparedCall:
 
 
 class HostTools(Protocol):
-    """Extra host-side tools a session brings (the user's MCP servers: orchestrator/mcp/client.py McpHost).
+    """Extra host-side tools a session brings (the user's MCP servers: orchestrator/tools/mcp/client.py McpHost).
     They prepare and invoke their own calls; switching one off by name works as for the built-ins."""
 
     def names(self) -> list[str]: ...

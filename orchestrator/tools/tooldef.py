@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol
 from pydantic import BaseModel
 
 from ..errors import ErrorType, OpenAgentsError
-from .argbase import parse_arguments, validate_model
+from ..models.base import parse_arguments
+from .argbase import validate_model
 
 if TYPE_CHECKING:
     from ..protocol import ToolResult
@@ -139,7 +140,7 @@ class RunContext:
 @dataclass(frozen=True)
 class ToolDef:
     """One tool's declaration. `name`, `kind` (KINDS) and `side` (sandbox or host) come first so a
-    host-side tool of the session's own (an MCP server's, mcp/client.py) can be described by those
+    host-side tool of the session's own (an MCP server's, tools/mcp/client.py) can be described by those
     three alone."""
 
     name: str

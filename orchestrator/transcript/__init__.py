@@ -4,7 +4,7 @@ everything up to the crash. Every outcome names its executor. Secrets are redact
 Everything in an event may come from the box or the model, so every event is bounded here, in one
 place no caller can skip: no line exceeds MAX_EVENT_BYTES (strings cut with a marker saying how
 much was cut, lists and dicts bounded), and no line holds a raw control or bidi character.
-Rendering for a terminal makes such characters visible (orchestrator/terminal/render.py).
+Rendering for a terminal makes such characters visible (orchestrator/ground/text.py).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from sandbox_agent.limits import SECRET_NAME_PATTERN
 from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from ..events import Event
+from ..ground.text import json_line, visible
 from ..protocol import Executor
-from ..terminal.render import json_line, visible
 
 if TYPE_CHECKING:  # for the annotation only: show_lines loads the painter when a transcript is shown
     from ..terminal.painter import Line

@@ -13,14 +13,12 @@ then goes through the loop's compaction like any other.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from .. import events as ev
-from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import Message, ToolCall
 from ..workspace.records import SessionRecord, WorkspaceMode, list_sessions, open_own_record
@@ -82,24 +80,6 @@ def newest(workspace: Path) -> SessionRecord:
     if mine:
         return resumable(max(mine, key=lambda r: r.created))
     raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session of {real} to continue (see `oa-sandbox sessions`)")
-
-
-class ResumeLock:
-    """Held for the resumed session's life: two resumes of one session never run at once (the
-    record's `running` check alone leaves a window between the check and the record's save)."""
-
-    def __init__(self, record: SessionRecord) -> None:
-        self.fd = open_private(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self.fd)
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is being resumed by another process") from None
-
-    def release(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
 
 def rebuild(path: str | Path) -> Rebuilt:

@@ -41,7 +41,7 @@ def bounded_unified_diff(before: str, after: str, from_name: str, to_name: str, 
     """The unified diff from `before` to `after`, made in a child process killed after
     `deadline_s` seconds of diffing, at most `max_bytes` of UTF-8. Never raises for the input's sake."""
     payload = b"".join(struct.pack("!Q", len(blob)) + blob for blob in (s.encode(*_ENCODING) for s in (from_name, to_name, before, after)))
-    from ..boxfs.deadline_child import ChildStopped, Stopped, run_with_deadline  # here: the child (this file) imports nothing of ours
+    from ..ground.deadline import ChildStopped, Stopped, run_with_deadline
 
     cpu = max(1, int(deadline_s) + 1)
     try:

@@ -39,6 +39,7 @@ from typing import Callable, NamedTuple
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ..boxfs import BoxDir, BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, open_dir, remove_tree, show, to_store
+from ..boxfs.atomic import write_atomic
 from ..errors import ErrorType, OpenAgentsError
 
 COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
@@ -166,9 +167,7 @@ class CopyManifest(BaseModel):
     _groups: dict[int, int] | None = PrivateAttr(default=None)
 
     def save(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.model_dump_json(), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, self.model_dump_json(), mode=0o644)
 
     @classmethod
     def load(cls, path: Path) -> "CopyManifest":

@@ -46,7 +46,7 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
     very process's, still open (the MCP server forking the session it serves): its box may be
     writing its copy, so the forks are data copies put back to a checkpoint (its latest unless
     `turn`), never a freeze of a copy a box has mounted."""
-    from ..transcript.resume import ResumeLock
+    from .records import ResumeLock
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORKS:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"a session forks into 1 to {MAX_FORKS} sessions at once, not {n!r}")

@@ -24,7 +24,7 @@ systems it is removed and its record (type, path) kept.
 
 Every walk is boxfs's (iterative, fd-relative, no link followed) under a `HostBudget`: a sweep
 that cannot finish within it says so (`SweepReport.unfinished`, typed), it never reports clean.
-A host killed before its sweep (OOM, SIGKILL, power loss) leaves a journal (sweep_journal.py)
+A host killed before its sweep (OOM, SIGKILL, power loss) leaves a journal (sandbox/sweep_journal.py)
 that the next command completes, and that sweep_journal.capture_baseline completes before a baseline.
 """
 from __future__ import annotations

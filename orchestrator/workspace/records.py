@@ -28,6 +28,7 @@ root-owned workspace (every CI clone made as root) and bind otherwise, so the bo
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
@@ -39,6 +40,8 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
 from .. import state
+from ..boxfs.atomic import write_atomic
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
 from .overlay import Layers, ensure_mounted, is_mounted, layers_root, mounted_lowers, unmount
 
@@ -151,9 +154,7 @@ class SessionRecord(BaseModel):
             except OpenAgentsError:
                 pass
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = self.dir / "session.json.tmp"
-        tmp.write_text(self.model_dump_json(indent=1))
-        os.replace(tmp, self.dir / "session.json")
+        write_atomic(self.dir / "session.json", self.model_dump_json(indent=1), mode=0o644)
 
     def running(self) -> bool:
         """Still owned by a live process (a record left 'running' by a killed host is not)."""
@@ -209,7 +210,7 @@ def read_record(session_dir: Path, session_id: str) -> SessionRecord:
     """The record in `session_dir`, read as untrusted data: the directory and session.json opened
     without following a link, the file a regular one of at most RECORD_CAP bytes, its owner and
     its directory's taken by fstat on what was opened. Typed errors: FILE_NOT_FOUND, CONFIG_INVALID."""
-    from ..boxfs.private import open_private, open_private_dir
+    from ..boxfs.private import open_private_dir
     try:
         dfd = open_private_dir(session_dir)
     except FileNotFoundError:
@@ -484,3 +485,21 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
         raise
     manifest.save(record.manifest_path)
     return record, real / ".git"
+
+
+class ResumeLock:
+    """Held for the resumed session's life: two resumes of one session never run at once (the
+    record's `running` check alone leaves a window between the check and the record's save)."""
+
+    def __init__(self, record: SessionRecord) -> None:
+        self.fd = open_private(record.dir / "resume.lock", os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is being resumed by another process") from None
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from orchestrator.loop import Session, SessionStatus
+from orchestrator.loop import SessionStatus, TurnLoop
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import ApprovalGate, NonInteractiveApprover
@@ -40,7 +40,7 @@ def test_bad_calls_from_the_model_are_typed_and_recoverable(victim, tmp_path):
     turns.append(ModelTurn(text="done"))
     transcript = Transcript(tmp_path / "t.jsonl")
     rules = [PolicyRule(kind="edit", decision=Decision.ALLOW), PolicyRule(tool="shell", decision=Decision.ALLOW)]
-    session = Session(ScriptedModel(turns), ToolRegistry(victim.box, victim.ws), ApprovalGate(Ladder(rules), NonInteractiveApprover()), transcript)
+    session = TurnLoop(ScriptedModel(turns), ToolRegistry(victim.box, victim.ws), ApprovalGate(Ladder(rules), NonInteractiveApprover()), transcript)
     result = session.run("try everything")
     assert result.status == SessionStatus.FINISHED
     results = [e for e in transcript.events if e["type"] == "tool_result"]

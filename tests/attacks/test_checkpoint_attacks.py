@@ -260,7 +260,7 @@ def test_a_495_deep_chain_is_recorded_and_restored_without_recursion(tmp_path: P
 
 def test_a_failed_checkpoint_reads_as_unknown_never_as_no_change(tmp_path: Path, monkeypatch):
     from orchestrator.loop import SessionResult, SessionStatus
-    from orchestrator.terminal.summary import changed_files, summary_json, summary_lines
+    from orchestrator.loop.summary import changed_files, summary_json, summary_lines
     from orchestrator.workspace import records as sessions
 
     monkeypatch.setattr(sessions, "sessions_root", lambda: tmp_path / "sessions")

@@ -23,7 +23,7 @@ import pytest
 from orchestrator import events as ev
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import OpenAgentsError
-from orchestrator.loop import Session, SessionStatus
+from orchestrator.loop import SessionStatus, TurnLoop
 from orchestrator.mcp.results import to_call_result
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
@@ -189,7 +189,7 @@ def consumers(tmp_path: Path, box: SupervisedSandbox, tool: str, args: dict[str,
     transcript = Transcript(tmp_path / "t.jsonl")
     transcript.on_event = on_event
     turns = [ModelTurn(tool_calls=[ToolCall(id="c1", name=tool, arguments=args)]), ModelTurn(text="done")]
-    session = Session(ScriptedModel(turns), ToolRegistry(box, box.workspace), ApprovalGate(Ladder(), _Allow()), transcript)
+    session = TurnLoop(ScriptedModel(turns), ToolRegistry(box, box.workspace), ApprovalGate(Ladder(), _Allow()), transcript)
     outcome = session.run("task")
     assert outcome.status is SessionStatus.FINISHED, outcome
     result = box.call(tool, args)  # the same call again, for MCP

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.boxfs.names import exact, from_exact, git_quoted, show
+from orchestrator.ground.text import json_line
 from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED
-from orchestrator.terminal.render import json_line
 from tests.conftest import chown_tree, make_workspace
 
 ROOT = Path(os.environ.get("OA_NAMES_CLI_ROOT") or Path(__file__).resolve().parents[2])  # the checkout whose CLI runs

@@ -177,7 +177,7 @@ def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_ref
     """Past the cap of read-only repository mounts the sandbox is not started at all (typed, fatal), rather than half protected."""
     from orchestrator.errors import ErrorType, OpenAgentsError
     from orchestrator.sandbox.docker import MAX_GIT_MOUNTS, git_mounts
-    from orchestrator.workspace.sweep_journal import capture_baseline
+    from orchestrator.sandbox.sweep_journal import capture_baseline
 
     ws = make_workspace(home / "many", {f"r{i:04d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(MAX_GIT_MOUNTS + 1)})
     with pytest.raises(OpenAgentsError) as err:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.boxfs import HostBudget
-from orchestrator.workspace import sweep_journal
+from orchestrator.sandbox import sweep_journal
 from orchestrator.workspace.integrity import Baseline, Sweeper, is_git_name, is_head_name
 from tests.attacks.test_workspace_integrity import HOSTILE_CONFIG, user_git
 from tests.conftest import make_workspace, sandbox_config

@@ -10,6 +10,9 @@ from . import anthropic, gemini, openai, openai_responses
 from .dialect import Assembler, Dialect
 
 DIALECTS: dict[str, Dialect] = {d.family: d for d in (openai.DIALECT, gemini.DIALECT, anthropic.DIALECT, openai_responses.DIALECT)}
+SCRIPT = "script"  # `script:FILE`: a recorded conversation replayed, no endpoint and no key (tests, demos)
+# every spelling --model takes, from the registry (the CLI's help texts and errors say the same)
+MODEL_FORMS = ", ".join(f"{kind}:NAME" for kind in DIALECTS) + f" or {SCRIPT}:FILE"
 
 
 def dialect(family: str) -> Dialect:

@@ -14,8 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from ...errors import ErrorType, OpenAgentsError
-from ...tools.argbase import parse_arguments
-from ..base import Message, ModelTurn, RetryableModelError, TextSink, ToolCall
+from ..base import Message, ModelTurn, RetryableModelError, TextSink, ToolCall, parse_arguments
 from ..stream import SSEEvent
 
 MAX_STREAMED_CALLS = 128  # tool calls in one streamed answer: indexes past it are refused, not allocated

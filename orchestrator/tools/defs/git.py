@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ...models.base import parse_arguments
 from .. import host_git
-from ..argbase import parse_arguments
 from ..tooldef import Approval, Prepared, RunContext, ToolDef
 
 KINDS = {"status": "read", "diff": "read", "log": "read", "commit": "edit"}

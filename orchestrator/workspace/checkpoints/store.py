@@ -16,7 +16,7 @@ from typing import Literal
 import pygit2
 
 from ...boxfs import HostBudget, show, to_store
-from ...boxfs.copy import temp_name
+from ...boxfs.atomic import write_atomic
 from ...errors import ErrorType, OpenAgentsError
 from .dirs import _Dir
 from .index import INDEX_CAP, INDEX_NAME, Checkpoint, RestoreReport, Skipped, _Index
@@ -180,19 +180,7 @@ class CheckpointStore(_Snapshots):
 
     def _save_index(self, index: _Index) -> None:
         path = self.store / INDEX_NAME
-        tmp = path.with_name(os.fsdecode(temp_name()))  # unique: two writers never share one
-        try:
-            with open(tmp, "x", encoding="utf-8") as fh:
-                fh.write(index.model_dump_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomic(path, index.model_dump_json(), mode=0o644)
 
     def _append(self, cp: Checkpoint, head: str | None, used: int | None = None) -> None:
         """The index with `cp`, saved; the in-memory index changes only once the save succeeded."""

@@ -1,6 +1,6 @@
 """The diff a person reads before apply: the real workspace against the copy, bounded and escaped.
 
-Every line is the box's text, so it is made visible (terminal.render.visible) and bounded: files
+Every line is the box's text, so it is made visible (ground.text.visible) and bounded: files
 over MAX_DIFF_FILE_BYTES or holding a NUL are summarised, a diff whose worst case is large runs in
 bounded_diff's child under a deadline, and the lines per file and in all are capped.
 """
@@ -16,7 +16,7 @@ from typing import Iterator
 from ...boxfs import BoxDir, from_store, open_dir
 from ...boxfs.names import git_quoted
 from ...errors import OpenAgentsError
-from ...terminal.render import visible
+from ...ground.text import visible
 from ..bounded_diff import bounded_unified_diff, split_lines
 from ..copy import CopyManifest
 from ..integrity import special_name

@@ -25,21 +25,21 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ..boxfs import show
 from ..boxfs.names import stored_shown
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.text import visible
 from ..models.base import ToolCall
-from ..policy.ladder import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
 from ..protocol import Executor, ToolResult
 from ..terminal.machine import Bounded, name_item, named
-from ..terminal.render import visible
-from ..workspace.copy import CopyManifest
-from ..workspace.copy_session import mark_landed
-from ..workspace.records import SessionRecord
-from ..workspace.review import apply_scanned, list_changes, move_on, render_diff, shown
-from ..workspace.review.landing import Permit
-from .registry import HostTools, PreparedCall
-from .tooldef import Approval, ToolDef
+from ..tools.catalog import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
+from ..tools.registry import HostTools, PreparedCall
+from ..tools.tooldef import Approval, ToolDef
+from .copy import CopyManifest
+from .copy_session import mark_landed
+from .records import SessionRecord
+from .review import apply_scanned, list_changes, move_on, render_diff, shown
+from .review.landing import Permit
 
 if TYPE_CHECKING:
-    from ..workspace.review import ApplyReport, Change
+    from .review import ApplyReport, Change
 
 COPY_TOOLS = (CHANGES_TOOL, LAND_TOOL)
 MAX_DIFF_CHARS = 512 * 1024  # the diff put in one result; `oa-sandbox changes ID` shows it all
@@ -180,7 +180,7 @@ class CopyTools:
         return self.inner.declarations(family) if self.inner is not None else []  # no model is told of these two
 
     def kill_running(self) -> None:
-        """Cancel reaches the inner host tools' calls as before (loop.py looks for this); the two here end on their own."""
+        """Cancel reaches the inner host tools' calls as before (loop/__init__.py looks for this); the two here end on their own."""
         stop = getattr(self.inner, "kill_running", None)
         if callable(stop):
             stop()

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from ..policy import pins
-from .spec import Collected, HookSpec, in_force
+from ..policy.hook_spec import Collected, HookSpec, in_force
 
 
 def hooks_for(workspace: Path, policy_files: list[str]) -> tuple[list[HookSpec], list[str]]:

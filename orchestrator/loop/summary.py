@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ..loop import SessionResult, SessionStatus
+from ..ground.text import visible
 from ..workspace.records import SessionRecord
-from .render import visible
+from . import SessionResult, SessionStatus
 
 if TYPE_CHECKING:
     from ..workspace.review import ApplyReport
@@ -102,7 +102,7 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
     (terminal/machine.py: at most MAX_LISTED inline, `_total`, `_file`), the object at MAX_LINE_BYTES."""
     from ..boxfs import show
     from ..boxfs.names import stored_shown
-    from .machine import Bounded, name_item, named
+    from ..terminal.machine import Bounded, name_item, named
 
     out: dict[str, Any] = {
         "session_id": record.id,

@@ -23,9 +23,10 @@ from typing import Any
 
 from .. import state
 from ..boxfs import HostBudget, from_store, to_store
-from ..boxfs.private import open_private, open_private_dir
+from ..boxfs.atomic import fsync_dir, write_atomic
+from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
-from .integrity import Baseline, Sweeper, SweepReport
+from ..workspace.integrity import Baseline, Sweeper, SweepReport
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class Pending:
     owner: dict[str, str] | None  # the owner's labels (sandbox/owner.py); None: it could not be named
 
     def owner_gone(self) -> bool:
-        from ..sandbox.owner import Owner, Verdict, current, verdict
+        from .owner import Owner, Verdict, current, verdict
 
         owner = Owner.from_labels(self.owner)
         if owner is None:
@@ -60,39 +61,22 @@ class Pending:
             return False
 
     def owner_pid(self) -> str:
-        from ..sandbox.owner import Owner
+        from .owner import Owner
 
         owner = Owner.from_labels(self.owner)
         return str(owner.pid) if owner else "?"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = open_private_dir(path, follow=True)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mountpoint: bool, baseline: Baseline) -> Path:
     """Journal the sweep of `workspace` before its box starts; returns the journal file."""
-    from ..sandbox.owner import labels_here
+    from .owner import labels_here
 
     folder = journal_dir()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{sandbox_id}.json"
     body = json.dumps({"version": VERSION, "workspace": to_store(os.fsencode(workspace)), "quarantine": to_store(os.fsencode(quarantine)),
                        "placeholder_mountpoint": placeholder_mountpoint, "owner": labels_here(), "baseline": baseline.to_json()})
-    tmp = folder / f".{sandbox_id}.{os.getpid()}.tmp"
-    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    try:
-        os.write(fd, body.encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    _fsync_dir(folder)
-    return path
+    return write_atomic(path, body, durable=True)
 
 
 def clear(path: Path) -> None:
@@ -100,7 +84,7 @@ def clear(path: Path) -> None:
         os.unlink(path)
     except FileNotFoundError:
         return
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _load(path: Path) -> Pending | None:

@@ -10,7 +10,7 @@ a hung turn; close() stops them all (each server's whole process group is killed
 A server is a peer the user chose, not the user: what it sends is hostile data like the box's.
 Every message is bounded before it is parsed (transport.py: MAX_MESSAGE_BYTES; past it the server
 is killed and dropped); its text reaches a person or our own messages only through
-terminal.render.visible() (problems, errors, descriptions, the SDK's log lines); a call's deadline
+ground.text.visible() (problems, errors, descriptions, the SDK's log lines); a call's deadline
 is the shell's (60 s, never past 240 s) unless configured lower, and a server that passes it is
 killed, process group and all, and dropped; Ctrl-C and --max-wall (kill_running) end a call at once.
 
@@ -38,15 +38,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from sandbox_agent import jsonbound
 from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
 
-from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
-from ..models.dialects import dialect
-from ..protocol import Executor, ToolResult
-from ..terminal.render import visible
-from ..tools import declarations as decl
-from ..tools.args import parse_arguments
-from ..tools.registry import PreparedCall
-from ..tools.tooldef import ToolDef
+from ...errors import ErrorType, OpenAgentsError
+from ...ground.text import visible
+from ...models.base import ToolCall
+from ...models.dialects import dialect
+from ...protocol import Executor, ToolResult
+from .. import declarations as decl
+from ..args import parse_arguments
+from ..registry import PreparedCall
+from ..tooldef import ToolDef
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
 
 log = logging.getLogger(__name__)

@@ -13,12 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
-from ..policy.ladder import FORK_ACTION, FORK_KIND, FORK_TOOL
 from ..protocol import Executor, ToolResult
-from ..workspace.fork import MAX_FORKS, fork_session
-from ..workspace.records import SessionRecord
-from .registry import HostTools, PreparedCall
-from .tooldef import Approval, ToolDef
+from ..tools.catalog import FORK_ACTION, FORK_KIND, FORK_TOOL
+from ..tools.registry import HostTools, PreparedCall
+from ..tools.tooldef import Approval, ToolDef
+from .fork import MAX_FORKS, fork_session
+from .records import SessionRecord
 
 
 class ForkArgs(BaseModel):

@@ -3,7 +3,7 @@
 Each call's steps (validate, decide, execute, record) are the CallPipeline's (pipeline.py); the
 loop asks the model, schedules a turn's calls (read-only calls of one turn run in parallel) and
 decides when the session ends: a final answer, max turns, a detected loop, a fatal error, a
-budget, or Ctrl-C.
+budget, or Ctrl-C. Its run summary (what a person and a script read at the end) is summary.py.
 """
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from typing import Any, Callable
 
 from pydantic import BaseModel
 
-from . import events as ev
-from .budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
-from .config import DEFAULT_MAX_TURNS
-from .errors import ErrorType, OpenAgentsError
-from .hooks import turns as hook_points
-from .models.base import Message, ModelClient, ToolCall
-from .pipeline import CallOutcome, CallPipeline
-from .policy.approvals import ApprovalGate
-from .protocol import ErrorInfo, Executor, ToolResult
-from .tools.registry import PreparedCall, ToolRegistry
-from .transcript import Transcript
-from .workspace.context_files import ContextFiles
+from .. import events as ev
+from ..budget import Budget, compact, default_context_window, estimate_tokens, usage_tokens
+from ..config import DEFAULT_MAX_TURNS
+from ..errors import ErrorType, OpenAgentsError
+from ..hooks import turns as hook_points
+from ..models.base import Message, ModelClient, ToolCall
+from ..pipeline import CallOutcome, CallPipeline
+from ..policy.approvals import ApprovalGate
+from ..protocol import ErrorInfo, Executor, ToolResult
+from ..tools.registry import PreparedCall, ToolRegistry
+from ..transcript import Transcript
+from ..workspace.context_files import ContextFiles
 
 SYSTEM_PROMPT = """You are a coding agent working on a repository mounted at /workspace inside a sandbox.
 Use the tools to read, search, edit and test the code. Paths are relative to the workspace root.
@@ -67,7 +67,7 @@ class SessionResult(BaseModel):
         return bool(self.refused_calls)
 
 
-class Session:
+class TurnLoop:
     def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
                  max_turns: int = DEFAULT_MAX_TURNS, loop_limit: int = 5, cancel: threading.Event | None = None,
                  after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "",
