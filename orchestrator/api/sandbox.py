@@ -206,7 +206,7 @@ class Sandbox:
     @property
     def _framed_by_loop(self) -> bool:
         """Opened with a model: its turn loop frames the transcript (session_start and session_end per run)."""
-        return self._opened is not None and getattr(self._opened, "session", None) is not None
+        return self._opened is not None and getattr(self._opened, "turn_loop", None) is not None
 
     def __enter__(self) -> "Sandbox":
         return self.open()
@@ -242,7 +242,7 @@ class Sandbox:
             with self._books:  # a call's checkpoint still being taken ends first; none starts after
                 status, reason = self._status
                 opened.record.turns = max(self._turn, opened.record.turns or 0)
-                if getattr(opened, "session", None) is None:  # else its turn loop said how each run ended
+                if getattr(opened, "turn_loop", None) is None:  # else its turn loop said how each run ended
                     opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn,
                                                            last_turn=self._turn))
                 opened.finish(status, reason)

@@ -213,9 +213,7 @@ class SandboxMcpServer:
             prepared = await anyio.to_thread.run_sync(approve)
         except NeedsInput as need:
             return self._input_required(need, digest)
-        if isinstance(prepared, ToolResult):
-            if params.name not in COPY_TOOLS:
-                await anyio.to_thread.run_sync(self.box.record_call, params.name, False)
+        if isinstance(prepared, ToolResult):  # refused or invalid: nothing ran, so no turn, no checkpoint, the copy's record untouched
             return self._answer(prepared)
         result = await self._execute(ctx, pipeline, prepared)
         if params.name == LAND_TOOL:  # the landing's own record, as every front-end's (its call's are the pipeline's)
