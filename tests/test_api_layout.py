@@ -86,9 +86,9 @@ def test_only_the_api_opens_a_session():
 
 def test_every_front_end_opens_an_api_sandbox():
     """The other half: each front-end's module does build its session on the API's Sandbox."""
-    for rel in ("orchestrator/cli/run.py", "orchestrator/cli/servers.py", "orchestrator/cli/attempts.py", "orchestrator/batch/runner.py"):
-        tree = ast.parse((ROOT / rel).read_text())
-        imported = any(isinstance(node, ast.ImportFrom) and node.module == "api" and node.level == 2
+    for rel in ("orchestrator/cli/run.py", "orchestrator/cli/servers.py", "orchestrator/api/attempts.py", "orchestrator/batch/runner.py"):
+        tree = ast.parse((ROOT / rel).read_text())  # api/attempts.py: the best-of-N of `run --attempts` and `batch`
+        imported = any(isinstance(node, ast.ImportFrom) and (node.module, node.level) in (("api", 2), ("sandbox", 1))
                        and any(alias.name == "Sandbox" for alias in node.names) for node in ast.walk(tree))
         built = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Sandbox" for node in ast.walk(tree))
         assert imported and built, rel

@@ -84,7 +84,7 @@ def test_a_pick_command_that_hangs_is_killed_and_fails_and_nothing_is_chosen(san
 
 
 def test_scores_and_the_tie_break():
-    from orchestrator.cli.attempts import Attempt, best, parse_score
+    from orchestrator.api.attempts import Attempt, best, parse_score
 
     assert parse_score(True, 0, "ok\n") == 1.0 and parse_score(True, 0, "ran 3\n0.75\n") == 0.75
     assert parse_score(True, 1, "0.9\n") is None and parse_score(False, None, "") is None and parse_score(True, 0, "nan\n") == 1.0

@@ -32,6 +32,7 @@ from ..tools.defs import shell as shell_def
 from ..tools.defs import write_file as write_def
 from ..workspace.copy_session import discard_session, note_call
 from ..workspace.copy_tools import CopyTools, Landing
+from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .options import SandboxOptions
@@ -137,6 +138,7 @@ class Sandbox:
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)
             registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
+            registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued)
         registry = opened.pipeline.registry
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls

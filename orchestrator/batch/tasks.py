@@ -1,7 +1,8 @@
 """A batch's input and output: task lines in, result lines out (JSONL both ways).
 
 A task line names a workspace (a directory: the task works on its own copy, never on it), the task
-text, and optionally the model, policy files, max_turns, max_wall and runtime; the batch's own
+text, and optionally the model, policy files, max_turns, max_wall, runtime, and `attempts` with
+`pick` (best-of-N: batch/best_of.py); the batch's own
 options fill what a line leaves out. A line that cannot be a task (not JSON, not an object, an
 unknown key, a missing field, a duplicate id, a workspace that is not a directory) becomes a typed
 result of its own (`status: invalid`), and the batch goes on.
@@ -21,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
+from ..workspace.fork import MAX_FORKS
 
 MAX_TASK_LINE = 1 << 20  # bytes of one task line
 MAX_ID = 200
@@ -44,6 +46,8 @@ class BatchTask(BaseModel):
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_wall: float | None = Field(default=None, gt=0)
     runtime: str | None = None
+    attempts: int | None = Field(default=None, ge=1, le=MAX_FORKS)  # best-of-N: N attempts from one start, scored by `pick`
+    pick: str | None = Field(default=None, min_length=1)
 
 
 class TaskError(BaseModel):
@@ -84,6 +88,7 @@ class TaskResult(BaseModel):
     retried: bool = False
     nodes_tried: list[str] = Field(default_factory=list)  # Ray: the nodes of the earlier attempts
     report_file: str | None = None  # the session's HTML report (`oa-sandbox report`'s), on the node that ran the task
+    best_of: dict[str, Any] | None = None  # best-of-N: {pick, chosen, attempts: [{number, session_id, status, score, changed_lines, discarded, ...}]}
 
     @classmethod
     def failed(cls, task_id: str, status: Status, err: OpenAgentsError, exit_code: int, **fields: Any) -> "TaskResult":

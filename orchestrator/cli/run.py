@@ -16,6 +16,7 @@ from ..loop.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK,
 from ..models.dialects import MODEL_FORMS
 from ..protocol import ToolResult
 from ..terminal.painter import Line
+from .attempts import best_of_options
 from .common import (
     EXIT_TOOL_ERROR,
     SetupExit,
@@ -205,12 +206,7 @@ class _JsonExits(click.Command):
 @click.option("--resume", "resume_id", default=None, metavar="ID", help="Continue session ID: its workspace (its copy, in copy mode), its "
                                                                            "conversation, its transcript; its model and policy files unless --model, --policy.")
 @click.option("--continue", "continue_", is_flag=True, help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.")
-@click.option("--attempts", default=1, type=click.IntRange(1, 16), show_default=True,
-              help="Best-of-N: N attempts of TASK from one copy of the workspace, in parallel (one per core), each scored by --pick.")
-@click.option("--pick", default=None, metavar="COMMAND", help="With --attempts: run in each attempt's own box (exit 0 passes, scored 1 or "
-                                                               "the number on its last line); the best is kept (ties: fewest changed lines), the rest discarded.")
-@click.option("--pick-timeout", default=600, type=click.IntRange(1, None), show_default=True, metavar="SECONDS",
-              help="The pick command's shell timeout (clamped to the shell's maximum): past it the command is killed and the attempt fails.")
+@best_of_options("TASK")
 @report_option
 @sandbox_options
 @click.argument("task")

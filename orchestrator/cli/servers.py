@@ -12,6 +12,7 @@ import click
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..models.dialects import MODEL_FORMS
+from .attempts import best_of_options
 from .common import build_config, copy_options, load_defaults, new_transcript_path, sandbox_options, setup_error, terminate_as_interrupt
 
 if TYPE_CHECKING:
@@ -181,13 +182,15 @@ def mcp(workspace: str, policies: tuple[str, ...], transcript_path: str | None, 
 @click.option("--ray-resource", default="oa_sandbox", show_default=True, metavar="NAME",
               help="--engine ray: the custom resource a node offers per box it holds.")
 @click.option("--max-retries", default=2, show_default=True, type=click.IntRange(0, 10), help="--engine ray: reruns of a task whose node was lost.")
+@best_of_options("each task without `attempts` and `pick`")
 def batch(tasks_file: str, out: str, concurrency: int | None, model_spec: str | None, base_url: str | None, api_key_env: str | None,
           policies: tuple[str, ...], auto_approve: bool, max_turns: int | None, max_wall: float | None, max_tokens: int | None,
           runtime: str | None, image: str | None, memory: str | None, cpus: float | None, start_concurrency: int | None, engine: str,
-          ray_address: str | None, ray_resource: str, max_retries: int) -> None:
+          ray_address: str | None, ray_resource: str, max_retries: int, attempts: int, pick: str | None, pick_timeout: int) -> None:
     """Run every task of TASKS.jsonl (id, workspace, task; optional model, policy, max_turns,
-    max_wall, runtime), each on its own copy of its workspace; one result line each in --out
-    (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node)."""
+    max_wall, runtime, attempts and pick), each on its own copy of its workspace; one result line
+    each in --out (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node,
+    best_of)."""
     from ..batch.command import BatchRequest, run_batch
     from ..batch.runner import BatchSettings
 
@@ -197,7 +200,8 @@ def batch(tasks_file: str, out: str, concurrency: int | None, model_spec: str | 
     settings = BatchSettings(model=model_spec or defaults.model, base_url=base_url or defaults.base_url,
                              api_key_env=api_key_env or defaults.api_key_env, policy=[str(Path(p).resolve()) for p in policies] or defaults.policy,
                              auto_approve=auto_approve, max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS, max_wall=max_wall or defaults.max_wall,
-                             max_tokens=max_tokens or defaults.max_tokens, config=config)
+                             max_tokens=max_tokens or defaults.max_tokens, config=config, attempts=attempts, pick=pick,
+                             pick_timeout=pick_timeout)
     request = BatchRequest(Path(tasks_file), Path(out), settings, concurrency=concurrency, engine=engine, ray_address=ray_address,
                            ray_resource=ray_resource, max_retries=max_retries)
     try:

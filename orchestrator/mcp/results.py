@@ -17,8 +17,10 @@ import mcp_types as types
 
 from ..protocol import ToolResult
 from ..tools import catalog
+from ..tools.catalog import FORK_TOOL
 from ..workspace.copy_tools import apply_meta as apply_meta
 from ..workspace.copy_tools import changes_meta as changes_meta
+from ..workspace.fork_tool import FORK_OUTPUT_META
 
 _STR = {"type": "string"}
 _INT = {"type": "integer"}
@@ -66,6 +68,7 @@ _MUTATING = {
 _OUTPUT = {
     "changes": "The unified diff of the private copy against the real workspace.",
     "apply_changes": "What was applied, left out, or in conflict, one line each.",
+    FORK_TOOL: "The session forked and the new sessions' ids.",
 }
 
 # A name in a result: a string (its UTF-8), or {"bytes_b64": ...} when its bytes are not UTF-8.
@@ -83,6 +86,7 @@ def _bounds(key: str) -> dict[str, Any]:
 
 
 _META: dict[str, dict[str, Any]] = {
+    FORK_TOOL: FORK_OUTPUT_META,
     "changes": {"changes": {"type": "array", "description": "Each changed entry of the copy: path (exact), path_shown and status.",
                             "items": _named(status=_STR)},
                 "count": _INT, **_bounds("changes")},

@@ -43,11 +43,15 @@ from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
 from ..tools import catalog, declarations
-from ..tools.catalog import LAND_TOOL
+from ..tools.catalog import FORK_TOOL, LAND_TOOL
 from ..tools.registry import PreparedCall
 from ..workspace.copy_session import note_call
-from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, COPY_TOOLS, bind_mode_refusal, in_copy_note, instructions
+from ..workspace.fork_tool import FORK_DEF, FORK_DESCRIPTION, FORK_INPUT_SCHEMA
+from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, bind_mode_refusal, in_copy_note, instructions
+from .landing import COPY_TOOLS as LANDING_TOOLS
 from .results import output_schema, to_call_result
+
+COPY_TOOLS = (*LANDING_TOOLS, FORK_TOOL)  # copy mode's host-side tools for the client (through the pipeline, as the six)
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
     from ..api import Sandbox
@@ -90,6 +94,9 @@ def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.T
                               annotations=types.ToolAnnotations(title="Land the private copy's changes in the real workspace",
                                                                 read_only_hint=False, destructive_hint=True, idempotent_hint=True,
                                                                 open_world_hint=False)))
+        out.append(types.Tool(name=FORK_TOOL, description=FORK_DESCRIPTION, output_schema=output_schema(FORK_TOOL), input_schema=FORK_INPUT_SCHEMA,
+                              annotations=types.ToolAnnotations(title=FORK_DEF.title, read_only_hint=False, destructive_hint=False,
+                                                                idempotent_hint=False, open_world_hint=False)))
     return out
 
 

@@ -21,7 +21,17 @@ from ..boxfs import read_workspace_file
 from ..config import EgressCredential, EgressRule
 from ..errors import ErrorType, OpenAgentsError
 from ..tools import catalog
-from ..tools.catalog import CHANGES_ACTION, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL, ROLLBACK_ACTION, ROLLBACK_TOOL
+from ..tools.catalog import (
+    CHANGES_ACTION,
+    CHANGES_TOOL,
+    FORK_ACTION,
+    FORK_TOOL,
+    LAND_ACTION,
+    LAND_KIND,
+    LAND_TOOL,
+    ROLLBACK_ACTION,
+    ROLLBACK_TOOL,
+)
 from .hook_spec import HookSpec
 from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
@@ -280,11 +290,11 @@ def _validation_problem(err: ValidationError) -> str:
 
 
 def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL})  # the built-in tools' names, landing's, changes' and rollback's, are the ones a rule can match
+    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL})  # the built-in tools' names and the host-side ones' are what a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION})
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION})
 
 
 def _check_values(policy: PolicyFile, where: str) -> None:

@@ -88,3 +88,7 @@ CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
 # The Python API's Sandbox.rollback(): the workspace the box sees put back to a checkpoint, an edit
 # of it, named in a rule as `tool = "rollback"` (or with every edit as `kind = "edit"`).
 ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
+
+# MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
+# writes only the sandbox's own state (no box, no workspace), named in a rule as `tool = "fork"`.
+FORK_TOOL, FORK_KIND, FORK_ACTION = "fork", "read", "fork"

@@ -40,16 +40,21 @@ TRANSCRIPT_CAP = 256 << 20  # as resume reads at most
 __all__ = ["MAX_FORKS", "fork_session"]
 
 
-def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyLimits | None = None) -> list[SessionRecord]:
+def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyLimits | None = None, live: bool = False) -> list[SessionRecord]:
     """Fork the caller's ended copy session `session_id` into `n` new copy sessions (at its latest
     state, or at the state after checkpoint `turn`); returns their records. All or none: a fork that
-    fails removes the ones already made, and the typed error is raised."""
+    fails removes the ones already made, and the typed error is raised. `live`: the session is this
+    very process's, still open (the MCP server forking the session it serves): its box may be
+    writing its copy, so the forks are data copies put back to a checkpoint (its latest unless
+    `turn`), never a freeze of a copy a box has mounted."""
     from .records import ResumeLock
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORKS:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"a session forks into 1 to {MAX_FORKS} sessions at once, not {n!r}")
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"--turn takes a checkpoint's turn (0 or more), not {turn!r}")
+    if live:
+        return _fork_live(session_id, n, turn, limits or CopyLimits())
     parent = ended_copy_session(session_id, "fork")
     lock = ResumeLock(parent)  # no resume of the parent starts while its copy is being read
     try:
@@ -73,6 +78,25 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
         lock.release()
 
 
+def _fork_live(session_id: str, n: int, turn: int | None, limits: CopyLimits) -> list[SessionRecord]:
+    from .records import open_own_record
+
+    parent = open_own_record(session_id)
+    if parent.mode != WorkspaceMode.COPY or parent.discarded or parent.host_pid != os.getpid():
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} is not this process's open copy session")
+    turn = _checkpoint_turn(parent, turn if turn is not None else 1 << 30, live=True)
+    manifest = CopyManifest.load(parent.manifest_path)
+    made: list[SessionRecord] = []
+    try:
+        for _ in range(n):
+            made.append(_fork_one(parent, manifest, turn, limits, None))
+    except BaseException:
+        for record in made:
+            _failed(record, "a sibling fork failed")
+        raise
+    return made
+
+
 def _layers(parent: SessionRecord) -> list[str] | None:
     """The frozen layers the forks stand on (cow.fork_layers), None for data copies; a freeze
     that failed leaves the parent as it was, and the forks are data copies."""
@@ -84,13 +108,16 @@ def _layers(parent: SessionRecord) -> list[str] | None:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"could not freeze session {parent.id}'s copy for a fork: {err}") from None
 
 
-def _checkpoint_turn(parent: SessionRecord, turn: int) -> int:
-    """The checkpoint that holds the state after `turn` (a turn that changed nothing has none: the one before it)."""
+def _checkpoint_turn(parent: SessionRecord, turn: int, live: bool = False) -> int:
+    """The checkpoint that holds the state after `turn` (a turn that changed nothing has none: the
+    one before it); `live`: an open session's, whose record does not count its turns yet."""
     from .checkpoints import CheckpointStore
 
     with CheckpointStore(parent.checkpoint_store, Path(parent.box_workspace)) as store:
         points = store.list()
-    last = parent.turns if parent.turns is not None else max((p.turn for p in points), default=0)
+    last = parent.turns if parent.turns is not None and not live else max((p.turn for p in points), default=0)
+    if live:
+        turn = min(turn, last)
     if turn > last:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ran {last} turn(s): there is no turn {turn} to fork from")
     earlier = [p.turn for p in points if p.ok and p.turn <= turn]

@@ -1,0 +1,106 @@
+"""`fork`, copy mode's host-side tool for the MCP client (issue 37): the session's own copy (at its
+latest checkpoint, or `turn`) or an ended copy session of the same user (`session_id`) forked into
+`n` new copy sessions (workspace/fork.py); their ids are the result. Installed beside `changes` and
+`apply_changes` (copy_tools.py) in the session's registry, so it goes through the one CallPipeline:
+validated, decided by the ladder (a rule names it `tool = "fork"`), run, and recorded.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ErrorType, OpenAgentsError
+from ..models.base import ToolCall
+from ..protocol import Executor, ToolResult
+from ..tools.catalog import FORK_ACTION, FORK_KIND, FORK_TOOL
+from ..tools.registry import HostTools, PreparedCall
+from ..tools.tooldef import Approval, ToolDef
+from .fork import MAX_FORKS, fork_session
+from .records import SessionRecord
+
+
+class ForkArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    n: int = Field(default=1, ge=1, le=MAX_FORKS)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    turn: int | None = Field(default=None, ge=0)
+
+
+def _describe(args: Mapping[str, Any]) -> str:
+    which = args.get("session_id")
+    return f"fork {'session ' + str(which) if which else 'this session'} into {args.get('n', 1)} new session(s)"
+
+
+FORK_DEF = ToolDef(FORK_TOOL, FORK_KIND, "host", ForkArgs, title="Fork a copy session", approval=Approval(describe=_describe))
+FORK_DESCRIPTION = (f"Copy mode only: fork this session's private copy (its state after its last checkpointed call, or after "
+                    f"checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to {MAX_FORKS}) new, independent copy "
+                    "sessions; returns their ids (session_ids). Each is a normal copy session: `oa-sandbox changes/apply/discard ID`, "
+                    "`oa-sandbox run --resume ID`.")
+FORK_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "properties": {"n": {"type": "integer", "minimum": 1, "maximum": MAX_FORKS, "default": 1, "description": "How many forks."},
+                   "session_id": {"type": "string", "description": "An ended copy session of yours (default: this session)."},
+                   "turn": {"type": "integer", "minimum": 0, "description": "The state after this checkpoint turn (default: the latest)."}},
+}
+FORK_OUTPUT_META: dict[str, Any] = {
+    "session_ids": {"type": "array", "items": {"type": "string"}, "description": "The new sessions' ids, one per fork."},
+    "forked_from": {"type": "string", "description": "The session forked."},
+}
+
+
+class ForkTools:
+    """`fork` as a host-side tool of the session's registry (registry.HostTools); `inner`: the host
+    tools the session already had, kept as they were. `issued`: as CopyTools' (the owner's calls only)."""
+
+    def __init__(self, record: SessionRecord, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
+        self.record = record
+        self.inner = inner
+        self.issued = issued
+
+    def names(self) -> list[str]:
+        return [FORK_TOOL] + (self.inner.names() if self.inner is not None else [])
+
+    def owns(self, name: str) -> bool:
+        return name == FORK_TOOL or (self.inner is not None and self.inner.owns(name))
+
+    def declarations(self, family: str) -> list[dict[str, Any]]:
+        return self.inner.declarations(family) if self.inner is not None else []  # no model is told of it
+
+    def kill_running(self) -> None:
+        stop = getattr(self.inner, "kill_running", None)
+        if callable(stop):
+            stop()
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        if call.name != FORK_TOOL:
+            assert self.inner is not None
+            return self.inner.prepare(call)
+        if self.issued is not None and call.id not in self.issued:
+            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
+        try:
+            args = ForkArgs.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
+        except ValidationError:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
+                                                               "(a string) and turn (an integer, 0 or more)") from None
+        return PreparedCall(call, FORK_DEF, args, FORK_KIND, FORK_ACTION)
+
+    def invoke(self, prepared: PreparedCall) -> ToolResult:
+        if prepared.spec.name != FORK_TOOL:
+            assert self.inner is not None
+            return self.inner.invoke(prepared)
+        args = prepared.args
+        assert isinstance(args, ForkArgs)
+        own = args.session_id is None or args.session_id == self.record.id
+        parent = self.record.id if own else str(args.session_id)
+        try:
+            made = fork_session(parent, args.n, args.turn, live=own)
+        except OpenAgentsError as err:
+            return ToolResult.failure(err).model_copy(update={"executor": Executor.OPENAGENTS})
+        except OSError as err:
+            return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"fork failed: {err.strerror}")).model_copy(
+                update={"executor": Executor.OPENAGENTS})
+        ids = [record.id for record in made]
+        return ToolResult(ok=True, output=f"forked {parent} into {len(ids)} session(s): " + " ".join(ids),
+                          meta={"session_ids": ids, "forked_from": parent}, executor=Executor.OPENAGENTS)
