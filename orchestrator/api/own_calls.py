@@ -10,16 +10,16 @@ block, refuses it before anything is touched.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, Approver, PermissionOption
 from ..protocol import Executor, ToolResult
 from ..tools.catalog import ROLLBACK_ACTION, ROLLBACK_KIND, ROLLBACK_TOOL
-from ..tools.registry import HostTools, PreparedCall
+from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, ToolDef
 
 if TYPE_CHECKING:
@@ -52,46 +52,25 @@ class OwnCallApprover:
         return self.inner.ask(request)
 
 
-class OwnCalls:
-    """`rollback` as a host tool of the session's registry (tools/registry.py HostTools), in front
+class OwnCalls(OwnHostTools):
+    """`rollback` as a host tool of the session's registry (tools/registry.py OwnHostTools), in front
     of the host tools the session had (`inner`: copy mode's, the user's MCP servers), kept as they
     were. Its name is never offered to a model (names() and declarations() are the inner ones')."""
 
+    OWN = (ROLLBACK_TOOL,)
+    LISTED = False
+
     def __init__(self, checkpoints: Callable[[], CheckpointStore | None], kill_running: Callable[[], None], issued: set[str],
                  inner: HostTools | None = None) -> None:
-        self.checkpoints, self.kill, self.issued, self.inner = checkpoints, kill_running, issued, inner
+        super().__init__(inner, issued)
+        self.checkpoints, self.kill = checkpoints, kill_running
         self.last_report: RestoreReport | None = None  # the typed report of the last rollback, for the owner
 
-    def names(self) -> list[str]:
-        return self.inner.names() if self.inner is not None else []
-
-    def owns(self, name: str) -> bool:
-        return name == ROLLBACK_TOOL or (self.inner is not None and self.inner.owns(name))
-
-    def declarations(self, family: str) -> list[dict[str, Any]]:
-        return self.inner.declarations(family) if self.inner is not None else []
-
-    def kill_running(self) -> None:
-        stop = getattr(self.inner, "kill_running", None)
-        if callable(stop):
-            stop()
-
-    def prepare(self, call: ToolCall) -> PreparedCall:
-        if call.name != ROLLBACK_TOOL:
-            assert self.inner is not None
-            return self.inner.prepare(call)
-        if call.id not in self.issued:  # a model's call (run()): the rollback is the program's, never the model's
-            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
-        try:
-            args = RollbackArgs.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
-        except ValidationError:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "rollback takes one argument, turn (an int)") from None
+    def prepare_own(self, call: ToolCall) -> PreparedCall:
+        args = self.arguments(ROLLBACK_DEF, call, "rollback takes one argument, turn (an int)")
         return PreparedCall(call, ROLLBACK_DEF, args, ROLLBACK_KIND, ROLLBACK_ACTION)
 
-    def invoke(self, prepared: PreparedCall) -> ToolResult:
-        if prepared.spec.name != ROLLBACK_TOOL:
-            assert self.inner is not None
-            return self.inner.invoke(prepared)
+    def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         assert isinstance(prepared.args, RollbackArgs)
         turn = prepared.args.turn
         store = self.checkpoints()

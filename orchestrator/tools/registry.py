@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
@@ -79,6 +79,66 @@ class HostTools(Protocol):
     def declarations(self, family: str) -> list[dict[str, Any]]: ...
     def prepare(self, call: ToolCall) -> PreparedCall: ...
     def invoke(self, prepared: PreparedCall) -> ToolResult: ...
+
+
+class OwnHostTools:
+    """Host tools the session adds for its owner (copy mode's changes/apply_changes, the API's
+    rollback, MCP's fork) in front of the host tools it had (`inner`: the user's MCP servers, or
+    another layer of these), which keep working as they were. Only the owner's own calls reach
+    them when `issued` is given (their ids): a model's call is an unknown tool. No model is told of
+    them (declarations are the inner ones'); `LISTED`: whether names() lists them (a client's tools).
+    A subclass names its tools in `OWN` and validates and runs its own calls."""
+
+    OWN: tuple[str, ...] = ()
+    LISTED = True
+
+    def __init__(self, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
+        self.inner = inner
+        self.issued = issued
+
+    def names(self) -> list[str]:
+        return (list(self.OWN) if self.LISTED else []) + (self.inner.names() if self.inner is not None else [])
+
+    def owns(self, name: str) -> bool:
+        return name in self.OWN or (self.inner is not None and self.inner.owns(name))
+
+    def declarations(self, family: str) -> list[dict[str, Any]]:
+        return self.inner.declarations(family) if self.inner is not None else []
+
+    def kill_running(self) -> None:
+        """Cancel reaches the inner host tools' calls (loop/__init__.py looks for this); the own ones end on their own."""
+        stop = getattr(self.inner, "kill_running", None)
+        if callable(stop):
+            stop()
+
+    def prepare(self, call: ToolCall) -> PreparedCall:
+        if call.name not in self.OWN:
+            assert self.inner is not None
+            return self.inner.prepare(call)
+        if self.issued is not None and call.id not in self.issued:  # not the owner's own call (a model's, in the API's run())
+            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
+        return self.prepare_own(call)
+
+    def invoke(self, prepared: PreparedCall) -> ToolResult:
+        if prepared.spec.name not in self.OWN:
+            assert self.inner is not None
+            return self.inner.invoke(prepared)
+        return self.invoke_own(prepared)
+
+    def prepare_own(self, call: ToolCall) -> PreparedCall:
+        raise NotImplementedError
+
+    def invoke_own(self, prepared: PreparedCall) -> ToolResult:
+        raise NotImplementedError
+
+    @staticmethod
+    def arguments(spec: ToolDef, call: ToolCall, said: str) -> Any:
+        """The call's arguments as `spec.args`, or INVALID_ARGUMENTS saying `said`."""
+        assert spec.args is not None
+        try:
+            return spec.args.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
+        except ValidationError:
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, said) from None
 
 
 class ToolRegistry:

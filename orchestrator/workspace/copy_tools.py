@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from ..boxfs import show
 from ..boxfs.names import stored_shown
@@ -30,7 +30,7 @@ from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
 from ..terminal.machine import Bounded, name_item, named
 from ..tools.catalog import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
-from ..tools.registry import HostTools, PreparedCall
+from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, ToolDef
 from .copy import CopyManifest
 from .copy_session import mark_landed
@@ -160,53 +160,25 @@ class _Decided:
     executor: Executor = Executor.OPENAGENTS
 
 
-class CopyTools:
+class CopyTools(OwnHostTools):
     """`changes` and `apply_changes` as host-side tools of the session's registry (tools/registry.py
-    HostTools), so the CallPipeline validates, decides, runs and records them as any other call;
+    OwnHostTools), so the CallPipeline validates, decides, runs and records them as any other call;
     `inner`: the host tools the session already had (the user's MCP servers), kept as they were."""
 
+    OWN = COPY_TOOLS
+
     def __init__(self, landing: Landing, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
+        super().__init__(inner, issued)
         self.landing = landing
-        self.inner = inner
-        self.issued = issued
 
-    def names(self) -> list[str]:
-        return list(COPY_TOOLS) + (self.inner.names() if self.inner is not None else [])
+    def prepare_own(self, call: ToolCall) -> PreparedCall:
+        if call.name == CHANGES_TOOL:
+            args = self.arguments(CHANGES_DEF, call, "changes takes one optional argument, stat (a boolean)")
+            return PreparedCall(call, CHANGES_DEF, args, CHANGES_KIND, CHANGES_ACTION)
+        args = self.arguments(APPLY_DEF, call, "apply_changes takes no arguments: it lands every change the copy holds")
+        return PreparedCall(call, APPLY_DEF, args, LAND_KIND, LAND_ACTION)
 
-    def owns(self, name: str) -> bool:
-        return name in COPY_TOOLS or (self.inner is not None and self.inner.owns(name))
-
-    def declarations(self, family: str) -> list[dict[str, Any]]:
-        return self.inner.declarations(family) if self.inner is not None else []  # no model is told of these two
-
-    def kill_running(self) -> None:
-        """Cancel reaches the inner host tools' calls as before (loop/__init__.py looks for this); the two here end on their own."""
-        stop = getattr(self.inner, "kill_running", None)
-        if callable(stop):
-            stop()
-
-    def prepare(self, call: ToolCall) -> PreparedCall:
-        if call.name not in COPY_TOOLS:
-            assert self.inner is not None
-            return self.inner.prepare(call)
-        if self.issued is not None and call.id not in self.issued:  # not the owner's own call (a model's, in the API's run())
-            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
-        spec = CHANGES_DEF if call.name == CHANGES_TOOL else APPLY_DEF
-        assert spec.args is not None
-        try:
-            args = spec.args.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
-        except ValidationError:
-            said = ("changes takes one optional argument, stat (a boolean)" if spec is CHANGES_DEF else
-                    "apply_changes takes no arguments: it lands every change the copy holds")
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, said) from None
-        if spec is CHANGES_DEF:
-            return PreparedCall(call, spec, args, CHANGES_KIND, CHANGES_ACTION)
-        return PreparedCall(call, spec, args, LAND_KIND, LAND_ACTION)
-
-    def invoke(self, prepared: PreparedCall) -> ToolResult:
-        if prepared.spec.name not in COPY_TOOLS:
-            assert self.inner is not None
-            return self.inner.invoke(prepared)
+    def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         if isinstance(prepared.args, ChangesArgs):
             result = self.landing.changes(prepared.args.stat)
         else:

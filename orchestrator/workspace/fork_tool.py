@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
 from ..tools.catalog import FORK_ACTION, FORK_KIND, FORK_TOOL
-from ..tools.registry import HostTools, PreparedCall
+from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, ToolDef
 from .fork import MAX_FORKS, fork_session
 from .records import SessionRecord
@@ -50,46 +50,22 @@ FORK_OUTPUT_META: dict[str, Any] = {
 }
 
 
-class ForkTools:
+class ForkTools(OwnHostTools):
     """`fork` as a host-side tool of the session's registry (registry.HostTools); `inner`: the host
     tools the session already had, kept as they were. `issued`: as CopyTools' (the owner's calls only)."""
 
+    OWN = (FORK_TOOL,)
+
     def __init__(self, record: SessionRecord, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
+        super().__init__(inner, issued)
         self.record = record
-        self.inner = inner
-        self.issued = issued
 
-    def names(self) -> list[str]:
-        return [FORK_TOOL] + (self.inner.names() if self.inner is not None else [])
-
-    def owns(self, name: str) -> bool:
-        return name == FORK_TOOL or (self.inner is not None and self.inner.owns(name))
-
-    def declarations(self, family: str) -> list[dict[str, Any]]:
-        return self.inner.declarations(family) if self.inner is not None else []  # no model is told of it
-
-    def kill_running(self) -> None:
-        stop = getattr(self.inner, "kill_running", None)
-        if callable(stop):
-            stop()
-
-    def prepare(self, call: ToolCall) -> PreparedCall:
-        if call.name != FORK_TOOL:
-            assert self.inner is not None
-            return self.inner.prepare(call)
-        if self.issued is not None and call.id not in self.issued:
-            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
-        try:
-            args = ForkArgs.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
-        except ValidationError:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
-                                                               "(a string) and turn (an integer, 0 or more)") from None
+    def prepare_own(self, call: ToolCall) -> PreparedCall:
+        args = self.arguments(FORK_DEF, call, f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
+                                               "(a string) and turn (an integer, 0 or more)")
         return PreparedCall(call, FORK_DEF, args, FORK_KIND, FORK_ACTION)
 
-    def invoke(self, prepared: PreparedCall) -> ToolResult:
-        if prepared.spec.name != FORK_TOOL:
-            assert self.inner is not None
-            return self.inner.invoke(prepared)
+    def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         args = prepared.args
         assert isinstance(args, ForkArgs)
         own = args.session_id is None or args.session_id == self.record.id
