@@ -27,13 +27,12 @@ discarded stands on it (records.discard_state, records.prune).
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from .. import state
 from ..boxfs import BudgetExceeded, HostBudget, Walk
 from ..errors import OpenAgentsError
-from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, make_inert, mount, mount_lock, unmount, unusable
+from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, like_root, make_inert, mount, mount_lock, unmount, unusable
 from .records import SessionRecord, remove_entry
 
 __all__ = ["fork_layers", "make_fork_copy"]
@@ -63,7 +62,7 @@ def make_fork_copy(record: SessionRecord, lowers: list[str]) -> None:
     layers = Layers(lowers=lowers, upper=str(cow / "upper"), work=str(cow / "work"))
     os.mkdir(layers.upper, 0o700)
     os.mkdir(layers.work, 0o700)
-    _like(Path(layers.upper), Path(lowers[0]))
+    like_root(Path(layers.upper), Path(lowers[0]))
     target = Path(record.box_workspace)
     os.mkdir(target, 0o700)
     record.cow = layers
@@ -100,7 +99,7 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
     try:
         os.rename(target, tree)
         os.mkdir(target, 0o700)
-        _like(Path(layers.upper), tree)
+        like_root(Path(layers.upper), tree)
         make_inert(tree, parent.user, tree.parent)
         mount(layers, target)
     except (OSError, OpenAgentsError):  # put back as it was: the parent's copy a plain directory again
@@ -143,20 +142,11 @@ def _freeze_upper(parent: SessionRecord) -> list[str] | None:
     parent.save()
     os.rename(upper, tree)
     os.mkdir(upper, 0o700)
-    _like(upper, tree)
+    like_root(upper, tree)
     remove_entry(Path(old.work).parent, Path(old.work).name)  # overlayfs's scratch space, left from the last mount
     os.mkdir(old.work, 0o700)
     mount(layers, target)
     return list(layers.lowers)
-
-
-def _like(upper: Path, lower: Path) -> None:
-    """The upper's root as the merged root looked (its owner, mode and times): overlayfs shows the
-    upper's root, and the box writes as the sandbox user."""
-    st = os.lstat(lower)
-    os.chown(upper, st.st_uid, st.st_gid, follow_symlinks=False)
-    os.chmod(upper, stat.S_IMODE(st.st_mode))
-    os.utime(upper, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
 
 
 def _empty(directory: Path) -> bool:

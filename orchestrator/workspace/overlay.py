@@ -46,7 +46,7 @@ MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 _CAP_SYS_ADMIN = 21
 
-__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "mount", "mount_lock",
+__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "like_root", "mount", "mount_lock",
            "mounted_lowers", "mounts_under", "unmount", "unusable"]
 FREEZE_BUDGET_S = 300.0
 INERT = "inert"  # in a layer's directory beside its tree: the tree was made inert (cow._inert) and may be stood on
@@ -274,6 +274,15 @@ def _mount_again(layers: Layers, target: Path, session_id: str, owner: str) -> N
                            f"`oa-sandbox discard {session_id}` removes it") from None
 
 
+def like_root(upper: Path, lower: Path) -> None:
+    """The upper's root as the merged root looked (its owner, mode and times): overlayfs shows the
+    upper's root, and the box writes as the sandbox user."""
+    st = os.lstat(lower)
+    os.chown(upper, st.st_uid, st.st_gid, follow_symlinks=False)
+    os.chmod(upper, stat.S_IMODE(st.st_mode))
+    os.utime(upper, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
 def _finish_freeze(layers: Layers, target: Path) -> None:
     """A freeze (cow.py) cut short between saving the record and moving the frozen directory into
     its layer: the layer names what it was taking (its `source`); the move is finished now."""
@@ -287,10 +296,7 @@ def _finish_freeze(layers: Layers, target: Path) -> None:
     if source in (target, Path(layers.upper)) and source.is_dir() and not source.is_symlink() and not is_mounted(source):
         os.rename(source, top)
         os.mkdir(source, 0o700)
-        st = os.lstat(top)  # the upper's root as the merged root looked
-        os.chown(layers.upper, st.st_uid, st.st_gid)
-        os.chmod(layers.upper, st.st_mode & 0o7777)
-        os.utime(layers.upper, ns=(st.st_atime_ns, st.st_mtime_ns))
+        like_root(Path(layers.upper), top)
 
 
 def mounted_lowers() -> set[str]:
