@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.boxfs import BoxDir, BudgetExceeded, HostBudget
+from orchestrator.boxfs import BoxDir, BudgetExceeded, HostBudget, remove_path
 from orchestrator.boxfs.private import create_private, open_private, open_private_dir
 from orchestrator.errors import ErrorType, OpenAgentsError
 
@@ -100,3 +100,23 @@ def test_host_owned_files_are_opened_without_following_a_link(tmp_path: Path) ->
     fd = create_private(tmp_path / "new", 0o640)
     os.close(fd)
     assert (tmp_path / "new").stat().st_mode & 0o777 == 0o640
+
+
+def test_remove_path_removes_links_never_their_targets(tmp_path: Path) -> None:
+    """boxfs.remove_path (shutil.rmtree's place for our trees: a plug-in's scratch workspace, a
+    shadow repository): a tree the box may have written, with links out to a file and a directory
+    and a deep chain, goes; what the links point at stays; a missing path is no error."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    scratch = tmp_path / "scratch"
+    deep = scratch.joinpath(*["d"] * 40)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    (scratch / "to-file").symlink_to(outside / "keep.txt")
+    (scratch / "to-dir").symlink_to(outside)
+    (deep / "up").symlink_to(outside)
+    remove_path(scratch)
+    assert not os.path.lexists(scratch)
+    assert (outside / "keep.txt").read_text() == "keep"
+    remove_path(scratch)  # already gone: nothing to do
