@@ -85,6 +85,7 @@ def main() -> int:
     os.environ["OA_FORK_COW"] = args.mode
     top = Path(tempfile.mkdtemp(prefix="oa-bench-fork-", dir=os.environ.get("OA_BENCH_DIR")))
     os.environ["XDG_STATE_HOME"] = str(top / "state")
+    from orchestrator.sandbox.docker import box_on_copy
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import mounts_under, unmount
     from orchestrator.workspace.records import WorkspaceMode, prepare
@@ -98,14 +99,14 @@ def main() -> int:
         ws_bytes = allocated(Path(record.box_workspace))
         forks, cps, disk = [], [], []
         started = time.perf_counter()
-        first = fork_session(record.id, 1)[0]  # warm: the first call's imports are not the fork's cost (it freezes the parent, too)
+        first = fork_session(record.id, 1, box_on_copy=box_on_copy)[0]  # warm: the first call's imports are not the fork's cost (it freezes the parent, too)
         first_s = time.perf_counter() - started
         for i in range(args.forks):
             for which in (("fork", "cp") if i % 2 else ("cp", "fork")):  # alternated: neither always reads a warm cache
                 os.sync()  # the other's writes are not written back on this one's time
                 started = time.perf_counter()
                 if which == "fork":
-                    made = fork_session(record.id, 1)[0]
+                    made = fork_session(record.id, 1, box_on_copy=box_on_copy)[0]
                     forks.append(time.perf_counter() - started)
                     disk.append(allocated(made.dir))
                 else:

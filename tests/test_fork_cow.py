@@ -26,6 +26,11 @@ pytestmark = pytest.mark.skipif(
     reason="overlay forks need a host that may mount (root)")
 
 
+def no_box(path: str) -> bool:
+    """These copies never had a box: nothing holds them (fork_session's box_on_copy)."""
+    return False
+
+
 def _parent(tmp_path: Path, monkeypatch) -> str:
     from orchestrator.workspace.records import WorkspaceMode, prepare
 
@@ -58,7 +63,7 @@ def test_writes_through_every_overlay_fork_reach_that_fork_alone(tmp_path, monke
     from orchestrator.workspace.review import list_changes
 
     sid = _parent(tmp_path, monkeypatch)
-    forks = fork_session(sid, 3)
+    forks = fork_session(sid, 3, box_on_copy=no_box)
     parent = open_own_record(sid)
     assert parent.cow is not None and all(f.cow is not None and f.cow.lowers == parent.cow.lowers for f in forks)
     layer = Path(parent.cow.lowers[0])
@@ -86,7 +91,7 @@ def test_writes_through_every_overlay_fork_reach_that_fork_alone(tmp_path, monke
     # the parent goes on (as `run --resume` would) and is forked again: its new state is frozen first
     (Path(parent.box_workspace) / "later.txt").write_text("the parent's later work\n")
     _as_box(Path(parent.box_workspace))
-    (again,) = fork_session(sid, 1)
+    (again,) = fork_session(sid, 1, box_on_copy=no_box)
     parent = open_own_record(sid)
     assert again.cow is not None and len(again.cow.lowers) == 2 and again.cow.lowers == parent.cow.lowers
     assert (Path(again.box_workspace) / "later.txt").read_text() == "the parent's later work\n"
@@ -102,7 +107,7 @@ def test_a_fork_is_mounted_again_in_a_later_process_and_discard_removes_it(tmp_p
     from orchestrator.workspace.records import open_own_record, remove_unused_layers
 
     sid = _parent(tmp_path, monkeypatch)
-    one, two = fork_session(sid, 2)
+    one, two = fork_session(sid, 2, box_on_copy=no_box)
     (Path(one.box_workspace) / "a.txt").write_text("changed in the fork\n")
     _as_box(Path(one.box_workspace))
     for record in (one, two, open_own_record(sid)):
@@ -142,7 +147,7 @@ def test_the_write_quota_counts_what_a_forks_writes_cost_on_disk(tmp_path, monke
     from orchestrator.workspace.quota import WriteQuota
 
     sid = _parent(tmp_path, monkeypatch)
-    (fork,) = fork_session(sid, 1)
+    (fork,) = fork_session(sid, 1, box_on_copy=no_box)
     copy = Path(fork.box_workspace)
     upper = fork_upper(copy)
     assert upper == fork.dir / "cow" / "upper" and fork_upper(tmp_path / "ws") is None
@@ -161,7 +166,7 @@ def test_a_freeze_cut_short_is_finished_when_the_parent_is_opened(tmp_path, monk
     from orchestrator.workspace.records import open_own_record
 
     sid = _parent(tmp_path, monkeypatch)
-    fork_session(sid, 1)
+    fork_session(sid, 1, box_on_copy=no_box)
     parent = open_own_record(sid)
     assert parent.cow is not None
     copy, tree = Path(parent.box_workspace), Path(parent.cow.lowers[0])
@@ -181,7 +186,7 @@ def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypat
 
     sid = _parent(tmp_path, monkeypatch)
     held = open_own_record(sid)
-    (fork,) = fork_session(sid, 1)
+    (fork,) = fork_session(sid, 1, box_on_copy=no_box)
     assert held.cow is None
     held.reason = "saved later through an older object"
     held.save()
@@ -191,3 +196,42 @@ def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypat
     assert set(fork.cow.lowers) <= mounted_lowers()
     remove_unused_layers(now=time.time() + 3600)  # the fork stands on the layer: it stays
     assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n"
+
+
+@pytest.mark.docker
+def test_a_box_left_running_on_the_parents_copy_refuses_the_freeze(tmp_path, monkeypatch, docker_client, sandbox_image):
+    """A host killed before it removed its box leaves a process on the copy: a freeze would rename
+    the copy into the shared layer under it, and its writes would reach every fork. `fork` asks the
+    daemon first (the box's workspace label): refused while it runs; forks after it is gone."""
+    from orchestrator.config import LABEL
+    from orchestrator.workspace.records import open_own_record
+
+    sid = _parent(tmp_path, monkeypatch)
+    copy = open_own_record(sid).box_workspace
+    box = docker_client.containers.run(sandbox_image, entrypoint=["sleep", "120"], detach=True, network_mode="none",
+                                       labels={LABEL: "1", f"{LABEL}.workspace": copy},
+                                       volumes={copy: {"bind": "/workspace", "mode": "rw"}})
+    try:
+        refused = oa(tmp_path, "fork", sid, "-n", "2")
+        assert refused.returncode != 0 and "still runs on its copy" in refused.stderr and "gc" in refused.stderr
+        parent = open_own_record(sid)
+        assert parent.cow is None and os.path.isdir(copy) and not os.path.ismount(copy)  # nothing renamed or mounted
+        assert box.exec_run(["cat", "/workspace/a.txt"]).output == b"alpha\n"  # the box's view is the copy still
+        listed = json.loads(oa(tmp_path, "sessions", "--json").stdout)
+        assert [r["id"] for r in listed] == [sid]  # no fork was made
+    finally:
+        box.remove(force=True, v=True)
+    made = oa(tmp_path, "fork", sid)
+    assert made.returncode == 0, made.stderr
+    assert open_own_record(made.stdout.split()[0]).cow is not None  # an overlay fork once the box is gone
+
+
+def test_where_nobody_can_tell_whether_a_box_holds_the_copy_the_forks_are_data_copies(tmp_path, monkeypatch):
+    from orchestrator.workspace.fork import fork_session
+    from orchestrator.workspace.records import open_own_record
+
+    sid = _parent(tmp_path, monkeypatch)
+    for unknown in (None, lambda path: None):  # no check given; a daemon that did not answer
+        (fork,) = fork_session(sid, 1, box_on_copy=unknown)
+        assert fork.cow is None and open_own_record(sid).cow is None
+        assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n" and not os.path.ismount(fork.box_workspace)

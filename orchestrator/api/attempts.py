@@ -123,7 +123,7 @@ def start_forks(options: SandboxOptions, workspace: Path, attempts: int) -> list
         _pin_start(start, workspace.resolve(), [str(f) for f in options.policy_files])
         start.status, start.reason, start.host_pid = "finished", f"the start of {attempts} attempts", 0
         start.save()
-        return fork_session(start.id, attempts)
+        return fork_session(start.id, attempts, box_on_copy=lambda path: False)  # the start never had a box
     finally:
         discard_state(start)  # the forks hold the start now
 

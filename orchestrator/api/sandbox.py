@@ -513,9 +513,10 @@ class Sandbox:
         open, bind mode, discarded, `n` out of 1..MAX_FORKS."""
         if not self._closed or self._record is None:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)")
+        from ..sandbox.docker import box_on_copy
         from ..workspace.fork import fork_session
 
-        return [record.id for record in fork_session(self._record.id, n, turn)]
+        return [record.id for record in fork_session(self._record.id, n, turn, box_on_copy=box_on_copy)]
 
     # -- an agent's run --------------------------------------------------------------------------
     def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:

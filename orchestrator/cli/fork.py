@@ -20,10 +20,11 @@ from .common import setup_error
 def fork(session_id: str, count: int, turn: int | None, output: str) -> None:
     """Fork an ended copy session into N copy sessions, each with its own copy, record and (when run)
     box: `run --resume FORK`, `changes`, `apply`, `discard` work on each; `sessions` names its parent."""
+    from ..sandbox.docker import box_on_copy
     from ..workspace.fork import fork_session
 
     try:
-        forks = fork_session(session_id, count, turn)
+        forks = fork_session(session_id, count, turn, box_on_copy=box_on_copy)
     except OpenAgentsError as err:
         if output == "json":
             click.echo(json_line({"ok": False, "parent": session_id, "error": {"type": err.type.value, "message": err.message}}))

@@ -67,6 +67,19 @@ def docker_client(timeout: int = 60) -> docker.DockerClient:
     return client
 
 
+def box_on_copy(path: str) -> bool | None:
+    """Whether a running box has the workspace `path` mounted (a fork's freeze asks before renaming
+    a copy: workspace/fork.py); None when no daemon answers."""
+    try:
+        client = docker_client(timeout=int(DAEMON_CHECK_S))
+        try:
+            return bool(client.api.containers(filters={"label": f"{LABEL}.workspace={path}"}))
+        finally:
+            client.close()
+    except (OpenAgentsError, *DOCKER_ERRORS):
+        return None
+
+
 EXEC_WAIT_S = 5.0
 
 

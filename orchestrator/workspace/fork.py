@@ -25,6 +25,7 @@ import os
 import re
 import stat
 from pathlib import Path
+from typing import Callable
 
 from ..boxfs import BoxDir, HostBudget, open_dir, open_regular, punch_copy
 from ..boxfs.atomic import write_atomic
@@ -37,16 +38,26 @@ from .records import SessionRecord, WorkspaceMode, discard_state, new_record
 MAX_FORKS = 16  # forks made by one call; each is a full session's state (and, when run, a box)
 TRANSCRIPT_CAP = 256 << 20  # as resume reads at most
 
-__all__ = ["MAX_FORKS", "fork_session"]
+# Whether a box still has this copy mounted: True, False, or None when nobody can tell (no daemon).
+BoxCheck = Callable[[str], "bool | None"]
+
+__all__ = ["MAX_FORKS", "BoxCheck", "fork_session"]
 
 
-def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyLimits | None = None, live: bool = False) -> list[SessionRecord]:
+def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyLimits | None = None, live: bool = False,
+                 box_on_copy: BoxCheck | None = None) -> list[SessionRecord]:
     """Fork the caller's ended copy session `session_id` into `n` new copy sessions (at its latest
     state, or at the state after checkpoint `turn`); returns their records. All or none: a fork that
     fails removes the ones already made, and the typed error is raised. `live`: the session is this
     very process's, still open (the MCP server forking the session it serves): its box may be
     writing its copy, so the forks are data copies put back to a checkpoint (its latest unless
-    `turn`), never a freeze of a copy a box has mounted."""
+    `turn`), never a freeze of a copy a box has mounted.
+
+    `box_on_copy(path)` (sandbox.docker.box_on_copy) asks whether a box still has the parent's copy
+    mounted, though its session ended (a host killed before it removed its box). A freeze renames the
+    copy into a shared layer, and a process still inside would follow the inode and write into every
+    fork: such a box is a typed refusal; where nobody can tell (no check given, no daemon) the forks
+    are data copies, which rename nothing."""
     from .records import ResumeLock
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORKS:
@@ -63,7 +74,7 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
             raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"session {parent.id} has no copy to fork ({parent.status}: {parent.reason})"[:400])
         if turn is not None:
             turn = _checkpoint_turn(parent, turn)
-        lowers = _layers(parent)
+        lowers = _layers(parent, box_on_copy)
         manifest = CopyManifest.load(parent.manifest_path) if lowers is None else None  # an overlay fork needs no parse
         made: list[SessionRecord] = []
         try:
@@ -97,10 +108,17 @@ def _fork_live(session_id: str, n: int, turn: int | None, limits: CopyLimits) ->
     return made
 
 
-def _layers(parent: SessionRecord) -> list[str] | None:
+def _layers(parent: SessionRecord, box_on_copy: BoxCheck | None) -> list[str] | None:
     """The frozen layers the forks stand on (cow.fork_layers), None for data copies; a freeze
     that failed leaves the parent as it was, and the forks are data copies."""
     from .cow import fork_layers
+
+    held = box_on_copy(parent.box_workspace) if box_on_copy is not None else None
+    if held:
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ended, but a box still runs on its copy (its host was "
+                                                           "killed before removing it?): `oa-sandbox gc` removes it; then fork")
+    if held is None:
+        return None
 
     try:
         return fork_layers(parent)

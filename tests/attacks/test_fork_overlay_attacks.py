@@ -32,6 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BAD_NAMES = (b"new\nline", b"bad\xffutf8", b"esc\x1b[2J")
 
 
+def no_box(path: str) -> bool:
+    """These copies never had a box: nothing holds them (fork_session's box_on_copy)."""
+    return False
+
+
 def _parent(tmp_path: Path, monkeypatch, state: str = "state") -> str:
     """An ended copy session of a real workspace (as `run --workspace-mode copy` leaves one)."""
     from orchestrator.workspace.records import WorkspaceMode, prepare
@@ -128,7 +133,7 @@ def test_a_box_planted_parent_is_frozen_inert_and_every_fork_sees_it_inert(tmp_p
     if not os.path.lexists(copy / "fifo"):
         os.mkfifo(copy / "fifo")
         os.chown(copy / "fifo", SANDBOX_UID, SANDBOX_UID)
-    forks = fork_session(sid, 2)
+    forks = fork_session(sid, 2, box_on_copy=no_box)
     parent = open_own_record(sid)
     assert parent.cow is not None and all(f.cow is not None and f.cow.lowers == parent.cow.lowers for f in forks)
     layer = Path(parent.cow.lowers[0])
@@ -190,10 +195,10 @@ def test_overlay_xattrs_and_whiteouts_written_in_a_fork_are_never_trusted_by_the
     from orchestrator.workspace.review import apply_changes, list_changes
 
     sid = _parent(tmp_path, monkeypatch)
-    one, sibling = fork_session(sid, 2)
+    one, sibling = fork_session(sid, 2, box_on_copy=no_box)
     out = _in_box(open_sandbox, Path(one.box_workspace), XATTRS_AND_DELETES)
     assert "deleted" in out and "MKNOD" not in out and "set trusted" not in out, out
-    (grand,) = fork_session(one.id, 1)
+    (grand,) = fork_session(one.id, 1, box_on_copy=no_box)
     assert grand.cow is not None and len(grand.cow.lowers) == 2
     for record in (one, grand):
         assert b"userxattr" not in _mount_options(Path(record.box_workspace))
@@ -255,14 +260,14 @@ def test_a_tree_deeper_than_the_freeze_walks_is_a_typed_error_and_nothing_is_hal
 
     sid = _parent(tmp_path, monkeypatch)
     if where == "fork":
-        (first,) = fork_session(sid, 1)
+        (first,) = fork_session(sid, 1, box_on_copy=no_box)
         sid = first.id
     target = open_own_record(sid)
     assert "deep" in _in_box(open_sandbox, Path(target.box_workspace), DEEP)
     layers_before = sorted(os.listdir(layers_root()))
     for _ in range(2):
         with pytest.raises(OpenAgentsError) as err:
-            fork_session(sid, 1)
+            fork_session(sid, 1, box_on_copy=no_box)
         assert err.value.type == ErrorType.RESOURCE_EXHAUSTED, err.value
         target = open_own_record(sid)
         copy = Path(target.box_workspace)
@@ -294,7 +299,7 @@ def test_a_chain_of_forks_past_the_layer_cap_stays_whole(tmp_path, monkeypatch, 
     chain = [sid]
     copies = 0
     for depth in range(40):
-        (fork,) = fork_session(chain[-1], 1)
+        (fork,) = fork_session(chain[-1], 1, box_on_copy=no_box)
         copy = Path(fork.box_workspace)
         assert sorted(p.name for p in copy.glob("gen*")) == sorted(f"gen{i}" for i in range(depth))
         if fork.cow is None:
@@ -314,7 +319,7 @@ def test_concurrent_forks_of_one_parent_from_two_processes_lose_no_layer(tmp_pat
     from orchestrator.workspace.records import open_own_record
 
     sid = _parent(tmp_path, monkeypatch)
-    fork_session(sid, 1)  # the parent is an overlay now
+    fork_session(sid, 1, box_on_copy=no_box)  # the parent is an overlay now
     parent = open_own_record(sid)
     (Path(parent.box_workspace) / "since.txt").write_text("written after the first fork\n")
     chown_tree(Path(parent.box_workspace))
@@ -358,7 +363,7 @@ def test_a_huge_sparse_file_written_in_a_fork_is_counted_as_it_costs(tmp_path, m
         fh.truncate(4 << 30)
         fh.write(b"head")
     chown_tree(Path(parent.box_workspace))
-    (fork,) = fork_session(sid, 1)
+    (fork,) = fork_session(sid, 1, box_on_copy=no_box)
     copy = Path(fork.box_workspace)
     upper = fork_upper(copy)
     assert upper is not None
