@@ -72,12 +72,14 @@ def box_on_copy(path: str) -> bool | None:
     a copy: workspace/fork.py); None when no daemon answers."""
     try:
         client = docker_client(timeout=int(DAEMON_CHECK_S))
-        try:
-            return bool(client.api.containers(filters={"label": f"{LABEL}.workspace={path}"}))
-        finally:
-            client.close()
-    except (OpenAgentsError, *DOCKER_ERRORS):
+    except OpenAgentsError:
         return None
+    try:
+        return bool(client.api.containers(filters={"label": f"{LABEL}.workspace={path}"}))
+    except DOCKER_ERRORS:
+        return None
+    finally:
+        client.close()
 
 
 EXEC_WAIT_S = 5.0
