@@ -53,6 +53,34 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
         fn = _loaded[name] = getattr(module, function)
     return fn
 
+def _warm_up() -> None:
+    """Every tool's module imported, and the first shell call's /bin/sh started (shell.after_answer),
+    in a thread of its own once the agent has answered its first tool call: the first call of each
+    tool then pays no import (under gVisor the shell's machinery alone is ~100 ms, and ten boxes
+    importing at once slowed every call in them), in the time a model takes to answer, not on the
+    first answer's path (the cold start). Nothing but the agent has run in the box before the shell's
+    module is imported, whenever that is (a command runs only through it)."""
+    for name in TOOLS:
+        try:
+            _tool(name)
+        except Exception:  # noqa: BLE001 - that tool's first call imports it again and says what failed
+            pass
+    after = _after_answer.get("shell")
+    if after is not None:
+        after()
+
+
+_warming = threading.Lock()  # taken once, for good, by the first answer of a tool call
+
+
+def _warm_up_once() -> None:
+    if _warming.acquire(blocking=False):
+        try:
+            threading.Thread(target=_warm_up, name="oa-warm-up", daemon=True).start()
+        except RuntimeError:  # no thread to be had (out of processes): each tool is imported at its first call
+            pass
+
+
 _out_lock = threading.Lock()
 
 
@@ -148,9 +176,12 @@ class _Workers:
     def _work(self, request: dict[str, Any]) -> None:
         while True:
             _send(handle(request))
-            after = _after_answer.get(str(request.get("tool")))
+            tool = str(request.get("tool"))
+            after = _after_answer.get(tool)
             if after is not None:
                 after()
+            if tool != "hello":
+                _warm_up_once()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:
                     return

@@ -42,8 +42,9 @@ def test_replacing_the_agent_files(victim):
 
 
 def test_modules_planted_before_a_tools_first_call_are_never_imported(victim):
-    """The agent imports a tool's module at the tool's first call (issue 26), so after commands have
-    run. Modules planted wherever a command can write (the workspace, the agent's working directory;
+    """The agent imports a tool's module at the tool's first call or in its warm-up after its first
+    answer (issue 26), and standard modules when a path needs them (difflib for a failed edit): after
+    commands may have run. Modules planted wherever a command can write (the workspace, the agent's working directory;
     /tmp, its HOME), named as the agent's package and the standard modules those tools import, are
     never loaded: the agent's import path is the read-only image only (-I, -S, an absolute path)."""
     names = ["sandbox_agent", "re", "difflib", "hashlib", "mmap", "select", "fnmatch", "codecs", "stat", "itertools", "ctypes"]

@@ -1,0 +1,48 @@
+"""The agent's warm-up (sandbox_agent/server.py): once it has answered its first tool call, every
+tool's module is imported in the background, so no later first call pays an import; hello alone, the
+host's start-up handshake, starts nothing (the cold start's path stays as short as it was)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TOOL_MODULES = ("sandbox_agent.shell", "sandbox_agent.writing", "sandbox_agent.search", "sandbox_agent.listing")
+
+
+def _imported(lines: list[str]) -> set[str]:
+    return {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import time:")}
+
+
+def test_the_first_tool_answer_starts_the_warm_up_and_hello_does_not(tmp_path):
+    agent = subprocess.Popen([sys.executable, "-X", "importtime", "-I", "-S", str(ROOT / "sandbox_agent" / "__main__.py")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    assert agent.stdin is not None and agent.stdout is not None and agent.stderr is not None
+    err: list[str] = []
+    reader = threading.Thread(target=lambda: err.extend(line.decode(errors="replace") for line in agent.stderr), daemon=True)
+    reader.start()
+
+    def call(rid: int, tool: str, args: dict) -> dict:
+        agent.stdin.write(json.dumps({"v": 1, "id": rid, "tool": tool, "args": args}).encode() + b"\n")
+        agent.stdin.flush()
+        while True:
+            answer = json.loads(agent.stdout.readline())
+            if not answer.get("ack"):
+                return answer
+
+    try:
+        assert call(1, "hello", {})["ok"]
+        assert call(2, "hello", {})["ok"]  # answered after the first: had hello started the warm-up, it would be under way
+        assert not _imported(err) & set(TOOL_MODULES)
+        assert not call(3, "read_file", {"path": "no-such-file.txt"})["ok"]  # a tool's answer, an error one too
+        deadline = time.monotonic() + 60
+        while not set(TOOL_MODULES) <= _imported(err) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert set(TOOL_MODULES) <= _imported(err), sorted(_imported(err))
+    finally:
+        agent.kill()
+        agent.wait()
