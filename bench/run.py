@@ -385,9 +385,9 @@ SIDE_BY_SIDE = [
     ("read_file speed-up vs docker exec", "tool_call_speedup_vs_docker_exec", "{:.0f}x"),
     ("shell speed-up vs docker exec true", "shell_speedup_vs_docker_exec", "{:.1f}x"),
     ("cold start p50 (ms)", "cold_start_p50_ms", "{:.0f}"),
-    ("cold start / docker run", "cold_start_ratio_vs_docker_run", "{:.2f}x"),
+    ("cold start, no pool / docker run", "cold_start_ratio_vs_docker_run", "{:.2f}x"),
     ("pool claim p50 (ms)", "pool_claim_p50_ms", "{:.1f}"),
-    ("pool claim / docker run", "pool_start_ratio_vs_docker_run", "{:.3f}x"),
+    ("cold start, warm pool / docker run", "pool_start_ratio_vs_docker_run", "{:.3f}x"),
     ("pool refill under a burst (boxes/s)", "pool_refill_per_s", "{:.1f}"),
     ("agent RSS (MiB)", "agent_rss_mib", "{:.1f}"),
     ("before: shell `true` / read_file", "before_shell_ratio_vs_read", "{:.2f}x"),
@@ -412,11 +412,16 @@ TARGETS = [
     ("gvisor", "read_file vs docker exec cat under runc", lambda r, c: c["docker_exec_p50_ms"] / r["tool_call_p50_ms"], 10.0, "min", "tool_calls"),
     ("gvisor", "shell `true` vs docker exec true under runc", lambda r, c: c["docker_exec_true_p50_ms"] / r["shell_p50_ms"], 10.0, "min", "tool_calls"),
     ("gvisor", "10 boxes at once: call p50 / runc's", lambda r, c: r["curve_10_call_p50_ms"] / c["curve_10_call_p50_ms"], 2.0, "max", "concurrency"),
-    ("gvisor", "cold start / docker run (same runtime)", lambda r, c: r["cold_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
-    ("gvisor", "warm pool start / docker run (same runtime)", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+    ("gvisor", "cold start, warm pool / docker run (same rt)", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
     ("runc", "shell `true` / read_file", lambda r, c: r["shell_ratio_vs_read"], 2.0, "max", "tool_calls"),
-    ("runc", "cold start / docker run", lambda r, c: r["cold_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
-    ("runc", "warm pool start / docker run", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+    ("runc", "cold start, warm pool / docker run", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+]
+# Issue 37's cold start target lets the warm pool or a pre-started agent be what is measured, if the
+# bench says which: the target rows above are the warm pool's (a box started ahead, claimed, its first
+# answer). The start with no box ahead is printed beside them, for what it is, not held to the target:
+# it is bounded below by the agent's interpreter starting, which `docker run` of `true` never does.
+NOT_TARGETS = [
+    ("cold start, no pool / docker run", lambda r: r["cold_start_ratio_vs_docker_run"], "cold_start"),
 ]
 
 
@@ -438,6 +443,14 @@ def target_rows(runtimes: dict) -> list[str]:
             load = r.get(f"load_{section}")
             load_text = f" load {load:.2f}" if load is not None else ""
             rows.append(f"{name:<16}{label:<46}{value:>8.2f}x  target {bound:<8} {'met' if met else 'NOT MET':<8}{load_text}")
+        for label, figure, section in NOT_TARGETS:
+            try:
+                value = figure(r)
+            except (KeyError, ZeroDivisionError):
+                continue
+            load = r.get(f"load_{section}")
+            load_text = f" load {load:.2f}" if load is not None else ""
+            rows.append(f"{name:<16}{label:<46}{value:>8.2f}x  (beside the target, not held to it){load_text}")
     return rows
 
 

@@ -55,7 +55,8 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
 
 def _warm_up() -> None:
     """Every tool's module imported, and the first shell call's /bin/sh started (shell.after_answer),
-    in a thread of its own once the agent has answered its first tool call: the first call of each
+    in a thread of its own once the agent has answered its first tool call (or a hello that asks for
+    it, `{"warm_up": true}`: a warm pool's box, which has the time): the first call of each
     tool then pays no import (under gVisor the shell's machinery alone is ~100 ms, and ten boxes
     importing at once slowed every call in them), in the time a model takes to answer, not on the
     first answer's path (the cold start). Nothing but the agent has run in the box before the shell's
@@ -68,9 +69,11 @@ def _warm_up() -> None:
     after = _after_answer.get("shell")
     if after is not None:
         after()
+    _warmed.append(True)
 
 
-_warming = threading.Lock()  # taken once, for good, by the first answer of a tool call
+_warming = threading.Lock()  # taken once, for good, by the first answer of a tool call (or a hello that asks)
+_warmed: list[bool] = []  # [True] once the warm-up is done: hello's meta says so
 
 
 def _warm_up_once() -> None:
@@ -110,7 +113,8 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     if request.get("v") != PROTOCOL_VERSION:
         return {**base, "ok": False, "error": {"type": "protocol_error", "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}"}}
     if tool == "hello":
-        return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0]}}
+        return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0],
+                                                           "warm": bool(_warmed)}}
     if not isinstance(tool, str) or tool not in TOOLS:  # a list as the tool would be unhashable: unknown, typed
         return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
     if not isinstance(args, dict):
@@ -180,7 +184,7 @@ class _Workers:
             after = _after_answer.get(tool)
             if after is not None:
                 after()
-            if tool != "hello":
+            if tool != "hello" or request.get("args") == {"warm_up": True}:  # a warm pool's box asks at once (sandbox/pool.py)
                 _warm_up_once()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:

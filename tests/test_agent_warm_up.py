@@ -38,11 +38,33 @@ def test_the_first_tool_answer_starts_the_warm_up_and_hello_does_not(tmp_path):
         assert call(1, "hello", {})["ok"]
         assert call(2, "hello", {})["ok"]  # answered after the first: had hello started the warm-up, it would be under way
         assert not _imported(err) & set(TOOL_MODULES)
-        assert not call(3, "read_file", {"path": "no-such-file.txt"})["ok"]  # a tool's answer, an error one too
+        assert call(3, "hello", {"warm_up": False})["meta"]["warm"] is False  # only {"warm_up": true} asks
+        assert not call(4, "read_file", {"path": "no-such-file.txt"})["ok"]  # a tool's answer, an error one too
         deadline = time.monotonic() + 60
-        while not set(TOOL_MODULES) <= _imported(err) and time.monotonic() < deadline:
+        while not call(5, "hello", {})["meta"]["warm"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert set(TOOL_MODULES) <= _imported(err), sorted(_imported(err))
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_a_hello_that_asks_warms_the_agent_up(tmp_path):
+    """What a warm pool's box is sent as it is put in line (sandbox/pool.py)."""
+    agent = subprocess.Popen([sys.executable, "-I", "-S", str(ROOT / "sandbox_agent" / "__main__.py")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
+    assert agent.stdin is not None and agent.stdout is not None
+    try:
+        for rid in range(1, 1000):
+            agent.stdin.write(json.dumps({"v": 1, "id": rid, "tool": "hello", "args": {"warm_up": True} if rid == 1 else {}}).encode() + b"\n")
+            agent.stdin.flush()
+            answer = json.loads(agent.stdout.readline())
+            while answer.get("ack"):
+                answer = json.loads(agent.stdout.readline())
+            if answer["meta"]["warm"]:
+                break
+            time.sleep(0.05)
+        assert answer["meta"]["warm"]
     finally:
         agent.kill()
         agent.wait()

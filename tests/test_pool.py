@@ -26,6 +26,26 @@ def test_pool_claims_distinct_ready_sandboxes_and_removes_them(sandbox_image, do
     assert docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={ws}"}) == []
 
 
+def test_a_pool_box_is_warm_before_it_is_claimed_and_a_plain_start_is_not(sandbox_image, docker_client, tmp_path):
+    """A pool's box has its agent warm up as it is put in line (every tool imported, a shell ready:
+    sandbox_agent/server.py), so a claimer's first calls pay no import; a box started on its own
+    warms up only after its first tool call, off the cold start's path."""
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.docker import DockerSandbox
+
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    with SandboxPool(ws, size=1, client=docker_client) as pool:
+        box = pool.claim()
+        try:
+            wait_until(lambda: box.call("hello", {}).meta["warm"], "the pool box warmed up")
+        finally:
+            box.close()
+    with DockerSandbox(ws, SandboxConfig(), client=docker_client) as plain:
+        assert plain.call("hello", {}).meta["warm"] is False
+        assert plain.call("read_file", {"path": "a.txt"}).ok
+        wait_until(lambda: plain.call("hello", {}).meta["warm"], "the plain box warmed up after its first tool call")
+
+
 def test_a_box_started_while_another_planted_does_not_adopt_the_plant(sandbox_image, docker_client, tmp_path):
     """A pooled box started after a session's box planted a nested repo still sweeps it: the pool's baseline is from before any box ran."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})

@@ -170,6 +170,7 @@ class SandboxPool:
             box = self.backend.sandbox(self.workspace, self.config, baseline=self._baseline)
             box.on_start_queue = self._tell
             box.start()
+            box.call("hello", {"warm_up": True})  # the agent imports every tool now, not at a claimer's first calls
         except Exception as err:  # noqa: BLE001 - a worker must outlive any failed start, typed or not
             typed = err if isinstance(err, OpenAgentsError) else OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"{type(err).__name__}: {err}")
             self._failed_start(typed)
