@@ -5,8 +5,8 @@
 
 A workspace of FILES files and MB of data is made, copied into a copy session (as `run
 --workspace-mode copy` would), and that session is forked FORKS times, one fork at a time
-(fork_session(ID, 1), the whole of it: record, copy through boxfs, manifest, pins, checkpoint store,
-transcript). Between forks `cp -a` of the session's copy is timed the same number of times, the two
+(fork_session(ID, 1), the whole of it: the daemon asked whether a box still runs on the parent's
+copy, record, copy through boxfs, manifest, pins, checkpoint store, transcript). Between forks `cp -a` of the session's copy is timed the same number of times, the two
 alternating which goes first, each after a sync. Printed: how forks are made (an overlay, where
 the host may mount: workspace/cow.py; else a data copy, cloned where the file system clones), p50
 per fork, p50 of `cp -a`, their ratio, host disk used per fork (allocated blocks of the fork's

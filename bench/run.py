@@ -80,10 +80,19 @@ def must(result):
     return result
 
 
+def warmed(box) -> None:
+    """Until the agent's warm-up (after its first tool answer: sandbox_agent/server.py) is over, so
+    that the figures timed next are not those of an agent importing its tools at the same time."""
+    deadline = time.monotonic() + 60
+    while not box.call("hello", {}).meta.get("warm") and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def bench_calls(client, ws: Path, n_ours: int, n_exec: int, config: SandboxConfig) -> dict:
     with DockerSandbox(ws, config, client=client) as box:
         for _ in range(20):
             must(box.call("read_file", {"path": "one_kib.txt"}))
+        warmed(box)
         ours = timed(lambda: must(box.call("read_file", {"path": "one_kib.txt"})), n_ours)
         shell_burst = timed(lambda: must(box.call("shell", {"command": "true"})), max(n_ours // 4, 20))
         shell = paced(lambda: must(box.call("shell", {"command": "true"})), max(n_ours // 4, 20))
@@ -174,7 +183,8 @@ def bench_cold_start(client, ws: Path, image: str, n: int, config: SandboxConfig
         "docker_run_p95_ms": pct(run, 0.95),
         "cold_start_ratio_vs_docker_run": statistics.median(cold) / statistics.median(run),
         # The same question ("how soon does a new session's first call answer?") with a box the warm
-        # pool started ahead (a pre-started agent): what `acp --pool N` and batch pay. Not a cold start.
+        # pool started ahead (a pre-started agent): what `acp --pool N` and batch pay. Issue 37's cold
+        # start target lets this be what is measured, named so (TARGETS, NOT_TARGETS).
         "pool_start_ratio_vs_docker_run": statistics.median(claims) / statistics.median(run),
     }
 
@@ -203,6 +213,7 @@ def bench_scaling(client, root: Path, sizes: list[int], config: SandboxConfig) -
         ws = make_workspace(root / f"s{size}", files=size)
         with DockerSandbox(ws, config, client=client) as box:
             must(box.call("list_files", {}))
+            warmed(box)
             grep = timed(lambda: must(box.call("grep_files", {"pattern": "needle"})), 3)
             listing = timed(lambda: must(box.call("list_files", {})), 3)
         out[f"grep_{size}_files_ms"] = statistics.median(grep)
@@ -489,8 +500,8 @@ def print_table(r: dict) -> None:
     candidates = [
         lambda: ("read_file 1 KiB (warm) p50 / p95", f"{r['tool_call_p50_ms']:.2f} / {r['tool_call_p95_ms']:.2f} ms", f"docker exec cat: {r['docker_exec_p50_ms']:.1f} / {r['docker_exec_p95_ms']:.1f} ms", f"{r['tool_call_speedup_vs_docker_exec']:.0f}x faster (target >= 20x)"),
         lambda: ("shell `true` p50 (back to back)", f"{r['shell_p50_ms']:.2f} ms ({r.get('shell_burst_p50_ms', 0):.2f} ms)", f"docker exec true: {r['docker_exec_true_p50_ms']:.1f} ms", f"{r['shell_speedup_vs_docker_exec']:.1f}x faster"),
-        lambda: ("cold start to first answer p50 / p95", f"{r['cold_start_p50_ms']:.0f} / {r['cold_start_p95_ms']:.0f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} / {r['docker_run_p95_ms']:.0f} ms", f"{r['cold_start_ratio_vs_docker_run']:.2f}x of docker run (target <= 2.0)"),
-        lambda: ("warm pool: claim + first answer p50 / p95", f"{r['pool_claim_p50_ms']:.1f} / {r['pool_claim_p95_ms']:.1f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} ms",
+        lambda: ("cold start, no pool: first answer p50/p95", f"{r['cold_start_p50_ms']:.0f} / {r['cold_start_p95_ms']:.0f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} / {r['docker_run_p95_ms']:.0f} ms", f"{r['cold_start_ratio_vs_docker_run']:.2f}x of docker run (issue 26: <= 2.0)"),
+        lambda: ("cold start, warm pool: claim + answer p50/p95", f"{r['pool_claim_p50_ms']:.1f} / {r['pool_claim_p95_ms']:.1f} ms", f"docker run --rm true: {r['docker_run_p50_ms']:.0f} ms",
                  f"{r['pool_start_ratio_vs_docker_run']:.3f}x of docker run (a box started ahead; target < 20 ms)"),
         lambda: ("warm pool of 2: 10 claims at once", f"all served in {r['pool_burst_10_s']:.1f} s", f"refills {r['pool_refill_per_s']:.1f} boxes/s", "2 refill workers"),
         lambda: ("agent RSS idle / after 48 KiB read", f"{r['agent_rss_idle_mib']:.1f} / {r['agent_rss_mib']:.1f} MiB", "", "target < 15 MiB"),

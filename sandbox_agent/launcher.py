@@ -3,8 +3,9 @@
 Under gVisor starting a program costs 20-30 ms (posix_spawn of /bin/true: ~23 ms; fork alone ~30 ms)
 while a started shell that is handed its command runs `true` and exits in ~1.4 ms; under runc the
 same split is ~1.2 ms against ~0.4 ms. So after each `shell` call (its sweep done, nothing else of
-the box left running, its answer sent: shell.after_answer) one fresh shell is started in the
-background, and the next call hands it its command. While it is being started the agent's other
+the box left running, its answer sent: shell.after_answer), and once in the agent's warm-up before
+any command (server._warm_up), one fresh shell is started in the background, and the next call
+hands it its command. While it is being started the agent's other
 threads wait (CPython holds the GIL through vfork and exec: 6-7 ms under gVisor, measured), which
 is why it is started after the answer, not before. A shell serves one command and is gone: no state passes from one call to the next.
 
@@ -50,9 +51,9 @@ class Launcher:
 
     def prepare(self) -> None:
         """Start making the next shell, unless one is ready."""
-        if self._ready is not None:
-            return
         with self._cond:
+            if self._ready is not None or self._wanted:  # ready, or being made (two prepares in a row make one shell)
+                return
             if self._thread is None:
                 thread = threading.Thread(target=self._run, name="oa-shell-launcher", daemon=True)
                 thread.start()  # may fail (the box out of processes): then nothing is wanted, and take() waits for nothing

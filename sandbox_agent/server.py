@@ -9,7 +9,8 @@ Response: {"v": 1, "id": 7, "ok": true, "output": "...", "note": "...", "meta": 
 Each request runs in a thread of its own, so a read can answer while a command runs: an idle one
 kept from an earlier request where there is one (see _Workers).
 
-A tool's module is imported at its first call (table.py's TOOLS): the agent answers `hello` and a first read
+A tool's module is imported at its first call (table.py's TOOLS), or in the warm-up that follows the
+agent's first tool answer (_warm_up), whichever comes first: the agent answers `hello` and a first read
 without loading subprocess, the shell's machinery, the search child or the editor, which under gVisor
 cost a cold start tens of milliseconds (issue 26; the shell makes the agent not dumpable when it is
 first imported, before its first command).
@@ -74,6 +75,11 @@ def _warm_up() -> None:
 
 _warming = threading.Lock()  # taken once, for good, by the first answer of a tool call (or a hello that asks)
 _warmed: list[bool] = []  # [True] once the warm-up is done: hello's meta says so
+
+
+def _asks_warm_up(args: Any) -> bool:
+    """Exactly {"warm_up": true} (not 1, which equals True in Python)."""
+    return isinstance(args, dict) and len(args) == 1 and args.get("warm_up") is True
 
 
 def _warm_up_once() -> None:
@@ -184,7 +190,7 @@ class _Workers:
             after = _after_answer.get(tool)
             if after is not None:
                 after()
-            if tool != "hello" or request.get("args") == {"warm_up": True}:  # a warm pool's box asks at once (sandbox/pool.py)
+            if tool != "hello" or _asks_warm_up(request.get("args")):  # a warm pool's box asks at once (sandbox/pool.py)
                 _warm_up_once()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:

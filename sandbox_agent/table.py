@@ -1,4 +1,4 @@
-"""The agent's tool table: each tool's module and function (imported at its first call, server.py)
+"""The agent's tool table: each tool's module and function (imported at its first call or in the warm-up, server.py)
 and the bounds the agent enforces on a call of it, by name. The host declares the same tools with
 the same bounds (orchestrator/tools/defs/, each ToolDef's `bounds`); tests/test_tool_table.py holds
 the two tables to each other, and runs the agent to see it keeps these bounds.

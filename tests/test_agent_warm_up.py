@@ -35,13 +35,14 @@ def test_the_first_tool_answer_starts_the_warm_up_and_hello_does_not(tmp_path):
                 return answer
 
     try:
-        assert call(1, "hello", {})["ok"]
-        assert call(2, "hello", {})["ok"]  # answered after the first: had hello started the warm-up, it would be under way
-        assert not _imported(err) & set(TOOL_MODULES)
-        assert call(3, "hello", {"warm_up": False})["meta"]["warm"] is False  # only {"warm_up": true} asks
-        assert not call(4, "read_file", {"path": "no-such-file.txt"})["ok"]  # a tool's answer, an error one too
+        for rid, args in enumerate(({}, {"warm_up": False}, {"warm_up": 1}, {"warm_up": True, "more": 1}), start=1):
+            assert call(rid, "hello", args)["ok"]  # only exactly {"warm_up": true} asks
+        time.sleep(3)  # had any of them started the warm-up, it would have imported the tools by now
+        assert call(5, "hello", {})["meta"]["warm"] is False
+        assert not _imported(err) & set(TOOL_MODULES), sorted(_imported(err))
+        assert not call(6, "read_file", {"path": "no-such-file.txt"})["ok"]  # a tool's answer, an error one too
         deadline = time.monotonic() + 60
-        while not call(5, "hello", {})["meta"]["warm"] and time.monotonic() < deadline:
+        while not call(7, "hello", {})["meta"]["warm"] and time.monotonic() < deadline:
             time.sleep(0.05)
         assert set(TOOL_MODULES) <= _imported(err), sorted(_imported(err))
     finally:

@@ -220,8 +220,9 @@ def test_fork_of_a_fresh_copy_session_is_a_normal_copy_session(tmp_path, monkeyp
     from orchestrator.workspace.review import list_changes
 
     sid = _ended_copy_session(tmp_path, monkeypatch)
-    forks = fork_session(sid, 2)
+    forks = fork_session(sid, 2, box_on_copy=lambda path: False)  # no box ever ran on this copy
     for record in forks:
+        assert (record.cow is not None) == (fork_mode == "overlay")
         assert record.forked_from == sid and record.status == "finished" and not record.running()
         manifest = CopyManifest.load(record.manifest_path)
         assert list_changes(manifest) == []  # nothing changed yet: the fork is the parent's start
@@ -250,7 +251,8 @@ def test_fork_at_a_checkpoint_turn_has_that_turns_files(tmp_path, monkeypatch, f
         store.record(2)
     record.turns = 2
     record.save()
-    (fork,) = fork_session(sid, 1, turn=1)
+    (fork,) = fork_session(sid, 1, turn=1, box_on_copy=lambda path: False)
+    assert (fork.cow is not None) == (fork_mode == "overlay")
     fork_copy = Path(fork.box_workspace)
     assert (fork_copy / "a.txt").read_text() == "turn one\n" and not (fork_copy / "b.txt").exists()
     assert fork.forked_turn == 1 and fork.turns == 1

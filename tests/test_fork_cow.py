@@ -200,27 +200,33 @@ def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypat
 
 @pytest.mark.docker
 def test_a_box_left_running_on_the_parents_copy_refuses_the_freeze(tmp_path, monkeypatch, docker_client, sandbox_image):
-    """A host killed before it removed its box leaves a process on the copy: a freeze would rename
-    the copy into the shared layer under it, and its writes would reach every fork. `fork` asks the
-    daemon first (the box's workspace label): refused while it runs; forks after it is gone."""
-    from orchestrator.config import LABEL
+    """A box whose process did not remove it leaves a process on the copy: a freeze would rename the
+    copy into the shared layer under it, and its writes would reach every fork. `fork` asks the daemon
+    first (the boxes' workspace labels, matched by the directory's identity: here the state directory
+    is reached through a link, so the label, a resolved path, is spelt otherwise): refused while the
+    box runs; an overlay fork once it is gone."""
+    from orchestrator.config import SandboxConfig
+    from orchestrator.sandbox.docker import DockerSandbox
     from orchestrator.workspace.records import open_own_record
 
+    (tmp_path / "real-state").mkdir()
+    (tmp_path / "state").symlink_to(tmp_path / "real-state")
     sid = _parent(tmp_path, monkeypatch)
     copy = open_own_record(sid).box_workspace
-    box = docker_client.containers.run(sandbox_image, entrypoint=["sleep", "120"], detach=True, network_mode="none",
-                                       labels={LABEL: "1", f"{LABEL}.workspace": copy},
-                                       volumes={copy: {"bind": "/workspace", "mode": "rw"}})
+    assert os.path.realpath(copy) != copy
+    box = DockerSandbox(Path(copy), SandboxConfig(), client=docker_client)  # labelled as every box of ours is
+    box.start()
     try:
+        assert box.call("shell", {"command": "cat a.txt"}).output == "alpha\n"
         refused = oa(tmp_path, "fork", sid, "-n", "2")
-        assert refused.returncode != 0 and "still runs on its copy" in refused.stderr and "gc" in refused.stderr
+        assert refused.returncode != 0 and "still runs on its copy" in refused.stderr and "gc --all" in refused.stderr
         parent = open_own_record(sid)
         assert parent.cow is None and os.path.isdir(copy) and not os.path.ismount(copy)  # nothing renamed or mounted
-        assert box.exec_run(["cat", "/workspace/a.txt"]).output == b"alpha\n"  # the box's view is the copy still
+        assert box.call("shell", {"command": "cat a.txt"}).output == "alpha\n"  # the box's view is the copy still
         listed = json.loads(oa(tmp_path, "sessions", "--json").stdout)
         assert [r["id"] for r in listed] == [sid]  # no fork was made
     finally:
-        box.remove(force=True, v=True)
+        box.close()
     made = oa(tmp_path, "fork", sid)
     assert made.returncode == 0, made.stderr
     assert open_own_record(made.stdout.split()[0]).cow is not None  # an overlay fork once the box is gone

@@ -22,6 +22,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..policy.approvals import Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
+from ..sandbox.docker import box_on_copy
 from ..session import OpenSession, attach_model, open_session
 from ..tools.catalog import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
 from ..tools.defs import edit_file as edit_def
@@ -138,7 +139,8 @@ class Sandbox:
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)
             registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
-            registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued)
+            registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued,
+                                            box_on_copy=box_on_copy)
         registry = opened.pipeline.registry
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
@@ -513,7 +515,6 @@ class Sandbox:
         open, bind mode, discarded, `n` out of 1..MAX_FORKS."""
         if not self._closed or self._record is None:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)")
-        from ..sandbox.docker import box_on_copy
         from ..workspace.fork import fork_session
 
         return [record.id for record in fork_session(self._record.id, n, turn, box_on_copy=box_on_copy)]

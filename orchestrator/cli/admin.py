@@ -163,5 +163,6 @@ def _forks_made_by() -> str:
 
     why = unusable()
     if why is None:
-        return "copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes)"
+        return ("copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes; "
+                "a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)")
     return f"a data copy per fork (reflinks where the file system has them): {why}"

@@ -68,18 +68,35 @@ def docker_client(timeout: int = 60) -> docker.DockerClient:
 
 
 def box_on_copy(path: str) -> bool | None:
-    """Whether a running box has the workspace `path` mounted (a fork's freeze asks before renaming
-    a copy: workspace/fork.py); None when no daemon answers."""
+    """Whether a running box of ours has the workspace `path` mounted (a fork's freeze asks before
+    renaming a copy: workspace/fork.py); None when no daemon answers. Matched by the directory's
+    identity (device and inode), not its spelling: a box's label holds the resolved path, the state
+    directory may be reached through a link."""
+    try:
+        wanted = os.stat(path)
+    except OSError:
+        return None
     try:
         client = docker_client(timeout=int(DAEMON_CHECK_S))
     except OpenAgentsError:
         return None
     try:
-        return bool(client.api.containers(filters={"label": f"{LABEL}.workspace={path}"}))
+        rows = client.api.containers(filters={"label": f"{LABEL}.workspace"})
     except DOCKER_ERRORS:
         return None
     finally:
         client.close()
+    for row in rows:
+        label = (row.get("Labels") or {}).get(f"{LABEL}.workspace")
+        if not isinstance(label, str):
+            continue
+        try:
+            found = os.stat(label)
+        except (OSError, ValueError):
+            continue
+        if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
+            return True
+    return False
 
 
 EXEC_WAIT_S = 5.0

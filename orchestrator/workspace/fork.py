@@ -115,8 +115,9 @@ def _layers(parent: SessionRecord, box_on_copy: BoxCheck | None) -> list[str] | 
 
     held = box_on_copy(parent.box_workspace) if box_on_copy is not None else None
     if held:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ended, but a box still runs on its copy (its host was "
-                                                           "killed before removing it?): `oa-sandbox gc` removes it; then fork")
+        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ended, but a box still runs on its copy (its process "
+                                                           "did not remove it): end that process, or `oa-sandbox gc --all` (every box of "
+                                                           "ours, live ones too); then fork")
     if held is None:
         return None
 

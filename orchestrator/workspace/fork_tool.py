@@ -17,7 +17,7 @@ from ..protocol import Executor, ToolResult
 from ..tools.catalog import FORK_ACTION, FORK_KIND, FORK_TOOL
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, ToolDef
-from .fork import MAX_FORKS, fork_session
+from .fork import MAX_FORKS, BoxCheck, fork_session
 from .records import SessionRecord
 
 
@@ -56,9 +56,11 @@ class ForkTools(OwnHostTools):
 
     OWN = (FORK_TOOL,)
 
-    def __init__(self, record: SessionRecord, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
+    def __init__(self, record: SessionRecord, inner: HostTools | None = None, issued: set[str] | None = None,
+                 box_on_copy: BoxCheck | None = None) -> None:
         super().__init__(inner, issued)
         self.record = record
+        self.box_on_copy = box_on_copy  # for another ended session's copy (fork.fork_session): a live one is never frozen
 
     def prepare_own(self, call: ToolCall) -> PreparedCall:
         args = self.arguments(FORK_DEF, call, f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
@@ -71,7 +73,7 @@ class ForkTools(OwnHostTools):
         own = args.session_id is None or args.session_id == self.record.id
         parent = self.record.id if own else str(args.session_id)
         try:
-            made = fork_session(parent, args.n, args.turn, live=own)
+            made = fork_session(parent, args.n, args.turn, live=own, box_on_copy=None if own else self.box_on_copy)
         except OpenAgentsError as err:
             return ToolResult.failure(err).model_copy(update={"executor": Executor.OPENAGENTS})
         except OSError as err:
