@@ -54,6 +54,7 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
         fn = _loaded[name] = getattr(module, function)
     return fn
 
+
 def _warm_up() -> None:
     """Every tool's module imported, and the first shell call's /bin/sh started (shell.after_answer),
     in a thread of its own once the agent has answered its first tool call (or a hello that asks for
@@ -190,7 +191,7 @@ class _Workers:
             after = _after_answer.get(tool)
             if after is not None:
                 after()
-            if tool != "hello" or _asks_warm_up(request.get("args")):  # a warm pool's box asks at once (sandbox/pool.py)
+            if tool in TOOLS or (tool == "hello" and _asks_warm_up(request.get("args"))):  # a pool's box asks at once (sandbox/pool.py)
                 _warm_up_once()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:
