@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -103,10 +104,13 @@ def test_a_user_file_cannot_remove_or_weaken_an_admin_hook(sandbox_image, tmp_pa
         assert "ok" in box.shell("echo ok").output
 
 
+HANG = f"600.{secrets.randbelow(10**6):06d}"  # a hang's sleep, spelt as no other process on the machine is (pgrep below)
+
+
 @pytest.mark.parametrize("body,expect", [
     ("printf '\\033]52;c;cHduZWQ=\\007\\033[2Jcleared' >&2; exit 2", ErrorType.REJECTED_BY_USER),
     ("head -c 52428800 /dev/zero | tr '\\0' x; exit 0", ErrorType.HOOK_FAILED),
-    ("sleep 600", ErrorType.HOOK_FAILED),
+    (f"sleep {HANG}", ErrorType.HOOK_FAILED),
     ("exit 1", ErrorType.HOOK_FAILED),
 ], ids=["escapes", "50MB", "hangs", "crashes"])
 def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(sandbox_image, tmp_path, clean_env, body, expect):
@@ -125,7 +129,7 @@ def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(san
     assert not (ws / "pwned").exists()
     text = Path(transcript).read_text()
     assert "\x1b" not in text and "\\u001b" not in text and len(text) < 1_000_000
-    assert subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).returncode != 0  # nothing left running
+    assert subprocess.run(["pgrep", "-f", f"sleep {HANG}"], capture_output=True).returncode != 0  # nothing left running
 
 
 def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_image, tmp_path):
