@@ -241,3 +241,24 @@ def test_where_nobody_can_tell_whether_a_box_holds_the_copy_the_forks_are_data_c
         (fork,) = fork_session(sid, 1, box_on_copy=unknown)
         assert fork.cow is None and open_own_record(sid).cow is None
         assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n" and not os.path.ismount(fork.box_workspace)
+
+
+def test_layers_are_kept_while_a_record_cannot_be_read(tmp_path, monkeypatch):
+    """A record that cannot be read may be a session standing on any layer: while one is there no
+    layer is removed, even one no readable record stands on; once it is gone, the unused one goes."""
+    from orchestrator.workspace.fork import fork_session
+    from orchestrator.workspace.overlay import layers_root, unmount
+    from orchestrator.workspace.records import discard_state, open_own_record, remove_unused_layers
+
+    sid = _parent(tmp_path, monkeypatch)
+    (fork,) = fork_session(sid, 1, box_on_copy=no_box)
+    garbled = open_own_record(fork.id).dir / "session.json"
+    kept = garbled.read_bytes()
+    discard_state(open_own_record(sid))
+    unmount(Path(fork.box_workspace))  # as a reboot leaves it: no mount says the fork stands on the layer, only its record
+    garbled.write_bytes(b"{not json")
+    assert remove_unused_layers(now=time.time() + 3600) == [] and len(os.listdir(layers_root())) == 1
+    garbled.write_bytes(kept)
+    discard_state(open_own_record(fork.id))
+    remove_unused_layers(now=time.time() + 3600)  # (the discard may have removed it already)
+    assert os.listdir(layers_root()) == []

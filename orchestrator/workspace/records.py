@@ -274,21 +274,24 @@ def list_sessions(all_users: bool = True) -> list[SessionRecord]:
     `all_users`, only the caller's (by the file system's owner, never the record's text); with it,
     also the records of other users of this state directory that the caller can read, to list only."""
     roots = list(dict.fromkeys([sessions_root()] + (_shared_roots() if all_users else [])))
-    out = []
-    for root in roots:
-        try:
-            names = [n for n in os.listdir(root) if _ID.match(n)]
-        except OSError:
-            continue
-        for name in names:
-            try:
-                record = read_record(root / name, name)
-            except OpenAgentsError:
-                continue
-            if all_users or record.owner == os.getuid():
-                out.append(record)
+    out = [record for root in roots for record in _read_records(root)[0] if all_users or record.owner == os.getuid()]
     out.sort(key=lambda r: (r.created, r.id), reverse=True)
     return out
+
+
+def _read_records(root: Path) -> tuple[list[SessionRecord], bool]:
+    """The records under one sessions directory that can be read, and whether any could not."""
+    try:
+        names = [n for n in os.listdir(root) if _ID.match(n)]
+    except OSError:
+        return [], False
+    records, unreadable = [], False
+    for name in names:
+        try:
+            records.append(read_record(root / name, name))
+        except OpenAgentsError:
+            unreadable = True
+    return records, unreadable
 
 
 HEADER = f"{'ID':<22}  {'CREATED':<16}  {'MODE':<4}  {'STATUS':<20} {'FILES':>10}  WORKSPACE"
@@ -396,29 +399,14 @@ def discard_state(record: SessionRecord) -> None:
 LAYER_GRACE_S = 30.0  # a layer younger than this is kept: a fork may be making it, its record not yet saved
 
 
-def _unreadable_records() -> bool:
-    """Whether a session directory of the caller's holds a record that cannot be read (list_sessions
-    passes such over)."""
-    root = sessions_root()
-    try:
-        names = [n for n in os.listdir(root) if _ID.match(n)]
-    except OSError:
-        return False
-    for name in names:
-        try:
-            read_record(root / name, name)
-        except OpenAgentsError:
-            return True
-    return False
-
-
 def remove_unused_layers(now: float | None = None) -> list[str]:
     """Remove the frozen layers (overlay.layers_root) no session of the caller's that is not
     discarded stands on; returns their names. Box-written: through boxfs.remove_tree."""
-    used = {layer for r in list_sessions(all_users=False) if r.cow is not None and not r.discarded for layer in r.cow.lowers}
-    used |= mounted_lowers()  # and any a mounted fork overlay stands on, whatever a record says
-    if _unreadable_records():  # a record we cannot read may stand on any layer: keep them all until it is read or removed
+    records, unreadable = _read_records(sessions_root())
+    if unreadable:  # a record we cannot read may stand on any layer: keep them all until it is read or removed
         return []
+    used = {layer for r in records if r.owner == os.getuid() and r.cow is not None and not r.discarded for layer in r.cow.lowers}
+    used |= mounted_lowers()  # and any a mounted fork overlay stands on, whatever a record says
     root = layers_root()
     now = time.time() if now is None else now
     removed = []
