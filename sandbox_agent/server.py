@@ -71,11 +71,11 @@ def _warm_up() -> None:
     after = _after_answer.get("shell")
     if after is not None:
         after()
-    _warmed.append(True)
+    _warmed.set()
 
 
 _warming = threading.Lock()  # taken once, for good, by the first answer of a tool call (or a hello that asks)
-_warmed: list[bool] = []  # [True] once the warm-up is done: hello's meta says so
+_warmed = threading.Event()  # set once the warm-up is done: hello's meta says so
 
 
 def _asks_warm_up(args: Any) -> bool:
@@ -121,7 +121,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return {**base, "ok": False, "error": {"type": "protocol_error", "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}"}}
     if tool == "hello":
         return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0],
-                                                           "warm": bool(_warmed)}}
+                                                           "warm": _warmed.is_set()}}
     if not isinstance(tool, str) or tool not in TOOLS:  # a list as the tool would be unhashable: unknown, typed
         return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
     if not isinstance(args, dict):
