@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator.api import Sandbox, ToolError
 from orchestrator.errors import ErrorType
-from tests.conftest import make_workspace
+from tests.conftest import chown_tree, make_workspace
 from tests.fake_model_server import FakeModelServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -156,3 +156,72 @@ def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_i
         assert second.returncode == 0, second.stderr
     assert not canary.exists()
     assert log.read_text().splitlines() == ["A", "A", "A"]
+
+
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# What the box writes into the user's project venv (one shell call): each, run on the host, appends to CANARY.
+BOX_PLANTS = {
+    "pth": "p=$(echo .venv/lib/python3*/site-packages) && echo \"import os; open('CANARY', 'a').write('pth ran\\n')\" > $p/oa_box.pth",
+    "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/python3"
+               " && chmod +x .venv/bin/python3",
+    "sh": "printf '#!/bin/sh\\necho sh ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/sh && chmod +x .venv/bin/sh",
+}
+
+
+def box_runtime(runtime: str | None, docker_client, egress: bool = False) -> str | None:
+    from orchestrator.sandbox.runtimes import choose_runtime
+
+    return None if runtime is None else choose_runtime(runtime, egress, docker_client).name
+
+
+@pytest.mark.parametrize("plant", list(BOX_PLANTS))
+def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hooks(sandbox_image, docker_client, tmp_path, clean_env,
+                                                                                    monkeypatch, runtime, plant):
+    """The project venv is first on the user's PATH; the user's hooks are a `#!/usr/bin/env python3` script outside the workspace and `sh -c` ones. The box drops a .pth into the venv, replaces .venv/bin/python3 or writes .venv/bin/sh: nothing of it runs on the host, and every hook event names the host's programs."""
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(ws / ".venv")], check=True, capture_output=True, timeout=120)
+    chown_tree(ws)
+    canary = tmp_path / "canary"
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    guard = hooks / "guard.py"
+    guard.write_text("#!/usr/bin/env python3\nimport json, sys\njson.load(sys.stdin)\n")
+    guard.chmod(0o755)
+    policy = tmp_path / "user.toml"
+    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+                      f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{guard}"]\n'
+                      '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", "-c", "cat >/dev/null"]\n'
+                      '[[hooks]]\nevent = "AfterTool"\ncommand = ["sh", "-c", "python3 -c pass; cat >/dev/null"]\n')
+    monkeypatch.setenv("PATH", f"{ws / '.venv/bin'}:{SYSTEM_PATH}")
+    with Sandbox(ws, auto_approve=True, policy_files=[policy], mode="bind", runtime=box_runtime(runtime, docker_client)) as box:
+        box.shell(BOX_PLANTS[plant].replace("CANARY", str(canary)))
+        assert "next" in box.shell("echo next").output
+        transcript = box.transcript_path
+    assert not canary.exists(), canary.read_text()
+    ran = [r for r in map(json.loads, Path(transcript).read_text().splitlines()) if r["type"] == "hook"]
+    assert len(ran) == 6 and {r["outcome"] for r in ran} == {"ok"}, ran
+    assert all(r["argv"] and not any(str(ws) in word for word in r["argv"]) for r in ran), [r["argv"] for r in ran]
+
+
+def test_an_egress_credential_a_hook_lists_never_reaches_it_unless_named_in_secrets(sandbox_image, docker_client, tmp_path, clean_env,
+                                                                                     monkeypatch, runtime):
+    """A user's hook lists the variable an [[egress.credentials]] rule reads in `env`: it gets nothing; a hook naming it in `secrets` gets it; a trusted workspace file's hook naming it in `secrets` does not."""
+    token = "ghp_" + secrets.token_hex(20)
+    monkeypatch.setenv("OA_TEST_HOOK_CREDENTIAL", token)
+    dumper = tmp_path / "dump.py"
+    dumper.write_text(f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n")
+    dumper.chmod(0o755)
+    listed = 'env = ["OA_TEST_HOOK_CREDENTIAL"]'
+    policy = tmp_path / "user.toml"
+    policy.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+                      '[egress]\nrules = [{action = "allow", host = "api.test", port = 443}]\n'
+                      'credentials = [{host = "api.test", header = "Authorization", value = "Bearer ${OA_TEST_HOOK_CREDENTIAL}"}]\n'
+                      f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "listed.json"}"]\n{listed}\n'
+                      f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "named.json"}"]\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n')
+    ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", '
+                                                                     f'"{tmp_path / "workspace.json"}"]\n{listed}\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n'})
+    with Sandbox(ws, auto_approve=True, policy_files=[policy], mode="bind", runtime=box_runtime(runtime, docker_client, egress=True)) as box:
+        assert "hi" in box.shell("echo hi").output
+    assert token not in (tmp_path / "listed.json").read_text()
+    assert json.loads((tmp_path / "named.json").read_text())["OA_TEST_HOOK_CREDENTIAL"] == token
+    assert token not in (tmp_path / "workspace.json").read_text()
