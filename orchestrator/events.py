@@ -322,6 +322,7 @@ class HookRan(_Event):
     context_chars: int = 0
     error_type: str | None = None
     took_s: float = 0.0
+    argv: list[str] = Field(default_factory=list)  # what ran: every program by the absolute path found at the start
 
 
 class SessionEnded(_Event):

@@ -320,8 +320,10 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.pipeline = CallPipeline(registry, gate, transcript)
+    credentials = [*(with_policy_egress(config, egress).egress or EgressConfig()).credentials,
+                   *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or [])]
     opened.pipeline.hooks = hook_wiring.make(hook_specs, workspace, transcript, record.id, key_var, box_ws, record,
-                                              resumed=rebuilt is not None)
+                                              resumed=rebuilt is not None, withheld=hook_wiring.secret_names(credentials, key_var))
     opened.context, opened.root_context = context, root_context
     opened.hook_context = hook_wiring.session_start(opened.pipeline.hooks, "resume" if rebuilt is not None else "startup", kind)
     if model is not None:

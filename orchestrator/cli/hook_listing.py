@@ -1,34 +1,50 @@
-"""The hooks in force for a workspace and where each came from (`oa-sandbox hooks`), and whether
-each one's program can run (a missing or non-executable program would fail closed at its point)."""
+"""The hooks in force for a workspace and where each came from (`oa-sandbox hooks`, `doctor`): what
+each one runs, resolved as a session starting now would resolve it (hooks/engine.py plan), what the
+user's PATH would have run from where the box writes instead, the secrets it is not given, and
+whether its program can run (a missing or non-executable program would fail closed at its point)."""
 from __future__ import annotations
 
-import os
-import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..hooks.engine import plan, secrets_of
+from ..hooks.wiring import secret_names
 from ..policy import pins
-from ..policy.hook_spec import Collected, HookSpec, in_force
+from ..policy.hook_path import Resolved, SearchPath
+from ..policy.hook_spec import Collected, HookSpec, box_words, in_force
 
 
-def hooks_for(workspace: Path, policy_files: list[str]) -> tuple[list[HookSpec], list[str]]:
-    """As a session starting now would have them: in order, and one line for each left out."""
+@dataclass
+class Listing:
+    hooks: list[tuple[HookSpec, Resolved | None]]  # None: its program is a workspace file, run from a copy pinned at the start
+    dropped: list[str]
+    search: SearchPath
+    withheld: set[str] = field(default_factory=set)
+    box_files: dict[int, list[str]] = field(default_factory=dict)  # id(hook): its words naming workspace files (run from pinned copies)
+
+    def withheld_from(self, hook: HookSpec) -> list[str]:
+        """The variables the hook lists in `env` that it will not get (secrets its table does not name in `secrets`)."""
+        passed = secrets_of(hook, None)
+        return [name for name in hook.env if name in self.withheld and name not in passed]
+
+
+def hooks_for(workspace: Path, policy_files: list[str], api_key_env: str | None = None) -> Listing:
+    """As a session starting now would have them: in order, resolved, and one line for each left out."""
     from ..session import load_policies
 
     collected = Collected()
-    load_policies(workspace, policy_files, hooks=collected)
-    specs, dropped = in_force(collected.specs, collected.trusted, workspace, pins.box_roots(workspace))
-    return specs, [*collected.dropped, *dropped]
+    _, egress = load_policies(workspace, policy_files, hooks=collected)
+    roots = pins.box_roots(workspace)
+    specs, dropped = in_force(collected.specs, collected.trusted, workspace, roots)
+    words = {id(h): box_words(h, workspace, roots) for h in specs}
+    pinned = {id(h) for h in specs if any(index == 0 for index, _ in words[id(h)])}
+    planned, refused, search = plan([h for h in specs if id(h) not in pinned], workspace)
+    resolved = {id(hook): r for hook, r in planned}
+    hooks = [(hook, resolved.get(id(hook))) for hook in specs if id(hook) in pinned or id(hook) in resolved]
+    return Listing(hooks, [*collected.dropped, *dropped, *refused], search, secret_names(egress.credentials, api_key_env),
+                   {key: [str(path) for _, path in found] for key, found in words.items() if found})
 
 
-def problem(hook: HookSpec, workspace: Path) -> str | None:
+def problem(resolved: Resolved | None) -> str | None:
     """Why the hook's program cannot run, or None."""
-    program = hook.argv[0]
-    if "/" not in program:
-        found = shutil.which(program)
-        return None if found else f"{program!r} is not on PATH"
-    path = Path(program) if os.path.isabs(program) else workspace / program
-    if not path.is_file():
-        return f"{program} is not a file"
-    if not os.access(path, os.X_OK):
-        return f"{program} is not executable (chmod +x)"
-    return None
+    return (resolved.problem or None) if resolved is not None else None

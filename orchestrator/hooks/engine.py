@@ -13,11 +13,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from .. import events as ev
-from ..errors import ErrorType
+from ..errors import ErrorType, OpenAgentsError
+from ..policy.hook_path import Resolved, SearchPath, resolve, search_path
 from ..policy.hook_spec import BEFORE, HookSpec
+from ..policy.pins import box_roots
 from ..protocol import Executor
 from ..transcript import Transcript
 from . import run as run_
@@ -53,15 +55,45 @@ class Verdict:
         return text[:CONTEXT_CAP]
 
 
+def plan(specs: list[HookSpec], workspace: Path, exempt: Sequence[Path] = ()) -> tuple[list[tuple[HookSpec, Resolved]], list[str], SearchPath]:
+    """Each hook's command as it will run (policy/hook_path.py resolve), found now on the hook's PATH;
+    one line for each refused (its program or an interpreter lies where the box can write)."""
+    roots = box_roots(workspace)
+    search = search_path(roots)
+    kept: list[tuple[HookSpec, Resolved]] = []
+    refused: list[str] = []
+    for hook in specs:
+        try:
+            kept.append((hook, resolve(hook.argv, roots, search, exempt)))
+        except OpenAgentsError as err:
+            refused.append(f"{hook.label()}: {err.message}")
+    return kept, refused, search
+
+
+def secrets_of(hook: HookSpec, model_key: str | None) -> set[str]:
+    """The secrets a hook's own table passes by name: a user's or admin's only (a workspace file's never)."""
+    if hook.tier < 2:
+        return set()
+    return {*hook.secrets, *([model_key] if hook.pass_model_key and model_key else [])}
+
+
 class Hooks:
+    """The session's hooks, resolved once at its start (`plan`): each runs by the absolute paths found
+    then, with the PATH found then. `withheld`: the secrets no hook gets unless its table names them
+    in `secrets` (the model's key always is one)."""
+
     def __init__(self, specs: list[HookSpec], workspace: Path, transcript: Transcript, session_id: str = "",
-                 model_key: str | None = None, box_workspace: Path | None = None) -> None:
-        self.specs = list(specs)
+                 model_key: str | None = None, box_workspace: Path | None = None, withheld: Iterable[str] = (),
+                 exempt: Sequence[Path] = ()) -> None:
         self.workspace = Path(workspace)
         self.box_workspace = Path(box_workspace or workspace)  # the tree the box works on (copy mode: the session's copy)
         self.transcript = transcript
         self.session_id = session_id
         self.model_key = model_key
+        self.withheld = {*withheld, *([model_key] if model_key else [])}
+        self.planned, self.refused, search = plan(list(specs), self.workspace, exempt)
+        self.specs = [hook for hook, _ in self.planned]
+        self.base_env = run_.base_environment(box_roots(self.workspace), search)
 
     def active(self, event: str) -> bool:
         return any(h.event == event for h in self.specs)
@@ -72,10 +104,10 @@ class Hooks:
         undoes nothing). `stop_at_rewrite`: BeforeTool's round ends at the first new tool_input
         (the caller validates it and runs the whole round again on it)."""
         verdict = Verdict()
-        for hook in self.specs:
+        for hook, resolved in self.planned:
             if hook.event != event or not hook.matches(tool, kind, command, trigger):
                 continue
-            self._one(hook, event, fields, verdict, tool, call_id)
+            self._one(hook, resolved, event, fields, verdict, tool, call_id)
             if verdict.blocked or verdict.stop or (stop_at_rewrite and verdict.tool_input is not None):
                 break
         return verdict
@@ -85,13 +117,17 @@ class Hooks:
                 "transcript_path": str(self.transcript.path) if getattr(self.transcript, "path", None) else "",
                 "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
 
-    def _one(self, hook: HookSpec, event: str, fields: dict[str, Any], verdict: Verdict, tool: str | None, call_id: str | None) -> None:
-        env = run_.environment(hook.env, self.model_key, hook.pass_model_key and hook.tier >= 2,
+    def _one(self, hook: HookSpec, resolved: Resolved, event: str, fields: dict[str, Any], verdict: Verdict, tool: str | None,
+             call_id: str | None) -> None:
+        env = run_.environment(self.base_env, hook.env, secrets_of(hook, self.model_key), self.withheld,
                                {"OA_HOOK_EVENT": event, "OA_SESSION_ID": self.session_id, "OA_PROJECT_DIR": str(self.workspace)})
-        ran = run_.run(hook.argv, self._payload(event, fields), env, hook.timeout)
+        if resolved.problem:  # found not runnable at the start: fails at its point, as a program that cannot start
+            ran = run_.Ran(None, b"", b"", False, False, f"cannot run: {resolved.problem}", 0.0)
+        else:
+            ran = run_.run(list(resolved.argv), self._payload(event, fields), env, hook.timeout, resolved.executable)
         record: dict[str, Any] = {"hook_event": event, "hook": clean(hook.label(), 300), "tier": TIERS.get(hook.tier, str(hook.tier)),
                                   "source": clean(hook.where, 500), "call_id": call_id, "tool": tool, "exit_code": ran.exit_code,
-                                  "took_s": ran.took_s}
+                                  "took_s": ran.took_s, "argv": [clean(word, 500) for word in resolved.argv[:32]]}
         failed = _failure(hook, ran)
         if failed is None and ran.exit_code == 2:
             reason = clean(ran.stderr.decode("utf-8", "replace").strip() or "blocked by a hook (exit code 2)")

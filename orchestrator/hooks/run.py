@@ -1,6 +1,8 @@
-"""One hook run: a host process with a scrubbed environment, the real workspace as its cwd, its own
-process group, one JSON object on stdin, bounded reads of stdout and stderr, and the whole group
-killed at its timeout (and after it exits: nothing it started is left running)."""
+"""One hook run: a host process started by the absolute paths resolved at the session's start
+(policy/hook_path.py), with a scrubbed environment and a PATH the box cannot write, an empty
+private directory as its cwd, its own process group, one JSON object on stdin, bounded reads of
+stdout and stderr, and the whole group killed at its timeout (and after it exits: nothing it
+started is left running)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from ..policy.hook_path import SearchPath, reaches
 
 STDOUT_CAP = 1024 * 1024  # read at most this much JSON; the rest is drained and the run is an error
 STDERR_CAP = 64 * 1024
@@ -30,12 +34,26 @@ class Ran:
     took_s: float
 
 
-def environment(hook_env: list[str], model_key: str | None, pass_model_key: bool, extra: dict[str, str]) -> dict[str, str]:
-    """The host's basics, the variables the hook names (never the model's key unless its own user
-    or admin file says pass_model_key), and the hook's own OA_* variables."""
+def base_environment(roots: list[Path], search: SearchPath) -> dict[str, str]:
+    """The host's basics as they are at the session's start, with the hook's PATH (no entry the box
+    can change) for the user's. A TMPDIR where the box writes is left out; a HOME there keeps
+    Python's user site-packages off."""
     env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
-    for name in hook_env:
-        if name in os.environ and (name != model_key or pass_model_key):
+    env["PATH"] = search.value
+    if "TMPDIR" in env and reaches(os.path.abspath(env["TMPDIR"]), roots):
+        del env["TMPDIR"]
+    if "HOME" in env and reaches(os.path.abspath(env["HOME"]), roots):
+        env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def environment(base: dict[str, str], listed: list[str], secrets: set[str], withheld: set[str], extra: dict[str, str]) -> dict[str, str]:
+    """`base`, the variables the hook lists (never one in `withheld`: the model's key, an egress
+    credential's variables), the secrets its own user or admin table names, and its OA_* variables.
+    PATH stays the hook's own; nothing else is inherited (no PYTHON*, NODE_*, LD_*, ... unless listed)."""
+    env = dict(base)
+    for name in [*listed, *sorted(secrets)]:
+        if name != "PATH" and name in os.environ and (name not in withheld or name in secrets):
             env[name] = os.environ[name]
     env.update(extra)
     return env
@@ -63,20 +81,21 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def run(argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: float) -> Ran:
+def run(argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: float, executable: str | None = None) -> Ran:
     """Runs the hook in an empty private directory, never in the workspace: the box writes the
     workspace, and a program started there loads what lies there (python's `-c`/`-m` put the working
     directory first on sys.path; make, pytest, npm read their files from it). The workspace is in
-    the payload's `cwd` and OA_PROJECT_DIR for a hook that chooses to look at it."""
+    the payload's `cwd` and OA_PROJECT_DIR for a hook that chooses to look at it. `executable`: the
+    real path the kernel is given (argv[0] stays as resolved: a venv's python and busybox read it)."""
     with tempfile.TemporaryDirectory(prefix="oa-hook-") as cwd:
-        return _run(argv, payload, Path(cwd), {**env, "PYTHONSAFEPATH": "1"}, timeout)
+        return _run(argv, payload, Path(cwd), {**env, "PYTHONSAFEPATH": "1"}, timeout, executable)
 
 
-def _run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float) -> Ran:
+def _run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float, executable: str | None) -> Ran:
     started = time.monotonic()
     data = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), env=env,
+        proc = subprocess.Popen(argv, executable=executable, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), env=env,
                                 start_new_session=True, close_fds=True)
     except (OSError, ValueError) as err:
         return Ran(None, b"", b"", False, False, f"cannot start: {getattr(err, 'strerror', None) or err}", time.monotonic() - started)

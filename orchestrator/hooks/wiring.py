@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Iterable
 
 from .. import events as ev
+from ..config import EgressCredential
 from ..errors import ErrorType, OpenAgentsError
 from ..policy import pins
 from ..policy.hook_spec import Collected, HookSpec, box_words, in_force, with_argv
@@ -26,10 +28,22 @@ def pinned_argv(hook: HookSpec, workspace: Path, roots: list[Path], record: Sess
     return argv
 
 
+def secret_names(credentials: Iterable[EgressCredential], model_key: str | None) -> set[str]:
+    """What no hook gets unless its own (user or admin) table names it in `secrets`: the session's
+    model key, every model dialect's key variable, and every variable an egress credential reads."""
+    from ..models.dialects import DIALECTS
+
+    return {*(d.key_variable for d in DIALECTS.values()), *([model_key] if model_key else []),
+            *(name for credential in credentials for name in credential.variables)}
+
+
 def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
-         box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False) -> Hooks | None:
-    """The hooks in force (policy/hook_spec.py in_force); each one left out is recorded and said on stderr.
-    A trusted hook's files where the box can write run from their copies pinned at the start (`record`)."""
+         box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False,
+         withheld: Iterable[str] = ()) -> Hooks | None:
+    """The hooks in force (policy/hook_spec.py in_force), each resolved now to what it will run
+    (engine.plan); each one left out or refused is recorded and said on stderr. A trusted hook's
+    files where the box can write run from their copies pinned at the start (`record`). `withheld`:
+    secrets beside the model's key (secret_names)."""
     roots = pins.box_roots(workspace)
     kept, dropped = in_force(collected.specs, collected.trusted, workspace, roots)
     specs: list[HookSpec] = []
@@ -42,12 +56,18 @@ def make(collected: Collected, workspace: Path, transcript: Transcript, session_
         specs.append(with_argv(hook, argv) if argv != hook.argv else hook)
     if record is not None:
         record.save()
-    for line in [*collected.dropped, *dropped]:
+    exempt = [record.dir / pins.PINS_DIR] if record is not None else []
+    hooks = Hooks(specs, workspace, transcript, session_id, model_key, box_workspace, withheld, exempt)
+    for line in [*collected.dropped, *dropped, *hooks.refused]:
         transcript.emit(ev.HookRan(executor=Executor.OPENAGENTS, outcome="not_in_force", reason=clean(line)))
         sys.stderr.write(clean(f"oa-sandbox: hook not in force: {line}") + "\n")
-    if not specs:
+    for hook in hooks.specs:
+        if hook.tier < 2 and (hook.secrets or hook.pass_model_key):
+            sys.stderr.write(clean(f"oa-sandbox: hook {hook.label()}: a workspace file's hook gets no secret (its `secrets` "
+                                   "is honoured only in your own or the admin's file)") + "\n")
+    if not hooks.specs:
         return None
-    return Hooks(specs, workspace, transcript, session_id, model_key, box_workspace)
+    return hooks
 
 
 def session_start(hooks: Hooks | None, trigger: str, via: str) -> str:

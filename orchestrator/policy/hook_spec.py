@@ -27,8 +27,9 @@ DEFAULT_TIMEOUT_S = 60.0
 class HookSpec(BaseModel):
     """One `[[hooks]]` table. `matcher`: a regex the tool's name must match whole (Tool events) or
     the exact trigger (SessionStart: startup|resume); `kind`: the call's ACP kind; `command_regex`:
-    searched in a shell call's command. `env`: host variables passed on by name (the model's key
-    only with `pass_model_key`, from a user or admin file)."""
+    searched in a shell call's command. `env`: host variables passed on by name, never a secret (the
+    model's key, a variable an [[egress.credentials]] rule reads); `secrets`: the secrets passed on,
+    each by its own name, honoured from a user or admin file only (`pass_model_key`: the model's key)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(default=None, max_length=200)
@@ -40,6 +41,7 @@ class HookSpec(BaseModel):
     timeout: float = Field(default=DEFAULT_TIMEOUT_S, gt=0, le=3600)
     order: int = 0
     env: list[str] = Field(default_factory=list, max_length=64)
+    secrets: list[str] = Field(default_factory=list, max_length=16)
     pass_model_key: bool = False
     _tier: int = PrivateAttr(default=2)  # ladder.Tier's value (spec.py does not import the ladder)
     _where: str = PrivateAttr(default="")
@@ -70,7 +72,7 @@ class HookSpec(BaseModel):
             raise ValueError("must be a non-empty argv list (or a string of words), at most 256 words of 4096 characters")
         return value
 
-    @field_validator("env")
+    @field_validator("env", "secrets")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:
         if any(not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name) for name in value):
@@ -126,7 +128,7 @@ def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[
     """The words of the command that name a file where a box can write, each with its path: an
     absolute word under a box root, by its spelling or its real path, whether or not the file
     exists yet (the box may make it later, or replace a link that pointed out); a bare program name
-    found on PATH there; a relative word naming a file the workspace holds now (the user meant it:
+    the host's own PATH lacks (policy/hook_path.py search_path) that the user's PATH finds there; a relative word naming a file the workspace holds now (the user meant it:
     it runs from its pinned copy, or not at all). A relative word naming nothing there stays
     harmless: a hook runs in an empty directory of its own (hooks/run.py), never in the workspace.
     What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
@@ -135,7 +137,7 @@ def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[
         if not word or word.startswith("-"):
             continue
         if index == 0 and "/" not in word:
-            program = _which(word)
+            program = _which(word, roots)
             if program is None:
                 continue
             path = Path(program)
@@ -166,10 +168,14 @@ def with_argv(hook: HookSpec, argv: list[str]) -> HookSpec:
     return placed
 
 
-def _which(name: str) -> str | None:
-    import shutil
+def _which(name: str, roots: list[Path]) -> str | None:
+    """Where a bare program name is the box's: found only where the box can write (a name the hook's
+    PATH finds is the host's own, whatever the user's PATH has first)."""
+    from .hook_path import found_inside, search_path, which
 
-    return shutil.which(name)
+    if which(name, search_path(roots)) is not None:
+        return None
+    return found_inside(name, roots)
 
 
 def in_force(specs: list[HookSpec], trusted: bool, workspace: Path, roots: list[Path]) -> tuple[list[HookSpec], list[str]]:

@@ -279,6 +279,7 @@ _HOOK_VALUES = {
              "SessionStart, SessionEnd, PreCompress, Notification",
     "matcher": "must be a valid regular expression", "command_regex": "must be a valid regular expression",
     "command": "must be a non-empty argv list (or a string of words)", "env": "must list environment variable names",
+    "secrets": "must list environment variable names (at most 16)",
 }
 
 
