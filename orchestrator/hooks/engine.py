@@ -62,9 +62,10 @@ def plan(specs: list[HookSpec], workspace: Path, exempt: Sequence[Path] = ()) ->
     search = search_path(roots)
     kept: list[tuple[HookSpec, Resolved]] = []
     refused: list[str] = []
+    real: dict[str, str] = {}  # one start's realpaths, shared by its hooks
     for hook in specs:
         try:
-            kept.append((hook, resolve(hook.argv, roots, search, exempt)))
+            kept.append((hook, resolve(hook.argv, roots, search, exempt, real)))
         except OpenAgentsError as err:
             refused.append(f"{hook.label()}: {err.message}")
     return kept, refused, search

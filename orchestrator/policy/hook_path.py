@@ -38,21 +38,28 @@ WHERE = "where the sandbox can write"
 
 
 def _under(path: str, roots: Sequence[Path]) -> bool:
-    candidate = Path(path)
-    return any(candidate == root or root in candidate.parents for root in roots)
+    """`path` (absolute, normal) is a root or lies below one."""
+    for root in roots:
+        text = str(root)
+        if path == text or path.startswith(text.rstrip("/") + "/"):
+            return True
+    return False
 
 
-def reaches(path: str, roots: Sequence[Path]) -> bool:
+def reaches(path: str, roots: Sequence[Path], real: dict[str, str] | None = None) -> bool:
     """Whether the box could change what the absolute `path` names: it, or a directory on the way to
     it, lies under a box root as spelt or as that prefix resolves now. A relative path always does
-    (what it names depends on a working directory)."""
+    (what it names depends on a working directory). `real`: realpaths already found (one start's)."""
     if not os.path.isabs(path):
         return True
+    cache = {} if real is None else real
     prefix = "/"
     for part in (p for p in path.split("/") if p not in ("", ".")):
         prefix = os.path.join(prefix, part)
         try:
-            if _under(os.path.normpath(prefix), roots) or _under(os.path.realpath(prefix), roots):
+            if prefix not in cache:
+                cache[prefix] = os.path.realpath(prefix)
+            if _under(os.path.normpath(prefix), roots) or _under(cache[prefix], roots):
                 return True
         except (OSError, ValueError):
             return True
@@ -77,10 +84,11 @@ def search_path(roots: Sequence[Path], value: str | None = None) -> SearchPath:
     given = os.environ.get("PATH", os.defpath) if value is None else value
     kept: list[str] = []
     left_out: list[tuple[str, str]] = []
+    real: dict[str, str] = {}
     for entry in given.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
             left_out.append((entry, "a relative or empty entry (it names the working directory)"))
-        elif reaches(entry, roots):
+        elif reaches(entry, roots, real):
             left_out.append((entry, WHERE))
         elif entry not in kept:
             kept.append(entry)
@@ -133,15 +141,16 @@ def _refuse(message: str) -> OpenAgentsError:
 
 
 class _Resolver:
-    def __init__(self, roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path]) -> None:
+    def __init__(self, roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path], real: dict[str, str]) -> None:
         self.roots, self.search = list(roots), search
         self.exempt = [Path(os.path.realpath(p)) for p in exempt]
         self.notes: list[str] = []
+        self.real = real
 
     def boxed(self, path: str) -> bool:
         if self.exempt and _under(os.path.realpath(path), self.exempt):
             return False  # a copy pinned in the session's own directory, which no box mounts
-        return reaches(path, self.roots)
+        return reaches(path, self.roots, self.real)
 
     def find(self, name: str, what: str) -> str:
         """A bare name on the hook's PATH; refused when only the box's copy would be found."""
@@ -151,7 +160,7 @@ class _Resolver:
             return name
         found = which(name, self.search)
         inside = found_inside(name, self.roots)
-        where = (WHERE if reaches(inside, self.roots) else "through a relative PATH entry") if inside is not None else ""
+        where = (WHERE if reaches(inside, self.roots, self.real) else "through a relative PATH entry") if inside is not None else ""
         if found is None:
             if inside is not None:
                 raise _refuse(f"{what} {name!r} is found only at {inside}, {where}: not run (install it outside the workspace, "
@@ -236,10 +245,12 @@ def _env_words(arg: str | None, spelled: str) -> tuple[str, list[str]]:
     return words[0], words[1:]
 
 
-def resolve(argv: Sequence[str], roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path] = ()) -> Resolved:
+def resolve(argv: Sequence[str], roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path] = (),
+            real: dict[str, str] | None = None) -> Resolved:
     """The hook's command as it will run (see the module's docstring). Raises OpenAgentsError
-    (config_invalid) when its program or an interpreter lies where the box can write."""
-    resolver = _Resolver(roots, search, exempt)
+    (config_invalid) when its program or an interpreter lies where the box can write. `real`:
+    realpaths found so far at this start (shared by its hooks)."""
+    resolver = _Resolver(roots, search, exempt, {} if real is None else real)
     word, rest = argv[0], list(argv[1:])
     try:
         if "/" not in word:
