@@ -101,7 +101,7 @@ def test_a_venv_in_the_workspace_gives_the_box_nothing_the_host_runs(sandbox_ima
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "config_invalid" in proc.stderr and ".venv" in proc.stderr and "sys.prefix" in proc.stderr, proc.stderr
     assert "--workspace-mode copy" in proc.stderr and "--host-code-read-only" in proc.stderr, proc.stderr
-    assert "planted" not in proc.stdout
+    assert "planted-" not in proc.stdout
     assert tree_digest(ws / ".venv") == before
     _check_nothing_ran(host, marker)
 
@@ -124,7 +124,7 @@ def test_a_venv_in_the_workspace_gives_the_box_nothing_the_host_runs(sandbox_ima
     # the override: bind mode with .venv mounted read-only in the box: every write fails, nothing changes
     proc = host.exec_shell(ws, attack + "; echo x > app.py", "--workspace-mode", "bind", "--host-code-read-only")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "planted" not in proc.stdout, proc.stdout
+    assert "planted-pth" not in proc.stdout and "planted-script" not in proc.stdout, proc.stdout
     assert "Read-only file system" in proc.stdout, proc.stdout
     assert (ws / "app.py").read_text() == "x\n"  # bind mode: the rest of the workspace is the box's to change
     assert tree_digest(ws / ".venv") == before
@@ -142,7 +142,7 @@ def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
     marker = tmp_path / "host-ran-box-code"
     host = Host(tmp_path, entry, runtime, docker_client)
     line = f"open({str(marker)!r}, 'a').write('ran\\n')"
-    attack = f"printf '%s\\n' \"{line}\" >> tools/oa/orchestrator/cli/__init__.py && echo planted; true"
+    attack = f"printf '%s\\n' \"{line}\" >> tools/oa/orchestrator/cli/__init__.py && echo planted-line; true"
     _check_nothing_ran(host, marker)
     before = tree_digest(ws / "tools")
 
@@ -152,7 +152,7 @@ def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
     _check_nothing_ran(host, marker)
 
     proc = host.exec_shell(ws, attack)
-    assert proc.returncode == 0 and "planted" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "planted-line" in proc.stdout, proc.stdout + proc.stderr
     assert any("copy mode" in line and "tools" in line for line in proc.stderr.splitlines()), proc.stderr
     sid = _session_id(proc.stderr)
     assert sid is not None
@@ -163,6 +163,6 @@ def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
 
     proc = host.exec_shell(ws, attack, "--workspace-mode", "bind", "--host-code-read-only")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "planted" not in proc.stdout and "Read-only file system" in proc.stdout, proc.stdout
+    assert "planted-line" not in proc.stdout and "Read-only file system" in proc.stdout, proc.stdout
     assert tree_digest(ws / "tools") == before
     _check_nothing_ran(host, marker)
