@@ -166,3 +166,39 @@ def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
     assert "planted-line" not in proc.stdout and "Read-only file system" in proc.stdout, proc.stdout
     assert tree_digest(ws / "tools") == before
     _check_nothing_ran(host, marker)
+
+
+def test_a_program_whose_code_lies_in_the_workspace_keeps_it_read_only(sandbox_image, docker_client, runtime, tmp_path, monkeypatch):
+    """A program using the API imports from a directory inside the workspace: bind mode is refused
+    unless host_code_read_only, and then that directory is read-only in the box; a warm box handed
+    over without it mounted read-only is refused too; `auto` is a copy."""
+    from orchestrator.api import HostCodeInWorkspace, Sandbox
+    from orchestrator.sandbox.docker import DockerSandbox
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    ws = make_workspace(tmp_path / "ws", {"lib/helper.py": "X = 1\n", "app.py": ""})
+    chown_tree(ws)
+    monkeypatch.syspath_prepend(str(ws / "lib"))
+    config = sandbox_config(runtime, docker_client)
+    with pytest.raises(HostCodeInWorkspace) as info:
+        Sandbox(ws, mode="bind", config=config).open()
+    assert "host_code_read_only=True" in info.value.message and [f.rel for f in info.value.found] == ["lib"]
+    allowed = config.model_copy(update={"host_code_read_only": True})
+    with Sandbox(ws, mode="bind", config=allowed, auto_approve=True) as box:
+        out = box.shell("echo 'import os' >> lib/helper.py; touch lib/evil.pth; mv lib lib2; echo ok > app.py; cat app.py").output
+    assert "Read-only file system" in out and "ok" in out, out
+    assert (ws / "lib" / "helper.py").read_text() == "X = 1\n" and sorted(os.listdir(ws / "lib")) == ["helper.py"]
+    with Sandbox(ws, config=config) as box:
+        assert box.record is not None and box.record.mode.value == "copy"
+    warm = DockerSandbox(ws, config, client=docker_client)
+    warm.start()
+    with pytest.raises(HostCodeInWorkspace) as info:
+        Sandbox(ws, box=warm, config=allowed).open()
+    assert "started without lib mounted read-only" in info.value.message
+    assert not warm.started  # the box handed over went with the refused open
+    warm = DockerSandbox(ws, allowed.model_copy(update={"read_only_entries": ["lib"]}), client=docker_client)
+    warm.start()
+    with Sandbox(ws, box=warm, config=allowed, auto_approve=True) as box:
+        assert "Read-only file system" in box.shell("touch lib/evil.pth").output
+    assert sorted(os.listdir(ws / "lib")) == ["helper.py"]
