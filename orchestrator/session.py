@@ -358,13 +358,14 @@ def host_code_mode(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, 
     mode and config the session goes on with (`auto` made a copy, said on stderr; the override's
     read-only entries in the config), and the workspace paths a copy's apply must leave out.
     HostCodeInWorkspace (CONFIG_INVALID) when bind mode is refused."""
-    fixed = ""
+    fixed = instead = ""
     if sandbox is not None:
-        fixed = "a warm pool's box mounts the workspace itself"
+        fixed, instead = "a warm pool's box mounts the workspace itself", "Open the session without a warm pool's box"
     elif resume is not None:
         mode = resume.mode
-        fixed = f"session {resume.id} works on the workspace in bind mode" if resume.mode == WorkspaceMode.BIND else ""
-    decided = host_code.guard(workspace, mode, config, fixed_bind=fixed, api=kind == "api")
+        if resume.mode == WorkspaceMode.BIND:
+            fixed, instead = f"session {resume.id} works on the workspace in bind mode", "Start a new session (copy mode, or auto)"
+    decided = host_code.guard(workspace, mode, config, fixed_bind=fixed, instead=instead, api=kind == "api")
     decided.raise_refusal()
     if decided.note:
         host_code.say(decided.note)

@@ -108,7 +108,7 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
                                                                    "mount the workspace itself; run without --pool")
             warm_config = config.model_copy(update={"workspace_read_only": access == Access.READ_ONLY})
             # What the host runs or imports may not lie where its boxes write (workspace/host_code.py): refused, or mounted read-only.
-            decided = host_code.guard(ws, mode, warm_config, fixed_bind="a warm pool's boxes mount the workspace itself")
+            decided = host_code.guard(ws, mode, warm_config, fixed_bind="a warm pool's boxes mount the workspace itself", instead="Run without --pool")
             decided.raise_refusal()
             warm_config = warm_config.model_copy(update={"read_only_entries": decided.read_only})
             warm = SandboxPool(ws, with_policy_egress(warm_config, egress), size=pool, on_event=_pool_progress)

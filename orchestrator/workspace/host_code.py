@@ -279,13 +279,16 @@ class Guard:
             raise self.error
 
 
-def guard(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, *, fixed_bind: str = "", api: bool = False,
+def guard(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, *, fixed_bind: str = "", instead: str = "", api: bool = False,
           found: list[Found] | None = None) -> Guard:
     """The one decision on host code in the workspace (see the module's doc). `fixed_bind`: why the
-    session is bind mode whatever `mode` says (a warm pool's box, a bind session resumed), else "".
-    `api`: the program used the Python API (its messages name the keywords, not the flags)."""
+    session is bind mode whatever `mode` says (a warm pool's box, a bind session resumed), else "";
+    `instead`: what to do then rather than copy mode. `api`: the program used the Python API (its
+    messages name the keywords, not the flags)."""
     found = found_in(workspace) if found is None else found
     words = _Words(api)
+    if instead:
+        words.copy = instead
     in_state = [f for f in found if f.in_state]
     if in_state:
         return Guard(found, mode, error=HostCodeInWorkspace(
@@ -311,13 +314,13 @@ def guard(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, *, fixed_
         return Guard(found, mode, error=HostCodeInWorkspace(
             f"{why}bind mode refused: what the host runs or imports lies inside the workspace {show(str(workspace))}: {what}. A box "
             f"writing there (a .pth file in a site-packages runs at every Python start) would run its code on the host at your next "
-            f"command. Use {words.copy}, move the virtualenv or clone out of the workspace, or pass {words.override}{words.config} to "
+            f"command. {words.copy}, move the virtualenv or clone out of the workspace, or pass {words.override}{words.config} to "
             f"mount {_names(read_only_tops(workspace, in_ws)[0]) or 'it'} read-only in the box", in_ws))
     tops, problems = read_only_tops(workspace, in_ws)
     if problems:
         return Guard(found, mode, error=HostCodeInWorkspace(
             f"{why}bind mode refused even with {words.override}: what the host runs or imports lies inside the workspace "
-            f"{show(str(workspace))}, and {'; '.join(problems[:SHOWN])}. Use {words.copy}, or run oa-sandbox from an installation "
+            f"{show(str(workspace))}, and {'; '.join(problems[:SHOWN])}. {words.copy}, or run oa-sandbox from an installation "
             "outside the workspace", in_ws))
     return Guard(found, mode, read_only=tops)
 
@@ -332,7 +335,7 @@ class _Words:
     def __init__(self, api: bool) -> None:
         self.override = "host_code_read_only=True" if api else "--host-code-read-only"
         self.config = "" if api else " (host_code_read_only = true in config.toml)"
-        self.copy = "mode='copy' (or 'auto')" if api else "--workspace-mode copy (or auto)"
+        self.copy = "Use mode='copy' (or 'auto')" if api else "Use --workspace-mode copy (or auto)"
 
 
 def keep_out(workspace: Path | str, recorded: list[str] | None = None) -> dict[str, str]:
