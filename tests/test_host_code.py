@@ -215,3 +215,21 @@ def test_what_the_host_runs_now_is_listed(tmp_path):
 def test_an_error_of_its_own_kind_is_still_the_taxonomys():
     err = HostCodeInWorkspace("x", [])
     assert isinstance(err, OpenAgentsError) and err.detached().found == [] and err.to_dict()["type"] == "config_invalid"
+
+
+def test_openssl_is_never_taken_from_the_users_path(tmp_path, monkeypatch):
+    """The per-session CA's `openssl` comes from the system's directories: one planted first on PATH
+    (an activated venv in the workspace, a direnv PATH_add the box writes) never runs."""
+    from orchestrator.sandbox.egress_tls import SessionCA
+
+    planted = tmp_path / "ws" / ".venv" / "bin"
+    planted.mkdir(parents=True)
+    marker = tmp_path / "ran"
+    (planted / "openssl").write_text(f"#!/bin/sh\necho ran > {marker}\nexit 1\n")
+    (planted / "openssl").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{planted}:{os.environ['PATH']}")
+    ca = SessionCA(["api.example.com"])
+    try:
+        assert "api.example.com" in ca.leaves and not marker.exists()
+    finally:
+        ca.close()
