@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 MAX_LINKS = 40  # symbolic links followed in one path, as the kernel's ELOOP limit
 STATE_DIR = "the state directory"
+CONFIG_DIR = "the config directory"
 SHOWN = 3  # findings named in one line; `oa-sandbox doctor` lists them all
 
 
@@ -65,7 +66,7 @@ class Found:
 
     what: str
     path: str  # as the host spells it
-    rels: tuple[str, ...]  # every place of it under the root ('' the root itself): its spelling, each link on its way, its end
+    rels: tuple[str, ...]  # its places under the root ('' the root itself): where it ends first, then its spelling and each link on its way
     in_state: bool = False
 
     @property
@@ -116,7 +117,7 @@ def host_paths() -> list[HostPath]:
         add("the user site-packages", site.getusersitepackages())
     for name, module in list(sys.modules.items()):
         _module_paths(name, module, add)
-    add("the config directory", str(state.config_path().parent))
+    add(CONFIG_DIR, str(state.config_path().parent))
     add(STATE_DIR, str(state.configured_root()))
     out: dict[str, HostPath] = {}
     for path, what in raw.items():
@@ -174,7 +175,7 @@ def route(path: str, memo: dict[str, str | None] | None = None) -> list[str]:
     (its real path; from the first missing component on, as written)."""
     memo = {} if memo is None else memo
     places: list[str] = []
-    pending = [p for p in reversed(path.split("/"))]
+    pending = list(reversed(path.split("/")))
     here, hops = "/", 0
     while pending:
         part = pending.pop()
@@ -210,7 +211,7 @@ def found_in(workspace: Path | str, paths: list[HostPath] | None = None) -> list
         rels = _rels(places, ws_roots)
         if rels:
             out.append(Found(host.what, host.path, rels))
-        elif host.what != STATE_DIR and (rels := _rels(places, state_roots)):
+        elif host.what not in (STATE_DIR, CONFIG_DIR) and (rels := _rels(places, state_roots)):  # a config file there is refused as it is read
             out.append(Found(host.what, host.path, rels, in_state=True))
     return sorted(out, key=lambda f: (f.in_state, f.rel.count("/") + bool(f.rel), len(f.rel)))
 
