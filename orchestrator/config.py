@@ -181,12 +181,26 @@ class SandboxLimits(BaseModel):
     entry_quota: int = Field(default=200_000, ge=100, description="New entries (files, directories, links: inodes) the session may "
                                                                "create in the workspace (--entry-quota).")
     workspace_read_only: bool = Field(default=False, description="The workspace is mounted read-only (a policy's workspace_access = read-only).")
+    host_code_read_only: bool = Field(default=False, description="Bind mode on a workspace that holds what the host itself runs or imports "
+                                                                 "(its virtualenv, an editable clone, its config): those entries are mounted "
+                                                                 "read-only in the box (--host-code-read-only). Without it such a workspace is "
+                                                                 "worked on as a copy (auto) and bind mode is refused (workspace/host_code.py).")
+    read_only_entries: list[str] = Field(default_factory=list, description="Top-level workspace entries the box gets read-only: the host's "
+                                                                           "own code, under host_code_read_only (set by the session).")
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
     start_concurrency: int = Field(default_factory=lambda: os.environ.get("OA_START_CONCURRENCY") or DEFAULT_START_CONCURRENCY,
                                    ge=1, le=256, validate_default=True,
                                    description="Sandbox starts one host process runs at once; the rest wait in line (--start-concurrency, "
                                                "OA_START_CONCURRENCY).")
+
+    @field_validator("read_only_entries")
+    @classmethod
+    def _entry_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name in ("", ".", "..") or "/" in name or "\0" in name or len(os.fsencode(name)) > 255:
+                raise ValueError(f"not the name of an entry at the workspace's top: {name!r}")
+        return value
 
     @field_validator("env")
     @classmethod

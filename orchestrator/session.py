@@ -36,6 +36,7 @@ from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
 from .transcript.resume import Rebuilt, rebuild, resumable
+from .workspace import host_code
 from .workspace import records as records_
 from .workspace.checkpoints import CheckpointStore
 from .workspace.context_files import ContextFiles
@@ -247,6 +248,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         mode = access_mode(access, mode, sandbox, resume, config)
         if access == Access.READ_ONLY:
             config = config.model_copy(update={"workspace_read_only": True})
+        mode, config, keep_out = host_code_mode(workspace, mode, config, sandbox, resume, kind)
         key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
         redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
         repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
@@ -256,7 +258,8 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
             rebuilt = rebuild(record.transcript or "")  # bounded, typed (resume.py), before the record says running
             _mark_resumed(record)
         else:
-            record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits)
+            record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits,
+                                      host_code=keep_out)
             record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
     except BaseException:
         if lock is not None:
@@ -349,6 +352,34 @@ def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, re
     if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
         raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
     return mode
+
+
+def host_code_mode(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, sandbox: Sandbox | None, resume: SessionRecord | None,
+                   kind: str) -> tuple[WorkspaceMode, SandboxConfig, list[str]]:
+    """Nothing the host runs or imports may lie where the box writes (workspace/host_code.py): the
+    mode and config the session goes on with (`auto` made a copy, said on stderr; the override's
+    read-only entries in the config), and the workspace paths a copy's apply must leave out.
+    HostCodeInWorkspace (CONFIG_INVALID) when bind mode is refused."""
+    fixed = instead = ""
+    if sandbox is not None:
+        fixed, instead = "a warm pool's box mounts the workspace itself", "Open the session without a warm pool's box"
+    elif resume is not None:
+        mode = resume.mode
+        if resume.mode == WorkspaceMode.BIND:
+            fixed, instead = f"session {resume.id} works on the workspace in bind mode", "Start a new session (copy mode, or auto)"
+    decided = host_code.guard(workspace, mode, config, fixed_bind=fixed, instead=instead, api=kind == "api")
+    decided.raise_refusal()
+    if decided.note:
+        host_code.say(decided.note)
+    if decided.read_only:
+        have = set(getattr(getattr(sandbox, "config", None), "read_only_entries", None) or []) if sandbox is not None else None
+        if have is not None and not set(decided.read_only) <= have:
+            missing = ", ".join(sorted(set(decided.read_only) - have))
+            raise host_code.HostCodeInWorkspace(f"{fixed}, and it was started without {missing} mounted read-only (what the host runs or "
+                                                f"imports: {host_code.summary(decided.found)}); start the pool with --host-code-read-only "
+                                                "too, or run without --pool", decided.found)
+        config = config.model_copy(update={"read_only_entries": decided.read_only})
+    return decided.mode, config, host_code.recorded(decided.found)
 
 
 def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:

@@ -21,6 +21,12 @@ SHARED_HELP = ("see the README's Sessions part: a state directory users share is
                "goes in a user-UID subdirectory the product makes 0700; or set XDG_STATE_HOME to a directory of your own")
 
 
+def config_path() -> Path:
+    """The user's config file: $XDG_CONFIG_HOME/openagents-sandbox/config.toml (~/.config/... without it)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "openagents-sandbox" / "config.toml"
+
+
 def configured_root() -> Path:
     """The state directory as configured, before any per-user subdirectory."""
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "openagents-sandbox"

@@ -10,6 +10,7 @@ the call pipeline and the policy ladder, copy mode's review, checkpoints, an age
 """
 from ..errors import ErrorType, OpenAgentsError
 from ..policy.approvals import Answer, ApprovalRequest
+from ..workspace.host_code import HostCodeInWorkspace
 from .agent import AgentRun
 from .aio import AsyncSandbox, ShellStream
 from .options import SandboxOptions
@@ -30,6 +31,6 @@ from .sandbox import Sandbox
 
 __all__ = [
     "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "ErrorType",
-    "GrepMatch", "GrepResult", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream",
+    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream",
     "ToolError", "WriteResult",
 ]

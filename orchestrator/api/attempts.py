@@ -110,10 +110,14 @@ def start_forks(options: SandboxOptions, workspace: Path, attempts: int) -> list
     `attempts` ways; the start itself is gone after, its forks hold it. Typed set-up errors. The
     start is a `run` session whichever front-end asked: each attempt resumes its fork, and only a
     run's conversation is one to continue."""
+    from ..workspace import host_code
     from ..workspace.fork import fork_session
     from ..workspace.records import WorkspaceMode, discard_state, prepare
 
-    start, _ = prepare(workspace.resolve(), WorkspaceMode.COPY, options.sandbox_config().user, "run", options.copy_limits())
+    found = host_code.found_in(workspace.resolve())  # what the host runs or imports from there: no attempt's apply lands on it
+    host_code.guard(workspace.resolve(), WorkspaceMode.COPY, options.sandbox_config(), found=found).raise_refusal()
+    start, _ = prepare(workspace.resolve(), WorkspaceMode.COPY, options.sandbox_config().user, "run", options.copy_limits(),
+                       host_code=host_code.recorded(found))
     try:
         start.transcript = str(start.dir / "transcript.jsonl")
         fd = create_private(start.transcript)

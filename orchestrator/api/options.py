@@ -25,7 +25,8 @@ from ..workspace.records import WorkspaceMode
 # Who answers the ladder's questions: True allows the call once, False refuses it; an Answer says more.
 # An object with an `ask(request) -> Answer` method (policy.approvals.Approver: a front-end's) is used as it is.
 ApproverCallback = Callable[[ApprovalRequest], Any]
-_BOX_FIELDS = ("runtime", "image", "memory", "cpus", "pids", "user", "egress", "write_quota", "entry_quota", "start_concurrency")
+_BOX_FIELDS = ("runtime", "image", "memory", "cpus", "pids", "user", "egress", "write_quota", "entry_quota", "start_concurrency",
+               "host_code_read_only")
 
 
 class SandboxOptions(BaseModel):
@@ -33,7 +34,7 @@ class SandboxOptions(BaseModel):
 
     mode: Literal["auto", "bind", "copy"] = Field(default="auto", description="bind: the box writes the workspace; copy: a private copy you "
                                                                                "review and apply; auto: copy for a root-owned workspace, else bind.")
-    # the box (as --runtime, --image, --memory, --cpus, --pids, --user, --env, --egress, --write-quota, --entry-quota)
+    # the box (as --runtime, --image, --memory, --cpus, --pids, --user, --env, --egress, --write-quota, --entry-quota, --host-code-read-only)
     runtime: str | None = None
     image: str | None = None
     memory: str | None = None
@@ -46,6 +47,10 @@ class SandboxOptions(BaseModel):
     write_quota: int | None = None
     entry_quota: int | None = None
     start_concurrency: int | None = None
+    host_code_read_only: bool | None = Field(default=None, description="Bind mode on a workspace that holds what the host itself runs or "
+                                                                       "imports (your program's virtualenv, an editable clone): those entries "
+                                                                       "mounted read-only in the box. Without it such a workspace is a copy "
+                                                                       "(mode 'auto') and mode='bind' is refused (--host-code-read-only).")
     config: SandboxConfig | None = Field(default=None, description="A whole SandboxConfig instead of the box's fields above.")
     # copy mode's size guard (--copy-max-bytes, --copy-max-entries)
     copy_max_bytes: int | None = Field(default=None, ge=1)

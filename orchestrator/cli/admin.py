@@ -13,6 +13,7 @@ from .common import EXIT_TOOL_ERROR, sandbox_options, setup_error
 
 if TYPE_CHECKING:
     from ..workspace.copy import CopyLimits
+    from ..workspace.host_code import Guard
     from ..workspace.records import WorkspaceMode
 
 @click.group()
@@ -88,6 +89,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     from sandbox_agent import limits
 
     from ..sandbox.backend import backend_from_config
+    from ..workspace import host_code
     from ..workspace.records import resolve_mode
 
     backend = backend_from_config(config)
@@ -102,13 +104,16 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     ok = all(status != "fail" for status, _ in diagnosis.checks)
     config = diagnosis.config
     ws = Path(workspace).resolve()
+    decided = host_code.guard(ws, mode, config)  # what a session here does about the host's own code in it
     try:
-        mode, user = resolve_mode(ws, mode, config.user)
+        mode, user = resolve_mode(ws, decided.mode, config.user)
     except OpenAgentsError as err:
         raise setup_error(err) from None
     git = "every .git present at the start read-only" if (ws / ".git").exists() else (
         "an empty read-only placeholder at /workspace/.git" if mode.value == "copy" else "nothing at /workspace/.git (bind mode: a repository planted there is swept)")
     where = "a private copy of " if mode.value == "copy" else ""
+    if decided.read_only and mode.value == "bind":
+        git += f"; {', '.join(decided.read_only)} read-only (the host's own code: --host-code-read-only)"
     click.echo("\nSecurity settings of a sandbox:")
     rows = [
         ("workspace mode", mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else "")),
@@ -124,6 +129,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     ]
     for name, value in rows:
         click.echo(f"  {name:<18} {value}")
+    ok &= _host_code_lines(ws, decided)
     from .hooks import doctor_check
 
     ok &= doctor_check(ws)  # the user's hooks (docs/hooks.md): each program must be able to run
@@ -166,3 +172,26 @@ def _forks_made_by() -> str:
         return ("copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes; "
                 "a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)")
     return f"a data copy per fork (reflinks where the file system has them): {why}"
+
+
+def _host_code_lines(ws: Path, decided: Guard) -> bool:
+    """`doctor`'s lines on what the host runs or imports from inside the workspace (issue 49); False
+    when a session here would be refused."""
+    from ..boxfs import show
+
+    if not decided.found:
+        click.echo(f"[ok]   nothing this oa-sandbox runs or imports lies inside {show(str(ws))} or the state directory")
+        return True
+    for item in decided.found:
+        where = "the state directory" if item.in_state else "the workspace"
+        click.echo(f"[warn] the host runs or imports from inside {where}: {item.line()}  ({show(item.path)})")
+    if decided.error is not None:
+        click.echo(f"[fail] {show(decided.error.message)}")
+        return False
+    if decided.note:
+        click.echo(f"[warn] {show(decided.note)}")
+    elif decided.read_only:
+        click.echo(f"[ok]   bind mode with {', '.join(show(n) for n in decided.read_only)} read-only in the box (--host-code-read-only)")
+    else:
+        click.echo("[ok]   sessions here work on a copy: the box cannot change what the host runs")
+    return True

@@ -71,7 +71,8 @@ def load_defaults(workspace: str | Path | None = None) -> UserConfig:
     files, MCP servers started on the host), so a file the box can reach (inside `workspace` or the
     state directory, as when the workspace is $HOME) is refused, never read: a box that rewrote it
     would otherwise choose the next session's endpoint or host commands."""
-    from ..policy.pins import box_roots, config_path, inside
+    from ..policy.pins import box_roots, inside
+    from ..state import config_path
     from .user_config import load_user_config
 
     try:
@@ -104,6 +105,10 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
                      help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
                           "auto: copy for a root-owned workspace, else bind."),
+        click.option("--host-code-read-only", is_flag=True, default=False,
+                     help="Bind mode although the workspace holds what oa-sandbox itself runs or imports (its virtualenv, an editable "
+                          "clone): those entries are mounted read-only in the box. Without it such a workspace is worked on as a copy "
+                          "(auto), and bind mode is refused (host_code_read_only in config.toml)."),
         click.option("--copy-max-bytes", default=None, metavar="SIZE",
                      help="Copy mode: refuse, before copying anything, a workspace holding more data than this (default 2g; copy_max_bytes in config.toml)."),
         click.option("--copy-max-entries", type=click.IntRange(1, None), default=None, metavar="N",
@@ -114,14 +119,14 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
     def wrapper(*args: Any, image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: tuple[str, ...],
                 runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
                 workspace_mode: str, entry_quota: int | None = None, copy_max_bytes: str | None = None, copy_max_entries: int | None = None,
-                **kwargs: Any) -> None:
+                host_code_read_only: bool = False, **kwargs: Any) -> None:
         from ..workspace.copy import CopyLimits
         from ..workspace.records import WorkspaceMode
 
         defaults = load_defaults(kwargs.get("workspace"))  # the config file's values; a flag given wins
         config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
                               runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency,
-                              entry_quota)
+                              entry_quota, host_code_read_only or bool(defaults.host_code_read_only))
         limits = CopyLimits()
         max_bytes = copy_max_bytes or defaults.copy_max_bytes
         if max_bytes is not None:
@@ -137,9 +142,11 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
 
 def build_config(image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: Iterable[str], runtime: str | None,
                  user: str | None, egress: str | None = None, write_quota: str | None = None,
-                 start_concurrency: int | None = None, entry_quota: int | None = None) -> SandboxConfig:
+                 start_concurrency: int | None = None, entry_quota: int | None = None, host_code_read_only: bool = False) -> SandboxConfig:
     values: dict[str, Any] = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user,
                                                     start_concurrency=start_concurrency, entry_quota=entry_quota).items() if v is not None}
+    if host_code_read_only:
+        values["host_code_read_only"] = True
     if write_quota is not None:
         values["write_quota"] = parse_size(write_quota)
     extras = {}

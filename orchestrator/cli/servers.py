@@ -77,6 +77,7 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
     from ..sandbox.pool import SandboxPool
     from ..session import load_policies, with_policy_egress
     from ..state import new_id
+    from ..workspace import host_code
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
@@ -106,6 +107,10 @@ def acp(workspace: str | None, model_spec: str | None, base_url: str | None, api
                 raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, "the policy's workspace_access is copy-only: a warm pool's boxes "
                                                                    "mount the workspace itself; run without --pool")
             warm_config = config.model_copy(update={"workspace_read_only": access == Access.READ_ONLY})
+            # What the host runs or imports may not lie where its boxes write (workspace/host_code.py): refused, or mounted read-only.
+            decided = host_code.guard(ws, mode, warm_config, fixed_bind="a warm pool's boxes mount the workspace itself", instead="Run without --pool")
+            decided.raise_refusal()
+            warm_config = warm_config.model_copy(update={"read_only_entries": decided.read_only})
             warm = SandboxPool(ws, with_policy_egress(warm_config, egress), size=pool, on_event=_pool_progress)
         except OpenAgentsError as err:
             raise setup_error(err) from None

@@ -11,6 +11,7 @@ line naming the file, the key and what is allowed, never silently ignored:
     start_concurrency = 4    # sandbox starts this process runs at once; the rest wait in line
     copy_max_bytes = "4g"    # copy mode's size guard (default 2g of data, 200000 entries)
     copy_max_entries = 400000
+    host_code_read_only = true  # bind mode with oa-sandbox's own venv/clone in the workspace read-only in the box
 
     [[mcp_servers]]          # your own stdio MCP servers, started on the host for `run`
     name = "notes"
@@ -28,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ErrorType, OpenAgentsError
 from ..models.dialects import MODEL_FORMS
 from ..policy.ladder import FORBIDDEN_NAME, did_you_mean
-from ..policy.pins import config_path
+from ..state import config_path
 
 CONFIG_CAP = 64 * 1024
 
@@ -52,6 +53,8 @@ class UserConfig(BaseModel):
     context_window: int | None = Field(default=None, ge=256)
     copy_max_bytes: str | int | None = Field(default=None, description="Copy mode's size guard: most data, e.g. 4g (default 2g).")
     copy_max_entries: int | None = Field(default=None, ge=1, description="Copy mode's size guard: most entries (default 200000).")
+    host_code_read_only: bool | None = Field(default=None, description="Bind mode on a workspace holding what oa-sandbox itself runs or "
+                                                                       "imports, with those entries read-only in the box (--host-code-read-only).")
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
                                              description="Your stdio MCP servers for `run`, started on the host: [[mcp_servers]] name, command, args, env.")
 

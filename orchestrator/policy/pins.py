@@ -28,16 +28,11 @@ from .. import state
 from ..boxfs.atomic import write_atomic
 from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
+from ..state import config_path
 from ..workspace.records import Pin, SessionRecord
 from .ladder import POLICY_CAP, PolicyFile, Tier, parse_policy
 
 PINS_DIR = "pins"
-
-
-def config_path() -> Path:
-    """The user's config file: $XDG_CONFIG_HOME/openagents-sandbox/config.toml (~/.config/... without it)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "openagents-sandbox" / "config.toml"
 
 
 @dataclass

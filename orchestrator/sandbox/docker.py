@@ -169,6 +169,8 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
     options = docker_options(config)
     box_mounts = [mounts.workspace(workspace, WORKSPACE_IN_BOX, config.workspace_read_only)]
     box_mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir, top=not config.workspace_read_only)
+    if not config.workspace_read_only:  # the host's own code in the workspace (--host-code-read-only)
+        box_mounts += mounts.host_code(workspace, config.read_only_entries, WORKSPACE_IN_BOX)
     settings: dict[str, Any] = {
         "image": options.image,
         "user": user,
@@ -375,7 +377,7 @@ class DockerDeployment:
             choice = choose_runtime(asked, self.config.egress is not None, self.client)
         except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
-        repositories = len(self.spec.baseline.git_entries)
+        repositories = len(self.spec.baseline.git_entries) + len(self.config.read_only_entries)  # each a mount
         if choice.gvisor and repositories > MAX_GIT_MOUNTS_GVISOR:
             if asked is not None:
                 raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {asked}: the workspace holds {repositories} repositories, "

@@ -31,9 +31,22 @@ SYSTEM_BUNDLES = ("/usr/lib/ssl/cert.pem", "/etc/ssl/certs/ca-certificates.crt")
 OPENSSL_TIMEOUT_S = 30
 
 
+# Where `openssl` is looked for: the system's own directories, never the user's PATH, which may name a
+# directory the box writes (an activated virtualenv in the workspace, direnv's PATH_add): a program
+# planted there would run on the host at the next session with a credential rule (issue 49).
+OPENSSL_DIRS = "/usr/local/bin:/usr/bin:/bin"
+
+
+def openssl_program() -> str:
+    found = shutil.which("openssl", path=OPENSSL_DIRS)
+    if found is None:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"credential injection needs the `openssl` command on the host (in {OPENSSL_DIRS})")
+    return found
+
+
 def _openssl(*args: str, cwd: Path) -> None:
     try:
-        subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S)
+        subprocess.run([openssl_program(), *args], cwd=cwd, check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S)
     except FileNotFoundError:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, "credential injection needs the `openssl` command on the host") from None
     except subprocess.SubprocessError as err:

@@ -13,9 +13,12 @@ box (reaper.remove_container); the volume holds no data, only where the daemon b
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from docker.types import DriverConfig, Mount
+
+from ..errors import ErrorType, OpenAgentsError
 
 
 def workspace(source: Path | str, target: str, read_only_: bool = False) -> Mount:
@@ -33,3 +36,23 @@ def read_only(source: Path | str, target: str) -> Mount:
         return Mount(target=target, source=None, type="volume", no_copy=True,
                      driver_config=DriverConfig("local", {"type": "none", "o": "bind,ro", "device": str(source)}))
     return Mount(target=target, source=str(source), type="bind", read_only=True)
+
+
+def host_code(workspace: Path, names: list[str], target: str) -> list[Mount]:
+    """The workspace's top-level entries that hold what the host itself runs or imports, read-only
+    at `target`/NAME (workspace/host_code.py, --host-code-read-only). Each must still be a directory
+    or a file of its own: one that is a link now (a box of another session re-pointed it) is not
+    mounted through, and the box does not start."""
+    out = []
+    for name in names:
+        try:
+            mode = os.lstat(workspace / name).st_mode
+        except OSError as err:
+            mode, why = 0, err.strerror or "cannot be looked at"
+        else:
+            why = "a link now" if stat.S_ISLNK(mode) else "neither a directory nor a file now"
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the host's own code at {name!r} in the workspace is {why}: not mounted "
+                                                            "read-only, the sandbox is not started")
+        out.append(read_only(workspace / name, f"{target}/{name}"))
+    return out

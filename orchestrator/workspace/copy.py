@@ -163,6 +163,7 @@ class CopyManifest(BaseModel):
     real_gid: int
     entries: dict[str, ManifestEntry] = Field(default_factory=dict)  # to_store(path) -> stamps
     left_out: dict[str, str] = Field(default_factory=dict)  # to_store(path) -> why it was not copied
+    host_code: list[str] = Field(default_factory=list)  # to_store paths the host ran or imported from at the start: never landed (host_code.py)
     took_s: float = 0.0
     _groups: dict[int, int] | None = PrivateAttr(default=None)
 

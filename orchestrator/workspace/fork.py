@@ -282,7 +282,7 @@ def _fork_manifest(parent: CopyManifest, copied: CopyManifest, dest: Path, uid: 
     the parent's box changed is a change of the fork's too), with the fork's own inode for an entry
     the parent's box left as it was (so hard-link groups of the real tree stay groups)."""
     out = CopyManifest(real=parent.real, copy_dir=str(dest), uid=uid, gid=gid, real_uid=parent.real_uid, real_gid=parent.real_gid,
-                       left_out=dict(parent.left_out), took_s=copied.took_s)
+                       left_out=dict(parent.left_out), took_s=copied.took_s, host_code=list(parent.host_code))
     for key, entry in parent.entries.items():
         got = copied.entries.get(key)
         if got is not None and entry.copy.same_as(got.real):

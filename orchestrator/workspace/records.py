@@ -460,11 +460,12 @@ def parse_duration(text: str) -> float:
 
 
 def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run",
-            limits: CopyLimits | None = None) -> tuple[SessionRecord, Path | None]:
+            limits: CopyLimits | None = None, host_code: list[str] | None = None) -> tuple[SessionRecord, Path | None]:
     """A record for a new session and, in copy mode, its copy (taken now, before any box exists).
     Returns the record and the .git to mount read-only over the copy (None in bind mode).
     In copy mode the workspace is measured first: over `limits` it is refused (WorkspaceTooLarge)
-    before any record or copy is made."""
+    before any record or copy is made. `host_code`: the workspace paths the host runs or imports
+    from (workspace/host_code.py), kept in the manifest: no apply of this copy changes them."""
     from .copy import CopyLimits, WorkspaceTooLarge, copy_workspace, measure_workspace
 
     mode, box_user = resolve_mode(real, mode, user)
@@ -489,6 +490,7 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
         record.status, record.reason = "failed", f"the workspace could not be copied: {err}"
         record.save()
         raise
+    manifest.host_code = list(host_code or [])
     manifest.save(record.manifest_path)
     return record, real / ".git"
 

@@ -15,6 +15,7 @@ from typing import Literal
 
 from ...boxfs import BoxDir, HostBudget, open_dir, to_store
 from ..copy import COPY_MAX_DEPTH, CopyManifest, ManifestEntry, Stamp
+from ..host_code import keep_out
 from ..integrity import special_name
 from .nofollow import _locate, _open_dir, _open_file, _readlink, _Where
 from .report import ApplyReport, Conflict, LeftOut
@@ -75,6 +76,8 @@ class _Planner:
         self.m = manifest
         self.report = ApplyReport()
         self.budget = budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH)
+        # What the host runs or imports from the workspace (host_code.py): now, and as the session's start recorded it.
+        self.host_code = keep_out(manifest.real, manifest.host_code)
         self.real_fd = open_dir(manifest.real)
         try:
             self.copy_fd = open_dir(manifest.copy_dir)
@@ -97,6 +100,10 @@ class _Planner:
     def decide(self, change: Change) -> _Act | None:
         entry = self.m.entries.get(change.path)
         after = change.after
+        held = self._host_code(change.path)
+        if held is not None:
+            self.leave(change.path, held)
+            return None
         if after is None:
             return _Act(change.path, "delete", change, entry)
         if _TEMP_RE.match(change.path.rpartition("/")[2]):
@@ -130,6 +137,14 @@ class _Planner:
             self.leave(change.path, "a symlink target that is not a plain path")
             return None
         return _Act(change.path, "symlink", change, entry, target=target)
+
+    def _host_code(self, rel: str) -> str | None:
+        """Why a change at `rel` is never carried, when it lies at, under or above a path the host
+        runs or imports from (a .pth in its venv, its entry script, its editable clone, its config)."""
+        for path, what in self.host_code.items():
+            if rel == path or rel.startswith(path + "/") or path.startswith(rel + "/") or not path:
+                return f"the host runs or imports from {shown(path) if path else 'the workspace itself'} ({what}): never carried"
+        return None
 
     def _makes_repository(self, rel: str) -> bool:
         """Whether the directory of `rel` would be a git directory to the user's git (a bare
