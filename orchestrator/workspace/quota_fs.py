@@ -18,11 +18,12 @@ start (sandbox/base.py) the ballast is sized so that the box may write `write_qu
 of a 64 GiB sparse image 60 ms, mount 10 ms, unmount 4 ms; the image costs the host under 5 MiB
 until written.
 
-The loop device is attached with autoclear: it goes with the last unmount (discard, prune), or with
-this process if it dies before the mount; the mounts outlive a session, as a fork's overlay does
-(a copy is reviewed, applied or resumed later), and a later command mounts them again after a reboot
-(`ensure_mounted`, from records.open_own_record). No program is looked up on the user's PATH: mkfs
-is taken from the system's directories only.
+The loop device is attached with autoclear: it goes with the last unmount, or with this process if
+it dies before the mount. The mounts outlive the process, as a fork's overlay does: a copy is
+reviewed, applied or resumed later, by other commands. `discard` and `sessions prune` unmount them
+(and so free the loop device); after a reboot the next command that needs the copy (`changes`,
+`apply`, `run --resume`, `fork`) mounts it again (`ensure_mounted`, from records.open_own_record).
+An image is never mounted twice: a loop device already on it is a typed refusal. No program is looked up on the user's PATH: mkfs is taken from the system's directories only.
 """
 from __future__ import annotations
 
@@ -118,7 +119,7 @@ def _mkfs(image: Path, inodes: int) -> None:
     if tool is None:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"no mkfs.ext4 in {SYSTEM_PATH}")
     args = [tool, "-q", "-F", "-b", str(BLOCK), "-m", "0", "-N", str(inodes), "-J", f"size={JOURNAL_MB}", "-L", "oa-quota",
-            "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", str(image)]
+            "-O", "^resize_inode", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", str(image)]
     try:
         done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, timeout=MKFS_TIMEOUT_S, check=False,
                               env={"PATH": SYSTEM_PATH, "LC_ALL": "C"})
@@ -172,9 +173,24 @@ def _configure_old(loop: int, backing: int, image: Path) -> None:
         raise
 
 
+def _in_use(image: Path) -> bool:
+    """Whether a loop device is already attached to `image` (a mount this process cannot see, or one
+    detached while busy): mounting it again would be two file systems writing one image."""
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text(encoding="utf-8", errors="replace").strip() == str(image):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _mount(image: Path, target: Path) -> None:
     import ctypes
 
+    if _in_use(image):
+        raise OpenAgentsError(ErrorType.IO_ERROR, f"{image} is still attached to a loop device that is not mounted at {target} "
+                                                  "(a box or a process may still use it): end it, then try again")
     try:
         loop, device = _attach(image)
     except OSError as err:
