@@ -67,6 +67,8 @@ def fork_mode(request, monkeypatch) -> str:
     if request.param == "overlay" and unusable():
         pytest.skip(f"overlay forks: {unusable()}")
     monkeypatch.setenv("OA_FORK_COW", "copy" if request.param == "copy" else "auto")
+    if request.param == "overlay":  # the parent's copy a plain directory: one on a file system of its own (quota_fs) forks as data copies
+        monkeypatch.setenv("OA_WRITE_QUOTA_FS", "watch")
     return str(request.param)
 
 

@@ -119,12 +119,9 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
     except OverlayError:
         _drop_layer(tree.parent)
         return None
-    try:
-        cow_dir(parent)
-    except (OSError, OpenAgentsError):
-        _drop_cow_dir(parent)
-        _drop_layer(tree.parent)
-        return None
+    # A plain directory, not a file system of its own (cow_dir): its upper becomes a layer by a rename
+    # when the parent is forked again, so the parent's later runs have the watched quota only.
+    os.mkdir(cow, 0o700)
     os.mkdir(layers.upper, 0o700)
     os.mkdir(layers.work, 0o700)
     parent.cow = layers
