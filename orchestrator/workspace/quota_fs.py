@@ -41,6 +41,7 @@ from typing import Any, Callable, TypeVar
 from pydantic import BaseModel
 
 from .. import state
+from ..boxfs.private import open_private, open_private_dir
 from ..errors import ErrorType, OpenAgentsError
 from .overlay import _libc, cannot_mount, is_mounted, mount_lock, unmount
 
@@ -102,7 +103,7 @@ def create(image: Path, mount: Path, size: int, inodes: int) -> None:
     """A fresh ext4 file system of `size` bytes in the new sparse file `image`, mounted at `mount`
     (made here, empty); an OpenAgentsError (IO_ERROR) if anything refuses, and nothing left mounted."""
     try:
-        fd = os.open(image, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = open_private(image, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             os.ftruncate(fd, size)
         finally:
@@ -137,7 +138,7 @@ def _info64(flags: int, name: bytes) -> bytes:
 def _attach(image: Path) -> tuple[int, str]:
     """A free loop device on `image`, with autoclear (it goes with its last user): (its open fd, its path)."""
     ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
-    backing = os.open(image, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    backing = open_private(image, os.O_RDWR | os.O_CLOEXEC)
     try:
         for _ in range(32):  # another process may take the free device first
             number = fcntl.ioctl(ctl, LOOP_CTL_GET_FREE)
@@ -318,7 +319,7 @@ def _resize_offline(image: Path, extra: int) -> None:
     tool = shutil.which("resize2fs", path=SYSTEM_PATH)
     if tool is None:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"no resize2fs in {SYSTEM_PATH}: the write quota's file system {image} cannot grow")
-    fd = os.open(image, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    fd = open_private(image, os.O_RDWR | os.O_CLOEXEC)
     try:
         size = (os.fstat(fd).st_size + extra + (1 << 20) - 1) >> 20 << 20
         os.ftruncate(fd, size)
@@ -372,7 +373,7 @@ def set_headroom(mount: Path, free: int) -> None:
     """Size the ballast so that the file system at `mount` has `free` bytes free for the box (grown
     online when it has not that much room). OpenAgentsError (IO_ERROR) if it cannot."""
     try:
-        fd = os.open(mount / "ballast", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fd = open_private(mount / "ballast", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as err:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"could not set the write quota on {mount}: {err}") from None
     try:
@@ -415,7 +416,7 @@ def _grow(mount: Path, extra: int) -> None:
         name = next((line.split("=", 1)[1].strip() for line in fh if line.startswith("DEVNAME=")), "")
     if not name.startswith("loop") or "/" in name:
         raise OSError(errno.EINVAL, f"{mount}'s device is not a loop device")
-    fd = os.open(image, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    fd = open_private(image, os.O_RDWR | os.O_CLOEXEC)
     try:
         size = (os.fstat(fd).st_size + extra + (1 << 20) - 1) >> 20 << 20
         os.ftruncate(fd, size)
@@ -426,7 +427,7 @@ def _grow(mount: Path, extra: int) -> None:
         fcntl.ioctl(loop, LOOP_SET_CAPACITY, 0)
     finally:
         os.close(loop)
-    top = os.open(mount, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    top = open_private_dir(mount)
     try:
         fcntl.ioctl(top, EXT4_IOC_RESIZE_FS, struct.pack("=Q", size // BLOCK))
     finally:
