@@ -47,7 +47,7 @@ from .overlay import _libc, cannot_mount, is_mounted, mount_lock, unmount
 
 __all__ = ["SLACK", "QuotaFs", "capacity", "copy_into", "create", "enforced_at", "ensure_mounted", "fit", "quarantine_for", "set_headroom", "unmount_all", "unusable"]
 
-SLACK = 1 << 20  # free space above the quota: the watcher stops a session past the quota before the box meets ENOSPC
+SLACK = 4 << 20  # free space above the quota: the watcher stops a session past the quota before the box meets ENOSPC (ext4 may refuse a write a little before it is full)
 BLOCK = 4096
 JOURNAL_MB = 16  # the journal is written in a ring: what the image costs the host beyond the data
 GROW_STEP = 256 << 20  # a growth adds at least this much (it is sparse: free until written)

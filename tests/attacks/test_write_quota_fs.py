@@ -116,7 +116,7 @@ def test_a_session_opened_closed_resumed_applied_and_discarded_leaves_no_mount_o
     assert proc.returncode == 0, proc.stderr
     session = json.loads(proc.stdout)["session_id"]
     free_kib = int(shell_results(transcript)[-1]["output"].split()[-3])
-    assert 64 << 10 <= free_kib <= (64 << 10) + 2048, f"{free_kib} KiB free for a 64 MiB quota"
+    assert 64 << 10 <= free_kib <= (64 << 10) + 4096 + 1024, f"{free_kib} KiB free for a 64 MiB quota (and 4 MiB of slack)"
     sdir = state / "openagents-sandbox" / "sessions" / session
     assert _loops_and_mounts(state)[0], "the copy lies on a loop device"
     unmount(sdir / "copy")  # as a reboot leaves it: the image only
