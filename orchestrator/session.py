@@ -36,7 +36,7 @@ from .tools import catalog
 from .tools.registry import HostTools, RegistryConfig, ToolRegistry
 from .transcript import Redactor, Transcript
 from .transcript.resume import Rebuilt, rebuild, resumable
-from .workspace import host_code
+from .workspace import host_code, quota_fs
 from .workspace import records as records_
 from .workspace.checkpoints import CheckpointStore
 from .workspace.context_files import ContextFiles
@@ -255,11 +255,12 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         rebuilt = None
         if resume is not None:
             record, git_dir = resume, (workspace / ".git" if resume.mode == WorkspaceMode.COPY else None)
+            quota_fs.fit(record, config.write_quota + quota_fs.SLACK)  # room for this run's quota on the copy's own file system
             rebuilt = rebuild(record.transcript or "")  # bounded, typed (resume.py), before the record says running
             _mark_resumed(record)
         else:
             record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits,
-                                      host_code=keep_out)
+                                      host_code=keep_out, write_quota=config.write_quota + quota_fs.SLACK)
             record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
     except BaseException:
         if lock is not None:

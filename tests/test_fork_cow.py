@@ -234,13 +234,14 @@ def test_a_box_left_running_on_the_parents_copy_refuses_the_freeze(tmp_path, mon
 
 def test_where_nobody_can_tell_whether_a_box_holds_the_copy_the_forks_are_data_copies(tmp_path, monkeypatch):
     from orchestrator.workspace.fork import fork_session
+    from orchestrator.workspace.overlay import mounts_under
     from orchestrator.workspace.records import open_own_record
 
     sid = _parent(tmp_path, monkeypatch)
     for unknown in (None, lambda path: None):  # no check given; a daemon that did not answer
         (fork,) = fork_session(sid, 1, box_on_copy=unknown)
         assert fork.cow is None and open_own_record(sid).cow is None
-        assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n" and not os.path.ismount(fork.box_workspace)
+        assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n" and not mounts_under(Path(fork.box_workspace))  # no overlay
 
 
 def test_layers_are_kept_while_a_record_cannot_be_read(tmp_path, monkeypatch):

@@ -118,7 +118,8 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     rows = [
         ("workspace mode", mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else "")),
         ("workspace", f"{where}{ws} -> /workspace (read-write); {git}"),
-        ("write quota", f"{config.write_quota >> 20} MiB of growth per session; integrity sweep at the end and on every replacement"),
+        ("write quota", f"{config.write_quota >> 20} MiB of growth per session, {_quota_enforced(mode.value)}; "
+                        "integrity sweep at the end and on every replacement"),
         ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"
                     f"{f'; {len(config.egress.rules)} rules' if config.egress.rules else ''}"
                     f"{f'; credentials injected for {sorted({c.host for c in config.egress.credentials})}' if config.egress.credentials else ''}"),
@@ -161,6 +162,19 @@ def gc(all_: bool) -> None:
     except OpenAgentsError as err:
         raise setup_error(err) from None
     click.echo(f"removed {removed} sandbox container{'s' if removed != 1 else ''}")
+
+
+def _quota_enforced(mode: str) -> str:
+    """Whether the file system stops the box at the write quota here (workspace/quota_fs.py), or the host only watches it."""
+    from ..workspace.quota_fs import unusable
+
+    why = unusable()
+    if why is None and mode == "copy":
+        return "enforced: the copy lies on a file system of its own that stops writes at the quota (ENOSPC)"
+    watched = "watched: measured every 0.1 s, the session stopped past it (the box may write more in between)"
+    if why is None:
+        return f"{watched}; bind mode writes to your own workspace, which no file system of ours limits (copy mode enforces it)"
+    return f"{watched}; not enforced by a file system: {why}"
 
 
 def _forks_made_by() -> str:

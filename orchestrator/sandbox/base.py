@@ -25,6 +25,7 @@ from ..config import EgressRule, SandboxConfig, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_meta
 from ..tools.catalog import box_rule
+from ..workspace import quota_fs
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
 from ..workspace.overlay import fork_upper
 from ..workspace.quota import WriteQuota
@@ -185,7 +186,8 @@ class SupervisedSandbox:
         self.state_dir = state_dir or state.sandbox_state_dir(self.workspace, self.id)
         self.git_dir = git_dir
         self.baseline = baseline or sweep_journal.capture_baseline(self.workspace)
-        self.sweeper = Sweeper(self.workspace, self.baseline, self.state_dir / "quarantine",
+        # A copy on a size-limited file system (quota_fs): the quarantine lies in it, so moving out stays a rename.
+        self.sweeper = Sweeper(self.workspace, self.baseline, quota_fs.quarantine_for(self.workspace) or self.state_dir / "quarantine",
                                placeholder_mountpoint=git_dir is not None and ".git" not in self.baseline.git_entries)  # docker.git_mounts
         self.on_sweep: Callable[[SweepReport], None] | None = None
         self.on_start_queue: Callable[[StartQueued], None] | None = None
@@ -232,9 +234,13 @@ class SupervisedSandbox:
                                       f"{err.strerror}") from None
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
+            dedicated = quota_fs.enforced_at(self.workspace)
+            if dedicated is not None:  # the file system stops the box at the quota (ENOSPC); the watcher stops the session past it
+                quota_fs.set_headroom(dedicated, self.config.write_quota + quota_fs.SLACK)
             self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes,
                                     entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget,
-                                    layer=fork_upper(self.workspace))  # a fork's overlay: the disk it uses counts
+                                    layer=fork_upper(self.workspace) if dedicated is None else None,  # a fork's overlay: the disk it uses counts
+                                    dedicated=dedicated)
         self.quota.start()
         first = not self._ever_started
         try:

@@ -31,7 +31,9 @@ from pathlib import Path
 
 from .. import state
 from ..boxfs import BudgetExceeded, HostBudget, Walk
+from ..config import SandboxConfig
 from ..errors import OpenAgentsError
+from . import quota_fs
 from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, like_root, make_inert, mount, mount_lock, unmount, unusable
 from .records import SessionRecord, remove_entry
 
@@ -46,10 +48,12 @@ def fork_layers(parent: SessionRecord) -> list[str] | None:
         return None
     with mount_lock(parent.dir):  # no other process mounts the parent's copy while it is frozen
         if parent.cow is None:
+            if parent.quota_fs is not None:  # its copy lies on a file system of its own: no rename takes it into a layer
+                return None
             return _freeze_copy(parent)
         if _empty(Path(parent.cow.upper)):
             return list(parent.cow.lowers)
-        if len(parent.cow.lowers) + 1 > MAX_LAYERS:
+        if len(parent.cow.lowers) + 1 > MAX_LAYERS or parent.quota_fs is not None:  # (an upper on its own file system, likewise)
             return None
         return _freeze_upper(parent)
 
@@ -58,7 +62,7 @@ def make_fork_copy(record: SessionRecord, lowers: list[str]) -> None:
     """The fork's copy: its own upper and work directory, and the overlay of `lowers` mounted at
     its `copy/` (saved in its record first, so a later process can mount it again)."""
     cow = record.dir / "cow"
-    os.mkdir(cow, 0o700)
+    cow_dir(record)
     layers = Layers(lowers=lowers, upper=str(cow / "upper"), work=str(cow / "work"))
     os.mkdir(layers.upper, 0o700)
     os.mkdir(layers.work, 0o700)
@@ -68,6 +72,30 @@ def make_fork_copy(record: SessionRecord, lowers: list[str]) -> None:
     record.cow = layers
     record.save()
     mount(layers, target)
+
+
+def cow_dir(record: SessionRecord) -> None:
+    """The session's `cow/`, where its overlay's upper and work directories go: where the host may
+    mount, a size-limited file system of its own (quota_fs: the write quota stops the box there),
+    with room for the default quota until a box starts on it and sets its own."""
+    cow = record.dir / "cow"
+    if quota_fs.unusable() is not None:
+        os.mkdir(cow, 0o700)
+        return
+    record.quota_fs = quota_fs.QuotaFs(image=str(record.dir / "cow.img"), mount=str(cow))
+    record.save()
+    size, inodes = quota_fs.image_size(0, 0, SandboxConfig.model_fields["write_quota"].default)
+    quota_fs.create(Path(record.quota_fs.image), cow, size, inodes)
+
+
+def _drop_cow_dir(record: SessionRecord) -> None:
+    """cow/ (and its file system) gone again: a freeze undone."""
+    unmount(record.dir / "cow")
+    if record.quota_fs is not None:
+        record.quota_fs = None
+        record.save()
+    remove_entry(record.dir, "cow")
+    remove_entry(record.dir, "cow.img")
 
 
 def _new_layer(source: Path) -> Path:
@@ -91,6 +119,8 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
     except OverlayError:
         _drop_layer(tree.parent)
         return None
+    # A plain directory, not a file system of its own (cow_dir): its upper becomes a layer by a rename
+    # when the parent is forked again, so the parent's later runs have the watched quota only.
     os.mkdir(cow, 0o700)
     os.mkdir(layers.upper, 0o700)
     os.mkdir(layers.work, 0o700)
@@ -110,7 +140,7 @@ def _freeze_copy(parent: SessionRecord) -> list[str] | None:
             os.rename(tree, target)
         parent.drop_cow()
         parent.save()
-        remove_entry(parent.dir, "cow")
+        _drop_cow_dir(parent)
         _drop_layer(tree.parent)
         return None
     return [str(tree)]

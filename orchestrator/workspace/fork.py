@@ -171,7 +171,7 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | 
             _same_manifest(parent.manifest_path, record.manifest_path, dest)
         else:
             assert manifest is not None
-            copied = copy_workspace(Path(parent.box_workspace), dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+            copied = _data_copy(parent, record, dest, uid, gid, limits)
             _fork_manifest(manifest, copied, dest, uid, gid).save(record.manifest_path)
         me = os.getuid(), os.getgid()
         for name in ("pins", "checkpoints.git"):  # host-written, copied (a store's objects linked): no link followed
@@ -197,6 +197,29 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | 
         _failed(record, str(err))
         raise
     return record
+
+
+def _data_copy(parent: SessionRecord, record: SessionRecord, dest: Path, uid: int, gid: int, limits: CopyLimits) -> CopyManifest:
+    """The parent's copy copied for a fork: where the host may mount, onto a size-limited file
+    system of the fork's own (quota_fs), with room for the default quota until a box sets its own."""
+    from ..config import SandboxConfig
+    from . import quota_fs
+
+    source = Path(parent.box_workspace)
+    if quota_fs.unusable() is not None:
+        return copy_workspace(source, dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
+    if parent.quota_fs is not None and parent.quota_fs.tree is not None:  # its own file system holds it alone (and the ballast)
+        st = os.statvfs(parent.quota_fs.mount)
+        ballast = Path(parent.quota_fs.mount) / "ballast"
+        held = ballast.lstat().st_blocks * 512 if ballast.is_file() else 0
+        data, entries = (st.f_blocks - st.f_bfree) * st.f_frsize - held, st.f_files - st.f_ffree
+    else:
+        from .copy import measure_workspace
+
+        size = measure_workspace(source, CopyLimits(max_bytes=1 << 62, max_entries=1 << 40))
+        data, entries = size.bytes, size.entries
+    return quota_fs.copy_into(record, SandboxConfig.model_fields["write_quota"].default, data, entries,
+                              lambda tree: copy_workspace(source, tree, uid, gid, budget=limits.copy_budget(), reflinks=False))
 
 
 def _clones(directory: Path) -> bool:

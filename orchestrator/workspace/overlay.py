@@ -46,7 +46,7 @@ MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 _CAP_SYS_ADMIN = 21
 
-__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "like_root", "mount", "mount_lock",
+__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "cannot_mount", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "like_root", "mount", "mount_lock",
            "mounted_lowers", "mounts_under", "unmount", "unusable"]
 FREEZE_BUDGET_S = 300.0
 INERT = "inert"  # in a layer's directory beside its tree: the tree was made inert (cow._inert) and may be stood on
@@ -102,6 +102,13 @@ def unusable() -> str | None:
     choice = os.environ.get("OA_FORK_COW", "auto").strip().lower()
     if choice == "copy":
         return "OA_FORK_COW=copy"
+    return cannot_mount()
+
+
+def cannot_mount() -> str | None:
+    """Why this host process may not make mounts the Docker daemon sees (None: it may): it needs
+    CAP_SYS_ADMIN outside any user namespace. Overlay forks and the write quota's file systems
+    (workspace/quota_fs.py) both ask this."""
     if not os.path.exists("/proc/self/status"):
         return "not Linux"
     try:

@@ -16,6 +16,11 @@ A fork's copy-on-write copy (workspace/cow.py) grows on disk in its upper layer,
 merged view says: a one-byte change to a 100 MB file costs 100 MB (copied up), a deleted file
 costs an entry (a whiteout). So for one the quota counts the upper (`layer`): the disk the fork
 uses counts against it. It is only counted (blocks and entries, by a boxfs walk), never read.
+
+Where the box's writes land on a file system of their own (workspace/quota_fs.py: a copy session
+on a host that may mount), that file system stops them at the quota (ENOSPC): the bound is hard.
+The watcher then measures that file system alone (`dedicated`): its used blocks and inodes are the
+session's growth, with no walk, and a session past its quota stops as before.
 """
 from __future__ import annotations
 
@@ -75,11 +80,12 @@ def _fs_used(path: Path) -> tuple[int, int]:
 class WriteQuota:
     def __init__(self, workspace: Path, limit: int, start_usage: int, skip: set[tuple[int, int]] | None = None,
                  on_exceeded: Callable[[], None] | None = None, entry_limit: int | None = DEFAULT_ENTRY_QUOTA, start_entries: int = 0,
-                 budget: HostBudget | None = None, layer: Path | None = None) -> None:
+                 budget: HostBudget | None = None, layer: Path | None = None, dedicated: Path | None = None) -> None:
         """`limit`: bytes of growth; `entry_limit`: new entries (files, directories, links), None for
         none; `start_usage`/`start_entries`: measured by the same rule (the baseline's walk);
         `budget`: bounds every measuring walk (the session's, when it has one); `layer`: the upper
-        of a copy-on-write copy, measured instead of the workspace (then from now)."""
+        of a copy-on-write copy, measured instead of the workspace (then from now); `dedicated`: a
+        file system that holds the box's writes alone (quota_fs), measured by statvfs (from now)."""
         self.workspace = workspace
         self.measured = layer or workspace
         self.limit = limit
@@ -96,7 +102,10 @@ class WriteQuota:
         self.entry_growth = 0
         self.unmeasured: str | None = None  # why the walk could not see all of the workspace (then it is over quota)
         self.exceeded = threading.Event()
-        used, inodes = _fs_used(workspace)
+        self.dedicated = dedicated
+        if dedicated is not None:
+            self.start_usage, self.start_entries = _fs_used(dedicated)
+        used, inodes = _fs_used(dedicated or workspace)
         self._trigger = used + limit
         self._inode_trigger = inodes + entry_limit if entry_limit is not None and inodes else None
         self._stop = threading.Event()
@@ -125,6 +134,8 @@ class WriteQuota:
         """Measure now; True when a quota is passed (then also kill, once)."""
         if self.exceeded.is_set():
             return True
+        if self.dedicated is not None:
+            return self._check_dedicated(self.dedicated)
         usage = measure(self.measured, self.skip, self._walk_budget())
         self.growth = usage.allocated - self.start_usage
         self.entry_growth = usage.entries - self.start_entries
@@ -150,11 +161,24 @@ class WriteQuota:
             self._inode_trigger = inodes + (self.entry_limit - self.entry_growth)
         return False
 
+    def _check_dedicated(self, fs: Path) -> bool:
+        used, inodes = _fs_used(fs)
+        self.growth, self.entry_growth = used - self.start_usage, inodes - self.start_entries
+        if self.growth > self.limit or (self.entry_limit is not None and self.entry_growth > self.entry_limit):
+            self.exceeded.set()
+            if self.on_exceeded:
+                self.on_exceeded()
+            return True
+        self._trigger = used + (self.limit - self.growth)
+        if self._inode_trigger is not None and self.entry_limit is not None:
+            self._inode_trigger = inodes + (self.entry_limit - self.entry_growth)
+        return False
+
     def poll(self) -> bool:
         """The cheap test (one statvfs); measures only when the file system grew past a headroom."""
         try:
             if not self.exceeded.is_set():
-                used, inodes = _fs_used(self.workspace)
+                used, inodes = _fs_used(self.dedicated or self.workspace)
                 if used >= self._trigger or (self._inode_trigger is not None and inodes >= self._inode_trigger):
                     self.check()
         except OSError:

@@ -4,6 +4,7 @@
         session.json        this record
         transcript.jsonl    unless --transcript put it elsewhere
         copy/               copy mode: the box's workspace
+        quota.img, quota/   copy mode where the host may mount: the size-limited file system the copy lies on (quota_fs.py)
         manifest.json       copy mode: how every entry looked when the copy was taken
         checkpoints.git/    the shadow object store of the checkpoints
         quarantine/         what the integrity sweep moved out
@@ -43,7 +44,9 @@ from .. import state
 from ..boxfs.atomic import write_atomic
 from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
+from . import quota_fs
 from .overlay import Layers, ensure_mounted, is_mounted, layers_root, mounted_lowers, unmount
+from .quota_fs import QuotaFs
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
@@ -119,6 +122,7 @@ class SessionRecord(BaseModel):
     forked_from: str | None = None  # the session this one was forked from (workspace/fork.py)
     forked_turn: int | None = None  # the parent's checkpoint turn it was forked at (None: its latest state)
     cow: Layers | None = None  # its copy is a copy-on-write overlay (workspace/cow.py): how to mount it again
+    quota_fs: QuotaFs | None = None  # its copy (or its overlay's upper) lies on a size-limited file system (quota_fs.py)
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
     _cow_dropped: bool = PrivateAttr(default=False)  # drop_cow() was called: save() writes no layers
@@ -264,8 +268,11 @@ def open_own_record(session_id: str, mount: bool = True) -> SessionRecord:
     record = read_record(sessions_root() / session_id, session_id)
     if record.owner != os.getuid():
         raise NotOwnRecord(session_id, record.owner)
-    if mount and record.cow is not None and not record.discarded and record.mode == WorkspaceMode.COPY:
-        ensure_mounted(record.cow, Path(record.box_workspace), record.id, record.user)
+    if mount and not record.discarded and record.mode == WorkspaceMode.COPY:
+        if record.quota_fs is not None:  # first: a fork's upper lies in it
+            quota_fs.ensure_mounted(record.quota_fs, Path(record.box_workspace), record.id)
+        if record.cow is not None:
+            ensure_mounted(record.cow, Path(record.box_workspace), record.id, record.user)
     return record
 
 
@@ -382,7 +389,8 @@ def discard_state(record: SessionRecord) -> None:
     other session stands on goes after."""
     copy = Path(record.box_workspace)
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
-        unmount(copy)  # a fork's overlay (the record may be an older object of it: the mount says)
+        unmount(copy)  # a fork's overlay, or a bind (the record may be an older object of it: the mount says)
+    _unmount_quota_fs(record)
     if record.mode == WorkspaceMode.COPY and copy.parent == record.dir:
         remove_entry(record.dir, copy.name)
     for name in sorted(os.listdir(record.dir)):
@@ -394,6 +402,14 @@ def discard_state(record: SessionRecord) -> None:
     record.save()
     if record.cow is not None:  # (save() took it from the file if this object was older than a freeze)
         remove_unused_layers()
+
+
+def _unmount_quota_fs(record: SessionRecord) -> None:
+    """The session's size-limited file systems unmounted (their loop devices go with them) before
+    its directory is removed: a walk must never remove a mounted file system's files one by one."""
+    for name in ("quota", "cow"):
+        if is_mounted(record.dir / name):
+            unmount(record.dir / name)
 
 
 LAYER_GRACE_S = 30.0  # a layer younger than this is kept: a fork may be making it, its record not yet saved
@@ -441,6 +457,7 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None,
         copy = Path(record.box_workspace)
         if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
             unmount(copy)
+        _unmount_quota_fs(record)
         remove_entry(record.dir.parent, record.id)
         removed.append((record, size))
     remove_unused_layers()
@@ -460,13 +477,16 @@ def parse_duration(text: str) -> float:
 
 
 def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run",
-            limits: CopyLimits | None = None, host_code: list[str] | None = None) -> tuple[SessionRecord, Path | None]:
+            limits: CopyLimits | None = None, host_code: list[str] | None = None,
+            write_quota: int | None = None) -> tuple[SessionRecord, Path | None]:
     """A record for a new session and, in copy mode, its copy (taken now, before any box exists).
     Returns the record and the .git to mount read-only over the copy (None in bind mode).
     In copy mode the workspace is measured first: over `limits` it is refused (WorkspaceTooLarge)
     before any record or copy is made. `host_code`: the workspace paths the host runs or imports
-    from (workspace/host_code.py), kept in the manifest: no apply of this copy changes them."""
-    from .copy import CopyLimits, WorkspaceTooLarge, copy_workspace, measure_workspace
+    from (workspace/host_code.py), kept in the manifest: no apply of this copy changes them.
+    `write_quota`: a box will write in the copy, so where the host may mount the copy is made on a
+    file system of its own with that much room (quota_fs.py)."""
+    from .copy import CopyLimits, CopyManifest, WorkspaceTooLarge, copy_workspace, measure_workspace
 
     mode, box_user = resolve_mode(real, mode, user)
     size = None
@@ -480,8 +500,14 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
         return record, None
     uid, gid = (int(x) for x in box_user.split(":", 1))
     try:
-        manifest = copy_workspace(real, Path(record.box_workspace), uid, gid, budget=limits.copy_budget(), progress=limits.progress,
-                                  total_entries=size.entries)
+        def copy(dest: Path) -> CopyManifest:
+            assert limits is not None and size is not None
+            return copy_workspace(real, dest, uid, gid, budget=limits.copy_budget(), progress=limits.progress, total_entries=size.entries)
+
+        if write_quota is not None and quota_fs.unusable() is None:
+            manifest = quota_fs.copy_into(record, write_quota, size.bytes, size.entries, copy)
+        else:
+            manifest = copy(Path(record.box_workspace))
     except OSError as err:
         record.status, record.reason = "failed", f"the workspace could not be copied: {err}"
         record.save()
