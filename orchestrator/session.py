@@ -23,10 +23,10 @@ from .loop import TurnLoop
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
-from .policy import pins
+from .policy import floors, pins
 from .policy.approvals import ApprovalGate, Approver
 from .policy.hook_spec import Collected
-from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyRule, Tier, access_of, parse_policy
+from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyFile, PolicyRule, Tier, access_of, parse_policy
 from .policy.pins import Source
 from .protocol import Executor
 from .sandbox.backend import backend_from_config
@@ -85,15 +85,19 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
     (policy/pins.py). `resumed`: the user's files come from what that session pinned at its start,
     and its pinned workspace policies apply beside today's. `sources` gets what was read (to pin).
     `hooks` gets the files' [[hooks]]: on resume, none from a workspace file read afresh (only its pin's).
+    On resume, the levels and denies of files pinned at the start and not given now still hold
+    (policy/floors.py), unless a file given now lifts them explicitly; the admin's never drop.
     """
     collected: list[Source] = []
     loaded = []
     admin = os.environ.get("OA_ADMIN_POLICY") or ADMIN_POLICY
+    admin_source = None
     if Path(admin).is_file():
-        source = Source("admin_policy", Path(admin).resolve(), pins.read_file(admin, "admin policy"), pins.inside(Path(admin), pins.box_roots(workspace)))
-        pins.note_changed(resumed, "admin_policy", source.path)
-        loaded.append(pins.parse(source, Tier.ADMIN))
-        collected.append(source)
+        admin_source = Source("admin_policy", Path(admin).resolve(), pins.read_file(admin, "admin policy"),
+                              pins.inside(Path(admin), pins.box_roots(workspace)))
+        pins.note_changed(resumed, "admin_policy", admin_source.path)
+        loaded.append(pins.parse(admin_source, Tier.ADMIN))
+        collected.append(admin_source)
     for name in POLICY_NAMES:
         rel = f".openagents/{name}"
         if lstat_workspace(workspace, rel) is not None:
@@ -104,9 +108,18 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
                 fresh = fresh.model_copy(update={"hooks": []})
             loaded.append(fresh)
             collected.append(Source("workspace_policy", workspace / rel, raw, True))
-    for source in [*pins.pinned_workspace_sources(resumed), *pins.user_sources(files, workspace, resumed)]:
+    for source in pins.pinned_workspace_sources(resumed):
         loaded.append(pins.parse(source))
         collected.append(source)
+    given = [(source, pins.parse(source)) for source in pins.user_sources(files, workspace, resumed)]
+    loaded += [policy for _, policy in given]
+    collected += [source for source, _ in given]
+    # On resume, what the pinned files refused and the files given now do not explicitly lift (floors.py):
+    # rules with their own tier, egress denies after the admin's rules, before the others.
+    floor = floors.pinned_floors(resumed, files, given, admin_source)
+    if floor.rules or floor.egress:
+        at = 1 if admin_source is not None else 0
+        loaded.insert(at, PolicyFile(rules=floor.rules, egress=EgressPolicy(rules=floor.egress) if floor.egress else None))
     if sources is not None:
         sources += collected
     if hooks is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 import os
 
 from . import limits
+from .names import exact
 from .paths import local, resolve
-from .tools import ToolError, _arg, _display, _os_error
+from .tools import ToolError, _arg, _display, _os_error, _path_arg
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = Non
 
 
 def list_files(args: dict[str, Any]) -> dict[str, Any]:
-    rel = _arg(args, "path", str, ".")
+    rel = _path_arg(args, ".")
     recursive = _arg(args, "recursive", bool, True)
     real = resolve(rel)
     if not os.path.lexists(real):
@@ -61,8 +62,10 @@ def list_files(args: dict[str, Any]) -> dict[str, Any]:
     output = "\n".join(entries)
     if more:
         output += f"\n[truncated: the listing stops at {limits.LIST_MAX_ENTRIES} entries; list a subdirectory to see more]"
+    # `names`: the same entries, each exact (names.exact): a reader never parses them back from the text,
+    # where a name holding a newline would read as two and bytes that are not UTF-8 are shown escaped.
     return {"output": output or "(empty directory)", "note": _skipped_note(unreadable),
-            "meta": {"entries": len(entries), "truncated": more, "unreadable": unreadable[:50]}}
+            "meta": {"entries": len(entries), "truncated": more, "unreadable": unreadable[:50], "names": [exact(e) for e in entries]}}
 
 
 def _skipped_note(unreadable: list[str]) -> str:

@@ -6,7 +6,7 @@ import os
 from . import limits
 from .paths import resolve
 from .sniff import BOM, SNIFF_BYTES, _legacy_guess, _looks_binary, _wide_encoding, cut_at_end
-from .tools import READ_CHUNK, ToolError, _arg, _open_regular, _os_error, _refuse_trailing_slash, _sha256
+from .tools import READ_CHUNK, ToolError, _arg, _open_regular, _os_error, _path_arg, _refuse_trailing_slash, _sha256
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def read_file(args: dict[str, Any]) -> dict[str, Any]:
     """Streams the file: memory stays bounded by the 48 KiB cap whatever the file's size, while the
     sha256 still covers the whole file (the stale-content guard needs it)."""
-    rel = _arg(args, "path", str, required=True)
+    rel = _path_arg(args)
     offset = _arg(args, "offset", int, 1)
     limit = _arg(args, "limit", int, limits.READ_DEFAULT_LIMIT_LINES)
     if offset < 1 or limit < 1:

@@ -8,10 +8,11 @@ import stat
 from . import limits
 from .globs import compile_glob
 from .listing import _skipped_note, _walk
+from .names import exact
 from .paths import PathRefused, check_fd, local, resolve
 from .search_child import _Child, _InProcess, _run_search
 from .sniff import BOM, SNIFF_BYTES, _looks_binary, _wide_encoding
-from .tools import ToolError, _arg, _display, _file_type, _os_error, _refuse_trailing_slash
+from .tools import ToolError, _arg, _display, _file_type, _os_error, _path_arg, _refuse_trailing_slash
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def grep_files(args: dict[str, Any]) -> dict[str, Any]:
     backtracks catastrophically is killed and answered as a typed timeout, with what was found so
     far, instead of holding the call until the host's deadline replaces the box."""
     pattern = _arg(args, "pattern", str, required=True)
-    rel = _arg(args, "path", str, ".")
+    rel = _path_arg(args, ".")
     glob = _arg(args, "glob", str, None)
     ignore_case = _arg(args, "ignore_case", bool, False)
     try:
@@ -83,6 +84,7 @@ _SKIP_WHY = {
 
 def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
     matches: list[str] = []
+    hits: list[dict[str, Any]] = []  # the same matches, structured: {"path": exact name, "line": n, "text": the line as shown}
     unreadable: list[str] = []
     skipped: dict[str, list[str]] = {kind: [] for kind in _SKIP_WHY}
     not_utf8: list[str] = []
@@ -110,7 +112,8 @@ def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str
                     cut += 1
                     line = line[: limits.GREP_LINE_CHARS] + f"… [line cut: {len(line)} characters]"
                 matches.append(f"{shown}:{number}:{line}")
-                child.send({"m": matches[-1]})
+                hits.append({"path": exact(shown), "line": number, "text": line})
+                child.send({"m": matches[-1], "h": hits[-1]})
         if bad:
             not_utf8.append(shown)
         if long:
@@ -135,7 +138,7 @@ def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str
     counts = {kind: len(files) for kind, files in skipped.items() if files}
     return {"output": output, "note": "\n".join(notes),
             "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50],
-                     "skipped": counts, "skipped_files": [f for files in skipped.values() for f in files][:50]}}
+                     "skipped": counts, "skipped_files": [f for files in skipped.values() for f in files][:50], "hits": hits}}
 
 
 def _counted(items: list[str], noun: str) -> str:

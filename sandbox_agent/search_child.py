@@ -120,6 +120,7 @@ def _run_search(search: Callable[[_Child], dict[str, Any]], timeout_s: float) ->
             relayed = _Relayed(**message["error"])
             raise ToolError(relayed.kind, relayed.message)
     found = [m["m"] for m in messages if "m" in m]
+    hits = [m["h"] for m in messages if "h" in m]
     where = bytes(shared[4:4 + int.from_bytes(shared[0:4], "little")]).decode("utf-8", errors="replace")
     shared.close()
     if not timed_out:
@@ -128,7 +129,7 @@ def _run_search(search: Callable[[_Child], dict[str, Any]], timeout_s: float) ->
     raise ToolError("timeout", f"the search passed its {timeout_s:.0f}s limit{shown} and was stopped; {len(found)} matching "
                     "line(s) found before that are in the output. A pattern with nested or adjacent quantifiers (like (a+)+ "
                     "or (a|a)*) can backtrack catastrophically: simplify it, or narrow the path or glob",
-                    output="\n".join(found), meta={"matches": len(found), "timed_out": True, "searching": where})
+                    output="\n".join(found), meta={"matches": len(found), "timed_out": True, "searching": where, "hits": hits})
 
 
 def _child_setup(keep: int) -> None:

@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 
-from . import PROTOCOL_VERSION, jsonbound, limits, wire
+from . import PROTOCOL_VERSION, jsonbound, limits, names, wire
 from .paths import WORKSPACE, PathRefused
 from .table import TOOLS  # a tool's name -> its module and function (imported at its first call) and bounds
 from .tools import ToolError
@@ -95,7 +95,15 @@ _out_lock = threading.Lock()
 
 
 def _send(message: dict[str, Any]) -> None:
-    line = wire.encode(message).encode("utf-8", errors="surrogateescape") + b"\n"
+    """One message, always valid UTF-8: a name that is not UTF-8 (lone surrogates, as os gives it)
+    is shown with `\\xNN` escapes wherever a tool echoed it into text (names.displayed). Raw bytes
+    would make the line unreadable to the host, which would take the agent for lost; a structured
+    result carries such a name losslessly in its own form (names.exact)."""
+    text = wire.encode(message)
+    try:
+        line = text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # inside JSON strings only: each becomes an escaped backslash and its text
+        line = names.displayed(text, "\\\\").encode("utf-8") + b"\n"
     with _out_lock:
         sys.stdout.buffer.write(line)
         sys.stdout.buffer.flush()

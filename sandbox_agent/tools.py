@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 
+from .names import from_arg
 from .paths import WORKSPACE, check_fd, local
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -91,6 +92,19 @@ def _arg(args: dict[str, Any], name: str, kind: type[T], default: T | None = Non
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
         raise ToolError("invalid_arguments", f"argument {name!r} must be of type {kind.__name__}")
     return value
+
+
+def _path_arg(args: dict[str, Any], default: str | None = None) -> str:
+    """The `path` argument as a name (an os.fsdecode string): a string, or {"bytes_b64": ...} for a
+    name that is not UTF-8 (names.from_arg), as list_files' `names` and grep_files' `hits` give it."""
+    if args.get("path") is None:
+        if default is None:
+            raise ToolError("invalid_arguments", "missing required argument 'path'")
+        return default
+    try:
+        return from_arg(args["path"])
+    except ValueError as err:
+        raise ToolError("invalid_arguments", f"argument 'path' {err}") from None
 
 
 def _open_regular(rel: str, real: str, cap: int | None = None) -> int:

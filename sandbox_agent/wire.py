@@ -74,6 +74,13 @@ def decode(text: str) -> Any:
     return value
 
 
+def json_len(text: str) -> int:
+    """len(json.dumps(text, ensure_ascii=False)): the characters a string costs in a message."""
+    if _new_encoder is None:
+        return len(_json_dumps(text))
+    return len(encode_basestring(text))
+
+
 def encode(obj: object) -> str:
     """json.dumps(obj, ensure_ascii=False, separators=(",", ":"))."""
     if _new_encoder is None or isinstance(obj, str):

@@ -10,7 +10,7 @@ from . import limits
 from .edit_text import _closest_hint, _find_line_ending_blind, _line_numbers, _replace_keeping_endings
 from .paths import PathRefused, check_fd, local, resolve
 from .sniff import BOM, SNIFF_BYTES, _wide_encoding
-from .tools import ToolError, _arg, _file_type, _os_error, _read_bytes, _refuse_trailing_slash, _rel, sha256
+from .tools import ToolError, _arg, _file_type, _os_error, _path_arg, _read_bytes, _refuse_trailing_slash, _rel, sha256
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def edit_file(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write_file(args: dict[str, Any]) -> dict[str, Any]:
-    rel = _arg(args, "path", str, required=True)
+    rel = _path_arg(args)
     content = _arg(args, "content", str, required=True)
     data = content.encode("utf-8", errors="surrogatepass")
     if len(data) > limits.WRITE_MAX_BYTES:
@@ -94,7 +94,7 @@ IN_PLACE_NOTE = "[the directory is read-only, so the file was rewritten in place
 
 
 def _edit_file(args: dict[str, Any]) -> dict[str, Any]:
-    rel = _arg(args, "path", str, required=True)
+    rel = _path_arg(args)
     old = _arg(args, "old_text", str, required=True)
     new = _arg(args, "new_text", str, required=True)
     allow_multiple = _arg(args, "allow_multiple", bool, False)

@@ -100,13 +100,14 @@ class AsyncSandbox:
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         return await self._run(self.sync.call, tool, arguments)
 
-    async def read_file(self, path: str | PathLike[str], offset: int = 1, limit: int | None = None) -> ReadResult:
+    async def read_file(self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None) -> ReadResult:
         return await self._run(self.sync.read_file, path, offset, limit)
 
-    async def list_files(self, path: str | PathLike[str] = ".", recursive: bool = True) -> ListResult:
+    async def list_files(self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True) -> ListResult:
         return await self._run(self.sync.list_files, path, recursive)
 
-    async def grep_files(self, pattern: str, path: str | PathLike[str] = ".", glob: str | None = None, ignore_case: bool = False) -> GrepResult:
+    async def grep_files(self, pattern: str, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", glob: str | None = None,
+                         ignore_case: bool = False) -> GrepResult:
         return await self._run(self.sync.grep_files, pattern, path, glob, ignore_case)
 
     async def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:

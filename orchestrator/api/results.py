@@ -7,10 +7,12 @@ itself (`orchestrator.ground.text.visible`).
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox_agent.limits import GREP_MAX_LINES, LIST_MAX_ENTRIES
+from sandbox_agent.names import from_arg
 
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
@@ -65,42 +67,54 @@ class ReadResult(_Result):
                    truncated=_meta(r, "truncated", bool, False))
 
 
+def _name(value: Any) -> str | None:
+    """A name the agent gave in its exact form (sandbox_agent/names.py), as an os.fsdecode string
+    (lone surrogates for bytes that are not UTF-8, as os.listdir gives them); None if it is not one."""
+    try:
+        return from_arg(value)
+    except ValueError:
+        return None
+
+
 class ListResult(_Result):
+    """`entries` are the agent's structured names (its meta's `names`), never the text split again:
+    a name holding a newline or a tab is one entry, exact, and one whose bytes are not UTF-8 is an
+    os.fsdecode string (lone surrogates) that read_file, list_files and grep_files take back."""
+
     path: str
     entries: list[str] = Field(default_factory=list)  # relative to the workspace; a directory ends with /
     truncated: bool = False  # at most 500 entries
 
     @classmethod
     def of(cls, call_id: str, r: ToolResult, path: str) -> "ListResult":
-        count = _meta(r, "entries", int, 0)
-        entries = r.output.split("\n")[:count] if count else []
+        names = _meta(r, "names", list, [])[:LIST_MAX_ENTRIES]
+        entries = [name for name in map(_name, names) if name is not None]
         return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, entries=entries, truncated=_meta(r, "truncated", bool, False))
 
 
 class GrepMatch(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    path: str
+    path: str  # exact, as ListResult's entries
     line: int
     text: str
 
 
-_MATCH = re.compile(r"^(.*?):(\d+):(.*)$", re.DOTALL)
-
-
 class GrepResult(_Result):
+    """`matches` are the agent's structured hits (its meta's `hits`), never the text split again."""
+
     pattern: str
     matches: list[GrepMatch] = Field(default_factory=list)  # at most 200
     truncated: bool = False
 
     @classmethod
     def of(cls, call_id: str, r: ToolResult, pattern: str) -> "GrepResult":
-        count = _meta(r, "matches", int, 0)
         found = []
-        for line in r.output.split("\n")[:count] if count else []:
-            m = _MATCH.match(line)
-            if m:
-                found.append(GrepMatch(path=m.group(1), line=int(m.group(2)), text=m.group(3)))
+        for hit in _meta(r, "hits", list, [])[:GREP_MAX_LINES]:
+            path = _name(hit.get("path")) if isinstance(hit, dict) else None
+            line, text = (hit.get("line"), hit.get("text")) if isinstance(hit, dict) else (None, None)
+            if path is not None and type(line) is int and isinstance(text, str):
+                found.append(GrepMatch(path=path, line=line, text=text))
         return cls(call_id=call_id, output=r.output, note=r.note, result=r, pattern=pattern, matches=found, truncated=_meta(r, "truncated", bool, False))
 
 

@@ -36,6 +36,7 @@ from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
+from .names import read_path, write_path
 from .options import SandboxOptions
 from .own_calls import OwnCallApprover, OwnCalls
 from .results import (
@@ -67,13 +68,6 @@ def _require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], w
         raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not a bool")
     if not isinstance(value, kinds):
         raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not {type(value).__name__}")
-
-
-def _path(tool: str, path: Any) -> str:
-    if isinstance(path, PathLike):
-        path = path.__fspath__()
-    _require(tool, "path", path, str, "a str (relative to the workspace)")
-    return str(path)
 
 
 class Sandbox:
@@ -345,27 +339,29 @@ class Sandbox:
             raise ToolError(kind, message, result)
         return call_id, result
 
-    def read_file(self, path: str | PathLike[str], offset: int = 1, limit: int | None = None) -> ReadResult:
-        """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB."""
-        rel = _path(READ, path)
+    def read_file(self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None) -> ReadResult:
+        """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB. `path` as
+        list_files' entries give it (any name: names.read_path)."""
+        rel, name = read_path(READ, path)
         _require(READ, "offset", offset, int, "an int")
-        args: dict[str, Any] = {"path": rel, "offset": offset}
+        args: dict[str, Any] = {"path": name, "offset": offset}
         if limit is not None:
             _require(READ, "limit", limit, int, "an int")
             args["limit"] = limit
         return ReadResult.of(*self._checked(READ, args), rel)
 
-    def list_files(self, path: str | PathLike[str] = ".", recursive: bool = True) -> ListResult:
+    def list_files(self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True) -> ListResult:
         """At most 500 entries; .git, node_modules, target, dist skipped."""
-        rel = _path(LIST, path)
+        rel, name = read_path(LIST, path)
         _require(LIST, "recursive", recursive, bool, "a bool")
-        return ListResult.of(*self._checked(LIST, {"path": rel, "recursive": recursive}), rel)
+        return ListResult.of(*self._checked(LIST, {"path": name, "recursive": recursive}), rel)
 
-    def grep_files(self, pattern: str, path: str | PathLike[str] = ".", glob: str | None = None, ignore_case: bool = False) -> GrepResult:
+    def grep_files(self, pattern: str, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", glob: str | None = None,
+                   ignore_case: bool = False) -> GrepResult:
         """Lines matching a Python regular expression, at most 200."""
         _require(GREP, "pattern", pattern, str, "a str")
-        rel = _path(GREP, path)
-        args: dict[str, Any] = {"pattern": pattern, "path": rel, "ignore_case": ignore_case}
+        _, name = read_path(GREP, path)
+        args: dict[str, Any] = {"pattern": pattern, "path": name, "ignore_case": ignore_case}
         _require(GREP, "ignore_case", ignore_case, bool, "a bool")
         if glob is not None:
             _require(GREP, "glob", glob, str, "a str")
@@ -374,7 +370,7 @@ class Sandbox:
 
     def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
         """The whole new content of a file (never inside .git)."""
-        rel = _path(WRITE, path)
+        rel = write_path(WRITE, path)
         _require(WRITE, "content", content, str, "a str")
         return WriteResult.of(*self._checked(WRITE, {"path": rel, "content": content}), rel)
 
@@ -382,7 +378,7 @@ class Sandbox:
                   expected_sha256: str | None = None) -> EditResult:
         """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
         refuses the edit if the file changed since."""
-        rel = _path(EDIT, path)
+        rel = write_path(EDIT, path)
         _require(EDIT, "old_text", old_text, str, "a str")
         _require(EDIT, "new_text", new_text, str, "a str")
         _require(EDIT, "allow_multiple", allow_multiple, bool, "a bool")

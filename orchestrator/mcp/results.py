@@ -18,6 +18,7 @@ import mcp_types as types
 from ..protocol import ToolResult
 from ..tools import catalog
 from ..tools.catalog import FORK_TOOL
+from ..tools.tooldef import J_NAME
 from ..workspace.copy_tools import apply_meta as apply_meta
 from ..workspace.copy_tools import changes_meta as changes_meta
 from ..workspace.fork_tool import FORK_OUTPUT_META
@@ -72,7 +73,7 @@ _OUTPUT = {
 }
 
 # A name in a result: a string (its UTF-8), or {"bytes_b64": ...} when its bytes are not UTF-8.
-_NAME = {"oneOf": [_STR, {"type": "object", "properties": {"bytes_b64": _STR}, "required": ["bytes_b64"], "additionalProperties": False}]}
+_NAME = dict(J_NAME)
 
 
 def _named(**props: Any) -> dict[str, Any]:

@@ -13,23 +13,70 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+
+from ..tools.tooldef import KINDS
 
 EVENTS = ("BeforeTool", "AfterTool", "BeforeModel", "AfterModel", "BeforeToolSelection", "BeforeAgent", "AfterAgent",
           "SessionStart", "SessionEnd", "PreCompress", "Notification")
 BEFORE = frozenset({"BeforeTool", "BeforeModel", "BeforeToolSelection", "BeforeAgent"})  # a failed hook here fails closed
 DEFAULT_TIMEOUT_S = 60.0
 
+# What each event's matcher is matched against: a tool call's name (and its kind and command), or
+# the event's trigger (hooks.fire's `trigger`). The other events have nothing to match.
+TOOL_EVENTS = frozenset({"BeforeTool", "AfterTool"})
+TRIGGER_EVENTS = frozenset({"SessionStart", "SessionEnd", "PreCompress", "Notification"})
+EVERY_WORD = "*"
+
+
+def means_every(value: str | None) -> bool:
+    """A policy key left out, empty or "*" filters nothing: every tool, kind, command, trigger. The
+    one meaning of the word, in a hook's filters and a rule's keys alike."""
+    return value is None or value.strip() in ("", EVERY_WORD)
+
+
+_FILTERS = ("matcher", "kind", "command_regex")
+
+
+@lru_cache(maxsize=1024)
+def filter_test(event: str, key: str, value: str | None) -> re.Pattern[str] | str | None:
+    """The one reading of a hook's filter (`matcher`, `kind` or `command_regex`) on `event`, which
+    the validator and `HookSpec.matches` both use: None when it filters nothing (left out, "" or
+    "*"); else a compiled regex (matcher: matched whole against the tool's name on tool events, the
+    trigger on trigger events; command_regex: searched in a shell call's command) or the kind itself.
+    ValueError, with a message that never quotes the value, for one that could never mean anything."""
+    if means_every(value):
+        return None
+    assert value is not None
+    if key == "matcher" and event not in TOOL_EVENTS | TRIGGER_EVENTS:
+        raise ValueError(f"{event} has nothing to match (no tool, no trigger): leave matcher out, or write '*'")
+    if key != "matcher" and event not in TOOL_EVENTS:
+        raise ValueError(f"{key} applies to tool calls only (BeforeTool, AfterTool), not to {event}: leave it out")
+    if key == "kind":
+        if value not in KINDS:
+            raise ValueError(f"must be one of {', '.join(KINDS)}, or '*'")
+        return value
+    try:
+        return re.compile(value)
+    except (re.error, RecursionError, OverflowError):
+        what = ("a regular expression the tool's name matches whole (e.g. 'write_file|edit_file', 'mcp__github__.*')"
+                if event in TOOL_EVENTS else "a regular expression the trigger matches whole (e.g. 'startup|resume')") \
+            if key == "matcher" else "a regular expression searched in a shell call's command"
+        raise ValueError(f"must be {what}, or '*' (every)") from None
+
 
 class HookSpec(BaseModel):
-    """One `[[hooks]]` table. `matcher`: a regex the tool's name must match whole (Tool events) or
-    the exact trigger (SessionStart: startup|resume); `kind`: the call's ACP kind; `command_regex`:
-    searched in a shell call's command. `env`: host variables passed on by name, never a secret (the
-    model's key, a variable an [[egress.credentials]] rule reads); `secrets`: the secrets passed on,
-    each by its own name, honoured from a user or admin file only (`pass_model_key`: the model's key)."""
+    """One `[[hooks]]` table. `matcher`: a regex the tool's name must match whole (tool events) or
+    the trigger must match whole (SessionStart: startup, resume; SessionEnd: the session's status;
+    Notification: ToolPermission; PreCompress: auto); `kind`: the call's ACP kind; `command_regex`:
+    searched in a shell call's command. Each filter left out, "" or "*" filters nothing (filter_test
+    is the one reading). `env`: host variables passed on by name, never a secret (the model's key, a
+    variable an [[egress.credentials]] rule reads); `secrets`: the secrets passed on, each by its own
+    name, honoured from a user or admin file only (`pass_model_key`: the model's key)."""
 
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(default=None, max_length=200)
@@ -54,14 +101,12 @@ class HookSpec(BaseModel):
             raise ValueError("must be one of " + ", ".join(EVENTS))
         return value
 
-    @field_validator("matcher", "command_regex")
+    @field_validator(*_FILTERS)
     @classmethod
-    def _regex(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error:
-                raise ValueError("must be a valid regular expression") from None
+    def _filter(cls, value: str | None, info: ValidationInfo) -> str | None:
+        event = info.data.get("event")
+        if event is not None:  # else the event's own error says what is wrong
+            filter_test(event, str(info.field_name), value)
         return value
 
     @field_validator("command")
@@ -100,17 +145,18 @@ class HookSpec(BaseModel):
         return hook
 
     def matches(self, tool: str | None = None, kind: str | None = None, command: str | None = None, trigger: str | None = None) -> bool:
-        if self.matcher is not None and self.matcher not in ("", "*"):
-            subject = tool if tool is not None else trigger
-            if subject is None:
+        """Whether this hook runs for a call (tool events: its name, kind, command) or a trigger, by
+        filter_test's reading of each filter: the same the validator accepted."""
+        name = filter_test(self.event, "matcher", self.matcher)
+        if isinstance(name, re.Pattern):
+            subject = tool if self.event in TOOL_EVENTS else trigger
+            if subject is None or not name.fullmatch(subject):
                 return False
-            if tool is not None and not re.fullmatch(self.matcher, subject):
-                return False
-            if tool is None and subject != self.matcher:
-                return False
-        if self.kind is not None and self.kind != kind:
+        wanted = filter_test(self.event, "kind", self.kind)
+        if wanted is not None and wanted != kind:
             return False
-        if self.command_regex is not None and (command is None or not re.search(self.command_regex, command)):
+        searched = filter_test(self.event, "command_regex", self.command_regex)
+        if isinstance(searched, re.Pattern) and (command is None or not searched.search(command)):
             return False
         return True
 

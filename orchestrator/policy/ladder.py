@@ -14,7 +14,7 @@ from enum import Enum, IntEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from ..boxfs import read_workspace_file
@@ -32,7 +32,8 @@ from ..tools.catalog import (
     ROLLBACK_ACTION,
     ROLLBACK_TOOL,
 )
-from .hook_spec import HookSpec
+from ..tools.mcp import names as mcp_names
+from .hook_spec import HookSpec, means_every
 from .prefix import shell_prefix
 from .safeparse import Refused, parse_data, parse_data_bounded
 
@@ -91,8 +92,41 @@ DEFAULT_BY_KIND = {
 }
 
 
+def known_tools() -> list[str]:
+    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL})  # the built-in tools' names and the host-side ones' are what a rule can match
+
+
+def known_actions() -> list[str]:
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION})
+
+
+def rule_value(key: str, value: str | None) -> str | None:
+    """The one reading of a rule's `tool`, `kind`, `action` or `command_prefix`, which the loader
+    checks and `PolicyRule.matches` then compares: None (every one) for the key left out, empty or
+    "*" (hook_spec.means_every, as in a hook's filters); else the value, which must be one a call
+    can have: a built-in tool, kind or action, an MCP server's tool or server as the MCP client
+    names them (tools/mcp/names.py; no glob: a rule compares whole names); a command_prefix is
+    any other text. ValueError (never quoting the value, only the allowed words) otherwise: a
+    rule that could match nothing is refused at load."""
+    if means_every(value):
+        return None
+    assert value is not None
+    if key == "command_prefix":
+        return value
+    allowed, mcp_form, open_words = {
+        "kind": (sorted(DEFAULT_BY_KIND), None, ""),
+        "tool": (known_tools(), mcp_names.could_be_tool_name, ", or an MCP tool's whole name (mcp__<server>__<tool>: letters, digits, _ and -)"),
+        "action": (known_actions(), mcp_names.could_be_action, ", or 'mcp <server>' for every tool of one MCP server"),
+    }[key]
+    if value in allowed or (mcp_form is not None and mcp_form(value)):
+        return value
+    hint = "; a rule names one whole name, no pattern (leave the key out, or write '*', for every one)" if any(c in value for c in "*?[") else ""
+    raise ValueError(f"unknown {key}{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}{open_words}{hint}")
+
+
 class PolicyRule(BaseModel):
-    """Strings are bounded: a rule's id ends up in every decision's label (terminal, transcript, editor)."""
+    """Strings are bounded: a rule's id ends up in every decision's label (terminal, transcript, editor).
+    `tool`, `kind`, `action` and `command_prefix` are read by rule_value, the loader and the matcher alike."""
 
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(default=None, max_length=200)
@@ -105,6 +139,11 @@ class PolicyRule(BaseModel):
     # Set only for the rules a file's workspace_access makes (access_rules), never from a file: such a
     # rule holds whatever any tier's rules say.
     _access: Access | None = PrivateAttr(default=None)
+
+    @field_validator("tool", "kind", "action", "command_prefix")
+    @classmethod
+    def _one_reading(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return rule_value(str(info.field_name), value)
 
     def matches(self, tool: str, kind: str, action: str, command: str | None) -> bool:
         if self.tool is not None and self.tool != tool:
@@ -256,8 +295,8 @@ def _problem(e: ErrorDetails) -> str:
         return f"{_loc(loc)}: must be one of read-write, copy-only, read-only"
     if kind == "string_too_long":
         return f"{_loc(loc)}: string_too_long (over the length this key allows)"
-    if kind == "value_error" and loc[:1] == ("hooks",) and loc[-1] in _HOOK_VALUES:
-        return f"{_loc(loc)}: {_HOOK_VALUES[str(loc[-1])]}"
+    if kind == "value_error" and (loc[:1], loc[-1:]) in _OWN_WORDS:
+        return f"{_loc(loc)}: {_validator_words(e)}"  # these validators never quote the value
     if kind == "value_error" and loc[:1] == ("egress",) and loc[-1] in _EGRESS_VALUES:
         return f"{_loc(loc)}: {_EGRESS_VALUES[str(loc[-1])]}"
     return f"{_loc(loc)}: {_TYPE_WORDS.get(kind, kind)}"
@@ -274,13 +313,12 @@ _EGRESS_VALUES = {
 }
 
 
-_HOOK_VALUES = {
-    "event": "must be one of BeforeTool, AfterTool, BeforeModel, AfterModel, BeforeToolSelection, BeforeAgent, AfterAgent, "
-             "SessionStart, SessionEnd, PreCompress, Notification",
-    "matcher": "must be a valid regular expression", "command_regex": "must be a valid regular expression",
-    "command": "must be a non-empty argv list (or a string of words)", "env": "must list environment variable names",
-    "secrets": "must list environment variable names (at most 16)",
-}
+_OWN_WORDS = {(("hooks",), (key,)) for key in HookSpec.model_fields} | {(("rules",), (key,)) for key in ("tool", "kind", "action", "command_prefix")}
+
+
+def _validator_words(e: ErrorDetails) -> str:
+    """What a validator of ours said (its ValueError's message), without pydantic's prefix."""
+    return str(e["msg"]).removeprefix("Value error, ")
 
 
 def _validation_problem(err: ValidationError) -> str:
@@ -288,29 +326,6 @@ def _validation_problem(err: ValidationError) -> str:
     problems.sort(key=lambda e: e["type"] != "extra_forbidden")  # a misspelt key first: it explains the missing one
     shown = "; ".join(_problem(e) for e in problems[:3])
     return shown + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
-
-
-def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL})  # the built-in tools' names and the host-side ones' are what a rule can match
-
-
-def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION})
-
-
-def _check_values(policy: PolicyFile, where: str) -> None:
-    """A rule naming a kind, tool or action that does not exist would never match, silently:
-    refused at load, with the nearest real name. MCP tools (mcp__server__tool, `mcp server`) are
-    the user's own names and pass."""
-    for index, rule in enumerate(policy.rules):
-        checks = (("kind", rule.kind, sorted(DEFAULT_BY_KIND), None),
-                  ("tool", rule.tool, known_tools(), "mcp__"),
-                  ("action", rule.action, known_actions(), "mcp "))
-        for key, value, allowed, open_prefix in checks:
-            if value is None or value in allowed or (open_prefix and value.startswith(open_prefix)):
-                continue
-            extra = f", or {open_prefix}… for an MCP server's tools" if open_prefix else ""
-            raise _invalid(where, f"rules[{index}].{key}: unknown {key}{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}{extra}")
 
 
 def load_policy(path: str | Path, tier: Tier | None = None) -> list[PolicyRule]:
@@ -354,7 +369,6 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
         policy = PolicyFile.model_validate(data)
     except ValidationError as err:
         raise _invalid(where, f"not valid: {_validation_problem(err)}") from None
-    _check_values(policy, where)
     try:
         file_tier = tier if tier is not None else Tier[policy.tier.upper()]
     except KeyError:

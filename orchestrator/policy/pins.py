@@ -85,7 +85,7 @@ def parse(source: Source, tier: Tier | None = None) -> PolicyFile:
                                         "as a workspace policy whatever tier it claims; keep a policy that allows outside the workspace") from None
 
 
-def _read_pin(record: SessionRecord, pin: Pin) -> bytes:
+def read_pin(record: SessionRecord, pin: Pin) -> bytes:
     """The pinned copy, from the caller's own session directory: no link followed, bounded, its digest checked."""
     name = pin.pinned
     if "/" in name or name in ("", ".", ".."):
@@ -113,7 +113,7 @@ def _disk_digest(path: Path) -> str | None:
         return None
 
 
-def _say(line: str) -> None:
+def say_line(line: str) -> None:
     from ..ground.text import visible
 
     sys.stderr.write(visible(f"oa-sandbox: {line}") + "\n")
@@ -121,7 +121,7 @@ def _say(line: str) -> None:
 
 
 def user_sources(files: list[str], workspace: Path, resumed: SessionRecord | None = None,
-                 say: Callable[[str], None] = _say) -> list[Source]:
+                 say: Callable[[str], None] = say_line) -> list[Source]:
     """The user's policy files: from their pins when `resumed` pinned them, else read now."""
     roots = box_roots(workspace)
     pins = {p.path: p for p in (resumed.pins if resumed is not None else []) if p.role == "policy"}
@@ -130,7 +130,7 @@ def user_sources(files: list[str], workspace: Path, resumed: SessionRecord | Non
         path = Path(name).resolve()
         pin = pins.get(str(path))
         if resumed is not None and pin is not None:
-            raw = _read_pin(resumed, pin)
+            raw = read_pin(resumed, pin)
             if _disk_digest(path) != pin.sha256:
                 say(f"policy {path} changed since session {resumed.id} started: the session goes on with the content it had then "
                     f"(pinned, sha256 {pin.sha256[:12]}); give --policy to start a new session with the new one")
@@ -144,11 +144,11 @@ def pinned_workspace_sources(resumed: SessionRecord | None) -> list[Source]:
     """A resumed session's workspace policies as they were at its start (they only tighten: applied beside today's)."""
     if resumed is None:
         return []
-    return [Source("workspace_policy", Path(p.path), _read_pin(resumed, p), True, pinned=True)
+    return [Source("workspace_policy", Path(p.path), read_pin(resumed, p), True, pinned=True)
             for p in resumed.pins if p.role == "workspace_policy"]
 
 
-def note_changed(resumed: SessionRecord | None, role: str, path: Path, say: Callable[[str], None] = _say) -> None:
+def note_changed(resumed: SessionRecord | None, role: str, path: Path, say: Callable[[str], None] = say_line) -> None:
     """Said on resume when a file read afresh (the admin policy, the user's config) differs from its start."""
     if resumed is None:
         return

@@ -4,10 +4,11 @@ same check the agent makes), so a bad path never reaches the box. Each tool's ow
 file under defs/; args.py validates by tool name."""
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
 
+from sandbox_agent.names import displayed, from_arg
 from sandbox_agent.paths import PathRefused, check_lexical
 
 from ..errors import ErrorType, OpenAgentsError
@@ -20,17 +21,53 @@ class Args(BaseModel):
     mutation: ClassVar[bool] = False
 
 
+class NameBytes(BaseModel):
+    """A name whose bytes are not UTF-8, as list_files' `names` and grep_files' `hits` give it
+    (sandbox_agent/names.py): the standard base64 of its bytes."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    bytes_b64: str = Field(max_length=2 * MAX_PATH_CHARS)
+
+    def name(self) -> str:
+        """The name as an os.fsdecode string; PathError for base64 that is not."""
+        try:
+            return from_arg(self.model_dump())
+        except ValueError as err:
+            raise PathError("invalid_arguments", f"path: {err}") from None
+
+
+# The path of a tool that reads (read_file, list_files, grep_files): a string, or a NameBytes, so every
+# name a listing gives can be read back exactly. Declared to models as a string: they read names as text.
+ReadPath = Annotated[Annotated[str, Field(max_length=MAX_PATH_CHARS)] | NameBytes, WithJsonSchema({"type": "string", "maxLength": MAX_PATH_CHARS})]
+
+
 class PathArgs(Args):
     path: str = Field(max_length=MAX_PATH_CHARS, description="Path relative to the workspace root.")
 
     @field_validator("path")
     @classmethod
-    def _lexical(cls, value: str) -> str:
+    def _lexical(cls, value: str | NameBytes) -> str | NameBytes:
         try:
-            check_lexical(value, mutation=cls.mutation)
+            check_lexical(value.name() if isinstance(value, NameBytes) else value, mutation=cls.mutation)
         except PathRefused as err:
             raise PathError(err.kind, str(err)) from None
         return value
+
+
+class ReadPathArgs(PathArgs):
+    """A reading tool's arguments: its path may name a file whose name is not UTF-8 (NameBytes)."""
+
+    path: ReadPath = Field(description="Path relative to the workspace root.")  # type: ignore[assignment]
+
+
+def shown_path(value: object) -> str:
+    """A path argument as text for a title or a message: a NameBytes's bytes escaped (`\\xNN`)."""
+    if isinstance(value, NameBytes):
+        value = value.model_dump()
+    try:
+        return displayed(from_arg(value))
+    except ValueError:
+        return ""
 
 
 class PathError(ValueError):

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import parse_arguments
-from .argbase import validate_model
+from .argbase import shown_path, validate_model
 
 if TYPE_CHECKING:
     from ..protocol import ToolResult
@@ -53,6 +53,10 @@ J_STR: Mapping[str, Any] = {"type": "string"}
 J_INT: Mapping[str, Any] = {"type": "integer"}
 J_BOOL: Mapping[str, Any] = {"type": "boolean"}
 J_NUM: Mapping[str, Any] = {"type": "number"}
+# A name in a result, exact (sandbox_agent/names.py): its text, or {"bytes_b64": ...} when its bytes are not UTF-8
+# (or its text would be longer as JSON than that).
+J_NAME: Mapping[str, Any] = {"oneOf": [{"type": "string"}, {"type": "object", "properties": {"bytes_b64": {"type": "string"}},
+                                                             "required": ["bytes_b64"], "additionalProperties": False}]}
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,8 @@ class ToolDef:
         if self.approval.describe is not None:
             return self.approval.describe(args)
         detail = args.get("pattern") or args.get("path") or ""
+        if isinstance(detail, dict):  # a name that is not UTF-8 ({"bytes_b64": ...}): its bytes, escaped
+            detail = shown_path(detail)
         return f"{self.name} {str(detail)[:120]}".strip()
 
     def announced_kind(self, arguments: Any) -> str:

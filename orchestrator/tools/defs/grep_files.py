@@ -5,13 +5,13 @@ from pydantic import Field
 
 from sandbox_agent import limits
 
-from ..argbase import MAX_PATH_CHARS, PathArgs
-from ..tooldef import J_BOOL, J_INT, FileUse, McpFace, ToolDef
+from ..argbase import ReadPath, ReadPathArgs
+from ..tooldef import J_BOOL, J_INT, J_NAME, J_STR, FileUse, McpFace, ToolDef
 
 
-class GrepFilesArgs(PathArgs):
+class GrepFilesArgs(ReadPathArgs):
     pattern: str = Field(min_length=1, max_length=2000, description="Python regular expression.")
-    path: str = Field(default=".", max_length=MAX_PATH_CHARS, description="File or directory to search.")
+    path: ReadPath = Field(default=".", description="File or directory to search.")
     glob: str | None = Field(default=None, max_length=512, description="Only files whose name matches, e.g. '*.py'.")
     ignore_case: bool = False
 
@@ -23,5 +23,9 @@ TOOL = ToolDef(
             "timeout_s": limits.GREP_TIMEOUT_S},
     files=FileUse(path_arg=True, path_may_be_directory=True),
     mcp=McpFace(served=True, idempotent=True, output_doc="The matches, one `path:line: text` a line.",
-                result_meta={"matches": J_INT, "truncated": J_BOOL, "timed_out": J_BOOL, "unreadable": {"type": "array"}}),
+                result_meta={"matches": J_INT, "truncated": J_BOOL, "timed_out": J_BOOL, "unreadable": {"type": "array"},
+                             "hits": {"type": "array", "description": "The matches, structured: the file's name exact (as list_files' names), "
+                                      "the line's number and text.",
+                                      "items": {"type": "object", "properties": {"path": J_NAME, "line": J_INT, "text": J_STR},
+                                                "required": ["path", "line", "text"]}}}),
 )

@@ -5,12 +5,12 @@ from pydantic import Field
 
 from sandbox_agent import limits
 
-from ..argbase import MAX_PATH_CHARS, PathArgs
-from ..tooldef import J_BOOL, J_INT, FileUse, McpFace, ToolDef
+from ..argbase import ReadPath, ReadPathArgs
+from ..tooldef import J_BOOL, J_INT, J_NAME, FileUse, McpFace, ToolDef
 
 
-class ListFilesArgs(PathArgs):
-    path: str = Field(default=".", max_length=MAX_PATH_CHARS, description="Directory relative to the workspace root.")
+class ListFilesArgs(ReadPathArgs):
+    path: ReadPath = Field(default=".", description="Directory relative to the workspace root.")
     recursive: bool = Field(default=True, description="List subdirectories too.")
 
 
@@ -21,5 +21,7 @@ TOOL = ToolDef(
     bounds={"max_entries": limits.LIST_MAX_ENTRIES},
     files=FileUse(path_arg=True, path_may_be_directory=True),
     mcp=McpFace(served=True, idempotent=True, output_doc="The listing, one entry a line.",
-                result_meta={"entries": J_INT, "truncated": J_BOOL, "unreadable": {"type": "array"}}),
+                result_meta={"entries": J_INT, "truncated": J_BOOL, "unreadable": {"type": "array"},
+                             "names": {"type": "array", "items": J_NAME, "description": "The entries, each exact (its text, or bytes_b64 when "
+                                       "its bytes are not UTF-8): a name holding a newline is one entry; give it back as path."}}),
 )

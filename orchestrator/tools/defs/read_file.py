@@ -5,11 +5,11 @@ from pydantic import Field
 
 from sandbox_agent import limits
 
-from ..argbase import PathArgs
+from ..argbase import ReadPathArgs
 from ..tooldef import J_BOOL, J_INT, J_STR, FileUse, McpFace, ToolDef
 
 
-class ReadFileArgs(PathArgs):
+class ReadFileArgs(ReadPathArgs):
     offset: int = Field(default=1, ge=1, le=10_000_000, description="First line to read, 1-based.")
     limit: int = Field(default=limits.READ_DEFAULT_LIMIT_LINES, ge=1, le=1_000_000, description="Most lines to read.")
 

@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -47,18 +46,17 @@ from .. import declarations as decl
 from ..args import parse_arguments
 from ..registry import PreparedCall
 from ..tooldef import ToolDef
+from .names import PREFIX, safe, tool_name
+from .names import action as server_action
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
 
 log = logging.getLogger(__name__)
 
-PREFIX = "mcp__"
-MAX_NAME = 64  # OpenAI's and Gemini's limit on a function name
 MAX_DESCRIPTION = 2000
 MAX_SCHEMA_BYTES = 32 * 1024
 MAX_SCHEMA_DEPTH = 32  # levels of [ and {; real tool schemas have a handful
 MAX_OUTPUT_CHARS = 256 * 1024
 MAX_STRUCTURED_BYTES = 64 * 1024
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class McpServerSpec(BaseModel):
@@ -81,7 +79,7 @@ class McpServerSpec(BaseModel):
 
     @property
     def key(self) -> str:
-        return _UNSAFE.sub("_", self.name)
+        return safe(self.name)
 
 
 class McpArguments(BaseModel):
@@ -100,7 +98,7 @@ class McpTool:
 
     @property
     def action(self) -> str:
-        return f"mcp {self.server}"
+        return server_action(self.server)
 
 
 @dataclass
@@ -363,7 +361,7 @@ class McpHost:
 def _tool(server_key: str, raw: Any) -> McpTool | None:
     """A listed tool as the model will see it; a name no model accepts is made safe, a schema that
     is not an object schema, or far too big, leaves the tool out."""
-    name = (PREFIX + server_key + "__" + _UNSAFE.sub("_", str(raw.name)))[:MAX_NAME]
+    name = tool_name(server_key, str(raw.name))
     schema = raw.input_schema if isinstance(raw.input_schema, dict) else {}
     try:
         text = json.dumps(schema)
