@@ -1,7 +1,7 @@
 """The binary check at C speed (sandbox_agent/sniff.py) judges every head exactly as the per-byte
 definition it replaced does: real files' first 8 KiB, random bytes, and heads built to sit on each
 threshold (10% controls, 10% invalid UTF-8, the Latin-1/windows-1251 exception, characters cut at
-the end). The reference below is the old code, verbatim."""
+the end). The reference is the old code, verbatim (tests/old_agent.py)."""
 from __future__ import annotations
 
 import os
@@ -12,46 +12,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_agent import sniff
-
-_TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b")
-
-
-def old_looks_binary(head: bytes) -> bool:
-    if not head:
-        return False
-    if b"\x00" in head or head.startswith(sniff._BINARY_MAGIC):
-        return True
-    controls = sum(1 for b in head if b < 32 and b not in _TEXT_CONTROLS)
-    if controls * 10 > len(head):
-        return True
-    invalid = sum(1 for ch in head.decode("utf-8", errors="surrogateescape") if "\udc80" <= ch <= "\udcff")
-    return (controls + invalid) * 10 > len(head) and not old_legacy_text(head)
-
-
-def old_legacy_text(head: bytes) -> bool:
-    high = sum(1 for b in head if b >= 0x80)
-    letters = sum(1 for b in head if b >= 0xC0)
-    spaces = sum(1 for b in head if b in b" \t\n\r")
-    return letters * 10 >= high * 6 and spaces * 20 >= len(head)
-
-
-def old_invalid(head: bytes) -> int:
-    return sum(1 for ch in head.decode("utf-8", errors="surrogateescape") if "\udc80" <= ch <= "\udcff")
-
-
-def old_legacy_guess(data: bytes) -> tuple[str, str]:
-    runs = lengths = 0
-    run = 0
-    for b in data[:sniff.SNIFF_BYTES * 8]:
-        if b >= 0x80:
-            run += 1
-        elif run:
-            runs, lengths, run = runs + 1, lengths + run, 0
-    if run:
-        runs, lengths = runs + 1, lengths + run
-    if runs and lengths / runs >= 2.5:
-        return "cp1251", "windows-1251 (Cyrillic)"
-    return "cp1252", "windows-1252 / Latin-1 (Western European)"
+from tests import old_agent as old
 
 
 def _real_heads(limit: int = 4000) -> list[bytes]:
@@ -119,19 +80,19 @@ def heads() -> list[bytes]:
 
 def test_the_binary_check_judges_every_head_as_the_per_byte_definition(heads: list[bytes]) -> None:
     assert len(heads) > 5000
-    mismatches = [head[:40] for head in heads if sniff._looks_binary(head) != old_looks_binary(head)]
+    mismatches = [head[:40] for head in heads if sniff._looks_binary(head) != old._looks_binary(head)]
     assert mismatches == []
-    verdicts = {old_looks_binary(head) for head in heads}
+    verdicts = {old._looks_binary(head) for head in heads}
     assert verdicts == {True, False}  # the set holds both kinds
 
 
 def test_each_count_matches_the_per_byte_one(heads: list[bytes]) -> None:
     """The parts on their own, so a threshold that happens to agree cannot hide a wrong count."""
-    assert [sniff._invalid_utf8(h) for h in heads] == [old_invalid(h) for h in heads]
-    assert [sniff._legacy_text(h) for h in heads] == [old_legacy_text(h) for h in heads]
-    assert any(old_invalid(h) for h in heads) and any(old_legacy_text(h) for h in heads)
+    assert [sniff._invalid_utf8(h) for h in heads] == [old._invalid_count(h) for h in heads]
+    assert [sniff._legacy_text(h) for h in heads] == [old._legacy_text(h) for h in heads]
+    assert any(old._invalid_count(h) for h in heads) and any(old._legacy_text(h) for h in heads)
 
 
 def test_the_encoding_guess_matches_the_per_byte_one(heads: list[bytes]) -> None:
-    assert [sniff._legacy_guess(h * 3) for h in heads] == [old_legacy_guess(h * 3) for h in heads]
-    assert {old_legacy_guess(h)[0] for h in heads} == {"cp1251", "cp1252"}
+    assert [sniff._legacy_guess(h * 3) for h in heads] == [old._legacy_guess(h * 3) for h in heads]
+    assert {old._legacy_guess(h)[0] for h in heads} == {"cp1251", "cp1252"}
