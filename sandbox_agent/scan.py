@@ -11,13 +11,16 @@ as U+FFFD, the line break and one carriage return before it taken off); tests/te
 holds the two to each other."""
 from __future__ import annotations
 
+import errno
 import os
 import stat
-from itertools import compress  # loaded already: re imports it (through functools and collections)
+from itertools import compress  # loaded already, as operator is: re imports them (through functools and collections)
+from operator import attrgetter
 
 from . import limits
 from .paths import PathRefused, check_fd
 from .sniff import BOM, SNIFF_BYTES, _looks_binary, _wide_encoding
+from .tools import _display, _os_error
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -86,7 +89,8 @@ class FileScan:
             progress(number + 1)
             body = block[len(BOM):] if number == 0 and block.startswith(BOM) else block
             if needle is not None and needle not in (body.lower() if fold else body):
-                number += body.count(b"\n") + (not block.endswith(b"\n"))
+                if pending or not eof:  # the numbers of the lines after this block (a file's last one needs none)
+                    number += body.count(b"\n") + (not block.endswith(b"\n"))
                 if not body.isascii() and not _valid(body):
                     self.bad = True
                 continue
@@ -140,18 +144,21 @@ def _valid(data: bytes) -> bool:
     return True
 
 
-def open_scan(path: str) -> tuple[FileScan | None, str | None]:
+def open_scan(path: str, dir_fd: int | None = None) -> tuple[FileScan | None, str | None]:
     """(scan, None) for a text file; (None, why it is skipped) for one that is not searched and is
     named in a note; (None, None) for one that is gone or is no longer a regular file. One open,
-    one fstat (the type, and the size that sizes the first read), one read for most files."""
+    one fstat (the type, and the size that sizes the first read), one read for most files.
+    With `dir_fd` (walk_files'), `path` is a name in that directory, opened without following a
+    link: nothing can lead it out of the workspace, and no other check is needed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
     except PermissionError:
         return None, "unreadable"
     except OSError:
         return None, None  # gone, or swapped for a link since the walk: nothing to search
     try:
-        check_fd(fd)
+        if dir_fd is None:
+            check_fd(fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
@@ -196,3 +203,47 @@ def open_scan(path: str) -> tuple[FileScan | None, str | None]:
         os.close(fd)
         return None, "binary"
     return FileScan(fd, data, eof), None
+
+
+def walk_files(start: str, unreadable: list[str]) -> Iterator[tuple[str, str, int]]:
+    """(name, path relative to `start`, the fd of its directory) of each regular file under the
+    directory `start`, in listing.py's _walk order (depth first, a directory's files before its
+    subdirectories, names in order), the skipped directories not entered, no link followed. Each
+    directory is opened once (without following a final link) and checked where it really is
+    (paths.check_fd); its files are opened relative to it (open_scan), so a file costs no check
+    and no walk of its path. A subdirectory that cannot be opened is named in `unreadable`."""
+    stack = [(start, "")]
+    while stack:
+        current, rel = stack.pop()
+        try:
+            fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as err:
+            if current == start:
+                raise _os_error(err, _display(current)) from None
+            if err.errno in (errno.EACCES, errno.EPERM):
+                unreadable.append(_display(current))
+            continue  # otherwise gone, or no longer a directory (swapped for a link) since it was listed
+        try:
+            check_fd(fd)
+            with os.scandir(fd) as it:
+                items = sorted(it, key=_by_name)
+            subdirs = []
+            for entry in items:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name not in limits.LIST_SKIPPED_DIRS:
+                        subdirs.append(entry.name)
+                elif entry.is_file(follow_symlinks=False):
+                    yield entry.name, rel + entry.name, fd
+        except PathRefused:
+            continue  # swapped for a way out of the workspace since it was listed: nothing in it is searched
+        except OSError as err:
+            if current == start:
+                raise _os_error(err, _display(current)) from None
+            unreadable.append(_display(current))
+            continue
+        finally:
+            os.close(fd)
+        stack.extend((os.path.join(current, name), f"{rel}{name}/") for name in reversed(subdirs))
+
+
+_by_name = attrgetter("name")

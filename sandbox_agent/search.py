@@ -7,9 +7,9 @@ import stat
 
 from . import limits
 from .globs import compile_glob
-from .listing import _skipped_note, _walk
+from .listing import _skipped_note
 from .paths import local, resolve
-from .scan import open_scan
+from .scan import open_scan, walk_files
 from .search_child import _Child, _InProcess, _run_search
 from .tools import ToolError, _arg, _display, _file_type, _os_error, _refuse_trailing_slash
 
@@ -41,8 +41,8 @@ def grep_files(args: dict[str, Any]) -> dict[str, Any]:
         notes += _explicit_file_problem(rel, root)
     risky, needle = _analyse(pattern, regex.flags)
     if not risky:
-        return _search(regex, needle, real, root, matcher, notes, _InProcess())
-    return _run_search(lambda child: _search(regex, needle, real, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
+        return _search(regex, needle, root, matcher, notes, _InProcess())
+    return _run_search(lambda child: _search(regex, needle, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
 
 
 _RISKY_OPS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "GROUPREF", "GROUPREF_EXISTS"})
@@ -120,7 +120,7 @@ _SKIP_WHY = {
 }
 
 
-def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, real: str, root: str,
+def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, root: str,
             matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
     matches: list[str] = []
     unreadable: list[str] = []
@@ -130,12 +130,12 @@ def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, real: str
     cut = 0
     more = False
     needle_bytes, fold = needle if needle else (None, False)
-    for file in _walk_files(real, unreadable):
-        shown = _display(file)
-        if matcher and not matcher(shown, os.path.relpath(file, root) if file != root else os.path.basename(file)):
+    files = _files(root, unreadable)
+    for shown, globbed, name, dir_fd in files:
+        if matcher and not matcher(shown, globbed):
             continue
         child.at(shown)
-        scan, why = open_scan(file)
+        scan, why = open_scan(name, dir_fd)
         if why:
             skipped[why].append(shown)
         if scan is None:
@@ -158,6 +158,7 @@ def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, real: str
             long_lines.append(shown)
         if more:
             break
+    files.close()
     output = "\n".join(matches) if matches else "no matches"
     if more:
         output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
@@ -187,15 +188,16 @@ def _names(items: list[str]) -> str:
     return ", ".join(items[:SKIP_SHOWN]) + (f" and {len(items) - SKIP_SHOWN} more" if len(items) > SKIP_SHOWN else "")
 
 
-def _walk_files(real: str, unreadable: list[str]) -> Iterator[str]:
-    """Regular files under `real` (or `real` itself if it is one)."""
-    start = local(real)
-    if not os.path.isdir(start):
-        yield start
+def _files(root: str, unreadable: list[str]) -> Iterator[tuple[str, str, str, int | None]]:
+    """(path shown, path the glob is matched against, name to open, fd of its directory) of each
+    regular file under `root`, or `root` itself if it is one (opened by its path, and checked)."""
+    if not os.path.isdir(root):
+        yield _display(root), os.path.basename(root), root, None
         return
-    for entry, is_dir in _walk(start, unreadable=unreadable):
-        if not is_dir and entry.is_file(follow_symlinks=False):
-            yield entry.path
+    base = _display(root)
+    prefix = "" if base == "." else base + "/"
+    for name, rel, dir_fd in walk_files(root, unreadable):
+        yield prefix + rel, rel, name, dir_fd
 
 
 def _explicit_file_problem(rel: str, path: str) -> list[str]:
