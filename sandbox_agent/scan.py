@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from typing import Callable, Iterator
 
 READ_BLOCK = 1 << 20  # a read; a block is the whole lines of what was read
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a FIFO swapped in is not waited on
+_OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_WIDE_FIRST = b"\xff\xfe\x00"  # the first byte of every UTF-16/32 byte-order mark (or none: an empty file)
 
 
 class FileScan:
@@ -151,7 +154,7 @@ def open_scan(path: str, dir_fd: int | None = None) -> tuple[FileScan | None, st
     With `dir_fd` (walk_files'), `path` is a name in that directory, opened without following a
     link: nothing can lead it out of the workspace, and no other check is needed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dir_fd)
+        fd = os.open(path, _OPEN_FILE, dir_fd=dir_fd)
     except PermissionError:
         return None, "unreadable"
     except OSError:
@@ -163,7 +166,8 @@ def open_scan(path: str, dir_fd: int | None = None) -> tuple[FileScan | None, st
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
             return None, None
-        want = max(min(st.st_size + 1, READ_BLOCK), SNIFF_BYTES)
+        want = st.st_size + 1
+        want = READ_BLOCK if want > READ_BLOCK else SNIFF_BYTES if want < SNIFF_BYTES else want
         data = os.read(fd, want)
         eof = len(data) < want and (len(data) == st.st_size or not data)  # short, at the size fstat gave: the end
         while len(data) < SNIFF_BYTES and not eof:  # the head is the first 8 KiB, however the reads came
@@ -174,7 +178,7 @@ def open_scan(path: str, dir_fd: int | None = None) -> tuple[FileScan | None, st
         os.close(fd)
         return None, None
     head = data[:SNIFF_BYTES]
-    wide = _wide_encoding(head)
+    wide = _wide_encoding(head) if head[:1] in _WIDE_FIRST else None
     if wide:
         if st.st_size > limits.EDIT_MAX_FILE_BYTES:
             os.close(fd)
@@ -216,7 +220,7 @@ def walk_files(start: str, unreadable: list[str]) -> Iterator[tuple[str, str, in
     while stack:
         current, rel = stack.pop()
         try:
-            fd = os.open(current, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(current, _OPEN_DIR)
         except OSError as err:
             if current == start:
                 raise _os_error(err, _display(current)) from None

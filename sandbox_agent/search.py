@@ -10,7 +10,7 @@ from .globs import compile_glob
 from .listing import _skipped_note
 from .paths import local, resolve
 from .scan import open_scan, walk_files
-from .search_child import _Child, _InProcess, _run_search
+from .search_child import _Child, _InProcess, _run_in_process, _run_search
 from .tools import ToolError, _arg, _display, _file_type, _os_error, _refuse_trailing_slash
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -19,9 +19,10 @@ if TYPE_CHECKING:
 
 
 def grep_files(args: dict[str, Any]) -> dict[str, Any]:
-    """The regex search runs in a forked child with a deadline (GREP_TIMEOUT_S): a pattern that
-    backtracks catastrophically is killed and answered as a typed timeout, with what was found so
-    far, instead of holding the call until the host's deadline replaces the box."""
+    """A pattern that may backtrack is searched in a forked child with a deadline (GREP_TIMEOUT_S):
+    one that backtracks catastrophically is killed and answered as a typed timeout, with what was
+    found so far, instead of holding the call until the host's deadline replaces the box. Any other
+    is searched in the agent with the same deadline, looked at between files and blocks of lines."""
     pattern = _arg(args, "pattern", str, required=True)
     rel = _arg(args, "path", str, ".")
     glob = _arg(args, "glob", str, None)
@@ -41,7 +42,7 @@ def grep_files(args: dict[str, Any]) -> dict[str, Any]:
         notes += _explicit_file_problem(rel, root)
     risky, needle = _analyse(pattern, regex.flags)
     if not risky:
-        return _search(regex, needle, root, matcher, notes, _InProcess())
+        return _run_in_process(lambda reporter: _search(regex, needle, root, matcher, notes, reporter), limits.GREP_TIMEOUT_S)
     return _run_search(lambda child: _search(regex, needle, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
 
 

@@ -1,5 +1,7 @@
 """A search that may backtrack runs in a forked child with a deadline, and reports to the agent as
-it goes: what it found is kept when the child is killed."""
+it goes: what it found is kept when the child is killed. Any other search runs in the agent, with
+the same deadline looked at between files and blocks of lines. Either way a search that passes it
+says what took the time (_Stopped)."""
 from __future__ import annotations
 
 import json
@@ -20,16 +22,48 @@ if TYPE_CHECKING:  # imported where it is used: only a search that may backtrack
 
 
 class _InProcess:
-    """The search's reporting when it runs in the agent itself: nothing to report to."""
+    """The search's reporting when it runs in the agent itself (a pattern that cannot backtrack):
+    the child's deadline all the same, looked at as each file and each block of lines starts (a
+    clock read, no system call); past it the search stops with what it found (_run_in_process)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.started = time.monotonic_ns()
+        self.deadline = self.started + int(timeout_s * 1e9)
+        self.found: list[str] = []
+        self.where, self.files, self.file_ns, self.block_ns, self.line = "", 0, 0, 0, 0
 
     def send(self, message: dict[str, Any]) -> None:
-        pass
+        self.found.append(message["m"])
 
     def at(self, shown: str) -> None:
-        pass
+        now = time.monotonic_ns()
+        if now > self.deadline:
+            raise _OutOfTime
+        self.where, self.files, self.file_ns, self.block_ns, self.line = shown, self.files + 1, now, now, 0
 
     def lines(self, number: int) -> None:
-        pass
+        now = time.monotonic_ns()
+        if now > self.deadline:
+            raise _OutOfTime
+        self.block_ns, self.line = now, number
+
+
+class _OutOfTime(Exception):
+    """The in-process search passed its deadline."""
+
+
+def _run_in_process(search: Callable[[_InProcess], dict[str, Any]], timeout_s: float) -> dict[str, Any]:
+    reporter = _InProcess(timeout_s)
+    cpu = time.thread_time()  # this thread's: the agent's other threads are not the search's
+    try:
+        return search(reporter)
+    except _OutOfTime:
+        now = time.monotonic_ns()
+        stopped = _Stopped(reporter.where, reporter.files, reporter.line, (now - reporter.started) / 1e9,
+                           (now - reporter.file_ns) / 1e9 if reporter.files else 0.0, (now - reporter.block_ns) / 1e9 if reporter.files else 0.0,
+                           time.thread_time() - cpu, None)
+    raise ToolError("timeout", stopped.message(timeout_s, len(reporter.found)), output="\n".join(reporter.found),
+                    meta={"matches": len(reporter.found), "timed_out": True, **stopped.meta()})
 
 
 class _Child:

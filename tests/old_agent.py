@@ -17,9 +17,20 @@ from sandbox_agent import limits
 from sandbox_agent.globs import compile_glob
 from sandbox_agent.listing import _skipped_note
 from sandbox_agent.paths import PathRefused, check_fd, local, resolve
-from sandbox_agent.search_child import _Child, _InProcess, _run_search
+from sandbox_agent.search_child import _Child, _run_search
 from sandbox_agent.sniff import _BINARY_MAGIC, BOM, SNIFF_BYTES, _wide_encoding
 from sandbox_agent.tools import ToolError, _arg, _display, _file_type, _os_error, _refuse_trailing_slash
+
+
+class _InProcess:
+    """The search's reporting when it runs in the agent itself: nothing to report to."""
+
+    def send(self, message: dict[str, Any]) -> None:
+        pass
+
+    def at(self, shown: str) -> None:
+        pass
+
 
 _TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b")
 

@@ -60,3 +60,32 @@ def test_the_shared_page_reads_back_what_the_child_wrote() -> None:
     assert (stopped.where, stopped.files, stopped.line) == ("dir/ünï.txt", 2, 77)
     assert 2.0 <= stopped.in_block <= stopped.in_file <= stopped.elapsed < 10
     assert stopped.cpu_in_block is not None and 0 < stopped.cpu_in_block <= 5.0
+
+
+def test_a_search_in_the_agent_has_the_same_deadline(tmp_path) -> None:
+    """A pattern that cannot backtrack is searched in the agent itself, without the child: it stops
+    at the deadline all the same (a tree too large for it would otherwise hold the call until the
+    host's deadline replaces the box), with the lines found before it and what took the time."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    ws = tmp_path / "ws"
+    for i in range(3000):
+        sub = ws / f"d{i // 100:02}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i:04}.txt").write_text(f"needle {i}\n" + "hay\n" * 200)
+    program = ("import json, sys\nfrom sandbox_agent import limits, search, tools\n"
+               "full = search.grep_files({'pattern': 'needle'})\nlimits.GREP_TIMEOUT_S = float(sys.argv[1])\n"
+               "try:\n    search.grep_files({'pattern': 'needle'}); print(json.dumps({'full': full}))\n"
+               "except tools.ToolError as err:\n    print(json.dumps({'full': full, 'kind': err.kind, 'message': str(err), 'output': err.output, 'meta': err.meta}))\n")
+    env = {**os.environ, "OA_AGENT_WORKSPACE": str(ws), "PYTHONPATH": str(root)}
+    answer = json.loads(subprocess.run([sys.executable, "-c", program, "0.02"], cwd=ws, env=env, capture_output=True, check=True).stdout)
+    assert answer["kind"] == "timeout" and answer["meta"]["timed_out"] is True
+    assert "passed its 0s limit" in answer["message"] and "backtrack" not in answer["message"]
+    assert answer["meta"]["files_searched"] < 3000
+    found = answer["output"].splitlines()
+    assert found == answer["full"]["output"].splitlines()[:len(found)]  # what it found, in order, before it stopped
