@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.curve import concurrency_curve, curve_rows  # noqa: E402
 from bench.host import make_workspace  # noqa: E402
+from bench.real_search import bench_real_search, real_rows  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
@@ -286,7 +287,7 @@ def bench_workspace(root: Path, files: int, size: int, copies: int, checkpoints:
     }
 
 
-SECTIONS = ("tool calls", "agent builds", "cold start", "concurrency", "scaling", "workspace")
+SECTIONS = ("tool calls", "agent builds", "cold start", "concurrency", "scaling", "real search", "workspace")
 BOX_SECTIONS = SECTIONS[:-1]
 
 
@@ -324,6 +325,7 @@ def main() -> int:
                     ("cold start", partial(bench_cold_start, client, ws, image, 5 if quick else 20, config)),
                     ("concurrency", partial(concurrency_curve, client, make_workspace, root, sizes, 10 if quick else 20, config)),
                     ("scaling", partial(bench_scaling, client, root, [1000, 10000] if quick else [1000, 10000, 100000], config)),
+                    ("real search", partial(bench_real_search, client, root, config, 3 if quick else 5, 10_000, args.baseline_image)),
                 ]
                 results["runtimes"][runtime] = _run_steps(steps, wanted, runtime)
         if "workspace" in wanted:
@@ -426,6 +428,9 @@ TARGETS = [
     ("gvisor", "cold start, warm pool / docker run (same rt)", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
     ("runc", "shell `true` / read_file", lambda r, c: r["shell_ratio_vs_read"], 2.0, "max", "tool_calls"),
     ("runc", "cold start, warm pool / docker run", lambda r, c: r["pool_start_ratio_vs_docker_run"], 1.0, "max", "cold_start"),
+    # issue 50: grep_files with no match over a 10k-file tree against grep -rn in the same box
+    ("runc", "grep_files 10k files / grep -rn", lambda r, c: r["real_grep_ratio_vs_grep_rn"], 1.5, "max", "real_search"),
+    ("gvisor", "grep_files 10k files / grep -rn", lambda r, c: r["real_grep_ratio_vs_grep_rn"], 1.5, "max", "real_search"),
 ]
 # Issue 37's cold start target lets the warm pool or a pre-started agent be what is measured, if the
 # bench says which: the target rows above are the warm pool's (a box started ahead, claimed, its first
@@ -516,6 +521,7 @@ def print_table(r: dict) -> None:
             (f"integrity sweep of {r['workspace_files']} files p50", f"{r['sweep_p50_ms']:.0f} ms", f"baseline at start: {r['sweep_baseline_p50_ms']:.0f} ms", "once per session end and per replacement"),
             ("load average during the run", f"{r['load_average']:.2f}", "", f"{r['machine']['cpus']} CPUs"),
         ]
+    rows += real_rows(r)
     for key in sorted(k for k in r if k.startswith("grep_")):
         size = key.split("_")[1]
         rows.append((f"{size} files: grep / list", f"{r[key]:.0f} / {r[f'list_{size}_files_ms']:.0f} ms", "", ""))

@@ -7,22 +7,23 @@ import stat
 
 from . import limits
 from .globs import compile_glob
-from .listing import _skipped_note, _walk
+from .listing import _skipped_note
 from .names import exact
-from .paths import PathRefused, check_fd, local, resolve
-from .search_child import _Child, _InProcess, _run_search
-from .sniff import BOM, SNIFF_BYTES, _looks_binary, _wide_encoding
+from .paths import local, resolve
+from .scan import open_scan, walk_files
+from .search_child import _Child, _InProcess, _run_in_process, _run_search
 from .tools import ToolError, _arg, _display, _file_type, _os_error, _path_arg, _refuse_trailing_slash
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator
+    from typing import Any, Callable, Iterator
 
 
 def grep_files(args: dict[str, Any]) -> dict[str, Any]:
-    """The regex search runs in a forked child with a deadline (GREP_TIMEOUT_S): a pattern that
-    backtracks catastrophically is killed and answered as a typed timeout, with what was found so
-    far, instead of holding the call until the host's deadline replaces the box."""
+    """A pattern that may backtrack is searched in a forked child with a deadline (GREP_TIMEOUT_S):
+    one that backtracks catastrophically is killed and answered as a typed timeout, with what was
+    found so far, instead of holding the call until the host's deadline replaces the box. Any other
+    is searched in the agent with the same deadline, looked at between files and blocks of lines."""
     pattern = _arg(args, "pattern", str, required=True)
     rel = _path_arg(args, ".")
     glob = _arg(args, "glob", str, None)
@@ -40,37 +41,76 @@ def grep_files(args: dict[str, Any]) -> dict[str, Any]:
     if not os.path.isdir(root):
         _refuse_trailing_slash(rel, real)
         notes += _explicit_file_problem(rel, root)
-    if not _may_backtrack(pattern, regex.flags):
-        return _search(regex, real, root, matcher, notes, _InProcess())
-    return _run_search(lambda child: _search(regex, real, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
+    risky, needle = _analyse(pattern, regex.flags)
+    if not risky:
+        return _run_in_process(lambda reporter: _search(regex, needle, root, matcher, notes, reporter), limits.GREP_TIMEOUT_S)
+    return _run_search(lambda child: _search(regex, needle, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
 
 
 _RISKY_OPS = frozenset({"MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "GROUPREF", "GROUPREF_EXISTS"})
 
 
-def _may_backtrack(pattern: str, flags: int) -> bool:
+def _analyse(pattern: str, flags: int) -> tuple[bool, tuple[bytes, bool] | None]:
+    """(whether the pattern may backtrack, its needle) from CPython's own parse of it; a pattern
+    the parser cannot take again is treated as risky, with no needle."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]  # CPython's own parser of the pattern
+        parsed = _parser.parse(pattern, flags)
+    except Exception:  # noqa: BLE001 - compiled already; whatever the parser says, be careful
+        return True, None
+    return _may_backtrack(parsed, _parser.SubPattern), _needle(parsed.data, flags)
+
+
+def _may_backtrack(parsed: Any, subpattern: Any) -> bool:
     """Whether a pattern's run time can grow faster than the line times the pattern: any repetition
     (nested or adjacent ones backtrack exponentially or polynomially, and even one `.*x` is
     quadratic on an 8 MiB line) or a backreference. Only those pay for the forked child with its
     deadline (a fork costs tens of milliseconds here); a literal, a class or an alternation of
     them is searched in the agent, as fast as before."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]  # CPython's own parser of the pattern
-    except ImportError:
-        return True
-    try:
-        stack: list[Any] = [_parser.parse(pattern, flags)]
-    except Exception:  # noqa: BLE001 - compiled already; whatever the parser says, be careful
-        return True
+    stack: list[Any] = [parsed]
     while stack:
         item = stack.pop()
-        if isinstance(item, _parser.SubPattern):
+        if isinstance(item, subpattern):
             stack.extend(item.data)
         elif isinstance(item, (list, tuple)):
             if item and str(item[0]) in _RISKY_OPS:
                 return True
             stack.extend(item)
     return False
+
+
+NEEDLE_MIN_CHARS = 3
+# ASCII characters that IGNORECASE also matches with a character outside ASCII (U+0130 and U+0131
+# for i, the Kelvin sign for k, the long s for s): a lowered ASCII needle would miss those.
+# tests/test_grep_equivalence.py checks every code point against every ASCII character.
+_FOLDS_OUTSIDE_ASCII = frozenset("iksIKS")
+
+
+def _needle(top: list[tuple[Any, Any]], flags: int) -> tuple[bytes, bool] | None:
+    """(bytes, folded) that every line the pattern matches contains, or None: the longest run of
+    literal characters at the pattern's top level (outside any group, class, repetition or
+    alternation, which the parser gives as one node), of at least NEEDLE_MIN_CHARS. A line is the
+    file's bytes decoded (invalid bytes as U+FFFD, which the needle never holds), so a line that
+    contains the characters has their UTF-8 bytes in the file's raw bytes, where scan.py looks.
+    With IGNORECASE: only ASCII characters that fold to ASCII alone, lowered, looked for in the
+    lowered bytes (bytes.lower() lowers ASCII only)."""
+    fold = bool(flags & re.IGNORECASE)
+    best: list[str] = []
+    run: list[str] = []
+    for op, av in [*top, (None, None)]:
+        char = chr(av) if str(op) == "LITERAL" else ""
+        usable = bool(char) and (char.isascii() and char not in _FOLDS_OUTSIDE_ASCII if fold
+                                 else char != "\ufffd" and not "\ud800" <= char <= "\udfff")
+        if usable:
+            run.append(char)
+            continue
+        if len(run) > len(best):
+            best = run
+        run = []
+    if len(best) < NEEDLE_MIN_CHARS:
+        return None
+    text = "".join(best)
+    return (text.lower().encode("ascii"), True) if fold else (text.encode("utf-8"), False)
 
 
 SKIP_SHOWN = 10
@@ -82,7 +122,8 @@ _SKIP_WHY = {
 }
 
 
-def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
+def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, root: str,
+            matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
     matches: list[str] = []
     hits: list[dict[str, Any]] = []  # the same matches, structured: {"path": exact name, "line": n, "text": the line as shown}
     unreadable: list[str] = []
@@ -91,20 +132,19 @@ def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str
     long_lines: list[str] = []
     cut = 0
     more = False
-    for file in _walk_files(real, unreadable):
-        shown = _display(file)
-        if matcher and not matcher(shown, os.path.relpath(file, root) if file != root else os.path.basename(file)):
+    needle_bytes, fold = needle if needle else (None, False)
+    files = _files(root, unreadable)
+    for shown, globbed, name, dir_fd in files:
+        if matcher and not matcher(shown, globbed):
             continue
         child.at(shown)
-        lines, why = _grep_lines(file)
+        scan, why = open_scan(name, dir_fd)
         if why:
             skipped[why].append(shown)
+        if scan is None:
             continue
-        bad = long = 0  # the flags seen on any line (see _grep_lines)
-        for number, line, flags in lines:
-            bad |= flags & 1
-            long |= flags & 2
-            if regex.search(line):
+        try:
+            for number, line in scan.matches(regex, needle_bytes, fold, child.lines):
                 if len(matches) >= limits.GREP_MAX_LINES:
                     more = True
                     break
@@ -114,12 +154,15 @@ def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str
                 matches.append(f"{shown}:{number}:{line}")
                 hits.append({"path": exact(shown), "line": number, "text": line})
                 child.send({"m": matches[-1], "h": hits[-1]})
-        if bad:
+        finally:
+            scan.close()
+        if scan.bad:
             not_utf8.append(shown)
-        if long:
+        if scan.long:
             long_lines.append(shown)
         if more:
             break
+    files.close()
     output = "\n".join(matches) if matches else "no matches"
     if more:
         output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
@@ -149,85 +192,16 @@ def _names(items: list[str]) -> str:
     return ", ".join(items[:SKIP_SHOWN]) + (f" and {len(items) - SKIP_SHOWN} more" if len(items) > SKIP_SHOWN else "")
 
 
-def _walk_files(real: str, unreadable: list[str]) -> Iterator[str]:
-    """Regular files under `real` (or `real` itself if it is one)."""
-    start = local(real)
-    if not os.path.isdir(start):
-        yield start
+def _files(root: str, unreadable: list[str]) -> Iterator[tuple[str, str, str, int | None]]:
+    """(path shown, path the glob is matched against, name to open, fd of its directory) of each
+    regular file under `root`, or `root` itself if it is one (opened by its path, and checked)."""
+    if not os.path.isdir(root):
+        yield _display(root), os.path.basename(root), root, None
         return
-    for entry, is_dir in _walk(start, unreadable=unreadable):
-        if not is_dir and entry.is_file(follow_symlinks=False):
-            yield entry.path
-
-
-def _grep_lines(path: str) -> tuple[Iterable[tuple[int, str, int]], str | None]:
-    """(lines, None) or ((), why it is skipped). Lines are (number, text, flags): 1 = not valid
-    UTF-8, 2 = cut at GREP_MAX_LINE_BYTES. The file is streamed: no size makes it unsearchable."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except PermissionError:
-        return (), "unreadable"
-    except OSError:
-        return (), None  # gone, or swapped for a link since the walk: nothing to search
-    try:
-        check_fd(fd)
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            return (), None
-        head = os.pread(fd, SNIFF_BYTES, 0)
-    except (OSError, PathRefused):
-        os.close(fd)
-        return (), None
-    wide = _wide_encoding(head)
-    if wide:
-        try:
-            if st.st_size > limits.EDIT_MAX_FILE_BYTES:
-                os.close(fd)
-                return (), "too_large"
-            with os.fdopen(os.dup(fd), "rb") as fh:
-                raw = fh.read(limits.EDIT_MAX_FILE_BYTES + 1)
-            text = raw[wide[2]:].decode(wide[0])
-        except UnicodeDecodeError:
-            if _looks_binary(head):
-                os.close(fd)
-                return (), "encoding"
-            wide = None  # the byte-order mark was only a hint: searched as ordinary text
-            os.lseek(fd, 0, os.SEEK_SET)
-        except OSError:
-            os.close(fd)
-            return (), None
-    if wide:
-        os.close(fd)
-        return ((n, line.removesuffix("\r"), 0) for n, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)), None
-    if _looks_binary(head):
-        os.close(fd)
-        return (), "binary"
-    return _stream_lines(fd), None
-
-
-def _stream_lines(fd: int) -> Iterator[tuple[int, str, int]]:
-    cap = limits.GREP_MAX_LINE_BYTES
-    number = 0
-    try:
-        with os.fdopen(fd, "rb") as fh:
-            while piece := fh.readline(cap):
-                number += 1
-                flags = 0
-                if not piece.endswith(b"\n") and len(piece) >= cap:
-                    flags |= 2
-                    while (rest := fh.readline(cap)) and not rest.endswith(b"\n"):
-                        pass
-                if number == 1 and piece.startswith(BOM):
-                    piece = piece[len(BOM):]
-                try:
-                    line = piece.decode("utf-8")
-                except UnicodeDecodeError:
-                    line = piece.decode("utf-8", errors="replace")
-                    flags |= 1
-                yield number, line.removesuffix("\n").removesuffix("\r"), flags
-    except OSError:
-        return
+    base = _display(root)
+    prefix = "" if base == "." else base + "/"
+    for name, rel, dir_fd in walk_files(root, unreadable):
+        yield prefix + rel, rel, name, dir_fd
 
 
 def _explicit_file_problem(rel: str, path: str) -> list[str]:

@@ -75,6 +75,9 @@ def test_a_catastrophic_regex_is_a_typed_timeout_and_the_box_stays(open_sandbox,
     elapsed = time.monotonic() - started
     assert result.error is not None and result.error.type.value == "timeout", result
     assert "b_evil.txt" in result.error.message and "backtrack" in result.error.message
+    # what was measured: the one file, its line, the files before it, the CPU that went into it
+    assert "from line 1 on" in result.error.message and "after 1 other file(s)" in result.error.message
+    assert result.meta["files_searched"] == 2 and result.meta["seconds_in_block"] > limits.GREP_TIMEOUT_S / 2
     assert result.output == "a_first.txt:1:aaaa"
     assert limits.GREP_TIMEOUT_S - 1 < elapsed < limits.GREP_TIMEOUT_S + 20
     assert box.restarts == 0
