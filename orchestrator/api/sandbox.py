@@ -9,7 +9,6 @@ changed files, so `rollback(turn)` and `oa-sandbox rollback --turn` reach it).
 """
 from __future__ import annotations
 
-import signal
 import threading
 import uuid
 import weakref
@@ -24,59 +23,24 @@ from ..policy.approvals import Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
 from ..sandbox.docker import box_on_copy
 from ..session import OpenSession, attach_model, open_session
-from ..tools.catalog import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
-from ..tools.defs import edit_file as edit_def
-from ..tools.defs import grep_files as grep_def
-from ..tools.defs import list_files as list_def
-from ..tools.defs import read_file as read_def
-from ..tools.defs import shell as shell_def
-from ..tools.defs import write_file as write_def
-from ..workspace.copy_session import discard_session, note_call
+from ..workspace.copy_session import note_call
 from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
+from .lifecycle import close_quietly, hold_interrupts, quietly, release_interrupts
 from .options import SandboxOptions
 from .own_calls import OwnCallApprover, OwnCalls
-from .results import (
-    ApplyResult,
-    ChangedFile,
-    Changes,
-    EditResult,
-    GrepResult,
-    ListResult,
-    ReadResult,
-    ShellResult,
-    ToolError,
-    WriteResult,
-)
+from .review import ReviewMethods
+from .tool_calls import ToolMethods
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
     from ..sandbox.base import Sandbox as BoxBackend
-    from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
-# the tools' names come from their own homes (tools/defs/), as everywhere else
-READ, LIST, GREP = read_def.TOOL.name, list_def.TOOL.name, grep_def.TOOL.name
-WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.name
 
-
-def _require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], what: str) -> None:
-    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not a bool")
-    if not isinstance(value, kinds):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not {type(value).__name__}")
-
-
-def _path(tool: str, path: Any) -> str:
-    if isinstance(path, PathLike):
-        path = path.__fspath__()
-    _require(tool, "path", path, str, "a str (relative to the workspace)")
-    return str(path)
-
-
-class Sandbox:
+class Sandbox(ToolMethods, ReviewMethods):
     """`with Sandbox("repo", auto_approve=True) as box: box.shell("make test")`.
 
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
@@ -145,7 +109,7 @@ class Sandbox:
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
-        self._finalizer = weakref.finalize(self, _close_quietly, opened)
+        self._finalizer = weakref.finalize(self, close_quietly, opened)
         if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
             opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
                                                      workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
@@ -169,7 +133,7 @@ class Sandbox:
             if on_event is not None:
                 typed = ev.parse(record)
                 if typed is not None:
-                    _quietly(on_event, typed)
+                    quietly(on_event, typed)
             for sink in list(self._sinks):
                 sink(record)
 
@@ -235,7 +199,7 @@ class Sandbox:
             return []
         if self._finalizer is not None:
             self._finalizer.detach()
-        held = _hold_interrupts()
+        held = hold_interrupts()
         try:
             try:
                 opened.kill_running()  # a call still running in another thread ends now, killed
@@ -250,7 +214,7 @@ class Sandbox:
                 opened.finish(status, reason)
                 return opened.close()
         finally:
-            _release_interrupts(held)
+            release_interrupts(held)
 
     @property
     def closed(self) -> bool:
@@ -316,11 +280,6 @@ class Sandbox:
         return Path(self.record.transcript or "")
 
     # -- the six tools ---------------------------------------------------------------------------
-    def call(self, tool: str, arguments: dict[str, Any] | None = None, on_output: Callable[[str], None] | None = None) -> ToolResult:
-        """One call of any tool by name, through the pipeline; never raises for a tool's failure or
-        a refusal (the typed result says it), only for a closed sandbox."""
-        return self._call(tool, arguments, on_output)[1]
-
     def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None) -> tuple[str, ToolResult]:
         opened = self._live()
         if not isinstance(tool, str):
@@ -328,7 +287,7 @@ class Sandbox:
         if arguments is not None and not isinstance(arguments, dict):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
         call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
-        shown = (lambda text: _quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
+        shown = (lambda text: quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
         try:
             result = opened.pipeline.run(call, shown)
         except KeyboardInterrupt:
@@ -336,188 +295,6 @@ class Sandbox:
             raise
         self.record_call(tool, result.ok)
         return call.id, result
-
-    def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
-        call_id, result = self._call(tool, arguments, on_output)
-        if not result.ok:
-            error = result.error
-            kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
-            raise ToolError(kind, message, result)
-        return call_id, result
-
-    def read_file(self, path: str | PathLike[str], offset: int = 1, limit: int | None = None) -> ReadResult:
-        """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB."""
-        rel = _path(READ, path)
-        _require(READ, "offset", offset, int, "an int")
-        args: dict[str, Any] = {"path": rel, "offset": offset}
-        if limit is not None:
-            _require(READ, "limit", limit, int, "an int")
-            args["limit"] = limit
-        return ReadResult.of(*self._checked(READ, args), rel)
-
-    def list_files(self, path: str | PathLike[str] = ".", recursive: bool = True) -> ListResult:
-        """At most 500 entries; .git, node_modules, target, dist skipped."""
-        rel = _path(LIST, path)
-        _require(LIST, "recursive", recursive, bool, "a bool")
-        return ListResult.of(*self._checked(LIST, {"path": rel, "recursive": recursive}), rel)
-
-    def grep_files(self, pattern: str, path: str | PathLike[str] = ".", glob: str | None = None, ignore_case: bool = False) -> GrepResult:
-        """Lines matching a Python regular expression, at most 200."""
-        _require(GREP, "pattern", pattern, str, "a str")
-        rel = _path(GREP, path)
-        args: dict[str, Any] = {"pattern": pattern, "path": rel, "ignore_case": ignore_case}
-        _require(GREP, "ignore_case", ignore_case, bool, "a bool")
-        if glob is not None:
-            _require(GREP, "glob", glob, str, "a str")
-            args["glob"] = glob
-        return GrepResult.of(*self._checked(GREP, args), pattern)
-
-    def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
-        """The whole new content of a file (never inside .git)."""
-        rel = _path(WRITE, path)
-        _require(WRITE, "content", content, str, "a str")
-        return WriteResult.of(*self._checked(WRITE, {"path": rel, "content": content}), rel)
-
-    def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
-                  expected_sha256: str | None = None) -> EditResult:
-        """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
-        refuses the edit if the file changed since."""
-        rel = _path(EDIT, path)
-        _require(EDIT, "old_text", old_text, str, "a str")
-        _require(EDIT, "new_text", new_text, str, "a str")
-        _require(EDIT, "allow_multiple", allow_multiple, bool, "a bool")
-        args: dict[str, Any] = {"path": rel, "old_text": old_text, "new_text": new_text, "allow_multiple": allow_multiple}
-        if expected_sha256 is not None:
-            _require(EDIT, "expected_sha256", expected_sha256, str, "a str")
-            args["expected_sha256"] = expected_sha256
-        return EditResult.of(*self._checked(EDIT, args), rel)
-
-    def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
-        """`/bin/sh -c command` in the workspace, no stdin; `timeout` seconds (at most 240, kept by the
-        host too). `on_output(text)` gets the output as it comes. A non-zero exit is a result; a
-        timeout raises ToolError(TIMEOUT) with the partial output in `.result`."""
-        _require(SHELL, "command", command, str, "a str")
-        _require(SHELL, "timeout", timeout, int, "an int (seconds)")
-        if on_output is not None and not callable(on_output):
-            raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
-        return ShellResult.of(*self._checked(SHELL, {"command": command, "timeout": timeout}, on_output), command)
-
-    # -- a copy session's review -----------------------------------------------------------------
-    def changes(self) -> Changes:
-        """What the tools changed in the private copy against the real workspace (copy mode): a call of
-        `changes` through the pipeline (a rule `tool = "changes"` decides it; a deny raises
-        ToolError(REFUSED_BY_POLICY)), recorded in the transcript."""
-        self._copy_record("show")
-        from ..workspace.review import render_diff, shown
-
-        landing = self._landing
-        assert landing is not None
-        with self._review:
-            landing.last_changes = None
-            result = self._own_call(CHANGES_TOOL, {})
-            scanned = landing.last_changes
-        if not result.ok or scanned is None:
-            raise _tool_error(result)
-        manifest, found = scanned
-        if not found:
-            return Changes()
-        diff = "\n".join(render_diff(manifest, found))
-        stat = "\n".join(render_diff(manifest, found, stat=True))
-        return Changes(files=[ChangedFile(path=shown(c.path), status=c.status) for c in found], diff=diff, stat=stat)
-
-    def apply(self) -> ApplyResult:
-        """Land the copy's changes in the real workspace through the sanitiser (`oa-sandbox apply`'s),
-        a call of `apply_changes` through the pipeline, recorded with its decision and outcome.
-        A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed.
-        A landing the policy refuses (a deny rule, copy-only, read-only) raises ToolError(REFUSED_BY_POLICY)."""
-        self._copy_record("apply")
-        opened = self._live()
-        landing = self._landing
-        assert landing is not None
-        with self._review:
-            landing.last_report = None
-            result = self._own_call(LAND_TOOL, {})
-            report = landing.last_report
-        if report is None or (not result.ok and not report.conflicts):  # refused, or stopped before a report
-            raise _tool_error(result)
-        applied = ApplyResult.of(report)
-        opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via=self.kind, ok=applied.ok, applied=len(applied.applied),
-                                                 left_out=applied.left_out[:200], conflicts=applied.conflicts[:200]))
-        return applied
-
-    def _own_call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        """This program's own call of a host tool only it may call (changes, apply_changes)."""
-        opened = self._live()
-        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
-        self._issued.add(call.id)
-        try:
-            return opened.pipeline.run(call)
-        finally:
-            self._issued.discard(call.id)
-
-    def discard(self) -> int:
-        """Close the sandbox and remove its copy, checkpoints and transcript (copy mode); returns the
-        bytes freed. The record stays, marked discarded."""
-        record = self._copy_record("discard")
-        self._status = ("closed", "discarded")
-        self.close()
-        return discard_session(record)
-
-    def report(self, path: str | PathLike[str] | None = None) -> str:
-        """The session's self-contained HTML page (`oa-sandbox report ID`'s: orchestrator/report),
-        written atomically to `path` when given; the page either way. Open or closed."""
-        from ..report import build, write
-
-        page = build(self.record)
-        if path is not None:
-            write(self.record, Path(path), page=page)
-        return page
-
-    def _copy_record(self, action: str) -> SessionRecord:
-        record = self._live().record
-        if record.mode.value != "copy":
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} runs in bind mode: its changes are already in "
-                                                               f"{record.workspace}; nothing to {action}")
-        return record
-
-    # -- checkpoints -----------------------------------------------------------------------------
-    def checkpoints(self) -> list[Checkpoint]:
-        """The session's checkpoints: turn 0 (the start) and one after each call that changed files."""
-        store = self._live().checkpoints
-        return store.list() if store is not None else []
-
-    def rollback(self, turn: int) -> RestoreReport:
-        """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
-        A file changed since the last checkpoint: nothing restored, the report lists the conflicts.
-        A call of `rollback` through the pipeline (own_calls.py): the user's BeforeTool hooks see it,
-        the ladder decides it as an edit (a rule `tool = "rollback"` or `kind = "edit"`): a deny or a
-        hook's block raises ToolError(REFUSED_BY_POLICY or the hook's type); an ask is answered by this
-        call itself (the program asked). Its decision and outcome are in the transcript."""
-        _require(ROLLBACK_TOOL, "turn", turn, int, "an int")
-        opened = self._live()
-        store = opened.checkpoints
-        if store is None or not any(point.turn == turn and point.ok for point in store.list()):
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
-        own = self._own_calls
-        assert own is not None
-        with self._review:
-            own.last_report = None
-            result = self._own_call(ROLLBACK_TOOL, {"turn": turn})
-            report = own.last_report
-        if report is None:  # refused, or stopped before a restore
-            raise _tool_error(result)
-        return report
-
-    def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
-        """After close: this copy session forked into `n` independent copy sessions (`oa-sandbox fork`'s:
-        each its own copy, record and manifest; `oa-sandbox changes/apply/discard ID` work on each);
-        their ids. `turn`: the state after that checkpoint instead of the latest. Typed errors: still
-        open, bind mode, discarded, `n` out of 1..MAX_FORKS."""
-        if not self._closed or self._record is None:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)")
-        from ..workspace.fork import fork_session
-
-        return [record.id for record in fork_session(self._record.id, n, turn, box_on_copy=box_on_copy)]
 
     # -- an agent's run --------------------------------------------------------------------------
     def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
@@ -549,46 +326,6 @@ class Sandbox:
         self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
         return self._run
 
-
-def _tool_error(result: ToolResult) -> ToolError:
-    error = result.error
-    kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
-    return ToolError(kind, message, result)
-
-
-def _quietly(callback: Callable[[Any], None], value: Any) -> None:
-    """A program's callback: what it raises is its own business, never the session's (it is called
-    from the box's reader and the transcript, mid-call)."""
-    try:
-        callback(value)
-    except Exception:  # noqa: BLE001 - see above
-        pass
-
-
-def _close_quietly(opened: OpenSession) -> None:
-    try:
-        opened.finish("closed", "the program ended without closing the sandbox")
-        opened.close()
-    except Exception:  # noqa: BLE001 - at interpreter exit: nothing to tell
-        pass
-
-
-_HELD = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a front-end's SIGTERM (cli.common.terminate_as_interrupt)
-
-
-def _hold_interrupts() -> Any:
-    """While the box is removed and the workspace swept, neither Ctrl-C nor SIGTERM cuts it short."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        return [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in _HELD]
-    except ValueError:
-        return None
-
-
-def _release_interrupts(previous: Any) -> None:
-    for sig, handler in previous or []:
-        signal.signal(sig, handler)
 
 
 __all__ = ["Sandbox"]
