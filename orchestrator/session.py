@@ -232,7 +232,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     if resume is not None:  # checked again under the lock: another process may have taken it since
         lock = ResumeLock(resume)
         try:
-            resume = resumable(records_.open_own_record(resume.id))
+            resume = resumable(records_.open_own_record(resume.id), conversation=options.model_spec is not None)
         except BaseException:
             lock.release()
             raise

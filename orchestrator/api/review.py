@@ -36,6 +36,7 @@ class ReviewMethods:
     _landing: Landing | None
     _own_calls: OwnCalls | None
     _issued: set[str]
+    _asked: set[str]
     _review: threading.Lock
     _status: tuple[str, str]
     _record: SessionRecord | None
@@ -99,10 +100,12 @@ class ReviewMethods:
         opened = self._live()
         call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
         self._issued.add(call.id)
+        self._asked.add(call.id)
         try:
             return opened.pipeline.run(call)
         finally:
             self._issued.discard(call.id)
+            self._asked.discard(call.id)
 
     def discard(self) -> int:
         """Close the sandbox and remove its copy, checkpoints and transcript (copy mode); returns the

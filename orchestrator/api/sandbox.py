@@ -28,11 +28,12 @@ from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
-from .lifecycle import close_quietly, hold_interrupts, quietly, release_interrupts
-from .options import SandboxOptions
+from .lifecycle import close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
+from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
 from .review import ReviewMethods
 from .tool_calls import ToolMethods
+from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
@@ -53,14 +54,16 @@ class Sandbox(ToolMethods, ReviewMethods):
     `apply_changes` callable by whoever calls through the pipeline (the MCP server's client), not
     only by this object's own methods."""
 
-    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api",
+    def __init__(self, workspace: str | PathLike[str] | None = None, options: SandboxOptions | None = None, *, kind: str = "api",
                  box: BoxBackend | None = None, any_caller_lands: bool = False, **settings: Any) -> None:
         if not isinstance(kind, str) or not kind.isidentifier():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
-        if not isinstance(workspace, (str, PathLike)):
+        if workspace is not None and not isinstance(workspace, (str, PathLike)):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}")
         self.options = SandboxOptions.of(options, settings)
-        self.workspace = Path(workspace)
+        # None: a scratch directory made at open and removed at close (or the resumed session's own workspace)
+        self.workspace: Path | None = Path(workspace) if workspace is not None else None
+        self._scratch: Path | None = None
         self.kind = kind
         self._box = box  # a front-end's box already started for this workspace and config (a warm pool's): bind mode
         self._any_caller_lands = any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
@@ -77,8 +80,11 @@ class Sandbox(ToolMethods, ReviewMethods):
         self._agent: tuple[tuple[str, str | None, str | None], TurnLoop] | None = None  # the last run's model and turn loop
         self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
+        self._asked: set[str] = set()  # the ids of every call of this program's own (what would ask runs, as `exec`'s)
         self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
         self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
+        self._current = threading.local()  # the calling thread's CallToken (the async API's), for BoxTurns
+        self._turns: BoxTurns | None = None  # whose command the box runs: a cancel ends its own call only
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -90,6 +96,7 @@ class Sandbox(ToolMethods, ReviewMethods):
         try:
             opened = self._start()
         except BaseException:
+            self._drop_scratch()
             if self._box is not None:  # a warm pool's box handed over: it goes with this failed open
                 try:
                     self._box.close()
@@ -106,10 +113,11 @@ class Sandbox(ToolMethods, ReviewMethods):
             registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued,
                                             box_on_copy=box_on_copy)
         registry = opened.pipeline.registry
+        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current)
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
-        self._finalizer = weakref.finalize(self, close_quietly, opened)
+        self._finalizer = weakref.finalize(self, close_quietly, opened, self._scratch)
         if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
             opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
                                                      workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
@@ -117,36 +125,14 @@ class Sandbox(ToolMethods, ReviewMethods):
         return self
 
     def _start(self) -> OpenSession:
-        """open_session with this object's options: the one place a session is put together; a typed error for what fails."""
-        options = self.options
-        if not self.workspace.is_dir():
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
-        approver: Approver = NonInteractiveApprover()
-        if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
-            ask = getattr(options.approver, "ask", None)
-            approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
-        on_event, on_record = options.on_event, options.on_record
-
-        def fanout(record: dict[str, Any]) -> None:
-            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
-                on_record(record)
-            if on_event is not None:
-                typed = ev.parse(record)
-                if typed is not None:
-                    quietly(on_event, typed)
-            for sink in list(self._sinks):
-                sink(record)
-
-        transcript = Path(options.transcript).absolute() if options.transcript is not None else None
-        if transcript is not None and transcript.exists():
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
+        """open_session with this object's options: the one place a session is put together; a typed
+        error for what fails, naming the Python keyword a program passed (not the CLI's flag)."""
         try:
-            resume = self._resumed()
-            return open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
-                                transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
-                                host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
-        except OpenAgentsError:
+            return self._open_session()
+        except OpenAgentsError as err:
             self._closed = True
+            if self.kind not in CLI_KINDS:
+                in_keywords(err)
             raise
         except ValueError as err:  # a policy or config value open_session's parts refused
             self._closed = True
@@ -158,14 +144,49 @@ class Sandbox(ToolMethods, ReviewMethods):
             self._closed = True
             raise
 
+    def _open_session(self) -> OpenSession:
+        options = self.options
+        approver: Approver = NonInteractiveApprover()
+        if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
+            ask = getattr(options.approver, "ask", None)
+            approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
+        # The program's own calls: what would ask runs (as `oa-sandbox exec`'s), unless it asked for the ladder's questions.
+        own = self._asked if (options.approve or ("ask" if options.approver is not None else "program")) == "program" else None
+        on_event, on_record, sinks = options.on_event, options.on_record, self._sinks  # never `self`: the session's parts
+        # must not hold the sandbox, or one dropped without close() would never be collected (and closed)
+
+        def fanout(record: dict[str, Any]) -> None:
+            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
+                on_record(record)
+            if on_event is not None:
+                typed = ev.parse(record)
+                if typed is not None:
+                    quietly(on_event, typed)
+            for sink in list(sinks):
+                sink(record)
+
+        transcript = Path(options.transcript).absolute() if options.transcript is not None else None
+        if transcript is not None and transcript.exists():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
+        resume = self._resumed()
+        if self.workspace is None:  # the resumed session's own, or a scratch directory (removed at close)
+            self.workspace = Path(resume.workspace) if resume is not None else make_scratch()
+            self._scratch = self.workspace if resume is None else None
+        if not self.workspace.is_dir():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
+        return open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued, own),
+                            transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
+                            host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
+
     def _resumed(self) -> SessionRecord | None:
-        """The record `options.resume` names, if it can be continued and is of this workspace."""
+        """The record `options.resume` names, if it can be continued (a session opened without a model
+        needs no conversation: any of the caller's, a fork's included) and is of this workspace."""
         if self.options.resume is None:
             return None
         from ..transcript.resume import find
 
-        record = find(self.options.resume)
-        if str(self.workspace.resolve()) != record.workspace:
+        record = find(self.options.resume, conversation=self.options.model is not None)
+        if self.workspace is not None and str(self.workspace.resolve()) != record.workspace:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} worked on {record.workspace}, not {self.workspace.resolve()}")
         return record
 
@@ -212,9 +233,20 @@ class Sandbox(ToolMethods, ReviewMethods):
                     opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn,
                                                            last_turn=self._turn))
                 opened.finish(status, reason)
-                return opened.close()
+                swept = opened.close()
         finally:
-            release_interrupts(held)
+            try:
+                self._drop_scratch()
+            finally:
+                release_interrupts(held)
+        return swept
+
+    def _drop_scratch(self) -> None:
+        """A scratch workspace (Sandbox() without one) goes at close, and a failed open's too; in copy
+        mode its session is discarded with it (there is nothing to land it in any more)."""
+        scratch, self._scratch = self._scratch, None
+        if scratch is not None:
+            close_scratch(scratch, self._record)
 
     @property
     def closed(self) -> bool:
@@ -245,6 +277,19 @@ class Sandbox(ToolMethods, ReviewMethods):
         opened = self._opened
         if opened is not None:
             opened.kill_running()
+
+    def _calling_as(self, token: CallToken) -> Any:
+        """The calls this thread makes in the block are `token`'s: `_cancel_call(token)` ends them alone."""
+        return BoxTurns.calling_as(self._current, token)
+
+    def _cancel_call(self, token: CallToken) -> None:
+        """End the call of `token` (the async API's cancel): if it still waits for the box it is never
+        sent; if it is the command the box runs, that command is killed; no other call is touched."""
+        turns = self._turns
+        if turns is None:
+            token.cancelled.set()
+        else:
+            turns.cancel(token)
 
     def _live(self) -> OpenSession:
         opened = self._opened
@@ -288,11 +333,14 @@ class Sandbox(ToolMethods, ReviewMethods):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
         call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
         shown = (lambda text: quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
+        self._asked.add(call.id)
         try:
             result = opened.pipeline.run(call, shown)
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
+        finally:
+            self._asked.discard(call.id)
         self.record_call(tool, result.ok)
         return call.id, result
 
