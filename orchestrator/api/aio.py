@@ -162,12 +162,14 @@ class AsyncSandbox:
                         expected_sha256: str | None = None) -> EditResult:
         return await self._run(self.sync.edit_file, path, old_text, new_text, allow_multiple, expected_sha256)
 
-    async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
-        return await self._run(self.sync.shell, command, timeout, on_output)
+    async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None, *,
+                    cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> ShellResult:
+        return await self._run(self.sync.shell, command, timeout, on_output, cwd=cwd, env=env)
 
-    def shell_stream(self, command: str, timeout: int = 60) -> "ShellStream":
+    def shell_stream(self, command: str, timeout: int = 60, *, cwd: str | PathLike[str] | None = None,
+                     env: dict[str, str] | None = None) -> "ShellStream":
         """`async for text in box.shell_stream("make test")`: the output as it comes; then `.result`."""
-        return ShellStream(self, command, timeout)
+        return ShellStream(self, command, timeout, cwd, env)
 
     # -- review, checkpoints, a run ----------------------------------------------------------
     async def changes(self) -> Changes:
@@ -200,8 +202,9 @@ class ShellStream:
     """A command's output chunks as an async iterator; `.result` (a ShellResult) once it ended. A
     failure (a refusal, a timeout) is raised from the iteration, as shell() raises it."""
 
-    def __init__(self, box: AsyncSandbox, command: str, timeout: int) -> None:
-        self._box, self._command, self._timeout = box, command, timeout
+    def __init__(self, box: AsyncSandbox, command: str, timeout: int, cwd: str | PathLike[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self._box, self._command, self._timeout, self._cwd, self._env = box, command, timeout, cwd, env
         self.result: ShellResult | None = None
 
     async def __aiter__(self) -> AsyncIterator[str]:
@@ -213,7 +216,7 @@ class ShellStream:
 
         async def work() -> ShellResult:
             try:
-                return await self._box.shell(self._command, self._timeout, output)
+                return await self._box.shell(self._command, self._timeout, output, cwd=self._cwd, env=self._env)
             finally:
                 chunks.put_nowait(_END)
 

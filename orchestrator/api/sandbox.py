@@ -28,6 +28,7 @@ from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
+from .environment import exports, looks_secret, never_passed, screened
 from .lifecycle import close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
 from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
@@ -85,6 +86,7 @@ class Sandbox(ToolMethods, ReviewMethods):
         self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
         self._current = threading.local()  # the calling thread's CallToken (the async API's), for BoxTurns
         self._turns: BoxTurns | None = None  # whose command the box runs: a cancel ends its own call only
+        self._exported: dict[str, str] = {}  # env names the agent's shell would drop: exported to each command (BoxTurns)
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -113,7 +115,8 @@ class Sandbox(ToolMethods, ReviewMethods):
             registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued,
                                             box_on_copy=box_on_copy)
         registry = opened.pipeline.registry
-        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current)
+        opened.transcript.redactor.add(self._exported.values())
+        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current, exports(self._exported))
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
@@ -174,7 +177,12 @@ class Sandbox(ToolMethods, ReviewMethods):
             self._scratch = self.workspace if resume is None else None
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
-        return open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued, own),
+        config = options.sandbox_config()
+        if self.kind not in CLI_KINDS:  # a program's env: all of it reaches the commands (environment.py); the CLI's --env as documented there
+            env = screened("env", config.env, never_passed(options))
+            self._exported = {name: value for name, value in env.items() if looks_secret(name)}
+            config = config.model_copy(update={"env": {name: value for name, value in env.items() if name not in self._exported}})
+        return open_session(options.session_options(), self.workspace, config, OwnCallApprover(approver, self._issued, own),
                             transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
                             host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
 
@@ -290,6 +298,14 @@ class Sandbox(ToolMethods, ReviewMethods):
             token.cancelled.set()
         else:
             turns.cancel(token)
+
+    def _passed_env(self, env: dict[str, str]) -> dict[str, str]:
+        """A call's `env` without what never enters the box (warned about); its secret-looking values
+        redacted in the transcript from now on."""
+        opened = self._live()
+        env = screened("shell", env, never_passed(self.options))
+        opened.transcript.redactor.add(value for name, value in env.items() if looks_secret(name))
+        return env
 
     def _live(self) -> OpenSession:
         opened = self._opened

@@ -15,6 +15,7 @@ from ..tools.defs import list_files as list_def
 from ..tools.defs import read_file as read_def
 from ..tools.defs import shell as shell_def
 from ..tools.defs import write_file as write_def
+from .environment import checked, command_with
 from .results import EditResult, GrepResult, ListResult, ReadResult, ShellResult, ToolError, WriteResult
 
 # the tools' names come from their own homes (tools/defs/), as everywhere else
@@ -46,6 +47,10 @@ class ToolMethods:
     """The typed tool methods; the class using it provides `_call` (one call through the pipeline)."""
 
     def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None) -> tuple[str, ToolResult]:
+        raise NotImplementedError
+
+    def _passed_env(self, env: dict[str, str]) -> dict[str, str]:
+        """`env` as it may enter the box (the sandbox screens it and has its secrets redacted)."""
         raise NotImplementedError
 
     def call(self, tool: str, arguments: dict[str, Any] | None = None, on_output: Callable[[str], None] | None = None) -> ToolResult:
@@ -106,13 +111,25 @@ class ToolMethods:
             args["expected_sha256"] = expected_sha256
         return EditResult.of(*self._checked(EDIT, args), rel)
 
-    def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
-        """`/bin/sh -c command` in the workspace, no stdin; `timeout` seconds (at most 240, kept by the
-        host too). `on_output(text)` gets the output as it comes. A non-zero exit is a result; a
-        timeout raises ToolError(TIMEOUT) with the partial output in `.result`."""
+    def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None, *, cwd: str | PathLike[str] | None = None,
+              env: dict[str, str] | None = None) -> ShellResult:
+        """`/bin/sh -c command` in the workspace (or `cwd`: relative to it, or absolute), no stdin;
+        `timeout` seconds (at most 240, kept by the host too). `env`: variables for this command only
+        (any name; secret-looking values redacted in the transcript; a model key or an egress
+        credential's variable never passed: environment.py). `on_output(text)` gets the output as it
+        comes. A non-zero exit is a result; a timeout raises ToolError(TIMEOUT) with the partial
+        output in `.result`."""
         require(SHELL, "command", command, str, "a str")
         require(SHELL, "timeout", timeout, int, "an int (seconds)")
         if on_output is not None and not callable(on_output):
             raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
-        return ShellResult.of(*self._checked(SHELL, {"command": command, "timeout": timeout}, on_output), command)
-
+        sent = command
+        if cwd is not None or env:
+            place = None
+            if cwd is not None:
+                place = cwd.__fspath__() if isinstance(cwd, PathLike) else cwd
+                require(SHELL, "cwd", place, str, "a str (a directory in the box)")
+                if not place or "\0" in place:
+                    raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: cwd must be a non-empty path without NUL")
+            sent = command_with(command, place, self._passed_env(checked("shell", env or {})))
+        return ShellResult.of(*self._checked(SHELL, {"command": sent, "timeout": timeout}, on_output), command)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
 from ..tools.catalog import box_rule
+from ..tools.defs import shell as shell_def
 
 if TYPE_CHECKING:
     from ..sandbox.base import Sandbox as BoxBackend
@@ -45,7 +46,7 @@ def cancelled_result(when: str, result: ToolResult | None = None) -> ToolResult:
 class BoxTurns:
     """The session's box as its tool registry sees it (every other attribute is the box's own)."""
 
-    def __init__(self, inner: BoxBackend, current: threading.local, exports: Callable[[], str] | None = None) -> None:
+    def __init__(self, inner: BoxBackend, current: threading.local, exports: str = "") -> None:
         self.inner = inner
         self._current = current  # the calling thread's token (calling_as), shared with the sandbox
         self._exports = exports
@@ -69,10 +70,8 @@ class BoxTurns:
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         token: CallToken | None = getattr(self._current, "token", None)
-        if self._exports is not None and tool == "shell" and isinstance(args.get("command"), str):
-            prefix = self._exports()
-            if prefix:
-                args = {**args, "command": prefix + args["command"]}
+        if self._exports and tool == shell_def.TOOL.name and isinstance(args.get("command"), str):
+            args = {**args, "command": self._exports + args["command"]}
         if not box_rule(tool).exclusive:
             if token is not None and token.cancelled.is_set():
                 return cancelled_result("before it ran")
