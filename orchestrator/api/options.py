@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..budget import Budget
 from ..config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
@@ -41,6 +41,8 @@ FLAG_FIELDS = {
     "base-url": "base_url", "api-key-env": "api_key_env", "max-turns": "max_turns", "max-tokens": "max_tokens", "max-wall": "max_wall_s",
     "model-timeout": "model_timeout_s", "context-window": "context_window", "disable": "disabled_tools", "no-git": "git",
 }
+MAX_LABELS = 64
+_LABEL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
 _FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ([A-Z][A-Z0-9_:]*\b|[0-9][0-9.:]*\b|bind\b|copy\b|auto\b|runc\b|runsc\b|[^\s:'\"]+(?=:)))?")
 
 
@@ -100,8 +102,12 @@ class SandboxOptions(BaseModel):
     on_event: Callable[[Event], None] | None = Field(default=None, description="Called with every typed event the transcript records.")
     on_record: Callable[[dict[str, Any]], None] | None = Field(default=None, description="Called with every transcript record as the JSON "
                                                                                          "object written (what --output stream-json prints).")
-    resume: str | None = Field(default=None, description="The id of a recorded session to continue (`run --resume`'s): its workspace "
-                                                         "(its copy, in copy mode), its transcript appended to, its conversation for `model`.")
+    resume: str | None = Field(default=None, description="The id of one of the caller's sessions to open again (`run --resume`'s): its "
+                                                         "workspace (its copy, in copy mode), its transcript appended to, its conversation "
+                                                         "for `model`. Without a model any session will do (an API session, a fork).")
+    labels: dict[str, str] | None = Field(default=None, description="The program's own names for the session, kept in its record (and a "
+                                                                    "fork's): sessions.list_sessions(labels=...) finds it. On resume, "
+                                                                    "None keeps the record's.")
     # the model (--model, --base-url, --api-key-env): run()'s when it names none; given here, it is checked before the box starts
     model: str | None = None
     base_url: str | None = None
@@ -118,6 +124,20 @@ class SandboxOptions(BaseModel):
     max_wall_s: float | None = Field(default=None, gt=0)
     model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)
     context_window: int | None = Field(default=None, ge=256)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > MAX_LABELS:
+            raise ValueError(f"at most {MAX_LABELS} labels")
+        for name, said in value.items():
+            if not _LABEL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a label name (letters, digits, '_', '-', '.'; at most 64)"[:200])
+            if len(said) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in said):
+                raise ValueError(f"the label {name}'s value must be at most 256 characters, none of them a control character")
+        return value
 
     @classmethod
     def of(cls, options: "SandboxOptions | None", settings: dict[str, Any]) -> "SandboxOptions":

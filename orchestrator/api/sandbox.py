@@ -106,6 +106,9 @@ class Sandbox(ToolMethods, ReviewMethods):
                     pass
             raise
         self._opened, self._record = opened, opened.record
+        if options.labels is not None:  # the program's names for it, in its record (sessions.list_sessions finds them)
+            opened.record.labels = dict(options.labels)
+            opened.record.save()
         if self._framed_by_loop:  # run() without a model goes on with the one opened
             self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.turn_loop)
         if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
