@@ -3,12 +3,15 @@ it is taken apart, the close at interpreter exit (or collection) of one never cl
 program's callbacks kept from breaking a call."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import tempfile
 import threading
+import time
+import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..boxfs import remove_path
 from ..workspace.copy_session import discard_session
@@ -78,3 +81,68 @@ def release_interrupts(previous: Any) -> None:
     for sig, handler in previous or []:
         signal.signal(sig, handler)
 
+
+
+class Deadlines:
+    """`idle_timeout` and `lifetime` (SandboxOptions): a daemon thread closes the sandbox once no call
+    has run for `idle_timeout` seconds (a call running, or a model's run, is not idleness), or once
+    it has been open `lifetime` seconds (whatever runs then is killed). It holds the sandbox weakly
+    (`expire` and `working` are weak methods of it), so a sandbox dropped without close() is still
+    collected, and closed then."""
+
+    def __init__(self, expire: weakref.WeakMethod[Callable[[str], None]], working: weakref.WeakMethod[Callable[[], bool]],
+                 idle_timeout: float | None, lifetime: float | None) -> None:
+        self._expire, self._working = expire, working
+        self.idle_timeout, self.lifetime = idle_timeout, lifetime
+        self._opened = self._last = time.monotonic()
+        self._busy = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, name="oa-sandbox-deadlines", daemon=True).start()
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """A call runs in the block: no idleness meanwhile, and its end counts as the last activity."""
+        with self._lock:
+            self._busy += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._last = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _due(self) -> tuple[float, str]:
+        """Seconds until the next deadline (or a check), and why the sandbox ends now if that is 0."""
+        now = time.monotonic()
+        waits = [5.0]
+        if self.lifetime is not None:
+            left = self._opened + self.lifetime - now
+            if left <= 0:
+                return 0.0, f"its lifetime of {self.lifetime:g} s ended (lifetime={self.lifetime:g})"
+            waits.append(left)
+        if self.idle_timeout is not None:
+            working = self._working()
+            with self._lock:
+                idle = self._busy == 0 and not (working is not None and working())
+                if not idle:
+                    self._last = now
+                left = self._last + self.idle_timeout - now
+            if left <= 0:
+                return 0.0, f"no call for {self.idle_timeout:g} s (idle_timeout={self.idle_timeout:g})"
+            waits.append(left)
+        return max(min(waits), 0.05), ""
+
+    def _watch(self) -> None:
+        while True:
+            wait, why = self._due()
+            if why:
+                expire = self._expire()
+                if expire is not None:
+                    expire(why)
+                return
+            if self._stop.wait(wait) or self._expire() is None:
+                return

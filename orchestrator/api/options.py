@@ -108,6 +108,11 @@ class SandboxOptions(BaseModel):
     labels: dict[str, str] | None = Field(default=None, description="The program's own names for the session, kept in its record (and a "
                                                                     "fork's): sessions.list_sessions(labels=...) finds it. On resume, "
                                                                     "None keeps the record's.")
+    # how long the box lives
+    idle_timeout: float | None = Field(default=None, gt=0, description="Seconds without a call after which the sandbox closes itself "
+                                                                       "(a call running, or a model's run, is not idleness).")
+    lifetime: float | None = Field(default=None, gt=0, description="Seconds after its open at which the sandbox closes itself, "
+                                                                   "killing whatever runs.")
     # the model (--model, --base-url, --api-key-env): run()'s when it names none; given here, it is checked before the box starts
     model: str | None = None
     base_url: str | None = None

@@ -45,6 +45,9 @@ class ReviewMethods:
     def _live(self) -> OpenSession:
         raise NotImplementedError
 
+    def _active(self) -> Any:
+        raise NotImplementedError
+
     @property
     def record(self) -> SessionRecord:
         raise NotImplementedError
@@ -102,7 +105,8 @@ class ReviewMethods:
         self._issued.add(call.id)
         self._asked.add(call.id)
         try:
-            return opened.pipeline.run(call)
+            with self._active():
+                return opened.pipeline.run(call)
         finally:
             self._issued.discard(call.id)
             self._asked.discard(call.id)

@@ -9,6 +9,7 @@ changed files, so `rollback(turn)` and `oa-sandbox rollback --turn` reach it).
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 import weakref
@@ -29,7 +30,7 @@ from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .environment import exports, looks_secret, never_passed, screened
-from .lifecycle import close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
+from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
 from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
 from .review import ReviewMethods
@@ -87,6 +88,8 @@ class Sandbox(ToolMethods, ReviewMethods):
         self._current = threading.local()  # the calling thread's CallToken (the async API's), for BoxTurns
         self._turns: BoxTurns | None = None  # whose command the box runs: a cancel ends its own call only
         self._exported: dict[str, str] = {}  # env names the agent's shell would drop: exported to each command (BoxTurns)
+        self._deadlines: Deadlines | None = None  # idle_timeout, lifetime
+        self._closed_why = ""  # what closed it, when not the program (a deadline)
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -124,6 +127,9 @@ class Sandbox(ToolMethods, ReviewMethods):
         registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, close_quietly, opened, self._scratch)
+        if options.idle_timeout is not None or options.lifetime is not None:
+            self._deadlines = Deadlines(weakref.WeakMethod(self._expire), weakref.WeakMethod(self._working), options.idle_timeout,
+                                        options.lifetime)
         if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
             opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
                                                      workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
@@ -231,6 +237,8 @@ class Sandbox(ToolMethods, ReviewMethods):
             return []
         if self._finalizer is not None:
             self._finalizer.detach()
+        if self._deadlines is not None:
+            self._deadlines.stop()
         held = hold_interrupts()
         try:
             try:
@@ -251,6 +259,19 @@ class Sandbox(ToolMethods, ReviewMethods):
             finally:
                 release_interrupts(held)
         return swept
+
+    def _expire(self, why: str) -> None:
+        """A deadline passed (idle_timeout, lifetime): closed as close() closes it, saying why."""
+        self._closed_why = why
+        self.close(status="closed", reason=why)
+
+    def _working(self) -> bool:
+        """A model's run is going (no idleness while it is)."""
+        return self._run is not None and self._run.running
+
+    def _active(self) -> Any:
+        """A call runs in the block (for idle_timeout)."""
+        return self._deadlines.busy() if self._deadlines is not None else contextlib.nullcontext()
 
     def _drop_scratch(self) -> None:
         """A scratch workspace (Sandbox() without one) goes at close, and a failed open's too; in copy
@@ -275,7 +296,7 @@ class Sandbox(ToolMethods, ReviewMethods):
         splits a call's decision from its run): a turn counted, a copy session's record told, a
         checkpoint after a call that may have changed files, as for this object's own calls."""
         opened = self._live()
-        with self._books:  # one at a time, and never after close() took the session apart
+        with self._active(), self._books:  # one at a time, and never after close() took the session apart
             if self._closed:
                 raise self._closed_error()
             self._turn += 1
@@ -320,7 +341,9 @@ class Sandbox(ToolMethods, ReviewMethods):
     def _closed_error(self) -> OpenAgentsError:
         if self._record is None:
             return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox failed to open (its error said why): open a new Sandbox")
-        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed: its box is removed; open a new Sandbox")
+        why = f" ({self._closed_why})" if self._closed_why else ""
+        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed{why}: its box is removed; "
+                                                         f"open a new Sandbox (or Sandbox(resume={self._record.id!r}))")
 
     # -- what it is --------------------------------------------------------------------------
     @property
@@ -354,7 +377,8 @@ class Sandbox(ToolMethods, ReviewMethods):
         shown = (lambda text: quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
         self._asked.add(call.id)
         try:
-            result = opened.pipeline.run(call, shown)
+            with self._active():
+                result = opened.pipeline.run(call, shown)
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
