@@ -5,7 +5,6 @@ errors that name the keyword the program passed rather than the CLI's flag."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
