@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "Changes", "EditResult", "ErrorType", "GrepResult", "ListResult",
-    "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream", "ToolError", "WriteResult",
+    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "Changes", "EditResult", "EnvWarning", "ErrorType", "GrepResult",
+    "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream", "ToolError", "WriteResult",
+    "sessions",
 ]
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
         AsyncSandbox,
         Changes,
         EditResult,
+        EnvWarning,
         ErrorType,
         GrepResult,
         ListResult,
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
         ShellStream,
         ToolError,
         WriteResult,
+        sessions,
     )
 
 

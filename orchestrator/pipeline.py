@@ -146,7 +146,9 @@ class CallPipeline:
 
     def finish(self, call: ToolCall, result: ToolResult, state: ToolCallState | None = None) -> ToolResult:
         """The record step: counted, its egress records and its result in the transcript."""
-        state = state or (ToolCallState.SUCCESS if result.ok else ToolCallState.ERROR)
+        if state is None:  # a call cancelled on its own (the API's per-call cancel: api/turns.py) is recorded cancelled
+            cancelled = result.error is not None and result.error.type is ErrorType.CANCELLED
+            state = ToolCallState.SUCCESS if result.ok else ToolCallState.CANCELLED if cancelled else ToolCallState.ERROR
         self._book(call, result, state)
         for record in result.egress:
             event = ev.EgressRecorded.of(call.id, record)

@@ -246,7 +246,7 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     if resume is not None:  # checked again under the lock: another process may have taken it since
         lock = ResumeLock(resume)
         try:
-            resume = resumable(records_.open_own_record(resume.id))
+            resume = resumable(records_.open_own_record(resume.id), conversation=options.model_spec is not None)
         except BaseException:
             lock.release()
             raise
@@ -447,10 +447,18 @@ def _mark_resumed(record: SessionRecord) -> None:
 
 
 def _failed(record: SessionRecord, err: BaseException, lock: ResumeLock | None) -> None:
+    """A session that could not open: its record says why. A new copy session's copy (and store,
+    transcript) goes: no box ever ran on it, so it holds nothing but the workspace as it was, and a
+    failed open must not cost the disk a copy each time. A resumed session keeps all it had."""
     record.status, record.reason = "failed", str(getattr(err, "message", err))[:500]
     record.save()
     if lock is not None:
         lock.release()
+    elif record.mode == WorkspaceMode.COPY:
+        try:
+            records_.discard_state(record)
+        except OSError:  # the record still says failed; `sessions prune` removes a failed session's state
+            pass
 
 
 def _resume_checkpoint(opened: OpenSession, previous_turns: int) -> None:

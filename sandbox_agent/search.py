@@ -168,9 +168,9 @@ def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, root: str
         output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
     if unreadable:
         notes.append(_skipped_note(unreadable))
-    for kind, files in skipped.items():
-        if files:
-            notes.append(f"[not searched: {_counted(files, 'file')} {_SKIP_WHY[kind]}: {_names(files)}]")
+    for kind, names in skipped.items():
+        if names:
+            notes.append(f"[not searched: {_counted(names, 'file')} {_SKIP_WHY[kind]}: {_names(names)}]")
     if not_utf8:
         notes.append(f"[{_counted(not_utf8, 'file')} not valid UTF-8 and searched with the invalid bytes as U+FFFD "
                      f"(non-ASCII text there may not match): {_names(not_utf8)}]")
@@ -178,10 +178,10 @@ def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, root: str
         notes.append(f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]")
     if cut:
         notes.append(f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]")
-    counts = {kind: len(files) for kind, files in skipped.items() if files}
+    counts = {kind: len(names) for kind, names in skipped.items() if names}
     return {"output": output, "note": "\n".join(notes),
             "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50],
-                     "skipped": counts, "skipped_files": [f for files in skipped.values() for f in files][:50], "hits": hits}}
+                     "skipped": counts, "skipped_files": [f for names in skipped.values() for f in names][:50], "hits": hits}}
 
 
 def _counted(items: list[str], noun: str) -> str:

@@ -113,7 +113,7 @@ def test_without_auto_approve_an_edit_asks_the_programs_approver(tmp_path):
         with pytest.raises(ToolError) as rejected:
             box.shell("true")
         assert rejected.value.type is ErrorType.REJECTED_BY_USER
-    with Sandbox(ws) as box:  # no approver, no auto-approve: as --non-interactive, what would ask is refused
+    with Sandbox(ws, approve="ask") as box:  # asking, with no approver: as --non-interactive, what would ask is refused
         with pytest.raises(ToolError) as refused:
             box.write_file("c.txt", "c")
         assert refused.value.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER)

@@ -11,8 +11,10 @@ the call pipeline and the policy ladder, copy mode's review, checkpoints, an age
 from ..errors import ErrorType, OpenAgentsError
 from ..policy.approvals import Answer, ApprovalRequest
 from ..workspace.host_code import HostCodeInWorkspace
+from . import sessions
 from .agent import AgentRun
 from .aio import AsyncSandbox, ShellStream
+from .environment import EnvWarning
 from .options import SandboxOptions
 from .results import (
     ApplyResult,
@@ -30,7 +32,7 @@ from .results import (
 from .sandbox import Sandbox
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "ErrorType",
-    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream",
-    "ToolError", "WriteResult",
+    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "EnvWarning", "ErrorType",
+    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult",
+    "ShellStream", "ToolError", "WriteResult", "sessions",
 ]

@@ -1,21 +1,29 @@
-"""`AsyncSandbox`: the same sandbox for asyncio programs. Each method runs the sync one in a worker
-thread (the box's channel is blocking I/O), so the event loop never waits on the box. A cancelled
-call kills what it started in the box before the cancellation goes on; opening and closing are
-shielded from cancellation (a box half started or half removed is never left behind)."""
+"""`AsyncSandbox`: the same sandbox for asyncio programs. Each method runs the sync one on the
+sandbox's own worker threads (the box's channel is blocking I/O; never the loop's default executor,
+whose size would make sandboxes wait for each other), so the event loop never waits on the box.
+
+A cancelled call ends that call alone (api/turns.py): if it still waits for the box (the box runs
+one command at a time) it is never sent; if it is the command the box runs, only that command is
+killed; other tasks' calls and their results are untouched. The cancelled task's CancelledError is
+raised once its call has ended. Opening and closing are shielded from cancellation (a box half
+started or half removed is never left behind)."""
 from __future__ import annotations
 
 import asyncio
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from os import PathLike
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, TypeVar
 
 from .options import SandboxOptions
 from .sandbox import Sandbox
+from .turns import CallToken
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from ..protocol import ToolResult
+    from ..session import OpenSession
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
@@ -23,29 +31,50 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 _END = object()
+MAX_THREADS = 16  # calls of one sandbox in flight at once (threads are made as needed); more wait in line
+
+
+def _retrieved(future: "asyncio.Future[Any]") -> None:
+    """The worker's outcome is always taken, also when nobody awaits it any more (a cancelled call)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class AsyncSandbox:
-    """`async with AsyncSandbox("repo", auto_approve=True) as box: await box.shell("make test")`."""
+    """`async with AsyncSandbox("repo") as box: await box.shell("make test")`."""
 
-    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api", **settings: Any) -> None:
+    def __init__(self, workspace: str | PathLike[str] | None = None, options: SandboxOptions | None = None, *, kind: str = "api",
+                 **settings: Any) -> None:
         self.sync = Sandbox(workspace, options, kind=kind, **settings)
+        self._threads: ThreadPoolExecutor | None = None  # its own workers, made on first use and let go at close
+
+    def _submit(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> "asyncio.Future[T]":
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="oa-async-sandbox")
+        future = asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(fn, *args, **kwargs))
+        future.add_done_callback(_retrieved)
+        return future
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, functools.partial(fn, *args, **kwargs))
+        token = CallToken()
+
+        def work() -> T:
+            with self.sync._calling_as(token):
+                return fn(*args, **kwargs)
+
+        future = self._submit(work)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            await asyncio.shield(loop.run_in_executor(None, self._kill))
+            await asyncio.shield(self._submit(self.sync._cancel_call, token))
+            try:  # the call ends now (never sent, or killed); the cancellation goes on after it
+                await asyncio.shield(future)
+            except BaseException:  # noqa: BLE001 - its outcome is the cancellation's
+                pass
             raise
 
-    def _kill(self) -> None:
-        self.sync.kill_running()
-
     async def open(self) -> "AsyncSandbox":
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, self.sync.open)
+        future = self._submit(self.sync.open)
         try:
             await asyncio.shield(future)
         except asyncio.CancelledError:  # opened all the same: removed before the cancellation goes on
@@ -58,11 +87,16 @@ class AsyncSandbox:
             await future
         except BaseException:  # noqa: BLE001 - open failed: it removed what it made
             return
-        await asyncio.get_running_loop().run_in_executor(None, self.sync.close)
+        await self._submit(self.sync.close)
 
     async def close(self, *, status: str | None = None, reason: str = "") -> list[str]:
-        loop = asyncio.get_running_loop()
-        return await asyncio.shield(loop.run_in_executor(None, functools.partial(self.sync.close, status=status, reason=reason)))
+        try:
+            return await asyncio.shield(self._submit(self.sync.close, status=status, reason=reason))
+        finally:
+            threads = self._threads
+            if threads is not None and self.sync.closed:  # its idle workers end (a later fork() or report() makes new ones)
+                self._threads = None
+                threads.shutdown(wait=False)
 
     async def __aenter__(self) -> "AsyncSandbox":
         return await self.open()
@@ -96,6 +130,18 @@ class AsyncSandbox:
     def transcript_path(self) -> Path:
         return self.sync.transcript_path
 
+    @property
+    def parts(self) -> OpenSession:
+        """The open session's parts, for the project's own front-ends (Sandbox.parts)."""
+        return self.sync.parts
+
+    async def record_call(self, tool: str, ok: bool) -> None:
+        await self._run(self.sync.record_call, tool, ok)
+
+    async def kill_running(self) -> None:
+        """Kill every process the box runs (every call running there ends, killed); the box stays."""
+        await asyncio.shield(self._submit(self.sync.kill_running))
+
     # -- the tools -----------------------------------------------------------------------------
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         return await self._run(self.sync.call, tool, arguments)
@@ -117,12 +163,14 @@ class AsyncSandbox:
                         expected_sha256: str | None = None) -> EditResult:
         return await self._run(self.sync.edit_file, path, old_text, new_text, allow_multiple, expected_sha256)
 
-    async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
-        return await self._run(self.sync.shell, command, timeout, on_output)
+    async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None, *,
+                    cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> ShellResult:
+        return await self._run(self.sync.shell, command, timeout, on_output, cwd=cwd, env=env)
 
-    def shell_stream(self, command: str, timeout: int = 60) -> "ShellStream":
+    def shell_stream(self, command: str, timeout: int = 60, *, cwd: str | PathLike[str] | None = None,
+                     env: dict[str, str] | None = None) -> "ShellStream":
         """`async for text in box.shell_stream("make test")`: the output as it comes; then `.result`."""
-        return ShellStream(self, command, timeout)
+        return ShellStream(self, command, timeout, cwd, env)
 
     # -- review, checkpoints, a run ----------------------------------------------------------
     async def changes(self) -> Changes:
@@ -132,7 +180,7 @@ class AsyncSandbox:
         return await self._run(self.sync.apply)
 
     async def discard(self) -> int:
-        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self.sync.discard))
+        return await asyncio.shield(self._submit(self.sync.discard))
 
     async def checkpoints(self) -> list[Checkpoint]:
         return await self._run(self.sync.checkpoints)
@@ -140,7 +188,13 @@ class AsyncSandbox:
     async def rollback(self, turn: int) -> RestoreReport:
         return await self._run(self.sync.rollback, turn)
 
-    def run(self, task: str, *, model: str, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+    async def report(self, path: str | PathLike[str] | None = None) -> str:
+        return await self._run(self.sync.report, path)
+
+    async def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
+        return await self._run(self.sync.fork, n, turn=turn)
+
+    def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
         """`async for event in box.run(task, model=...)`; or `await run.wait_async()`."""
         return self.sync.run(task, model=model, base_url=base_url, api_key_env=api_key_env)
 
@@ -149,8 +203,9 @@ class ShellStream:
     """A command's output chunks as an async iterator; `.result` (a ShellResult) once it ended. A
     failure (a refusal, a timeout) is raised from the iteration, as shell() raises it."""
 
-    def __init__(self, box: AsyncSandbox, command: str, timeout: int) -> None:
-        self._box, self._command, self._timeout = box, command, timeout
+    def __init__(self, box: AsyncSandbox, command: str, timeout: int, cwd: str | PathLike[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self._box, self._command, self._timeout, self._cwd, self._env = box, command, timeout, cwd, env
         self.result: ShellResult | None = None
 
     async def __aiter__(self) -> AsyncIterator[str]:
@@ -162,7 +217,7 @@ class ShellStream:
 
         async def work() -> ShellResult:
             try:
-                return await self._box.shell(self._command, self._timeout, output)
+                return await self._box.shell(self._command, self._timeout, output, cwd=self._cwd, env=self._env)
             finally:
                 chunks.put_nowait(_END)
 

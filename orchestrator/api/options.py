@@ -6,10 +6,11 @@ as `config` instead of the box's fields, never both.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..budget import Budget
 from ..config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
@@ -27,6 +28,41 @@ from ..workspace.records import WorkspaceMode
 ApproverCallback = Callable[[ApprovalRequest], Any]
 _BOX_FIELDS = ("runtime", "image", "memory", "cpus", "pids", "user", "egress", "write_quota", "entry_quota", "start_concurrency",
                "host_code_read_only")
+
+
+# The front-ends whose users typed the CLI's flags: their errors keep naming them. Any other kind (a
+# program's `api`, a plug-in's) gets the Python keywords instead (in_keywords).
+CLI_KINDS = frozenset({"run", "exec", "mcp", "acp", "batch"})
+# A CLI flag a set-up error may name -> the SandboxOptions field a program passes instead.
+FLAG_FIELDS = {
+    "workspace-mode": "mode", "copy-max-entries": "copy_max_entries", "copy-max-bytes": "copy_max_bytes", "runtime": "runtime",
+    "image": "image", "memory": "memory", "cpus": "cpus", "pids": "pids", "user": "user", "env": "env", "egress": "egress",
+    "write-quota": "write_quota", "entry-quota": "entry_quota", "start-concurrency": "start_concurrency", "policy": "policy_files",
+    "auto-approve": "auto_approve", "non-interactive": "approve", "resume": "resume", "transcript": "transcript", "model": "model",
+    "base-url": "base_url", "api-key-env": "api_key_env", "max-turns": "max_turns", "max-tokens": "max_tokens", "max-wall": "max_wall_s",
+    "model-timeout": "model_timeout_s", "context-window": "context_window", "disable": "disabled_tools", "no-git": "git",
+}
+MAX_LABELS = 64
+_LABEL_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+_FLAG = re.compile(r"--([a-z][a-z0-9-]*)(?: ([A-Z][A-Z0-9_:]*\b|[0-9][0-9.:]*\b|bind\b|copy\b|auto\b|runc\b|runsc\b|[^\s:'\"]+(?=:)))?")
+
+
+def in_keywords(err: OpenAgentsError) -> OpenAgentsError:
+    """The same error, its message naming the keyword a program passed where it named a CLI flag
+    (`--copy-max-entries N` -> `copy_max_entries=N`, `--workspace-mode copy` -> `mode="copy"`)."""
+    def keyword(match: re.Match[str]) -> str:
+        field = FLAG_FIELDS.get(match.group(1))
+        if field is None:
+            return match.group(0)
+        value = match.group(2)
+        if value is None:
+            return f"{field}="
+        return f"{field}={value}" if value[0].isdigit() or value.isupper() else f'{field}="{value}"'
+
+    said = _FLAG.sub(keyword, err.message)
+    if said != err.message:
+        err.message, err.args = said, (said,)
+    return err
 
 
 class SandboxOptions(BaseModel):
@@ -58,15 +94,30 @@ class SandboxOptions(BaseModel):
     on_copy_progress: Callable[[CopyProgress], None] | None = Field(default=None, description="Told how a long copy goes (copy mode).")
     # approvals (--policy, --auto-approve; an approver callback instead of a terminal)
     policy_files: list[Path] = Field(default_factory=list)
-    auto_approve: bool = False
+    auto_approve: bool = Field(default=False, description="Whatever would ask and runs inside the box proceeds without asking: the "
+                                                          "program's own calls and a model's in run() (as --auto-approve).")
     approver: ApproverCallback | Any | None = None
+    approve: Literal["program", "ask"] | None = Field(default=None, description=(
+        "Who answers what the ladder would ask about the program's own calls. 'program' (the default without an approver): "
+        "they run, as `oa-sandbox exec`'s do (a deny still refuses). 'ask' (the default with an approver): the approver is "
+        "asked, and without one they are refused (as --non-interactive). A model's calls in run() are the approver's, or "
+        "auto_approve's, either way."))
     # the record and the transcript
     transcript: Path | None = Field(default=None, description="Where the JSONL transcript goes (default: the session's state directory).")
     on_event: Callable[[Event], None] | None = Field(default=None, description="Called with every typed event the transcript records.")
     on_record: Callable[[dict[str, Any]], None] | None = Field(default=None, description="Called with every transcript record as the JSON "
                                                                                          "object written (what --output stream-json prints).")
-    resume: str | None = Field(default=None, description="The id of a recorded session to continue (`run --resume`'s): its workspace "
-                                                         "(its copy, in copy mode), its transcript appended to, its conversation for `model`.")
+    resume: str | None = Field(default=None, description="The id of one of the caller's sessions to open again (`run --resume`'s): its "
+                                                         "workspace (its copy, in copy mode), its transcript appended to, its conversation "
+                                                         "for `model`. Without a model any session will do (an API session, a fork).")
+    labels: dict[str, str] | None = Field(default=None, description="The program's own names for the session, kept in its record (and a "
+                                                                    "fork's): sessions.list_sessions(labels=...) finds it. On resume, "
+                                                                    "None keeps the record's.")
+    # how long the box lives
+    idle_timeout: float | None = Field(default=None, gt=0, description="Seconds without a call after which the sandbox closes itself "
+                                                                       "(a call running, or a model's run, is not idleness).")
+    lifetime: float | None = Field(default=None, gt=0, description="Seconds after its open at which the sandbox closes itself, "
+                                                                   "killing whatever runs.")
     # the model (--model, --base-url, --api-key-env): run()'s when it names none; given here, it is checked before the box starts
     model: str | None = None
     base_url: str | None = None
@@ -83,6 +134,20 @@ class SandboxOptions(BaseModel):
     max_wall_s: float | None = Field(default=None, gt=0)
     model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)
     context_window: int | None = Field(default=None, ge=256)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > MAX_LABELS:
+            raise ValueError(f"at most {MAX_LABELS} labels")
+        for name, said in value.items():
+            if not _LABEL_NAME.match(name):
+                raise ValueError(f"{name!r} is not a label name (letters, digits, '_', '-', '.'; at most 64)"[:200])
+            if len(said) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in said):
+                raise ValueError(f"the label {name}'s value must be at most 256 characters, none of them a control character")
+        return value
 
     @classmethod
     def of(cls, options: "SandboxOptions | None", settings: dict[str, Any]) -> "SandboxOptions":

@@ -36,11 +36,13 @@ ROLLBACK_DEF = ToolDef(ROLLBACK_TOOL, ROLLBACK_KIND, "host", RollbackArgs, title
 
 
 class OwnCallApprover:
-    """The session's approver, but for the program's own rollback: the ladder's question about it is
-    answered by the call itself (decision allow_once, by the user: the program asked)."""
+    """The session's approver, but for the program's own calls: the ladder's question about its
+    rollback is answered by the call itself (decision allow_once, by the user: the program asked),
+    and so is the question about any of its calls in `program` (their ids, when given: the API's
+    default, as `oa-sandbox exec` answers for the user's own call). A deny never reaches here."""
 
-    def __init__(self, inner: Approver, own: set[str]) -> None:
-        self.inner, self.own = inner, own
+    def __init__(self, inner: Approver, own: set[str], program: set[str] | None = None) -> None:
+        self.inner, self.own, self.program = inner, own, program
         # what the gate asks of an approver (policy.approvals): the inner one's answers
         self.asks_egress = getattr(inner, "asks_egress", False) is True
         self.shows_diff = getattr(inner, "shows_diff", False) is True
@@ -49,6 +51,9 @@ class OwnCallApprover:
         if request.tool == ROLLBACK_TOOL and request.call_id in self.own:
             return Answer(option=PermissionOption.ALLOW_ONCE, executor=Executor.USER,
                           reason="asked for by the program's own call (Sandbox.rollback())")
+        if self.program is not None and request.call_id in self.program:
+            return Answer(option=PermissionOption.ALLOW_ONCE, executor=Executor.USER,
+                          reason="the program's own call: it asked for it (as `oa-sandbox exec`); approve=\"ask\" puts it to the approver")
         return self.inner.ask(request)
 
 

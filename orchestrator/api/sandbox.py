@@ -9,7 +9,7 @@ changed files, so `rollback(turn)` and `oa-sandbox rollback --turn` reach it).
 """
 from __future__ import annotations
 
-import signal
+import contextlib
 import threading
 import uuid
 import weakref
@@ -24,53 +24,26 @@ from ..policy.approvals import Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
 from ..sandbox.docker import box_on_copy
 from ..session import OpenSession, attach_model, open_session
-from ..tools.catalog import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
-from ..tools.defs import edit_file as edit_def
-from ..tools.defs import grep_files as grep_def
-from ..tools.defs import list_files as list_def
-from ..tools.defs import read_file as read_def
-from ..tools.defs import shell as shell_def
-from ..tools.defs import write_file as write_def
-from ..workspace.copy_session import discard_session, note_call
+from ..workspace.copy_session import note_call
 from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
-from .names import read_path, write_path
-from .options import SandboxOptions
+from .environment import exports, looks_secret, never_passed, screened
+from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
+from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
-from .results import (
-    ApplyResult,
-    ChangedFile,
-    Changes,
-    EditResult,
-    GrepResult,
-    ListResult,
-    ReadResult,
-    ShellResult,
-    ToolError,
-    WriteResult,
-)
+from .review import ReviewMethods
+from .tool_calls import ToolMethods
+from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
     from ..sandbox.base import Sandbox as BoxBackend
-    from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
 
-# the tools' names come from their own homes (tools/defs/), as everywhere else
-READ, LIST, GREP = read_def.TOOL.name, list_def.TOOL.name, grep_def.TOOL.name
-WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.name
 
-
-def _require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], what: str) -> None:
-    if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not a bool")
-    if not isinstance(value, kinds):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not {type(value).__name__}")
-
-
-class Sandbox:
+class Sandbox(ToolMethods, ReviewMethods):
     """`with Sandbox("repo", auto_approve=True) as box: box.shell("make test")`.
 
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
@@ -83,14 +56,16 @@ class Sandbox:
     `apply_changes` callable by whoever calls through the pipeline (the MCP server's client), not
     only by this object's own methods."""
 
-    def __init__(self, workspace: str | PathLike[str], options: SandboxOptions | None = None, /, *, kind: str = "api",
+    def __init__(self, workspace: str | PathLike[str] | None = None, options: SandboxOptions | None = None, *, kind: str = "api",
                  box: BoxBackend | None = None, any_caller_lands: bool = False, **settings: Any) -> None:
         if not isinstance(kind, str) or not kind.isidentifier():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
-        if not isinstance(workspace, (str, PathLike)):
+        if workspace is not None and not isinstance(workspace, (str, PathLike)):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}")
         self.options = SandboxOptions.of(options, settings)
-        self.workspace = Path(workspace)
+        # None: a scratch directory made at open and removed at close (or the resumed session's own workspace)
+        self.workspace: Path | None = Path(workspace) if workspace is not None else None
+        self._scratch: Path | None = None
         self.kind = kind
         self._box = box  # a front-end's box already started for this workspace and config (a warm pool's): bind mode
         self._any_caller_lands = any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
@@ -107,8 +82,14 @@ class Sandbox:
         self._agent: tuple[tuple[str, str | None, str | None], TurnLoop] | None = None  # the last run's model and turn loop
         self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
+        self._asked: set[str] = set()  # the ids of every call of this program's own (what would ask runs, as `exec`'s)
         self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
         self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
+        self._current = threading.local()  # the calling thread's CallToken (the async API's), for BoxTurns
+        self._turns: BoxTurns | None = None  # whose command the box runs: a cancel ends its own call only
+        self._exported: dict[str, str] = {}  # env names the agent's shell would drop: exported to each command (BoxTurns)
+        self._deadlines: Deadlines | None = None  # idle_timeout, lifetime
+        self._closed_why = ""  # what closed it, when not the program (a deadline)
 
     # -- life cycle ------------------------------------------------------------------------------
     def open(self) -> "Sandbox":
@@ -120,6 +101,7 @@ class Sandbox:
         try:
             opened = self._start()
         except BaseException:
+            self._drop_scratch()
             if self._box is not None:  # a warm pool's box handed over: it goes with this failed open
                 try:
                     self._box.close()
@@ -127,6 +109,9 @@ class Sandbox:
                     pass
             raise
         self._opened, self._record = opened, opened.record
+        if options.labels is not None:  # the program's names for it, in its record (sessions.list_sessions finds them)
+            opened.record.labels = dict(options.labels)
+            opened.record.save()
         if self._framed_by_loop:  # run() without a model goes on with the one opened
             self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.turn_loop)
         if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
@@ -136,10 +121,15 @@ class Sandbox:
             registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued,
                                             box_on_copy=box_on_copy)
         registry = opened.pipeline.registry
+        opened.transcript.redactor.add(self._exported.values())
+        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current, exports(self._exported))
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
-        self._finalizer = weakref.finalize(self, _close_quietly, opened)
+        self._finalizer = weakref.finalize(self, close_quietly, opened, self._scratch)
+        if options.idle_timeout is not None or options.lifetime is not None:
+            self._deadlines = Deadlines(weakref.WeakMethod(self._expire), weakref.WeakMethod(self._working), options.idle_timeout,
+                                        options.lifetime)
         if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
             opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
                                                      workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
@@ -147,36 +137,14 @@ class Sandbox:
         return self
 
     def _start(self) -> OpenSession:
-        """open_session with this object's options: the one place a session is put together; a typed error for what fails."""
-        options = self.options
-        if not self.workspace.is_dir():
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
-        approver: Approver = NonInteractiveApprover()
-        if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
-            ask = getattr(options.approver, "ask", None)
-            approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
-        on_event, on_record = options.on_event, options.on_record
-
-        def fanout(record: dict[str, Any]) -> None:
-            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
-                on_record(record)
-            if on_event is not None:
-                typed = ev.parse(record)
-                if typed is not None:
-                    _quietly(on_event, typed)
-            for sink in list(self._sinks):
-                sink(record)
-
-        transcript = Path(options.transcript).absolute() if options.transcript is not None else None
-        if transcript is not None and transcript.exists():
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
+        """open_session with this object's options: the one place a session is put together; a typed
+        error for what fails, naming the Python keyword a program passed (not the CLI's flag)."""
         try:
-            resume = self._resumed()
-            return open_session(options.session_options(), self.workspace, options.sandbox_config(), OwnCallApprover(approver, self._issued),
-                                transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
-                                host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
-        except OpenAgentsError:
+            return self._open_session()
+        except OpenAgentsError as err:
             self._closed = True
+            if self.kind not in CLI_KINDS:
+                in_keywords(err)
             raise
         except ValueError as err:  # a policy or config value open_session's parts refused
             self._closed = True
@@ -188,14 +156,54 @@ class Sandbox:
             self._closed = True
             raise
 
+    def _open_session(self) -> OpenSession:
+        options = self.options
+        approver: Approver = NonInteractiveApprover()
+        if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
+            ask = getattr(options.approver, "ask", None)
+            approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
+        # The program's own calls: what would ask runs (as `oa-sandbox exec`'s), unless it asked for the ladder's questions.
+        own = self._asked if (options.approve or ("ask" if options.approver is not None else "program")) == "program" else None
+        on_event, on_record, sinks = options.on_event, options.on_record, self._sinks  # never `self`: the session's parts
+        # must not hold the sandbox, or one dropped without close() would never be collected (and closed)
+
+        def fanout(record: dict[str, Any]) -> None:
+            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
+                on_record(record)
+            if on_event is not None:
+                typed = ev.parse(record)
+                if typed is not None:
+                    quietly(on_event, typed)
+            for sink in list(sinks):
+                sink(record)
+
+        transcript = Path(options.transcript).absolute() if options.transcript is not None else None
+        if transcript is not None and transcript.exists():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
+        resume = self._resumed()
+        if self.workspace is None:  # the resumed session's own, or a scratch directory (removed at close)
+            self.workspace = Path(resume.workspace) if resume is not None else make_scratch()
+            self._scratch = self.workspace if resume is None else None
+        if not self.workspace.is_dir():
+            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
+        config = options.sandbox_config()
+        if self.kind not in CLI_KINDS:  # a program's env: all of it reaches the commands (environment.py); the CLI's --env as documented there
+            env = screened("env", config.env, never_passed(options))
+            self._exported = {name: value for name, value in env.items() if looks_secret(name)}
+            config = config.model_copy(update={"env": {name: value for name, value in env.items() if name not in self._exported}})
+        return open_session(options.session_options(), self.workspace, config, OwnCallApprover(approver, self._issued, own),
+                            transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
+                            host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
+
     def _resumed(self) -> SessionRecord | None:
-        """The record `options.resume` names, if it can be continued and is of this workspace."""
+        """The record `options.resume` names, if it can be continued (a session opened without a model
+        needs no conversation: any of the caller's, a fork's included) and is of this workspace."""
         if self.options.resume is None:
             return None
         from ..transcript.resume import find
 
-        record = find(self.options.resume)
-        if str(self.workspace.resolve()) != record.workspace:
+        record = find(self.options.resume, conversation=self.options.model is not None)
+        if self.workspace is not None and str(self.workspace.resolve()) != record.workspace:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} worked on {record.workspace}, not {self.workspace.resolve()}")
         return record
 
@@ -229,7 +237,9 @@ class Sandbox:
             return []
         if self._finalizer is not None:
             self._finalizer.detach()
-        held = _hold_interrupts()
+        if self._deadlines is not None:
+            self._deadlines.stop()
+        held = hold_interrupts()
         try:
             try:
                 opened.kill_running()  # a call still running in another thread ends now, killed
@@ -242,9 +252,33 @@ class Sandbox:
                     opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn,
                                                            last_turn=self._turn))
                 opened.finish(status, reason)
-                return opened.close()
+                swept = opened.close()
         finally:
-            _release_interrupts(held)
+            try:
+                self._drop_scratch()
+            finally:
+                release_interrupts(held)
+        return swept
+
+    def _expire(self, why: str) -> None:
+        """A deadline passed (idle_timeout, lifetime): closed as close() closes it, saying why."""
+        self._closed_why = why
+        self.close(status="closed", reason=why)
+
+    def _working(self) -> bool:
+        """A model's run is going (no idleness while it is)."""
+        return self._run is not None and self._run.running
+
+    def _active(self) -> Any:
+        """A call runs in the block (for idle_timeout)."""
+        return self._deadlines.busy() if self._deadlines is not None else contextlib.nullcontext()
+
+    def _drop_scratch(self) -> None:
+        """A scratch workspace (Sandbox() without one) goes at close, and a failed open's too; in copy
+        mode its session is discarded with it (there is nothing to land it in any more)."""
+        scratch, self._scratch = self._scratch, None
+        if scratch is not None:
+            close_scratch(scratch, self._record)
 
     @property
     def closed(self) -> bool:
@@ -262,7 +296,7 @@ class Sandbox:
         splits a call's decision from its run): a turn counted, a copy session's record told, a
         checkpoint after a call that may have changed files, as for this object's own calls."""
         opened = self._live()
-        with self._books:  # one at a time, and never after close() took the session apart
+        with self._active(), self._books:  # one at a time, and never after close() took the session apart
             if self._closed:
                 raise self._closed_error()
             self._turn += 1
@@ -276,6 +310,27 @@ class Sandbox:
         if opened is not None:
             opened.kill_running()
 
+    def _calling_as(self, token: CallToken) -> Any:
+        """The calls this thread makes in the block are `token`'s: `_cancel_call(token)` ends them alone."""
+        return BoxTurns.calling_as(self._current, token)
+
+    def _cancel_call(self, token: CallToken) -> None:
+        """End the call of `token` (the async API's cancel): if it still waits for the box it is never
+        sent; if it is the command the box runs, that command is killed; no other call is touched."""
+        turns = self._turns
+        if turns is None:
+            token.cancelled.set()
+        else:
+            turns.cancel(token)
+
+    def _passed_env(self, env: dict[str, str]) -> dict[str, str]:
+        """A call's `env` without what never enters the box (warned about); its secret-looking values
+        redacted in the transcript from now on."""
+        opened = self._live()
+        env = screened("shell", env, never_passed(self.options))
+        opened.transcript.redactor.add(value for name, value in env.items() if looks_secret(name))
+        return env
+
     def _live(self) -> OpenSession:
         opened = self._opened
         if opened is None:
@@ -286,7 +341,9 @@ class Sandbox:
     def _closed_error(self) -> OpenAgentsError:
         if self._record is None:
             return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox failed to open (its error said why): open a new Sandbox")
-        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed: its box is removed; open a new Sandbox")
+        why = f" ({self._closed_why})" if self._closed_why else ""
+        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed{why}: its box is removed; "
+                                                         f"open a new Sandbox (or Sandbox(resume={self._record.id!r}))")
 
     # -- what it is --------------------------------------------------------------------------
     @property
@@ -310,11 +367,6 @@ class Sandbox:
         return Path(self.record.transcript or "")
 
     # -- the six tools ---------------------------------------------------------------------------
-    def call(self, tool: str, arguments: dict[str, Any] | None = None, on_output: Callable[[str], None] | None = None) -> ToolResult:
-        """One call of any tool by name, through the pipeline; never raises for a tool's failure or
-        a refusal (the typed result says it), only for a closed sandbox."""
-        return self._call(tool, arguments, on_output)[1]
-
     def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None) -> tuple[str, ToolResult]:
         opened = self._live()
         if not isinstance(tool, str):
@@ -322,198 +374,18 @@ class Sandbox:
         if arguments is not None and not isinstance(arguments, dict):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
         call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
-        shown = (lambda text: _quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
+        shown = (lambda text: quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
+        self._asked.add(call.id)
         try:
-            result = opened.pipeline.run(call, shown)
+            with self._active():
+                result = opened.pipeline.run(call, shown)
         except KeyboardInterrupt:
             self._status = ("cancelled", "interrupted (Ctrl-C)")
             raise
+        finally:
+            self._asked.discard(call.id)
         self.record_call(tool, result.ok)
         return call.id, result
-
-    def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
-        call_id, result = self._call(tool, arguments, on_output)
-        if not result.ok:
-            error = result.error
-            kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
-            raise ToolError(kind, message, result)
-        return call_id, result
-
-    def read_file(self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None) -> ReadResult:
-        """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB. `path` as
-        list_files' entries give it (any name: names.read_path)."""
-        rel, name = read_path(READ, path)
-        _require(READ, "offset", offset, int, "an int")
-        args: dict[str, Any] = {"path": name, "offset": offset}
-        if limit is not None:
-            _require(READ, "limit", limit, int, "an int")
-            args["limit"] = limit
-        return ReadResult.of(*self._checked(READ, args), rel)
-
-    def list_files(self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True) -> ListResult:
-        """At most 500 entries; .git, node_modules, target, dist skipped."""
-        rel, name = read_path(LIST, path)
-        _require(LIST, "recursive", recursive, bool, "a bool")
-        return ListResult.of(*self._checked(LIST, {"path": name, "recursive": recursive}), rel)
-
-    def grep_files(self, pattern: str, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", glob: str | None = None,
-                   ignore_case: bool = False) -> GrepResult:
-        """Lines matching a Python regular expression, at most 200."""
-        _require(GREP, "pattern", pattern, str, "a str")
-        _, name = read_path(GREP, path)
-        args: dict[str, Any] = {"pattern": pattern, "path": name, "ignore_case": ignore_case}
-        _require(GREP, "ignore_case", ignore_case, bool, "a bool")
-        if glob is not None:
-            _require(GREP, "glob", glob, str, "a str")
-            args["glob"] = glob
-        return GrepResult.of(*self._checked(GREP, args), pattern)
-
-    def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
-        """The whole new content of a file (never inside .git)."""
-        rel = write_path(WRITE, path)
-        _require(WRITE, "content", content, str, "a str")
-        return WriteResult.of(*self._checked(WRITE, {"path": rel, "content": content}), rel)
-
-    def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
-                  expected_sha256: str | None = None) -> EditResult:
-        """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
-        refuses the edit if the file changed since."""
-        rel = write_path(EDIT, path)
-        _require(EDIT, "old_text", old_text, str, "a str")
-        _require(EDIT, "new_text", new_text, str, "a str")
-        _require(EDIT, "allow_multiple", allow_multiple, bool, "a bool")
-        args: dict[str, Any] = {"path": rel, "old_text": old_text, "new_text": new_text, "allow_multiple": allow_multiple}
-        if expected_sha256 is not None:
-            _require(EDIT, "expected_sha256", expected_sha256, str, "a str")
-            args["expected_sha256"] = expected_sha256
-        return EditResult.of(*self._checked(EDIT, args), rel)
-
-    def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None) -> ShellResult:
-        """`/bin/sh -c command` in the workspace, no stdin; `timeout` seconds (at most 240, kept by the
-        host too). `on_output(text)` gets the output as it comes. A non-zero exit is a result; a
-        timeout raises ToolError(TIMEOUT) with the partial output in `.result`."""
-        _require(SHELL, "command", command, str, "a str")
-        _require(SHELL, "timeout", timeout, int, "an int (seconds)")
-        if on_output is not None and not callable(on_output):
-            raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
-        return ShellResult.of(*self._checked(SHELL, {"command": command, "timeout": timeout}, on_output), command)
-
-    # -- a copy session's review -----------------------------------------------------------------
-    def changes(self) -> Changes:
-        """What the tools changed in the private copy against the real workspace (copy mode): a call of
-        `changes` through the pipeline (a rule `tool = "changes"` decides it; a deny raises
-        ToolError(REFUSED_BY_POLICY)), recorded in the transcript."""
-        self._copy_record("show")
-        from ..workspace.review import render_diff, shown
-
-        landing = self._landing
-        assert landing is not None
-        with self._review:
-            landing.last_changes = None
-            result = self._own_call(CHANGES_TOOL, {})
-            scanned = landing.last_changes
-        if not result.ok or scanned is None:
-            raise _tool_error(result)
-        manifest, found = scanned
-        if not found:
-            return Changes()
-        diff = "\n".join(render_diff(manifest, found))
-        stat = "\n".join(render_diff(manifest, found, stat=True))
-        return Changes(files=[ChangedFile(path=shown(c.path), status=c.status) for c in found], diff=diff, stat=stat)
-
-    def apply(self) -> ApplyResult:
-        """Land the copy's changes in the real workspace through the sanitiser (`oa-sandbox apply`'s),
-        a call of `apply_changes` through the pipeline, recorded with its decision and outcome.
-        A conflict (a file the user changed since the copy): nothing applied, `ok` false, each listed.
-        A landing the policy refuses (a deny rule, copy-only, read-only) raises ToolError(REFUSED_BY_POLICY)."""
-        self._copy_record("apply")
-        opened = self._live()
-        landing = self._landing
-        assert landing is not None
-        with self._review:
-            landing.last_report = None
-            result = self._own_call(LAND_TOOL, {})
-            report = landing.last_report
-        if report is None or (not result.ok and not report.conflicts):  # refused, or stopped before a report
-            raise _tool_error(result)
-        applied = ApplyResult.of(report)
-        opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via=self.kind, ok=applied.ok, applied=len(applied.applied),
-                                                 left_out=applied.left_out[:200], conflicts=applied.conflicts[:200]))
-        return applied
-
-    def _own_call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
-        """This program's own call of a host tool only it may call (changes, apply_changes)."""
-        opened = self._live()
-        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments)
-        self._issued.add(call.id)
-        try:
-            return opened.pipeline.run(call)
-        finally:
-            self._issued.discard(call.id)
-
-    def discard(self) -> int:
-        """Close the sandbox and remove its copy, checkpoints and transcript (copy mode); returns the
-        bytes freed. The record stays, marked discarded."""
-        record = self._copy_record("discard")
-        self._status = ("closed", "discarded")
-        self.close()
-        return discard_session(record)
-
-    def report(self, path: str | PathLike[str] | None = None) -> str:
-        """The session's self-contained HTML page (`oa-sandbox report ID`'s: orchestrator/report),
-        written atomically to `path` when given; the page either way. Open or closed."""
-        from ..report import build, write
-
-        page = build(self.record)
-        if path is not None:
-            write(self.record, Path(path), page=page)
-        return page
-
-    def _copy_record(self, action: str) -> SessionRecord:
-        record = self._live().record
-        if record.mode.value != "copy":
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} runs in bind mode: its changes are already in "
-                                                               f"{record.workspace}; nothing to {action}")
-        return record
-
-    # -- checkpoints -----------------------------------------------------------------------------
-    def checkpoints(self) -> list[Checkpoint]:
-        """The session's checkpoints: turn 0 (the start) and one after each call that changed files."""
-        store = self._live().checkpoints
-        return store.list() if store is not None else []
-
-    def rollback(self, turn: int) -> RestoreReport:
-        """The workspace the box sees (the copy, in copy mode) as it was after `turn` (0: the start).
-        A file changed since the last checkpoint: nothing restored, the report lists the conflicts.
-        A call of `rollback` through the pipeline (own_calls.py): the user's BeforeTool hooks see it,
-        the ladder decides it as an edit (a rule `tool = "rollback"` or `kind = "edit"`): a deny or a
-        hook's block raises ToolError(REFUSED_BY_POLICY or the hook's type); an ask is answered by this
-        call itself (the program asked). Its decision and outcome are in the transcript."""
-        _require(ROLLBACK_TOOL, "turn", turn, int, "an int")
-        opened = self._live()
-        store = opened.checkpoints
-        if store is None or not any(point.turn == turn and point.ok for point in store.list()):
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
-        own = self._own_calls
-        assert own is not None
-        with self._review:
-            own.last_report = None
-            result = self._own_call(ROLLBACK_TOOL, {"turn": turn})
-            report = own.last_report
-        if report is None:  # refused, or stopped before a restore
-            raise _tool_error(result)
-        return report
-
-    def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
-        """After close: this copy session forked into `n` independent copy sessions (`oa-sandbox fork`'s:
-        each its own copy, record and manifest; `oa-sandbox changes/apply/discard ID` work on each);
-        their ids. `turn`: the state after that checkpoint instead of the latest. Typed errors: still
-        open, bind mode, discarded, `n` out of 1..MAX_FORKS."""
-        if not self._closed or self._record is None:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)")
-        from ..workspace.fork import fork_session
-
-        return [record.id for record in fork_session(self._record.id, n, turn, box_on_copy=box_on_copy)]
 
     # -- an agent's run --------------------------------------------------------------------------
     def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
@@ -545,46 +417,6 @@ class Sandbox:
         self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
         return self._run
 
-
-def _tool_error(result: ToolResult) -> ToolError:
-    error = result.error
-    kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
-    return ToolError(kind, message, result)
-
-
-def _quietly(callback: Callable[[Any], None], value: Any) -> None:
-    """A program's callback: what it raises is its own business, never the session's (it is called
-    from the box's reader and the transcript, mid-call)."""
-    try:
-        callback(value)
-    except Exception:  # noqa: BLE001 - see above
-        pass
-
-
-def _close_quietly(opened: OpenSession) -> None:
-    try:
-        opened.finish("closed", "the program ended without closing the sandbox")
-        opened.close()
-    except Exception:  # noqa: BLE001 - at interpreter exit: nothing to tell
-        pass
-
-
-_HELD = (signal.SIGINT, signal.SIGTERM)  # Ctrl-C, and a front-end's SIGTERM (cli.common.terminate_as_interrupt)
-
-
-def _hold_interrupts() -> Any:
-    """While the box is removed and the workspace swept, neither Ctrl-C nor SIGTERM cuts it short."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        return [(sig, signal.signal(sig, signal.SIG_IGN)) for sig in _HELD]
-    except ValueError:
-        return None
-
-
-def _release_interrupts(previous: Any) -> None:
-    for sig, handler in previous or []:
-        signal.signal(sig, handler)
 
 
 __all__ = ["Sandbox"]

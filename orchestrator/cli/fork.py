@@ -20,19 +20,18 @@ from .common import setup_error
 def fork(session_id: str, count: int, turn: int | None, output: str) -> None:
     """Fork an ended copy session into N copy sessions, each with its own copy, record and (when run)
     box: `run --resume FORK`, `changes`, `apply`, `discard` work on each; `sessions` names its parent."""
-    from ..sandbox.docker import box_on_copy
-    from ..workspace.fork import fork_session
+    from ..api.sessions import fork as fork_by_id
 
     try:
-        forks = fork_session(session_id, count, turn, box_on_copy=box_on_copy)
+        forks = fork_by_id(session_id, count, turn)
     except OpenAgentsError as err:
         if output == "json":
             click.echo(json_line({"ok": False, "parent": session_id, "error": {"type": err.type.value, "message": err.message}}))
         raise setup_error(err) from None
     if output == "json":
-        click.echo(json_line({"ok": True, "parent": session_id, "turn": turn, "forks": [r.id for r in forks]}))
+        click.echo(json_line({"ok": True, "parent": session_id, "turn": turn, "forks": forks}))
         return
-    for record in forks:
-        click.echo(record.id)
+    for fork_id in forks:
+        click.echo(fork_id)
     click.echo(f"forked session {session_id}{f' at turn {turn}' if turn is not None else ''} into {len(forks)}: "
                "`oa-sandbox run --resume ID TASK` goes on in one, `changes`/`apply`/`discard ID` as for any copy session", err=True)

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Callable
 
 import click
 
-from ..errors import ErrorType, OpenAgentsError
+from ..errors import OpenAgentsError
 from .common import setup_error
 
 if TYPE_CHECKING:
@@ -21,19 +21,16 @@ def report(session_id: str, output: Path | None) -> None:
     """One self-contained HTML page of a session, for review and audit: summary, every tool call
     with its approval and who decided, the gate's egress audit, checkpoints and the final diff.
     No script, nothing fetched; everything the box wrote is shown as text."""
-    from ..report import build, write
-    from ..workspace.records import open_own_record
+    from ..api.sessions import report as report_of
 
-    try:
-        record = open_own_record(session_id)  # the caller's own: another user's is refused, naming its owner
+    try:  # the caller's own session: another user's is refused, naming its owner
         if output is not None and str(output) == "-":
-            click.echo(build(record), nl=False)
+            click.echo(report_of(session_id), nl=False)
             return
-        written = write(record, output or Path(f"report-{record.id}.html"))
+        written = output or Path(f"report-{session_id}.html")
+        report_of(session_id, written)
     except OpenAgentsError as err:
         raise setup_error(err) from None
-    except OSError as err:
-        raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not write the report: {err}")) from None
     click.echo(f"wrote {written}", err=True)
 
 

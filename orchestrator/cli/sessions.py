@@ -1,5 +1,6 @@
 """The commands on sessions that have ended: list and prune them, see, apply or discard a copy
-session's changes, list checkpoints and roll back.
+session's changes, list checkpoints and roll back. Each is the public API's function by id
+(orchestrator/api/sessions.py), printed: a program does the same from Python.
 
 These are the user's own commands on host-kept state (the box is gone, no agent or client asks), so
 they are not pipeline calls: `apply` meets the ladder's landing decision (the command is the
@@ -8,7 +9,6 @@ ended session's transcript, which ends at its session_end (README, "Every path t
 pipeline")."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -23,16 +23,6 @@ if TYPE_CHECKING:
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
 
-def _session(session_id: str) -> SessionRecord:
-    """The caller's own record (records.open_own_record): another user's is refused, naming its owner."""
-    from ..workspace.records import open_own_record
-
-    try:
-        return open_own_record(session_id)
-    except OpenAgentsError as err:
-        raise setup_error(err) from None
-
-
 def _copy_session(session_id: str, action: str, mount: bool = True) -> SessionRecord:
     from ..workspace.copy_session import ended_copy_session
 
@@ -43,14 +33,10 @@ def _copy_session(session_id: str, action: str, mount: bool = True) -> SessionRe
 
 
 def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
-    """The ladder's decision on landing an ended session's copy (`oa-sandbox apply`): the policies
-    in force for its workspace and the session's own policy files, as a session would load them."""
-    from ..policy.approvals import ApprovalGate, NonInteractiveApprover
-    from ..policy.ladder import Ladder
-    from ..session import load_policies
+    """The ladder's decision on landing an ended session's copy (api/sessions.py)."""
+    from ..api.sessions import landing_permit as decide
 
-    rules, _ = load_policies(Path(record.workspace), list(record.policy_files), record)  # its user files as pinned at its start
-    return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
+    return decide(record, requested)
 
 
 def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, ApplyReport]:
@@ -76,18 +62,23 @@ def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, App
 @click.group("sessions", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of the session records on stdout.")
 @click.option("--all-users", is_flag=True, help="Also the sessions other users ran with this state directory.")
+@click.option("--label", "labels", multiple=True, metavar="NAME=VALUE", help="Only sessions with this label (the API's labels=; repeatable).")
 @click.pass_context
-def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
+def sessions_(ctx: click.Context, as_json: bool, all_users: bool, labels: tuple[str, ...]) -> None:
     """List your sessions, newest first, under a header: id, time, mode, status, files changed,
     workspace. `sessions prune` removes old ones. Yours are the records you own on disk (whatever a
     record says); --all-users lists the others too, only to list them."""
     if ctx.invoked_subcommand is not None:
         return
+    from ..api.sessions import list_sessions
     from ..ground.text import one_line
-    from ..workspace.records import HEADER, list_sessions, shown_status, summary_line
+    from ..workspace.records import HEADER, shown_status, summary_line
 
+    wanted = dict(item.partition("=")[::2] for item in labels)
+    if any("=" not in item for item in labels):
+        raise click.BadParameter("a label is NAME=VALUE", param_hint="--label")
     try:
-        records = list_sessions(all_users=all_users)
+        records = list_sessions(wanted, all_users=all_users)
     except OpenAgentsError as err:
         raise setup_error(err) from None
     if as_json:
@@ -102,28 +93,40 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool) -> None:
 @sessions_.command("prune")
 @click.option("--older-than", "older_than", default="7d", show_default=True, metavar="DURATION",
               help="Remove sessions started longer ago than this: 30d, 12h, 90m, 45s, 2w (0: all).")
-@click.option("--all", "all_", is_flag=True, help="Also copy sessions not yet applied or discarded (their copy is all there is of their work).")
+@click.option("--keep-unapplied", "keep_unapplied", default="30d", show_default=True, metavar="DURATION",
+              help="Copy sessions not yet applied or discarded (their copy is all there is of their work) are kept until this old.")
+@click.option("--all", "all_", is_flag=True, help="Also copy sessions not yet applied or discarded, whatever their age (--keep-unapplied 0).")
 @click.option("--all-users", is_flag=True, help="Also the sessions of other users of this state directory.")
-def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
-    """Remove old sessions' whole state (copy, checkpoints, transcript, record). Kept: running
-    sessions, and copy sessions not yet applied or discarded, unless --all."""
-    from ..workspace.records import parse_duration, prune
+def sessions_prune(older_than: str, keep_unapplied: str, all_: bool, all_users: bool) -> None:
+    """Remove old sessions' whole state (copy, checkpoints, transcript, record). Kept, and said why:
+    running sessions, and copy sessions not yet applied or discarded until --keep-unapplied (30
+    days) old, unless --all."""
+    from ..api.sessions import prune
+    from ..workspace.records import parse_duration
 
     try:
         seconds = parse_duration(older_than)
     except ValueError as err:
         raise click.BadParameter(str(err), param_hint="--older-than") from None
     try:
-        removed, kept = prune(seconds, all_, all_users=all_users)
+        unlanded = 0.0 if all_ else parse_duration(keep_unapplied)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--keep-unapplied") from None
+    try:
+        pruned = prune(seconds, unlanded, all_users=all_users)
     except OpenAgentsError as err:
         raise setup_error(err) from None
     except OSError as err:
         raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not prune: {err}")) from None
-    freed = sum(size for _, size in removed)
-    click.echo(f"removed {len(removed)} session{'s' if len(removed) != 1 else ''} ({freed / (1 << 20):.1f} MiB)")
-    if kept:
-        click.echo(f"kept {len(kept)} copy session{'s' if len(kept) != 1 else ''} not yet applied or discarded (or still running): "
-                   f"{', '.join(r.id for r in kept[:5])}{' ...' if len(kept) > 5 else ''}; `--all` removes them too")
+    removed = pruned.removed
+    click.echo(f"removed {len(removed)} session{'s' if len(removed) != 1 else ''} ({pruned.freed / (1 << 20):.1f} MiB)")
+    reasons: dict[str, list[str]] = {}
+    for record, why in pruned.kept:
+        reasons.setdefault(why, []).append(record.id)
+    for why, ids in reasons.items():
+        more = "; `--all` removes them too (or --keep-unapplied DURATION)" if why.startswith("a copy session") else ""
+        click.echo(f"kept {len(ids)} ({why}{f', younger than {keep_unapplied}' if more else ''}): "
+                   f"{', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}{more}")
 
 
 @click.command()
@@ -131,13 +134,15 @@ def sessions_prune(older_than: str, all_: bool, all_users: bool) -> None:
 @click.option("--stat", "stat_only", is_flag=True, help="One line per file with counts, as git diff --stat.")
 def changes(session_id: str, stat_only: bool) -> None:
     """The unified diff of a copy session's changes against the real workspace."""
-    from ..workspace.copy import CopyManifest
-    from ..workspace.review import list_changes, render_diff
+    from ..api.sessions import changes as changes_of
 
-    record = _copy_session(session_id, "show")
-    manifest = CopyManifest.load(record.manifest_path)
-    for line in render_diff(manifest, list_changes(manifest), stat=stat_only):
-        click.echo(line)
+    try:
+        found = changes_of(session_id)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    text = found.stat if stat_only else found.diff
+    if text:
+        click.echo(text)
 
 
 @click.command("apply")
@@ -159,14 +164,13 @@ def apply_(session_id: str) -> None:
 def discard(session_id: str) -> None:
     """Throw a copy session away: its copy, checkpoints, manifest, quarantine and transcript. Only
     its record stays, marked discarded, so `oa-sandbox sessions` still says what became of it."""
-    from ..workspace.copy_session import discard_session
+    from ..api.sessions import discard as discard_by_id
 
-    record = _copy_session(session_id, "discard", mount=False)  # a fork's overlay that cannot be mounted again is still discarded
     try:
-        before = discard_session(record)
-    except OSError as err:
-        raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"could not discard session {record.id}: {err}")) from None
-    click.echo(f"discarded session {record.id}: {before / (1 << 20):.1f} MiB removed; its record stays (`oa-sandbox sessions`)", err=True)
+        before = discard_by_id(session_id)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    click.echo(f"discarded session {session_id}: {before / (1 << 20):.1f} MiB removed; its record stays (`oa-sandbox sessions`)", err=True)
 
 
 @click.command()
@@ -174,11 +178,15 @@ def discard(session_id: str) -> None:
 def checkpoints(session_id: str) -> None:
     """A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that
     failed or was skipped says so (what changed then is unknown)."""
+    from ..api.sessions import checkpoints as checkpoints_of
     from ..ground.text import one_line
-    from ..workspace.checkpoints import CheckpointStore, shown_path
+    from ..workspace.checkpoints import shown_path
 
-    record = _session(session_id)
-    for point in CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list():
+    try:
+        points = checkpoints_of(session_id)
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
+    for point in points:
         label = "start" if point.turn == 0 else f"turn {point.turn}"
         if not point.ok:
             click.echo(one_line(f"{label:<9}    ? files  checkpoint {point.state} ({point.error_type}): {point.error}"))
@@ -197,31 +205,14 @@ def checkpoints(session_id: str) -> None:
 def rollback(session_id: str, turn: int) -> None:
     """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
     Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
+    from ..api.sessions import restorable_turn, restore_at, session
     from ..boxfs import from_store, show
     from ..ground.text import one_line
-    from ..workspace.checkpoints import CheckpointStore
 
-    record = _session(session_id)
-    if record.running():
-        raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})"))
-    if record.discarded:
-        raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone"))
-    store = CheckpointStore(record.checkpoint_store, Path(record.box_workspace))
-    points = store.list()
-    turns = [p.turn for p in points if p.ok]
-    last = record.turns if record.turns is not None else max((p.turn for p in points), default=0)
-    if turn > last:
-        said = f"ran {last} turn{'s' if last != 1 else ''}" if record.turns is not None else f"has checkpoints up to turn {last}"
-        raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} {said}: there is no turn {turn} to restore "
-                                                                        f"(`oa-sandbox checkpoints {record.id}`)"))
-    if turn not in turns:
-        # A turn that changed nothing (or whose checkpoint failed) has none of its own: the one before it holds.
-        earlier = [t for t in turns if t <= turn]
-        if not earlier:
-            raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} has no checkpoint at or before turn {turn}"))
-        turn = max(earlier)
     try:
-        report = store.restore(turn)
+        record = session(session_id)
+        turn = restorable_turn(record, turn)
+        report = restore_at(record, turn)
     except OpenAgentsError as err:
         raise setup_error(err) from None
     if report.conflicts:

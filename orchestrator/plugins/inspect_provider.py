@@ -91,7 +91,7 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
                           metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         settings = _config(config)
         root = Path(tempfile.mkdtemp(prefix="oa-inspect-"))
-        box = AsyncSandbox(root, mode="copy", auto_approve=True, policy_files=settings.policy_paths(), kind="inspect", **settings.box_options())
+        box = AsyncSandbox(root, mode="copy", auto_approve=True, approve="ask", policy_files=settings.policy_paths(), kind="inspect", **settings.box_options())
         try:
             await box.open()
         except BaseException:

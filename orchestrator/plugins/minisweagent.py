@@ -44,7 +44,7 @@ class OpenAgentsEnvironment:
 
     def __init__(self, *, config_class: type[OpenAgentsEnvironmentConfig] = OpenAgentsEnvironmentConfig, **kwargs: Any) -> None:
         self.config = config_class(**kwargs)
-        self.sandbox = Sandbox(Path(self.config.workspace), mode=self.config.mode, auto_approve=self.config.auto_approve,
+        self.sandbox = Sandbox(Path(self.config.workspace), mode=self.config.mode, auto_approve=self.config.auto_approve, approve="ask",
                                policy_files=self.config.policy_paths(), kind="minisweagent", **self.config.box_options())
         self.sandbox.open()
         self._finalizer = weakref.finalize(self, self.sandbox.close)

@@ -90,7 +90,7 @@ class OpenAgentsDeployment(AbstractDeployment):
         if config.workspace is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="oa-swerex-"))
         workspace = self._scratch or Path(config.workspace or ".")
-        box = AsyncSandbox(workspace, mode="copy" if self._scratch else config.mode, auto_approve=config.auto_approve,
+        box = AsyncSandbox(workspace, mode="copy" if self._scratch else config.mode, auto_approve=config.auto_approve, approve="ask",
                            policy_files=config.policy_paths(), kind="swerex", **config.box_options())
         try:
             await box.open()

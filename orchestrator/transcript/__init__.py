@@ -62,6 +62,10 @@ class Redactor:
         """Every host variable whose name looks secret, plus the model key in use."""
         return cls([v for k, v in os.environ.items() if SECRET_NAME.search(k)] + list(extra))
 
+    def add(self, values: Iterable[str]) -> None:
+        """More values to redact from here on (a program's secret-looking `env`), by the same rule."""
+        self.secrets = sorted({*self.secrets, *(s for s in values if s and len(s) >= 6)}, key=len, reverse=True)
+
     def __call__(self, text: str) -> str:
         for secret in self.secrets:
             if secret in text:

@@ -43,9 +43,11 @@ class Rebuilt:
     previous_model: str = ""
 
 
-def resumable(record: SessionRecord) -> SessionRecord:
-    """The record, if its session can be continued; a typed refusal naming why not."""
-    if record.kind not in RESUMABLE_KINDS:
+def resumable(record: SessionRecord, conversation: bool = True) -> SessionRecord:
+    """The record, if its session can be continued; a typed refusal naming why not. `conversation`:
+    a model goes on with it, so it must have had one (a run or an editor's session); a session
+    opened again without a model (the API's) may be of any kind."""
+    if conversation and record.kind not in RESUMABLE_KINDS:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was an `{record.kind}` session: it has no conversation to continue")
     if record.running():
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid}): "
@@ -66,9 +68,10 @@ def resumable(record: SessionRecord) -> SessionRecord:
     return record
 
 
-def find(session_id: str) -> SessionRecord:
-    """`--resume ID`, ACP's session/load: the caller's own record (another user's is refused, naming its owner)."""
-    return resumable(open_own_record(session_id))
+def find(session_id: str, conversation: bool = True) -> SessionRecord:
+    """`--resume ID`, ACP's session/load, the API's `resume=`: the caller's own record (another user's
+    is refused, naming its owner)."""
+    return resumable(open_own_record(session_id), conversation)
 
 
 def newest(workspace: Path) -> SessionRecord:

@@ -157,7 +157,7 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | 
               lowers: list[str] | None) -> SessionRecord:
     record = new_record(Path(parent.workspace), WorkspaceMode.COPY, parent.user, kind=parent.kind)
     try:
-        for field in ("model_spec", "base_url", "api_key_env", "policy_files", "pins", "context_root"):
+        for field in ("model_spec", "base_url", "api_key_env", "policy_files", "pins", "context_root", "labels"):
             setattr(record, field, getattr(parent, field))
         record.forked_from, record.forked_turn = parent.id, turn
         record.turns = parent.turns if turn is None else turn

@@ -123,6 +123,7 @@ class SessionRecord(BaseModel):
     forked_turn: int | None = None  # the parent's checkpoint turn it was forked at (None: its latest state)
     cow: Layers | None = None  # its copy is a copy-on-write overlay (workspace/cow.py): how to mount it again
     quota_fs: QuotaFs | None = None  # its copy (or its overlay's upper) lies on a size-limited file system (quota_fs.py)
+    labels: dict[str, str] = {}  # a program's own names for it (the API's labels=; a fork keeps its parent's)
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
     _cow_dropped: bool = PrivateAttr(default=False)  # drop_cow() was called: save() writes no layers
@@ -438,20 +439,25 @@ def remove_unused_layers(now: float | None = None) -> list[str]:
     return removed
 
 
-def prune(older_than_s: float, all_: bool = False, now: float | None = None,
-          all_users: bool = False) -> tuple[list[tuple[SessionRecord, int]], list[SessionRecord]]:
+def prune(older_than_s: float, all_: bool = False, now: float | None = None, all_users: bool = False,
+          unlanded_older_than_s: float | None = None) -> tuple[list[tuple[SessionRecord, int]], list[tuple[SessionRecord, str]]]:
     """Remove whole session directories older than `older_than_s`: (removed with the bytes each
-    held, kept). Kept: running sessions, other users' (unless `all_users`), and copy sessions
-    neither applied nor discarded (their copy holds work not landed anywhere) unless `all_`."""
+    held, kept with why). Kept: running sessions, other users' (unless `all_users`), and copy
+    sessions neither applied nor discarded (their copy holds work not landed anywhere) until they
+    are older than `unlanded_older_than_s` too (None: whatever their age; `all_`: not kept)."""
     now = time.time() if now is None else now
     removed: list[tuple[SessionRecord, int]] = []
-    kept: list[SessionRecord] = []
+    kept: list[tuple[SessionRecord, str]] = []
     for record in list_sessions(all_users=all_users):
-        if now - record.created < older_than_s:
+        age = now - record.created
+        if age < older_than_s:
             continue
-        if record.running() or (not all_ and record.mode == WorkspaceMode.COPY and not record.applied and not record.discarded
-                                and record.status != "failed"):
-            kept.append(record)
+        unlanded = record.mode == WorkspaceMode.COPY and not record.applied and not record.discarded and record.status != "failed"
+        if record.running():
+            kept.append((record, "still running"))
+            continue
+        if unlanded and not all_ and (unlanded_older_than_s is None or age < unlanded_older_than_s):
+            kept.append((record, "a copy session not yet applied or discarded: its copy is all there is of its work"))
             continue
         size = state_bytes(record)
         copy = Path(record.box_workspace)
