@@ -16,7 +16,7 @@ from .tools import ToolError, _arg, _display, _file_type, _os_error, _path_arg, 
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator
+    from typing import Any, Callable, Generator
 
 
 def grep_files(args: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +192,7 @@ def _names(items: list[str]) -> str:
     return ", ".join(items[:SKIP_SHOWN]) + (f" and {len(items) - SKIP_SHOWN} more" if len(items) > SKIP_SHOWN else "")
 
 
-def _files(root: str, unreadable: list[str]) -> Iterator[tuple[str, str, str, int | None]]:
+def _files(root: str, unreadable: list[str]) -> Generator[tuple[str, str, str, int | None], None, None]:
     """(path shown, path the glob is matched against, name to open, fd of its directory) of each
     regular file under `root`, or `root` itself if it is one (opened by its path, and checked)."""
     if not os.path.isdir(root):
