@@ -35,6 +35,8 @@ def _bytes(name: str) -> bytes:
 
 def exact(name: str) -> str | dict[str, str]:
     """The lossless JSON form of a name (see the module's words)."""
+    if name.isascii() and name.isprintable() and '"' not in name and "\\" not in name:
+        return name  # the common name: its own JSON text, nothing to weigh
     try:
         raw = name.encode("utf-8")
     except UnicodeEncodeError:
