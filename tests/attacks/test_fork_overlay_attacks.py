@@ -43,6 +43,9 @@ def _parent(tmp_path: Path, monkeypatch, state: str = "state") -> str:
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / state))
     monkeypatch.setenv("OA_FORK_COW", "auto")
+    # overlays all the way down: a copy (or a fork's upper) on a file system of its own (quota_fs)
+    # forks as a data copy, which these attacks on the overlay's layers would not reach
+    monkeypatch.setenv("OA_WRITE_QUOTA_FS", "watch")
     ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n", "b.txt": "beta\n", "sub/c.txt": "gamma\n"})
     record, _ = prepare(ws, WorkspaceMode.COPY, None)
     record.status, record.host_pid = "finished", 0
