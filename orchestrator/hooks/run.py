@@ -1,5 +1,5 @@
 """One hook run: a host process started by the absolute paths resolved at the session's start
-(policy/hook_path.py), with a scrubbed environment and a PATH the box cannot write, an empty
+(programs/resolve.py), with a scrubbed environment and a PATH the box cannot write, an empty
 private directory as its cwd, its own process group, one JSON object on stdin, bounded reads of
 stdout and stderr, and the whole group killed at its timeout (and after it exits: nothing it
 started is left running)."""
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..policy.hook_path import SearchPath, reaches
+from ..programs.reach import reaches
+from ..programs.resolve import SearchPath
 
 STDOUT_CAP = 1024 * 1024  # read at most this much JSON; the rest is drained and the run is an error
 STDERR_CAP = 64 * 1024
