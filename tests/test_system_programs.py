@@ -89,7 +89,7 @@ def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monk
 
     monkeypatch.setattr(image.subprocess, "Popen", popen)
     with pytest.raises(Stop):
-        image.build_debootstrap_base(None, lambda line: None)  # type: ignore[arg-type]
+        image.build_debootstrap_base(None, lambda line: None)
     (argv, env), = started
     assert os.path.isabs(argv[0]) and str(folder) not in argv[0] and os.path.basename(argv[0]) == "debootstrap"
     assert env is not None and str(folder) not in env["PATH"]
