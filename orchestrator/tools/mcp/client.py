@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import re
-import shutil
 import tempfile
 import threading
 from concurrent.futures import CancelledError, Future
@@ -138,7 +137,7 @@ class McpHost:
         self.problems: list[str] = []  # servers that could not start or were refused, one line each, visible()
         self._servers: dict[str, _Server] = {}
         self.roots = launch_roots(workspace)
-        self._dir: str | None = None  # the servers' own working directories (and HOMEs), made at start()
+        self._dir: tempfile.TemporaryDirectory[str] | None = None  # the servers' own working directories (and HOMEs), made at start()
         for raw in servers:
             if isinstance(raw, dict) and (kind := raw.get("type")) not in (None, "stdio"):
                 self.problems.append(visible(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})"))
@@ -172,7 +171,7 @@ class McpHost:
         if not self._servers or self._loop is not None:
             return self
         _escape_sdk_logs()
-        self._dir = tempfile.mkdtemp(prefix="oa-mcp-")
+        self._dir = tempfile.TemporaryDirectory(prefix="oa-mcp-", ignore_cleanup_errors=True)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host", daemon=True)
         self._thread.start()
@@ -237,8 +236,10 @@ class McpHost:
         def lost(why: str) -> None:
             server.lost, server.lost_type = visible(f"MCP server {spec.name!r} {why}"), ErrorType.PROTOCOL_ERROR
 
-        own = os.path.join(self._dir or tempfile.gettempdir(), spec.key)  # an empty directory of its own
-        os.makedirs(own, mode=0o700, exist_ok=True)
+        if self._dir is None:  # start() makes it before any server's task
+            raise RuntimeError("the MCP host was not started")
+        own = os.path.join(self._dir.name, spec.key)  # an empty directory of its own, in the host's private one
+        os.mkdir(own, 0o700)
         env = {**launch.env, **({"HOME": own} if launch.own_home else {})}
         transport = bounded_stdio(launch.argv[0], list(launch.argv[1:]), env, launch.cwd or own, errlog, server.process, lost,
                                   self.max_message_bytes)
@@ -290,7 +291,7 @@ class McpHost:
         for fh in self._logs:
             fh.close()
         if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir.cleanup()  # what the servers left there: no link followed
             self._dir = None
 
     def __enter__(self) -> "McpHost":
