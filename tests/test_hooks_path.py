@@ -308,3 +308,31 @@ def test_the_hooks_command_shows_what_each_hook_runs_and_names_what_lies_in_the_
     assert f"PATH entry {ws}/.venv/bin left out" in out
     assert "not in force: inside" in out and f"{ws}/.venv/bin/python3" in out.split("not in force: inside", 1)[1]
     assert "withheld: OA_TEST_GH_TOKEN" in out
+
+
+def test_a_home_in_the_workspace_gives_each_hook_one_of_its_own(tmp_path, monkeypatch):
+    """HOME lies in the workspace (the box writes ~/.gitconfig, ~/.npmrc, Python's user site): a
+    `git status` hook on a repository outside never runs the core.fsmonitor program the box's
+    ~/.gitconfig names, and its HOME is an empty directory of its own; a hook that lists HOME in
+    `env` gets the user's, as asked."""
+    git = system("git")
+    ws = tmp_path / "ws"
+    home = ws / "home"
+    home.mkdir(parents=True)
+    canary = tmp_path / "canary"
+    plant(ws / "tools/fsmonitor", canary)
+    (home / ".gitconfig").write_text(f"[core]\n\tfsmonitor = {ws}/tools/fsmonitor\n[safe]\n\tdirectory = *\n")
+    repo = tmp_path / "repo"
+    subprocess.run([git, "init", "-q", str(repo)], check=True, env={"PATH": SYSTEM_PATH, "HOME": str(tmp_path)})
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PATH", SYSTEM_PATH)
+    dump = script(tmp_path, "dump.py", f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n")
+    hooks, path = start(tmp_path, ws, hook_toml(["git", "-C", str(repo), "status", "--short"])
+                        + hook_toml([str(dump), str(tmp_path / "own.json")])
+                        + hook_toml([str(dump), str(tmp_path / "listed.json")], extra='env = ["HOME"]'))
+    fire(hooks)
+    assert not canary.exists(), canary.read_text()
+    assert [r["outcome"] for r in records(path)] == ["ok", "ok", "ok"], records(path)
+    own = json.loads((tmp_path / "own.json").read_text())["HOME"]
+    assert str(ws) not in own and os.path.isabs(own) and not os.path.exists(own)  # its own, gone with its run
+    assert json.loads((tmp_path / "listed.json").read_text())["HOME"] == str(home)

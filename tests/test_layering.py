@@ -23,7 +23,10 @@ LAYERS: list[dict[str, str]] = [
     {"protocol": "the wire messages between host and container agent, and ToolResult, every call's outcome",
      "state": "the state directory, where the host keeps what a session leaves behind (owned, never box-writable)"},
     {"boxfs": "the one safe-file layer: every read, walk, copy and restore of box-written files; "
-              "host-owned files opened with no link followed (private.py) and written atomically (atomic.py)"},
+              "host-owned files opened with no link followed (private.py) and written atomically (atomic.py)",
+     "programs": "what the host starts for the user, kept out of the box's reach: whether the box can change what a path "
+                 "names (reach.py), hooks' and MCP servers' programs found once outside every box root (resolve.py), "
+                 "the system's own programs (system.py)"},
     {"events": "the typed events of a session (what the transcript records and front-ends show)"},
     {"terminal": "painting a session for a person or a machine (live view, machine lines)",
      "models": "the model clients: one dialect per family (models/dialects/), the one HTTP client, the "

@@ -393,7 +393,7 @@ class AcpServer:
         """A session's parts made (a resumed one's conversation replayed), then registered: before
         the answer is sent (see the module's docstring)."""
         workspace = session.workspace
-        session.mcp = McpHost(mcp_servers) if mcp_servers else None
+        session.mcp = McpHost(mcp_servers, workspace=workspace) if mcp_servers else None
         approver = AcpApprover(self, session.id)
         try:
             if session.mcp:

@@ -9,7 +9,7 @@ import click
 from ..config import SandboxConfig
 from ..errors import OpenAgentsError
 from ..loop.summary import EXIT_OK, EXIT_SETUP
-from .common import EXIT_TOOL_ERROR, sandbox_options, setup_error
+from .common import EXIT_TOOL_ERROR, load_defaults, sandbox_options, setup_error
 
 if TYPE_CHECKING:
     from ..workspace.copy import CopyLimits
@@ -134,6 +134,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
     from .hooks import doctor_check
 
     ok &= doctor_check(ws)  # the user's hooks (docs/hooks.md): each program must be able to run
+    _mcp_lines(ws)  # the config file's MCP servers: what each would run, and what is refused
     if attack and diagnosis.can_start:
         from .selfcheck import run_checks
 
@@ -186,6 +187,37 @@ def _forks_made_by() -> str:
         return ("copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes; "
                 "a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)")
     return f"a data copy per fork (reflinks where the file system has them): {why}"
+
+
+def _mcp_lines(ws: Path) -> None:
+    """`doctor`'s lines on the config file's MCP servers (started on the host by `run`): what each runs,
+    found as a session starting now would find it (tools/mcp/launch.py), what is refused or cannot
+    run (a server left out: the session goes on), and what the user's PATH or HOME would have given
+    it from where the box writes."""
+    import shlex
+
+    from ..ground.text import visible
+    from ..programs.resolve import WHERE
+    from ..tools.mcp.client import McpHost
+
+    try:
+        servers = load_defaults().mcp_servers
+    except OpenAgentsError as err:
+        click.echo(visible(f"[fail] MCP servers: {err.message}"))
+        return
+    if not servers:
+        return
+    host = McpHost(servers, workspace=ws)
+    for problem in host.problems:
+        click.echo(visible(f"[warn] {problem}"))
+    launches = host.launches()
+    for name, launch in launches.items():
+        click.echo(visible(f"[ok]   MCP server {name!r} runs: {shlex.join(launch.argv)}" + (f" (in {launch.cwd})" if launch.cwd else "")))
+        for note in launch.notes():
+            click.echo(visible(f"[warn] MCP server {name!r}: {note}"))
+    left = dict.fromkeys(entry for launch in launches.values() for entry, why in launch.search.left_out if why == WHERE)
+    for entry in left:
+        click.echo(visible(f"[warn] MCP servers run without PATH entry {entry}: {WHERE}"))
 
 
 def _host_code_lines(ws: Path, decided: Guard) -> bool:

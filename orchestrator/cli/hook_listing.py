@@ -10,8 +10,8 @@ from pathlib import Path
 from ..hooks.engine import plan, secrets_of
 from ..hooks.wiring import secret_names
 from ..policy import pins
-from ..policy.hook_path import Resolved, SearchPath
 from ..policy.hook_spec import Collected, HookSpec, box_words, in_force
+from ..programs.resolve import Resolved, SearchPath
 
 
 @dataclass

@@ -10,8 +10,8 @@ from ..errors import OpenAgentsError
 from .common import load_defaults, setup_error
 
 if TYPE_CHECKING:
-    from ..policy.hook_path import Resolved
     from ..policy.hook_spec import HookSpec
+    from ..programs.resolve import Resolved
 
 
 @click.command("hooks")
@@ -78,7 +78,7 @@ def doctor_check(ws: Path) -> bool:
     """`doctor`'s lines on the hooks in force here (the config file's policies): False if one cannot
     run. It names what the hooks would have run from the workspace (refused, or left off their PATH)."""
     from ..hooks.engine import clean
-    from ..policy.hook_path import WHERE
+    from ..programs.resolve import WHERE
     from .hook_listing import hooks_for, problem
 
     try:

@@ -283,7 +283,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
 
             view.close()
             run_attempts(options, Path(workspace), task, attempts, pick, apply_at_end, output_format, pick_timeout)
-        host_tools = _start_mcp_servers(defaults.mcp_servers, view)
+        host_tools = _start_mcp_servers(defaults.mcp_servers, view, Path(workspace))
         box = Sandbox(Path(workspace), options, kind="run", host_tools=host_tools, resume=resumed.id if resumed is not None else None).open()
     except OpenAgentsError as err:
         if host_tools is not None:
@@ -405,14 +405,15 @@ def _resumed(resume_id: str | None, continue_: bool, workspace: str, transcript_
     return record
 
 
-def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView) -> McpHost | None:
+def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView, workspace: Path) -> McpHost | None:
     """The config file's stdio MCP servers, started on the host (their tools ask every time unless a
-    policy says otherwise); each one that could not start is named, and the session goes on."""
+    policy says otherwise), each from outside every place the box of `workspace` writes
+    (tools/mcp/launch.py); each one that could not start or was refused is named, and the session goes on."""
     if not servers:
         return None
     from ..tools.mcp.client import McpHost
 
-    host = McpHost(servers).start()
+    host = McpHost(servers, workspace=workspace).start()
     for problem in host.problems:
         view.note(f"oa-sandbox: {problem}")
     return host

@@ -17,9 +17,9 @@ from typing import Any, Iterable, Sequence
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
-from ..policy.hook_path import Resolved, SearchPath, resolve, search_path
 from ..policy.hook_spec import BEFORE, HookSpec
-from ..policy.pins import box_roots
+from ..programs.reach import box_roots
+from ..programs.resolve import Resolved, SearchPath, resolve, search_path
 from ..protocol import Executor
 from ..transcript import Transcript
 from . import run as run_
@@ -56,16 +56,16 @@ class Verdict:
 
 
 def plan(specs: list[HookSpec], workspace: Path, exempt: Sequence[Path] = ()) -> tuple[list[tuple[HookSpec, Resolved]], list[str], SearchPath]:
-    """Each hook's command as it will run (policy/hook_path.py resolve), found now on the hook's PATH;
+    """Each hook's command as it will run (programs/resolve.py resolve), found now on the hook's PATH;
     one line for each refused (its program or an interpreter lies where the box can write)."""
     roots = box_roots(workspace)
     search = search_path(roots)
     kept: list[tuple[HookSpec, Resolved]] = []
     refused: list[str] = []
-    real: dict[str, str] = {}  # one start's realpaths, shared by its hooks
+    memo: dict[str, str | None] = {}  # one start's links, shared by its hooks
     for hook in specs:
         try:
-            kept.append((hook, resolve(hook.argv, roots, search, exempt, real)))
+            kept.append((hook, resolve(hook.argv, roots, search, exempt, memo)))
         except OpenAgentsError as err:
             refused.append(f"{hook.label()}: {err.message}")
     return kept, refused, search

@@ -1,6 +1,6 @@
 """One hook run: a host process started by the absolute paths resolved at the session's start
-(policy/hook_path.py), with a scrubbed environment and a PATH the box cannot write, an empty
-private directory as its cwd, its own process group, one JSON object on stdin, bounded reads of
+(programs/resolve.py), with a scrubbed environment and a PATH the box cannot write, an empty
+private directory as its cwd (and as its HOME when the user's lies where the box writes), its own process group, one JSON object on stdin, bounded reads of
 stdout and stderr, and the whole group killed at its timeout (and after it exits: nothing it
 started is left running)."""
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..policy.hook_path import SearchPath, reaches
+from ..programs.reach import reaches
+from ..programs.resolve import SearchPath
 
 STDOUT_CAP = 1024 * 1024  # read at most this much JSON; the rest is drained and the run is an error
 STDERR_CAP = 64 * 1024
@@ -36,13 +37,15 @@ class Ran:
 
 def base_environment(roots: list[Path], search: SearchPath) -> dict[str, str]:
     """The host's basics as they are at the session's start, with the hook's PATH (no entry the box
-    can change) for the user's. A TMPDIR where the box writes is left out; a HOME there keeps
-    Python's user site-packages off."""
+    can change) for the user's. A TMPDIR where the box writes is left out; so is a HOME there (git,
+    npm, pip and Python read their dotfiles from it: each run gets its own empty directory as HOME,
+    `run`, unless the hook lists HOME in `env`), and Python's user site-packages is kept off."""
     env = {name: os.environ[name] for name in KEPT_ENV if name in os.environ}
     env["PATH"] = search.value
     if "TMPDIR" in env and reaches(os.path.abspath(env["TMPDIR"]), roots):
         del env["TMPDIR"]
     if "HOME" in env and reaches(os.path.abspath(env["HOME"]), roots):
+        del env["HOME"]
         env["PYTHONNOUSERSITE"] = "1"
     return env
 
@@ -85,10 +88,12 @@ def run(argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: 
     """Runs the hook in an empty private directory, never in the workspace: the box writes the
     workspace, and a program started there loads what lies there (python's `-c`/`-m` put the working
     directory first on sys.path; make, pytest, npm read their files from it). The workspace is in
-    the payload's `cwd` and OA_PROJECT_DIR for a hook that chooses to look at it. `executable`: the
-    real path the kernel is given (argv[0] stays as resolved: a venv's python and busybox read it)."""
+    the payload's `cwd` and OA_PROJECT_DIR for a hook that chooses to look at it. That directory is
+    its HOME too when `env` has none (base_environment left out a HOME where the box writes).
+    `executable`: the real path the kernel is given (argv[0] stays as resolved: a venv's python and
+    busybox read it)."""
     with tempfile.TemporaryDirectory(prefix="oa-hook-") as cwd:
-        return _run(argv, payload, Path(cwd), {**env, "PYTHONSAFEPATH": "1"}, timeout, executable)
+        return _run(argv, payload, Path(cwd), {"HOME": cwd, **env, "PYTHONSAFEPATH": "1"}, timeout, executable)
 
 
 def _run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float, executable: str | None) -> Ran:

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 
 from ..tools.tooldef import KINDS
 
+from ..programs.reach import reaches
+
 EVENTS = ("BeforeTool", "AfterTool", "BeforeModel", "AfterModel", "BeforeToolSelection", "BeforeAgent", "AfterAgent",
           "SessionStart", "SessionEnd", "PreCompress", "Notification")
 BEFORE = frozenset({"BeforeTool", "BeforeModel", "BeforeToolSelection", "BeforeAgent"})  # a failed hook here fails closed
@@ -172,13 +174,14 @@ def split(command: list[str] | str) -> list[str]:
 
 def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[int, Path]]:
     """The words of the command that name a file where a box can write, each with its path: an
-    absolute word under a box root, by its spelling or its real path, whether or not the file
-    exists yet (the box may make it later, or replace a link that pointed out); a bare program name
-    the host's own PATH lacks (policy/hook_path.py search_path) that the user's PATH finds there; a relative word naming a file the workspace holds now (the user meant it:
+    absolute word the box could change (programs/reach.py: under a box root as spelt, at a link on
+    its way or where it ends), whether or not the file exists yet (the box may make it later, or replace a link that pointed out); a bare program name
+    the host's own PATH lacks (programs/resolve.py search_path) that the user's PATH finds there; a relative word naming a file the workspace holds now (the user meant it:
     it runs from its pinned copy, or not at all). A relative word naming nothing there stays
     harmless: a hook runs in an empty directory of its own (hooks/run.py), never in the workspace.
     What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
     found: list[tuple[int, Path]] = []
+    memo: dict[str, str | None] = {}
     for index, word in enumerate(hook.argv):
         if not word or word.startswith("-"):
             continue
@@ -193,12 +196,7 @@ def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[
             path = workspace / word
         else:
             continue
-        try:
-            spelled = Path(os.path.abspath(path))
-            real = Path(os.path.realpath(path))
-        except (OSError, ValueError):
-            continue
-        if any(candidate == root or root in candidate.parents for candidate in (spelled, real) for root in roots):
+        if reaches(os.path.abspath(path), roots, memo):
             found.append((index, path))
     return found
 
@@ -217,7 +215,7 @@ def with_argv(hook: HookSpec, argv: list[str]) -> HookSpec:
 def _which(name: str, roots: list[Path]) -> str | None:
     """Where a bare program name is the box's: found only where the box can write (a name the hook's
     PATH finds is the host's own, whatever the user's PATH has first)."""
-    from .hook_path import found_inside, search_path, which
+    from ..programs.resolve import found_inside, search_path, which
 
     if which(name, search_path(roots)) is not None:
         return None

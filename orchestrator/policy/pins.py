@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .. import state
 from ..boxfs.atomic import write_atomic
 from ..boxfs.private import open_private
 from ..errors import ErrorType, OpenAgentsError
+from ..programs.reach import box_roots as box_roots
+from ..programs.reach import reaches
 from ..state import config_path
 from ..workspace.records import Pin, SessionRecord
 from .ladder import POLICY_CAP, PolicyFile, Tier, parse_policy
@@ -50,14 +51,9 @@ def sha256(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-def box_roots(workspace: Path) -> list[Path]:
-    """Where a box can write: the workspace, and the state directory (a copy session's copy lies there)."""
-    return [Path(os.path.realpath(workspace)), Path(os.path.realpath(state.configured_root()))]
-
-
 def inside(path: Path, roots: list[Path]) -> bool:
-    real = Path(os.path.realpath(path))
-    return any(real == root or root in real.parents for root in roots)
+    """Whether the box could change what `path` names (programs/reach.py: by spelling, at a link on its way, where it ends)."""
+    return reaches(os.path.abspath(path), roots)
 
 
 def read_file(path: str | Path, what: str = "policy") -> bytes:

@@ -21,6 +21,7 @@ import certifi
 from docker.types import Mount
 
 from ..errors import ErrorType, OpenAgentsError
+from ..programs import system
 from .mounts import read_only
 
 BOX_DIR = "/etc/openagents-egress"
@@ -33,20 +34,20 @@ OPENSSL_TIMEOUT_S = 30
 
 # Where `openssl` is looked for: the system's own directories, never the user's PATH, which may name a
 # directory the box writes (an activated virtualenv in the workspace, direnv's PATH_add): a program
-# planted there would run on the host at the next session with a credential rule (issue 49).
+# planted there would run on the host at the next session with a credential rule (issue 49). It runs
+# with the system's environment (programs/system.py): an OPENSSL_CONF of the user's naming a file in
+# the workspace (a direnv .envrc exports it) would load the provider module the box wrote.
 OPENSSL_DIRS = "/usr/local/bin:/usr/bin:/bin"
 
 
 def openssl_program() -> str:
-    found = shutil.which("openssl", path=OPENSSL_DIRS)
-    if found is None:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"credential injection needs the `openssl` command on the host (in {OPENSSL_DIRS})")
-    return found
+    return system.find("openssl", "credential injection", OPENSSL_DIRS)
 
 
 def _openssl(*args: str, cwd: Path) -> None:
     try:
-        subprocess.run([openssl_program(), *args], cwd=cwd, check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S)
+        subprocess.run([openssl_program(), *args], cwd=cwd, check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S,
+                       env=system.environment(OPENSSL_DIRS))
     except FileNotFoundError:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, "credential injection needs the `openssl` command on the host") from None
     except subprocess.SubprocessError as err:

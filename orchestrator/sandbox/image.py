@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -23,6 +23,7 @@ import docker.errors
 from ..config import DEFAULT_IMAGE, LABEL
 from ..config import EGRESS_PROXY_IMAGE as PROXY_IMAGE
 from ..errors import ErrorType, OpenAgentsError
+from ..programs import system
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile.sandbox"
@@ -96,16 +97,20 @@ def debian_mirror() -> str:
 
 
 def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag: str = DEBOOTSTRAP_BASE) -> str:
-    if shutil.which("debootstrap") is None:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "debootstrap is not installed: `sudo apt-get install debootstrap` (Debian's package)")
+    # Both the system's (programs/system.py): this runs as root, often from a project whose venv is
+    # active, and debootstrap (a shell script) runs what its PATH finds.
+    try:
+        debootstrap, tar_program = system.find("debootstrap", "the debootstrap base"), system.find("tar", "the debootstrap base")
+    except OpenAgentsError as err:
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{err.message}: `sudo apt-get install debootstrap` (Debian's package)") from None
     mirror = debian_mirror()
     with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         progress(f"debootstrap --variant=minbase --include=python3 {DEBOOTSTRAP_SUITE} from {mirror} (about 1-2 minutes)")
         started = time.monotonic()
         proc = subprocess.Popen(
-            ["debootstrap", "--variant=minbase", "--include=python3", DEBOOTSTRAP_SUITE, str(rootfs), mirror],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            [debootstrap, "--variant=minbase", "--include=python3", DEBOOTSTRAP_SUITE, str(rootfs), mirror],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PATH": system.SYSTEM_DIRS},
         )
         tail: list[str] = []
         assert proc.stdout is not None  # stdout=PIPE
@@ -116,7 +121,7 @@ def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag:
         if proc.wait() != 0:
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "debootstrap failed:\n" + "\n".join(tail))
         progress(f"debootstrap done in {time.monotonic() - started:.0f}s; importing as {tag}")
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+        tar = subprocess.Popen([tar_program, "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, env=system.environment())
         assert tar.stdout is not None  # stdout=PIPE
         try:
             client.api.import_image_from_stream(tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1])

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
 from ..errors import ErrorType, OpenAgentsError
+from ..programs import system
 from . import seccomp
 
 RUNC = "runc"
@@ -55,7 +56,7 @@ VersionProbe = Callable[[str], "int | None"]
 @functools.lru_cache(maxsize=8)
 def _version_of(path: str, mtime_ns: int) -> int | None:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, env=system.environment()).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"runsc version \S*?(\d{8})", out)
@@ -64,10 +65,13 @@ def _version_of(path: str, mtime_ns: int) -> int | None:
 
 def runsc_version(path: str) -> int | None:
     """The date in `runsc --version` of the daemon's registered binary (a root-owned host file the
-    daemon itself runs, not anything from a box), or None when it cannot be told."""
+    daemon itself runs, not anything from a box), or None when it cannot be told. A registration by
+    name (`"path": "runsc"`) is found as dockerd finds it, in the system's directories, never on the
+    user's PATH or in the working directory (the box writes the workspace: programs/system.py)."""
     try:
-        return _version_of(path, os.stat(path).st_mtime_ns)
-    except OSError:
+        found = system.find(path, "the gVisor runtime")
+        return _version_of(found, os.stat(found).st_mtime_ns)
+    except (OSError, OpenAgentsError):
         return None
 
 

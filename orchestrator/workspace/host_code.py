@@ -13,9 +13,10 @@ every sys.path entry ('' is the working directory), the user site-packages when 
 the directory of every loaded module and every path a setuptools editable finder maps (an
 editable install puts its packages there without putting them on sys.path), the user's config
 directory and the state directory. `found_in()` says which lie in the workspace or the state
-directory, each compared by spelling (the path as written, against the root as given and as
-resolved) and along its resolution: every symbolic link met on the way is a place the box could
-re-point if it lies in the root, and so is where the path ends.
+directory, each by programs/reach.py (the one answer to "can the box change what this path
+names": by spelling, against the root as given and as resolved, and along its resolution: every
+symbolic link met on the way is a place the box could re-point if it lies in the root, and so is
+where the path ends).
 
 `guard()` is the one decision, taken at every session's open (session.open_session: every
 front-end goes through it) and shown by `oa-sandbox doctor`: in bind mode none of these may lie
@@ -43,12 +44,12 @@ from typing import TYPE_CHECKING, Callable
 from .. import state
 from ..boxfs import show
 from ..errors import ErrorType, OpenAgentsError
+from ..programs.reach import forms, reach
 from .records import WorkspaceMode, resolve_mode
 
 if TYPE_CHECKING:
     from ..config import SandboxConfig
 
-MAX_LINKS = 40  # symbolic links followed in one path, as the kernel's ELOOP limit
 STATE_DIR = "the state directory"
 CONFIG_DIR = "the config directory"
 SHOWN = 3  # findings named in one line; `oa-sandbox doctor` lists them all
@@ -144,84 +145,18 @@ def _module_paths(name: str, module: object, add: Callable[[str, object], None])
         return
 
 
-def _forms(root: Path | str) -> list[str]:
-    spelled = os.path.abspath(root)
-    return list(dict.fromkeys([spelled, os.path.realpath(spelled)]))
-
-
-def _under(place: str, roots: list[str]) -> str | None:
-    """`place`'s path relative to the first root it lies in ('' the root itself), else None."""
-    for root in roots:
-        if place == root:
-            return ""
-        if place.startswith(root.rstrip("/") + "/"):
-            return place[len(root.rstrip("/")) + 1:]
-    return None
-
-
-def _link(path: str, memo: dict[str, str | None]) -> str | None:
-    """The target of `path` when it is a symbolic link, else None (not there, or not a link)."""
-    if path not in memo:
-        try:
-            memo[path] = os.readlink(path) if stat.S_ISLNK(os.lstat(path).st_mode) else None
-        except OSError:
-            memo[path] = None
-    return memo[path]
-
-
-def route(path: str, memo: dict[str, str | None] | None = None) -> list[str]:
-    """Where resolving the absolute `path` goes: each symbolic link met, at its own place (a real
-    directory and its name: whoever may write that directory may re-point it), then where it ends
-    (its real path; from the first missing component on, as written)."""
-    memo = {} if memo is None else memo
-    places: list[str] = []
-    pending = list(reversed(path.split("/")))
-    here, hops = "/", 0
-    while pending:
-        part = pending.pop()
-        if part in ("", "."):
-            continue
-        if part == "..":
-            here = os.path.dirname(here)
-            continue
-        step = os.path.join(here, part)
-        target = _link(step, memo)
-        if target is None:
-            here = step
-            continue
-        places.append(step)
-        hops += 1
-        if hops > MAX_LINKS:
-            here = os.path.normpath(os.path.join(step, *reversed(pending)))
-            break
-        if target.startswith("/"):
-            here = "/"
-        pending.extend(reversed(target.split("/")))
-    places.append(here)
-    return places
-
-
 def found_in(workspace: Path | str, paths: list[HostPath] | None = None) -> list[Found]:
     """Which of `paths` (default: host_paths()) lie in the workspace or in the state directory."""
-    ws_roots, state_roots = _forms(workspace), _forms(state.configured_root())
+    ws_roots, state_roots = forms(workspace), forms(state.configured_root())
     memo: dict[str, str | None] = {}
     out = []
     for host in host_paths() if paths is None else paths:
-        places = [os.path.abspath(host.path), *route(host.path, memo)]
-        rels = _rels(places, ws_roots)
+        rels = reach(host.path, ws_roots, memo)
         if rels:
             out.append(Found(host.what, host.path, rels))
-        elif host.what not in (STATE_DIR, CONFIG_DIR) and (rels := _rels(places, state_roots)):  # a config file there is refused as it is read
+        elif host.what not in (STATE_DIR, CONFIG_DIR) and (rels := reach(host.path, state_roots, memo)):  # a config file there is refused as it is read
             out.append(Found(host.what, host.path, rels, in_state=True))
     return sorted(out, key=lambda f: (f.in_state, f.rel.count("/") + bool(f.rel), len(f.rel)))
-
-
-def _rels(places: list[str], roots: list[str]) -> tuple[str, ...]:
-    found = [rel for rel in (_under(p, roots) for p in places) if rel is not None]
-    if not found:
-        return ()
-    end = found[-1] if _under(places[-1], roots) is not None else None
-    return tuple(dict.fromkeys([end, *found] if end is not None else found))  # where it ends first: what a mount or apply must cover
 
 
 def summary(found: list[Found], limit: int = SHOWN) -> str:

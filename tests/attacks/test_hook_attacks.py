@@ -161,7 +161,8 @@ def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_i
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What the box writes into the user's project venv (one shell call): each, run on the host, appends to CANARY.
 BOX_PLANTS = {
-    "pth": "p=$(echo .venv/lib/python3*/site-packages) && echo \"import os; open('CANARY', 'a').write('pth ran\\n')\" > $p/oa_box.pth",
+    # printf '%s\n', not echo: the box's sh (dash) turns echo's \n into a newline, and a .pth line cut in two never runs
+    "pth": "p=$(echo .venv/lib/python3*/site-packages) && printf '%s\\n' \"import os; open('CANARY', 'a').write('pth ran\\n')\" > $p/oa_box.pth",
     "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/python3"
                " && chmod +x .venv/bin/python3",
     "sh": "printf '#!/bin/sh\\necho sh ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/sh && chmod +x .venv/bin/sh",

@@ -2,7 +2,9 @@
 host-side tools named `mcp__<server>__<tool>`.
 
 The servers are the user's (from ACP's session/new `mcpServers`, or the config): they run on the
-host with the user's rights, and nothing of theirs enters the box. The SDK is asyncio, the session
+host with the user's rights, and nothing of theirs enters the box. Nothing of the box's enters them
+either: each program, its `#!` interpreters, its PATH, working directory and HOME are decided once,
+at the start, outside every place the box writes (launch.py; `workspace` names the session's). The SDK is asyncio, the session
 is threads: one event-loop thread per McpHost runs every server's client, and the methods here are
 synchronous, each with its own deadline. A server that crashes or stalls gives a typed error, never
 a hung turn; close() stops them all (each server's whole process group is killed).
@@ -25,6 +27,7 @@ import asyncio
 import json
 import logging
 import os
+import tempfile
 import threading
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -46,6 +49,7 @@ from .. import declarations as decl
 from ..args import parse_arguments
 from ..registry import PreparedCall
 from ..tooldef import ToolDef
+from .launch import Launch, plan
 from .names import PREFIX, safe, tool_name
 from .names import action as server_action
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
@@ -104,6 +108,7 @@ class McpTool:
 @dataclass
 class _Server:
     spec: McpServerSpec
+    launch: Launch
     client: Any = None
     stop: asyncio.Event | None = None
     task: Future[None] | None = None
@@ -119,13 +124,18 @@ class McpHost:
     """The user's MCP servers for one session; a registry's extra host-side tools."""
 
     def __init__(self, servers: Sequence[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0,
-                 call_deadline_s: float = SHELL_DEFAULT_TIMEOUT_S, log_dir: Path | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+                 call_deadline_s: float = SHELL_DEFAULT_TIMEOUT_S, log_dir: Path | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
+                 workspace: Path | str | None = None) -> None:
+        """`workspace`: the session's (its servers' programs, PATH, working directory and HOME are
+        kept out of it and out of the state directory; without it, out of the state directory only)."""
         self.start_deadline_s = start_deadline_s
         self.call_deadline_s = min(call_deadline_s, SHELL_MAX_TIMEOUT_S)  # the shell's limit, unless lower
         self.max_message_bytes = max_message_bytes
         self.log_dir = log_dir
         self.problems: list[str] = []  # servers that could not start or were refused, one line each, visible()
         self._servers: dict[str, _Server] = {}
+        self.roots = launch_roots(workspace)
+        self._dir: tempfile.TemporaryDirectory[str] | None = None  # the servers' own working directories (and HOMEs), made at start()
         for raw in servers:
             if isinstance(raw, dict) and (kind := raw.get("type")) not in (None, "stdio"):
                 self.problems.append(visible(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})"))
@@ -138,7 +148,15 @@ class McpHost:
             if spec.key in self._servers:
                 self.problems.append(visible(f"MCP server {spec.name!r}: a second server with that name was left out"))
                 continue
-            self._servers[spec.key] = _Server(spec)
+            try:
+                launch = plan(spec, self.roots, _sdk_environment())
+            except OpenAgentsError as err:
+                self.problems.append(visible(err.message))
+                continue
+            if launch.resolved.problem:
+                self.problems.append(visible(f"MCP server {spec.name!r} not started: {launch.resolved.problem}"))
+                continue
+            self._servers[spec.key] = _Server(spec, launch)
         self._tools: dict[str, McpTool] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -151,6 +169,7 @@ class McpHost:
         if not self._servers or self._loop is not None:
             return self
         _escape_sdk_logs()
+        self._dir = tempfile.TemporaryDirectory(prefix="oa-mcp-", ignore_cleanup_errors=True)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="mcp-host", daemon=True)
         self._thread.start()
@@ -165,7 +184,9 @@ class McpHost:
                 except FutureTimeout:
                     self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
                 except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
-                    self._drop(server, f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}")
+                    notes = "; ".join(server.launch.notes())
+                    self._drop(server, f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}"
+                                       + (f" ({notes})" if notes else ""))
         except BaseException:  # Ctrl-C while they start: the caller never gets this host to close
             for server in self._servers.values():
                 server.process.kill_group("interrupted")
@@ -205,16 +226,20 @@ class McpHost:
     async def _hold(self, server: _Server, ready: Future[bool]) -> None:
         """One server's whole life in one task: the SDK's context managers open and close in the same task."""
         from mcp import Client
-        from mcp.client.stdio import get_default_environment
 
-        spec = server.spec
+        spec, launch = server.spec, server.launch
         server.stop = asyncio.Event()
         errlog = self._errlog(spec)
 
         def lost(why: str) -> None:
             server.lost, server.lost_type = visible(f"MCP server {spec.name!r} {why}"), ErrorType.PROTOCOL_ERROR
 
-        transport = bounded_stdio(spec.command, spec.args, get_default_environment() | spec.env, spec.cwd, errlog, server.process, lost,
+        if self._dir is None:  # start() makes it before any server's task
+            raise RuntimeError("the MCP host was not started")
+        own = os.path.join(self._dir.name, spec.key)  # an empty directory of its own, in the host's private one
+        os.mkdir(own, 0o700)
+        env = {**launch.env, **({"HOME": own} if launch.own_home else {})}
+        transport = bounded_stdio(launch.argv[0], list(launch.argv[1:]), env, launch.cwd or own, errlog, server.process, lost,
                                   self.max_message_bytes)
         try:
             async with Client(transport, read_timeout_seconds=self.call_deadline_s) as client:
@@ -263,12 +288,19 @@ class McpHost:
         self._loop = None
         for fh in self._logs:
             fh.close()
+        if self._dir is not None:
+            self._dir.cleanup()  # what the servers left there: no link followed
+            self._dir = None
 
     def __enter__(self) -> "McpHost":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def launches(self) -> dict[str, Launch]:
+        """Each server that will be started, by name, and what it runs (refused ones are in `problems`)."""
+        return {server.spec.name: server.launch for server in self._servers.values()}
 
     # -- what the registry needs ---------------------------------------------------------------
     def names(self) -> list[str]:
@@ -356,6 +388,21 @@ class McpHost:
         if isinstance(err, MCPError):
             return OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"{name}: the MCP server answered with an error: {text}")
         return OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{name}: {text}")
+
+
+def launch_roots(workspace: Path | str | None) -> list[Path]:
+    """Where the box writes, as far as a host of servers knows: the workspace's and the state directory's roots."""
+    from ... import state
+    from ...programs.reach import box_roots
+
+    return box_roots(workspace) if workspace is not None else [Path(os.path.realpath(state.configured_root()))]
+
+
+def _sdk_environment() -> dict[str, str]:
+    """The SDK's default environment for a stdio server (HOME, LOGNAME, PATH, SHELL, TERM, USER; none of PYTHON*, NODE_*, LD_*)."""
+    from mcp.client.stdio import get_default_environment
+
+    return get_default_environment()
 
 
 def _tool(server_key: str, raw: Any) -> McpTool | None:

@@ -1,21 +1,24 @@
-"""Where a hook's programs come from (issue 49): found once, at the session's start, outside every
-place the box can write, and run by those absolute paths so nothing is looked up again.
+"""Where the programs the host starts for the user come from (issue 49): a hook's (hooks/), an MCP
+server's (tools/mcp/launch.py), each found once, at the session's start, outside every place the
+box can write, and run by those absolute paths so nothing is looked up again.
 
 The user's PATH often has the workspace first (an active project venv, direnv's `PATH_add`,
 node_modules/.bin, `.`), and the box writes the workspace: a `sh` or `python3` it drops there, or a
 `.pth` file in the venv's site-packages, would run on the host at a hook's next run. So:
 
-- a hook's PATH (`search_path`) keeps only absolute entries the box cannot change: no entry that
-  lies under a box root, or passes through one, as spelt or as any of its directories resolves
-  (a link into the workspace; a workspace directory that is a link out, which the box can repoint);
-- a hook's program is found on that PATH (or named by an absolute path), then its `#!` line is read
+- its PATH (`search_path`) keeps only absolute entries the box cannot change (programs/reach.py):
+  no entry that lies under a box root, or passes through one, as spelt or as any of its directories
+  resolves (a link into the workspace; a workspace directory that is a link out, which the box can
+  repoint);
+- its program is found on that PATH (or named by an absolute path), then its `#!` line is read
   (at most 256 bytes, as the kernel reads it): the interpreter it names, and for `/usr/bin/env X`
   (or `env -S "X args"`) X found on that PATH, must lie outside every box root too; an interpreter
   that is a script itself is followed the same way, a few levels deep, as the kernel would;
-- the hook then runs as `[interpreter, args..., script, hook args...]`, every program by its
-  absolute path (`Resolved`). A program or interpreter that lies where the box can write is refused
-  at the start (OpenAgentsError, config_invalid, naming it); one that cannot be found or run is a
-  `problem`: the hook fails at its point (closed, at a Before* point), as a missing program always did.
+- it then runs as `[interpreter, args..., script, args...]`, every program by its absolute path
+  (`Resolved`). A program or interpreter that lies where the box can write is refused at the start
+  (OpenAgentsError, config_invalid, naming it); one that cannot be found or run is a `problem`: a
+  hook fails at its point (closed, at a Before* point), as a missing program always did; an MCP
+  server is left out, named.
 
 Nothing here reads a file under a box root: a path is checked before its `#!` line is read, and a
 hook's pinned copy (policy/pins.py hook_script) lies in the session's own directory (`exempt`).
@@ -31,47 +34,21 @@ from pathlib import Path
 from typing import Sequence
 
 from ..errors import ErrorType, OpenAgentsError
+from .reach import reaches, under
 
 SHEBANG_CAP = 256  # the kernel reads this much of a #! line (BINPRM_BUF_SIZE)
 MAX_LEVELS = 4  # #! interpreters that are scripts themselves, followed this deep
 WHERE = "where the sandbox can write"
 
 
-def _under(path: str, roots: Sequence[Path]) -> bool:
-    """`path` (absolute, normal) is a root or lies below one."""
-    for root in roots:
-        text = str(root)
-        if path == text or path.startswith(text.rstrip("/") + "/"):
-            return True
-    return False
-
-
-def reaches(path: str, roots: Sequence[Path], real: dict[str, str] | None = None) -> bool:
-    """Whether the box could change what the absolute `path` names: it, or a directory on the way to
-    it, lies under a box root as spelt or as that prefix resolves now. A relative path always does
-    (what it names depends on a working directory). `real`: realpaths already found (one start's)."""
-    if not os.path.isabs(path):
-        return True
-    cache = {} if real is None else real
-    prefix = "/"
-    for part in (p for p in path.split("/") if p not in ("", ".")):
-        prefix = os.path.join(prefix, part)
-        try:
-            if prefix not in cache:
-                cache[prefix] = os.path.realpath(prefix)
-            if _under(os.path.normpath(prefix), roots) or _under(cache[prefix], roots):
-                return True
-        except (OSError, ValueError):
-            return True
-    return False
-
-
 @dataclass(frozen=True)
 class SearchPath:
-    """The PATH a hook gets, and each entry of the user's left out and why."""
+    """The PATH a hook or an MCP server gets, and each entry of the user's left out and why
+    (`given`: the user's PATH it was made from)."""
 
     dirs: tuple[str, ...]
     left_out: tuple[tuple[str, str], ...] = ()
+    given: str | None = None
 
     @property
     def value(self) -> str:
@@ -84,21 +61,21 @@ def search_path(roots: Sequence[Path], value: str | None = None) -> SearchPath:
     given = os.environ.get("PATH", os.defpath) if value is None else value
     kept: list[str] = []
     left_out: list[tuple[str, str]] = []
-    real: dict[str, str] = {}
+    memo: dict[str, str | None] = {}
     for entry in given.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
             left_out.append((entry, "a relative or empty entry (it names the working directory)"))
-        elif reaches(entry, roots, real):
+        elif reaches(entry, roots, memo):
             left_out.append((entry, WHERE))
         elif entry not in kept:
             kept.append(entry)
     if not kept:
         kept = [d for d in os.defpath.split(os.pathsep) if d and os.path.isabs(d) and not reaches(d, roots)]
-    return SearchPath(tuple(kept), tuple(left_out))
+    return SearchPath(tuple(kept), tuple(left_out), given)
 
 
 def which(name: str, search: SearchPath) -> str | None:
-    """`name` on the hook's PATH: the absolute path as found (not yet resolved), or None."""
+    """`name` on that PATH: the absolute path as found (not yet resolved), or None."""
     for folder in search.dirs:
         candidate = os.path.join(folder, name)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
@@ -119,10 +96,10 @@ def found_inside(name: str, roots: Sequence[Path], value: str | None = None) -> 
 
 @dataclass(frozen=True)
 class Resolved:
-    """What a hook runs: `argv` with every program by an absolute path, `executable` the real path the
-    kernel is given. `program`: the hook's own program (real path); `interpreter`: the one its `#!`
+    """What a hook or an MCP server runs: `argv` with every program by an absolute path, `executable`
+    the real path the kernel is given. `program`: its own program (real path); `interpreter`: the one its `#!`
     line names (real path; None for a binary). `notes`: what the user's PATH would have run from
-    where the box writes instead. `problem`: why it cannot run (it then fails at its point)."""
+    where the box writes instead. `problem`: why it cannot run (a hook then fails at its point)."""
 
     argv: tuple[str, ...]
     executable: str
@@ -133,7 +110,7 @@ class Resolved:
 
 
 class _Cannot(Exception):
-    """The hook cannot run (a missing program, a #! line the kernel would refuse): a problem, not a refusal."""
+    """It cannot run (a missing program, a #! line the kernel would refuse): a problem, not a refusal."""
 
 
 def _refuse(message: str) -> OpenAgentsError:
@@ -141,26 +118,26 @@ def _refuse(message: str) -> OpenAgentsError:
 
 
 class _Resolver:
-    def __init__(self, roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path], real: dict[str, str]) -> None:
+    def __init__(self, roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path], memo: dict[str, str | None]) -> None:
         self.roots, self.search = list(roots), search
         self.exempt = [Path(os.path.realpath(p)) for p in exempt]
         self.notes: list[str] = []
-        self.real = real
+        self.memo = memo
 
     def boxed(self, path: str) -> bool:
-        if self.exempt and _under(os.path.realpath(path), self.exempt):
+        if self.exempt and under(os.path.realpath(path), self.exempt) is not None:
             return False  # a copy pinned in the session's own directory, which no box mounts
-        return reaches(path, self.roots, self.real)
+        return reaches(path, self.roots, self.memo)
 
     def find(self, name: str, what: str) -> str:
-        """A bare name on the hook's PATH; refused when only the box's copy would be found."""
+        """A bare name on the clean PATH; refused when only the box's copy would be found."""
         if "/" in name:  # env given a path: used as it is (chain checks it), never searched
             if not os.path.isabs(name):
-                raise _Cannot(f"{what} {name!r} is relative: a hook runs in an empty directory of its own")
+                raise _Cannot(f"{what} {name!r} is relative: it runs in an empty directory of its own")
             return name
         found = which(name, self.search)
-        inside = found_inside(name, self.roots)
-        where = (WHERE if reaches(inside, self.roots, self.real) else "through a relative PATH entry") if inside is not None else ""
+        inside = found_inside(name, self.roots, self.search.given)
+        where = (WHERE if reaches(inside, self.roots, self.memo) else "through a relative PATH entry") if inside is not None else ""
         if found is None:
             if inside is not None:
                 raise _refuse(f"{what} {name!r} is found only at {inside}, {where}: not run (install it outside the workspace, "
@@ -246,17 +223,17 @@ def _env_words(arg: str | None, spelled: str) -> tuple[str, list[str]]:
 
 
 def resolve(argv: Sequence[str], roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path] = (),
-            real: dict[str, str] | None = None) -> Resolved:
-    """The hook's command as it will run (see the module's docstring). Raises OpenAgentsError
-    (config_invalid) when its program or an interpreter lies where the box can write. `real`:
-    realpaths found so far at this start (shared by its hooks)."""
-    resolver = _Resolver(roots, search, exempt, {} if real is None else real)
+            memo: dict[str, str | None] | None = None) -> Resolved:
+    """The command as it will run (see the module's docstring). Raises OpenAgentsError
+    (config_invalid) when its program or an interpreter lies where the box can write. `memo`:
+    the links read so far at this start (shared by its hooks)."""
+    resolver = _Resolver(roots, search, exempt, {} if memo is None else memo)
     word, rest = argv[0], list(argv[1:])
     try:
         if "/" not in word:
             spelled = resolver.find(word, "its program")
         elif not os.path.isabs(word):
-            raise _Cannot(f"{word} is relative: a hook runs in an empty directory of its own, so name its program by an absolute path")
+            raise _Cannot(f"{word} is relative: it runs in an empty directory of its own, so name its program by an absolute path")
         else:
             spelled = word
         prefix, executable, interpreter = resolver.chain(spelled, "its program")
