@@ -46,6 +46,32 @@ def make_workspace(root: Path, files: Mapping[str, str | bytes] | None = None) -
     return root
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def committed_example(dest: Path, name: str = "calc") -> Path:
+    """examples/NAME as the repository's HEAD has it, at `dest` (owned by whoever runs the tests): never the
+    working tree's, which the README's main job changes (it fixes examples/calc in the checkout, and
+    `bash scripts/test` runs after it). Outside a git checkout (a source archive) the tree is as shipped."""
+    import io
+    import tarfile
+
+    if not (REPO / ".git").exists():
+        shutil.copytree(REPO / "examples" / name, dest)
+    else:
+        # safe.directory: a clone owned by another user than the one running the tests is still ours to read
+        archive = subprocess.run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "archive", "--format=tar", "HEAD", f"examples/{name}"],
+                                 capture_output=True, check=True, timeout=60).stdout
+        dest.mkdir(parents=True)
+        prefix = f"examples/{name}/"
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            for member in tar.getmembers():
+                if member.name.startswith(prefix) and (member.isfile() or member.isdir()):
+                    member.name = member.name[len(prefix):]
+                    tar.extract(member, dest, filter="data")
+    return dest
+
+
 def recorded(store: CheckpointStore, turn: int) -> Checkpoint:
     """The checkpoint of a record the test made after changing the workspace (or of turn 0): None,
     "nothing changed", would be a failure of its own, so it is not let through as a checkpoint."""

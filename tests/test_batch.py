@@ -1,4 +1,4 @@
-"""`oa-sandbox batch` on the local engine (issue 28): tasks on copies of examples/calc with the
+"""`oa-sandbox batch` on the local engine (issue 28): tasks on copies of examples/calc (as committed) with the
 scripted model, each result with the patch the sanitiser would land, the sources untouched, a
 failing task and a bad line as typed results, resume with the same --out, and Ctrl-C leaving no box.
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import committed_example
+
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parent.parent
-CALC = ROOT / "examples" / "calc"
 SCRIPT = ROOT / "examples" / "calc.jsonl"
 POLICY = ROOT / "examples" / "policy.toml"
 
@@ -55,7 +55,7 @@ def write_tasks(path: Path, lines: list[object]) -> Path:
 def test_a_batch_runs_each_task_on_its_own_copy_with_its_patch_and_types_a_failing_task_and_a_bad_line(sandbox_image, tmp_path):
     sources = []
     for i in range(4):
-        shutil.copytree(CALC, tmp_path / f"calc{i}")
+        committed_example(tmp_path / f"calc{i}")
         sources.append(tmp_path / f"calc{i}")
     before = [digest(ws) for ws in sources]
     tasks = write_tasks(tmp_path / "tasks.jsonl", [
@@ -85,7 +85,7 @@ def test_a_batch_runs_each_task_on_its_own_copy_with_its_patch_and_types_a_faili
 
     # the patch is what apply would land: it applies to a fresh checkout and the tests pass there
     fresh = tmp_path / "fresh"
-    shutil.copytree(CALC, fresh)
+    committed_example(fresh)
     (tmp_path / "fix.diff").write_text(got["fix-2"]["patch"])
     subprocess.run(["git", "apply", str(tmp_path / "fix.diff")], cwd=fresh, check=True)
     assert subprocess.run([sys.executable, "-B", "-m", "unittest", "-q"], cwd=fresh, capture_output=True).returncode == 0
@@ -110,7 +110,7 @@ def test_a_batch_runs_each_task_on_its_own_copy_with_its_patch_and_types_a_faili
 
 
 def test_a_result_cut_short_by_a_kill_is_rerun_and_the_next_line_starts_fresh(sandbox_image, tmp_path):
-    shutil.copytree(CALC, tmp_path / "calc")
+    committed_example(tmp_path / "calc")
     tasks = write_tasks(tmp_path / "tasks.jsonl", [{"id": "only", "workspace": "calc", "task": "fix the bug"}])
     out = tmp_path / "results.jsonl"
     out.write_text('{"id": "only", "status": "finis')  # a batch killed mid-write
@@ -134,7 +134,7 @@ def test_ctrl_c_cancels_the_running_sessions_removes_every_box_and_a_rerun_runs_
     policy = tmp_path / "shell.toml"
     policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     for i in range(3):
-        shutil.copytree(CALC, tmp_path / f"calc{i}")
+        committed_example(tmp_path / f"calc{i}")
     tasks = write_tasks(tmp_path / "tasks.jsonl", [{"id": f"slow-{i}", "workspace": f"calc{i}", "task": "wait"} for i in range(3)])
     out = tmp_path / "results.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "batch", str(tasks), "--out", str(out), "--model", f"script:{slow}",
@@ -173,7 +173,7 @@ def _sleeping(tmp_path: Path, n: int) -> bool:
 
 
 def test_the_patch_is_what_apply_would_land_and_what_it_would_leave_out_is_listed(sandbox_image, tmp_path):
-    shutil.copytree(CALC, tmp_path / "calc")
+    committed_example(tmp_path / "calc")
     script = tmp_path / "plant.jsonl"
     script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {
         "command": "echo new > notes.txt && echo x > one && ln one two && ln -s /etc/passwd abs"}}]}) + "\n" + json.dumps({"text": "done"}) + "\n")

@@ -3,13 +3,12 @@ both nodes on this machine, every process on 127.0.0.1): tasks land on both node
 removed mid-batch and its tasks run again on the other (the results say so), and nothing is left
 behind: no box, no raylet or GCS process of this cluster.
 
-Needs the `ray` extra (scripts/setup installs it); skipped with the reason without it.
+Needs the `ray` extra (scripts/test installs it); skipped with the reason without it.
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -17,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]' (scripts/setup does)")
+from tests.conftest import committed_example
+
+ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]' (scripts/test does)")
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray]
 ROOT = Path(__file__).resolve().parent.parent
-CALC = ROOT / "examples" / "calc"
 LOOPBACK = "127.0.0.1"
 SLOTS = 2  # boxes each node declares it holds (the oa_sandbox resource)
 
@@ -101,7 +101,7 @@ def test_tasks_land_on_both_nodes_and_a_lost_node_s_tasks_run_again_on_the_other
     policy.write_text('[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     n = 2 * SLOTS
     for i in range(n):
-        shutil.copytree(CALC, tmp_path / f"calc{i}")
+        committed_example(tmp_path / f"calc{i}")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps({"id": f"t{i}", "workspace": f"calc{i}", "task": "fix the bug"}) + "\n" for i in range(n)))
     out = tmp_path / "results.jsonl"
@@ -147,7 +147,7 @@ def test_tasks_land_on_both_nodes_and_a_lost_node_s_tasks_run_again_on_the_other
 
 def test_a_cluster_with_no_node_offering_the_resource_is_a_typed_set_up_error(cluster, tmp_path):
     tasks = tmp_path / "tasks.jsonl"
-    shutil.copytree(CALC, tmp_path / "calc")
+    committed_example(tmp_path / "calc")
     tasks.write_text(json.dumps({"id": "t", "workspace": "calc", "task": "x"}) + "\n")
     proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "batch", str(tasks), "--out", str(tmp_path / "r.jsonl"), "--engine", "ray",
                            "--ray-address", cluster.address, "--ray-resource", "gpu_box", "--model", "script:/dev/null"],
@@ -164,7 +164,7 @@ def test_30000_box_made_names_through_ray_leave_the_result_line_bounded(cluster,
     from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED
     from tests.attacks.test_names_in_output import _many, model, policy
 
-    shutil.copytree(CALC, tmp_path / "calc")
+    committed_example(tmp_path / "calc")
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "many", "workspace": "calc", "task": "make names", "model": f"script:{model(tmp_path, _many(30_000))}",
                                  "policy": str(policy(tmp_path))}) + "\n")

@@ -3,14 +3,12 @@ containers), their rows checked in the HTML and in a real headless Chromium."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from orchestrator.report import MAX_PAGE_BYTES
-from tests.conftest import chown_tree
+from tests.conftest import chown_tree, committed_example
 from tests.report_browser import Elements, chromium, dump_dom, needs_chromium, run_cli, run_session
 
 pytestmark = pytest.mark.docker
@@ -20,11 +18,7 @@ POLICY = ("rules:\n  - {id: edits, kind: edit, decision: allow}\n"
 
 
 def calc(tmp: Path) -> Path:
-    ws = tmp / "calc"
-    shutil.copytree(ROOT / "examples" / "calc", ws)
-    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:examples/calc/calc.py"], capture_output=True, text=True)
-    if committed.returncode == 0:
-        (ws / "calc.py").write_text(committed.stdout)
+    ws = committed_example(tmp / "calc")  # the committed, buggy version (the README's main job fixes the checkout's)
     chown_tree(ws)
     return ws
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chown_tree, make_workspace, run_busy_in_shell
+from tests.conftest import chown_tree, committed_example, make_workspace, run_busy_in_shell
 from tests.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.docker
@@ -36,12 +35,7 @@ def assert_every_outcome_names_its_executor(evts: list[dict]) -> None:
 
 
 def test_scripted_example_fixes_the_bug(sandbox_image, tmp_path):
-    ws = tmp_path / "calc"
-    shutil.copytree(ROOT / "examples" / "calc", ws)
-    # The README's main job fixes examples/calc in place; start from the committed, buggy version.
-    committed = subprocess.run(["git", "-C", str(ROOT), "show", "HEAD:examples/calc/calc.py"], capture_output=True, text=True)
-    if committed.returncode == 0:
-        (ws / "calc.py").write_text(committed.stdout)
+    ws = committed_example(tmp_path / "calc")  # the README's main job fixes examples/calc in place: the committed, buggy version
     chown_tree(ws)
     transcript = tmp_path / "t.jsonl"
     proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{ROOT / 'examples/calc.jsonl'}", "--non-interactive",
