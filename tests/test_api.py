@@ -191,24 +191,35 @@ def test_leaving_by_an_exception_leaves_nothing_running(tmp_path, docker_client)
 
 
 def test_ctrl_c_during_a_command_removes_the_box(tmp_path, docker_client):
+    """Ctrl-C while the box runs a command: the program ends (KeyboardInterrupt), its box removed, its
+    record cancelled. On a loaded machine: Ctrl-C is sent once the command itself has started (it
+    says so in the workspace), and the program is given minutes to end; if it does not, its threads'
+    stacks (faulthandler) say where it hung."""
+    import signal
+    import time
+
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     program = tmp_path / "p.py"
     program.write_text("import sys\nfrom orchestrator import Sandbox\n"
                        "with Sandbox(sys.argv[1], auto_approve=True) as box:\n"
                        "    print(box.id, flush=True)\n"
-                       "    box.shell('sleep 100', timeout=200)\n")
+                       "    box.shell('touch started; sleep 100', timeout=200)\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.Popen([sys.executable, str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
     session_id = proc.stdout.readline().strip()
     assert session_id, proc.communicate()
-    import time
-
-    deadline = time.monotonic() + 60
-    while '"executing"' not in Path(load(session_id).transcript or "").read_text():
-        assert time.monotonic() < deadline
+    deadline = time.monotonic() + 120
+    while not (ws / "started").exists():  # the command runs in the box
+        assert time.monotonic() < deadline and proc.poll() is None, "the command did not start"
         time.sleep(0.1)
-    proc.send_signal(2)
-    _, err = proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        _, err = proc.communicate(timeout=60)
+        pytest.fail(f"the program did not end within 180 s of Ctrl-C; its threads:\n{err[-8000:]}")
     assert "KeyboardInterrupt" in err
     assert not boxes_on(docker_client, ws)
     assert load(session_id).status == "cancelled"

@@ -39,6 +39,8 @@ def crash() -> str:
 @app.tool()
 def stall(seconds: float) -> str:
     """Sleep longer than anyone waits."""
+    if os.environ.get("STALL_MARK"):  # the test's readiness signal: the call runs
+        open(os.environ["STALL_MARK"], "w").close()
     time.sleep(seconds)
     return "late"
 
@@ -48,6 +50,7 @@ def pid() -> str:
     return str(os.getpid())
 
 if os.environ.get("SLOW_START"):
+    open(os.environ["START_MARK"], "w").close()  # the test's readiness signal: this server is starting
     time.sleep(float(os.environ["SLOW_START"]))
 app.run()
 '''
@@ -76,6 +79,33 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def when(ready: Path, act, within: float = 90.0) -> None:
+    """`act()` from another thread once `ready` exists (a readiness signal, not a guess of how long
+    the machine takes): at most `within` seconds from now, else never, and the test's wait fails."""
+    import threading
+
+    def watch() -> None:
+        deadline = time.monotonic() + within
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.02)
+        act()
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def gone(pid_or_script, within: float = 60.0) -> bool:
+    """Whether the process (a pid), or every process of a script, is gone within `within` seconds:
+    a generous bound, so a loaded machine's slow reaping is not taken for a process left running."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not (alive(pid_or_script) if isinstance(pid_or_script, int) else running(pid_or_script)):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def running(script: Path) -> list[int]:
@@ -232,33 +262,29 @@ def test_a_tool_whose_schema_nests_too_deep_is_left_out():
 
 def test_ctrl_c_and_kill_running_end_a_stalled_call_at_once(server_script, tmp_path):
     """Ctrl-C while a call waits, and kill_running (what --max-wall's timer calls), end the call at
-    once and kill its server, not at the call's deadline and not only when the host is closed."""
+    once and kill its server, not at the call's deadline and not only when the host is closed. Each
+    is sent once the server runs the call (it says so in a file); "at once" is well before the
+    call's 100 s deadline, with room for a loaded machine."""
     import signal
-    import threading
 
-    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b")], call_deadline_s=100).start()
+    marks = {name: tmp_path / f"stalling-{name}" for name in ("a", "b")}
+    host = McpHost([spec(server_script, tmp_path, name, STALL_MARK=str(marks[name])) for name in ("a", "b")], call_deadline_s=100).start()
     try:
         assert host.call_deadline_s == 100
         a_pid = int(host.call("mcp__a__pid", {}).output)
         b_pid = int(host.call("mcp__b__pid", {}).output)
-        threading.Timer(1, os.kill, (os.getpid(), signal.SIGINT)).start()
+        when(marks["a"], lambda: os.kill(os.getpid(), signal.SIGINT))
         started = time.monotonic()
         with pytest.raises(KeyboardInterrupt):
-            host.call("mcp__a__stall", {"seconds": 60})
-        assert time.monotonic() - started < 5
-        deadline = time.monotonic() + 2
-        while alive(a_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(a_pid), "Ctrl-C left the stalled server running"
+            host.call("mcp__a__stall", {"seconds": 600})
+        assert marks["a"].exists() and time.monotonic() - started < 60
+        assert gone(a_pid), "Ctrl-C left the stalled server running"
 
-        threading.Timer(1, host.kill_running).start()
+        when(marks["b"], host.kill_running)
         started = time.monotonic()
-        cut = host.call("mcp__b__stall", {"seconds": 60})
-        assert not cut.ok and cut.error.type == ErrorType.CANCELLED and time.monotonic() - started < 5
-        deadline = time.monotonic() + 2
-        while alive(b_pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(b_pid)
+        cut = host.call("mcp__b__stall", {"seconds": 600})
+        assert marks["b"].exists() and not cut.ok and cut.error.type == ErrorType.CANCELLED and time.monotonic() - started < 60
+        assert gone(b_pid), "kill_running left the stalled server running"
     finally:
         host.close()
 
@@ -312,15 +338,15 @@ def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_
 
 def test_ctrl_c_while_servers_start_leaves_none_running(server_script, tmp_path):
     """Ctrl-C while a server is still starting: start() raises, and no server is left running (the
-    caller never got a host to close)."""
+    caller never got a host to close). Sent once the slow server is in its start (it says so in a
+    file), which it would not leave before the start's deadline."""
     import signal
-    import threading
 
-    host = McpHost([spec(server_script, tmp_path, "ok"), spec(server_script, tmp_path, "slow", SLOW_START="30")], start_deadline_s=20)
-    threading.Timer(3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    mark = tmp_path / "starting"
+    host = McpHost([spec(server_script, tmp_path, "ok"), spec(server_script, tmp_path, "slow", SLOW_START="600", START_MARK=str(mark))],
+                   start_deadline_s=100)
+    when(mark, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(KeyboardInterrupt):
         host.start()
-    deadline = time.monotonic() + 3
-    while running(server_script) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert running(server_script) == []
+    assert mark.exists()
+    assert gone(server_script), f"left running: {running(server_script)}"
