@@ -19,9 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
-from ..tools.tooldef import KINDS
-
 from ..programs.reach import reaches
+from ..tools.tooldef import KINDS
 
 EVENTS = ("BeforeTool", "AfterTool", "BeforeModel", "AfterModel", "BeforeToolSelection", "BeforeAgent", "AfterAgent",
           "SessionStart", "SessionEnd", "PreCompress", "Notification")
