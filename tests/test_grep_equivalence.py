@@ -106,6 +106,12 @@ def _compare(root: Path, searches: list[dict], limits: dict | None = None, read_
     run = subprocess.run([sys.executable, "-m", "tests.old_agent", str(spec)], cwd=root, env=env, capture_output=True, timeout=600)
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     answers = json.loads(run.stdout)
+    for _old, answer in answers:  # the structured hits (exact names) are new: held to the output's lines, then set aside
+        hits = answer.get("meta", {}).pop("hits", None)
+        if hits is not None:
+            shown = answer["output"].split("\n")
+            assert len(hits) == answer["meta"]["matches"]
+            assert all(f"{hit['path']}:{hit['line']}:{hit['text']}" == line for hit, line in zip(hits, shown) if isinstance(hit["path"], str))
     differ = [(args, old, new) for args, (old, new) in zip(searches, answers, strict=True) if old != new]
     assert differ == [], differ[:3]
     return sum(1 for old, _new in answers if old.get("output", "no matches") != "no matches")
