@@ -111,7 +111,7 @@ def _compare(root: Path, searches: list[dict], limits: dict | None = None, read_
         if hits is not None:
             shown = answer["output"].split("\n")
             assert len(hits) == answer["meta"]["matches"]
-            assert all(f"{hit['path']}:{hit['line']}:{hit['text']}" == line for hit, line in zip(hits, shown) if isinstance(hit["path"], str))
+            assert all(f"{hit['path']}:{hit['line']}:{hit['text']}" == line for hit, line in zip(hits, shown[: len(hits)], strict=True) if isinstance(hit["path"], str))
     differ = [(args, old, new) for args, (old, new) in zip(searches, answers, strict=True) if old != new]
     assert differ == [], differ[:3]
     return sum(1 for old, _new in answers if old.get("output", "no matches") != "no matches")
