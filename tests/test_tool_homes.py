@@ -19,8 +19,9 @@ def named_tools(path: Path) -> list[tuple[int, str]]:
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
 
 
-# Words that are a tool's name and also something else: the git program in a shell command line.
-NOT_TOOLS = {"orchestrator/policy/prefix.py": {"git"}}
+# Words that are a tool's name and also something else: the git program in a shell command line; the
+# API's `git` keyword (SandboxOptions.git, the CLI's --no-git) in the table of flags to keywords.
+NOT_TOOLS = {"orchestrator/policy/prefix.py": {"git"}, "orchestrator/api/options.py": {"git"}}
 
 
 def test_no_product_file_but_a_tools_own_names_a_tool():

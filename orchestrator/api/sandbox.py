@@ -34,7 +34,7 @@ from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts,
 from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
 from .review import ReviewMethods
-from .tool_calls import ToolMethods
+from .tool_calls import SHELL, ToolMethods
 from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
@@ -327,7 +327,7 @@ class Sandbox(ToolMethods, ReviewMethods):
         """A call's `env` without what never enters the box (warned about); its secret-looking values
         redacted in the transcript from now on."""
         opened = self._live()
-        env = screened("shell", env, never_passed(self.options))
+        env = screened(SHELL, env, never_passed(self.options))
         opened.transcript.redactor.add(value for name, value in env.items() if looks_secret(name))
         return env
 

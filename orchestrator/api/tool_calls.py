@@ -127,5 +127,5 @@ class ToolMethods:
                 require(SHELL, "cwd", place, str, "a str (a directory in the box)")
                 if not place or "\0" in place:
                     raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: cwd must be a non-empty path without NUL")
-            sent = command_with(command, place, self._passed_env(checked("shell", env or {})))
+            sent = command_with(command, place, self._passed_env(checked(SHELL, env or {})))
         return ShellResult.of(*self._checked(SHELL, {"command": sent, "timeout": timeout}, on_output), command)
