@@ -108,6 +108,9 @@ def own_dir(path: Path) -> Path:
     return mine
 
 
+PENDING_SWEEPS = "pending-sweeps"  # sandbox/sweep_journal.py's journals; every command looks there first (cli/__init__.py)
+
+
 def own_subdir(name: str) -> Path:
     """A directory under the caller's state root (sessions, pending-sweeps, ...), by the same rule."""
     return own_dir(state_root() / name)

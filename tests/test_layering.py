@@ -16,7 +16,7 @@ from tests.test_layout import PACKAGE, ROOT, import_graph, knots
 # Ground up. Each entry: the parts of one layer, and what they own (the doc's words).
 LAYERS: list[dict[str, str]] = [
     {"ground": "leaf modules that import nothing of ours: text shown safely and JSON lines (text.py), "
-               "a deadline in a child process (deadline.py)",
+               "a deadline in a child process (deadline.py), the command line's exit codes (exit_codes.py)",
      "errors": "the one error taxonomy: ErrorType (recoverable or fatal) and OpenAgentsError",
      "config": "the sandbox's configuration: limits, runtimes, egress rules",
      "host_memory": "the host process's allocator tuned so its memory follows the work"},

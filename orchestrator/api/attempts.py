@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 from ..boxfs.private import create_private
 from ..errors import ErrorType, OpenAgentsError
 from ..tools.defs import shell as shell_def
-from ..workspace.fork import MAX_FORKS
+from ..workspace.fork_limits import MAX_FORKS
+from ..workspace.fork_limits import PICK_TIMEOUT_S as PICK_TIMEOUT_S
 
 SHELL = shell_def.TOOL.name  # the pick command runs as a shell call, through the pipeline
 MAX_ATTEMPTS = MAX_FORKS  # attempts of one task: each is a fork, a box and a model loop
-PICK_TIMEOUT_S = 600  # the pick command's shell timeout by default (clamped to the shell's own maximum)
 
 if TYPE_CHECKING:
     from ..workspace.records import SessionRecord

@@ -8,17 +8,87 @@ import logging
 
 import click
 
-from ..errors import OpenAgentsError
-from .admin import doctor, gc, image, transcript
-from .fork import fork
-from .hooks import hooks
-from .report import report
-from .run import exec_, run
-from .servers import acp, batch, mcp
-from .sessions import apply_, changes, checkpoints, discard, rollback, sessions_
+# Every command: its module and attribute, and its help's first paragraph (what `--help` lists). The
+# commands are imported only when one is run or its own help asked for, so `oa-sandbox --help` starts
+# at once (issue 50); tests/test_cli_startup.py holds each line here to the command's own help.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "image": ("admin:image", "The sandbox image."),
+    "exec": ("run:exec_",
+        "Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result (a set-up error too: a script's "
+        "json.load never meets an empty stdout)."),
+    "run": ("run:run", "Run TASK with a model, tools in the sandbox, approvals by the ladder."),
+    "acp": ("servers:acp", "Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."),
+    "mcp": ("servers:mcp",
+        "Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."),
+    "batch": ("servers:batch",
+        "Run every task of TASKS.jsonl (id, workspace, task; optional model, policy, max_turns, max_wall, "
+        "runtime, attempts and pick), each on its own copy of its workspace; one result line each in --out "
+        "(status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node, best_of)."),
+    "transcript": ("admin:transcript", "Session transcripts."),
+    "doctor": ("admin:doctor", "Check the daemon and the image, and print the security settings a sandbox gets."),
+    "sessions": ("sessions:sessions_",
+        "List your sessions, newest first, under a header: id, time, mode, status, files changed, workspace."),
+    "changes": ("sessions:changes", "The unified diff of a copy session's changes against the real workspace."),
+    "apply": ("sessions:apply_",
+        "Apply a copy session's changes to the real workspace (a sanitiser: regular files and dirs, normalised "
+        "modes, nothing under .git)."),
+    "discard": ("sessions:discard",
+        "Throw a copy session away: its copy, checkpoints, manifest, quarantine and transcript."),
+    "checkpoints": ("sessions:checkpoints",
+        "A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that failed or was"
+        " skipped says so (what changed then is unknown)."),
+    "rollback": ("sessions:rollback",
+        "Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint."),
+    "fork": ("fork:fork",
+        "Fork an ended copy session into N copy sessions, each with its own copy, record and (when run) box: `run"
+        " --resume FORK`, `changes`, `apply`, `discard` work on each; `sessions` names its parent."),
+    "report": ("report:report",
+        "One self-contained HTML page of a session, for review and audit: summary, every tool call with its "
+        "approval and who decided, the gate's egress audit, checkpoints and the final diff."),
+    "gc": ("admin:gc", "Remove leftover sandbox containers."),
+    "hooks": ("hooks:hooks",
+        "List the hooks a session started here would run (docs/hooks.md), in order, with their tier and file, "
+        "what each runs (program and interpreter as found at a start, never from the workspace), what your PATH "
+        "would have run from the workspace instead, the secrets each is not given, and the ones left out and why;"
+        " exit 1 if a hook's program cannot run (it would fail closed)."),
+}
 
 
-@click.group()
+class _LazyGroup(click.Group):
+    """A group whose commands are imported on first use; its help lists them from COMMANDS."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in COMMANDS:
+            return self.commands.get(cmd_name)
+        import importlib
+
+        module, attr = COMMANDS[cmd_name][0].split(":")
+        command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        assert isinstance(command, click.Command)
+        self.commands[cmd_name] = command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            loaded = self.commands.get(name)
+            if loaded is None:
+                loaded = click.Command(name, help=COMMANDS[name][1])
+            if loaded.hidden:
+                continue
+            rows.append((name, loaded.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_LazyGroup)
 @click.option("-v", "--verbose", is_flag=True, help="Log what the host does.")
 @click.version_option(package_name="openagents-sandbox")
 def main(verbose: bool) -> None:
@@ -37,10 +107,13 @@ def _complete_pending_sweeps() -> None:
     ended (OOM, SIGKILL, power loss) left journaled (sandbox/sweep_journal.py): their boxes are reaped first,
     so no box of theirs still writes while the sweep runs. Never fatal; one that cannot finish is
     said, and no session starts on that workspace until it does."""
-    from ..ground.text import visible
-    from ..sandbox import sweep_journal
-
     try:
+        if not _journals_exist():
+            return  # the usual case, known without importing the sweep's machinery (a command's start stays fast)
+        from ..errors import OpenAgentsError
+        from ..ground.text import visible
+        from ..sandbox import sweep_journal
+
         if not any(entry.owner_gone() for entry in sweep_journal.pending()):
             return
         try:
@@ -60,6 +133,18 @@ def _complete_pending_sweeps() -> None:
         logging.getLogger(__name__).warning("could not complete the pending integrity sweeps: %s", str(err)[:300])
 
 
+def _journals_exist() -> bool:
+    """Whether the pending-sweeps directory holds a journal (sandbox/sweep_journal.py reads them)."""
+    import os
+
+    from ..state import PENDING_SWEEPS, own_subdir
+
+    try:
+        return any(n.endswith(".json") and not n.startswith(".") for n in os.listdir(own_subdir(PENDING_SWEEPS)))
+    except FileNotFoundError:
+        return False
+
+
 class _OnceFilter(logging.Filter):
     """Each warning once per process: the same warning on every command is noise that hides the next one."""
 
@@ -76,6 +161,3 @@ class _OnceFilter(logging.Filter):
         self._seen.add(key)
         return True
 
-
-for command in (image, exec_, run, acp, mcp, batch, transcript, doctor, sessions_, changes, apply_, discard, checkpoints, rollback, fork, report, gc, hooks):
-    main.add_command(command)

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..config import SandboxConfig
 from ..errors import OpenAgentsError
-from ..loop.summary import EXIT_OK, EXIT_SETUP
+from ..ground.exit_codes import EXIT_OK, EXIT_SETUP
 from .common import EXIT_TOOL_ERROR, load_defaults, sandbox_options, setup_error
 
 if TYPE_CHECKING:
+    from ..config import SandboxConfig
     from ..workspace.copy import CopyLimits
     from ..workspace.host_code import Guard
     from ..workspace.records import WorkspaceMode
@@ -28,6 +28,7 @@ def image() -> None:
 @click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
 def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
     """Build the sandbox image; with no registry, from a debootstrap base."""
+    from ..config import SandboxConfig
     from ..sandbox.backend import backend_from_config
 
     config = SandboxConfig()
@@ -156,6 +157,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
 @click.option("--all", "all_", is_flag=True, help="Also remove sandboxes whose host process is still alive.")
 def gc(all_: bool) -> None:
     """Remove leftover sandbox containers."""
+    from ..config import SandboxConfig
     from ..sandbox.backend import backend_from_config
 
     try:

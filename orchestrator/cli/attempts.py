@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
-from ..api.attempts import MAX_ATTEMPTS, PICK_TIMEOUT_S, attempt_workers, finish, launch, start_forks
 from ..errors import OpenAgentsError
+from ..ground.exit_codes import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
 from ..ground.text import json_line, visible
-from ..loop.summary import EXIT_CANCELLED, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
+from ..workspace.fork_limits import MAX_FORKS as MAX_ATTEMPTS
+from ..workspace.fork_limits import PICK_TIMEOUT_S
 from .common import ignore_interrupts, setup_error
 from .sessions import apply_copy, landing_permit
 
@@ -50,6 +51,8 @@ def run_attempts(options: SandboxOptions, workspace: Path, task: str, attempts: 
     """The whole best-of-N; ends with click's Exit (0: one chosen (and applied, with --apply), 1: none
     passed or an apply conflict, 3: the landing was refused). `options`: `run`'s, for every attempt's
     Sandbox (each resumes its fork, non-interactive)."""
+    from ..api.attempts import attempt_workers, finish, launch, start_forks
+
     try:
         forks = start_forks(options, workspace, attempts)
     except OpenAgentsError as err:

@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import click
 
-from ..boxfs.private import create_private
-from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..loop.summary import EXIT_SETUP, EXIT_STOPPED
+from ..ground.exit_codes import EXIT_SETUP, EXIT_STOPPED
 
 if TYPE_CHECKING:
+    from ..config import SandboxConfig
     from ..workspace.copy import CopyLimits, CopyProgress
     from .user_config import UserConfig
 
@@ -160,6 +159,8 @@ def build_config(image: str | None, memory: str | None, pids: int | None, cpus: 
         if kind != "allow" or not sep or not hosts:
             raise click.BadParameter("use allow:HOST[,HOST...]", param_hint="--egress")
         values["egress"] = {"allow": [h.strip() for h in hosts.split(",") if h.strip()]}
+    from ..config import SandboxConfig
+
     try:
         return SandboxConfig(**values, env=extras)
     except ValueError as err:
@@ -216,6 +217,8 @@ def new_transcript_path(text: str | None) -> Path | None:
     error now, not a traceback once the box has started."""
     import errno
     import os
+
+    from ..boxfs.private import create_private
 
     if text is None:
         return None

@@ -6,7 +6,7 @@ import click
 
 from ..errors import OpenAgentsError
 from ..ground.text import json_line
-from ..workspace.fork import MAX_FORKS
+from ..workspace.fork_limits import MAX_FORKS
 from .common import setup_error
 
 

@@ -11,11 +11,9 @@ import click
 
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.exit_codes import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
 from ..ground.text import json_line
-from ..loop.summary import APPLY_KEYS, EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
 from ..models.dialects import MODEL_FORMS
-from ..protocol import ToolResult
-from ..terminal.painter import Line
 from .attempts import best_of_options
 from .common import (
     EXIT_TOOL_ERROR,
@@ -55,6 +53,7 @@ def exec_(workspace: str, policies: tuple[str, ...], config: SandboxConfig, mode
     the change stays in the session's copy: `oa-sandbox changes ID`, `oa-sandbox apply ID`."""
     from ..api import Sandbox, SandboxOptions
     from ..ground.text import visible
+    from ..protocol import ToolResult
     from ..tools.args import validate_arguments
     from ..workspace.records import WorkspaceMode
 
@@ -119,6 +118,8 @@ def _exit_line(output_format: str, code: int, status: str, error: OpenAgentsErro
 def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[str, Any]:
     """The object `run --output json` prints when it ends before a session result exists: the same
     keys as a session's, empty, with the exit code, a status and the typed error."""
+    from ..loop.summary import APPLY_KEYS
+
     return {"session_id": None, "status": status, "reason": error.message if error else status, "exit_code": code, "turns": 0,
             "final_text": "", "calls": {}, "refused_calls": [], "failed_calls": [], "changed_files": [], "changed_files_total": 0,
             "changed_files_file": None, "changed_files_unknown": None, "tokens": {"input": 0, "output": 0}, "wall_s": 0.0,
@@ -227,6 +228,7 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..policy.approvals import NonInteractiveApprover, TerminalApprover
     from ..terminal.live import LiveView
+    from ..terminal.painter import Line
 
     defaults = load_defaults(workspace or ".")
     _check_attempts(attempts, pick, resume_id or continue_, mode)

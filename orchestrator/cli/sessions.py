@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ErrorType, OpenAgentsError
+from ..ground.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_SETUP
 from ..ground.text import json_line
-from ..loop.summary import EXIT_OK, EXIT_REFUSED, EXIT_SETUP
 from .common import EXIT_TOOL_ERROR, SetupExit, setup_error
 
 if TYPE_CHECKING:

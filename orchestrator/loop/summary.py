@@ -12,16 +12,19 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+# The codes live in ground/exit_codes.py (the command line reads them without importing the loop); named here too.
+from ..ground.exit_codes import EXIT_CANCELLED as EXIT_CANCELLED
+from ..ground.exit_codes import EXIT_CODES_HELP as EXIT_CODES_HELP
+from ..ground.exit_codes import EXIT_OK as EXIT_OK
+from ..ground.exit_codes import EXIT_REFUSED as EXIT_REFUSED
+from ..ground.exit_codes import EXIT_SETUP as EXIT_SETUP
+from ..ground.exit_codes import EXIT_STOPPED as EXIT_STOPPED
 from ..ground.text import visible
 from ..workspace.records import SessionRecord
 from . import SessionResult, SessionStatus
 
 if TYPE_CHECKING:
     from ..workspace.review import ApplyReport
-
-EXIT_OK, EXIT_STOPPED, EXIT_SETUP, EXIT_REFUSED, EXIT_CANCELLED = 0, 1, 2, 3, 130
-EXIT_CODES_HELP = ("Exit codes: 0 finished, no call refused; 3 finished, but a call was refused; 1 stopped "
-                   "(max turns, a loop, a budget, the model API, a fatal error); 2 set-up error; 130 cancelled (Ctrl-C).")
 
 
 class FileChange(BaseModel):

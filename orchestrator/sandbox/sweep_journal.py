@@ -35,7 +35,7 @@ VERSION = 1
 
 
 def journal_dir() -> Path:
-    return state.own_subdir("pending-sweeps")
+    return state.own_subdir(state.PENDING_SWEEPS)
 
 
 @dataclass

@@ -33,9 +33,9 @@ from ..boxfs.private import create_private, open_private
 from ..errors import ErrorType, OpenAgentsError
 from .copy import CopyLimits, CopyManifest, ManifestEntry, copy_workspace
 from .copy_session import ended_copy_session
+from .fork_limits import MAX_FORKS
 from .records import SessionRecord, WorkspaceMode, discard_state, new_record
 
-MAX_FORKS = 16  # forks made by one call; each is a full session's state (and, when run, a box)
 TRANSCRIPT_CAP = 256 << 20  # as resume reads at most
 
 # Whether a box still has this copy mounted: True, False, or None when nobody can tell (no daemon).
