@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, Field
 
@@ -19,9 +19,7 @@ from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
 from .errors import ErrorType, OpenAgentsError
 from .hooks import wiring as hook_wiring
-from .loop import TurnLoop
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
-from .models.factory import key_variable, model_from_spec
 from .pipeline import CallPipeline
 from .policy import floors, pins
 from .policy.approvals import ApprovalGate, Approver
@@ -43,6 +41,9 @@ from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
 from .workspace.integrity import SweepReport
 from .workspace.records import ResumeLock, SessionRecord, WorkspaceMode, prepare
+
+if TYPE_CHECKING:
+    from .loop import TurnLoop  # a session without a model (exec, the API's calls) never imports the turn loop
 
 ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
 
@@ -262,7 +263,11 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if access == Access.READ_ONLY:
             config = config.model_copy(update={"workspace_read_only": True})
         mode, config, keep_out = host_code_mode(workspace, mode, config, sandbox, resume, kind)
-        key_var = key_variable(options.model_spec, options.api_key_env) if options.model_spec is not None else None
+        key_var = None
+        if options.model_spec is not None:
+            from .models.factory import key_variable  # the model clients (httpx) only when a model is used
+
+            key_var = key_variable(options.model_spec, options.api_key_env)
         redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
         repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
         rebuilt = None
@@ -405,6 +410,8 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
         for transcript in watchers:
             transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
 
+    from .models.factory import model_from_spec
+
     model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
                             timeout_s=options.model_timeout_s)
     check = getattr(model, "preflight", None)
@@ -414,6 +421,8 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
 
 
 def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> TurnLoop:
+    from .loop import TurnLoop
+
     loop = TurnLoop(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
                     after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
                     budget=options.budget, pipeline=opened.pipeline)

@@ -27,7 +27,6 @@ from ..session import OpenSession, attach_model, open_session
 from ..workspace.copy_session import note_call
 from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
-from .agent import AgentRun
 from .approval import CallbackApprover
 from .environment import exports, looks_secret, never_passed, screened
 from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     from ..loop import TurnLoop
     from ..sandbox.base import Sandbox as BoxBackend
     from ..workspace.records import SessionRecord
+    from .agent import AgentRun
 
 
 class Sandbox(ToolMethods, ReviewMethods):
@@ -413,6 +413,8 @@ class Sandbox(ToolMethods, ReviewMethods):
         def ended(last_turn: int) -> None:
             with self._lock:
                 self._turn = max(self._turn, last_turn)
+
+        from .agent import AgentRun  # asyncio and the run's machinery only when a model runs
 
         self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
         return self._run

@@ -22,14 +22,13 @@ from typing import TYPE_CHECKING, Mapping
 
 from ..errors import ErrorType, OpenAgentsError
 from ..workspace import records as records_
-from ..workspace.copy_session import apply_session, discard_session, ended_copy_session
-from .results import ApplyResult, ChangedFile, Changes
 
 if TYPE_CHECKING:
     from ..policy.approvals import ApprovalOutcome
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
+    from .results import ApplyResult, Changes
 
 DEFAULT_PRUNE_AGE_S = 7 * 86400  # `sessions prune`: ended sessions started longer ago than this
 UNLANDED_KEEP_S = 30 * 86400  # and copy sessions never applied nor discarded, longer ago than this (their copy is their only work)
@@ -51,7 +50,9 @@ def session(session_id: str) -> SessionRecord:
 def changes(session_id: str) -> Changes:
     """What an ended copy session changed against the real workspace (`oa-sandbox changes ID`)."""
     from ..workspace.copy import CopyManifest
+    from ..workspace.copy_session import ended_copy_session
     from ..workspace.review import list_changes, render_diff, shown
+    from .results import ChangedFile, Changes
 
     record = ended_copy_session(session_id, "show")
     manifest = CopyManifest.load(record.manifest_path)
@@ -75,12 +76,17 @@ def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
 def apply_report(record: SessionRecord, requested: str) -> ApplyReport:
     """Land an ended copy session's changes through the sanitiser if the ladder allows it (else its
     typed refusal, nothing written); a conflict lands nothing. The report as the sanitiser gave it."""
+    from ..workspace.copy_session import apply_session
+
     return apply_session(record, landing_permit(record, requested))
 
 
 def apply(session_id: str) -> ApplyResult:
     """`oa-sandbox apply ID`: an ended copy session's changes landed in the real workspace (any
     conflict: nothing applied, `ok` false). A landing the policy refuses raises REFUSED_BY_POLICY."""
+    from ..workspace.copy_session import ended_copy_session
+    from .results import ApplyResult
+
     record = ended_copy_session(session_id, "apply")
     return ApplyResult.of(apply_report(record, f"the program's sessions.apply({record.id})"))
 
@@ -88,6 +94,8 @@ def apply(session_id: str) -> ApplyResult:
 def discard(session_id: str) -> int:
     """`oa-sandbox discard ID`: an ended copy session's copy, checkpoints and transcript removed;
     its record stays, marked discarded. The bytes freed."""
+    from ..workspace.copy_session import discard_session, ended_copy_session
+
     record = ended_copy_session(session_id, "discard", mount=False)  # a fork's overlay that cannot be mounted again is still discarded
     try:
         return discard_session(record)

@@ -206,6 +206,11 @@ class SupervisedSandbox:
         self._exclusive_turn = threading.Lock()
         self._closed = False
         self._ever_started = False
+        # Whether the box may hold processes besides its agent: a call that spawns (BoxRule.spawns) ran, or calls are
+        # under way. Until then kill_processes has nothing to kill, and a close does not wait for a `docker exec`.
+        self._spawned = False
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
 
     # -- lifecycle -------------------------------------------------------------------------
     def __enter__(self) -> "SupervisedSandbox":
@@ -333,8 +338,15 @@ class SupervisedSandbox:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
         rule = box_rule(tool)
-        with host_memory.tool_call(), self._exclusive_turn if rule.exclusive else contextlib.nullcontext():
-            result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
+        with self._in_flight_lock:
+            self._in_flight += 1
+            self._spawned = self._spawned or rule.spawns
+        try:
+            with host_memory.tool_call(), self._exclusive_turn if rule.exclusive else contextlib.nullcontext():
+                result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
         if self.quota is not None and rule.writes and self.quota.poll():
             return self._over_quota(result.output)
         return result
@@ -404,7 +416,11 @@ class SupervisedSandbox:
 
     def kill_processes(self) -> None:
         """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and
-        daemonized children too, since kill(-1) does not care about process groups."""
+        daemonized children too, since kill(-1) does not care about process groups. Nothing to do (and
+        no `docker exec` waited for) while no call is under way and none that spawns processes ever ran."""
+        with self._in_flight_lock:
+            if not self._spawned and not self._in_flight:
+                return
         self.deployment.kill_processes()
 
     def widen_egress(self, rule: EgressRule, once: bool) -> bool:

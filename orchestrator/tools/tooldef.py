@@ -44,6 +44,9 @@ class BoxRule:
     exclusive: bool = False  # one such call at a time in a box; its deadline starts when it holds the turn
     streams: bool = False  # sends its output while it runs (on_output)
     writes: bool = False  # may grow the workspace: the write quota is polled after it
+    # may leave processes of its own in the box (beside the agent), which kill_processes ends: while no such call
+    # ran and no call is under way, the box holds only its agent and a kill has nothing to do (a close skips it)
+    spawns: bool = False
 
 
 DEFAULT_RULE = BoxRule()

@@ -36,7 +36,7 @@ TOOL = ToolDef(
         f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background processes do not outlive the call. "
         f"Output is capped (head and tail kept). {network.GENERIC}"
     ),
-    mutates=True, reaches_network=True, box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True),
+    mutates=True, reaches_network=True, box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True, spawns=True),
     bounds={"timeout_default_s": limits.SHELL_DEFAULT_TIMEOUT_S, "timeout_max_s": limits.SHELL_MAX_TIMEOUT_S,
             "output_head_bytes": limits.SHELL_OUTPUT_HEAD_BYTES, "output_tail_bytes": limits.SHELL_OUTPUT_TAIL_BYTES},
     approval=Approval(describe=lambda args: f"Run in the sandbox: {str(args.get('command', ''))[:200]}", command_arg="command"),
