@@ -70,7 +70,7 @@ def test_a_runtime_registered_by_name_is_never_looked_up_on_the_users_path(tmp_p
 
 def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monkeypatch):
     """`oa-sandbox image build --base debootstrap` (run as root, often from a project with its venv active): debootstrap and tar are the system's, by absolute path, and debootstrap (a shell script that runs many programs) gets the system's PATH."""
-    from orchestrator.sandbox import image
+    from orchestrator.sandbox import debootstrap, image
 
     canary = tmp_path / "canary"
     folder = planted(tmp_path / "ws", "debootstrap", canary)
@@ -87,7 +87,7 @@ def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monk
         started.append((list(argv), kwargs.get("env")))  # type: ignore[arg-type]
         raise Stop
 
-    monkeypatch.setattr(image.subprocess, "Popen", popen)
+    monkeypatch.setattr(debootstrap.subprocess, "Popen", popen)
     with pytest.raises(Stop):
         image.build_debootstrap_base(None, lambda line: None)
     (argv, env), = started

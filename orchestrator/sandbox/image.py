@@ -8,14 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import re
-import subprocess
 import tarfile
-import tempfile
 import time
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 import docker
 import docker.errors
@@ -23,15 +19,14 @@ import docker.errors
 from ..config import DEFAULT_IMAGE, LABEL
 from ..config import EGRESS_PROXY_IMAGE as PROXY_IMAGE
 from ..errors import ErrorType, OpenAgentsError
-from ..programs import system
+from .debootstrap import BASE_TAG, SUITE, build_base
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile.sandbox"
 AGENT_DIR = ROOT / "sandbox_agent"
 PROXY_DIR = ROOT / "compose" / "proxy"
 DEFAULT_BASE = "python:3.12-slim"
-DEBOOTSTRAP_BASE = "oa-sandbox-base:bookworm"
-DEBOOTSTRAP_SUITE = "bookworm"
+DEBOOTSTRAP_BASE, DEBOOTSTRAP_SUITE = BASE_TAG, SUITE  # the base from Debian's packages: debootstrap.py
 HASH_LABEL = f"{LABEL}.agent-hash"
 
 Progress = Callable[[str], None]
@@ -83,52 +78,13 @@ def _context_tar(root: Path) -> io.BytesIO:
     return buf
 
 
-def debian_mirror() -> str:
-    """The mirror apt already uses on this machine, so debootstrap needs no other network."""
-    sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for source in sources:
-        try:
-            text = source.read_text()
-        except OSError:
-            continue
-        for match in re.finditer(r"(?:URIs:\s*|deb\s+(?:\[[^\]]*\]\s+)?)(\S+/debian)/?\s", text):
-            return match.group(1)
-    return "http://deb.debian.org/debian"
-
-
 def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag: str = DEBOOTSTRAP_BASE) -> str:
-    # Both the system's (programs/system.py): this runs as root, often from a project whose venv is
-    # active, and debootstrap (a shell script) runs what its PATH finds.
-    try:
-        debootstrap, tar_program = system.find("debootstrap", "the debootstrap base"), system.find("tar", "the debootstrap base")
-    except OpenAgentsError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{err.message}: `sudo apt-get install debootstrap` (Debian's package)") from None
-    mirror = debian_mirror()
-    with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        progress(f"debootstrap --variant=minbase --include=python3 {DEBOOTSTRAP_SUITE} from {mirror} (about 1-2 minutes)")
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            [debootstrap, "--variant=minbase", "--include=python3", DEBOOTSTRAP_SUITE, str(rootfs), mirror],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PATH": system.SYSTEM_DIRS},
-        )
-        tail: list[str] = []
-        assert proc.stdout is not None  # stdout=PIPE
-        for line in proc.stdout:
-            tail = (tail + [line.rstrip()])[-20:]
-            if line.startswith(("I: Retrieving", "I: Base system", "I: Installing core", "I: Unpacking the base", "I: Configuring the base")):
-                progress("  " + line.strip())
-        if proc.wait() != 0:
-            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "debootstrap failed:\n" + "\n".join(tail))
-        progress(f"debootstrap done in {time.monotonic() - started:.0f}s; importing as {tag}")
-        tar = subprocess.Popen([tar_program, "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, env=system.environment())
-        assert tar.stdout is not None  # stdout=PIPE
-        try:
-            client.api.import_image_from_stream(tar.stdout, repository=tag.split(":")[0], tag=tag.split(":")[1])
-        finally:
-            tar.stdout.close()
-            tar.wait()
-    return tag
+    """The base from Debian's packages (debootstrap.py), imported through the SDK."""
+    def importer(stream: IO[bytes], name: str) -> None:
+        repository, _, version = name.partition(":")
+        client.api.import_image_from_stream(stream, repository=repository, tag=version or "latest")
+
+    return build_base(importer, progress, tag)
 
 
 def _base_available(client: docker.DockerClient, base: str, progress: Progress) -> bool:
