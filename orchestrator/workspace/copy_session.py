@@ -6,7 +6,6 @@ print what came of it: the record's `applied` and `discarded` flags change here 
 from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
-from ..tools import catalog
 from .copy import CopyManifest
 from .records import SessionRecord, WorkspaceMode, discard_state, open_own_record, state_bytes
 from .review import ApplyReport, apply_scanned, move_on
@@ -57,6 +56,8 @@ def note_call(record: SessionRecord, tool_name: str, ok: bool) -> bool:
     the copy (a mutating tool that succeeded, or a command whatever its outcome: a failed write or edit
     changed nothing, a failed command may have), and if so the record says its work has not landed.
     At once, mid-turn too: a host killed before the next landing leaves a copy `sessions prune` keeps."""
+    from ..tools import catalog  # the tools' declarations (host git's libgit2 among them) only where calls run
+
     tool = catalog.get(tool_name)
     if tool is None or not tool.mutates or not (ok or tool.kind == "execute"):
         return False
