@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.curve import concurrency_curve, curve_rows  # noqa: E402
 from bench.host import make_workspace  # noqa: E402
+from bench.real_cli import bench_real_cli, cli_rows  # noqa: E402
 from bench.real_search import bench_real_search, real_rows  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
@@ -287,7 +288,7 @@ def bench_workspace(root: Path, files: int, size: int, copies: int, checkpoints:
     }
 
 
-SECTIONS = ("tool calls", "agent builds", "cold start", "concurrency", "scaling", "real search", "workspace")
+SECTIONS = ("tool calls", "agent builds", "cold start", "concurrency", "scaling", "real search", "real cli", "workspace")
 BOX_SECTIONS = SECTIONS[:-1]
 
 
@@ -326,6 +327,7 @@ def main() -> int:
                     ("concurrency", partial(concurrency_curve, client, make_workspace, root, sizes, 10 if quick else 20, config)),
                     ("scaling", partial(bench_scaling, client, root, [1000, 10000] if quick else [1000, 10000, 100000], config)),
                     ("real search", partial(bench_real_search, client, root, config, 3 if quick else 5, 10_000, args.baseline_image)),
+                    ("real cli", partial(bench_real_cli, root, config.backend.runtime or runtime, image, 3 if quick else 7)),
                 ]
                 results["runtimes"][runtime] = _run_steps(steps, wanted, runtime)
         if "workspace" in wanted:
@@ -431,6 +433,11 @@ TARGETS = [
     # issue 50: grep_files with no match over a 10k-file tree against grep -rn in the same box
     ("runc", "grep_files 10k files / grep -rn", lambda r, c: r["real_grep_ratio_vs_grep_rn"], 1.5, "max", "real_search"),
     ("gvisor", "grep_files 10k files / grep -rn", lambda r, c: r["real_grep_ratio_vs_grep_rn"], 1.5, "max", "real_search"),
+    # issue 50: `oa-sandbox exec --workspace W read_file` (a fresh process, a small workspace) against `docker run --rm IMAGE true`
+    ("runc", "exec read_file (copy mode) / docker run", lambda r, c: r["cli_exec_copy_ratio_vs_docker_run"], 1.5, "max", "real_cli"),
+    ("runc", "exec read_file (bind mode) / docker run", lambda r, c: r["cli_exec_bind_ratio_vs_docker_run"], 1.5, "max", "real_cli"),
+    ("gvisor", "exec read_file (copy mode) / docker run", lambda r, c: r["cli_exec_copy_ratio_vs_docker_run"], 1.5, "max", "real_cli"),
+    ("gvisor", "exec read_file (bind mode) / docker run", lambda r, c: r["cli_exec_bind_ratio_vs_docker_run"], 1.5, "max", "real_cli"),
 ]
 # Issue 37's cold start target lets the warm pool or a pre-started agent be what is measured, if the
 # bench says which: the target rows above are the warm pool's (a box started ahead, claimed, its first
@@ -522,6 +529,7 @@ def print_table(r: dict) -> None:
             ("load average during the run", f"{r['load_average']:.2f}", "", f"{r['machine']['cpus']} CPUs"),
         ]
     rows += real_rows(r)
+    rows += cli_rows(r)
     for key in sorted(k for k in r if k.startswith("grep_")):
         size = key.split("_")[1]
         rows.append((f"{size} files: grep / list", f"{r[key]:.0f} / {r[f'list_{size}_files_ms']:.0f} ms", "", ""))
