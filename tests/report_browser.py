@@ -1,5 +1,5 @@
 """For the report tests: real sessions run by `oa-sandbox run` with a scripted model, their pages
-opened in a real headless Chromium (Debian's package, scripts/setup installs it), a loopback HTTP
+opened in a real headless Chromium (Debian's package, scripts/setup --extras installs it for scripts/test), a loopback HTTP
 server that records every request a page makes, and an HTML parser listing every element."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup installs it)")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup --extras installs it)")
 
 
 def run_cli(*args: str, state: Path, timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
