@@ -12,7 +12,7 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
@@ -27,10 +27,12 @@ from ..workspace.integrity import Baseline
 from . import lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
-from .egress import EgressGate
-from .egress_tls import SessionCA
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 from .sweep_journal import capture_baseline
+
+if TYPE_CHECKING:  # the egress gate's modules only for a box with egress
+    from .egress import EgressGate
+    from .egress_tls import SessionCA
 
 log = logging.getLogger(__name__)
 
@@ -330,6 +332,8 @@ class DockerDeployment:
             self.config = self.config.with_backend(runtime=self.runtime.name)
         lifetime.track(self, reaper.remove_own)
         if self.config.egress is not None and self.egress is None:
+            from .egress import EgressGate
+
             self.egress = EgressGate(self.client, self.config.egress)
             self._unsure = True
             self.egress.start()

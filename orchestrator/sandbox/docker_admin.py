@@ -15,7 +15,6 @@ from ..workspace.integrity import Baseline
 from .base import Diagnosis
 from .daemon import DOCKER_ERRORS
 from .docker import DockerSandbox, container_settings, docker_client, docker_options
-from .image import build_image, ensure_image, image_status
 from .reaper import Scope, reap, reap_leftovers_once
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
@@ -71,6 +70,8 @@ class DockerBackend:
             return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
         checks = [("ok", f"Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")]
         options = docker_options(config)
+        from .image import image_status
+
         status = image_status(client, options.image)
         checks.append(("ok" if status == "current" else "fail",
                        f"image {options.image}: {status}" + ("" if status == "current" else "  (run `oa-sandbox image build`)")))
@@ -97,6 +98,8 @@ class DockerBackend:
 
     def build_image(self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool,
                     progress: Callable[[str], None]) -> str:
+        from .image import build_image, ensure_image
+
         tag = tag or self.options.image
         client = self._client or docker_client(timeout=600)  # a build outlasts the default API timeout
         reap_leftovers_once(client)
