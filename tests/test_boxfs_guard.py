@@ -27,12 +27,14 @@ PRIVATE = {"DIR_FLAGS", "FILE_FLAGS"}
 # (file relative to orchestrator/, what) -> why it is not box-written data
 ALLOWED: dict[tuple[str, str], str] = {
     ("sandbox/image.py", "rglob"): "hashes our own package's source files (sandbox_agent/, compose/proxy/) for the image tag",
-    ("sandbox/image.py", "glob"): "lists the host's /etc/apt/sources.list.d for the base image's build (the host's own files)",
+    ("sandbox/debootstrap.py", "glob"): "lists the host's /etc/apt/sources.list.d for the base image's build (the host's own files)",
     ("sandbox/egress_tls.py", "shutil.rmtree"): "removes the gate's CA directory, which the host made 0700 for itself and never mounts in a box",
     ("state.py", "os.scandir"): "asks whether the user's state directory (host-owned, never mounted in a box) is empty",
     ("workspace/quota_fs.py", "glob"): "lists the kernel's loop devices under /sys/block (which image each is attached to: never a box's file)",
     ("workspace/records.py", "os.listdir"): "lists session ids under the state directory (host-owned; the copies under it are walked by boxfs)",
     ("sandbox/sweep_journal.py", "os.listdir"): "lists the sweep journal's own files in the state directory (host-owned)",
+    ("cli/__init__.py", "os.listdir"): "whether the sweep journal's directory (host-owned, in the state directory) holds a journal, "
+                                       "before importing sweep_journal.py to read them",
     ("workspace/checkpoints/objects.py", "os.scandir"): "sizes the checkpoint store's git object directory (host-owned, written by libgit2 for us)",
     ("workspace/checkpoints/objects.py", "iterdir"): "lists the checkpoint store's pack files (host-owned, written by libgit2 for us)",
 }
