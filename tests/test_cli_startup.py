@@ -142,3 +142,9 @@ def test_the_kill_at_close_waits_for_nothing_until_a_call_that_spawns_ran(sandbo
     assert _kill_execs(docker_client, sandbox, sandbox.kill_processes) == []
     assert sandbox.call("shell", {"command": "true"}).ok
     assert len(_kill_execs(docker_client, sandbox, sandbox.kill_processes)) == 1
+
+
+def test_a_mistyped_command_is_told_the_closest_names_though_none_is_loaded(tmp_path):
+    done, modules = modules_after(["sesions"], tmp_path)
+    assert "No such command 'sesions'." in done.stderr and "Did you mean 'sessions'?" in done.stderr, done.stderr[-1000:]
+    assert "orchestrator.cli.sessions" not in modules

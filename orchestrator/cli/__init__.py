@@ -71,6 +71,16 @@ class _LazyGroup(click.Group):
         self.commands[cmd_name] = command
         return command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        no_such = getattr(click.exceptions, "NoSuchCommand", None)  # click >= 8.2: it suggests the closest names
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as err:
+            if no_such is None or not isinstance(err, no_such):
+                raise
+            # "Did you mean ...?" from every command's name, loaded or not (click looks at the loaded ones only)
+            raise no_such(err.command_name, possibilities=self.list_commands(ctx), ctx=ctx) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
         if not names:
