@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from os import PathLike
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, TypeVar
 
+from .box_files import MAX_FILE
 from .options import SandboxOptions
 from .sandbox import Sandbox
 from .turns import CallToken
@@ -166,6 +167,18 @@ class AsyncSandbox:
     async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None, *,
                     cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> ShellResult:
         return await self._run(self.sync.shell, command, timeout, on_output, cwd=cwd, env=env)
+
+    async def read_bytes(self, path: str | PathLike[str], *, limit: int = MAX_FILE) -> bytes:
+        return await self._run(self.sync.read_bytes, path, limit=limit)
+
+    async def write_bytes(self, path: str | PathLike[str], data: bytes | bytearray | memoryview) -> WriteResult:
+        return await self._run(self.sync.write_bytes, path, data)
+
+    async def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult:
+        return await self._run(self.sync.upload, local_path, box_path)
+
+    async def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *, limit: int = MAX_FILE) -> WriteResult:
+        return await self._run(self.sync.download, box_path, local_path, limit=limit)
 
     def shell_stream(self, command: str, timeout: int = 60, *, cwd: str | PathLike[str] | None = None,
                      env: dict[str, str] | None = None) -> "ShellStream":
