@@ -50,9 +50,10 @@ class WriteBytesArgs(BaseModel):
     sha256: str = Field(min_length=64, max_length=64)
 
 
-READ_BYTES_DEF = ToolDef(READ_BYTES, "read", "host", ReadBytesArgs, title="Read a file's bytes from the box",
+# side "sandbox": what they touch is the box's (auto_approve covers them, as it covers write_file)
+READ_BYTES_DEF = ToolDef(READ_BYTES, "read", "sandbox", ReadBytesArgs, title="Read a file's bytes from the box",
                          approval=Approval(describe=lambda args: f"read the bytes of {str(args.get('path'))[:200]}"))
-WRITE_BYTES_DEF = ToolDef(WRITE_BYTES, "edit", "host", WriteBytesArgs, title="Write a file's bytes into the box", mutates=True,
+WRITE_BYTES_DEF = ToolDef(WRITE_BYTES, "edit", "sandbox", WriteBytesArgs, title="Write a file's bytes into the box", mutates=True,
                           approval=Approval(describe=lambda args: f"write {args.get('size')} bytes to {str(args.get('path'))[:200]}"))
 SPECS = {READ_BYTES: READ_BYTES_DEF, WRITE_BYTES: WRITE_BYTES_DEF}
 
