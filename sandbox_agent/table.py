@@ -30,4 +30,10 @@ OPS: dict[str, tuple[str, str]] = {
     "bytes_read": ("transfer", "bytes_read"),
     "bytes_write": ("transfer", "bytes_write"),
     "bytes_abort": ("transfer", "bytes_abort"),
+    "proc_start": ("processes", "proc_start"),
+    "proc_read": ("processes", "proc_read"),
+    "proc_write": ("processes", "proc_write"),
+    "proc_wait": ("processes", "proc_wait"),
+    "proc_kill": ("processes", "proc_kill"),
+    "proc_list": ("processes", "proc_list"),
 }

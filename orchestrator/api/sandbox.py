@@ -30,11 +30,13 @@ from ..workspace.fork_tool import ForkTools
 from .agent import AgentRun
 from .approval import CallbackApprover
 from .box_files import WRITE_BYTES, BoxFiles
+from .box_processes import BoxProcesses
 from .environment import exports, looks_secret, never_passed, screened
 from .file_methods import FileMethods
 from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
 from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
+from .processes import ProcessMethods
 from .review import ReviewMethods
 from .tool_calls import SHELL, WRITE, ToolMethods
 from .turns import BoxTurns, CallToken
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
     from ..workspace.records import SessionRecord
 
 
-class Sandbox(ToolMethods, FileMethods, ReviewMethods):
+class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
     """`with Sandbox("repo", auto_approve=True) as box: box.shell("make test")`.
 
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
@@ -130,6 +132,7 @@ class Sandbox(ToolMethods, FileMethods, ReviewMethods):
         registry.host_tools = self._own_calls
         self._files = BoxFiles(lambda: registry.sandbox, self._issued, registry.host_tools)
         registry.host_tools = self._files
+        registry.host_tools = BoxProcesses(lambda: registry.sandbox, self._asked, registry.host_tools)
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, close_quietly, opened, self._scratch)
         if options.idle_timeout is not None or options.lifetime is not None:

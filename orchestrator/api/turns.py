@@ -70,7 +70,7 @@ class BoxTurns:
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         token: CallToken | None = getattr(self._current, "token", None)
-        if self._exports and tool == shell_def.TOOL.name and isinstance(args.get("command"), str):
+        if self._exports and tool in (shell_def.TOOL.name, "proc_start") and isinstance(args.get("command"), str):
             args = {**args, "command": self._exports + args["command"]}
         if not box_rule(tool).exclusive:
             if token is not None and token.cancelled.is_set():
