@@ -130,3 +130,24 @@ def test_async_bytes(tmp_path, runtime):
 
     assert asyncio.run(main()) == b"\x00" * 10
     assert (tmp_path / "x.bin").read_bytes() == b"\x00" * 10
+
+
+def test_a_file_the_box_swaps_while_it_is_read_is_never_a_mix(tmp_path, runtime):
+    ws = make_workspace(tmp_path / "ws", {})
+    a, b = b"a" * (3 * CHUNK), b"b" * (3 * CHUNK)
+    with Sandbox(ws, runtime=runtime) as box:
+        box.write_bytes("a.bin", a)
+        box.write_bytes("b.bin", b)
+        box.shell("cp a.bin f.bin")
+        swapper = box.start("while true; do cp a.bin t1 && mv t1 f.bin; cp b.bin t2 && mv t2 f.bin; done")
+        outcomes = set()
+        for _ in range(6):
+            try:
+                data = box.read_bytes("f.bin")
+                assert data in (a, b), "a read mixed two files"
+                outcomes.add("whole")
+            except ToolError as err:
+                assert err.type in (ErrorType.STALE_CONTENT, ErrorType.FILE_NOT_FOUND), err
+                outcomes.add(err.type.value)
+        swapper.kill()
+        assert outcomes

@@ -79,6 +79,10 @@ def test_a_box_that_kills_the_keeper_loses_its_processes_typed(tmp_path, runtime
     ws = make_workspace(tmp_path / "ws", {})
     with Sandbox(ws, runtime=runtime) as box:
         victim = box.start("exec sleep 1007")
+        # not dumpable: a command of the same uid cannot read the keeper's memory or environment (under runc)
+        peek = box.shell("for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && "
+                         "{ cat $p/environ >/dev/null 2>&1 && echo READ; head -c1 $p/mem >/dev/null 2>&1 && echo READ; echo seen; }; done; true")
+        assert "seen" in peek.output and ("READ" not in peek.output or runtime == "runsc")  # gVisor skips the dumpable check on /proc
         box.shell("for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; true")
         with pytest.raises(ToolError) as err:
             victim.wait(30)

@@ -168,6 +168,10 @@ class BoxFiles(OwnHostTools):
                     self._abort(box, args.path, token)
                 return result
             transfer.done += len(piece)
+            quota = getattr(box, "quota", None)  # the box's write quota: polled after each piece, as after a write_file
+            if quota is not None and quota.poll():
+                self._abort(box, args.path, token)
+                return _failure(ErrorType.WORKSPACE_QUOTA_EXCEEDED, f"{args.path}: {quota.message()}")
             if last:
                 break
         created = result.meta.get("created") is True

@@ -24,13 +24,14 @@ from ..config import DEFAULT_IMAGE, LABEL
 from ..config import EGRESS_PROXY_IMAGE as PROXY_IMAGE
 from ..errors import ErrorType, OpenAgentsError
 from ..programs import system
+from .packages import BASE_PACKAGES, packages_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile.sandbox"
 AGENT_DIR = ROOT / "sandbox_agent"
 PROXY_DIR = ROOT / "compose" / "proxy"
 DEFAULT_BASE = "python:3.12-slim"
-DEBOOTSTRAP_BASE = "oa-sandbox-base:bookworm"
+DEBOOTSTRAP_BASE = f"oa-sandbox-base:bookworm-{packages_hash()}"  # a base of another package list is another tag
 DEBOOTSTRAP_SUITE = "bookworm"
 HASH_LABEL = f"{LABEL}.agent-hash"
 
@@ -45,7 +46,7 @@ def _agent_files() -> list[Path]:
 
 def agent_hash() -> str:
     """Content hash of what goes into the image: a changed agent means a stale image."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(("packages\0" + "\n".join(BASE_PACKAGES) + "\0").encode())
     for path in _agent_files():
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
@@ -106,10 +107,11 @@ def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag:
     mirror = debian_mirror()
     with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        progress(f"debootstrap --variant=minbase --include=python3 {DEBOOTSTRAP_SUITE} from {mirror} (about 1-2 minutes)")
+        include = ",".join(BASE_PACKAGES)
+        progress(f"debootstrap --variant=minbase --include={include} {DEBOOTSTRAP_SUITE} from {mirror} (a few minutes)")
         started = time.monotonic()
         proc = subprocess.Popen(
-            [debootstrap, "--variant=minbase", "--include=python3", DEBOOTSTRAP_SUITE, str(rootfs), mirror],
+            [debootstrap, "--variant=minbase", f"--include={include}", DEBOOTSTRAP_SUITE, str(rootfs), mirror],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PATH": system.SYSTEM_DIRS},
         )
         tail: list[str] = []
