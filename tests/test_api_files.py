@@ -151,3 +151,41 @@ def test_a_file_the_box_swaps_while_it_is_read_is_never_a_mix(tmp_path, runtime)
                 outcomes.add(err.type.value)
         swapper.kill()
         assert outcomes
+
+
+def test_a_directory_tree_uploads_and_downloads(tmp_path, runtime):
+    from orchestrator import TreeResult
+
+    ws = make_workspace(tmp_path / "ws", {})
+    src = tmp_path / "src"
+    (src / "pkg" / "deep").mkdir(parents=True)
+    (src / "empty").mkdir()
+    (src / "pkg" / "a.py").write_text("print('a')\n")
+    (src / "pkg" / "deep" / "blob.bin").write_bytes(os.urandom(3 * CHUNK))
+    (src / "link").symlink_to("/etc/passwd")  # left out, by name
+    with Sandbox(ws, runtime=runtime) as box:
+        up = box.upload(src, "proj")
+        assert isinstance(up, TreeResult) and up.files == 2 and up.skipped == ["./link"]
+        assert box.read_bytes("proj/pkg/deep/blob.bin") == (src / "pkg" / "deep" / "blob.bin").read_bytes()
+        assert box.shell("test -d proj/empty && test ! -e proj/link && echo ok").output == "ok\n"
+        # what the box adds comes back as directories and regular files only; its links never land
+        box.shell("ln -s /etc/shadow proj/pkg/evil; mkfifo proj/pkg/fifo; echo new > proj/pkg/new.txt")
+        down = box.download("proj", tmp_path / "back")
+        assert isinstance(down, TreeResult) and down.files == 3 and sorted(down.skipped) == ["pkg/evil", "pkg/fifo"]
+        back = tmp_path / "back"
+        assert (back / "pkg" / "deep" / "blob.bin").read_bytes() == (src / "pkg" / "deep" / "blob.bin").read_bytes()
+        assert (back / "pkg" / "new.txt").read_text() == "new\n" and (back / "empty").is_dir()
+        assert not (back / "pkg" / "evil").exists() and not (back / "pkg" / "fifo").exists()
+        # a link already at the destination is never followed into
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        dest = tmp_path / "dest"
+        dest.mkdir()
+        (dest / "pkg").symlink_to(outside)
+        with pytest.raises(ToolError) as err:
+            box.download("proj", dest)
+        assert err.value.type is ErrorType.NOT_A_DIRECTORY and not any(outside.iterdir())
+        with pytest.raises(ToolError) as err:
+            box.upload(ws, "x")  # the workspace is the box's already
+        assert err.value.type is ErrorType.INVALID_ARGUMENTS
+        assert not [n for n in os.listdir(ws) if n.startswith(".oa-")]

@@ -13,9 +13,10 @@ from ..policy.approvals import Answer, ApprovalRequest
 from ..workspace.host_code import HostCodeInWorkspace
 from . import sessions
 from .agent import AgentRun
-from .aio import AsyncSandbox, ShellStream
+from .aio import AsyncProcess, AsyncSandbox, ShellStream
 from .environment import EnvWarning
 from .options import SandboxOptions
+from .processes import Process
 from .results import (
     ApplyResult,
     ChangedFile,
@@ -27,12 +28,13 @@ from .results import (
     ReadResult,
     ShellResult,
     ToolError,
+    TreeResult,
     WriteResult,
 )
 from .sandbox import Sandbox
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "EnvWarning", "ErrorType",
-    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult",
-    "ShellStream", "ToolError", "WriteResult", "sessions",
+    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncProcess", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "EnvWarning", "ErrorType",
+    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "Process", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult",
+    "ShellStream", "ToolError", "TreeResult", "WriteResult", "sessions",
 ]

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
-    from .results import ApplyResult, Changes, EditResult, GrepResult, ListResult, ReadResult, ShellResult, WriteResult
+    from .results import ApplyResult, Changes, EditResult, GrepResult, ListResult, ReadResult, ShellResult, TreeResult, WriteResult
 
 T = TypeVar("T")
 _END = object()
@@ -176,10 +176,11 @@ class AsyncSandbox:
     async def write_bytes(self, path: str | PathLike[str], data: bytes | bytearray | memoryview) -> WriteResult:
         return await self._run(self.sync.write_bytes, path, data)
 
-    async def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult:
+    async def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult | TreeResult:
         return await self._run(self.sync.upload, local_path, box_path)
 
-    async def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *, limit: int = MAX_FILE) -> WriteResult:
+    async def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *,
+                       limit: int = MAX_FILE) -> WriteResult | TreeResult:
         return await self._run(self.sync.download, box_path, local_path, limit=limit)
 
     async def start(self, command: str, *, cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> "AsyncProcess":

@@ -21,8 +21,9 @@ from ..errors import ErrorType, OpenAgentsError
 from ..protocol import ToolResult
 from .box_files import MAX_FILE, READ_BYTES, WRITE_BYTES, BoxFiles, Transfer
 from .names import write_path
-from .results import ToolError, WriteResult
+from .results import ToolError, TreeResult, WriteResult
 from .tool_calls import require, tool_error
+from .trees import download_tree, upload_tree
 
 LOCAL_READ = 1 << 20
 
@@ -94,10 +95,14 @@ class FileMethods:
         digest = hashlib.sha256(view).hexdigest()
         return WriteResult.of(*self._transfer(WRITE_BYTES, {"path": rel, "size": len(view), "sha256": digest}, Transfer(source=source)), rel)
 
-    def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult:
-        """A regular file of this machine copied into the workspace at `box_path` (as write_bytes)."""
+    def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult | TreeResult:
+        """A regular file of this machine copied into the workspace at `box_path` (as write_bytes); or
+        a directory: its tree (directories and regular files; links and special files left out, by
+        name in TreeResult.skipped) made under `box_path`, as one archive (at most 1 GiB)."""
         local = _local("upload", local_path)
         rel = write_path(WRITE_BYTES, box_path)
+        if local.is_dir():
+            return upload_tree(self, local, rel)
         try:
             handle = open(local, "rb")  # noqa: SIM115 - closed below, after the call
         except OSError as err:
@@ -117,14 +122,27 @@ class FileMethods:
             return WriteResult.of(*self._transfer(WRITE_BYTES, {"path": rel, "size": size, "sha256": digest.hexdigest()},
                                                   Transfer(source=handle.read)), rel)
 
-    def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *, limit: int = MAX_FILE) -> WriteResult:
+    def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *,
+                 limit: int = MAX_FILE) -> WriteResult | TreeResult:
         """A workspace file copied to `local_path` on this machine (replaced atomically; a link there
-        is replaced, never followed). Only a regular file comes out of the box; at most `limit` bytes."""
+        is replaced, never followed). Only a regular file comes out of the box; at most `limit` bytes.
+        A directory (or `local_path` an existing directory): its tree, as one archive of at most
+        `limit` bytes, landed under `local_path` (directories and regular files only; see TreeResult)."""
         rel = write_path(READ_BYTES, box_path)
         local = _local("download", local_path)
         require(READ_BYTES, "limit", limit, int, "an int (bytes)")
         if not 0 <= limit <= MAX_FILE:
             raise ToolError(ErrorType.INVALID_ARGUMENTS, f"download: limit must be 0..{MAX_FILE} bytes")
+        if local.is_dir():
+            return download_tree(self, rel, local, limit)
+        try:
+            return self._download_file(rel, local, limit)
+        except ToolError as err:
+            if err.type is not ErrorType.IS_DIRECTORY:  # the box's: `local` is not a directory
+                raise
+        return download_tree(self, rel, local, limit)
+
+    def _download_file(self, rel: str, local: Path, limit: int) -> WriteResult:
         answer: list[tuple[str, ToolResult]] = []
 
         def fill(write: Callable[[bytes], None]) -> None:

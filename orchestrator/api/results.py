@@ -133,6 +133,18 @@ class WriteResult(_Result):
                    bytes=_meta(r, "bytes", int), created=_meta(r, "created", bool, False))
 
 
+class TreeResult(BaseModel):
+    """A directory tree moved by upload() or download(): the files written, their bytes, and what was
+    left out (links, devices, FIFOs: only directories and regular files move), by name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    files: int
+    bytes: int
+    skipped: list[str] = Field(default_factory=list)
+
+
 class EditResult(_Result):
     path: str
     sha256: str | None = None
