@@ -267,6 +267,8 @@ def _parents() -> dict[int, int]:
             try:
                 with open(f"/proc/{name}/stat", "rb") as fh:
                     fields = fh.read().rsplit(b")", 1)[1].split()
+                if fields[0] in (b"Z", b"X"):  # dead already: nothing to kill, only to reap
+                    continue
                 found[int(name)] = int(fields[1])
             except (OSError, IndexError, ValueError):
                 continue
@@ -322,3 +324,13 @@ def sweep_except_kept(reap: Any) -> None:
         reap()
         time.sleep(0.005)
     reap()
+
+
+def proc_sweep(args: dict[str, Any]) -> dict[str, Any]:
+    """A cancel's kill (the host's api/turns.py): every process of the box but the agent and the
+    keeper's tree, so a cancelled command ends and the background processes stay. The command's own
+    thread reaps what it started."""
+    if os.getpid() != 1:
+        return {"output": "", "meta": {"swept": False}}
+    sweep_except_kept(lambda: None)
+    return {"output": "", "meta": {"swept": True}}

@@ -36,4 +36,5 @@ OPS: dict[str, tuple[str, str]] = {
     "proc_wait": ("processes", "proc_wait"),
     "proc_kill": ("processes", "proc_kill"),
     "proc_list": ("processes", "proc_list"),
+    "proc_sweep": ("processes", "proc_sweep"),
 }

@@ -114,3 +114,24 @@ def test_async_processes(tmp_path, runtime):
             return text, await proc.wait(30)
 
     assert asyncio.run(main()) == ("one\ntwo\n", 0)
+
+
+def test_a_cancelled_command_ends_and_the_background_processes_stay(tmp_path, runtime):
+    ws = make_workspace(tmp_path / "ws", {})
+
+    async def main() -> tuple[bool, str, str]:
+        async with AsyncSandbox(ws, runtime=runtime) as box:
+            kept = await box.start("exec sleep 1008")
+            call = asyncio.ensure_future(box.shell("touch started; sleep 1009", timeout=200))
+            for _ in range(600):  # the command runs (its file is there), then it is cancelled
+                if (ws / "started").exists():
+                    break
+                await asyncio.sleep(0.1)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            left = (await box.shell(PIDS)).output
+            return kept.sync.running and (await kept.wait(0)) is None, left, (await box.shell("echo after")).output
+
+    alive, left, after = asyncio.run(main())
+    assert alive and "sleep 1008" in left and "sleep 1009" not in left and after == "after\n"

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from ..sandbox.base import Sandbox as BoxBackend
 
 
+SWEEP_WAIT_S = 3.0  # a cancel waits this long for the agent's own sweep, then kills from outside
+
+
 class CallToken:
     """One call's handle for cancelling it (set from another thread)."""
 
@@ -93,9 +96,24 @@ class BoxTurns:
         return result
 
     def cancel(self, token: CallToken) -> None:
-        """End `token`'s call: never sent if it has not reached the box, killed if it holds the box's turn."""
+        """End `token`'s call: never sent if it has not reached the box, killed if it holds the box's turn
+        (the box's agent kills the command and leaves the background processes; the host kills every
+        process in the box from outside when the agent does not answer within SWEEP_WAIT_S)."""
         token.cancelled.set()
         with self._turn:
             if self._running is token:
-                self.inner.kill_processes()
+                self._kill_command()
             self._turn.notify_all()
+
+    def _kill_command(self) -> None:
+        swept: list[bool] = []
+
+        def ask() -> None:
+            result = self.inner.call("proc_sweep", {})
+            swept.append(result.ok and result.meta.get("swept") is True)
+
+        helper = threading.Thread(target=ask, name="oa-cancel-sweep", daemon=True)
+        helper.start()
+        helper.join(SWEEP_WAIT_S)
+        if not swept or not swept[0]:
+            self.inner.kill_processes()
