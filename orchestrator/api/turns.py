@@ -6,7 +6,9 @@ tool registry and the box: every exclusive call, whoever makes it (the program's
 run(), a front-end's through `parts.pipeline`), takes the box's turn here, and the call of a token
 (`CallToken`: the async API's per-call handle) is known while it holds it. `cancel(token)` then:
 - a call still waiting for its turn (or not yet at the box) is never sent: it ends CANCELLED;
-- the call holding the turn has the box's processes killed, and ends CANCELLED with its output;
+- the call holding the turn has its command killed (by the box's agent: every process but the
+  agent and the background processes' keeper; from outside, every process, if the agent does not
+  answer), and ends CANCELLED with its output;
 - any other call, running or waiting, is left alone.
 
 The box's environment names the agent's shell would drop (a secret-looking name the program passed
