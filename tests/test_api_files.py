@@ -73,7 +73,7 @@ def test_bad_inputs_and_what_the_box_planted_are_typed_errors(tmp_path, runtime)
             box.write_bytes(".git/x", b"x")
         assert err.value.type is ErrorType.PATH_IN_GIT_DIR
         with pytest.raises(ToolError) as err:
-            box.write_bytes("t.txt", "text")  # type: ignore[arg-type]
+            box.write_bytes("t.txt", "text")
         assert err.value.type is ErrorType.INVALID_ARGUMENTS
         with pytest.raises(ToolError) as err:
             box.write_bytes("d", b"x")
