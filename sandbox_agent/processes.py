@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 KEEPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keeper.py")
 SPAWN_WAIT_S = 10.0
 MAX_WAIT_S = 60  # one wait or read request blocks at most this long; the host asks again
+DRAIN_S = 2.0  # after it exits, its output is awaited this long at most (what it started may hold the pipe)
 
 
 class _Proc:
@@ -240,6 +241,11 @@ def proc_wait(args: dict[str, Any]) -> dict[str, Any]:
     with _changed:
         while not proc.exited and time.monotonic() < end:
             _changed.wait(end - time.monotonic())
+        # its output is read to its end before it is said to have ended (a read after wait() has all of
+        # it), unless something it started holds the pipe open: then DRAIN_S at most
+        drain = time.monotonic() + DRAIN_S
+        while proc.exited and not proc.output_closed and time.monotonic() < drain:
+            _changed.wait(drain - time.monotonic())
         return {"output": "", "meta": _state(args["id"], proc)}
 
 
