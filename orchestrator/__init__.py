@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "Changes", "EditResult", "EnvWarning", "ErrorType", "GrepResult",
-    "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream", "ToolError", "WriteResult",
+    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncProcess", "AsyncSandbox", "Changes", "EditResult", "EnvWarning", "ErrorType", "GrepResult",
+    "ListResult", "OpenAgentsError", "Process", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream", "ToolError",
+    "TreeResult", "WriteResult",
     "sessions",
 ]
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
         Answer,
         ApplyResult,
         ApprovalRequest,
+        AsyncProcess,
         AsyncSandbox,
         Changes,
         EditResult,
@@ -29,12 +31,14 @@ if TYPE_CHECKING:
         GrepResult,
         ListResult,
         OpenAgentsError,
+        Process,
         ReadResult,
         Sandbox,
         SandboxOptions,
         ShellResult,
         ShellStream,
         ToolError,
+        TreeResult,
         WriteResult,
         sessions,
     )

@@ -16,6 +16,10 @@ SHELL_OUTPUT_HEAD_BYTES = 32 * 1024
 SHELL_OUTPUT_TAIL_BYTES = 16 * 1024
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 GREP_MAX_LINE_BYTES = 8 * 1024 * 1024  # a longer line is searched in its first 8 MiB (the note says so)
+BYTES_CHUNK = 2 * 1024 * 1024  # one piece of a file the program's API moves (read_bytes, write_bytes ...)
+BYTES_MAX_FILE = 1024 * 1024 * 1024  # the largest file it moves
+PROC_MAX = 16  # background processes running at once in one box (Sandbox.start)
+PROC_OUTPUT_BYTES = 1024 * 1024  # the output each keeps: its last MiB
 GREP_TIMEOUT_S = 30  # the regex search's own deadline, well inside the host's 120 s call deadline
 
 # Environment names that hold a secret (a regular expression, searched case-insensitively): the shell

@@ -23,7 +23,7 @@ import threading
 
 from . import PROTOCOL_VERSION, jsonbound, limits, names, wire
 from .paths import WORKSPACE, PathRefused
-from .table import TOOLS  # a tool's name -> its module and function (imported at its first call) and bounds
+from .table import OPS, TOOLS  # a tool's name -> its module and function (imported at its first call) and bounds
 from .tools import ToolError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -46,7 +46,7 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
     makes two first calls at once wait for one import)."""
     fn = _loaded.get(name)
     if fn is None:
-        module_name, function, _ = TOOLS[name]
+        module_name, function = TOOLS[name][:2] if name in TOOLS else OPS[name]
         module = __import__(f"{__package__}.{module_name}", fromlist=[function])
         after = getattr(module, "after_answer", None)
         if after is not None:
@@ -130,7 +130,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     if tool == "hello":
         return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0],
                                                            "warm": _warmed.is_set()}}
-    if not isinstance(tool, str) or tool not in TOOLS:  # a list as the tool would be unhashable: unknown, typed
+    if not isinstance(tool, str) or (tool not in TOOLS and tool not in OPS):  # a list as the tool would be unhashable: unknown, typed
         return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
     if not isinstance(args, dict):
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}

@@ -14,6 +14,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -359,6 +360,11 @@ def _kill_everything_else(proc: subprocess.Popen[bytes]) -> None:
     except OSError:
         pass
     if os.getpid() != 1:
+        return
+    kept = sys.modules.get(f"{__package__}.processes")
+    if kept is not None and kept.keeper_pid() is not None:  # background processes run: their keeper's tree stays
+        proc.wait()
+        kept.sweep_except_kept(_reap)
         return
     # As PID 1 we see every process in the box: SIGKILL them all (setsid'd and double-forked ones
     # too) until none is left, reaping the orphans that were reparented to us. Repeat, because a

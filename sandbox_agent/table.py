@@ -23,3 +23,18 @@ TOOLS: dict[str, tuple[str, str, Mapping[str, int]]] = {
     "shell": ("shell", "shell", {"timeout_default_s": limits.SHELL_DEFAULT_TIMEOUT_S, "timeout_max_s": limits.SHELL_MAX_TIMEOUT_S,
                                  "output_head_bytes": limits.SHELL_OUTPUT_HEAD_BYTES, "output_tail_bytes": limits.SHELL_OUTPUT_TAIL_BYTES}),
 }
+
+# The program's own operations (the Python API's bytes and processes: orchestrator/api/), never a
+# model's tools: the host sends them only from its own calls' pipeline (api/box_files.py).
+OPS: dict[str, tuple[str, str]] = {
+    "bytes_read": ("transfer", "bytes_read"),
+    "bytes_write": ("transfer", "bytes_write"),
+    "bytes_abort": ("transfer", "bytes_abort"),
+    "proc_start": ("processes", "proc_start"),
+    "proc_read": ("processes", "proc_read"),
+    "proc_write": ("processes", "proc_write"),
+    "proc_wait": ("processes", "proc_wait"),
+    "proc_kill": ("processes", "proc_kill"),
+    "proc_list": ("processes", "proc_list"),
+    "proc_sweep": ("processes", "proc_sweep"),
+}

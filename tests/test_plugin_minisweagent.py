@@ -123,3 +123,29 @@ def test_an_environment_never_cleaned_up_goes_at_interpreter_exit(tmp_path, dock
     assert text == "a", out.stderr[-2000:]
     assert load(session).status == "closed"
     assert not docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={repo.resolve()}"})
+
+
+def test_a_swe_bench_style_run_submits_its_git_diff_from_inside_the_box(tmp_path, docker_client):
+    """Issue 46: the image has git, so mini-swe-agent's SWE-bench submission (`git diff`) runs in the box."""
+    import subprocess
+
+    from tests.conftest import chown_tree
+
+    repo = make_workspace(tmp_path / "repo", {"greet.py": "def greet():\n    return 'helo'\n"})
+    git = ["git", "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(git + args, check=True, capture_output=True, timeout=60)
+    chown_tree(repo)
+    env = get_environment({"environment_class": CLASS, "workspace": str(repo), "mode": "copy", "timeout": 60})
+    fix = "sed -i \"s/'helo'/'hello'/\" greet.py"
+    model = DeterministicModel(outputs=[
+        make_output("THOUGHT: fix\n", [{"command": fix}]),
+        make_output("THOUGHT: submit\n", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"}]),
+    ])
+    config = get_config_from_spec("default")
+    try:
+        result = DefaultAgent(model, env, **config["agent"]).run("greet() should return 'hello'")
+        assert result["exit_status"] == "Submitted", result
+        assert "-    return 'helo'" in result["submission"] and "+    return 'hello'" in result["submission"]
+    finally:
+        env.cleanup()

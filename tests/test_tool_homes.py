@@ -21,7 +21,8 @@ def named_tools(path: Path) -> list[tuple[int, str]]:
 
 # Words that are a tool's name and also something else: the git program in a shell command line; the
 # API's `git` keyword (SandboxOptions.git, the CLI's --no-git) in the table of flags to keywords.
-NOT_TOOLS = {"orchestrator/policy/prefix.py": {"git"}, "orchestrator/api/options.py": {"git"}}
+# "git" as a program's name, not the tool: a command prefix, the API's keyword, Debian's package in the image
+NOT_TOOLS = {"orchestrator/policy/prefix.py": {"git"}, "orchestrator/api/options.py": {"git"}, "orchestrator/sandbox/packages.py": {"git"}}
 
 
 def test_no_product_file_but_a_tools_own_names_a_tool():

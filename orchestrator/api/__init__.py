@@ -23,9 +23,10 @@ if TYPE_CHECKING:
     from ..workspace.host_code import HostCodeInWorkspace
     from . import sessions
     from .agent import AgentRun
-    from .aio import AsyncSandbox, ShellStream
+    from .aio import AsyncProcess, AsyncSandbox, ShellStream
     from .environment import EnvWarning
     from .options import SandboxOptions
+    from .processes import Process
     from .results import (
         ApplyResult,
         ChangedFile,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         ReadResult,
         ShellResult,
         ToolError,
+        TreeResult,
         WriteResult,
     )
     from .sandbox import Sandbox
@@ -47,18 +49,19 @@ _HOMES = {
     "Answer": "..policy.approvals", "ApprovalRequest": "..policy.approvals",
     "HostCodeInWorkspace": "..workspace.host_code",
     "AgentRun": ".agent",
-    "AsyncSandbox": ".aio", "ShellStream": ".aio",
+    "AsyncProcess": ".aio", "AsyncSandbox": ".aio", "ShellStream": ".aio",
     "EnvWarning": ".environment",
     "SandboxOptions": ".options",
+    "Process": ".processes",
     **dict.fromkeys(["ApplyResult", "ChangedFile", "Changes", "EditResult", "GrepMatch", "GrepResult", "ListResult", "ReadResult",
-                     "ShellResult", "ToolError", "WriteResult"], ".results"),
+                     "ShellResult", "ToolError", "TreeResult", "WriteResult"], ".results"),
     "Sandbox": ".sandbox",
 }
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "EnvWarning", "ErrorType",
-    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult",
-    "ShellStream", "ToolError", "WriteResult", "sessions",
+    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncProcess", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "EnvWarning", "ErrorType",
+    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "Process", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult",
+    "ShellStream", "ToolError", "TreeResult", "WriteResult", "sessions",
 ]
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from concurrent.futures import ThreadPoolExecutor
 from os import PathLike
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, TypeVar
 
+from .box_files import MAX_FILE
 from .options import SandboxOptions
+from .processes import Process
 from .sandbox import Sandbox
 from .turns import CallToken
 
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
-    from .results import ApplyResult, Changes, EditResult, GrepResult, ListResult, ReadResult, ShellResult, WriteResult
+    from .results import ApplyResult, Changes, EditResult, GrepResult, ListResult, ReadResult, ShellResult, TreeResult, WriteResult
 
 T = TypeVar("T")
 _END = object()
@@ -167,6 +170,26 @@ class AsyncSandbox:
                     cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> ShellResult:
         return await self._run(self.sync.shell, command, timeout, on_output, cwd=cwd, env=env)
 
+    async def read_bytes(self, path: str | PathLike[str], *, limit: int = MAX_FILE) -> bytes:
+        return await self._run(self.sync.read_bytes, path, limit=limit)
+
+    async def write_bytes(self, path: str | PathLike[str], data: bytes | bytearray | memoryview) -> WriteResult:
+        return await self._run(self.sync.write_bytes, path, data)
+
+    async def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult | TreeResult:
+        return await self._run(self.sync.upload, local_path, box_path)
+
+    async def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *,
+                       limit: int = MAX_FILE) -> WriteResult | TreeResult:
+        return await self._run(self.sync.download, box_path, local_path, limit=limit)
+
+    async def start(self, command: str, *, cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> "AsyncProcess":
+        """Sandbox.start: a background process, its methods awaitable."""
+        return AsyncProcess(self, await self._run(self.sync.start, command, cwd=cwd, env=env))
+
+    async def processes(self) -> list[dict[str, Any]]:
+        return await self._run(self.sync.processes)
+
     def shell_stream(self, command: str, timeout: int = 60, *, cwd: str | PathLike[str] | None = None,
                      env: dict[str, str] | None = None) -> "ShellStream":
         """`async for text in box.shell_stream("make test")`: the output as it comes; then `.result`."""
@@ -236,3 +259,43 @@ class ShellStream:
                     await task
                 except BaseException:  # noqa: BLE001 - the program left the loop; the call is killed
                     pass
+
+
+class AsyncProcess:
+    """A background process of an AsyncSandbox (processes.Process, each method awaitable)."""
+
+    def __init__(self, box: AsyncSandbox, process: Process) -> None:
+        self._box, self.sync = box, process
+
+    @property
+    def id(self) -> str:
+        return self.sync.id
+
+    @property
+    def pid(self) -> int | None:
+        return self.sync.pid
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.sync.exit_code
+
+    async def read(self) -> str:
+        return await self._box._run(self.sync.read)
+
+    async def write(self, data: str | bytes, *, close: bool = False) -> None:
+        await self._box._run(self.sync.write, data, close=close)
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        return await self._box._run(self.sync.wait, timeout)
+
+    async def kill(self) -> int | None:
+        return await self._box._run(self.sync.kill)
+
+    async def stream(self, timeout: float | None = None) -> AsyncIterator[str]:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            text, ended = await self._box._run(self.sync.next_text, end)
+            if text:
+                yield text
+            if ended:
+                return

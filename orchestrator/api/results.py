@@ -61,7 +61,10 @@ class ReadResult(_Result):
     @classmethod
     def of(cls, call_id: str, r: ToolResult, path: str) -> "ReadResult":
         binary = _meta(r, "binary", bool, False)
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, text="" if binary else r.output, binary=binary,
+        note = r.note
+        if binary:  # the program has a way to its exact bytes, which a model has not
+            note = (note + " " if note else "") + f"[its exact bytes: Sandbox.read_bytes({path!r})]"
+        return cls(call_id=call_id, output=r.output, note=note, result=r, path=path, text="" if binary else r.output, binary=binary,
                    sha256=_meta(r, "sha256", str),
                    total_lines=_meta(r, "total_lines", int), first_line=_meta(r, "first_line", int), last_line=_meta(r, "last_line", int),
                    truncated=_meta(r, "truncated", bool, False))
@@ -128,6 +131,18 @@ class WriteResult(_Result):
     def of(cls, call_id: str, r: ToolResult, path: str) -> "WriteResult":
         return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, sha256=_meta(r, "sha256", str),
                    bytes=_meta(r, "bytes", int), created=_meta(r, "created", bool, False))
+
+
+class TreeResult(BaseModel):
+    """A directory tree moved by upload() or download(): the files written, their bytes, and what was
+    left out (links, devices, FIFOs: only directories and regular files move), by name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    files: int
+    bytes: int
+    skipped: list[str] = Field(default_factory=list)
 
 
 class EditResult(_Result):

@@ -28,12 +28,16 @@ from ..workspace.copy_session import note_call
 from ..workspace.copy_tools import CopyTools, Landing
 from ..workspace.fork_tool import ForkTools
 from .approval import CallbackApprover
+from .box_files import WRITE_BYTES, BoxFiles
+from .box_processes import BoxProcesses
 from .environment import exports, looks_secret, never_passed, screened
+from .file_methods import FileMethods
 from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
 from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
+from .processes import ProcessMethods
 from .review import ReviewMethods
-from .tool_calls import SHELL, ToolMethods
+from .tool_calls import SHELL, WRITE, ToolMethods
 from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
@@ -43,7 +47,7 @@ if TYPE_CHECKING:
     from .agent import AgentRun
 
 
-class Sandbox(ToolMethods, ReviewMethods):
+class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
     """`with Sandbox("repo", auto_approve=True) as box: box.shell("make test")`.
 
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
@@ -85,6 +89,7 @@ class Sandbox(ToolMethods, ReviewMethods):
         self._asked: set[str] = set()  # the ids of every call of this program's own (what would ask runs, as `exec`'s)
         self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
         self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
+        self._files: BoxFiles | None = None  # read_bytes/write_bytes: host tools of the session's registry, the program's own
         self._current = threading.local()  # the calling thread's CallToken (the async API's), for BoxTurns
         self._turns: BoxTurns | None = None  # whose command the box runs: a cancel ends its own call only
         self._exported: dict[str, str] = {}  # env names the agent's shell would drop: exported to each command (BoxTurns)
@@ -125,6 +130,9 @@ class Sandbox(ToolMethods, ReviewMethods):
         self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current, exports(self._exported))
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
+        self._files = BoxFiles(lambda: registry.sandbox, self._issued, registry.host_tools)
+        registry.host_tools = self._files
+        registry.host_tools = BoxProcesses(lambda: registry.sandbox, self._asked, registry.host_tools)
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, close_quietly, opened, self._scratch)
         if options.idle_timeout is not None or options.lifetime is not None:
@@ -302,7 +310,7 @@ class Sandbox(ToolMethods, ReviewMethods):
             self._turn += 1
             if opened.record.mode.value == "copy":
                 note_call(opened.record, tool, ok)
-            opened.checkpoint(self._turn, [tool])
+            opened.checkpoint(self._turn, [WRITE if tool == WRITE_BYTES else tool])  # bytes written: a file changed
 
     def kill_running(self) -> None:
         """Kill every process the box runs (a call in another thread ends, killed); the box stays."""
@@ -322,6 +330,11 @@ class Sandbox(ToolMethods, ReviewMethods):
             token.cancelled.set()
         else:
             turns.cancel(token)
+
+    def _box_files(self) -> BoxFiles:
+        self._live()
+        assert self._files is not None  # made at open
+        return self._files
 
     def _passed_env(self, env: dict[str, str]) -> dict[str, str]:
         """A call's `env` without what never enters the box (warned about); its secret-looking values
@@ -367,15 +380,20 @@ class Sandbox(ToolMethods, ReviewMethods):
         return Path(self.record.transcript or "")
 
     # -- the six tools ---------------------------------------------------------------------------
-    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None) -> tuple[str, ToolResult]:
+    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None,
+              call_id: str | None = None) -> tuple[str, ToolResult]:
+        """One call through the pipeline; `call_id` (the bytes methods': their data waits under it) marks it one of the
+        program's own host-tool calls."""
         opened = self._live()
         if not isinstance(tool, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"tool must be a str, not {type(tool).__name__}")
         if arguments is not None and not isinstance(arguments, dict):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
-        call = ToolCall(id=f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
+        call = ToolCall(id=call_id or f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
         shown = (lambda text: quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
         self._asked.add(call.id)
+        if call_id is not None:
+            self._issued.add(call.id)
         try:
             with self._active():
                 result = opened.pipeline.run(call, shown)
@@ -384,6 +402,8 @@ class Sandbox(ToolMethods, ReviewMethods):
             raise
         finally:
             self._asked.discard(call.id)
+            if call_id is not None:
+                self._issued.discard(call.id)
         self.record_call(tool, result.ok)
         return call.id, result
 

@@ -40,7 +40,8 @@ def tool_error(result: ToolResult) -> ToolError:
 class ToolMethods:
     """The typed tool methods; the class using it provides `_call` (one call through the pipeline)."""
 
-    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None) -> tuple[str, ToolResult]:
+    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None,
+              call_id: str | None = None) -> tuple[str, ToolResult]:
         raise NotImplementedError
 
     def _passed_env(self, env: dict[str, str]) -> dict[str, str]:

@@ -6,7 +6,9 @@ tool registry and the box: every exclusive call, whoever makes it (the program's
 run(), a front-end's through `parts.pipeline`), takes the box's turn here, and the call of a token
 (`CallToken`: the async API's per-call handle) is known while it holds it. `cancel(token)` then:
 - a call still waiting for its turn (or not yet at the box) is never sent: it ends CANCELLED;
-- the call holding the turn has the box's processes killed, and ends CANCELLED with its output;
+- the call holding the turn has its command killed (by the box's agent: every process but the
+  agent and the background processes' keeper; from outside, every process, if the agent does not
+  answer), and ends CANCELLED with its output;
 - any other call, running or waiting, is left alone.
 
 The box's environment names the agent's shell would drop (a secret-looking name the program passed
@@ -27,6 +29,9 @@ from ..tools.defs import shell as shell_def
 
 if TYPE_CHECKING:
     from ..sandbox.base import Sandbox as BoxBackend
+
+
+SWEEP_WAIT_S = 3.0  # a cancel waits this long for the agent's own sweep, then kills from outside
 
 
 class CallToken:
@@ -70,7 +75,7 @@ class BoxTurns:
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         token: CallToken | None = getattr(self._current, "token", None)
-        if self._exports and tool == shell_def.TOOL.name and isinstance(args.get("command"), str):
+        if self._exports and tool in (shell_def.TOOL.name, "proc_start") and isinstance(args.get("command"), str):
             args = {**args, "command": self._exports + args["command"]}
         if not box_rule(tool).exclusive:
             if token is not None and token.cancelled.is_set():
@@ -93,9 +98,24 @@ class BoxTurns:
         return result
 
     def cancel(self, token: CallToken) -> None:
-        """End `token`'s call: never sent if it has not reached the box, killed if it holds the box's turn."""
+        """End `token`'s call: never sent if it has not reached the box, killed if it holds the box's turn
+        (the box's agent kills the command and leaves the background processes; the host kills every
+        process in the box from outside when the agent does not answer within SWEEP_WAIT_S)."""
         token.cancelled.set()
         with self._turn:
             if self._running is token:
-                self.inner.kill_processes()
+                self._kill_command()
             self._turn.notify_all()
+
+    def _kill_command(self) -> None:
+        swept: list[bool] = []
+
+        def ask() -> None:
+            result = self.inner.call("proc_sweep", {})
+            swept.append(result.ok and result.meta.get("swept") is True)
+
+        helper = threading.Thread(target=ask, name="oa-cancel-sweep", daemon=True)
+        helper.start()
+        helper.join(SWEEP_WAIT_S)
+        if not swept or not swept[0]:
+            self.inner.kill_processes()

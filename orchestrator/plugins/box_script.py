@@ -2,7 +2,7 @@
 public API's `shell` tool: it runs an argv with stdin, env, cwd and a timeout, reads and writes
 files anywhere the box user may, and answers with one JSON line. Payloads larger than one tool call
 travel as base64 files in the workspace's `.oa-plugin/` directory, read and written with the API's
-`read_file`/`write_file`. It runs as the box's own user: it can do nothing a `shell` call cannot."""
+`read_bytes`/`write_bytes` (raw: "raw" names; the older base64 lines still read). It runs as the box's own user: it can do nothing a `shell` call cannot."""
 from __future__ import annotations
 
 SCRIPT = r'''
@@ -25,7 +25,24 @@ def payload(spec, sink):
         with open(os.path.join(stage, name), "rb") as f:
             sink.write(base64.b64decode(f.read()))
         os.unlink(os.path.join(stage, name))
+    for name in spec.get("raw", []):
+        with open(os.path.join(stage, name), "rb") as f:
+            while True:
+                piece = f.read(1 << 20)
+                if not piece:
+                    break
+                sink.write(piece)
+        os.unlink(os.path.join(stage, name))
 def send(path, size, budget, rid, tag):
+    if size > budget and req.get("raw"):
+        name = "%s-%s.bin" % (tag, rid)
+        with open(path, "rb") as f, open(os.path.join(stage, name), "wb") as out:
+            while True:
+                piece = f.read(1 << 20)
+                if not piece:
+                    break
+                out.write(piece)
+        return {"raw": name, "size": size}
     with open(path, "rb") as f:
         data = f.read()
     if size <= budget:

@@ -30,7 +30,7 @@ from ..boxfs import remove_path
 from .settings import BoxSettings
 from .transport import BoxFailure, BoxProgram, clamp_timeout, os_error
 
-MAX_READ_BYTES = 16 * 1024 * 1024  # box-written data the host takes per read_file (docs/api.md, Plug-ins)
+MAX_READ_BYTES = 1 << 30  # what the bytes API moves at most per file (Sandbox.read_bytes)
 
 
 class OpenAgentsSandboxConfig(BoxSettings):
@@ -40,7 +40,8 @@ class OpenAgentsSandboxConfig(BoxSettings):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    max_read_bytes: int = MAX_READ_BYTES
+    # None: Inspect's own limit (SandboxEnvironmentLimits.MAX_READ_FILE_SIZE, 100 MiB, read at each call)
+    max_read_bytes: int | None = None
 
 
 class CommandTimeout(TimeoutError):
@@ -177,7 +178,7 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
     async def read_file(self, file: str, text: bool = True) -> Union[str, bytes]:
         if not isinstance(file, str):
             raise TypeError("read_file: file must be a str")
-        limit = min(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE, self.config.max_read_bytes)
+        limit = min(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE, self.config.max_read_bytes or MAX_READ_BYTES, MAX_READ_BYTES)
         try:
             answer = await self._run({"op": "read", "path": file, "limit": limit}, 60)
             data = await self.program.fetch(answer.get("data"), limit)

@@ -1,10 +1,11 @@
 """Host side of the plug-ins' box program (box_script.py): one request, through the public API
-only (`shell`, `read_file`, `write_file` of an AsyncSandbox), so every exec, read and write of a
+only (`shell`, `read_bytes`, `write_bytes` of an AsyncSandbox), so every exec, read and write of a
 harness meets the call pipeline, the policy ladder and the transcript.
 
 Everything that comes back is the box's: the answer line is bounded by the shell tool (48 KiB),
 parsed with a depth bound, checked field by field; staged payloads are read one bounded line at a
-time, strictly base64, and never past the size the host allows."""
+time, strictly base64, and never past the size the host allows; a raw one (the bytes API's) is
+read in bounded pieces, at most the size the host allows."""
 from __future__ import annotations
 
 import base64
@@ -24,7 +25,6 @@ from .box_script import SCRIPT
 STAGE = ".oa-plugin"
 MAX_COMMAND_TIMEOUT_S = 235  # the shell tool's hard limit is 240 s; the box program gets 5 s to answer
 INLINE_BYTES = 24 * 1024  # payloads up to this go in the command line and the answer (base64: 32 KiB)
-CHUNK_CHARS = 6 * 1024 * 1024  # base64 characters per staged write_file (the tool takes 8 MiB)
 _MARK = "OA-PLUGIN-RESULT "
 
 
@@ -66,21 +66,17 @@ class BoxProgram:
         self.box = box
 
     async def stage(self, data: bytes) -> dict[str, Any]:
-        """A payload for the box program: inline when small, else base64 files written with write_file."""
-        text = base64.b64encode(data).decode("ascii")
+        """A payload for the box program: inline when small, else a file written with write_bytes."""
         if len(data) <= INLINE_BYTES:
-            return {"inline": text}
-        names = []
-        for start in range(0, len(text), CHUNK_CHARS):
-            name = f"in-{uuid.uuid4().hex}"
-            await self.box.write_file(f"{STAGE}/{name}", text[start:start + CHUNK_CHARS])
-            names.append(name)
-        return {"staged": names}
+            return {"inline": base64.b64encode(data).decode("ascii")}
+        name = f"in-{uuid.uuid4().hex}"
+        await self.box.write_bytes(f"{STAGE}/{name}", data)
+        return {"raw": [name]}
 
     async def run(self, request: dict[str, Any], timeout_s: int = 30) -> dict[str, Any]:
         """Send one request; the answer as a dict (ok), or BoxFailure. A refusal or a tool failure is
         the API's ToolError; a shell timeout is TimeoutError."""
-        request = {**request, "id": uuid.uuid4().hex[:16], "inline": INLINE_BYTES}
+        request = {**request, "id": uuid.uuid4().hex[:16], "inline": INLINE_BYTES, "raw": True}
         encoded = base64.b64encode(json.dumps(request).encode()).decode("ascii")
         if len(encoded) > 40 * 1024:  # the shell tool takes a 64 KiB command: the request itself is staged
             name = f"req-{uuid.uuid4().hex}"
@@ -115,6 +111,8 @@ class BoxProgram:
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload is malformed")
         if "inline" in spec:
             return _decode(spec["inline"], limit)
+        if "raw" in spec:
+            return await self._fetch_raw(spec, limit)
         name, lines, size = spec.get("staged"), spec.get("lines"), spec.get("size")
         if not isinstance(name, str) or not isinstance(lines, int) or not isinstance(size, int) or "/" in name or name.startswith("."):
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload is malformed")
@@ -128,6 +126,26 @@ class BoxProgram:
         finally:
             await self.box.shell(f"rm -f -- {shlex.quote(STAGE + '/' + name)}", timeout=10)
         data = _decode("".join(parts), limit)
+        if len(data) != size:
+            raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload does not match its size")
+        return data
+
+
+    async def _fetch_raw(self, spec: dict[str, Any], limit: int) -> bytes:
+        name, size = spec.get("raw"), spec.get("size")
+        if not isinstance(name, str) or not isinstance(size, int) or "/" in name or name.startswith(".") or not name:
+            raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload is malformed")
+        try:
+            if size > limit:
+                raise BoxFailure("limit", f"{size} bytes", size)
+            try:
+                data = await self.box.read_bytes(f"{STAGE}/{name}", limit=limit)
+            except ToolError as err:
+                if err.type is ErrorType.FILE_TOO_LARGE:
+                    raise BoxFailure("limit", err.message, limit + 1) from None
+                raise
+        finally:
+            await self.box.shell(f"rm -f -- {shlex.quote(STAGE + '/' + name)}", timeout=10)
         if len(data) != size:
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload does not match its size")
         return data

@@ -29,8 +29,11 @@ from ..tools.catalog import (
     LAND_ACTION,
     LAND_KIND,
     LAND_TOOL,
+    PROCESS_TOOLS,
+    READ_BYTES_TOOL,
     ROLLBACK_ACTION,
     ROLLBACK_TOOL,
+    WRITE_BYTES_TOOL,
 )
 from ..tools.mcp import names as mcp_names
 from .hook_spec import HookSpec, means_every
@@ -93,11 +96,11 @@ DEFAULT_BY_KIND = {
 
 
 def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL})  # the built-in tools' names and the host-side ones' are what a rule can match
+    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL, READ_BYTES_TOOL, WRITE_BYTES_TOOL, *PROCESS_TOOLS})  # the built-in tools' names and the host-side ones' are what a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION})
+    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION, READ_BYTES_TOOL, WRITE_BYTES_TOOL, *PROCESS_TOOLS})
 
 
 def rule_value(key: str, value: str | None) -> str | None:

@@ -4,8 +4,8 @@ runs it with the system's python3 (`python3 -m orchestrator.sandbox.debootstrap`
 venv, so the two slow steps of a fresh machine's set-up run side by side; image.py uses the same
 function with the Docker SDK.
 
-What goes into the base is here, in one place (SUITE, PACKAGES); what goes into the image on top of it
-is Dockerfile.sandbox's."""
+What goes into the base is packages.py's list; what goes into the image on top of it is
+Dockerfile.sandbox's."""
 from __future__ import annotations
 
 import os
@@ -19,10 +19,11 @@ from typing import IO, Callable
 
 from ..errors import ErrorType, OpenAgentsError
 from ..programs import system
+from .packages import BASE_PACKAGES, packages_hash
 
 SUITE = "bookworm"
-BASE_TAG = f"oa-sandbox-base:{SUITE}"
-PACKAGES = ("python3",)  # debootstrap --include: what the minimal base needs for the image's build to run
+BASE_TAG = f"oa-sandbox-base:{SUITE}-{packages_hash()}"  # a base of another package list is another tag
+PACKAGES = BASE_PACKAGES  # debootstrap --include (packages.py: what an agent works with in the box)
 
 Progress = Callable[[str], None]
 Importer = Callable[[IO[bytes], str], None]  # (the root file system as a tar stream, the tag) -> imported
@@ -53,7 +54,7 @@ def build_base(importer: Importer, progress: Progress, tag: str = BASE_TAG) -> s
     include = ",".join(PACKAGES)
     with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
-        progress(f"debootstrap --variant=minbase --include={include} {SUITE} from {mirror} (about 1-2 minutes)")
+        progress(f"debootstrap --variant=minbase --include={include} {SUITE} from {mirror} (a few minutes)")
         started = time.monotonic()
         proc = subprocess.Popen(
             [debootstrap, "--variant=minbase", f"--include={include}", SUITE, str(rootfs), mirror],

@@ -42,6 +42,12 @@ STDERR_KEEP = 8192
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
 
 
+def _lacks_python(message: str) -> bool:
+    """The runtime's words for an entrypoint it cannot find (runc: `exec: "python3": executable file not
+    found in $PATH`; runsc: `error finding executable "python3" in PATH`)."""
+    return '"python3"' in message and ("executable file not found" in message or "error finding executable" in message)
+
+
 def docker_options(config: SandboxConfig) -> DockerBackendConfig:
     """The Docker part of `config`; a config for another backend is refused, typed (backend.py
     hands each backend only its own, so this fails only for a caller that skipped it)."""
@@ -353,6 +359,9 @@ class DockerDeployment:
                             raise lost from None
                         raise
         except DOCKER_ERRORS as err:
+            if _lacks_python(str(err)):  # any image with python3 works; one without it can never start the agent
+                raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {image} has no python3 on its PATH (/usr/local/bin, /usr/bin, "
+                                      "/bin), which the box's agent needs: use an image with python3 (build on ours: FROM it)") from None
             tried = f" (tried {tries} times)" if tries > 1 else ""
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox{tried}: {err}") from None
         raise AssertionError("unreachable: Retrying returns or raises")  # pragma: no cover

@@ -20,6 +20,7 @@ from ..config import DEFAULT_IMAGE, LABEL
 from ..config import EGRESS_PROXY_IMAGE as PROXY_IMAGE
 from ..errors import ErrorType, OpenAgentsError
 from .debootstrap import BASE_TAG, SUITE, build_base
+from .packages import BASE_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile.sandbox"
@@ -40,7 +41,7 @@ def _agent_files() -> list[Path]:
 
 def agent_hash() -> str:
     """Content hash of what goes into the image: a changed agent means a stale image."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(("packages\0" + "\n".join(BASE_PACKAGES) + "\0").encode())
     for path in _agent_files():
         digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]

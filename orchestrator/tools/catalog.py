@@ -92,3 +92,12 @@ ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
 # MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
 # writes only the sandbox's own state (no box, no workspace), named in a rule as `tool = "fork"`.
 FORK_TOOL, FORK_KIND, FORK_ACTION = "fork", "read", "fork"
+
+# The Python API's bytes in and out of the box (Sandbox.read_bytes / write_bytes, upload, download):
+# host tools of the program's own, named in a rule as `tool = "read_bytes"` (a read) or
+# `tool = "write_bytes"` (an edit: or any rule on `kind = "edit"`).
+READ_BYTES_TOOL, WRITE_BYTES_TOOL = "read_bytes", "write_bytes"
+
+# The Python API's background processes (Sandbox.start, its Process): host tools of the program's
+# own, named in a rule by these names (process_start is an execute, with its command for prefixes).
+PROCESS_TOOLS = ("process_start", "process_read", "process_write", "process_wait", "process_kill", "process_list")
