@@ -21,16 +21,17 @@ from __future__ import annotations
 import builtins
 import os
 import stat
+import threading
 import time
 from pathlib import Path
-
-import pygit2
 
 from ...boxfs import BoxDir, HostBudget, Walk, open_dir, show
 from ...errors import ErrorType, OpenAgentsError
 from ..integrity import is_git_name, special_kind, special_name
 from .dirs import _Dir, _entry_changed, _key, _meta, _same_entries, _ts, _under
-from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, SMALL_LOOSE, _ObjectStore
+from .index import _Index
+from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, _ObjectStore
+from .packwrite import OBJ_TREE, tree_data
 from .watcher import IN_IGNORED, IN_ISDIR, IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW, _Watcher
 
 RACY_NS = 50_000_000  # a stat taken this close to a change may not show the next one (coarse clock)
@@ -55,6 +56,8 @@ class _Snapshots(_ObjectStore):
     _watcher: _Watcher | None
     _scan_started_ns: int
     _hinted: bool
+    _index: _Index
+    _cancel: threading.Event
 
     def _forget(self) -> None:
         if self._watcher is not None:
@@ -85,6 +88,8 @@ class _Snapshots(_ObjectStore):
             self._watcher.drain()  # everything is walked anyway
         seen_wds = self._wds
         self._wds, self._linked = {}, set()
+        if old is None:  # a workspace this process never walked: every object is new, into one pack
+            self._direct_begin(fresh=not any(c.ok for c in self._index.checkpoints))
         fd = open_dir(self.workspace)
         try:
             st = os.fstat(fd)
@@ -93,6 +98,7 @@ class _Snapshots(_ObjectStore):
             self._fill(root, fd)
         finally:
             os.close(fd)
+        self._direct_end()
         for wd in set(seen_wds) - set(self._wds):
             self._watcher.remove(wd)
         self._root = root
@@ -111,6 +117,8 @@ class _Snapshots(_ObjectStore):
         by_rel: dict[bytes, _Dir] = {b"": top}
         walk = Walk(fd, self._budget, enter=lambda entry: entry.rel in by_rel)
         for entry in walk.entries():
+            if self._cancel.is_set():
+                raise OpenAgentsError(ErrorType.CANCELLED, "cancelled: the session ended before this checkpoint was complete")
             parent = by_rel.get(entry.rel.rpartition(b"/")[0])
             if parent is None:
                 continue
@@ -237,12 +245,7 @@ class _Snapshots(_ObjectStore):
                 if self._hinted and (d, name) not in self._linked:
                     raise _NeedFull  # a new hard link: an event through the other name would not name this one
                 self._linked.add((d, name))
-        oid = pygit2.hash(data)
-        if oid not in self.repo:
-            self._charge_object(len(data))
-            self.repo.create_blob(data)
-            if len(data) >= SMALL_LOOSE:
-                self._big_blobs.add(oid)
+        oid = self._put_blob(data)
         racy = key[4] >= self._scan_started_ns - RACY_NS or key[3] >= self._scan_started_ns - RACY_NS
         d.files[name] = (None if racy else key, entry_mode, oid, _meta(st))
         return None
@@ -260,6 +263,13 @@ class _Snapshots(_ObjectStore):
     def _write_tree(self, d: _Dir, names: set[str] | None = None) -> None:
         """d's tree: from scratch, or (`names`) its previous tree with only those entries redone,
         since every insert costs libgit2 an object lookup. Names in to_store form."""
+        if self._packer is not None and names is None:  # a first record's tree: written by us into its pack
+            entries = [(_ts(n), f[1], f[2]) for n, f in d.files.items()]
+            for n, sub in d.dirs.items():
+                assert sub.tree is not None  # deepest first
+                entries.append((_ts(n), MODE_TREE, sub.tree))
+            d.tree = self._put_packed(OBJ_TREE, tree_data(entries))
+            return
         if names is None or d.tree is None:
             tb = self.repo.TreeBuilder()
             names = set(d.files) | set(d.dirs)
