@@ -57,7 +57,8 @@ class _Snapshots(_ObjectStore):
     _scan_started_ns: int
     _hinted: bool
     _index: _Index
-    _cancel: threading.Event
+    _cancel: threading.Event  # set: the background record (on the thread `_first`) stops
+    _first: threading.Thread | None
 
     def _forget(self) -> None:
         if self._watcher is not None:
@@ -117,7 +118,7 @@ class _Snapshots(_ObjectStore):
         by_rel: dict[bytes, _Dir] = {b"": top}
         walk = Walk(fd, self._budget, enter=lambda entry: entry.rel in by_rel)
         for entry in walk.entries():
-            if self._cancel.is_set():
+            if self._cancel.is_set() and threading.current_thread() is self._first:
                 raise OpenAgentsError(ErrorType.CANCELLED, "cancelled: the session ended before this checkpoint was complete")
             parent = by_rel.get(entry.rel.rpartition(b"/")[0])
             if parent is None:
