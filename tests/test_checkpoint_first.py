@@ -13,19 +13,23 @@ import pygit2
 
 from orchestrator import Sandbox
 from orchestrator.workspace.checkpoints import CheckpointStore, unknown_changes
+from orchestrator.workspace.checkpoints.ignore import IGNORED
 from orchestrator.workspace.checkpoints.packwrite import OBJ_TREE, PackWriter, tree_data
 from tests.conftest import chown_tree, make_workspace
 
 BIG_DIRS, BIG_FILES = 200, 200  # 40,000 small files
 
 
-def big_tree(root: Path) -> Path:
+def big_tree(root: Path, extra: dict[str, str]) -> Path:
     root.mkdir(parents=True)
     for d in range(BIG_DIRS):
         sub = root / f"d{d:03}"
         sub.mkdir()
         for f in range(BIG_FILES):
             (sub / f"f{f:03}.txt").write_bytes(b"file %d of directory %d\n" % (f, d))
+    for rel, text in extra.items():
+        (root / rel).parent.mkdir(exist_ok=True)
+        (root / rel).write_text(text)
     chown_tree(root)
     return root
 
@@ -91,7 +95,8 @@ def test_a_cancelled_background_record_is_recorded_as_failed_and_list_waits(tmp_
 
 
 def test_a_changing_call_right_after_open_waits_for_turn_0_on_a_40k_file_tree(tmp_path: Path, sandbox_image):
-    ws = big_tree(tmp_path / "ws")
+    ws = big_tree(tmp_path / "ws", {".gitignore": "# build outputs\n/build/\n*.log\n!keep.log\n", "build/out.o": "object\n",
+                                     "d002/trace.log": "trace\n", "d002/keep.log": "kept\n"})
     with Sandbox(ws, mode="bind", auto_approve=True) as box:
         assert box.read_file("d000/f000.txt").text == "file 0 of directory 0\n"
         ran = box.shell("date +%s.%N; rm -r d000 && echo changed > d001/f000.txt && echo new > new.txt")
@@ -99,12 +104,17 @@ def test_a_changing_call_right_after_open_waits_for_turn_0_on_a_40k_file_tree(tm
         points = box.checkpoints()
         assert points[0].turn == 0 and points[0].ok
         assert points[0].created <= started + 0.01  # turn 0 was complete before the shell call ran (created: rounded to ms)
+        assert {(s.path, s.reason) for s in points[0].skipped} == {("build", IGNORED), ("d002/trace.log", IGNORED)}
+        box.shell("echo rebuilt > build/out.o; echo again > d002/trace.log; echo changed > d002/keep.log")
         report = box.rollback(0)
         assert report.conflicts == []
+        assert {(s.path, s.reason) for s in report.skipped} == {("build", IGNORED), ("d002/trace.log", IGNORED)}  # said per path
     assert (ws / "d000" / "f199.txt").read_bytes() == b"file 199 of directory 0\n"  # what the first shell call removed, back
     assert (ws / "d001" / "f000.txt").read_bytes() == b"file 0 of directory 1\n"
     assert not (ws / "new.txt").exists()
-    assert sum(len(names) for _, _, names in os.walk(ws)) == BIG_DIRS * BIG_FILES
+    assert (ws / "d002" / "keep.log").read_text() == "kept\n"  # re-included by !keep.log: checkpointed, restored
+    assert (ws / "build" / "out.o").read_text() == "rebuilt\n" and (ws / "d002" / "trace.log").read_text() == "again\n"  # left as they are
+    assert sum(len(names) for _, _, names in os.walk(ws)) == BIG_DIRS * BIG_FILES + 4
 
 
 def test_a_failed_first_record_is_recorded_and_the_session_goes_on(tmp_path: Path, sandbox_image, monkeypatch):

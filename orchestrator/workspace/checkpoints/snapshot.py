@@ -29,11 +29,13 @@ from ...boxfs import BoxDir, HostBudget, Walk, open_dir, show
 from ...errors import ErrorType, OpenAgentsError
 from ..integrity import is_git_name, special_kind, special_name
 from .dirs import _Dir, _entry_changed, _key, _meta, _same_entries, _ts, _under
+from .ignore import IGNORE_FILE, IGNORED, MAX_DEPTH_RULES, ignored, read_rules
 from .index import _Index
 from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, _ObjectStore
 from .packwrite import OBJ_TREE, tree_data
 from .watcher import IN_IGNORED, IN_ISDIR, IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW, _Watcher
 
+IGNORE_NAME = IGNORE_FILE.decode()
 RACY_NS = 50_000_000  # a stat taken this close to a change may not show the next one (coarse clock)
 NOT_READABLE = "not readable by the sandbox user (never stored)"
 
@@ -95,6 +97,7 @@ class _Snapshots(_ObjectStore):
         try:
             st = os.fstat(fd)
             root = _Dir("", st.st_ino, None, _meta(st), old=old)
+            root.ignore = tuple(read_rules(fd, ""))
             self._watch(root, fd)
             self._fill(root, fd)
         finally:
@@ -173,6 +176,10 @@ class _Snapshots(_ObjectStore):
         raw = os.fsencode(name)
         rel = d.child_rel(name)
         mode = st.st_mode
+        if d.ignore and ignored(d.ignore, rel, stat.S_ISDIR(mode)):
+            d.skipped[name] = (None, IGNORED)  # listed, never silently left out; an ignored directory is not walked
+            self._drop(prev_dir)
+            return None
         if stat.S_ISDIR(mode):
             if not self._box_reads(st, True):
                 d.skipped[name] = (None, NOT_READABLE)
@@ -199,6 +206,7 @@ class _Snapshots(_ObjectStore):
                 d.skipped[name] = (None, "it changed while being walked")
                 return None
             sub = _Dir(rel, st.st_ino, d, _meta(st), old=reuse if reuse is not None and reuse.ino == st.st_ino else None)
+            sub.ignore = (d.ignore + tuple(read_rules(sub_fd, rel)))[-MAX_DEPTH_RULES:]
             self._watch(sub, sub_fd)
             d.dirs[name] = sub
             return sub, sub_fd
@@ -305,6 +313,8 @@ class _Snapshots(_ObjectStore):
             if mask & IN_IGNORED:
                 del self._wds[wd]
                 continue
+            if name == IGNORE_NAME:
+                raise _NeedFull  # what is ignored below may have changed
             if name:
                 touched.setdefault(d, set()).add(name)
         if self._watcher.broken:
