@@ -126,6 +126,44 @@ def bench_real_repos(root: Path, sizes: list[int], modes: list[str], runtime: st
         shutil.rmtree(state, ignore_errors=True)
 
 
+def section(root: Path, runtime: str, quick: bool) -> dict:
+    """bench/run.py's section 'real repos' under one runtime: the figures flat, keyed repos_*."""
+    r = bench_real_repos(root / "repos", [10_000, 40_000], ["bind", "copy"], runtime, 1 if quick else 3)
+    shutil.rmtree(root / "repos", ignore_errors=True)
+    out: dict = {"repos_load": r["load"][0], "repos_load_after": r["load_after"][0]}
+    for mode, rows in r["modes"].items():
+        for label, row in rows.items():
+            for key, value in row.items():
+                out[f"repos_{mode}_{label}_{key}"] = value
+    for label, ms in r["one_file_turn_checkpoint_ms"].items():
+        out[f"repos_one_file_turn_{label}_ms"] = ms
+    return out
+
+
+def section_rows(r: dict) -> list[tuple[str, str, str, str]]:
+    """bench/run.py's table rows for the section (name, ours, baseline, verdict)."""
+    rows: list[tuple[str, str, str, str]] = []
+    for mode in ("bind", "copy"):
+        base = r.get(f"repos_{mode}_10_files_first_answer_s")
+        if base is None:
+            continue
+        for n in ("10000", "40000"):
+            key = f"repos_{mode}_{n}_files_"
+            if key + "first_answer_s" not in r:
+                continue
+            verdict = f"{r[key + 'first_answer_ratio']:.2f}x of 10 files (target <= 3)"
+            if key + "cp_a_s" in r:
+                verdict = f"beyond the copy {r[key + 'beyond_copy_ratio']:.2f}x of 10 files, cp -a {r[key + 'cp_a_s']:.1f} s (target <= 3)"
+            rows.append((f"{mode}: first answer, {n} files", f"{r[key + 'first_answer_s']:.2f} s (turn 0 at {r[key + 'turn0_s']:.1f} s)",
+                         f"10 files: {base:.2f} s", verdict))
+    for n in ("10000", "40000"):
+        if f"repos_one_file_turn_{n}_files_ms" in r:
+            rows.append((f"checkpoint after a one-file turn, {n} files", f"{r[f'repos_one_file_turn_{n}_files_ms']:.1f} ms", "", "target < 50 ms"))
+    if rows:
+        rows.append(("load average (real repos: start, end)", f"{r['repos_load']:.2f}, {r['repos_load_after']:.2f}", "", ""))
+    return rows
+
+
 def repo_rows(r: dict) -> list[str]:
     lines = [f"load {r['load'][0]:.2f} -> {r['load_after'][0]:.2f}"]
     for mode, rows in r["modes"].items():
