@@ -81,7 +81,8 @@ class PackWriter:
         return oid
 
     def finish(self) -> Path | None:
-        """The pack's count and checksum, then its index; both renamed into place, the index last."""
+        """The pack's count and checksum, then its index; both renamed into place, the index last.
+        None: nothing was added, or the very same pack is there already."""
         self._fh.flush()
         if not self._entries:
             self.abort()
@@ -100,7 +101,10 @@ class PackWriter:
             fh.flush()
             os.fsync(fh.fileno())
         base = self.pack_dir / f"pack-{pack_sum.hex()}"
-        idx_tmp = self._tmp.with_name(self._tmp.name + ".idx")
+        if base.with_suffix(".idx").exists():  # the same objects in the same order: already there, and not ours to drop
+            self.abort()
+            return None
+        idx_tmp = self._tmp.with_name(self._tmp.name + "_idx")
         with open(idx_tmp, "wb") as fh:
             fh.write(self._index(pack_sum))
             fh.flush()
@@ -137,7 +141,7 @@ class PackWriter:
             self._fh.close()
         except OSError:
             pass
-        for path in (self._tmp, self._tmp.with_name(self._tmp.name + ".idx")):
+        for path in (self._tmp, self._tmp.with_name(self._tmp.name + "_idx")):
             try:
                 os.unlink(path)
             except FileNotFoundError:
