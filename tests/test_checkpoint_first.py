@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from orchestrator import Sandbox
 from orchestrator.workspace.checkpoints import CheckpointStore, unknown_changes
@@ -94,6 +95,7 @@ def test_a_cancelled_background_record_is_recorded_as_failed_and_list_waits(tmp_
     store.close()
 
 
+@pytest.mark.slow
 def test_a_changing_call_right_after_open_waits_for_turn_0_on_a_40k_file_tree(tmp_path: Path, sandbox_image):
     ws = big_tree(tmp_path / "ws", {".gitignore": "# build outputs\n/build/\n*.log\n!keep.log\n", "build/out.o": "object\n",
                                      "d002/trace.log": "trace\n", "d002/keep.log": "kept\n"})
