@@ -141,7 +141,7 @@ def bench_real_repos(root: Path, sizes: list[int], modes: list[str], runtime: st
         shutil.rmtree(state, ignore_errors=True)
 
 
-def section(root: Path, runtime: str, quick: bool) -> dict:
+def section(root: Path, runtime: str | None, quick: bool) -> dict:
     """bench/run.py's section 'real repos' under one runtime: the figures flat, keyed repos_*."""
     r = bench_real_repos(root / "repos", [10_000, 40_000], ["bind", "copy"], runtime, 1 if quick else 3)
     shutil.rmtree(root / "repos", ignore_errors=True)

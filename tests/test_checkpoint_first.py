@@ -56,7 +56,8 @@ def test_written_trees_are_git_trees_and_the_pack_is_sound(tmp_path: Path):
     big = packer.add(3, data)
     assert packer.finish() is not None
     repo = pygit2.Repository(str(tmp_path / "r.git"))
-    assert repo[pygit2.Oid(raw=big)].data == data
+    stored = repo[pygit2.Oid(raw=big)]
+    assert isinstance(stored, pygit2.Blob) and stored.data == data
     fsck = subprocess.run(["git", "--git-dir", str(tmp_path / "r.git"), "fsck", "--strict", "--no-dangling"], capture_output=True, text=True)
     assert fsck.returncode == 0, fsck.stderr
 
