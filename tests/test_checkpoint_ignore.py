@@ -61,3 +61,14 @@ def test_ignored_entries_are_listed_and_a_bad_ignore_file_ignores_nothing(tmp_pa
         assert (ws / "src" / "m.o").read_text() == "changed\n"  # ignored at turn 0: left as it is, and said so
         assert {s.path for s in report.skipped} == set(skipped)
         assert (ws / "big" / "kept.txt").exists() and (ws / "node_modules" / "x" / "index.js").exists()
+
+
+def test_an_ignore_file_that_is_a_fifo_is_never_opened(tmp_path: Path):
+    ws = make_workspace(tmp_path / "ws", {"a.log": "a\n", "sub/b.log": "b\n"})
+    os.mkfifo(ws / ".gitignore")  # an open would block the host until a writer came
+    os.mkfifo(ws / "sub" / ".gitignore")
+    with CheckpointStore(tmp_path / "store", ws) as store:
+        first = store.record(0)
+        assert first is not None and first.ok
+        assert {s.path for s in first.skipped} == {".gitignore", "sub/.gitignore"}  # FIFOs, listed as ever; they ignore nothing
+        assert all("fifo" in s.reason.lower() for s in first.skipped)
