@@ -237,9 +237,10 @@ class CheckpointStore(_Snapshots):
 
     def _record(self, turn: int) -> Checkpoint | None:
         root, hinted_changes = self._snapshot()
-        skipped = sorted((Skipped(path=to_store(d.child_rel(n)), reason=r) for d in root.all_dirs() for n, (_, r) in d.skipped.items()),
+        dirs = builtins.list(root.all_dirs())  # once a record: a 40k-file tree has thousands
+        skipped = sorted((Skipped(path=to_store(d.child_rel(n)), reason=r) for d in dirs if d.skipped for n, (_, r) in d.skipped.items()),
                          key=lambda s: s.path)
-        meta = self._write_meta(root)
+        meta = self._write_meta(root, dirs)
         head_cp = next((c for c in self._index.checkpoints if c.ok and c.commit == self._index.head), None) if self._index.head else None
         head = _object(self.repo, pygit2.Oid(hex=self._index.head), pygit2.Commit) if self._index.head else None
         last = self._index.checkpoints[-1] if self._index.checkpoints else None
@@ -274,12 +275,12 @@ class CheckpointStore(_Snapshots):
         self._index.used_bytes = self._measure()
         return cp
 
-    def _write_meta(self, root: _Dir) -> str:
+    def _write_meta(self, root: _Dir, dirs: builtins.list[_Dir]) -> str:
         """The blob of every entry whose mode or owner is not the default (0644 files, 0755
         executables and directories, the sandbox user): JSON keyed by to_store paths."""
         owner = self.box_user
         odd: dict[str, list[int]] = {}
-        for d in root.all_dirs():
+        for d in dirs:
             if d.odd is None:
                 d.odd = {}
                 if d is not root and (d.meta[0] != 0o755 or d.meta[1:] != owner):
