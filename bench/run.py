@@ -34,6 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.curve import concurrency_curve, curve_rows  # noqa: E402
 from bench.host import make_workspace  # noqa: E402
 from bench.real_cli import bench_real_cli, cli_rows  # noqa: E402
+from bench.real_repos import section as bench_real_repos  # noqa: E402
+from bench.real_repos import section_rows as repos_rows  # noqa: E402
 from bench.real_search import bench_real_search, real_rows  # noqa: E402
 from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.host_memory import tune_allocator  # noqa: E402
@@ -288,7 +290,7 @@ def bench_workspace(root: Path, files: int, size: int, copies: int, checkpoints:
     }
 
 
-SECTIONS = ("tool calls", "agent builds", "cold start", "concurrency", "scaling", "real search", "real cli", "workspace")
+SECTIONS = ("tool calls", "agent builds", "cold start", "concurrency", "scaling", "real search", "real cli", "real repos", "workspace")
 BOX_SECTIONS = SECTIONS[:-1]
 
 
@@ -328,6 +330,7 @@ def main() -> int:
                     ("scaling", partial(bench_scaling, client, root, [1000, 10000] if quick else [1000, 10000, 100000], config)),
                     ("real search", partial(bench_real_search, client, root, config, 3 if quick else 5, 10_000, args.baseline_image)),
                     ("real cli", partial(bench_real_cli, root, config.backend.runtime or runtime, image, 3 if quick else 7)),
+                    ("real repos", partial(bench_real_repos, root, config.backend.runtime, quick)),
                 ]
                 results["runtimes"][runtime] = _run_steps(steps, wanted, runtime)
         if "workspace" in wanted:
@@ -530,6 +533,7 @@ def print_table(r: dict) -> None:
         ]
     rows += real_rows(r)
     rows += cli_rows(r)
+    rows += repos_rows(r)
     for key in sorted(k for k in r if k.startswith("grep_")):
         size = key.split("_")[1]
         rows.append((f"{size} files: grep / list", f"{r[key]:.0f} / {r[f'list_{size}_files_ms']:.0f} ms", "", ""))

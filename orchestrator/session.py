@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -205,7 +206,12 @@ class OpenSession:
 
     def close(self) -> list[str]:
         """Removes the sandbox, which sweeps the workspace; records what changed; returns what the
-        sweeps found, one line each, for the end of the run (the transcript has them as events)."""
+        sweeps found, one line each, for the end of the run (the transcript has them as events).
+        A first checkpoint still being recorded is cancelled (no call that could change files ran:
+        each waits for it) and recorded as failed, so the session never claims to know its changes."""
+        if self.checkpoints is not None and self.checkpoints.recording:
+            self.checkpoints.cancel()
+            self.checkpoints.wait()
         if not self._ended and getattr(self, "pipeline", None) is not None:  # SessionEnd: once, also after Ctrl-C or a fatal error
             self._ended = True
             try:
@@ -320,14 +326,16 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         if hasattr(sandbox, "host_budget"):
             sandbox.host_budget = host_budget
         opened = OpenSession(sandbox, transcript, record, checkpoints, lock)
-        if rebuilt is None:
-            opened.checkpoint(0, [])  # the start, before the box has run anything
-        else:
-            _resume_checkpoint(opened, rebuilt.previous_turns)
+        # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
+        # calls run: any call that may change files waits for it (registry.before_change, below).
+        checkpoints.in_background(lambda: _first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None))
         if not sandbox.started:
             sandbox.start()
         registry = ToolRegistry(sandbox, box_ws, options.registry, repo, host_tools)
     except BaseException as err:
+        if checkpoints is not None:  # the first record ends before its transcript and state go
+            checkpoints.cancel()
+            checkpoints.wait()
         if sandbox is not None:
             sandbox.close()
         transcript.close()
@@ -342,6 +350,8 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
 
     gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
     opened.pipeline = CallPipeline(registry, gate, transcript)
+    assert checkpoints is not None
+    registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
     credentials = [*(with_policy_egress(config, egress).egress or EgressConfig()).credentials,
                    *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or [])]
     opened.pipeline.hooks = hook_wiring.make(hook_specs, workspace, transcript, record.id, key_var, box_ws, record,
@@ -468,6 +478,18 @@ def _failed(record: SessionRecord, err: BaseException, lock: ResumeLock | None) 
             records_.discard_state(record)
         except OSError:  # the record still says failed; `sessions prune` removes a failed session's state
             pass
+
+
+def _first_checkpoint(opened: OpenSession, previous_turns: int | None) -> None:
+    """The session's first record, on the store's background thread: turn 0 of a new session, or
+    the state a resumed one finds. Its failure is recorded (checkpoint()), never raised."""
+    try:
+        if previous_turns is None:
+            opened.checkpoint(0, [])  # the start, before the box changed anything
+        else:
+            _resume_checkpoint(opened, previous_turns)
+    except Exception:  # noqa: BLE001 - the transcript was closed under it: the store's index has the record
+        pass
 
 
 def _resume_checkpoint(opened: OpenSession, previous_turns: int) -> None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
-from ..protocol import ToolResult
+from ..protocol import Executor, ToolResult
 from . import catalog, declarations, host_git, network
 from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
 
@@ -149,6 +149,9 @@ class ToolRegistry:
         self.config = config or RegistryConfig()
         self.repo = repo if self.config.git else None
         self.host_tools = host_tools
+        # Before any call that is not read-only runs: the session's wait for its first checkpoint
+        # (session.py); False: the wait was cut short (cancelled), and the call does not run.
+        self.before_change: Callable[[], bool] | None = None
         unknown = {n for n in self.config.disabled - SPECS.keys() if not n.startswith("mcp__")}
         if unknown:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}")
@@ -201,7 +204,12 @@ class ToolRegistry:
         self.sandbox.kill_processes()
 
     def invoke(self, prepared: PreparedCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
-        """`on_output(text)`: a shell call's output while it runs, for a live view."""
+        """`on_output(text)`: a shell call's output while it runs, for a live view. A call that may
+        change files (any not read-only), and a fork, first waits for the session's first checkpoint."""
+        waits = not prepared.read_only or prepared.spec.name == catalog.FORK_TOOL  # a fork copies the checkpoint store too
+        if waits and self.before_change is not None and not self.before_change():
+            err = OpenAgentsError(ErrorType.CANCELLED, "cancelled while it waited for the session's first checkpoint (it never ran)")
+            return ToolResult.failure(err, executor=Executor.USER)
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
             return self.host_tools.invoke(prepared)
         return prepared.execute(RunContext(self.sandbox, self.repo, on_output))

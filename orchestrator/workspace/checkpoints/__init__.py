@@ -20,7 +20,14 @@ link followed, bounded by a `HostBudget`):
 - the store's real growth on disk (blobs, trees, commits, each loose object's blocks) is bounded:
   objects written are charged as they are written, loose objects are packed after each record and
   the store's allocated bytes are measured; past `budget_bytes` the checkpoint is skipped, typed
-  (state "skipped", resource_exhausted), never silently;
+  (state "skipped", resource_exhausted), never silently; a first record (a workspace this process
+  never walked: turn 0, a resumed session's) writes its objects straight into one pack instead
+  (packwrite.py: no loose file, no read-back, no delta search);
+- what a `.gitignore` in the workspace names is not checkpointed and is listed as skipped (an
+  ignored directory as one entry, not walked); restore leaves it as it is and says so (ignore.py);
+- the session records turn 0 on a background thread (in_background) while its box starts: record,
+  restore and list wait for it, and the session makes every call that may change files wait too;
+  close cancels it (recorded as failed: the changes are then unknown, never "none");
 - a checkpoint that fails (any error) is kept in the index as state "failed" with its error type:
   what changed since the last good checkpoint is then unknown, and summary, `sessions` and
   `checkpoints` say so instead of "no files changed"; the next record walks everything;
@@ -33,7 +40,9 @@ strictly increasing (a turn number not after the last is moved past it).
 
 One module a job, each importing only those before it:
 - `index`: the records kept in checkpoints.json (`Checkpoint`, `RestoreReport`, `store_unknown`);
+- `packwrite`: a pack and its index written with the standard library;
 - `objects`: the object store on disk, its budget and packing;
+- `ignore`: `.gitignore` files, parsed and matched within bounds;
 - `watcher`: inotify, the hints that spare a full walk;
 - `dirs`: the in-memory picture of the last walk;
 - `snapshot`: walking the workspace into trees, whole or from the hints (why, and its known limit);

@@ -12,6 +12,7 @@ from typing import Iterable
 import pygit2
 
 from ...boxfs import to_store
+from .ignore import Rule
 
 _Meta = tuple[int, int, int]  # (permission bits, uid, gid)
 _Key = tuple[int, int, int, int, int]  # (st_mode, st_ino, st_size, st_mtime_ns, st_ctime_ns): the stat cache's key
@@ -44,6 +45,7 @@ class _Dir:
     tree: pygit2.Oid | None = None
     old: "_Dir | None" = None  # during a walk only: the same directory's last picture (the stat cache)
     odd: dict[str, list[int]] | None = None  # this directory's part of the modes blob, until it changes
+    ignore: tuple[Rule, ...] = ()  # the .gitignore rules in force here (its parents' and its own: ignore.py)
 
     def child_rel(self, name: str) -> str:
         return f"{self.rel}/{name}" if self.rel else name

@@ -16,6 +16,8 @@ from typing import Iterable, TypeVar
 import pygit2
 from pygit2.enums import RepositoryOpenFlag
 
+from .packwrite import OBJ_BLOB, PackWriter, object_id
+
 MODE_FILE, MODE_EXEC, MODE_LINK, MODE_TREE = 0o100644, 0o100755, 0o120000, 0o040000
 BLOCK = 4096  # what one loose object costs at least on disk
 OBJECT_OVERHEAD = 64  # header and compression framing of one object, counted generously
@@ -64,6 +66,8 @@ class _ObjectStore:
     _record_packs: set[Path]
     _loose_at_start: set[Path]
     _big_blobs: set[pygit2.Oid]
+    _packer: PackWriter | None  # a first record's objects go straight into this pack (packwrite.py)
+    _packer_fresh: bool  # the store held no object when it began: no lookup before each write
 
     def _open_repo(self) -> pygit2.Repository:
         return pygit2.Repository(str(self.store), RepositoryOpenFlag.NO_SEARCH | RepositoryOpenFlag.BARE)
@@ -78,6 +82,56 @@ class _ObjectStore:
         self._pending += cost
         if self._base + self._pending > self.budget_bytes:
             raise _StoreFull(self.budget_bytes, self._base + self._pending)
+
+    def _direct_begin(self, fresh: bool) -> None:
+        """From now until _direct_end, objects go straight into one new pack."""
+        self._packer, self._packer_fresh = PackWriter(self.store / "objects" / "pack"), fresh
+
+    def _direct_end(self) -> None:
+        packer, self._packer = self._packer, None
+        if packer is None:
+            return
+        try:
+            path = packer.finish()
+        except BaseException:
+            packer.abort()
+            raise
+        if path is not None:
+            self._record_packs.add(path)
+            self.repo = self._open_repo()  # the new pack is seen at once
+
+    def _direct_abort(self) -> None:
+        packer, self._packer = self._packer, None
+        if packer is not None:
+            packer.abort()
+
+    def _put_blob(self, data: bytes) -> pygit2.Oid:
+        """A blob of `data` in the store (written only when it is not there yet): its id."""
+        packer = self._packer
+        if packer is None:
+            oid = pygit2.hash(data)
+            if oid not in self.repo:
+                self._charge_object(len(data))
+                self.repo.create_blob(data)
+                if len(data) >= SMALL_LOOSE:
+                    self._big_blobs.add(oid)
+            return oid
+        return self._put_packed(OBJ_BLOB, data)
+
+    def _put_packed(self, kind: int, data: bytes) -> pygit2.Oid:
+        """`data` as an object of `kind` into this record's pack; charged as what the pack grew by."""
+        packer = self._packer
+        assert packer is not None
+        raw = object_id(kind, data)
+        oid = pygit2.Oid(raw=raw)
+        if raw in packer or (not self._packer_fresh and oid in self.repo):
+            return oid
+        before = packer.written
+        packer.add(kind, data, raw)
+        self._pending += packer.written - before
+        if self._base + self._pending > self.budget_bytes:
+            raise _StoreFull(self.budget_bytes, self._base + self._pending)
+        return oid
 
     def _loose(self) -> builtins.list[tuple[pygit2.Oid, Path, int]]:
         """Every loose object: its id, its file and that file's size."""

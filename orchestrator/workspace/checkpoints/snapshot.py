@@ -21,18 +21,21 @@ from __future__ import annotations
 import builtins
 import os
 import stat
+import threading
 import time
 from pathlib import Path
-
-import pygit2
 
 from ...boxfs import BoxDir, HostBudget, Walk, open_dir, show
 from ...errors import ErrorType, OpenAgentsError
 from ..integrity import is_git_name, special_kind, special_name
 from .dirs import _Dir, _entry_changed, _key, _meta, _same_entries, _ts, _under
-from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, SMALL_LOOSE, _ObjectStore
+from .ignore import IGNORE_FILE, IGNORED, MAX_DEPTH_RULES, ignored, read_rules
+from .index import _Index
+from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE, _ObjectStore
+from .packwrite import OBJ_TREE, tree_data
 from .watcher import IN_IGNORED, IN_ISDIR, IN_MOVE_SELF, IN_MOVED_FROM, IN_MOVED_TO, IN_Q_OVERFLOW, _Watcher
 
+IGNORE_NAME = IGNORE_FILE.decode()
 RACY_NS = 50_000_000  # a stat taken this close to a change may not show the next one (coarse clock)
 NOT_READABLE = "not readable by the sandbox user (never stored)"
 
@@ -55,6 +58,9 @@ class _Snapshots(_ObjectStore):
     _watcher: _Watcher | None
     _scan_started_ns: int
     _hinted: bool
+    _index: _Index
+    _cancel: threading.Event  # set: the background record (on the thread `_first`) stops
+    _first: threading.Thread | None
 
     def _forget(self) -> None:
         if self._watcher is not None:
@@ -85,14 +91,18 @@ class _Snapshots(_ObjectStore):
             self._watcher.drain()  # everything is walked anyway
         seen_wds = self._wds
         self._wds, self._linked = {}, set()
+        if old is None:  # a workspace this process never walked: every object is new, into one pack
+            self._direct_begin(fresh=not any(c.ok for c in self._index.checkpoints))
         fd = open_dir(self.workspace)
         try:
             st = os.fstat(fd)
             root = _Dir("", st.st_ino, None, _meta(st), old=old)
+            root.ignore = tuple(read_rules(fd, ""))
             self._watch(root, fd)
             self._fill(root, fd)
         finally:
             os.close(fd)
+        self._direct_end()
         for wd in set(seen_wds) - set(self._wds):
             self._watcher.remove(wd)
         self._root = root
@@ -111,6 +121,8 @@ class _Snapshots(_ObjectStore):
         by_rel: dict[bytes, _Dir] = {b"": top}
         walk = Walk(fd, self._budget, enter=lambda entry: entry.rel in by_rel)
         for entry in walk.entries():
+            if self._cancel.is_set() and threading.current_thread() is self._first:
+                raise OpenAgentsError(ErrorType.CANCELLED, "cancelled: the session ended before this checkpoint was complete")
             parent = by_rel.get(entry.rel.rpartition(b"/")[0])
             if parent is None:
                 continue
@@ -164,6 +176,10 @@ class _Snapshots(_ObjectStore):
         raw = os.fsencode(name)
         rel = d.child_rel(name)
         mode = st.st_mode
+        if d.ignore and ignored(d.ignore, rel, stat.S_ISDIR(mode)):
+            d.skipped[name] = (None, IGNORED)  # listed, never silently left out; an ignored directory is not walked
+            self._drop(prev_dir)
+            return None
         if stat.S_ISDIR(mode):
             if not self._box_reads(st, True):
                 d.skipped[name] = (None, NOT_READABLE)
@@ -190,6 +206,7 @@ class _Snapshots(_ObjectStore):
                 d.skipped[name] = (None, "it changed while being walked")
                 return None
             sub = _Dir(rel, st.st_ino, d, _meta(st), old=reuse if reuse is not None and reuse.ino == st.st_ino else None)
+            sub.ignore = (d.ignore + tuple(read_rules(sub_fd, rel)))[-MAX_DEPTH_RULES:]
             self._watch(sub, sub_fd)
             d.dirs[name] = sub
             return sub, sub_fd
@@ -237,12 +254,7 @@ class _Snapshots(_ObjectStore):
                 if self._hinted and (d, name) not in self._linked:
                     raise _NeedFull  # a new hard link: an event through the other name would not name this one
                 self._linked.add((d, name))
-        oid = pygit2.hash(data)
-        if oid not in self.repo:
-            self._charge_object(len(data))
-            self.repo.create_blob(data)
-            if len(data) >= SMALL_LOOSE:
-                self._big_blobs.add(oid)
+        oid = self._put_blob(data)
         racy = key[4] >= self._scan_started_ns - RACY_NS or key[3] >= self._scan_started_ns - RACY_NS
         d.files[name] = (None if racy else key, entry_mode, oid, _meta(st))
         return None
@@ -260,6 +272,13 @@ class _Snapshots(_ObjectStore):
     def _write_tree(self, d: _Dir, names: set[str] | None = None) -> None:
         """d's tree: from scratch, or (`names`) its previous tree with only those entries redone,
         since every insert costs libgit2 an object lookup. Names in to_store form."""
+        if self._packer is not None and names is None:  # a first record's tree: written by us into its pack
+            entries = [(_ts(n), f[1], f[2]) for n, f in d.files.items()]
+            for n, sub in d.dirs.items():
+                assert sub.tree is not None  # deepest first
+                entries.append((_ts(n), MODE_TREE, sub.tree))
+            d.tree = self._put_packed(OBJ_TREE, tree_data(entries))
+            return
         if names is None or d.tree is None:
             tb = self.repo.TreeBuilder()
             names = set(d.files) | set(d.dirs)
@@ -294,6 +313,8 @@ class _Snapshots(_ObjectStore):
             if mask & IN_IGNORED:
                 del self._wds[wd]
                 continue
+            if name == IGNORE_NAME:
+                raise _NeedFull  # what is ignored below may have changed
             if name:
                 touched.setdefault(d, set()).add(name)
         if self._watcher.broken:

@@ -11,7 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Callable, Literal
 
 import pygit2
 
@@ -74,12 +74,46 @@ class CheckpointStore(_Snapshots):
         self._record_packs: set[Path] = set()  # packs made during this record (dropped if it is not kept)
         self._loose_at_start: set[Path] = set()  # loose objects (big blobs) of kept records, when a record began
         self._big_blobs: set[pygit2.Oid] = set()  # blobs of this record too big to pack: they stay loose
+        self._packer, self._packer_fresh = None, False  # a first record's one pack, while it is written (objects.py)
         self._budget = HostBudget()
+        self._first: threading.Thread | None = None  # the record started in the background (in_background)
+        self._cancel = threading.Event()  # set: the background record stops at its next entry, failed (cancelled)
 
     def _work_budget(self) -> HostBudget:
         return self.host_budget.slice() if self.host_budget is not None else HostBudget()
 
     # -- public API -------------------------------------------------------------------------
+
+    def in_background(self, work: Callable[[], object]) -> None:
+        """Run `work` (the session's first record: turn 0, or a resumed session's) on its own
+        thread. Until it is over, record, restore and list wait for it (wait()), so nobody sees
+        the store without it; a caller about to let anything change the workspace waits first."""
+        if self._first is not None:
+            raise RuntimeError("one background record at a time")
+        self._cancel.clear()
+        self._first = threading.Thread(target=work, name="checkpoint-first", daemon=True)
+        self._first.start()
+
+    def wait(self, stop: threading.Event | None = None) -> bool:
+        """Until the background record is over (True), or `stop` is set first (False)."""
+        thread = self._first
+        if thread is None or thread is threading.current_thread():
+            return True
+        while thread.is_alive():
+            if stop is not None and stop.is_set():
+                return False
+            thread.join(0.2 if stop is not None else None)
+        return True
+
+    @property
+    def recording(self) -> bool:
+        """Whether the background record is still running."""
+        return self._first is not None and self._first.is_alive()
+
+    def cancel(self) -> None:
+        """The background record stops at its next entry (recorded as failed: cancelled); wait() for it."""
+        if self.recording:
+            self._cancel.set()
 
     def record(self, turn: int) -> Checkpoint | None:
         """Snapshot the workspace now. Turn 0 is always recorded; a later turn returns None when
@@ -89,6 +123,7 @@ class CheckpointStore(_Snapshots):
         the index: what changed is then unknown), never None."""
         if turn < 0:
             raise ValueError("turns start at 0")
+        self.wait()
         with self._lock:
             if self._index.checkpoints:
                 turn = max(turn, max(c.turn for c in self._index.checkpoints) + 1)
@@ -100,6 +135,7 @@ class CheckpointStore(_Snapshots):
                 return self._record(turn)
             except Exception as err:  # noqa: BLE001 - typed into the index, never "no change"
                 self._forget()
+                self._direct_abort()
                 try:
                     self._drop_loose()
                     self._unlink_packs(self._record_packs & self._packs())
@@ -122,12 +158,14 @@ class CheckpointStore(_Snapshots):
                 return cp
 
     def list(self) -> list[Checkpoint]:
+        self.wait()
         return sorted(self._load_index().checkpoints, key=lambda c: c.turn)
 
     def restore(self, turn: int) -> RestoreReport:
         """Make the workspace exactly the state after `turn` (no box may run meanwhile). When any
         path restore would touch differs from the state the store last knew (the last record or
         restore), nothing is changed and the report lists the conflicts."""
+        self.wait()
         with self._lock:
             self._index = self._load_index()
             cp = next((c for c in self._index.checkpoints if c.turn == turn), None)
@@ -150,6 +188,9 @@ class CheckpointStore(_Snapshots):
             return report
 
     def close(self) -> None:
+        if self.recording:
+            self.cancel()
+            self.wait()
         with self._lock:
             self._forget()
 
@@ -196,9 +237,10 @@ class CheckpointStore(_Snapshots):
 
     def _record(self, turn: int) -> Checkpoint | None:
         root, hinted_changes = self._snapshot()
-        skipped = sorted((Skipped(path=to_store(d.child_rel(n)), reason=r) for d in root.all_dirs() for n, (_, r) in d.skipped.items()),
+        dirs = builtins.list(root.all_dirs())  # once a record: a 40k-file tree has thousands
+        skipped = sorted((Skipped(path=to_store(d.child_rel(n)), reason=r) for d in dirs if d.skipped for n, (_, r) in d.skipped.items()),
                          key=lambda s: s.path)
-        meta = self._write_meta(root)
+        meta = self._write_meta(root, dirs)
         head_cp = next((c for c in self._index.checkpoints if c.ok and c.commit == self._index.head), None) if self._index.head else None
         head = _object(self.repo, pygit2.Oid(hex=self._index.head), pygit2.Commit) if self._index.head else None
         last = self._index.checkpoints[-1] if self._index.checkpoints else None
@@ -233,12 +275,12 @@ class CheckpointStore(_Snapshots):
         self._index.used_bytes = self._measure()
         return cp
 
-    def _write_meta(self, root: _Dir) -> str:
+    def _write_meta(self, root: _Dir, dirs: builtins.list[_Dir]) -> str:
         """The blob of every entry whose mode or owner is not the default (0644 files, 0755
         executables and directories, the sandbox user): JSON keyed by to_store paths."""
         owner = self.box_user
         odd: dict[str, list[int]] = {}
-        for d in root.all_dirs():
+        for d in dirs:
             if d.odd is None:
                 d.odd = {}
                 if d is not root and (d.meta[0] != 0o755 or d.meta[1:] != owner):
