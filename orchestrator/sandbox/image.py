@@ -1,7 +1,7 @@
 """Building the sandbox image, with or without a registry.
 
 With a registry, Dockerfile.sandbox builds on an ordinary base (python:3.12-slim). With none
-(our own machines), a base is made from Debian's packages with debootstrap and `docker import`,
+(our own machines), a base is made from Debian's packages with mmdebstrap (else debootstrap) and `docker import`,
 then the same Dockerfile builds on it.
 """
 from __future__ import annotations
@@ -10,6 +10,7 @@ import hashlib
 import io
 import tarfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Callable
 
@@ -109,8 +110,13 @@ def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str 
             build_debootstrap_base(client, progress)
         base = DEBOOTSTRAP_BASE
     started = time.monotonic()
-    _build(client, ROOT, "Dockerfile.sandbox", tag, base, progress)
-    _build(client, PROXY_DIR, "Dockerfile", PROXY_IMAGE, base, progress)
+    # Side by side: the classic builder spends most of each build committing its steps (about 3 s a step on
+    # fuse-overlayfs, metadata steps included), little of it on CPU: 32 s for both where one after the other took 46 s.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        builds = [pool.submit(_build, client, ROOT, "Dockerfile.sandbox", tag, base, progress),
+                  pool.submit(_build, client, PROXY_DIR, "Dockerfile", PROXY_IMAGE, base, progress)]
+        for build in builds:
+            build.result()
     progress(f"built {tag} and {PROXY_IMAGE} in {time.monotonic() - started:.1f}s")
     return tag
 
