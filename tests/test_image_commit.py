@@ -35,6 +35,7 @@ def test_what_it_does_not_understand_goes_to_the_classic_builder():
     entry = 'ENTRYPOINT ["true"]\n'
     assert image_commit.plan(base + "COPY a /a\n" + entry) is not None
     for body in ("RUN true\nCOPY a /a\n",  # a COPY after a RUN: the order would change
+                 "ENV A=1\nRUN true\n", "USER 1\nRUN true\n", "WORKDIR /w\nRUN true\n",  # they would apply to the RUN
                  "CMD [\"x\"]\n", "ADD a /a\n", "COPY --chown=1 a /a\n", "COPY a b /c/\n", "RUN [\"true\"]\n",
                  "FROM other\n", "HEALTHCHECK NONE\n", "VOLUME /v\n"):
         assert image_commit.plan(base + body + entry) is None, body

@@ -5,7 +5,7 @@ metadata steps included: about 3 s a step on fuse-overlayfs, 25 s for Dockerfile
 the same Dockerfile is read, not rewritten: its COPYs go into one container made from the base, its
 RUNs run there as root with no network (`sh -c`, in order), and the commit takes ENV, WORKDIR,
 USER, ENTRYPOINT, EXPOSE and the labels as changes: about 4 s. A Dockerfile with anything else (a
-COPY after a RUN, CMD, ADD, a second FROM, ...) returns None and is built by the classic builder.
+COPY after a RUN, a RUN after ENV, CMD, ADD, a second FROM, ...) returns None and is built by the classic builder.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def plan(text: str) -> Plan | None:
             if len(parts) != 2:
                 return None
             result.copies.append((parts[0], parts[1]))
-        elif word == "RUN" and not args.startswith("["):
+        elif word == "RUN" and not args.startswith("[") and not result.changes:  # ENV, USER, WORKDIR before a RUN would apply to it
             result.runs.append(args)
         elif word in CHANGES:
             has_entrypoint = has_entrypoint or word == "ENTRYPOINT"
@@ -110,7 +110,10 @@ def build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str,
     steps = plan((context / dockerfile).read_text())
     if steps is None:
         return False
-    base_env = (client.images.get(base).attrs.get("Config") or {}).get("Env") or []
+    base_config = client.images.get(base).attrs.get("Config") or {}
+    if base_config.get("User") not in (None, "", "0", "root", "0:0"):
+        return False  # the classic builder runs the RUNs as the base's user; here they run as root
+    base_env = base_config.get("Env") or []
     if not any(entry.startswith("PATH=") for entry in base_env):
         steps.changes.insert(0, f"ENV PATH={DEFAULT_PATH}")
     script = " && ".join(f"( {run} )" for run in steps.runs) or "true"
