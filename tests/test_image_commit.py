@@ -66,15 +66,21 @@ def test_a_copy_from_outside_the_context_is_refused(tmp_path):
 
 @pytest.mark.docker
 def test_built_in_one_commit_the_image_has_the_classic_builds_config_and_files():
-    """Dockerfile.sandbox built on the sandbox image itself (the one base every machine here has), under a tag of its own."""
+    """Dockerfile.sandbox built on the base the image was built on here (the debootstrap base, else
+    python:3.12-slim), under a tag of its own; the sandbox image itself (USER 1000) is not a base it takes."""
     import docker
 
     from orchestrator.config import DEFAULT_IMAGE, LABEL
+    from orchestrator.sandbox.debootstrap import BASE_TAG
 
     client = docker.from_env()
+    bases = [b for b in (BASE_TAG, "python:3.12-slim") if client.images.list(name=b)]
+    if not bases:
+        pytest.skip("neither the debootstrap base nor python:3.12-slim is here")
     tag = "oa-test-image-commit:probe"
+    assert not image_commit.build(client, ROOT, "Dockerfile.sandbox", tag, DEFAULT_IMAGE, {})  # its RUN would run as root there
     try:
-        assert image_commit.build(client, ROOT, "Dockerfile.sandbox", tag, DEFAULT_IMAGE, {LABEL: "image", "dev.openagents.test": "1"})
+        assert image_commit.build(client, ROOT, "Dockerfile.sandbox", tag, bases[0], {LABEL: "image", "dev.openagents.test": "1"})
         config = client.images.get(tag).attrs["Config"]
         assert config["User"] == "1000:1000" and config["WorkingDir"] == "/workspace"
         assert config["Entrypoint"] == ["python3", "-I", "-S", "/opt/openagents/sandbox_agent/__main__.py"] and not config["Cmd"]
