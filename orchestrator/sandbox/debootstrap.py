@@ -58,7 +58,10 @@ def build_base(importer: Importer, progress: Progress, tag: str = BASE_TAG) -> s
 
 
 def _build_with_mmdebstrap(mmdebstrap: str, importer: Importer, progress: Progress, tag: str) -> str:
-    """`mmdebstrap --format=tar SUITE - MIRROR | import`: the same variant, packages and mirror as debootstrap's."""
+    """`mmdebstrap --format=tar SUITE - MIRROR | import`: the same variant, packages and mirror as debootstrap's.
+    The packages installed are debootstrap's but for apt's choice of `usrmerge` (and three small Perl
+    libraries) where debootstrap takes `usr-is-merged`: the same merged /usr. It leaves out the downloaded
+    .debs and apt's lists, which debootstrap keeps: 296 MB against 415 MB (measured 2026-12-07)."""
     mirror = debian_mirror()
     include = ",".join(PACKAGES)
     progress(f"mmdebstrap --variant=minbase --include={include} {SUITE} from {mirror}, imported as {tag}")
