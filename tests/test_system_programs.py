@@ -68,16 +68,19 @@ def test_a_runtime_registered_by_name_is_never_looked_up_on_the_users_path(tmp_p
     assert (version is None) == (system is None)  # the system's runsc answers, when there is one
 
 
-def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monkeypatch):
-    """`oa-sandbox image build --base debootstrap` (run as root, often from a project with its venv active): debootstrap and tar are the system's, by absolute path, and debootstrap (a shell script that runs many programs) gets the system's PATH."""
+@pytest.mark.parametrize("builder", ["mmdebstrap", "debootstrap"])
+def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monkeypatch, builder):
+    """`oa-sandbox image build --base debootstrap` (run as root, often from a project with its venv active): mmdebstrap (or debootstrap, its fallback) and tar are the system's, by absolute path, and the builder (a Perl or shell script that runs many programs) gets the system's PATH."""
     from orchestrator.sandbox import debootstrap, image
 
     canary = tmp_path / "canary"
-    folder = planted(tmp_path / "ws", "debootstrap", canary)
+    folder = planted(tmp_path / "ws", builder, canary)
     planted(tmp_path / "ws", "tar", canary)
     monkeypatch.setenv("PATH", f"{folder}:{SYSTEM_PATH}:/usr/sbin:/sbin")
-    if shutil.which("debootstrap", path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") is None:
-        pytest.skip("no debootstrap on this host")
+    if shutil.which(builder, path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") is None:
+        pytest.skip(f"no {builder} on this host")
+    if builder == "debootstrap":
+        monkeypatch.setattr(debootstrap, "MMDEBSTRAP", "mmdebstrap-absent-here")
     started: list[tuple[list[str], dict[str, str] | None]] = []
 
     class Stop(Exception):
@@ -91,6 +94,6 @@ def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monk
     with pytest.raises(Stop):
         image.build_debootstrap_base(None, lambda line: None)
     (argv, env), = started
-    assert os.path.isabs(argv[0]) and str(folder) not in argv[0] and os.path.basename(argv[0]) == "debootstrap"
+    assert os.path.isabs(argv[0]) and str(folder) not in argv[0] and os.path.basename(argv[0]) == builder
     assert env is not None and str(folder) not in env["PATH"]
     assert not canary.exists()

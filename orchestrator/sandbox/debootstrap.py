@@ -1,4 +1,4 @@
-"""The image's base made from Debian's packages (debootstrap, then `docker import`), for machines
+"""The image's base made from Debian's packages (mmdebstrap, else debootstrap; then `docker import`), for machines
 where no registry is reachable. Standard library only (and errors, programs/system.py): scripts/setup
 runs it with the system's python3 (`python3 -m orchestrator.sandbox.debootstrap`) while pip fills the
 venv, so the two slow steps of a fresh machine's set-up run side by side; image.py uses the same
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ from .packages import BASE_PACKAGES, packages_hash
 SUITE = "bookworm"
 BASE_TAG = f"oa-sandbox-base:{SUITE}-{packages_hash()}"  # a base of another package list is another tag
 PACKAGES = BASE_PACKAGES  # debootstrap --include (packages.py: what an agent works with in the box)
+MMDEBSTRAP = "mmdebstrap"  # used when the system has it; debootstrap otherwise
 
 Progress = Callable[[str], None]
 Importer = Callable[[IO[bytes], str], None]  # (the root file system as a tar stream, the tag) -> imported
@@ -43,13 +45,70 @@ def debian_mirror() -> str:
 
 
 def build_base(importer: Importer, progress: Progress, tag: str = BASE_TAG) -> str:
-    """debootstrap into a temporary directory, then `importer` takes it as a tar stream under `tag`."""
+    """The root file system of packages.py's list, which `importer` takes as a tar stream under `tag`:
+    mmdebstrap when the host has it (apt's parallel downloads, the tar written straight into the import,
+    no temporary tree: about 30 s where debootstrap takes 2-3 minutes), else debootstrap."""
     # Both the system's (programs/system.py): this runs as root, often from a project whose venv is
-    # active, and debootstrap (a shell script) runs what its PATH finds.
+    # active, and both (a shell script, a Perl one) run what their PATH finds.
+    try:
+        mmdebstrap = system.find(MMDEBSTRAP, "the debootstrap base")
+    except OpenAgentsError:
+        return _build_with_debootstrap(importer, progress, tag)
+    return _build_with_mmdebstrap(mmdebstrap, importer, progress, tag)
+
+
+def _build_with_mmdebstrap(mmdebstrap: str, importer: Importer, progress: Progress, tag: str) -> str:
+    """`mmdebstrap --format=tar SUITE - MIRROR | import`: the same variant, packages and mirror as debootstrap's.
+    The packages installed are debootstrap's but for apt's choice of `usrmerge` (and three small Perl
+    libraries) where debootstrap takes `usr-is-merged`: the same merged /usr. It leaves out the downloaded
+    .debs and apt's lists, which debootstrap keeps: 296 MB against 415 MB (measured 2026-12-07)."""
+    mirror = debian_mirror()
+    include = ",".join(PACKAGES)
+    progress(f"mmdebstrap --variant=minbase --include={include} {SUITE} from {mirror}, imported as {tag}")
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as log:  # its messages; a pipe could fill while the import reads stdout
+        proc = subprocess.Popen(
+            [mmdebstrap, "--variant=minbase", f"--include={include}", "--format=tar", SUITE, "-", mirror],
+            stdout=subprocess.PIPE, stderr=log, env={**os.environ, "PATH": system.SYSTEM_DIRS},
+        )
+        assert proc.stdout is not None  # stdout=PIPE
+        # mmdebstrap writes the tar only once every package is installed: until its first byte (or its
+        # end) nothing is imported, so a failed run never leaves an empty image under the base's tag.
+        select.select([proc.stdout], [], [])
+        try:
+            code = proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code != 0:
+            proc.stdout.close()
+            raise _mmdebstrap_failed(log)
+        try:
+            importer(proc.stdout, tag)
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            proc.stdout.close()
+            code = proc.wait()
+        if code != 0:
+            raise _mmdebstrap_failed(log)
+    progress(f"mmdebstrap and the import done in {time.monotonic() - started:.0f}s")
+    return tag
+
+
+def _mmdebstrap_failed(log: IO[bytes]) -> OpenAgentsError:
+    log.seek(0)
+    tail = log.read().decode(errors="replace").splitlines()[-20:]
+    return OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "mmdebstrap failed:\n" + "\n".join(tail))
+
+
+def _build_with_debootstrap(importer: Importer, progress: Progress, tag: str) -> str:
+    """debootstrap into a temporary directory, then `importer` takes it as a tar stream under `tag`."""
     try:
         debootstrap, tar_program = system.find("debootstrap", "the debootstrap base"), system.find("tar", "the debootstrap base")
     except OpenAgentsError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{err.message}: `sudo apt-get install debootstrap` (Debian's package)") from None
+        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{err.message}: `sudo apt-get install mmdebstrap` "
+                                                        "(or debootstrap; Debian's packages)") from None
     mirror = debian_mirror()
     include = ",".join(PACKAGES)
     with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
