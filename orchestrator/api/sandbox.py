@@ -323,8 +323,8 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         return BoxTurns.calling_as(self._current, token)
 
     def _cancel_call(self, token: CallToken) -> None:
-        """End the call of `token` (the async API's cancel): if it still waits for the box it is never
-        sent; if it is the command the box runs, that command is killed; no other call is touched."""
+        """End the call of `token` (the async API's cancel): if it has not reached the box it is never
+        sent; if its command runs, that command is killed; no other call is touched."""
         turns = self._turns
         if turns is None:
             token.cancelled.set()
