@@ -1,9 +1,12 @@
 """``shell``: /bin/sh -c with no standard input, a clamped timeout, capped output, and no survivors.
 
-Nothing started by a command outlives its call: when the agent is the container's PID 1 it
-sends SIGKILL to every other process it may signal (``kill(-1)``), which reaches children that
-called setsid or daemonized. The host does the same from outside if the agent does not answer.
-Before that sweep, output a stage passes on after the shell exits gets a short, bounded drain (_run).
+Several commands run at once (at most limits.SHELL_MAX_CONCURRENT), each in a process group of its
+own (_Commands). When one ends its group is killed; what it started outside the group (setsid, a
+daemon) lives no longer than the last command running beside it: once no command runs, the agent,
+the container's PID 1, sends SIGKILL to every other process it may signal (``kill(-1)``, or every
+one but the background processes' keeper tree), which reaches children that called setsid or
+daemonized. The host does the same from outside if the agent does not answer. Before that, output
+a stage passes on after the shell exits gets a short, bounded drain (_run).
 """
 from __future__ import annotations
 
