@@ -53,12 +53,14 @@ def cancelled_result(when: str, result: ToolResult | None = None) -> ToolResult:
 class BoxTurns:
     """The session's box as its tool registry sees it (every other attribute is the box's own)."""
 
-    def __init__(self, inner: BoxBackend, current: threading.local, exports: str = "") -> None:
+    def __init__(self, inner: BoxBackend, current: threading.local, exports: str = "", session_cancel: Callable[[], threading.Event] | None = None) -> None:
         self.inner = inner
         self._current = current  # the calling thread's token (calling_as), shared with the sandbox
         self._exports = exports
+        self._session_cancel = session_cancel  # the pipeline's event: a run left early (kill_all) sends no command after it is set
         self._turn = threading.Lock()
         self._running: dict[CallToken, str] = {}  # a running call's token -> its command's key in the box
+        self._keys: set[str] = set()  # the key of every command sent or being sent
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -88,11 +90,15 @@ class BoxTurns:
                 return cancelled_result("before it ran (nothing was sent)")
             if token is not None:
                 self._running[token] = key
+            self._keys.add(key)
         try:
+            if self._session_cancel is not None and self._session_cancel().is_set():  # after the key is known: kill_all sees one or the other
+                return cancelled_result("before it ran (nothing was sent)")
             result = self.inner.call(tool, {**args, "key": key}, on_output)
         finally:
-            if token is not None:
-                with self._turn:
+            with self._turn:
+                self._keys.discard(key)
+                if token is not None:
                     self._running.pop(token, None)
         if token is not None and token.cancelled.is_set():
             return cancelled_result("while it ran: its processes were killed", result)
@@ -109,15 +115,26 @@ class BoxTurns:
         if key is not None:
             self._kill_command(key)
 
-    def _kill_command(self, key: str) -> None:
+    def kill_all(self) -> None:
+        """Kill every command sent or being sent (one the agent has not started yet never starts:
+        its key is doomed), then every process in the box from outside (kill_running, a run left
+        early, after the session's cancel was set)."""
+        with self._turn:
+            keys = list(self._keys)
+        if keys:
+            self._kill_command(*keys, outside=False)
+        self.inner.kill_processes()
+
+    def _kill_command(self, *keys: str, outside: bool = True) -> None:
         swept: list[bool] = []
 
         def ask() -> None:
-            result = self.inner.call("proc_sweep", {"key": key})
-            swept.append(result.ok and result.meta.get("swept") is True)
+            for key in keys:
+                result = self.inner.call("proc_sweep", {"key": key})
+                swept.append(result.ok and result.meta.get("swept") is True)
 
         helper = threading.Thread(target=ask, name="oa-cancel-sweep", daemon=True)
         helper.start()
         helper.join(SWEEP_WAIT_S)
-        if not swept or not swept[0]:
+        if outside and (len(swept) < len(keys) or not all(swept)):
             self.inner.kill_processes()
