@@ -2,8 +2,7 @@
 
 Under gVisor starting a program costs 20-30 ms (posix_spawn of /bin/true: ~23 ms; fork alone ~30 ms)
 while a started shell that is handed its command runs `true` and exits in ~1.4 ms; under runc the
-same split is ~1.2 ms against ~0.4 ms. So after each `shell` call (its sweep done, nothing else of
-the box left running, its answer sent: shell.after_answer), and once in the agent's warm-up before
+same split is ~1.2 ms against ~0.4 ms. So after each `shell` call (its answer sent: shell.after_answer), and once in the agent's warm-up before
 any command (server._warm_up), one fresh shell is started in the background, and the next call
 hands it its command. While it is being started the agent's other
 threads wait (CPython holds the GIL through vfork and exec: 6-7 ms under gVisor, measured), which
@@ -39,8 +38,10 @@ def _spawn(popen: Callable[..., subprocess.Popen[bytes]]) -> subprocess.Popen[by
 
 class Launcher:
     """One prepared shell at most, made by a long-lived thread (a thread started per call costs ~3 ms
-    under gVisor). The caller holds shell's lock around take() and prepare(), and prepares only after
-    its sweep: a prepared shell never sees a sweep, and no command runs while one is being made."""
+    under gVisor). Commands run at once (shell._Commands), so a shell may be prepared while one runs,
+    and the sweep after the box's last running command may kill it before it is taken: take() then
+    finds it dead (its stdin pipe broken) and gives None, and the call starts its own shell. No sweep
+    runs while a call takes one."""
 
     def __init__(self, popen: Callable[..., subprocess.Popen[bytes]]) -> None:
         self._popen = popen

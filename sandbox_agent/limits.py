@@ -14,6 +14,7 @@ SHELL_DEFAULT_TIMEOUT_S = 60
 SHELL_MAX_TIMEOUT_S = 240
 SHELL_OUTPUT_HEAD_BYTES = 32 * 1024
 SHELL_OUTPUT_TAIL_BYTES = 16 * 1024
+SHELL_MAX_CONCURRENT = 8  # shell commands running at once in one box (RESOURCE_EXHAUSTED beyond)
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 GREP_MAX_LINE_BYTES = 8 * 1024 * 1024  # a longer line is searched in its first 8 MiB (the note says so)
 BYTES_CHUNK = 2 * 1024 * 1024  # one piece of a file the program's API moves (read_bytes, write_bytes ...)

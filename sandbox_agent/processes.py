@@ -333,9 +333,17 @@ def sweep_except_kept(reap: Any) -> None:
 
 
 def proc_sweep(args: dict[str, Any]) -> dict[str, Any]:
-    """A cancel's kill (the host's api/turns.py): every process of the box but the agent and the
-    keeper's tree, so a cancelled command ends and the background processes stay. The command's own
-    thread reaps what it started."""
+    """A cancel's kill (the host's api/turns.py). With a `key`, the command the host named so: its
+    process group, nothing else (other commands may run beside it; what it started outside its group
+    goes with the sweep after the box's last running command). Without one, every process of the box
+    but the agent and the keeper's tree, so a cancelled command ends and the background processes
+    stay. The command's own thread reaps what it started."""
+    key = args.get("key")
+    if isinstance(key, str):
+        from .shell import kill_command
+
+        kill_command(key)
+        return {"output": "", "meta": {"swept": True}}
     if os.getpid() != 1:
         return {"output": "", "meta": {"swept": False}}
     sweep_except_kept(lambda: None)

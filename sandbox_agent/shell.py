@@ -1,9 +1,12 @@
 """``shell``: /bin/sh -c with no standard input, a clamped timeout, capped output, and no survivors.
 
-Nothing started by a command outlives its call: when the agent is the container's PID 1 it
-sends SIGKILL to every other process it may signal (``kill(-1)``), which reaches children that
-called setsid or daemonized. The host does the same from outside if the agent does not answer.
-Before that sweep, output a stage passes on after the shell exits gets a short, bounded drain (_run).
+Several commands run at once (at most limits.SHELL_MAX_CONCURRENT), each in a process group of its
+own (_Commands). When one ends its group is killed; what it started outside the group (setsid, a
+daemon) lives no longer than the last command running beside it: once no command runs, the agent,
+the container's PID 1, sends SIGKILL to every other process it may signal (``kill(-1)``, or every
+one but the background processes' keeper tree), which reaches children that called setsid or
+daemonized. The host does the same from outside if the agent does not answer. Before that, output
+a stage passes on after the shell exits gets a short, bounded drain (_run).
 """
 from __future__ import annotations
 
@@ -31,7 +34,6 @@ if TYPE_CHECKING:
 # The host's transcript redactor uses the same pattern.
 SECRET_NAME = re.compile(limits.SECRET_NAME_PATTERN, re.I)
 
-_lock = threading.Lock()
 STREAM_EVERY_S = 0.2  # output chunks are coalesced: at most one message per interval
 STREAM_CHUNK_CHARS = 4096  # and each bounded: a live tail, never the whole output (the result has that)
 DRAIN_S = 0.2  # after the shell exits, its output pipe is read until end of file or this long (see _run)
@@ -161,29 +163,49 @@ def _tail_start(tail: bytes, before: int | None) -> int:
 class _Waiter(threading.Thread):
     """Where pidfd_open is missing (gVisor): one long-lived thread waits for a command's shell, when
     the call hands it one (a shell whose output has not ended within WATCH_AFTER_S, or ended before
-    it exited: see _run), and writes a byte to a pipe when it has exited, so the caller can poll()
-    for the exit and for output together. Started once: a thread per command, or Popen.wait(timeout)'s sleep loop
-    (0.5, 1, 2 ms ...), was most of a short command's cost."""
+    it exited: see _run), and writes a byte to that shell's own pipe when it has exited, so the caller
+    can poll() for the exit and for output together. Started once: a thread per command, or
+    Popen.wait(timeout)'s sleep loop (0.5, 1, 2 ms ...), was most of a short command's cost. Commands
+    run at once in one box: a shell handed over while the thread waits for another's gets a thread of
+    its own (a blocking waitpid is one shell's), and each caller reads only its own pipe."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True, name="oa-shell-waiter")
-        self.ready_fd, self._notify_fd = os.pipe()
-        self._pids: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._pids: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        self._busy = False
+        self._busy_lock = threading.Lock()
         self.statuses: dict[int, int | None] = {}
         self.start()
 
-    def watch(self, pid: int) -> None:
-        self._pids.put(pid)
+    def watch(self, pid: int) -> int:
+        """A descriptor that becomes readable once `pid` has exited (the caller's to read and close)."""
+        ready_fd, notify_fd = os.pipe()
+        with self._busy_lock:
+            if not self._busy:
+                self._busy = True
+                self._pids.put((pid, notify_fd))
+                return ready_fd
+        try:
+            threading.Thread(target=self._wait, args=(pid, notify_fd), daemon=True, name="oa-shell-waiter-1").start()
+        except RuntimeError:  # no thread to be had: queued behind the other shell, told late but told
+            self._pids.put((pid, notify_fd))
+        return ready_fd
+
+    def _wait(self, pid: int, notify_fd: int) -> None:
+        try:
+            _, status = os.waitpid(pid, 0)
+            self.statuses[pid] = status
+        except ChildProcessError:  # reaped by a sweep: no exit code wanted
+            self.statuses[pid] = None
+        os.write(notify_fd, b"x")
+        os.close(notify_fd)
 
     def run(self) -> None:
         while True:
-            pid = self._pids.get()
-            try:
-                _, status = os.waitpid(pid, 0)
-                self.statuses[pid] = status
-            except ChildProcessError:  # reaped by the sweep after a timeout: no exit code wanted
-                self.statuses[pid] = None
-            os.write(self._notify_fd, b"x")
+            pid, notify_fd = self._pids.get()
+            self._wait(pid, notify_fd)
+            with self._busy_lock:
+                self._busy = not self._pids.empty()
 
 
 def _pidfd_available() -> bool:
@@ -215,7 +237,7 @@ _waiter: _Waiter | None = None if _pidfd_works else _Waiter()
 
 
 def _exit_fd(proc: subprocess.Popen[bytes]) -> tuple[int, bool]:
-    """A descriptor that becomes readable when the shell exits, and whether it is a pidfd (ours to close)."""
+    """A descriptor that becomes readable when the shell exits (ours to close), and whether it is a pidfd."""
     global _pidfd_works, _waiter
     if _pidfd_works:
         try:
@@ -224,8 +246,7 @@ def _exit_fd(proc: subprocess.Popen[bytes]) -> tuple[int, bool]:
             _pidfd_works = False
     if _waiter is None:
         _waiter = _Waiter()
-    _waiter.watch(proc.pid)
-    return _waiter.ready_fd, False
+    return _waiter.watch(proc.pid), False
 
 
 # Without pidfd (gVisor) the waiter thread is handed the shell only if its output has not ended
@@ -309,17 +330,18 @@ def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -
     finally:
         if is_pidfd and exit_fd is not None:
             os.close(exit_fd)
-    if not exited:
+    if not exited:  # its own process group only: other commands may run beside it
         try:
             os.killpg(proc.pid, signal.SIGKILL)
         except OSError:
             pass
     if is_pidfd:
         proc.wait()
-    elif exit_fd is not None:  # the waiter was handed the shell: one byte, and its status, per shell
+    elif exit_fd is not None:  # the waiter was handed the shell: one byte on its own pipe, and its status
         if not exited:
             _wait_readable(exit_fd)
         os.read(exit_fd, 1)
+        os.close(exit_fd)
         status = _waiter.statuses.pop(proc.pid, None) if _waiter else None
         proc.returncode = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
     elif not exited:  # timed out before the waiter was asked (a timeout under WATCH_AFTER_S: never, as timeouts are >= 1 s)
@@ -354,22 +376,25 @@ def _drain(fd: int, output: _CappedOutput, wait_s: float) -> None:
             return
 
 
-def _kill_everything_else(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(pid: int) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _sweep_all() -> None:
+    """The sweep once the box's last running command has ended (no other command runs, and none
+    starts until it is done: _Commands)."""
     if os.getpid() != 1:
         return
     kept = sys.modules.get(f"{__package__}.processes")
     if kept is not None and kept.keeper_pid() is not None:  # background processes run: their keeper's tree stays
-        proc.wait()
         kept.sweep_except_kept(_reap)
         return
     # As PID 1 we see every process in the box: SIGKILL them all (setsid'd and double-forked ones
     # too) until none is left, reaping the orphans that were reparented to us. Repeat, because a
     # process that was forking during one kill(-1) can escape that one.
-    proc.wait()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:
@@ -381,6 +406,82 @@ def _kill_everything_else(proc: subprocess.Popen[bytes]) -> None:
         _reap()
         time.sleep(0.005)
     _reap()
+
+
+class _Commands:
+    """The commands running at once in this box (at most limits.SHELL_MAX_CONCURRENT), each in a
+    process group of its own. A command that ends has its own group killed at once (what it left
+    with `&` or nohup); what escaped its group (setsid, a double fork) is killed by the sweep of the
+    whole box (_sweep_all), run when the last running command ends, with no command starting until it
+    is done. So a finished command's leftovers never outlive the last command running beside it,
+    and no sweep meets a running command. `kill(key)` ends one command's group (a cancel: proc_sweep)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running: dict[object, int | None] = {}  # a slot -> its shell's pid once started
+        self._keys: dict[str, object] = {}
+        self._doomed: dict[str, None] = {}  # keys cancelled before their command came (a cancel racing its call)
+        self._sweeping = False
+
+    def enter(self, key: str | None) -> object:
+        slot = object()
+        with self._cond:
+            while self._sweeping:
+                self._cond.wait()
+            if key is not None and self._doomed.pop(key, 0) is None:
+                raise ToolError("cancelled", "the call was cancelled before its command started")
+            if len(self._running) >= limits.SHELL_MAX_CONCURRENT:
+                raise ToolError("resource_exhausted", f"{len(self._running)} commands run in this box; at most "
+                                f"{limits.SHELL_MAX_CONCURRENT} run at once: wait for one to end")
+            self._running[slot] = None
+            if key is not None:
+                self._keys[key] = slot
+        return slot
+
+    def started(self, slot: object, key: str | None, pid: int) -> None:
+        with self._cond:
+            self._running[slot] = pid
+            if key is not None and self._doomed.pop(key, 0) is None:  # cancelled while it was starting
+                _kill_group(pid)
+
+    def kill(self, key: str) -> bool:
+        """Kill the process group of the command called `key`; False when none such runs."""
+        with self._cond:
+            slot = self._keys.get(key)
+            if slot is None:  # not come yet (or over): it must not start
+                self._doomed[key] = None
+                while len(self._doomed) > 256:
+                    del self._doomed[next(iter(self._doomed))]
+                return False
+            pid = self._running.get(slot)
+            if pid is None:  # starting: killed as soon as it has a pid (started())
+                self._doomed[key] = None
+                return False
+            _kill_group(pid)
+            return True
+
+    def leave(self, slot: object, key: str | None, pid: int | None) -> bool:
+        """The command ended: its group killed, and the whole box swept if it was the last. True if it was."""
+        with self._cond:
+            if pid is not None:
+                _kill_group(pid)
+            del self._running[slot]
+            if key is not None and self._keys.get(key) is slot:
+                del self._keys[key]
+            last = not self._running
+            self._sweeping = last
+        if not last:
+            return False
+        try:
+            _sweep_all()
+        finally:
+            with self._cond:
+                self._sweeping = False
+                self._cond.notify_all()
+        return True
+
+
+_commands = _Commands()
 
 
 def _reap() -> None:
@@ -417,14 +518,18 @@ def after_answer() -> None:
 
     Called by the server once a shell call's answer is sent, not before: CPython holds the GIL
     through the vfork and exec of the new shell (6-7 ms under gVisor, measured), and started while
-    the answer was being encoded and written it could delay that answer. Under the lock, so no command runs while the shell is made; every command
-    of an earlier call was swept before that call released the lock, so nothing a command started
-    can meet the new shell."""
-    with _lock:
-        try:
-            _launcher.prepare()
-        except Exception:  # no thread to start it (out of processes or memory): the next call starts its own shell
-            pass
+    the answer was being encoded and written it could delay that answer. A shell prepared while
+    another command runs may meet the sweep that follows the last command's end: it is then dead
+    when taken, and the launcher says so (take() gives None: the call starts its own shell)."""
+    try:
+        _launcher.prepare()
+    except Exception:  # no thread to start it (out of processes or memory): the next call starts its own shell
+        pass
+
+
+def kill_command(key: str) -> bool:
+    """A cancel's kill of one command (processes.proc_sweep): its process group; False when it does not run."""
+    return _commands.kill(key)
 
 
 def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -434,17 +539,26 @@ def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) 
     if requested < 1:
         raise ToolError("invalid_arguments", "timeout must be at least 1 second")
     timeout = min(requested, limits.SHELL_MAX_TIMEOUT_S)
-    with _lock:
+    key = args.get("key") if isinstance(args.get("key"), str) else None  # the host's name for the call (a cancel's)
+    slot = _commands.enter(key)
+    proc: subprocess.Popen[bytes] | None = None
+    swept = False
+    try:
         started = time.monotonic()
         proc = _launcher.take(command) or _popen(["/bin/sh", "-c", command])
+        _commands.started(slot, key, proc.pid)
         captured = _CappedOutput(on_output)
         timed_out = _run(proc, timeout, captured)
-        _kill_everything_else(proc)
-        assert proc.stdout is not None  # started with stdout=PIPE
-        _drain(proc.stdout.fileno(), captured, 2.0)
-        captured.stream(b"", final=True)
-        proc.stdout.close()
-        elapsed = time.monotonic() - started
+    finally:
+        swept = _commands.leave(slot, key, proc.pid if proc is not None else None)
+    assert proc.stdout is not None  # started with stdout=PIPE
+    # After the sweep every writer is dead: end of file at once. While other commands run, something
+    # this one started outside its group may hold the pipe until the last one ends: what it wrote by
+    # then is read for DRAIN_S, no longer.
+    _drain(proc.stdout.fileno(), captured, 2.0 if swept or os.getpid() != 1 else DRAIN_S)
+    captured.stream(b"", final=True)
+    proc.stdout.close()
+    elapsed = time.monotonic() - started
     output, truncated = captured.text()
     meta = {
         "exit_code": None if timed_out else proc.returncode,

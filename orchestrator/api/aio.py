@@ -2,8 +2,8 @@
 sandbox's own worker threads (the box's channel is blocking I/O; never the loop's default executor,
 whose size would make sandboxes wait for each other), so the event loop never waits on the box.
 
-A cancelled call ends that call alone (api/turns.py): if it still waits for the box (the box runs
-one command at a time) it is never sent; if it is the command the box runs, only that command is
+A cancelled call ends that call alone (api/turns.py): if it has not reached the box it is never
+sent; if its command runs (beside others: the box runs several at once), only that command is
 killed; other tasks' calls and their results are untouched. The cancelled task's CancelledError is
 raised once its call has ended. Opening and closing are shielded from cancellation (a box half
 started or half removed is never left behind)."""

@@ -127,7 +127,8 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
                                             box_on_copy=box_on_copy)
         registry = opened.pipeline.registry
         opened.transcript.redactor.add(self._exported.values())
-        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current, exports(self._exported))
+        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current, exports(self._exported),
+                                                  lambda: opened.pipeline.cancel)
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         self._files = BoxFiles(lambda: registry.sandbox, self._issued, registry.host_tools)
@@ -314,8 +315,10 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
 
     def kill_running(self) -> None:
         """Kill every process the box runs (a call in another thread ends, killed); the box stays."""
-        opened = self._opened
-        if opened is not None:
+        opened, turns = self._opened, self._turns
+        if turns is not None:  # the commands sent, and the ones being sent (they never start)
+            turns.kill_all()
+        elif opened is not None:
             opened.kill_running()
 
     def _calling_as(self, token: CallToken) -> Any:
@@ -323,8 +326,8 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         return BoxTurns.calling_as(self._current, token)
 
     def _cancel_call(self, token: CallToken) -> None:
-        """End the call of `token` (the async API's cancel): if it still waits for the box it is never
-        sent; if it is the command the box runs, that command is killed; no other call is touched."""
+        """End the call of `token` (the async API's cancel): if it has not reached the box it is never
+        sent; if its command runs, that command is killed; no other call is touched."""
         turns = self._turns
         if turns is None:
             token.cancelled.set()
@@ -436,7 +439,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
 
         from .agent import AgentRun  # asyncio and the run's machinery only when a model runs
 
-        self._run = AgentRun(session, task, self._sinks, opened.kill_running, ended)
+        self._run = AgentRun(session, task, self._sinks, self.kill_running, ended)
         return self._run
 
 

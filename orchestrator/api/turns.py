@@ -1,15 +1,16 @@
 """Whose command the box runs, so a cancel ends its own call and nothing else (issue 46).
 
-The box runs one command (an exclusive call: BoxRule.exclusive, the shell's) at a time, and
-killing what it runs kills every process in it. So a sandbox puts `BoxTurns` between its session's
-tool registry and the box: every exclusive call, whoever makes it (the program's own, a model's in
-run(), a front-end's through `parts.pipeline`), takes the box's turn here, and the call of a token
-(`CallToken`: the async API's per-call handle) is known while it holds it. `cancel(token)` then:
-- a call still waiting for its turn (or not yet at the box) is never sent: it ends CANCELLED;
-- the call holding the turn has its command killed (by the box's agent: every process but the
-  agent and the background processes' keeper; from outside, every process, if the agent does not
-  answer), and ends CANCELLED with its output;
-- any other call, running or waiting, is left alone.
+The box runs several commands at once (at most the agent's SHELL_MAX_CONCURRENT, RESOURCE_EXHAUSTED
+beyond), each in a process group of its own. So a sandbox puts `BoxTurns` between its session's
+tool registry and the box: every command (BoxRule.exclusive: the shell's), whoever makes it (the
+program's own, a model's in run(), a front-end's through `parts.pipeline`), is given a key here that
+names it to the agent, and the key of a token's call (`CallToken`: the async API's per-call handle)
+is known while it runs. `cancel(token)` then:
+- a call not yet at the box is never sent: it ends CANCELLED;
+- a running call has its command killed by the box's agent (its process group: what it started
+  outside it goes with the sweep after the box's last running command; from outside, every process
+  in the box, if the agent does not answer), and ends CANCELLED with its output;
+- any other call, and the background processes, are left alone.
 
 The box's environment names the agent's shell would drop (a secret-looking name the program passed
 explicitly: `env=`) are exported to each command here as well (`exports`), below the pipeline: the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import ErrorType, OpenAgentsError
@@ -51,13 +53,14 @@ def cancelled_result(when: str, result: ToolResult | None = None) -> ToolResult:
 class BoxTurns:
     """The session's box as its tool registry sees it (every other attribute is the box's own)."""
 
-    def __init__(self, inner: BoxBackend, current: threading.local, exports: str = "") -> None:
+    def __init__(self, inner: BoxBackend, current: threading.local, exports: str = "", session_cancel: Callable[[], threading.Event] | None = None) -> None:
         self.inner = inner
         self._current = current  # the calling thread's token (calling_as), shared with the sandbox
         self._exports = exports
-        self._turn = threading.Condition()
-        self._busy = False
-        self._running: CallToken | None = None
+        self._session_cancel = session_cancel  # the pipeline's event: a run left early (kill_all) sends no command after it is set
+        self._turn = threading.Lock()
+        self._running: dict[CallToken, str] = {}  # a running call's token -> its command's key in the box
+        self._keys: set[str] = set()  # the key of every command sent or being sent
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -81,41 +84,57 @@ class BoxTurns:
             if token is not None and token.cancelled.is_set():
                 return cancelled_result("before it ran")
             return self.inner.call(tool, args, on_output)
+        key = uuid.uuid4().hex
         with self._turn:
-            while self._busy and not (token is not None and token.cancelled.is_set()):
-                self._turn.wait()
             if token is not None and token.cancelled.is_set():
-                return cancelled_result("before it ran: it was still waiting for the box (nothing was sent)")
-            self._busy, self._running = True, token
+                return cancelled_result("before it ran (nothing was sent)")
+            if token is not None:
+                self._running[token] = key
+            self._keys.add(key)
         try:
-            result = self.inner.call(tool, args, on_output)
+            if self._session_cancel is not None and self._session_cancel().is_set():  # after the key is known: kill_all sees one or the other
+                return cancelled_result("before it ran (nothing was sent)")
+            result = self.inner.call(tool, {**args, "key": key}, on_output)
         finally:
             with self._turn:
-                self._busy, self._running = False, None
-                self._turn.notify_all()
+                self._keys.discard(key)
+                if token is not None:
+                    self._running.pop(token, None)
         if token is not None and token.cancelled.is_set():
             return cancelled_result("while it ran: its processes were killed", result)
         return result
 
     def cancel(self, token: CallToken) -> None:
-        """End `token`'s call: never sent if it has not reached the box, killed if it holds the box's turn
-        (the box's agent kills the command and leaves the background processes; the host kills every
-        process in the box from outside when the agent does not answer within SWEEP_WAIT_S)."""
-        token.cancelled.set()
+        """End `token`'s call: never sent if it has not reached the box, killed if it runs (the box's
+        agent kills that command's process group and leaves the other commands and the background
+        processes; the host kills every process in the box from outside when the agent does not answer
+        within SWEEP_WAIT_S)."""
         with self._turn:
-            if self._running is token:
-                self._kill_command()
-            self._turn.notify_all()
+            token.cancelled.set()
+            key = self._running.get(token)
+        if key is not None:
+            self._kill_command(key)
 
-    def _kill_command(self) -> None:
+    def kill_all(self) -> None:
+        """Kill every command sent or being sent (one the agent has not started yet never starts:
+        its key is doomed), then every process in the box from outside (kill_running, a run left
+        early, after the session's cancel was set)."""
+        with self._turn:
+            keys = list(self._keys)
+        if keys:
+            self._kill_command(*keys, outside=False)
+        self.inner.kill_processes()
+
+    def _kill_command(self, *keys: str, outside: bool = True) -> None:
         swept: list[bool] = []
 
         def ask() -> None:
-            result = self.inner.call("proc_sweep", {})
-            swept.append(result.ok and result.meta.get("swept") is True)
+            for key in keys:
+                result = self.inner.call("proc_sweep", {"key": key})
+                swept.append(result.ok and result.meta.get("swept") is True)
 
         helper = threading.Thread(target=ask, name="oa-cancel-sweep", daemon=True)
         helper.start()
         helper.join(SWEEP_WAIT_S)
-        if not swept or not swept[0]:
+        if outside and (len(swept) < len(keys) or not all(swept)):
             self.inner.kill_processes()

@@ -8,7 +8,6 @@ so a second backend (Podman, Kubernetes) only says how to start, kill in, and re
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -199,11 +198,9 @@ class SupervisedSandbox:
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
         # the box, under this lock; the others see the new channel and do nothing.
         self._lifecycle = threading.RLock()
-        # The agent runs one command at a time (the others wait in it) and a passed deadline kills
-        # every process in the box: so the host sends one exclusive call (BoxRule.exclusive) at a
-        # time itself, and its deadline starts only when it holds this turn, i.e. when the agent
-        # runs it. Any command in the box then belongs to the call holding the turn (issue 22).
-        self._exclusive_turn = threading.Lock()
+        # The agent runs several commands at once (at most its SHELL_MAX_CONCURRENT, a typed
+        # RESOURCE_EXHAUSTED beyond), so a command's deadline starts when it is sent. A passed host
+        # deadline (the agent did not end the command itself) still kills every process in the box.
         self._closed = False
         self._ever_started = False
         # Whether the box may hold processes besides its agent: a call that spawns (BoxRule.spawns) ran, or calls are
@@ -342,7 +339,7 @@ class SupervisedSandbox:
             self._in_flight += 1
             self._spawned = self._spawned or rule.spawns
         try:
-            with host_memory.tool_call(), self._exclusive_turn if rule.exclusive else contextlib.nullcontext():
+            with host_memory.tool_call():
                 result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
         finally:
             with self._in_flight_lock:

@@ -41,7 +41,7 @@ class BoxRule:
     # The seconds the call may run by its own arguments (the host adds its grace); None: the
     # sandbox's fixed per-call deadline.
     deadline: Callable[[Mapping[str, Any]], float] | None = None
-    exclusive: bool = False  # one such call at a time in a box; its deadline starts when it holds the turn
+    exclusive: bool = False  # a command: named to the agent by a key (api/turns.py), so a cancel kills it alone
     streams: bool = False  # sends its output while it runs (on_output)
     writes: bool = False  # may grow the workspace: the write quota is polled after it
     # may leave processes of its own in the box (beside the agent), which kill_processes ends: while no such call

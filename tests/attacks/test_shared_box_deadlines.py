@@ -1,6 +1,6 @@
-"""Calls that share one box (issue 22): the agent runs shell commands one at a time, so a second
-shell call sent while the first runs waits in the agent. Its deadline must not start while it waits,
-and its expiry must never kill the command of the call in front of it."""
+"""Calls that share one box (issue 22, issue 46): the agent runs shell commands at once, each in a
+process group of its own. One call's timeout must never kill the command running beside it, and each
+gets its whole time."""
 from __future__ import annotations
 
 import threading
@@ -12,28 +12,24 @@ import pytest
 pytestmark = pytest.mark.docker
 
 
-def test_a_queued_shell_calls_deadline_never_kills_the_running_command(victim_factory):
-    """Two shell calls at once on one box: the second's short deadline (1 s timeout + 1 s grace) would
-    pass while it waits behind the first (`sleep 4`). The first still ends with its output, and the
-    second gets its own full time once its turn comes."""
+def test_a_second_shell_calls_timeout_never_kills_the_running_command(victim_factory):
+    """Two shell calls at once on one box: the second times out (1 s) while the first (`sleep 4`)
+    runs beside it. The first still ends with its output; the second ends on its own 1 s."""
     victim = victim_factory(shell_grace_s=1)
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(victim.sh, "sleep 4; echo A", 60)
         time.sleep(0.5)
-        sent = time.monotonic()
         second = pool.submit(victim.sh, "sleep 1.5; echo B", 1)
         a, b = first.result(), second.result()
-        waited = time.monotonic() - sent
     assert a.ok and a.output == "A\n" and a.meta["exit_code"] == 0, a
     assert b.error is not None and b.error.type.value == "timeout", b  # its own 1 s, counted from its own start
     assert b.meta.get("timed_out") is True and b.meta.get("timeout_s") == 1, b
-    assert waited >= 3.5, waited  # it waited for the first instead of running beside it
     assert victim.box.restarts == 0
     victim.assert_intact()
 
 
-def test_a_queued_shell_call_gets_its_whole_time(victim_factory):
-    """The second call's command needs 1.5 s of its 2 s: it still succeeds though it waited 4 s first."""
+def test_a_second_shell_call_gets_its_whole_time(victim_factory):
+    """The second call's command needs 1.5 s of its 2 s: it succeeds beside the first."""
     victim = victim_factory(shell_grace_s=1)
     with ThreadPoolExecutor(max_workers=2) as pool:
         first = pool.submit(victim.sh, "sleep 4; echo A", 60)
@@ -42,12 +38,12 @@ def test_a_queued_shell_call_gets_its_whole_time(victim_factory):
         a, b = first.result(), second.result()
     assert a.ok and a.output == "A\n", a
     assert b.ok and b.output == "B\n" and b.meta["exit_code"] == 0, b
-    assert b.meta["host_elapsed_s"] < 3.5, b.meta  # counted from its turn, not from when it was asked for
+    assert b.meta["host_elapsed_s"] < 3.5, b.meta  # it ran beside the first, not after it
     victim.assert_intact()
 
 
 def test_reads_are_not_held_behind_a_running_shell_call(victim_factory):
-    """Only shell calls queue: a read answers while a command runs."""
+    """A read answers while a command runs."""
     victim = victim_factory(shell_grace_s=1)
     done = threading.Event()
 
