@@ -19,7 +19,8 @@ from binascii import a2b_base64, b2a_base64
 
 from . import limits
 from .paths import check_fd, resolve
-from .tools import ToolError, _arg, _open_regular, _os_error, _path_arg, _refuse_trailing_slash, _rel
+from .tools import ToolError, _arg, _open_regular, _os_error, _path_arg, _refuse_trailing_slash
+from .writing import make_parent
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
 if TYPE_CHECKING:
@@ -67,14 +68,8 @@ def _part_name(name: str, token: str) -> str:
 
 def _parent_fd(rel: str, real: str, create: bool) -> int:
     parent = os.path.dirname(real)
-    if create and not os.path.isdir(parent):
-        if os.path.lexists(parent):
-            raise ToolError("not_a_directory", f"{_rel(parent)} is not a directory")
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as err:
-            raise _os_error(err, rel) from None
-        resolve(rel, mutation=True)  # the new directories may not lead anywhere else
+    if create:
+        make_parent(rel, real)
     try:
         dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:

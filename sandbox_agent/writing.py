@@ -48,15 +48,7 @@ def _write_file(args: dict[str, Any]) -> dict[str, Any]:
         text = content.removeprefix("\ufeff")
         data = mark + text.encode(codec, errors="surrogatepass")
         note = f"[the file had a {label} byte-order mark: kept" + (f", and the text written as {label}]" if codec != "utf-8" else "]")
-    parent = os.path.dirname(real)
-    if not os.path.isdir(parent):
-        if os.path.lexists(parent):
-            raise ToolError("not_a_directory", f"{_rel(parent)} is not a directory")
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as err:
-            raise _os_error(err, rel) from None
-        resolve(rel, mutation=True)  # the new directories may not lead anywhere else
+    make_parent(rel, real)
     atomic = _atomic_write(rel, real, data, mode)
     meta = {"sha256": sha256(data), "bytes": len(data), "created": mode is None, "atomic": atomic}
     if kept:
@@ -67,6 +59,19 @@ def _write_file(args: dict[str, Any]) -> dict[str, Any]:
         "note": "\n".join(n for n in (note, "" if atomic else IN_PLACE_NOTE) if n),
         "meta": meta,
     }
+
+
+def make_parent(rel: str, real: str) -> None:
+    """The directories a new file's path names, made where missing (write_file, write_bytes)."""
+    parent = os.path.dirname(real)
+    if not os.path.isdir(parent):
+        if os.path.lexists(parent):
+            raise ToolError("not_a_directory", f"{_rel(parent)} is not a directory")
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as err:
+            raise _os_error(err, rel) from None
+        resolve(rel, mutation=True)  # the new directories may not lead anywhere else
 
 
 def _kept_mark(real: str) -> tuple[bytes, str, str] | None:
