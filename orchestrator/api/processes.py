@@ -14,9 +14,8 @@ from typing import Any, Callable, Iterator
 from ..errors import ErrorType
 from ..protocol import ToolResult
 from .box_processes import KILL, LIST, READ, START, WAIT, WAIT_MAX_S, WRITE
-from .environment import checked, command_with
 from .results import ToolError
-from .tool_calls import require
+from .tool_calls import placed, require
 
 CHUNK = 1 << 20
 
@@ -156,15 +155,7 @@ class ProcessMethods:
         Its output (stdout and stderr) is kept, the last 1 MiB; at most 16 run at once in a box
         (ToolError(RESOURCE_EXHAUSTED) beyond)."""
         require(START, "command", command, str, "a str")
-        sent = command
-        if cwd is not None or env:
-            place = None
-            if cwd is not None:
-                place = cwd.__fspath__() if isinstance(cwd, PathLike) else cwd
-                require(START, "cwd", place, str, "a str (a directory in the box)")
-                if not place or "\0" in place:
-                    raise ToolError(ErrorType.INVALID_ARGUMENTS, "start: cwd must be a non-empty path without NUL")
-            sent = command_with(command, place, self._passed_env(checked(START, env or {})))
+        sent = placed(START, command, cwd, env, self._passed_env, method="start")
         return Process(self, self._checked(START, {"command": sent})[1], command)
 
     def processes(self) -> list[dict[str, Any]]:

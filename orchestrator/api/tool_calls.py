@@ -31,6 +31,21 @@ def require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], wh
         raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not {type(value).__name__}")
 
 
+def placed(tool: str, command: str, cwd: str | PathLike[str] | None, env: dict[str, str] | None,
+           passed_env: Callable[[dict[str, str]], dict[str, str]], method: str | None = None) -> str:
+    """`command` as the box runs it with `cwd` and `env` (shell() and start() take them alike): the
+    command itself when neither is given. `method`: the API method an empty cwd is named by."""
+    if cwd is None and not env:
+        return command
+    place = None
+    if cwd is not None:
+        place = cwd.__fspath__() if isinstance(cwd, PathLike) else cwd
+        require(tool, "cwd", place, str, "a str (a directory in the box)")
+        if not place or "\0" in place:
+            raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{method or tool}: cwd must be a non-empty path without NUL")
+    return command_with(command, place, passed_env(checked(tool, env or {})))
+
+
 def tool_error(result: ToolResult) -> ToolError:
     error = result.error
     kind, message = (error.type, error.message) if error is not None else (ErrorType.INTERNAL_ERROR, "the call failed")
@@ -120,13 +135,5 @@ class ToolMethods:
         require(SHELL, "timeout", timeout, int, "an int (seconds)")
         if on_output is not None and not callable(on_output):
             raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
-        sent = command
-        if cwd is not None or env:
-            place = None
-            if cwd is not None:
-                place = cwd.__fspath__() if isinstance(cwd, PathLike) else cwd
-                require(SHELL, "cwd", place, str, "a str (a directory in the box)")
-                if not place or "\0" in place:
-                    raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: cwd must be a non-empty path without NUL")
-            sent = command_with(command, place, self._passed_env(checked(SHELL, env or {})))
+        sent = placed(SHELL, command, cwd, env, self._passed_env)
         return ShellResult.of(*self._checked(SHELL, {"command": sent, "timeout": timeout}, on_output), command)
