@@ -81,6 +81,9 @@ class _Keeper:
                     for proc in _procs.values():
                         if proc.pid == answer["exit"] and not proc.exited:
                             proc.exited, proc.code = True, answer.get("code")
+                    for started in self.answers:  # ended before proc_start took its pid: kept with it
+                        if started.get("pid") == answer["exit"]:
+                            started["ended"] = answer.get("code")
                 else:
                     self.answers.append(answer)
                 _changed.notify_all()
@@ -186,6 +189,9 @@ def proc_start(args: dict[str, Any]) -> dict[str, Any]:
         _counter += 1
         key = f"p{_counter}"
         proc = _procs[key] = _Proc(pid, command, out_r, in_w)
+        if "ended" in answer:  # the keeper's exit message came before this call took the lock again
+            ended = answer["ended"]
+            proc.exited, proc.code = True, ended if isinstance(ended, int) else None
     threading.Thread(target=_reader, args=(proc,), name=f"oa-proc-{key}", daemon=True).start()
     return {"output": f"started {key} (pid {proc.pid})", "meta": _state(key, proc)}
 
