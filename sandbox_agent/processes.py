@@ -101,6 +101,7 @@ class _Keeper:
 
 
 _changed = threading.Condition()
+_one_start = threading.Lock()  # taken before _changed, never inside it
 _procs: dict[str, _Proc] = {}
 _keeper: _Keeper | None = None
 _counter = 0
@@ -154,7 +155,8 @@ def _state(key: str, proc: _Proc) -> dict[str, Any]:
 def proc_start(args: dict[str, Any]) -> dict[str, Any]:
     global _keeper, _counter
     command = _arg(args, "command", str, required=True)
-    with _changed:
+    # one start at a time: the keeper answers in the order it was asked, and commands now run at once
+    with _one_start, _changed:
         running = sum(1 for p in _procs.values() if not p.exited)
         if running >= limits.PROC_MAX:
             raise ToolError("resource_exhausted", f"{running} background processes run in this box; at most {limits.PROC_MAX}: kill one first")
