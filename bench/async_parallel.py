@@ -10,6 +10,7 @@ matter: each AsyncSandbox runs its calls on threads of its own), and the 1-minut
 Target: the ratio under 1.5 (8 boxes x `sleep 4` under 6 s; 8.85 s when calls ran on the loop's
 default executor, 6 threads on 2 cores). Every box is closed and every workspace removed at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,8 +52,15 @@ async def measure(boxes: int, seconds: int) -> dict[str, float]:
             await box.close()
         for root in roots:
             shutil.rmtree(root, ignore_errors=True)
-    return {"boxes": boxes, "sleep_s": seconds, "single_s": round(single, 2), "together_s": round(together, 2),
-            "ratio": round(together / single, 2), "default_executor_threads": default._max_workers, "load_1m": os.getloadavg()[0]}
+    return {
+        "boxes": boxes,
+        "sleep_s": seconds,
+        "single_s": round(single, 2),
+        "together_s": round(together, 2),
+        "ratio": round(together / single, 2),
+        "default_executor_threads": default._max_workers,
+        "load_1m": os.getloadavg()[0],
+    }
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ Printed as ratios against the one-by-one baseline of the same run; nothing is as
 
     .venv/bin/python bench/batch.py [--tasks 20] [--concurrency N] [--ray]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,12 @@ POLICY = ROOT / "examples" / "policy.toml"
 
 
 def env(state: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(state), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XDG_STATE_HOME": str(state),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
 
 
 def cli(*args: str) -> list[str]:
@@ -46,9 +52,25 @@ def rss_kib(pid: int) -> int:
 def one_by_one(work: Path, n: int) -> float:
     began = time.monotonic()
     for i in range(n):
-        subprocess.run(cli("run", "--workspace", str(work / f"calc{i}"), "--workspace-mode", "copy", "--model", f"script:{SCRIPT}",
-                           "--policy", str(POLICY), "--non-interactive", "fix the bug"),
-                       env=env(work / "state-serial"), check=True, capture_output=True, stdin=subprocess.DEVNULL)
+        subprocess.run(
+            cli(
+                "run",
+                "--workspace",
+                str(work / f"calc{i}"),
+                "--workspace-mode",
+                "copy",
+                "--model",
+                f"script:{SCRIPT}",
+                "--policy",
+                str(POLICY),
+                "--non-interactive",
+                "fix the bug",
+            ),
+            env=env(work / "state-serial"),
+            check=True,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
     return time.monotonic() - began
 
 
@@ -57,14 +79,33 @@ def batched(work: Path, n: int, extra: list[str], name: str) -> tuple[float, flo
     out = work / f"{name}.jsonl"
     state = work / f"state-{name}"
     began = time.monotonic()
-    proc = subprocess.Popen(cli("batch", str(work / "tasks.jsonl"), "--out", str(out), "--model", f"script:{SCRIPT}", "--policy", str(POLICY),
-                                *extra), env=env(state), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        cli(
+            "batch",
+            str(work / "tasks.jsonl"),
+            "--out",
+            str(out),
+            "--model",
+            f"script:{SCRIPT}",
+            "--policy",
+            str(POLICY),
+            *extra,
+        ),
+        env=env(state),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     idle = [0]
     peak: list[float] = [0.0, 0.0]
 
     def sample() -> None:
         while proc.poll() is None:
-            running = sum(1 for t in state.glob("openagents-sandbox/sessions/*/session.json") if '"status": "running"' in t.read_text())
+            running = sum(
+                1
+                for t in state.glob("openagents-sandbox/sessions/*/session.json")
+                if '"status": "running"' in t.read_text()
+            )
             kib = rss_kib(proc.pid)
             if not idle[0] and kib:
                 idle[0] = kib
@@ -91,8 +132,16 @@ def ray_cluster() -> object:
     from ray.cluster_utils import Cluster
 
     node_env = {"PYTHONPATH": str(ROOT), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"oa_sandbox": 2}, "include_dashboard": False,
-                                                            "node_ip_address": "127.0.0.1", "env_vars": node_env})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {"oa_sandbox": 2},
+            "include_dashboard": False,
+            "node_ip_address": "127.0.0.1",
+            "env_vars": node_env,
+        },
+    )
     cluster.add_node(num_cpus=2, resources={"oa_sandbox": 2}, node_ip_address="127.0.0.1", env_vars=node_env)
     cluster.wait_for_nodes()
     return cluster
@@ -111,18 +160,24 @@ def main() -> None:
                 shutil.copytree(CALC, work / f"calc{i}")
                 f.write(json.dumps({"id": f"t{i}", "workspace": f"calc{i}", "task": "fix the bug"}) + "\n")
         serial = one_by_one(work, args.tasks)
-        print(f"{args.tasks} tasks one by one (`oa-sandbox run` each): {serial:.1f} s, {args.tasks / serial:.2f} tasks/s")
+        print(
+            f"{args.tasks} tasks one by one (`oa-sandbox run` each): {serial:.1f} s, {args.tasks / serial:.2f} tasks/s"
+        )
         extra = ["--concurrency", str(args.concurrency)] if args.concurrency else []
         wall, per, running = batched(work, args.tasks, extra, "local")
-        print(f"batch, local engine{' --concurrency ' + str(args.concurrency) if args.concurrency else ''}: {wall:.1f} s, "
-              f"{args.tasks / wall:.2f} tasks/s: {serial / wall:.2f}x the one-by-one throughput; "
-              f"host memory per running task {per:.1f} MiB of the batch process (at {running} running)")
+        print(
+            f"batch, local engine{' --concurrency ' + str(args.concurrency) if args.concurrency else ''}: {wall:.1f} s, "
+            f"{args.tasks / wall:.2f} tasks/s: {serial / wall:.2f}x the one-by-one throughput; "
+            f"host memory per running task {per:.1f} MiB of the batch process (at {running} running)"
+        )
         if args.ray:
             cluster = ray_cluster()
             try:
                 wall, _, _ = batched(work, args.tasks, ["--engine", "ray", "--ray-address", cluster.address], "ray")  # type: ignore[attr-defined]
-                print(f"batch, Ray two nodes x 2 slots (one machine): {wall:.1f} s, {args.tasks / wall:.2f} tasks/s: "
-                      f"{serial / wall:.2f}x the one-by-one throughput")
+                print(
+                    f"batch, Ray two nodes x 2 slots (one machine): {wall:.1f} s, {args.tasks / wall:.2f} tasks/s: "
+                    f"{serial / wall:.2f}x the one-by-one throughput"
+                )
             finally:
                 cluster.shutdown()  # type: ignore[attr-defined]
     finally:

@@ -9,6 +9,7 @@ parts (create, start + wait, remove) under the same runtime, in alternation so b
 Steps that overlap (the daemon's work behind one API call) are not double-counted: "other" is the
 start's total less the steps named.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,7 +116,9 @@ def main() -> int:
                 indent = "    " if label in NESTED else ""
                 print(f"{indent + label:<56}{statistics.median(values):8.1f} ms")
             floor = statistics.median(rows["= docker run --rm true"])
-            print(f"{'cold start / docker run':<56}{statistics.median(rows['= cold start to first answer']) / floor:8.2f}x")
+            print(
+                f"{'cold start / docker run':<56}{statistics.median(rows['= cold start to first answer']) / floor:8.2f}x"
+            )
     return 0
 
 

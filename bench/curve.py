@@ -3,6 +3,7 @@ process, each from its own thread, through the process's start gate (orchestrato
 then every box makes write_file + shell calls at once. Per point: cold start (thread start to the
 first answered call, the wait in line included) p50/p95 and how long the starts waited in line,
 call p50/p95, errors, and what the orchestrator process pays per live box (RSS, fds, threads)."""
+
 from __future__ import annotations
 
 import statistics
@@ -105,8 +106,11 @@ def concurrency_point(client, workspaces: list[Path], calls: int, config: Sandbo
             for k in range(calls):
                 if abort.is_set():
                     return
-                tool, args = (("write_file", {"path": "out.txt", "content": f"call {k}\n"}) if k % 2 == 0
-                              else ("shell", {"command": "cat out.txt"}))
+                tool, args = (
+                    ("write_file", {"path": "out.txt", "content": f"call {k}\n"})
+                    if k % 2 == 0
+                    else ("shell", {"command": "cat out.txt"})
+                )
                 t = time.perf_counter()
                 result = box.call(tool, args)
                 latencies[i].append((time.perf_counter() - t) * 1000)
@@ -164,7 +168,9 @@ def concurrency_point(client, workspaces: list[Path], calls: int, config: Sandbo
     }
 
 
-def concurrency_curve(client, make_workspace, root: Path, sizes: list[int], calls: int, config: SandboxConfig, cool_down_s: float = 20.0) -> dict:
+def concurrency_curve(
+    client, make_workspace, root: Path, sizes: list[int], calls: int, config: SandboxConfig, cool_down_s: float = 20.0
+) -> dict:
     """Each point with fresh workspaces; between points the machine is left `cool_down_s` to settle."""
     out: dict = {"curve_sizes": sizes, "curve_calls_per_box": calls}
     for index, n in enumerate(sizes):
@@ -174,8 +180,11 @@ def concurrency_curve(client, make_workspace, root: Path, sizes: list[int], call
         point = concurrency_point(client, workspaces, calls, config)
         for key, value in point.items():
             out[f"curve_{n}_{key}"] = value
-        print(f"[concurrency {n}: start p50 {point['cold_start_p50_ms']:.0f} ms, calls p50 {point['call_p50_ms']:.1f} ms, "
-              f"{point['start_errors'] + point['call_errors']} errors, load {point['load_average']:.1f}]", flush=True)
+        print(
+            f"[concurrency {n}: start p50 {point['cold_start_p50_ms']:.0f} ms, calls p50 {point['call_p50_ms']:.1f} ms, "
+            f"{point['start_errors'] + point['call_errors']} errors, load {point['load_average']:.1f}]",
+            flush=True,
+        )
     return out
 
 
@@ -184,18 +193,25 @@ def curve_rows(r: dict) -> list[str]:
     sizes = r.get("curve_sizes") or []
     if not sizes:
         return []
-    head = (f"{'boxes':>5} {'start p50/p95 (s)':>18} {'in line p50':>11} {'calls p50/p95 (ms)':>19} {'errors':>6} "
-            f"{'RSS/box MiB':>11} {'fds':>5} {'threads':>7} {'load':>5} {'vs ' + str(sizes[0]) + ': start, calls':>20}")
-    rows = [f"concurrency curve: boxes started together through the start gate (limit {r[f'curve_{sizes[0]}_start_limit']}), "
-            f"then {r['curve_calls_per_box']} write_file+shell calls each", head]
+    head = (
+        f"{'boxes':>5} {'start p50/p95 (s)':>18} {'in line p50':>11} {'calls p50/p95 (ms)':>19} {'errors':>6} "
+        f"{'RSS/box MiB':>11} {'fds':>5} {'threads':>7} {'load':>5} {'vs ' + str(sizes[0]) + ': start, calls':>20}"
+    )
+    rows = [
+        f"concurrency curve: boxes started together through the start gate (limit {r[f'curve_{sizes[0]}_start_limit']}), "
+        f"then {r['curve_calls_per_box']} write_file+shell calls each",
+        head,
+    ]
     first = sizes[0]
     for n in sizes:
         k = f"curve_{n}_"
         errors = r[k + "start_errors"] + r[k + "call_errors"]
         ratio = f"{r[k + 'cold_start_p50_ms'] / r[f'curve_{first}_cold_start_p50_ms']:.1f}x, {r[k + 'call_p50_ms'] / r[f'curve_{first}_call_p50_ms']:.1f}x"
-        rows.append(f"{n:>5} {r[k + 'cold_start_p50_ms'] / 1000:>8.2f} / {r[k + 'cold_start_p95_ms'] / 1000:<7.2f} {r[k + 'in_line_p50_s']:>10.2f}s "
-                    f"{r[k + 'call_p50_ms']:>9.1f} / {r[k + 'call_p95_ms']:<7.1f} {errors:>6} {r[k + 'rss_per_box_mib']:>11.2f} {r[k + 'fds']:>5} "
-                    f"{r[k + 'threads']:>7} {r[k + 'load_average']:>5.1f} {ratio:>20}")
+        rows.append(
+            f"{n:>5} {r[k + 'cold_start_p50_ms'] / 1000:>8.2f} / {r[k + 'cold_start_p95_ms'] / 1000:<7.2f} {r[k + 'in_line_p50_s']:>10.2f}s "
+            f"{r[k + 'call_p50_ms']:>9.1f} / {r[k + 'call_p95_ms']:<7.1f} {errors:>6} {r[k + 'rss_per_box_mib']:>11.2f} {r[k + 'fds']:>5} "
+            f"{r[k + 'threads']:>7} {r[k + 'load_average']:>5.1f} {ratio:>20}"
+        )
         for sample in r[k + "start_error_samples"] + r[k + "call_error_samples"]:
             rows.append(f"      error: {sample}")
     return rows

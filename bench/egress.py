@@ -12,6 +12,7 @@ Nothing leaves 127.0.0.1.
 
     python -m bench.egress [--requests 200]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,10 +66,18 @@ def _gate(api_port: int, world: SessionCA, gate_ca: SessionCA | None) -> int:
         sys.path.insert(0, str(ROOT / "compose" / "proxy"))
     from egress_gate import audit, handler, rules, settings, tls
 
-    policy = rules.Policy("", "127.0.0.0/8", json.dumps([{"action": "allow", "host": "localhost", "port": api_port}]), "bench")
-    gate = settings.Settings(policy, audit=audit.AuditLog(sink=lambda fields: None), upstream_tls=tls.upstream_context(world.ca_pem))
+    policy = rules.Policy(
+        "", "127.0.0.0/8", json.dumps([{"action": "allow", "host": "localhost", "port": api_port}]), "bench"
+    )
+    gate = settings.Settings(
+        policy, audit=audit.AuditLog(sink=lambda fields: None), upstream_tls=tls.upstream_context(world.ca_pem)
+    )
     if gate_ca is not None:
-        gate.credentials = [rules.Credential({"host": "localhost", "port": api_port, "header": "Authorization", "value": "Bearer bench-token"})]
+        gate.credentials = [
+            rules.Credential(
+                {"host": "localhost", "port": api_port, "header": "Authorization", "value": "Bearer bench-token"}
+            )
+        ]
         gate.intercept = tls.intercept_contexts(json.dumps(gate_ca.leaves))
     server = handler.Server(("127.0.0.1", 0), gate)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -113,7 +122,11 @@ def run(requests: int) -> dict[str, dict[str, float]]:
             port = api.server_address[1]
             passed_port = _gate(port, world, None)
             intercept_port = _gate(port, world, gate_ca)
-            modes = {"direct": (world.ca_pem, None), "passed": (world.ca_pem, passed_port), "intercepted": (gate_ca.ca_pem, intercept_port)}
+            modes = {
+                "direct": (world.ca_pem, None),
+                "passed": (world.ca_pem, passed_port),
+                "intercepted": (gate_ca.ca_pem, intercept_port),
+            }
             times: dict[str, list[float]] = {mode: [] for mode in modes}
             for trust, gate in modes.values():  # warm-up
                 for _ in range(5):
@@ -126,8 +139,10 @@ def run(requests: int) -> dict[str, dict[str, float]]:
         world.close()
         gate_ca.close()
     base = statistics.median(times["direct"])
-    return {mode: {"p50_ms": statistics.median(v), "p90_ms": pct(v, 0.9), "added_p50_ms": statistics.median(v) - base}
-            for mode, v in times.items()}
+    return {
+        mode: {"p50_ms": statistics.median(v), "p90_ms": pct(v, 0.9), "added_p50_ms": statistics.median(v) - base}
+        for mode, v in times.items()
+    }
 
 
 def main() -> None:

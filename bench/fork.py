@@ -15,6 +15,7 @@ against the workspace's, the first fork's time (it freezes the parent's copy int
 the 1-minute load average. `--mode copy` measures the data copy (OA_FORK_COW=copy). Everything
 made is unmounted and removed at the end.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,7 +72,7 @@ def make_tree(root: Path, files: int, total_mb: int) -> None:
         d = root / f"d{i // 300:03d}"
         if i % 300 == 0:
             d.mkdir(parents=True)
-        (d / f"f{i:05d}.txt").write_bytes(block[i % 97:] + block[: i % 97])
+        (d / f"f{i:05d}.txt").write_bytes(block[i % 97 :] + block[: i % 97])
 
 
 def main() -> int:
@@ -79,7 +80,9 @@ def main() -> int:
     parser.add_argument("--mb", type=int, default=300)
     parser.add_argument("--files", type=int, default=30000)
     parser.add_argument("--forks", type=int, default=5)
-    parser.add_argument("--mode", choices=["auto", "copy"], default="auto", help="auto: an overlay where the host may mount")
+    parser.add_argument(
+        "--mode", choices=["auto", "copy"], default="auto", help="auto: an overlay where the host may mount"
+    )
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     os.environ["OA_FORK_COW"] = args.mode
@@ -99,10 +102,12 @@ def main() -> int:
         ws_bytes = allocated(Path(record.box_workspace))
         forks, cps, disk = [], [], []
         started = time.perf_counter()
-        first = fork_session(record.id, 1, box_on_copy=box_on_copy)[0]  # warm: the first call's imports are not the fork's cost (it freezes the parent, too)
+        first = fork_session(record.id, 1, box_on_copy=box_on_copy)[
+            0
+        ]  # warm: the first call's imports are not the fork's cost (it freezes the parent, too)
         first_s = time.perf_counter() - started
         for i in range(args.forks):
-            for which in (("fork", "cp") if i % 2 else ("cp", "fork")):  # alternated: neither always reads a warm cache
+            for which in ("fork", "cp") if i % 2 else ("cp", "fork"):  # alternated: neither always reads a warm cache
                 os.sync()  # the other's writes are not written back on this one's time
                 started = time.perf_counter()
                 if which == "fork":
@@ -114,23 +119,36 @@ def main() -> int:
                     cps.append(time.perf_counter() - started)
                     shutil.rmtree(top / f"cp{i}")
         result = {
-            "files": args.files, "mb": args.mb, "forks": args.forks, "reflinks": reflinks_here(top),
-            "made_by": "overlay" if first.cow is not None else "copy", "first_fork_s": round(first_s, 3),
-            "fork_p50_s": round(statistics.median(forks), 3), "cp_a_p50_s": round(statistics.median(cps), 3),
+            "files": args.files,
+            "mb": args.mb,
+            "forks": args.forks,
+            "reflinks": reflinks_here(top),
+            "made_by": "overlay" if first.cow is not None else "copy",
+            "first_fork_s": round(first_s, 3),
+            "fork_p50_s": round(statistics.median(forks), 3),
+            "cp_a_p50_s": round(statistics.median(cps), 3),
             "ratio_fork_vs_cp_a": round(statistics.median(forks) / statistics.median(cps), 4),
-            "disk_per_fork_mib": round(statistics.median(disk) / (1 << 20), 1), "workspace_mib": round(ws_bytes / (1 << 20), 1),
-            "disk_per_fork_fraction": round(statistics.median(disk) / ws_bytes, 4), "load_1m": round(os.getloadavg()[0], 1),
+            "disk_per_fork_mib": round(statistics.median(disk) / (1 << 20), 1),
+            "workspace_mib": round(ws_bytes / (1 << 20), 1),
+            "disk_per_fork_fraction": round(statistics.median(disk) / ws_bytes, 4),
+            "load_1m": round(os.getloadavg()[0], 1),
         }
     finally:
         for point in mounts_under(top):
             unmount(point)
         subprocess.run(["rm", "-rf", str(top)], check=False)
-    print(f"fork of {args.files:,} files / {args.mb} MB by {result['made_by']} (reflinks: {'yes' if result['reflinks'] else 'no'}), "
-          f"{args.forks} forks, load {result['load_1m']}")
-    print(f"  fork p50 {result['fork_p50_s']:.2f} s   cp -a p50 {result['cp_a_p50_s']:.2f} s   ratio {result['ratio_fork_vs_cp_a']:.3f}x "
-          "(target <= 0.2x)")
-    print(f"  disk per fork {result['disk_per_fork_mib']} MiB of the workspace's {result['workspace_mib']} MiB "
-          f"({100 * result['disk_per_fork_fraction']:.1f}%, target <= 5%)")
+    print(
+        f"fork of {args.files:,} files / {args.mb} MB by {result['made_by']} (reflinks: {'yes' if result['reflinks'] else 'no'}), "
+        f"{args.forks} forks, load {result['load_1m']}"
+    )
+    print(
+        f"  fork p50 {result['fork_p50_s']:.2f} s   cp -a p50 {result['cp_a_p50_s']:.2f} s   ratio {result['ratio_fork_vs_cp_a']:.3f}x "
+        "(target <= 0.2x)"
+    )
+    print(
+        f"  disk per fork {result['disk_per_fork_mib']} MiB of the workspace's {result['workspace_mib']} MiB "
+        f"({100 * result['disk_per_fork_fraction']:.1f}%, target <= 5%)"
+    )
     print(f"  first fork (freezes the parent's copy) {result['first_fork_s']:.2f} s")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result) + "\n")

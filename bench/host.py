@@ -1,5 +1,6 @@
 """What the orchestrator process itself costs: resident memory, open descriptors, threads; and
 what of ours is left in Docker. Shared by the concurrency curve (run.py) and the soak (soak.py)."""
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,11 @@ class HostSample:
     rss_file_mib: float = 0.0  # of RSS, pages of files (the interpreter, libraries, modules) as they are first touched
 
     def line(self) -> str:
-        return (f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}  "
-                f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  files {self.rss_file_mib:5.1f} MiB  "
-                f"py blocks {self.py_blocks}")
+        return (
+            f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}  "
+            f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  files {self.rss_file_mib:5.1f} MiB  "
+            f"py blocks {self.py_blocks}"
+        )
 
 
 def close_idle_api_connections(client) -> None:
@@ -39,7 +42,9 @@ def close_idle_api_connections(client) -> None:
         if pools is None:
             continue
         for key in pools.keys():
-            idle = getattr(pools.get(key), "pool", None)  # urllib3's queue: connections, and None for a slot not yet used
+            idle = getattr(
+                pools.get(key), "pool", None
+            )  # urllib3's queue: connections, and None for a slot not yet used
             if idle is not None:
                 _close_idle(idle)
 
@@ -73,8 +78,16 @@ def host_sample() -> HostSample:
             elif line.startswith("Threads:"):
                 threads = int(line.split()[1])
     used, free = malloc_stats() or (0, 0)
-    return HostSample(rss_kib / 1024, len(os.listdir("/proc/self/fd")), threads, os.getloadavg()[0], used / 1048576, free / 1048576,
-                      sys.getallocatedblocks(), file_kib / 1024)
+    return HostSample(
+        rss_kib / 1024,
+        len(os.listdir("/proc/self/fd")),
+        threads,
+        os.getloadavg()[0],
+        used / 1048576,
+        free / 1048576,
+        sys.getallocatedblocks(),
+        file_kib / 1024,
+    )
 
 
 def our_containers(client, egress_ids: frozenset[str] | set[str] = frozenset()) -> list:
@@ -82,15 +95,21 @@ def our_containers(client, egress_ids: frozenset[str] | set[str] = frozenset()) 
     the egress proxies of its gates (`egress_ids`: EgressGate.id of each)."""
     # sparse: no inspect per container, which fails for one removed between the listing and the inspect
     boxes = client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}.host-pid={os.getpid()}"})
-    proxies = [c for c in client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}=egress"})
-               if (c.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids]
+    proxies = [
+        c
+        for c in client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL}=egress"})
+        if (c.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids
+    ]
     return boxes + proxies
 
 
 def our_networks(client, egress_ids: set[str]) -> list:
     """The internal networks of this process's egress gates still there."""
-    return [n for n in client.networks.list(filters={"label": f"{LABEL}=egress"})
-            if (n.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids]
+    return [
+        n
+        for n in client.networks.list(filters={"label": f"{LABEL}=egress"})
+        if (n.attrs.get("Labels") or {}).get(f"{LABEL}.egress-id") in egress_ids
+    ]
 
 
 def rss_by_mapping() -> dict[str, int]:
@@ -110,7 +129,9 @@ def rss_by_mapping() -> dict[str, int]:
 
 def mapping_growth(before: dict[str, int], after: dict[str, int], top: int = 8) -> str:
     """The mappings whose resident size changed most between two rss_by_mapping() readings."""
-    moved = sorted(((after.get(k, 0) - before.get(k, 0), k) for k in before.keys() | after.keys()), key=lambda d: -abs(d[0]))
+    moved = sorted(
+        ((after.get(k, 0) - before.get(k, 0), k) for k in before.keys() | after.keys()), key=lambda d: -abs(d[0])
+    )
     return ", ".join(f"{Path(k).name or k} {kib / 1024:+.2f}" for kib, k in moved[:top] if kib)
 
 

@@ -11,6 +11,7 @@ shadow store), changes (the diff of a copy session with one file changed), previ
 diff of an edit of the largest file) and rollback (restore turn 0 after the box changed files).
 Only ratios compare: absolute figures depend on the machine and its load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,8 +97,11 @@ def child(op: str, ws: Path, scratch: Path) -> None:
 
         rel = largest_file(ws)
         registry = ToolRegistry(None, ws)  # type: ignore[arg-type]  # prepare() never touches the sandbox
-        call = ToolCall(id="1", name="edit_file", arguments={"path": rel, "old_text": "line", "new_text": "LINE" * 64,
-                                                              "allow_multiple": True})
+        call = ToolCall(
+            id="1",
+            name="edit_file",
+            arguments={"path": rel, "old_text": "line", "new_text": "LINE" * 64, "allow_multiple": True},
+        )
         started = time.monotonic()
         proposed_diff(ws, registry.prepare(call))
     elif op == "rollback":
@@ -118,14 +122,23 @@ def child(op: str, ws: Path, scratch: Path) -> None:
 def run_child(op: str, ws: Path) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix=f"oa-hostwork-{op}-"))
     try:
-        proc = subprocess.Popen([sys.executable, __file__, "--child", op, str(ws), str(scratch)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", op, str(ws), str(scratch)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         _, status, usage = os.wait4(proc.pid, 0)
         out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
-            return {"error": err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"], "peak_mib": usage.ru_maxrss / 1024}
-        return {"seconds": json.loads(out.decode().strip().splitlines()[-1])["seconds"], "peak_mib": usage.ru_maxrss / 1024}
+            return {
+                "error": err.decode(errors="replace").strip().splitlines()[-1:] or ["failed"],
+                "peak_mib": usage.ru_maxrss / 1024,
+            }
+        return {
+            "seconds": json.loads(out.decode().strip().splitlines()[-1])["seconds"],
+            "peak_mib": usage.ru_maxrss / 1024,
+        }
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -154,8 +167,10 @@ def main() -> int:
         return 0
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="oa-hostwork-") as tmp:
-        trees = {f"{args.empty_files} empty files": lambda p: make_empty_files(p, args.empty_files),
-                 f"{args.megabytes} MB of data": lambda p: make_data(p, args.megabytes)}
+        trees = {
+            f"{args.empty_files} empty files": lambda p: make_empty_files(p, args.empty_files),
+            f"{args.megabytes} MB of data": lambda p: make_data(p, args.megabytes),
+        }
         for label, make in trees.items():
             ws = Path(tmp) / label.replace(" ", "-")
             make(ws)
@@ -169,7 +184,9 @@ def main() -> int:
                 if "error" in row:
                     print(f"  {op:<11} failed: {row['error']}")
                     continue
-                print(f"  {op:<11} {row['seconds']:>8.2f} {row['seconds'] / max(base['seconds'], 1e-6):>8.2f} {row['peak_mib']:>9.0f}")
+                print(
+                    f"  {op:<11} {row['seconds']:>8.2f} {row['seconds'] / max(base['seconds'], 1e-6):>8.2f} {row['peak_mib']:>9.0f}"
+                )
             results[label] = rows
             shutil.rmtree(ws)
     if args.json:

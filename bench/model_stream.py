@@ -8,6 +8,7 @@ non-streamed client: the answer's return, when its text can first be shown).
 
     python bench/model_stream.py [--tokens 200] [--per-token-ms 20] [--runs 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,10 @@ def main() -> None:
     text = "tok " * args.tokens  # the fake splits text into 3-character pieces: about one per token
     pieces = len(text) // 3
     per_piece = args.per_token_ms / 1000 * args.tokens / pieces
-    print(f"answer: {args.tokens} tokens at {args.per_token_ms:g} ms each ({args.tokens * args.per_token_ms / 1000:.1f} s to generate), "
-          f"median of {args.runs} runs")
+    print(
+        f"answer: {args.tokens} tokens at {args.per_token_ms:g} ms each ({args.tokens * args.per_token_ms / 1000:.1f} s to generate), "
+        f"median of {args.runs} runs"
+    )
     print(f"{'family':<10} {'streamed':>12} {'not streamed':>14}")
     with FakeModelServer() as server:
         for family in ("openai", "gemini", "anthropic"):

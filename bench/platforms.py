@@ -9,6 +9,7 @@ A registration that fails to start a box within --start-timeout is reported as n
 (KVM where /dev/kvm exists without nested virtualisation hangs). Prints the load average beside
 every figure: on a loaded machine only the ratios within one round compare.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,14 @@ def one_round(client, ws: Path, image: str, runtime: str, calls: int, starts: in
         cold.append(ms_since(started))
         box.close()
         started = time.perf_counter()
-        client.containers.run(image, entrypoint=["true"], network_mode="none", remove=True, runtime=runtime,
-                              labels={"dev.openagents.sandbox.bench": "1"})
+        client.containers.run(
+            image,
+            entrypoint=["true"],
+            network_mode="none",
+            remove=True,
+            runtime=runtime,
+            labels={"dev.openagents.sandbox.bench": "1"},
+        )
         run.append(ms_since(started))
     read, shell = [], []
     with DockerSandbox(ws, config, client=client) as box:
@@ -62,8 +69,13 @@ def one_round(client, ws: Path, image: str, runtime: str, calls: int, starts: in
             started = time.perf_counter()
             assert box.call("shell", {"command": "true"}).ok
             shell.append(ms_since(started))
-    return {"read_p50_ms": statistics.median(read), "shell_p50_ms": statistics.median(shell),
-            "cold_start_p50_ms": statistics.median(cold), "docker_run_p50_ms": statistics.median(run), "load": load()}
+    return {
+        "read_p50_ms": statistics.median(read),
+        "shell_p50_ms": statistics.median(shell),
+        "cold_start_p50_ms": statistics.median(cold),
+        "docker_run_p50_ms": statistics.median(run),
+        "load": load(),
+    }
 
 
 def main() -> int:
@@ -83,9 +95,11 @@ def main() -> int:
             for runtime in args.runtimes:
                 got = one_round(client, ws, image, runtime, args.calls, args.starts)
                 results[runtime].append(got)
-                print(f"round {n + 1} {runtime:<24} read {got['read_p50_ms']:6.2f} ms  shell {got['shell_p50_ms']:6.2f} ms  "
-                      f"start {got['cold_start_p50_ms']:5.0f} ms  docker run {got['docker_run_p50_ms']:5.0f} ms  load {got['load']:.2f}",
-                      flush=True)
+                print(
+                    f"round {n + 1} {runtime:<24} read {got['read_p50_ms']:6.2f} ms  shell {got['shell_p50_ms']:6.2f} ms  "
+                    f"start {got['cold_start_p50_ms']:5.0f} ms  docker run {got['docker_run_p50_ms']:5.0f} ms  load {got['load']:.2f}",
+                    flush=True,
+                )
     first = args.runtimes[0]
     print(f"== median over rounds (ratio: against {first} in the same rounds)")
     for runtime, rounds in results.items():

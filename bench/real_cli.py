@@ -10,6 +10,7 @@ run (the ratio is what compares across machines). exec runs in both workspace mo
 bench/run.py --quick runs it as its section 'real cli'. Targets: `--help` at most 0.3 s; exec at most
 1.5x docker run on the same runtime.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,15 +55,27 @@ def bench_real_cli(root: Path, runtime: str, image: str, n: int) -> dict:
             for path in (ws, ws / "a.txt", ws / "README.md"):
                 os.chown(path, 1000, 1000)
     state = root / "cli-state"
-    env = {**os.environ, "XDG_STATE_HOME": str(state), "XDG_CONFIG_HOME": str(root / "cli-config"), "PYTHONPATH": str(ROOT)}
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user runs it: compiled once (the untimed first run), then from __pycache__
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(state),
+        "XDG_CONFIG_HOME": str(root / "cli-config"),
+        "PYTHONPATH": str(ROOT),
+    }
+    env.pop(
+        "PYTHONDONTWRITEBYTECODE", None
+    )  # as a user runs it: compiled once (the untimed first run), then from __pycache__
     exec_args = ["exec", "--workspace", str(ws), "--runtime", runtime, "--image", image]
     read = ["read_file", json.dumps({"path": "a.txt"})]
     out: dict = {
         "cli_help_s": _timed([*OA, "--help"], n, env, root),
         "cli_sub_help_s": _timed([*OA, "exec", "--help"], n, env, root),
         "cli_python_s": _timed([sys.executable, "-c", "pass"], n, env, root),
-        "cli_docker_run_s": _timed(["docker", "run", "--rm", "--runtime", runtime, "--network", "none", "--entrypoint", "true", image], n, env, root),
+        "cli_docker_run_s": _timed(
+            ["docker", "run", "--rm", "--runtime", runtime, "--network", "none", "--entrypoint", "true", image],
+            n,
+            env,
+            root,
+        ),
         "cli_exec_copy_s": _timed([*OA, *exec_args, "--workspace-mode", "copy", *read], n, env, root),
         "cli_exec_bind_s": _timed([*OA, *exec_args, "--workspace-mode", "bind", *read], n, env, root),
     }
@@ -79,12 +92,30 @@ def cli_rows(r: dict) -> list[tuple[str, str, str, str]]:
     if "cli_help_s" not in r:
         return []
     return [
-        ("oa-sandbox --help", f"{r['cli_help_s'] * 1000:.0f} ms", f"python -c pass: {r['cli_python_s'] * 1000:.0f} ms",
-         f"{'met' if r['cli_help_s'] <= 0.3 else 'NOT MET'} (target <= 300 ms)"),
-        ("oa-sandbox exec --help / sessions", f"{r['cli_sub_help_s'] * 1000:.0f} / {r['cli_sessions_s'] * 1000:.0f} ms", "", ""),
-        ("oa-sandbox exec read_file, copy mode", f"{r['cli_exec_copy_s']:.2f} s", f"docker run --rm IMAGE true: {r['cli_docker_run_s']:.2f} s",
-         f"{r['cli_exec_copy_ratio_vs_docker_run']:.2f}x (target <= 1.5)"),
-        ("oa-sandbox exec read_file, bind mode", f"{r['cli_exec_bind_s']:.2f} s", "", f"{r['cli_exec_bind_ratio_vs_docker_run']:.2f}x (target <= 1.5)"),
+        (
+            "oa-sandbox --help",
+            f"{r['cli_help_s'] * 1000:.0f} ms",
+            f"python -c pass: {r['cli_python_s'] * 1000:.0f} ms",
+            f"{'met' if r['cli_help_s'] <= 0.3 else 'NOT MET'} (target <= 300 ms)",
+        ),
+        (
+            "oa-sandbox exec --help / sessions",
+            f"{r['cli_sub_help_s'] * 1000:.0f} / {r['cli_sessions_s'] * 1000:.0f} ms",
+            "",
+            "",
+        ),
+        (
+            "oa-sandbox exec read_file, copy mode",
+            f"{r['cli_exec_copy_s']:.2f} s",
+            f"docker run --rm IMAGE true: {r['cli_docker_run_s']:.2f} s",
+            f"{r['cli_exec_copy_ratio_vs_docker_run']:.2f}x (target <= 1.5)",
+        ),
+        (
+            "oa-sandbox exec read_file, bind mode",
+            f"{r['cli_exec_bind_s']:.2f} s",
+            "",
+            f"{r['cli_exec_bind_ratio_vs_docker_run']:.2f}x (target <= 1.5)",
+        ),
     ]
 
 
@@ -96,13 +127,17 @@ def main() -> int:
     from orchestrator.sandbox.runtimes import available_runtimes, choose_runtime
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runtime", action="append", help="OCI runtime (repeatable; default runc and runsc, those the daemon has)")
+    parser.add_argument(
+        "--runtime", action="append", help="OCI runtime (repeatable; default runc and runsc, those the daemon has)"
+    )
     parser.add_argument("-n", type=int, default=5, help="timed runs per figure (their median)")
     parser.add_argument("--image", help="the sandbox image (default: the configured one, built if missing)")
     parser.add_argument("--json", dest="json_path", help="write the results as one JSON object")
     args = parser.parse_args()
     client = docker_client(timeout=600)
-    image = args.image or ensure_image(client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr))
+    image = args.image or ensure_image(
+        client, DockerBackendConfig().image, progress=lambda m: print(m, file=sys.stderr)
+    )
     offered = available_runtimes(client)
     results: dict = {"quick": True, "machine": {"cpus": os.cpu_count()}, "runtimes": {}}
     root = Path(tempfile.mkdtemp(prefix="oa-bench-cli-"))

@@ -14,6 +14,7 @@ which waits for it, answers then). Copy mode's figure includes its copy: `cp_a_s
 the same tree, and beyond it the first answer is compared with the 10-file one; `copy_s` is
 workspace/copy.py's copy_workspace alone (informative: a session's copy may be cheaper). bench/run.py --quick runs it as its section 'real repos'.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,9 @@ def _small(dest: Path) -> Path:
 def _first_answer(ws: Path, mode: str, runtime: str | None) -> dict:
     """One session: seconds to the first read_file's answer, then to turn 0's end (the first shell call's answer)."""
     started = time.perf_counter()
-    box = Sandbox(ws, mode=mode, auto_approve=True, runtime=runtime, copy_max_entries=1_000_000, copy_max_bytes=8 << 30).open()
+    box = Sandbox(
+        ws, mode=mode, auto_approve=True, runtime=runtime, copy_max_entries=1_000_000, copy_max_bytes=8 << 30
+    ).open()
     try:
         opened = time.perf_counter()
         result = box.read_file("file0.py" if (ws / "file0.py").exists() else "forty_kib.py")
@@ -64,8 +67,13 @@ def _first_answer(ws: Path, mode: str, runtime: str | None) -> dict:
     finally:
         box.close()
     closed = time.perf_counter()
-    return {"open_s": opened - started, "first_answer_s": first - started, "turn0_s": turn0 - started, "close_s": closed - turn0,
-            "turn0_state": state}
+    return {
+        "open_s": opened - started,
+        "first_answer_s": first - started,
+        "turn0_s": turn0 - started,
+        "close_s": closed - turn0,
+        "turn0_state": state,
+    }
 
 
 def _one_file_turn_ms(tree: Path, n: int) -> float:
@@ -107,7 +115,9 @@ def _cp_a(tree: Path) -> float:
         shutil.rmtree(dest.parent, ignore_errors=True)
 
 
-def bench_real_repos(root: Path, sizes: list[int], modes: list[str], runtime: str | None = None, repeats: int = 1) -> dict:
+def bench_real_repos(
+    root: Path, sizes: list[int], modes: list[str], runtime: str | None = None, repeats: int = 1
+) -> dict:
     """The figures, each a median of `repeats` sessions, with the ratios against the 10-file workspace."""
     state = Path(tempfile.mkdtemp(prefix="oa-bench-state-"))
     before = os.environ.get("XDG_STATE_HOME")
@@ -120,13 +130,18 @@ def bench_real_repos(root: Path, sizes: list[int], modes: list[str], runtime: st
             rows: dict = {}
             for label, ws in [("10_files", small), *((f"{n}_files", t) for n, t in trees.items())]:
                 runs = [_first_answer(ws, mode, runtime) for _ in range(repeats)]
-                rows[label] = {key: statistics.median(r[key] for r in runs) if key != "turn0_state" else runs[-1][key] for key in runs[0]}
+                rows[label] = {
+                    key: statistics.median(r[key] for r in runs) if key != "turn0_state" else runs[-1][key]
+                    for key in runs[0]
+                }
                 if mode == "copy":
                     rows[label]["cp_a_s"], rows[label]["copy_s"] = _cp_a(ws), _our_copy(ws)
             base = rows["10_files"]["first_answer_s"]
             for row in rows.values():
                 row["first_answer_ratio"] = row["first_answer_s"] / base
-                if "copy_s" in row:  # beyond the copy: the first answer less cp -a's time (the session's copy may share blocks), against 10 files'
+                if (
+                    "copy_s" in row
+                ):  # beyond the copy: the first answer less cp -a's time (the session's copy may share blocks), against 10 files'
                     row["beyond_copy_ratio"] = max(row["first_answer_s"] - row["cp_a_s"], 0.0) / base
                     row["first_answer_vs_cp_a"] = row["first_answer_s"] / row["cp_a_s"]
                     row["copy_ratio_vs_cp_a"] = row["copy_s"] / row["cp_a_s"]
@@ -169,15 +184,32 @@ def section_rows(r: dict) -> list[tuple[str, str, str, str]]:
                 continue
             verdict = f"{r[key + 'first_answer_ratio']:.2f}x of 10 files (target <= 3)"
             if key + "copy_s" in r:
-                verdict = (f"{r[key + 'first_answer_vs_cp_a']:.2f}x cp -a ({r[key + 'cp_a_s']:.1f} s); beyond cp -a {r[key + 'beyond_copy_ratio']:.2f}x "
-                           f"of 10 files (target <= 3); copy.py alone {r[key + 'copy_ratio_vs_cp_a']:.2f}x cp -a")
-            rows.append((f"{mode}: first answer, {n} files", f"{r[key + 'first_answer_s']:.2f} s (turn 0 at {r[key + 'turn0_s']:.1f} s)",
-                         f"10 files: {base:.2f} s", verdict))
+                verdict = (
+                    f"{r[key + 'first_answer_vs_cp_a']:.2f}x cp -a ({r[key + 'cp_a_s']:.1f} s); beyond cp -a {r[key + 'beyond_copy_ratio']:.2f}x "
+                    f"of 10 files (target <= 3); copy.py alone {r[key + 'copy_ratio_vs_cp_a']:.2f}x cp -a"
+                )
+            rows.append(
+                (
+                    f"{mode}: first answer, {n} files",
+                    f"{r[key + 'first_answer_s']:.2f} s (turn 0 at {r[key + 'turn0_s']:.1f} s)",
+                    f"10 files: {base:.2f} s",
+                    verdict,
+                )
+            )
     for n in ("10000", "40000"):
         if f"repos_one_file_turn_{n}_files_ms" in r:
-            rows.append((f"checkpoint after a one-file turn, {n} files", f"{r[f'repos_one_file_turn_{n}_files_ms']:.1f} ms", "", "target < 50 ms"))
+            rows.append(
+                (
+                    f"checkpoint after a one-file turn, {n} files",
+                    f"{r[f'repos_one_file_turn_{n}_files_ms']:.1f} ms",
+                    "",
+                    "target < 50 ms",
+                )
+            )
     if rows:
-        rows.append(("load average (real repos: start, end)", f"{r['repos_load']:.2f}, {r['repos_load_after']:.2f}", "", ""))
+        rows.append(
+            ("load average (real repos: start, end)", f"{r['repos_load']:.2f}, {r['repos_load_after']:.2f}", "", "")
+        )
     return rows
 
 
@@ -185,10 +217,15 @@ def repo_rows(r: dict) -> list[str]:
     lines = [f"load {r['load'][0]:.2f} -> {r['load_after'][0]:.2f}"]
     for mode, rows in r["modes"].items():
         for label, row in rows.items():
-            extra = (f", cp -a {row['cp_a_s']:.2f} s, beyond it {row['beyond_copy_ratio']:.2f}x; copy.py alone {row['copy_ratio_vs_cp_a']:.2f}x cp -a"
-                     if "copy_s" in row else "")
-            lines.append(f"{mode:4} {label:>12}: first answer {row['first_answer_s']:.2f} s ({row['first_answer_ratio']:.2f}x the 10-file one), "
-                         f"turn 0 done at {row['turn0_s']:.2f} s ({row['turn0_state']}), close {row['close_s']:.2f} s{extra}")
+            extra = (
+                f", cp -a {row['cp_a_s']:.2f} s, beyond it {row['beyond_copy_ratio']:.2f}x; copy.py alone {row['copy_ratio_vs_cp_a']:.2f}x cp -a"
+                if "copy_s" in row
+                else ""
+            )
+            lines.append(
+                f"{mode:4} {label:>12}: first answer {row['first_answer_s']:.2f} s ({row['first_answer_ratio']:.2f}x the 10-file one), "
+                f"turn 0 done at {row['turn0_s']:.2f} s ({row['turn0_state']}), close {row['close_s']:.2f} s{extra}"
+            )
     for label, ms in r["one_file_turn_checkpoint_ms"].items():
         lines.append(f"checkpoint after a one-file turn, {label}: {ms:.1f} ms")
     return lines
@@ -204,7 +241,13 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="oa-bench-repos-"))
     try:
-        result = bench_real_repos(root, [int(s) for s in args.sizes.split(",") if s], args.mode or ["bind", "copy"], args.runtime, args.repeats)
+        result = bench_real_repos(
+            root,
+            [int(s) for s in args.sizes.split(",") if s],
+            args.mode or ["bind", "copy"],
+            args.runtime,
+            args.repeats,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("\n".join(repo_rows(result)))

@@ -11,6 +11,7 @@ in where the venv is smaller.
 bench/run.py --quick runs it as its section 'real search'. --baseline-image: the same figures on
 another build of the agent (e.g. the image before a change), box by box with ours.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ def make_tree(dest: Path, files: int) -> Path:
     for i in range(made, files):
         sub = dest / "synthetic" / f"pkg{i // 200:03}"
         sub.mkdir(parents=True, exist_ok=True)
-        (sub / f"mod{i:05}.py").write_text("".join(f"def function_{i}_{n}(value):\n    return value * {n}\n\n" for n in range(40 + i % 300)))
-    (dest / FORTY_KIB).write_text("".join(f"    result_{n} = compute(alpha, beta, gamma)  # line {n:05}\n" for n in range(640)))
+        (sub / f"mod{i:05}.py").write_text(
+            "".join(f"def function_{i}_{n}(value):\n    return value * {n}\n\n" for n in range(40 + i % 300))
+        )
+    (dest / FORTY_KIB).write_text(
+        "".join(f"    result_{n} = compute(alpha, beta, gamma)  # line {n:05}\n" for n in range(640))
+    )
     if os.geteuid() == 0:
         os.system(f"chown -R 1000:1000 {dest}")
     return dest
@@ -90,7 +95,9 @@ def measure(box, n: int) -> dict:
         "grep_rnI_ms": _timed(_shell(box, f"grep -rnI {NO_MATCH} ."), n),
         "grep_files_regex_ms": _timed(lambda: _ok(box.call("grep_files", {"pattern": NO_MATCH_REGEX})), n),
         "grep_rnE_regex_ms": _timed(_shell(box, f"grep -rnE '{NO_MATCH_REGEX}' ."), n),
-        "grep_files_ignore_case_ms": _timed(lambda: _ok(box.call("grep_files", {"pattern": NO_MATCH.upper(), "ignore_case": True})), n),
+        "grep_files_ignore_case_ms": _timed(
+            lambda: _ok(box.call("grep_files", {"pattern": NO_MATCH.upper(), "ignore_case": True})), n
+        ),
         "grep_rni_ms": _timed(_shell(box, f"grep -rni {NO_MATCH} ."), n),
         "grep_files_200_hits_ms": _timed(lambda: _ok(box.call("grep_files", {"pattern": "import os"})), n),
         "list_files_ms": _timed(lambda: _ok(box.call("list_files", {})), n),
@@ -105,7 +112,9 @@ def measure(box, n: int) -> dict:
     return out
 
 
-def bench_real_search(client, root: Path, config: SandboxConfig, n: int, files: int = 10_000, baseline_image: str | None = None) -> dict:
+def bench_real_search(
+    client, root: Path, config: SandboxConfig, n: int, files: int = 10_000, baseline_image: str | None = None
+) -> dict:
     tree = root / f"real-tree-{files}"
     if not tree.exists():
         make_tree(tree, files)
@@ -129,20 +138,49 @@ def real_rows(r: dict) -> list[tuple[str, str, str, str]]:
         return []
     files = r["real_files"]
     rows = [
-        (f"grep_files, no match, {files} files", f"{r['real_grep_files_no_match_ms']:.0f} ms",
-         f"grep -rn: {r['real_grep_rn_ms']:.0f} ms (-rnI {r['real_grep_rnI_ms']:.0f})" + (f", rg {r['real_rg_ms']:.0f}" if "real_rg_ms" in r else ""),
-         f"{r['real_grep_ratio_vs_grep_rn']:.2f}x of grep -rn (target <= 1.5)"),
-        ("grep_files, a regex with no literal", f"{r['real_grep_files_regex_ms']:.0f} ms", f"grep -rnE: {r['real_grep_rnE_regex_ms']:.0f} ms",
-         f"{r['real_regex_ratio_vs_grep_rnE']:.2f}x"),
-        ("grep_files, ignore_case", f"{r['real_grep_files_ignore_case_ms']:.0f} ms", f"grep -rni: {r['real_grep_rni_ms']:.0f} ms",
-         f"{r['real_ignore_case_ratio_vs_grep_rni']:.2f}x"),
-        ("grep_files, stops at 200 hits / list_files", f"{r['real_grep_files_200_hits_ms']:.0f} / {r['real_list_files_ms']:.0f} ms", "", ""),
-        ("read_file 40 KiB", f"{r['real_read_file_40kib_ms']:.2f} ms",
-         f"baseline build: {r['real_before_read_file_40kib_ms']:.2f} ms" if "real_before_read_file_40kib_ms" in r else "", "no slower than before"),
+        (
+            f"grep_files, no match, {files} files",
+            f"{r['real_grep_files_no_match_ms']:.0f} ms",
+            f"grep -rn: {r['real_grep_rn_ms']:.0f} ms (-rnI {r['real_grep_rnI_ms']:.0f})"
+            + (f", rg {r['real_rg_ms']:.0f}" if "real_rg_ms" in r else ""),
+            f"{r['real_grep_ratio_vs_grep_rn']:.2f}x of grep -rn (target <= 1.5)",
+        ),
+        (
+            "grep_files, a regex with no literal",
+            f"{r['real_grep_files_regex_ms']:.0f} ms",
+            f"grep -rnE: {r['real_grep_rnE_regex_ms']:.0f} ms",
+            f"{r['real_regex_ratio_vs_grep_rnE']:.2f}x",
+        ),
+        (
+            "grep_files, ignore_case",
+            f"{r['real_grep_files_ignore_case_ms']:.0f} ms",
+            f"grep -rni: {r['real_grep_rni_ms']:.0f} ms",
+            f"{r['real_ignore_case_ratio_vs_grep_rni']:.2f}x",
+        ),
+        (
+            "grep_files, stops at 200 hits / list_files",
+            f"{r['real_grep_files_200_hits_ms']:.0f} / {r['real_list_files_ms']:.0f} ms",
+            "",
+            "",
+        ),
+        (
+            "read_file 40 KiB",
+            f"{r['real_read_file_40kib_ms']:.2f} ms",
+            f"baseline build: {r['real_before_read_file_40kib_ms']:.2f} ms"
+            if "real_before_read_file_40kib_ms" in r
+            else "",
+            "no slower than before",
+        ),
     ]
     if "real_before_grep_files_no_match_ms" in r:
-        rows.append(("grep_files no match, baseline build", f"{r['real_before_grep_files_no_match_ms']:.0f} ms",
-                     f"grep -rn: {r['real_before_grep_rn_ms']:.0f} ms", f"{r['real_before_grep_ratio_vs_grep_rn']:.2f}x of grep -rn"))
+        rows.append(
+            (
+                "grep_files no match, baseline build",
+                f"{r['real_before_grep_files_no_match_ms']:.0f} ms",
+                f"grep -rn: {r['real_before_grep_rn_ms']:.0f} ms",
+                f"{r['real_before_grep_ratio_vs_grep_rn']:.2f}x of grep -rn",
+            )
+        )
     return rows
 
 
@@ -154,7 +192,9 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", type=int, default=10_000)
-    parser.add_argument("--runtime", action="append", help="OCI runtime (repeatable; default runc and runsc, those the daemon has)")
+    parser.add_argument(
+        "--runtime", action="append", help="OCI runtime (repeatable; default runc and runsc, those the daemon has)"
+    )
     parser.add_argument("--baseline-image", help="another agent build to measure on the same tree")
     parser.add_argument("-n", type=int, default=3, help="timed calls per figure (their median)")
     parser.add_argument("--json", dest="json_path", help="write the results as one JSON object")
@@ -167,7 +207,9 @@ def main() -> int:
     try:
         for runtime in args.runtime or [r for r in ("runc", "runsc") if r in offered]:
             config = SandboxConfig(backend=DockerBackendConfig(runtime=choose_runtime(runtime, False, client).name))
-            results["runtimes"][runtime] = bench_real_search(client, root, config, args.n, args.files, args.baseline_image)
+            results["runtimes"][runtime] = bench_real_search(
+                client, root, config, args.n, args.files, args.baseline_image
+            )
             results["runtimes"][runtime]["load_real_search"] = os.getloadavg()[0]
     finally:
         shutil.rmtree(root, ignore_errors=True)

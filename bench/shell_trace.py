@@ -11,6 +11,7 @@ agent's own Popen (sh, pipes, a new session, a clean environment) waited for the
 that kernel (pidfd where it exists, else a waiter thread and a pipe). The last column is each step's
 increment over the one before; the load average is printed beside each runtime's figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,7 @@ from orchestrator.config import DockerBackendConfig, SandboxConfig  # noqa: E402
 from orchestrator.sandbox.docker import DockerSandbox, docker_client  # noqa: E402
 from orchestrator.sandbox.image import ensure_image  # noqa: E402
 
-IN_BOX = r'''
+IN_BOX = r"""
 import json, os, select, subprocess, sys, threading, time
 n = int(sys.argv[1])
 def p50(fn):
@@ -89,7 +90,7 @@ steps = [("posix_spawn /bin/true + waitpid", spawn), ("Popen /bin/true + wait", 
          ("Popen sh -c true + wait (sh start-up)", popen_sh), ("+ pipes, new session, clean env", agent_pipes),
          ("+ the agent's wait (" + ("pidfd" if pidfd else "waiter thread + pipe") + ") and poll", agent_wait)]
 print(json.dumps([(name, p50(fn)) for name, fn in steps]))
-'''
+"""
 
 
 def p50_call(box, tool: str, args: dict, n: int, pause_s: float = 0.0) -> float:
@@ -107,11 +108,19 @@ def trace(client, ws: Path, runtime: str, n: int) -> list[tuple[str, float]]:
     with DockerSandbox(ws, SandboxConfig(backend=DockerBackendConfig(runtime=runtime)), client=client) as box:
         for _ in range(10):
             box.call("shell", {"command": "true"})
-        host = [("host: hello round trip (protocol floor)", p50_call(box, "hello", {}, n)),
-                ("host: read_file 1 KiB", p50_call(box, "read_file", {"path": "one_kib.txt"}, n)),
-                ("host: shell `true` back to back (waits for the next /bin/sh)", p50_call(box, "shell", {"command": "true"}, n)),
-                ("host: read_file 1 KiB, 50 ms apart", p50_call(box, "read_file", {"path": "one_kib.txt"}, n, 0.05)),
-                ("host: shell `true`, 50 ms apart (a prepared /bin/sh)", p50_call(box, "shell", {"command": "true"}, n, 0.05))]
+        host = [
+            ("host: hello round trip (protocol floor)", p50_call(box, "hello", {}, n)),
+            ("host: read_file 1 KiB", p50_call(box, "read_file", {"path": "one_kib.txt"}, n)),
+            (
+                "host: shell `true` back to back (waits for the next /bin/sh)",
+                p50_call(box, "shell", {"command": "true"}, n),
+            ),
+            ("host: read_file 1 KiB, 50 ms apart", p50_call(box, "read_file", {"path": "one_kib.txt"}, n, 0.05)),
+            (
+                "host: shell `true`, 50 ms apart (a prepared /bin/sh)",
+                p50_call(box, "shell", {"command": "true"}, n, 0.05),
+            ),
+        ]
         (ws / "trace.py").write_text(IN_BOX)
         got = box.call("shell", {"command": f"python3 -I -S trace.py {n}", "timeout": 300})
         assert got.ok, got.error

@@ -15,6 +15,7 @@ not expect. The process is set up as `oa-sandbox` sets itself up (host_memory.py
 idle API connections are closed before each sample (host.py says why). --tracemalloc shows where
 Python's own memory grew, when RSS does.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,6 +82,7 @@ class Tally:
 
 def one_round(box: DockerSandbox, n: int, tally: Tally) -> None:
     """One pass of the mix; each outcome checked against what the call should give."""
+
     def check(what: str, result, expect_error: str | None = None, test=lambda r: True) -> None:
         if expect_error is None:
             good = result.ok and test(result)
@@ -95,24 +97,35 @@ def one_round(box: DockerSandbox, n: int, tally: Tally) -> None:
     check("edit_file back", box.call("edit_file", {"path": "notes.txt", "old_text": "BETA", "new_text": "beta"}))
     check("grep_files", box.call("grep_files", {"pattern": "gamma"}), test=lambda r: "notes.txt" in r.output)
     check("list_files", box.call("list_files", {}))
-    check("read_file over the cap", box.call("read_file", {"path": "big.txt"}), test=lambda r: len(r.output) <= 64 * 1024)
+    check(
+        "read_file over the cap", box.call("read_file", {"path": "big.txt"}), test=lambda r: len(r.output) <= 64 * 1024
+    )
     check("write_file 1 MiB", box.call("write_file", {"path": "mib.txt", "content": "m" * (1 << 20)}))
     chunks: list[str] = []
-    check("shell 3 MB output, streamed", box.call("shell", {"command": BIG_OUTPUT}, on_output=chunks.append),
-          test=lambda r: len(r.output) <= 64 * 1024 and "20000" in r.output)
+    check(
+        "shell 3 MB output, streamed",
+        box.call("shell", {"command": BIG_OUTPUT}, on_output=chunks.append),
+        test=lambda r: len(r.output) <= 64 * 1024 and "20000" in r.output,
+    )
     check("shell timeout", box.call("shell", {"command": "sleep 30", "timeout": 1}), expect_error="timeout")
     check("shell", box.call("shell", {"command": "echo hi; ls | wc -l"}), test=lambda r: r.output.startswith("hi\n"))
     if n % KILL_EVERY == 0:
         result = box.call("shell", {"command": "kill 1; sleep 5"})
         check("kill 1", result, expect_error="agent_lost")
-        check("after kill 1", box.call("read_file", {"path": "notes.txt"}), test=lambda r: r.output == "alpha\nbeta\ngamma\n")
+        check(
+            "after kill 1",
+            box.call("read_file", {"path": "notes.txt"}),
+            test=lambda r: r.output == "alpha\nbeta\ngamma\n",
+        )
 
 
 def print_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> None:
     ignore = [tracemalloc.Filter(False, tracemalloc.__file__)]
     diffs = after.filter_traces(ignore).compare_to(before.filter_traces(ignore), "traceback")
     total = sum(d.size_diff for d in diffs)
-    print(f"Python memory since the baseline: {total / 1048576:+.2f} MiB in {sum(d.count_diff for d in diffs):+d} blocks; the largest growths:")
+    print(
+        f"Python memory since the baseline: {total / 1048576:+.2f} MiB in {sum(d.count_diff for d in diffs):+d} blocks; the largest growths:"
+    )
     for diff in diffs[:8]:
         print(f"  {diff.size_diff / 1024:+9.1f} KiB {diff.count_diff:+7d} blocks")
         for line in diff.traceback.format(limit=4):
@@ -126,11 +139,16 @@ def safe_round(box: DockerSandbox, n: int, tally: Tally) -> None:
         tally.add("a call raised", False, f"{err.type.value}: {err.message}")
 
 
-def report(label: str, sample: HostSample, client, egress_ids: set[str], tally: Tally, restarts: int, started: float) -> None:
+def report(
+    label: str, sample: HostSample, client, egress_ids: set[str], tally: Tally, restarts: int, started: float
+) -> None:
     containers, networks = len(our_containers(client, egress_ids)), len(our_networks(client, egress_ids))
-    print(f"[{time.strftime('%H:%M:%S')} +{(time.monotonic() - started) / 60:5.1f} min] {label:<22} {sample.line()}  "
-          f"containers {containers}  networks {networks}  calls {tally.calls}  restarts {restarts}  "
-          f"unexpected {sum(v for k, v in tally.outcomes.items() if k.endswith('UNEXPECTED'))}", flush=True)
+    print(
+        f"[{time.strftime('%H:%M:%S')} +{(time.monotonic() - started) / 60:5.1f} min] {label:<22} {sample.line()}  "
+        f"containers {containers}  networks {networks}  calls {tally.calls}  restarts {restarts}  "
+        f"unexpected {sum(v for k, v in tally.outcomes.items() if k.endswith('UNEXPECTED'))}",
+        flush=True,
+    )
 
 
 def sample(client) -> HostSample:
@@ -139,7 +157,11 @@ def sample(client) -> HostSample:
 
 
 def growth(now: HostSample, base: HostSample) -> dict[str, float]:
-    return {"RSS": now.rss_mib / base.rss_mib - 1, "fds": now.fds / base.fds - 1, "threads": now.threads / base.threads - 1}
+    return {
+        "RSS": now.rss_mib / base.rss_mib - 1,
+        "fds": now.fds / base.fds - 1,
+        "threads": now.threads / base.threads - 1,
+    }
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -151,8 +173,12 @@ def main() -> int:
     parser.add_argument("--boxes", type=int, default=8)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--report-every", type=float, default=300.0, metavar="SECONDS")
-    parser.add_argument("--runtime", default=None, help="OCI runtime (default: the project's choice, gVisor where the daemon has it)")
-    parser.add_argument("--tracemalloc", action="store_true", help="where Python memory grew between the baseline and the end (slower)")
+    parser.add_argument(
+        "--runtime", default=None, help="OCI runtime (default: the project's choice, gVisor where the daemon has it)"
+    )
+    parser.add_argument(
+        "--tracemalloc", action="store_true", help="where Python memory grew between the baseline and the end (slower)"
+    )
     parser.add_argument("--egress-boxes", type=int, default=1, help="how many of the boxes run behind an egress gate")
     args = parser.parse_args()
     # Each `kill 1` logs a warning ("sandbox agent lost"): expected here, counted in the outcomes instead.
@@ -172,14 +198,18 @@ def main() -> int:
     end: HostSample | None = None
     baseline: HostSample | None = None
     peak: HostSample | None = None
-    middle: HostSample | None = None  # halfway: a leak grows as much again in the second half, a high-water mark does not
+    middle: HostSample | None = (
+        None  # halfway: a leak grows as much again in the second half, a high-water mark does not
+    )
     maps_at: dict[str, dict[str, int]] = {}  # resident KiB by mapping (bench/host.py), to tell where RSS grew
     try:
         first = sample(client)
         report("start", first, client, egress_ids, tally, 0, started)
         for i in range(args.boxes):
             box_config = config
-            if i < args.egress_boxes:  # nothing in the box talks to the network: the gate is there to be kept and removed
+            if (
+                i < args.egress_boxes
+            ):  # nothing in the box talks to the network: the gate is there to be kept and removed
                 box_config = config.model_copy(update={"egress": EgressConfig(allow=["soak.invalid"])})
             boxes.append(DockerSandbox(make_workspace(root / f"w{i}"), box_config, client=client))
         starters = [threading.Thread(target=box.start) for box in boxes]
@@ -188,8 +218,11 @@ def main() -> int:
         for thread in starters:
             thread.join()
         egress_ids = {box.egress.id for box in boxes if box.egress is not None}
-        print(f"runtime {boxes[0].runtime.name if boxes[0].runtime else '?'}, {args.boxes} boxes ({len(egress_ids)} behind an egress gate), "
-              f"{args.minutes:g} minutes, start limit {config.start_concurrency}", flush=True)
+        print(
+            f"runtime {boxes[0].runtime.name if boxes[0].runtime else '?'}, {args.boxes} boxes ({len(egress_ids)} behind an egress gate), "
+            f"{args.minutes:g} minutes, start limit {config.start_concurrency}",
+            flush=True,
+        )
 
         warm = [threading.Thread(target=safe_round, args=(box, 0, tally)) for box in boxes]  # round 0 includes a kill 1
         for thread in warm:
@@ -259,8 +292,11 @@ def main() -> int:
     failures = []
     if end is not None and baseline is not None:
         grew = growth(end, baseline)
-        print("growth over the baseline taken after the warm-up round: " + ", ".join(f"{k} {v:+.1%}" for k, v in grew.items())
-              + (f" (highest RSS at a report: {peak.rss_mib:.1f} MiB)" if peak else ""))
+        print(
+            "growth over the baseline taken after the warm-up round: "
+            + ", ".join(f"{k} {v:+.1%}" for k, v in grew.items())
+            + (f" (highest RSS at a report: {peak.rss_mib:.1f} MiB)" if peak else "")
+        )
         failures += [f"{k} grew {v:+.1%} (limit {GROWTH_LIMIT:.0%})" for k, v in grew.items() if v > GROWTH_LIMIT]
         if middle is not None:
             print("growth in the second half: " + ", ".join(f"{k} {v:+.1%}" for k, v in growth(end, middle).items()))
@@ -272,10 +308,15 @@ def main() -> int:
     if leftover_networks:
         failures.append(f"{len(leftover_networks)} networks left: {[n.name for n in leftover_networks]}")
     if closed.threads > first.threads:
-        failures.append(f"{closed.threads - first.threads} threads left after every box was closed: "
-                        f"{sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())}")
+        failures.append(
+            f"{closed.threads - first.threads} threads left after every box was closed: "
+            f"{sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())}"
+        )
     if tally.unexpected:
-        failures.append(f"{sum(v for k, v in tally.outcomes.items() if k.endswith('UNEXPECTED'))} unexpected outcomes, e.g. " + " | ".join(tally.unexpected[:5]))
+        failures.append(
+            f"{sum(v for k, v in tally.outcomes.items() if k.endswith('UNEXPECTED'))} unexpected outcomes, e.g. "
+            + " | ".join(tally.unexpected[:5])
+        )
     for failure in failures:
         print(f"FAIL: {failure}")
     if not failures and status == 0:

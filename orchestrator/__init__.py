@@ -3,6 +3,7 @@
 The public API (docs/api.md): `from orchestrator import Sandbox, AsyncSandbox, SandboxOptions, OpenAgentsError, ErrorType`.
 Its names load on first use, so a command that needs none of it (`oa-sandbox --help`) does not pay for it.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -10,9 +11,28 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncProcess", "AsyncSandbox", "Changes", "EditResult", "EnvWarning", "ErrorType", "GrepResult",
-    "ListResult", "OpenAgentsError", "Process", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult", "ShellStream", "ToolError",
-    "TreeResult", "WriteResult",
+    "AgentRun",
+    "Answer",
+    "ApplyResult",
+    "ApprovalRequest",
+    "AsyncProcess",
+    "AsyncSandbox",
+    "Changes",
+    "EditResult",
+    "EnvWarning",
+    "ErrorType",
+    "GrepResult",
+    "ListResult",
+    "OpenAgentsError",
+    "Process",
+    "ReadResult",
+    "Sandbox",
+    "SandboxOptions",
+    "ShellResult",
+    "ShellStream",
+    "ToolError",
+    "TreeResult",
+    "WriteResult",
     "sessions",
 ]
 

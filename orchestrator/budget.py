@@ -10,6 +10,7 @@ window, until it is under COMPACT_TO; the outputs of the last turn (which the mo
 yet) are kept. Each elided output leaves a marker naming the call, so the model can ask again, as
 Gemini CLI's chat compression keeps a session going.
 """
+
 from __future__ import annotations
 
 import json
@@ -68,8 +69,10 @@ def usage_tokens(usage: dict[str, Any]) -> tuple[int, int]:
                 return value
         return 0
 
-    return (first("prompt_tokens", "input_tokens", "promptTokenCount"),
-            first("completion_tokens", "output_tokens", "candidatesTokenCount"))
+    return (
+        first("prompt_tokens", "input_tokens", "promptTokenCount"),
+        first("completion_tokens", "output_tokens", "candidatesTokenCount"),
+    )
 
 
 def estimate_tokens(messages: list[Message]) -> int:
@@ -82,8 +85,10 @@ def estimate_tokens(messages: list[Message]) -> int:
 
 
 def elision_marker(message: Message) -> str:
-    return (f"[output elided to keep the conversation within the context window: {len(message.content)} characters from "
-            f"{message.name or 'a tool'} (call {message.tool_call_id}); call the tool again if you need it]")
+    return (
+        f"[output elided to keep the conversation within the context window: {len(message.content)} characters from "
+        f"{message.name or 'a tool'} (call {message.tool_call_id}); call the tool again if you need it]"
+    )
 
 
 def compact(messages: list[Message], window: int) -> tuple[int, int, int]:
@@ -97,7 +102,11 @@ def compact(messages: list[Message], window: int) -> tuple[int, int, int]:
     for i, message in enumerate(messages[:last_assistant]):
         if now <= window * COMPACT_TO:
             break
-        if message.role != "tool" or len(message.content) < MIN_ELIDED_CHARS or message.content.startswith("[output elided"):
+        if (
+            message.role != "tool"
+            or len(message.content) < MIN_ELIDED_CHARS
+            or message.content.startswith("[output elided")
+        ):
             continue
         marker = elision_marker(message)
         now -= (len(message.content) - len(marker)) // CHARS_PER_TOKEN

@@ -1,4 +1,5 @@
 """Sandbox settings (pydantic). Defaults are the hardened ones; every knob only tightens or sizes."""
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,11 @@ class EgressRule(BaseModel):
     host: str = Field(description="Exact, *.suffix, or * for any host.")
     port: int | None = Field(default=None, ge=1, le=65535, description="None: 80 and 443.")
     methods: list[str] | None = Field(default=None, description="None: any method.")
-    path: str | None = Field(default=None, description="A glob on the request path (query stripped); None: any path. "
-                                                      "Checked only where the gate sees requests: plain http and hosts with a credential rule.")
+    path: str | None = Field(
+        default=None,
+        description="A glob on the request path (query stripped); None: any path. "
+        "Checked only where the gate sees requests: plain http and hosts with a credential rule.",
+    )
 
     @field_validator("host")
     @classmethod
@@ -62,7 +66,7 @@ class EgressRule(BaseModel):
         if value is None or value == ["*"]:
             return None
         if not value or not all(_HEADER.match(m) for m in value):
-            raise ValueError("methods: a list of HTTP method names, or [\"*\"]")
+            raise ValueError('methods: a list of HTTP method names, or ["*"]')
         return [m.upper() for m in value]
 
     @field_validator("path")
@@ -70,7 +74,7 @@ class EgressRule(BaseModel):
     def _path(cls, value: str | None) -> str | None:
         if value is None or value in ("*", "/*"):
             return None
-        if not value.startswith("/") or len(value) > 1024 or any(ord(c) < 0x21 or ord(c) > 0x7e for c in value):
+        if not value.startswith("/") or len(value) > 1024 or any(ord(c) < 0x21 or ord(c) > 0x7E for c in value):
             raise ValueError("path: a glob starting with / (visible ASCII)")
         return value
 
@@ -103,7 +107,7 @@ class EgressCredential(BaseModel):
     @field_validator("path_prefix")
     @classmethod
     def _prefix(cls, value: str) -> str:
-        if not value.startswith("/") or any(ord(c) < 0x21 or ord(c) > 0x7e for c in value):
+        if not value.startswith("/") or any(ord(c) < 0x21 or ord(c) > 0x7E for c in value):
             raise ValueError("path_prefix must start with / (visible ASCII)")
         return value
 
@@ -134,14 +138,27 @@ class EgressConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     allow: list[str] = Field(default_factory=list, description="Hosts: exact, *.suffix, optional :port.")
-    rules: list[EgressRule] = Field(default_factory=list, description="Rules by host, port, method and path; before `allow`'s hosts.")
-    credentials: list[EgressCredential] = Field(default_factory=list, description="Credentials the gate injects (user or admin policy only).")
+    rules: list[EgressRule] = Field(
+        default_factory=list, description="Rules by host, port, method and path; before `allow`'s hosts."
+    )
+    credentials: list[EgressCredential] = Field(
+        default_factory=list, description="Credentials the gate injects (user or admin policy only)."
+    )
     rule_set: str = Field(default="session egress rules", max_length=120, description="The name refusals quote.")
-    upstream_ca: str | None = Field(default=None, description="A PEM file the gate also trusts for re-originated TLS (private CAs, tests).")
-    allow_cidrs: list[str] = Field(default_factory=list, description="Admin-level only: private networks the proxy may reach.")
-    network: str | None = Field(default=None, description="Join this existing internal network (a shared gate, e.g. compose/) instead of starting one.")
-    outer_network: str = Field(default_factory=lambda: os.environ.get("OA_EGRESS_OUTER_NETWORK", "bridge"),
-                               description="The network the proxy reaches the world through (OA_EGRESS_OUTER_NETWORK).")
+    upstream_ca: str | None = Field(
+        default=None, description="A PEM file the gate also trusts for re-originated TLS (private CAs, tests)."
+    )
+    allow_cidrs: list[str] = Field(
+        default_factory=list, description="Admin-level only: private networks the proxy may reach."
+    )
+    network: str | None = Field(
+        default=None,
+        description="Join this existing internal network (a shared gate, e.g. compose/) instead of starting one.",
+    )
+    outer_network: str = Field(
+        default_factory=lambda: os.environ.get("OA_EGRESS_OUTER_NETWORK", "bridge"),
+        description="The network the proxy reaches the world through (OA_EGRESS_OUTER_NETWORK).",
+    )
     proxy_image: str = EGRESS_PROXY_IMAGE
 
     @field_validator("allow")
@@ -161,7 +178,14 @@ class EgressConfig(BaseModel):
         placeholder (the shell drops secret-looking names anyway): the gate sets the header whether
         or not the box sent one, and replaces whatever it sent."""
         url = self.proxy_url
-        return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
+        return {
+            "HTTP_PROXY": url,
+            "HTTPS_PROXY": url,
+            "http_proxy": url,
+            "https_proxy": url,
+            "NO_PROXY": "",
+            "no_proxy": "",
+        }
 
 
 class SandboxLimits(BaseModel):
@@ -176,23 +200,43 @@ class SandboxLimits(BaseModel):
     max_file_size: int = Field(default=1 << 30, ge=1 << 20, description="RLIMIT_FSIZE for everything in the box.")
     env: dict[str, str] = Field(default_factory=dict, description="Explicit, user-approved extra variables.")
     user: str | None = Field(default=None, description="uid:gid; default: the workspace owner's.")
-    egress: EgressConfig | None = Field(default=None, description="Opt-in egress through the allow-listing proxy; default: no network.")
-    write_quota: int = Field(default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota).")
-    entry_quota: int = Field(default=200_000, ge=100, description="New entries (files, directories, links: inodes) the session may "
-                                                               "create in the workspace (--entry-quota).")
-    workspace_read_only: bool = Field(default=False, description="The workspace is mounted read-only (a policy's workspace_access = read-only).")
-    host_code_read_only: bool = Field(default=False, description="Bind mode on a workspace that holds what the host itself runs or imports "
-                                                                 "(its virtualenv, an editable clone, its config): those entries are mounted "
-                                                                 "read-only in the box (--host-code-read-only). Without it such a workspace is "
-                                                                 "worked on as a copy (auto) and bind mode is refused (workspace/host_code.py).")
-    read_only_entries: list[str] = Field(default_factory=list, description="Top-level workspace entries the box gets read-only: the host's "
-                                                                           "own code, under host_code_read_only (set by the session).")
+    egress: EgressConfig | None = Field(
+        default=None, description="Opt-in egress through the allow-listing proxy; default: no network."
+    )
+    write_quota: int = Field(
+        default=4 << 30, ge=1 << 20, description="Bytes the session may grow the workspace by (--write-quota)."
+    )
+    entry_quota: int = Field(
+        default=200_000,
+        ge=100,
+        description="New entries (files, directories, links: inodes) the session may "
+        "create in the workspace (--entry-quota).",
+    )
+    workspace_read_only: bool = Field(
+        default=False, description="The workspace is mounted read-only (a policy's workspace_access = read-only)."
+    )
+    host_code_read_only: bool = Field(
+        default=False,
+        description="Bind mode on a workspace that holds what the host itself runs or imports "
+        "(its virtualenv, an editable clone, its config): those entries are mounted "
+        "read-only in the box (--host-code-read-only). Without it such a workspace is "
+        "worked on as a copy (auto) and bind mode is refused (workspace/host_code.py).",
+    )
+    read_only_entries: list[str] = Field(
+        default_factory=list,
+        description="Top-level workspace entries the box gets read-only: the host's "
+        "own code, under host_code_read_only (set by the session).",
+    )
     call_deadline_s: float = Field(default=120.0, gt=0, description="Host deadline for a non-shell call.")
     shell_grace_s: float = Field(default=5.0, gt=0, le=60)
-    start_concurrency: int = Field(default_factory=lambda: os.environ.get("OA_START_CONCURRENCY") or DEFAULT_START_CONCURRENCY,
-                                   ge=1, le=256, validate_default=True,
-                                   description="Sandbox starts one host process runs at once; the rest wait in line (--start-concurrency, "
-                                               "OA_START_CONCURRENCY).")
+    start_concurrency: int = Field(
+        default_factory=lambda: os.environ.get("OA_START_CONCURRENCY") or DEFAULT_START_CONCURRENCY,
+        ge=1,
+        le=256,
+        validate_default=True,
+        description="Sandbox starts one host process runs at once; the rest wait in line (--start-concurrency, "
+        "OA_START_CONCURRENCY).",
+    )
 
     @field_validator("read_only_entries")
     @classmethod
@@ -240,7 +284,9 @@ class SandboxConfig(SandboxLimits):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: BackendConfig = Field(default_factory=DockerBackendConfig, description="Which backend starts the box, and its own settings.")
+    backend: BackendConfig = Field(
+        default_factory=DockerBackendConfig, description="Which backend starts the box, and its own settings."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -276,4 +322,3 @@ class SandboxConfig(SandboxLimits):
         flat = {key: update.pop(key) for key in list(update) if key in _FLAT_KEYS}
         copy = super().model_copy(update=update, deep=deep)
         return copy.with_backend(**flat) if flat else copy
-

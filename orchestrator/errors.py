@@ -2,6 +2,7 @@
 
 Recoverable errors go back to the model so it can correct itself; fatal ones end the session.
 """
+
 from __future__ import annotations
 
 from enum import Enum

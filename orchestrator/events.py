@@ -6,6 +6,7 @@ The loop builds these models; the transcript shapes and redacts each one into a 
 with `parse()`, so each of them reads fields by name and states by enum, and none repeats a
 state or kind string of its own.
 """
+
 from __future__ import annotations
 
 from enum import Enum
@@ -64,7 +65,9 @@ class SessionResumed(_Event):
     previous_turns: int = 0  # turns before this one; the resumed run's turns count on from here
     messages: int = 0  # messages rebuilt from the transcript (the system prompt not counted)
     unreadable: int = 0  # transcript lines passed over: too long, not JSON, not an event
-    missing_results: int = 0  # calls the transcript has no result for (the session ended mid-turn), answered "no result"
+    missing_results: int = (
+        0  # calls the transcript has no result for (the session ended mid-turn), answered "no result"
+    )
     model: str = ""
     previous_model: str = ""
     via: str = ""  # run | acp
@@ -219,12 +222,18 @@ class EgressRecorded(_Event):
         """A result's egress record (protocol.EgressRecord, bounded by sandbox/egress.py) as the
         transcript's event: the same fields, the call's id, the host as the one who recorded it."""
         fields = record.model_dump()
-        return cls(executor=Executor.OPENAGENTS, call_id=call_id, **{**fields, "host": record.host or "", "reason": record.reason or ""})
+        return cls(
+            executor=Executor.OPENAGENTS,
+            call_id=call_id,
+            **{**fields, "host": record.host or "", "reason": record.reason or ""},
+        )
 
     def record(self) -> EgressRecord:
         """The event back as the record it came from (what `transcript show` and ACP carry per call)."""
         fields = {name: getattr(self, name) for name in EgressRecord.model_fields}
-        return EgressRecord(**{**fields, "host": self.host or None, "reason": self.reason or None})  # of() wrote None as ""
+        return EgressRecord(
+            **{**fields, "host": self.host or None, "reason": self.reason or None}
+        )  # of() wrote None as ""
 
 
 class CheckpointRecorded(_Event):
@@ -237,7 +246,9 @@ class CheckpointRecorded(_Event):
     state: str | None = None
     error_type: str | None = None
     error: str | None = None
-    files_changed: list[Any] | None = None  # boxfs.to_store form when made; exact (a str or {"bytes_b64"}) in the record
+    files_changed: list[Any] | None = (
+        None  # boxfs.to_store form when made; exact (a str or {"bytes_b64"}) in the record
+    )
     skipped: list[dict[str, Any]] | None = None
 
     def fields(self) -> dict[str, Any]:
@@ -249,8 +260,12 @@ class CheckpointRecorded(_Event):
             out["files_changed"] = [stored_exact(p) if isinstance(p, str) else p for p in self.files_changed]
             out["files_changed_shown"] = [stored_shown(p) if isinstance(p, str) else "" for p in self.files_changed]
         if self.skipped is not None:
-            out["skipped"] = [{**s, "path": stored_exact(s["path"]), "path_shown": stored_shown(s["path"])} if isinstance(s.get("path"), str) else s
-                              for s in self.skipped]
+            out["skipped"] = [
+                {**s, "path": stored_exact(s["path"]), "path_shown": stored_shown(s["path"])}
+                if isinstance(s.get("path"), str)
+                else s
+                for s in self.skipped
+            ]
         return out
 
 
@@ -330,7 +345,9 @@ class SessionEnded(_Event):
     status: str = ""
     reason: str = ""
     turns: int = 0  # of this run
-    last_turn: int | None = None  # the last turn's number (turns count on across a session's runs); None in older transcripts
+    last_turn: int | None = (
+        None  # the last turn's number (turns count on across a session's runs); None in older transcripts
+    )
     final_text: str = ""
     error: dict[str, Any] | None = None
     tokens: dict[str, int] = Field(default_factory=dict)  # input, output: summed over every model response
@@ -338,10 +355,29 @@ class SessionEnded(_Event):
 
 
 Event = Annotated[
-    Union[SessionStarted, SessionResumed, ModelRequested, ModelRetrying, ModelTextStreamed, SandboxStartQueued, ContextCompacted, ToolOutputStreamed,
-          ModelResponded, BudgetSpent,
-          ToolCallChanged, ApprovalDecided, ToolCallFinished, EgressRecorded, CheckpointRecorded, IntegritySwept, ContextFileNoted,
-          McpServersStarted, ChangesApplied, HookRan, SessionEnded],
+    Union[
+        SessionStarted,
+        SessionResumed,
+        ModelRequested,
+        ModelRetrying,
+        ModelTextStreamed,
+        SandboxStartQueued,
+        ContextCompacted,
+        ToolOutputStreamed,
+        ModelResponded,
+        BudgetSpent,
+        ToolCallChanged,
+        ApprovalDecided,
+        ToolCallFinished,
+        EgressRecorded,
+        CheckpointRecorded,
+        IntegritySwept,
+        ContextFileNoted,
+        McpServersStarted,
+        ChangesApplied,
+        HookRan,
+        SessionEnded,
+    ],
     Field(discriminator="type"),
 ]
 EVENT_MODELS: tuple[type[_Event], ...] = get_args(get_args(Event)[0])  # the union's members, for the set of types

@@ -25,6 +25,7 @@ for its whole half hour). malloc_trim hands such pages back: after the last call
 process ends (at most every second), and every TRIM_EVERY_S while calls overlap, so its cost (a
 walk of two arenas, about a millisecond) is noise.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -108,8 +109,21 @@ def tool_call() -> Iterator[None]:
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def malloc_stats() -> tuple[int, int] | None:

@@ -1,6 +1,7 @@
 """Wire messages between the host and the container agent (see sandbox_agent/server.py), and the
 result every tool call ends in. Everything the agent says is validated here: it is untrusted.
 """
+
 from __future__ import annotations
 
 import json
@@ -92,7 +93,15 @@ class AgentResponse(BaseModel):
 
     @model_validator(mode="after")
     def _plain_values(self) -> "AgentResponse":
-        _refuse_odd_values([self.output, self.note, self.meta, self.error.type if self.error else "", self.error.message if self.error else ""])
+        _refuse_odd_values(
+            [
+                self.output,
+                self.note,
+                self.meta,
+                self.error.type if self.error else "",
+                self.error.message if self.error else "",
+            ]
+        )
         if self.meta and len(json.dumps(self.meta, ensure_ascii=False)) > MAX_META_CHARS:
             raise ValueError(f"meta over {MAX_META_CHARS} characters")
         return self
@@ -148,16 +157,26 @@ class ToolResult(BaseModel):
     ok: bool
     output: str = ""
     note: str = ""
-    meta: dict[str, Any] = Field(default_factory=dict)  # the tool's own metadata (exit_code, sha256, ...) and the host's timings
+    meta: dict[str, Any] = Field(
+        default_factory=dict
+    )  # the tool's own metadata (exit_code, sha256, ...) and the host's timings
     error: ErrorInfo | None = None
     executor: Executor = Executor.RUNTIME
     diff: str | None = None  # an edit's unified diff (the agent's word, shown escaped)
     egress: list[EgressRecord] = Field(default_factory=list)  # the gate's record of each request the call made
 
     @classmethod
-    def failure(cls, err: OpenAgentsError, executor: Executor = Executor.OPENAGENTS, output: str = "", meta: dict[str, Any] | None = None,
-                egress: list[EgressRecord] | None = None) -> "ToolResult":
-        return cls(ok=False, output=output, meta=meta or {}, error=ErrorInfo.of(err), executor=executor, egress=egress or [])
+    def failure(
+        cls,
+        err: OpenAgentsError,
+        executor: Executor = Executor.OPENAGENTS,
+        output: str = "",
+        meta: dict[str, Any] | None = None,
+        egress: list[EgressRecord] | None = None,
+    ) -> "ToolResult":
+        return cls(
+            ok=False, output=output, meta=meta or {}, error=ErrorInfo.of(err), executor=executor, egress=egress or []
+        )
 
     @classmethod
     def from_agent(cls, response: AgentResponse) -> "ToolResult":
@@ -166,12 +185,21 @@ class ToolResult(BaseModel):
             wire = response.error or WireError(type="protocol_error", message="the agent failed without saying why")
             kind = ErrorType.parse(wire.type)
             error = ErrorInfo(type=kind, message=wire.message, recoverable=kind.recoverable)
-        return cls(ok=response.ok, output=response.output, note=response.note, meta=agent_meta(response.meta), error=error, executor=Executor.RUNTIME,
-                   diff=agent_diff(response.meta))
+        return cls(
+            ok=response.ok,
+            output=response.output,
+            note=response.note,
+            meta=agent_meta(response.meta),
+            error=error,
+            executor=Executor.RUNTIME,
+            diff=agent_diff(response.meta),
+        )
 
     def for_model(self) -> str:
         """The text the model sees: output, the notes on bounds, and a typed error if any."""
         parts = [p for p in (self.output, self.note) if p]
         if self.error:
-            parts.append(f"ERROR {self.error.type.value} ({'recoverable' if self.error.recoverable else 'fatal'}): {self.error.message}")
+            parts.append(
+                f"ERROR {self.error.type.value} ({'recoverable' if self.error.recoverable else 'fatal'}): {self.error.message}"
+            )
         return "\n".join(parts) if parts else "(no output)"

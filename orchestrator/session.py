@@ -4,6 +4,7 @@ Every front-end (run, exec, mcp, acp, batch, --attempts, the plug-ins) differs o
 approvals and who watches the events; everything else is put together here, once, and only the
 public API (orchestrator/api/: Sandbox) calls open_session (tests/test_api_layout.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,18 @@ from .pipeline import CallPipeline
 from .policy import floors, pins
 from .policy.approvals import ApprovalGate, Approver
 from .policy.hook_spec import Collected
-from .policy.ladder import POLICY_CAP, POLICY_NAMES, Access, EgressPolicy, Ladder, PolicyFile, PolicyRule, Tier, access_of, parse_policy
+from .policy.ladder import (
+    POLICY_CAP,
+    POLICY_NAMES,
+    Access,
+    EgressPolicy,
+    Ladder,
+    PolicyFile,
+    PolicyRule,
+    Tier,
+    access_of,
+    parse_policy,
+)
 from .policy.pins import Source
 from .protocol import Executor
 from .sandbox.backend import backend_from_config
@@ -58,12 +70,15 @@ class SessionOptions(BaseModel):
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     budget: Budget = Field(default_factory=Budget)
     auto_approve: bool = False  # --auto-approve: what runs inside the sandbox proceeds without asking
-    model_timeout_s: float = Field(default=DEFAULT_MODEL_TIMEOUT_S, gt=0)  # --model-timeout: the longest the model may stay silent
+    model_timeout_s: float = Field(
+        default=DEFAULT_MODEL_TIMEOUT_S, gt=0
+    )  # --model-timeout: the longest the model may stay silent
     context_files: bool = True  # AGENTS.md in the system prompt (context_files.py)
 
 
-def load_authority(workspace: Path, files: list[str], resumed: SessionRecord | None, hooks: Collected
-                   ) -> tuple[list[PolicyRule], EgressPolicy, list[Source]]:
+def load_authority(
+    workspace: Path, files: list[str], resumed: SessionRecord | None, hooks: Collected
+) -> tuple[list[PolicyRule], EgressPolicy, list[Source]]:
     """Everything a session's start trusts: the policies (load_policies) and the user's config file,
     with each source as read now, for pins.save."""
     read: list[Source] = []
@@ -75,8 +90,13 @@ def load_authority(workspace: Path, files: list[str], resumed: SessionRecord | N
     return rules, egress, read
 
 
-def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | None = None,
-                  sources: list[Source] | None = None, hooks: Collected | None = None) -> tuple[list[PolicyRule], EgressPolicy]:
+def load_policies(
+    workspace: Path,
+    files: list[str],
+    resumed: SessionRecord | None = None,
+    sources: list[Source] | None = None,
+    hooks: Collected | None = None,
+) -> tuple[list[PolicyRule], EgressPolicy]:
     """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
     (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user).
 
@@ -95,8 +115,12 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
     admin = os.environ.get("OA_ADMIN_POLICY") or ADMIN_POLICY
     admin_source = None
     if Path(admin).is_file():
-        admin_source = Source("admin_policy", Path(admin).resolve(), pins.read_file(admin, "admin policy"),
-                              pins.inside(Path(admin), pins.box_roots(workspace)))
+        admin_source = Source(
+            "admin_policy",
+            Path(admin).resolve(),
+            pins.read_file(admin, "admin policy"),
+            pins.inside(Path(admin), pins.box_roots(workspace)),
+        )
         pins.note_changed(resumed, "admin_policy", admin_source.path)
         loaded.append(pins.parse(admin_source, Tier.ADMIN))
         collected.append(admin_source)
@@ -105,8 +129,13 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
         if lstat_workspace(workspace, rel) is not None:
             raw = read_workspace_file(workspace, rel, POLICY_CAP)
             fresh = parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True)
-            if resumed is not None and fresh.hooks and hooks is not None:  # what the box wrote since the start grants nothing
-                hooks.dropped += [f"{h.label()}: {rel} read afresh on resume; only the hooks pinned at the session's start run" for h in fresh.hooks]
+            if (
+                resumed is not None and fresh.hooks and hooks is not None
+            ):  # what the box wrote since the start grants nothing
+                hooks.dropped += [
+                    f"{h.label()}: {rel} read afresh on resume; only the hooks pinned at the session's start run"
+                    for h in fresh.hooks
+                ]
                 fresh = fresh.model_copy(update={"hooks": []})
             loaded.append(fresh)
             collected.append(Source("workspace_policy", workspace / rel, raw, True))
@@ -121,12 +150,16 @@ def load_policies(workspace: Path, files: list[str], resumed: SessionRecord | No
     floor = floors.pinned_floors(resumed, files, given, admin_source)
     if floor.rules or floor.egress:
         at = 1 if admin_source is not None else 0
-        loaded.insert(at, PolicyFile(rules=floor.rules, egress=EgressPolicy(rules=floor.egress) if floor.egress else None))
+        loaded.insert(
+            at, PolicyFile(rules=floor.rules, egress=EgressPolicy(rules=floor.egress) if floor.egress else None)
+        )
     if sources is not None:
         sources += collected
     if hooks is not None:
         hooks.specs += [hook for policy in loaded for hook in policy.hooks]
-        hooks.trusted = hooks.trusted or any(policy.trust_workspace_hooks for policy in loaded)  # parse_policy refuses it below the user tier
+        hooks.trusted = hooks.trusted or any(
+            policy.trust_workspace_hooks for policy in loaded
+        )  # parse_policy refuses it below the user tier
     egress = EgressPolicy()
     for policy in loaded:
         if policy.egress:
@@ -144,17 +177,29 @@ def with_policy_egress(config: SandboxConfig, egress: EgressPolicy) -> SandboxCo
         return config
     current = config.egress or EgressConfig()
     # The policies' rules come before --egress's hosts (whole-host allows): an admin's deny still wins.
-    merged = current.model_copy(update={"allow": [*current.allow, *egress.allow], "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs],
-                                        "rules": [*egress.rules, *current.rules], "credentials": [*current.credentials, *egress.credentials],
-                                        "upstream_ca": current.upstream_ca or egress.upstream_ca})
+    merged = current.model_copy(
+        update={
+            "allow": [*current.allow, *egress.allow],
+            "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs],
+            "rules": [*egress.rules, *current.rules],
+            "credentials": [*current.credentials, *egress.credentials],
+            "upstream_ca": current.upstream_ca or egress.upstream_ca,
+        }
+    )
     return config.model_copy(update={"egress": merged})
 
 
 def start_queued(transcript: Transcript, progress: StartQueued) -> None:
     """The box's start waits in the process's line (sandbox/starts.py): said live while it waits,
     recorded once it has a slot; the session's first start and every restart alike."""
-    event = ev.SandboxStartQueued(executor=Executor.OPENAGENTS, ahead=progress.ahead, starting=progress.starting, limit=progress.limit,
-                                  waited_s=progress.waited_s, slot_taken=progress.slot_taken)
+    event = ev.SandboxStartQueued(
+        executor=Executor.OPENAGENTS,
+        ahead=progress.ahead,
+        starting=progress.starting,
+        limit=progress.limit,
+        waited_s=progress.waited_s,
+        slot_taken=progress.slot_taken,
+    )
     if progress.slot_taken:
         transcript.emit(event)
     else:
@@ -192,14 +237,31 @@ class OpenSession:
         try:
             point = self.checkpoints.record(turn)
         except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
-            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500]))
+            self.transcript.emit(
+                ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
+            )
             return
         if point is not None and not point.ok:  # failed or over the store's budget: changes unknown, never "none"
-            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, state=point.state,
-                                                       error_type=point.error_type, error=point.error[:500]))
+            self.transcript.emit(
+                ev.CheckpointRecorded(
+                    executor=Executor.OPENAGENTS,
+                    turn=turn,
+                    ok=False,
+                    state=point.state,
+                    error_type=point.error_type,
+                    error=point.error[:500],
+                )
+            )
         elif point is not None:
-            self.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=True, files_changed=point.files_changed[:200],
-                                                       skipped=[s.model_dump() for s in point.skipped[:200]]))
+            self.transcript.emit(
+                ev.CheckpointRecorded(
+                    executor=Executor.OPENAGENTS,
+                    turn=turn,
+                    ok=True,
+                    files_changed=point.files_changed[:200],
+                    skipped=[s.model_dump() for s in point.skipped[:200]],
+                )
+            )
 
     def finish(self, status: str, reason: str) -> None:
         self.record.status, self.record.reason = status, reason
@@ -212,7 +274,9 @@ class OpenSession:
         if self.checkpoints is not None and self.checkpoints.recording:
             self.checkpoints.cancel()
             self.checkpoints.wait()
-        if not self._ended and getattr(self, "pipeline", None) is not None:  # SessionEnd: once, also after Ctrl-C or a fatal error
+        if (
+            not self._ended and getattr(self, "pipeline", None) is not None
+        ):  # SessionEnd: once, also after Ctrl-C or a fatal error
             self._ended = True
             try:
                 hook_wiring.session_end(self.pipeline.hooks, self.record.status, self.record.reason)
@@ -239,11 +303,20 @@ class OpenSession:
         return [line for report in self.sandbox.sweeper.reports for line in report.lines()]
 
 
-def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig, approver: Approver,
-                 transcript_path: Path | None = None, on_event: Callable[[dict[str, Any]], None] | None = None,
-                 sandbox: Sandbox | None = None, mode: WorkspaceMode = WorkspaceMode.AUTO, kind: str = "run",
-                 host_tools: HostTools | None = None, copy_limits: CopyLimits | None = None,
-                 resume: SessionRecord | None = None) -> OpenSession:
+def open_session(
+    options: SessionOptions,
+    workspace: Path,
+    config: SandboxConfig,
+    approver: Approver,
+    transcript_path: Path | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    sandbox: Sandbox | None = None,
+    mode: WorkspaceMode = WorkspaceMode.AUTO,
+    kind: str = "run",
+    host_tools: HostTools | None = None,
+    copy_limits: CopyLimits | None = None,
+    resume: SessionRecord | None = None,
+) -> OpenSession:
     """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
     (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
     user's MCP servers, started) join the registry; their owner stops them. `copy_limits`: copy
@@ -263,7 +336,9 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     model = _model(options, watchers) if options.model_spec is not None else None
     try:
         hook_specs = Collected()
-        rules, egress, read = load_authority(workspace, options.policy_files, resume, hook_specs)  # `read`: pinned in the record below
+        rules, egress, read = load_authority(
+            workspace, options.policy_files, resume, hook_specs
+        )  # `read`: pinned in the record below
         access = access_of(rules)
         mode = access_mode(access, mode, sandbox, resume, config)
         if access == Access.READ_ONLY:
@@ -279,12 +354,21 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         rebuilt = None
         if resume is not None:
             record, git_dir = resume, (workspace / ".git" if resume.mode == WorkspaceMode.COPY else None)
-            quota_fs.fit(record, config.write_quota + quota_fs.SLACK)  # room for this run's quota on the copy's own file system
+            quota_fs.fit(
+                record, config.write_quota + quota_fs.SLACK
+            )  # room for this run's quota on the copy's own file system
             rebuilt = rebuild(record.transcript or "")  # bounded, typed (resume.py), before the record says running
             _mark_resumed(record)
         else:
-            record, git_dir = prepare(workspace, WorkspaceMode.BIND if sandbox is not None else mode, config.user, kind, copy_limits,
-                                      host_code=keep_out, write_quota=config.write_quota + quota_fs.SLACK)
+            record, git_dir = prepare(
+                workspace,
+                WorkspaceMode.BIND if sandbox is not None else mode,
+                config.user,
+                kind,
+                copy_limits,
+                host_code=keep_out,
+                write_quota=config.write_quota + quota_fs.SLACK,
+            )
             record.transcript = str(transcript_path or record.dir / "transcript.jsonl")
     except BaseException:
         if lock is not None:
@@ -298,15 +382,27 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     pins.save(record, read)  # the authority in force now, for any later resume
     record.save()
     try:
-        transcript = Transcript(record.transcript, redactor, on_event=on_event, resume_seq=rebuilt.last_seq if rebuilt else None)
+        transcript = Transcript(
+            record.transcript, redactor, on_event=on_event, resume_seq=rebuilt.last_seq if rebuilt else None
+        )
     except BaseException as err:
         _failed(record, err, lock)
         raise
     watchers.append(transcript)
     if rebuilt is not None:
-        transcript.emit(ev.SessionResumed(executor=Executor.OPENAGENTS, session_id=record.id, previous_turns=rebuilt.previous_turns,
-                                          messages=len(rebuilt.messages), unreadable=rebuilt.unreadable, missing_results=rebuilt.missing_results,
-                                          model=model.name if model is not None else "", previous_model=rebuilt.previous_model, via=kind))
+        transcript.emit(
+            ev.SessionResumed(
+                executor=Executor.OPENAGENTS,
+                session_id=record.id,
+                previous_turns=rebuilt.previous_turns,
+                messages=len(rebuilt.messages),
+                unreadable=rebuilt.unreadable,
+                missing_results=rebuilt.missing_results,
+                model=model.name if model is not None else "",
+                previous_model=rebuilt.previous_model,
+                via=kind,
+            )
+        )
     context, root_context = None, ""
     if options.context_files:  # the root's AGENTS.md: before any box exists, or on resume compared with the start's
         context = ContextFiles(box_ws, note=transcript.emit, real=workspace)
@@ -328,7 +424,9 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
         opened = OpenSession(sandbox, transcript, record, checkpoints, lock)
         # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
         # calls run: any call that may change files waits for it (registry.before_change, below).
-        checkpoints.in_background(lambda: _first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None))
+        checkpoints.in_background(
+            lambda: _first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
+        )
         if not sandbox.started:
             sandbox.start()
         registry = ToolRegistry(sandbox, box_ws, options.registry, repo, host_tools)
@@ -348,16 +446,34 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     sandbox.on_sweep = swept
     from .workspace.preview import proposed_diff
 
-    gate = ApprovalGate(Ladder(rules), approver, auto_approve=options.auto_approve, preview=lambda prepared: proposed_diff(box_ws, prepared))
+    gate = ApprovalGate(
+        Ladder(rules),
+        approver,
+        auto_approve=options.auto_approve,
+        preview=lambda prepared: proposed_diff(box_ws, prepared),
+    )
     opened.pipeline = CallPipeline(registry, gate, transcript)
     assert checkpoints is not None
     registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
-    credentials = [*(with_policy_egress(config, egress).egress or EgressConfig()).credentials,
-                   *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or [])]
-    opened.pipeline.hooks = hook_wiring.make(hook_specs, workspace, transcript, record.id, key_var, box_ws, record,
-                                              resumed=rebuilt is not None, withheld=hook_wiring.secret_names(credentials, key_var))
+    credentials = [
+        *(with_policy_egress(config, egress).egress or EgressConfig()).credentials,
+        *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or []),
+    ]
+    opened.pipeline.hooks = hook_wiring.make(
+        hook_specs,
+        workspace,
+        transcript,
+        record.id,
+        key_var,
+        box_ws,
+        record,
+        resumed=rebuilt is not None,
+        withheld=hook_wiring.secret_names(credentials, key_var),
+    )
     opened.context, opened.root_context = context, root_context
-    opened.hook_context = hook_wiring.session_start(opened.pipeline.hooks, "resume" if rebuilt is not None else "startup", kind)
+    opened.hook_context = hook_wiring.session_start(
+        opened.pipeline.hooks, "resume" if rebuilt is not None else "startup", kind
+    )
     if model is not None:
         opened.turn_loop = _turn_loop(opened, model, options)
         if rebuilt is not None:
@@ -367,24 +483,44 @@ def open_session(options: SessionOptions, workspace: Path, config: SandboxConfig
     return opened
 
 
-def access_mode(access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None,
-                config: SandboxConfig) -> WorkspaceMode:
+def access_mode(
+    access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None, config: SandboxConfig
+) -> WorkspaceMode:
     """The workspace mode a policy's workspace_access leaves: copy-only makes `auto` a copy and
     refuses bind mode (its edits would reach the workspace with no landing to refuse); read-only
     refuses a box started before the policy was known with the workspace writable (a warm pool's)."""
     pinned = f"the policy's workspace_access is {access.value}"
     if access == Access.COPY_ONLY:
-        if sandbox is not None or (resume is not None and resume.mode == WorkspaceMode.BIND) or mode == WorkspaceMode.BIND:
-            raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
-                                                               "directly; run with --workspace-mode copy (or auto), without --pool")
+        if (
+            sandbox is not None
+            or (resume is not None and resume.mode == WorkspaceMode.BIND)
+            or mode == WorkspaceMode.BIND
+        ):
+            raise OpenAgentsError(
+                ErrorType.REFUSED_BY_POLICY,
+                f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
+                "directly; run with --workspace-mode copy (or auto), without --pool",
+            )
         return WorkspaceMode.COPY
-    if access == Access.READ_ONLY and sandbox is not None and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False):
-        raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable")
+    if (
+        access == Access.READ_ONLY
+        and sandbox is not None
+        and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False)
+    ):
+        raise OpenAgentsError(
+            ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable"
+        )
     return mode
 
 
-def host_code_mode(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, sandbox: Sandbox | None, resume: SessionRecord | None,
-                   kind: str) -> tuple[WorkspaceMode, SandboxConfig, list[str]]:
+def host_code_mode(
+    workspace: Path,
+    mode: WorkspaceMode,
+    config: SandboxConfig,
+    sandbox: Sandbox | None,
+    resume: SessionRecord | None,
+    kind: str,
+) -> tuple[WorkspaceMode, SandboxConfig, list[str]]:
     """Nothing the host runs or imports may lie where the box writes (workspace/host_code.py): the
     mode and config the session goes on with (`auto` made a copy, said on stderr; the override's
     read-only entries in the config), and the workspace paths a copy's apply must leave out.
@@ -395,18 +531,28 @@ def host_code_mode(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, 
     elif resume is not None:
         mode = resume.mode
         if resume.mode == WorkspaceMode.BIND:
-            fixed, instead = f"session {resume.id} works on the workspace in bind mode", "Start a new session (copy mode, or auto)"
+            fixed, instead = (
+                f"session {resume.id} works on the workspace in bind mode",
+                "Start a new session (copy mode, or auto)",
+            )
     decided = host_code.guard(workspace, mode, config, fixed_bind=fixed, instead=instead, api=kind == "api")
     decided.raise_refusal()
     if decided.note:
         host_code.say(decided.note)
     if decided.read_only:
-        have = set(getattr(getattr(sandbox, "config", None), "read_only_entries", None) or []) if sandbox is not None else None
+        have = (
+            set(getattr(getattr(sandbox, "config", None), "read_only_entries", None) or [])
+            if sandbox is not None
+            else None
+        )
         if have is not None and not set(decided.read_only) <= have:
             missing = ", ".join(sorted(set(decided.read_only) - have))
-            raise host_code.HostCodeInWorkspace(f"{fixed}, and it was started without {missing} mounted read-only (what the host runs or "
-                                                f"imports: {host_code.summary(decided.found)}); start the pool with --host-code-read-only "
-                                                "too, or run without --pool", decided.found)
+            raise host_code.HostCodeInWorkspace(
+                f"{fixed}, and it was started without {missing} mounted read-only (what the host runs or "
+                f"imports: {host_code.summary(decided.found)}); start the pool with --host-code-read-only "
+                "too, or run without --pool",
+                decided.found,
+            )
         config = config.model_copy(update={"read_only_entries": decided.read_only})
     return decided.mode, config, host_code.recorded(decided.found)
 
@@ -422,8 +568,13 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
 
     from .models.factory import model_from_spec
 
-    model = model_from_spec(options.model_spec, base_url=options.base_url, api_key_env=options.api_key_env, retry=RetryPolicy(on_retry=retried),
-                            timeout_s=options.model_timeout_s)
+    model = model_from_spec(
+        options.model_spec,
+        base_url=options.base_url,
+        api_key_env=options.api_key_env,
+        retry=RetryPolicy(on_retry=retried),
+        timeout_s=options.model_timeout_s,
+    )
     check = getattr(model, "preflight", None)
     if check is not None:
         check()
@@ -433,9 +584,18 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
 def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> TurnLoop:
     from .loop import TurnLoop
 
-    loop = TurnLoop(model, opened.pipeline.registry, opened.pipeline.gate, opened.transcript, max_turns=options.max_turns,
-                    after_turn=opened.checkpoint, session_id=opened.record.id, workspace_mode=opened.record.mode.value,
-                    budget=options.budget, pipeline=opened.pipeline)
+    loop = TurnLoop(
+        model,
+        opened.pipeline.registry,
+        opened.pipeline.gate,
+        opened.transcript,
+        max_turns=options.max_turns,
+        after_turn=opened.checkpoint,
+        session_id=opened.record.id,
+        workspace_mode=opened.record.mode.value,
+        budget=options.budget,
+        pipeline=opened.pipeline,
+    )
     if opened.context is not None:
         loop.messages[0].content += opened.root_context
         loop.context_files = opened.context
@@ -502,9 +662,19 @@ def _resume_checkpoint(opened: OpenSession, previous_turns: int) -> None:
     try:
         point = store.record(previous_turns)
     except Exception as err:  # noqa: BLE001 - as checkpoint(): never the end of the session
-        opened.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=previous_turns, ok=False, error=str(err)[:500]))
+        opened.transcript.emit(
+            ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=previous_turns, ok=False, error=str(err)[:500])
+        )
         return
     if point is not None:
-        opened.transcript.emit(ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=point.turn, ok=point.ok, state=None if point.ok else point.state,
-                                                     error_type=point.error_type, error=point.error[:500] or None,
-                                                     files_changed=point.files_changed[:200] if point.ok else None))
+        opened.transcript.emit(
+            ev.CheckpointRecorded(
+                executor=Executor.OPENAGENTS,
+                turn=point.turn,
+                ok=point.ok,
+                state=None if point.ok else point.state,
+                error_type=point.error_type,
+                error=point.error[:500] or None,
+                files_changed=point.files_changed[:200] if point.ok else None,
+            )
+        )

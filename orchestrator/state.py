@@ -8,6 +8,7 @@ closed to others) before every use; a shared directory without the sticky bit, o
 another user, is refused with a message saying why. So what the host later reads back as its own
 (records, pins, sweep journals) is only ever in directories nobody else can write.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,10 @@ from pathlib import Path
 
 from .errors import ErrorType, OpenAgentsError
 
-SHARED_HELP = ("see the README's Sessions part: a state directory users share is 1777 (sticky), each user's state "
-               "goes in a user-UID subdirectory the product makes 0700; or set XDG_STATE_HOME to a directory of your own")
+SHARED_HELP = (
+    "see the README's Sessions part: a state directory users share is 1777 (sticky), each user's state "
+    "goes in a user-UID subdirectory the product makes 0700; or set XDG_STATE_HOME to a directory of your own"
+)
 
 
 def config_path() -> Path:
@@ -80,18 +83,26 @@ def own_dir(path: Path) -> Path:
             return path  # cannot be made here: the caller's own use of it says why
         return own_dir(path) if os.path.lexists(path) else path
     except OSError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the state directory {path} cannot be used: {err.strerror}") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"the state directory {path} cannot be used: {err.strerror}"
+        ) from None
     if not stat.S_ISDIR(st.st_mode):
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the state directory {path} is not a directory")
     if not others_may_write(st):
         return path
     uid = os.getuid()
     if st.st_uid not in (uid, 0):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the state directory {path} belongs to uid {st.st_uid}, not to you: "
-                              f"its owner could replace what you keep there; {SHARED_HELP}")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the state directory {path} belongs to uid {st.st_uid}, not to you: "
+            f"its owner could replace what you keep there; {SHARED_HELP}",
+        )
     if not st.st_mode & stat.S_ISVTX:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the state directory {path} is writable by other users and not sticky "
-                              f"(mode {stat.S_IMODE(st.st_mode):o}): another user could rename or replace your sessions; {SHARED_HELP}")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the state directory {path} is writable by other users and not sticky "
+            f"(mode {stat.S_IMODE(st.st_mode):o}): another user could rename or replace your sessions; {SHARED_HELP}",
+        )
     mine = path / f"user-{uid}"
     try:
         os.mkdir(mine, 0o700)
@@ -101,14 +112,26 @@ def own_dir(path: Path) -> Path:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot make {mine}: {err.strerror}") from None
     own = os.lstat(mine)
     if not stat.S_ISDIR(own.st_mode) or own.st_uid != uid or stat.S_IMODE(own.st_mode) & 0o077:
-        what = ("a link" if stat.S_ISLNK(own.st_mode) else "not a directory" if not stat.S_ISDIR(own.st_mode)
-                else f"owned by uid {own.st_uid}" if own.st_uid != uid else f"open to others (mode {stat.S_IMODE(own.st_mode):o})")
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{mine} is {what}: it is not a directory only you can use (another user "
-                              f"may have made it); remove it, or use another state directory; {SHARED_HELP}")
+        what = (
+            "a link"
+            if stat.S_ISLNK(own.st_mode)
+            else "not a directory"
+            if not stat.S_ISDIR(own.st_mode)
+            else f"owned by uid {own.st_uid}"
+            if own.st_uid != uid
+            else f"open to others (mode {stat.S_IMODE(own.st_mode):o})"
+        )
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"{mine} is {what}: it is not a directory only you can use (another user "
+            f"may have made it); remove it, or use another state directory; {SHARED_HELP}",
+        )
     return mine
 
 
-PENDING_SWEEPS = "pending-sweeps"  # sandbox/sweep_journal.py's journals; every command looks there first (cli/__init__.py)
+PENDING_SWEEPS = (
+    "pending-sweeps"  # sandbox/sweep_journal.py's journals; every command looks there first (cli/__init__.py)
+)
 
 
 def own_subdir(name: str) -> Path:
@@ -126,8 +149,11 @@ def sandbox_state_dir(workspace: Path, sandbox_id: str) -> Path:
     box could then write what the host later trusts (its quarantine, its placeholder)."""
     path = own_subdir("sandboxes") / sandbox_id
     if _inside(path, workspace):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the state directory {state_root()} lies inside the workspace {workspace}; "
-                              "set XDG_STATE_HOME to a directory outside it")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the state directory {state_root()} lies inside the workspace {workspace}; "
+            "set XDG_STATE_HOME to a directory outside it",
+        )
     return path
 
 
@@ -137,7 +163,9 @@ def empty_dir() -> Path:
     path = own_subdir("empty")
     path.mkdir(parents=True, exist_ok=True)
     if any(os.scandir(path)):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path} must be empty (it is mounted as the workspace's placeholder .git)")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"{path} must be empty (it is mounted as the workspace's placeholder .git)"
+        )
     os.chmod(path, 0o555)
     return path
 

@@ -3,6 +3,7 @@
 Isolated mode (-I) ignores PYTHON* variables and the user site; -S skips site-packages, which
 keeps start-up and memory small. The package's parent is put on sys.path by hand.
 """
+
 import os
 import sys
 

@@ -1,5 +1,6 @@
 """The text side of edit_file: finding old_text whatever the line endings, replacing it while every
 line keeps its own ending, and the hint when it is not found."""
+
 from __future__ import annotations
 
 import re
@@ -49,7 +50,7 @@ def _replace_keeping_endings(text: str, matches: list[re.Match[str]], new: str) 
         breaks = re.findall("\r?\n", m.group(0))
         after = text.find("\n", m.end())
         breaks.append(("\r\n" if after > 0 and text[after - 1] == "\r" else "\n") if after >= 0 else usual)
-        out.append(text[last:m.start()])
+        out.append(text[last : m.start()])
         chosen = _endings_for(old_lines, breaks, new_lines)
         for j, line in enumerate(new_lines):
             out.append(line if j == len(new_lines) - 1 else line + chosen[j])
@@ -85,7 +86,7 @@ def _line_numbers(text: str, matches: list[re.Match[str]], most: int = 10) -> st
     return ", ".join(numbers) + (f" and {len(matches) - most} more" if len(matches) > most else "")
 
 
-HINT_MAX_LINES = 200_000     # past this a failed edit just says "not found"
+HINT_MAX_LINES = 200_000  # past this a failed edit just says "not found"
 HINT_FUZZY_MAX_LINES = 5000  # the similar-line search only on files this long...
 HINT_FUZZY_MAX_RATIOS = 1500  # ...and with at most this many full comparisons: a failed edit stays cheap
 HINT_SHOWN_CHARS = 200
@@ -105,11 +106,13 @@ def _closest_hint(text: str, old: str) -> str:
     if any(squashed):
         lines_squashed = ["".join(ln.split()) for ln in plain]
         for i in range(len(plain) - span + 1):
-            if lines_squashed[i] == squashed[0] and lines_squashed[i:i + span] == squashed:
-                return (f"; the same text with different whitespace (tabs, spaces or indentation) is at line {i + 1}: "
-                        f"{_shown(plain[i])}; copy it exactly, whitespace included")
+            if lines_squashed[i] == squashed[0] and lines_squashed[i : i + span] == squashed:
+                return (
+                    f"; the same text with different whitespace (tabs, spaces or indentation) is at line {i + 1}: "
+                    f"{_shown(plain[i])}; copy it exactly, whitespace included"
+                )
         for i in range(len(plain) - span + 1):
-            if plain[i].casefold() == folded[0] and [ln.casefold() for ln in plain[i:i + span]] == folded:
+            if plain[i].casefold() == folded[0] and [ln.casefold() for ln in plain[i : i + span]] == folded:
                 return f"; the same text in different letter case is at line {i + 1}: {_shown(plain[i])}"
     first = max(wanted, key=len).strip()
     if not first or len(plain) > HINT_FUZZY_MAX_LINES:
@@ -118,9 +121,9 @@ def _closest_hint(text: str, old: str) -> str:
 
     best, best_ratio, budget = -1, 0.6, HINT_FUZZY_MAX_RATIOS
     matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(first[:HINT_SHOWN_CHARS * 2])
+    matcher.set_seq2(first[: HINT_SHOWN_CHARS * 2])
     for i, candidate in enumerate(plain):
-        stripped = candidate.strip()[:HINT_SHOWN_CHARS * 2]
+        stripped = candidate.strip()[: HINT_SHOWN_CHARS * 2]
         if not stripped or abs(len(stripped) - len(first)) > max(len(first), 8):
             continue
         matcher.set_seq1(stripped)

@@ -1,4 +1,5 @@
 """The glob of grep_files, read as ripgrep reads it (braces, `**`), compiled to bounded regexes."""
+
 from __future__ import annotations
 
 import os
@@ -30,13 +31,15 @@ def _expand_braces(pattern: str, depth: int = 0) -> list[str]:
             level -= 1
             if level == 0:
                 parts.append(pattern[last:i])
-                head, tail = pattern[:start], pattern[i + 1:]
+                head, tail = pattern[:start], pattern[i + 1 :]
                 out: list[str] = []
                 for part in parts:
                     for expanded in _expand_braces(head + part + tail, depth + 1):
                         out.append(expanded)
                         if len(out) > MAX_GLOB_ALTERNATIVES:
-                            raise ToolError("invalid_arguments", f"the glob expands to more than {MAX_GLOB_ALTERNATIVES} patterns")
+                            raise ToolError(
+                                "invalid_arguments", f"the glob expands to more than {MAX_GLOB_ALTERNATIVES} patterns"
+                            )
                 return out
         elif ch == "," and level == 1:
             parts.append(pattern[last:i])
@@ -62,11 +65,11 @@ def _glob_regex(pattern: str) -> str:
         elif ch == "?":
             out.append("[^/]")
         elif ch == "[":
-            close = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("!", "^") else i + 1)
+            close = pattern.find("]", i + 2 if pattern[i + 1 : i + 2] in ("!", "^") else i + 1)
             if close < 0:
                 out.append(re.escape(ch))
             else:
-                body = pattern[i + 1:close]
+                body = pattern[i + 1 : close]
                 if body[:1] in ("!", "^"):
                     body = "^" + body[1:]
                 out.append("[" + body.replace("\\", "\\\\") + "]")

@@ -45,8 +45,8 @@ def deeper_than(data: bytes, max_depth: int) -> bool:
     skeleton = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
     depth, in_string = 0, False
     for start in range(0, len(skeleton), _PIECE):
-        parts = skeleton[start:start + _PIECE].split(b'"')
-        outside = b"".join(parts[1 if in_string else 0::2])
+        parts = skeleton[start : start + _PIECE].split(b'"')
+        outside = b"".join(parts[1 if in_string else 0 :: 2])
         in_string ^= len(parts) % 2 == 0  # an odd number of quotes in this piece
         if outside:
             running = list(itertools.accumulate(memoryview(outside.translate(_STEP)).cast("b"), initial=depth))

@@ -13,6 +13,7 @@ Requests (one message each, JSON): {"argv": [...], "env": {...}, "cwd": "..."} w
 stdin, stdout and stderr as three descriptors (SCM_RIGHTS). Answers: {"pid": N} or {"error": "..."};
 and, as children end, {"exit": PID, "code": N} (N < 0: killed by signal -N).
 """
+
 import json
 import os
 import select
@@ -84,9 +85,17 @@ def _spawn(sock: socket.socket, message: bytes, fds: list[int]) -> None:
             raise ValueError("three descriptors expected")
         for fd in fds:
             os.set_inheritable(fd, False)  # the child has them as 0, 1 and 2 only
-        pid = os.posix_spawn(request["argv"][0], request["argv"], request["env"], setsid=True,
-                             file_actions=[(os.POSIX_SPAWN_DUP2, fds[0], 0), (os.POSIX_SPAWN_DUP2, fds[1], 1),
-                                           (os.POSIX_SPAWN_DUP2, fds[2], 2)])
+        pid = os.posix_spawn(
+            request["argv"][0],
+            request["argv"],
+            request["env"],
+            setsid=True,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, fds[0], 0),
+                (os.POSIX_SPAWN_DUP2, fds[1], 1),
+                (os.POSIX_SPAWN_DUP2, fds[2], 2),
+            ],
+        )
         _answer(sock, {"pid": pid})
     except Exception as err:  # noqa: BLE001 - the agent says what failed
         _answer(sock, {"error": f"{type(err).__name__}: {err}"[:500]})

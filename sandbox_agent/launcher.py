@@ -16,6 +16,7 @@ the first line turns its standard input into /dev/null. What the command sees is
 gave it: $0, $-, line numbers and error messages ("/bin/sh: 1: ...") alike, standard input at end of
 file, fds 0-2 only. A longer command, or one holding a NUL byte, is started the ordinary way.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """list_files, and the walk grep_files shares: no link followed, skipped directories not entered."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,9 @@ if TYPE_CHECKING:
     from typing import Any, Iterator
 
 
-def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False) -> Iterator[tuple[os.DirEntry[str], bool]]:
+def _walk(
+    start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False
+) -> Iterator[tuple[os.DirEntry[str], bool]]:
     """(entry, is_dir) under `start`, depth first in name order (with `dirs_first`, a directory's
     subdirectories before its files, as Gemini CLI's ls and `tree --dirsfirst` show them; grep keeps
     plain path order). Skipped directories are neither listed nor entered, and nothing is followed
@@ -61,11 +64,21 @@ def list_files(args: dict[str, Any]) -> dict[str, Any]:
         entries.append(path + "/" if is_dir else path)
     output = "\n".join(entries)
     if more:
-        output += f"\n[truncated: the listing stops at {limits.LIST_MAX_ENTRIES} entries; list a subdirectory to see more]"
+        output += (
+            f"\n[truncated: the listing stops at {limits.LIST_MAX_ENTRIES} entries; list a subdirectory to see more]"
+        )
     # `names`: the same entries, each exact (names.exact): a reader never parses them back from the text,
     # where a name holding a newline would read as two and bytes that are not UTF-8 are shown escaped.
-    return {"output": output or "(empty directory)", "note": _skipped_note(unreadable),
-            "meta": {"entries": len(entries), "truncated": more, "unreadable": unreadable[:50], "names": [exact(e) for e in entries]}}
+    return {
+        "output": output or "(empty directory)",
+        "note": _skipped_note(unreadable),
+        "meta": {
+            "entries": len(entries),
+            "truncated": more,
+            "unreadable": unreadable[:50],
+            "names": [exact(e) for e in entries],
+        },
+    }
 
 
 def _skipped_note(unreadable: list[str]) -> str:

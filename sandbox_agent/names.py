@@ -13,6 +13,7 @@ that are not UTF-8, so it round-trips to the very bytes. What leaves the agent i
   that is not UTF-8 as `\\xNN`. Not reversible: the structured form is.
 
 Standard library only: copied into the sandbox image and imported by the host, so the forms exist once."""
+
 from __future__ import annotations
 
 import binascii

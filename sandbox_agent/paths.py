@@ -3,6 +3,7 @@
 Standard library only: this module is copied into the sandbox image and also imported by the
 host, so the lexical rules exist exactly once.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,9 @@ def check_lexical(path: object, *, mutation: bool = False) -> str:
     if "\x00" in path:
         raise PathRefused("path_invalid", "path contains a NUL byte")
     if path.startswith("/") or path.startswith("~"):
-        raise PathRefused("path_outside_workspace", f"absolute paths are refused: {path!r}; use a path relative to the workspace")
+        raise PathRefused(
+            "path_outside_workspace", f"absolute paths are refused: {path!r}; use a path relative to the workspace"
+        )
     parts = [p for p in path.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
         raise PathRefused("path_outside_workspace", f"'..' is refused in paths: {path!r}")

@@ -10,6 +10,7 @@ the last limits.PROC_OUTPUT_BYTES of its output (stdout and stderr together), co
 dropped. They end with the box; a killed keeper leaves them lost (their processes are swept with
 the next command), and the next start makes a new keeper.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,9 +53,16 @@ class _Keeper:
     def __init__(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = subprocess.Popen([sys.executable, "-I", "-S", KEEPER, str(theirs.fileno())], stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=[theirs.fileno()],
-                                         start_new_session=True, close_fds=True, env=child_env())
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", KEEPER, str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,
+                close_fds=True,
+                env=child_env(),
+            )
         finally:
             theirs.close()
         self.sock = mine
@@ -135,7 +143,7 @@ def _reader(proc: _Proc) -> None:
             proc.total += len(chunk)
             proc.ring += chunk
             if len(proc.ring) > limits.PROC_OUTPUT_BYTES:
-                del proc.ring[:len(proc.ring) - limits.PROC_OUTPUT_BYTES]
+                del proc.ring[: len(proc.ring) - limits.PROC_OUTPUT_BYTES]
             _changed.notify_all()
 
 
@@ -148,8 +156,15 @@ def _get(args: dict[str, Any]) -> _Proc:
 
 
 def _state(key: str, proc: _Proc) -> dict[str, Any]:
-    return {"id": key, "pid": proc.pid, "running": not proc.exited, "exit_code": proc.code, "lost": proc.lost,
-            "output_bytes": proc.total, "command": proc.command[:200]}
+    return {
+        "id": key,
+        "pid": proc.pid,
+        "running": not proc.exited,
+        "exit_code": proc.code,
+        "lost": proc.lost,
+        "output_bytes": proc.total,
+        "command": proc.command[:200],
+    }
 
 
 def proc_start(args: dict[str, Any]) -> dict[str, Any]:
@@ -159,24 +174,35 @@ def proc_start(args: dict[str, Any]) -> dict[str, Any]:
     with _one_start, _changed:
         running = sum(1 for p in _procs.values() if not p.exited)
         if running >= limits.PROC_MAX:
-            raise ToolError("resource_exhausted", f"{running} background processes run in this box; at most {limits.PROC_MAX}: kill one first")
-        for key in [k for k, p in _procs.items() if p.exited and p.output_closed][:max(0, len(_procs) - 4 * limits.PROC_MAX)]:
+            raise ToolError(
+                "resource_exhausted",
+                f"{running} background processes run in this box; at most {limits.PROC_MAX}: kill one first",
+            )
+        for key in [k for k, p in _procs.items() if p.exited and p.output_closed][
+            : max(0, len(_procs) - 4 * limits.PROC_MAX)
+        ]:
             del _procs[key]  # the oldest ended ones make room
         if _keeper is None or not _keeper.alive:
             try:
                 _keeper = _Keeper()
             except OSError as err:
-                raise ToolError("resource_exhausted", f"could not start the box's process keeper: {err.strerror or err}") from None
+                raise ToolError(
+                    "resource_exhausted", f"could not start the box's process keeper: {err.strerror or err}"
+                ) from None
         keeper = _keeper
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         try:
-            request = wire.encode({"argv": ["/bin/sh", "-c", command], "env": child_env()}).encode("utf-8", "surrogatepass")
+            request = wire.encode({"argv": ["/bin/sh", "-c", command], "env": child_env()}).encode(
+                "utf-8", "surrogatepass"
+            )
             socket.send_fds(keeper.sock, [request], [in_r, out_w, out_w])
         except OSError as err:
             for fd in (in_r, in_w, out_r, out_w):
                 os.close(fd)
-            raise ToolError("io_error", f"the box's process keeper did not take the command: {err.strerror or err}") from None
+            raise ToolError(
+                "io_error", f"the box's process keeper did not take the command: {err.strerror or err}"
+            ) from None
         os.close(in_r)
         os.close(out_w)
         deadline = time.monotonic() + SPAWN_WAIT_S
@@ -211,11 +237,15 @@ def proc_read(args: dict[str, Any]) -> dict[str, Any]:
             _changed.wait(end - time.monotonic())
         first = proc.total - len(proc.ring)
         start = max(since, first)
-        data = bytes(proc.ring[start - first:start - first + limits.BYTES_CHUNK])
+        data = bytes(proc.ring[start - first : start - first + limits.BYTES_CHUNK])
         state = _state(key, proc)
         ended = proc.output_closed
-    state.update(data=b2a_base64(data, newline=False).decode("ascii"), next=start + len(data), dropped=start - max(since, 0),
-                 output_ended=ended and start + len(data) >= proc.total)
+    state.update(
+        data=b2a_base64(data, newline=False).decode("ascii"),
+        next=start + len(data),
+        dropped=start - max(since, 0),
+        output_ended=ended and start + len(data) >= proc.total,
+    )
     return {"output": "", "meta": state}
 
 
@@ -231,8 +261,11 @@ def proc_write(args: dict[str, Any]) -> dict[str, Any]:
     try:
         while view:
             if not poller.poll(max(end - time.monotonic(), 0) * 1000):
-                raise ToolError("timeout", f"the process did not read its stdin ({len(data) - len(view)} of {len(data)} bytes taken)")
-            view = view[os.write(proc.in_fd, view):]
+                raise ToolError(
+                    "timeout",
+                    f"the process did not read its stdin ({len(data) - len(view)} of {len(data)} bytes taken)",
+                )
+            view = view[os.write(proc.in_fd, view) :]
     except BrokenPipeError:
         raise ToolError("io_error", "the process closed its stdin") from None
     finally:

@@ -1,4 +1,5 @@
 """read_file: a bounded window of a text file, and the whole file's sha256."""
+
 from __future__ import annotations
 
 import os
@@ -56,7 +57,7 @@ def read_file(args: dict[str, Any]) -> dict[str, Any]:
                 digest.update(piece)
                 if first:
                     first = False
-                    piece = piece[len(BOM):] if piece.startswith(BOM) else piece
+                    piece = piece[len(BOM) :] if piece.startswith(BOM) else piece
                 if starts_line:
                     line_no += 1
                 is_start, starts_line = starts_line, piece.endswith(b"\n")
@@ -79,7 +80,7 @@ def read_file(args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
     raw = b"".join(collected)
     if b"\x00" in raw:  # past the 8 KiB sniff: still binary, still not for the model's context
-        nul_line = offset + raw[:raw.index(b"\x00")].count(b"\n")
+        nul_line = offset + raw[: raw.index(b"\x00")].count(b"\n")
         return _binary_result(rel, size_on_disk, digest.hexdigest(), f"a NUL byte at line {nul_line}")
     try:
         content = raw.decode("utf-8")
@@ -101,7 +102,9 @@ def read_file(args: dict[str, Any]) -> dict[str, Any]:
     }
     note = f"[file {rel}: lines {offset}-{end} of {total}; sha256 {hexdigest}]"
     if truncated:
-        note += f"\n[truncated at {cap // 1024} KiB or {limit} lines: read on from line {end + 1} with offset={end + 1}]"
+        note += (
+            f"\n[truncated at {cap // 1024} KiB or {limit} lines: read on from line {end + 1} with offset={end + 1}]"
+        )
     if cut_line:
         note += f"\n[line {end} is longer than {cap} bytes and was cut]"
     if has_bom:
@@ -111,8 +114,10 @@ def read_file(args: dict[str, Any]) -> dict[str, Any]:
         codec, label = _legacy_guess(raw)
         meta["invalid_utf8"] = True
         meta["encoding_guess"] = codec
-        note += (f"\n[the file is not valid UTF-8 (its bytes look like {label}): bytes that are not UTF-8 show as U+FFFD; "
-                 f"to see them decoded: `iconv -f {codec} -t utf-8 {rel} | head`; edit_file cannot edit it]")
+        note += (
+            f"\n[the file is not valid UTF-8 (its bytes look like {label}): bytes that are not UTF-8 show as U+FFFD; "
+            f"to see them decoded: `iconv -f {codec} -t utf-8 {rel} | head`; edit_file cannot edit it]"
+        )
     return {"output": content, "note": note, "meta": meta}
 
 
@@ -120,14 +125,18 @@ BOM_NOTE = "[the file starts with a UTF-8 byte-order mark (not shown in the outp
 
 
 def _binary_result(rel: str, size: int, hexdigest: str, why: str = "") -> dict[str, Any]:
-    return {"output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
-            "note": (f"[{why}] " if why else "") + "[binary content (or text in an encoding other than UTF-8) is not shown; use "
-                    "shell tools to inspect it, e.g. `file`, `od -c | head`, or `iconv -f latin1 -t utf-8 FILE | head`]",
-            "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False}}
+    return {
+        "output": f"[binary file {rel}: {size} bytes, sha256 {hexdigest}; not shown]",
+        "note": (f"[{why}] " if why else "")
+        + "[binary content (or text in an encoding other than UTF-8) is not shown; use "
+        "shell tools to inspect it, e.g. `file`, `od -c | head`, or `iconv -f latin1 -t utf-8 FILE | head`]",
+        "meta": {"sha256": hexdigest, "bytes": size, "binary": True, "total_lines": 0, "truncated": False},
+    }
 
 
-def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int,
-                  binary: bool) -> dict[str, Any] | None:
+def _read_special(
+    rel: str, fd: int, encoding: tuple[str, str, int] | None, size: int, offset: int, limit: int, binary: bool
+) -> dict[str, Any] | None:
     """A binary file is described, never shown (garbage in the model's context helps nobody);
     UTF-16/32 text is decoded, so the model reads the text and not every other byte as NUL.
     A byte-order mark is a hint: a body that is not strictly its encoding is judged by the ordinary
@@ -158,7 +167,12 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
         if not binary:
             return None
         if not cut_at_end(err, len(body)):
-            return _binary_result(rel, size, hexdigest, f"it starts with a {label} byte-order mark but is not {label} text ({err.reason} at byte {err.start + bom_len})")
+            return _binary_result(
+                rel,
+                size,
+                hexdigest,
+                f"it starts with a {label} byte-order mark but is not {label} text ({err.reason} at byte {err.start + bom_len})",
+            )
         # The file's fault, not the arguments': shown with replacement, and said.
         text = body.decode(codec, errors="replace")
         bad = f"\n[the file is not valid {label} ({err.reason} at byte {err.start + bom_len}): what cannot be decoded shows as U+FFFD; edit_file cannot edit it]"
@@ -168,7 +182,7 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
         raise ToolError("invalid_arguments", f"offset {offset} is past the end ({total} lines)")
     chosen: list[str] = []
     used = 0
-    for line in lines[offset - 1: offset - 1 + limit]:
+    for line in lines[offset - 1 : offset - 1 + limit]:
         encoded = len(line.encode("utf-8", errors="surrogatepass"))
         if used + encoded > limits.READ_CAP_BYTES and chosen:
             break
@@ -179,8 +193,17 @@ def _read_special(rel: str, fd: int, encoding: tuple[str, str, int] | None, size
     note = f"[file {rel}: lines {offset}-{end} of {total}; decoded from {label} (it has a byte-order mark; write_file and edit_file keep it and the encoding); sha256 {hexdigest}]"
     if truncated:
         note += f"\n[truncated: read on from line {end + 1} with offset={end + 1}]"
-    meta = {"sha256": hexdigest, "total_lines": total, "first_line": offset, "last_line": end, "truncated": truncated,
-            "next_offset": end + 1 if truncated else None, "bytes": used, "encoding": codec, "bom": True}
+    meta = {
+        "sha256": hexdigest,
+        "total_lines": total,
+        "first_line": offset,
+        "last_line": end,
+        "truncated": truncated,
+        "next_offset": end + 1 if truncated else None,
+        "bytes": used,
+        "encoding": codec,
+        "bom": True,
+    }
     if bad:
         note += bad
         meta["invalid_encoding"] = True

@@ -9,6 +9,7 @@ The lines, their numbers, the flags and the notes are those of a line-by-line re
 time: at most GREP_MAX_LINE_BYTES of it searched, the UTF-8 BOM taken off the first, invalid bytes
 as U+FFFD, the line break and one carriage return before it taken off); tests/test_grep_equivalence.py
 holds the two to each other."""
+
 from __future__ import annotations
 
 import errno
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
     from typing import Callable, Iterator
 
 READ_BLOCK = 1 << 20  # a read; a block is the whole lines of what was read
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # O_NONBLOCK: a FIFO swapped in is not waited on
+_OPEN_FILE = (
+    os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+)  # O_NONBLOCK: a FIFO swapped in is not waited on
 _OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _WIDE_FIRST = b"\xff\xfe\x00"  # the first byte of every UTF-16/32 byte-order mark (or none: an empty file)
 
@@ -55,8 +58,9 @@ class FileScan:
         except OSError:  # as a line-by-line reading: the lines read so far are the file
             return b""
 
-    def matches(self, regex: re.Pattern[str], needle: bytes | None, fold: bool,
-                progress: Callable[[int], None]) -> Iterator[tuple[int, str]]:
+    def matches(
+        self, regex: re.Pattern[str], needle: bytes | None, fold: bool, progress: Callable[[int], None]
+    ) -> Iterator[tuple[int, str]]:
         """(line number, text) of each line `regex` finds something in. `needle`: bytes every
         matching line contains (lower case and looked for in the lowered bytes if `fold`).
         `progress(n)` is told the first line number of each block before it is searched."""
@@ -90,7 +94,7 @@ class FileScan:
             cut = len(pending) if nl < 0 else pending.rfind(b"\n", 0, cap) + 1
             block, pending = pending[:cut], pending[cut:]
             progress(number + 1)
-            body = block[len(BOM):] if number == 0 and block.startswith(BOM) else block
+            body = block[len(BOM) :] if number == 0 and block.startswith(BOM) else block
             if needle is not None and needle not in (body.lower() if fold else body):
                 if pending or not eof:  # the numbers of the lines after this block (a file's last one needs none)
                     number += body.count(b"\n") + (not block.endswith(b"\n"))
@@ -122,7 +126,7 @@ class FileScan:
         while True:
             nl = rest.find(b"\n")
             if nl >= 0:
-                return rest[nl + 1:], eof
+                return rest[nl + 1 :], eof
             if eof:
                 return b"", True
             rest = self._read()
@@ -131,7 +135,7 @@ class FileScan:
 
 def _decoded(piece: bytes, first: bool) -> tuple[str, bool]:
     if first and piece.startswith(BOM):
-        piece = piece[len(BOM):]
+        piece = piece[len(BOM) :]
     try:
         line, bad = piece.decode("utf-8"), False
     except UnicodeDecodeError:
@@ -192,7 +196,7 @@ def open_scan(path: str, dir_fd: int | None = None) -> tuple[FileScan | None, st
             os.close(fd)
             return None, None
         try:
-            text = data[wide[2]:limits.EDIT_MAX_FILE_BYTES + 1].decode(wide[0])
+            text = data[wide[2] : limits.EDIT_MAX_FILE_BYTES + 1].decode(wide[0])
         except UnicodeDecodeError:
             if _looks_binary(head):
                 os.close(fd)

@@ -1,4 +1,5 @@
 """grep_files: a regex over the workspace's text files, streamed, with its bounds."""
+
 from __future__ import annotations
 
 import os
@@ -43,7 +44,9 @@ def grep_files(args: dict[str, Any]) -> dict[str, Any]:
         notes += _explicit_file_problem(rel, root)
     risky, needle = _analyse(pattern, regex.flags)
     if not risky:
-        return _run_in_process(lambda reporter: _search(regex, needle, root, matcher, notes, reporter), limits.GREP_TIMEOUT_S)
+        return _run_in_process(
+            lambda reporter: _search(regex, needle, root, matcher, notes, reporter), limits.GREP_TIMEOUT_S
+        )
     return _run_search(lambda child: _search(regex, needle, root, matcher, notes, child), limits.GREP_TIMEOUT_S)
 
 
@@ -55,6 +58,7 @@ def _analyse(pattern: str, flags: int) -> tuple[bool, tuple[bytes, bool] | None]
     the parser cannot take again is treated as risky, with no needle."""
     try:
         from re import _parser  # type: ignore[attr-defined]  # CPython's own parser of the pattern
+
         parsed = _parser.parse(pattern, flags)
     except Exception:  # noqa: BLE001 - compiled already; whatever the parser says, be careful
         return True, None
@@ -99,8 +103,11 @@ def _needle(top: list[tuple[Any, Any]], flags: int) -> tuple[bytes, bool] | None
     run: list[str] = []
     for op, av in [*top, (None, None)]:
         char = chr(av) if str(op) == "LITERAL" else ""
-        usable = bool(char) and (char.isascii() and char not in _FOLDS_OUTSIDE_ASCII if fold
-                                 else char != "\ufffd" and not "\ud800" <= char <= "\udfff")
+        usable = bool(char) and (
+            char.isascii() and char not in _FOLDS_OUTSIDE_ASCII
+            if fold
+            else char != "\ufffd" and not "\ud800" <= char <= "\udfff"
+        )
         if usable:
             run.append(char)
             continue
@@ -122,10 +129,18 @@ _SKIP_WHY = {
 }
 
 
-def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, root: str,
-            matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
+def _search(
+    regex: re.Pattern[str],
+    needle: tuple[bytes, bool] | None,
+    root: str,
+    matcher: Callable[[str, str], bool] | None,
+    notes: list[str],
+    child: _Child | _InProcess,
+) -> dict[str, Any]:
     matches: list[str] = []
-    hits: list[dict[str, Any]] = []  # the same matches, structured: {"path": exact name, "line": n, "text": the line as shown}
+    hits: list[
+        dict[str, Any]
+    ] = []  # the same matches, structured: {"path": exact name, "line": n, "text": the line as shown}
     unreadable: list[str] = []
     skipped: dict[str, list[str]] = {kind: [] for kind in _SKIP_WHY}
     not_utf8: list[str] = []
@@ -165,23 +180,41 @@ def _search(regex: re.Pattern[str], needle: tuple[bytes, bool] | None, root: str
     files.close()
     output = "\n".join(matches) if matches else "no matches"
     if more:
-        output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
+        output += (
+            f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
+        )
     if unreadable:
         notes.append(_skipped_note(unreadable))
     for kind, names in skipped.items():
         if names:
             notes.append(f"[not searched: {_counted(names, 'file')} {_SKIP_WHY[kind]}: {_names(names)}]")
     if not_utf8:
-        notes.append(f"[{_counted(not_utf8, 'file')} not valid UTF-8 and searched with the invalid bytes as U+FFFD "
-                     f"(non-ASCII text there may not match): {_names(not_utf8)}]")
+        notes.append(
+            f"[{_counted(not_utf8, 'file')} not valid UTF-8 and searched with the invalid bytes as U+FFFD "
+            f"(non-ASCII text there may not match): {_names(not_utf8)}]"
+        )
     if long_lines:
-        notes.append(f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]")
+        notes.append(
+            f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]"
+        )
     if cut:
-        notes.append(f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]")
+        notes.append(
+            f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]"
+        )
     counts = {kind: len(names) for kind, names in skipped.items() if names}
-    return {"output": output, "note": "\n".join(notes),
-            "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50],
-                     "skipped": counts, "skipped_files": [f for names in skipped.values() for f in names][:50], "hits": hits}}
+    return {
+        "output": output,
+        "note": "\n".join(notes),
+        "meta": {
+            "matches": len(matches),
+            "truncated": more,
+            "lines_cut": cut,
+            "unreadable": unreadable[:50],
+            "skipped": counts,
+            "skipped_files": [f for names in skipped.values() for f in names][:50],
+            "hits": hits,
+        },
+    }
 
 
 def _counted(items: list[str], noun: str) -> str:

@@ -2,6 +2,7 @@
 it goes: what it found is kept when the child is killed. Any other search runs in the agent, with
 the same deadline looked at between files and blocks of lines. Either way a search that passes it
 says what took the time (_Stopped)."""
+
 from __future__ import annotations
 
 import json
@@ -62,11 +63,22 @@ def _run_in_process(search: Callable[[_InProcess], dict[str, Any]], timeout_s: f
         return search(reporter)
     except _OutOfTime:
         now = time.monotonic_ns()
-        stopped = _Stopped(reporter.where, reporter.files, reporter.line, (now - reporter.started) / 1e9,
-                           (now - reporter.file_ns) / 1e9 if reporter.files else 0.0, (now - reporter.block_ns) / 1e9 if reporter.files else 0.0,
-                           time.thread_time() - cpu, None)
-    raise ToolError("timeout", stopped.message(timeout_s, len(reporter.found)), output="\n".join(reporter.found),
-                    meta={"matches": len(reporter.found), "timed_out": True, **stopped.meta(), "hits": reporter.hits})
+        stopped = _Stopped(
+            reporter.where,
+            reporter.files,
+            reporter.line,
+            (now - reporter.started) / 1e9,
+            (now - reporter.file_ns) / 1e9 if reporter.files else 0.0,
+            (now - reporter.block_ns) / 1e9 if reporter.files else 0.0,
+            time.thread_time() - cpu,
+            None,
+        )
+    raise ToolError(
+        "timeout",
+        stopped.message(timeout_s, len(reporter.found)),
+        output="\n".join(reporter.found),
+        meta={"matches": len(reporter.found), "timed_out": True, **stopped.meta(), "hits": reporter.hits},
+    )
 
 
 class _Child:
@@ -81,18 +93,23 @@ class _Child:
     def send(self, message: dict[str, Any]) -> None:
         data = memoryview(json.dumps(message).encode() + b"\n")
         while data:
-            data = data[os.write(self.fd, data):]
+            data = data[os.write(self.fd, data) :]
 
     def at(self, shown: str) -> None:
         self.files += 1
-        data = shown.encode("utf-8", errors="surrogateescape")[:PROGRESS_BYTES - _NAME]
+        data = shown.encode("utf-8", errors="surrogateescape")[: PROGRESS_BYTES - _NAME]
         now = time.monotonic_ns().to_bytes(8, "little")
-        self.shared[_NAME:_NAME + len(data)] = data
-        self.shared[0:_NAME] = self.files.to_bytes(8, "little") + now + now + bytes(16) + len(data).to_bytes(4, "little")
+        self.shared[_NAME : _NAME + len(data)] = data
+        self.shared[0:_NAME] = (
+            self.files.to_bytes(8, "little") + now + now + bytes(16) + len(data).to_bytes(4, "little")
+        )
 
     def lines(self, number: int) -> None:
-        self.shared[16:40] = (time.monotonic_ns().to_bytes(8, "little") + number.to_bytes(8, "little")
-                              + time.process_time_ns().to_bytes(8, "little"))
+        self.shared[16:40] = (
+            time.monotonic_ns().to_bytes(8, "little")
+            + number.to_bytes(8, "little")
+            + time.process_time_ns().to_bytes(8, "little")
+        )
 
 
 PROGRESS_BYTES = 4096
@@ -183,27 +200,49 @@ def _run_search(search: Callable[[_Child], dict[str, Any]], timeout_s: float) ->
     if not timed_out:
         raise ToolError("io_error", "the search process ended before it answered (killed from outside?); run it again")
     stopped = _Stopped.read(progress, started_ns, stopped_ns, cpu_s)
-    raise ToolError("timeout", stopped.message(timeout_s, len(found)), output="\n".join(found),
-                    meta={"matches": len(found), "timed_out": True, **stopped.meta(), "hits": hits})
+    raise ToolError(
+        "timeout",
+        stopped.message(timeout_s, len(found)),
+        output="\n".join(found),
+        meta={"matches": len(found), "timed_out": True, **stopped.meta(), "hits": hits},
+    )
 
 
 class _Stopped:
     """What the search child was doing when its deadline came, from its shared page: the timeout's
     message says what was measured."""
 
-    def __init__(self, where: str, files: int, line: int, elapsed: float, in_file: float, in_block: float,
-                 cpu: float | None, cpu_in_block: float | None) -> None:
+    def __init__(
+        self,
+        where: str,
+        files: int,
+        line: int,
+        elapsed: float,
+        in_file: float,
+        in_block: float,
+        cpu: float | None,
+        cpu_in_block: float | None,
+    ) -> None:
         self.where, self.files, self.line = where, files, line
         self.elapsed, self.in_file, self.in_block = elapsed, in_file, in_block
         self.cpu, self.cpu_in_block = cpu, cpu_in_block
 
     @classmethod
     def read(cls, page: bytes, started_ns: int, stopped_ns: int, cpu: float | None) -> _Stopped:
-        files, file_ns, block_ns, line, block_cpu_ns = (int.from_bytes(page[i:i + 8], "little") for i in range(0, 40, 8))
-        size = int.from_bytes(page[_NAME - 4:_NAME], "little")
-        return cls(page[_NAME:_NAME + size].decode("utf-8", errors="replace"), files, line, (stopped_ns - started_ns) / 1e9,
-                   (stopped_ns - file_ns) / 1e9 if files else 0.0, (stopped_ns - block_ns) / 1e9 if files else 0.0,
-                   cpu, None if cpu is None or not files else max(cpu - block_cpu_ns / 1e9, 0.0))
+        files, file_ns, block_ns, line, block_cpu_ns = (
+            int.from_bytes(page[i : i + 8], "little") for i in range(0, 40, 8)
+        )
+        size = int.from_bytes(page[_NAME - 4 : _NAME], "little")
+        return cls(
+            page[_NAME : _NAME + size].decode("utf-8", errors="replace"),
+            files,
+            line,
+            (stopped_ns - started_ns) / 1e9,
+            (stopped_ns - file_ns) / 1e9 if files else 0.0,
+            (stopped_ns - block_ns) / 1e9 if files else 0.0,
+            cpu,
+            None if cpu is None or not files else max(cpu - block_cpu_ns / 1e9, 0.0),
+        )
 
     def message(self, limit_s: float, found: int) -> str:
         """Which of three things took the time: one block of one file's lines, computing (the
@@ -214,24 +253,46 @@ class _Stopped:
         busy = ""
         if self.cpu is not None and self.cpu < self.elapsed / 2:
             busy = f"; the machine is busy: the search had {self.cpu:.1f}s of CPU in its {self.elapsed:.1f}s"
-        if (self.where and self.line and self.in_block >= self.elapsed / 2 and self.cpu is not None
-                and self.cpu_in_block is not None and self.cpu_in_block >= max(BACKTRACK_CPU_S, self.cpu / 2)):
-            return (f"{head}: matching the pattern against the lines of {self.where} from line {self.line} on (at most "
-                    f"{READ_BLOCK >> 20} MiB of them) took {self.cpu_in_block:.1f}s of CPU ({self.in_block:.1f}s) without "
-                    f"finishing, after {self.files - 1} other file(s) in {self.elapsed - self.in_file:.1f}s. That is the "
-                    "regular expression backtracking catastrophically (nested or adjacent quantifiers like (a+)+ or "
-                    "(a|a)*, or several .* on a long line): simplify the pattern, or leave that file out with the path or glob")
+        if (
+            self.where
+            and self.line
+            and self.in_block >= self.elapsed / 2
+            and self.cpu is not None
+            and self.cpu_in_block is not None
+            and self.cpu_in_block >= max(BACKTRACK_CPU_S, self.cpu / 2)
+        ):
+            return (
+                f"{head}: matching the pattern against the lines of {self.where} from line {self.line} on (at most "
+                f"{READ_BLOCK >> 20} MiB of them) took {self.cpu_in_block:.1f}s of CPU ({self.in_block:.1f}s) without "
+                f"finishing, after {self.files - 1} other file(s) in {self.elapsed - self.in_file:.1f}s. That is the "
+                "regular expression backtracking catastrophically (nested or adjacent quantifiers like (a+)+ or "
+                "(a|a)*, or several .* on a long line): simplify the pattern, or leave that file out with the path or glob"
+            )
         if self.where and self.in_file >= self.elapsed / 2:
-            doing = f"its lines from {self.line} on the last {self.in_block:.1f}s" if self.line else "opening it and judging its first bytes"
-            return (f"{head}: {self.where} alone took {self.in_file:.1f}s of it ({doing}){busy}; narrow the path or glob "
-                    "to leave it out, or simplify the pattern")
-        return (f"{head} after searching {self.files} file(s) in {self.elapsed:.1f}s (the last, {self.where or '-'}, for "
-                f"{self.in_file:.1f}s): no single file took most of the time{busy}; narrow the path or glob")
+            doing = (
+                f"its lines from {self.line} on the last {self.in_block:.1f}s"
+                if self.line
+                else "opening it and judging its first bytes"
+            )
+            return (
+                f"{head}: {self.where} alone took {self.in_file:.1f}s of it ({doing}){busy}; narrow the path or glob "
+                "to leave it out, or simplify the pattern"
+            )
+        return (
+            f"{head} after searching {self.files} file(s) in {self.elapsed:.1f}s (the last, {self.where or '-'}, for "
+            f"{self.in_file:.1f}s): no single file took most of the time{busy}; narrow the path or glob"
+        )
 
     def meta(self) -> dict[str, Any]:
-        return {"searching": self.where, "files_searched": self.files, "line": self.line, "seconds": round(self.elapsed, 2),
-                "seconds_in_file": round(self.in_file, 2), "seconds_in_block": round(self.in_block, 2),
-                "cpu_seconds": None if self.cpu is None else round(self.cpu, 2)}
+        return {
+            "searching": self.where,
+            "files_searched": self.files,
+            "line": self.line,
+            "seconds": round(self.elapsed, 2),
+            "seconds_in_file": round(self.in_file, 2),
+            "seconds_in_block": round(self.in_block, 2),
+            "cpu_seconds": None if self.cpu is None else round(self.cpu, 2),
+        }
 
 
 BACKTRACK_CPU_S = 1.0

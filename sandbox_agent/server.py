@@ -15,6 +15,7 @@ without loading subprocess, the shell's machinery, the search child or the edito
 cost a cold start tens of milliseconds (issue 26; the shell makes the agent not dumpable when it is
 first imported, before its first command).
 """
+
 from __future__ import annotations
 
 import os
@@ -126,11 +127,30 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     tool = request.get("tool")
     args = request.get("args") or {}
     if request.get("v") != PROTOCOL_VERSION:
-        return {**base, "ok": False, "error": {"type": "protocol_error", "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}"}}
+        return {
+            **base,
+            "ok": False,
+            "error": {
+                "type": "protocol_error",
+                "message": f"protocol version {request.get('v')!r} is not {PROTOCOL_VERSION}",
+            },
+        }
     if tool == "hello":
-        return {**base, "ok": True, "output": "", "meta": {"pid": os.getpid(), "uid": os.getuid(), "rss_kib": _rss_kib(), "python": sys.version.split()[0],
-                                                           "warm": _warmed.is_set()}}
-    if not isinstance(tool, str) or (tool not in TOOLS and tool not in OPS):  # a list as the tool would be unhashable: unknown, typed
+        return {
+            **base,
+            "ok": True,
+            "output": "",
+            "meta": {
+                "pid": os.getpid(),
+                "uid": os.getuid(),
+                "rss_kib": _rss_kib(),
+                "python": sys.version.split()[0],
+                "warm": _warmed.is_set(),
+            },
+        }
+    if not isinstance(tool, str) or (
+        tool not in TOOLS and tool not in OPS
+    ):  # a list as the tool would be unhashable: unknown, typed
         return {**base, "ok": False, "error": {"type": "unknown_tool", "message": f"unknown tool {tool!r}"}}
     if not isinstance(args, dict):
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}
@@ -144,11 +164,21 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     except PathRefused as err:
         return {**base, "ok": False, "error": {"type": err.kind, "message": str(err)}}
     except ToolError as err:
-        return {**base, "ok": False, "output": err.output, "meta": err.meta, "error": {"type": err.kind, "message": str(err)}}
+        return {
+            **base,
+            "ok": False,
+            "output": err.output,
+            "meta": err.meta,
+            "error": {"type": err.kind, "message": str(err)},
+        }
     except RecursionError:
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "arguments nest too deeply"}}
     except MemoryError:
-        return {**base, "ok": False, "error": {"type": "resource_exhausted", "message": "the sandbox ran out of memory"}}
+        return {
+            **base,
+            "ok": False,
+            "error": {"type": "resource_exhausted", "message": "the sandbox ran out of memory"},
+        }
     except Exception as err:  # a bug in a tool must not kill the agent
         return {**base, "ok": False, "error": {"type": "internal_error", "message": f"{type(err).__name__}: {err}"}}
 
@@ -161,7 +191,14 @@ def _accept(line: bytes) -> dict[str, Any] | None:
         if not isinstance(request, dict):
             raise ValueError("not an object")
     except ValueError as err:
-        _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": f"bad request line: {err}"}})
+        _send(
+            {
+                "v": PROTOCOL_VERSION,
+                "id": None,
+                "ok": False,
+                "error": {"type": "protocol_error", "message": f"bad request line: {err}"},
+            }
+        )
         return None
     if isinstance(request.get("id"), int):
         _send({"v": PROTOCOL_VERSION, "id": request["id"], "ack": True})
@@ -199,7 +236,9 @@ class _Workers:
             after = _after_answer.get(tool)
             if after is not None:
                 after()
-            if tool in TOOLS or (tool == "hello" and _asks_warm_up(request.get("args"))):  # a pool's box asks at once (sandbox/pool.py)
+            if tool in TOOLS or (
+                tool == "hello" and _asks_warm_up(request.get("args"))
+            ):  # a pool's box asks at once (sandbox/pool.py)
                 _warm_up_once()
             with self._lock:
                 if self._idle >= self.MAX_IDLE:
@@ -241,7 +280,14 @@ def main() -> None:
         if len(line) > limits.MAX_REQUEST_BYTES and not line.endswith(b"\n"):
             while line and not line.endswith(b"\n"):
                 line = stdin.readline(limits.MAX_REQUEST_BYTES)
-            _send({"v": PROTOCOL_VERSION, "id": None, "ok": False, "error": {"type": "protocol_error", "message": "request line too long"}})
+            _send(
+                {
+                    "v": PROTOCOL_VERSION,
+                    "id": None,
+                    "ok": False,
+                    "error": {"type": "protocol_error", "message": "request line too long"},
+                }
+            )
             continue
         if line.strip() and (request := _accept(line)) is not None:
             workers.submit(request)

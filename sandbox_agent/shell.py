@@ -8,6 +8,7 @@ one but the background processes' keeper tree), which reaches children that call
 daemonized. The host does the same from outside if the agent does not answer. Before that, output
 a stage passes on after the shell exits gets a short, bounded drain (_run).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -112,15 +113,17 @@ class _CappedOutput:
         head, tail = bytes(self.head), bytes(self.tail)
         if self.total <= len(head) + len(tail):
             return (head + tail).decode("utf-8", errors="replace"), False
-        head = head[:_head_end(head)]
+        head = head[: _head_end(head)]
         start = _tail_start(tail, self.before_tail)
         ends_line = (tail[start - 1] if start else self.before_tail) == NL
         tail = tail[start:]
         self.omitted_bytes = self.total - len(head) - len(tail)
         self.omitted_lines = self.newlines - head.count(b"\n") - tail.count(b"\n") + (not ends_line)
         mid_line = not ends_line or not head.endswith(b"\n")
-        marker = (f"[... {self.omitted_bytes} bytes ({self.omitted_lines} line{'s' if self.omitted_lines != 1 else ''}"
-                  f"{', cut mid-line' if mid_line else ''}) omitted ...]\n")
+        marker = (
+            f"[... {self.omitted_bytes} bytes ({self.omitted_lines} line{'s' if self.omitted_lines != 1 else ''}"
+            f"{', cut mid-line' if mid_line else ''}) omitted ...]\n"
+        )
         text = head.decode("utf-8", errors="replace")
         if text and not text.endswith("\n"):
             text += "\n"
@@ -303,7 +306,9 @@ def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -
         while out_open or not exited:
             now = time.monotonic()
             if exit_fd is None and not exited and (not out_open or now >= watch_at):
-                if _reaped(proc, REAP_WITHIN_S if not out_open else 0.0):  # the usual way out: it closed its output as it exited
+                if _reaped(
+                    proc, REAP_WITHIN_S if not out_open else 0.0
+                ):  # the usual way out: it closed its output as it exited
                     exited = True
                     end = min(end, time.monotonic() + DRAIN_S)
                     continue
@@ -344,7 +349,9 @@ def _run(proc: subprocess.Popen[bytes], timeout: float, output: _CappedOutput) -
         os.close(exit_fd)
         status = _waiter.statuses.pop(proc.pid, None) if _waiter else None
         proc.returncode = os.waitstatus_to_exitcode(status) if status is not None else -signal.SIGKILL
-    elif not exited:  # timed out before the waiter was asked (a timeout under WATCH_AFTER_S: never, as timeouts are >= 1 s)
+    elif (
+        not exited
+    ):  # timed out before the waiter was asked (a timeout under WATCH_AFTER_S: never, as timeouts are >= 1 s)
         proc.wait()
     return timed_out
 
@@ -431,8 +438,11 @@ class _Commands:
             if key is not None and self._doomed.pop(key, 0) is None:
                 raise ToolError("cancelled", "the call was cancelled before its command started")
             if len(self._running) >= limits.SHELL_MAX_CONCURRENT:
-                raise ToolError("resource_exhausted", f"{len(self._running)} commands run in this box; at most "
-                                f"{limits.SHELL_MAX_CONCURRENT} run at once: wait for one to end")
+                raise ToolError(
+                    "resource_exhausted",
+                    f"{len(self._running)} commands run in this box; at most "
+                    f"{limits.SHELL_MAX_CONCURRENT} run at once: wait for one to end",
+                )
             self._running[slot] = None
             if key is not None:
                 self._keys[key] = slot
@@ -578,12 +588,13 @@ def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) 
     if requested != timeout:
         notes.append(f"[timeout {requested}s was clamped to the {limits.SHELL_MAX_TIMEOUT_S}s ceiling]")
     if truncated:
-        notes.append(f"[output was {captured.total} bytes in {captured.lines} lines; {captured.omitted_bytes} bytes "
-                     f"({captured.omitted_lines} lines) from the middle are left out where the marker stands: at most the first "
-                     f"{limits.SHELL_OUTPUT_HEAD_BYTES} and the last {limits.SHELL_OUTPUT_TAIL_BYTES} bytes are kept, cut between lines where there are lines]")
+        notes.append(
+            f"[output was {captured.total} bytes in {captured.lines} lines; {captured.omitted_bytes} bytes "
+            f"({captured.omitted_lines} lines) from the middle are left out where the marker stands: at most the first "
+            f"{limits.SHELL_OUTPUT_HEAD_BYTES} and the last {limits.SHELL_OUTPUT_TAIL_BYTES} bytes are kept, cut between lines where there are lines]"
+        )
     if timed_out:
         notes.append(f"[timed out after {timeout}s; the command and everything it started were killed]")
         raise ToolError("timeout", "\n".join(notes), output=output, meta=meta)
     notes.append(f"[exit code {proc.returncode}]")
     return {"output": output, "note": "\n".join(notes), "meta": meta}
-

@@ -1,5 +1,6 @@
 """Telling text from binary and naming an encoding from a file's first bytes: read_file, grep_files
 and write_file all judge a file the same way."""
+
 from __future__ import annotations
 
 BOM = b"\xef\xbb\xbf"
@@ -12,7 +13,18 @@ _WIDE_BOMS = (  # longest first: the UTF-32 LE mark starts with the UTF-16 LE on
     (b"\xff\xfe", "utf-16-le", "UTF-16 LE"),
     (b"\xfe\xff", "utf-16-be", "UTF-16 BE"),
 )
-_BINARY_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"%PDF-", b"PK\x03\x04", b"\x7fELF", b"\x1f\x8b", b"BZh", b"\xfd7zXZ\x00")
+_BINARY_MAGIC = (
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff",
+    b"GIF87a",
+    b"GIF89a",
+    b"%PDF-",
+    b"PK\x03\x04",
+    b"\x7fELF",
+    b"\x1f\x8b",
+    b"BZh",
+    b"\xfd7zXZ\x00",
+)
 _TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b")
 
 
@@ -23,7 +35,7 @@ def _wide_encoding(head: bytes, whole: bool = False) -> tuple[str, str, int] | N
     (they are all of it), a character cut at their end is not held against them."""
     for bom, codec, label in _WIDE_BOMS:  # the longest mark that matches is the only one considered
         if head.startswith(bom):
-            return (codec, label, len(bom)) if decodes(head[len(bom):], codec, whole) else None
+            return (codec, label, len(bom)) if decodes(head[len(bom) :], codec, whole) else None
     return None
 
 
@@ -94,7 +106,7 @@ def _legacy_guess(data: bytes) -> tuple[str, str]:
     words are runs of high bytes (windows-1251), Western European text has them one by one (an
     accent in a word: windows-1252, a superset of Latin-1's printable range). The runs are found by
     C code: every high byte made 'x' and every other byte a space, then split."""
-    runs = data[:SNIFF_BYTES * 8].translate(_RUN_TABLE).split()
+    runs = data[: SNIFF_BYTES * 8].translate(_RUN_TABLE).split()
     lengths = sum(map(len, runs))
     if runs and lengths / len(runs) >= 2.5:
         return "cp1251", "windows-1251 (Cyrillic)"

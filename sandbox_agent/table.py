@@ -4,6 +4,7 @@ the same bounds (orchestrator/tools/defs/, each ToolDef's `bounds`); tests/test_
 the two tables to each other, and runs the agent to see it keeps these bounds.
 
 A leaf: it imports only limits and does nothing when imported, so the host may import it freely."""
+
 from __future__ import annotations
 
 from . import limits
@@ -14,14 +15,34 @@ if TYPE_CHECKING:
 
 # name -> (module, function, bounds)
 TOOLS: dict[str, tuple[str, str, Mapping[str, int]]] = {
-    "read_file": ("reading", "read_file", {"read_cap_bytes": limits.READ_CAP_BYTES, "default_lines": limits.READ_DEFAULT_LIMIT_LINES}),
+    "read_file": (
+        "reading",
+        "read_file",
+        {"read_cap_bytes": limits.READ_CAP_BYTES, "default_lines": limits.READ_DEFAULT_LIMIT_LINES},
+    ),
     "list_files": ("listing", "list_files", {"max_entries": limits.LIST_MAX_ENTRIES}),
-    "grep_files": ("search", "grep_files", {"max_lines": limits.GREP_MAX_LINES, "line_chars": limits.GREP_LINE_CHARS,
-                                            "max_line_bytes": limits.GREP_MAX_LINE_BYTES, "timeout_s": limits.GREP_TIMEOUT_S}),
+    "grep_files": (
+        "search",
+        "grep_files",
+        {
+            "max_lines": limits.GREP_MAX_LINES,
+            "line_chars": limits.GREP_LINE_CHARS,
+            "max_line_bytes": limits.GREP_MAX_LINE_BYTES,
+            "timeout_s": limits.GREP_TIMEOUT_S,
+        },
+    ),
     "write_file": ("writing", "write_file", {"max_bytes": limits.WRITE_MAX_BYTES}),
     "edit_file": ("writing", "edit_file", {"max_file_bytes": limits.EDIT_MAX_FILE_BYTES}),
-    "shell": ("shell", "shell", {"timeout_default_s": limits.SHELL_DEFAULT_TIMEOUT_S, "timeout_max_s": limits.SHELL_MAX_TIMEOUT_S,
-                                 "output_head_bytes": limits.SHELL_OUTPUT_HEAD_BYTES, "output_tail_bytes": limits.SHELL_OUTPUT_TAIL_BYTES}),
+    "shell": (
+        "shell",
+        "shell",
+        {
+            "timeout_default_s": limits.SHELL_DEFAULT_TIMEOUT_S,
+            "timeout_max_s": limits.SHELL_MAX_TIMEOUT_S,
+            "output_head_bytes": limits.SHELL_OUTPUT_HEAD_BYTES,
+            "output_tail_bytes": limits.SHELL_OUTPUT_TAIL_BYTES,
+        },
+    ),
 }
 
 # The program's own operations (the Python API's bytes and processes: orchestrator/api/), never a

@@ -1,6 +1,7 @@
 """What the file tools share: the typed error, argument checks, and opening a workspace file
 without following a link. Each tool has its module (reading, listing, search, writing); ``shell``
 lives in shell.py."""
+
 from __future__ import annotations
 
 import errno
@@ -71,6 +72,7 @@ def _os_error(err: OSError, rel: str) -> ToolError:
 if TYPE_CHECKING:
     T = TypeVar("T")
 else:
+
     def overload(fn: object) -> object:  # typing's, without importing typing: the last definition is the one called
         return fn
 
@@ -121,7 +123,10 @@ def _open_regular(rel: str, real: str, cap: int | None = None) -> int:
         if stat.S_ISDIR(st.st_mode):
             raise ToolError("is_directory", f"{rel} is a directory; use list_files")
         if not stat.S_ISREG(st.st_mode):
-            raise ToolError("not_regular_file", f"{rel} is a {_file_type(st.st_mode)}, not a regular file; only regular files are read")
+            raise ToolError(
+                "not_regular_file",
+                f"{rel} is a {_file_type(st.st_mode)}, not a regular file; only regular files are read",
+            )
         if cap is not None and st.st_size > cap:
             raise ToolError("file_too_large", f"{rel} is {st.st_size} bytes; the limit is {cap}")
     except BaseException:
@@ -136,11 +141,18 @@ def _refuse_special(rel: str, real: str) -> None:
     except OSError:
         return
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
-        raise ToolError("not_regular_file", f"{rel} is a {_file_type(mode)}, not a regular file; only regular files are read")
+        raise ToolError(
+            "not_regular_file", f"{rel} is a {_file_type(mode)}, not a regular file; only regular files are read"
+        )
 
 
 def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+    for test, name in (
+        (stat.S_ISFIFO, "FIFO (named pipe)"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -165,7 +177,9 @@ def _refuse_trailing_slash(rel: str, real: str, creating: bool = False) -> None:
     if os.path.lexists(real):
         raise ToolError("not_a_directory", f"{rel}: {rel.rstrip('/')} is not a directory (drop the trailing '/')")
     if creating:
-        raise ToolError("is_directory", f"{rel} ends with '/', so it names a directory; write_file writes a file: drop the '/'")
+        raise ToolError(
+            "is_directory", f"{rel} ends with '/', so it names a directory; write_file writes a file: drop the '/'"
+        )
 
 
 def _rel(real: str) -> str:

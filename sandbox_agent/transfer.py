@@ -11,6 +11,7 @@ Stateless between requests (an agent replaced mid-way loses nothing it needs):
   renames it over the target: a reader sees the old file or the whole new one, never a part.
 - `bytes_abort`: the temporary name of a write that will not finish, removed.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,14 @@ def bytes_read(args: dict[str, Any]) -> dict[str, Any]:
             raise _os_error(err, rel) from None
     finally:
         os.close(fd)
-    return {"output": "", "meta": {"data": b2a_base64(data, newline=False).decode("ascii"), "size": st.st_size,
-                                   "identity": f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}"}}
+    return {
+        "output": "",
+        "meta": {
+            "data": b2a_base64(data, newline=False).decode("ascii"),
+            "size": st.st_size,
+            "identity": f"{st.st_dev}:{st.st_ino}:{st.st_mtime_ns}",
+        },
+    }
 
 
 def _part_name(name: str, token: str) -> str:
@@ -95,7 +102,9 @@ def _target_mode(rel: str, name: str, dfd: int) -> int | None:
     if not stat.S_ISREG(st.st_mode):
         raise ToolError("not_regular_file", f"{rel} is not a regular file; it is not replaced")
     if not os.access(name, os.W_OK, dir_fd=dfd, follow_symlinks=False):
-        raise ToolError("permission_denied", f"{rel} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it is not replaced")
+        raise ToolError(
+            "permission_denied", f"{rel} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it is not replaced"
+        )
     return stat.S_IMODE(st.st_mode)
 
 
@@ -123,19 +132,28 @@ def bytes_write(args: dict[str, Any]) -> dict[str, Any]:
         mode = _target_mode(rel, name, dfd)
         flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         try:
-            fd = os.open(part, flags | (os.O_CREAT | os.O_EXCL if offset == 0 else 0), 0o644 if mode is None else mode, dir_fd=dfd)
+            fd = os.open(
+                part,
+                flags | (os.O_CREAT | os.O_EXCL if offset == 0 else 0),
+                0o644 if mode is None else mode,
+                dir_fd=dfd,
+            )
         except OSError as err:
             raise _os_error(err, rel) from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_size != offset:  # pieces in order, each once
-                raise ToolError("stale_content", f"{rel}: the transfer's pieces came out of order (at {st.st_size}, not {offset})")
+                raise ToolError(
+                    "stale_content", f"{rel}: the transfer's pieces came out of order (at {st.st_size}, not {offset})"
+                )
             view = memoryview(data)
             while view:
-                view = view[os.pwrite(fd, view, offset + len(data) - len(view)):]
+                view = view[os.pwrite(fd, view, offset + len(data) - len(view)) :]
             if last:
                 if offset + len(data) != size:
-                    raise ToolError("invalid_arguments", f"{rel}: the last piece ends at {offset + len(data)}, not {size}")
+                    raise ToolError(
+                        "invalid_arguments", f"{rel}: the last piece ends at {offset + len(data)}, not {size}"
+                    )
                 if mode is not None:
                     os.fchmod(fd, mode)
                 os.fsync(fd)
@@ -153,7 +171,10 @@ def bytes_write(args: dict[str, Any]) -> dict[str, Any]:
         raise
     finally:
         os.close(dfd)
-    return {"output": f"wrote {size} bytes to {rel}" if last else "", "meta": {"bytes": offset + len(data), "created": mode is None}}
+    return {
+        "output": f"wrote {size} bytes to {rel}" if last else "",
+        "meta": {"bytes": offset + len(data), "created": mode is None},
+    }
 
 
 def _unlink(part: str, dfd: int) -> None:

@@ -7,6 +7,7 @@ they succeed: the same C scanner and encoder with the settings json's defaults g
 fast path does not accept (a syntax error, a BOM, trailing data) goes to json.loads, which then raises
 its own error, with its own message; an interpreter without `_json` uses the json package throughout.
 """
+
 from __future__ import annotations
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -29,7 +30,9 @@ class _DecoderSettings:
 
 
 def _not_serializable(o: object) -> object:
-    raise TypeError(f"Object of type {o.__class__.__name__} is not JSON serializable")  # json.JSONEncoder.default's words
+    raise TypeError(
+        f"Object of type {o.__class__.__name__} is not JSON serializable"
+    )  # json.JSONEncoder.default's words
 
 
 def _json_loads(text: str) -> Any:

@@ -1,5 +1,6 @@
 """write_file and edit_file: one at a time, atomic where the directory allows it, keeping a file's
 byte-order mark, encoding and mode."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,9 @@ def _write_file(args: dict[str, Any]) -> dict[str, Any]:
     content = _arg(args, "content", str, required=True)
     data = content.encode("utf-8", errors="surrogatepass")
     if len(data) > limits.WRITE_MAX_BYTES:
-        raise ToolError("file_too_large", f"content is {len(data)} bytes; write_file takes at most {limits.WRITE_MAX_BYTES}")
+        raise ToolError(
+            "file_too_large", f"content is {len(data)} bytes; write_file takes at most {limits.WRITE_MAX_BYTES}"
+        )
     real = resolve(rel, mutation=True)
     _refuse_trailing_slash(rel, real, creating=True)
     mode = _existing_mode(real)
@@ -47,7 +50,9 @@ def _write_file(args: dict[str, Any]) -> dict[str, Any]:
         mark, codec, label = kept
         text = content.removeprefix("\ufeff")
         data = mark + text.encode(codec, errors="surrogatepass")
-        note = f"[the file had a {label} byte-order mark: kept" + (f", and the text written as {label}]" if codec != "utf-8" else "]")
+        note = f"[the file had a {label} byte-order mark: kept" + (
+            f", and the text written as {label}]" if codec != "utf-8" else "]"
+        )
     make_parent(rel, real)
     atomic = _atomic_write(rel, real, data, mode)
     meta = {"sha256": sha256(data), "bytes": len(data), "created": mode is None, "atomic": atomic}
@@ -91,7 +96,7 @@ def _kept_mark(real: str) -> tuple[bytes, str, str] | None:
         os.close(fd)
     wide = _wide_encoding(head, whole)  # a mark over a body that is not its encoding was only a hint: not kept
     if wide:
-        return head[:wide[2]], wide[0], wide[1]
+        return head[: wide[2]], wide[0], wide[1]
     return (BOM, "utf-8", "UTF-8") if head.startswith(BOM) else None
 
 
@@ -107,13 +112,17 @@ def _edit_file(args: dict[str, Any]) -> dict[str, Any]:
     if old == "":
         raise ToolError("invalid_arguments", "old_text must not be empty; use write_file to create a file")
     if old == new:
-        raise ToolError("invalid_arguments", "old_text and new_text are the same; nothing would change (the file was not written)")
+        raise ToolError(
+            "invalid_arguments", "old_text and new_text are the same; nothing would change (the file was not written)"
+        )
     real = resolve(rel, mutation=True)
     _refuse_trailing_slash(rel, real)
     raw = _read_bytes(rel, real, limits.EDIT_MAX_FILE_BYTES)
     mode = _existing_mode(real)
     if expected is not None and expected.lower() != sha256(raw):
-        raise ToolError("stale_content", f"{rel} changed since it was read (sha256 differs); read it again before editing")
+        raise ToolError(
+            "stale_content", f"{rel} changed since it was read (sha256 differs); read it again before editing"
+        )
     text, mark, codec = _decode_for_edit(rel, raw)
     bom = bool(mark)
     crlf = "\r\n" in text
@@ -123,11 +132,17 @@ def _edit_file(args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError("edit_no_match", f"old_text was not found in {rel}{_closest_hint(text, old)}")
     if occurrences > count:
         where = _line_numbers(text, matches)
-        raise ToolError("edit_ambiguous", f"old_text occurs {occurrences} times in {rel}, overlapping (at line {where}): which one to replace "
-                        "is ambiguous; add context to make it unique")
+        raise ToolError(
+            "edit_ambiguous",
+            f"old_text occurs {occurrences} times in {rel}, overlapping (at line {where}): which one to replace "
+            "is ambiguous; add context to make it unique",
+        )
     if count > 1 and not allow_multiple:
         where = _line_numbers(text, matches)
-        raise ToolError("edit_ambiguous", f"old_text occurs {count} times in {rel} (at lines {where}); add context to make it unique or set allow_multiple")
+        raise ToolError(
+            "edit_ambiguous",
+            f"old_text occurs {count} times in {rel} (at lines {where}); add context to make it unique or set allow_multiple",
+        )
     result = _replace_keeping_endings(text, matches, new)
     import difflib  # only edits pay for it
 
@@ -140,7 +155,11 @@ def _edit_file(args: dict[str, Any]) -> dict[str, Any]:
     meta = {"sha256": sha256(data), "replacements": count, "diff": diff, "bom": bom, "crlf": crlf, "atomic": atomic}
     if codec != "utf-8":
         meta["encoding"] = codec
-    return {"output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}", "note": "" if atomic else IN_PLACE_NOTE, "meta": meta}
+    return {
+        "output": f"replaced {count} occurrence{'s' if count != 1 else ''} in {rel}",
+        "note": "" if atomic else IN_PLACE_NOTE,
+        "meta": meta,
+    }
 
 
 def _decode_for_edit(rel: str, raw: bytes) -> tuple[str, bytes, str]:
@@ -152,14 +171,20 @@ def _decode_for_edit(rel: str, raw: bytes) -> tuple[str, bytes, str]:
         try:
             return raw[bom_len:].decode(codec), raw[:bom_len], codec
         except UnicodeDecodeError:
-            raise ToolError("encoding_error", f"{rel} starts with a {label} byte-order mark but is not valid {label}; it is not edited") from None
+            raise ToolError(
+                "encoding_error",
+                f"{rel} starts with a {label} byte-order mark but is not valid {label}; it is not edited",
+            ) from None
     mark = BOM if raw.startswith(BOM) else b""
     try:
-        return raw[len(mark):].decode("utf-8"), mark, "utf-8"
+        return raw[len(mark) :].decode("utf-8"), mark, "utf-8"
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
-        raise ToolError("encoding_error", f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or UTF-16/32 with a byte-order mark) only; "
-                        "use write_file or the shell for other encodings") from None
+        raise ToolError(
+            "encoding_error",
+            f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or UTF-16/32 with a byte-order mark) only; "
+            "use write_file or the shell for other encodings",
+        ) from None
 
 
 def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> bool:
@@ -175,7 +200,12 @@ def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> bool:
     try:
         check_fd(dfd, mutation=True)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644 if mode is None else mode, dir_fd=dfd)
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644 if mode is None else mode,
+                dir_fd=dfd,
+            )
         except PermissionError:
             tmp = ""
             if mode is None:  # a new file where the directory refuses one: as a plain write, refused
@@ -185,7 +215,7 @@ def _atomic_write(rel: str, real: str, data: bytes, mode: int | None) -> bool:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if mode is not None:
                 os.fchmod(fd, mode)
             os.fsync(fd)
@@ -234,7 +264,11 @@ def _existing_mode(real: str) -> int | None:
     if stat.S_ISDIR(st.st_mode):
         raise ToolError("is_directory", f"{_rel(real)} is a directory")
     if not stat.S_ISREG(st.st_mode):
-        raise ToolError("not_regular_file", f"{_rel(real)} is a {_file_type(st.st_mode)}, not a regular file; it is not replaced")
+        raise ToolError(
+            "not_regular_file", f"{_rel(real)} is a {_file_type(st.st_mode)}, not a regular file; it is not replaced"
+        )
     if not os.access(real, os.W_OK, follow_symlinks=False):
-        raise ToolError("permission_denied", f"{_rel(real)} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it is not replaced")
+        raise ToolError(
+            "permission_denied", f"{_rel(real)} is read-only (mode {stat.S_IMODE(st.st_mode):04o}); it is not replaced"
+        )
     return stat.S_IMODE(st.st_mode)

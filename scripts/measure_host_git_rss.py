@@ -7,6 +7,7 @@ each, runs status, diff and commit through the host tool, and prints the peak RS
 process (ru_maxrss) for each. The old tool (the git program) buffered the whole diff: 2.9 GB of
 host RSS for 900 MB of files.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,7 +54,9 @@ def main() -> None:
         for sub in ("status", "diff", "commit", "status"):  # the last status hashes every file (same sizes)
             started = time.monotonic()
             result = host.run(parse_args({"subcommand": sub, **({"message": "big"} if sub == "commit" else {})}))
-            print(f"  git {sub:<6} ok={result.ok} output={len(result.output)} chars  {time.monotonic() - started:5.1f}s  peak RSS {peak_mib():.0f} MiB (+{peak_mib() - base:.0f})")
+            print(
+                f"  git {sub:<6} ok={result.ok} output={len(result.output)} chars  {time.monotonic() - started:5.1f}s  peak RSS {peak_mib():.0f} MiB (+{peak_mib() - base:.0f})"
+            )
 
 
 if __name__ == "__main__":

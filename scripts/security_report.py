@@ -9,6 +9,7 @@ outcome of this run under each runtime: the battery runs every box scenario unde
 runsc (gVisor), so `test_x[runc]` and `test_x[runsc]` are one row with two results.
 tests/test_security_doc.py runs --check so the table cannot go stale.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,7 +37,7 @@ def split_runtime(name: str) -> tuple[str, str | None]:
         if param == runtime:
             return base, runtime
         if param.startswith(runtime + "-"):
-            return f"{base}[{param[len(runtime) + 1:]}]", runtime
+            return f"{base}[{param[len(runtime) + 1 :]}]", runtime
     return name, None
 
 
@@ -81,7 +82,9 @@ def outcome(results: dict[str, str], name: str) -> str:
     """One scenario's result: once for a host-only scenario, per runtime for a box scenario."""
     if name in results:
         return results[name]
-    per_runtime = {split_runtime(n)[1]: r for n, r in results.items() if split_runtime(n)[0] == name and split_runtime(n)[1]}
+    per_runtime = {
+        split_runtime(n)[1]: r for n, r in results.items() if split_runtime(n)[0] == name and split_runtime(n)[1]
+    }
     if not per_runtime:
         return "not run"
     return "<br>".join(f"{rt}: {per_runtime.get(rt, 'not run')}" for rt in RUNTIMES)
@@ -93,7 +96,7 @@ def table(ids: list[str], results: dict[str, str]) -> str:
     for n, test_id in enumerate(scenarios(ids), 1):
         module, name = test_id.split("::") if "::" in test_id else ("", test_id)
         base = name.split("[", 1)[0]
-        param = name[len(base):]
+        param = name[len(base) :]
         area = Path(module).stem.removeprefix("test_").replace("_", " ") if module else ""
         attack = docs.get(base, base).replace("|", "\\|")
         rows.append(f"| {n} | {area} | `{base}{param.replace('|', '/')}` | {attack} | {outcome(results, name)} |")
@@ -103,14 +106,20 @@ def table(ids: list[str], results: dict[str, str]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--check", action="store_true")
-    parser.add_argument("--junit", type=Path, help="take the outcomes from this JUnit report of a real run instead of running the battery")
+    parser.add_argument(
+        "--junit",
+        type=Path,
+        help="take the outcomes from this JUnit report of a real run instead of running the battery",
+    )
     args = parser.parse_args()
     text = DOC.read_text()
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     ids = collected_full()
     if args.check:
-        listed = {line.split("`")[1] for line in rest.split(END, 1)[0].splitlines() if line.startswith("| ") and "`" in line}
+        listed = {
+            line.split("`")[1] for line in rest.split(END, 1)[0].splitlines() if line.startswith("| ") and "`" in line
+        }
         wanted = {i.split("::", 1)[1].replace("|", "/") for i in scenarios(ids)}
         if listed != wanted:
             print("docs/security.md is stale: run scripts/security_report.py", file=sys.stderr)
@@ -120,12 +129,16 @@ def main() -> int:
     results = read_junit(args.junit) if args.junit else run_battery()
     DOC.write_text(f"{head}{START}\n{table(ids, results)}\n{END}{tail}")
     passed = sum(v == "pass" for v in results.values())
-    print(f"{passed} passed, {sum(v == 'FAIL' for v in results.values())} failed, {len(results) - passed} not passing; table written to {DOC}")
+    print(
+        f"{passed} passed, {sum(v == 'FAIL' for v in results.values())} failed, {len(results) - passed} not passing; table written to {DOC}"
+    )
     return 0
 
 
 def collected_full() -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", str(ATTACKS)], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", str(ATTACKS)], capture_output=True, text=True, cwd=ROOT
+    )
     return [line.strip() for line in proc.stdout.splitlines() if "::" in line]
 
 

@@ -7,6 +7,7 @@ validate, and the validated model dumped again must give back the frame exactly.
 check matters: the SDK's models quietly drop unknown fields and replace invalid values (its
 salvage validators), so validation alone would let a wrong frame through.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,9 +38,16 @@ from acp.schema import (
 from pydantic import BaseModel
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-ANSWERS: dict[str, type[BaseModel]] = {"initialize": InitializeResponse, "session/new": NewSessionResponse, "session/prompt": PromptResponse,
-                                      "session/load": LoadSessionResponse}
-REQUESTS: dict[str, type[BaseModel]] = {"session/request_permission": RequestPermissionRequest, "fs/write_text_file": WriteTextFileRequest}
+ANSWERS: dict[str, type[BaseModel]] = {
+    "initialize": InitializeResponse,
+    "session/new": NewSessionResponse,
+    "session/prompt": PromptResponse,
+    "session/load": LoadSessionResponse,
+}
+REQUESTS: dict[str, type[BaseModel]] = {
+    "session/request_permission": RequestPermissionRequest,
+    "fs/write_text_file": WriteTextFileRequest,
+}
 NOTIFICATIONS: dict[str, type[BaseModel]] = {"session/update": SessionNotification}
 
 
@@ -102,7 +110,9 @@ class Editor:
     refuse_writes: bool = False
     conn: Any = None
 
-    async def request_permission(self, session_id: str, tool_call: Any, options: list, **kwargs: Any) -> RequestPermissionResponse:
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: list, **kwargs: Any
+    ) -> RequestPermissionResponse:
         assert [o.kind for o in options] == ["allow_once", "reject_once"]
         self.permissions.append(tool_call)
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.decide(tool_call)))
@@ -122,7 +132,9 @@ class Editor:
 
     # -- what the tests read ---------------------------------------------------------------------
     def calls(self, call_id: str) -> list[Any]:
-        return [u for u in self.updates if isinstance(u, (ToolCallStart, ToolCallProgress)) and u.tool_call_id == call_id]
+        return [
+            u for u in self.updates if isinstance(u, (ToolCallStart, ToolCallProgress)) and u.tool_call_id == call_id
+        ]
 
     def statuses(self, call_id: str) -> list[str]:
         return [u.status for u in self.calls(call_id) if u.status is not None]
@@ -131,7 +143,9 @@ class Editor:
         return next(u for u in self.calls(call_id) if isinstance(u, ToolCallStart))
 
     def last(self, call_id: str) -> ToolCallProgress:
-        return [u for u in self.calls(call_id) if isinstance(u, ToolCallProgress) and u.status in ("completed", "failed")][-1]
+        return [
+            u for u in self.calls(call_id) if isinstance(u, ToolCallProgress) and u.status in ("completed", "failed")
+        ][-1]
 
 
 @dataclass
@@ -143,8 +157,15 @@ class Run:
     result: Any
 
 
-def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Editor], Awaitable[Any]], editor: Editor | None = None,
-               env: dict[str, str] | None = None, capabilities: ClientCapabilities | None = None, init: list[Any] | None = None) -> Run:
+def run_editor(
+    tmp_path: Path,
+    agent_args: list[str],
+    body: Callable[[Any, Editor], Awaitable[Any]],
+    editor: Editor | None = None,
+    env: dict[str, str] | None = None,
+    capabilities: ClientCapabilities | None = None,
+    init: list[Any] | None = None,
+) -> Run:
     """Start `oa-sandbox acp AGENT_ARGS`, initialise through the SDK, run `body(conn, editor)`, then
     close stdin and wait for the agent to exit (it removes its sandboxes and MCP servers first)."""
     editor = editor or Editor()
@@ -154,9 +175,15 @@ def run_editor(tmp_path: Path, agent_args: list[str], body: Callable[[Any, Edito
     async def main() -> Run:
         # The SDK finds a client's methods with getattr and answers method-not-found for the ones an
         # editor lacks (terminals, reads, elicitation): a partial Client is how it is meant to be used.
-        async with spawn_agent_process(editor, OA, "acp", *agent_args, env={**os.environ, **(env or {})},  # type: ignore[arg-type]
-                                       transport_kwargs={"limit": 16 * 1024 * 1024, "shutdown_timeout": 120, "stderr": stderr.fileno()},
-                                       observers=[checker]) as (conn, process):
+        async with spawn_agent_process(
+            editor,  # type: ignore[arg-type]
+            OA,
+            "acp",
+            *agent_args,
+            env={**os.environ, **(env or {})},
+            transport_kwargs={"limit": 16 * 1024 * 1024, "shutdown_timeout": 120, "stderr": stderr.fileno()},
+            observers=[checker],
+        ) as (conn, process):
             editor.conn = conn
             answer = await conn.initialize(protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities)
             assert answer.protocol_version == PROTOCOL_VERSION

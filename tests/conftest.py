@@ -2,6 +2,7 @@
 
 No test here mocks Docker or the agent. A missing daemon is an error, never a skip.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,14 +61,28 @@ def committed_example(dest: Path, name: str = "calc") -> Path:
         shutil.copytree(REPO / "examples" / name, dest)
     else:
         # safe.directory: a clone owned by another user than the one running the tests is still ours to read
-        archive = subprocess.run(["git", "-c", f"safe.directory={REPO}", "-C", str(REPO), "archive", "--format=tar", "HEAD", f"examples/{name}"],
-                                 capture_output=True, check=True, timeout=60).stdout
+        archive = subprocess.run(
+            [
+                "git",
+                "-c",
+                f"safe.directory={REPO}",
+                "-C",
+                str(REPO),
+                "archive",
+                "--format=tar",
+                "HEAD",
+                f"examples/{name}",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout
         dest.mkdir(parents=True)
         prefix = f"examples/{name}/"
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             for member in tar.getmembers():
                 if member.name.startswith(prefix) and (member.isfile() or member.isdir()):
-                    member.name = member.name[len(prefix):]
+                    member.name = member.name[len(prefix) :]
                     tar.extract(member, dest, filter="data")
     return dest
 
@@ -122,7 +137,9 @@ def error_of(result) -> str | None:
     return result.error.type.value if result.error else None
 
 
-def run_busy_in_shell(tmp_path: Path, ws: Path, env: dict[str, str] | None = None, within: float = 90.0) -> tuple[subprocess.Popen[bytes], Path]:
+def run_busy_in_shell(
+    tmp_path: Path, ws: Path, env: dict[str, str] | None = None, within: float = 90.0
+) -> tuple[subprocess.Popen[bytes], Path]:
     """`oa-sandbox run` whose scripted model calls `sleep 60` under a policy that allows it; returns
     the process and its transcript once the call is executing in the box."""
     script = tmp_path / "s.jsonl"
@@ -131,9 +148,26 @@ def run_busy_in_shell(tmp_path: Path, ws: Path, env: dict[str, str] | None = Non
     policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     transcript = tmp_path / "t.jsonl"
     oa = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-    proc = subprocess.Popen([oa, "run", "--workspace", str(ws), "--model", f"script:{script}", "--policy", str(policy), "--non-interactive",
-                             "--transcript", str(transcript), "wait"], env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            oa,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--policy",
+            str(policy),
+            "--non-interactive",
+            "--transcript",
+            str(transcript),
+            "wait",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + within
     while not (transcript.exists() and '"executing"' in transcript.read_text()):
         assert proc.poll() is None, proc.communicate()
@@ -144,7 +178,9 @@ def run_busy_in_shell(tmp_path: Path, ws: Path, env: dict[str, str] | None = Non
 
 def live_processes(box) -> list[str]:
     """'PID comm' of every process in the box, less the listing's own sh and cat."""
-    out = box.call("shell", {"command": "for p in /proc/[0-9]*; do echo \"${p#/proc/} $(cat $p/comm 2>/dev/null)\"; done"}).output
+    out = box.call(
+        "shell", {"command": 'for p in /proc/[0-9]*; do echo "${p#/proc/} $(cat $p/comm 2>/dev/null)"; done'}
+    ).output
     return [line for line in out.splitlines() if line.split()[-1:] not in (["sh"], ["cat"])]
 
 
@@ -245,7 +281,9 @@ def open_sandbox(sandbox_image, docker_client, runtime):
         box.close()
 
 
-_DOCKER_FIXTURES = frozenset({"docker_client", "sandbox_image", "sandbox", "open_sandbox", "box", "box_on", "victim", "victim_factory"})
+_DOCKER_FIXTURES = frozenset(
+    {"docker_client", "sandbox_image", "sandbox", "open_sandbox", "box", "box_on", "victim", "victim_factory"}
+)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -26,6 +26,7 @@ and dockerd get a parent-death signal: if the test process dies, they go with it
 every process in the namespaces and every descendant of one (shims, boxes), waits for them, removes
 the cgroups and the directory; `leftovers()` says what is still there (nothing, or the test fails).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -92,7 +93,10 @@ def extra_runtimes(info: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for name, entry in (info.get("Runtimes") or {}).items():
         if name in BUILTIN_RUNTIMES or not isinstance(entry, dict) or not entry.get("path"):
             continue
-        out[name] = {"path": entry["path"], **({"runtimeArgs": list(entry["runtimeArgs"])} if entry.get("runtimeArgs") else {})}
+        out[name] = {
+            "path": entry["path"],
+            **({"runtimeArgs": list(entry["runtimeArgs"])} if entry.get("runtimeArgs") else {}),
+        }
     return out
 
 
@@ -112,8 +116,8 @@ def _proc_table() -> dict[int, tuple[int, str, str]]:
             raw = Path(f"/proc/{entry}/stat").read_text()
         except OSError:
             continue
-        comm = raw[raw.index("(") + 1:raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2:].split()
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
         table[int(entry)] = (int(fields[1]), fields[0], comm)
     return table
 
@@ -136,9 +140,14 @@ class OwnDockerDaemon:
         (self.root / "data").mkdir()
         (self.root / "exec").mkdir()
         config = {
-            "bridge": "none", "iptables": False, "ip6tables": False, "ip-masq": False,  # harmless only in its own netns
+            "bridge": "none",
+            "iptables": False,
+            "ip6tables": False,
+            "ip-masq": False,  # harmless only in its own netns
             "storage-driver": "overlay2" if "overlay" in Path("/proc/filesystems").read_text() else "vfs",
-            "cgroup-parent": f"/{self.name}", "log-level": "warn", "runtimes": runtimes or {},
+            "cgroup-parent": f"/{self.name}",
+            "log-level": "warn",
+            "runtimes": runtimes or {},
         }
         (self.root / "daemon.json").write_text(json.dumps(config, indent=1))
         self.holder: subprocess.Popen[bytes] | None = None
@@ -157,16 +166,36 @@ class OwnDockerDaemon:
         log = open(self.log, "ab")
         try:
             self.dockerd = self._spawner.popen(
-                ["nsenter", f"--target={self.holder.pid}", "--net", "--mount", "--", "dockerd",
-                 "--config-file", str(self.root / "daemon.json"), "--host", self.host, "--data-root", str(self.root / "data"),
-                 "--exec-root", str(self.root / "exec"), "--pidfile", str(self.pidfile)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                [
+                    "nsenter",
+                    f"--target={self.holder.pid}",
+                    "--net",
+                    "--mount",
+                    "--",
+                    "dockerd",
+                    "--config-file",
+                    str(self.root / "daemon.json"),
+                    "--host",
+                    self.host,
+                    "--data-root",
+                    str(self.root / "data"),
+                    "--exec-root",
+                    str(self.root / "exec"),
+                    "--pidfile",
+                    str(self.pidfile),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         finally:
             log.close()
         deadline = time.monotonic() + timeout
         while not self.answers():
             if self.dockerd.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test's dockerd did not come up (exit {self.dockerd.poll()}):\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"the test's dockerd did not come up (exit {self.dockerd.poll()}):\n{self.log_tail()}"
+                )
             time.sleep(0.1)
         self.frozen = False
 
@@ -187,15 +216,31 @@ class OwnDockerDaemon:
             raise RuntimeError(f"the killed dockerd's containerd (pid {pid}) still runs ({state})")
 
     def _start_holder(self) -> None:
-        mounts = " && ".join(f"{{ [ ! -d {path} ] || mount -t tmpfs -o mode={mode} oa-dl {path}; }}" for path, mode in _PRIVATE_TMPFS)
+        mounts = " && ".join(
+            f"{{ [ ! -d {path} ] || mount -t tmpfs -o mode={mode} oa-dl {path}; }}" for path, mode in _PRIVATE_TMPFS
+        )
         self.holder = self._spawner.popen(
-            ["unshare", "--net", "--mount", "--propagation", "slave", "--", "sh", "-c",
-             f"{mounts} && ip link set lo up && echo ready && exec sleep infinity"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            [
+                "unshare",
+                "--net",
+                "--mount",
+                "--propagation",
+                "slave",
+                "--",
+                "sh",
+                "-c",
+                f"{mounts} && ip link set lo up && echo ready && exec sleep infinity",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert self.holder.stdout is not None
         if self.holder.stdout.readline().strip() != b"ready":
             self.holder.kill()
-            raise RuntimeError(f"the namespaces for the test's dockerd could not be made: {self.holder.communicate()[1].decode()[-2000:]}")
+            raise RuntimeError(
+                f"the namespaces for the test's dockerd could not be made: {self.holder.communicate()[1].decode()[-2000:]}"
+            )
         self._ns = _namespaces(self.holder.pid)
         assert self._ns and not self._ns & _namespaces(os.getpid()), "the holder shares a namespace with the host"
 
@@ -250,7 +295,12 @@ class OwnDockerDaemon:
         return docker.DockerClient(base_url=self.host, timeout=timeout)
 
     def load(self, tarball: Path) -> None:
-        subprocess.run(["docker", "--host", self.host, "load", "--input", str(tarball)], check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            ["docker", "--host", self.host, "load", "--input", str(tarball)],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
 
     def remove_all_containers(self) -> None:
         """Every container of this daemon (all are the tests'): what one test left does not reach the next."""

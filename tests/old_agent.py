@@ -4,6 +4,7 @@ tests/test_grep_equivalence.py and tests/test_sniff_equivalence.py hold the new 
 program (`python -m tests.old_agent SPEC.json`, with OA_AGENT_WORKSPACE set and the workspace as the
 working directory: the agent's path checks are relative to it) it prints, for each search in the
 spec, the old and the new answer."""
+
 from __future__ import annotations
 
 import json
@@ -61,7 +62,7 @@ def _invalid_count(head: bytes) -> int:
 def _legacy_guess(data: bytes) -> tuple[str, str]:
     runs = lengths = 0
     run = 0
-    for b in data[:SNIFF_BYTES * 8]:
+    for b in data[: SNIFF_BYTES * 8]:
         if b >= 0x80:
             run += 1
         elif run:
@@ -73,7 +74,9 @@ def _legacy_guess(data: bytes) -> tuple[str, str]:
     return "cp1252", "windows-1252 / Latin-1 (Western European)"
 
 
-def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False) -> Iterator[tuple[os.DirEntry[str], bool]]:
+def _walk(
+    start: str, recursive: bool = True, unreadable: list[str] | None = None, dirs_first: bool = False
+) -> Iterator[tuple[os.DirEntry[str], bool]]:
     """(entry, is_dir) under `start`, depth first in name order (with `dirs_first`, a directory's
     subdirectories before its files, as Gemini CLI's ls and `tree --dirsfirst` show them; grep keeps
     plain path order). Skipped directories are neither listed nor entered, and nothing is followed
@@ -100,7 +103,6 @@ def _walk(start: str, recursive: bool = True, unreadable: list[str] | None = Non
             if is_dir and recursive:
                 subdirs.append(entry.path)
         stack.extend(reversed(subdirs))
-
 
 
 def grep_files(args: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +168,14 @@ _SKIP_WHY = {
 }
 
 
-def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str, str], bool] | None, notes: list[str], child: _Child | _InProcess) -> dict[str, Any]:
+def _search(
+    regex: re.Pattern[str],
+    real: str,
+    root: str,
+    matcher: Callable[[str, str], bool] | None,
+    notes: list[str],
+    child: _Child | _InProcess,
+) -> dict[str, Any]:
     matches: list[str] = []
     unreadable: list[str] = []
     skipped: dict[str, list[str]] = {kind: [] for kind in _SKIP_WHY}
@@ -204,23 +213,40 @@ def _search(regex: re.Pattern[str], real: str, root: str, matcher: Callable[[str
             break
     output = "\n".join(matches) if matches else "no matches"
     if more:
-        output += f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
+        output += (
+            f"\n[truncated: the search stops at {limits.GREP_MAX_LINES} matching lines; narrow the pattern or path]"
+        )
     if unreadable:
         notes.append(_skipped_note(unreadable))
     for kind, files in skipped.items():
         if files:
             notes.append(f"[not searched: {_counted(files, 'file')} {_SKIP_WHY[kind]}: {_names(files)}]")
     if not_utf8:
-        notes.append(f"[{_counted(not_utf8, 'file')} not valid UTF-8 and searched with the invalid bytes as U+FFFD "
-                     f"(non-ASCII text there may not match): {_names(not_utf8)}]")
+        notes.append(
+            f"[{_counted(not_utf8, 'file')} not valid UTF-8 and searched with the invalid bytes as U+FFFD "
+            f"(non-ASCII text there may not match): {_names(not_utf8)}]"
+        )
     if long_lines:
-        notes.append(f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]")
+        notes.append(
+            f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]"
+        )
     if cut:
-        notes.append(f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]")
+        notes.append(
+            f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]"
+        )
     counts = {kind: len(files) for kind, files in skipped.items() if files}
-    return {"output": output, "note": "\n".join(notes),
-            "meta": {"matches": len(matches), "truncated": more, "lines_cut": cut, "unreadable": unreadable[:50],
-                     "skipped": counts, "skipped_files": [f for files in skipped.values() for f in files][:50]}}
+    return {
+        "output": output,
+        "note": "\n".join(notes),
+        "meta": {
+            "matches": len(matches),
+            "truncated": more,
+            "lines_cut": cut,
+            "unreadable": unreadable[:50],
+            "skipped": counts,
+            "skipped_files": [f for files in skipped.values() for f in files][:50],
+        },
+    }
 
 
 def _counted(items: list[str], noun: str) -> str:
@@ -269,7 +295,7 @@ def _grep_lines(path: str) -> tuple[Iterable[tuple[int, str, int]], str | None]:
                 return (), "too_large"
             with os.fdopen(os.dup(fd), "rb") as fh:
                 raw = fh.read(limits.EDIT_MAX_FILE_BYTES + 1)
-            text = raw[wide[2]:].decode(wide[0])
+            text = raw[wide[2] :].decode(wide[0])
         except UnicodeDecodeError:
             if _looks_binary(head):
                 os.close(fd)
@@ -281,7 +307,10 @@ def _grep_lines(path: str) -> tuple[Iterable[tuple[int, str, int]], str | None]:
             return (), None
     if wide:
         os.close(fd)
-        return ((n, line.removesuffix("\r"), 0) for n, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)), None
+        return (
+            (n, line.removesuffix("\r"), 0)
+            for n, line in enumerate(text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"), 1)
+        ), None
     if _looks_binary(head):
         os.close(fd)
         return (), "binary"
@@ -301,7 +330,7 @@ def _stream_lines(fd: int) -> Iterator[tuple[int, str, int]]:
                     while (rest := fh.readline(cap)) and not rest.endswith(b"\n"):
                         pass
                 if number == 1 and piece.startswith(BOM):
-                    piece = piece[len(BOM):]
+                    piece = piece[len(BOM) :]
                 try:
                     line = piece.decode("utf-8")
                 except UnicodeDecodeError:

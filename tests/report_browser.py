@@ -1,6 +1,7 @@
 """For the report tests: real sessions run by `oa-sandbox run` with a scripted model, their pages
 opened in a real headless Chromium (Debian's package, scripts/setup --extras installs it for scripts/test), a loopback HTTP
 server that records every request a page makes, and an HTML parser listing every element."""
+
 from __future__ import annotations
 
 import json
@@ -19,22 +20,41 @@ import pytest
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 CHROMIUM = shutil.which("chromium")
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup --extras installs it)")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (scripts/setup --extras installs it)"
+)
 
 
-def run_cli(*args: str, state: Path, timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, state: Path, timeout: int = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **(env or {}), "XDG_STATE_HOME": str(state)}
-    return subprocess.run([OA, *args], capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [OA, *args], capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
-def run_session(tmp: Path, ws: Path, turns: list[dict], policy: str, task: str, *extra: str) -> tuple[str, subprocess.CompletedProcess[str]]:
+def run_session(
+    tmp: Path, ws: Path, turns: list[dict], policy: str, task: str, *extra: str
+) -> tuple[str, subprocess.CompletedProcess[str]]:
     """Runs `oa-sandbox run` with `turns` as its scripted model; the session's id and the process."""
     script = tmp / "model.jsonl"
     script.write_text("".join(json.dumps(t) + "\n" for t in turns))
     policy_file = tmp / "policy.yaml"
     policy_file.write_text(policy)
-    proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--policy", str(policy_file),
-                   *extra, task, state=tmp / "state")
+    proc = run_cli(
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{script}",
+        "--non-interactive",
+        "--policy",
+        str(policy_file),
+        *extra,
+        task,
+        state=tmp / "state",
+    )
     found = re.search(r"session: ([0-9]{8}-[0-9]{6}-[0-9a-f]{6})", proc.stderr)
     assert found, proc.stderr[-3000:]
     return found.group(1), proc
@@ -44,9 +64,22 @@ def chromium(page: Path, *args: str, timeout: int = 120) -> subprocess.Completed
     """Headless Chromium on `page` (a file:// URL), its own throwaway profile, nothing in the background."""
     assert CHROMIUM is not None
     with tempfile.TemporaryDirectory() as profile:
-        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions", "--disable-sync",
-               "--disable-background-networking", "--disable-component-update", "--disable-default-apps", "--mute-audio",
-               f"--user-data-dir={profile}", *args, page.resolve().as_uri()]
+        cmd = [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-sync",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-default-apps",
+            "--mute-audio",
+            f"--user-data-dir={profile}",
+            *args,
+            page.resolve().as_uri(),
+        ]
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 

@@ -1,5 +1,6 @@
 """Fast checks of what the ACP server shows an editor and tells the model, without a box:
 prompt content (orchestrator/acp/content.py) and file locations and diffs (orchestrator/acp/files.py)."""
+
 from __future__ import annotations
 
 import os
@@ -32,9 +33,15 @@ def test_prompt_text_reads_workspace_links_only():
         return ToolResult(ok=True, output="1\tcontent of " + rel)
 
     roots = [Path("/w")]
-    text = prompt_text([{"type": "text", "text": "look"},
-                        {"type": "resource_link", "name": "a.py", "uri": "file:///w/src/a.py"},
-                        {"type": "resource_link", "name": "passwd", "uri": "file:///w/../etc/passwd"}], roots, read_file)
+    text = prompt_text(
+        [
+            {"type": "text", "text": "look"},
+            {"type": "resource_link", "name": "a.py", "uri": "file:///w/src/a.py"},
+            {"type": "resource_link", "name": "passwd", "uri": "file:///w/../etc/passwd"},
+        ],
+        roots,
+        read_file,
+    )
     assert reads == ["src/a.py"]  # the ../ link normalises outside the workspace: named, not read
     assert "look" in text and "content of src/a.py" in text and "/etc/passwd is named only, not read" in text
     with pytest.raises(PromptError):
@@ -47,7 +54,9 @@ def test_prompt_text_reads_workspace_links_only():
 
 def test_a_link_the_box_cannot_read_says_why():
     failed = ToolResult.failure(OpenAgentsError(ErrorType.FILE_NOT_FOUND, "no such file: gone.txt"))
-    text = prompt_text([{"type": "resource_link", "name": "gone.txt", "uri": "/w/gone.txt"}], [Path("/w")], lambda rel: failed)
+    text = prompt_text(
+        [{"type": "resource_link", "name": "gone.txt", "uri": "/w/gone.txt"}], [Path("/w")], lambda rel: failed
+    )
     assert "file_not_found" in text
 
 

@@ -7,6 +7,7 @@ reading subcommands are announced as `read`.
 The official ACP SDK plays the editor (tests/acp_editor.py); every frame the agent sends is held to
 the SDK's schema models, the PromptResponse's `_meta` included.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -75,15 +76,18 @@ def record_of(tmp_path: Path) -> dict:
 @needs_root
 def test_an_allowed_edit_is_on_disk_when_the_turn_ends(sandbox_image, tmp_path):
     ws = root_workspace(tmp_path / "ws", {"calc.py": "def add(a, b):\n    return a - b\n", "notes.txt": "keep?\n"})
-    model = script(tmp_path, [
-        call("e1", "edit_file", path="calc.py", old_text="a - b", new_text="a + b"),
-        call("w1", "write_file", path="rejected.txt", content="the user said no\n"),
-        {"text": "first done"},
-        call("e2", "edit_file", path="calc.py", old_text="a + b", new_text="b + a"),
-        call("s1", "shell", command="rm notes.txt"),
-        call("w2", "write_file", path="pkg/util.py", content="X = 1\n"),
-        {"text": "second done"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            call("e1", "edit_file", path="calc.py", old_text="a - b", new_text="a + b"),
+            call("w1", "write_file", path="rejected.txt", content="the user said no\n"),
+            {"text": "first done"},
+            call("e2", "edit_file", path="calc.py", old_text="a + b", new_text="b + a"),
+            call("s1", "shell", command="rm notes.txt"),
+            call("w2", "write_file", path="pkg/util.py", content="X = 1\n"),
+            {"text": "second done"},
+        ],
+    )
     editor = Editor(decide=lambda tool_call: "reject_once" if "rejected" in (tool_call.title or "") else "allow_once")
 
     async def body(conn, editor):
@@ -114,7 +118,13 @@ def test_an_allowed_edit_is_on_disk_when_the_turn_ends(sandbox_image, tmp_path):
     assert said[0] == "first done" and "landed in" in said[1] and "calc.py" in said[1]
     assert "pkg/util.py" in said[-1] and said[-2] == "second done"
     # What landed is no longer a change of the session: `changes` and `apply` have nothing left to carry.
-    changes = subprocess.run([OA, "changes", meta2["session"]], capture_output=True, text=True, env={**os.environ, **env(tmp_path)}, timeout=60)
+    changes = subprocess.run(
+        [OA, "changes", meta2["session"]],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env(tmp_path)},
+        timeout=60,
+    )
     assert changes.returncode == 0 and changes.stdout == "", changes.stdout + changes.stderr
     assert record_of(tmp_path)["applied"] is True  # landed as `oa-sandbox apply` would: `sessions prune` may take it
 
@@ -122,11 +132,14 @@ def test_an_allowed_edit_is_on_disk_when_the_turn_ends(sandbox_image, tmp_path):
 @needs_root
 def test_a_cancelled_turn_still_lands_what_was_allowed_and_done(sandbox_image, tmp_path):
     ws = root_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    model = script(tmp_path, [
-        call("w1", "write_file", path="a.txt", content="allowed and done\n"),
-        call("s1", "shell", command="sleep 60; echo late > late.txt"),
-        {"text": "never reached"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            call("w1", "write_file", path="a.txt", content="allowed and done\n"),
+            call("s1", "shell", command="sleep 60; echo late > late.txt"),
+            {"text": "never reached"},
+        ],
+    )
 
     async def body(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
@@ -147,14 +160,17 @@ def test_a_cancelled_turn_still_lands_what_was_allowed_and_done(sandbox_image, t
 @needs_root
 def test_an_editor_offering_write_text_file_gets_each_landed_text_file(sandbox_image, tmp_path):
     ws = root_workspace(tmp_path / "ws", {"calc.py": "x = 1\n"})
-    model = script(tmp_path, [
-        call("e1", "edit_file", path="calc.py", old_text="x = 1", new_text="x = 2"),
-        call("w1", "write_file", path="new/fresh.txt", content="fresh\n"),
-        call("s1", "shell", command="printf '\\377\\376\\000' > blob.bin"),
-        {"text": "first"},
-        call("e2", "edit_file", path="calc.py", old_text="x = 2", new_text="x = 3"),
-        {"text": "second"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            call("e1", "edit_file", path="calc.py", old_text="x = 1", new_text="x = 2"),
+            call("w1", "write_file", path="new/fresh.txt", content="fresh\n"),
+            call("s1", "shell", command="printf '\\377\\376\\000' > blob.bin"),
+            {"text": "first"},
+            call("e2", "edit_file", path="calc.py", old_text="x = 2", new_text="x = 3"),
+            {"text": "second"},
+        ],
+    )
 
     async def body(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
@@ -183,8 +199,14 @@ def test_an_editor_refusing_the_write_still_gets_the_file_on_disk_and_is_told(sa
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
         return await prompt(conn, session.session_id, "go")
 
-    run = run_editor(tmp_path, agent_args(tmp_path, model), body, editor=Editor(refuse_writes=True), env=env(tmp_path),
-                     capabilities=WRITES)
+    run = run_editor(
+        tmp_path,
+        agent_args(tmp_path, model),
+        body,
+        editor=Editor(refuse_writes=True),
+        env=env(tmp_path),
+        capabilities=WRITES,
+    )
     _, meta = run.result
     assert (ws / "a.txt").read_text() == "b\n" and meta["applied"] == ["a.txt"] and meta["editorWrites"] == []
     assert [f["path"] for f in meta["editorWriteFailures"]] == ["a.txt"]
@@ -194,12 +216,15 @@ def test_an_editor_refusing_the_write_still_gets_the_file_on_disk_and_is_told(sa
 @needs_root
 def test_a_conflict_applies_nothing_and_is_reported(sandbox_image, tmp_path):
     ws = root_workspace(tmp_path / "ws", {"calc.py": "v = 'original'\n", "other.txt": "other\n"})
-    model = script(tmp_path, [
-        call("w1", "write_file", path="other.txt", content="the box's\n"),
-        call("e1", "edit_file", path="calc.py", old_text="original", new_text="the box's"),
-        {"text": "done"},
-        {"text": "nothing more"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            call("w1", "write_file", path="other.txt", content="the box's\n"),
+            call("e1", "edit_file", path="calc.py", old_text="original", new_text="the box's"),
+            {"text": "done"},
+            {"text": "nothing more"},
+        ],
+    )
 
     def decide(tool_call) -> str:
         if "calc.py" in (tool_call.title or ""):
@@ -217,7 +242,9 @@ def test_a_conflict_applies_nothing_and_is_reported(sandbox_image, tmp_path):
     assert stop == "end_turn"
     assert (ws / "calc.py").read_text() == "v = 'the user typed this'\n" and (ws / "other.txt").read_text() == "other\n"
     assert meta["landed"] is False and meta["applied"] == []
-    assert [c["path"] for c in meta["conflicts"]] == ["calc.py"] and "changed in the real workspace" in meta["conflicts"][0]["reason"]
+    assert [c["path"] for c in meta["conflicts"]] == ["calc.py"] and "changed in the real workspace" in meta[
+        "conflicts"
+    ][0]["reason"]
     said = messages(run.editor)
     assert "nothing landed" in said[1] and "calc.py" in said[1] and f"oa-sandbox changes {meta['session']}" in said[1]
     # It still blocks at the next turn, and is said again; nothing landed meanwhile.
@@ -231,12 +258,17 @@ def test_the_record_says_unlanded_as_soon_as_a_call_changes_the_copy_mid_turn(sa
     change turns it false at once, before that turn lands: a host killed mid-turn must not leave a
     copy holding unlanded work that `sessions prune` would take. A failed edit changes nothing."""
     ws = root_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    model = script(tmp_path, [
-        call("w1", "write_file", path="a.txt", content="one\n"), {"text": "first done"},
-        call("e0", "edit_file", path="a.txt", old_text="not there", new_text="x"),
-        call("w2", "write_file", path="b.txt", content="two\n"),
-        call("w3", "write_file", path="c.txt", content="three\n"), {"text": "second done"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            call("w1", "write_file", path="a.txt", content="one\n"),
+            {"text": "first done"},
+            call("e0", "edit_file", path="a.txt", old_text="not there", new_text="x"),
+            call("w2", "write_file", path="b.txt", content="two\n"),
+            call("w3", "write_file", path="c.txt", content="three\n"),
+            {"text": "second done"},
+        ],
+    )
     seen: dict[str, bool] = {}
 
     def decide(tool_call) -> str:
@@ -260,13 +292,20 @@ def test_hostile_plants_are_left_out_and_reported(sandbox_image, tmp_path):
     outside = tmp_path / "outside"
     outside.write_text("outside\n")
     ws = root_workspace(tmp_path / "ws", {"app.py": "print('app')\n", "sub/keep.txt": "keep\n"})
-    model = script(tmp_path, [
-        call("s1", "shell", command="ln -s /etc/passwd pw; ln -s ../../outside up; mkdir -p sub/.git; "
-                                    "echo '[core]' > sub/.git/config; ln app.py hard; true"),
-        call("w1", "write_file", path="good.txt", content="good\n"),
-        {"text": "planted"},
-        {"text": "quiet turn"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            call(
+                "s1",
+                "shell",
+                command="ln -s /etc/passwd pw; ln -s ../../outside up; mkdir -p sub/.git; "
+                "echo '[core]' > sub/.git/config; ln app.py hard; true",
+            ),
+            call("w1", "write_file", path="good.txt", content="good\n"),
+            {"text": "planted"},
+            {"text": "quiet turn"},
+        ],
+    )
 
     def decide(tool_call) -> str:
         if tool_call.tool_call_id == "w1":
@@ -286,7 +325,14 @@ def test_hostile_plants_are_left_out_and_reported(sandbox_image, tmp_path):
         second = await prompt(conn, session.session_id, "and now?")
         return first, second
 
-    run = run_editor(tmp_path, agent_args(tmp_path, model), body, editor=Editor(decide=decide), env=env(tmp_path), capabilities=WRITES)
+    run = run_editor(
+        tmp_path,
+        agent_args(tmp_path, model),
+        body,
+        editor=Editor(decide=decide),
+        env=env(tmp_path),
+        capabilities=WRITES,
+    )
     (_, meta), (_, again) = run.result
     left = {lo["path"]: lo["reason"] for lo in meta["leftOut"]}
     assert {"pw", "up", "pipe", "sub/.git", "hard"} <= set(left), left
@@ -313,13 +359,20 @@ def test_git_reads_are_announced_as_read_and_a_commit_keeps_its_kind(sandbox_ima
     init_repo(ws, {"a.txt": "a\n"})
     (ws / "a.txt").write_text("changed\n")
     chown_tree(ws)  # owned by an ordinary user: bind mode, where the git tool is on
-    model = script(tmp_path, [
-        {"tool_calls": [{"id": "g1", "name": "git", "arguments": {"subcommand": "status"}},
-                        {"id": "g2", "name": "git", "arguments": {"subcommand": "diff"}},
-                        {"id": "g3", "name": "git", "arguments": {"subcommand": "log"}}]},
-        call("g4", "git", subcommand="commit", message="change a"),
-        {"text": "done"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {"id": "g1", "name": "git", "arguments": {"subcommand": "status"}},
+                    {"id": "g2", "name": "git", "arguments": {"subcommand": "diff"}},
+                    {"id": "g3", "name": "git", "arguments": {"subcommand": "log"}},
+                ]
+            },
+            call("g4", "git", subcommand="commit", message="change a"),
+            {"text": "done"},
+        ],
+    )
 
     async def body(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
@@ -329,8 +382,15 @@ def test_git_reads_are_announced_as_read_and_a_commit_keeps_its_kind(sandbox_ima
     stop, meta = run.result
     assert stop == "end_turn" and meta is None  # bind mode: nothing to land, no copy-mode report
     ed = run.editor
-    assert {c: ed.start(c).kind for c in ("g1", "g2", "g3", "g4")} == {"g1": "read", "g2": "read", "g3": "read", "g4": "other"}
-    assert all(ed.statuses(c)[-1] == "completed" for c in ("g1", "g2", "g3")), [ed.statuses(c) for c in ("g1", "g2", "g3")]
+    assert {c: ed.start(c).kind for c in ("g1", "g2", "g3", "g4")} == {
+        "g1": "read",
+        "g2": "read",
+        "g3": "read",
+        "g4": "other",
+    }
+    assert all(ed.statuses(c)[-1] == "completed" for c in ("g1", "g2", "g3")), [
+        ed.statuses(c) for c in ("g1", "g2", "g3")
+    ]
     assert [p.tool_call_id for p in ed.permissions] == ["g4"]  # reads ask nothing; the commit asks, as an edit
     assert ed.permissions[0].kind == "edit"
 
@@ -349,5 +409,7 @@ def test_git_reads_batched_in_parallel_take_turns(tmp_path):
     assert repo is not None
     for _ in range(30):
         with ThreadPoolExecutor(3) as pool:
-            results = list(pool.map(lambda sub: run_git(repo, parse_args({"subcommand": sub})), ["status", "diff", "log"]))
+            results = list(
+                pool.map(lambda sub: run_git(repo, parse_args({"subcommand": sub})), ["status", "diff", "log"])
+            )
         assert all(r.ok for r in results), [r.error for r in results]

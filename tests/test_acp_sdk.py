@@ -5,6 +5,7 @@ connection (tests/acp_editor.py); every frame the agent sends is held to the SDK
 The model is a script (models/script.py), or the fake OpenAI server on loopback when the test
 must see what the model was sent or make the model API fail.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -32,11 +33,22 @@ def script(tmp_path: Path, turns: list[dict]) -> str:
 
 
 def fake_model_args(server: FakeModelServer, tmp_path: Path) -> list[str]:
-    return ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY", "--transcript-dir", str(tmp_path / "t")]
+    return [
+        "--model",
+        "openai:fake",
+        "--base-url",
+        server.base_url,
+        "--api-key-env",
+        "OA_TEST_MODEL_KEY",
+        "--transcript-dir",
+        str(tmp_path / "t"),
+    ]
 
 
 def boxes_of(docker_client, pid: int) -> list:
-    return docker_client.api.containers(all=True, filters={"label": f"dev.openagents.sandbox.host-pid={pid}"})  # no inspect: no NotFound race
+    return docker_client.api.containers(
+        all=True, filters={"label": f"dev.openagents.sandbox.host-pid={pid}"}
+    )  # no inspect: no NotFound race
 
 
 def user_text(request: dict) -> str:
@@ -47,10 +59,13 @@ def user_text(request: dict) -> str:
 @pytest.mark.docker
 def test_cancel_during_a_shell_command_ends_the_call_failed_for_good(sandbox_image, docker_client, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"data.txt": "original\n"})
-    model = script(tmp_path, [
-        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "sleep 60; echo late > late.txt"}}]},
-        {"text": "never reached"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": "sleep 60; echo late > late.txt"}}]},
+            {"text": "never reached"},
+        ],
+    )
 
     async def body(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
@@ -87,10 +102,14 @@ def test_resource_links_reach_the_model_and_outside_files_are_named_not_read(san
 
         async def body(conn, editor):
             session = await conn.new_session(cwd=str(ws), mcp_servers=[])
-            alone = await conn.prompt(session_id=session.session_id, prompt=[
-                resource_link_block("notes.md", (ws / "docs/notes.md").as_uri(), mime_type="text/markdown")])
-            mixed = await conn.prompt(session_id=session.session_id, prompt=[
-                text_block("and compare with this one"), resource_link_block("outside.txt", outside.as_uri())])
+            alone = await conn.prompt(
+                session_id=session.session_id,
+                prompt=[resource_link_block("notes.md", (ws / "docs/notes.md").as_uri(), mime_type="text/markdown")],
+            )
+            mixed = await conn.prompt(
+                session_id=session.session_id,
+                prompt=[text_block("and compare with this one"), resource_link_block("outside.txt", outside.as_uri())],
+            )
             with pytest.raises(RequestError) as refused:
                 await conn.prompt(session_id=session.session_id, prompt=[image_block("aGk=", "image/png")])
             return alone.stop_reason, mixed.stop_reason, refused.value.code
@@ -140,8 +159,12 @@ def test_mcp_servers_from_session_new_are_started_offered_asked_and_stopped(sand
     server_py = tmp_path / "notes_server.py"
     server_py.write_text(MCP_SERVER)
     pid_file, notes = tmp_path / "mcp.pid", tmp_path / "notes.txt"
-    stdio = McpServerStdio(name="notes", command=sys.executable, args=[str(server_py)],
-                           env=[EnvVariable(name="PID_FILE", value=str(pid_file)), EnvVariable(name="NOTES_FILE", value=str(notes))])
+    stdio = McpServerStdio(
+        name="notes",
+        command=sys.executable,
+        args=[str(server_py)],
+        env=[EnvVariable(name="PID_FILE", value=str(pid_file)), EnvVariable(name="NOTES_FILE", value=str(notes))],
+    )
 
     with FakeModelServer() as server:
         server.openai_turn("", [("mcp__notes__add_note", {"text": "buy milk"})]).openai_turn("stored it")
@@ -199,16 +222,39 @@ def test_file_tools_carry_locations_and_whole_file_diffs(sandbox_image, tmp_path
     host_secret = tmp_path / "host-secret.txt"
     host_secret.write_text("HOST-SECRET never shown\n")
     os.symlink(host_secret, ws / "evil.txt")  # planted in the workspace: a link out to the host
-    model = script(tmp_path, [
-        {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "src/app.py", "offset": 2}},
-                        {"id": "l1", "name": "list_files", "arguments": {"path": "src"}},
-                        {"id": "g1", "name": "grep_files", "arguments": {"pattern": "b =", "path": "src"}}]},
-        {"tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "data.txt", "content": "ONE\nTWO\n"}}]},
-        {"tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "fresh/new.txt", "content": "brand new\n"}}]},
-        {"tool_calls": [{"id": "e1", "name": "edit_file", "arguments": {"path": "src/app.py", "old_text": "c = 3", "new_text": "c = 30"}}]},
-        {"tool_calls": [{"id": "w3", "name": "write_file", "arguments": {"path": "evil.txt", "content": "x\n"}}]},
-        {"text": "done"},
-    ])
+    model = script(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {"id": "r1", "name": "read_file", "arguments": {"path": "src/app.py", "offset": 2}},
+                    {"id": "l1", "name": "list_files", "arguments": {"path": "src"}},
+                    {"id": "g1", "name": "grep_files", "arguments": {"pattern": "b =", "path": "src"}},
+                ]
+            },
+            {
+                "tool_calls": [
+                    {"id": "w1", "name": "write_file", "arguments": {"path": "data.txt", "content": "ONE\nTWO\n"}}
+                ]
+            },
+            {
+                "tool_calls": [
+                    {"id": "w2", "name": "write_file", "arguments": {"path": "fresh/new.txt", "content": "brand new\n"}}
+                ]
+            },
+            {
+                "tool_calls": [
+                    {
+                        "id": "e1",
+                        "name": "edit_file",
+                        "arguments": {"path": "src/app.py", "old_text": "c = 3", "new_text": "c = 30"},
+                    }
+                ]
+            },
+            {"tool_calls": [{"id": "w3", "name": "write_file", "arguments": {"path": "evil.txt", "content": "x\n"}}]},
+            {"text": "done"},
+        ],
+    )
 
     async def body(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
@@ -281,8 +327,15 @@ def test_the_frame_checker_refuses_what_the_sdk_models_would_quietly_fix():
     from tests.acp_editor import FrameChecker
 
     checker = FrameChecker()
-    good = {"sessionId": "s", "update": {"sessionUpdate": "tool_call", "toolCallId": "c", "title": "read_file a",
-                                         "locations": [{"path": "/w/a", "line": 2}]}}
+    good = {
+        "sessionId": "s",
+        "update": {
+            "sessionUpdate": "tool_call",
+            "toolCallId": "c",
+            "title": "read_file a",
+            "locations": [{"path": "/w/a", "line": 2}],
+        },
+    }
     checker.check({"jsonrpc": "2.0", "method": "session/update", "params": good})
     bad_line = json.loads(json.dumps(good))
     bad_line["update"]["locations"][0]["line"] = -1  # salvaged to None by the SDK

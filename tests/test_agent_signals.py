@@ -5,6 +5,7 @@ handler only in the main thread, so one that landed on a tool's thread used to w
 thread woke for the next request (2 `kill 1` in 150 under runc answered with the command's output
 instead of agent_lost). Here the signal is sent to each of the tool's threads on purpose (tgkill),
 with the agent as a plain child process, so the case is not left to the scheduler."""
+
 from __future__ import annotations
 
 import ctypes
@@ -32,12 +33,21 @@ def _tgkill(pid: int, tid: int, sig: int) -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_on_a_tool_thread_ends_the_agent_at_once(tmp_path, sig):
     env = {"PATH": os.environ["PATH"], "OA_AGENT_WORKSPACE": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    agent = subprocess.Popen([sys.executable, "-m", "sandbox_agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, cwd=tmp_path, env=env, start_new_session=True)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "sandbox_agent"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+    )
     assert agent.stdin is not None and agent.stdout is not None
     children: list[int] = []
     try:
-        agent.stdin.write(json.dumps({"v": 1, "id": 1, "tool": "shell", "args": {"command": "sleep 20"}}).encode() + b"\n")
+        agent.stdin.write(
+            json.dumps({"v": 1, "id": 1, "tool": "shell", "args": {"command": "sleep 20"}}).encode() + b"\n"
+        )
         agent.stdin.flush()
         assert json.loads(agent.stdout.readline()).get("ack") is True
         tasks = Path(f"/proc/{agent.pid}/task")

@@ -1,6 +1,7 @@
 """The agent's warm-up (sandbox_agent/server.py): once it has answered its first tool call, every
 tool's module is imported in the background, so no later first call pays an import; hello alone, the
 host's start-up handshake, starts nothing (the cold start's path stays as short as it was)."""
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,18 @@ def _call(agent: subprocess.Popen, rid: int, tool: str, args: dict) -> dict:
 
 
 def test_the_first_tool_answer_starts_the_warm_up_and_hello_does_not(tmp_path):
-    agent = subprocess.Popen([sys.executable, "-X", "importtime", "-I", "-S", str(ROOT / "sandbox_agent" / "__main__.py")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    agent = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-I", "-S", str(ROOT / "sandbox_agent" / "__main__.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     assert agent.stderr is not None
     err: list[str] = []
-    reader = threading.Thread(target=lambda: err.extend(line.decode(errors="replace") for line in agent.stderr), daemon=True)
+    reader = threading.Thread(
+        target=lambda: err.extend(line.decode(errors="replace") for line in agent.stderr), daemon=True
+    )
     reader.start()
     try:
         for rid, args in enumerate(({}, {"warm_up": False}, {"warm_up": 1}, {"warm_up": True, "more": 1}), start=1):
@@ -54,8 +62,12 @@ def test_the_first_tool_answer_starts_the_warm_up_and_hello_does_not(tmp_path):
 
 def test_a_hello_that_asks_warms_the_agent_up(tmp_path):
     """What a warm pool's box is sent as it is put in line (sandbox/pool.py)."""
-    agent = subprocess.Popen([sys.executable, "-I", "-S", str(ROOT / "sandbox_agent" / "__main__.py")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=tmp_path)
+    agent = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(ROOT / "sandbox_agent" / "__main__.py")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=tmp_path,
+    )
     try:
         answer = _call(agent, 1, "hello", {"warm_up": True})
         deadline = time.monotonic() + 60

@@ -2,6 +2,7 @@
 errors, the one pipeline (a policy's deny refuses an API call as it refuses a model's), copy mode's
 review, checkpoints, an agent run's typed events, the record `oa-sandbox sessions` reads, and that
 nothing is left running however the program leaves the block."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,7 +26,9 @@ OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 
 def boxes_on(docker_client, ws: Path) -> list[str]:
     """The containers of any state (running or not) started for this workspace."""
-    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws.resolve()}"})]
+    return [
+        c["Id"] for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws.resolve()}"})
+    ]
 
 
 def deny_shell(tmp_path: Path) -> Path:
@@ -64,8 +67,12 @@ def test_the_six_tools_as_typed_methods_in_bind_mode(tmp_path, docker_client):
         with pytest.raises(ToolError) as slow:
             box.shell("echo started; sleep 30", timeout=1)
         assert slow.value.type is ErrorType.TIMEOUT and "started" in slow.value.output
-        for bad in (lambda: box.read_file(5), lambda: box.read_file("a.txt", offset="1"), lambda: box.shell("ls", timeout=True),
-                    lambda: box.write_file("c.txt", b"bytes")):
+        for bad in (
+            lambda: box.read_file(5),
+            lambda: box.read_file("a.txt", offset="1"),
+            lambda: box.shell("ls", timeout=True),
+            lambda: box.write_file("c.txt", b"bytes"),
+        ):
             with pytest.raises(ToolError) as wrong:
                 bad()
             assert wrong.value.type is ErrorType.INVALID_ARGUMENTS
@@ -77,7 +84,13 @@ def test_the_six_tools_as_typed_methods_in_bind_mode(tmp_path, docker_client):
         assert turns[0] == 0 and len(turns) >= 3  # the start, the write, the edit (and the commands)
     assert (ws / "a.txt").read_text() == "one\nthree\n" and not boxes_on(docker_client, ws)
     record = load(session_id)
-    assert record.kind == "api" and record.status == "closed" and "b.txt" in record.files_changed and record.turns and record.turns >= 10
+    assert (
+        record.kind == "api"
+        and record.status == "closed"
+        and "b.txt" in record.files_changed
+        and record.turns
+        and record.turns >= 10
+    )
     finished = [r for r in transcript_records(transcript) if r["type"] == "tool_result"]
     assert len(finished) >= 10 and transcript_records(transcript)[-1]["type"] == "session_end"
     listed = subprocess.run([OA, "sessions", "--json"], capture_output=True, text=True, check=True).stdout
@@ -167,8 +180,12 @@ def test_rollback_to_a_turn(tmp_path):
 def test_an_agent_run_yields_the_typed_events(tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "echo hi > hi.txt"}}]}) + "\n"
-                      + json.dumps({"text": "done"}) + "\n")
+    script.write_text(
+        json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "echo hi > hi.txt"}}]})
+        + "\n"
+        + json.dumps({"text": "done"})
+        + "\n"
+    )
     with Sandbox(ws, auto_approve=True) as box:
         run = box.run("make hi.txt", model=f"script:{script}")
         events = list(run)
@@ -200,13 +217,20 @@ def test_ctrl_c_during_a_command_removes_the_box(tmp_path, docker_client):
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     program = tmp_path / "p.py"
-    program.write_text("import sys\nfrom orchestrator import Sandbox\n"
-                       "with Sandbox(sys.argv[1], auto_approve=True) as box:\n"
-                       "    print(box.id, flush=True)\n"
-                       "    box.shell('touch started; sleep 100', timeout=200)\n")
+    program.write_text(
+        "import sys\nfrom orchestrator import Sandbox\n"
+        "with Sandbox(sys.argv[1], auto_approve=True) as box:\n"
+        "    print(box.id, flush=True)\n"
+        "    box.shell('touch started; sleep 100', timeout=200)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "faulthandler", str(program), str(ws)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     session_id = proc.stdout.readline().strip()
     assert session_id, proc.communicate()
     deadline = time.monotonic() + 120
@@ -313,14 +337,18 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
 
 def run_exec(ws: Path, *args: str) -> tuple[int, dict]:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.run([OA, "exec", "--workspace", str(ws), *args], capture_output=True, text=True, env=env, timeout=180)
+    proc = subprocess.run(
+        [OA, "exec", "--workspace", str(ws), *args], capture_output=True, text=True, env=env, timeout=180
+    )
     return proc.returncode, json.loads(proc.stdout)
 
 
 def test_a_deny_rule_refuses_exec_with_the_same_typed_error_as_run(tmp_path, docker_client):
     """exec goes through the ladder (it used to call the box directly): the workspace's own policy
     and --policy refuse it, REFUSED_BY_POLICY and exit 3, and nothing runs; what no rule denies runs."""
-    ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n", ".openagents/policy.toml": '[[rules]]\ntool = "shell"\ndecision = "deny"\n'})
+    ws = make_workspace(
+        tmp_path / "ws", {"a.txt": "a\n", ".openagents/policy.toml": '[[rules]]\ntool = "shell"\ndecision = "deny"\n'}
+    )
     code, said = run_exec(ws, "shell", '{"command": "touch pwned"}')
     assert (code, said["ok"], said["error"]["type"]) == (3, False, "refused_by_policy") and not (ws / "pwned").exists()
     policy = tmp_path / "no-writes.toml"
@@ -347,22 +375,33 @@ def test_an_egress_gate_goes_with_the_sandbox_on_an_exception(tmp_path, docker_c
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     mine = {"label": [f"{LABEL}=egress", f"{PID_LABEL}={os.getpid()}"]}
-    before = ({c["Id"] for c in docker_client.api.containers(all=True, filters=mine)},
-              {n["Id"] for n in docker_client.api.networks(filters=mine)})
+    before = (
+        {c["Id"] for c in docker_client.api.containers(all=True, filters=mine)},
+        {n["Id"] for n in docker_client.api.networks(filters=mine)},
+    )
     with pytest.raises(ZeroDivisionError):
         with Sandbox(ws, auto_approve=True, egress=["example.com"]) as box:
             assert box.shell("echo $HTTPS_PROXY").output.startswith("http://")
             assert {c["Id"] for c in docker_client.api.containers(all=True, filters=mine)} - before[0]  # the gate is up
             raise ZeroDivisionError("the program failed")
-    after = ({c["Id"] for c in docker_client.api.containers(all=True, filters=mine)}, {n["Id"] for n in docker_client.api.networks(filters=mine)})
+    after = (
+        {c["Id"] for c in docker_client.api.containers(all=True, filters=mine)},
+        {n["Id"] for n in docker_client.api.networks(filters=mine)},
+    )
     assert after == before and not boxes_on(docker_client, ws)
 
 
 def test_a_run_left_early_is_cancelled_and_the_sandbox_goes_on(tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60; touch late.txt", "timeout": 120}}]}) + "\n"
-                      + json.dumps({"text": "never"}) + "\n")
+    script.write_text(
+        json.dumps(
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60; touch late.txt", "timeout": 120}}]}
+        )
+        + "\n"
+        + json.dumps({"text": "never"})
+        + "\n"
+    )
     seen = []
     with Sandbox(ws, auto_approve=True, on_event=seen.append) as box:
         run = box.run("wait", model=f"script:{script}")
@@ -381,8 +420,17 @@ def test_a_run_left_early_is_cancelled_and_the_sandbox_goes_on(tmp_path):
 def test_async_run_yields_events_and_a_second_run_continues_the_conversation(tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "first done"}, {"text": "second done"}]) + "\n")
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+                {"text": "first done"},
+                {"text": "second done"},
+            ]
+        )
+        + "\n"
+    )
 
     async def main() -> tuple[list[str], str, str, int]:
         async with AsyncSandbox(ws, auto_approve=True) as box:
@@ -395,7 +443,10 @@ def test_async_run_yields_events_and_a_second_run_continues_the_conversation(tmp
 
     kinds, first, second, messages = asyncio.run(main())
     assert "tool_result" in kinds and kinds[-1] == "session_end"
-    assert (first, second) == ("first done", "second done") and messages >= 6  # system, task, call, result, answer, task 2, answer 2
+    assert (first, second) == (
+        "first done",
+        "second done",
+    ) and messages >= 6  # system, task, call, result, answer, task 2, answer 2
 
 
 @pytest.mark.parametrize("ending", ["never closed", "SIGTERM mid-command"])
@@ -403,10 +454,14 @@ def test_a_program_that_ends_without_closing_leaves_no_box(tmp_path, docker_clie
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     program = tmp_path / "p.py"
     body = "box.shell('sleep 100', timeout=200)" if ending.startswith("SIGTERM") else "box.write_file('b.txt', 'b')"
-    program.write_text(f"import sys\nfrom orchestrator import Sandbox\nbox = Sandbox(sys.argv[1], auto_approve=True).open()\n"
-                       f"print(box.id, flush=True)\n{body}\n")
+    program.write_text(
+        f"import sys\nfrom orchestrator import Sandbox\nbox = Sandbox(sys.argv[1], auto_approve=True).open()\n"
+        f"print(box.id, flush=True)\n{body}\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    proc = subprocess.Popen([sys.executable, str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     session_id = proc.stdout.readline().strip()
     assert session_id, proc.communicate()
     if ending.startswith("SIGTERM"):
@@ -429,7 +484,9 @@ def test_the_cli_reviews_and_applies_an_api_made_copy_session(tmp_path):
     with Sandbox(ws, mode="copy", auto_approve=True) as box:
         box.write_file("a.txt", "from the api\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    listed = json.loads(subprocess.run([OA, "sessions", "--json"], capture_output=True, text=True, check=True, env=env).stdout)
+    listed = json.loads(
+        subprocess.run([OA, "sessions", "--json"], capture_output=True, text=True, check=True, env=env).stdout
+    )
     mine = [s for s in (listed if isinstance(listed, list) else listed.get("sessions", [])) if s.get("id") == box.id]
     assert mine and mine[0]["mode"] == "copy" and mine[0]["applied"] is False
     shown = subprocess.run([OA, "changes", box.id], capture_output=True, text=True, check=True, env=env).stdout

@@ -2,6 +2,7 @@
 killed, the others running beside it in the box go on; another task's result stays intact,
 and nothing is left unretrieved), calls of several sandboxes really run together whatever the
 loop's default executor is, and the async class has every public method the sync one has."""
+
 from __future__ import annotations
 
 import asyncio

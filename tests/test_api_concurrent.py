@@ -6,6 +6,7 @@ end, by the time the box's last running command ends, while the other command an
 processes stay; at most 8 run at once (RESOURCE_EXHAUSTED beyond). And what a hostile command can
 do to the one beside it: kill its processes (it ends killed, typed, the box goes on), fork a lot
 (the other still ends right, nothing is left), read the agent's end of its output (refused)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,15 +19,20 @@ import pytest
 from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
 from tests.conftest import BOTH_RUNTIMES, make_workspace
 
-pytestmark = [pytest.mark.usefixtures("sandbox_image"), pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)]
+pytestmark = [
+    pytest.mark.usefixtures("sandbox_image"),
+    pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True),
+]
 
 PIDS = "for p in /proc/[0-9]*; do echo \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; done"
 
 
 def meet(me: str, other: str, then: str) -> str:
     """A command that says it started, then waits (2 min at most) for `other` to have started too."""
-    return (f"touch /tmp/{me}; i=0; while [ ! -e /tmp/{other} ]; do sleep 0.05; i=$((i+1)); "
-            f"[ $i -gt 2400 ] && {{ echo alone; exit 99; }}; done; {then}")
+    return (
+        f"touch /tmp/{me}; i=0; while [ ! -e /tmp/{other} ]; do sleep 0.05; i=$((i+1)); "
+        f"[ $i -gt 2400 ] && {{ echo alone; exit 99; }}; done; {then}"
+    )
 
 
 def wait_for(path: Path, within: float = 60.0) -> None:
@@ -52,8 +58,10 @@ def test_two_tasks_run_together(tmp_path, runtime):
 
     async def main() -> list[tuple[str, int | None]]:
         async with AsyncSandbox(ws, runtime=runtime) as box:
-            results = await asyncio.gather(box.shell(meet("a", "b", "sleep 2; echo A"), timeout=180),
-                                           box.shell(meet("b", "a", "sleep 2; echo B"), timeout=180))
+            results = await asyncio.gather(
+                box.shell(meet("a", "b", "sleep 2; echo A"), timeout=180),
+                box.shell(meet("b", "a", "sleep 2; echo B"), timeout=180),
+            )
             return [(r.output, r.exit_code) for r in results]
 
     assert asyncio.run(main()) == [("A\n", 0), ("B\n", 0)]
@@ -100,9 +108,13 @@ def test_a_finished_commands_leftovers_end_the_others_stay(tmp_path, runtime):
     ws = make_workspace(tmp_path / "ws", {})
     with Sandbox(ws, runtime=runtime) as box, ThreadPoolExecutor(max_workers=2) as pool:
         kept = box.start("exec sleep 1004")
-        other = pool.submit(box.shell, "touch /workspace/other; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo other", 180)
+        other = pool.submit(
+            box.shell, "touch /workspace/other; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo other", 180
+        )
         wait_for(ws / "other")
-        left = box.shell("sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & setsid sleep 1003 >/dev/null 2>&1 & echo left")
+        left = box.shell(
+            "sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & setsid sleep 1003 >/dev/null 2>&1 & echo left"
+        )
         assert (left.output, left.exit_code) == ("left\n", 0)
         during = box.shell(PIDS).output  # `other` still runs: what was in the finished command's group is gone
         assert "sleep 1001" not in during and "sleep 1002" not in during
@@ -110,15 +122,21 @@ def test_a_finished_commands_leftovers_end_the_others_stay(tmp_path, runtime):
         box.write_file("go", "")
         assert (other.result().output, other.result().exit_code) == ("other\n", 0)
         after = box.shell(PIDS).output
-        assert not any(f"sleep {n}" in after for n in (1001, 1002, 1003))  # the last command's sweep took the setsid one
+        assert not any(
+            f"sleep {n}" in after for n in (1001, 1002, 1003)
+        )  # the last command's sweep took the setsid one
         assert "sleep 1004" in after and kept.running
 
 
 def test_at_most_eight_commands_at_once(tmp_path, runtime):
     ws = make_workspace(tmp_path / "ws", {})
     with Sandbox(ws, runtime=runtime) as box, ThreadPoolExecutor(max_workers=8) as pool:
-        held = [pool.submit(box.shell, f"touch /workspace/s{i}; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo {i}", 180)
-                for i in range(8)]
+        held = [
+            pool.submit(
+                box.shell, f"touch /workspace/s{i}; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo {i}", 180
+            )
+            for i in range(8)
+        ]
         for i in range(8):
             wait_for(ws / f"s{i}", 120)
         with pytest.raises(ToolError) as err:
@@ -147,12 +165,17 @@ def test_a_command_that_kills_the_others_processes(tmp_path, runtime):
 def test_a_command_that_forks_a_lot_beside_another(tmp_path, runtime):
     ws = make_workspace(tmp_path / "ws", {})
     with Sandbox(ws, runtime=runtime) as box, ThreadPoolExecutor(max_workers=2) as pool:
-        calm = pool.submit(box.shell, "touch /workspace/calm; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo calm", 180)
+        calm = pool.submit(
+            box.shell, "touch /workspace/calm; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo calm", 180
+        )
         wait_for(ws / "calm")
         # 20 left in the group, 20 in sessions of their own, 300 short-lived (the box's 256 pids are shared by its commands;
         # under gVisor 120 sleeps end the box, on main too)
-        forks = box.shell("for i in $(seq 1 20); do setsid sleep 1100 & sleep 1101 & done; for i in $(seq 1 300); do /bin/true; done; "
-                          "echo forked", timeout=120)
+        forks = box.shell(
+            "for i in $(seq 1 20); do setsid sleep 1100 & sleep 1101 & done; for i in $(seq 1 300); do /bin/true; done; "
+            "echo forked",
+            timeout=120,
+        )
         assert (forks.output, forks.exit_code) == ("forked\n", 0)
         box.write_file("go", "")
         assert (calm.result().output, calm.result().exit_code) == ("calm\n", 0)
@@ -163,10 +186,17 @@ def test_a_command_that_forks_a_lot_beside_another(tmp_path, runtime):
 def test_a_command_cannot_read_the_agents_end_of_anothers_output(tmp_path, runtime):
     ws = make_workspace(tmp_path / "ws", {})
     with Sandbox(ws, runtime=runtime) as box, ThreadPoolExecutor(max_workers=2) as pool:
-        talker = pool.submit(box.shell, "touch /workspace/talker; while [ ! -e /workspace/go ]; do echo MARK; sleep 0.01; done | tail -n 1", 180)
+        talker = pool.submit(
+            box.shell,
+            "touch /workspace/talker; while [ ! -e /workspace/go ]; do echo MARK; sleep 0.01; done | tail -n 1",
+            180,
+        )
         wait_for(ws / "talker")
-        thief = box.shell("for f in /proc/1/fd/*; do timeout 1 cat $f 2>/dev/null; done; ls /proc/1/fd >/dev/null 2>&1 && echo LISTED; "
-                          "echo tried", timeout=120)
+        thief = box.shell(
+            "for f in /proc/1/fd/*; do timeout 1 cat $f 2>/dev/null; done; ls /proc/1/fd >/dev/null 2>&1 && echo LISTED; "
+            "echo tried",
+            timeout=120,
+        )
         box.write_file("go", "")
         assert (talker.result().output, talker.result().exit_code) == ("MARK\n", 0)
         assert thief.output.endswith("tried\n")

@@ -1,6 +1,7 @@
 """The README's Python example and every example of docs/api.md run as written: each in a fresh
 directory, as a user's program (a new interpreter, the package from this tree), against the real
 daemon; each must exit 0 and leave no container behind."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ def python_blocks(path: Path, section: str | None = None) -> list[str]:
     text = path.read_text()
     if section is not None:
         start = text.index(section)
-        text = text[start:text.index("\n## ", start + 1)]
+        text = text[start : text.index("\n## ", start + 1)]
     return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
 
 
@@ -36,13 +37,17 @@ def run_program(tmp_path: Path, source: str) -> str:
     program = tmp_path / "example.py"
     program.write_text(source)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(program)], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(program)], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
 
 def no_boxes(docker_client, tmp_path: Path) -> list[str]:
-    listed = docker_client.api.containers(all=True, filters={"label": LABEL})  # one listing: no inspect of boxes others remove meanwhile
+    listed = docker_client.api.containers(
+        all=True, filters={"label": LABEL}
+    )  # one listing: no inspect of boxes others remove meanwhile
     return [c["Id"] for c in listed if str(tmp_path) in (c.get("Labels") or {}).get(f"{LABEL}.workspace", "")]
 
 

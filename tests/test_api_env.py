@@ -2,6 +2,7 @@
 box's commands whatever its name (GIT_AUTHOR_NAME, MAX_TOKENS and AUTHORS_FILE look secret to the
 agent's shell, which drops such names), with secret-looking values redacted in the transcript;
 a model key or an egress credential's variable never enters the box, and the warning names it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,9 +16,9 @@ from tests.conftest import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 
-NAMES = {"GIT_AUTHOR_NAME": "Ada Lovelace", "MAX_TOKENS": "4096", "AUTHORS_FILE": "it's \"quoted\"\n$HOME `x`"}
+NAMES = {"GIT_AUTHOR_NAME": "Ada Lovelace", "MAX_TOKENS": "4096", "AUTHORS_FILE": 'it\'s "quoted"\n$HOME `x`'}
 SHOW = 'printf "%s|" "$GIT_AUTHOR_NAME" "$MAX_TOKENS" "$AUTHORS_FILE"'
-SHOWN = "Ada Lovelace|4096|it's \"quoted\"\n$HOME `x`|"
+SHOWN = 'Ada Lovelace|4096|it\'s "quoted"\n$HOME `x`|'
 
 
 def test_a_calls_env_reaches_its_command_whatever_the_name(tmp_path):
@@ -67,7 +68,9 @@ def test_a_model_key_or_an_egress_credential_never_enters_the_box(tmp_path, monk
         assert out == "unset\n"
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            assert box.shell('echo "$GIT_AUTHOR_NAME"', env={"GIT_AUTHOR_NAME": "Ada"}).output == "Ada\n"  # no warning for the rest
+            assert (
+                box.shell('echo "$GIT_AUTHOR_NAME"', env={"GIT_AUTHOR_NAME": "Ada"}).output == "Ada\n"
+            )  # no warning for the rest
 
 
 def test_async_shell_and_stream_take_cwd_and_env(tmp_path):

@@ -3,6 +3,7 @@ write_bytes, upload and download move any content exactly, in pieces, atomically
 of the session's pipeline (a deny refuses it, the transcript has it without the data); what the
 box planted (a link, a FIFO, a file over the limit) is refused, typed, and a download never follows
 a link at its destination."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +16,10 @@ from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
 from orchestrator.api.box_files import CHUNK
 from tests.conftest import BOTH_RUNTIMES, make_workspace
 
-pytestmark = [pytest.mark.usefixtures("sandbox_image"), pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)]
+pytestmark = [
+    pytest.mark.usefixtures("sandbox_image"),
+    pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True),
+]
 
 
 def records(box) -> list[dict]:
@@ -60,8 +64,12 @@ def test_bad_inputs_and_what_the_box_planted_are_typed_errors(tmp_path, runtime)
     ws = make_workspace(tmp_path / "ws", {"f.txt": "1234567890"})
     with Sandbox(ws, runtime=runtime) as box:
         box.shell("ln -s /etc/passwd link; mkfifo fifo; mkdir d; truncate -s 900M huge")
-        cases = {"link": ErrorType.PATH_OUTSIDE_WORKSPACE, "fifo": ErrorType.NOT_REGULAR_FILE, "d": ErrorType.IS_DIRECTORY,
-                 "missing": ErrorType.FILE_NOT_FOUND}
+        cases = {
+            "link": ErrorType.PATH_OUTSIDE_WORKSPACE,
+            "fifo": ErrorType.NOT_REGULAR_FILE,
+            "d": ErrorType.IS_DIRECTORY,
+            "missing": ErrorType.FILE_NOT_FOUND,
+        }
         for name, kind in cases.items():
             with pytest.raises(ToolError) as err:
                 box.read_bytes(name)

@@ -1,6 +1,7 @@
 """Every front-end's path through the one pipeline (issue 34): what reads the box on the editor's
 behalf meets the ladder and the transcript like a model's call, so a deny rule refuses it the same
 way. (exec's test is in test_api.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -22,27 +23,54 @@ def test_a_deny_rule_refuses_an_acp_resource_link_read(sandbox_image, tmp_path):
     """A resource link to a workspace file was read by calling the box directly: no ladder, so a
     policy denying read_file did not keep the file from the model. Now the read is a pipeline call:
     refused_by_policy, said in the task text, recorded in the transcript."""
-    ws = make_workspace(tmp_path / "ws", {"docs/notes.md": "SECRET-PELICAN\n",
-                                          ".openagents/policy.toml": '[[rules]]\ntool = "read_file"\ndecision = "deny"\n'})
+    ws = make_workspace(
+        tmp_path / "ws",
+        {
+            "docs/notes.md": "SECRET-PELICAN\n",
+            ".openagents/policy.toml": '[[rules]]\ntool = "read_file"\ndecision = "deny"\n',
+        },
+    )
     with FakeModelServer() as server:
         server.openai_turn("noted")
 
         async def body(conn, editor):
             session = await conn.new_session(cwd=str(ws), mcp_servers=[])
-            answer = await conn.prompt(session_id=session.session_id, prompt=[
-                text_block("look"), resource_link_block("notes.md", (ws / "docs/notes.md").as_uri())])
+            answer = await conn.prompt(
+                session_id=session.session_id,
+                prompt=[text_block("look"), resource_link_block("notes.md", (ws / "docs/notes.md").as_uri())],
+            )
             return answer.stop_reason
 
         transcripts = tmp_path / "t"
-        run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
-                                    "--transcript-dir", str(transcripts)], body, env=KEY_ENV)
+        run = run_editor(
+            tmp_path,
+            [
+                "--model",
+                "openai:fake",
+                "--base-url",
+                server.base_url,
+                "--api-key-env",
+                "OA_TEST_MODEL_KEY",
+                "--transcript-dir",
+                str(transcripts),
+            ],
+            body,
+            env=KEY_ENV,
+        )
         requests = server.requests
     assert run.result == "end_turn"
     assert "SECRET-PELICAN" not in json.dumps(requests)
     task = [m for m in requests[0]["body"]["messages"] if m["role"] == "user"][-1]["content"]
     assert "refused_by_policy" in task and "notes.md" in task
-    records = [json.loads(line) for path in Path(transcripts).rglob("*.jsonl") for line in path.read_text().splitlines() if line.strip()]
-    assert any(r["type"] == "approval" and r.get("tool") == "read_file" and r.get("decision") == "refused" for r in records)
+    records = [
+        json.loads(line)
+        for path in Path(transcripts).rglob("*.jsonl")
+        for line in path.read_text().splitlines()
+        if line.strip()
+    ]
+    assert any(
+        r["type"] == "approval" and r.get("tool") == "read_file" and r.get("decision") == "refused" for r in records
+    )
 
 
 # -- every front-end built on the API's Sandbox (issue 34, item 2) --------------------------------------
@@ -60,9 +88,18 @@ def cli(tmp_path: Path, *args: str, timeout: float = 240):
     import sys
 
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=timeout,
-                          env=environment, cwd=tmp_path)
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=tmp_path,
+    )
 
 
 def session_files(tmp_path: Path) -> list[tuple[dict, list[dict]]]:
@@ -71,15 +108,23 @@ def session_files(tmp_path: Path) -> list[tuple[dict, list[dict]]]:
     for record in sorted((tmp_path / "state" / "openagents-sandbox" / "sessions").glob("*/session.json")):
         meta = json.loads(record.read_text())
         transcript = Path(meta.get("transcript") or record.parent / "transcript.jsonl")
-        said = [json.loads(line) for line in transcript.read_text().splitlines() if line.strip()] if transcript.is_file() else []
+        said = (
+            [json.loads(line) for line in transcript.read_text().splitlines() if line.strip()]
+            if transcript.is_file()
+            else []
+        )
         out.append((meta, said))
     return out
 
 
 def through_the_api(said: list[dict]) -> None:
     refused = [r for r in said if r["type"] == "tool_result" and r.get("tool") == "rollback"]
-    assert refused and refused[0]["error"]["type"] == "unknown_tool" and THE_APIS in refused[0]["error"]["message"], refused
-    assert len([r for r in said if r["type"] == "session_start"]) == 1  # the turn loop's; the API adds none to a model's session
+    assert refused and refused[0]["error"]["type"] == "unknown_tool" and THE_APIS in refused[0]["error"]["message"], (
+        refused
+    )
+    assert (
+        len([r for r in said if r["type"] == "session_start"]) == 1
+    )  # the turn loop's; the API adds none to a model's session
 
 
 def write_script(tmp_path: Path, turns: list[dict]) -> Path:
@@ -92,7 +137,17 @@ def write_script(tmp_path: Path, turns: list[dict]) -> Path:
 @pytest.mark.timeout(300)
 def test_run_opens_its_session_through_the_api(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    proc = cli(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{write_script(tmp_path, CALLS_ROLLBACK)}", "--output", "json", "go")
+    proc = cli(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{write_script(tmp_path, CALLS_ROLLBACK)}",
+        "--output",
+        "json",
+        "go",
+    )
     summary = json.loads(proc.stdout)
     assert summary["status"] == "finished", proc.stderr
     [(record, said)] = session_files(tmp_path)
@@ -105,7 +160,12 @@ def test_run_opens_its_session_through_the_api(sandbox_image, tmp_path):
 def test_batch_opens_each_session_through_the_api(sandbox_image, tmp_path):
     make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"id": "one", "workspace": "ws", "task": "go", "model": f"script:{write_script(tmp_path, CALLS_ROLLBACK)}"}) + "\n")
+    tasks.write_text(
+        json.dumps(
+            {"id": "one", "workspace": "ws", "task": "go", "model": f"script:{write_script(tmp_path, CALLS_ROLLBACK)}"}
+        )
+        + "\n"
+    )
     proc = cli(tmp_path, "batch", str(tasks), "--out", str(tmp_path / "out.jsonl"))
     assert proc.returncode == 0, proc.stderr
     [(record, said)] = session_files(tmp_path)
@@ -125,8 +185,21 @@ def test_acp_opens_each_session_through_the_api(sandbox_image, tmp_path):
             return (await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])).stop_reason
 
         transcripts = tmp_path / "t"
-        run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
-                                    "--transcript-dir", str(transcripts)], body, env=KEY_ENV)
+        run = run_editor(
+            tmp_path,
+            [
+                "--model",
+                "openai:fake",
+                "--base-url",
+                server.base_url,
+                "--api-key-env",
+                "OA_TEST_MODEL_KEY",
+                "--transcript-dir",
+                str(transcripts),
+            ],
+            body,
+            env=KEY_ENV,
+        )
     assert run.result == "end_turn"
     [transcript] = list(transcripts.glob("*.jsonl"))
     through_the_api([json.loads(line) for line in transcript.read_text().splitlines() if line.strip()])
@@ -145,8 +218,12 @@ def test_mcp_opens_its_session_through_the_api(sandbox_image, tmp_path):
     import os
     import sys
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws), "--transcript", str(transcript)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")}, cwd=ROOT)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws), "--transcript", str(transcript)],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(tmp_path / "state")},
+        cwd=ROOT,
+    )
 
     async def session():
         async with Client(params, read_timeout_seconds=120) as client:

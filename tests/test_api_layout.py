@@ -1,5 +1,6 @@
 """Front-ends use the API and other modules' public names only (issue 34): no `from x import _y`,
 no `module._y` through an imported module, in the CLI, MCP, ACP, batch and the API itself."""
+
 from __future__ import annotations
 
 import ast
@@ -23,18 +24,30 @@ def private_reaches(source: str) -> list[str]:
                     found.append(f"from {'.' * node.level}{node.module or ''} import {alias.name}")
                 elif node.level or (node.module or "").startswith("orchestrator"):
                     modules.add(alias.asname or alias.name)
-        elif isinstance(node, ast.Import):  # the project's modules only: the standard library's _names are its own business
-            modules.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name.startswith("orchestrator"))
+        elif isinstance(
+            node, ast.Import
+        ):  # the project's modules only: the standard library's _names are its own business
+            modules.update(
+                (alias.asname or alias.name).split(".")[0]
+                for alias in node.names
+                if alias.name.startswith("orchestrator")
+            )
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name) and node.value.id in modules):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and isinstance(node.value, ast.Name)
+            and node.value.id in modules
+        ):
             found.append(f"{node.value.id}.{node.attr}")
     return found
 
 
 def test_the_check_sees_private_reaches():
-    assert sorted(private_reaches("from ..session import _model\nimport os\nos._exit(0)\nfrom . import ev\nev._ADAPTER\n")) == [
-        "ev._ADAPTER", "from ..session import _model"]
+    assert sorted(
+        private_reaches("from ..session import _model\nimport os\nos._exit(0)\nfrom . import ev\nev._ADAPTER\n")
+    ) == ["ev._ADAPTER", "from ..session import _model"]
     assert private_reaches("from .x import y\nclass A:\n    def f(self):\n        return self._z\n") == []
 
 
@@ -86,9 +99,21 @@ def test_only_the_api_opens_a_session():
 
 def test_every_front_end_opens_an_api_sandbox():
     """The other half: each front-end's module does build its session on the API's Sandbox."""
-    for rel in ("orchestrator/cli/run.py", "orchestrator/cli/servers.py", "orchestrator/api/attempts.py", "orchestrator/batch/runner.py"):
+    for rel in (
+        "orchestrator/cli/run.py",
+        "orchestrator/cli/servers.py",
+        "orchestrator/api/attempts.py",
+        "orchestrator/batch/runner.py",
+    ):
         tree = ast.parse((ROOT / rel).read_text())  # api/attempts.py: the best-of-N of `run --attempts` and `batch`
-        imported = any(isinstance(node, ast.ImportFrom) and (node.module, node.level) in (("api", 2), ("sandbox", 1))
-                       and any(alias.name == "Sandbox" for alias in node.names) for node in ast.walk(tree))
-        built = any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Sandbox" for node in ast.walk(tree))
+        imported = any(
+            isinstance(node, ast.ImportFrom)
+            and (node.module, node.level) in (("api", 2), ("sandbox", 1))
+            and any(alias.name == "Sandbox" for alias in node.names)
+            for node in ast.walk(tree)
+        )
+        built = any(
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Sandbox"
+            for node in ast.walk(tree)
+        )
         assert imported and built, rel

@@ -1,6 +1,7 @@
 """Leftovers and lifetimes (issue 46), against real boxes: a failed open leaves no copy; a sandbox
 dropped without close() is closed when it is collected (not only at exit); `idle_timeout` and
 `lifetime` close the box."""
+
 from __future__ import annotations
 
 import gc
@@ -18,7 +19,9 @@ pytestmark = pytest.mark.usefixtures("sandbox_image")
 
 
 def boxes_on(docker_client, ws: Path) -> list[str]:
-    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws.resolve()}"})]
+    return [
+        c["Id"] for c in docker_client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws.resolve()}"})
+    ]
 
 
 def gone(docker_client, ws: Path, within: float = 30.0) -> bool:

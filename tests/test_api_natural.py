@@ -2,6 +2,7 @@
 workspace at all (a scratch directory, removed at close), a program's own calls run as `oa-sandbox
 exec`'s do (a deny still refuses; `approve="ask"` puts them to the ladder's approver), and set-up
 errors that name the keyword the program passed rather than the CLI's flag."""
+
 from __future__ import annotations
 
 import json
@@ -85,8 +86,12 @@ def test_a_models_calls_are_still_asked_without_auto_approve(tmp_path):
     """Only the program's own calls are answered by the program: a model's in run() are not."""
     ws = make_workspace(tmp_path / "ws")
     script = tmp_path / "model.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "touch by-model"}}]}) + "\n"
-                      + json.dumps({"text": "done"}) + "\n")
+    script.write_text(
+        json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "touch by-model"}}]})
+        + "\n"
+        + json.dumps({"text": "done"})
+        + "\n"
+    )
     with Sandbox(ws) as box:
         run = box.run("touch it", model=f"script:{script}")
         run.wait()

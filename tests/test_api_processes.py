@@ -3,6 +3,7 @@ one call answers the next; output is kept bounded (its last MiB) however much a 
 stdin, cwd and env; at most 16 at once; a command's own leftovers still end with its call while
 the background ones stay; a box that kills the keeper gets its processes reported lost (and a new
 keeper at the next start); each call goes through the one pipeline (a deny refuses a start)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,10 +14,15 @@ import pytest
 from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
 from tests.conftest import BOTH_RUNTIMES, make_workspace
 
-pytestmark = [pytest.mark.usefixtures("sandbox_image"), pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)]
+pytestmark = [
+    pytest.mark.usefixtures("sandbox_image"),
+    pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True),
+]
 
-FETCH = ("for i in $(seq 1 100); do python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/hello.txt').read().decode())\" "
-         "2>/dev/null && exit 0; sleep 0.2; done; exit 1")
+FETCH = (
+    "for i in $(seq 1 100); do python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/hello.txt').read().decode())\" "
+    "2>/dev/null && exit 0; sleep 0.2; done; exit 1"
+)
 PIDS = "for p in /proc/[0-9]*; do echo \"$(cat $p/comm 2>/dev/null) $(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; done"
 
 
@@ -80,10 +86,16 @@ def test_a_box_that_kills_the_keeper_loses_its_processes_typed(tmp_path, runtime
     with Sandbox(ws, runtime=runtime) as box:
         victim = box.start("exec sleep 1007")
         # not dumpable: a command of the same uid cannot read the keeper's memory or environment (under runc)
-        peek = box.shell("for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && "
-                         "{ cat $p/environ >/dev/null 2>&1 && echo READ; head -c1 $p/mem >/dev/null 2>&1 && echo READ; echo seen; }; done; true")
-        assert "seen" in peek.output and ("READ" not in peek.output or runtime == "runsc")  # gVisor skips the dumpable check on /proc
-        box.shell("for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; true")
+        peek = box.shell(
+            "for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && "
+            "{ cat $p/environ >/dev/null 2>&1 && echo READ; head -c1 $p/mem >/dev/null 2>&1 && echo READ; echo seen; }; done; true"
+        )
+        assert "seen" in peek.output and (
+            "READ" not in peek.output or runtime == "runsc"
+        )  # gVisor skips the dumpable check on /proc
+        box.shell(
+            "for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && kill -9 ${p#/proc/}; done; true"
+        )
         with pytest.raises(ToolError) as err:
             victim.wait(30)
         assert err.value.type is ErrorType.AGENT_LOST

@@ -1,6 +1,7 @@
 """The caller's sessions by id from Python (issue 46), against real boxes: list them by label,
 open one again by id (an API session, a fork made by `box.fork(n)`), show, apply, discard, roll
 back, report and fork by id without opening a box, and prune's age rule for copies never landed."""
+
 from __future__ import annotations
 
 import time
@@ -57,7 +58,9 @@ def test_a_fork_made_by_box_fork_is_opened_and_run(tmp_path, own_state):
     forks = box.fork(2)
     with Sandbox(ws, resume=forks[0]) as fork:  # was refused: "it has no conversation to continue"
         assert fork.read_file("notes.txt").text == "before the fork\n"
-        assert fork.shell("echo from the fork >> notes.txt && cat notes.txt").output == "before the fork\nfrom the fork\n"
+        assert (
+            fork.shell("echo from the fork >> notes.txt && cat notes.txt").output == "before the fork\nfrom the fork\n"
+        )
     assert sessions.changes(forks[0]).diff.count("+from the fork") == 1
     assert sessions.changes(forks[1]).files[0].path == "notes.txt"  # its own copy: the parent's state only
     assert {r.id for r in sessions.list_sessions(labels={"experiment": "forks"})} == {box.id, *forks}
@@ -91,7 +94,9 @@ def test_prune_removes_unlanded_copies_by_a_documented_age(tmp_path, own_state):
     time.sleep(0.1)
     pruned = sessions.prune(0)  # the default age rule: an unlanded copy is kept until 30 days old
     assert [r.id for r, _ in pruned.removed] == [bound.id]
-    assert [(r.id, why) for r, why in pruned.kept] == [(unlanded.id, "a copy session not yet applied or discarded: its copy is all there is of its work")]
+    assert [(r.id, why) for r, why in pruned.kept] == [
+        (unlanded.id, "a copy session not yet applied or discarded: its copy is all there is of its work")
+    ]
     assert sessions.UNLANDED_KEEP_S == 30 * 86400
     pruned = sessions.prune(0, unlanded_older_than_s=0.05)
     assert [r.id for r, _ in pruned.removed] == [unlanded.id] and pruned.freed > 0

@@ -1,4 +1,5 @@
 """Arguments from the model are untrusted: every bad shape is a typed, recoverable error."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,7 +26,11 @@ from orchestrator.tools.args import validate_arguments
         ("nope", "{}", ErrorType.UNKNOWN_TOOL),
         ("read_file", '{"path": "a\\u0000b"}', ErrorType.PATH_INVALID),
         ("write_file", '{"path": ".GIT/config", "content": ""}', ErrorType.PATH_IN_GIT_DIR),
-        ("edit_file", '{"path": "sub/.git/hooks/pre-commit", "old_text": "a", "new_text": "b"}', ErrorType.PATH_IN_GIT_DIR),
+        (
+            "edit_file",
+            '{"path": "sub/.git/hooks/pre-commit", "old_text": "a", "new_text": "b"}',
+            ErrorType.PATH_IN_GIT_DIR,
+        ),
     ],
 )
 def test_bad_arguments_are_typed_and_recoverable(tool, raw, kind):

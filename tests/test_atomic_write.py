@@ -1,5 +1,6 @@
 """boxfs/atomic.py, the one atomic writer (terminal/machine.py's lists, the report page, the
 checkpoint index): whole or not at all, and no temporary file left behind either way."""
+
 from __future__ import annotations
 
 import os

@@ -1,6 +1,7 @@
 """The backend's config: one class per backend, told apart by `kind`, made into a backend in one
 place (sandbox/backend.py), while the flat spellings users have (--image, --runtime, config.toml's
 `image` and `runtime`, `SandboxConfig(runtime=...)`) keep meaning the Docker backend's settings."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,15 +22,18 @@ ROOT = Path(__file__).resolve().parents[1]
 THIS_CHECKOUT = {"PYTHONPATH": str(ROOT)}  # the installed oa-sandbox may be another checkout's (an editable install)
 
 
-@pytest.mark.parametrize("spelling", [
-    dict(image=TAG, runtime="runsc"),
-    dict(backend="docker", image=TAG, runtime="runsc"),
-    dict(backend={"kind": "docker", "image": TAG, "runtime": "runsc"}),
-    dict(backend={"kind": "docker", "image": TAG}, runtime="runsc"),
-    dict(backend=DockerBackendConfig(image=TAG), runtime="runsc"),
-    dict(backend=DockerBackendConfig(image=TAG, runtime="runsc")),
-    dict(backend={"image": TAG, "runtime": "runsc"}),  # no kind: the default backend's
-])
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        dict(image=TAG, runtime="runsc"),
+        dict(backend="docker", image=TAG, runtime="runsc"),
+        dict(backend={"kind": "docker", "image": TAG, "runtime": "runsc"}),
+        dict(backend={"kind": "docker", "image": TAG}, runtime="runsc"),
+        dict(backend=DockerBackendConfig(image=TAG), runtime="runsc"),
+        dict(backend=DockerBackendConfig(image=TAG, runtime="runsc")),
+        dict(backend={"image": TAG, "runtime": "runsc"}),  # no kind: the default backend's
+    ],
+)
 def test_every_spelling_is_the_docker_backends_config(spelling):
     config = SandboxConfig(**spelling, memory="2g")
     assert config.backend == DockerBackendConfig(kind="docker", image=TAG, runtime="runsc") and config.memory == "2g"
@@ -40,12 +44,15 @@ def test_the_default_backend_is_docker_with_the_default_image():
     assert SandboxConfig().backend == DockerBackendConfig() and SandboxConfig().backend.kind == "docker"
 
 
-@pytest.mark.parametrize("spelling, says", [
-    (dict(backend="podman"), "'podman'"),
-    (dict(backend={"kind": "kubernetes"}), "'kubernetes'"),
-    (dict(backend={"kind": "docker", "imag": TAG}), "imag"),
-    (dict(backend=42), "backend"),
-])
+@pytest.mark.parametrize(
+    "spelling, says",
+    [
+        (dict(backend="podman"), "'podman'"),
+        (dict(backend={"kind": "kubernetes"}), "'kubernetes'"),
+        (dict(backend={"kind": "docker", "imag": TAG}), "imag"),
+        (dict(backend=42), "backend"),
+    ],
+)
 def test_a_backend_that_does_not_exist_or_a_key_it_does_not_have_is_refused(spelling, says):
     with pytest.raises(ValueError) as refused:
         SandboxConfig(**spelling)
@@ -67,7 +74,9 @@ def test_a_copy_puts_flat_keys_into_the_backend_and_refuses_keys_nothing_has():
 def test_the_backend_is_made_from_its_own_config():
     config = SandboxConfig(image=TAG)
     backend = backend_from_config(config)
-    assert isinstance(backend, DockerBackend) and backend.options == config.backend  # image build's default tag is this image
+    assert (
+        isinstance(backend, DockerBackend) and backend.options == config.backend
+    )  # image build's default tag is this image
 
 
 def test_the_docker_backend_refuses_another_backends_config():
@@ -93,12 +102,16 @@ def test_doctor_reads_image_and_runtime_from_the_flags_and_the_config_file(tmp_p
     are the ones the flags, else config.toml, name."""
     ws = make_workspace(tmp_path / "ws")
     proc = oa(tmp_path, "doctor", "--workspace", str(ws), "--image", TAG, "--runtime", "runc", env=THIS_CHECKOUT)
-    assert f"image {TAG}: missing" in proc.stdout and "runtime runc: runc: asked for with --runtime runc" in proc.stdout, proc.stdout + proc.stderr
+    assert (
+        f"image {TAG}: missing" in proc.stdout and "runtime runc: runc: asked for with --runtime runc" in proc.stdout
+    ), proc.stdout + proc.stderr
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text(f'image = "{TAG}-file"\nruntime = "runc"\n')
     proc = oa(tmp_path, "doctor", "--workspace", str(ws), env=THIS_CHECKOUT)
-    assert f"image {TAG}-file: missing" in proc.stdout and "runtime runc: runc: asked for" in proc.stdout, proc.stdout + proc.stderr
+    assert f"image {TAG}-file: missing" in proc.stdout and "runtime runc: runc: asked for" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
     config.write_text('runtime = "oa-no-such-runtime"\n')
     proc = oa(tmp_path, "doctor", "--workspace", str(ws), env=THIS_CHECKOUT)
     assert proc.returncode == 2 and "config_invalid: --runtime oa-no-such-runtime" in proc.stderr, proc.stderr

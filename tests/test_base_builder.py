@@ -2,6 +2,7 @@
 tar streamed straight into the import; debootstrap when it has not. The builders here are real
 programs (shell scripts at absolute paths, which system.find keeps as they are) and the importer
 is a real function that reads the stream; no Docker is needed."""
+
 from __future__ import annotations
 
 import io
@@ -45,11 +46,13 @@ class Importer:
 def test_mmdebstrap_streams_its_tar_into_the_import_with_debootstraps_arguments(tmp_path, monkeypatch):
     """The same variant, package list, suite and mirror as debootstrap's; the tar on its stdout is what is imported."""
     (tmp_path / "rootfs.tar").write_bytes(small_tar())
-    builder = script(tmp_path / "mmdebstrap", f'echo "$@" > {tmp_path}/argv\necho working >&2\ncat {tmp_path}/rootfs.tar\n')
+    builder = script(
+        tmp_path / "mmdebstrap", f'echo "$@" > {tmp_path}/argv\necho working >&2\ncat {tmp_path}/rootfs.tar\n'
+    )
     monkeypatch.setattr(debootstrap, "MMDEBSTRAP", str(builder))
     importer = Importer()
     assert debootstrap.build_base(importer, lambda line: None, tag="oa-test-base:x") == "oa-test-base:x"
-    (data, tag), = importer.calls
+    ((data, tag),) = importer.calls
     assert tag == "oa-test-base:x" and data == small_tar()
     argv = (tmp_path / "argv").read_text().split()
     assert argv[:2] == ["--variant=minbase", f"--include={','.join(BASE_PACKAGES)}"]
@@ -86,5 +89,8 @@ def test_a_missing_mmdebstrap_falls_back_to_debootstrap(tmp_path, monkeypatch):
     with pytest.raises(Stop):
         debootstrap.build_base(Importer(), lines.append, tag="oa-test-base:x")
     (argv,) = started
-    assert os.path.basename(argv[0]) == "debootstrap" and argv[1:3] == ["--variant=minbase", f"--include={','.join(BASE_PACKAGES)}"]
+    assert os.path.basename(argv[0]) == "debootstrap" and argv[1:3] == [
+        "--variant=minbase",
+        f"--include={','.join(BASE_PACKAGES)}",
+    ]
     assert any(line.startswith("debootstrap ") for line in lines)

@@ -5,6 +5,7 @@ behind: no box, no raylet or GCS process of this cluster.
 
 Needs the `ray` extra (scripts/test installs it); skipped with the reason without it.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,16 +41,31 @@ def cluster(tmp_path_factory, sandbox_image):
 
     base = tmp_path_factory.mktemp("ray")
     saved = os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # without it the driver rewrites 127.0.0.1 and hangs (shared notes)
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = (
+        "0"  # without it the driver rewrites 127.0.0.1 and hangs (shared notes)
+    )
 
     def node_env(name: str) -> dict[str, str]:
         # the workers run this checkout's code, and each node keeps its sessions in a state directory of its own
-        return {"PYTHONPATH": str(ROOT), "XDG_STATE_HOME": str(base / f"state-{name}"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+        return {
+            "PYTHONPATH": str(ROOT),
+            "XDG_STATE_HOME": str(base / f"state-{name}"),
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        }
 
-    made = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"oa_sandbox": SLOTS, "node_a": 1}, "include_dashboard": False,
-        "node_ip_address": LOOPBACK, "env_vars": node_env("a")})
-    worker = made.add_node(num_cpus=2, resources={"oa_sandbox": SLOTS, "node_b": 1}, node_ip_address=LOOPBACK, env_vars=node_env("b"))
+    made = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {"oa_sandbox": SLOTS, "node_a": 1},
+            "include_dashboard": False,
+            "node_ip_address": LOOPBACK,
+            "env_vars": node_env("a"),
+        },
+    )
+    worker = made.add_node(
+        num_cpus=2, resources={"oa_sandbox": SLOTS, "node_b": 1}, node_ip_address=LOOPBACK, env_vars=node_env("b")
+    )
     made.wait_for_nodes()
     pids = [p.process.pid for node in (made.head_node, worker) for procs in node.all_processes.values() for p in procs]
     made.base, made.worker, made.pids = base, worker, pids
@@ -72,8 +88,12 @@ def cluster(tmp_path_factory, sandbox_image):
 
 def driver_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GEMINI_API_KEY")}
-    env.update(PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state-driver"), XDG_CONFIG_HOME=str(tmp_path / "config"),
-               RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    env.update(
+        PYTHONPATH=str(ROOT),
+        XDG_STATE_HOME=str(tmp_path / "state-driver"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+    )
     return env
 
 
@@ -82,34 +102,83 @@ def our_boxes(docker_client, under: Path) -> list[str]:
     boxes may share the image id, never these paths."""
     from orchestrator.config import LABEL
 
-    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": LABEL})  # one request, no inspect per box
-            if any(str(m.get("Source", "")).startswith(str(under)) for m in c.get("Mounts") or [])]
+    return [
+        c["Id"]
+        for c in docker_client.api.containers(all=True, filters={"label": LABEL})  # one request, no inspect per box
+        if any(str(m.get("Source", "")).startswith(str(under)) for m in c.get("Mounts") or [])
+    ]
 
 
 def executing_on(state: Path) -> int:
-    return sum('"executing"' in t.read_text() for t in state.glob("openagents-sandbox/sessions/*/transcript.jsonl")) if state.exists() else 0
+    return (
+        sum('"executing"' in t.read_text() for t in state.glob("openagents-sandbox/sessions/*/transcript.jsonl"))
+        if state.exists()
+        else 0
+    )
 
 
 def test_tasks_land_on_both_nodes_and_a_lost_node_s_tasks_run_again_on_the_other(cluster, docker_client, tmp_path):
     script = tmp_path / "fix-then-wait.jsonl"
-    script.write_text("\n".join(json.dumps(turn) for turn in [
-        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "calc.py", "old_text": "    return a - b", "new_text": "    return a + b"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 4"}}]},
-        {"text": "fixed"},
-    ]) + "\n")
+    script.write_text(
+        "\n".join(
+            json.dumps(turn)
+            for turn in [
+                {
+                    "tool_calls": [
+                        {
+                            "name": "edit_file",
+                            "arguments": {
+                                "path": "calc.py",
+                                "old_text": "    return a - b",
+                                "new_text": "    return a + b",
+                            },
+                        }
+                    ]
+                },
+                {"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 4"}}]},
+                {"text": "fixed"},
+            ]
+        )
+        + "\n"
+    )
     policy = tmp_path / "allow.toml"
     policy.write_text('[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     n = 2 * SLOTS
     for i in range(n):
         committed_example(tmp_path / f"calc{i}")
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text("".join(json.dumps({"id": f"t{i}", "workspace": f"calc{i}", "task": "fix the bug"}) + "\n" for i in range(n)))
+    tasks.write_text(
+        "".join(json.dumps({"id": f"t{i}", "workspace": f"calc{i}", "task": "fix the bug"}) + "\n" for i in range(n))
+    )
     out = tmp_path / "results.jsonl"
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "batch", str(tasks), "--out", str(out), "--engine", "ray",
-                             "--ray-address", cluster.address, "--model", f"script:{script}", "--policy", str(policy), "--max-retries", "2"],
-                            env=driver_env(tmp_path), cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "batch",
+            str(tasks),
+            "--out",
+            str(out),
+            "--engine",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--model",
+            f"script:{script}",
+            "--policy",
+            str(policy),
+            "--max-retries",
+            "2",
+        ],
+        env=driver_env(tmp_path),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 90
         while executing_on(cluster.base / "state-b") < 1:  # a session on node b is in its `sleep 4`
@@ -140,7 +209,9 @@ def test_tasks_land_on_both_nodes_and_a_lost_node_s_tasks_run_again_on_the_other
     print(f"{n} tasks on 2 nodes, node b removed mid-task, {len(retried)} retried: {wall:.1f} s")
 
     deadline = time.monotonic() + 30
-    while our_boxes(docker_client, cluster.base) and time.monotonic() < deadline:  # a lost worker's box goes with the next reap
+    while (
+        our_boxes(docker_client, cluster.base) and time.monotonic() < deadline
+    ):  # a lost worker's box goes with the next reap
         time.sleep(0.5)
     assert our_boxes(docker_client, cluster.base) == []
 
@@ -149,9 +220,30 @@ def test_a_cluster_with_no_node_offering_the_resource_is_a_typed_set_up_error(cl
     tasks = tmp_path / "tasks.jsonl"
     committed_example(tmp_path / "calc")
     tasks.write_text(json.dumps({"id": "t", "workspace": "calc", "task": "x"}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "batch", str(tasks), "--out", str(tmp_path / "r.jsonl"), "--engine", "ray",
-                           "--ray-address", cluster.address, "--ray-resource", "gpu_box", "--model", "script:/dev/null"],
-                          env=driver_env(tmp_path), capture_output=True, text=True, timeout=90, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "batch",
+            str(tasks),
+            "--out",
+            str(tmp_path / "r.jsonl"),
+            "--engine",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--ray-resource",
+            "gpu_box",
+            "--model",
+            "script:/dev/null",
+        ],
+        env=driver_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "config_invalid" in proc.stderr and "gpu_box" in proc.stderr and "ray start --resources" in proc.stderr
 
@@ -166,18 +258,55 @@ def test_30000_box_made_names_through_ray_leave_the_result_line_bounded(cluster,
 
     committed_example(tmp_path / "calc")
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"id": "many", "workspace": "calc", "task": "make names", "model": f"script:{model(tmp_path, _many(30_000))}",
-                                 "policy": str(policy(tmp_path))}) + "\n")
+    tasks.write_text(
+        json.dumps(
+            {
+                "id": "many",
+                "workspace": "calc",
+                "task": "make names",
+                "model": f"script:{model(tmp_path, _many(30_000))}",
+                "policy": str(policy(tmp_path)),
+            }
+        )
+        + "\n"
+    )
     out, rss = tmp_path / "results.jsonl", tmp_path / "rss"
     began = time.monotonic()
-    proc = subprocess.run(["/usr/bin/time", "-o", str(rss), "-f", "%M", sys.executable, "-m", "orchestrator.cli", "batch", str(tasks),
-                           "--out", str(out), "--engine", "ray", "--ray-address", cluster.address],
-                          env=driver_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            "/usr/bin/time",
+            "-o",
+            str(rss),
+            "-f",
+            "%M",
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "batch",
+            str(tasks),
+            "--out",
+            str(out),
+            "--engine",
+            "ray",
+            "--ray-address",
+            cluster.address,
+        ],
+        env=driver_env(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (line,) = out.read_bytes().splitlines()
     r = json.loads(line)
-    print(f"\n30,000 names through Ray: result line {len(line)} bytes, driver peak RSS {int(rss.read_text().split()[-1]) >> 10} MiB, "
-          f"{time.monotonic() - began:.0f} s")
+    print(
+        f"\n30,000 names through Ray: result line {len(line)} bytes, driver peak RSS {int(rss.read_text().split()[-1]) >> 10} MiB, "
+        f"{time.monotonic() - began:.0f} s"
+    )
     assert len(line) <= MAX_LINE_BYTES and r["status"] == "finished"
     assert len(r["left_out"]) <= MAX_LISTED and r["left_out_total"] == 30_000 and r["files_changed_total"] == 30_100
-    assert len(Path(r["left_out_file"]).read_bytes().splitlines()) == 30_000  # the node's state directory (both are this machine)
+    assert (
+        len(Path(r["left_out_file"]).read_bytes().splitlines()) == 30_000
+    )  # the node's state directory (both are this machine)

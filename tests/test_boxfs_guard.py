@@ -9,6 +9,7 @@ boxfs's private directory flags has started its own copy of those rules, which t
 
 ALLOWED is short and names only host-owned files the box can never write, each with its reason.
 """
+
 from __future__ import annotations
 
 import ast
@@ -26,17 +27,44 @@ PRIVATE = {"DIR_FLAGS", "FILE_FLAGS"}
 
 # (file relative to orchestrator/, what) -> why it is not box-written data
 ALLOWED: dict[tuple[str, str], str] = {
-    ("sandbox/image.py", "rglob"): "hashes our own package's source files (sandbox_agent/, compose/proxy/) for the image tag",
-    ("sandbox/debootstrap.py", "glob"): "lists the host's /etc/apt/sources.list.d for the base image's build (the host's own files)",
-    ("sandbox/egress_tls.py", "shutil.rmtree"): "removes the gate's CA directory, which the host made 0700 for itself and never mounts in a box",
+    (
+        "sandbox/image.py",
+        "rglob",
+    ): "hashes our own package's source files (sandbox_agent/, compose/proxy/) for the image tag",
+    (
+        "sandbox/debootstrap.py",
+        "glob",
+    ): "lists the host's /etc/apt/sources.list.d for the base image's build (the host's own files)",
+    (
+        "sandbox/egress_tls.py",
+        "shutil.rmtree",
+    ): "removes the gate's CA directory, which the host made 0700 for itself and never mounts in a box",
     ("state.py", "os.scandir"): "asks whether the user's state directory (host-owned, never mounted in a box) is empty",
-    ("workspace/quota_fs.py", "glob"): "lists the kernel's loop devices under /sys/block (which image each is attached to: never a box's file)",
-    ("workspace/records.py", "os.listdir"): "lists session ids under the state directory (host-owned; the copies under it are walked by boxfs)",
-    ("sandbox/sweep_journal.py", "os.listdir"): "lists the sweep journal's own files in the state directory (host-owned)",
-    ("cli/__init__.py", "os.listdir"): "whether the sweep journal's directory (host-owned, in the state directory) holds a journal, "
-                                       "before importing sweep_journal.py to read them",
-    ("workspace/checkpoints/objects.py", "os.scandir"): "sizes the checkpoint store's git object directory (host-owned, written by libgit2 for us)",
-    ("workspace/checkpoints/objects.py", "iterdir"): "lists the checkpoint store's pack files (host-owned, written by libgit2 for us)",
+    (
+        "workspace/quota_fs.py",
+        "glob",
+    ): "lists the kernel's loop devices under /sys/block (which image each is attached to: never a box's file)",
+    (
+        "workspace/records.py",
+        "os.listdir",
+    ): "lists session ids under the state directory (host-owned; the copies under it are walked by boxfs)",
+    (
+        "sandbox/sweep_journal.py",
+        "os.listdir",
+    ): "lists the sweep journal's own files in the state directory (host-owned)",
+    (
+        "cli/__init__.py",
+        "os.listdir",
+    ): "whether the sweep journal's directory (host-owned, in the state directory) holds a journal, "
+    "before importing sweep_journal.py to read them",
+    (
+        "workspace/checkpoints/objects.py",
+        "os.scandir",
+    ): "sizes the checkpoint store's git object directory (host-owned, written by libgit2 for us)",
+    (
+        "workspace/checkpoints/objects.py",
+        "iterdir",
+    ): "lists the checkpoint store's pack files (host-owned, written by libgit2 for us)",
 }
 
 
@@ -52,7 +80,9 @@ def _offences(path: Path) -> list[tuple[str, int]]:
             for alias in node.names:
                 if alias.name in FLAGS | PRIVATE:
                     found.append((alias.name, node.lineno))
-                elif (node.module, alias.name) in {("os", w) for w in OS_WALKERS} | {("shutil", t) for t in SHUTIL_TREES}:
+                elif (node.module, alias.name) in {("os", w) for w in OS_WALKERS} | {
+                    ("shutil", t) for t in SHUTIL_TREES
+                }:
                     found.append((f"{node.module}.{alias.name}", node.lineno))
         elif isinstance(node, ast.Call):
             for kw in node.keywords:
@@ -81,7 +111,9 @@ def test_no_file_access_of_its_own_outside_boxfs() -> None:
                 used.add((rel, what))
                 continue
             bad.append(f"orchestrator/{rel}:{line}: {what}")
-    assert not bad, "fd-relative or walking file access outside orchestrator/boxfs/ (use boxfs.BoxDir):\n" + "\n".join(bad)
+    assert not bad, "fd-relative or walking file access outside orchestrator/boxfs/ (use boxfs.BoxDir):\n" + "\n".join(
+        bad
+    )
     assert used == set(ALLOWED), f"allow-list entries no longer needed: {sorted(set(ALLOWED) - used)}"
 
 
@@ -93,7 +125,23 @@ def test_the_guard_sees_each_form(tmp_path: Path) -> None:
         "os.open('a', os.O_RDONLY | os.O_NOFOLLOW)\nos.open('b', os.O_DIRECTORY)\nos.stat('c', dir_fd=3)\n"
         "os.rename('a', 'b', src_dir_fd=3, dst_dir_fd=4)\nos.walk('.')\nos.scandir('.')\nos.listdir(3)\n"
         "Path('.').rglob('*')\nPath('.').iterdir()\nos.open('d', os.O_PATH)\n"
-        "import shutil\nfrom os import walk\nfrom shutil import copytree\nshutil.rmtree('x')\nPath('.').glob('*')\n")
+        "import shutil\nfrom os import walk\nfrom shutil import copytree\nshutil.rmtree('x')\nPath('.').glob('*')\n"
+    )
     kinds = {what for what, _ in _offences(sample)}
-    assert kinds == {"DIR_FLAGS", "os.O_NOFOLLOW", "os.O_DIRECTORY", "os.O_PATH", "dir_fd=", "src_dir_fd=", "dst_dir_fd=",
-                     "os.walk", "os.scandir", "os.listdir", "rglob", "iterdir", "glob", "shutil.rmtree", "shutil.copytree"}
+    assert kinds == {
+        "DIR_FLAGS",
+        "os.O_NOFOLLOW",
+        "os.O_DIRECTORY",
+        "os.O_PATH",
+        "dir_fd=",
+        "src_dir_fd=",
+        "dst_dir_fd=",
+        "os.walk",
+        "os.scandir",
+        "os.listdir",
+        "rglob",
+        "iterdir",
+        "glob",
+        "shutil.rmtree",
+        "shutil.copytree",
+    }

@@ -1,5 +1,6 @@
 """boxfs.BoxDir, the handle every consumer of box-written files holds, and boxfs.private, for
 host-owned files: each act follows no link, stays under its directory and is bounded."""
+
 from __future__ import annotations
 
 import errno

@@ -1,6 +1,7 @@
 """The session's first checkpoint (issue 50): recorded in the background while the box starts and
 read-only calls run, written straight into one pack; a call that may change files waits for it,
 and its failure is recorded, never fatal."""
+
 from __future__ import annotations
 
 import os
@@ -36,7 +37,9 @@ def big_tree(root: Path, extra: dict[str, str]) -> Path:
 
 
 def loose_objects(store: Path) -> list[str]:
-    return [f"{fan.name}/{o.name}" for fan in (store / "objects").iterdir() if len(fan.name) == 2 for o in fan.iterdir()]
+    return [
+        f"{fan.name}/{o.name}" for fan in (store / "objects").iterdir() if len(fan.name) == 2 for o in fan.iterdir()
+    ]
 
 
 def test_written_trees_are_git_trees_and_the_pack_is_sound(tmp_path: Path):
@@ -58,7 +61,11 @@ def test_written_trees_are_git_trees_and_the_pack_is_sound(tmp_path: Path):
     repo = pygit2.Repository(str(tmp_path / "r.git"))
     stored = repo[pygit2.Oid(raw=big)]
     assert isinstance(stored, pygit2.Blob) and stored.data == data
-    fsck = subprocess.run(["git", "--git-dir", str(tmp_path / "r.git"), "fsck", "--strict", "--no-dangling"], capture_output=True, text=True)
+    fsck = subprocess.run(
+        ["git", "--git-dir", str(tmp_path / "r.git"), "fsck", "--strict", "--no-dangling"],
+        capture_output=True,
+        text=True,
+    )
     assert fsck.returncode == 0, fsck.stderr
 
 
@@ -71,12 +78,22 @@ def test_a_first_record_leaves_no_loose_object_and_restores(tmp_path: Path):
         assert loose_objects(tmp_path / "store") == []  # turn 0: one pack, written directly
         (ws / "d1" / "f1.txt").write_text("changed\n")
         (ws / "big.bin").unlink()
-    with CheckpointStore(tmp_path / "store", ws) as store:  # a new process: its first record is direct too, against a full store
+    with CheckpointStore(
+        tmp_path / "store", ws
+    ) as store:  # a new process: its first record is direct too, against a full store
         second = store.record(1)
         assert second is not None and second.ok and sorted(second.files_changed) == ["big.bin", "d1/f1.txt"]
         report = store.restore(0)
-        assert report.conflicts == [] and (ws / "d1" / "f1.txt").read_text() == "content 1\n" * 2 and (ws / "big.bin").stat().st_size == 200_000
-    fsck = subprocess.run(["git", "--git-dir", str(tmp_path / "store"), "fsck", "--strict", "--no-dangling"], capture_output=True, text=True)
+        assert (
+            report.conflicts == []
+            and (ws / "d1" / "f1.txt").read_text() == "content 1\n" * 2
+            and (ws / "big.bin").stat().st_size == 200_000
+        )
+    fsck = subprocess.run(
+        ["git", "--git-dir", str(tmp_path / "store"), "fsck", "--strict", "--no-dangling"],
+        capture_output=True,
+        text=True,
+    )
     assert fsck.returncode == 0, fsck.stderr
 
 
@@ -98,25 +115,41 @@ def test_a_cancelled_background_record_is_recorded_as_failed_and_list_waits(tmp_
 
 @pytest.mark.slow
 def test_a_changing_call_right_after_open_waits_for_turn_0_on_a_40k_file_tree(tmp_path: Path, sandbox_image):
-    ws = big_tree(tmp_path / "ws", {".gitignore": "# build outputs\n/build/\n*.log\n!keep.log\n", "build/out.o": "object\n",
-                                     "d002/trace.log": "trace\n", "d002/keep.log": "kept\n"})
+    ws = big_tree(
+        tmp_path / "ws",
+        {
+            ".gitignore": "# build outputs\n/build/\n*.log\n!keep.log\n",
+            "build/out.o": "object\n",
+            "d002/trace.log": "trace\n",
+            "d002/keep.log": "kept\n",
+        },
+    )
     with Sandbox(ws, mode="bind", auto_approve=True) as box:
         assert box.read_file("d000/f000.txt").text == "file 0 of directory 0\n"
         ran = box.shell("date +%s.%N; rm -r d000 && echo changed > d001/f000.txt && echo new > new.txt")
         started = float(ran.output.split()[0])
         points = box.checkpoints()
         assert points[0].turn == 0 and points[0].ok
-        assert points[0].created <= started + 0.01  # turn 0 was complete before the shell call ran (created: rounded to ms)
+        assert (
+            points[0].created <= started + 0.01
+        )  # turn 0 was complete before the shell call ran (created: rounded to ms)
         assert {(s.path, s.reason) for s in points[0].skipped} == {("build", IGNORED), ("d002/trace.log", IGNORED)}
         box.shell("echo rebuilt > build/out.o; echo again > d002/trace.log; echo changed > d002/keep.log")
         report = box.rollback(0)
         assert report.conflicts == []
-        assert {(s.path, s.reason) for s in report.skipped} == {("build", IGNORED), ("d002/trace.log", IGNORED)}  # said per path
-    assert (ws / "d000" / "f199.txt").read_bytes() == b"file 199 of directory 0\n"  # what the first shell call removed, back
+        assert {(s.path, s.reason) for s in report.skipped} == {
+            ("build", IGNORED),
+            ("d002/trace.log", IGNORED),
+        }  # said per path
+    assert (
+        ws / "d000" / "f199.txt"
+    ).read_bytes() == b"file 199 of directory 0\n"  # what the first shell call removed, back
     assert (ws / "d001" / "f000.txt").read_bytes() == b"file 0 of directory 1\n"
     assert not (ws / "new.txt").exists()
     assert (ws / "d002" / "keep.log").read_text() == "kept\n"  # re-included by !keep.log: checkpointed, restored
-    assert (ws / "build" / "out.o").read_text() == "rebuilt\n" and (ws / "d002" / "trace.log").read_text() == "again\n"  # left as they are
+    assert (ws / "build" / "out.o").read_text() == "rebuilt\n" and (
+        ws / "d002" / "trace.log"
+    ).read_text() == "again\n"  # left as they are
     assert sum(len(names) for _, _, names in os.walk(ws)) == BIG_DIRS * BIG_FILES + 4
 
 
@@ -133,12 +166,18 @@ def test_a_failed_first_record_is_recorded_and_the_session_goes_on(tmp_path: Pat
         points = box.checkpoints()
         assert (points[0].turn, points[0].state, points[0].error_type) == (0, "failed", "io_error")
         transcript = box.transcript_path
-    events = [line for line in transcript.read_text().splitlines() if '"type": "checkpoint"' in line or '"type":"checkpoint"' in line]
+    events = [
+        line
+        for line in transcript.read_text().splitlines()
+        if '"type": "checkpoint"' in line or '"type":"checkpoint"' in line
+    ]
     assert events and '"ok": false' in events[0].replace('"ok":false', '"ok": false')
     assert (ws / "b.txt").read_text() == "b\n"
 
 
-def test_closing_before_turn_0_is_complete_cancels_it_and_says_changes_are_unknown(tmp_path: Path, sandbox_image, monkeypatch):
+def test_closing_before_turn_0_is_complete_cancels_it_and_says_changes_are_unknown(
+    tmp_path: Path, sandbox_image, monkeypatch
+):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     release = threading.Event()
     real = CheckpointStore._snapshot

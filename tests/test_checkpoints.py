@@ -3,6 +3,7 @@
 Each attack test plants what a box could leave behind and checks the store and restore were not
 steered by it: nothing outside the workspace is read or written, nothing is followed or run.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,7 +26,9 @@ def picture(ws: Path) -> dict[str, tuple]:
         rel_dir = os.path.relpath(dirpath, ws)
         if rel_dir != ".":
             out[rel_dir] = ("dir",)
-        for name in filenames + [d for d in os.listdir(dirpath) if os.path.islink(os.path.join(dirpath, d)) and d not in filenames]:
+        for name in filenames + [
+            d for d in os.listdir(dirpath) if os.path.islink(os.path.join(dirpath, d)) and d not in filenames
+        ]:
             if name.casefold() == ".git":
                 continue
             path = os.path.join(dirpath, name)
@@ -43,13 +46,16 @@ def picture(ws: Path) -> dict[str, tuple]:
 @pytest.fixture
 def layout(tmp_path: Path):
     """A workspace, a canary directory beside it (the host's files) and a state dir for the store."""
-    ws = make_workspace(tmp_path / "ws", {
-        "README.md": "# project\n",
-        "src/app.py": "print('hi')\n",
-        "src/pkg/__init__.py": "",
-        "bin/run.sh": "#!/bin/sh\necho run\n",
-        "data/blob.bin": bytes(range(256)) * 16,
-    })
+    ws = make_workspace(
+        tmp_path / "ws",
+        {
+            "README.md": "# project\n",
+            "src/app.py": "print('hi')\n",
+            "src/pkg/__init__.py": "",
+            "bin/run.sh": "#!/bin/sh\necho run\n",
+            "data/blob.bin": bytes(range(256)) * 16,
+        },
+    )
     os.chmod(ws / "bin/run.sh", 0o755)
     os.symlink("src/app.py", ws / "app_link")
     (ws / "empty_dir").mkdir()
@@ -83,6 +89,7 @@ def test_round_trip_turn_0_and_a_middle_turn(layout):
     (ws / "more/deep").mkdir(parents=True)
     (ws / "more/deep/f.txt").write_bytes(b"\x00\x01 binary\r\n")
     import shutil
+
     shutil.rmtree(ws / "bin")
     assert store.record(2) is not None
     assert store.record(3) is None  # nothing changed
@@ -141,6 +148,7 @@ def test_a_directory_swapped_for_a_link_to_the_host_is_replaced_not_followed(lay
     store.record(0)
     before = canary_state(canary)
     import shutil
+
     shutil.rmtree(ws / "src")
     os.symlink(str(canary), ws / "src")  # src/app.py would now land in the host's directory
     os.unlink(ws / "empty_dir") if (ws / "empty_dir").is_symlink() else (ws / "empty_dir").rmdir()
@@ -225,13 +233,16 @@ def test_oversized_files_and_a_spent_budget_are_listed_not_dropped(tmp_path: Pat
 def test_gitattributes_and_filters_change_nothing(tmp_path: Path):
     marker = tmp_path / "filter-ran"
     crlf = b"line one\r\nline two\n\x00binary\r"
-    ws = make_workspace(tmp_path / "ws", {
-        ".gitattributes": "* text eol=crlf\n* filter=evil\n*.txt ident\n",
-        "notes.txt": crlf,
-        "lf.txt": "a\nb\n$Id$\n",
-    })
+    ws = make_workspace(
+        tmp_path / "ws",
+        {
+            ".gitattributes": "* text eol=crlf\n* filter=evil\n*.txt ident\n",
+            "notes.txt": crlf,
+            "lf.txt": "a\nb\n$Id$\n",
+        },
+    )
     (ws / ".git").mkdir()
-    (ws / ".git/config").write_text(f"[filter \"evil\"]\n\tclean = touch {marker}\n\tsmudge = touch {marker}\n")
+    (ws / ".git/config").write_text(f'[filter "evil"]\n\tclean = touch {marker}\n\tsmudge = touch {marker}\n')
     store = CheckpointStore(tmp_path / "cp.git", ws)
     store.record(0)
     before = picture(ws)
@@ -264,8 +275,11 @@ def test_changes_the_hints_could_miss_are_still_seen(tmp_path: Path):
         cp = store.record(turn)
         assert cp is not None and set(cp.files_changed) == expect_changed
         fresh = CheckpointStore(tmp_path / f"fresh{turn}.git", ws)
-        assert recorded(fresh, 0).commit and store.repo[pygit2.Oid(hex=cp.commit)].peel(pygit2.Commit).tree_id == \
-            fresh.repo[pygit2.Oid(hex=fresh.list()[0].commit)].peel(pygit2.Commit).tree_id
+        assert (
+            recorded(fresh, 0).commit
+            and store.repo[pygit2.Oid(hex=cp.commit)].peel(pygit2.Commit).tree_id
+            == fresh.repo[pygit2.Oid(hex=fresh.list()[0].commit)].peel(pygit2.Commit).tree_id
+        )
         fresh.close()
 
     (ws / "a/x.txt").write_text("bbbb")  # same size, right after the last record
@@ -294,6 +308,7 @@ def test_restore_gives_new_files_the_workspace_owner(tmp_path: Path):
     store = CheckpointStore(tmp_path / "cp.git", ws)
     store.record(0)
     import shutil
+
     shutil.rmtree(ws / "sub")
     store.record(1)
     store.restore(0)
@@ -312,12 +327,19 @@ def test_checkpoints_of_a_real_sandbox(open_sandbox, tmp_path: Path):
     box = open_sandbox(ws, runtime="runc")  # runc: under gVisor the box's FIFO never reaches the host
     store.record(0)
     start = picture(ws)
-    out = box.call("shell", {"command": "sed -i 's/a - b/a + b/' calc.py && mkdir -p build && echo obj > build/o.txt && chmod +x tests/t.py"})
+    out = box.call(
+        "shell",
+        {
+            "command": "sed -i 's/a - b/a + b/' calc.py && mkdir -p build && echo obj > build/o.txt && chmod +x tests/t.py"
+        },
+    )
     assert out.ok, out
     cp1 = recorded(store, 1)
     assert set(cp1.files_changed) == {"calc.py", "build/o.txt", "tests/t.py"}
     middle = picture(ws)
-    out = box.call("shell", {"command": "rm -rf tests && ln -s /etc/passwd calc.py.bak && mkfifo pipe && echo more >> calc.py"})
+    out = box.call(
+        "shell", {"command": "rm -rf tests && ln -s /etc/passwd calc.py.bak && mkfifo pipe && echo more >> calc.py"}
+    )
     assert out.ok, out
     cp2 = recorded(store, 2)
     assert "pipe" in [s.path for s in cp2.skipped] and "calc.py.bak" in cp2.files_changed

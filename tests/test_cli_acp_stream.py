@@ -1,5 +1,6 @@
 """In ACP, a running shell call's output reaches the editor as tool_call_update content before the
 command ends (issue 14); the final update still carries the whole result."""
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,25 @@ def test_acp_streams_shell_output_as_tool_call_updates(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
     gate = ws / "go-on"
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"id": "s1", "name": "shell", "arguments": {
-            "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"}}]},
-        {"text": "Done."},
-    ]))
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {
+                    "tool_calls": [
+                        {
+                            "id": "s1",
+                            "name": "shell",
+                            "arguments": {
+                                "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"
+                            },
+                        }
+                    ]
+                },
+                {"text": "Done."},
+            ]
+        )
+    )
     editor = Editor("--model", f"script:{script}", "--transcript-dir", str(tmp_path / "t"))
     live: list[str] = []
 
@@ -36,7 +51,9 @@ def test_acp_streams_shell_output_as_tool_call_updates(sandbox_image, tmp_path):
     try:
         editor.call("initialize", {"protocolVersion": 1})
         session_id = editor.call("session/new", {"cwd": str(ws), "mcpServers": []})["result"]["sessionId"]
-        result = editor.call("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "run it"}]})
+        result = editor.call(
+            "session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "run it"}]}
+        )
         assert result["result"]["stopReason"] == "end_turn"
     finally:
         editor.close()

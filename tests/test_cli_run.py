@@ -4,6 +4,7 @@ compaction, --auto-approve, diffs, progress, the config file, stdin tasks, `tran
 Every test runs the real CLI in a subprocess against real sandboxes, with the scripted model or the
 fake model server on loopback. Each gets its own XDG_STATE_HOME and XDG_CONFIG_HOME.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,27 @@ def script(tmp_path: Path, turns: list[dict], name: str = "s.jsonl") -> Path:
     return path
 
 
-def oa(tmp_path: Path, *args: str, stdin: str | None = None, cwd: Path | None = None, env: dict | None = None, timeout: float = 240):
-    environment = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")}
+def oa(
+    tmp_path: Path,
+    *args: str,
+    stdin: str | None = None,
+    cwd: Path | None = None,
+    env: dict | None = None,
+    timeout: float = 240,
+):
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")
+    }
     environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), **(env or {}))
-    return subprocess.run([OA, *args], input=stdin if stdin is not None else "", capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env=environment)
+    return subprocess.run(
+        [OA, *args],
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=environment,
+    )
 
 
 def events(path: Path) -> list[dict]:
@@ -40,14 +57,37 @@ def events(path: Path) -> list[dict]:
 
 def test_a_run_whose_calls_were_refused_exits_3_with_each_refusal_in_the_json_and_the_summary(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "one\n"})
-    s = script(tmp_path, [
-        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "one", "new_text": "two"}}],
-         "usage": {"prompt_tokens": 120, "completion_tokens": 30}},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "make test"}}, {"name": "shell", "arguments": {"command": "make lint"}}],
-         "usage": {"prompt_tokens": 200, "completion_tokens": 12}},
-        {"text": "Fixed: the bug", "usage": {"prompt_tokens": 260, "completion_tokens": 8}},
-    ])
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--non-interactive", "--output", "json", "fix it")
+    s = script(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "one", "new_text": "two"}}
+                ],
+                "usage": {"prompt_tokens": 120, "completion_tokens": 30},
+            },
+            {
+                "tool_calls": [
+                    {"name": "shell", "arguments": {"command": "make test"}},
+                    {"name": "shell", "arguments": {"command": "make lint"}},
+                ],
+                "usage": {"prompt_tokens": 200, "completion_tokens": 12},
+            },
+            {"text": "Fixed: the bug", "usage": {"prompt_tokens": 260, "completion_tokens": 8}},
+        ],
+    )
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{s}",
+        "--non-interactive",
+        "--output",
+        "json",
+        "fix it",
+    )
     assert proc.returncode == 3, proc.stderr
     out = json.loads(proc.stdout)  # one JSON object, nothing else on stdout
     assert out["status"] == "finished" and out["turns"] == 3 and out["final_text"] == "Fixed: the bug"
@@ -56,16 +96,27 @@ def test_a_run_whose_calls_were_refused_exits_3_with_each_refusal_in_the_json_an
     assert out["failed_calls"] == [] and out["changed_files"] == [] and out["tokens"] == {"input": 580, "output": 50}
     assert out["session_id"] and out["reason"] == "the model gave its final answer"
     assert (ws / "a.txt").read_text() == "one\n"
-    assert "calls: 3 refused" in proc.stderr and "refused  shell [openagents]" in proc.stderr and "tokens: 580 in, 50 out" in proc.stderr
+    assert (
+        "calls: 3 refused" in proc.stderr
+        and "refused  shell [openagents]" in proc.stderr
+        and "tokens: 580 in, 50 out" in proc.stderr
+    )
 
 
 def test_a_clean_run_exits_0_shows_the_diff_under_its_call_and_a_diffstat(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "one\ntwo\n"})
-    s = script(tmp_path, [
-        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "two", "new_text": "deux\ntrois"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "echo started; echo boom >&2; exit 4"}}]},
-        {"text": "done"},
-    ])
+    s = script(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "two", "new_text": "deux\ntrois"}}
+                ]
+            },
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "echo started; echo boom >&2; exit 4"}}]},
+            {"text": "done"},
+        ],
+    )
     proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "go")
     assert proc.returncode == 0, proc.stderr  # a failed command is the model's to handle; nothing was refused
     err = proc.stderr
@@ -89,7 +140,20 @@ def test_auto_approve_never_beats_a_deny(sandbox_image, tmp_path):
     policy = tmp_path / "p.toml"
     policy.write_text('[[rules]]\nid = "no-rm"\ntool = "shell"\ncommand_prefix = "rm"\ndecision = "deny"\n')
     s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "rm -f x"}}]}, {"text": "ok"}])
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--policy", str(policy), "--output", "json", "go")
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{s}",
+        "--auto-approve",
+        "--policy",
+        str(policy),
+        "--output",
+        "json",
+        "go",
+    )
     assert proc.returncode == 3, proc.stderr
     refused = json.loads(proc.stdout)["refused_calls"]
     assert len(refused) == 1 and "no-rm" in refused[0]["reason"]
@@ -97,20 +161,50 @@ def test_auto_approve_never_beats_a_deny(sandbox_image, tmp_path):
 
 def test_max_tokens_stops_the_session_typed_budget_exceeded(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
-    turn = {"tool_calls": [{"name": "list_files", "arguments": {}}], "usage": {"prompt_tokens": 400, "completion_tokens": 100}}
+    turn = {
+        "tool_calls": [{"name": "list_files", "arguments": {}}],
+        "usage": {"prompt_tokens": 400, "completion_tokens": 100},
+    }
     s = script(tmp_path, [turn] * 10 + [{"text": "never"}])
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--max-tokens", "1200", "--output", "json", "go")
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{s}",
+        "--max-tokens",
+        "1200",
+        "--output",
+        "json",
+        "go",
+    )
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["status"] == "stopped" and out["error"]["type"] == "budget_exceeded" and not out["error"]["recoverable"]
-    assert out["tokens"] == {"input": 1200, "output": 300} and out["turns"] == 3  # the third reply spends it; its call does not run
+    assert (
+        out["tokens"] == {"input": 1200, "output": 300} and out["turns"] == 3
+    )  # the third reply spends it; its call does not run
     assert "1500 of 1200 tokens" in out["reason"]
 
 
 def test_max_wall_stops_the_session_and_a_long_call_shows_its_elapsed_time(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
     s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}, {"text": "never"}])
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--max-wall", "3", "--output", "json", "go")
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{s}",
+        "--auto-approve",
+        "--max-wall",
+        "3",
+        "--output",
+        "json",
+        "go",
+    )
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["error"]["type"] == "budget_exceeded" and "--max-wall" in out["reason"] and out["turns"] == 1
@@ -130,8 +224,21 @@ def test_compaction_keeps_a_long_session_under_a_small_context_window(sandbox_im
         for i in range(12):
             server.openai_turn(tool_calls=[("read_file", {"path": f"f{i}.txt"})])
         server.openai_turn(text="read them all")
-        proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:local", "--base-url", server.base_url,
-                  "--context-window", str(window), "--output", "json", "go")
+        proc = oa(
+            tmp_path,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            "openai:local",
+            "--base-url",
+            server.base_url,
+            "--context-window",
+            str(window),
+            "--output",
+            "json",
+            "go",
+        )
         assert proc.returncode == 0, proc.stderr
         requests = [r["body"]["messages"] for r in server.requests]
     assert len(requests) == 13
@@ -141,7 +248,9 @@ def test_compaction_keeps_a_long_session_under_a_small_context_window(sandbox_im
     markers = [m["content"] for m in requests[-1] if m["role"] == "tool" and m["content"].startswith("[output elided")]
     assert markers and "call the tool again" in markers[0] and "read_file" in markers[0]
     assert "⋯ context: elided" in proc.stderr
-    assert not any("Authorization" in r["headers"] or "authorization" in r["headers"] for r in server.requests)  # no key on loopback
+    assert not any(
+        "Authorization" in r["headers"] or "authorization" in r["headers"] for r in server.requests
+    )  # no key on loopback
 
 
 def test_openai_base_url_is_honoured_and_retries_are_said_as_they_happen(sandbox_image, tmp_path):
@@ -150,14 +259,25 @@ def test_openai_base_url_is_honoured_and_retries_are_said_as_they_happen(sandbox
         server.reply({"error": "slow down"}, status=429, headers={"retry-after": "0"})
         server.reply({"error": "busy"}, status=503, headers={"retry-after": "0"})
         server.openai_turn(text="hello")
-        proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:local", "go", env={"OPENAI_BASE_URL": server.base_url})
+        proc = oa(
+            tmp_path,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            "openai:local",
+            "go",
+            env={"OPENAI_BASE_URL": server.base_url},
+        )
         assert proc.returncode == 0, proc.stderr
         assert len(server.requests) == 3
     assert "⟳ model: HTTP 429, retry 2/5 in 0 s" in proc.stderr and "⟳ model: HTTP 503, retry 3/5 in 0 s" in proc.stderr
     assert proc.stdout.strip() == "hello"
 
 
-def test_config_file_gives_defaults_flags_win_workspace_is_the_cwd_and_the_task_comes_from_stdin(sandbox_image, tmp_path):
+def test_config_file_gives_defaults_flags_win_workspace_is_the_cwd_and_the_task_comes_from_stdin(
+    sandbox_image, tmp_path
+):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "x\n"})
     s = script(tmp_path, [{"tool_calls": [{"name": "list_files", "arguments": {}}]}] * 3 + [{"text": "listed"}])
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
@@ -176,8 +296,12 @@ def test_config_file_gives_defaults_flags_win_workspace_is_the_cwd_and_the_task_
 def test_transcript_list_is_newest_first(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
     s = script(tmp_path, [{"text": "hi"}])
-    ids = [json.loads(oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--output", "json", "go").stdout)["session_id"]
-           for _ in range(2)]
+    ids = [
+        json.loads(
+            oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--output", "json", "go").stdout
+        )["session_id"]
+        for _ in range(2)
+    ]
     listed = oa(tmp_path, "transcript", "list").stdout.splitlines()
     assert [line.split()[2] for line in listed] == ids[::-1]
     assert all(line.split()[3] == "finished" and line.split()[4].endswith("transcript.jsonl") for line in listed)
@@ -191,12 +315,30 @@ def test_shell_output_is_streamed_while_the_command_runs_and_the_result_is_uncha
 
     ws = make_workspace(tmp_path / "ws")
     gate = ws / "go-on"
-    s = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {
-        "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"}}]},
-        {"text": "done"}])
+    s = script(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {
+                        "name": "shell",
+                        "arguments": {
+                            "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"
+                        },
+                    }
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
     environment = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
-    proc = subprocess.Popen([OA, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--output", "json", "go"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment)
+    proc = subprocess.Popen(
+        [OA, "run", "--workspace", str(ws), "--model", f"script:{s}", "--auto-approve", "--output", "json", "go"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
     seen = b""
     try:
         deadline = time.monotonic() + 120
@@ -233,12 +375,29 @@ def test_mcp_servers_from_the_config_file_are_offered_to_run_asked_for_and_stopp
     pid_file, notes = tmp_path / "mcp.pid", tmp_path / "notes.txt"
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
     config.parent.mkdir(parents=True)
-    config.write_text(f'[[mcp_servers]]\nname = "notes"\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(server_py))}]\n'
-                      f'env = {{ PID_FILE = {json.dumps(str(pid_file))}, NOTES_FILE = {json.dumps(str(notes))} }}\n')
-    s = script(tmp_path, [{"tool_calls": [{"name": "mcp__notes__add_note", "arguments": {"text": "buy milk"}}]}, {"text": "done"}])
+    config.write_text(
+        f'[[mcp_servers]]\nname = "notes"\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(server_py))}]\n'
+        f"env = {{ PID_FILE = {json.dumps(str(pid_file))}, NOTES_FILE = {json.dumps(str(notes))} }}\n"
+    )
+    s = script(
+        tmp_path,
+        [{"tool_calls": [{"name": "mcp__notes__add_note", "arguments": {"text": "buy milk"}}]}, {"text": "done"}],
+    )
     transcript = tmp_path / "t.jsonl"
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{s}", "--non-interactive", "--transcript", str(transcript),
-              "--output", "json", "note it")
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{s}",
+        "--non-interactive",
+        "--transcript",
+        str(transcript),
+        "--output",
+        "json",
+        "note it",
+    )
     assert proc.returncode == 3, proc.stderr  # finished, with the MCP call refused (no policy allows it)
     out = json.loads(proc.stdout)
     assert [c["tool"] for c in out["refused_calls"]] == ["mcp__notes__add_note"]

@@ -2,6 +2,7 @@
 cli/__init__.py's COMMANDS table without importing them, each command's own help still works and
 says what the table says, and the help and the light commands import nothing heavy. Also the
 set-up's pip stamp: a second scripts/setup with nothing changed runs no pip."""
+
 from __future__ import annotations
 
 import json
@@ -15,20 +16,39 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a light command must not import: the Docker SDK, the HTTP clients, libgit2, the sandbox and the loop.
-HEAVY = ("docker", "httpx", "requests", "pygit2", "orchestrator.api.sandbox", "orchestrator.session", "orchestrator.loop",
-         "orchestrator.sandbox.docker", "orchestrator.models.http", "asyncio")
+HEAVY = (
+    "docker",
+    "httpx",
+    "requests",
+    "pygit2",
+    "orchestrator.api.sandbox",
+    "orchestrator.session",
+    "orchestrator.loop",
+    "orchestrator.sandbox.docker",
+    "orchestrator.models.http",
+    "asyncio",
+)
 
 
 def modules_after(args: list[str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run `oa-sandbox ARGS` in a fresh interpreter (state and config of its own); its output and the
     modules it had imported at the end."""
-    code = ("import json, sys\n"
-            f"sys.argv = ['oa-sandbox', *{args!r}]\n"
-            "from orchestrator.cli import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n")
-    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    code = (
+        "import json, sys\n"
+        f"sys.argv = ['oa-sandbox', *{args!r}]\n"
+        "from orchestrator.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "sys.stderr.write('\\nMODULES ' + json.dumps(sorted(sys.modules)) + '\\n')\n"
+    )
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONPATH": str(ROOT),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     match = re.search(r"^MODULES (.*)$", done.stderr, re.M)
     assert match, done.stderr[-2000:]
     return done, set(json.loads(match.group(1)))
@@ -57,14 +77,31 @@ def test_each_commands_help_works_and_the_table_says_what_the_command_says():
         command = main.get_command(ctx, name)
         assert isinstance(command, click.Command) and command.name == name
         for limit in range(20, 400, 7):
-            assert click.Command(name, help=short).get_short_help_str(limit) == command.get_short_help_str(limit), (name, limit)
+            assert click.Command(name, help=short).get_short_help_str(limit) == command.get_short_help_str(limit), (
+                name,
+                limit,
+            )
         with click.Context(command, info_name=name, parent=ctx) as sub:
             text = command.get_help(sub)
-        assert text.startswith(f"Usage: {name} ") and " ".join(short.split()[:3]) in " ".join(text.split()), (name, text[:300])
+        assert text.startswith(f"Usage: {name} ") and " ".join(short.split()[:3]) in " ".join(text.split()), (
+            name,
+            text[:300],
+        )
 
 
-@pytest.mark.parametrize("args", [["sessions", "--help"], ["changes", "--help"], ["image", "--help"], ["hooks", "--help"],
-                                  ["exec", "--help"], ["run", "--help"], ["batch", "--help"], ["fork", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sessions", "--help"],
+        ["changes", "--help"],
+        ["image", "--help"],
+        ["hooks", "--help"],
+        ["exec", "--help"],
+        ["run", "--help"],
+        ["batch", "--help"],
+        ["fork", "--help"],
+    ],
+)
 def test_a_commands_help_imports_nothing_heavy(tmp_path, args):
     done, modules = modules_after(args, tmp_path)
     assert done.stdout.startswith("Usage: "), done.stderr[-2000:]
@@ -129,8 +166,12 @@ def _kill_execs(docker_client, box, act) -> list[dict]:
     since = time.time() - 1
     act()
     until = time.time() + 1
-    events = docker_client.events(since=since, until=until, decode=True,
-                                  filters={"type": "container", "event": "exec_create", "container": box.container.id})
+    events = docker_client.events(
+        since=since,
+        until=until,
+        decode=True,
+        filters={"type": "container", "event": "exec_create", "container": box.container.id},
+    )
     return list(events)
 
 
@@ -146,5 +187,7 @@ def test_the_kill_at_close_waits_for_nothing_until_a_call_that_spawns_ran(sandbo
 
 def test_a_mistyped_command_is_told_the_closest_names_though_none_is_loaded(tmp_path):
     done, modules = modules_after(["sesions"], tmp_path)
-    assert "No such command 'sesions'." in done.stderr and "Did you mean 'sessions'?" in done.stderr, done.stderr[-1000:]
+    assert "No such command 'sesions'." in done.stderr and "Did you mean 'sessions'?" in done.stderr, done.stderr[
+        -1000:
+    ]
     assert "orchestrator.cli.sessions" not in modules

@@ -1,6 +1,7 @@
 """`oa-sandbox run` at a real terminal (a pty), issue 14: Ctrl-C at a prompt ends the session
 (cancelled, exit 130) and a second Ctrl-C during clean-up is ignored until the container is gone;
 `n REASON` reaches the model; the edit prompt shows the diff the edit would make."""
+
 from __future__ import annotations
 
 import json
@@ -27,10 +28,27 @@ def spawn(tmp_path: Path, ws: Path, turns: list[dict], *flags: str) -> tuple[int
     transcript = tmp_path / "t.jsonl"
     pid, fd = pty.fork()
     if pid == 0:
-        os.environ.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
+        os.environ.update(
+            XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
+        )
         os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", f"script:{script}",
-                                  "--transcript", str(transcript), *flags, "go"])
+        os.execv(
+            sys.executable,
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "run",
+                "--workspace",
+                str(ws),
+                "--model",
+                f"script:{script}",
+                "--transcript",
+                str(transcript),
+                *flags,
+                "go",
+            ],
+        )
     return pid, fd, transcript
 
 
@@ -42,13 +60,19 @@ def finish(pid, fd) -> int:
     return os.waitstatus_to_exitcode(status)
 
 
-def test_ctrl_c_at_the_prompt_cancels_the_session_and_a_second_one_does_not_stop_the_clean_up(sandbox_image, docker_client, tmp_path):
+def test_ctrl_c_at_the_prompt_cancels_the_session_and_a_second_one_does_not_stop_the_clean_up(
+    sandbox_image, docker_client, tmp_path
+):
     ws = make_workspace(tmp_path / "ws")
-    pid, fd, transcript = spawn(tmp_path, ws, [
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "touch one"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "touch two"}}]},
-        {"text": "done"},
-    ])
+    pid, fd, transcript = spawn(
+        tmp_path,
+        ws,
+        [
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "touch one"}}]},
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "touch two"}}]},
+            {"text": "done"},
+        ],
+    )
     try:
         read_until(fd, b"y = allow once, n = reject")
         assert docker_client.containers.list(filters={"label": f"{LABEL}.host-pid={pid}"})  # the box is up while we ask
@@ -71,11 +95,19 @@ def test_ctrl_c_at_the_prompt_cancels_the_session_and_a_second_one_does_not_stop
 
 def test_n_with_a_reason_reaches_the_model_and_the_edit_prompt_shows_the_diff(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "one\n"})
-    pid, fd, transcript = spawn(tmp_path, ws, [
-        {"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "one", "new_text": "two"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "rm -rf build"}}]},
-        {"text": "done"},
-    ])
+    pid, fd, transcript = spawn(
+        tmp_path,
+        ws,
+        [
+            {
+                "tool_calls": [
+                    {"name": "edit_file", "arguments": {"path": "a.txt", "old_text": "one", "new_text": "two"}}
+                ]
+            },
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "rm -rf build"}}]},
+            {"text": "done"},
+        ],
+    )
     try:
         prompt = read_until(fd, b"a = allow every edit this session")
         os.write(fd, b"y\n")
@@ -89,7 +121,12 @@ def test_n_with_a_reason_reaches_the_model_and_the_edit_prompt_shows_the_diff(sa
         code = finish(pid, fd)
     assert code == 3
     text = prompt.decode()
-    assert "--- a/a.txt" in text and "-one" in text and "+two" in text and text.index("+two") < text.index("y = allow once")
+    assert (
+        "--- a/a.txt" in text
+        and "-one" in text
+        and "+two" in text
+        and text.index("+two") < text.index("y = allow once")
+    )
     assert (ws / "a.txt").read_text() == "two\n"
     events = [json.loads(line) for line in transcript.read_text().splitlines()]
     refusal = next(e for e in events if e["type"] == "tool_result" and e["tool"] == "shell")
@@ -100,10 +137,15 @@ def test_n_with_a_reason_reaches_the_model_and_the_edit_prompt_shows_the_diff(sa
 
 def test_a_long_call_shows_a_live_elapsed_line_with_its_output_tail_at_a_terminal(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws")
-    pid, fd, _ = spawn(tmp_path, ws, [
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "echo tail-line; sleep 3"}}]},
-        {"text": "done"},
-    ], "--auto-approve")
+    pid, fd, _ = spawn(
+        tmp_path,
+        ws,
+        [
+            {"tool_calls": [{"name": "shell", "arguments": {"command": "echo tail-line; sleep 3"}}]},
+            {"text": "done"},
+        ],
+        "--auto-approve",
+    )
     try:
         seen = read_until(fd, b"running: shell 1 s")
         seen += read_until(fd, b"session:")

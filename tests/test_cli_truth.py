@@ -6,6 +6,7 @@
 Real CLI subprocesses (this checkout's code: PYTHONPATH is set to it), real sandboxes where a
 session runs, each test with its own XDG_STATE_HOME and XDG_CONFIG_HOME.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,18 @@ ALLOW = '[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "shell"
 
 
 def oa(tmp_path: Path, *args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([OA, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=environment)
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")
+    }
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+        **(env or {}),
+    )
+    return subprocess.run(
+        [OA, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=environment
+    )
 
 
 def sessions_dir(tmp_path: Path) -> Path:
@@ -47,8 +57,19 @@ def shell(command: str) -> dict:
 def run(tmp_path: Path, ws: Path, turns: list[dict], *extra: str) -> subprocess.CompletedProcess:
     policy = tmp_path / "allow.toml"
     policy.write_text(ALLOW)
-    return oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{script(tmp_path, turns)}", "--non-interactive",
-              "--policy", str(policy), *extra, "task")
+    return oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{script(tmp_path, turns)}",
+        "--non-interactive",
+        "--policy",
+        str(policy),
+        *extra,
+        "task",
+    )
 
 
 def one_json(proc: subprocess.CompletedProcess) -> dict:
@@ -81,16 +102,34 @@ def test_a_201000_entry_workspace_is_refused_in_seconds_before_anything_is_copie
     ws = tmp_path / "big"
     many_empty_files(ws, 201_000)
     started = time.monotonic()
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "copy", "--model", "script:/dev/null", "task")
+    proc = oa(
+        tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "copy", "--model", "script:/dev/null", "task"
+    )
     took = time.monotonic() - started
     assert proc.returncode == 2, proc.stderr
     assert took < 20, f"the guard took {took:.1f} s"
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert "over 200,000 entries" in lines[0] and "200,001 entries" in lines[0] and "--copy-max-entries" in lines[0], lines[0]
-    assert not sessions_dir(tmp_path).exists() or not any(sessions_dir(tmp_path).iterdir()), "a session (or its copy) was made"
+    assert "over 200,000 entries" in lines[0] and "200,001 entries" in lines[0] and "--copy-max-entries" in lines[0], (
+        lines[0]
+    )
+    assert not sessions_dir(tmp_path).exists() or not any(sessions_dir(tmp_path).iterdir()), (
+        "a session (or its copy) was made"
+    )
     # the same with --output json: one object, typed
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "copy", "--model", "script:/dev/null", "--output", "json", "task")
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--workspace-mode",
+        "copy",
+        "--model",
+        "script:/dev/null",
+        "--output",
+        "json",
+        "task",
+    )
     out = one_json(proc)
     assert proc.returncode == 2 and out["exit_code"] == 2 and out["status"] == "setup_error"
     assert out["error"]["type"] == "resource_exhausted" and "--copy-max-entries" in out["error"]["message"]
@@ -98,16 +137,44 @@ def test_a_201000_entry_workspace_is_refused_in_seconds_before_anything_is_copie
 
 def test_the_byte_limit_names_its_flag_and_the_flag_and_config_key_raise_it(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"blob.bin": os.urandom(3 << 20), "a.txt": "a\n"})
-    proc = oa(tmp_path, "exec", "--workspace", str(ws), "--workspace-mode", "copy", "--copy-max-bytes", "1m", "read_file", '{"path": "a.txt"}')
-    assert proc.returncode == 2 and "over 1.0 MiB of data" in proc.stderr and "--copy-max-bytes" in proc.stderr, proc.stderr
+    proc = oa(
+        tmp_path,
+        "exec",
+        "--workspace",
+        str(ws),
+        "--workspace-mode",
+        "copy",
+        "--copy-max-bytes",
+        "1m",
+        "read_file",
+        '{"path": "a.txt"}',
+    )
+    assert proc.returncode == 2 and "over 1.0 MiB of data" in proc.stderr and "--copy-max-bytes" in proc.stderr, (
+        proc.stderr
+    )
     said = json.loads(proc.stdout)  # exec's one JSON result, for a set-up error too
-    assert said["ok"] is False and said["error"]["type"] == "resource_exhausted" and "--copy-max-bytes" in said["error"]["message"]
+    assert (
+        said["ok"] is False
+        and said["error"]["type"] == "resource_exhausted"
+        and "--copy-max-bytes" in said["error"]["message"]
+    )
     assert not sessions_dir(tmp_path).exists()
-    proc = oa(tmp_path, "exec", "--workspace", str(ws), "--workspace-mode", "copy", "--copy-max-bytes", "8m", "read_file", '{"path": "a.txt"}')
+    proc = oa(
+        tmp_path,
+        "exec",
+        "--workspace",
+        str(ws),
+        "--workspace-mode",
+        "copy",
+        "--copy-max-bytes",
+        "8m",
+        "read_file",
+        '{"path": "a.txt"}',
+    )
     assert proc.returncode == 0 and json.loads(proc.stdout)["output"] == "a\n", proc.stderr
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
     config.parent.mkdir(parents=True)
-    config.write_text('copy_max_entries = 1\n')
+    config.write_text("copy_max_entries = 1\n")
     proc = oa(tmp_path, "exec", "--workspace", str(ws), "--workspace-mode", "copy", "read_file", '{"path": "a.txt"}')
     assert proc.returncode == 2 and "over 1 entries" in proc.stderr, proc.stderr
 
@@ -131,11 +198,17 @@ def test_set_up_errors_print_one_typed_json_object_with_output_json(tmp_path):
     for expected, (args, env) in cases.items():
         proc = oa(tmp_path, "run", "--model", "script:/dev/null", "--output", "json", *args, "task", env=env)
         out = one_json(proc)
-        assert proc.returncode == 2 and out["exit_code"] == 2 and out["status"] == "setup_error", (expected, proc.stdout, proc.stderr)
+        assert proc.returncode == 2 and out["exit_code"] == 2 and out["status"] == "setup_error", (
+            expected,
+            proc.stdout,
+            proc.stderr,
+        )
         assert out["error"]["type"] == expected and out["error"]["message"], (expected, out)
         assert "Traceback" not in proc.stderr, proc.stderr
     # an existing transcript is refused, never appended to
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "script:/dev/null", "--transcript", str(existing), "task")
+    proc = oa(
+        tmp_path, "run", "--workspace", str(ws), "--model", "script:/dev/null", "--transcript", str(existing), "task"
+    )
     assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "never appended to" in proc.stderr and existing.read_text() == '{"seq": 1}\n'
 
@@ -143,10 +216,20 @@ def test_set_up_errors_print_one_typed_json_object_with_output_json(tmp_path):
 @pytest.mark.docker
 def test_run_apply_reports_what_it_applied_and_left_out_as_fields(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    proc = run(tmp_path, ws, [shell("echo changed > a.txt; ln -s /etc/passwd pw"), {"text": "done"}], "--workspace-mode", "copy", "--apply",
-               "--output", "json")
+    proc = run(
+        tmp_path,
+        ws,
+        [shell("echo changed > a.txt; ln -s /etc/passwd pw"), {"text": "done"}],
+        "--workspace-mode",
+        "copy",
+        "--apply",
+        "--output",
+        "json",
+    )
     out = one_json(proc)
-    assert proc.returncode == 0 and out["exit_code"] == 0 and out["status"] == "finished" and out["error"] is None, proc.stderr
+    assert proc.returncode == 0 and out["exit_code"] == 0 and out["status"] == "finished" and out["error"] is None, (
+        proc.stderr
+    )
     assert out["applied"] == ["a.txt"] and [lo["path"] for lo in out["left_out"]] == ["pw"] and out["conflicts"] == []
     assert (ws / "a.txt").read_text() == "changed\n"
     bind = one_json(run(tmp_path, ws, [{"text": "done"}], "--workspace-mode", "bind", "--output", "json"))
@@ -160,16 +243,49 @@ def test_an_apply_conflict_after_run_is_a_typed_stop_in_the_json(sandbox_image, 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     policy = tmp_path / "allow.toml"
     policy.write_text(ALLOW)
-    turns = [shell("echo box > a.txt; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"), {"text": "done"}]
-    environment = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([OA, "run", "--workspace", str(ws), "--model", f"script:{script(tmp_path, turns)}", "--non-interactive",
-                             "--policy", str(policy), "--workspace-mode", "copy", "--apply", "--output", "json", "task"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+    turns = [
+        shell("echo box > a.txt; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"),
+        {"text": "done"},
+    ]
+    environment = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONPATH": str(ROOT),
+    }
+    proc = subprocess.Popen(
+        [
+            OA,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script(tmp_path, turns)}",
+            "--non-interactive",
+            "--policy",
+            str(policy),
+            "--workspace-mode",
+            "copy",
+            "--apply",
+            "--output",
+            "json",
+            "task",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
     try:
         deadline = time.monotonic() + 120
         copies: list[Path] = []
         while not copies and time.monotonic() < deadline:
-            copies = [c for c in sessions_dir(tmp_path).glob("*/copy") if (c / "a.txt").exists()] if sessions_dir(tmp_path).exists() else []
+            copies = (
+                [c for c in sessions_dir(tmp_path).glob("*/copy") if (c / "a.txt").exists()]
+                if sessions_dir(tmp_path).exists()
+                else []
+            )
             time.sleep(0.05)
         assert copies, "no copy was made"
         time.sleep(0.05)
@@ -197,7 +313,11 @@ def du(path: Path) -> int:
 @pytest.mark.docker
 def test_discard_leaves_only_the_record_marked_discarded(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n", "d/b.txt": "b\n" * 1000})
-    turns = [shell("echo one > a.txt; head -c 2000000 /dev/urandom > blob; mkfifo pipe"), shell("echo two > a.txt; rm blob"), {"text": "done"}]
+    turns = [
+        shell("echo one > a.txt; head -c 2000000 /dev/urandom > blob; mkfifo pipe"),
+        shell("echo two > a.txt; rm blob"),
+        {"text": "done"},
+    ]
     proc = run(tmp_path, ws, turns, "--workspace-mode", "copy")
     assert proc.returncode == 0, proc.stderr
     sid = session_id(proc)
@@ -227,7 +347,16 @@ def test_sessions_lists_yours_under_a_header_or_as_json_and_prune_keeps_unapplie
 
     def make(mode: str) -> str:
         before = set(os.listdir(sessions_dir(tmp_path))) if sessions_dir(tmp_path).exists() else set()
-        proc = oa(tmp_path, "exec", "--workspace", str(ws), "--workspace-mode", mode, "write_file", '{"path": "n.txt", "content": "x"}')
+        proc = oa(
+            tmp_path,
+            "exec",
+            "--workspace",
+            str(ws),
+            "--workspace-mode",
+            mode,
+            "write_file",
+            '{"path": "n.txt", "content": "x"}',
+        )
         assert proc.returncode == 0, proc.stderr
         (made,) = set(os.listdir(sessions_dir(tmp_path))) - before
         return made
@@ -254,8 +383,12 @@ def test_sessions_lists_yours_under_a_header_or_as_json_and_prune_keeps_unapplie
 
     assert oa(tmp_path, "sessions", "prune").stdout.startswith("removed 0 sessions")  # all younger than 7 days
     pruned = oa(tmp_path, "sessions", "prune", "--older-than", "0")
-    assert pruned.returncode == 0 and "removed 3 sessions" in pruned.stdout and unapplied in pruned.stdout, pruned.stdout + pruned.stderr
-    assert sorted(os.listdir(sessions_dir(tmp_path))) == sorted([unapplied, other]), "prune removed an unapplied copy or another user's"
+    assert pruned.returncode == 0 and "removed 3 sessions" in pruned.stdout and unapplied in pruned.stdout, (
+        pruned.stdout + pruned.stderr
+    )
+    assert sorted(os.listdir(sessions_dir(tmp_path))) == sorted([unapplied, other]), (
+        "prune removed an unapplied copy or another user's"
+    )
     pruned = oa(tmp_path, "sessions", "prune", "--older-than", "0s", "--all")
     assert "removed 1 session " in pruned.stdout and os.listdir(sessions_dir(tmp_path)) == [other]
     assert oa(tmp_path, "sessions", "prune", "--older-than", "soon").returncode == 2

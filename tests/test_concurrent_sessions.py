@@ -5,6 +5,7 @@ holds nothing the sessions created (no `.git` mount point, no journal, no quaran
 
 OA_LOAD_CALLS / OA_LOAD_CONCURRENCY change the size, OA_LOAD_RUNTIME the runtime (default 200 calls, 8 at once); the measured
 time and failures are printed (`-s`) so a before/after can be compared."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,24 @@ class CpuBurner:
 def _one(ws: Path, mode: str, n: int, env: dict[str, str]) -> tuple[int, dict, str]:
     # a write, a read and a command that fails every third time: answers of both kinds (exit 0 and 1)
     command = f"echo {n} > out-{n % 4}.txt && cat a.txt" + (" && false" if n % 3 == 0 else "")
-    proc = subprocess.run([OA, "exec", "--workspace", str(ws), "--workspace-mode", mode, *RUNTIME, "shell", json.dumps({"command": command})],
-                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, env=env)
+    proc = subprocess.run(
+        [
+            OA,
+            "exec",
+            "--workspace",
+            str(ws),
+            "--workspace-mode",
+            mode,
+            *RUNTIME,
+            "shell",
+            json.dumps({"command": command}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         result = json.loads(proc.stdout)
     except ValueError:
@@ -65,7 +82,10 @@ def _one(ws: Path, mode: str, n: int, env: dict[str, str]) -> tuple[int, dict, s
 
 
 def _left_running(client: docker.DockerClient, ws: Path) -> list[str]:
-    left = [f"container {c['Id'][:12]}" for c in client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws}"})]
+    left = [
+        f"container {c['Id'][:12]}"
+        for c in client.api.containers(all=True, filters={"label": f"{LABEL}.workspace={ws}"})
+    ]
     for volume in client.api.volumes().get("Volumes") or []:
         if str(ws) in str((volume.get("Options") or {}).get("device", "")):
             left.append(f"volume {volume['Name'][:12]}")
@@ -89,19 +109,27 @@ def test_many_exec_calls_on_one_workspace_under_load(mode, sandbox_image, docker
     with CpuBurner(), ThreadPoolExecutor(CONCURRENCY) as pool:
         answers = list(pool.map(lambda n: _one(ws, mode, n, env), range(CALLS)))
     took = time.monotonic() - started
-    failures = [(rc, (r.get("error") or {}).get("type"), str(r.get("error") or stderr)[-300:]) for rc, r, stderr in answers
-                if rc not in (0, 1) or r.get("error") is not None or not r]
+    failures = [
+        (rc, (r.get("error") or {}).get("type"), str(r.get("error") or stderr)[-300:])
+        for rc, r, stderr in answers
+        if rc not in (0, 1) or r.get("error") is not None or not r
+    ]
     exits = {rc: sum(1 for a in answers if a[0] == rc) for rc in {a[0] for a in answers}}
     kinds = Counter((rc, kind, re.sub(r"/tmp/\S+|[0-9a-f]{12,}", "…", why)[-160:]) for rc, kind, why in failures)
-    print(f"\n{mode}: {CALLS} exec calls at concurrency {CONCURRENCY} under {os.cpu_count()} CPU burner(s): "
-          f"{took:.1f} s, exits {exits}, {len(failures)} failure(s):" + "".join(f"\n  {n} x {k}" for k, n in kinds.most_common()))
+    print(
+        f"\n{mode}: {CALLS} exec calls at concurrency {CONCURRENCY} under {os.cpu_count()} CPU burner(s): "
+        f"{took:.1f} s, exits {exits}, {len(failures)} failure(s):"
+        + "".join(f"\n  {n} x {k}" for k, n in kinds.most_common())
+    )
     unreadable = [stderr for _, _, stderr in answers if "unreadable" in stderr or "left for a person" in stderr]
     assert not failures, failures[:10]
     assert not unreadable, unreadable[:3]
     assert _left_running(docker_client, ws) == []
     left = sorted(p.name for p in ws.iterdir())
     created = {f"out-{i}.txt" for i in range(4)} if mode == "bind" else set()
-    assert set(left) - set(before) == created, f"the sessions left {sorted(set(left) - set(before) - created)} in the workspace"
+    assert set(left) - set(before) == created, (
+        f"the sessions left {sorted(set(left) - set(before) - created)} in the workspace"
+    )
     pending = state / "openagents-sandbox" / "pending-sweeps"
     assert not pending.exists() or not any(pending.iterdir()), sorted(p.name for p in pending.iterdir())
 
@@ -121,10 +149,15 @@ def test_bind_mode_mounts_nothing_at_the_top_and_decides_from_the_baseline(tmp_p
     (ws / ".git").rmdir()
     with_top = capture_baseline(make_workspace(tmp_path / "ws2", {".git/HEAD": "ref: refs/heads/main\n"}))
     assert [m["Target"] for m in git_mounts(tmp_path / "ws2", with_top)] == ["/workspace/.git"]
-    shutil.rmtree(tmp_path / "ws2" / ".git")  # gone before the start (another session's sweep): no mount of a missing source, no second one
+    shutil.rmtree(
+        tmp_path / "ws2" / ".git"
+    )  # gone before the start (another session's sweep): no mount of a missing source, no second one
     assert [m["Target"] for m in git_mounts(tmp_path / "ws2", with_top)] == []
     # copy mode: the workspace is the session's own copy, its top .git the real one's (or an empty one)
-    assert [m["Target"] for m in git_mounts(ws, baseline, git_dir=tmp_path / "nothing")] == ["/workspace/lib/.git", "/workspace/.git"]
+    assert [m["Target"] for m in git_mounts(ws, baseline, git_dir=tmp_path / "nothing")] == [
+        "/workspace/lib/.git",
+        "/workspace/.git",
+    ]
 
 
 def test_a_journal_finished_by_another_process_is_no_error(tmp_path, monkeypatch, caplog):
@@ -156,7 +189,9 @@ def test_a_journal_finished_by_another_process_is_no_error(tmp_path, monkeypatch
     assert [r.getMessage() for r in caplog.records] == []
     gone = sweep_journal.Pending(tmp_path / "state" / "nothing.json", ws, tmp_path / "q", False, baseline, None)
     (ws / ".git").mkdir()
-    assert not sweep_journal.complete(gone) and (ws / ".git").is_dir(), "a journal finished elsewhere is not swept again"
+    assert not sweep_journal.complete(gone) and (ws / ".git").is_dir(), (
+        "a journal finished elsewhere is not swept again"
+    )
 
 
 def _repository_gone_at_start(monkeypatch, repo: Path, tries_failing: int) -> list[int]:
@@ -206,7 +241,9 @@ def test_a_transient_start_failure_is_retried(sandbox_image, docker_client, tmp_
 
 
 @pytest.mark.docker
-def test_a_lasting_start_failure_is_reported_typed_after_bounded_tries(sandbox_image, docker_client, tmp_path, monkeypatch):
+def test_a_lasting_start_failure_is_reported_typed_after_bounded_tries(
+    sandbox_image, docker_client, tmp_path, monkeypatch
+):
     """A 5xx that every try meets is reported typed (sandbox_start_failed) after START_ATTEMPTS tries
     and a bounded backoff, and nothing is left behind."""
     from orchestrator.sandbox.docker import START_ATTEMPTS, DockerSandbox
@@ -219,7 +256,9 @@ def test_a_lasting_start_failure_is_reported_typed_after_bounded_tries(sandbox_i
         box.start()
     took = time.monotonic() - started
     box.close()
-    assert err.value.type is ErrorType.SANDBOX_START_FAILED and f"tried {START_ATTEMPTS} times" in err.value.message, err.value.message
+    assert err.value.type is ErrorType.SANDBOX_START_FAILED and f"tried {START_ATTEMPTS} times" in err.value.message, (
+        err.value.message
+    )
     assert len(calls) == START_ATTEMPTS and took < 30, (calls, took)
     assert _left_running(docker_client, ws) == []
 
@@ -241,7 +280,13 @@ def test_two_sessions_on_one_workspace_leave_nothing(sandbox_image, docker_clien
         try:
             assert first.call("shell", {"command": "echo 1 > one.txt"}).ok
             first.close()
-            assert second.call("shell", {"command": "cat one.txt; ls -a"}).output.split() == ["1", ".", "..", "a.txt", "one.txt"]
+            assert second.call("shell", {"command": "cat one.txt; ls -a"}).output.split() == [
+                "1",
+                ".",
+                "..",
+                "a.txt",
+                "one.txt",
+            ]
         finally:
             second.close()
     finally:
@@ -252,8 +297,13 @@ def test_two_sessions_on_one_workspace_leave_nothing(sandbox_image, docker_clien
 
 def _fill(box: Any, tag: int, files: int = 100) -> tuple[Any, float]:
     started = time.monotonic()
-    res = box.call("shell", {"command": f"i=0; while [ $i -lt {files} ]; do head -c 8388608 /dev/zero > f{tag}-$i || exit 1; i=$((i+1)); done; echo finished",
-                             "timeout": 300})
+    res = box.call(
+        "shell",
+        {
+            "command": f"i=0; while [ $i -lt {files} ]; do head -c 8388608 /dev/zero > f{tag}-$i || exit 1; i=$((i+1)); done; echo finished",
+            "timeout": 300,
+        },
+    )
     return res, time.monotonic() - started
 
 
@@ -280,7 +330,13 @@ def test_write_quota_with_two_writers_under_load(mode, sandbox_image, docker_cli
         if mode == "copy":
             record, git_dir = prepare(ws, WorkspaceMode.COPY, None, kind="exec")
             root = Path(record.box_workspace)
-            box = DockerSandbox(root, SandboxConfig(write_quota=quota, user=record.user), client=docker_client, state_dir=record.dir, git_dir=git_dir)
+            box = DockerSandbox(
+                root,
+                SandboxConfig(write_quota=quota, user=record.user),
+                client=docker_client,
+                state_dir=record.dir,
+                git_dir=git_dir,
+            )
         else:
             root = ws
             box = DockerSandbox(root, SandboxConfig(write_quota=quota), client=docker_client)
@@ -299,11 +355,15 @@ def test_write_quota_with_two_writers_under_load(mode, sandbox_image, docker_cli
         return sum(p.stat().st_size for p in root.glob("f*"))
 
     total = sum(written(r) for r in set(roots))
-    lines = [f"{mode}: quota {quota >> 20} MiB per session, two writers under {os.cpu_count()} CPU burner(s): "
-             f"{total >> 20} MiB written in all"]
+    lines = [
+        f"{mode}: quota {quota >> 20} MiB per session, two writers under {os.cpu_count()} CPU burner(s): "
+        f"{total >> 20} MiB written in all"
+    ]
     for n, ((res, took), root) in enumerate(zip(results, roots, strict=True)):
-        lines.append(f"  session {n}: {'stopped' if not res.ok else 'NOT stopped'} "
-                     f"({res.error.type.value if res.error else 'ok'}) after {took:.2f} s; its root holds {written(root) >> 20} MiB")
+        lines.append(
+            f"  session {n}: {'stopped' if not res.ok else 'NOT stopped'} "
+            f"({res.error.type.value if res.error else 'ok'}) after {took:.2f} s; its root holds {written(root) >> 20} MiB"
+        )
     print("\n" + "\n".join(lines))
     for res, _ in results:
         assert not res.ok and res.error.type.value == "workspace_quota_exceeded", res

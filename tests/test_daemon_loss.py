@@ -17,6 +17,7 @@ Boxes run under the machine daemon's registrations copied over (runsc and runsc-
 registered them; gVisor then runs under the own daemon as it does under the machine's); with none,
 the project's default choice is runc, as on the machine.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -100,7 +101,12 @@ def containers(daemon: OwnDockerDaemon) -> list[dict[str, Any]]:
 # -- the CLI's processes -----------------------------------------------------------------------------
 def cli_env(tmp_path: Path, daemon: OwnDockerDaemon, mark: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")}
-    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), DOCKER_HOST=daemon.host, **extra)
+    env.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        DOCKER_HOST=daemon.host,
+        **extra,
+    )
     env[MARK] = mark
     return env
 
@@ -126,7 +132,9 @@ def wait_for(path: Path, proc: subprocess.Popen[str] | None = None, within: floa
     deadline = time.monotonic() + within
     while not path.exists():
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"the CLI ended before {path.name} appeared: {proc.returncode}\n{proc.communicate()[1][-3000:]}")
+            raise AssertionError(
+                f"the CLI ended before {path.name} appeared: {proc.returncode}\n{proc.communicate()[1][-3000:]}"
+            )
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
 
@@ -177,7 +185,9 @@ def test_a_vanished_backend_fails_each_call_typed_and_the_box_comes_back_with_it
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "a.txt").write_text("a\n")
-    box = SupervisedSandbox(ws, SandboxConfig(user=f"{os.getuid() or 1000}:{os.getgid() or 1000}"), deploy, state_dir=tmp_path / "state")
+    box = SupervisedSandbox(
+        ws, SandboxConfig(user=f"{os.getuid() or 1000}:{os.getgid() or 1000}"), deploy, state_dir=tmp_path / "state"
+    )
     with box:
         backend = made[0]
         backend.gone = True
@@ -210,7 +220,9 @@ def test_a_daemon_killed_mid_call_fails_the_call_typed_at_once_and_the_box_retur
     assert {c["Id"] for c in containers(daemon)} == {busy_id, idle_id}  # on the test's daemon, not the machine's
     running = threading.Event()
     outcome: list[Any] = []
-    caller = threading.Thread(target=lambda: outcome.append(busy.call("shell", {"command": SLOW_CALL}, on_output=lambda _: running.set())))
+    caller = threading.Thread(
+        target=lambda: outcome.append(busy.call("shell", {"command": SLOW_CALL}, on_output=lambda _: running.set()))
+    )
     caller.start()
     assert running.wait(60)
     killed = time.monotonic()
@@ -285,11 +297,33 @@ def test_run_killed_mid_call_ends_the_session_typed_and_the_next_run_works(daemo
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     mark = uuid.uuid4().hex
     env = cli_env(tmp_path, daemon, mark)
-    model = script(tmp_path, [{"tool_calls": [{"id": "slow", "name": "shell", "arguments": {"command": SLOW_CALL}}]}, {"text": "never"}])
+    model = script(
+        tmp_path,
+        [{"tool_calls": [{"id": "slow", "name": "shell", "arguments": {"command": SLOW_CALL}}]}, {"text": "never"}],
+    )
     transcript = tmp_path / "t.jsonl"
-    proc = subprocess.Popen([OA, "run", "--workspace", str(ws), "--model", model, "--non-interactive", "--auto-approve", "--output", "json",
-                             "--transcript", str(transcript), "go"], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            OA,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            model,
+            "--non-interactive",
+            "--auto-approve",
+            "--output",
+            "json",
+            "--transcript",
+            str(transcript),
+            "go",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(ws / "started", proc)
         daemon.kill()
@@ -308,18 +342,51 @@ def test_run_killed_mid_call_ends_the_session_typed_and_the_next_run_works(daemo
     assert marked(mark) == []  # the CLI is gone and left no process of its own behind
 
     # while the daemon is down: a set-up error (exit 2), typed, at once; exec the same
-    down = subprocess.run([OA, "run", "--workspace", str(ws), "--model", model, "--non-interactive", "go"], env=env, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    down = subprocess.run(
+        [OA, "run", "--workspace", str(ws), "--model", model, "--non-interactive", "go"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert down.returncode == 2 and "docker_unavailable" in down.stderr, down.stderr
-    down = subprocess.run([OA, "exec", "--workspace", str(ws), "read_file", '{"path": "a.txt"}'], env=env, capture_output=True, text=True,
-                          timeout=60)
+    down = subprocess.run(
+        [OA, "exec", "--workspace", str(ws), "read_file", '{"path": "a.txt"}'],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert down.returncode == 2 and "docker_unavailable" in down.stderr, down.stderr
     assert json.loads(down.stdout)["error"]["type"] == "docker_unavailable"  # its one JSON result on stdout
 
     daemon.ensure_up()
-    again = script(tmp_path, [{"tool_calls": [{"name": "shell", "arguments": {"command": "cat a.txt"}}]}, {"text": "done"}], "again.jsonl")
-    proc = subprocess.run([OA, "run", "--workspace", str(ws), "--model", again, "--non-interactive", "--auto-approve", "--output", "json", "go"],
-                          env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    again = script(
+        tmp_path,
+        [{"tool_calls": [{"name": "shell", "arguments": {"command": "cat a.txt"}}]}, {"text": "done"}],
+        "again.jsonl",
+    )
+    proc = subprocess.run(
+        [
+            OA,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            again,
+            "--non-interactive",
+            "--auto-approve",
+            "--output",
+            "json",
+            "go",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["calls"]["ok"] == 1
     assert marked(mark) == []
@@ -339,10 +406,32 @@ def test_run_whose_daemon_dies_between_calls_stops_at_the_next_call_typed(daemon
         server.openai_turn("never asked")
         server.before_reply = lambda number: daemon.kill() if number == 2 else None  # while the model thinks
         env = cli_env(tmp_path, daemon, mark, OA_TEST_MODEL_KEY="k")
-        proc = subprocess.run([OA, "run", "--workspace", str(ws), "--model", "openai:fake", "--base-url", server.base_url,
-                               "--api-key-env", "OA_TEST_MODEL_KEY", "--non-interactive", "--auto-approve", "--output", "json",
-                               "--transcript", str(transcript), "go"], env=env, capture_output=True, text=True, timeout=120,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [
+                OA,
+                "run",
+                "--workspace",
+                str(ws),
+                "--model",
+                "openai:fake",
+                "--base-url",
+                server.base_url,
+                "--api-key-env",
+                "OA_TEST_MODEL_KEY",
+                "--non-interactive",
+                "--auto-approve",
+                "--output",
+                "json",
+                "--transcript",
+                str(transcript),
+                "go",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
         asked = len(server.requests)
     assert proc.returncode == 1, proc.stderr
     summary = json.loads(proc.stdout)
@@ -359,8 +448,13 @@ def test_run_whose_daemon_dies_between_calls_stops_at_the_next_call_typed(daemon
 def test_exec_killed_mid_call_exits_2_with_the_typed_error(daemon, tmp_path):
     ws = make_workspace(tmp_path / "ws")
     mark = uuid.uuid4().hex
-    proc = subprocess.Popen([OA, "exec", "--workspace", str(ws), "shell", json.dumps({"command": SLOW_CALL})],
-                            env=cli_env(tmp_path, daemon, mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [OA, "exec", "--workspace", str(ws), "shell", json.dumps({"command": SLOW_CALL})],
+        env=cli_env(tmp_path, daemon, mark),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(ws / "started", proc)
         daemon.kill()
@@ -370,7 +464,11 @@ def test_exec_killed_mid_call_exits_2_with_the_typed_error(daemon, tmp_path):
             proc.kill()
     assert proc.returncode == 2, err
     result = json.loads(out)
-    assert result["ok"] is False and result["error"]["type"] == "docker_unavailable" and result["error"]["recoverable"] is False
+    assert (
+        result["ok"] is False
+        and result["error"]["type"] == "docker_unavailable"
+        and result["error"]["recoverable"] is False
+    )
     assert "oa-sandbox: docker_unavailable:" in err
     assert marked(mark) == []
 
@@ -399,7 +497,11 @@ def test_acp_reports_the_loss_on_that_prompt_and_serves_its_other_sessions_when_
 
             async def kill_once_running(session_id, update):
                 content = getattr(update, "content", None) or []
-                if session_id == a.session_id and not killed and any("started" in getattr(c.content, "text", "") for c in content):
+                if (
+                    session_id == a.session_id
+                    and not killed
+                    and any("started" in getattr(c.content, "text", "") for c in content)
+                ):
                     killed.append(time.monotonic())
                     await asyncio.to_thread(daemon.kill)
 
@@ -414,13 +516,32 @@ def test_acp_reports_the_loss_on_that_prompt_and_serves_its_other_sessions_when_
             answer_c = await conn.prompt(session_id=c.session_id, prompt=[text_block("echo")])
             return lost.value, took, answer_b.stop_reason, answer_c.stop_reason
 
-        run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
-                                    "--transcript-dir", str(tmp_path / "t")], body, env={"OA_TEST_MODEL_KEY": "k", MARK: mark})
+        run = run_editor(
+            tmp_path,
+            [
+                "--model",
+                "openai:fake",
+                "--base-url",
+                server.base_url,
+                "--api-key-env",
+                "OA_TEST_MODEL_KEY",
+                "--transcript-dir",
+                str(tmp_path / "t"),
+            ],
+            body,
+            env={"OA_TEST_MODEL_KEY": "k", MARK: mark},
+        )
     err, took, stop_b, stop_c = run.result
-    assert err.code == -32603 and err.data["type"] == "docker_unavailable" and err.data["recoverable"] is False, err.data
+    assert err.code == -32603 and err.data["type"] == "docker_unavailable" and err.data["recoverable"] is False, (
+        err.data
+    )
     assert took < SLOW_S  # the loss was noticed, not waited out
     assert (stop_b, stop_c) == ("end_turn", "end_turn")
-    texts = [getattr(u.content, "text", "") for u in run.editor.updates if getattr(u, "session_update", "") == "agent_message_chunk"]
+    texts = [
+        getattr(u.content, "text", "")
+        for u in run.editor.updates
+        if getattr(u, "session_update", "") == "agent_message_chunk"
+    ]
     assert texts == ["B done", "C done"]
     assert run.returncode == 0
     assert containers(daemon) == []  # A's and B's lost boxes too: removed once the daemon answered
@@ -438,11 +559,14 @@ def test_mcp_reports_the_loss_on_that_call_and_serves_the_next_once_the_daemon_i
     mark = uuid.uuid4().hex
     transcript = tmp_path / "t.jsonl"
     env = cli_env(tmp_path, daemon, mark)
-    server = StdioServerParameters(command=OA, args=["mcp", "--workspace", str(ws), "--transcript", str(transcript)], env=env)
+    server = StdioServerParameters(
+        command=OA, args=["mcp", "--workspace", str(ws), "--transcript", str(transcript)], env=env
+    )
     seen: dict[str, Any] = {}
 
     async def session() -> None:
         async with Client(server, read_timeout_seconds=120) as client:
+
             async def kill_when_started() -> None:
                 await anyio.to_thread.run_sync(wait_for, ws / "started")
                 seen["killed"] = time.monotonic()

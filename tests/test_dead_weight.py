@@ -3,6 +3,7 @@ sandbox_agent/ is used somewhere else (product, tests, bench, scripts), and no f
 goes by a second module-level name (an alias hides who calls what). Decorated definitions (click
 commands, registered by their decorator) are used by being defined. Constants may name another
 constant: EXIT_TOOL_ERROR = EXIT_STOPPED says what the code means there."""
+
 from __future__ import annotations
 
 import ast
@@ -33,7 +34,9 @@ def test_every_top_level_name_is_used_somewhere_else() -> None:
                 names = [t.id for t in node.targets if isinstance(t, ast.Name)]
             else:
                 continue
-            unused += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if not n.startswith("__") and words[n] <= 1]
+            unused += [
+                f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if not n.startswith("__") and words[n] <= 1
+            ]
     assert unused == []
 
 
@@ -42,7 +45,12 @@ def test_no_function_or_class_has_a_second_name() -> None:
     for path, text in _sources(PRODUCT).items():
         tree = ast.parse(text)
         defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        imported = {(a.asname or a.name).split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+        imported = {
+            (a.asname or a.name).split(".")[0]
+            for n in tree.body
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names
+        }
         for node in tree.body:
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
                 continue
@@ -51,7 +59,11 @@ def test_no_function_or_class_has_a_second_name() -> None:
                 continue  # a constant naming another constant
             if isinstance(value, ast.Name) and value.id in defined | imported and not value.id.isupper():
                 aliases.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
-            elif (isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id in imported
-                  and not value.attr.isupper()):
+            elif (
+                isinstance(value, ast.Attribute)
+                and isinstance(value.value, ast.Name)
+                and value.value.id in imported
+                and not value.attr.isupper()
+            ):
                 aliases.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)}")
     assert aliases == []

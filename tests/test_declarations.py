@@ -1,5 +1,6 @@
 """The exact declarations each model family receives, snapshotted. Rewrite the snapshots on
 purpose with UPDATE_SNAPSHOTS=1 and review the diff."""
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,14 @@ def test_openai_schema_forbids_extra_fields_and_states_bounds():
 
 def test_every_sandbox_tool_has_the_spec_kind():
     kinds = {n: s.kind for n, s in SPECS.items() if s.side == "sandbox"}
-    assert kinds == {"read_file": "read", "list_files": "read", "grep_files": "search", "write_file": "edit", "edit_file": "edit", "shell": "execute"}
+    assert kinds == {
+        "read_file": "read",
+        "list_files": "read",
+        "grep_files": "search",
+        "write_file": "edit",
+        "edit_file": "edit",
+        "shell": "execute",
+    }
 
 
 def test_anthropic_declarations_are_the_messages_api_tool_shape():

@@ -1,5 +1,6 @@
 """`oa-sandbox discard` removes a box-written copy through boxfs: all of it, however deep, and
 nothing a link in it points at."""
+
 from __future__ import annotations
 
 import os
@@ -10,8 +11,10 @@ from tests.test_workspace_modes import cli, make_workspace, run_session, shell
 
 pytestmark = pytest.mark.docker
 
-PLANT = ("python3 -c \"import os\nfd=os.open('.',os.O_RDONLY)\nfor _ in range(1500):\n os.mkdir('d',dir_fd=fd); n=os.open('d',os.O_RDONLY,dir_fd=fd); os.close(fd); fd=n\n\"; "
-         "ln -s /host-outside out; ln -s ../../.. up; printf x > 'new\nline'")
+PLANT = (
+    "python3 -c \"import os\nfd=os.open('.',os.O_RDONLY)\nfor _ in range(1500):\n os.mkdir('d',dir_fd=fd); n=os.open('d',os.O_RDONLY,dir_fd=fd); os.close(fd); fd=n\n\"; "
+    "ln -s /host-outside out; ln -s ../../.. up; printf x > 'new\nline'"
+)
 
 
 def test_discard_removes_a_deep_hostile_copy_and_follows_no_link(sandbox_image, tmp_path, monkeypatch):
@@ -20,8 +23,13 @@ def test_discard_removes_a_deep_hostile_copy_and_follows_no_link(sandbox_image, 
     outside.mkdir()
     (outside / "keep").write_text("the user's file")
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    proc, sid = run_session(tmp_path, ws, [shell(PLANT.replace("/host-outside", str(outside))), {"text": "done"}],
-                            "--workspace-mode", "copy")
+    proc, sid = run_session(
+        tmp_path,
+        ws,
+        [shell(PLANT.replace("/host-outside", str(outside))), {"text": "done"}],
+        "--workspace-mode",
+        "copy",
+    )
     assert proc.returncode == 0 and sid, proc.stderr
     session_dir = next((tmp_path / "state").glob(f"*/sessions/{sid}"))
     copy = next(p for p in session_dir.iterdir() if p.is_dir() and (p / "a.txt").exists())

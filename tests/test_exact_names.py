@@ -5,6 +5,7 @@ read_file (list_files, grep_files) takes it. Names with a newline, a tab, bytes 
 `:1:` that looks like a match's line number, in real boxes. Before, a newline made two invented
 entries and dropped the last real one, and a name that is not UTF-8 broke the agent's answer (the
 host took the agent for lost and replaced the box)."""
+
 from __future__ import annotations
 
 import io
@@ -22,8 +23,15 @@ from tests.conftest import make_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
 # name (as os.fsdecode gives it) -> content; a directory whose name is not UTF-8 holds one of them too
-ODD = {"nl\nname": "one\n", "tab\tname": "two\n", "bad\udcffutf8": "three\n", "m:1:x": "four\n", "plain.txt": "five\n",
-       "d\udcfe/in\nside": "six\n", "\x01" * 40: "seven\n"}
+ODD = {
+    "nl\nname": "one\n",
+    "tab\tname": "two\n",
+    "bad\udcffutf8": "three\n",
+    "m:1:x": "four\n",
+    "plain.txt": "five\n",
+    "d\udcfe/in\nside": "six\n",
+    "\x01" * 40: "seven\n",
+}
 
 
 def expected_entries() -> list[str]:
@@ -48,7 +56,9 @@ def test_list_and_grep_give_every_name_exact_and_each_reads_back(sandbox_image, 
         # the model's text: one entry a line, as ever; the bytes that are not UTF-8 shown escaped
         assert "bad\\xffutf8" in listed.output and "d\\xfe/" in listed.output
         found = box.grep_files(r"^(one|two|three|four|five|six|seven)$")
-        assert sorted((m.path, m.line, m.text) for m in found.matches) == sorted((n, 1, t.strip()) for n, t in ODD.items())
+        assert sorted((m.path, m.line, m.text) for m in found.matches) == sorted(
+            (n, 1, t.strip()) for n, t in ODD.items()
+        )
         for match in found.matches:
             assert box.grep_files(".", path=match.path).matches[0].path == match.path
         assert box.list_files("d\udcfe").entries == ["d\udcfe/in\nside"]
@@ -70,8 +80,12 @@ def test_the_mcp_server_gives_names_exact_and_takes_them_back(sandbox_image, tmp
     from mcp import Client, StdioServerParameters
 
     ws = make_workspace(tmp_path / "ws", ODD)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)],
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
 
     async def session() -> None:
         async with Client(params, read_timeout_seconds=120) as client:
@@ -80,7 +94,9 @@ def test_the_mcp_server_gives_names_exact_and_takes_them_back(sandbox_image, tmp
             schemas = {name: tool.output_schema for name, tool in tools.items() if tool.output_schema is not None}
             jsonschema.validate(listed.structured_content, schemas["list_files"])
             given = listed.structured_content["names"]
-            assert sorted(os.fsencode(names.from_arg(n)) for n in given) == sorted(os.fsencode(e) for e in expected_entries())
+            assert sorted(os.fsencode(names.from_arg(n)) for n in given) == sorted(
+                os.fsencode(e) for e in expected_entries()
+            )
             assert {"bytes_b64": "YmFk/3V0Zjg="} in given and "nl\nname" in given
             for name in given:
                 if not (names.from_arg(name)).endswith("/"):
@@ -88,14 +104,19 @@ def test_the_mcp_server_gives_names_exact_and_takes_them_back(sandbox_image, tmp
                     assert not read.is_error and read.structured_content["output"] == ODD[names.from_arg(name)]
             found = await client.call_tool("grep_files", {"pattern": "^three$"})
             jsonschema.validate(found.structured_content, schemas["grep_files"])
-            assert found.structured_content["hits"] == [{"path": {"bytes_b64": "YmFk/3V0Zjg="}, "line": 1, "text": "three"}]
+            assert found.structured_content["hits"] == [
+                {"path": {"bytes_b64": "YmFk/3V0Zjg="}, "line": 1, "text": "three"}
+            ]
 
     anyio.run(session)
 
 
 # -- the agent alone ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["a.txt", "nl\nname", "tab\tname", "bad\udcffutf8", "\x01" * 300, "ü/ß", 'q"\\', "\udc80" * 3])
+
+@pytest.mark.parametrize(
+    "name", ["a.txt", "nl\nname", "tab\tname", "bad\udcffutf8", "\x01" * 300, "ü/ß", 'q"\\', "\udc80" * 3]
+)
 def test_exact_round_trips_and_is_never_longer_than_base64(name):
     form = names.exact(name)
     assert names.from_arg(form) == name and names.from_arg(json.loads(json.dumps(form))) == name
@@ -115,9 +136,19 @@ def test_every_answer_the_agent_sends_is_valid_utf8(monkeypatch):
     answered in valid UTF-8, the name shown escaped; before, the raw byte made the line unreadable."""
     buffer = io.BytesIO()
     monkeypatch.setattr(sys, "stdout", type("Out", (), {"buffer": buffer})())
-    server._send({"v": 1, "id": 1, "ok": False, "output": "bad\udcffutf8\nx\\xy", "error": {"type": "file_not_found", "message": "d\udcfe: no"},
-                  "meta": {"unreadable": ["u\udc80"], "names": [names.exact("bad\udcffutf8")]}})
+    server._send(
+        {
+            "v": 1,
+            "id": 1,
+            "ok": False,
+            "output": "bad\udcffutf8\nx\\xy",
+            "error": {"type": "file_not_found", "message": "d\udcfe: no"},
+            "meta": {"unreadable": ["u\udc80"], "names": [names.exact("bad\udcffutf8")]},
+        }
+    )
     line = buffer.getvalue()
     message = json.loads(line.decode("utf-8"))
     assert message["output"] == "bad\\xffutf8\nx\\xy" and message["error"]["message"] == "d\\xfe: no"
-    assert message["meta"]["unreadable"] == ["u\\x80"] and names.from_arg(message["meta"]["names"][0]) == "bad\udcffutf8"
+    assert (
+        message["meta"]["unreadable"] == ["u\\x80"] and names.from_arg(message["meta"]["names"][0]) == "bad\udcffutf8"
+    )

@@ -7,6 +7,7 @@ parent copy (a symlink out, a FIFO, a setuid file written by the box, a hard lin
 stays inert in the forks. Refusals are typed: another user's session, a running, discarded or
 bind-mode one, N out of range.
 """
+
 from __future__ import annotations
 
 import errno
@@ -26,9 +27,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def oa(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=timeout,
-                          env=environment, cwd=ROOT)
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=ROOT,
+    )
 
 
 def script(tmp_path: Path, name: str, turns: list[dict]) -> str:
@@ -67,7 +77,9 @@ def fork_mode(request, monkeypatch) -> str:
     if request.param == "overlay" and unusable():
         pytest.skip(f"overlay forks: {unusable()}")
     monkeypatch.setenv("OA_FORK_COW", "copy" if request.param == "copy" else "auto")
-    if request.param == "overlay":  # the parent's copy a plain directory: one on a file system of its own (quota_fs) forks as data copies
+    if (
+        request.param == "overlay"
+    ):  # the parent's copy a plain directory: one on a file system of its own (quota_fs) forks as data copies
         monkeypatch.setenv("OA_WRITE_QUOTA_FS", "watch")
     return str(request.param)
 
@@ -105,9 +117,17 @@ def test_fork_three_ways_each_changed_differently_apply_one_discard_the_rest(san
         seen |= mine
     # each fork goes on in its own box with a different model: different changes
     for i, fork in enumerate(forks):
-        model = script(tmp_path, f"fork{i}.jsonl", [{"text": "", "tool_calls": [write(f"only{i}.txt", f"fork {i}\n"),
-                                                                                 write("base.txt", f"rewritten by fork {i}\n")]},
-                                                     {"text": f"fork {i} done"}])
+        model = script(
+            tmp_path,
+            f"fork{i}.jsonl",
+            [
+                {
+                    "text": "",
+                    "tool_calls": [write(f"only{i}.txt", f"fork {i}\n"), write("base.txt", f"rewritten by fork {i}\n")],
+                },
+                {"text": f"fork {i} done"},
+            ],
+        )
         proc = oa(tmp_path, "run", "--resume", fork, "--model", model, *RUN, f"task {i}")
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["session_id"] == fork
@@ -124,11 +144,20 @@ def test_fork_three_ways_each_changed_differently_apply_one_discard_the_rest(san
         assert not set.intersection(*(inodes(u) for u in uppers))
     # changes / apply one: the parent's work and this fork's land, the siblings' do not
     diff = oa(tmp_path, "changes", forks[1])
-    assert diff.returncode == 0 and "only1.txt" in diff.stdout and "base.txt" in diff.stdout and "only0.txt" not in diff.stdout
+    assert (
+        diff.returncode == 0
+        and "only1.txt" in diff.stdout
+        and "base.txt" in diff.stdout
+        and "only0.txt" not in diff.stdout
+    )
     applied = oa(tmp_path, "apply", forks[1])
     assert applied.returncode == 0, applied.stderr
     assert (ws / "only1.txt").read_text() == "fork 1\n" and (ws / "base.txt").read_text() == "rewritten by fork 1\n"
-    assert not (ws / "only0.txt").exists() and not (ws / "only2.txt").exists() and (ws / "keep.txt").read_text() == "kept\n"
+    assert (
+        not (ws / "only0.txt").exists()
+        and not (ws / "only2.txt").exists()
+        and (ws / "keep.txt").read_text() == "kept\n"
+    )
     for fork in (forks[0], forks[2]):
         assert oa(tmp_path, "discard", fork).returncode == 0
     listed = {r["id"]: r for r in json.loads(oa(tmp_path, "sessions", "--json").stdout)}
@@ -153,7 +182,9 @@ def test_a_hostile_parent_copy_stays_inert_in_its_forks(sandbox_image, tmp_path,
     try:
         os.link(secret, parent_copy / "hard.txt")
         linked = True
-    except OSError as err:  # the copy lies on a file system of its own (workspace/quota_fs.py): no host file can be linked into it
+    except (
+        OSError
+    ) as err:  # the copy lies on a file system of its own (workspace/quota_fs.py): no host file can be linked into it
         assert err.errno == errno.EXDEV, err
         linked = False
     proc = oa(tmp_path, "fork", parent, "-n", "2", "--output", "json", timeout=120)
@@ -162,7 +193,9 @@ def test_a_hostile_parent_copy_stays_inert_in_its_forks(sandbox_image, tmp_path,
     secret_ino = os.stat(secret).st_ino
     for fork in forks:
         copy = sessions_dir(tmp_path) / fork / "copy"
-        assert os.readlink(copy / "out.lnk") == str(secret) and os.path.islink(copy / "shadow.lnk")  # copied as links, never followed
+        assert os.readlink(copy / "out.lnk") == str(secret) and os.path.islink(
+            copy / "shadow.lnk"
+        )  # copied as links, never followed
         assert not os.path.lexists(copy / "pipe")  # a FIFO is left out
         mode = os.lstat(copy / "suid").st_mode
         assert stat.S_ISREG(mode) and not mode & (stat.S_ISUID | stat.S_ISGID)
@@ -219,7 +252,11 @@ def test_fork_refusals_are_typed(tmp_path, monkeypatch):
     os.chown(record.dir / "session.json", 4242, 4242)
     before = set(os.listdir(record.dir.parent))
     proc = oa(tmp_path, "fork", sid, "--output", "json")
-    assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["type"] == "permission_denied" and "uid 4242" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and json.loads(proc.stdout)["error"]["type"] == "permission_denied"
+        and "uid 4242" in proc.stderr
+    )
     assert set(os.listdir(record.dir.parent)) == before
 
 

@@ -6,6 +6,7 @@ The pick command runs in each attempt's own box; the passing attempt with the fe
 is chosen, the others are discarded, what the pick command wrote is rolled back, and `--apply`
 lands only the chosen one. Bad flag combinations are typed set-up errors.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,15 +29,38 @@ def edit(new: str) -> dict:
 @pytest.mark.slow
 def test_best_of_three_keeps_the_passing_attempt_with_the_fewest_changed_lines(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"calc.py": CALC, "test_calc.py": TEST})
-    scripts = {1: edit("    return a * b"),  # still fails
-               2: edit("    # add the two numbers\n    # (they are numbers)\n    total = a + b\n    return total"),
-               3: edit("    return a + b")}
+    scripts = {
+        1: edit("    return a * b"),  # still fails
+        2: edit("    # add the two numbers\n    # (they are numbers)\n    total = a + b\n    return total"),
+        3: edit("    return a + b"),
+    }
     for number, call in scripts.items():
-        (tmp_path / f"attempt{number}.jsonl").write_text(json.dumps({"text": "", "tool_calls": [call]}) + "\n"
-                                                         + json.dumps({"text": f"attempt {number} done"}) + "\n")
+        (tmp_path / f"attempt{number}.jsonl").write_text(
+            json.dumps({"text": "", "tool_calls": [call]})
+            + "\n"
+            + json.dumps({"text": f"attempt {number} done"})
+            + "\n"
+        )
     pick = "python3 -B -m unittest -q test_calc && echo scored > picked.txt"
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/attempt{{attempt}}.jsonl", "--non-interactive", "--auto-approve",
-              "--output", "json", "--attempts", "3", "--pick", pick, "--apply", "fix add", timeout=600)
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{tmp_path}/attempt{{attempt}}.jsonl",
+        "--non-interactive",
+        "--auto-approve",
+        "--output",
+        "json",
+        "--attempts",
+        "3",
+        "--pick",
+        pick,
+        "--apply",
+        "fix add",
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     attempts = {a["number"]: a for a in out["attempts"]}
@@ -60,14 +84,19 @@ def test_best_of_three_keeps_the_passing_attempt_with_the_fewest_changed_lines(s
 def test_attempts_and_pick_go_together_on_a_new_copy(tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     common = ["run", "--workspace", str(ws), "--model", "script:/nonexistent", "--output", "json"]
-    for extra in (["--attempts", "2"], ["--pick", "true"], ["--attempts", "2", "--pick", "true", "--workspace-mode", "bind"],
-                  ["--attempts", "2", "--pick", "true", "--resume", "20260101-000000-abcdef"]):
+    for extra in (
+        ["--attempts", "2"],
+        ["--pick", "true"],
+        ["--attempts", "2", "--pick", "true", "--workspace-mode", "bind"],
+        ["--attempts", "2", "--pick", "true", "--resume", "20260101-000000-abcdef"],
+    ):
         proc = oa(tmp_path, *common, *extra, "task")
         assert proc.returncode == 2, (extra, proc.stderr)
         assert json.loads(proc.stdout)["error"]["type"] == "invalid_arguments"
     assert oa(tmp_path, *common, "--attempts", "17", "--pick", "true", "task").returncode == 2
     assert not (tmp_path / "state" / "openagents-sandbox" / "sessions").exists() or not any(
-        Path(tmp_path / "state" / "openagents-sandbox" / "sessions").iterdir())
+        Path(tmp_path / "state" / "openagents-sandbox" / "sessions").iterdir()
+    )
 
 
 @pytest.mark.docker
@@ -75,8 +104,25 @@ def test_attempts_and_pick_go_together_on_a_new_copy(tmp_path):
 def test_a_pick_command_that_hangs_is_killed_and_fails_and_nothing_is_chosen(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"calc.py": CALC})
     (tmp_path / "m.jsonl").write_text(json.dumps({"text": "nothing to do"}) + "\n")
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/m.jsonl", "--non-interactive", "--output", "json",
-              "--attempts", "2", "--pick", "sleep 100000", "--pick-timeout", "2", "task", timeout=400)
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{tmp_path}/m.jsonl",
+        "--non-interactive",
+        "--output",
+        "json",
+        "--attempts",
+        "2",
+        "--pick",
+        "sleep 100000",
+        "--pick-timeout",
+        "2",
+        "task",
+        timeout=400,
+    )
     assert proc.returncode == 1, proc.stderr
     out = json.loads(proc.stdout)
     assert out["chosen"] is None and len(out["attempts"]) == 2
@@ -87,8 +133,16 @@ def test_scores_and_the_tie_break():
     from orchestrator.api.attempts import Attempt, best, parse_score
 
     assert parse_score(True, 0, "ok\n") == 1.0 and parse_score(True, 0, "ran 3\n0.75\n") == 0.75
-    assert parse_score(True, 1, "0.9\n") is None and parse_score(False, None, "") is None and parse_score(True, 0, "nan\n") == 1.0
-    a, b, c = (Attempt(1, "a", score=None), Attempt(2, "b", score=1.0, changed_lines=9), Attempt(3, "c", score=1.0, changed_lines=2))
+    assert (
+        parse_score(True, 1, "0.9\n") is None
+        and parse_score(False, None, "") is None
+        and parse_score(True, 0, "nan\n") == 1.0
+    )
+    a, b, c = (
+        Attempt(1, "a", score=None),
+        Attempt(2, "b", score=1.0, changed_lines=9),
+        Attempt(3, "c", score=1.0, changed_lines=2),
+    )
     assert best([a, b, c]) is c and best([a]) is None
     assert best([Attempt(1, "x", score=2.0, changed_lines=50), c]).session_id == "x"
 
@@ -106,14 +160,37 @@ def test_ctrl_c_cancels_every_attempt_and_leaves_no_box(sandbox_image, docker_cl
     from tests.test_fork import ROOT
 
     ws = make_workspace(tmp_path / "ws", {"calc.py": CALC})
-    (tmp_path / "m.jsonl").write_text(json.dumps({"text": "", "tool_calls": [{"name": "shell", "arguments": {"command": "sleep 300"}}]}) + "\n")
+    (tmp_path / "m.jsonl").write_text(
+        json.dumps({"text": "", "tool_calls": [{"name": "shell", "arguments": {"command": "sleep 300"}}]}) + "\n"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
     env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
     err = tmp_path / "stderr.txt"
     with err.open("w") as sink:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/m.jsonl",
-                                 "--non-interactive", "--auto-approve", "--attempts", "2", "--pick", "true", "task"],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=sink, env=env, cwd=ROOT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "run",
+                "--workspace",
+                str(ws),
+                "--model",
+                f"script:{tmp_path}/m.jsonl",
+                "--non-interactive",
+                "--auto-approve",
+                "--attempts",
+                "2",
+                "--pick",
+                "true",
+                "task",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+            env=env,
+            cwd=ROOT,
+        )
         deadline = time.monotonic() + 120
 
         def boxes() -> list:
@@ -141,13 +218,35 @@ def test_every_attempt_keeps_the_workspace_hooks_the_user_trusts(sandbox_image, 
     ws = make_workspace(tmp_path / "ws", {"calc.py": CALC, "test_calc.py": TEST})
     (ws / ".openagents").mkdir()
     guard = [sys.executable, "-c", "import sys; print('no shell here', file=sys.stderr); sys.exit(2)"]
-    (ws / ".openagents" / "policy.toml").write_text(f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = {json.dumps(guard)}\n')
+    (ws / ".openagents" / "policy.toml").write_text(
+        f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = {json.dumps(guard)}\n'
+    )
     user_policy = tmp_path / "user.toml"
-    user_policy.write_text('trust_workspace_hooks = true\n')
+    user_policy.write_text("trust_workspace_hooks = true\n")
     call = {"name": "shell", "arguments": {"command": "touch made-by-the-attempt.txt"}}
-    (tmp_path / "a.jsonl").write_text(json.dumps({"text": "", "tool_calls": [call]}) + "\n" + json.dumps({"text": "done"}) + "\n")
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", f"script:{tmp_path}/a.jsonl", "--non-interactive", "--auto-approve",
-              "--policy", str(user_policy), "--output", "json", "--attempts", "2", "--pick", "true", "guarded", timeout=600)
+    (tmp_path / "a.jsonl").write_text(
+        json.dumps({"text": "", "tool_calls": [call]}) + "\n" + json.dumps({"text": "done"}) + "\n"
+    )
+    proc = oa(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{tmp_path}/a.jsonl",
+        "--non-interactive",
+        "--auto-approve",
+        "--policy",
+        str(user_policy),
+        "--output",
+        "json",
+        "--attempts",
+        "2",
+        "--pick",
+        "true",
+        "guarded",
+        timeout=600,
+    )
     out = json.loads(proc.stdout)
     assert len(out["attempts"]) == 2, proc.stderr
     for attempt in out["attempts"]:

@@ -9,6 +9,7 @@ and refused typed (never shown as "everything deleted") where it cannot be; disc
 removes, and the layers go when no session stands on them; the write quota counts what a fork's
 writes cost on disk (a copied-up file), which the merged view does not show.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,8 @@ from tests.test_fork import oa
 
 pytestmark = pytest.mark.skipif(
     __import__("orchestrator.workspace.overlay", fromlist=["unusable"]).unusable() is not None,
-    reason="overlay forks need a host that may mount (root)")
+    reason="overlay forks need a host that may mount (root)",
+)
 
 
 def no_box(path: str) -> bool:
@@ -36,7 +38,9 @@ def _parent(tmp_path: Path, monkeypatch) -> str:
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("OA_FORK_COW", "auto")
-    ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n", "b.txt": "beta\n", "sub/c.txt": "gamma\n", "big.bin": b"\1" * (1 << 20)})
+    ws = make_workspace(
+        tmp_path / "ws", {"a.txt": "alpha\n", "b.txt": "beta\n", "sub/c.txt": "gamma\n", "big.bin": b"\1" * (1 << 20)}
+    )
     record, _ = prepare(ws, WorkspaceMode.COPY, None)
     record.status, record.host_pid = "finished", 0
     record.save()
@@ -71,7 +75,9 @@ def test_writes_through_every_overlay_fork_reach_that_fork_alone(tmp_path, monke
     for i, fork in enumerate(forks):
         copy = Path(fork.box_workspace)
         assert _view(copy) == before_parent  # a fork starts as the parent is
-        assert CopyManifest.load(fork.manifest_path).copy_dir == fork.box_workspace and not list_changes(CopyManifest.load(fork.manifest_path))
+        assert CopyManifest.load(fork.manifest_path).copy_dir == fork.box_workspace and not list_changes(
+            CopyManifest.load(fork.manifest_path)
+        )
         (copy / "a.txt").write_text(f"fork {i}\n")
         with open(copy / "b.txt", "a") as fh:
             fh.write(f"appended by {i}\n")
@@ -134,7 +140,9 @@ def test_a_fork_is_mounted_again_in_a_later_process_and_discard_removes_it(tmp_p
     assert remove_unused_layers(now=time.time() + 3600) == []  # the parent stands on it
     assert oa(tmp_path, "discard", sid).returncode == 0
     assert not is_mounted(Path(open_own_record(sid, mount=False).box_workspace))
-    remove_unused_layers(now=time.time() + 3600)  # (the discard removed it already unless it was made under LAYER_GRACE_S ago)
+    remove_unused_layers(
+        now=time.time() + 3600
+    )  # (the discard removed it already unless it was made under LAYER_GRACE_S ago)
     assert os.listdir(layers_root()) == []
     listed = {r["id"]: r for r in json.loads(oa(tmp_path, "sessions", "--json").stdout)}
     assert all(listed[i]["discarded"] for i in (sid, one.id, two.id))
@@ -190,7 +198,11 @@ def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypat
     assert held.cow is None
     held.reason = "saved later through an older object"
     held.save()
-    assert held.cow is not None and fork.cow is not None and held.cow.lowers == fork.cow.lowers == open_own_record(sid).cow.lowers
+    assert (
+        held.cow is not None
+        and fork.cow is not None
+        and held.cow.lowers == fork.cow.lowers == open_own_record(sid).cow.lowers
+    )
     discard_state(held)
     assert not is_mounted(Path(held.box_workspace)) and fork.cow is not None
     assert set(fork.cow.lowers) <= mounted_lowers()
@@ -241,7 +253,9 @@ def test_where_nobody_can_tell_whether_a_box_holds_the_copy_the_forks_are_data_c
     for unknown in (None, lambda path: None):  # no check given; a daemon that did not answer
         (fork,) = fork_session(sid, 1, box_on_copy=unknown)
         assert fork.cow is None and open_own_record(sid).cow is None
-        assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n" and not mounts_under(Path(fork.box_workspace))  # no overlay
+        assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n" and not mounts_under(
+            Path(fork.box_workspace)
+        )  # no overlay
 
 
 def test_layers_are_kept_while_a_record_cannot_be_read(tmp_path, monkeypatch):
@@ -256,7 +270,9 @@ def test_layers_are_kept_while_a_record_cannot_be_read(tmp_path, monkeypatch):
     garbled = open_own_record(fork.id).dir / "session.json"
     kept = garbled.read_bytes()
     discard_state(open_own_record(sid))
-    unmount(Path(fork.box_workspace))  # as a reboot leaves it: no mount says the fork stands on the layer, only its record
+    unmount(
+        Path(fork.box_workspace)
+    )  # as a reboot leaves it: no mount says the fork stands on the layer, only its record
     garbled.write_bytes(b"{not json")
     assert remove_unused_layers(now=time.time() + 3600) == [] and len(os.listdir(layers_root())) == 1
     garbled.write_bytes(kept)

@@ -1,5 +1,6 @@
 """One path check for every tool, host or box: the host git tool names a bad path exactly as the
 file tools do, and a missing path is a typed file_not_found, never a raw Python exception."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -5,6 +5,7 @@ with a byte-order mark and without a valid body, CRLF and lone CRs, long lines, 
 skipped directories, links, a FIFO) and on random trees, with the bounds at their real values and
 shrunk so that small files reach them (the 200-line stop, the long-line cut, a read that ends
 inside a line)."""
+
 from __future__ import annotations
 
 import json
@@ -22,10 +23,48 @@ from sandbox_agent import search
 ROOT = Path(__file__).resolve().parent.parent
 
 PATTERNS = [
-    "needle", "need", "ne+dle", "^needle$", "needle$", "^$", "^", r"\r", "é", "\ufffd", "caf.", "(?i)NEEDLE", "Straße",
-    "[a-z]+", "x{3}", "a|needle", "needle|zzz", r"\x00", r"\n", r"line \d+", "no such thing anywhere", "MASKS", "kelvin",
-    "zweite Zeile", "привет", "Привет", r"\bword\b", "(needle)", "needle(?=x)", "(?<=x)needle", "hé", "é$", " $",
-    r"\s$", "[^a-z]", "hello needle", "needle\r", "\ufeff", "\ufeffneedle", "(?x) n e e d l e", "ne(?i:EDLE)", "[é]x",
+    "needle",
+    "need",
+    "ne+dle",
+    "^needle$",
+    "needle$",
+    "^$",
+    "^",
+    r"\r",
+    "é",
+    "\ufffd",
+    "caf.",
+    "(?i)NEEDLE",
+    "Straße",
+    "[a-z]+",
+    "x{3}",
+    "a|needle",
+    "needle|zzz",
+    r"\x00",
+    r"\n",
+    r"line \d+",
+    "no such thing anywhere",
+    "MASKS",
+    "kelvin",
+    "zweite Zeile",
+    "привет",
+    "Привет",
+    r"\bword\b",
+    "(needle)",
+    "needle(?=x)",
+    "(?<=x)needle",
+    "hé",
+    "é$",
+    " $",
+    r"\s$",
+    "[^a-z]",
+    "hello needle",
+    "needle\r",
+    "\ufeff",
+    "\ufeffneedle",
+    "(?x) n e e d l e",
+    "ne(?i:EDLE)",
+    "[é]x",
 ]
 IGNORE_CASE = ["NEEDLE", "needle", "kelvin", "MASKS", "straße", "İs", "ǅ", "word", "Zeile", "hello NEEDLE"]
 
@@ -87,8 +126,26 @@ def _tricky_tree(root: Path) -> None:
 
 
 def _random_tree(root: Path, rng: random.Random) -> None:
-    pieces = [b"needle", b"need", b"le", b"x", b" ", b"\n", b"\r\n", b"\r", "é".encode(), b"\xe9", b"\xc3", b"\xef\xbb\xbf",
-              "привет".encode(), b"word", b"\t", b"\xff", b"line 7", b"\n\n"]
+    pieces = [
+        b"needle",
+        b"need",
+        b"le",
+        b"x",
+        b" ",
+        b"\n",
+        b"\r\n",
+        b"\r",
+        "é".encode(),
+        b"\xe9",
+        b"\xc3",
+        b"\xef\xbb\xbf",
+        "привет".encode(),
+        b"word",
+        b"\t",
+        b"\xff",
+        b"line 7",
+        b"\n\n",
+    ]
     for i in range(60):
         data = b"".join(rng.choice(pieces) for _ in range(rng.choice([0, 1, 5, 50, 400, 3000])))
         if rng.random() < 0.1:
@@ -100,18 +157,32 @@ def _random_tree(root: Path, rng: random.Random) -> None:
 
 def _compare(root: Path, searches: list[dict], limits: dict | None = None, read_block: int | None = None) -> int:
     spec = root.parent / f"spec-{root.name}.json"
-    spec.write_text(json.dumps({"limits": limits or {}, "read_block": read_block, "searches": searches} if read_block
-                               else {"limits": limits or {}, "searches": searches}))
+    spec.write_text(
+        json.dumps(
+            {"limits": limits or {}, "read_block": read_block, "searches": searches}
+            if read_block
+            else {"limits": limits or {}, "searches": searches}
+        )
+    )
     env = {**os.environ, "OA_AGENT_WORKSPACE": str(root), "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-m", "tests.old_agent", str(spec)], cwd=root, env=env, capture_output=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.old_agent", str(spec)], cwd=root, env=env, capture_output=True, timeout=600
+    )
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     answers = json.loads(run.stdout)
-    for _old, answer in answers:  # the structured hits (exact names) are new: held to the output's lines, then set aside
+    for (
+        _old,
+        answer,
+    ) in answers:  # the structured hits (exact names) are new: held to the output's lines, then set aside
         hits = answer.get("meta", {}).pop("hits", None)
         if hits is not None:
             shown = answer["output"].split("\n")
             assert len(hits) == answer["meta"]["matches"]
-            assert all(f"{hit['path']}:{hit['line']}:{hit['text']}" == line for hit, line in zip(hits, shown[: len(hits)], strict=True) if isinstance(hit["path"], str))
+            assert all(
+                f"{hit['path']}:{hit['line']}:{hit['text']}" == line
+                for hit, line in zip(hits, shown[: len(hits)], strict=True)
+                if isinstance(hit["path"], str)
+            )
     differ = [(args, old, new) for args, (old, new) in zip(searches, answers, strict=True) if old != new]
     assert differ == [], differ[:3]
     return sum(1 for old, _new in answers if old.get("output", "no matches") != "no matches")
@@ -126,15 +197,33 @@ def _searches(paths: list[str]) -> list[dict]:
 
 # (limits, read block): the real bounds; then a 1000-byte line cap with reads smaller than the first
 # one (the first read is at least the 8 KiB head); then tiny ones, with a 5-line stop.
-BOUNDS = [({}, None), ({"GREP_MAX_LINE_BYTES": 1000}, 300), ({"GREP_MAX_LINE_BYTES": 50, "GREP_MAX_LINES": 5}, 7),
-          ({"GREP_MAX_LINE_BYTES": 4097, "GREP_MAX_LINES": 30}, 4096)]
+BOUNDS = [
+    ({}, None),
+    ({"GREP_MAX_LINE_BYTES": 1000}, 300),
+    ({"GREP_MAX_LINE_BYTES": 50, "GREP_MAX_LINES": 5}, 7),
+    ({"GREP_MAX_LINE_BYTES": 4097, "GREP_MAX_LINES": 30}, 4096),
+]
 
 
 @pytest.mark.parametrize("limits, read_block", BOUNDS)
-def test_grep_answers_as_the_line_by_line_search_on_tricky_files(tmp_path: Path, limits: dict, read_block: int | None) -> None:
+def test_grep_answers_as_the_line_by_line_search_on_tricky_files(
+    tmp_path: Path, limits: dict, read_block: int | None
+) -> None:
     ws = tmp_path / "ws"
     _tricky_tree(ws)
-    paths = [".", "a", "e", "linkdir", "a/fifo", "a/crlf.txt", "b/latin1.txt", "c/utf16le.txt", "c/utf16_odd.txt", "d/png.png", "e/long.txt"]
+    paths = [
+        ".",
+        "a",
+        "e",
+        "linkdir",
+        "a/fifo",
+        "a/crlf.txt",
+        "b/latin1.txt",
+        "c/utf16le.txt",
+        "c/utf16_odd.txt",
+        "d/png.png",
+        "e/long.txt",
+    ]
     found = _compare(ws, _searches(paths), limits, read_block)
     assert found > 100  # the searches find things: a comparison of empty answers proves nothing
 
@@ -146,7 +235,12 @@ def test_grep_answers_as_the_line_by_line_search_on_random_trees(tmp_path: Path,
     ws.mkdir()
     _random_tree(ws, rng)
     limits, read_block = BOUNDS[seed % len(BOUNDS)]
-    _compare(ws, [{"pattern": p} for p in PATTERNS] + [{"pattern": p, "ignore_case": True} for p in IGNORE_CASE], limits, read_block)
+    _compare(
+        ws,
+        [{"pattern": p} for p in PATTERNS] + [{"pattern": p, "ignore_case": True} for p in IGNORE_CASE],
+        limits,
+        read_block,
+    )
 
 
 def test_the_ascii_letters_that_fold_outside_ascii_are_all_known() -> None:
@@ -157,21 +251,24 @@ def test_the_ascii_letters_that_fold_outside_ascii_are_all_known() -> None:
     assert outside == set(search._FOLDS_OUTSIDE_ASCII)
 
 
-@pytest.mark.parametrize("pattern, flags, needle", [
-    ("needle", 0, (b"needle", False)),
-    ("def \\w+\\(", 0, (b"def ", False)),
-    ("foo(a|b)barbaz", 0, (b"barbaz", False)),
-    ("a|needle", 0, None),  # an alternation: no run at the top level
-    ("ab", 0, None),  # too short to be worth a look
-    ("(?i)NEEDLE", 0, (b"needle", True)),
-    ("NEEDLE", re.IGNORECASE, (b"needle", True)),
-    ("import", re.IGNORECASE, (b"mport", True)),  # i matches U+0130 and U+0131: only the rest is looked for
-    ("Straße", re.IGNORECASE, (b"tra", True)),  # S matches the long s, ß is not ASCII
-    ("Straße", 0, ("Straße".encode(), False)),
-    ("ne(?i:EDLE)x", 0, None),  # the scoped flag is a group
-    ("x\ufffdyz", 0, None),  # U+FFFD stands for invalid bytes in the decoded lines: never looked for
-    ("(?x) n e e d l e", 0, (b"needle", False)),
-])
+@pytest.mark.parametrize(
+    "pattern, flags, needle",
+    [
+        ("needle", 0, (b"needle", False)),
+        ("def \\w+\\(", 0, (b"def ", False)),
+        ("foo(a|b)barbaz", 0, (b"barbaz", False)),
+        ("a|needle", 0, None),  # an alternation: no run at the top level
+        ("ab", 0, None),  # too short to be worth a look
+        ("(?i)NEEDLE", 0, (b"needle", True)),
+        ("NEEDLE", re.IGNORECASE, (b"needle", True)),
+        ("import", re.IGNORECASE, (b"mport", True)),  # i matches U+0130 and U+0131: only the rest is looked for
+        ("Straße", re.IGNORECASE, (b"tra", True)),  # S matches the long s, ß is not ASCII
+        ("Straße", 0, ("Straße".encode(), False)),
+        ("ne(?i:EDLE)x", 0, None),  # the scoped flag is a group
+        ("x\ufffdyz", 0, None),  # U+FFFD stands for invalid bytes in the decoded lines: never looked for
+        ("(?x) n e e d l e", 0, (b"needle", False)),
+    ],
+)
 def test_the_needle_is_a_run_every_match_contains(pattern: str, flags: int, needle: tuple[bytes, bool] | None) -> None:
     regex = re.compile(pattern, flags)
     assert search._analyse(pattern, regex.flags)[1] == needle

@@ -3,14 +3,23 @@ of one file's lines taking the CPU (the pattern backtracking), one file taking t
 or the walk as a whole; and a machine too busy to give the search the CPU, which is no fault of the
 pattern. Issue 50: under load an ordinary regex hit the limit and the error blamed catastrophic
 backtracking. The in-box case, a real backtracking pattern: tests/test_tools_in_sandbox.py."""
+
 from __future__ import annotations
 
 from sandbox_agent.search_child import PROGRESS_BYTES, _Child, _Stopped
 
 
 def _message(**measured: object) -> str:
-    values: dict = {"where": "src/big.py", "files": 40, "line": 1, "elapsed": 30.0, "in_file": 1.0, "in_block": 1.0,
-                    "cpu": 29.0, "cpu_in_block": 0.5}
+    values: dict = {
+        "where": "src/big.py",
+        "files": 40,
+        "line": 1,
+        "elapsed": 30.0,
+        "in_file": 1.0,
+        "in_block": 1.0,
+        "cpu": 29.0,
+        "cpu_in_block": 0.5,
+    }
     values.update(measured)
     return _Stopped(**values).message(30, 3)
 
@@ -83,14 +92,18 @@ def test_a_search_in_the_agent_has_the_same_deadline(tmp_path) -> None:
         sub = ws / f"d{i // 100:02}"
         sub.mkdir(parents=True, exist_ok=True)
         (sub / f"f{i:04}.txt").write_text((f"needle {i}\n" if i % 60 == 0 else "") + "hay\n" * 200)
-    program = ("import json, sys\nfrom sandbox_agent import limits, search, tools\n"
-               "full = search.grep_files({'pattern': 'needle'})\nlimits.GREP_TIMEOUT_S = float(sys.argv[1])\n"
-               "try:\n    search.grep_files({'pattern': 'needle'}); print(json.dumps({'full': full}))\n"
-               "except tools.ToolError as err:\n    print(json.dumps({'full': full, 'kind': err.kind, 'message': str(err), 'output': err.output, 'meta': err.meta}))\n")
+    program = (
+        "import json, sys\nfrom sandbox_agent import limits, search, tools\n"
+        "full = search.grep_files({'pattern': 'needle'})\nlimits.GREP_TIMEOUT_S = float(sys.argv[1])\n"
+        "try:\n    search.grep_files({'pattern': 'needle'}); print(json.dumps({'full': full}))\n"
+        "except tools.ToolError as err:\n    print(json.dumps({'full': full, 'kind': err.kind, 'message': str(err), 'output': err.output, 'meta': err.meta}))\n"
+    )
     env = {**os.environ, "OA_AGENT_WORKSPACE": str(ws), "PYTHONPATH": str(root)}
-    answer = json.loads(subprocess.run([sys.executable, "-c", program, "0.01"], cwd=ws, env=env, capture_output=True, check=True).stdout)
+    answer = json.loads(
+        subprocess.run([sys.executable, "-c", program, "0.01"], cwd=ws, env=env, capture_output=True, check=True).stdout
+    )
     assert answer["kind"] == "timeout" and answer["meta"]["timed_out"] is True
     assert "passed its 0s limit" in answer["message"] and "backtrack" not in answer["message"]
     assert answer["meta"]["files_searched"] < 6000 and answer["full"]["meta"]["matches"] == 100
     found = answer["output"].splitlines()
-    assert found == answer["full"]["output"].splitlines()[:len(found)]  # what it found, in order, before it stopped
+    assert found == answer["full"]["output"].splitlines()[: len(found)]  # what it found, in order, before it stopped

@@ -1,5 +1,6 @@
 """Hooks without a box: real hook processes (small scripts in tmp) run through the engine, and the
 [[hooks]] tables loaded with their tiers (docs/hooks.md)."""
+
 from __future__ import annotations
 
 import json
@@ -47,34 +48,53 @@ def hook_toml(command: Path | list[str], event: str = "BeforeTool", extra: str =
 
 def test_exit_2_blocks_with_stderr_as_reason_and_the_payload_is_one_json_object(tmp_path):
     seen = tmp_path / "seen.json"
-    hook = script(tmp_path, "h.py", f"d = json.load(sys.stdin); open({str(seen)!r}, 'w').write(json.dumps(d))\n"
-                                   "if 'curl' in d['tool_input']['command']: print('no curl here', file=sys.stderr); sys.exit(2)")
+    hook = script(
+        tmp_path,
+        "h.py",
+        f"d = json.load(sys.stdin); open({str(seen)!r}, 'w').write(json.dumps(d))\n"
+        "if 'curl' in d['tool_input']['command']: print('no curl here', file=sys.stderr); sys.exit(2)",
+    )
     hooks, path = hooks_of(tmp_path, hook_toml(hook, extra='matcher = "shell"'))
-    verdict = hooks.fire("BeforeTool", {"tool_name": "shell", "tool_input": {"command": "curl x"}}, tool="shell", call_id="c1")
+    verdict = hooks.fire(
+        "BeforeTool", {"tool_name": "shell", "tool_input": {"command": "curl x"}}, tool="shell", call_id="c1"
+    )
     assert verdict.blocked and "no curl here" in verdict.reason
     payload = json.loads(seen.read_text())
-    assert payload["hook_event_name"] == "BeforeTool" and payload["session_id"] == "s1" and payload["cwd"] == str(tmp_path / "ws")
+    assert (
+        payload["hook_event_name"] == "BeforeTool"
+        and payload["session_id"] == "s1"
+        and payload["cwd"] == str(tmp_path / "ws")
+    )
     assert not hooks.fire("BeforeTool", {"tool_name": "shell", "tool_input": {"command": "ls"}}, tool="shell").blocked
-    assert not hooks.fire("BeforeTool", {"tool_name": "read_file", "tool_input": {}}, tool="read_file").blocked  # matcher: shell only
+    assert not hooks.fire(
+        "BeforeTool", {"tool_name": "read_file", "tool_input": {}}, tool="read_file"
+    ).blocked  # matcher: shell only
     rec = records(path)
     assert rec[0]["executor"] == "user" and rec[0]["outcome"] == "blocked" and rec[0]["call_id"] == "c1"
 
 
 def test_json_answer_fields_are_honoured(tmp_path):
-    hook = script(tmp_path, "h.py", "print(json.dumps({'decision': 'deny', 'reason': 'policy says no', 'systemMessage': 'hi',"
-                                    " 'hookSpecificOutput': {'additionalContext': 'lint: 2 warnings'}}))")
+    hook = script(
+        tmp_path,
+        "h.py",
+        "print(json.dumps({'decision': 'deny', 'reason': 'policy says no', 'systemMessage': 'hi',"
+        " 'hookSpecificOutput': {'additionalContext': 'lint: 2 warnings'}}))",
+    )
     hooks, path = hooks_of(tmp_path, hook_toml(hook))
     verdict = hooks.fire("BeforeTool", {}, tool="shell")
     assert verdict.blocked and "policy says no" in verdict.reason and verdict.context == ["lint: 2 warnings"]
     assert records(path)[0]["system_message"] == "hi"
 
 
-@pytest.mark.parametrize("body,why", [
-    ("time.sleep(30)", "timeout"),
-    ("raise SystemExit(1)", "error"),
-    ("print('not json')", "error"),
-    ("sys.stdout.write('x' * (50 * 1024 * 1024))", "error"),
-])
+@pytest.mark.parametrize(
+    "body,why",
+    [
+        ("time.sleep(30)", "timeout"),
+        ("raise SystemExit(1)", "error"),
+        ("print('not json')", "error"),
+        ("sys.stdout.write('x' * (50 * 1024 * 1024))", "error"),
+    ],
+)
 def test_a_broken_hook_fails_closed_before_and_is_reported_after(tmp_path, body, why):
     hook = script(tmp_path, "h.py", body)
     hooks, path = hooks_of(tmp_path, hook_toml(hook, extra="timeout = 2") + hook_toml(hook, "AfterTool", "timeout = 2"))
@@ -90,8 +110,12 @@ def test_a_broken_hook_fails_closed_before_and_is_reported_after(tmp_path, body,
 
 def test_a_hanging_hook_and_its_children_are_killed_at_the_timeout(tmp_path):
     pidfile = tmp_path / "child.pid"
-    hook = script(tmp_path, "h.py", f"import subprocess\np = subprocess.Popen(['sleep', '300'])\nopen({str(pidfile)!r}, 'w').write(str(p.pid))\n"
-                                    "time.sleep(300)")
+    hook = script(
+        tmp_path,
+        "h.py",
+        f"import subprocess\np = subprocess.Popen(['sleep', '300'])\nopen({str(pidfile)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(300)",
+    )
     hooks, _ = hooks_of(tmp_path, hook_toml(hook, extra="timeout = 1.5"))
     assert hooks.fire("BeforeTool", {}, tool="shell").blocked
     pid = int(pidfile.read_text())
@@ -152,12 +176,20 @@ def test_a_user_hook_naming_a_script_in_the_workspace_is_workspace_content(tmp_p
 
 def test_admin_hooks_run_first_and_a_user_allow_undoes_no_block(tmp_path, monkeypatch):
     order = tmp_path / "order"
-    admin_hook = script(tmp_path, "a.py", f"open({str(order)!r}, 'a').write('admin ')\nprint('admin says no', file=sys.stderr); sys.exit(2)")
-    user_hook = script(tmp_path, "u.py", f"open({str(order)!r}, 'a').write('user ')\nprint(json.dumps({{'decision': 'allow'}}))")
+    admin_hook = script(
+        tmp_path,
+        "a.py",
+        f"open({str(order)!r}, 'a').write('admin ')\nprint('admin says no', file=sys.stderr); sys.exit(2)",
+    )
+    user_hook = script(
+        tmp_path, "u.py", f"open({str(order)!r}, 'a').write('user ')\nprint(json.dumps({{'decision': 'allow'}}))"
+    )
     admin = tmp_path / "admin.toml"
-    admin.write_text(hook_toml(admin_hook, extra='order = 5'))
+    admin.write_text(hook_toml(admin_hook, extra="order = 5"))
     user = tmp_path / "user.toml"
-    user.write_text('tier = "admin"\n' + hook_toml(user_hook, extra='order = -100'))  # a user file naming itself admin is still given as --policy
+    user.write_text(
+        'tier = "admin"\n' + hook_toml(user_hook, extra="order = -100")
+    )  # a user file naming itself admin is still given as --policy
     monkeypatch.setenv("OA_ADMIN_POLICY", str(admin))
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -176,11 +208,22 @@ def test_the_hooks_command_lists_hooks_their_origin_and_what_cannot_run(tmp_path
     (ws / ".openagents").mkdir(parents=True)
     (ws / ".openagents/policy.toml").write_text(hook_toml(["/bin/true"]))
     user = tmp_path / "u.toml"
-    user.write_text(hook_toml(["/nonexistent/guard"], "AfterTool", 'matcher = "shell"') + hook_toml(["/bin/true"], "SessionStart"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
-           "OA_ADMIN_POLICY": str(tmp_path / "none")}
-    proc = subprocess.run([PY, "-m", "orchestrator.cli", "hooks", "--workspace", str(ws), "--policy", str(user)], capture_output=True, text=True,
-                          env=env, timeout=60)
+    user.write_text(
+        hook_toml(["/nonexistent/guard"], "AfterTool", 'matcher = "shell"') + hook_toml(["/bin/true"], "SessionStart")
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        "OA_ADMIN_POLICY": str(tmp_path / "none"),
+    }
+    proc = subprocess.run(
+        [PY, "-m", "orchestrator.cli", "hooks", "--workspace", str(ws), "--policy", str(user)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("FAIL AfterTool") and str(user) in lines[0] and "cannot run" in proc.stdout
@@ -191,12 +234,26 @@ def test_the_hooks_command_lists_hooks_their_origin_and_what_cannot_run(tmp_path
 def test_transcript_show_prints_a_hook_block_escaped(tmp_path):
     import subprocess
 
-    hook = script(tmp_path, "h.py", "print(json.dumps({'decision': 'block', 'reason': 'no \\x1b[31mred', 'systemMessage': 'told \\x07you'}))")
+    hook = script(
+        tmp_path,
+        "h.py",
+        "print(json.dumps({'decision': 'block', 'reason': 'no \\x1b[31mred', 'systemMessage': 'told \\x07you'}))",
+    )
     hooks, path = hooks_of(tmp_path, hook_toml(hook, extra='id = "guard"'))
     hooks.fire("BeforeTool", {}, tool="shell", call_id="c1")
     hooks.transcript.close()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "XDG_STATE_HOME": str(tmp_path / "state")}
-    shown = subprocess.run([PY, "-m", "orchestrator.cli", "transcript", "show", str(path)], capture_output=True, text=True, env=env, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    shown = subprocess.run(
+        [PY, "-m", "orchestrator.cli", "transcript", "show", str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "hook guard BeforeTool blocked" in shown.stdout and "told" in shown.stdout
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
@@ -206,7 +263,10 @@ def test_a_hook_never_runs_in_the_workspace_so_box_planted_modules_are_not_loade
     """Attack (review of issue 35): the box writes json.py into the workspace; a user's hook
     `python3 -c 'import json, ...'` run with the workspace as its working directory imported it and
     ran the box's code on the host. A hook now runs in an empty directory of its own."""
-    hooks, _ = hooks_of(tmp_path, hook_toml([PY, "-c", "import json, os, sys; json.load(sys.stdin); print(os.getcwd(), file=sys.stderr)"]))
+    hooks, _ = hooks_of(
+        tmp_path,
+        hook_toml([PY, "-c", "import json, os, sys; json.load(sys.stdin); print(os.getcwd(), file=sys.stderr)"]),
+    )
     ws = tmp_path / "ws"
     marker = tmp_path / "pwned"
     (ws / "json.py").write_text(f"open({str(marker)!r}, 'w').write('box code ran on the host')\n")

@@ -3,6 +3,7 @@ script on the host, blocks `curl` in any form through `run`, `exec`, the Python 
 server; an AfterTool hook's context reaches the model's next turn; a BeforeTool rewrite is
 validated again and the ladder decides after it; SessionStart/SessionEnd fire once a session.
 Real CLI subprocesses (this tree's code), real sandboxes, a model server of our own on loopback."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,10 @@ def guard_policy(tmp_path: Path, extra: str = "") -> tuple[Path, Path]:
     log = hooks / "log"
     guard = write_script(hooks / "guard.py", GUARD, log=str(log))
     policy = tmp_path / "policy.toml"
-    policy.write_text(f'[[rules]]\ntool = "shell"\ndecision = "allow"\n\n[[hooks]]\nid = "no-curl"\nevent = "BeforeTool"\nmatcher = "shell"\n'
-                      f'command = ["{guard}"]\ntimeout = 20\n{extra}')
+    policy.write_text(
+        f'[[rules]]\ntool = "shell"\ndecision = "allow"\n\n[[hooks]]\nid = "no-curl"\nevent = "BeforeTool"\nmatcher = "shell"\n'
+        f'command = ["{guard}"]\ntimeout = 20\n{extra}'
+    )
     return policy, log
 
 
@@ -67,10 +70,21 @@ CURLS = ["curl -s http://127.0.0.1:9/", "c'u'rl http://127.0.0.1:9/", "/usr/bin/
 
 
 def oa(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=timeout,
-                          env=environment, cwd=ROOT)
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))
+    }
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=ROOT,
+    )
 
 
 def hook_records(tmp_path: Path) -> list[dict]:
@@ -89,16 +103,33 @@ def test_run_blocks_curl_in_any_form_and_after_tool_context_reaches_the_model(sa
     life_log = hooks / "life"
     lint = write_script(hooks / "lint.py", LINT)
     life = write_script(hooks / "life.py", LIFE, log=str(life_log))
-    policy, log = guard_policy(tmp_path, f'\n[[hooks]]\nevent = "AfterTool"\nmatcher = "shell"\ncommand = ["{lint}"]\n'
-                                         f'\n[[hooks]]\nevent = "SessionStart"\ncommand = ["{life}"]\n'
-                                         f'\n[[hooks]]\nevent = "SessionEnd"\ncommand = ["{life}"]\n')
+    policy, log = guard_policy(
+        tmp_path,
+        f'\n[[hooks]]\nevent = "AfterTool"\nmatcher = "shell"\ncommand = ["{lint}"]\n'
+        f'\n[[hooks]]\nevent = "SessionStart"\ncommand = ["{life}"]\n'
+        f'\n[[hooks]]\nevent = "SessionEnd"\ncommand = ["{life}"]\n',
+    )
     with FakeModelServer() as server:
         for command in CURLS:
             server.openai_turn("", [("shell", {"command": command})])
         server.openai_turn("", [("shell", {"command": "echo fine"})])
         server.openai_turn("done")
-        proc = oa(tmp_path, "run", "--workspace", str(ws), "--model", "openai:m", "--base-url", server.base_url, "--non-interactive",
-                  "--policy", str(policy), "--output", "json", "try curl")
+        proc = oa(
+            tmp_path,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--policy",
+            str(policy),
+            "--output",
+            "json",
+            "try curl",
+        )
         sent = [r["body"]["messages"] for r in server.requests]
     assert proc.returncode == 3, proc.stderr  # finished, with refused calls
     out = json.loads(proc.stdout)
@@ -107,7 +138,10 @@ def test_run_blocks_curl_in_any_form_and_after_tool_context_reaches_the_model(sa
         tool_message = sent[turn][-1]
         assert tool_message["role"] == "tool" and "rejected_by_user" in tool_message["content"]
         assert "curl is not allowed here" in tool_message["content"]
-    assert "LINT-SAYS-42 after shell" in sent[len(CURLS) + 1][-1]["content"] and "fine" in sent[len(CURLS) + 1][-1]["content"]
+    assert (
+        "LINT-SAYS-42 after shell" in sent[len(CURLS) + 1][-1]["content"]
+        and "fine" in sent[len(CURLS) + 1][-1]["content"]
+    )
     assert log.read_text().count("BeforeTool shell") == len(CURLS) + 1
     assert life_log.read_text().splitlines() == ["SessionStart startup", "SessionEnd finished"]
     recs = hook_records(tmp_path)
@@ -118,10 +152,18 @@ def test_run_blocks_curl_in_any_form_and_after_tool_context_reaches_the_model(sa
 def test_exec_honours_the_same_hook(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     policy, _ = guard_policy(tmp_path)
-    proc = oa(tmp_path, "exec", "--workspace", str(ws), "--policy", str(policy), "shell", json.dumps({"command": CURLS[1]}))
+    proc = oa(
+        tmp_path, "exec", "--workspace", str(ws), "--policy", str(policy), "shell", json.dumps({"command": CURLS[1]})
+    )
     result = json.loads(proc.stdout)
-    assert proc.returncode != 0 and result["error"]["type"] == "rejected_by_user" and "curl is not allowed" in result["error"]["message"]
-    fine = oa(tmp_path, "exec", "--workspace", str(ws), "--policy", str(policy), "shell", json.dumps({"command": "echo fine"}))
+    assert (
+        proc.returncode != 0
+        and result["error"]["type"] == "rejected_by_user"
+        and "curl is not allowed" in result["error"]["message"]
+    )
+    fine = oa(
+        tmp_path, "exec", "--workspace", str(ws), "--policy", str(policy), "shell", json.dumps({"command": "echo fine"})
+    )
     assert fine.returncode == 0 and "fine" in json.loads(fine.stdout)["output"]
 
 
@@ -129,7 +171,9 @@ def test_the_api_honours_the_hook_and_a_rewrite_is_validated_then_laddered(sandb
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    rewrite = write_script(tmp_path / "rewrite.py", """#!{py}
+    rewrite = write_script(
+        tmp_path / "rewrite.py",
+        """#!{py}
 import json, sys
 event = json.load(sys.stdin)
 command = event["tool_input"]["command"]
@@ -138,9 +182,13 @@ if command == "stop-now":
     print(json.dumps({{"continue": False, "stopReason": "enough for today"}}))
 else:
     print(json.dumps({{"hookSpecificOutput": {{"tool_input": new}}}} if new else {{}}))
-""")
-    policy, _ = guard_policy(tmp_path, f'\n[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = ["{rewrite}"]\n'
-                                       '\n[[rules]]\nid = "no-rm"\ntool = "shell"\ncommand_prefix = "rm"\ndecision = "deny"\n')
+""",
+    )
+    policy, _ = guard_policy(
+        tmp_path,
+        f'\n[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = ["{rewrite}"]\n'
+        '\n[[rules]]\nid = "no-rm"\ntool = "shell"\ncommand_prefix = "rm"\ndecision = "deny"\n',
+    )
     with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:
         for command in CURLS:
             with pytest.raises(ToolError) as refused:
@@ -159,7 +207,9 @@ else:
         transcript = box.transcript_path
     assert (ws / "a.txt").exists()
     judged = [json.loads(line) for line in Path(transcript).read_text().splitlines()]
-    rewritten = [r["arguments"]["command"] for r in judged if r.get("state") == "awaiting_approval" and r.get("arguments")]
+    rewritten = [
+        r["arguments"]["command"] for r in judged if r.get("state") == "awaiting_approval" and r.get("arguments")
+    ]
     assert rewritten == ["echo rewritten", "rm a.txt"]  # each hook's new input is recorded as judged and run
 
 
@@ -168,8 +218,12 @@ def test_the_mcp_server_honours_the_hook(sandbox_image, tmp_path):
     policy, log = guard_policy(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OA_ADMIN")}
     env.update(PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"))
-    server = StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws), "--policy", str(policy)],
-                                   env=env, cwd=ROOT)
+    server = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws), "--policy", str(policy)],
+        env=env,
+        cwd=ROOT,
+    )
 
     async def session() -> None:
         async with Client(server, read_timeout_seconds=120) as client:
@@ -187,15 +241,41 @@ def test_batch_honours_the_hook(sandbox_image, tmp_path):
     make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     policy, log = guard_policy(tmp_path)
     script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": CURLS[3]}}]}) + "\n"
-                      + json.dumps({"text": "gave up"}) + "\n")
+    script.write_text(
+        json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": CURLS[3]}}]})
+        + "\n"
+        + json.dumps({"text": "gave up"})
+        + "\n"
+    )
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps({"id": "t1", "workspace": "ws", "task": "fetch"}) + "\n")
     out = tmp_path / "results.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "batch", str(tasks), "--out", str(out), "--model", f"script:{script}",
-                           "--policy", str(policy)], capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL, cwd=tmp_path,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith("OA_ADMIN")}, "PYTHONPATH": str(ROOT),
-                               "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli",
+            "batch",
+            str(tasks),
+            "--out",
+            str(out),
+            "--model",
+            f"script:{script}",
+            "--policy",
+            str(policy),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("OA_ADMIN")},
+            "PYTHONPATH": str(ROOT),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+            "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        },
+    )
     assert out.exists(), proc.stderr
     assert log.read_text().splitlines() == ["BeforeTool shell"]
     blocked = [r for r in hook_records(tmp_path) if r["hook_event"] == "BeforeTool"]
@@ -211,12 +291,18 @@ def test_acp_honours_the_hook(sandbox_image, tmp_path, monkeypatch):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     policy, log = guard_policy(tmp_path)
     script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"id": "t1", "name": "shell", "arguments": {"command": CURLS[2]}}]}) + "\n"
-                      + json.dumps({"text": "Done."}) + "\n")
+    script.write_text(
+        json.dumps({"tool_calls": [{"id": "t1", "name": "shell", "arguments": {"command": CURLS[2]}}]})
+        + "\n"
+        + json.dumps({"text": "Done."})
+        + "\n"
+    )
     editor = Editor("--model", f"script:{script}", "--policy", str(policy))
     try:
         editor.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-        session_id = m.NewSessionResult.model_validate(editor.call("session/new", {"cwd": str(ws), "mcpServers": []})["result"]).sessionId
+        session_id = m.NewSessionResult.model_validate(
+            editor.call("session/new", {"cwd": str(ws), "mcpServers": []})["result"]
+        ).sessionId
         editor.call("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "fetch"}]})
     finally:
         editor.close()
@@ -233,7 +319,9 @@ def test_doctor_fails_on_a_hook_whose_program_cannot_run(sandbox_image, tmp_path
     (tmp_path / "config" / "openagents-sandbox").mkdir(parents=True)
     (tmp_path / "config" / "openagents-sandbox" / "config.toml").write_text(f'policy = ["{policy}"]\n')
     proc = oa(tmp_path, "doctor", "--workspace", str(ws))
-    assert proc.returncode != 0 and "[fail] hook gone (AfterTool" in proc.stdout and "is not a file" in proc.stdout, proc.stdout[-2000:]
+    assert proc.returncode != 0 and "[fail] hook gone (AfterTool" in proc.stdout and "is not a file" in proc.stdout, (
+        proc.stdout[-2000:]
+    )
     policy.write_text('[[hooks]]\nid = "fine"\nevent = "AfterTool"\ncommand = ["/bin/true"]\n')
     assert "1 hook(s) in force, every program executable" in oa(tmp_path, "doctor", "--workspace", str(ws)).stdout
 
@@ -243,11 +331,15 @@ def test_a_notification_hook_fires_before_a_person_is_asked(sandbox_image, tmp_p
     monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     log = tmp_path / "notify.log"
-    hook = write_script(tmp_path / "notify.py", """#!{py}
+    hook = write_script(
+        tmp_path / "notify.py",
+        """#!{py}
 import json, sys
 e = json.load(sys.stdin)
 open({log!r}, "a").write(e["notification_type"] + " " + e["details"]["tool_name"] + "\\n")
-""", log=str(log))
+""",
+        log=str(log),
+    )
     policy = tmp_path / "p.toml"
     policy.write_text(f'[[hooks]]\nevent = "Notification"\nmatcher = "ToolPermission"\ncommand = ["{hook}"]\n')
     order: list[str] = []

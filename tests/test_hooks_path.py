@@ -9,6 +9,7 @@ shows them, and the user's PATH has the workspace first, as an active project ve
 `PATH_add` or node_modules/.bin make it. The box's writes are made here, after the start, as one
 shell call in a bind-mode box would make them (tests/attacks/test_hook_attacks.py has real boxes
 make them, under runc and runsc). Real hook processes, a real venv, the real CLI."""
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,9 @@ from orchestrator.policy.ladder import Tier, parse_policy
 from orchestrator.transcript import Transcript
 
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"  # the host's own programs: what the user's PATH has after the workspace's entry
+SYSTEM_PATH = (
+    "/usr/local/bin:/usr/bin:/bin"  # the host's own programs: what the user's PATH has after the workspace's entry
+)
 
 
 @pytest.fixture(autouse=True)
@@ -45,13 +48,22 @@ def system(name: str) -> str:
     return found
 
 
-def start(tmp_path: Path, ws: Path, toml: str, trusted: bool = False, model_key: str | None = None, withheld: list[str] | None = None,
-          workspace_toml: str = "") -> tuple[Hooks | None, Path]:
+def start(
+    tmp_path: Path,
+    ws: Path,
+    toml: str,
+    trusted: bool = False,
+    model_key: str | None = None,
+    withheld: list[str] | None = None,
+    workspace_toml: str = "",
+) -> tuple[Hooks | None, Path]:
     """The session's start as session.py makes it: the user's file's hooks (and a workspace file's), in force, resolved."""
     collected = Collected()
     collected.specs += parse_policy(toml.encode(), str(tmp_path / "user.toml"), ".toml", Tier.USER).hooks
     if workspace_toml:
-        collected.specs += parse_policy(workspace_toml.encode(), ".openagents/policy.toml", ".toml", Tier.WORKSPACE, untrusted=True).hooks
+        collected.specs += parse_policy(
+            workspace_toml.encode(), ".openagents/policy.toml", ".toml", Tier.WORKSPACE, untrusted=True
+        ).hooks
     collected.trusted = trusted
     path = tmp_path / "t.jsonl"
     return wiring.make(collected, ws, Transcript(path), "s1", model_key, withheld=withheld or []), path
@@ -85,7 +97,9 @@ def plant(path: Path, canary: Path) -> None:
 
 def fire(hooks: Hooks | None) -> None:
     assert hooks is not None, "the user's own hooks are not in force"
-    verdict = hooks.fire("BeforeTool", {"tool_name": "shell", "tool_input": {"command": "ls"}}, tool="shell", call_id="c1")
+    verdict = hooks.fire(
+        "BeforeTool", {"tool_name": "shell", "tool_input": {"command": "ls"}}, tool="shell", call_id="c1"
+    )
     assert not verdict.blocked, verdict.reason
 
 
@@ -106,6 +120,7 @@ def layout(kind: str, tmp_path: Path, ws: Path) -> tuple[str, Callable[[], Path]
             (ws / "tools").unlink()
             (ws / "tools").mkdir()
             return ws / "tools"
+
         return str(ws / "tools"), replace
     folder = ws / {"venv": ".venv/bin", "direnv-PATH_add": "bin", "node_modules": "node_modules/.bin"}[kind]
     folder.mkdir(parents=True)
@@ -148,7 +163,9 @@ def test_a_program_the_box_plants_on_the_users_path_never_runs_for_a_hook(tmp_pa
     assert not canary.exists(), f"the box's program ran on the host: {canary.read_text()}"
     (record,) = records(path)
     assert record["outcome"] == "ok"
-    assert record["argv"] and not any(str(ws) in word or str(tmp_path / "links") in word for word in record["argv"]), record["argv"]
+    assert record["argv"] and not any(str(ws) in word or str(tmp_path / "links") in word for word in record["argv"]), (
+        record["argv"]
+    )
     if argv is None:  # a script: run by its interpreter, both named by absolute paths
         assert record["argv"][-1] == os.path.realpath(command[0]) and os.path.isabs(record["argv"][0])
 
@@ -175,7 +192,12 @@ def test_relative_path_entries_find_nothing_for_a_hook(tmp_path, monkeypatch, en
 
 def make_venv(ws: Path) -> Path:
     """The project's venv, as `python -m venv .venv` makes it (no pip: quicker, the same layout)."""
-    subprocess.run([system("python3"), "-m", "venv", "--without-pip", str(ws / ".venv")], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [system("python3"), "-m", "venv", "--without-pip", str(ws / ".venv")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     (site,) = (ws / ".venv" / "lib").glob("python3*/site-packages")
     return site
 
@@ -190,16 +212,23 @@ def test_a_pth_file_the_box_drops_into_the_workspace_venv_never_runs_in_a_hook(t
     canary = tmp_path / "canary"
     monkeypatch.setenv("PATH", f"{ws / '.venv/bin'}:{SYSTEM_PATH}")
     guard = script(tmp_path, "guard.py", "#!/usr/bin/env python3\nimport json, sys\njson.load(sys.stdin)\n")
-    toml = (hook_toml([str(guard)]) + hook_toml(["python3", "-c", "import sys; sys.stdin.read()"])
-            + hook_toml(["sh", "-c", "python3 -c pass; cat >/dev/null"]))
+    toml = (
+        hook_toml([str(guard)])
+        + hook_toml(["python3", "-c", "import sys; sys.stdin.read()"])
+        + hook_toml(["sh", "-c", "python3 -c pass; cat >/dev/null"])
+    )
     hooks, path = start(tmp_path, ws, toml)
-    (site / "oa_box.pth").write_text(f"import os; open({str(canary)!r}, 'a').write('pth ran\\n')\n")  # the box's shell call
+    (site / "oa_box.pth").write_text(
+        f"import os; open({str(canary)!r}, 'a').write('pth ran\\n')\n"
+    )  # the box's shell call
     fire(hooks)
     assert not canary.exists(), canary.read_text()
     assert [r["outcome"] for r in records(path)] == ["ok", "ok", "ok"]
 
 
-def test_a_hook_whose_program_or_interpreter_lies_in_the_workspace_is_refused_at_the_start(tmp_path, monkeypatch, capfd):
+def test_a_hook_whose_program_or_interpreter_lies_in_the_workspace_is_refused_at_the_start(
+    tmp_path, monkeypatch, capfd
+):
     """A script of the user's whose #! line names the workspace venv's python (or `env` of a program
     found only there), or a bare program found only in the workspace's PATH entry: what would run is
     the box's to rewrite. Refused at the start, saying what and where; nothing of it runs."""
@@ -212,20 +241,45 @@ def test_a_hook_whose_program_or_interpreter_lies_in_the_workspace_is_refused_at
     by_env = script(tmp_path, "b", "#!/usr/bin/env oa-only-in-the-venv\n")
     by_arg = script(tmp_path, "c.js", f"#!/usr/bin/env -S node --require {ws}/setup.js\n")
     bare = ["oa-only-in-the-venv", "--check"]
-    hooks, path = start(tmp_path, ws, "".join(hook_toml(argv) for argv in ([str(by_path)], [str(by_env)], [str(by_arg)], bare)))
+    hooks, path = start(
+        tmp_path, ws, "".join(hook_toml(argv) for argv in ([str(by_path)], [str(by_env)], [str(by_arg)], bare))
+    )
     assert hooks is None
     said = capfd.readouterr().err
-    assert f"{ws}/.venv/bin/python3" in said and f"{ws}/.venv/bin/oa-only-in-the-venv" in said and f"{ws}/setup.js" in said
+    assert (
+        f"{ws}/.venv/bin/python3" in said and f"{ws}/.venv/bin/oa-only-in-the-venv" in said and f"{ws}/setup.js" in said
+    )
     reasons = [r["reason"] for r in records(path)]
-    assert [r["outcome"] for r in records(path)] == ["not_in_force"] * 4 and all("where the sandbox can write" in r for r in reasons), reasons
+    assert [r["outcome"] for r in records(path)] == ["not_in_force"] * 4 and all(
+        "where the sandbox can write" in r for r in reasons
+    ), reasons
     assert not canary.exists()
 
 
-LOADERS = {"PYTHONPATH": "{ws}", "PYTHONSTARTUP": "{ws}/s.py", "PYTHONHOME": "{ws}", "PYTHONUSERBASE": "{ws}", "NODE_OPTIONS": "--require {ws}/x.js",
-           "NODE_PATH": "{ws}", "LD_PRELOAD": "{ws}/x.so", "LD_LIBRARY_PATH": "{ws}", "DYLD_INSERT_LIBRARIES": "{ws}/x.dylib",
-           "PERL5LIB": "{ws}", "PERLLIB": "{ws}", "PERL5OPT": "-M{ws}", "RUBYLIB": "{ws}", "RUBYOPT": "-r{ws}/x", "GEM_HOME": "{ws}",
-           "BASH_ENV": "{ws}/x.sh", "ENV": "{ws}/x.sh", "LUA_PATH": "{ws}/?.lua", "LUA_INIT": "@{ws}/x.lua",
-           "JAVA_TOOL_OPTIONS": "-javaagent:{ws}/x.jar", "_JAVA_OPTIONS": "-javaagent:{ws}/x.jar", "TMPDIR": "{ws}/tmp"}
+LOADERS = {
+    "PYTHONPATH": "{ws}",
+    "PYTHONSTARTUP": "{ws}/s.py",
+    "PYTHONHOME": "{ws}",
+    "PYTHONUSERBASE": "{ws}",
+    "NODE_OPTIONS": "--require {ws}/x.js",
+    "NODE_PATH": "{ws}",
+    "LD_PRELOAD": "{ws}/x.so",
+    "LD_LIBRARY_PATH": "{ws}",
+    "DYLD_INSERT_LIBRARIES": "{ws}/x.dylib",
+    "PERL5LIB": "{ws}",
+    "PERLLIB": "{ws}",
+    "PERL5OPT": "-M{ws}",
+    "RUBYLIB": "{ws}",
+    "RUBYOPT": "-r{ws}/x",
+    "GEM_HOME": "{ws}",
+    "BASH_ENV": "{ws}/x.sh",
+    "ENV": "{ws}/x.sh",
+    "LUA_PATH": "{ws}/?.lua",
+    "LUA_INIT": "@{ws}/x.lua",
+    "JAVA_TOOL_OPTIONS": "-javaagent:{ws}/x.jar",
+    "_JAVA_OPTIONS": "-javaagent:{ws}/x.jar",
+    "TMPDIR": "{ws}/tmp",
+}
 
 
 def test_a_hook_runs_with_the_clean_path_and_no_inherited_loader_variables(tmp_path, monkeypatch):
@@ -242,7 +296,11 @@ def test_a_hook_runs_with_the_clean_path_and_no_inherited_loader_variables(tmp_p
     for name, value in LOADERS.items():
         monkeypatch.setenv(name, value.format(ws=ws))
     dump = tmp_path / "env.json"
-    guard = script(tmp_path, "dump.py", f"#!{sys.executable}\nimport json, os\nopen({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))\n")
+    guard = script(
+        tmp_path,
+        "dump.py",
+        f"#!{sys.executable}\nimport json, os\nopen({str(dump)!r}, 'w').write(json.dumps(dict(os.environ)))\n",
+    )
     hooks, _ = start(tmp_path, ws, hook_toml([str(guard)], extra='env = ["PERL5LIB", "PATH"]'))
     fire(hooks)
     env = json.loads(dump.read_text())
@@ -261,13 +319,30 @@ def test_a_secret_reaches_a_hook_only_by_its_own_name(tmp_path, monkeypatch):
     monkeypatch.setenv("AUDIT_TOKEN", "audit-token-the-user-listed")
     ws = tmp_path / "ws"
     ws.mkdir()
-    dumper = script(tmp_path, "dump.py", f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n")
+    dumper = script(
+        tmp_path,
+        "dump.py",
+        f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n",
+    )
     listed = 'env = ["OPENAI_API_KEY", "OA_TEST_GH_TOKEN", "AUDIT_TOKEN"]'
-    user = (hook_toml([str(dumper), str(tmp_path / "env-listed")], extra=listed)
-            + hook_toml([str(dumper), str(tmp_path / "env-credential")], extra=listed + '\nsecrets = ["OA_TEST_GH_TOKEN"]')
-            + hook_toml([str(dumper), str(tmp_path / "env-key")], extra='secrets = ["OPENAI_API_KEY"]'))
-    workspace = hook_toml([str(dumper), str(tmp_path / "env-workspace")], extra=listed + '\nsecrets = ["OPENAI_API_KEY", "OA_TEST_GH_TOKEN"]')
-    hooks, _ = start(tmp_path, ws, user, trusted=True, model_key="OPENAI_API_KEY", withheld=["OA_TEST_GH_TOKEN"], workspace_toml=workspace)
+    user = (
+        hook_toml([str(dumper), str(tmp_path / "env-listed")], extra=listed)
+        + hook_toml([str(dumper), str(tmp_path / "env-credential")], extra=listed + '\nsecrets = ["OA_TEST_GH_TOKEN"]')
+        + hook_toml([str(dumper), str(tmp_path / "env-key")], extra='secrets = ["OPENAI_API_KEY"]')
+    )
+    workspace = hook_toml(
+        [str(dumper), str(tmp_path / "env-workspace")],
+        extra=listed + '\nsecrets = ["OPENAI_API_KEY", "OA_TEST_GH_TOKEN"]',
+    )
+    hooks, _ = start(
+        tmp_path,
+        ws,
+        user,
+        trusted=True,
+        model_key="OPENAI_API_KEY",
+        withheld=["OA_TEST_GH_TOKEN"],
+        workspace_toml=workspace,
+    )
     fire(hooks)
 
     def got(name: str) -> set[str]:
@@ -290,15 +365,28 @@ def test_the_hooks_command_shows_what_each_hook_runs_and_names_what_lies_in_the_
     guard = script(tmp_path, "guard.py", "#!/usr/bin/env python3\n")
     inside = script(tmp_path, "inside.py", f"#!{ws}/.venv/bin/python3\n")
     policy = tmp_path / "user.toml"
-    policy.write_text('[egress]\nrules = [{action = "allow", host = "api.test"}]\n'
-                      'credentials = [{host = "api.test", header = "Authorization", value = "Bearer ${OA_TEST_GH_TOKEN}"}]\n\n'
-                      + hook_toml([str(guard)], extra='id = "guard"\nenv = ["OA_TEST_GH_TOKEN"]')
-                      + hook_toml(["sh", "-c", "cat >/dev/null"], extra='id = "shell"')
-                      + hook_toml([str(inside)], extra='id = "inside"'))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "OA_ADMIN_POLICY": str(tmp_path / "none"), "PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}"}
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "hooks", "--workspace", str(ws), "--policy", str(policy)],
-                          capture_output=True, text=True, env=env, timeout=60)
+    policy.write_text(
+        '[egress]\nrules = [{action = "allow", host = "api.test"}]\n'
+        'credentials = [{host = "api.test", header = "Authorization", value = "Bearer ${OA_TEST_GH_TOKEN}"}]\n\n'
+        + hook_toml([str(guard)], extra='id = "guard"\nenv = ["OA_TEST_GH_TOKEN"]')
+        + hook_toml(["sh", "-c", "cat >/dev/null"], extra='id = "shell"')
+        + hook_toml([str(inside)], extra='id = "inside"')
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "OA_ADMIN_POLICY": str(tmp_path / "none"),
+        "PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "hooks", "--workspace", str(ws), "--policy", str(policy)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     python3 = system("python3")
@@ -326,10 +414,18 @@ def test_a_home_in_the_workspace_gives_each_hook_one_of_its_own(tmp_path, monkey
     subprocess.run([git, "init", "-q", str(repo)], check=True, env={"PATH": SYSTEM_PATH, "HOME": str(tmp_path)})
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("PATH", SYSTEM_PATH)
-    dump = script(tmp_path, "dump.py", f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n")
-    hooks, path = start(tmp_path, ws, hook_toml(["git", "-C", str(repo), "status", "--short"])
-                        + hook_toml([str(dump), str(tmp_path / "own.json")])
-                        + hook_toml([str(dump), str(tmp_path / "listed.json")], extra='env = ["HOME"]'))
+    dump = script(
+        tmp_path,
+        "dump.py",
+        f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n",
+    )
+    hooks, path = start(
+        tmp_path,
+        ws,
+        hook_toml(["git", "-C", str(repo), "status", "--short"])
+        + hook_toml([str(dump), str(tmp_path / "own.json")])
+        + hook_toml([str(dump), str(tmp_path / "listed.json")], extra='env = ["HOME"]'),
+    )
     fire(hooks)
     assert not canary.exists(), canary.read_text()
     assert [r["outcome"] for r in records(path)] == ["ok", "ok", "ok"], records(path)

@@ -1,6 +1,7 @@
 """--max-wall bounds host work on box data too: the session's HostBudget ends checkpoints and the
 quota's walks with the session's clock, and what they could not finish reads as unknown, never as
 "no change"; the end-of-session sweep keeps a clock of its own."""
+
 from __future__ import annotations
 
 import time

@@ -2,6 +2,7 @@
 venv made in a workspace, an editable clone mapped by a finder, links in and out of the workspace;
 the one decision (copy for `auto`, a typed refusal for bind, read-only entries under the override)
 and the apply that leaves the host's code out. Real files and real interpreters; no box."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,10 @@ from orchestrator.workspace.review import apply_changes, planned_changes
 from tests import venvs
 from tests.conftest import chown_tree, make_workspace
 
-PROBE = ("import json, sys; import orchestrator.cli; from orchestrator.workspace.host_code import found_in; "
-         "print(json.dumps([[f.what, list(f.rels)] for f in found_in(sys.argv[1])]))")
+PROBE = (
+    "import json, sys; import orchestrator.cli; from orchestrator.workspace.host_code import found_in; "
+    "print(json.dumps([[f.what, list(f.rels)] for f in found_in(sys.argv[1])]))"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +37,9 @@ def own_dirs(tmp_path, monkeypatch):
 
 def probe(python: Path, ws: Path, cwd: Path) -> list[tuple[str, list[str]]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-    out = subprocess.run([str(python), "-c", PROBE, str(ws)], capture_output=True, text=True, timeout=120, env=env, cwd=cwd, check=True).stdout
+    out = subprocess.run(
+        [str(python), "-c", PROBE, str(ws)], capture_output=True, text=True, timeout=120, env=env, cwd=cwd, check=True
+    ).stdout
     return [(what, rels) for what, rels in json.loads(out)]
 
 
@@ -62,7 +67,10 @@ def test_an_editable_clone_is_found_by_its_modules_though_not_on_sys_path(tmp_pa
     found = probe(tmp_path / "venv" / "bin" / "python", ws, tmp_path)
     assert not [f for f in found if f[0] in ("a sys.path entry", "sys.prefix")], found
     assert ("the editable install of orchestrator", ["tools/oa/orchestrator"]) in found
-    assert any(what.startswith("the directory of module orchestrator") and rels == ["tools/oa/orchestrator/cli"] for what, rels in found), found
+    assert any(
+        what.startswith("the directory of module orchestrator") and rels == ["tools/oa/orchestrator/cli"]
+        for what, rels in found
+    ), found
 
 
 def test_a_venv_outside_finds_nothing_in_the_workspace(tmp_path):
@@ -83,16 +91,31 @@ def test_links_count_where_they_lie_and_where_they_lead(tmp_path):
     (ws / "hop").symlink_to(outside / "venv")
     (outside / "via").symlink_to(ws / "hop")
     (tmp_path / "ws-link").symlink_to(ws)
-    paths = [HostPath("sys.prefix", str(ws / ".venv")), HostPath("a", str(outside / "into" / "lib")),
-             HostPath("b", str(outside / "via")), HostPath("c", str(ws / "missing" / "x")), HostPath("d", str(ws)),
-             HostPath("e", str(outside / "venv")), HostPath("f", str(tmp_path / "ws-link" / "real"))]
+    paths = [
+        HostPath("sys.prefix", str(ws / ".venv")),
+        HostPath("a", str(outside / "into" / "lib")),
+        HostPath("b", str(outside / "via")),
+        HostPath("c", str(ws / "missing" / "x")),
+        HostPath("d", str(ws)),
+        HostPath("e", str(outside / "venv")),
+        HostPath("f", str(tmp_path / "ws-link" / "real")),
+    ]
     found = {f.what: f.rels for f in found_in(ws, paths)}
-    assert found == {"sys.prefix": (".venv",), "a": ("real/lib",), "b": ("hop",), "c": ("missing/x",), "d": ("",), "f": ("real",)}
+    assert found == {
+        "sys.prefix": (".venv",),
+        "a": ("real/lib",),
+        "b": ("hop",),
+        "c": ("missing/x",),
+        "d": ("",),
+        "f": ("real",),
+    }
     assert {f.what for f in found_in(tmp_path / "ws-link", paths)} == set(found)
     tops, problems = read_only_tops(ws, found_in(ws, paths))
     assert tops == ["real"]
     assert any(".venv" in p and "symbolic link" in p for p in problems) and any("hop" in p for p in problems)
-    assert any("missing" in p and "not there yet" in p for p in problems) and any("workspace itself" in p for p in problems)
+    assert any("missing" in p and "not there yet" in p for p in problems) and any(
+        "workspace itself" in p for p in problems
+    )
 
 
 def _bind_workspace(tmp_path: Path, files: dict[str, str] | None = None) -> Path:
@@ -103,22 +126,42 @@ def _bind_workspace(tmp_path: Path, files: dict[str, str] | None = None) -> Path
 
 def test_the_decision_for_each_mode(tmp_path):
     ws = _bind_workspace(tmp_path)
-    found = found_in(ws, [HostPath("sys.prefix", str(ws / ".venv")), HostPath("a sys.path entry", str(ws / ".venv/lib/site-packages"))])
+    found = found_in(
+        ws,
+        [HostPath("sys.prefix", str(ws / ".venv")), HostPath("a sys.path entry", str(ws / ".venv/lib/site-packages"))],
+    )
     assert [f.rel for f in found] == [".venv", ".venv/lib/site-packages"]
     auto = guard(ws, WorkspaceMode.AUTO, SandboxConfig(), found=found)
-    assert auto.mode == WorkspaceMode.COPY and auto.error is None and "sys.prefix .venv" in auto.note and "--host-code-read-only" in auto.note
+    assert (
+        auto.mode == WorkspaceMode.COPY
+        and auto.error is None
+        and "sys.prefix .venv" in auto.note
+        and "--host-code-read-only" in auto.note
+    )
     bind = guard(ws, WorkspaceMode.BIND, SandboxConfig(), found=found)
-    assert isinstance(bind.error, HostCodeInWorkspace) and bind.error.type == ErrorType.CONFIG_INVALID and not bind.error.recoverable
-    assert "--workspace-mode copy" in bind.error.message and "--host-code-read-only" in bind.error.message and ".venv" in bind.error.message
+    assert (
+        isinstance(bind.error, HostCodeInWorkspace)
+        and bind.error.type == ErrorType.CONFIG_INVALID
+        and not bind.error.recoverable
+    )
+    assert (
+        "--workspace-mode copy" in bind.error.message
+        and "--host-code-read-only" in bind.error.message
+        and ".venv" in bind.error.message
+    )
     api = guard(ws, WorkspaceMode.BIND, SandboxConfig(), found=found, api=True)
-    assert api.error is not None and "host_code_read_only=True" in api.error.message and "mode='copy'" in api.error.message
+    assert (
+        api.error is not None and "host_code_read_only=True" in api.error.message and "mode='copy'" in api.error.message
+    )
     assert "--" not in api.error.message
     for mode in (WorkspaceMode.BIND, WorkspaceMode.AUTO):
         over = guard(ws, mode, SandboxConfig(host_code_read_only=True), found=found)
         assert over.error is None and over.read_only == [".venv"] and over.mode == mode and not over.note
     copy = guard(ws, WorkspaceMode.COPY, SandboxConfig(), found=found)
     assert copy.mode == WorkspaceMode.COPY and copy.error is None and not copy.note
-    pool = guard(ws, WorkspaceMode.AUTO, SandboxConfig(), found=found, fixed_bind="a warm pool's box mounts the workspace itself")
+    pool = guard(
+        ws, WorkspaceMode.AUTO, SandboxConfig(), found=found, fixed_bind="a warm pool's box mounts the workspace itself"
+    )
     assert pool.error is not None and pool.error.message.startswith("a warm pool's box")
     assert guard(ws, WorkspaceMode.BIND, SandboxConfig(), found=[]).error is None
 
@@ -126,15 +169,26 @@ def test_the_decision_for_each_mode(tmp_path):
 def test_the_override_refuses_what_a_read_only_mount_cannot_cover(tmp_path):
     ws = _bind_workspace(tmp_path)
     for path in (ws, ws / "not-yet" / "lib"):
-        decided = guard(ws, WorkspaceMode.BIND, SandboxConfig(host_code_read_only=True), found=found_in(ws, [HostPath("a sys.path entry", str(path))]))
-        assert decided.error is not None and "even with --host-code-read-only" in decided.error.message and not decided.read_only
+        decided = guard(
+            ws,
+            WorkspaceMode.BIND,
+            SandboxConfig(host_code_read_only=True),
+            found=found_in(ws, [HostPath("a sys.path entry", str(path))]),
+        )
+        assert (
+            decided.error is not None
+            and "even with --host-code-read-only" in decided.error.message
+            and not decided.read_only
+        )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make")
 def test_a_root_owned_workspace_is_a_copy_anyway(tmp_path):
     ws = make_workspace(tmp_path / "ws", {".venv/x": ""})
     os.chown(ws, 0, 0)
-    decided = guard(ws, WorkspaceMode.AUTO, SandboxConfig(), found=found_in(ws, [HostPath("sys.prefix", str(ws / ".venv"))]))
+    decided = guard(
+        ws, WorkspaceMode.AUTO, SandboxConfig(), found=found_in(ws, [HostPath("sys.prefix", str(ws / ".venv"))])
+    )
     assert decided.mode == WorkspaceMode.AUTO and not decided.note and decided.error is None
 
 
@@ -150,7 +204,11 @@ def test_the_config_directory_and_the_state_directory(tmp_path, monkeypatch):
     inside_state = found_in(ws, [HostPath("a sys.path entry", str(tmp_path / "state" / "openagents-sandbox" / "venv"))])
     assert [f.in_state for f in inside_state] == [True]
     decided = guard(ws, WorkspaceMode.COPY, SandboxConfig(host_code_read_only=True), found=inside_state)
-    assert decided.error is not None and "state directory" in decided.error.message and "XDG_STATE_HOME" in decided.error.message
+    assert (
+        decided.error is not None
+        and "state directory" in decided.error.message
+        and "XDG_STATE_HOME" in decided.error.message
+    )
 
 
 def test_apply_leaves_the_hosts_code_out_and_lists_it(tmp_path, monkeypatch):
@@ -159,8 +217,13 @@ def test_apply_leaves_the_hosts_code_out_and_lists_it(tmp_path, monkeypatch):
     lists each of the others as left out, with why."""
     real = tmp_path / "real"
     site = f".venv/lib/{venvs.PY}/site-packages"
-    for rel, text in {f"{site}/ok.py": "", ".venv/bin/oa-sandbox": "#!python\n", "src/app.py": "old\n", "lib/pkg/mod.py": "x = 1\n",
-                      "other/keep.txt": "keep\n"}.items():
+    for rel, text in {
+        f"{site}/ok.py": "",
+        ".venv/bin/oa-sandbox": "#!python\n",
+        "src/app.py": "old\n",
+        "lib/pkg/mod.py": "x = 1\n",
+        "other/keep.txt": "keep\n",
+    }.items():
         (real / rel).parent.mkdir(parents=True, exist_ok=True)
         (real / rel).write_text(text)
     manifest = copy_workspace(real, tmp_path / "state" / "copy", os.getuid(), os.getgid())

@@ -1,6 +1,7 @@
 """What a long-lived host (an `acp` server, the soak in bench/soak.py) keeps of boxes it is done
 with: no descriptor after a box is closed or replaced, and no freed large buffer held in the
 allocator's per-thread arenas (orchestrator/host_memory.py)."""
+
 from __future__ import annotations
 
 import gc
@@ -41,7 +42,9 @@ def test_a_closed_or_replaced_box_leaves_no_descriptor_behind(sandbox_image, doc
         box.call("shell", {"command": "kill 1; sleep 5"})  # the box is replaced: a second attach socket
         assert box.call("read_file", {"path": "a.txt"}).output == "a\n" and box.restarts == 1
         box.close()
-        for adapter in docker_client.api.adapters.values():  # docker-py's idle API connections: a bounded cache, not ours
+        for (
+            adapter
+        ) in docker_client.api.adapters.values():  # docker-py's idle API connections: a bounded cache, not ours
             adapter.pools.clear()
         left = {fd: target for fd, target in open_fds().items() if fd not in before}
     finally:
@@ -58,10 +61,13 @@ def test_large_writes_from_many_threads_leave_no_freed_heap_behind(sandbox_image
     if malloc_stats() is None:
         pytest.skip("not glibc >= 2.33: no mallinfo2 to read the heap with")
     assert tune_allocator(), "glibc did not take M_MMAP_THRESHOLD and M_ARENA_MAX"
-    boxes = [DockerSandbox(make_workspace(tmp_path / f"ws{n}"), SandboxConfig(), client=docker_client) for n in range(4)]
+    boxes = [
+        DockerSandbox(make_workspace(tmp_path / f"ws{n}"), SandboxConfig(), client=docker_client) for n in range(4)
+    ]
     for box in boxes:
         box.start()
     try:
+
         def write(box) -> None:
             for n in range(3):
                 assert box.call("write_file", {"path": f"m{n}.txt", "content": "m" * (1 << 20)}).ok

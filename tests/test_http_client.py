@@ -2,6 +2,7 @@
 bytes it sends, its retries on 429/5xx and broken connections, its typed fatal errors, malformed
 answers, a stream cut midway. (tests/test_models.py drives the same client against a real server
 on loopback.) And a family made in this file alone, to show that a new family is one dialect."""
+
 from __future__ import annotations
 
 import json
@@ -22,14 +23,24 @@ from tests.fake_model_server import FakeModelServer, sse
 
 FAST = RetryPolicy(max_attempts=3, max_total_s=20, base_delay_s=0.01, max_delay_s=0.05)
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="fix it")]
-URLS = {"openai": "http://model.test/v1", "gemini": "http://model.test/v1beta", "anthropic": "http://model.test",
-        "openai-responses": "http://model.test/v1"}
+URLS = {
+    "openai": "http://model.test/v1",
+    "gemini": "http://model.test/v1beta",
+    "anthropic": "http://model.test",
+    "openai-responses": "http://model.test/v1",
+}
 WHOLE = {
     "openai": {"choices": [{"message": {"content": "done"}}], "usage": {"prompt_tokens": 5}},
-    "gemini": {"candidates": [{"content": {"parts": [{"text": "done"}]}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": 5}},
+    "gemini": {
+        "candidates": [{"content": {"parts": [{"text": "done"}]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 5},
+    },
     "anthropic": {"content": [{"type": "text", "text": "done"}], "usage": {"input_tokens": 5}},
-    "openai-responses": {"status": "completed", "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}],
-                         "usage": {"input_tokens": 5}},
+    "openai-responses": {
+        "status": "completed",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}],
+        "usage": {"input_tokens": 5},
+    },
 }
 
 
@@ -68,8 +79,12 @@ def events(raw: list[bytes]) -> httpx.Response:
     return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=b"".join(raw))
 
 
-def client(family: str, script: Script, stream: bool = False, retry: RetryPolicy = FAST, key: str = "sk-test-0123456789") -> HttpModelClient:
-    return HttpModelClient(dialect(family), "m-1", URLS[family], key, retry, stream=stream, transport=httpx.MockTransport(script))
+def client(
+    family: str, script: Script, stream: bool = False, retry: RetryPolicy = FAST, key: str = "sk-test-0123456789"
+) -> HttpModelClient:
+    return HttpModelClient(
+        dialect(family), "m-1", URLS[family], key, retry, stream=stream, transport=httpx.MockTransport(script)
+    )
 
 
 @pytest.mark.parametrize("family", list(DIALECTS))
@@ -80,8 +95,12 @@ def test_a_whole_answer_and_the_exact_request(family):
     assert turn.text == "done" and turn.usage and len(script.requests) == 1
     sent = script.requests[0]
     assert sent.method == "POST" and str(sent.url) == dialect(family).url(URLS[family], "m-1", False)
-    assert {k: sent.headers[k] for k in dialect(family).headers("sk-test-0123456789")} == dialect(family).headers("sk-test-0123456789")
-    assert json.loads(sent.content) == dialect(family).request("m-1", MESSAGES, tools, False)  # the body is the dialect's, untouched
+    assert {k: sent.headers[k] for k in dialect(family).headers("sk-test-0123456789")} == dialect(family).headers(
+        "sk-test-0123456789"
+    )
+    assert json.loads(sent.content) == dialect(family).request(
+        "m-1", MESSAGES, tools, False
+    )  # the body is the dialect's, untouched
 
 
 def test_streamed_text_reaches_the_watcher_as_it_comes():
@@ -95,10 +114,17 @@ def test_streamed_text_reaches_the_watcher_as_it_comes():
 @pytest.mark.parametrize("status", [429, 500, 502, 503, 529])
 def test_429_and_5xx_are_tried_again_with_a_notice(status):
     notices = []
-    script = Script(httpx.Response(status, json={"error": "busy"}, headers={"retry-after": "0"}), httpx.Response(200, json=WHOLE["anthropic"]))
-    turn = client("anthropic", script, retry=FAST.model_copy(update={"on_retry": notices.append})).complete(MESSAGES, [])
+    script = Script(
+        httpx.Response(status, json={"error": "busy"}, headers={"retry-after": "0"}),
+        httpx.Response(200, json=WHOLE["anthropic"]),
+    )
+    turn = client("anthropic", script, retry=FAST.model_copy(update={"on_retry": notices.append})).complete(
+        MESSAGES, []
+    )
     assert turn.text == "done" and len(script.requests) == 2
-    assert [n.problem for n in notices] == [f"HTTP {status}"] and notices[0].line().startswith(f"HTTP {status}, retry 2/3")
+    assert [n.problem for n in notices] == [f"HTTP {status}"] and notices[0].line().startswith(
+        f"HTTP {status}, retry 2/3"
+    )
     assert script.bodies()[0] == script.bodies()[1]  # the same request again
 
 
@@ -137,7 +163,9 @@ def test_a_malformed_body_is_tried_again_then_a_typed_error_that_shows_it():
 
 
 def test_a_malformed_body_then_a_good_one_loses_nothing():
-    script = Script(httpx.Response(200, content=b"[1, 2"), httpx.Response(200, json=[1]), httpx.Response(200, json=WHOLE["openai"]))
+    script = Script(
+        httpx.Response(200, content=b"[1, 2"), httpx.Response(200, json=[1]), httpx.Response(200, json=WHOLE["openai"])
+    )
     assert client("openai", script).complete(MESSAGES, []).text == "done" and len(script.requests) == 3
 
 
@@ -150,17 +178,24 @@ def test_a_json_answer_of_the_wrong_shape_is_typed_and_not_asked_again():
 
 def test_a_stream_cut_midway_after_text_was_shown_is_a_typed_error_asked_once():
     raw = FakeModelServer.anthropic_events("partial answer")
-    script = Script(httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=CutStream(raw[:4])), events(raw))
+    script = Script(
+        httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=CutStream(raw[:4])), events(raw)
+    )
     seen: list[str] = []
     with pytest.raises(OpenAgentsError) as info:
         client("anthropic", script, stream=True).complete(MESSAGES, [], on_text=seen.append)
-    assert info.value.type == ErrorType.MODEL_API_ERROR and "the stream broke off: RemoteProtocolError" in info.value.message
+    assert (
+        info.value.type == ErrorType.MODEL_API_ERROR
+        and "the stream broke off: RemoteProtocolError" in info.value.message
+    )
     assert seen and "".join(seen) in "partial answer" and len(script.requests) == 1
 
 
 def test_a_stream_cut_before_any_text_is_asked_again():
     raw = FakeModelServer.openai_events("whole")
-    script = Script(httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=CutStream(raw[:1])), events(raw))
+    script = Script(
+        httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=CutStream(raw[:1])), events(raw)
+    )
     seen: list[str] = []
     assert client("openai", script, stream=True).complete(MESSAGES, [], on_text=seen.append).text == "whole"
     assert "".join(seen) == "whole" and len(script.requests) == 2  # said once
@@ -185,7 +220,10 @@ def test_the_key_appears_in_its_header_only():
     script = Script(httpx.Response(401, json={"error": "bad key"}))
     with pytest.raises(OpenAgentsError) as info:
         client("anthropic", script, key="sk-ant-very-secret").complete(MESSAGES, [])
-    assert "sk-ant-very-secret" not in info.value.message and "sk-ant-very-secret" not in script.requests[0].content.decode()
+    assert (
+        "sk-ant-very-secret" not in info.value.message
+        and "sk-ant-very-secret" not in script.requests[0].content.decode()
+    )
     assert script.requests[0].headers["x-api-key"] == "sk-ant-very-secret"
 
 
@@ -214,7 +252,10 @@ class Echo(Dialect):
 
     def parse(self, data: dict[str, Any]) -> ModelTurn:
         try:
-            return ModelTurn(text=str(data["say"]), tool_calls=[ToolCall(id="e0", name=c, arguments={}) for c in data.get("call", [])])
+            return ModelTurn(
+                text=str(data["say"]),
+                tool_calls=[ToolCall(id="e0", name=c, arguments={}) for c in data.get("call", [])],
+            )
         except KeyError as err:
             raise self.unexpected(err, data) from None
 
@@ -250,11 +291,21 @@ def test_a_new_family_is_one_dialect(echo_registered):
     assert declarations(["read_file"], "echo")[0]["tool"] == "read_file" and key_variable("echo:m") == "ECHO_KEY"
     made = model_from_spec("echo:m", base_url="http://127.0.0.1:9")  # loopback: no key needed
     assert isinstance(made, HttpModelClient) and made.family == "echo"
-    script = Script(httpx.Response(503), httpx.Response(200, json={"say": "hi", "call": ["read_file"]}),
-                    events([sse({"say": "a"}), sse({"say": "b"})]))
-    whole = HttpModelClient(echo, "m", "http://echo.test", "k", FAST, stream=False, transport=httpx.MockTransport(script))
+    script = Script(
+        httpx.Response(503),
+        httpx.Response(200, json={"say": "hi", "call": ["read_file"]}),
+        events([sse({"say": "a"}), sse({"say": "b"})]),
+    )
+    whole = HttpModelClient(
+        echo, "m", "http://echo.test", "k", FAST, stream=False, transport=httpx.MockTransport(script)
+    )
     turn = whole.complete(MESSAGES, declarations(["read_file"], "echo"))
-    assert whole.family == "echo" and turn.text == "hi" and turn.tool_calls[0].name == "read_file" and len(script.requests) == 2
+    assert (
+        whole.family == "echo"
+        and turn.text == "hi"
+        and turn.tool_calls[0].name == "read_file"
+        and len(script.requests) == 2
+    )
     assert script.requests[1].headers["echo-key"] == "k" and script.bodies()[1]["lines"] == ["s", "fix it"]
     seen: list[str] = []
     streamed = HttpModelClient(echo, "m", "http://echo.test", "k", FAST, transport=httpx.MockTransport(script))

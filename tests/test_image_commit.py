@@ -1,6 +1,7 @@
 """The one-commit image build (orchestrator/sandbox/image_commit.py) reads the project's own
 Dockerfiles as they are, and leaves to the classic builder any Dockerfile it does not fully
 understand: a wrong image is worse than a slow build."""
+
 from __future__ import annotations
 
 import io
@@ -19,14 +20,21 @@ def test_the_sandbox_dockerfile_is_one_copy_one_run_and_its_metadata():
     assert steps.copies == [("sandbox_agent", "/opt/openagents/sandbox_agent")]
     (run,) = steps.runs
     assert "compileall" in run and "useradd --uid 1000" in run and "\\" not in run
-    assert steps.changes == ["ENV HOME=/tmp LANG=C.UTF-8", "WORKDIR /workspace", "USER 1000:1000",
-                             'ENTRYPOINT ["python3", "-I", "-S", "/opt/openagents/sandbox_agent/__main__.py"]']
+    assert steps.changes == [
+        "ENV HOME=/tmp LANG=C.UTF-8",
+        "WORKDIR /workspace",
+        "USER 1000:1000",
+        'ENTRYPOINT ["python3", "-I", "-S", "/opt/openagents/sandbox_agent/__main__.py"]',
+    ]
 
 
 def test_the_proxy_dockerfile_is_two_copies_and_its_metadata():
     steps = image_commit.plan((PROXY_DIR / "Dockerfile").read_text())
     assert steps is not None and steps.runs == []
-    assert steps.copies == [("egress_proxy.py", "/opt/openagents/egress_proxy.py"), ("egress_gate/", "/opt/openagents/egress_gate/")]
+    assert steps.copies == [
+        ("egress_proxy.py", "/opt/openagents/egress_proxy.py"),
+        ("egress_gate/", "/opt/openagents/egress_gate/"),
+    ]
     assert steps.changes[:2] == ["USER 65534:65534", "EXPOSE 3128"] and steps.changes[2].startswith("ENTRYPOINT ")
 
 
@@ -34,10 +42,20 @@ def test_what_it_does_not_understand_goes_to_the_classic_builder():
     base = "ARG BASE_IMAGE=x\nFROM ${BASE_IMAGE}\n"
     entry = 'ENTRYPOINT ["true"]\n'
     assert image_commit.plan(base + "COPY a /a\n" + entry) is not None
-    for body in ("RUN true\nCOPY a /a\n",  # a COPY after a RUN: the order would change
-                 "ENV A=1\nRUN true\n", "USER 1\nRUN true\n", "WORKDIR /w\nRUN true\n",  # they would apply to the RUN
-                 "CMD [\"x\"]\n", "ADD a /a\n", "COPY --chown=1 a /a\n", "COPY a b /c/\n", "RUN [\"true\"]\n",
-                 "FROM other\n", "HEALTHCHECK NONE\n", "VOLUME /v\n"):
+    for body in (
+        "RUN true\nCOPY a /a\n",  # a COPY after a RUN: the order would change
+        "ENV A=1\nRUN true\n",
+        "USER 1\nRUN true\n",
+        "WORKDIR /w\nRUN true\n",  # they would apply to the RUN
+        'CMD ["x"]\n',
+        "ADD a /a\n",
+        "COPY --chown=1 a /a\n",
+        "COPY a b /c/\n",
+        'RUN ["true"]\n',
+        "FROM other\n",
+        "HEALTHCHECK NONE\n",
+        "VOLUME /v\n",
+    ):
         assert image_commit.plan(base + body + entry) is None, body
     assert image_commit.plan(base + "COPY a /a\n") is None  # no ENTRYPOINT: the build container's would stay
     assert image_commit.plan("COPY a /a\n" + entry) is None  # no FROM
@@ -78,17 +96,31 @@ def test_built_in_one_commit_the_image_has_the_classic_builds_config_and_files()
     if not bases:
         pytest.skip("neither the debootstrap base nor python:3.12-slim is here")
     tag = "oa-test-image-commit:probe"
-    assert not image_commit.build(client, ROOT, "Dockerfile.sandbox", tag, DEFAULT_IMAGE, {})  # its RUN would run as root there
+    assert not image_commit.build(
+        client, ROOT, "Dockerfile.sandbox", tag, DEFAULT_IMAGE, {}
+    )  # its RUN would run as root there
     try:
-        assert image_commit.build(client, ROOT, "Dockerfile.sandbox", tag, bases[0], {LABEL: "image", "dev.openagents.test": "1"})
+        assert image_commit.build(
+            client, ROOT, "Dockerfile.sandbox", tag, bases[0], {LABEL: "image", "dev.openagents.test": "1"}
+        )
         config = client.images.get(tag).attrs["Config"]
         assert config["User"] == "1000:1000" and config["WorkingDir"] == "/workspace"
-        assert config["Entrypoint"] == ["python3", "-I", "-S", "/opt/openagents/sandbox_agent/__main__.py"] and not config["Cmd"]
+        assert (
+            config["Entrypoint"] == ["python3", "-I", "-S", "/opt/openagents/sandbox_agent/__main__.py"]
+            and not config["Cmd"]
+        )
         assert "HOME=/tmp" in config["Env"] and any(e.startswith("PATH=") for e in config["Env"])
         assert config["Labels"][LABEL] == "image" and config["Labels"]["dev.openagents.test"] == "1"
-        out = client.containers.run(tag, entrypoint=["sh", "-c"], remove=True, network_disabled=True,
-                                    command=["id -u; stat -c '%u %a' /opt/openagents/sandbox_agent/__main__.py; "
-                                             "ls /opt/openagents/sandbox_agent/__pycache__ | grep -c pyc"])
+        out = client.containers.run(
+            tag,
+            entrypoint=["sh", "-c"],
+            remove=True,
+            network_disabled=True,
+            command=[
+                "id -u; stat -c '%u %a' /opt/openagents/sandbox_agent/__main__.py; "
+                "ls /opt/openagents/sandbox_agent/__pycache__ | grep -c pyc"
+            ],
+        )
         uid, owner_mode, pycs = out.decode().split("\n")[:3]
         assert uid == "1000" and owner_mode == "0 644" and int(pycs) > 5
     finally:

@@ -7,6 +7,7 @@ blocks do not: the same reading as tests/test_layout.py). So no two folders impo
 and a low part never climbs back to a high one. docs/architecture.md's map is checked against
 this data (test_the_architecture_doc_follows_the_layers), so it cannot go stale.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,28 +16,42 @@ from tests.test_layout import PACKAGE, ROOT, import_graph, knots
 
 # Ground up. Each entry: the parts of one layer, and what they own (the doc's words).
 LAYERS: list[dict[str, str]] = [
-    {"ground": "leaf modules that import nothing of ours: text shown safely and JSON lines (text.py), "
-               "a deadline in a child process (deadline.py), the command line's exit codes (exit_codes.py)",
-     "errors": "the one error taxonomy: ErrorType (recoverable or fatal) and OpenAgentsError",
-     "config": "the sandbox's configuration: limits, runtimes, egress rules",
-     "host_memory": "the host process's allocator tuned so its memory follows the work"},
-    {"protocol": "the wire messages between host and container agent, and ToolResult, every call's outcome",
-     "state": "the state directory, where the host keeps what a session leaves behind (owned, never box-writable)"},
-    {"boxfs": "the one safe-file layer: every read, walk, copy and restore of box-written files; "
-              "host-owned files opened with no link followed (private.py) and written atomically (atomic.py)",
-     "programs": "what the host starts for the user, kept out of the box's reach: whether the box can change what a path "
-                 "names (reach.py), hooks' and MCP servers' programs found once outside every box root (resolve.py), "
-                 "the system's own programs (system.py)"},
+    {
+        "ground": "leaf modules that import nothing of ours: text shown safely and JSON lines (text.py), "
+        "a deadline in a child process (deadline.py), the command line's exit codes (exit_codes.py)",
+        "errors": "the one error taxonomy: ErrorType (recoverable or fatal) and OpenAgentsError",
+        "config": "the sandbox's configuration: limits, runtimes, egress rules",
+        "host_memory": "the host process's allocator tuned so its memory follows the work",
+    },
+    {
+        "protocol": "the wire messages between host and container agent, and ToolResult, every call's outcome",
+        "state": "the state directory, where the host keeps what a session leaves behind (owned, never box-writable)",
+    },
+    {
+        "boxfs": "the one safe-file layer: every read, walk, copy and restore of box-written files; "
+        "host-owned files opened with no link followed (private.py) and written atomically (atomic.py)",
+        "programs": "what the host starts for the user, kept out of the box's reach: whether the box can change what a path "
+        "names (reach.py), hooks' and MCP servers' programs found once outside every box root (resolve.py), "
+        "the system's own programs (system.py)",
+    },
     {"events": "the typed events of a session (what the transcript records and front-ends show)"},
-    {"terminal": "painting a session for a person or a machine (live view, machine lines)",
-     "models": "the model clients: one dialect per family (models/dialects/), the one HTTP client, the "
-               "model-neutral conversation and the call type (ToolCall) with the one argument parser"},
-    {"tools": "the tools: one declaration per tool (defs/), the catalog, arguments, each family's declarations, "
-              "the registry that runs them, host git, our MCP client (mcp/)"},
-    {"budget": "a session's budgets: tokens, wall time, the context window and compaction",
-     "workspace": "the user's workspace: copies, checkpoints, review and landing, forks, session records"},
-    {"transcript": "the JSONL transcript: writing, reading back, resuming",
-     "policy": "the approval ladder, policy files and their [[hooks]] specs, pins"},
+    {
+        "terminal": "painting a session for a person or a machine (live view, machine lines)",
+        "models": "the model clients: one dialect per family (models/dialects/), the one HTTP client, the "
+        "model-neutral conversation and the call type (ToolCall) with the one argument parser",
+    },
+    {
+        "tools": "the tools: one declaration per tool (defs/), the catalog, arguments, each family's declarations, "
+        "the registry that runs them, host git, our MCP client (mcp/)"
+    },
+    {
+        "budget": "a session's budgets: tokens, wall time, the context window and compaction",
+        "workspace": "the user's workspace: copies, checkpoints, review and landing, forks, session records",
+    },
+    {
+        "transcript": "the JSONL transcript: writing, reading back, resuming",
+        "policy": "the approval ladder, policy files and their [[hooks]] specs, pins",
+    },
     {"sandbox": "the container: Docker/gVisor backends, egress proxy, pool, reaping, sweeps"},
     {"hooks": "running the user's hook programs at the loop's points"},
     {"pipeline": "the one call pipeline every action goes through: approval, hooks, execution, events"},
@@ -45,11 +60,12 @@ LAYERS: list[dict[str, str]] = [
     {"report": "the HTML report of a session"},
     {"api": "the public Python API (Sandbox, AsyncSandbox), what `import orchestrator` exports"},
     {"__init__": "`import orchestrator`: the public names, loaded from api/ on first use"},
-    {"batch": "many tasks at once (local processes or Ray)",
-     "mcp": "the MCP server: a session offered to other agents",
-     "acp": "the ACP agent: a session inside an editor"},
-    {"plugins": "harness plug-ins (Inspect AI, mini-swe-agent, SWE-ReX)",
-     "cli": "the oa-sandbox command"},
+    {
+        "batch": "many tasks at once (local processes or Ray)",
+        "mcp": "the MCP server: a session offered to other agents",
+        "acp": "the ACP agent: a session inside an editor",
+    },
+    {"plugins": "harness plug-ins (Inspect AI, mini-swe-agent, SWE-ReX)", "cli": "the oa-sandbox command"},
 ]
 
 PACKAGE_INIT = "__init__"  # orchestrator/__init__.py
@@ -110,11 +126,16 @@ def test_the_ground_floor_imports_nothing_of_ours() -> None:
 def test_the_check_finds_a_climb_and_a_circle() -> None:
     """The checks above on graphs whose answer is known (a check that sees nothing would pass)."""
     ranks = {"low": 0, "mid": 1, "high": 2, "other": 1, PACKAGE_INIT: 3}
-    graph = {"orchestrator.low.a": {"orchestrator.high.b"}, "orchestrator.high.b": {"orchestrator.low.a"},
-             "orchestrator.mid.c": {"orchestrator.other.d"}, "orchestrator.other.d": set()}
+    graph = {
+        "orchestrator.low.a": {"orchestrator.high.b"},
+        "orchestrator.high.b": {"orchestrator.low.a"},
+        "orchestrator.mid.c": {"orchestrator.other.d"},
+        "orchestrator.other.d": set(),
+    }
     assert against(graph, ranks) == [
         "orchestrator.low.a -> orchestrator.high.b  (low, layer 0, imports high, layer 2)",
-        "orchestrator.mid.c -> orchestrator.other.d  (mid, layer 1, imports other, layer 1)"]
+        "orchestrator.mid.c -> orchestrator.other.d  (mid, layer 1, imports other, layer 1)",
+    ]
     assert knots(folder_graph(graph)) == [["high", "low"]]
 
 

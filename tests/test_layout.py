@@ -3,6 +3,7 @@ no product file past 600 lines (issue 25). A circle is what makes a module's mea
 imported first, and what lets a "lazy" import inside a function hide a dependency that runs
 backwards; so imports inside functions count here, only `if TYPE_CHECKING:` blocks do not (they
 never run)."""
+
 from __future__ import annotations
 
 import ast
@@ -28,7 +29,8 @@ def modules() -> dict[str, Path]:
 
 def _type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _statements(tree: ast.AST) -> list[ast.stmt]:
@@ -62,7 +64,7 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         assert isinstance(node, ast.ImportFrom)
         if node.level:
             base = package.split(".")
-            base = base[:len(base) - (node.level - 1)]
+            base = base[: len(base) - (node.level - 1)]
             source = ".".join(base + ([node.module] if node.module else []))
         else:
             source = node.module or ""
@@ -73,7 +75,9 @@ def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
     # `name` itself is in (already running when `name` does).
     for target in list(targets):
         parts = target.split(".")
-        targets.update(".".join(parts[:i]) for i in range(1, len(parts)) if not f"{name}.".startswith(".".join(parts[:i]) + "."))
+        targets.update(
+            ".".join(parts[:i]) for i in range(1, len(parts)) if not f"{name}.".startswith(".".join(parts[:i]) + ".")
+        )
     return {t for t in targets if t in known and t != name}
 
 
@@ -145,7 +149,9 @@ def _circle(graph: dict[str, set[str]], component: set[str], start: str) -> list
 
 def test_no_import_circles() -> None:
     graph = import_graph()
-    found = [f"{' -> '.join(_circle(graph, set(knot), knot[0]))}  (the knot: {', '.join(knot)})" for knot in knots(graph)]
+    found = [
+        f"{' -> '.join(_circle(graph, set(knot), knot[0]))}  (the knot: {', '.join(knot)})" for knot in knots(graph)
+    ]
     assert not found, "import circles in orchestrator/:\n" + "\n".join(found)
 
 
@@ -170,22 +176,45 @@ def test_imports_are_read_as_they_run(tmp_path: Path) -> None:
         "    from .shown import T\n"
         "def f():\n"
         "    import pkg.sub.late\n"
-        "    from .sibling import later\n")
-    known = {name: source for name in ("pkg.sub.m", "pkg.sub.sibling", "pkg.up", "pkg.up.thing", "pkg.sub.hidden", "pkg.sub.shown",
-                                       "pkg.sub.late", "pkg.sub.sibling.later")}
-    assert imports_of("pkg.sub.m", source, known) == {"pkg.sub.sibling", "pkg.up", "pkg.up.thing", "pkg.sub.shown", "pkg.sub.late",
-                                                      "pkg.sub.sibling.later"}
+        "    from .sibling import later\n"
+    )
+    known = {
+        name: source
+        for name in (
+            "pkg.sub.m",
+            "pkg.sub.sibling",
+            "pkg.up",
+            "pkg.up.thing",
+            "pkg.sub.hidden",
+            "pkg.sub.shown",
+            "pkg.sub.late",
+            "pkg.sub.sibling.later",
+        )
+    }
+    assert imports_of("pkg.sub.m", source, known) == {
+        "pkg.sub.sibling",
+        "pkg.up",
+        "pkg.up.thing",
+        "pkg.sub.shown",
+        "pkg.sub.late",
+        "pkg.sub.sibling.later",
+    }
 
 
 def test_the_root_stays_small() -> None:
     """The root holds the session's assembly and the types every part shares; a concept gets a folder."""
     root = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert len(root) <= MAX_ROOT_MODULES, f"{len(root)} modules at the root of orchestrator/ (at most {MAX_ROOT_MODULES}): {root}"
+    assert len(root) <= MAX_ROOT_MODULES, (
+        f"{len(root)} modules at the root of orchestrator/ (at most {MAX_ROOT_MODULES}): {root}"
+    )
 
 
 def _product_files() -> dict[str, int]:
-    return {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
-            for d in PRODUCT_DIRS for p in sorted((ROOT / d).rglob("*.py"))}
+    return {
+        str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+        for d in PRODUCT_DIRS
+        for p in sorted((ROOT / d).rglob("*.py"))
+    }
 
 
 def test_no_product_file_over_600_lines() -> None:

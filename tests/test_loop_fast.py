@@ -4,6 +4,7 @@ What is checked is the loop's own contract: approvals asked in the model's order
 read-only calls run together, results go back in the model's order, cancel, fatal results,
 arguments parsed once at the edge, typed events in the transcript.
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,7 +30,6 @@ from orchestrator.transcript import Transcript
 if TYPE_CHECKING:
     from orchestrator.sandbox.starts import StartQueued
     from orchestrator.workspace.integrity import Sweeper, SweepReport
-
 
 
 class FakeSandbox:
@@ -72,7 +72,9 @@ class FakeSandbox:
             if self.block_on and args.get("command") == self.block_on:
                 self.release.wait(10)
             time.sleep(self.delay)
-            return self.results.get(tool) or ToolResult(ok=True, output=f"{tool} {args.get('path') or args.get('command')}")
+            return self.results.get(tool) or ToolResult(
+                ok=True, output=f"{tool} {args.get('path') or args.get('command')}"
+            )
         finally:
             with self._lock:
                 self.running -= 1
@@ -95,7 +97,9 @@ def call(cid: str, name: str, arguments: Any) -> ToolCall:
     return ToolCall(id=cid, name=name, arguments=arguments)
 
 
-def session(tmp_path: Path, turns: list[ModelTurn], sandbox: FakeSandbox | None = None, approver=None, **kw) -> tuple[TurnLoop, FakeSandbox, Transcript]:
+def session(
+    tmp_path: Path, turns: list[ModelTurn], sandbox: FakeSandbox | None = None, approver=None, **kw
+) -> tuple[TurnLoop, FakeSandbox, Transcript]:
     box = sandbox or FakeSandbox()
     transcript = Transcript(tmp_path / "t.jsonl")
     registry = ToolRegistry(box, tmp_path)
@@ -108,9 +112,17 @@ def typed(transcript: Transcript) -> list:
 
 
 def test_several_calls_in_one_turn_keep_the_models_order(tmp_path):
-    turns = [ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"}), call("2", "shell", {"command": "one"}),
-                                   call("3", "read_file", {"path": "b"}), call("4", "write_file", {"path": "c", "content": "x"})]),
-             ModelTurn(text="done")]
+    turns = [
+        ModelTurn(
+            tool_calls=[
+                call("1", "read_file", {"path": "a"}),
+                call("2", "shell", {"command": "one"}),
+                call("3", "read_file", {"path": "b"}),
+                call("4", "write_file", {"path": "c", "content": "x"}),
+            ]
+        ),
+        ModelTurn(text="done"),
+    ]
     approver = RecordingApprover()
     s, box, transcript = session(tmp_path, turns, approver=approver)
     result = s.run("task")
@@ -131,12 +143,22 @@ def test_consecutive_reads_run_in_parallel_and_results_stay_in_order(tmp_path):
 
 
 def test_arguments_as_json_text_are_parsed_once_at_the_edge(tmp_path):
-    turns = [ModelTurn(tool_calls=[call("1", "read_file", '{"path": "a.txt"}'), call("2", "read_file", "{not json"),
-                                   call("3", "read_file", "[1, 2]")]), ModelTurn(text="ok")]
+    turns = [
+        ModelTurn(
+            tool_calls=[
+                call("1", "read_file", '{"path": "a.txt"}'),
+                call("2", "read_file", "{not json"),
+                call("3", "read_file", "[1, 2]"),
+            ]
+        ),
+        ModelTurn(text="ok"),
+    ]
     s, box, transcript = session(tmp_path, turns)
     s.run("task")
     assert [(tool, args["path"]) for tool, args in box.calls] == [("read_file", "a.txt")]
-    announced = [e for e in typed(transcript) if isinstance(e, ev.ToolCallChanged) and e.state is ToolCallState.VALIDATING]
+    announced = [
+        e for e in typed(transcript) if isinstance(e, ev.ToolCallChanged) and e.state is ToolCallState.VALIDATING
+    ]
     assert announced[0].arguments == {"path": "a.txt"}
     assert announced[1].arguments == "{not json" and "not valid JSON" in announced[1].arguments_error
     results = {e.call_id: e for e in typed(transcript) if isinstance(e, ev.ToolCallFinished)}
@@ -144,8 +166,16 @@ def test_arguments_as_json_text_are_parsed_once_at_the_edge(tmp_path):
 
 
 def test_unknown_tool_and_malformed_arguments_go_back_to_the_model(tmp_path):
-    turns = [ModelTurn(tool_calls=[call("1", "rm_rf", {}), call("2", "read_file", {"path": 7}), call("3", "read_file", {"path": "../x"})]),
-             ModelTurn(text="ok")]
+    turns = [
+        ModelTurn(
+            tool_calls=[
+                call("1", "rm_rf", {}),
+                call("2", "read_file", {"path": 7}),
+                call("3", "read_file", {"path": "../x"}),
+            ]
+        ),
+        ModelTurn(text="ok"),
+    ]
     s, box, transcript = session(tmp_path, turns)
     result = s.run("task")
     assert result.status is SessionStatus.FINISHED and box.calls == []
@@ -166,7 +196,10 @@ def test_a_refused_call_never_reaches_the_sandbox(tmp_path):
 def test_cancel_while_a_call_runs_kills_it_and_ends_cancelled(tmp_path):
     box = FakeSandbox()
     box.block_on = "sleep"
-    turns = [ModelTurn(tool_calls=[call("1", "shell", {"command": "sleep"}), call("2", "shell", {"command": "after"})]), ModelTurn(text="never")]
+    turns = [
+        ModelTurn(tool_calls=[call("1", "shell", {"command": "sleep"}), call("2", "shell", {"command": "after"})]),
+        ModelTurn(text="never"),
+    ]
     s, _, transcript = session(tmp_path, turns, sandbox=box)
     timer = threading.Timer(0.2, lambda: (s.cancel.set(), box.kill_processes()))
     timer.start()
@@ -189,8 +222,12 @@ def test_ctrl_c_in_the_loop_kills_the_running_call_and_writes_session_end(tmp_pa
     def interrupt(request):
         raise KeyboardInterrupt
 
-    s, _, transcript = session(tmp_path, [ModelTurn(tool_calls=[call("1", "shell", {"command": "x"})])], sandbox=box,
-                               approver=RecordingApprover(on_ask=interrupt))
+    s, _, transcript = session(
+        tmp_path,
+        [ModelTurn(tool_calls=[call("1", "shell", {"command": "x"})])],
+        sandbox=box,
+        approver=RecordingApprover(on_ask=interrupt),
+    )
     result = s.run("task")
     assert result.status is SessionStatus.CANCELLED and box.killed == 1
     end = typed(transcript)[-1]
@@ -202,7 +239,9 @@ def test_an_error_raised_inside_a_call_still_ends_the_session_typed(tmp_path):
         def call(self, tool, args):
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "the replacement container did not start")
 
-    s, _, transcript = session(tmp_path, [ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"})])], sandbox=Dying())
+    s, _, transcript = session(
+        tmp_path, [ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"})])], sandbox=Dying()
+    )
     result = s.run("task")
     assert result.status is SessionStatus.STOPPED and result.error.type is ErrorType.SANDBOX_START_FAILED
     end = typed(transcript)[-1]
@@ -214,7 +253,9 @@ def test_a_bug_of_ours_still_writes_session_end(tmp_path):
         def call(self, tool, args):
             raise ZeroDivisionError("oops")
 
-    s, _, transcript = session(tmp_path, [ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"})])], sandbox=Buggy())
+    s, _, transcript = session(
+        tmp_path, [ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"})])], sandbox=Buggy()
+    )
     with pytest.raises(ZeroDivisionError):
         s.run("task")
     end = typed(transcript)[-1]
@@ -222,7 +263,10 @@ def test_a_bug_of_ours_still_writes_session_end(tmp_path):
 
 
 def test_every_event_the_loop_writes_is_typed_and_names_its_executor_when_it_is_an_outcome(tmp_path):
-    turns = [ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"}), call("2", "shell", {"command": "x"})]), ModelTurn(text="ok")]
+    turns = [
+        ModelTurn(tool_calls=[call("1", "read_file", {"path": "a"}), call("2", "shell", {"command": "x"})]),
+        ModelTurn(text="ok"),
+    ]
     s, _, transcript = session(tmp_path, turns)
     s.run("task")
     for record in transcript.events:
@@ -237,13 +281,31 @@ def test_egress_records_of_any_shape_never_break_the_session(tmp_path):
     number, keys named like the event's own. The session records them and goes on."""
     from orchestrator import events as ev
 
-    records = [{"decision": "deny", "host": None, "port": "x", "reason": None},
-               {"decision": "deny", "host": "h", "port": 80, "type": "session_end", "executor": "user", "call_id": "forged", "extra": [1]}]
+    records = [
+        {"decision": "deny", "host": None, "port": "x", "reason": None},
+        {
+            "decision": "deny",
+            "host": "h",
+            "port": 80,
+            "type": "session_end",
+            "executor": "user",
+            "call_id": "forged",
+            "extra": [1],
+        },
+    ]
     from orchestrator.sandbox.egress import bounded_record
 
-    box = FakeSandbox(results={"shell": ToolResult(ok=True, output="sent\n", egress=[bounded_record(r) for r in records])})
-    turns = [ModelTurn(tool_calls=[ToolCall(id="1", name="shell", arguments={"command": "curl x"})]), ModelTurn(text="done")]
+    box = FakeSandbox(
+        results={"shell": ToolResult(ok=True, output="sent\n", egress=[bounded_record(r) for r in records])}
+    )
+    turns = [
+        ModelTurn(tool_calls=[ToolCall(id="1", name="shell", arguments={"command": "curl x"})]),
+        ModelTurn(text="done"),
+    ]
     s, _, transcript = session(tmp_path, turns, sandbox=box)
     assert s.run("task").status is SessionStatus.FINISHED
     egress = [e for e in typed(transcript) if isinstance(e, ev.EgressRecorded)]
-    assert [(e.host, e.port, e.call_id, e.executor) for e in egress] == [("", None, "1", Executor.OPENAGENTS), ("h", 80, "1", Executor.OPENAGENTS)]
+    assert [(e.host, e.port, e.call_id, e.executor) for e in egress] == [
+        ("", None, "1", Executor.OPENAGENTS),
+        ("h", 80, "1", Executor.OPENAGENTS),
+    ]

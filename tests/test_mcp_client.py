@@ -2,6 +2,7 @@
 started on the host through McpHost; its tool reaches the model under mcp__<server>__<tool>, calls
 work, and a crashing or stalling server gives a typed error within the deadline. No process is
 left once the host is closed."""
+
 from __future__ import annotations
 
 import os
@@ -67,7 +68,12 @@ def server_script(tmp_path: Path) -> Path:
 def spec(script: Path, tmp_path: Path, name: str = "notes", **env: str) -> dict:
     # ACP's McpServerStdio shape: env as a list of {name, value}
     env = {"NOTES_FILE": str(tmp_path / "notes.txt"), **env}
-    return {"name": name, "command": sys.executable, "args": [str(script)], "env": [{"name": k, "value": v} for k, v in env.items()]}
+    return {
+        "name": name,
+        "command": sys.executable,
+        "args": [str(script)],
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+    }
 
 
 def alive(pid: int) -> bool:
@@ -126,7 +132,12 @@ def test_tools_listed_called_and_stopped(server_script, tmp_path):
     host = McpHost([spec(server_script, tmp_path)], call_deadline_s=20, log_dir=tmp_path / "logs").start()
     try:
         assert host.problems == []
-        assert sorted(host.names()) == ["mcp__notes__add_note", "mcp__notes__crash", "mcp__notes__pid", "mcp__notes__stall"]
+        assert sorted(host.names()) == [
+            "mcp__notes__add_note",
+            "mcp__notes__crash",
+            "mcp__notes__pid",
+            "mcp__notes__stall",
+        ]
         openai = {d["function"]["name"]: d["function"] for d in host.declarations("openai")}
         assert openai["mcp__notes__add_note"]["parameters"]["required"] == ["text"]
         gemini = {d["name"]: d for d in host.declarations("gemini")}
@@ -159,8 +170,10 @@ def test_tools_listed_called_and_stopped(server_script, tmp_path):
 def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
     """A stalled call ends at the deadline and its server is killed (not left holding a sleeping
     call) and dropped; a crash is typed at once; a third server goes on."""
-    host = McpHost([spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b"), spec(server_script, tmp_path, "c")],
-                   call_deadline_s=3).start()
+    host = McpHost(
+        [spec(server_script, tmp_path, "a"), spec(server_script, tmp_path, "b"), spec(server_script, tmp_path, "c")],
+        call_deadline_s=3,
+    ).start()
     try:
         stalled_pid = int(host.call("mcp__b__pid", {}).output)
         started = time.monotonic()
@@ -189,8 +202,12 @@ def test_crash_and_stall_are_typed_within_the_deadline(server_script, tmp_path):
 
 
 def test_slow_start_and_bad_command_leave_the_others(server_script, tmp_path):
-    servers = [spec(server_script, tmp_path, "slow", SLOW_START="30"), {"name": "missing", "command": str(tmp_path / "no-such-server")},
-               spec(server_script, tmp_path, "ok"), {"name": "web", "type": "http", "url": "http://127.0.0.1:9/"}]
+    servers = [
+        spec(server_script, tmp_path, "slow", SLOW_START="30"),
+        {"name": "missing", "command": str(tmp_path / "no-such-server")},
+        spec(server_script, tmp_path, "ok"),
+        {"name": "web", "type": "http", "url": "http://127.0.0.1:9/"},
+    ]
     started = time.monotonic()
     host = McpHost(servers, start_deadline_s=4, call_deadline_s=5).start()
     try:
@@ -225,18 +242,29 @@ def test_through_the_registry_and_the_ladder(server_script: Path, tmp_path: Path
 
     call = lambda i: ToolCall(id=f"c{i}", name="mcp__notes__add_note", arguments={"text": f"n{i}"})  # noqa: E731
     with McpHost([spec(server_script, tmp_path)], call_deadline_s=20) as host:
-        registry = ToolRegistry(None, tmp_path, RegistryConfig(git=False, disabled={"mcp__notes__crash"}), host_tools=host)  # type: ignore[arg-type]
+        registry = ToolRegistry(
+            None,  # type: ignore[arg-type]
+            tmp_path,
+            RegistryConfig(git=False, disabled={"mcp__notes__crash"}),
+            host_tools=host,
+        )
         names = [d["function"]["name"] for d in registry.declarations("openai")]
         assert "mcp__notes__add_note" in names and "read_file" in names and "mcp__notes__crash" not in names
-        model = ScriptedModel([ModelTurn(tool_calls=[call(1)]), ModelTurn(tool_calls=[call(2)]), ModelTurn(text="done")])
+        model = ScriptedModel(
+            [ModelTurn(tool_calls=[call(1)]), ModelTurn(tool_calls=[call(2)]), ModelTurn(text="done")]
+        )
         session = TurnLoop(model, registry, ApprovalGate(Ladder(), Approver()), Transcript(tmp_path / "t.jsonl"))
         result = session.run("take notes")
         assert result.final_text == "done"
         assert asked == [("mcp__notes__add_note", Level.ASK_EVERY_TIME)] * 2  # every time, not once
         assert any(m.role == "tool" and "stored: n1" in m.content for m in session.messages)
 
-        denied = TurnLoop(ScriptedModel([ModelTurn(tool_calls=[call(3)]), ModelTurn(text="ok")]), registry,
-                         ApprovalGate(Ladder([PolicyRule(action="mcp notes", decision=Decision.DENY)]), Approver()), Transcript(None))
+        denied = TurnLoop(
+            ScriptedModel([ModelTurn(tool_calls=[call(3)]), ModelTurn(text="ok")]),
+            registry,
+            ApprovalGate(Ladder([PolicyRule(action="mcp notes", decision=Decision.DENY)]), Approver()),
+            Transcript(None),
+        )
         denied.run("again")
         assert len(asked) == 2 and any("refused_by_policy" in (m.content or "") for m in denied.messages)
     assert (tmp_path / "notes.txt").read_text() == "n1\nn2\n"
@@ -269,7 +297,9 @@ def test_ctrl_c_and_kill_running_end_a_stalled_call_at_once(server_script, tmp_p
     import signal
 
     marks = {name: tmp_path / f"stalling-{name}" for name in ("a", "b")}
-    host = McpHost([spec(server_script, tmp_path, name, STALL_MARK=str(marks[name])) for name in ("a", "b")], call_deadline_s=100).start()
+    host = McpHost(
+        [spec(server_script, tmp_path, name, STALL_MARK=str(marks[name])) for name in ("a", "b")], call_deadline_s=100
+    ).start()
     try:
         assert host.call_deadline_s == 100
         a_pid = int(host.call("mcp__a__pid", {}).output)
@@ -284,7 +314,12 @@ def test_ctrl_c_and_kill_running_end_a_stalled_call_at_once(server_script, tmp_p
         when(marks["b"], host.kill_running)
         started = time.monotonic()
         cut = host.call("mcp__b__stall", {"seconds": 600})
-        assert marks["b"].exists() and not cut.ok and cut.error.type == ErrorType.CANCELLED and time.monotonic() - started < 60
+        assert (
+            marks["b"].exists()
+            and not cut.ok
+            and cut.error.type == ErrorType.CANCELLED
+            and time.monotonic() - started < 60
+        )
         assert gone(b_pid), "kill_running left the stalled server running"
     finally:
         host.close()
@@ -302,7 +337,7 @@ def test_json_values_are_counted_outside_strings_only():
     from orchestrator.tools.mcp.transport import json_values
 
     assert json_values(b'{"a": [1, 2, {"b": []}]}', 0) == 6  # { [ , , { [
-    text = b'{"t": "' + b'[,{' * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes
+    text = b'{"t": "' + b"[,{" * 1000 + b'\\" , \\\\", "u": 1}'  # brackets and commas in strings, escaped quotes
     assert json_values(text, 10) == 2
     assert json_values(b"[" + b"[]," * 100_000 + b"[]]", 1000) > 1000
 
@@ -331,7 +366,13 @@ def test_a_call_approved_after_max_wall_does_not_start(server_script: Path, tmp_
     with McpHost([spec(server_script, tmp_path)], call_deadline_s=20) as host:
         registry = ToolRegistry(NoBox(), tmp_path, RegistryConfig(git=False), host_tools=host)  # type: ignore[arg-type]
         model = ScriptedModel([ModelTurn(tool_calls=[call]), ModelTurn(text="done")])
-        session = TurnLoop(model, registry, ApprovalGate(Ladder(), SlowApprover()), Transcript(tmp_path / "t.jsonl"), budget=Budget(max_wall_s=1))
+        session = TurnLoop(
+            model,
+            registry,
+            ApprovalGate(Ladder(), SlowApprover()),
+            Transcript(tmp_path / "t.jsonl"),
+            budget=Budget(max_wall_s=1),
+        )
         result = session.run("note it")
     assert result.error is not None and result.error.type == ErrorType.BUDGET_EXCEEDED
     assert not (tmp_path / "notes.txt").exists(), "the call ran after the time budget was spent"
@@ -344,8 +385,13 @@ def test_ctrl_c_while_servers_start_leaves_none_running(server_script, tmp_path)
     import signal
 
     mark = tmp_path / "starting"
-    host = McpHost([spec(server_script, tmp_path, "ok"), spec(server_script, tmp_path, "slow", SLOW_START="600", START_MARK=str(mark))],
-                   start_deadline_s=100)
+    host = McpHost(
+        [
+            spec(server_script, tmp_path, "ok"),
+            spec(server_script, tmp_path, "slow", SLOW_START="600", START_MARK=str(mark)),
+        ],
+        start_deadline_s=100,
+    )
     when(mark, lambda: os.kill(os.getpid(), signal.SIGINT))
     with pytest.raises(KeyboardInterrupt):
         host.start()

@@ -2,6 +2,7 @@
 stdio client: every mutating result says the change is in the private copy, `changes` shows the
 diff, `apply_changes` lands it through the sanitiser (hostile plants left out and listed), a
 second apply after a second edit lands too, and a conflict applies nothing."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,11 @@ import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300),
-              pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make")]
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make"),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,7 +27,12 @@ REPO = Path(__file__).resolve().parents[1]
 def server_params(workspace: Path, state: Path, *extra: str) -> StdioServerParameters:
     """The server from this tree (not whatever the venv's entry point was installed from)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(state)}
-    return StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(workspace), *extra], env=env, cwd=REPO)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(workspace), *extra],
+        env=env,
+        cwd=REPO,
+    )
 
 
 def text(result) -> str:
@@ -63,6 +72,7 @@ def applied_flag(state: Path) -> bool:
 def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
     ws = root_owned(tmp_path, {"app.py": "print('old')\n", "keep.txt": "keep\n"})
     state = tmp_path / "state"
+
     # runc: under gVisor a FIFO the box makes lives in the sandbox kernel only and never reaches the
     # host's copy; under runc it is a real FIFO in the copy, as a hostile box would leave it.
     async def session():
@@ -78,19 +88,40 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
             edited = await call("edit_file", {"path": "app.py", "old_text": "old", "new_text": "new"})
             assert not edited.is_error, text(edited)
             assert "in the session's private copy" in text(edited) and "apply_changes" in text(edited)
-            assert edited.structured_content["in_private_copy"] is True and edited.structured_content["workspace_mode"] == "copy"
+            assert (
+                edited.structured_content["in_private_copy"] is True
+                and edited.structured_content["workspace_mode"] == "copy"
+            )
             assert (ws / "app.py").read_text() == "print('old')\n"
             read = await call("read_file", {"path": "app.py"})
-            assert read.structured_content["output"] == "print('new')\n" and "in_private_copy" not in read.structured_content
+            assert (
+                read.structured_content["output"] == "print('new')\n"
+                and "in_private_copy" not in read.structured_content
+            )
 
             diff = await call("changes")
-            assert not diff.is_error and "+print('new')" in diff.structured_content["output"] and "-print('old')" in text(diff)
-            assert diff.structured_content["changes"] == [{"path": "app.py", "path_shown": "app.py", "status": "modified"}]
+            assert (
+                not diff.is_error
+                and "+print('new')" in diff.structured_content["output"]
+                and "-print('old')" in text(diff)
+            )
+            assert diff.structured_content["changes"] == [
+                {"path": "app.py", "path_shown": "app.py", "status": "modified"}
+            ]
 
             # hostile plants in the copy: left out, listed; the plain file lands
-            planted = await call("shell", {"command": "mkfifo pipe; ln -s /etc/passwd pw; mkdir -p sub/.git; "
-                                                      "echo '[core]' > sub/.git/config; echo plain > plain.txt"})
-            assert not planted.is_error and "private copy" in text(planted) and planted.structured_content["in_private_copy"]
+            planted = await call(
+                "shell",
+                {
+                    "command": "mkfifo pipe; ln -s /etc/passwd pw; mkdir -p sub/.git; "
+                    "echo '[core]' > sub/.git/config; echo plain > plain.txt"
+                },
+            )
+            assert (
+                not planted.is_error
+                and "private copy" in text(planted)
+                and planted.structured_content["in_private_copy"]
+            )
 
             applied = await call("apply_changes")
             assert not applied.is_error, text(applied)
@@ -102,7 +133,9 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
             assert "FIFO" in left["pipe"] or "fifo" in left["pipe"].lower()
             assert {"app.py", "plain.txt"} <= set(applied.structured_content["applied"])
             assert "left out: pipe" in text(applied)
-            assert applied_flag(state) is True  # the record says it landed, as after `oa-sandbox apply`: prune may take it
+            assert (
+                applied_flag(state) is True
+            )  # the record says it landed, as after `oa-sandbox apply`: prune may take it
 
             # the session goes on: a second edit of the same file lands with a second apply (no false conflict)
             await call("edit_file", {"path": "app.py", "old_text": "new", "new_text": "newer"})
@@ -112,7 +145,9 @@ def test_edit_changes_apply_plants_and_conflict(sandbox_image, tmp_path):
             assert "app.py" in again.structured_content["applied"]
             assert applied_flag(state) is True
             left_now = (await call("changes")).structured_content["changes"]
-            assert {c["path"] for c in left_now} == {"pipe", "pw"}, left_now  # landed ones are gone; the plants stay: never carried
+            assert {c["path"] for c in left_now} == {"pipe", "pw"}, (
+                left_now
+            )  # landed ones are gone; the plants stay: never carried
 
             # a conflict: the user edits the real file in between; nothing at all is applied
             await call("edit_file", {"path": "app.py", "old_text": "newer", "new_text": "box"})

@@ -3,6 +3,7 @@ the session's own copy forks into N new copy sessions (each with the state after
 each its own copy: a write through one is in no other), an ended session of the user's forks by id,
 bad arguments are typed, and a policy's deny rule refuses the call (refused_by_policy) through the
 one call pipeline, as for the six tools."""
+
 from __future__ import annotations
 
 import json
@@ -36,7 +37,9 @@ def test_fork_this_session_and_an_ended_one_by_id(sandbox_image, tmp_path):
     state = tmp_path / "state"
 
     async def first() -> tuple[str, list[str]]:
-        async with Client(server_params(ws, state, "--workspace-mode", "copy", "--runtime", "runc"), read_timeout_seconds=120) as client:
+        async with Client(
+            server_params(ws, state, "--workspace-mode", "copy", "--runtime", "runc"), read_timeout_seconds=120
+        ) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert "fork" in tools and tools["fork"].input_schema["properties"]["n"]["maximum"] == 16
             call = Checked(client, tools)
@@ -63,7 +66,9 @@ def test_fork_this_session_and_an_ended_one_by_id(sandbox_image, tmp_path):
     assert (copy_of(state, ids[1]) / "a.txt").read_text() == "two\n"  # no shared writable inode
 
     async def second() -> list[str]:
-        async with Client(server_params(ws, state, "--workspace-mode", "copy", "--runtime", "runc"), read_timeout_seconds=120) as client:
+        async with Client(
+            server_params(ws, state, "--workspace-mode", "copy", "--runtime", "runc"), read_timeout_seconds=120
+        ) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             forked = await Checked(client, tools)("fork", {"session_id": own, "n": 1})  # the first session has ended
             assert not forked.is_error, text(forked)
@@ -83,8 +88,10 @@ def test_a_deny_rule_refuses_fork(sandbox_image, tmp_path):
     policy.write_text('[[rules]]\nid = "no-forks"\ntool = "fork"\ndecision = "deny"\n')
 
     async def session() -> str:
-        async with Client(server_params(ws, state, "--workspace-mode", "copy", "--runtime", "runc", "--policy", str(policy)),
-                          read_timeout_seconds=120) as client:
+        async with Client(
+            server_params(ws, state, "--workspace-mode", "copy", "--runtime", "runc", "--policy", str(policy)),
+            read_timeout_seconds=120,
+        ) as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             denied = await Checked(client, tools)("fork", {"n": 2})
             assert denied.is_error and denied.structured_content["error"]["type"] == "refused_by_policy", text(denied)
@@ -93,4 +100,6 @@ def test_a_deny_rule_refuses_fork(sandbox_image, tmp_path):
     anyio.run(session)
     assert len(sessions(state)) == 1  # no fork was made
     transcripts = list(state.glob("openagents-sandbox/sessions/*/transcript.jsonl"))
-    assert any('"fork"' in p.read_text() and "no-forks" in p.read_text() for p in transcripts)  # the pipeline recorded the refusal
+    assert any(
+        '"fork"' in p.read_text() and "no-forks" in p.read_text() for p in transcripts
+    )  # the pipeline recorded the refusal

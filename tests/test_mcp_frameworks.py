@@ -3,6 +3,7 @@
 model `structuredContent`, not the text block: the model must receive the file's text and the
 command's output there, and every result must conform to the tool's declared outputSchema (FastMCP
 checks it)."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,12 @@ def test_pydantic_ai_reads_edits_and_runs_the_tests(sandbox_image, tmp_path):
             return ModelResponse(parts=[ToolCallPart(tool_name=name, args=args, tool_call_id=f"c{step}")])
         return ModelResponse(parts=[TextPart("fixed: add adds, the tests pass")])
 
-    transport = StdioTransport(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)],
-                               env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=str(REPO))
+    transport = StdioTransport(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=str(REPO),
+    )
     # init_timeout: the server starts its sandbox before it answers initialize (seconds under gVisor on a
     # loaded machine; the 5 s default failed once in a full run)
     agent = Agent(FunctionModel(model), toolsets=[MCPToolset(transport, read_timeout=120, init_timeout=120)])

@@ -6,6 +6,7 @@ code is refused, named, and the session goes on. The user's PATH has the workspa
 active venv, direnv's `PATH_add`, node_modules/.bin or a link make it, and oa-sandbox is started in
 the workspace. The box's writes are made here. Real stdio MCP servers (standard library only, run by
 the host's /usr/bin/python3), a real npx."""
+
 from __future__ import annotations
 
 import json
@@ -90,8 +91,11 @@ def test_a_server_found_on_the_users_path_never_runs_the_boxs_program(tmp_path, 
     monkeypatch.setenv("PATH", f"{entry}:.::{SYSTEM_PATH}")
     probe = server_file(tmp_path)
     envpy = server_file(tmp_path, "probe-env", "#!/usr/bin/env python3\n" + PY_SERVER)
-    servers = [{"name": "py", "command": "python3", "args": [str(probe)]}, {"name": "envpy", "command": str(envpy)},
-               {"name": "sh", "command": "sh", "args": ["-c", f"exec python3 {probe}"]}]
+    servers = [
+        {"name": "py", "command": "python3", "args": [str(probe)]},
+        {"name": "envpy", "command": str(envpy)},
+        {"name": "sh", "command": "sh", "args": ["-c", f"exec python3 {probe}"]},
+    ]
     with McpHost(servers, workspace=ws, start_deadline_s=20) as host:
         assert host.problems == []
         for name in ("py", "envpy", "sh"):
@@ -108,7 +112,14 @@ def test_a_module_the_box_drops_in_the_working_directory_is_not_imported(tmp_pat
     (lib / "oa_probe_server.py").write_text(PY_SERVER)
     canary = tmp_path / "canary"
     (ws / "oa_probe_server.py").write_text(f"open({str(canary)!r}, 'a').write('box module ran')\n")
-    servers = [{"name": "mod", "command": "/usr/bin/python3", "args": ["-m", "oa_probe_server"], "env": {"PYTHONPATH": str(lib)}}]
+    servers = [
+        {
+            "name": "mod",
+            "command": "/usr/bin/python3",
+            "args": ["-m", "oa_probe_server"],
+            "env": {"PYTHONPATH": str(lib)},
+        }
+    ]
     with McpHost(servers, workspace=ws, start_deadline_s=20) as host:
         info = ask(host, "mod")
     assert not canary.exists()
@@ -120,7 +131,14 @@ def test_npx_never_runs_the_workspaces_node_modules_bin(tmp_path, ws):
     """`npx --no-install oa-probe-server`: npx runs node_modules/.bin/X of its working directory first; the box plants one in the workspace, where oa-sandbox was started. It never runs (the server has a directory of its own, so npx finds nothing and the server is named as failed)."""
     canary = tmp_path / "canary"
     plant(ws / "node_modules/.bin/oa-probe-server", canary)
-    servers = [{"name": "npx", "command": "npx", "args": ["--no-install", "oa-probe-server"], "env": {"npm_config_offline": "true"}}]
+    servers = [
+        {
+            "name": "npx",
+            "command": "npx",
+            "args": ["--no-install", "oa-probe-server"],
+            "env": {"npm_config_offline": "true"},
+        }
+    ]
     with McpHost(servers, workspace=ws, start_deadline_s=30) as host:
         assert host.names() == [] and "'npx' failed to start" in " ".join(host.problems), host.problems
     assert not canary.exists(), canary.read_text()
@@ -131,16 +149,23 @@ def test_a_home_in_the_workspace_gives_the_server_one_of_its_own(tmp_path, ws, m
     home = ws / ".home"
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("PATH", SYSTEM_PATH)
-    site = subprocess.run(["/usr/bin/python3", "-c", "import site; print(site.getusersitepackages())"], capture_output=True, text=True,
-                          check=True, env={"HOME": str(home), "PATH": SYSTEM_PATH}).stdout.strip()
+    site = subprocess.run(
+        ["/usr/bin/python3", "-c", "import site; print(site.getusersitepackages())"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"HOME": str(home), "PATH": SYSTEM_PATH},
+    ).stdout.strip()
     Path(site).mkdir(parents=True)
     canary = tmp_path / "canary"
     (Path(site) / "oa_box.pth").write_text(f"import os; open({str(canary)!r}, 'a').write('user site ran; ')\n")
     probe = server_file(tmp_path)
     mine = tmp_path / "myhome"
     mine.mkdir()
-    servers = [{"name": "py", "command": "python3", "args": [str(probe)]},
-               {"name": "named", "command": "python3", "args": [str(probe)], "env": {"HOME": str(mine)}}]
+    servers = [
+        {"name": "py", "command": "python3", "args": [str(probe)]},
+        {"name": "named", "command": "python3", "args": [str(probe)], "env": {"HOME": str(mine)}},
+    ]
     with McpHost(servers, workspace=ws, start_deadline_s=20) as host:
         info = ask(host, "py")
         assert outside(info, ws) == [] and info["HOME"] == info["cwd"]
@@ -157,19 +182,42 @@ def test_what_would_run_or_load_the_boxs_code_is_refused_and_named(tmp_path, ws,
     monkeypatch.setenv("PATH", SYSTEM_PATH)
     probe = server_file(tmp_path)
     shebang = server_file(tmp_path, "probe-venv", f"#!{ws}/.venv/bin/python3\n" + PY_SERVER)
-    servers = [{"name": "program", "command": str(ws / ".venv/bin/python3"), "args": [str(probe)]},
-               {"name": "shebang", "command": str(shebang)},
-               {"name": "script", "command": "python3", "args": [str(ws / "tools/server.py")]},
-               {"name": "relative", "command": "python3", "args": ["tools/server.py"], "cwd": str(ws)},
-               {"name": "pythonpath", "command": "python3", "args": [str(probe)], "env": {"PYTHONPATH": f"/usr/lib:{ws}/tools"}},
-               {"name": "nodeopts", "command": "python3", "args": [str(probe)], "env": {"NODE_OPTIONS": f"--require={ws}/x.js"}},
-               {"name": "ok", "command": "python3", "args": [str(probe), str(ws)], "env": {"PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}"}}]
+    servers = [
+        {"name": "program", "command": str(ws / ".venv/bin/python3"), "args": [str(probe)]},
+        {"name": "shebang", "command": str(shebang)},
+        {"name": "script", "command": "python3", "args": [str(ws / "tools/server.py")]},
+        {"name": "relative", "command": "python3", "args": ["tools/server.py"], "cwd": str(ws)},
+        {
+            "name": "pythonpath",
+            "command": "python3",
+            "args": [str(probe)],
+            "env": {"PYTHONPATH": f"/usr/lib:{ws}/tools"},
+        },
+        {
+            "name": "nodeopts",
+            "command": "python3",
+            "args": [str(probe)],
+            "env": {"NODE_OPTIONS": f"--require={ws}/x.js"},
+        },
+        {
+            "name": "ok",
+            "command": "python3",
+            "args": [str(probe), str(ws)],
+            "env": {"PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}"},
+        },
+    ]
     with McpHost(servers, workspace=ws, start_deadline_s=20) as host:
         assert host.names() == ["mcp__ok__where"], host.problems
         problems = "\n".join(host.problems)
         info = ask(host, "ok")
-    for name, says in {"program": ".venv/bin/python3", "shebang": "the interpreter on the #! line", "script": "tools/server.py",
-                       "relative": "working directory", "pythonpath": "PYTHONPATH", "nodeopts": "NODE_OPTIONS"}.items():
+    for name, says in {
+        "program": ".venv/bin/python3",
+        "shebang": "the interpreter on the #! line",
+        "script": "tools/server.py",
+        "relative": "working directory",
+        "pythonpath": "PYTHONPATH",
+        "nodeopts": "NODE_OPTIONS",
+    }.items():
         line = next((p for p in host.problems if f"'{name}' not started" in p), "")
         assert says in line and "where the sandbox can write" in line, (name, problems)
     assert outside(info, ws) == []
@@ -183,13 +231,27 @@ def test_doctor_names_what_each_server_runs_and_what_is_refused(tmp_path, ws):
     probe = server_file(tmp_path)
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
     config.parent.mkdir(parents=True)
-    config.write_text(f'[[mcp_servers]]\nname = "py"\ncommand = "python3"\nargs = ["{probe}"]\n'
-                      f'[[mcp_servers]]\nname = "inside"\ncommand = "{ws}/.venv/bin/python3"\nargs = ["{probe}"]\n')
-    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
-           "PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}"}
+    config.write_text(
+        f'[[mcp_servers]]\nname = "py"\ncommand = "python3"\nargs = ["{probe}"]\n'
+        f'[[mcp_servers]]\nname = "inside"\ncommand = "{ws}/.venv/bin/python3"\nargs = ["{probe}"]\n'
+    )
+    env = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}",
+    }
     oa = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-    out = subprocess.run([oa, "doctor", "--workspace", str(ws)], capture_output=True, text=True, timeout=120, env=env).stdout
+    out = subprocess.run(
+        [oa, "doctor", "--workspace", str(ws)], capture_output=True, text=True, timeout=120, env=env
+    ).stdout
     assert f"[ok]   MCP server 'py' runs: /usr/bin/python3 {probe}" in out, out
-    assert f"[warn] MCP server 'py': your PATH finds python3 at {ws}/.venv/bin/python3, where the sandbox can write: not used" in out, out
+    assert (
+        f"[warn] MCP server 'py': your PATH finds python3 at {ws}/.venv/bin/python3, where the sandbox can write: not used"
+        in out
+    ), out
     assert f"[warn] MCP servers run without PATH entry {ws}/.venv/bin: where the sandbox can write" in out, out
-    assert f"[warn] MCP server 'inside' not started: its program {ws}/.venv/bin/python3 lies where the sandbox can write" in out, out
+    assert (
+        f"[warn] MCP server 'inside' not started: its program {ws}/.venv/bin/python3 lies where the sandbox can write"
+        in out
+    ), out

@@ -1,5 +1,6 @@
 """`oa-sandbox mcp` driven by the official MCP SDK's stdio client, as Claude Code or Codex would drive
 it: a real subprocess, a real sandbox, real files; no container is left once the client is gone."""
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,9 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 
 
 def params(workspace: Path, *extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=OA[0], args=[*OA[1:], "mcp", "--workspace", str(workspace), *extra], env=ENV, cwd=REPO)
+    return StdioServerParameters(
+        command=OA[0], args=[*OA[1:], "mcp", "--workspace", str(workspace), *extra], env=ENV, cwd=REPO
+    )
 
 
 def boxes_of(docker_client, workspace: Path) -> list:
@@ -51,7 +54,9 @@ def test_tools_files_errors_shell_and_no_box_left(sandbox_image, docker_client, 
         async with Client(params(ws), read_timeout_seconds=120) as client:
             assert len(boxes_of(docker_client, ws)) == 1  # warm before the first call
             tools = {t.name: t for t in (await client.list_tools()).tools}
-            assert sorted(tools) == sorted(["read_file", "list_files", "grep_files", "write_file", "edit_file", "shell"])
+            assert sorted(tools) == sorted(
+                ["read_file", "list_files", "grep_files", "write_file", "edit_file", "shell"]
+            )
             for name in ("read_file", "list_files", "grep_files"):
                 assert tools[name].annotations.read_only_hint is True
                 assert tools[name].annotations.open_world_hint is False
@@ -81,8 +86,11 @@ def test_tools_files_errors_shell_and_no_box_left(sandbox_image, docker_client, 
             assert outside.structured_content["error"]["type"] == "path_outside_workspace"
             assert not (tmp_path / "x").exists()
 
-            ran = await client.call_tool("shell", {"command": "sleep 2.5; cat hello.txt; id -u"},
-                                         progress_callback=lambda p, total, message: progress.append(p))
+            ran = await client.call_tool(
+                "shell",
+                {"command": "sleep 2.5; cat hello.txt; id -u"},
+                progress_callback=lambda p, total, message: progress.append(p),
+            )
             assert not ran.is_error, text(ran)
             assert "hi" in text(ran) and ran.structured_content["exit_code"] == 0
             assert ran.structured_content["output"].startswith("hi\n")  # the command's output itself
@@ -95,11 +103,17 @@ def test_tools_files_errors_shell_and_no_box_left(sandbox_image, docker_client, 
     anyio.run(session)
     assert progress, "a shell call that runs for seconds reports progress"
     assert gone(docker_client, ws), "the sandbox outlived its MCP client"
-    sessions = sorted((Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "openagents-sandbox/sessions").glob("*/session.json"))
+    sessions = sorted(
+        (Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local/state")) / "openagents-sandbox/sessions").glob(
+            "*/session.json"
+        )
+    )
     assert sessions  # a session record and its transcript, like run's
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28: InputRequiredResult; handshake era: elicitation/create
+@pytest.mark.parametrize(
+    "mode", ["auto", "legacy"]
+)  # 2026-07-28: InputRequiredResult; handshake era: elicitation/create
 def test_policy_deny_holds_and_elicitation_asks(sandbox_image, docker_client, tmp_path, mode):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     policy = tmp_path / "policy.toml"
@@ -114,8 +128,12 @@ def test_policy_deny_holds_and_elicitation_asks(sandbox_image, docker_client, tm
         return ElicitResult(action="accept", content={"allow": "echo yes" in params.message})
 
     async def session():
-        async with Client(params(ws, "--policy", str(policy), "--transcript", str(transcript)), read_timeout_seconds=120,
-                          elicitation_callback=answer, mode=mode) as client:
+        async with Client(
+            params(ws, "--policy", str(policy), "--transcript", str(transcript)),
+            read_timeout_seconds=120,
+            elicitation_callback=answer,
+            mode=mode,
+        ) as client:
             assert (client.protocol_version >= "2026") == (mode == "auto")
             denied = await client.call_tool("shell", {"command": "rm a.txt"})
             assert denied.is_error and denied.structured_content["error"]["type"] == "refused_by_policy"
@@ -141,10 +159,25 @@ def test_sigterm_removes_the_box(sandbox_image, docker_client, tmp_path):
     import subprocess
 
     ws = make_workspace(tmp_path / "ws")
-    proc = subprocess.Popen([*OA, "mcp", "--workspace", str(ws)], env=ENV, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*OA, "mcp", "--workspace", str(ws)],
+        env=ENV,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
-        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                 "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        hello = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "0"},
+            },
+        }
         proc.stdin.write(json.dumps(hello).encode() + b"\n")
         proc.stdin.flush()
         answer = json.loads(proc.stdout.readline())  # served: the box is up

@@ -1,4 +1,5 @@
 """Model clients against a real HTTP server on loopback: tool calls, retries, broken answers."""
+
 from __future__ import annotations
 
 import time
@@ -29,7 +30,11 @@ def openai(server, retry=FAST, **kw):
 def test_openai_tool_call_and_request_shape(server):
     server.openai_turn("reading", [("read_file", {"path": "a.py"})])
     turn = openai(server).complete(MESSAGES, declarations(["read_file"], "openai"))
-    assert turn.text == "reading" and turn.tool_calls[0].name == "read_file" and turn.tool_calls[0].arguments == {"path": "a.py"}  # parsed at the edge
+    assert (
+        turn.text == "reading"
+        and turn.tool_calls[0].name == "read_file"
+        and turn.tool_calls[0].arguments == {"path": "a.py"}
+    )  # parsed at the edge
     request = server.requests[0]
     assert request["path"] == "/v1/chat/completions"
     assert request["headers"]["Authorization"] == "Bearer sk-test-key-0123456789abcdef"
@@ -67,7 +72,9 @@ def test_openai_client_error_is_not_retried(server):
 
 
 def test_openai_connection_refused_is_a_typed_error():
-    client = HttpModelClient(DIALECTS["openai"], "m", "http://127.0.0.1:9/v1", "k", RetryPolicy(max_attempts=2, base_delay_s=0.01))
+    client = HttpModelClient(
+        DIALECTS["openai"], "m", "http://127.0.0.1:9/v1", "k", RetryPolicy(max_attempts=2, base_delay_s=0.01)
+    )
     with pytest.raises(OpenAgentsError) as info:
         client.complete(MESSAGES, [])
     assert info.value.type == ErrorType.MODEL_API_ERROR
@@ -82,9 +89,13 @@ def test_openai_unexpected_shape_is_typed(server):
 
 def test_gemini_function_call_and_request_shape(server):
     server.gemini_turn("let me see", [("grep_files", {"pattern": "TODO"})])
-    client = HttpModelClient(DIALECTS["gemini"], "gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", FAST, stream=False)
+    client = HttpModelClient(
+        DIALECTS["gemini"], "gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", FAST, stream=False
+    )
     history = MESSAGES + [
-        Message(role="assistant", content="", tool_calls=[{"id": "c1", "name": "read_file", "arguments": '{"path": "x"}'}]),
+        Message(
+            role="assistant", content="", tool_calls=[{"id": "c1", "name": "read_file", "arguments": '{"path": "x"}'}]
+        ),
         Message(role="tool", tool_call_id="c1", name="read_file", content="contents"),
     ]
     turn = client.complete(history, declarations(["grep_files"], "gemini"))
@@ -95,8 +106,14 @@ def test_gemini_function_call_and_request_shape(server):
     body = request["body"]
     assert body["systemInstruction"]["parts"][0]["text"] == "s"
     assert body["tools"][0]["functionDeclarations"][0]["name"] == "grep_files"
-    assert body["contents"][1] == {"role": "model", "parts": [{"functionCall": {"name": "read_file", "args": {"path": "x"}}}]}
-    assert body["contents"][2]["parts"][0]["functionResponse"] == {"name": "read_file", "response": {"content": "contents"}}
+    assert body["contents"][1] == {
+        "role": "model",
+        "parts": [{"functionCall": {"name": "read_file", "args": {"path": "x"}}}],
+    }
+    assert body["contents"][2]["parts"][0]["functionResponse"] == {
+        "name": "read_file",
+        "response": {"content": "contents"},
+    }
 
 
 def test_gemini_retries_429(server):
@@ -112,22 +129,33 @@ from tests.fake_model_server import sse  # noqa: E402
 
 
 def gemini(server, retry=FAST, **kw):
-    return HttpModelClient(DIALECTS["gemini"], "gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", retry, **kw)
+    return HttpModelClient(
+        DIALECTS["gemini"], "gemini-test", f"http://127.0.0.1:{server.port}/v1beta", "AIza-test-key", retry, **kw
+    )
 
 
 def anthropic(server, retry=FAST, **kw):
-    return HttpModelClient(DIALECTS["anthropic"], "claude-test", server.root_url, "sk-ant-test-key-0123456789", retry, **kw)
+    return HttpModelClient(
+        DIALECTS["anthropic"], "claude-test", server.root_url, "sk-ant-test-key-0123456789", retry, **kw
+    )
 
 
 @pytest.mark.parametrize("pieces", [None, 1, 7])
 def test_openai_stream_text_and_tool_calls_split_across_deltas(server, pieces):
     """Written a byte at a time or a few: lines and events cut anywhere still parse; the calls'
     arguments come in 3-character pieces and are assembled by index; usage from the last chunk."""
-    server.openai_stream("reading two files", [("read_file", {"path": "a.py"}), ("grep_files", {"pattern": "TODO", "path": "src"})], pieces=pieces)
+    server.openai_stream(
+        "reading two files",
+        [("read_file", {"path": "a.py"}), ("grep_files", {"pattern": "TODO", "path": "src"})],
+        pieces=pieces,
+    )
     seen: list[str] = []
     turn = openai(server).complete(MESSAGES, declarations(["read_file"], "openai"), on_text=seen.append)
     assert "".join(seen) == turn.text == "reading two files" and len(seen) > 1
-    assert [(c.name, c.arguments) for c in turn.tool_calls] == [("read_file", {"path": "a.py"}), ("grep_files", {"pattern": "TODO", "path": "src"})]
+    assert [(c.name, c.arguments) for c in turn.tool_calls] == [
+        ("read_file", {"path": "a.py"}),
+        ("grep_files", {"pattern": "TODO", "path": "src"}),
+    ]
     assert turn.tool_calls[0].id == "call_s0" and turn.usage["prompt_tokens"] == 11
     body = server.requests[0]["body"]
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
@@ -164,39 +192,72 @@ def test_gemini_stream_text_function_call_usage(server):
 def test_anthropic_request_shape_tool_use_and_tool_result_blocks(server):
     server.anthropic_turn("reading", [("read_file", {"path": "a.py"})])
     history = MESSAGES + [
-        Message(role="assistant", content="", tool_calls=[{"id": "toolu_1", "name": "read_file", "arguments": '{"path": "x"}'},
-                                                          {"id": "toolu_2", "name": "read_file", "arguments": '{"path": "y"}'}]),
+        Message(
+            role="assistant",
+            content="",
+            tool_calls=[
+                {"id": "toolu_1", "name": "read_file", "arguments": '{"path": "x"}'},
+                {"id": "toolu_2", "name": "read_file", "arguments": '{"path": "y"}'},
+            ],
+        ),
         Message(role="tool", tool_call_id="toolu_1", name="read_file", content="one"),
         Message(role="tool", tool_call_id="toolu_2", name="read_file", content="two"),
     ]
     turn = anthropic(server, stream=False).complete(history, declarations(["read_file"], "anthropic"))
-    assert turn.text == "reading" and turn.tool_calls[0].name == "read_file" and turn.tool_calls[0].arguments == {"path": "a.py"}
+    assert (
+        turn.text == "reading"
+        and turn.tool_calls[0].name == "read_file"
+        and turn.tool_calls[0].arguments == {"path": "a.py"}
+    )
     assert turn.usage == {"input_tokens": 21, "output_tokens": 9}
     request = server.requests[0]
     assert request["path"] == "/v1/messages"
-    assert request["headers"]["x-api-key"] == "sk-ant-test-key-0123456789" and request["headers"]["anthropic-version"] == "2023-06-01"
+    assert (
+        request["headers"]["x-api-key"] == "sk-ant-test-key-0123456789"
+        and request["headers"]["anthropic-version"] == "2023-06-01"
+    )
     body = request["body"]
     assert body["system"] == "s" and body["max_tokens"] > 0 and body["model"] == "claude-test"
     assert body["tools"][0]["name"] == "read_file" and body["tools"][0]["input_schema"]["type"] == "object"
-    assert body["messages"][1] == {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "x"}},
-                                                                      {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "y"}}]}
-    assert body["messages"][2] == {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "one"},
-                                                                 {"type": "tool_result", "tool_use_id": "toolu_2", "content": "two"}]}
+    assert body["messages"][1] == {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "x"}},
+            {"type": "tool_use", "id": "toolu_2", "name": "read_file", "input": {"path": "y"}},
+        ],
+    }
+    assert body["messages"][2] == {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "one"},
+            {"type": "tool_result", "tool_use_id": "toolu_2", "content": "two"},
+        ],
+    }
 
 
 @pytest.mark.parametrize("pieces", [None, 1, 11])
 def test_anthropic_stream_with_input_json_deltas(server, pieces):
-    server.anthropic_stream("I will edit", [("edit_file", {"path": "a.py", "old_text": "x", "new_text": "y"})], pieces=pieces)
+    server.anthropic_stream(
+        "I will edit", [("edit_file", {"path": "a.py", "old_text": "x", "new_text": "y"})], pieces=pieces
+    )
     seen: list[str] = []
     turn = anthropic(server).complete(MESSAGES, [], on_text=seen.append)
     assert "".join(seen) == turn.text == "I will edit"
-    assert turn.tool_calls[0].id == "toolu_s0" and turn.tool_calls[0].arguments == {"path": "a.py", "old_text": "x", "new_text": "y"}
+    assert turn.tool_calls[0].id == "toolu_s0" and turn.tool_calls[0].arguments == {
+        "path": "a.py",
+        "old_text": "x",
+        "new_text": "y",
+    }
     assert turn.usage["input_tokens"] == 21 and turn.usage["output_tokens"] == 9
     assert server.requests[0]["body"]["stream"] is True
 
 
 def test_anthropic_529_overloaded_with_retry_after_is_tried_again(server):
-    server.reply({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, status=529, headers={"retry-after": "1"})
+    server.reply(
+        {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+        status=529,
+        headers={"retry-after": "1"},
+    )
     server.anthropic_stream("done")
     notices = []
     started = time.monotonic()
@@ -217,7 +278,9 @@ def test_a_stream_cut_after_text_was_shown_is_not_asked_again(server):
     server.anthropic_stream("never asked")
     with pytest.raises(OpenAgentsError) as info:
         anthropic(server).complete(MESSAGES, [], on_text=lambda _: None)
-    assert info.value.type == ErrorType.MODEL_API_ERROR and "broke off" in info.value.message and len(server.requests) == 1
+    assert (
+        info.value.type == ErrorType.MODEL_API_ERROR and "broke off" in info.value.message and len(server.requests) == 1
+    )
 
 
 def test_a_stream_cut_before_any_text_is_retried(server):
@@ -263,7 +326,11 @@ def test_sse_parser_bounds_and_types():
         list(sse_events([b"data: {nope\n\n"]))
     with pytest.raises(OpenAgentsError, match="not UTF-8"):
         list(sse_events([b"event: \xff\xfe\ndata: {}\n\n"]))
-    events = list(sse_events([b": hello\r\nevent: a\r", b"\ndata: {\"x\":\r\ndata: 1}\r\n\r\n", b"data: [DONE]\n\n", b"data: {\"half\""]))
+    events = list(
+        sse_events(
+            [b": hello\r\nevent: a\r", b'\ndata: {"x":\r\ndata: 1}\r\n\r\n', b"data: [DONE]\n\n", b'data: {"half"']
+        )
+    )
     assert [(e.event, e.data, e.done) for e in events] == [("a", {"x": 1}, False), ("message", None, True)]
 
 
@@ -305,20 +372,44 @@ def test_anthropic_spec_key_and_base_url(monkeypatch, server):
         model_from_spec("anthropic:claude-test")
     assert info.value.type == ErrorType.CONFIG_INVALID and "ANTHROPIC_API_KEY" in info.value.message
     server.anthropic_stream("via base url")
-    assert model_from_spec("anthropic:c", base_url=server.base_url).complete(MESSAGES, []).text == "via base url"  # .../v1 given: no /v1/v1
+    assert (
+        model_from_spec("anthropic:c", base_url=server.base_url).complete(MESSAGES, []).text == "via base url"
+    )  # .../v1 given: no /v1/v1
     assert server.requests[-1]["path"] == "/v1/messages"
 
 
 def test_openai_responses_spec_over_loopback(monkeypatch, server):
     """`openai-responses:NAME`: the Responses API's event stream, through the factory, on loopback."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    server.stream([sse({"type": "response.output_text.delta", "output_index": 0, "delta": "he"}, "response.output_text.delta"),
-                   sse({"type": "response.output_text.delta", "output_index": 0, "delta": "llo"}, "response.output_text.delta"),
-                   sse({"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 1}}}, "response.completed")], pieces=7)
+    server.stream(
+        [
+            sse({"type": "response.output_text.delta", "output_index": 0, "delta": "he"}, "response.output_text.delta"),
+            sse(
+                {"type": "response.output_text.delta", "output_index": 0, "delta": "llo"}, "response.output_text.delta"
+            ),
+            sse(
+                {"type": "response.completed", "response": {"usage": {"input_tokens": 3, "output_tokens": 1}}},
+                "response.completed",
+            ),
+        ],
+        pieces=7,
+    )
     client = model_from_spec("openai-responses:gpt-test", base_url=server.base_url)
     seen: list[str] = []
     turn = client.complete(MESSAGES, declarations(["read_file"], "openai-responses"), on_text=seen.append)
-    assert client.family == "openai-responses" and turn.text == "hello" and seen == ["he", "llo"] and turn.usage["input_tokens"] == 3
+    assert (
+        client.family == "openai-responses"
+        and turn.text == "hello"
+        and seen == ["he", "llo"]
+        and turn.usage["input_tokens"] == 3
+    )
     request = server.requests[0]
-    assert request["path"] == "/v1/responses" and request["body"]["instructions"] == "s" and request["body"]["store"] is False
-    assert request["body"]["input"] == [{"role": "user", "content": "fix it"}] and request["body"]["tools"][0]["name"] == "read_file"
+    assert (
+        request["path"] == "/v1/responses"
+        and request["body"]["instructions"] == "s"
+        and request["body"]["store"] is False
+    )
+    assert (
+        request["body"]["input"] == [{"role": "user", "content": "fix it"}]
+        and request["body"]["tools"][0]["name"] == "read_file"
+    )

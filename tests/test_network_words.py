@@ -1,5 +1,6 @@
 """The model is told the truth about the network (issue 36): the system prompt and the shell tool's
 declaration said "no network" even when egress was open. Both cases, every model family."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,13 +40,20 @@ def _told(tmp_path: Path, egress: EgressConfig | None) -> tuple[str, dict[str, s
 def test_a_closed_box_is_said_closed(tmp_path):
     prompt, shell = _told(tmp_path, None)
     assert network.CLOSED in prompt
-    assert set(shell) == set(FAMILIES) and all(d.endswith(network.CLOSED) and network.GENERIC not in d for d in shell.values())
+    assert set(shell) == set(FAMILIES) and all(
+        d.endswith(network.CLOSED) and network.GENERIC not in d for d in shell.values()
+    )
     assert "egress proxy" not in prompt
 
 
 def test_an_open_box_names_its_hosts_and_says_the_rest_is_closed(tmp_path):
-    egress = EgressConfig(allow=["pypi.org", "*.githubusercontent.com:443"],
-                          rules=[EgressRule(action="allow", host="api.example.com", methods=["GET"]), EgressRule(action="deny", host="evil.example")])
+    egress = EgressConfig(
+        allow=["pypi.org", "*.githubusercontent.com:443"],
+        rules=[
+            EgressRule(action="allow", host="api.example.com", methods=["GET"]),
+            EgressRule(action="deny", host="evil.example"),
+        ],
+    )
     prompt, shell = _told(tmp_path, egress)
     for text in [prompt, *shell.values()]:
         assert "Network: none" not in text and "no network" not in text

@@ -5,6 +5,7 @@ live box nor keep a dead one.
 The owner checks are unit tests on real processes (no Docker); the rest drives the real CLI in
 real subprocesses against the real daemon. Every Docker assertion counts only the containers of
 the processes this test started (their owner-pid label): the daemon is shared."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,30 @@ REAP_NOTE = "left by host processes that are gone"
 
 # -- the owner check (no Docker) ---------------------------------------------------------------
 def _stat_line(comm: bytes, starttime: int) -> bytes:
-    after = [b"S", b"1", b"1", b"1", b"0", b"-1", b"4194560", b"100", b"0", b"0", b"0", b"1", b"2", b"0", b"0",
-             b"20", b"0", b"1", b"0", str(starttime).encode(), b"12345", b"678"]
+    after = [
+        b"S",
+        b"1",
+        b"1",
+        b"1",
+        b"0",
+        b"-1",
+        b"4194560",
+        b"100",
+        b"0",
+        b"0",
+        b"0",
+        b"1",
+        b"2",
+        b"0",
+        b"0",
+        b"20",
+        b"0",
+        b"1",
+        b"0",
+        str(starttime).encode(),
+        b"12345",
+        b"678",
+    ]
     return b"4242 (" + comm + b") " + b" ".join(after) + b"\n"
 
 
@@ -44,15 +67,32 @@ def test_start_time_is_field_22_whatever_the_command_name_holds(comm):
     assert parse_start_time(_stat_line(comm, 987654)) == 987654
 
 
-@pytest.mark.parametrize("stat", [b"", b"4242 (python3", b"4242 (python3) S 1 2", _stat_line(b"p", 1).replace(b" 1 12345", b" -1 12345"),
-                                  _stat_line(b"p", 1).replace(b" 1 12345", b" 1e9 12345"), b"1 (x) " + b"9" * 5000])
+@pytest.mark.parametrize(
+    "stat",
+    [
+        b"",
+        b"4242 (python3",
+        b"4242 (python3) S 1 2",
+        _stat_line(b"p", 1).replace(b" 1 12345", b" -1 12345"),
+        _stat_line(b"p", 1).replace(b" 1 12345", b" 1e9 12345"),
+        b"1 (x) " + b"9" * 5000,
+    ],
+)
 def test_a_stat_line_of_another_shape_has_no_start_time(stat):
     assert parse_start_time(stat) is None
 
 
 def test_a_real_process_that_renames_itself_hostilely_keeps_its_start_time(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.readline(); open('/proc/self/comm','w').write(') S 1 1 1 1 1 1'); "
-                              "print('renamed', flush=True); sys.stdin.readline()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.stdin.readline(); open('/proc/self/comm','w').write(') S 1 1 1 1 1 1'); "
+            "print('renamed', flush=True); sys.stdin.readline()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         before = start_time(child.pid)
         child.stdin.write(b"\n")
@@ -97,7 +137,9 @@ def test_another_boot_is_gone_on_this_machine_and_foreign_elsewhere_and_another_
     other_boot = str(uuid.uuid4())
     if here.machine is not None:
         assert verdict(_me(boot=other_boot), here) is Verdict.GONE
-    assert verdict(_me(boot=other_boot, machine="0" * 32), here) is Verdict.FOREIGN  # another machine on a shared daemon
+    assert (
+        verdict(_me(boot=other_boot, machine="0" * 32), here) is Verdict.FOREIGN
+    )  # another machine on a shared daemon
     assert verdict(_me(boot=other_boot, machine=None), here) is Verdict.FOREIGN
     assert verdict(_me(pidns=here.pidns + 1), here) is Verdict.FOREIGN
     assert verdict(_me(timens=(here.timens or 0) + 1), here) is Verdict.FOREIGN
@@ -107,10 +149,22 @@ def test_owner_labels_read_back_as_written_and_garbage_is_no_owner():
     here = owner.current()
     assert Owner.from_labels(here.labels()) == here
     good = here.labels()
-    for name, bad in [(owner.PID_LABEL, "0"), (owner.PID_LABEL, "-1"), (owner.PID_LABEL, "1e3"), (owner.PID_LABEL, "٣٤"), (owner.PID_LABEL, " 12"),
-                      (owner.PID_LABEL, str(1 << 23)), (owner.PID_LABEL, "9" * 400), (owner.START_LABEL, ""), (owner.START_LABEL, "12.5"),
-                      (owner.BOOT_LABEL, "not-a-boot-id"), (owner.BOOT_LABEL, here.boot.upper() + "x"), (owner.PIDNS_LABEL, "pid:[1]"),
-                      (owner.TIMENS_LABEL, "x"), (owner.MACHINE_LABEL, "machine")]:
+    for name, bad in [
+        (owner.PID_LABEL, "0"),
+        (owner.PID_LABEL, "-1"),
+        (owner.PID_LABEL, "1e3"),
+        (owner.PID_LABEL, "٣٤"),
+        (owner.PID_LABEL, " 12"),
+        (owner.PID_LABEL, str(1 << 23)),
+        (owner.PID_LABEL, "9" * 400),
+        (owner.START_LABEL, ""),
+        (owner.START_LABEL, "12.5"),
+        (owner.BOOT_LABEL, "not-a-boot-id"),
+        (owner.BOOT_LABEL, here.boot.upper() + "x"),
+        (owner.PIDNS_LABEL, "pid:[1]"),
+        (owner.TIMENS_LABEL, "x"),
+        (owner.MACHINE_LABEL, "machine"),
+    ]:
         assert Owner.from_labels({**good, name: bad}) is None, (name, bad)
     for missing in (owner.PID_LABEL, owner.BOOT_LABEL, owner.PIDNS_LABEL, owner.START_LABEL):
         assert Owner.from_labels({k: v for k, v in good.items() if k != missing}) is None
@@ -134,7 +188,9 @@ def test_what_each_scope_reaps():
     for labels in (legacy_dead, legacy_live, garbled, foreign):
         assert not _doomed(labels, here, Scope.LEFTOVERS, running=True), labels
     assert _doomed(legacy_dead, here, Scope.GC, running=True)
-    assert not _doomed(legacy_live, here, Scope.GC, running=True) and _doomed(legacy_live, here, Scope.GC, running=False)
+    assert not _doomed(legacy_live, here, Scope.GC, running=True) and _doomed(
+        legacy_live, here, Scope.GC, running=False
+    )
     assert not _doomed(garbled, here, Scope.GC, running=True) and not _doomed(foreign, here, Scope.GC, running=True)
     assert all(_doomed(labels, here, Scope.ALL, running=True) for labels in (mine, garbled, foreign, legacy_live))
 
@@ -177,14 +233,27 @@ _CHAIN = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("case, code, lines", [
-    ("default", -signal.SIGTERM, ["sweep"]),  # the default would end it bare: it sweeps, then dies by the same signal
-    ("own-handler", 3, ["own handler", "remove", "close", "sweep"]),  # the program's handler runs; the exit removes the rest
-    ("exit", 0, ["remove", "close", "sweep"]),
-])
+@pytest.mark.parametrize(
+    "case, code, lines",
+    [
+        (
+            "default",
+            -signal.SIGTERM,
+            ["sweep"],
+        ),  # the default would end it bare: it sweeps, then dies by the same signal
+        (
+            "own-handler",
+            3,
+            ["own handler", "remove", "close", "sweep"],
+        ),  # the program's handler runs; the exit removes the rest
+        ("exit", 0, ["remove", "close", "sweep"]),
+    ],
+)
 def test_a_process_removes_its_boxes_at_exit_and_on_a_signal_chaining_with_its_own_handler(tmp_path, case, code, lines):
     log = tmp_path / "log"
-    proc = subprocess.Popen([sys.executable, "-c", _CHAIN, str(log), case], stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHAIN, str(log), case], stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1]
+    )
     assert proc.stdout.readline() == b"ready\n"
     if case != "exit":
         proc.send_signal(signal.SIGTERM)
@@ -213,8 +282,13 @@ def wait_for_running_box(client, proc: subprocess.Popen, within: float = 90.0) -
 
 
 def exec_sleep(tmp_path: Path, ws: Path) -> subprocess.Popen:
-    return subprocess.Popen([OA, "exec", "--workspace", str(ws), "shell", '{"command":"sleep 30"}'], env=_env(tmp_path),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [OA, "exec", "--workspace", str(ws), "shell", '{"command":"sleep 30"}'],
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 @pytest.mark.docker
@@ -226,7 +300,9 @@ def test_a_host_killed_mid_call_leaves_its_box_until_the_next_command_reaps_it(s
     proc.kill()
     proc.wait(timeout=30)
     assert [r["Id"] for r in boxes_of(docker_client, proc.pid)] == [box]  # SIGKILL: nothing could remove it
-    doctor = subprocess.run([OA, "doctor", "--workspace", str(ws)], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    doctor = subprocess.run(
+        [OA, "doctor", "--workspace", str(ws)], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert boxes_of(docker_client, proc.pid) == []
     assert REAP_NOTE in doctor.stderr and f"{box[:12]} (pid {proc.pid})" in doctor.stderr
 
@@ -261,7 +337,9 @@ def test_exec_ended_by_a_signal_mid_call_removes_its_box(sandbox_image, docker_c
 
 @pytest.mark.docker
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
-def test_run_ended_by_a_signal_mid_call_writes_session_end_and_removes_its_box(sandbox_image, docker_client, tmp_path, signum):
+def test_run_ended_by_a_signal_mid_call_writes_session_end_and_removes_its_box(
+    sandbox_image, docker_client, tmp_path, signum
+):
     proc, transcript = run_busy_in_shell(tmp_path, make_workspace(tmp_path / "ws"), env=_env(tmp_path))
     assert boxes_of(docker_client, proc.pid)
     proc.send_signal(signum)
@@ -273,15 +351,22 @@ def test_run_ended_by_a_signal_mid_call_writes_session_end_and_removes_its_box(s
 
 
 @pytest.mark.docker
-def test_the_reaper_never_takes_a_live_owners_box_and_takes_a_reused_pids_and_another_boots(sandbox_image, docker_client, tmp_path):
+def test_the_reaper_never_takes_a_live_owners_box_and_takes_a_reused_pids_and_another_boots(
+    sandbox_image, docker_client, tmp_path
+):
     """Boxes made here with owner labels, as a crashed or a live host would have left them; then a
     real `oa-sandbox doctor` reaps. Only these boxes are looked at, and all are removed at the end."""
     here = owner.current()
-    bystander = subprocess.Popen(["sleep", "120"])  # a live process whose pid a dead owner's label might name after reuse
+    bystander = subprocess.Popen(
+        ["sleep", "120"]
+    )  # a live process whose pid a dead owner's label might name after reuse
     made: dict[str, str] = {}
     try:
         cases = {
-            "reused pid (a live process, another start time)": (_me(pid=bystander.pid, start=start_time(bystander.pid) + 7), False),
+            "reused pid (a live process, another start time)": (
+                _me(pid=bystander.pid, start=start_time(bystander.pid) + 7),
+                False,
+            ),
             "reused pid (this process, another start time)": (_me(start=here.start - 1), False),
             "another boot of this machine": (_me(boot=str(uuid.uuid4())), False),
             "the live owner itself": (here, True),
@@ -291,16 +376,27 @@ def test_the_reaper_never_takes_a_live_owners_box_and_takes_a_reused_pids_and_an
         if here.machine is None:
             del cases["another boot of this machine"]
         for name, (who, _) in cases.items():
-            box = docker_client.containers.create(sandbox_image, entrypoint=["sleep", "300"], network_mode="none",
-                                                  labels={LABEL: "1", f"{LABEL}.test": "no-leaks", **who.labels()})
+            box = docker_client.containers.create(
+                sandbox_image,
+                entrypoint=["sleep", "300"],
+                network_mode="none",
+                labels={LABEL: "1", f"{LABEL}.test": "no-leaks", **who.labels()},
+            )
             box.start()
             made[name] = box.id
         garbled = {**here.labels(), owner.START_LABEL: "x" * 5000}
-        box = docker_client.containers.create(sandbox_image, entrypoint=["sleep", "300"], network_mode="none", labels={LABEL: "1", **garbled})
+        box = docker_client.containers.create(
+            sandbox_image, entrypoint=["sleep", "300"], network_mode="none", labels={LABEL: "1", **garbled}
+        )
         made["garbled owner labels"] = box.id
         cases["garbled owner labels"] = (here, True)
-        doctor = subprocess.run([OA, "doctor", "--workspace", str(make_workspace(tmp_path / "ws"))], env=_env(tmp_path),
-                                capture_output=True, text=True, timeout=180)
+        doctor = subprocess.run(
+            [OA, "doctor", "--workspace", str(make_workspace(tmp_path / "ws"))],
+            env=_env(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         left = {row["Id"] for row in docker_client.api.containers(all=True, filters={"label": LABEL})}
         for name, (_, kept) in cases.items():
             assert (made[name] in left) is kept, f"{name}: {'reaped' if not kept else 'kept'} expected\n{doctor.stderr}"
@@ -343,11 +439,17 @@ def test_two_removals_at_once_both_confirm_the_box_gone_and_neither_warns(sandbo
     """The second gets 409 'removal already in progress' while the first runs: it waits that out."""
     from orchestrator.sandbox.reaper import Removal, remove_container
 
-    box = docker_client.containers.create(sandbox_image, entrypoint=["sleep", "300"], network_mode="none",
-                                          labels={LABEL: "1", f"{LABEL}.test": "no-leaks", **owner.current().labels()})
+    box = docker_client.containers.create(
+        sandbox_image,
+        entrypoint=["sleep", "300"],
+        network_mode="none",
+        labels={LABEL: "1", f"{LABEL}.test": "no-leaks", **owner.current().labels()},
+    )
     box.start()
     outcomes: list[Removal] = []
-    threads = [threading.Thread(target=lambda: outcomes.append(remove_container(docker_client, box.id))) for _ in range(3)]
+    threads = [
+        threading.Thread(target=lambda: outcomes.append(remove_container(docker_client, box.id))) for _ in range(3)
+    ]
     with caplog.at_level("WARNING"):
         for thread in threads:
             thread.start()
@@ -371,13 +473,17 @@ def _stress_call(i: int) -> tuple[str, list[str]]:
         args = {"path": "seed.txt"}
     else:
         args = {"command": f"echo call-{i}; ls >/dev/null"}
-    runtime = ["--runtime", "runc"] if i % 5 == 0 else []  # most under the default (gVisor where present), some under runc
+    runtime = (
+        ["--runtime", "runc"] if i % 5 == 0 else []
+    )  # most under the default (gVisor where present), some under runc
     return kind, [*runtime, kind, json.dumps(args)]
 
 
 @pytest.mark.docker
 @pytest.mark.timeout(1800)  # about 5 min alone on 2 cores; twice that when the machine is shared
-def test_two_hundred_execs_at_concurrency_eight_under_cpu_load_leave_no_container(sandbox_image, docker_client, tmp_path):
+def test_two_hundred_execs_at_concurrency_eight_under_cpu_load_leave_no_container(
+    sandbox_image, docker_client, tmp_path
+):
     workspaces = [make_workspace(tmp_path / f"ws{n}", {"seed.txt": "seed\n"}) for n in range(STRESS_CONCURRENCY)]
     env = _env(tmp_path)
     pids: list[int] = []
@@ -388,8 +494,14 @@ def test_two_hundred_execs_at_concurrency_eight_under_cpu_load_leave_no_containe
     def one(i: int) -> None:
         kind, argv = _stress_call(i)
         ws = workspaces[i % STRESS_CONCURRENCY]
-        proc = subprocess.Popen([OA, "exec", "--workspace", str(ws), *argv], env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [OA, "exec", "--workspace", str(ws), *argv],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         with lock:
             pids.append(proc.pid)
         out, err = proc.communicate(timeout=300)
@@ -413,13 +525,15 @@ def test_two_hundred_execs_at_concurrency_eight_under_cpu_load_leave_no_containe
     print(f"\n{STRESS_CALLS} execs at concurrency {STRESS_CONCURRENCY} under CPU load: {wall:.1f}s")
     assert len(pids) == STRESS_CALLS
     ours = set(pids)
-    leftovers = [row for row in docker_client.api.containers(all=True, filters={"label": owner.PID_LABEL})
-                 if int((row.get("Labels") or {}).get(owner.PID_LABEL, "0") or 0) in ours]
+    leftovers = [
+        row
+        for row in docker_client.api.containers(all=True, filters={"label": owner.PID_LABEL})
+        if int((row.get("Labels") or {}).get(owner.PID_LABEL, "0") or 0) in ours
+    ]
     assert leftovers == [], [(r["Id"][:12], r.get("Status"), r["Labels"].get(owner.PID_LABEL)) for r in leftovers]
     assert failures == [], "\n".join(failures[:10])
     reaped_ours = [pid for err in reaps for pid in map(int, re.findall(r"\(pid ([0-9]+)\)", err)) if pid in ours]
     assert reaped_ours == [], reaps
-
 
 
 # Counts the reaper's passes in a fresh process (reap_leftovers_once runs once per process). The boxes
@@ -451,7 +565,9 @@ def test_getting_a_client_removes_nothing_and_reaping_is_its_own_call(docker_cli
     """Issue 36: `docker_client()` used to reap the boxes of gone owners as a side effect of making a
     connection. Now it reaps nothing; `doctor`'s diagnosis (like a sandbox's first client) asks for
     the reaping itself, once per process."""
-    done = subprocess.run([sys.executable, "-c", _COUNT_REAPS], env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNT_REAPS], env=_env(tmp_path), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "after docker_client []" in done.stdout, done.stdout
     assert "after diagnose ['LEFTOVERS']" in done.stdout, done.stdout

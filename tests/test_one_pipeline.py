@@ -3,6 +3,7 @@ a read of a file, MCP's `changes` and the landing; every front-end that can take
 refused with the same typed error (refused_by_policy), nothing is read or written, and the
 transcript records the call, its decision and who decided. Real containers; the MCP server is
 driven by the official `mcp` SDK client, ACP by the `acp` SDK (tests/acp_editor.py)."""
+
 from __future__ import annotations
 
 import json
@@ -27,19 +28,27 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 REFUSED = "refused_by_policy"
 # The one policy of every test here: a workspace policy may deny (never allow).
-DENY_ALL = ('[[rules]]\ntool = "read_file"\ndecision = "deny"\n'
-            '[[rules]]\ntool = "changes"\ndecision = "deny"\n'
-            '[[rules]]\ntool = "apply_changes"\ndecision = "deny"\n')
+DENY_ALL = (
+    '[[rules]]\ntool = "read_file"\ndecision = "deny"\n'
+    '[[rules]]\ntool = "changes"\ndecision = "deny"\n'
+    '[[rules]]\ntool = "apply_changes"\ndecision = "deny"\n'
+)
 SECRET = "SECRET-PELICAN"
 
 
 def workspace(tmp_path: Path, policy: str = DENY_ALL) -> Path:
-    return make_workspace(tmp_path / "ws", {"notes.md": SECRET + "\n", "app.py": "print('old')\n", ".openagents/policy.toml": policy})
+    return make_workspace(
+        tmp_path / "ws", {"notes.md": SECRET + "\n", "app.py": "print('old')\n", ".openagents/policy.toml": policy}
+    )
 
 
 def mcp_params(ws: Path, *extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws), *extra],
-                                 env=ENV, cwd=REPO)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws), *extra],
+        env=ENV,
+        cwd=REPO,
+    )
 
 
 def text(result) -> str:
@@ -67,7 +76,9 @@ def test_mcp_changes_and_apply_changes_meet_the_deny_rule(sandbox_image, tmp_pat
     transcript = tmp_path / "t.jsonl"
 
     async def session():
-        async with Client(mcp_params(ws, "--workspace-mode", "copy", "--transcript", str(transcript)), read_timeout_seconds=120) as client:
+        async with Client(
+            mcp_params(ws, "--workspace-mode", "copy", "--transcript", str(transcript)), read_timeout_seconds=120
+        ) as client:
             read = await client.call_tool("read_file", {"path": "notes.md"})
             assert read.is_error and read.structured_content["error"]["type"] == REFUSED and SECRET not in text(read)
             edited = await client.call_tool("write_file", {"path": "app.py", "content": "print('box')\n"})
@@ -77,7 +88,9 @@ def test_mcp_changes_and_apply_changes_meet_the_deny_rule(sandbox_image, tmp_pat
             assert "box" not in text(shown)
             landed = await client.call_tool("apply_changes", {})
             assert landed.is_error and landed.structured_content["error"]["type"] == REFUSED, text(landed)
-            assert landed.structured_content["error"]["message"].startswith("landing refused: ")  # every landing's one refusal
+            assert landed.structured_content["error"]["message"].startswith(
+                "landing refused: "
+            )  # every landing's one refusal
             bad = await client.call_tool("changes", {"stat": "yes"})
             assert bad.is_error and bad.structured_content["error"]["type"] == "invalid_arguments"
 
@@ -86,10 +99,14 @@ def test_mcp_changes_and_apply_changes_meet_the_deny_rule(sandbox_image, tmp_pat
     said = records(transcript)
     for tool in ("read_file", "changes", "apply_changes"):
         decision = decided(said, tool)
-        assert len(decision) == 1 and decision[0]["decision"] == "refused" and decision[0]["executor"] == "openagents", (tool, decision)
+        assert (
+            len(decision) == 1 and decision[0]["decision"] == "refused" and decision[0]["executor"] == "openagents"
+        ), (tool, decision)
         result = finished(said, tool)
         assert result and result[0]["ok"] is False and result[0]["error"]["type"] == REFUSED, (tool, result)
-    assert finished(said, "changes")[-1]["error"]["type"] == "invalid_arguments"  # validated before the ladder, recorded too
+    assert (
+        finished(said, "changes")[-1]["error"]["type"] == "invalid_arguments"
+    )  # validated before the ladder, recorded too
     assert not [r for r in said if r["type"] == "apply" and r.get("ok")]
 
 
@@ -108,8 +125,11 @@ def test_mcp_apply_changes_asked_of_the_user_is_recorded_with_its_decider(sandbo
         return ElicitResult(action="accept", content={"allow": True})
 
     async def session():
-        async with Client(mcp_params(ws, "--workspace-mode", "copy", "--transcript", str(transcript)), read_timeout_seconds=120,
-                          elicitation_callback=answer) as client:
+        async with Client(
+            mcp_params(ws, "--workspace-mode", "copy", "--transcript", str(transcript)),
+            read_timeout_seconds=120,
+            elicitation_callback=answer,
+        ) as client:
             await client.call_tool("write_file", {"path": "app.py", "content": "print('box')\n"})
             shown = await client.call_tool("changes", {"stat": True})
             assert not shown.is_error and "app.py" in text(shown), text(shown)
@@ -118,7 +138,9 @@ def test_mcp_apply_changes_asked_of_the_user_is_recorded_with_its_decider(sandbo
 
     anyio.run(session)
     assert (ws / "app.py").read_text() == "print('box')\n"
-    assert len(asked) == 2 and "write_file" in asked[0] and "land the private copy" in asked[1]  # the edit in the copy, then the landing
+    assert (
+        len(asked) == 2 and "write_file" in asked[0] and "land the private copy" in asked[1]
+    )  # the edit in the copy, then the landing
     said = records(transcript)
     [read] = decided(said, "changes")
     assert (read["decision"], read["executor"]) == ("automatic", "openagents")
@@ -131,22 +153,32 @@ def test_mcp_apply_changes_asked_of_the_user_is_recorded_with_its_decider(sandbo
 
 def test_exec_meets_the_same_deny_rule(sandbox_image, tmp_path):
     ws = workspace(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "exec", "--workspace", str(ws), "read_file", '{"path": "notes.md"}'],
-                          capture_output=True, text=True, env=ENV, cwd=REPO, timeout=180)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "exec", "--workspace", str(ws), "read_file", '{"path": "notes.md"}'],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=REPO,
+        timeout=180,
+    )
     said = json.loads(proc.stdout)
     assert (proc.returncode, said["ok"], said["error"]["type"]) == (3, False, REFUSED) and SECRET not in proc.stdout
 
 
 def test_the_api_meets_the_same_deny_rule(sandbox_image, tmp_path):
     ws = workspace(tmp_path)
-    with Sandbox(ws, mode="copy", auto_approve=True) as box:  # --auto-approve: the edit in the copy runs; never the landing
+    with Sandbox(
+        ws, mode="copy", auto_approve=True
+    ) as box:  # --auto-approve: the edit in the copy runs; never the landing
         with pytest.raises(ToolError) as read:
             box.read_file("notes.md")
         assert read.value.type is ErrorType.REFUSED_BY_POLICY
         box.write_file("app.py", "print('box')\n")
         with pytest.raises(ToolError) as landed:
             box.apply()
-        assert landed.value.type is ErrorType.REFUSED_BY_POLICY and str(landed.value.message).startswith("landing refused: ")
+        assert landed.value.type is ErrorType.REFUSED_BY_POLICY and str(landed.value.message).startswith(
+            "landing refused: "
+        )
         transcript = box.transcript_path
     assert (ws / "app.py").read_text() == "print('old')\n"
     [refusal] = decided(records(transcript), "read_file")
@@ -160,12 +192,30 @@ def test_an_acp_resource_link_meets_the_same_deny_rule(sandbox_image, tmp_path):
 
         async def body(conn, editor):
             session = await conn.new_session(cwd=str(ws), mcp_servers=[])
-            answer = await conn.prompt(session_id=session.session_id, prompt=[text_block("look"), resource_link_block("notes.md", (ws / "notes.md").as_uri())])
+            answer = await conn.prompt(
+                session_id=session.session_id,
+                prompt=[text_block("look"), resource_link_block("notes.md", (ws / "notes.md").as_uri())],
+            )
             return answer.stop_reason
 
         transcripts = tmp_path / "t"
-        run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
-                                    "--transcript-dir", str(transcripts), "--workspace-mode", "copy"], body, env={"OA_TEST_MODEL_KEY": "test-key"})
+        run = run_editor(
+            tmp_path,
+            [
+                "--model",
+                "openai:fake",
+                "--base-url",
+                server.base_url,
+                "--api-key-env",
+                "OA_TEST_MODEL_KEY",
+                "--transcript-dir",
+                str(transcripts),
+                "--workspace-mode",
+                "copy",
+            ],
+            body,
+            env={"OA_TEST_MODEL_KEY": "test-key"},
+        )
         requests = server.requests
     assert run.result == "end_turn" and SECRET not in json.dumps(requests)
     task = [m for m in requests[0]["body"]["messages"] if m["role"] == "user"][-1]["content"]
@@ -189,8 +239,23 @@ def test_an_acp_landing_allowed_is_recorded_with_its_outcome(sandbox_image, tmp_
             return (await conn.prompt(session_id=session.session_id, prompt=[text_block("hello")])).stop_reason
 
         transcripts = tmp_path / "t"
-        run = run_editor(tmp_path, ["--model", "openai:fake", "--base-url", server.base_url, "--api-key-env", "OA_TEST_MODEL_KEY",
-                                    "--transcript-dir", str(transcripts), "--workspace-mode", "copy"], body, env={"OA_TEST_MODEL_KEY": "test-key"})
+        run = run_editor(
+            tmp_path,
+            [
+                "--model",
+                "openai:fake",
+                "--base-url",
+                server.base_url,
+                "--api-key-env",
+                "OA_TEST_MODEL_KEY",
+                "--transcript-dir",
+                str(transcripts),
+                "--workspace-mode",
+                "copy",
+            ],
+            body,
+            env={"OA_TEST_MODEL_KEY": "test-key"},
+        )
     assert run.result == "end_turn"
     said = records(transcripts)
     [landing] = decided(said, "apply_changes")
@@ -206,7 +271,11 @@ def test_the_api_changes_apply_and_rollback_meet_the_deny_rules(sandbox_image, t
     decision and outcome are in the transcript with who decided."""
     ws = workspace(tmp_path, DENY_ALL + '[[rules]]\nkind = "edit"\ndecision = "deny"\n')
     with Sandbox(ws, mode="copy", auto_approve=True) as box:
-        for name, act in (("changes", box.changes), ("apply_changes", box.apply), ("rollback", lambda: box.rollback(0))):
+        for name, act in (
+            ("changes", box.changes),
+            ("apply_changes", box.apply),
+            ("rollback", lambda: box.rollback(0)),
+        ):
             with pytest.raises(ToolError) as refused:
                 act()
             assert refused.value.type is ErrorType.REFUSED_BY_POLICY, (name, refused.value)
@@ -229,7 +298,11 @@ def test_the_api_changes_apply_and_rollback_allowed_are_recorded(sandbox_image, 
     with Sandbox(ws, mode="copy", auto_approve=True) as box:
         box.write_file("app.py", "print('box')\n")
         shown = box.changes()
-        assert [(f.path, f.status) for f in shown.files] == [("app.py", "modified")] and "+print('box')" in shown.diff and "app.py" in shown.stat
+        assert (
+            [(f.path, f.status) for f in shown.files] == [("app.py", "modified")]
+            and "+print('box')" in shown.diff
+            and "app.py" in shown.stat
+        )
         stray = box.call("apply_changes")
         assert not stray.ok and stray.error is not None and stray.error.type is ErrorType.UNKNOWN_TOOL
         assert (ws / "app.py").read_text() == "print('old')\n"
@@ -267,7 +340,9 @@ def test_the_api_rollback_is_seen_and_refused_by_a_before_tool_hook(sandbox_imag
     script.write_text(BLOCK_ROLLBACK.format(py=sys.executable, log=str(log)))
     script.chmod(0o755)
     policy = tmp_path / "policy.toml"
-    policy.write_text(f'[[hooks]]\nid = "no-rollback"\nevent = "BeforeTool"\nmatcher = "rollback"\ncommand = ["{script}"]\ntimeout = 20\n')
+    policy.write_text(
+        f'[[hooks]]\nid = "no-rollback"\nevent = "BeforeTool"\nmatcher = "rollback"\ncommand = ["{script}"]\ntimeout = 20\n'
+    )
     ws = workspace(tmp_path, "")
     with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:
         box.write_file("app.py", "print('new')\n")

@@ -1,6 +1,7 @@
 """Issue 27 without a sandbox: the shell prefix `A` approves (what is offered, what it covers, that a
 policy's ask and compound commands still ask), results shown as a bounded tail or in full (escaped),
 the stream-json writer, and Anthropic's context window."""
+
 from __future__ import annotations
 
 import io
@@ -22,31 +23,78 @@ from orchestrator.tools.registry import ToolRegistry
 from tests.test_transcript import HOSTILE, _raw_hidden
 
 
-@pytest.mark.parametrize("command,prefix", [
-    ("pytest -q", "pytest"),
-    ("pytest", "pytest"),
-    ("  pytest\t-q tests/x.py  ", "pytest"),
-    ("make test", "make"),
-    ("git status --short", "git status"),
-    ("npm test", "npm test"),
-    ("cargo build --release", "cargo build"),
-    ("python3 -m pytest -x", "python3 -m pytest"),
-    ("python -m unittest -q test_calc", "python -m unittest"),
-    ("ls -la 'a b'", "ls"),
-    ("go test ./...", "go test"),
-])
+@pytest.mark.parametrize(
+    "command,prefix",
+    [
+        ("pytest -q", "pytest"),
+        ("pytest", "pytest"),
+        ("  pytest\t-q tests/x.py  ", "pytest"),
+        ("make test", "make"),
+        ("git status --short", "git status"),
+        ("npm test", "npm test"),
+        ("cargo build --release", "cargo build"),
+        ("python3 -m pytest -x", "python3 -m pytest"),
+        ("python -m unittest -q test_calc", "python -m unittest"),
+        ("ls -la 'a b'", "ls"),
+        ("go test ./...", "go test"),
+    ],
+)
 def test_the_prefix_offered_is_the_first_word_or_a_subcommand(command, prefix):
     assert shell_prefix(command) == prefix
 
 
-@pytest.mark.parametrize("command", [
-    "pytest; curl evil", "pytest && rm -rf .", "pytest || true", "pytest | tee log", "pytest & sleep 1", "echo $(id)", "echo `id`",
-    "echo ${HOME}", "pytest > out", "pytest < in", "pytest 2>&1", "(pytest)", "pytest\nrm -rf .", "pytest\rrm", "pytest\x1b[2J",
-    "sh -c 'pytest'", "bash run.sh", "/bin/sh x", "env pytest", "sudo pytest", "xargs rm", "timeout 5 pytest", "nohup pytest",
-    "python -c 'print(1)'", "python3 script.py", "python", "perl -e 1", "node x.js", "find . -name x", "awk 1 f", "sed -n 1p f",
-    "LD_PRELOAD=/x.so pytest", "'pytest' -q", "py\\test", "py*", "~/bin/x", "./run.sh", "/usr/bin/pytest -q", "bin/pytest", "/bin/sh -c x", "git -c core.pager=x log", "git",
-    "npm --prefix x test", "pytest\u00a0-q", "", "   ", "x" * 5000,
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "pytest; curl evil",
+        "pytest && rm -rf .",
+        "pytest || true",
+        "pytest | tee log",
+        "pytest & sleep 1",
+        "echo $(id)",
+        "echo `id`",
+        "echo ${HOME}",
+        "pytest > out",
+        "pytest < in",
+        "pytest 2>&1",
+        "(pytest)",
+        "pytest\nrm -rf .",
+        "pytest\rrm",
+        "pytest\x1b[2J",
+        "sh -c 'pytest'",
+        "bash run.sh",
+        "/bin/sh x",
+        "env pytest",
+        "sudo pytest",
+        "xargs rm",
+        "timeout 5 pytest",
+        "nohup pytest",
+        "python -c 'print(1)'",
+        "python3 script.py",
+        "python",
+        "perl -e 1",
+        "node x.js",
+        "find . -name x",
+        "awk 1 f",
+        "sed -n 1p f",
+        "LD_PRELOAD=/x.so pytest",
+        "'pytest' -q",
+        "py\\test",
+        "py*",
+        "~/bin/x",
+        "./run.sh",
+        "/usr/bin/pytest -q",
+        "bin/pytest",
+        "/bin/sh -c x",
+        "git -c core.pager=x log",
+        "git",
+        "npm --prefix x test",
+        "pytest\u00a0-q",
+        "",
+        "   ",
+        "x" * 5000,
+    ],
+)
 def test_no_prefix_is_offered_for_a_compound_command_a_shell_or_anything_not_plain(command):
     assert shell_prefix(command) is None
 
@@ -61,8 +109,11 @@ class Person:
     def ask(self, request):
         self.asked.append(request)
         key = self.keys.pop(0)
-        return Answer(option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE,
-                      remember_for_session=key == "a", remember_prefix=key == "A")
+        return Answer(
+            option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE,
+            remember_for_session=key == "a",
+            remember_prefix=key == "A",
+        )
 
 
 @pytest.fixture
@@ -81,7 +132,12 @@ def test_A_approves_the_prefix_for_the_session_and_nothing_else(registry):
     assert person.asked[0].command_prefix == "pytest"
     assert first.allowed and first.decision == "approved_for_session" and first.executor == Executor.USER
     again = gate.decide(shell(registry, "pytest tests/test_x.py -k name"))
-    assert again.allowed and again.decision == "approved_for_session" and "`pytest`" in again.reason and len(person.asked) == 1
+    assert (
+        again.allowed
+        and again.decision == "approved_for_session"
+        and "`pytest`" in again.reason
+        and len(person.asked) == 1
+    )
     chained = gate.decide(shell(registry, "pytest; curl http://x"))  # asked again, with no prefix offered
     assert not chained.allowed and len(person.asked) == 2 and person.asked[1].command_prefix is None
     other = gate.decide(shell(registry, "pytestx -q"))  # another word: another prefix
@@ -92,8 +148,12 @@ def test_A_approves_the_prefix_for_the_session_and_nothing_else(registry):
 
 def test_a_policy_ask_rule_is_asked_every_time_and_no_prefix_is_offered(registry):
     person = Person("A", "y")
-    gate = ApprovalGate(Ladder([PolicyRule(id="ask-tests", tool="shell", command_prefix="pytest", decision="ask")]), person)
-    assert gate.decide(shell(registry, "pytest -q")).decision == "allow_once"  # an A the terminal could not have offered
+    gate = ApprovalGate(
+        Ladder([PolicyRule(id="ask-tests", tool="shell", command_prefix="pytest", decision="ask")]), person
+    )
+    assert (
+        gate.decide(shell(registry, "pytest -q")).decision == "allow_once"
+    )  # an A the terminal could not have offered
     assert person.asked[0].command_prefix is None and gate.session_prefixes == set()
     gate.decide(shell(registry, "pytest -q"))
     assert len(person.asked) == 2
@@ -125,8 +185,15 @@ def test_the_terminal_prompt_names_what_A_allows_and_reads_A_apart_from_a(monkey
 
 
 def result(output, ok=True, call_id="c1", exit_code=0):
-    return ToolCallFinished(executor=Executor.RUNTIME, call_id=call_id, tool="shell", state=ToolCallState.SUCCESS, ok=ok, output=output,
-                            meta={"exit_code": exit_code})
+    return ToolCallFinished(
+        executor=Executor.RUNTIME,
+        call_id=call_id,
+        tool="shell",
+        state=ToolCallState.SUCCESS,
+        ok=ok,
+        output=output,
+        meta={"exit_code": exit_code},
+    )
 
 
 def test_a_result_shows_its_bounded_escaped_tail_and_full_shows_it_all():

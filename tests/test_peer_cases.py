@@ -6,6 +6,7 @@ ripGrep and fileUtils in Gemini CLI; the runtime editor tests in OpenHands and o
 SWE-ReX's file execution tests), restated as behaviour a user sees: what comes back, what the file
 holds afterwards, which typed error says why. The shell's cases are in test_peer_cases_shell.py.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -58,12 +59,15 @@ def test_read_a_file_of_blank_lines_counts_them(box, ws):
     assert result.output == "\n\n\n" and result.meta["total_lines"] == 3
 
 
-@pytest.mark.parametrize("offset, limit, expected, last", [
-    (2, 2, "l2\nl3\n", 3),      # a window in the middle
-    (4, 100, "l4\nl5\n", 5),    # a limit past the end gives the rest, not an error
-    (5, 1, "l5\n", 5),          # the last line alone
-    (1, 5, "l1\nl2\nl3\nl4\nl5\n", 5),
-])
+@pytest.mark.parametrize(
+    "offset, limit, expected, last",
+    [
+        (2, 2, "l2\nl3\n", 3),  # a window in the middle
+        (4, 100, "l4\nl5\n", 5),  # a limit past the end gives the rest, not an error
+        (5, 1, "l5\n", 5),  # the last line alone
+        (1, 5, "l1\nl2\nl3\nl4\nl5\n", 5),
+    ],
+)
 def test_read_a_range_of_lines(box, ws, offset, limit, expected, last):
     rel = put(ws, "five.txt", "".join(f"l{i}\n" for i in range(1, 6)))
     result = box.call("read_file", {"path": rel, "offset": offset, "limit": limit})
@@ -115,15 +119,18 @@ def test_a_line_longer_than_the_cap_is_cut_and_says_so(box, ws):
     assert result.meta["truncated"] is True and "cut" in result.note
 
 
-@pytest.mark.parametrize("name, content", [
-    ("文件.txt", "你好，世界\n第二行\n"),
-    ("emoji 😀 file.md", "smile 😀 and flag 🇫🇷\n"),
-    ("ümlaut ä.txt", "grüße\n"),
-    ("with space.txt", "spaced\n"),
-    ("tabs.py", "def f():\n\treturn 1\n\t\t# two tabs\n"),
-    ("crlf.txt", "a\r\nb\r\n"),
-    ("image.svg", '<svg xmlns="http://www.w3.org/2000/svg"><rect width="1"/></svg>\n'),
-])
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("文件.txt", "你好，世界\n第二行\n"),
+        ("emoji 😀 file.md", "smile 😀 and flag 🇫🇷\n"),
+        ("ümlaut ä.txt", "grüße\n"),
+        ("with space.txt", "spaced\n"),
+        ("tabs.py", "def f():\n\treturn 1\n\t\t# two tabs\n"),
+        ("crlf.txt", "a\r\nb\r\n"),
+        ("image.svg", '<svg xmlns="http://www.w3.org/2000/svg"><rect width="1"/></svg>\n'),
+    ],
+)
 def test_read_unicode_paths_and_content_byte_for_byte(box, ws, name, content):
     rel = put(ws, name, content)
     result = box.call("read_file", {"path": rel})
@@ -143,12 +150,15 @@ def test_read_accepts_non_normalised_relative_paths(box, ws, path):
     assert box.call("read_file", {"path": path.format(d=ws.name)}).output == "here\n"
 
 
-@pytest.mark.parametrize("path, kind", [
-    ("../etc/passwd", "path_outside_workspace"),
-    ("/etc/passwd", "path_outside_workspace"),
-    ("{d}/../../etc/passwd", "path_outside_workspace"),
-    ("{d}/a\x00.txt", "path_invalid"),
-])
+@pytest.mark.parametrize(
+    "path, kind",
+    [
+        ("../etc/passwd", "path_outside_workspace"),
+        ("/etc/passwd", "path_outside_workspace"),
+        ("{d}/../../etc/passwd", "path_outside_workspace"),
+        ("{d}/a\x00.txt", "path_invalid"),
+    ],
+)
 def test_read_refuses_paths_outside_the_workspace(box, ws, path, kind):
     put(ws, "a.txt", "x")
     assert error_of(box.call("read_file", {"path": path.format(d=ws.name)})) == kind
@@ -191,7 +201,9 @@ def test_write_replaces_an_existing_file_and_says_it_was_not_created(box, ws):
     assert (ws / "f.txt").read_text() == "new\n"
 
 
-@pytest.mark.parametrize("content", ["", "no final newline", "a\r\nb\r\n", "\ttab\n", "中文 😀\n", "\ufeffbom\n", "x" * 200_000])
+@pytest.mark.parametrize(
+    "content", ["", "no final newline", "a\r\nb\r\n", "\ttab\n", "中文 😀\n", "\ufeffbom\n", "x" * 200_000]
+)
 def test_write_stores_the_content_exactly(box, ws, content):
     rel = f"{ws.name}/out.txt"
     result = box.call("write_file", {"path": rel, "content": content})
@@ -312,11 +324,14 @@ def test_edit_where_new_text_equals_old_text_is_refused_and_writes_nothing(box, 
     assert caught.value.type is ErrorType.INVALID_ARGUMENTS
 
 
-@pytest.mark.parametrize("old, new", [
-    ("a.b(c)", r"\1 $1 $& \n \\ "),          # regex syntax in either side is literal text
-    ("[x]+*?", "{y}|^$"),
-    ("price: $5", "price: $$10"),
-])
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("a.b(c)", r"\1 $1 $& \n \\ "),  # regex syntax in either side is literal text
+        ("[x]+*?", "{y}|^$"),
+        ("price: $5", "price: $$10"),
+    ],
+)
 def test_edit_texts_are_literal_not_patterns(box, ws, old, new):
     rel = put(ws, "f.txt", f"before\n{old}\naXb(c)\n")
     result = box.call("edit_file", {"path": rel, "old_text": old, "new_text": new})
@@ -357,7 +372,10 @@ def test_edit_matches_unicode_old_text(box, ws):
 
 def test_edit_a_missing_file_or_a_directory(box, ws):
     (ws / "d").mkdir()
-    assert error_of(box.call("edit_file", {"path": f"{ws.name}/nope.txt", "old_text": "a", "new_text": "b"})) == "file_not_found"
+    assert (
+        error_of(box.call("edit_file", {"path": f"{ws.name}/nope.txt", "old_text": "a", "new_text": "b"}))
+        == "file_not_found"
+    )
     assert error_of(box.call("edit_file", {"path": f"{ws.name}/d", "old_text": "a", "new_text": "b"})) == "is_directory"
 
 
@@ -386,13 +404,19 @@ def test_edit_a_utf16_file_it_can_read_keeps_its_encoding(box, ws, codec, bom):
     with its BOM (the contract keeps the byte-order mark) and its CRLF endings."""
     rel = put(ws, "wide.txt", bom + "名前\r\nvalue = 1\r\n".encode(codec))
     read = box.call("read_file", {"path": rel})
-    result = box.call("edit_file", {"path": rel, "old_text": "value = 1", "new_text": "value = 2", "expected_sha256": read.meta["sha256"]})
+    result = box.call(
+        "edit_file",
+        {"path": rel, "old_text": "value = 1", "new_text": "value = 2", "expected_sha256": read.meta["sha256"]},
+    )
     assert result.ok, result
     assert (ws / "wide.txt").read_bytes() == bom + "名前\r\nvalue = 2\r\n".encode(codec)
 
 
 def test_edit_under_git_is_refused(box, ws):
-    assert error_of(box.call("edit_file", {"path": f"{ws.name}/.git/config", "old_text": "a", "new_text": "b"})) == "path_in_git_dir"
+    assert (
+        error_of(box.call("edit_file", {"path": f"{ws.name}/.git/config", "old_text": "a", "new_text": "b"}))
+        == "path_in_git_dir"
+    )
 
 
 # ============================================================================== list_files
@@ -424,14 +448,24 @@ def test_a_recursive_listing_shows_each_directory_with_its_contents(box, ws):
 
 
 def test_list_shows_hidden_files_and_skips_only_the_named_directories(box, ws):
-    for name in (".env.example", ".github/workflows/ci.yml", ".gitignore", "node_modules/x/index.js", "dist/out.js",
-                 "target/debug/a", "distribution/keep.txt", "src/node_modules/y.js"):
+    for name in (
+        ".env.example",
+        ".github/workflows/ci.yml",
+        ".gitignore",
+        "node_modules/x/index.js",
+        "dist/out.js",
+        "target/debug/a",
+        "distribution/keep.txt",
+        "src/node_modules/y.js",
+    ):
         put(ws, name, "x")
     (ws / ".git").mkdir()
     entries = listed(box.call("list_files", {"path": ws.name}), ws)
     for shown in (".env.example", ".github/", ".github/workflows/ci.yml", ".gitignore", "distribution/keep.txt"):
         assert shown in entries
-    assert not any(e.startswith((".git/", "node_modules", "dist/", "target", "src/node_modules")) for e in entries), entries
+    assert not any(e.startswith((".git/", "node_modules", "dist/", "target", "src/node_modules")) for e in entries), (
+        entries
+    )
 
 
 def test_list_names_paths_from_the_workspace_root(box, ws):
@@ -484,18 +518,25 @@ def test_grep_with_no_match_is_a_success_that_says_so(box, ws):
     assert result.ok and result.meta["matches"] == 0 and "no matches" in result.output.lower()
 
 
-@pytest.mark.parametrize("pattern, expected", [
-    (r"foo\(\)", ["call foo() here"]),
-    (r"a\.b", ["a.b"]),
-    (r"\$HOME", ["echo $HOME"]),
-    (r"\[x\]", ["list[x]"]),
-    (r"^\s+indented", ["    indented"]),
-    (r"\bword\b", ["a word here"]),
-    (r"v\d+\.\d+", ["version v1.23"]),
-    (r"foo|bar", ["call foo() here", "bar"]),
-])
+@pytest.mark.parametrize(
+    "pattern, expected",
+    [
+        (r"foo\(\)", ["call foo() here"]),
+        (r"a\.b", ["a.b"]),
+        (r"\$HOME", ["echo $HOME"]),
+        (r"\[x\]", ["list[x]"]),
+        (r"^\s+indented", ["    indented"]),
+        (r"\bword\b", ["a word here"]),
+        (r"v\d+\.\d+", ["version v1.23"]),
+        (r"foo|bar", ["call foo() here", "bar"]),
+    ],
+)
 def test_grep_regex_special_characters(box, ws, pattern, expected):
-    put(ws, "f.txt", "call foo() here\na.b\naxb\necho $HOME\nlist[x]\n    indented\nnot indented\na word here\nswordfish\nversion v1.23\nbar\n")
+    put(
+        ws,
+        "f.txt",
+        "call foo() here\na.b\naxb\necho $HOME\nlist[x]\n    indented\nnot indented\na word here\nswordfish\nversion v1.23\nbar\n",
+    )
     hits = grep_hits(box.call("grep_files", {"pattern": pattern, "path": ws.name}), ws)
     assert [h[2] for h in hits] == expected
 
@@ -540,13 +581,16 @@ def test_grep_searches_hidden_files_but_not_skipped_directories(box, ws):
     assert found == {".env", "src/a.js"}
 
 
-@pytest.mark.parametrize("glob, expected", [
-    ("*.js", {"a.js", "src/b.js"}),
-    ("*.{js,ts}", {"a.js", "src/b.js", "src/c.ts"}),
-    ("src/**", {"src/b.js", "src/c.ts", "src/deep/d.py"}),
-    ("**/deep/*.py", {"src/deep/d.py"}),
-    ("*.PY", set()),  # globs are case-sensitive, as ripgrep's are
-])
+@pytest.mark.parametrize(
+    "glob, expected",
+    [
+        ("*.js", {"a.js", "src/b.js"}),
+        ("*.{js,ts}", {"a.js", "src/b.js", "src/c.ts"}),
+        ("src/**", {"src/b.js", "src/c.ts", "src/deep/d.py"}),
+        ("**/deep/*.py", {"src/deep/d.py"}),
+        ("*.PY", set()),  # globs are case-sensitive, as ripgrep's are
+    ],
+)
 def test_grep_include_globs(box, ws, glob, expected):
     for name in ("a.js", "src/b.js", "src/c.ts", "src/deep/d.py", "e.md"):
         put(ws, name, "needle\n")
@@ -597,14 +641,17 @@ def test_grep_does_not_follow_a_symlink_out(box, ws):
 
 
 # ============================================================================== classes added after the first pass
-@pytest.mark.parametrize("content, binary", [
-    (b"\x80" * 128, True),                                    # dense invalid UTF-8 (Gemini CLI's isBinaryFile case)
-    (bytes(range(128, 256)) * 8, True),
-    ("print('\ufffd literal replacement char')\n".encode(), False),   # a real U+FFFD is text
-    ("中文 😀 \ufffd mixed\n".encode() * 20, False),
-    ("café au lait\n".encode("latin-1"), False),                # one stray byte: text, flagged
-    ("\ufeffutf-8 with a bom\n".encode(), False),
-])
+@pytest.mark.parametrize(
+    "content, binary",
+    [
+        (b"\x80" * 128, True),  # dense invalid UTF-8 (Gemini CLI's isBinaryFile case)
+        (bytes(range(128, 256)) * 8, True),
+        ("print('\ufffd literal replacement char')\n".encode(), False),  # a real U+FFFD is text
+        ("中文 😀 \ufffd mixed\n".encode() * 20, False),
+        ("café au lait\n".encode("latin-1"), False),  # one stray byte: text, flagged
+        ("\ufeffutf-8 with a bom\n".encode(), False),
+    ],
+)
 def test_read_judges_binary_as_users_expect(box, ws, content, binary):
     rel = put(ws, "f.dat", content)
     result = box.call("read_file", {"path": rel})
@@ -612,7 +659,9 @@ def test_read_judges_binary_as_users_expect(box, ws, content, binary):
     if binary:
         assert "\ufffd" not in result.output and str(len(content)) in result.output
     else:
-        assert result.output.replace("\ufffd", "") == content.decode("utf-8", errors="ignore").removeprefix("\ufeff").replace("\ufffd", "")
+        assert result.output.replace("\ufffd", "") == content.decode("utf-8", errors="ignore").removeprefix(
+            "\ufeff"
+        ).replace("\ufffd", "")
 
 
 def test_grep_reports_in_a_stable_order(box, ws):
@@ -620,7 +669,12 @@ def test_grep_reports_in_a_stable_order(box, ws):
     for name in ("b.txt", "a/z.txt", "c/d/e.txt", "a.txt"):
         put(ws, name, "hit\n")
     hits = grep_hits(box.call("grep_files", {"pattern": "hit", "path": ws.name}), ws)
-    assert [h[0] for h in hits] == ["a.txt", "b.txt", "a/z.txt", "c/d/e.txt"]  # a directory's files, then its subdirectories, by name
+    assert [h[0] for h in hits] == [
+        "a.txt",
+        "b.txt",
+        "a/z.txt",
+        "c/d/e.txt",
+    ]  # a directory's files, then its subdirectories, by name
 
 
 def test_gitignored_files_are_listed_and_searched(box, ws):
@@ -650,20 +704,27 @@ def test_write_then_edit_then_read_round_trip(box, ws):
     rel = f"{ws.name}/flow.py"
     assert box.call("write_file", {"path": rel, "content": "def main():\n    print('hi')\n"}).ok
     first = box.call("read_file", {"path": rel})
-    assert box.call("edit_file", {"path": rel, "old_text": "'hi'", "new_text": "'bye'", "expected_sha256": first.meta["sha256"]}).ok
-    again = box.call("edit_file", {"path": rel, "old_text": "'bye'", "new_text": "'x'", "expected_sha256": first.meta["sha256"]})
+    assert box.call(
+        "edit_file", {"path": rel, "old_text": "'hi'", "new_text": "'bye'", "expected_sha256": first.meta["sha256"]}
+    ).ok
+    again = box.call(
+        "edit_file", {"path": rel, "old_text": "'bye'", "new_text": "'x'", "expected_sha256": first.meta["sha256"]}
+    )
     assert error_of(again) == "stale_content"
     assert box.call("read_file", {"path": rel}).output == "def main():\n    print('bye')\n"
 
 
-@pytest.mark.parametrize("tool, args, kind", [
-    ("write_file", {"path": "newdir/", "content": "x"}, "is_directory"),        # not a file called newdir
-    ("write_file", {"path": "f.txt/", "content": "x"}, "not_a_directory"),
-    ("read_file", {"path": "f.txt/"}, "not_a_directory"),
-    ("edit_file", {"path": "f.txt/", "old_text": "x", "new_text": "y"}, "not_a_directory"),
-    ("grep_files", {"pattern": "x", "path": "f.txt/"}, "not_a_directory"),
-    ("read_file", {"path": "nothing/"}, "file_not_found"),
-])
+@pytest.mark.parametrize(
+    "tool, args, kind",
+    [
+        ("write_file", {"path": "newdir/", "content": "x"}, "is_directory"),  # not a file called newdir
+        ("write_file", {"path": "f.txt/", "content": "x"}, "not_a_directory"),
+        ("read_file", {"path": "f.txt/"}, "not_a_directory"),
+        ("edit_file", {"path": "f.txt/", "old_text": "x", "new_text": "y"}, "not_a_directory"),
+        ("grep_files", {"pattern": "x", "path": "f.txt/"}, "not_a_directory"),
+        ("read_file", {"path": "nothing/"}, "file_not_found"),
+    ],
+)
 def test_a_trailing_slash_names_a_directory(box, ws, tool, args, kind):
     put(ws, "f.txt", "x\n")
     result = box.call(tool, {**args, "path": f"{ws.name}/{args['path']}"})
@@ -712,11 +773,14 @@ def test_a_nul_byte_past_the_first_block_still_makes_the_file_binary(box, ws):
     assert result.meta["sha256"] == hashlib.sha256(content).hexdigest() and str(len(content)) in result.output
 
 
-@pytest.mark.parametrize("tool, args", [
-    ("write_file", {"content": "x"}),
-    ("read_file", {}),
-    ("edit_file", {"old_text": "a", "new_text": "b"}),
-])
+@pytest.mark.parametrize(
+    "tool, args",
+    [
+        ("write_file", {"content": "x"}),
+        ("read_file", {}),
+        ("edit_file", {"old_text": "a", "new_text": "b"}),
+    ],
+)
 def test_a_name_longer_than_the_file_system_allows_is_a_path_error(box, ws, tool, args):
     result = box.call(tool, {"path": f"{ws.name}/{'n' * 300}.txt", **args})
     assert error_of(result) == "path_invalid" and result.error.recoverable
@@ -730,7 +794,11 @@ def test_a_writable_file_in_a_read_only_directory_can_be_written_and_edited(box,
     try:
         edit = box.call("edit_file", {"path": rel, "old_text": "two", "new_text": "2"})
         assert edit.ok, edit
-        assert (ws / "rodir/f.txt").read_text() == "one\n2\nthree\n" and edit.meta["atomic"] is False and "in place" in edit.note
+        assert (
+            (ws / "rodir/f.txt").read_text() == "one\n2\nthree\n"
+            and edit.meta["atomic"] is False
+            and "in place" in edit.note
+        )
         write = box.call("write_file", {"path": rel, "content": "short\n"})
         assert write.ok and (ws / "rodir/f.txt").read_text() == "short\n"
         new = box.call("write_file", {"path": f"{ws.name}/rodir/new.txt", "content": "n"})

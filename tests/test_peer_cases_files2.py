@@ -3,6 +3,7 @@ opencode, Aider and Roo Code expect of read_file, write_file, edit_file and grep
 behaviour a user sees through a real container. Each class names the peer source it comes from.
 The regular-expression deadline runs under both runtimes in test_tools_in_sandbox.py.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,11 @@ BOM = b"\xef\xbb\xbf"
 
 
 def hits(result, ws) -> list[str]:
-    return [line.removeprefix(ws.name + "/") for line in result.output.splitlines() if not line.startswith("[") and line != "no matches"]
+    return [
+        line.removeprefix(ws.name + "/")
+        for line in result.output.splitlines()
+        if not line.startswith("[") and line != "no matches"
+    ]
 
 
 # ============================================================================== 1. no silent "not found"
@@ -78,7 +83,9 @@ def test_write_over_a_bom_file_keeps_the_bom(box, ws):
     result = box.call("write_file", {"path": rel, "content": text.replace("class A", "class B")})
     assert result.ok and result.meta["bom"] is True and "byte-order mark" in result.note
     assert (ws / "Program.cs").read_bytes() == BOM + b"using System;\r\nclass B {}\r\n"
-    again = box.call("write_file", {"path": rel, "content": "\ufeffclass C {}\r\n"})  # the model's own U+FEFF: one mark, not two
+    again = box.call(
+        "write_file", {"path": rel, "content": "\ufeffclass C {}\r\n"}
+    )  # the model's own U+FEFF: one mark, not two
     assert again.ok and (ws / "Program.cs").read_bytes() == BOM + b"class C {}\r\n"
 
 
@@ -110,7 +117,10 @@ def test_overlapping_occurrences_are_ambiguous(box, ws, content, old):
     rel = put(ws, "f.txt", content)
     result = box.call("edit_file", {"path": rel, "old_text": old, "new_text": "Z"})
     assert error_of(result) == "edit_ambiguous" and "overlapping" in result.error.message
-    assert box.call("edit_file", {"path": rel, "old_text": old, "new_text": "Z", "allow_multiple": True}).error.type.value == "edit_ambiguous"
+    assert (
+        box.call("edit_file", {"path": rel, "old_text": old, "new_text": "Z", "allow_multiple": True}).error.type.value
+        == "edit_ambiguous"
+    )
     assert (ws / "f.txt").read_text() == content
 
 
@@ -138,14 +148,17 @@ def test_editing_a_file_that_is_not_utf8_is_a_typed_encoding_error(box, ws):
 
 
 # ============================================================================== 7. mixed line endings
-@pytest.mark.parametrize("content, old, new, expected", [
-    # a line inserted above untouched lines: their endings stay as they were
-    (b"head\r\na\nb\r\nc\n", "a\nb\nc", "NEW\na\nb\nc", b"head\r\nNEW\na\nb\r\nc\n"),
-    # a line removed between untouched ones
-    (b"a\nb\r\nc\nd\r\n", "a\nb\nc\nd", "a\nc\nd", b"a\nc\nd\r\n"),
-    # a line changed in the middle, context on both sides
-    (b"x\r\ny\nz\r\n", "x\ny\nz", "x\nY\nz", b"x\r\nY\nz\r\n"),
-])
+@pytest.mark.parametrize(
+    "content, old, new, expected",
+    [
+        # a line inserted above untouched lines: their endings stay as they were
+        (b"head\r\na\nb\r\nc\n", "a\nb\nc", "NEW\na\nb\nc", b"head\r\nNEW\na\nb\r\nc\n"),
+        # a line removed between untouched ones
+        (b"a\nb\r\nc\nd\r\n", "a\nb\nc\nd", "a\nc\nd", b"a\nc\nd\r\n"),
+        # a line changed in the middle, context on both sides
+        (b"x\r\ny\nz\r\n", "x\ny\nz", "x\nY\nz", b"x\r\nY\nz\r\n"),
+    ],
+)
 def test_an_edit_in_a_mixed_file_changes_only_the_edited_lines(box, ws, content, old, new, expected):
     """Codex codex-rs/apply-patch/src/eol.rs and Aider aider/coders/editblock_coder.py: context lines
     the model repeats unchanged keep their own line endings; only the edited span may change, and
@@ -155,12 +168,18 @@ def test_an_edit_in_a_mixed_file_changes_only_the_edited_lines(box, ws, content,
     assert result.ok, result.error
     assert (ws / "mixed.txt").read_bytes() == expected
     changed = [line for line in result.diff.split("\n") if line[:1] in "+-" and not line.startswith(("+++", "---"))]
-    unchanged_context = [line[1:] for line in changed if line[1:].rstrip("\r") in old.split("\n") and line[1:].rstrip("\r") in new.split("\n")]
+    unchanged_context = [
+        line[1:]
+        for line in changed
+        if line[1:].rstrip("\r") in old.split("\n") and line[1:].rstrip("\r") in new.split("\n")
+    ]
     assert not unchanged_context, f"untouched lines appear in the diff: {changed}"
 
 
 # ============================================================================== 8. legacy encodings
-CP1251_SOURCE = ("// Модуль расчёта: сумма двух чисел\nint sum(int a, int b) {\n    return a + b;  // результат\n}\n").encode("cp1251")
+CP1251_SOURCE = (
+    "// Модуль расчёта: сумма двух чисел\nint sum(int a, int b) {\n    return a + b;  // результат\n}\n"
+).encode("cp1251")
 LATIN1_TEXT = "Ça a été déjà très bien; naïve façade, œuvre à côté.\nLine two élève.\n".encode("cp1252")
 
 

@@ -2,6 +2,7 @@
 `shell`, restated against our contract (/bin/sh -c in the workspace, no standard input, stdout and
 stderr merged in order, exit code reported, capped output with head and tail, nothing survives the
 call), through a real container."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,30 +21,35 @@ def run(box, command: str, **args):
     return box.call("shell", {"command": command, **args})
 
 
-@pytest.mark.parametrize("command, output", [
-    ("echo 'hello world'", "hello world\n"),
-    ("echo ''", "\n"),
-    ("echo '   leading spaces'", "   leading spaces\n"),
-    ("printf 'no newline'", "no newline"),
-    ("printf '\\nstarts with a newline'", "\nstarts with a newline"),
-    ("echo hi # a trailing comment", "hi\n"),
-    ("echo one; echo two && echo three", "one\ntwo\nthree\n"),
-    ("\n\n echo test\n\n", "test\n"),
-    ("for i in 1 2 3; do\n  echo $i\ndone", "1\n2\n3\n"),
-    ("x=0; while [ $x -lt 3 ]; do x=$((x+1)); echo $x; done", "1\n2\n3\n"),
-    ("cat <<'EOF'\nliteral $HOME `no`\nEOF", "literal $HOME `no`\n"),
-    ("(cd /tmp && pwd)", "/tmp\n"),
-    ("echo a | tr a b | tr b c", "c\n"),
-    ("printf '日本語 😀 ünï\\n'", "日本語 😀 ünï\n"),
-    ("python3 -c 'print(1 + 1)'", "2\n"),
-    ("echo 'a\\tb'", "a\tb\n"),
-])
+@pytest.mark.parametrize(
+    "command, output",
+    [
+        ("echo 'hello world'", "hello world\n"),
+        ("echo ''", "\n"),
+        ("echo '   leading spaces'", "   leading spaces\n"),
+        ("printf 'no newline'", "no newline"),
+        ("printf '\\nstarts with a newline'", "\nstarts with a newline"),
+        ("echo hi # a trailing comment", "hi\n"),
+        ("echo one; echo two && echo three", "one\ntwo\nthree\n"),
+        ("\n\n echo test\n\n", "test\n"),
+        ("for i in 1 2 3; do\n  echo $i\ndone", "1\n2\n3\n"),
+        ("x=0; while [ $x -lt 3 ]; do x=$((x+1)); echo $x; done", "1\n2\n3\n"),
+        ("cat <<'EOF'\nliteral $HOME `no`\nEOF", "literal $HOME `no`\n"),
+        ("(cd /tmp && pwd)", "/tmp\n"),
+        ("echo a | tr a b | tr b c", "c\n"),
+        ("printf '日本語 😀 ünï\\n'", "日本語 😀 ünï\n"),
+        ("python3 -c 'print(1 + 1)'", "2\n"),
+        ("echo 'a\\tb'", "a\tb\n"),
+    ],
+)
 def test_shell_output_is_exactly_what_the_command_printed(box, command, output):
     result = run(box, command)
     assert result.ok and result.output == output and result.meta["exit_code"] == 0
 
 
-@pytest.mark.parametrize("command, code", [("exit 3", 3), ("false", 1), ("true", 0), ("sh -c 'exit 42'", 42), ("false | true", 0)])
+@pytest.mark.parametrize(
+    "command, code", [("exit 3", 3), ("false", 1), ("true", 0), ("sh -c 'exit 42'", 42), ("false | true", 0)]
+)
 def test_the_exit_code_is_reported(box, command, code):
     result = run(box, command)
     assert result.meta["exit_code"] == code and f"exit code {code}" in result.note
@@ -70,12 +76,15 @@ def test_a_command_killed_by_a_signal_does_not_pass_for_success(box):
     assert result.output.startswith("started") and result.meta["exit_code"] not in (0, None)
 
 
-@pytest.mark.parametrize("command, output", [
-    ("cat; echo rc=$?", "rc=0\n"),                        # stdin is empty, not a terminal that waits
-    ("read line; echo rc=$?", "rc=1\n"),
-    ("python3 -c 'input()' 2>/dev/null; echo rc=$?", "rc=1\n"),
-    ("head -c 10 | wc -c", "0\n"),
-])
+@pytest.mark.parametrize(
+    "command, output",
+    [
+        ("cat; echo rc=$?", "rc=0\n"),  # stdin is empty, not a terminal that waits
+        ("read line; echo rc=$?", "rc=1\n"),
+        ("python3 -c 'input()' 2>/dev/null; echo rc=$?", "rc=1\n"),
+        ("head -c 10 | wc -c", "0\n"),
+    ],
+)
 def test_commands_that_read_stdin_see_end_of_file_at_once(box, command, output):
     result = run(box, command, timeout=30)
     assert result.ok and result.output.replace(" ", "") == output.replace(" ", "")

@@ -2,6 +2,7 @@
 conformance suite (inspect_ai/util/_sandbox/self_check.py, every check it ships), plus what the
 host keeps: a deny rule refuses a harness exec, host variables never reach the box, nothing is
 left running after cleanup, and a call after cleanup is a typed error."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,7 +41,10 @@ def anyio_backend():
 
 
 def my_boxes(docker_client) -> list[str]:
-    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": [f"{LABEL}=1", f"{PID_LABEL}={os.getpid()}"]})]
+    return [
+        c["Id"]
+        for c in docker_client.api.containers(all=True, filters={"label": [f"{LABEL}=1", f"{PID_LABEL}={os.getpid()}"]})
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +58,9 @@ async def shared_env(anyio_backend):
 async def sandbox_env(shared_env, request):
     name = request.node.originalname
     if name in EXPECTED_TO_DIFFER:
-        request.node.add_marker(pytest.mark.xfail(raises=EXPECTED_TO_DIFFER[name], strict=True, reason="docs/api.md, Plug-ins"))
+        request.node.add_marker(
+            pytest.mark.xfail(raises=EXPECTED_TO_DIFFER[name], strict=True, reason="docs/api.md, Plug-ins")
+        )
     yield shared_env
 
 
@@ -83,8 +89,10 @@ def installed_env(tmp_path: Path) -> dict[str, str]:
 
 def test_inspect_finds_the_provider_through_its_entry_point(tmp_path):
     """Inspect logs a plug-in that fails to import and goes on: look it up in a fresh interpreter."""
-    code = ("from inspect_ai.util._sandbox.registry import registry_find_sandboxenv\n"
-            "print(registry_find_sandboxenv('openagents').__module__)")
+    code = (
+        "from inspect_ai.util._sandbox.registry import registry_find_sandboxenv\n"
+        "print(registry_find_sandboxenv('openagents').__module__)"
+    )
     env = installed_env(tmp_path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.stdout.strip() == "orchestrator.plugins.inspect_provider", out.stderr[-2000:]
@@ -170,7 +178,11 @@ async def test_what_the_box_sends_back_is_bounded_checked_and_escaped(shared_env
     with pytest.raises(OpenAgentsError) as bad:
         await program.fetch({"inline": "not base64!"}, 1024)
     assert bad.value.type is ErrorType.INTERNAL_ERROR
-    for spec in ({"staged": "../x", "lines": 1, "size": 1}, {"staged": ".hidden", "lines": 1, "size": 1}, ["not", "a", "dict"]):
+    for spec in (
+        {"staged": "../x", "lines": 1, "size": 1},
+        {"staged": ".hidden", "lines": 1, "size": 1},
+        ["not", "a", "dict"],
+    ):
         with pytest.raises(OpenAgentsError):
             await program.fetch(spec, 1024)
     await shared_env.exec(["sh", "-c", "printf 'QUJD\\n' > .oa-plugin/liar.b64"])  # 3 bytes, claimed 2
@@ -206,11 +218,17 @@ def in_the_box():
     return solve
 
 log = eval(Task(dataset=[Sample(input="x", target="42")], solver=in_the_box(), scorer=includes(), sandbox="openagents"),
-           model="mockllm/model", log_dir={str(tmp_path / 'logs')!r}, display="none")[0]
+           model="mockllm/model", log_dir={str(tmp_path / "logs")!r}, display="none")[0]
 print(log.status, log.results.scores[0].metrics["accuracy"].value, log.samples[0].output.completion.split())
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                         env=installed_env(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env=installed_env(tmp_path),
+    )
     assert "success 1.0 ['42', 'sandbox']" in out.stdout, (out.stdout[-2000:], out.stderr[-3000:])
     assert set(my_boxes(docker_client)) <= before
     assert not list(Path("/tmp").glob(f"oa-inspect-*{os.getpid()}"))

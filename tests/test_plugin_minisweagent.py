@@ -3,6 +3,7 @@
 DeterministicModel completes a task in our box; plus the host's rules: a deny rule refuses an
 action, a timeout is clamped and kills the tree, env= only reaches the commands, nothing is left
 after cleanup, and a call after cleanup is a typed error."""
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,10 @@ CLASS = "orchestrator.plugins.minisweagent.OpenAgentsEnvironment"
 
 
 def my_boxes(docker_client) -> list[str]:
-    return [c["Id"] for c in docker_client.api.containers(all=True, filters={"label": [f"{LABEL}=1", f"{PID_LABEL}={os.getpid()}"]})]
+    return [
+        c["Id"]
+        for c in docker_client.api.containers(all=True, filters={"label": [f"{LABEL}=1", f"{PID_LABEL}={os.getpid()}"]})
+    ]
 
 
 def test_the_default_agent_with_a_deterministic_model_completes_a_task(tmp_path, docker_client, monkeypatch):
@@ -37,16 +41,23 @@ def test_the_default_agent_with_a_deterministic_model_completes_a_task(tmp_path,
     repo = make_workspace(tmp_path / "repo", {"greet.py": "def greet():\n    return 'helo'\n"})
     before = set(my_boxes(docker_client))
     config = get_config_from_spec("default")
-    config["environment"] = {"environment_class": CLASS, "workspace": str(repo), "mode": "bind", "timeout": 60,
-                             "env": {"PAGER": "cat", "GIVEN": "to-the-command"}}
+    config["environment"] = {
+        "environment_class": CLASS,
+        "workspace": str(repo),
+        "mode": "bind",
+        "timeout": 60,
+        "env": {"PAGER": "cat", "GIVEN": "to-the-command"},
+    }
     env = get_environment(config["environment"])
     assert isinstance(env, OpenAgentsEnvironment)
     fix = "sed -i \"s/'helo'/'hello'/\" greet.py && python3 -c 'import greet; print(greet.greet())'"
-    model = DeterministicModel(outputs=[
-        make_output("THOUGHT: fix the typo\n\n```mswea_bash_command\n" + fix + "\n```", [{"command": fix}]),
-        make_output("THOUGHT: look at the environment\n", [{"command": "env"}]),
-        make_output("THOUGHT: done\n", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat greet.py"}]),
-    ])
+    model = DeterministicModel(
+        outputs=[
+            make_output("THOUGHT: fix the typo\n\n```mswea_bash_command\n" + fix + "\n```", [{"command": fix}]),
+            make_output("THOUGHT: look at the environment\n", [{"command": "env"}]),
+            make_output("THOUGHT: done\n", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat greet.py"}]),
+        ]
+    )
     agent = DefaultAgent(model, env, **config["agent"])
     result = agent.run("greet() should return 'hello'")
     assert result["exit_status"] == "Submitted", result
@@ -82,7 +93,9 @@ def test_timeouts_refusals_and_what_the_box_sees(tmp_path, docker_client):
         assert "sleep 30" not in left
         clamped = env.execute({"command": "echo fine"}, timeout=10_000)  # clamped to 240 s, the box's limit
         assert clamped["returncode"] == 0
-        hostile = env.execute({"command": "printf 'a\\033]0;owned\\007\\033[2Jb\\n'; head -c 200000 /dev/zero | tr '\\0' x"})
+        hostile = env.execute(
+            {"command": "printf 'a\\033]0;owned\\007\\033[2Jb\\n'; head -c 200000 /dev/zero | tr '\\0' x"}
+        )
         assert "\x1b" not in hostile["output"] and "\x07" not in hostile["output"] and "owned" in hostile["output"]
         assert len(hostile["output"]) < 60_000  # the shell tool's bound: head and tail kept
         failed = env.execute({"command": "exit 3"})
@@ -97,7 +110,9 @@ def test_a_deny_rule_refuses_an_agents_action(tmp_path, docker_client):
     policy = tmp_path / "deny-shell.toml"
     policy.write_text('[[rules]]\ntool = "shell"\ndecision = "deny"\n')
     before = set(my_boxes(docker_client))
-    env = get_environment({"environment_class": CLASS, "workspace": str(repo), "mode": "bind", "policy_files": [str(policy)]})
+    env = get_environment(
+        {"environment_class": CLASS, "workspace": str(repo), "mode": "bind", "policy_files": [str(policy)]}
+    )
     try:
         refused = env.execute({"command": "rm a.txt"})
         assert refused["returncode"] == -1 and "refused" in refused["exception_info"], refused
@@ -115,9 +130,11 @@ def test_an_environment_never_cleaned_up_goes_at_interpreter_exit(tmp_path, dock
     import subprocess
 
     repo = make_workspace(tmp_path / "repo", {"a.txt": "a\n"})
-    code = ("from orchestrator.plugins.minisweagent import OpenAgentsEnvironment\n"
-            f"env = OpenAgentsEnvironment(workspace={str(repo)!r}, mode='bind')\n"
-            "print('RESULT', env.execute({'command': 'cat a.txt'})['output'].strip(), env.sandbox.id)\n")
+    code = (
+        "from orchestrator.plugins.minisweagent import OpenAgentsEnvironment\n"
+        f"env = OpenAgentsEnvironment(workspace={str(repo)!r}, mode='bind')\n"
+        "print('RESULT', env.execute({'command': 'cat a.txt'})['output'].strip(), env.sandbox.id)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     _, text, session = out.stdout.strip().splitlines()[-1].split()
     assert text == "a", out.stderr[-2000:]
@@ -138,10 +155,12 @@ def test_a_swe_bench_style_run_submits_its_git_diff_from_inside_the_box(tmp_path
     chown_tree(repo)
     env = get_environment({"environment_class": CLASS, "workspace": str(repo), "mode": "copy", "timeout": 60})
     fix = "sed -i \"s/'helo'/'hello'/\" greet.py"
-    model = DeterministicModel(outputs=[
-        make_output("THOUGHT: fix\n", [{"command": fix}]),
-        make_output("THOUGHT: submit\n", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"}]),
-    ])
+    model = DeterministicModel(
+        outputs=[
+            make_output("THOUGHT: fix\n", [{"command": fix}]),
+            make_output("THOUGHT: submit\n", [{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff"}]),
+        ]
+    )
     config = get_config_from_spec("default")
     try:
         result = DefaultAgent(model, env, **config["agent"]).run("greet() should return 'hello'")

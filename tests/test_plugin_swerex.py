@@ -3,6 +3,7 @@ drives any SWE-ReX runtime, with SWE-ReX's own request models and exceptions: co
 session keeping cwd/variables/functions across calls, files, uploads, typed timeouts; plus the
 host's rules: a deny rule refuses through it, the box's state file and output never reach the
 host unbounded or raw, and nothing is left after stop (box, egress gate, scratch workspace)."""
+
 from __future__ import annotations
 
 import os
@@ -87,8 +88,15 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
     r = await runtime.execute(Command(command="echo out; echo err >&2; exit 3", shell=True))
     assert (r.stdout, r.stderr, r.exit_code) == ("out\n", "err\n", 3)
     assert (await runtime.execute(Command(command=["printf", "%s|", "a b", "c"]))).stdout == "a b|c|"
-    r = await runtime.execute(Command(command="echo $GIVEN; pwd; echo e >&2", shell=True, env={"GIVEN": "yes"}, cwd="/tmp",
-                                      merge_output_streams=True))
+    r = await runtime.execute(
+        Command(
+            command="echo $GIVEN; pwd; echo e >&2",
+            shell=True,
+            env={"GIVEN": "yes"},
+            cwd="/tmp",
+            merge_output_streams=True,
+        )
+    )
     assert (r.stdout, r.stderr) == ("yes\n/tmp\ne\n", "")
     with pytest.raises(NonZeroExitCodeError, match="exit code 1"):
         await runtime.execute(Command(command="false", shell=True, check=True, timeout=10))
@@ -100,12 +108,22 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
     await runtime.create_session(CreateBashSessionRequest())
     with pytest.raises(SessionExistsError):
         await runtime.create_session(CreateBashSessionRequest())
-    await runtime.run_in_session(A("mkdir -p sub/dir && cd sub/dir && export EXPORTED=1 && PLAIN='two words' && greet() { echo hi $1; }"))
-    obs = await runtime.run_in_session(A("pwd; echo $EXPORTED $PLAIN; printenv EXPORTED; greet you; printenv PLAIN || echo unexported"))
-    assert obs.output.splitlines() == ["/workspace/sub/dir", "1 two words", "1", "hi you", "unexported"] and obs.exit_code == 0
+    await runtime.run_in_session(
+        A("mkdir -p sub/dir && cd sub/dir && export EXPORTED=1 && PLAIN='two words' && greet() { echo hi $1; }")
+    )
+    obs = await runtime.run_in_session(
+        A("pwd; echo $EXPORTED $PLAIN; printenv EXPORTED; greet you; printenv PLAIN || echo unexported")
+    )
+    assert (
+        obs.output.splitlines() == ["/workspace/sub/dir", "1 two words", "1", "hi you", "unexported"]
+        and obs.exit_code == 0
+    )
     obs = await runtime.run_in_session(A("cd /tmp; LAST=here; exit 4", check="silent"))
     assert obs.exit_code == 4
-    assert (await runtime.run_in_session(A("pwd; echo $LAST"))).output.splitlines() == ["/tmp", "here"]  # an `exit` keeps its state
+    assert (await runtime.run_in_session(A("pwd; echo $LAST"))).output.splitlines() == [
+        "/tmp",
+        "here",
+    ]  # an `exit` keeps its state
     with pytest.raises(NonZeroExitCodeError, match="exit code 1"):
         await runtime.run_in_session(A("false", error_msg="why"))
     assert (await runtime.run_in_session(A("false", check="ignore"))).exit_code is None
@@ -120,11 +138,21 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
     assert "sleep 45" not in obs.output  # killed with everything it started
     with pytest.raises(InteractiveUnsupportedError):
         await runtime.run_in_session(A("python3", is_interactive_command=True, expect=[">>> "]))
-    assert (await runtime.run_in_session(A("echo capped", timeout=10_000))).output == "capped\n"  # capped to the box's 240 s
-    await runtime.write_file(WriteFileRequest(path="/tmp/rc.sh", content="tool() { echo tool ran in $PWD; }\nexport FROM_RC=1\n"))
+    assert (
+        await runtime.run_in_session(A("echo capped", timeout=10_000))
+    ).output == "capped\n"  # capped to the box's 240 s
+    await runtime.write_file(
+        WriteFileRequest(path="/tmp/rc.sh", content="tool() { echo tool ran in $PWD; }\nexport FROM_RC=1\n")
+    )
     await runtime.create_session(CreateBashSessionRequest(session="other", startup_source=["/tmp/rc.sh"]))
-    assert (await runtime.run_in_session(A("tool; echo $FROM_RC", session="other"))).output.splitlines() == ["tool ran in /workspace", "1"]
-    assert (await runtime.run_in_session(A("pwd; echo ${EXPORTED:-unset}", session="other"))).output.splitlines() == ["/workspace", "unset"]
+    assert (await runtime.run_in_session(A("tool; echo $FROM_RC", session="other"))).output.splitlines() == [
+        "tool ran in /workspace",
+        "1",
+    ]
+    assert (await runtime.run_in_session(A("pwd; echo ${EXPORTED:-unset}", session="other"))).output.splitlines() == [
+        "/workspace",
+        "unset",
+    ]
 
     # files and uploads
     await runtime.write_file(WriteFileRequest(path="/tmp/new/dir/f.txt", content="héllo\n"))
@@ -140,12 +168,20 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
         await runtime.read_file(ReadFileRequest(path="/nope.txt"))
     with pytest.raises(IsADirectoryError):
         await runtime.read_file(ReadFileRequest(path="/tmp"))
-    tools = make_workspace(tmp_path / "tools", {"bin/hello": "#!/bin/sh\necho hello from $0\n", "lib/data.txt": "data\n"})
+    tools = make_workspace(
+        tmp_path / "tools", {"bin/hello": "#!/bin/sh\necho hello from $0\n", "lib/data.txt": "data\n"}
+    )
     (tools / "bin" / "hello").chmod(0o755)
     (tools / "empty").mkdir()
-    await runtime.upload(UploadRequest(source_path=str(tools), target_path="/workspace/tools"))  # the box's /tmp is noexec
-    obs = await runtime.run_in_session(A("export PATH=/workspace/tools/bin:$PATH; hello; cat tools/lib/data.txt; test -d tools/empty && echo dir",
-                                         session="other"))
+    await runtime.upload(
+        UploadRequest(source_path=str(tools), target_path="/workspace/tools")
+    )  # the box's /tmp is noexec
+    obs = await runtime.run_in_session(
+        A(
+            "export PATH=/workspace/tools/bin:$PATH; hello; cat tools/lib/data.txt; test -d tools/empty && echo dir",
+            session="other",
+        )
+    )
     assert obs.output.splitlines() == ["hello from /workspace/tools/bin/hello", "data", "dir"]
     await runtime.upload(UploadRequest(source_path=str(tools / "lib" / "data.txt"), target_path="/tmp/one.txt"))
     assert (await runtime.read_file(ReadFileRequest(path="/tmp/one.txt"))).content == "data\n"
@@ -158,11 +194,22 @@ async def test_a_swerex_script_runs_commands_sessions_and_files_in_the_box(tmp_p
     assert "greet() { echo hi $1; }" in transcript and "refused" not in transcript
     record = deployment.sandbox.record
     changes = await deployment.sandbox.changes()
-    assert sorted(f.path for f in changes.files if f.path.startswith(".")) == [".oa-plugin"]  # the transport's staging directory
+    assert sorted(f.path for f in changes.files if f.path.startswith(".")) == [
+        ".oa-plugin"
+    ]  # the transport's staging directory
     await runtime.close()  # forgets the sessions, removes the (empty) staging directory
     changes = await deployment.sandbox.changes()
-    assert sorted(f.path for f in changes.files) == ["rel.txt", "sub", "sub/dir", "tools", "tools/bin", "tools/bin/hello", "tools/empty",
-                                                     "tools/lib", "tools/lib/data.txt"]  # no session state: it lives in the box's /tmp
+    assert sorted(f.path for f in changes.files) == [
+        "rel.txt",
+        "sub",
+        "sub/dir",
+        "tools",
+        "tools/bin",
+        "tools/bin/hello",
+        "tools/empty",
+        "tools/lib",
+        "tools/lib/data.txt",
+    ]  # no session state: it lives in the box's /tmp
 
     await deployment.stop()
     await deployment.stop()  # idempotent
@@ -221,14 +268,22 @@ async def test_the_box_reaches_the_host_neither_through_its_state_nor_its_output
         await runtime.create_session(CreateBashSessionRequest())
         # the box rewrites its own state file: it is sourced by the box's bash, never read by the host
         await runtime.run_in_session(A("true"))  # the state file exists from the first call's end on
-        await runtime.run_in_session(A(f"trap - EXIT; for f in /tmp/.oa-swerex/*.sh; do cat > \"$f\" <<'EOF'\nmkdir -p {marker.parent}; touch {marker}\n"
-                                       "X=$(head -c 999999 /dev/zero | tr '\\0' y)\nEOF\ndone"))
-        obs = await runtime.run_in_session(A(f"echo ${{#X}}; ls {marker}; env | grep -c OA_SWEREX_HOST_SECRET", check="silent"))
+        await runtime.run_in_session(
+            A(
+                f"trap - EXIT; for f in /tmp/.oa-swerex/*.sh; do cat > \"$f\" <<'EOF'\nmkdir -p {marker.parent}; touch {marker}\n"
+                "X=$(head -c 999999 /dev/zero | tr '\\0' y)\nEOF\ndone"
+            )
+        )
+        obs = await runtime.run_in_session(
+            A(f"echo ${{#X}}; ls {marker}; env | grep -c OA_SWEREX_HOST_SECRET", check="silent")
+        )
         assert obs.output.splitlines()[:2] == ["999999", str(marker)]  # it happened in the box ...
         assert not marker.exists()  # ... not on the host
         assert obs.output.splitlines()[2] == "0"  # the host's variables never reach the box
         # terminal escapes in a session's output arrive as text
-        obs = await runtime.run_in_session(A("printf 'a\\033]0;owned\\007\\033[2Jb\\n'; head -c 200000 /dev/zero | tr '\\0' x"))
+        obs = await runtime.run_in_session(
+            A("printf 'a\\033]0;owned\\007\\033[2Jb\\n'; head -c 200000 /dev/zero | tr '\\0' x")
+        )
         assert "\x1b" not in obs.output and "\x07" not in obs.output and len(obs.output) < 60_000
         # a bounded upload: over the bound, nothing is written
         many = make_workspace(tmp_path / "many", {f"f{i}.txt": "x" for i in range(5)})
@@ -243,7 +298,12 @@ async def test_the_box_reaches_the_host_neither_through_its_state_nor_its_output
         (linked / "leak.txt").symlink_to(secret)
         (linked / "leakdir").symlink_to(tmp_path)
         await runtime.upload(UploadRequest(source_path=str(linked), target_path="/tmp/linked"))
-        obs = await runtime.execute(Command(command="cat /tmp/linked/plain.txt; ls -A /tmp/linked; grep -r HOST-ONLY /tmp/linked | wc -l", shell=True))
+        obs = await runtime.execute(
+            Command(
+                command="cat /tmp/linked/plain.txt; ls -A /tmp/linked; grep -r HOST-ONLY /tmp/linked | wc -l",
+                shell=True,
+            )
+        )
         assert obs.stdout.splitlines() == ["plain", "plain.txt", "0"]
     finally:
         await deployment.stop()
@@ -257,15 +317,17 @@ def test_a_deployment_never_stopped_goes_at_interpreter_exit(tmp_path, docker_cl
     import sys
 
     before, dirs_before = mine(docker_client), scratch_dirs()
-    code = ("import asyncio\n"
-            "from swerex.runtime.abstract import Command\n"
-            "from orchestrator.plugins.swerex_deployment import OpenAgentsDeployment\n"
-            "d = OpenAgentsDeployment()\n"
-            "async def main():\n"
-            "    await d.start()\n"
-            "    r = await d.runtime.execute(Command(command='echo alive', shell=True))\n"
-            "    print('RESULT', r.stdout.strip(), d.sandbox.id)\n"
-            "asyncio.run(main())\n")
+    code = (
+        "import asyncio\n"
+        "from swerex.runtime.abstract import Command\n"
+        "from orchestrator.plugins.swerex_deployment import OpenAgentsDeployment\n"
+        "d = OpenAgentsDeployment()\n"
+        "async def main():\n"
+        "    await d.start()\n"
+        "    r = await d.runtime.execute(Command(command='echo alive', shell=True))\n"
+        "    print('RESULT', r.stdout.strip(), d.sandbox.id)\n"
+        "asyncio.run(main())\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     _, text, session = out.stdout.strip().splitlines()[-1].split()
     assert text == "alive", out.stderr[-2000:]
@@ -283,7 +345,10 @@ async def test_no_docker_daemon_is_swerexs_startup_error_and_leaves_nothing(monk
     deployment = OpenAgentsDeployment()
     with pytest.raises(DeploymentStartupError, match="docker_unavailable") as failed:
         await deployment.start()
-    assert isinstance(failed.value.__cause__, OpenAgentsError) and failed.value.__cause__.type is ErrorType.DOCKER_UNAVAILABLE
+    assert (
+        isinstance(failed.value.__cause__, OpenAgentsError)
+        and failed.value.__cause__.type is ErrorType.DOCKER_UNAVAILABLE
+    )
     assert scratch_dirs() <= dirs_before
     with pytest.raises(DeploymentNotStartedError):
         _ = deployment.runtime

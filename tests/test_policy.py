@@ -1,4 +1,5 @@
 """The approval ladder, policy tiers and the /bypass/i guard."""
+
 from __future__ import annotations
 
 import re
@@ -10,7 +11,13 @@ import pytest
 from orchestrator.cli import main as cli_main
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import ToolCall
-from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, NonInteractiveApprover, PermissionOption
+from orchestrator.policy.approvals import (
+    Answer,
+    ApprovalGate,
+    ApprovalRequest,
+    NonInteractiveApprover,
+    PermissionOption,
+)
 from orchestrator.policy.ladder import Decision, Ladder, Level, PolicyRule, Tier, load_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, parse_data_bounded
 from orchestrator.protocol import Executor
@@ -27,7 +34,10 @@ class ScriptedPerson:
     def ask(self, request):
         self.asked.append(request)
         key = self.keys.pop(0)
-        return Answer(option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE, remember_for_session=key == "a")
+        return Answer(
+            option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE,
+            remember_for_session=key == "a",
+        )
 
 
 def prepared(registry, name, args):
@@ -118,7 +128,7 @@ def test_workspace_policy_can_only_tighten(tmp_path):
     [
         '[[rules]]\nid = "ByPass-all"\ndecision = "allow"\n',
         '[[rules]]\nkind = "bypass"\ndecision = "allow"\n',
-        'bypass_approvals = true\n',
+        "bypass_approvals = true\n",
         '[[rules]]\ntool = "shell"\ndecision = "allow"\nbypassPermissions = true\n',
     ],
 )
@@ -151,7 +161,11 @@ def test_unknown_and_disabled_tools_get_typed_refusals(tmp_path):
     from orchestrator.tools.registry import RegistryConfig
 
     registry = ToolRegistry(None, tmp_path, RegistryConfig(disabled={"shell"}))
-    for name, kind in (("rm_rf", ErrorType.UNKNOWN_TOOL), ("shell", ErrorType.TOOL_DISABLED), ("delegate", ErrorType.UNKNOWN_TOOL)):
+    for name, kind in (
+        ("rm_rf", ErrorType.UNKNOWN_TOOL),
+        ("shell", ErrorType.TOOL_DISABLED),
+        ("delegate", ErrorType.UNKNOWN_TOOL),
+    ):
         with pytest.raises(OpenAgentsError) as info:
             prepared(registry, name, {"command": "ls"})
         assert info.value.type == kind and info.value.recoverable
@@ -172,7 +186,7 @@ def test_a_slow_parser_start_does_not_count_against_the_parse(tmp_path, monkeypa
     """The untrusted parse's clock starts once its child has started and imported: on a loaded
     machine the start alone took over the 2 s bound, and a legitimate policy was refused."""
     slow_python = tmp_path / "slow-python"
-    slow_python.write_text(f"#!/bin/sh\nsleep {PARSE_SECONDS + 1}\nexec {sys.executable} \"$@\"\n")
+    slow_python.write_text(f'#!/bin/sh\nsleep {PARSE_SECONDS + 1}\nexec {sys.executable} "$@"\n')
     slow_python.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(slow_python))
     data = parse_data_bounded(b'[[rules]]\ntool = "shell"\ndecision = "ask"\n', ".toml")
@@ -191,20 +205,27 @@ def test_a_rule_names_the_landing(selector):
     """Refused at load as unknown before: now each of the three names the landing."""
     rules = _parsed(f'[[rules]]\n{selector}\ndecision = "deny"\n')
     assert Ladder(rules).level("apply_changes", "edit", "land")[0] == Level.REFUSE
-    assert Ladder().level("apply_changes", "edit", "land")[0] == Level.AUTOMATIC  # no rule: the front-end's landing is the request
+    assert (
+        Ladder().level("apply_changes", "edit", "land")[0] == Level.AUTOMATIC
+    )  # no rule: the front-end's landing is the request
 
 
 def test_an_unknown_access_level_is_one_readable_line():
     with pytest.raises(OpenAgentsError) as err:
         _parsed('workspace_access = "writable"\n')
-    assert err.value.type == ErrorType.CONFIG_INVALID and "must be one of read-write, copy-only, read-only" in err.value.message
+    assert (
+        err.value.type == ErrorType.CONFIG_INVALID
+        and "must be one of read-write, copy-only, read-only" in err.value.message
+    )
 
 
 def test_the_most_restrictive_level_wins_and_no_tier_widens_it():
     from orchestrator.policy.ladder import Access, access_of
 
     admin = _parsed('workspace_access = "read-only"\n', Tier.ADMIN)
-    user = _parsed('workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n')
+    user = _parsed(
+        'workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n'
+    )
     ladder = Ladder(admin + user)
     assert access_of(admin + user) == Access.READ_ONLY
     for tool, action in (("write_file", "write_file"), ("edit_file", "edit_file"), ("apply_changes", "land")):
@@ -213,8 +234,12 @@ def test_the_most_restrictive_level_wins_and_no_tier_widens_it():
     assert ladder.level("read_file", "read", "read_file")[0] == Level.AUTOMATIC
     # A user's copy-only under an admin's read-write: still copy-only (levels only tighten).
     both = _parsed('workspace_access = "read-write"\n', Tier.ADMIN) + _parsed('workspace_access = "copy-only"\n')
-    assert access_of(both) == Access.COPY_ONLY and Ladder(both).level("apply_changes", "edit", "land")[0] == Level.REFUSE
-    assert Ladder(both).level("write_file", "edit", "write_file")[0] == Level.ASK_ONCE  # copy-only refuses landing, not edits
+    assert (
+        access_of(both) == Access.COPY_ONLY and Ladder(both).level("apply_changes", "edit", "land")[0] == Level.REFUSE
+    )
+    assert (
+        Ladder(both).level("write_file", "edit", "write_file")[0] == Level.ASK_ONCE
+    )  # copy-only refuses landing, not edits
     # A workspace file may set a level (it only tightens).
     assert access_of(_parsed('workspace_access = "copy-only"\n', Tier.WORKSPACE)) == Access.COPY_ONLY
 
@@ -249,8 +274,22 @@ def test_a_landing_rule_that_asks_is_answered_by_the_users_own_command_or_the_ap
     assert refusal(outcome).type == ErrorType.REJECTED_BY_USER and refusal(nobody).type == ErrorType.REFUSED_BY_POLICY
 
 
-@pytest.mark.parametrize("command", ["rm -rf x", "true; rm x", "sh -c 'rm x'", "env rm x", "/bin/rm x", "$(rm x)", " rm x",
-                                     "echo `rm x`", "ls && rm x", "bash -lc \"rm x\"", "xargs rm < list"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf x",
+        "true; rm x",
+        "sh -c 'rm x'",
+        "env rm x",
+        "/bin/rm x",
+        "$(rm x)",
+        " rm x",
+        "echo `rm x`",
+        "ls && rm x",
+        'bash -lc "rm x"',
+        "xargs rm < list",
+    ],
+)
 def test_a_deny_prefix_refuses_the_program_wherever_the_command_may_run_it(command):
     """Attack: `deny rm` was passed by `true; rm x` (a prefix never matched a compound command, so
     the command fell to the default ladder, which --auto-approve answers). A deny now fails closed."""
@@ -258,8 +297,16 @@ def test_a_deny_prefix_refuses_the_program_wherever_the_command_may_run_it(comma
     assert ladder.level("shell", "execute", "shell", command)[0] == Level.REFUSE
 
 
-@pytest.mark.parametrize("command,refused", [("git push origin", True), ("git -C d push", True), ("cd a && git push", True),
-                                             ("git status", False), ("pytest -q", False)])
+@pytest.mark.parametrize(
+    "command,refused",
+    [
+        ("git push origin", True),
+        ("git -C d push", True),
+        ("cd a && git push", True),
+        ("git status", False),
+        ("pytest -q", False),
+    ],
+)
 def test_a_deny_prefix_leaves_plain_commands_it_does_not_name(command, refused):
     ladder = Ladder([PolicyRule(tool="shell", command_prefix="git push", decision=Decision.DENY)])
     assert (ladder.level("shell", "execute", "shell", command)[0] == Level.REFUSE) is refused

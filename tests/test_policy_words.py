@@ -3,6 +3,7 @@ keys and the matcher that applies them read every form the same way (hook_spec.f
 ladder.rule_value). A form the loader accepts is one the matcher can apply; a form it refuses is one
 the matcher could not; `*` (or empty) filters nothing wherever it is written. And `matcher = "*"`
 opens a real session from every tier (admin, the user's config, the workspace's own, --policy)."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,33 @@ from tests.fake_model_server import FakeModelServer
 ROOT = Path(__file__).resolve().parent.parent
 
 # Every form a user might write in a hook's matcher, kind or command_regex.
-FORMS = [None, "", "*", " * ", "  ", "shell", "read_file", "write_file|edit_file", ".*", "mcp__.*", "startup", "startup|resume",
-         "ToolPermission", "auto", "finished", "curl|wget", "(", "*shell", "a{2", "[", "shell)", "read", "execute", "exec", "edit"]
+FORMS = [
+    None,
+    "",
+    "*",
+    " * ",
+    "  ",
+    "shell",
+    "read_file",
+    "write_file|edit_file",
+    ".*",
+    "mcp__.*",
+    "startup",
+    "startup|resume",
+    "ToolPermission",
+    "auto",
+    "finished",
+    "curl|wget",
+    "(",
+    "*shell",
+    "a{2",
+    "[",
+    "shell)",
+    "read",
+    "execute",
+    "exec",
+    "edit",
+]
 TOOLS = ["shell", "read_file", "write_file", "edit_file", "mcp__github__create_issue", "*", ""]
 TRIGGERS = ["startup", "resume", "ToolPermission", "auto", "finished", "startupX", None]
 
@@ -42,7 +68,9 @@ def _validates(event: str, key: str, value: str | None) -> bool:
         parse_policy(_hook_toml(event, key, value), "t.toml", ".toml", Tier.USER)
     except OpenAgentsError as err:
         assert err.type is ErrorType.CONFIG_INVALID and f"hooks[0].{key}" in err.message, err.message
-        assert value is None or value.strip() == "" or repr(value) not in err.message  # the file's words are never quoted
+        assert (
+            value is None or value.strip() == "" or repr(value) not in err.message
+        )  # the file's words are never quoted
         return False
     return True
 
@@ -83,7 +111,9 @@ def test_star_or_empty_filters_nothing_on_every_event(event, key, every):
 def test_what_each_form_matches():
     def hook(event: str, **filters: str) -> HookSpec:
         body = "".join(f"{k} = {json.dumps(v)}\n" for k, v in filters.items())
-        return parse_policy(f'[[hooks]]\nevent = "{event}"\ncommand = ["/bin/true"]\n{body}'.encode(), "t.toml", ".toml").hooks[0]
+        return parse_policy(
+            f'[[hooks]]\nevent = "{event}"\ncommand = ["/bin/true"]\n{body}'.encode(), "t.toml", ".toml"
+        ).hooks[0]
 
     shell = hook("BeforeTool", matcher="shell")
     assert shell.matches(tool="shell") and not shell.matches(tool="shell2") and not shell.matches(tool="read_file")
@@ -92,12 +122,20 @@ def test_what_each_form_matches():
     mcp = hook("BeforeTool", matcher="mcp__github__.*")
     assert mcp.matches(tool="mcp__github__create_issue") and not mcp.matches(tool="shell")
     start = hook("SessionStart", matcher="startup|resume")
-    assert start.matches(trigger="startup") and start.matches(trigger="resume") and not start.matches(trigger="startupX")
-    assert hook("SessionStart", matcher="startup").matches(trigger="startup") and not hook("SessionStart", matcher="resume").matches(trigger="startup")
+    assert (
+        start.matches(trigger="startup") and start.matches(trigger="resume") and not start.matches(trigger="startupX")
+    )
+    assert hook("SessionStart", matcher="startup").matches(trigger="startup") and not hook(
+        "SessionStart", matcher="resume"
+    ).matches(trigger="startup")
     execute = hook("BeforeTool", kind="execute")
     assert execute.matches(tool="shell", kind="execute") and not execute.matches(tool="read_file", kind="read")
     curl = hook("BeforeTool", command_regex="curl|wget")
-    assert curl.matches(tool="shell", command="x; wget y") and not curl.matches(tool="shell", command="ls") and not curl.matches(tool="read_file")
+    assert (
+        curl.matches(tool="shell", command="x; wget y")
+        and not curl.matches(tool="shell", command="ls")
+        and not curl.matches(tool="read_file")
+    )
 
 
 def test_a_matcher_on_an_event_with_nothing_to_match_is_refused_not_silently_never_run():
@@ -123,17 +161,41 @@ def test_matcher_star_loads_in_every_tier(tier, tmp_path):
 # -- a rule's keys -------------------------------------------------------------------------------------
 
 RULE_FORMS = {
-    "tool": [*known_tools(), "*", "", "mcp__github__create_issue", "mcp__a__", "mcp__" + "s" * 59, "mcp__github__*", "mcp__github",
-             "mcp__git hub__x", "mcp__", "shel", "mcp__" + "s" * 57 + "__x" * 2],
+    "tool": [
+        *known_tools(),
+        "*",
+        "",
+        "mcp__github__create_issue",
+        "mcp__a__",
+        "mcp__" + "s" * 59,
+        "mcp__github__*",
+        "mcp__github",
+        "mcp__git hub__x",
+        "mcp__",
+        "shel",
+        "mcp__" + "s" * 57 + "__x" * 2,
+    ],
     "kind": [*KINDS, "*", "", "exec", "egress"],
-    "action": [*known_actions(), "*", "", "mcp github", "mcp git-hub_2", "mcp git hub", "mcp ", "mcp github*", "git push"],
+    "action": [
+        *known_actions(),
+        "*",
+        "",
+        "mcp github",
+        "mcp git-hub_2",
+        "mcp git hub",
+        "mcp ",
+        "mcp github*",
+        "git push",
+    ],
     "command_prefix": ["*", "", "   ", "pytest", "git push", "rm -rf"],
 }
 
 
 def _rule(key: str, value: str) -> PolicyRule | None:
     try:
-        rules = parse_policy(f'[[rules]]\n{key} = {json.dumps(value)}\ndecision = "deny"\n'.encode(), "t.toml", ".toml").rules
+        rules = parse_policy(
+            f'[[rules]]\n{key} = {json.dumps(value)}\ndecision = "deny"\n'.encode(), "t.toml", ".toml"
+        ).rules
     except OpenAgentsError as err:
         assert err.type is ErrorType.CONFIG_INVALID and f"rules[0].{key}" in err.message
         return None
@@ -162,7 +224,10 @@ def test_a_rule_key_validates_exactly_when_some_call_matches_it(key):
         rule, call = _rule(key, value), _a_call_it_names(key, value)
         assert (rule is None) == (call is None), (key, value)
         if rule is not None and call is not None:
-            assert rule.matches(call["tool"] or "", call["kind"] or "", call["action"] or "", call["command"]), (key, value)
+            assert rule.matches(call["tool"] or "", call["kind"] or "", call["action"] or "", call["command"]), (
+                key,
+                value,
+            )
         if rule is not None and value.strip() in ("", "*"):  # the key filters nothing: as if left out
             assert getattr(rule, key) is None and rule.matches("read_file", "read", "read_file", None)
 
@@ -177,7 +242,9 @@ def test_the_mcp_names_a_rule_accepts_are_the_names_the_client_makes():
         assert mcp_names.could_be_action(mcp_names.action(key))
         for tool in tools:
             made = _tool(key, SimpleNamespace(name=tool, input_schema={"type": "object"}, description="", title=None))
-            assert made is not None and mcp_names.could_be_tool_name(made.name) and mcp_names.could_be_action(made.action), (server, tool)
+            assert (
+                made is not None and mcp_names.could_be_tool_name(made.name) and mcp_names.could_be_action(made.action)
+            ), (server, tool)
     for bad in ["mcp__github__*", "mcp__github", "mcp__", "mcp__a b__c", "mcp__x__" + "y" * 60]:
         assert not mcp_names.could_be_tool_name(bad)
 
@@ -204,8 +271,12 @@ def test_matcher_star_in_each_tier_opens_a_session_and_runs_on_every_call(sandbo
     script.chmod(0o755)
     hook = f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "*"\ncommand = ["{script}"]\ntimeout = 20\n'
     policy = tmp_path / "policy.toml"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))
+    }
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
+    )
     args: list[str] = []
     if tier == "admin":
         policy.write_text(hook)
@@ -213,7 +284,9 @@ def test_matcher_star_in_each_tier_opens_a_session_and_runs_on_every_call(sandbo
     elif tier == "user":
         policy.write_text(hook)
         (tmp_path / "config" / "openagents-sandbox").mkdir(parents=True)
-        (tmp_path / "config" / "openagents-sandbox" / "config.toml").write_text(f"policy = [{json.dumps(str(policy))}]\n")
+        (tmp_path / "config" / "openagents-sandbox" / "config.toml").write_text(
+            f"policy = [{json.dumps(str(policy))}]\n"
+        )
     elif tier == "workspace":
         (ws / ".openagents").mkdir()
         (ws / ".openagents" / "policy.toml").write_text(hook)
@@ -226,8 +299,30 @@ def test_matcher_star_in_each_tier_opens_a_session_and_runs_on_every_call(sandbo
         server.openai_turn("", [("read_file", {"path": "a.txt"})])
         server.openai_turn("", [("list_files", {})])
         server.openai_turn("done")
-        proc = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--workspace", str(ws), "--model", "openai:m",
-                               "--base-url", server.base_url, "--non-interactive", "--output", "json", *args, "look"],
-                              input="", capture_output=True, text=True, timeout=240, env=environment, cwd=ROOT)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "orchestrator.cli",
+                "run",
+                "--workspace",
+                str(ws),
+                "--model",
+                "openai:m",
+                "--base-url",
+                server.base_url,
+                "--non-interactive",
+                "--output",
+                "json",
+                *args,
+                "look",
+            ],
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env=environment,
+            cwd=ROOT,
+        )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert log.read_text().splitlines() == ["BeforeTool read_file", "BeforeTool list_files"]

@@ -1,4 +1,5 @@
 """The warm pool hands out started sandboxes, never the same one twice, and cleans up."""
+
 import threading
 import time
 import uuid
@@ -54,7 +55,9 @@ def test_a_box_started_while_another_planted_does_not_adopt_the_plant(sandbox_im
         first.call("shell", {"command": "mkdir -p sub/.git && echo '[core]' > sub/.git/config"})
         second = pool.claim(timeout=60)  # its replacement starts now, after the plant
         third = pool.claim(timeout=60)
-        assert "sub/.git" not in third.baseline.git_entries, "a later box took the plant for the user's own (and mounted it read-only)"
+        assert "sub/.git" not in third.baseline.git_entries, (
+            "a later box took the plant for the user's own (and mounted it read-only)"
+        )
         for box in (first, second, third):
             box.close()
     assert not (ws / "sub" / ".git").exists()

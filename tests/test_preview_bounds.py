@@ -3,6 +3,7 @@ only for a person who will see it, and shown escaped. The file it reads is the b
 
 No Docker: a workspace on disk, the registry's own validation, the gate with test approvers.
 """
+
 from __future__ import annotations
 
 import io
@@ -15,7 +16,15 @@ import pytest
 from rich.console import Console
 
 from orchestrator.models.base import ToolCall
-from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, NonInteractiveApprover, PermissionOption, TerminalApprover, shows_diffs
+from orchestrator.policy.approvals import (
+    Answer,
+    ApprovalGate,
+    ApprovalRequest,
+    NonInteractiveApprover,
+    PermissionOption,
+    TerminalApprover,
+    shows_diffs,
+)
 from orchestrator.policy.ladder import Ladder, PolicyRule
 from orchestrator.terminal.live import LiveView
 from orchestrator.tools.registry import ToolRegistry
@@ -25,7 +34,8 @@ from orchestrator.workspace.preview import PREVIEW_SECONDS, proposed_diff
 
 def prepare(ws: Path, name: str, args: dict) -> object:
     return ToolRegistry(sandbox=None, workspace=ws).prepare(  # type: ignore[arg-type]  # preparing never reaches a sandbox
-        ToolCall(id="c", name=name, arguments=args))
+        ToolCall(id="c", name=name, arguments=args)
+    )
 
 
 def children() -> list[int]:
@@ -54,11 +64,14 @@ def pathological_lines(n: int) -> tuple[str, str]:
 
 # -- size: estimated before anything is built ----------------------------------------------------
 
+
 def test_an_edit_that_would_make_a_huge_file_is_refused_before_it_is_built(tmp_path):
     """1 MiB of 'a', old_text='a', new_text 256 bytes, allow_multiple: the old preview built a
     256 MiB `after` and its diff (765 MiB, 1.7 s). Now: counted, refused, nothing built."""
     (tmp_path / "big.txt").write_text("a" * (1 << 20))
-    call = prepare(tmp_path, "edit_file", {"path": "big.txt", "old_text": "a", "new_text": "b" * 256, "allow_multiple": True})
+    call = prepare(
+        tmp_path, "edit_file", {"path": "big.txt", "old_text": "a", "new_text": "b" * 256, "allow_multiple": True}
+    )
     before = set(children())
     tracemalloc.start()
     try:
@@ -83,6 +96,7 @@ def test_a_write_over_the_cap_is_refused_by_its_size(tmp_path):
 
 
 # -- time: the diff runs in a child with a deadline -------------------------------------------------
+
 
 def test_a_pathological_diff_is_stopped_at_its_deadline(tmp_path):
     """Two ~900 KB files of 180,000 short lines built against difflib: the child is killed at the
@@ -119,16 +133,21 @@ def test_bounded_diff_deadline_and_output_cap():
 
 def test_a_small_edit_still_gets_its_diff(tmp_path):
     (tmp_path / "a.txt").write_text("one\ntwo\nthree")
-    preview = proposed_diff(tmp_path, prepare(tmp_path, "edit_file", {"path": "a.txt", "old_text": "three", "new_text": "3"}))
+    preview = proposed_diff(
+        tmp_path, prepare(tmp_path, "edit_file", {"path": "a.txt", "old_text": "three", "new_text": "3"})
+    )
     assert preview is not None and preview.note is None
-    assert preview.text == ("--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n one\n two\n-three\n\\ No newline at end of file\n"
-                            "+3\n\\ No newline at end of file\n")
+    assert preview.text == (
+        "--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n one\n two\n-three\n\\ No newline at end of file\n"
+        "+3\n\\ No newline at end of file\n"
+    )
     created = proposed_diff(tmp_path, prepare(tmp_path, "write_file", {"path": "new.txt", "content": "x\ny\n"}))
     assert created is not None and created.text == "--- a/new.txt\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n+x\n+y\n"
     assert proposed_diff(tmp_path, prepare(tmp_path, "read_file", {"path": "a.txt"})) is None
 
 
 # -- only for a person who will see it -------------------------------------------------------------
+
 
 class Person:
     """A person at a terminal that shows diffs; answers from a list, records what it was shown."""
@@ -142,7 +161,10 @@ class Person:
     def ask(self, request: ApprovalRequest) -> Answer:
         self.asked.append(request)
         key = self.keys.pop(0)
-        return Answer(option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE, remember_for_session=key == "a")
+        return Answer(
+            option=PermissionOption.REJECT_ONCE if key == "n" else PermissionOption.ALLOW_ONCE,
+            remember_for_session=key == "a",
+        )
 
 
 class Editor(Person):
@@ -161,8 +183,18 @@ class CountingPreview:
         return proposed_diff(self.ws, prepared)
 
 
-@pytest.mark.parametrize("case", ["non-interactive", "auto-approve", "policy allows", "policy denies", "approver shows no diff",
-                                  "read-only tool", "approved for the session"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "non-interactive",
+        "auto-approve",
+        "policy allows",
+        "policy denies",
+        "approver shows no diff",
+        "read-only tool",
+        "approved for the session",
+    ],
+)
 def test_no_preview_is_made_that_nobody_will_see(tmp_path, case):
     (tmp_path / "a.txt").write_text("one\n")
     edit = prepare(tmp_path, "edit_file", {"path": "a.txt", "old_text": "one", "new_text": "two"})
@@ -195,9 +227,16 @@ def test_a_person_at_the_terminal_gets_the_preview_and_the_reason_when_there_is_
     person = Person("y", "y")
     gate = ApprovalGate(Ladder(), person, preview=CountingPreview(tmp_path))
     gate.decide(prepare(tmp_path, "edit_file", {"path": "a.txt", "old_text": "one", "new_text": "two"}))
-    gate.decide(prepare(tmp_path, "edit_file", {"path": "big.txt", "old_text": "a", "new_text": "b" * 256, "allow_multiple": True}))
+    gate.decide(
+        prepare(
+            tmp_path, "edit_file", {"path": "big.txt", "old_text": "a", "new_text": "b" * 256, "allow_multiple": True}
+        )
+    )
     assert "-one\n+two\n" in (person.asked[0].diff or "") and person.asked[0].diff_note is None
-    assert person.asked[1].diff is None and person.asked[1].diff_note == "preview skipped: the edit would make a 256 MiB file (previews stop at 1 MiB)"
+    assert (
+        person.asked[1].diff is None
+        and person.asked[1].diff_note == "preview skipped: the edit would make a 256 MiB file (previews stop at 1 MiB)"
+    )
 
 
 def test_which_approvers_show_diffs():
@@ -221,13 +260,21 @@ def test_the_preview_reaches_the_terminal_escaped(tmp_path, monkeypatch, capsys)
     terminal = TerminalApprover(show_diff=view.show_diff)
     monkeypatch.setattr("sys.stdin", io.StringIO("y\ny\n"))
     gate = ApprovalGate(Ladder(), terminal, preview=lambda prepared: proposed_diff(tmp_path, prepared))
-    assert gate.decide(prepare(tmp_path, "edit_file", {"path": "evil.txt", "old_text": "safe", "new_text": "\x1b[31mred\x1b[0m"})).allowed
+    assert gate.decide(
+        prepare(tmp_path, "edit_file", {"path": "evil.txt", "old_text": "safe", "new_text": "\x1b[31mred\x1b[0m"})
+    ).allowed
     shown = out.getvalue()
     assert "-safe" in shown and "\\x1b]52;c;cm0gLXJmIH4=\\x07clipboard" in shown and "\\u202eevil\\u2066" in shown
     assert "fake\\x0dprompt" in shown and "\\x1b[2J\\x1b[Hcleared" in shown and "+\\x1b[31mred\\x1b[0m" in shown
     for raw in ("\x1b", "\x07", "\r", "\u202e", "\u2066"):
         assert raw not in shown
     (tmp_path / "big.txt").write_text("a" * (1 << 20))
-    assert gate.decide(prepare(tmp_path, "edit_file", {"path": "big.txt", "old_text": "a", "new_text": "\x1b" * 256, "allow_multiple": True})).allowed
+    assert gate.decide(
+        prepare(
+            tmp_path,
+            "edit_file",
+            {"path": "big.txt", "old_text": "a", "new_text": "\x1b" * 256, "allow_multiple": True},
+        )
+    ).allowed
     err = capsys.readouterr().err
     assert "preview skipped: the edit would make a 256 MiB file" in err and "\x1b" not in err

@@ -1,5 +1,6 @@
 """`oa-sandbox report` and `run --report`: pages of real sessions (a scripted model, real
 containers), their rows checked in the HTML and in a real headless Chromium."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,10 @@ from tests.report_browser import Elements, chromium, dump_dom, needs_chromium, r
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[1]
-POLICY = ("rules:\n  - {id: edits, kind: edit, decision: allow}\n"
-          "  - {id: tests, tool: shell, command_prefix: python3 -B -m unittest, decision: allow}\n")
+POLICY = (
+    "rules:\n  - {id: edits, kind: edit, decision: allow}\n"
+    "  - {id: tests, tool: shell, command_prefix: python3 -B -m unittest, decision: allow}\n"
+)
 
 
 def calc(tmp: Path) -> Path:
@@ -24,10 +27,18 @@ def calc(tmp: Path) -> Path:
 
 
 def turns() -> list[dict]:
-    recorded = [json.loads(line) for line in (ROOT / "examples" / "calc.jsonl").read_text().splitlines() if line.startswith("{")]
+    recorded = [
+        json.loads(line) for line in (ROOT / "examples" / "calc.jsonl").read_text().splitlines() if line.startswith("{")
+    ]
     # One call the policy refuses (non-interactive: nobody to ask), before the final answer.
-    return [*recorded[:-1], {"text": "and a call nobody allowed", "tool_calls": [{"name": "shell", "arguments": {"command": "rm -rf build"}}]},
-            recorded[-1]]
+    return [
+        *recorded[:-1],
+        {
+            "text": "and a call nobody allowed",
+            "tool_calls": [{"name": "shell", "arguments": {"command": "rm -rf build"}}],
+        },
+        recorded[-1],
+    ]
 
 
 def sections(page: str) -> dict[str, str]:
@@ -44,20 +55,29 @@ def test_run_report_of_a_bind_session(tmp_path):
     too), the shell output, each turn's checkpoint and the edit's diff."""
     ws = calc(tmp_path)
     out = tmp_path / "bind.html"
-    sid, proc = run_session(tmp_path, ws, turns(), POLICY, "fix the bug", "--workspace-mode", "bind", "--report", str(out))
+    sid, proc = run_session(
+        tmp_path, ws, turns(), POLICY, "fix the bug", "--workspace-mode", "bind", "--report", str(out)
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]  # finished, a call refused
     assert f"report: {out}" in proc.stderr
     page = out.read_text(encoding="utf-8")
     assert len(page.encode()) <= MAX_PAGE_BYTES
     parts = sections(page)
-    summary, timeline, checkpoints, changes = parts["summary"], parts["timeline"], parts["checkpoints"], parts["changes"]
+    summary, timeline, checkpoints, changes = (
+        parts["summary"],
+        parts["timeline"],
+        parts["checkpoints"],
+        parts["changes"],
+    )
     assert "fix the bug" in summary and "script:model.jsonl" in summary and "bind" in summary
     assert "<th>Runtime</th><td>runsc</td>" in summary or "<th>Runtime</th><td>runc</td>" in summary
     assert "3 (finished, a call was refused)" in summary and "1 refused" in summary
     for tool in ("list_files", "read_file", "shell", "edit_file"):
         assert f'<strong class="tool">{tool}</strong>' in timeline
     assert "allow by openagents" in timeline or "automatic by openagents" in timeline
-    assert "reject_once by openagents" in timeline and "refused_by_policy" in timeline  # the refused call, open, with its reason
+    assert (
+        "reject_once by openagents" in timeline and "refused_by_policy" in timeline
+    )  # the refused call, open, with its reason
     assert "FAILED" in timeline and "OK" in timeline  # the tests' output, before and after the fix
     assert "<td>start</td>" in checkpoints and "calc.py" in checkpoints
     assert "+    return a + b" in changes and "-    return a - b" in changes
@@ -85,7 +105,9 @@ def test_report_of_a_copy_session_in_chromium(tmp_path):
     proc = chromium(out, "--hide-scrollbars", "--window-size=1280,1600", f"--screenshot={shot}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     png = shot.read_bytes()
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000  # a laid-out page, not a blank one (a blank 1280x1600 PNG is ~6 KB)
+    assert (
+        png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 50_000
+    )  # a laid-out page, not a blank one (a blank 1280x1600 PNG is ~6 KB)
 
 
 def test_report_of_an_unknown_session(tmp_path):

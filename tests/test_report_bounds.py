@@ -1,5 +1,6 @@
 """The report's bounds without a container: what one page keeps of a transcript is bounded however
 many records it has, and every kept text is visible and cut with a marker."""
+
 from __future__ import annotations
 
 import json
@@ -26,9 +27,28 @@ def test_a_transcript_of_many_calls_keeps_a_bounded_timeline(tmp_path):
     with path.open("w") as fh:
         fh.write(json.dumps({"seq": 1, "type": "session_start", "task": "t", "model": "m"}) + "\n")
         for i in range(100_000):
-            fh.write(json.dumps({"type": "tool_call", "call_id": f"c{i}", "tool": "shell", "state": "validating", "arguments": {"command": "<b>"}}) + "\n")
-            fh.write(json.dumps({"type": "tool_result", "call_id": f"c{i}", "tool": "shell", "ok": True, "output": "o" * 100}) + "\n")
-        fh.write(json.dumps({"type": "session_end", "status": "finished", "reason": "done", "turns": 1, "wall_s": 1.5}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "type": "tool_call",
+                        "call_id": f"c{i}",
+                        "tool": "shell",
+                        "state": "validating",
+                        "arguments": {"command": "<b>"},
+                    }
+                )
+                + "\n"
+            )
+            fh.write(
+                json.dumps(
+                    {"type": "tool_result", "call_id": f"c{i}", "tool": "shell", "ok": True, "output": "o" * 100}
+                )
+                + "\n"
+            )
+        fh.write(
+            json.dumps({"type": "session_end", "status": "finished", "reason": "done", "turns": 1, "wall_s": 1.5})
+            + "\n"
+        )
     limits = Limits()
     g = gather(path, limits)
     assert len(g.entries) == limits.max_entries and len(g.calls) == limits.max_entries
@@ -46,10 +66,32 @@ def test_a_page_over_its_cap_is_built_again_smaller(tmp_path, monkeypatch):
     big = "<" * 20_000
     with path.open("w") as fh:
         for i in range(2100):
-            fh.write(json.dumps({"type": "tool_call", "call_id": f"c{i}", "tool": "shell", "state": "validating", "arguments": {"c": big}}) + "\n")
-            fh.write(json.dumps({"type": "tool_result", "call_id": f"c{i}", "tool": "shell", "ok": True, "output": big}) + "\n")
-    record = SessionRecord(id="20260101-000000-abcdef", created=0.0, workspace=str(tmp_path), mode=WorkspaceMode.BIND, box_workspace=str(tmp_path),
-                           user="1000:1000", status="finished", transcript=str(path))
+            fh.write(
+                json.dumps(
+                    {
+                        "type": "tool_call",
+                        "call_id": f"c{i}",
+                        "tool": "shell",
+                        "state": "validating",
+                        "arguments": {"c": big},
+                    }
+                )
+                + "\n"
+            )
+            fh.write(
+                json.dumps({"type": "tool_result", "call_id": f"c{i}", "tool": "shell", "ok": True, "output": big})
+                + "\n"
+            )
+    record = SessionRecord(
+        id="20260101-000000-abcdef",
+        created=0.0,
+        workspace=str(tmp_path),
+        mode=WorkspaceMode.BIND,
+        box_workspace=str(tmp_path),
+        user="1000:1000",
+        status="finished",
+        transcript=str(path),
+    )
     sizes = []
 
     def measured(context):
@@ -61,6 +103,11 @@ def test_a_page_over_its_cap_is_built_again_smaller(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "render", measured)
     page = build(record, Limits(timeline_bytes=64 << 20))
     assert len(sizes) > 1 and sizes[0] > MAX_PAGE_BYTES and sizes[-1] == len(page.encode()) <= MAX_PAGE_BYTES
-    assert "Left out of this page" in page and "timeline entries past the first" in page and "&lt;&lt;&lt;" in page and "<<" not in page
+    assert (
+        "Left out of this page" in page
+        and "timeline entries past the first" in page
+        and "&lt;&lt;&lt;" in page
+        and "<<" not in page
+    )
     sizes.clear()
     assert len(build(record).encode()) <= MAX_PAGE_BYTES and len(sizes) == 1  # the default shares fit at once

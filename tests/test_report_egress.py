@@ -1,6 +1,7 @@
 """The report of a session with egress through the gate: the allowed and the denied request are
 rows of the page's egress table, each with its decision and the call that made it (the compose
 project of tests/egress: two test servers on internal networks, nothing leaves them)."""
+
 from __future__ import annotations
 
 import json
@@ -29,16 +30,45 @@ def test_report_shows_allowed_and_denied_egress(egress_project, sandbox_image, t
     admin = tmp_path / "admin.toml"
     admin.write_text(f'[egress]\nallow_cidrs = ["{OUTER_CIDR}"]\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 fetch.py http://allowed.test:8000/"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 fetch.py 'http://denied.test:8000/<script>'"}}]},
-        {"text": "done"},
-    ]))
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {
+                    "tool_calls": [
+                        {"name": "shell", "arguments": {"command": "python3 fetch.py http://allowed.test:8000/"}}
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {
+                            "name": "shell",
+                            "arguments": {"command": "python3 fetch.py 'http://denied.test:8000/<script>'"},
+                        }
+                    ]
+                },
+                {"text": "done"},
+            ]
+        )
+    )
     out = tmp_path / "egress.html"
     # The per-session gate must reach the test servers: its outer network is the project's.
     env = {"OA_ADMIN_POLICY": str(admin), "OA_EGRESS_OUTER_NETWORK": egress_project["outer"]}
-    proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--egress", "allow:allowed.test:8000",
-                   "--report", str(out), "fetch", state=tmp_path / "state", env=env)
+    proc = run_cli(
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{script}",
+        "--non-interactive",
+        "--egress",
+        "allow:allowed.test:8000",
+        "--report",
+        str(out),
+        "fetch",
+        state=tmp_path / "state",
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     page = out.read_text(encoding="utf-8")
     egress = page.split('<section id="egress">', 1)[1].split("</section>", 1)[0]

@@ -10,6 +10,7 @@ real sandboxes, a real model server of our own on loopback that records what the
 - a hostile transcript (a huge line, invalid JSON, escape sequences in a tool output, a call without
   a result, a link, a FIFO, over the size cap) is read bounded and typed, never a crash.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,9 +33,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def oa(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=timeout,
-                          env=environment, cwd=ROOT)
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=environment,
+        cwd=ROOT,
+    )
 
 
 def session_id(proc: subprocess.CompletedProcess) -> str:
@@ -59,7 +69,16 @@ def test_resume_in_bind_mode_sends_the_conversation_and_rollback_reaches_past_it
         server.openai_stream("first run done")
         server.openai_stream("", [("write_file", {"path": "c.txt", "content": "two\n"})])
         server.openai_stream("second run done")
-        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--auto-approve", "--output", "json"]
+        model = [
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--auto-approve",
+            "--output",
+            "json",
+        ]
         first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", *model, "task one")
         assert first.returncode == 0, first.stderr
         sid = session_id(first)
@@ -68,8 +87,21 @@ def test_resume_in_bind_mode_sends_the_conversation_and_rollback_reaches_past_it
         out = json.loads(second.stdout)
         assert out["session_id"] == sid and out["final_text"] == "second run done" and out["turns"] == 2
         sent = server.requests[3]["body"]["messages"]
-    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "user"]
-    assert sent[1]["content"] == "task one" and sent[-1]["content"] == "task two" and sent[6]["content"] == "first run done"
+    assert [m["role"] for m in sent] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assert (
+        sent[1]["content"] == "task one"
+        and sent[-1]["content"] == "task two"
+        and sent[6]["content"] == "first run done"
+    )
     assert sent[2]["tool_calls"][0]["id"] == sent[3]["tool_call_id"] and "wrote 4 bytes" in sent[3]["content"]
     system = sent[0]["content"]
     assert "BOX-WROTE-2222" in system and "START-RULES-1111" not in system
@@ -82,7 +114,12 @@ def test_resume_in_bind_mode_sends_the_conversation_and_rollback_reaches_past_it
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     types = [r["type"] for r in recs]
     resumed = recs[types.index("session_resumed")]
-    assert resumed["session_id"] == sid and resumed["previous_turns"] == 3 and resumed["messages"] == 6 and resumed["unreadable"] == 0
+    assert (
+        resumed["session_id"] == sid
+        and resumed["previous_turns"] == 3
+        and resumed["messages"] == 6
+        and resumed["unreadable"] == 0
+    )
     assert types.index("session_resumed") < [i for i, t in enumerate(types) if t == "session_start"][1]
     assert [r["turn"] for r in recs if r["type"] == "model_request"] == [1, 2, 3, 4, 5]
     record = json.loads((session_dirs[0] / "session.json").read_text())
@@ -94,7 +131,11 @@ def test_resume_in_bind_mode_sends_the_conversation_and_rollback_reaches_past_it
     assert (ws / "c.txt").exists()
     back = oa(tmp_path, "rollback", sid, "--turn", "1")
     assert back.returncode == 0, back.stderr
-    assert (ws / "b.txt").read_text() == "one\n" and not (ws / "c.txt").exists() and (ws / "AGENTS.md").read_text() == "START-RULES-1111\n"
+    assert (
+        (ws / "b.txt").read_text() == "one\n"
+        and not (ws / "c.txt").exists()
+        and (ws / "AGENTS.md").read_text() == "START-RULES-1111\n"
+    )
 
 
 # -- copy mode: --continue, the same copy, manifest and checkpoints go on, apply lands both runs ------------
@@ -106,7 +147,16 @@ def test_continue_in_copy_mode_goes_on_in_the_same_copy_and_apply_lands_both_run
         server.openai_stream("first done")
         server.openai_stream("", [("edit_file", {"path": "b.txt", "old_text": "one", "new_text": "one and two"})])
         server.openai_stream("second done")
-        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--auto-approve", "--output", "json"]
+        model = [
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--auto-approve",
+            "--output",
+            "json",
+        ]
         first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "copy", *model, "task one")
         assert first.returncode == 0, first.stderr
         sid = session_id(first)
@@ -126,8 +176,24 @@ def test_continue_in_copy_mode_goes_on_in_the_same_copy_and_apply_lands_both_run
     assert applied.returncode == 0, applied.stderr
     assert (ws / "b.txt").read_text() == "one and two\n"
     # a --workspace-mode that contradicts the session is refused, typed
-    bad = oa(tmp_path, "run", "--resume", sid, "--workspace-mode", "bind", "--model", "script:/nonexistent", "--output", "json", "x")
-    assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["type"] == "invalid_arguments" and "copy mode" in bad.stderr
+    bad = oa(
+        tmp_path,
+        "run",
+        "--resume",
+        sid,
+        "--workspace-mode",
+        "bind",
+        "--model",
+        "script:/nonexistent",
+        "--output",
+        "json",
+        "x",
+    )
+    assert (
+        bad.returncode == 2
+        and json.loads(bad.stdout)["error"]["type"] == "invalid_arguments"
+        and "copy mode" in bad.stderr
+    )
 
 
 # -- refusals: typed and clear, before any sandbox ---------------------------------------------------------
@@ -138,17 +204,35 @@ def _record(tmp_path: Path, sid: str, **fields) -> Path:
     d.mkdir(parents=True)
     transcript = d / "transcript.jsonl"
     transcript.write_text(json.dumps({"seq": 1, "type": "session_start", "task": "t"}) + "\n")
-    body = {"id": sid, "created": time.time(), "kind": "run", "workspace": str(ws), "mode": "bind", "box_workspace": str(ws),
-            "user": "1000:1000", "status": "finished", "transcript": str(transcript), "host_uid": os.getuid(), **fields}
+    body = {
+        "id": sid,
+        "created": time.time(),
+        "kind": "run",
+        "workspace": str(ws),
+        "mode": "bind",
+        "box_workspace": str(ws),
+        "user": "1000:1000",
+        "status": "finished",
+        "transcript": str(transcript),
+        "host_uid": os.getuid(),
+        **fields,
+    }
     (d / "session.json").write_text(json.dumps(body))
     return transcript
 
 
-@pytest.mark.parametrize("case, expect", [
-    ("running", "is still running"), ("discarded", "was discarded"), ("no_transcript", "no transcript left"),
-    ("exec", "`exec` session"), ("unknown", "no session"), ("transcript_flag", "appends to its own transcript"),
-    ("transcript_in_workspace", "inside the workspace"),
-])
+@pytest.mark.parametrize(
+    "case, expect",
+    [
+        ("running", "is still running"),
+        ("discarded", "was discarded"),
+        ("no_transcript", "no transcript left"),
+        ("exec", "`exec` session"),
+        ("unknown", "no session"),
+        ("transcript_flag", "appends to its own transcript"),
+        ("transcript_in_workspace", "inside the workspace"),
+    ],
+)
 def test_sessions_that_cannot_be_resumed_are_refused_typed(tmp_path, case, expect):
     sid = "20260101-000000-abcdef"
     sleeper = subprocess.Popen(["sleep", "60"])
@@ -177,14 +261,24 @@ def test_sessions_that_cannot_be_resumed_are_refused_typed(tmp_path, case, expec
         sleeper.wait()
     assert proc.returncode == 2, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["status"] == "setup_error" and out["error"]["type"] in ("invalid_arguments", "file_not_found", "unsafe_workspace_file")
+    assert out["status"] == "setup_error" and out["error"]["type"] in (
+        "invalid_arguments",
+        "file_not_found",
+        "unsafe_workspace_file",
+    )
     assert expect in out["error"]["message"] and "Traceback" not in proc.stderr
 
 
 def test_continue_without_a_session_of_the_workspace_is_refused(tmp_path):
     ws = make_workspace(tmp_path / "ws")
-    proc = oa(tmp_path, "run", "--workspace", str(ws), "--continue", "--model", "script:/nonexistent", "--output", "json", "x")
-    assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["type"] == "file_not_found" and "no session of" in proc.stderr
+    proc = oa(
+        tmp_path, "run", "--workspace", str(ws), "--continue", "--model", "script:/nonexistent", "--output", "json", "x"
+    )
+    assert (
+        proc.returncode == 2
+        and json.loads(proc.stdout)["error"]["type"] == "file_not_found"
+        and "no session of" in proc.stderr
+    )
 
 
 # -- a hostile transcript: bounded, typed, never a crash -----------------------------------------------------
@@ -197,15 +291,36 @@ def test_a_hostile_transcript_is_rebuilt_bounded_and_shown_without_escapes(tmp_p
     with open(path, "w") as fh:
         fh.write(_line(seq=1, type="session_start", task="fix it"))
         fh.write(_line(seq=2, type="model_request", turn=1))
-        fh.write(_line(seq=3, type="model_response", turn=1, text="looking", tool_calls=[{"id": "c1", "name": "shell", "arguments": {"command": "ls"}},
-                                                                                          {"id": "c2", "name": "read_file", "arguments": {"path": "a"}}]))
+        fh.write(
+            _line(
+                seq=3,
+                type="model_response",
+                turn=1,
+                text="looking",
+                tool_calls=[
+                    {"id": "c1", "name": "shell", "arguments": {"command": "ls"}},
+                    {"id": "c2", "name": "read_file", "arguments": {"path": "a"}},
+                ],
+            )
+        )
         fh.write("x" * (3 << 20) + "\n")  # a 3 MiB line: over the cap, passed over unread
         fh.write("{not json\n")
         fh.write("[" * 100_000 + "\n")  # nesting past jsonbound's depth
         fh.write("12\n")
-        fh.write(_line(seq=4, type="tool_result", call_id="c1", tool="shell", ok=True, output="\x1b]0;owned\x07\x1b[2Jred\x1b[31m"))
+        fh.write(
+            _line(
+                seq=4,
+                type="tool_result",
+                call_id="c1",
+                tool="shell",
+                ok=True,
+                output="\x1b]0;owned\x07\x1b[2Jred\x1b[31m",
+            )
+        )
         fh.write(_line(seq=5, type="tool_result", call_id="zz", tool="shell", ok=True, output="a result for no call"))
-        fh.write(_line(seq=6, type="tool_result", call_id="c1", tool="shell", state="bogus-state"))  # a damaged record of a known type
+        fh.write(
+            _line(seq=6, type="tool_result", call_id="c1", tool="shell", state="bogus-state")
+        )  # a damaged record of a known type
         fh.write('{"seq": 7, "type": "session_end", "turns": 1')  # cut short by a crash: no newline
     rebuilt = rebuild(path)
     roles = [(m.role, m.tool_call_id) for m in rebuilt.messages]
@@ -214,8 +329,14 @@ def test_a_hostile_transcript_is_rebuilt_bounded_and_shown_without_escapes(tmp_p
     assert rebuilt.messages[3].content == NO_RESULT and rebuilt.missing_results == 1
     assert rebuilt.unreadable == 6 and rebuilt.last_seq == 6 and rebuilt.previous_turns == 1
     assert "a result for no call" not in json.dumps([m.content for m in rebuilt.messages])
-    shown = subprocess.run([sys.executable, "-m", "orchestrator.cli", "transcript", "show", str(path)], capture_output=True, text=True,
-                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    shown = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "transcript", "show", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout and "unreadable line: a line over" in shown.stdout
 
@@ -227,7 +348,11 @@ def test_a_transcript_that_is_a_link_a_fifo_or_too_big_is_refused_typed(tmp_path
     link.symlink_to(real)
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)
-    for path, kind in ((link, ErrorType.UNSAFE_WORKSPACE_FILE), (fifo, ErrorType.NOT_REGULAR_FILE), (tmp_path / "gone", ErrorType.FILE_NOT_FOUND)):
+    for path, kind in (
+        (link, ErrorType.UNSAFE_WORKSPACE_FILE),
+        (fifo, ErrorType.NOT_REGULAR_FILE),
+        (tmp_path / "gone", ErrorType.FILE_NOT_FOUND),
+    ):
         with pytest.raises(OpenAgentsError) as err:
             rebuild(path)
         assert err.value.type == kind
@@ -246,15 +371,27 @@ def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sand
     from tests.acp_editor import run_editor
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n"})
-    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"), "PYTHONPATH": str(ROOT)}
+    env = {
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONPATH": str(ROOT),
+    }
 
     def script(name: str, turns: list[dict]) -> str:
         path = tmp_path / name
         path.write_text("".join(json.dumps(t) + "\n" for t in turns))
         return f"script:{path}"
 
-    first_model = script("m1.jsonl", [{"text": "writing b", "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "b.txt", "content": "one\n"}}]},
-                                      {"text": "first answer"}])
+    first_model = script(
+        "m1.jsonl",
+        [
+            {
+                "text": "writing b",
+                "tool_calls": [{"id": "w1", "name": "write_file", "arguments": {"path": "b.txt", "content": "one\n"}}],
+            },
+            {"text": "first answer"},
+        ],
+    )
 
     async def first(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
@@ -266,8 +403,16 @@ def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sand
     assert stop == "end_turn" and (ws / "b.txt").read_text() == "one\n"
     assert (sessions_dir(tmp_path) / sid / "session.json").is_file()  # the ACP session's id is the record's
 
-    second_model = script("m2.jsonl", [{"text": "", "tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "c.txt", "content": "two\n"}}]},
-                                       {"text": "second answer"}])
+    second_model = script(
+        "m2.jsonl",
+        [
+            {
+                "text": "",
+                "tool_calls": [{"id": "w2", "name": "write_file", "arguments": {"path": "c.txt", "content": "two\n"}}],
+            },
+            {"text": "second answer"},
+        ],
+    )
     init: list = []
 
     async def second(conn, editor):
@@ -285,12 +430,18 @@ def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sand
     assert init[0].agent_capabilities.load_session is True
     assert stop == "end_turn" and (ws / "c.txt").read_text() == "two\n"
     kinds = [type(u).__name__ for u in replayed]
-    assert kinds == ["UserMessageChunk", "AgentMessageChunk", "ToolCallStart", "ToolCallProgress", "AgentMessageChunk"], kinds
+    assert kinds == [
+        "UserMessageChunk",
+        "AgentMessageChunk",
+        "ToolCallStart",
+        "ToolCallProgress",
+        "AgentMessageChunk",
+    ], kinds
     assert isinstance(replayed[0], UserMessageChunk) and replayed[0].content.text == "FIRST-PROMPT"
     assert isinstance(replayed[2], ToolCallStart) and replayed[2].tool_call_id == "w1"
     assert isinstance(replayed[3], ToolCallProgress) and replayed[3].status == "completed"
     assert isinstance(replayed[4], AgentMessageChunk) and replayed[4].content.text == "first answer"
-    live = run.editor.updates[len(replayed):]
+    live = run.editor.updates[len(replayed) :]
     assert any(isinstance(u, AgentMessageChunk) and u.content.text == "second answer" for u in live)
     recs = records(sessions_dir(tmp_path) / sid / "transcript.jsonl")
     resumed = [r for r in recs if r["type"] == "session_resumed"]
@@ -303,8 +454,16 @@ def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sand
 def _own_record(tmp_path: Path, sid: str, created: float, ws: Path):
     from orchestrator.workspace.records import SessionRecord, WorkspaceMode
 
-    record = SessionRecord(id=sid, created=created, workspace=str(ws), mode=WorkspaceMode.BIND, box_workspace=str(ws), user="1000:1000",
-                           status="finished", transcript=str(tmp_path / f"{sid}.jsonl"))
+    record = SessionRecord(
+        id=sid,
+        created=created,
+        workspace=str(ws),
+        mode=WorkspaceMode.BIND,
+        box_workspace=str(ws),
+        user="1000:1000",
+        status="finished",
+        transcript=str(tmp_path / f"{sid}.jsonl"),
+    )
     Path(record.transcript or "").write_text("")
     record.save()
     return record

@@ -3,6 +3,7 @@ the files pinned at its start refused (a workspace_access level, a deny), unless
 gives now says otherwise explicitly; the admin's pinned word is never dropped. Through the real
 CLI with real sandboxes (`run --resume ID --apply --policy other.toml` over a copy-only start), and
 the loader directly for each way a floor holds or is lifted."""
+
 from __future__ import annotations
 
 import json
@@ -28,10 +29,24 @@ ALLOW_SHELL = '[[rules]]\ntool = "shell"\ndecision = "allow"\n'
 
 
 def oa(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=240,
-                          env=environment, cwd=ROOT)
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))
+    }
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+        **(env or {}),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=environment,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.docker
@@ -48,12 +63,23 @@ def test_resume_with_a_new_policy_over_a_copy_only_pin_still_refuses_the_landing
         server.openai_stream("first done")
         server.openai_stream("second done")
         server.openai_stream("third done")
-        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--auto-approve", "--output", "json"]
+        model = [
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--auto-approve",
+            "--output",
+            "json",
+        ]
         first = oa(tmp_path, "run", "--workspace", str(ws), "--policy", str(policies / "mine.toml"), *model, "task one")
         assert first.returncode == 0, first.stderr
         sid = json.loads(first.stdout)["session_id"]
         assert json.loads(first.stdout)["workspace_mode"] == "copy"
-        second = oa(tmp_path, "run", "--resume", sid, "--apply", "--policy", str(policies / "other.toml"), *model, "task two")
+        second = oa(
+            tmp_path, "run", "--resume", sid, "--apply", "--policy", str(policies / "other.toml"), *model, "task two"
+        )
         out = json.loads(second.stdout)
         assert second.returncode == 3 and out["error"]["type"] == "refused_by_policy", second.stderr
         assert "copy-only" in out["error"]["message"] and not (ws / "b.txt").exists()
@@ -61,13 +87,16 @@ def test_resume_with_a_new_policy_over_a_copy_only_pin_still_refuses_the_landing
         applied = oa(tmp_path, "apply", sid)  # the session's own landing later: the same floor
         assert applied.returncode != 0 and "copy-only" in applied.stderr and not (ws / "b.txt").exists()
         # the user's own explicit word lifts it, and says so
-        third = oa(tmp_path, "run", "--resume", sid, "--apply", "--policy", str(policies / "lift.toml"), *model, "task three")
+        third = oa(
+            tmp_path, "run", "--resume", sid, "--apply", "--policy", str(policies / "lift.toml"), *model, "task three"
+        )
         assert third.returncode == 0, third.stderr
         assert "workspace_access = copy-only (the policy" in third.stderr and "no longer applies" in third.stderr
     assert (ws / "b.txt").read_text() == "from the box\n"
 
 
 # -- the loader: each floor, how it holds and how it is lifted ------------------------------------------------
+
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):
@@ -78,9 +107,16 @@ def state(tmp_path, monkeypatch):
 
 def started(tmp_path: Path, ws: Path, files: list[Path]) -> SessionRecord:
     """A session record whose start pinned `files` (and the admin file, if any), as session.open does."""
-    record = SessionRecord(id=f"20270101-000000-{len(list(tmp_path.iterdir())):06d}", created=time.time(), workspace=str(ws),
-                           mode=WorkspaceMode.COPY, box_workspace=str(ws), user="1000:1000", status="finished",
-                           transcript=str(tmp_path / "t.jsonl"))
+    record = SessionRecord(
+        id=f"20270101-000000-{len(list(tmp_path.iterdir())):06d}",
+        created=time.time(),
+        workspace=str(ws),
+        mode=WorkspaceMode.COPY,
+        box_workspace=str(ws),
+        user="1000:1000",
+        status="finished",
+        transcript=str(tmp_path / "t.jsonl"),
+    )
     record.save()
     _, _, read = load_authority(ws, [str(f) for f in files], None, Collected())
     from orchestrator.policy import pins
@@ -144,7 +180,10 @@ def test_the_admins_pinned_level_and_denies_are_never_dropped(state, monkeypatch
     write(admin, 'workspace_access = "read-write"\n')  # the admin file changed since the start
     lift = write(state / "lift.toml", 'workspace_access = "read-write"\n' + ALLOW_SHELL)
     rules, _ = load_policies(ws, [str(lift)], record)
-    assert access_of(rules) == Access.COPY_ONLY and Ladder(rules).level("shell", "execute", "shell", "ls")[0] == Level.REFUSE
+    assert (
+        access_of(rules) == Access.COPY_ONLY
+        and Ladder(rules).level("shell", "execute", "shell", "ls")[0] == Level.REFUSE
+    )
     assert "never dropped" in capsys.readouterr().err
     monkeypatch.setenv("OA_ADMIN_POLICY", str(state / "elsewhere.toml"))  # pointed away: the pin still holds
     rules, _ = load_policies(ws, [str(lift)], record)

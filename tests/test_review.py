@@ -4,6 +4,7 @@ Real files on disk throughout: a "real" workspace, copy_workspace() into a state
 copy changed as a box would change it (on the host, or from a real sandbox in the docker test),
 then list_changes / render_diff / apply_changes, and the real workspace checked byte for byte.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,8 +77,16 @@ def changes_of(manifest: CopyManifest) -> list[tuple[str, str]]:
 
 
 def test_an_edit_an_addition_and_a_deletion_are_shown_and_applied_and_nothing_else(tmp_path):
-    real = build(tmp_path / "real", {"a.txt": "one\ntwo\nthree\n", "b.txt": "bee\n", "src/c.py": "print(1)\n",
-                                     ".git/config": "[core]\n", "keep.txt": "keep\n"})
+    real = build(
+        tmp_path / "real",
+        {
+            "a.txt": "one\ntwo\nthree\n",
+            "b.txt": "bee\n",
+            "src/c.py": "print(1)\n",
+            ".git/config": "[core]\n",
+            "keep.txt": "keep\n",
+        },
+    )
     manifest, copy = take_copy(real, tmp_path)
     assert not (copy / ".git").exists(), "the top .git is never copied"
     (copy / ".git").mkdir()  # the read-only mount point a session leaves behind
@@ -129,13 +138,23 @@ def test_files_keep_the_real_owner(tmp_path):
 
 
 def test_what_a_hostile_box_plants_is_left_out_or_normalised_and_listed(tmp_path):
-    real = build(tmp_path / "real", {"a.txt": "a\n", "tool.sh": "echo\n", "pkg/__init__.py": "", "src/c.py": "c\n",
-                                     "secret.env": "KEY=1\n"})
+    real = build(
+        tmp_path / "real",
+        {"a.txt": "a\n", "tool.sh": "echo\n", "pkg/__init__.py": "", "src/c.py": "c\n", "secret.env": "KEY=1\n"},
+    )
     os.chmod(real / "secret.env", 0o600)
     (tmp_path / "outside").mkdir()
     manifest, copy = take_copy(real, tmp_path)
-    build(copy, {"suid": "#!/bin/sh\n", "run.sh": "#!/bin/sh\n", "open.txt": "o\n", "sub/.git/config": "[core]\n\tfsmonitor = touch /tmp/x\n",
-                 "pkg/.GIT": "gitdir: /etc\n"})
+    build(
+        copy,
+        {
+            "suid": "#!/bin/sh\n",
+            "run.sh": "#!/bin/sh\n",
+            "open.txt": "o\n",
+            "sub/.git/config": "[core]\n\tfsmonitor = touch /tmp/x\n",
+            "pkg/.GIT": "gitdir: /etc\n",
+        },
+    )
     os.chmod(copy / "suid", 0o4755)
     os.chmod(copy / "tool.sh", 0o6755)  # setuid + setgid on an existing file
     os.chmod(copy / "run.sh", 0o744)
@@ -157,20 +176,41 @@ def test_what_a_hostile_box_plants_is_left_out_or_normalised_and_listed(tmp_path
     report = apply_changes(manifest)
     assert report.conflicts == []
     left = {lo.path: lo.reason for lo in report.left_out}
-    assert set(left) == {"sub/.git", "pkg/.GIT", "fifo", "sock", "passwd", "pkg/escape", "sneaky", "gitlink", "hardlink"}
+    assert set(left) == {
+        "sub/.git",
+        "pkg/.GIT",
+        "fifo",
+        "sock",
+        "passwd",
+        "pkg/escape",
+        "sneaky",
+        "gitlink",
+        "hardlink",
+    }
     assert "FIFO" in left["fifo"] and "socket" in left["sock"] and "hard link" in left["hardlink"]
     assert "absolute" in left["passwd"] and "outside" in left["pkg/escape"] and ".git" in left["gitlink"]
     modes = {n.path: (n.box_mode, n.mode) for n in report.normalised}
-    assert modes == {"suid": ("4755", "0755"), "tool.sh": ("6755", "0755"), "run.sh": ("0744", "0755"),
-                     "open.txt": ("0666", "0644")}
+    assert modes == {
+        "suid": ("4755", "0755"),
+        "tool.sh": ("6755", "0755"),
+        "run.sh": ("0744", "0755"),
+        "open.txt": ("0666", "0644"),
+    }
 
     after = snapshot(real)
     expected = dict(before)
-    expected.update({
-        "suid": ("file", 0o755, b"#!/bin/sh\n"), "tool.sh": ("file", 0o755, b"echo\n"), "run.sh": ("file", 0o755, b"#!/bin/sh\n"),
-        "open.txt": ("file", 0o644, b"o\n"), "secret.env": ("file", 0o700, b"KEY=1\n"),
-        "pkg/good": ("symlink", "../src/c.py"), "srclink": ("symlink", "src"), "sub": ("dir",),
-    })
+    expected.update(
+        {
+            "suid": ("file", 0o755, b"#!/bin/sh\n"),
+            "tool.sh": ("file", 0o755, b"echo\n"),
+            "run.sh": ("file", 0o755, b"#!/bin/sh\n"),
+            "open.txt": ("file", 0o644, b"o\n"),
+            "secret.env": ("file", 0o700, b"KEY=1\n"),
+            "pkg/good": ("symlink", "../src/c.py"),
+            "srclink": ("symlink", "src"),
+            "sub": ("dir",),
+        }
+    )
     assert after == expected
     assert not any(m[0] == "file" and m[1] & 0o7000 for m in after.values())
 
@@ -244,7 +284,8 @@ def test_type_changes_and_deleted_directories(tmp_path):
     assert report.conflicts == [] and report.left_out == []
     assert snapshot(real) == {
         "dir2file": ("file", 0o644, b"now a file\n"),
-        "file2dir": ("dir",), "file2dir/inner.txt": ("file", 0o644, b"inner\n"),
+        "file2dir": ("dir",),
+        "file2dir/inner.txt": ("file", 0o644, b"inner\n"),
         "link2file": ("file", 0o644, b"plain\n"),
     }
 
@@ -256,7 +297,13 @@ def test_names_and_content_from_the_box_are_made_visible_in_the_diff(tmp_path):
     (copy / evil).write_bytes("line\x1b]52;c;cm0gLXJmIH4=\x07 ok\rover\n\u2028more\n".encode())
     for stat_mode in (False, True):
         for line in render_diff(manifest, list_changes(manifest), stat=stat_mode):
-            assert "\n" not in line and "\r" not in line and "\x1b" not in line and "\x07" not in line and "\u202e" not in line
+            assert (
+                "\n" not in line
+                and "\r" not in line
+                and "\x1b" not in line
+                and "\x07" not in line
+                and "\u202e" not in line
+            )
             assert "\u2028" not in line
     diff = list(render_diff(manifest, list_changes(manifest)))
     assert "diff --git a/x\\x1b[2J\\x0dname\\n+++ fake\\u202e b/x\\x1b[2J\\x0dname\\n+++ fake\\u202e" in diff
@@ -265,8 +312,10 @@ def test_names_and_content_from_the_box_are_made_visible_in_the_diff(tmp_path):
 
 
 def test_the_diff_is_bounded(tmp_path):
-    real = build(tmp_path / "real", {"big.txt": "a\n" * 100, "bin.dat": b"\0\1\2" * 100,
-                                     "aaa_many.txt": "".join(f"{i}\n" for i in range(3000))})
+    real = build(
+        tmp_path / "real",
+        {"big.txt": "a\n" * 100, "bin.dat": b"\0\1\2" * 100, "aaa_many.txt": "".join(f"{i}\n" for i in range(3000))},
+    )
     manifest, copy = take_copy(real, tmp_path)
     with open(copy / "big.txt", "wb") as fh:
         fh.truncate(10 << 30)  # sparse, 10 GiB: never read
@@ -282,7 +331,10 @@ def test_the_diff_is_bounded(tmp_path):
     assert f"# not diffed: a/big.txt: 200 bytes; b/big.txt: large file, {10 << 30} bytes" in diff
     assert "# not diffed: a/bin.dat: binary file, 300 bytes; b/bin.dat: binary file, 2000 bytes" in diff
     many = diff.index("diff --git a/aaa_many.txt b/aaa_many.txt")
-    assert diff[many + MAX_FILE_LINES].startswith("# ") and "more lines of this file not shown" in diff[many + MAX_FILE_LINES]
+    assert (
+        diff[many + MAX_FILE_LINES].startswith("# ")
+        and "more lines of this file not shown" in diff[many + MAX_FILE_LINES]
+    )
     assert len(diff) <= MAX_TOTAL_LINES + MAX_FILE_LINES + 2
     assert diff[-1].startswith("# diff truncated")
     stat_lines = list(render_diff(manifest, list_changes(manifest), stat=True))
@@ -337,8 +389,13 @@ def _interrupted_workspace(tmp_path: Path, n: int) -> tuple[Path, Path]:
 
 
 def _run_apply(manifest_path: Path, kill_after: float | None) -> subprocess.CompletedProcess | None:
-    proc = subprocess.Popen([sys.executable, "-c", APPLY_CHILD, str(manifest_path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", APPLY_CHILD, str(manifest_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if kill_after is None:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err
@@ -402,26 +459,32 @@ def test_apply_killed_midway_leaves_every_file_old_or_new_and_can_be_run_again(t
 def test_a_real_box_plants_everything_and_apply_carries_only_the_edit(open_sandbox, tmp_path):
     from tests.conftest import chown_tree
 
-    real = build(tmp_path / "real", {"app.py": "print('bug')\n", "README": "readme\n", ".git/HEAD": "ref: refs/heads/main\n"})
+    real = build(
+        tmp_path / "real", {"app.py": "print('bug')\n", "README": "readme\n", ".git/HEAD": "ref: refs/heads/main\n"}
+    )
     manifest, copy = take_copy(real, tmp_path)
     chown_tree(copy, 1000)
-    box = open_sandbox(copy, user="1000:1000", runtime="runc")  # runc: under gVisor the box's FIFO and socket never reach the host
-    script = " ; ".join([
-        "id -u > uid.txt",
-        "printf \"print('fixed')\\n\" > app.py",
-        "rm README",
-        "cp /bin/true suid && (chmod 4755 suid 2>/dev/null || chmod 755 suid)",
-        "printf 'x\\n' > open.txt && chmod 666 open.txt",
-        "mkdir -p nested/.git && printf '[core]\\n\\tfsmonitor = touch /tmp/owned\\n' > nested/.git/config",
-        "printf 'gitdir: /etc\\n' > nested/.GIT 2>/dev/null; printf 'gitdir: /etc\\n' > .GIT 2>/dev/null",
-        "mkfifo fifo",
-        "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",
-        "ln -s /etc/passwd passwd",
-        "ln -s ../../etc/shadow escape",
-        "printf 'h\\n' > h1 && ln h1 hardlink",
-        "echo '.git/config' > .git/config 2>/dev/null",
-        "ls -la",
-    ])
+    box = open_sandbox(
+        copy, user="1000:1000", runtime="runc"
+    )  # runc: under gVisor the box's FIFO and socket never reach the host
+    script = " ; ".join(
+        [
+            "id -u > uid.txt",
+            "printf \"print('fixed')\\n\" > app.py",
+            "rm README",
+            "cp /bin/true suid && (chmod 4755 suid 2>/dev/null || chmod 755 suid)",
+            "printf 'x\\n' > open.txt && chmod 666 open.txt",
+            "mkdir -p nested/.git && printf '[core]\\n\\tfsmonitor = touch /tmp/owned\\n' > nested/.git/config",
+            "printf 'gitdir: /etc\\n' > nested/.GIT 2>/dev/null; printf 'gitdir: /etc\\n' > .GIT 2>/dev/null",
+            "mkfifo fifo",
+            "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"",
+            "ln -s /etc/passwd passwd",
+            "ln -s ../../etc/shadow escape",
+            "printf 'h\\n' > h1 && ln h1 hardlink",
+            "echo '.git/config' > .git/config 2>/dev/null",
+            "ls -la",
+        ]
+    )
     out = box.call("shell", {"command": script}).output
     assert "fifo" in out and "hardlink" in out
     assert (copy / "uid.txt").read_text().strip() == "1000"

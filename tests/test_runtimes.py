@@ -3,6 +3,7 @@
 The choice is a pure function of `docker info`, tested with plain dicts shaped like the daemon's
 answer; the last tests ask the real daemon and run a real box under what it chose.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -27,7 +28,9 @@ SETUP_RUNTIMES = {  # what scripts/setup registers, as `docker info` reports it
 WITH_GVISOR = {"Runtimes": SETUP_RUNTIMES}
 PLAIN = {"Runtimes": {"runc": {"path": "runc"}, "io.containerd.runc.v2": {"path": "runc"}}}
 # gVisor's own `runsc install` registers it with no arguments: our seccomp profile would be ignored.
-RUNSC_WITHOUT_OCI_SECCOMP = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc"}, "runsc-net": {"path": "/usr/bin/runsc"}}}
+RUNSC_WITHOUT_OCI_SECCOMP = {
+    "Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc"}, "runsc-net": {"path": "/usr/bin/runsc"}}
+}
 
 
 class FakeClient:
@@ -84,6 +87,7 @@ def test_runc_opts_out_even_when_gvisor_is_there():
 def test_runc_by_name_does_not_ask_the_daemon_and_gvisor_asks_it_each_time():
     """`docker info` costs a box's start ~6 ms: runc asked for by name needs none; a gVisor choice asks
     every time, so a registration changed meanwhile (here: --oci-seccomp removed) is refused at once."""
+
     class Counting(FakeClient):
         asked = 0
 
@@ -94,7 +98,9 @@ def test_runc_by_name_does_not_ask_the_daemon_and_gvisor_asks_it_each_time():
     client = Counting(WITH_GVISOR)
     assert choose("runc", False, client).name == RUNC and client.asked == 0
     assert choose("runsc", False, client).name == RUNSC and client.asked == 1
-    client._info = {"Runtimes": {**SETUP_RUNTIMES, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}}
+    client._info = {
+        "Runtimes": {**SETUP_RUNTIMES, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}}
+    }
     with pytest.raises(OpenAgentsError) as err:
         choose("runsc", False, client)
     assert client.asked == 2 and "--oci-seccomp" in str(err.value)
@@ -153,7 +159,12 @@ def test_runsc_is_used_with_directfs_on_or_off():
     registration is usable either way; tests/attacks/test_workspace_integrity.py shows the .git files keep
     their bytes under the registration this machine has."""
     for extra in ([], ["--directfs=false"], ["--directfs=true"]):
-        info = {"Runtimes": {"runc": {"path": "runc"}, "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp", *extra]}}}
+        info = {
+            "Runtimes": {
+                "runc": {"path": "runc"},
+                "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none", "--oci-seccomp", *extra]},
+            }
+        }
         assert choose(None, False, FakeClient(info)).name == RUNSC, extra
 
 
@@ -173,8 +184,10 @@ def test_the_real_daemons_choice_matches_its_registrations(docker_client):
     from orchestrator.sandbox.runtimes import MIN_RUNSC_VERSION, runsc_version
 
     entry = registered.get("runsc") or {}
-    usable = ("--oci-seccomp" in (entry.get("runtimeArgs") or [])
-              and (runsc_version(str(entry.get("path"))) or 0) >= MIN_RUNSC_VERSION)
+    usable = (
+        "--oci-seccomp" in (entry.get("runtimeArgs") or [])
+        and (runsc_version(str(entry.get("path"))) or 0) >= MIN_RUNSC_VERSION
+    )
     assert choice.name == (RUNSC if usable else RUNC), choice
     assert available_runtimes(docker_client) >= {"runc"} | ({"runsc"} if "runsc" in registered else set())
 
@@ -194,7 +207,9 @@ def test_a_box_under_the_default_choice_runs_the_tools_and_leaves_nothing(open_s
     assert (kernel != host_kernel) == choice.gvisor, (kernel, host_kernel, choice)
     container_id = box.container.id
     box.close()
-    left = docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={ws.resolve()}"})
+    left = docker_client.containers.list(
+        all=True, filters={"label": f"dev.openagents.sandbox.workspace={ws.resolve()}"}
+    )
     assert [c.id for c in left] == [], f"left behind: {[c.id for c in left]} (ours was {container_id})"
 
 
@@ -209,16 +224,22 @@ def test_a_gvisor_box_gets_the_profile_with_clone3_left_to_gvisor_and_a_runc_box
     from orchestrator.sandbox.seccomp import security_opt
 
     def profile(runtime):
-        opts = container_settings(SandboxConfig(backend=DockerBackendConfig(runtime=runtime)), tmp_path, "1000:1000")["security_opt"]
+        opts = container_settings(SandboxConfig(backend=DockerBackendConfig(runtime=runtime)), tmp_path, "1000:1000")[
+            "security_opt"
+        ]
         assert "no-new-privileges" in opts
-        return json.loads(next(o for o in opts if o.startswith("seccomp="))[len("seccomp="):])
+        return json.loads(next(o for o in opts if o.startswith("seccomp="))[len("seccomp=") :])
 
     plain, gvisor = profile("runc"), profile("runsc")
-    assert security_opt() == seccomp_security_opt("runc") and seccomp_security_opt("runsc-net") == seccomp_security_opt("runsc")
+    assert security_opt() == seccomp_security_opt("runc") and seccomp_security_opt("runsc-net") == seccomp_security_opt(
+        "runsc"
+    )
     allowed = lambda p: {n for r in p["syscalls"] if r["action"] == "SCMP_ACT_ALLOW" for n in r["names"]}  # noqa: E731
     refused = lambda p: {n for r in p["syscalls"] if r["action"] != "SCMP_ACT_ALLOW" for n in r["names"]}  # noqa: E731
     assert "clone3" in refused(plain) and "clone3" not in refused(gvisor) and "clone3" in allowed(gvisor)
-    assert refused(plain) - {"clone3"} == refused(gvisor), "the gVisor profile must refuse everything else the plain one refuses"
+    assert refused(plain) - {"clone3"} == refused(gvisor), (
+        "the gVisor profile must refuse everything else the plain one refuses"
+    )
 
 
 def test_setup_probes_a_missing_runsc_without_ending_the_set_up(tmp_path):
@@ -232,8 +253,10 @@ def test_setup_probes_a_missing_runsc_without_ending_the_set_up(tmp_path):
     probe = next(line for line in setup.read_text().splitlines() if line.startswith("runsc_version()"))
     for tool in ("sed", "head"):  # what the probe needs besides runsc, which this PATH lacks
         (tmp_path / tool).symlink_to(shutil.which(tool))
-    script = f"set -euo pipefail\n{probe}\nhave=\"$(runsc_version)\"\necho \"probe:[$have]\"\n"
-    done = subprocess.run(["/bin/bash", "-c", script], env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=10)
+    script = f'set -euo pipefail\n{probe}\nhave="$(runsc_version)"\necho "probe:[$have]"\n'
+    done = subprocess.run(
+        ["/bin/bash", "-c", script], env={"PATH": str(tmp_path)}, capture_output=True, text=True, timeout=10
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "probe:[]\n"
 
@@ -245,7 +268,9 @@ def test_a_candidate_registration_named_runsc_dash_something_is_gvisor_and_gets_
     assert is_gvisor("runsc-ptrace") and is_gvisor("runsc") and is_gvisor("runsc-net")
     assert not is_gvisor("runc") and not is_gvisor(None) and not is_gvisor("runscx")
     assert seccomp_security_opt("runsc-ptrace") == seccomp_security_opt("runsc") != seccomp_security_opt("runc")
-    info = {"Runtimes": {**SETUP_RUNTIMES, "runsc-ptrace": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace"]}}}
+    info = {
+        "Runtimes": {**SETUP_RUNTIMES, "runsc-ptrace": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace"]}}
+    }
     assert choose_runtime_from_info("runsc-ptrace", False, info).gvisor
 
 
@@ -253,9 +278,21 @@ def test_doctor_names_the_platform_directfs_and_overlay_of_the_registration():
     from orchestrator.sandbox.runtimes import gvisor_settings
 
     text = gvisor_settings(WITH_GVISOR, RUNSC)
-    assert "platform systrap" in text and "directfs on" in text and "read-only volumes" in text and "root overlay root:self" in text
+    assert (
+        "platform systrap" in text
+        and "directfs on" in text
+        and "read-only volumes" in text
+        and "root overlay root:self" in text
+    )
     off = {"Runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--oci-seccomp", "--directfs=false"]}}}
     assert "directfs off" in gvisor_settings(off, RUNSC) and "gofer" in gvisor_settings(off, RUNSC)
-    ptrace = {"Runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--platform=ptrace", "--oci-seccomp", "--overlay2=none"]}}}
+    ptrace = {
+        "Runtimes": {
+            "runsc": {
+                "path": "/usr/bin/runsc",
+                "runtimeArgs": ["--platform=ptrace", "--oci-seccomp", "--overlay2=none"],
+            }
+        }
+    }
     text = gvisor_settings(ptrace, RUNSC)
     assert "platform ptrace" in text and "measured" in text and "directfs on" in text and "root overlay none" in text

@@ -4,6 +4,7 @@ as a local subprocess, test-only: no isolation), and Docker's stream demultiplex
 The subprocess deployment shows that deadlines, recovery and resending live in base.py, not in a
 backend: a killed agent is replaced, a hung one is killed and replaced at the host's deadline.
 """
+
 from __future__ import annotations
 
 import os
@@ -66,8 +67,15 @@ class SubprocessDeployment:
 
     def start(self) -> PipeStream:
         env = {"PATH": os.environ["PATH"], "OA_AGENT_WORKSPACE": str(self.spec.workspace), "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox_agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, cwd=self.spec.workspace, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sandbox_agent"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=self.spec.workspace,
+            env=env,
+            start_new_session=True,
+        )
         self.started += 1
         return PipeStream(self.proc)
 
@@ -145,6 +153,7 @@ def test_the_backend_comes_from_the_config():
 
 # -- Docker's attach stream -----------------------------------------------------------------
 
+
 def _frame(stream: int, payload: bytes) -> bytes:
     return bytes([stream, 0, 0, 0]) + struct.pack(">I", len(payload)) + payload
 
@@ -168,7 +177,7 @@ def _read_all(stream: DockerStream, size: int = 3) -> bytes:
 
 
 def test_docker_frames_become_the_agents_stdout_and_stderr_is_kept_apart():
-    stream = _docker_stream(_frame(1, b'{"a":') + _frame(2, b"warning\n") + _frame(1, b"") + _frame(1, b'1}\n'))
+    stream = _docker_stream(_frame(1, b'{"a":') + _frame(2, b"warning\n") + _frame(1, b"") + _frame(1, b"1}\n"))
     assert _read_all(stream) == b'{"a":1}\n'
     assert stream.stderr_tail() == b"warning\n"
 

@@ -1,4 +1,5 @@
 """Whole sessions through the CLI: real model server on loopback (or a script), real containers."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,14 @@ HOST_KEY = "sk-fake-host-key-7d1f0c2b9a8e4f66"
 
 
 def run_cli(*args, env=None, timeout=180):
-    return subprocess.run([OA, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [OA, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def events(path: Path) -> list[dict]:
@@ -35,13 +43,28 @@ def assert_every_outcome_names_its_executor(evts: list[dict]) -> None:
 
 
 def test_scripted_example_fixes_the_bug(sandbox_image, tmp_path):
-    ws = committed_example(tmp_path / "calc")  # the README's main job fixes examples/calc in place: the committed, buggy version
+    ws = committed_example(
+        tmp_path / "calc"
+    )  # the README's main job fixes examples/calc in place: the committed, buggy version
     chown_tree(ws)
     transcript = tmp_path / "t.jsonl"
-    proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{ROOT / 'examples/calc.jsonl'}", "--non-interactive",
-                   "--policy", str(ROOT / "examples/policy.toml"), "--transcript", str(transcript), "fix the bug")
+    proc = run_cli(
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{ROOT / 'examples/calc.jsonl'}",
+        "--non-interactive",
+        "--policy",
+        str(ROOT / "examples/policy.toml"),
+        "--transcript",
+        str(transcript),
+        "fix the bug",
+    )
     assert proc.returncode == 0, proc.stderr
-    check = subprocess.run([sys.executable, "-B", "-m", "unittest", "-q", "test_calc"], cwd=ws, capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-B", "-m", "unittest", "-q", "test_calc"], cwd=ws, capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stderr
     evts = events(transcript)
     assert_every_outcome_names_its_executor(evts)
@@ -55,19 +78,36 @@ def test_scripted_example_fixes_the_bug(sandbox_image, tmp_path):
 def test_openai_session_against_the_fake_server(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"app.py": "print('helo')\n"})
     policy = tmp_path / "policy.yaml"
-    policy.write_text("rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: env, tool: shell, command_prefix: env, decision: allow}\n")
+    policy.write_text(
+        "rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: env, tool: shell, command_prefix: env, decision: allow}\n"
+    )
     transcript = tmp_path / "t.jsonl"
     with FakeModelServer() as server:
-        (server
-         .openai_turn("reading", [("read_file", {"path": "app.py"})])
-         .openai_turn("", [("edit_file", '{"path": "app.py", "old_text": ')])  # broken JSON
-         .openai_turn("", [("rm_rf", {"path": "."})])  # unknown tool
-         .openai_turn("", [("shell", {"command": "curl http://example.invalid"})])  # not allowed: refused
-         .openai_turn("", [("edit_file", {"path": "app.py", "old_text": "helo", "new_text": "hello"})])
-         .openai_turn("", [("shell", {"command": "env"})])
-         .openai_turn("Fixed the typo."))
-        proc = run_cli("run", "--workspace", str(ws), "--model", "openai:gpt-test", "--base-url", server.base_url, "--non-interactive",
-                       "--policy", str(policy), "--transcript", str(transcript), "fix the typo", env={"OPENAI_API_KEY": HOST_KEY})
+        (
+            server.openai_turn("reading", [("read_file", {"path": "app.py"})])
+            .openai_turn("", [("edit_file", '{"path": "app.py", "old_text": ')])  # broken JSON
+            .openai_turn("", [("rm_rf", {"path": "."})])  # unknown tool
+            .openai_turn("", [("shell", {"command": "curl http://example.invalid"})])  # not allowed: refused
+            .openai_turn("", [("edit_file", {"path": "app.py", "old_text": "helo", "new_text": "hello"})])
+            .openai_turn("", [("shell", {"command": "env"})])
+            .openai_turn("Fixed the typo.")
+        )
+        proc = run_cli(
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            "openai:gpt-test",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--policy",
+            str(policy),
+            "--transcript",
+            str(transcript),
+            "fix the typo",
+            env={"OPENAI_API_KEY": HOST_KEY},
+        )
         requests = server.requests
     assert proc.returncode == 3, proc.stderr  # finished, but the curl call was refused
     assert proc.stdout.strip() == "Fixed the typo."
@@ -88,8 +128,20 @@ def test_gemini_session_against_the_fake_server(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"notes.md": "TODO: ship\n"})
     with FakeModelServer() as server:
         server.gemini_turn("", [("grep_files", {"pattern": "TODO"})]).gemini_turn("One TODO: ship.")
-        proc = run_cli("run", "--workspace", str(ws), "--model", "gemini:gemini-test", "--base-url", f"http://127.0.0.1:{server.port}/v1beta",
-                       "--non-interactive", "--transcript", str(tmp_path / "t.jsonl"), "find todos", env={"GEMINI_API_KEY": "AIza-fake-key-for-tests"})
+        proc = run_cli(
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            "gemini:gemini-test",
+            "--base-url",
+            f"http://127.0.0.1:{server.port}/v1beta",
+            "--non-interactive",
+            "--transcript",
+            str(tmp_path / "t.jsonl"),
+            "find todos",
+            env={"GEMINI_API_KEY": "AIza-fake-key-for-tests"},
+        )
         second = server.requests[1]["body"]
     assert proc.returncode == 0, proc.stderr
     response = second["contents"][-1]["parts"][0]["functionResponse"]
@@ -101,7 +153,17 @@ def test_loop_detector_stops_the_session(sandbox_image, tmp_path):
     script = tmp_path / "loop.jsonl"
     script.write_text((json.dumps({"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}) + "\n") * 8)
     transcript = tmp_path / "t.jsonl"
-    proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--transcript", str(transcript), "loop")
+    proc = run_cli(
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{script}",
+        "--non-interactive",
+        "--transcript",
+        str(transcript),
+        "loop",
+    )
     assert proc.returncode == 1
     end = events(transcript)[-1]
     assert end["status"] == "stopped" and end["error"]["type"] == "loop_detected" and end["turns"] == 5
@@ -110,19 +172,38 @@ def test_loop_detector_stops_the_session(sandbox_image, tmp_path):
 def test_max_turns_stops_the_session(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n", "b.txt": "b\n"})
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps({"tool_calls": [{"name": "read_file", "arguments": {"path": p}}]}) for p in ["a.txt", "b.txt"] * 3))
+    script.write_text(
+        "\n".join(
+            json.dumps({"tool_calls": [{"name": "read_file", "arguments": {"path": p}}]})
+            for p in ["a.txt", "b.txt"] * 3
+        )
+    )
     transcript = tmp_path / "t.jsonl"
-    proc = run_cli("run", "--workspace", str(ws), "--model", f"script:{script}", "--max-turns", "2", "--non-interactive", "--transcript", str(transcript), "x")
+    proc = run_cli(
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{script}",
+        "--max-turns",
+        "2",
+        "--non-interactive",
+        "--transcript",
+        str(transcript),
+        "x",
+    )
     assert proc.returncode == 1 and events(transcript)[-1]["error"]["type"] == "max_turns"
 
 
 def test_missing_key_and_bad_policy_are_setup_errors(tmp_path):
     ws = make_workspace(tmp_path / "ws")
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    proc = subprocess.run([OA, "run", "--workspace", str(ws), "--model", "openai:x", "task"], capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [OA, "run", "--workspace", str(ws), "--model", "openai:x", "task"], capture_output=True, text=True, env=env
+    )
     assert proc.returncode == 2 and "OPENAI_API_KEY" in proc.stderr
     bad = tmp_path / "p.toml"
-    bad.write_text('bypass = true\n')
+    bad.write_text("bypass = true\n")
     proc = run_cli("run", "--workspace", str(ws), "--model", "script:/dev/null", "--policy", str(bad), "task")
     assert proc.returncode == 2 and "bypass" in proc.stderr
 
@@ -135,5 +216,7 @@ def test_ctrl_c_cancels_the_running_call_and_removes_the_sandbox(sandbox_image, 
     end = events(transcript)[-1]
     assert end["type"] == "session_end" and end["status"] == "cancelled" and end["executor"] == "user"
     assert (ws / "keep.txt").read_text() == "kept\n"
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.host-pid={proc.pid}"})
+    leftovers = docker_client.containers.list(
+        all=True, filters={"label": f"dev.openagents.sandbox.host-pid={proc.pid}"}
+    )
     assert leftovers == []

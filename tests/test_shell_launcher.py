@@ -5,6 +5,7 @@ Each command is run twice: as it is (short: the prepared `/bin/sh -s` runs it) a
 comment line that takes it past PIPE_BUF (started as `/bin/sh -c` the ordinary way). The shell's own
 command line tells which way each went, so the comparison cannot pass by taking one way twice.
 """
+
 from __future__ import annotations
 
 import time
@@ -63,7 +64,7 @@ def test_a_prepared_shell_runs_a_command_as_sh_c_does(box, command):
 
 def test_each_call_gets_a_fresh_shell(box):
     box.call("shell", {"command": "cd /tmp; x=1; export Y=2; trap 'echo leaked' EXIT; umask 077"})
-    _, out, code, _ = run(box, "pwd; echo \"[$x$Y]\"; umask")
+    _, out, code, _ = run(box, 'pwd; echo "[$x$Y]"; umask')
     assert (out, code) == ("/workspace\n[]\n0022\n", 0)
 
 

@@ -11,6 +11,7 @@ Class 5: capped output is cut at line boundaries where lines exist and always at
 boundaries, with one marker saying how many bytes and lines were left out (Codex keeps prefix and
 suffix on UTF-8 boundaries: codex-rs/utils/string/src/truncate/tests.rs).
 """
+
 from __future__ import annotations
 
 import re
@@ -53,6 +54,7 @@ def no_survivors(box) -> bool:
 
 
 # --- class 2: output that was produced is kept --------------------------------------------------
+
 
 def test_output_passed_on_by_a_process_substitution_after_the_shell_exits_is_kept(box):
     """The issue's case: the tee stage gets its input's end of file when bash exits and only then
@@ -102,13 +104,14 @@ def test_a_timeout_is_not_stretched_by_the_drain(box):
 
 # --- class 5: truncation at line and character boundaries, one marker ---------------------------
 
+
 def split_at_marker(result) -> tuple[str, re.Match, str]:
     """(head, marker, tail) of an output cut between lines; exactly one marker."""
     markers = list(MARKER.finditer(result.output))
     assert len(markers) == 1, result.output[:200]
     m = markers[0]
     assert m.group(3) is None, "lines exist: the cut is between them"
-    return result.output[: m.start()], m, result.output[m.end():]
+    return result.output[: m.start()], m, result.output[m.end() :]
 
 
 def assert_accounts_for_everything(result, head: str, marker: re.Match, tail: str) -> None:
@@ -157,7 +160,7 @@ def test_one_long_line_is_cut_at_character_boundaries(box, char):
     markers = list(MARKER.finditer(result.output))
     assert len(markers) == 1
     marker = markers[0]
-    head, tail = result.output[: marker.start()], result.output[marker.end():]
+    head, tail = result.output[: marker.start()], result.output[marker.end() :]
     assert head.endswith("\n"), "the marker stands on its own line"
     head = head[:-1]
     assert set(head) == {char} and set(tail) == {char}

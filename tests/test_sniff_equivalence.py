@@ -2,6 +2,7 @@
 definition it replaced does: real files' first 8 KiB, random bytes, and heads built to sit on each
 threshold (10% controls, 10% invalid UTF-8, the Latin-1/windows-1251 exception, characters cut at
 the end). The reference is the old code, verbatim (tests/old_agent.py)."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,14 @@ def _real_heads(limit: int = 4000) -> list[bytes]:
 
 def _random_heads(rng: random.Random) -> list[bytes]:
     heads = []
-    alphabets = [bytes(range(256)), bytes(range(1, 256)), bytes(range(0x80, 0x100)) + b" \n", b"ab \n\x01\x02\x1b\x7f",
-                 "héllo wörld привет мир 日本語 \n".encode() + b"\x80\xc3\xe2\x82", "é".encode("latin-1") + b"abc \n"]
+    alphabets = [
+        bytes(range(256)),
+        bytes(range(1, 256)),
+        bytes(range(0x80, 0x100)) + b" \n",
+        b"ab \n\x01\x02\x1b\x7f",
+        "héllo wörld привет мир 日本語 \n".encode() + b"\x80\xc3\xe2\x82",
+        "é".encode("latin-1") + b"abc \n",
+    ]
     for _ in range(3000):
         alphabet = rng.choice(alphabets)
         size = rng.choice([1, 2, 3, 7, 64, 500, 4096, 8192])
@@ -55,17 +62,30 @@ def _adversarial_heads(rng: random.Random) -> list[bytes]:
     for per_line in (0, 1, 5, 10, 11, 12, 13, 20, 40):  # Latin-1 letters, then 0x80-0xBF bytes, at growing density
         for byte in (b"\xe9", b"\x93", b"\xc3", b"\xff"):
             lines = [line[:-1] + byte * per_line + b"\n" for line in base.split(b"\n") if line]
-            heads.append(b"".join(lines)[:sniff.SNIFF_BYTES])
+            heads.append(b"".join(lines)[: sniff.SNIFF_BYTES])
     cyrillic = "Привет, мир! Это обычный текст.\n".encode("cp1251") * 300
-    heads += [cyrillic[:sniff.SNIFF_BYTES], cyrillic.replace(b" ", b"")[:sniff.SNIFF_BYTES], cyrillic.replace(b"\n", b"")[:8000]]
+    heads += [
+        cyrillic[: sniff.SNIFF_BYTES],
+        cyrillic.replace(b" ", b"")[: sniff.SNIFF_BYTES],
+        cyrillic.replace(b"\n", b"")[:8000],
+    ]
     utf8 = "naïve café – “quotes” 😀 日本\n".encode() * 300
     for cut in range(1, 6):  # a character cut at the end of the head
-        heads.append(utf8[:sniff.SNIFF_BYTES - cut])
-        heads.append(utf8[:sniff.SNIFF_BYTES - 8 - cut] + b"\xf0\x9f\x98")
-    heads += [b"\xed\xa0\x80" * 100, b"\xc0\xaf" * 200, b"\xf4\x90\x80\x80" * 100, b"\xef\xbb\xbf" + b"x" * 100,
-              b"\x1b[31mred\x1b[0m\n" * 200, b"\x0c\x08" * 50 + b"a" * 900, b"\x7fELF", b"\x89PNG\r\n\x1a\n", b"%PDF-1.7\n"]
+        heads.append(utf8[: sniff.SNIFF_BYTES - cut])
+        heads.append(utf8[: sniff.SNIFF_BYTES - 8 - cut] + b"\xf0\x9f\x98")
+    heads += [
+        b"\xed\xa0\x80" * 100,
+        b"\xc0\xaf" * 200,
+        b"\xf4\x90\x80\x80" * 100,
+        b"\xef\xbb\xbf" + b"x" * 100,
+        b"\x1b[31mred\x1b[0m\n" * 200,
+        b"\x0c\x08" * 50 + b"a" * 900,
+        b"\x7fELF",
+        b"\x89PNG\r\n\x1a\n",
+        b"%PDF-1.7\n",
+    ]
     for _ in range(500):  # text with a few bytes changed at random
-        head = bytearray(utf8[:rng.randrange(1, sniff.SNIFF_BYTES)])
+        head = bytearray(utf8[: rng.randrange(1, sniff.SNIFF_BYTES)])
         for _ in range(rng.randrange(0, 200)):
             head[rng.randrange(len(head))] = rng.randrange(1, 256)
         heads.append(bytes(head))

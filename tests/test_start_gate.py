@@ -2,6 +2,7 @@
 flight, the rest in line first come first served, each told its place while it waits. The gate's
 own logic is tested with plain threads; then real containers show every start (the first and a
 restart after `kill 1`) goes through it."""
+
 from __future__ import annotations
 
 import json
@@ -78,7 +79,13 @@ def test_waiters_enter_first_come_first_served_and_hear_their_place():
     for n in range(3):
         assert heard[n][-1].slot_taken and heard[n][-1].ahead == 0 and heard[n][-1].waited_s >= heard[n][0].waited_s
     counters = gate.counters()
-    assert (counters.started, counters.queued, counters.peak_in_flight, counters.in_flight, counters.waiting) == (4, 3, 1, 0, 0)
+    assert (counters.started, counters.queued, counters.peak_in_flight, counters.in_flight, counters.waiting) == (
+        4,
+        3,
+        1,
+        0,
+        0,
+    )
 
 
 def test_no_report_when_a_slot_is_free_and_the_limit_is_each_starts_own():
@@ -172,7 +179,10 @@ def test_six_sandboxes_started_at_once_never_hold_more_than_two_slots(sandbox_im
     from orchestrator.sandbox.docker import DockerSandbox
 
     config = SandboxConfig(start_concurrency=2)
-    boxes = [DockerSandbox(make_workspace(tmp_path / f"ws{n}", {"who.txt": f"box {n}\n"}), config, client=docker_client) for n in range(6)]
+    boxes = [
+        DockerSandbox(make_workspace(tmp_path / f"ws{n}", {"who.txt": f"box {n}\n"}), config, client=docker_client)
+        for n in range(6)
+    ]
     heard: list[list[StartQueued]] = [[] for _ in boxes]
     for box, events in zip(boxes, heard, strict=True):
         box.on_start_queue = events.append
@@ -200,7 +210,12 @@ def test_six_sandboxes_started_at_once_never_hold_more_than_two_slots(sandbox_im
         with ThreadPoolExecutor(max_workers=len(boxes)) as threads:
             list(threads.map(lambda box: box.close(), boxes))
     for box in boxes:
-        assert docker_client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={box.workspace}"}) == []
+        assert (
+            docker_client.containers.list(
+                all=True, filters={"label": f"dev.openagents.sandbox.workspace={box.workspace}"}
+            )
+            == []
+        )
 
 
 @pytest.mark.docker
@@ -219,8 +234,11 @@ def test_a_restart_after_the_agent_is_killed_waits_in_the_same_line(sandbox_imag
         box.on_start_queue = on_queue
         slot = OnlySlotHeld()
         results = {}
-        caller = threading.Thread(target=lambda: results.update(kill=box.call("shell", {"command": "kill 1; sleep 5"}),
-                                                                after=box.call("read_file", {"path": "a.txt"})))
+        caller = threading.Thread(
+            target=lambda: results.update(
+                kill=box.call("shell", {"command": "kill 1; sleep 5"}), after=box.call("read_file", {"path": "a.txt"})
+            )
+        )
         caller.start()
         try:
             assert queued.wait(WAIT_S), "the restart did not wait for the start slot another start held"
@@ -258,9 +276,19 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     slot = OnlySlotHeld()
     opened = {}
     transcript = tmp_path / "t.jsonl"
-    opener = threading.Thread(target=lambda: opened.update(s=open_session(
-        SessionOptions(model_spec=f"script:{script}"), ws, SandboxConfig(start_concurrency=1), NonInteractiveApprover(), transcript, on_event,
-        mode=WorkspaceMode.BIND)))
+    opener = threading.Thread(
+        target=lambda: opened.update(
+            s=open_session(
+                SessionOptions(model_spec=f"script:{script}"),
+                ws,
+                SandboxConfig(start_concurrency=1),
+                NonInteractiveApprover(),
+                transcript,
+                on_event,
+                mode=WorkspaceMode.BIND,
+            )
+        )
+    )
     opener.start()
     try:
         assert queued.wait(WAIT_S), "the session's start waited for a slot and said nothing"
@@ -277,7 +305,9 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     assert "waiting for a start slot: 0 ahead, 1 of 1 starting" in Painter().event_lines(shown[0])[0].text
     assert "after" in Painter().event_lines(shown[-1])[0].text
     written = [json.loads(line) for line in transcript.read_text().splitlines()]
-    assert [r["slot_taken"] for r in written if r["type"] == "sandbox_start_queued"] == [True], "the transcript keeps one record of the wait"
+    assert [r["slot_taken"] for r in written if r["type"] == "sandbox_start_queued"] == [True], (
+        "the transcript keeps one record of the wait"
+    )
 
 
 def test_requests_from_many_threads_on_many_urls_share_one_pool_that_is_never_closed(docker_client):

@@ -5,6 +5,7 @@ PATH (the workspace's .venv/bin first, as an activated venv makes it), and runs 
 environment of its own: a variable of the user's pointing into the workspace (OPENSSL_CONF, as a
 direnv `.envrc` may export it) is not passed. The box's writes are made here; a real openssl,
 a real shared object built with gcc."""
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,9 @@ def planted(ws: Path, name: str, canary: Path) -> Path:
     return folder
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("openssl", path=SYSTEM_PATH) is None, reason="needs gcc and openssl")
+@pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("openssl", path=SYSTEM_PATH) is None, reason="needs gcc and openssl"
+)
 def test_the_session_cas_openssl_never_loads_a_config_the_box_wrote(tmp_path, monkeypatch):
     """OPENSSL_CONF names a file in the workspace (a direnv .envrc exports it): the box rewrites it to load a provider module it built there. Making the session CA never loads it (the module's constructor would write the canary on the host)."""
     from orchestrator.sandbox.egress_tls import SessionCA
@@ -36,11 +39,17 @@ def test_the_session_cas_openssl_never_loads_a_config_the_box_wrote(tmp_path, mo
     ws.mkdir()
     canary = tmp_path / "canary"
     source = ws / "evil.c"
-    source.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void ran(void) {{ FILE *f = fopen("{canary}", "a"); '
-                      'if (f) { fputs("provider ran\\n", f); fclose(f); } }\n')
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(ws / "evil.so"), str(source)], check=True, capture_output=True, timeout=60)
-    (ws / "openssl.cnf").write_text(f"openssl_conf = init\n[init]\nproviders = prov\n[prov]\nevil = evil_sect\ndefault = default_sect\n"
-                                    f"[evil_sect]\nmodule = {ws / 'evil.so'}\nactivate = 1\n[default_sect]\nactivate = 1\n")
+    source.write_text(
+        f'#include <stdio.h>\n__attribute__((constructor)) static void ran(void) {{ FILE *f = fopen("{canary}", "a"); '
+        'if (f) { fputs("provider ran\\n", f); fclose(f); } }\n'
+    )
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-o", str(ws / "evil.so"), str(source)], check=True, capture_output=True, timeout=60
+    )
+    (ws / "openssl.cnf").write_text(
+        f"openssl_conf = init\n[init]\nproviders = prov\n[prov]\nevil = evil_sect\ndefault = default_sect\n"
+        f"[evil_sect]\nmodule = {ws / 'evil.so'}\nactivate = 1\n[default_sect]\nactivate = 1\n"
+    )
     monkeypatch.setenv("OPENSSL_CONF", str(ws / "openssl.cnf"))
     monkeypatch.setenv("PATH", f"{planted(ws, 'openssl', canary)}:{SYSTEM_PATH}")
     ca = SessionCA(["api.example.com"])
@@ -93,7 +102,7 @@ def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monk
     monkeypatch.setattr(debootstrap.subprocess, "Popen", popen)
     with pytest.raises(Stop):
         image.build_debootstrap_base(None, lambda line: None)
-    (argv, env), = started
+    ((argv, env),) = started
     assert os.path.isabs(argv[0]) and str(folder) not in argv[0] and os.path.basename(argv[0]) == builder
     assert env is not None and str(folder) not in env["PATH"]
     assert not canary.exists()

@@ -4,6 +4,7 @@ Each case is a behaviour a peer's test suite checks (line endings kept per line,
 UTF-16 files, unreadable directories, read-only files, long lines, brace globs, FIFOs), written
 from what the user sees, not from our implementation.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,14 +22,17 @@ box, ws = one_box_per_module("contract")
 
 
 # -- edit_file: line endings, BOM ------------------------------------------------------------
-@pytest.mark.parametrize("before, old, new, after", [
-    ("a\r\nb\nc\r\nd\n", "c", "C", "a\r\nb\nC\r\nd\n"),                    # mixed: only the edited line changes
-    ("a\r\nb\nc\r\nd\n", "b\nc\n", "B\nC\n", "a\r\nB\nC\r\nd\n"),          # across lines: each break keeps its own ending
-    ("a\r\nb\r\nc\r\n", "b\n", "b\nb2\n", "a\r\nb\r\nb2\r\nc\r\n"),        # CRLF file: new lines get CRLF
-    ("a\r\nb\r\nc\r\n", "b\r\n", "x\r\n", "a\r\nx\r\nc\r\n"),              # CRLF in old_text as sent
-    ("one\ntwo", "two", "2", "one\n2"),                                     # no trailing newline stays so
-    ("\ufeffkeep\r\nme\r\n", "me", "you", "\ufeffkeep\r\nyou\r\n"),        # BOM and CRLF kept
-])
+@pytest.mark.parametrize(
+    "before, old, new, after",
+    [
+        ("a\r\nb\nc\r\nd\n", "c", "C", "a\r\nb\nC\r\nd\n"),  # mixed: only the edited line changes
+        ("a\r\nb\nc\r\nd\n", "b\nc\n", "B\nC\n", "a\r\nB\nC\r\nd\n"),  # across lines: each break keeps its own ending
+        ("a\r\nb\r\nc\r\n", "b\n", "b\nb2\n", "a\r\nb\r\nb2\r\nc\r\n"),  # CRLF file: new lines get CRLF
+        ("a\r\nb\r\nc\r\n", "b\r\n", "x\r\n", "a\r\nx\r\nc\r\n"),  # CRLF in old_text as sent
+        ("one\ntwo", "two", "2", "one\n2"),  # no trailing newline stays so
+        ("\ufeffkeep\r\nme\r\n", "me", "you", "\ufeffkeep\r\nyou\r\n"),  # BOM and CRLF kept
+    ],
+)
 def test_edit_keeps_every_line_ending_and_the_bom(box, ws, before, old, new, after):
     rel = put(ws, "f.txt", before)
     result = box.call("edit_file", {"path": rel, "old_text": old, "new_text": new})
@@ -36,7 +40,9 @@ def test_edit_keeps_every_line_ending_and_the_bom(box, ws, before, old, new, aft
     assert (ws / "f.txt").read_bytes() == after.encode()
     untouched = [line for line in before.splitlines(True) if line in after.splitlines(True)]
     diff = result.diff
-    assert not any(f"-{line}" in diff.splitlines(True) for line in untouched), "the diff claims an untouched line changed"
+    assert not any(f"-{line}" in diff.splitlines(True) for line in untouched), (
+        "the diff claims an untouched line changed"
+    )
 
 
 def test_edit_diff_is_honest_about_what_changed(box, ws):
@@ -47,12 +53,15 @@ def test_edit_diff_is_honest_about_what_changed(box, ws):
 
 
 # -- read_file: binary, encodings, special files ---------------------------------------------
-@pytest.mark.parametrize("content", [
-    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256)),
-    b"text then a NUL\x00 and more",
-    bytes(range(1, 32)) * 40,
-    b"\x7fELF\x02\x01\x01" + b"\x00" * 64,
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x10" + bytes(range(256)),
+        b"text then a NUL\x00 and more",
+        bytes(range(1, 32)) * 40,
+        b"\x7fELF\x02\x01\x01" + b"\x00" * 64,
+    ],
+)
 def test_read_file_never_puts_binary_garbage_in_the_context(box, ws, content):
     rel = put(ws, "blob.bin", content)
     result = box.call("read_file", {"path": rel})
@@ -62,7 +71,9 @@ def test_read_file_never_puts_binary_garbage_in_the_context(box, ws, content):
     assert result.meta["sha256"] == hashlib.sha256(content).hexdigest()
 
 
-@pytest.mark.parametrize("codec, bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"), ("utf-32-le", b"\xff\xfe\x00\x00")])
+@pytest.mark.parametrize(
+    "codec, bom", [("utf-16-le", b"\xff\xfe"), ("utf-16-be", b"\xfe\xff"), ("utf-32-le", b"\xff\xfe\x00\x00")]
+)
 def test_read_file_decodes_utf16_and_utf32_with_a_bom(box, ws, codec, bom):
     text = "héllo wörld\nzweite Zeile\n"
     rel = put(ws, "wide.txt", bom + text.encode(codec))
@@ -73,7 +84,9 @@ def test_read_file_decodes_utf16_and_utf32_with_a_bom(box, ws, codec, bom):
     assert second.output == "zweite Zeile\n"
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe\nplain\n", b"\xfe\xff\nplain\n", b"\xff\xfe" + b"plain text line\n" * 3 + b"a\xdc x\n"])
+@pytest.mark.parametrize(
+    "content", [b"\xff\xfe\nplain\n", b"\xfe\xff\nplain\n", b"\xff\xfe" + b"plain text line\n" * 3 + b"a\xdc x\n"]
+)
 def test_a_byte_order_mark_is_a_hint_not_a_verdict(box, ws, content):
     """Issue 40.6 (codex's own test): a file starting with a UTF-16/32 mark whose body is not that
     encoding (odd length, a lone surrogate) is judged by the ordinary rules: its lines read back as
@@ -98,8 +111,14 @@ def test_write_file_keeps_a_wide_encoding_only_when_the_mark_was_true(box, ws):
     assert (ws / "real.txt").read_bytes() == b"\xff\xfe" + "new\n".encode("utf-16-le")
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe" + bytes(range(256)) * 4 + b"\x00\xdc\x00\xdc", b"\xff\xfe\x00\x00\nplain\n",
-                                     b"\x00\x00\xfe\xff" + b"\xff\xff\xff\xff" * 8])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\xff\xfe" + bytes(range(256)) * 4 + b"\x00\xdc\x00\xdc",
+        b"\xff\xfe\x00\x00\nplain\n",
+        b"\x00\x00\xfe\xff" + b"\xff\xff\xff\xff" * 8,
+    ],
+)
 def test_a_byte_order_mark_before_binary_is_binary(box, ws, content):
     """A mark followed by bytes that are neither its encoding nor text is binary: described, never shown."""
     result = box.call("read_file", {"path": put(ws, "hinted.bin", content)})
@@ -118,8 +137,11 @@ def test_special_files_fail_at_once_with_a_typed_error(box, ws):
     chown_tree(ws)
     rel = f"{ws.name}/pipe"
     started = time.monotonic()
-    outcomes = [box.call("read_file", {"path": rel}), box.call("edit_file", {"path": rel, "old_text": "a", "new_text": "b"}),
-                box.call("write_file", {"path": rel, "content": "x"})]
+    outcomes = [
+        box.call("read_file", {"path": rel}),
+        box.call("edit_file", {"path": rel, "old_text": "a", "new_text": "b"}),
+        box.call("write_file", {"path": rel, "content": "x"}),
+    ]
     assert time.monotonic() - started < 5
     assert [error_of(r) for r in outcomes] == ["not_regular_file"] * 3
     assert (ws / "pipe").is_fifo()
@@ -171,14 +193,17 @@ def test_grep_says_when_it_cuts_a_long_line(box, ws):
     assert "cut" in result.note and result.meta["lines_cut"] == 1
 
 
-@pytest.mark.parametrize("glob, expected", [
-    ("*.{ts,tsx}", {"a.ts", "b.tsx", "src/c.ts"}),  # no '/': the name, at any depth
-    ("**/*.ts", {"a.ts", "src/c.ts"}),
-    ("src/*.ts", {"src/c.ts"}),
-    ("*.py", {"d.py", "src/deep/e.py"}),
-    ("{src/deep/*.py,a.*}", {"a.ts", "src/deep/e.py"}),
-    ("[ab].ts*", {"a.ts", "b.tsx"}),
-])
+@pytest.mark.parametrize(
+    "glob, expected",
+    [
+        ("*.{ts,tsx}", {"a.ts", "b.tsx", "src/c.ts"}),  # no '/': the name, at any depth
+        ("**/*.ts", {"a.ts", "src/c.ts"}),
+        ("src/*.ts", {"src/c.ts"}),
+        ("*.py", {"d.py", "src/deep/e.py"}),
+        ("{src/deep/*.py,a.*}", {"a.ts", "src/deep/e.py"}),
+        ("[ab].ts*", {"a.ts", "b.tsx"}),
+    ],
+)
 def test_grep_globs_work_as_in_ripgrep(box, ws, glob, expected):
     for name in ("a.ts", "b.tsx", "src/c.ts", "d.py", "src/deep/e.py", "f.js"):
         put(ws, name, "hit\n")
@@ -189,8 +214,12 @@ def test_grep_globs_work_as_in_ripgrep(box, ws, glob, expected):
 
 
 def test_grep_refuses_a_broken_glob_with_a_typed_error(box, ws):
-    assert error_of(box.call("grep_files", {"pattern": "x", "path": ws.name, "glob": "*.{ts,tsx"})) == "invalid_arguments"
-    assert error_of(box.call("grep_files", {"pattern": "x", "path": ws.name, "glob": "{a,b}" * 12})) == "invalid_arguments"
+    assert (
+        error_of(box.call("grep_files", {"pattern": "x", "path": ws.name, "glob": "*.{ts,tsx"})) == "invalid_arguments"
+    )
+    assert (
+        error_of(box.call("grep_files", {"pattern": "x", "path": ws.name, "glob": "{a,b}" * 12})) == "invalid_arguments"
+    )
 
 
 # -- write_file / edit_file and permissions --------------------------------------------------
@@ -223,4 +252,7 @@ def test_a_replaced_file_keeps_its_mode(box, ws):
 def test_write_creates_parents_and_edit_refuses_empty_old_text(box, ws):
     assert box.call("write_file", {"path": f"{ws.name}/new/deep/f.txt", "content": "x"}).ok
     assert (ws / "new/deep/f.txt").read_text() == "x"
-    assert error_of(box.call("edit_file", {"path": f"{ws.name}/new/deep/f.txt", "old_text": "", "new_text": "y"})) == "invalid_arguments"
+    assert (
+        error_of(box.call("edit_file", {"path": f"{ws.name}/new/deep/f.txt", "old_text": "", "new_text": "y"}))
+        == "invalid_arguments"
+    )

@@ -1,6 +1,7 @@
 """Issue 36 point 4: a tool's declaration (orchestrator/tools/tooldef.py ToolDef) is data, valid
 alone: no sandbox, session or model is needed to check it; its invocation (ToolDef.validate, then
 PreparedCall/ToolDef.execute) is built from it and runs against what it is given."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,8 +38,11 @@ def problems(tool: ToolDef) -> list[str]:
     props = set(schema.get("properties", {}))
     if schema.get("type") != "object" or schema.get("additionalProperties") is not False:
         found.append("the schema is not a closed object")
-    for what, arg in (("files.line_arg", tool.files.line_arg), ("files.match_arg", tool.files.match_arg),
-                      ("approval.command_arg", tool.approval.command_arg)):
+    for what, arg in (
+        ("files.line_arg", tool.files.line_arg),
+        ("files.match_arg", tool.files.match_arg),
+        ("approval.command_arg", tool.approval.command_arg),
+    ):
         if arg is not None and arg not in props:
             found.append(f"{what} {arg!r} is not an argument")
     if (tool.files.path_arg or tool.files.path_may_be_directory or tool.files.replaces_file) and "path" not in props:
@@ -99,17 +103,23 @@ def test_declarations_load_without_a_sandbox_session_or_front_end() -> None:
     loop, model client or front-end code (a fresh interpreter, so other tests' imports do not count).
     models/base.py, the model-neutral call type and the one argument parser beneath tools/
     (docs/architecture.md), is data too: it alone of models/ may load."""
-    code = ("import sys; import orchestrator.tools.catalog as c; assert c.TOOLS; "
-            "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'docker' or (m.split('.')[:2] in "
-            "(['orchestrator', p] for p in ('sandbox', 'session', 'loop', 'pipeline', 'acp', 'mcp', 'cli', 'api', 'models'))"
-            " and m not in ('orchestrator.models', 'orchestrator.models.base'))))")
+    code = (
+        "import sys; import orchestrator.tools.catalog as c; assert c.TOOLS; "
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'docker' or (m.split('.')[:2] in "
+        "(['orchestrator', p] for p in ('sandbox', 'session', 'loop', 'pipeline', 'acp', 'mcp', 'cli', 'api', 'models'))"
+        " and m not in ('orchestrator.models', 'orchestrator.models.base'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == ""
 
 
 def test_validation_builds_the_invocation_without_running_anything() -> None:
     read = catalog.TOOLS["read_file"].validate('{"path": "src/a.py", "offset": 3}')
-    assert (read.kind, read.action, read.args.model_dump()) == ("read", "read_file", {"path": "src/a.py", "offset": 3, "limit": 2000})
+    assert (read.kind, read.action, read.args.model_dump()) == (
+        "read",
+        "read_file",
+        {"path": "src/a.py", "offset": 3, "limit": 2000},
+    )
     commit = catalog.TOOLS["git"].validate({"subcommand": "commit", "message": "m"})
     assert (commit.kind, commit.action) == ("edit", "git commit")
     with pytest.raises(OpenAgentsError) as bad:
@@ -137,7 +147,10 @@ def test_an_invocation_runs_in_the_box_its_declaration_names() -> None:
     for name, raw in (("shell", {"command": "ls"}), ("read_file", {"path": "a"})):
         tool = catalog.TOOLS[name]
         assert tool.execute(context, tool.validate(raw).args).output == "done"
-    assert box.sent == [("shell", {"command": "ls", "timeout": 60}, True), ("read_file", {"path": "a", "offset": 1, "limit": 2000}, False)]
+    assert box.sent == [
+        ("shell", {"command": "ls", "timeout": 60}, True),
+        ("read_file", {"path": "a", "offset": 1, "limit": 2000}, False),
+    ]
     with pytest.raises(OpenAgentsError) as nowhere:  # a box tool given no box
         catalog.TOOLS["list_files"].execute(RunContext(), catalog.TOOLS["list_files"].validate({}).args)
     assert nowhere.value.type == ErrorType.INTERNAL_ERROR

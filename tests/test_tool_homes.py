@@ -1,6 +1,7 @@
 """Issue 25's rule for tools: a tool's identity lives in its own file under orchestrator/tools/defs/;
 no other product file names a tool (the registry, declarations, front-end lists, approvals, the
 sandbox supervisor and the workspace code read it from the catalog)."""
+
 from __future__ import annotations
 
 import ast
@@ -15,14 +16,21 @@ def named_tools(path: Path) -> list[tuple[int, str]]:
     """String constants equal to a tool's name (docstrings and comments are prose, not names)."""
     names = set(catalog.TOOLS)
     tree = ast.parse(path.read_text(), str(path))
-    return [(node.lineno, node.value) for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names]
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names
+    ]
 
 
 # Words that are a tool's name and also something else: the git program in a shell command line; the
 # API's `git` keyword (SandboxOptions.git, the CLI's --no-git) in the table of flags to keywords.
 # "git" as a program's name, not the tool: a command prefix, the API's keyword, Debian's package in the image
-NOT_TOOLS = {"orchestrator/policy/prefix.py": {"git"}, "orchestrator/api/options.py": {"git"}, "orchestrator/sandbox/packages.py": {"git"}}
+NOT_TOOLS = {
+    "orchestrator/policy/prefix.py": {"git"},
+    "orchestrator/api/options.py": {"git"},
+    "orchestrator/sandbox/packages.py": {"git"},
+}
 
 
 def test_no_product_file_but_a_tools_own_names_a_tool():

@@ -2,6 +2,7 @@
 (orchestrator/tools/defs/) list the same box tools with the same bounds; the model is told the
 bounds the host declares; and the agent, run for real (a local subprocess on a temporary
 workspace, speaking its stdio protocol), keeps the bounds its table states."""
+
 from __future__ import annotations
 
 import json
@@ -24,12 +25,21 @@ def mismatches(agent: Mapping[str, tuple[str, str, Mapping[str, int]]], host: Ma
     """Every difference between the agent's table and the host's box tools: a tool on one side only,
     a bound missing on one side or of another value."""
     box = {name: tool for name, tool in host.items() if tool.side == "sandbox"}
-    found = [f"{name}: in the agent's table, not a box tool of the host's catalog" for name in sorted(agent.keys() - box.keys())]
-    found += [f"{name}: a box tool of the host's catalog, not in the agent's table" for name in sorted(box.keys() - agent.keys())]
+    found = [
+        f"{name}: in the agent's table, not a box tool of the host's catalog"
+        for name in sorted(agent.keys() - box.keys())
+    ]
+    found += [
+        f"{name}: a box tool of the host's catalog, not in the agent's table"
+        for name in sorted(box.keys() - agent.keys())
+    ]
     for name in sorted(agent.keys() & box.keys()):
         theirs, ours = dict(agent[name][2]), dict(box[name].bounds)
-        found += [f"{name}.{bound}: agent {theirs.get(bound)}, host {ours.get(bound)}"
-                  for bound in sorted(theirs.keys() | ours.keys()) if theirs.get(bound) != ours.get(bound)]
+        found += [
+            f"{name}.{bound}: agent {theirs.get(bound)}, host {ours.get(bound)}"
+            for bound in sorted(theirs.keys() | ours.keys())
+            if theirs.get(bound) != ours.get(bound)
+        ]
     return found
 
 
@@ -46,7 +56,9 @@ def test_the_comparison_fails_when_either_side_adds_drops_or_changes() -> None:
     assert mismatches(dropped, catalog.TOOLS) == ["shell: a box tool of the host's catalog, not in the agent's table"]
     module, function, bounds = agent["read_file"]
     changed = {**agent, "read_file": (module, function, {**bounds, "read_cap_bytes": 1024})}
-    assert mismatches(changed, catalog.TOOLS) == [f"read_file.read_cap_bytes: agent 1024, host {bounds['read_cap_bytes']}"]
+    assert mismatches(changed, catalog.TOOLS) == [
+        f"read_file.read_cap_bytes: agent 1024, host {bounds['read_cap_bytes']}"
+    ]
     fewer = {**agent, "read_file": (module, function, {"read_cap_bytes": bounds["read_cap_bytes"]})}
     assert mismatches(fewer, catalog.TOOLS) == [f"read_file.default_lines: agent None, host {bounds['default_lines']}"]
 
@@ -77,9 +89,14 @@ def test_the_model_is_told_the_bounds_the_host_declares() -> None:
     timeout = shell["parameters"]["properties"]["timeout"]
     assert timeout["default"] == bounds["shell"]["timeout_default_s"]
     assert f"clamped to {bounds['shell']['timeout_max_s']}" in timeout["description"]
-    assert f"Default timeout {bounds['shell']['timeout_default_s']}s, at most {bounds['shell']['timeout_max_s']}s" in shell["description"]
+    assert (
+        f"Default timeout {bounds['shell']['timeout_default_s']}s, at most {bounds['shell']['timeout_max_s']}s"
+        in shell["description"]
+    )
     deadline = catalog.TOOLS["shell"].box.deadline
-    assert deadline is not None and deadline({"timeout": 10**6}) == bounds["shell"]["timeout_max_s"]  # the host's clock agrees
+    assert (
+        deadline is not None and deadline({"timeout": 10**6}) == bounds["shell"]["timeout_max_s"]
+    )  # the host's clock agrees
 
 
 class _Agent:
@@ -87,8 +104,15 @@ class _Agent:
 
     def __init__(self, workspace: Path) -> None:
         env = {"PATH": os.environ["PATH"], "OA_AGENT_WORKSPACE": str(workspace), "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "sandbox_agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, cwd=workspace, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sandbox_agent"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=workspace,
+            env=env,
+            start_new_session=True,
+        )
         self.next_id = 0
 
     def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -130,19 +154,33 @@ def test_the_agent_keeps_the_bounds_its_table_states(agent: tuple[_Agent, Path])
     listing = box.call("list_files", {"path": "many"})
     assert (listing["meta"]["entries"], listing["meta"]["truncated"]) == (b["list_files"]["max_entries"], True)
 
-    (ws / "hits.txt").write_text("hit " + "y" * (b["grep_files"]["line_chars"] + 50) + "\n" + "hit\n" * b["grep_files"]["max_lines"])
+    (ws / "hits.txt").write_text(
+        "hit " + "y" * (b["grep_files"]["line_chars"] + 50) + "\n" + "hit\n" * b["grep_files"]["max_lines"]
+    )
     grep = box.call("grep_files", {"pattern": "hit", "path": "hits.txt"})
-    assert (grep["meta"]["matches"], grep["meta"]["truncated"], grep["meta"]["lines_cut"]) == (b["grep_files"]["max_lines"], True, 1)
-    assert "y" * b["grep_files"]["line_chars"] not in grep["output"] and "y" * (b["grep_files"]["line_chars"] - 10) in grep["output"]
+    assert (grep["meta"]["matches"], grep["meta"]["truncated"], grep["meta"]["lines_cut"]) == (
+        b["grep_files"]["max_lines"],
+        True,
+        1,
+    )
+    assert (
+        "y" * b["grep_files"]["line_chars"] not in grep["output"]
+        and "y" * (b["grep_files"]["line_chars"] - 10) in grep["output"]
+    )
 
     too_big = box.call("write_file", {"path": "big.txt", "content": "a" * (b["write_file"]["max_bytes"] + 1)})
     assert too_big["error"]["type"] == "file_too_large" and not (ws / "big.txt").exists()
     (ws / "huge.txt").write_bytes(b"a" * (b["edit_file"]["max_file_bytes"] + 1))
-    assert box.call("edit_file", {"path": "huge.txt", "old_text": "a", "new_text": "b"})["error"]["type"] == "file_too_large"
+    assert (
+        box.call("edit_file", {"path": "huge.txt", "old_text": "a", "new_text": "b"})["error"]["type"]
+        == "file_too_large"
+    )
 
     assert box.call("shell", {"command": "true"})["meta"]["timeout_s"] == b["shell"]["timeout_default_s"]
     assert box.call("shell", {"command": "true", "timeout": 10**6})["meta"]["timeout_s"] == b["shell"]["timeout_max_s"]
     head, tail = b["shell"]["output_head_bytes"], b["shell"]["output_tail_bytes"]
     loud = box.call("shell", {"command": f"yes 0123456789abcdef | head -c {4 * (head + tail)}"})
     assert loud["meta"]["output_truncated"] and loud["meta"]["output_cap_bytes"] == head + tail
-    assert head + tail - 200 < len(loud["output"].encode()) < head + tail + 400  # the two kept ends and the marker between
+    assert (
+        head + tail - 200 < len(loud["output"].encode()) < head + tail + 400
+    )  # the two kept ends and the marker between

@@ -1,4 +1,5 @@
 """Every bound and rule of shared/spec/tools.md, through a real container."""
+
 from __future__ import annotations
 
 import hashlib
@@ -68,7 +69,9 @@ def test_a_catastrophic_regex_is_a_typed_timeout_and_the_box_stays(open_sandbox,
     inside the host's 120 s deadline, so the box is not replaced; the agent answers at once after."""
     from sandbox_agent import limits
 
-    ws = make_workspace(tmp_path / "ws", {"a_first.txt": "aaaa\n", "b_evil.txt": "a" * 40 + "!\n", "c_after.txt": "aa\n"})
+    ws = make_workspace(
+        tmp_path / "ws", {"a_first.txt": "aaaa\n", "b_evil.txt": "a" * 40 + "!\n", "c_after.txt": "aa\n"}
+    )
     box = open_sandbox(ws)
     started = time.monotonic()
     result = box.call("grep_files", {"pattern": "(a+)+$"})
@@ -85,7 +88,9 @@ def test_a_catastrophic_regex_is_a_typed_timeout_and_the_box_stays(open_sandbox,
     assert box.call("read_file", {"path": "c_after.txt"}).output == "aa\n"
     assert box.call("grep_files", {"pattern": "a+$", "path": "c_after.txt"}).output == "c_after.txt:1:aa"
     assert time.monotonic() - quick < 5
-    assert not [p for p in live_processes(box) if "python" in p and not p.startswith("1 ")], "the search child outlived its call"
+    assert not [p for p in live_processes(box) if "python" in p and not p.startswith("1 ")], (
+        "the search child outlived its call"
+    )
 
 
 def test_grep_invalid_regex_is_typed(sandbox):
@@ -96,7 +101,9 @@ def test_grep_invalid_regex_is_typed(sandbox):
 def test_edit_keeps_bom_and_crlf(open_sandbox, tmp_path):
     original = b"\xef\xbb\xbfalpha\r\nbeta\r\ngamma\r\n"
     ws = make_workspace(tmp_path / "ws", {"w.txt": original})
-    result = open_sandbox(ws).call("edit_file", {"path": "w.txt", "old_text": "beta\ngamma", "new_text": "BETA\ngamma\ndelta"})
+    result = open_sandbox(ws).call(
+        "edit_file", {"path": "w.txt", "old_text": "beta\ngamma", "new_text": "BETA\ngamma\ndelta"}
+    )
     assert result.ok, result
     assert (ws / "w.txt").read_bytes() == b"\xef\xbb\xbfalpha\r\nBETA\r\ngamma\r\ndelta\r\n"
 
@@ -193,7 +200,9 @@ def test_shell_timeout_keeps_earlier_output(sandbox):
 
 
 def test_background_and_setsid_children_do_not_survive(sandbox):
-    result = sandbox.call("shell", {"command": "sleep 100 & setsid sleep 101 & (setsid sh -c 'sleep 102 &' &); echo started"})
+    result = sandbox.call(
+        "shell", {"command": "sleep 100 & setsid sleep 101 & (setsid sh -c 'sleep 102 &' &); echo started"}
+    )
     assert result.ok and result.output == "started\n"
     remaining = live_processes(sandbox)
     assert not [p for p in remaining if "sleep" in p], remaining
@@ -201,7 +210,13 @@ def test_background_and_setsid_children_do_not_survive(sandbox):
 
 
 def test_timed_out_daemons_do_not_survive(sandbox):
-    result = sandbox.call("shell", {"command": "setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' & nohup sleep 200 >/dev/null 2>&1 & sleep 50", "timeout": 2})
+    result = sandbox.call(
+        "shell",
+        {
+            "command": "setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' & nohup sleep 200 >/dev/null 2>&1 & sleep 50",
+            "timeout": 2,
+        },
+    )
     assert result.error.type.value == "timeout"
     assert live_processes(sandbox) == ["1 python3"]
 
@@ -262,12 +277,21 @@ def test_exec_cli_prints_one_json_object_with_exit_codes(sandbox_image, tmp_path
     assert bad.returncode == 1
     err = json.loads(bad.stdout)["error"]
     assert err == {"type": "path_outside_workspace", "message": err["message"], "recoverable": True}
-    no_daemon = _oa("exec", "--workspace", str(ws), "read_file", '{"path": "hello.txt"}', env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"})
+    no_daemon = _oa(
+        "exec",
+        "--workspace",
+        str(ws),
+        "read_file",
+        '{"path": "hello.txt"}',
+        env={**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no.sock"},
+    )
     assert no_daemon.returncode == 2 and "dockerd" in no_daemon.stderr
 
 
 def test_read_file_edges_one_huge_line_empty_file_and_past_the_end(open_sandbox, tmp_path):
-    ws = make_workspace(tmp_path / "ws", {"one.txt": "é" * 60_000 + "\nnext\n", "empty.txt": "", "bom.txt": b"\xef\xbb\xbfhi\r\n"})
+    ws = make_workspace(
+        tmp_path / "ws", {"one.txt": "é" * 60_000 + "\nnext\n", "empty.txt": "", "bom.txt": b"\xef\xbb\xbfhi\r\n"}
+    )
     box = open_sandbox(ws)
     huge = box.call("read_file", {"path": "one.txt"})
     assert huge.ok and len(huge.output.encode()) <= 48 * 1024 and huge.output == "é" * (48 * 1024 // 2)

@@ -5,6 +5,7 @@ Catching RecursionError after the fact was not enough: CI saw a garbage-collecti
 with an unraisable RecursionError while the host parsed fifty thousand "[" from the model. The probe
 below makes that visible on every run: with collection forced on every allocation, a callback checks
 that 60 more frames still fit; a parse that goes deep makes it fail."""
+
 from __future__ import annotations
 
 import gc
@@ -134,7 +135,9 @@ def test_a_model_answer_nested_deep_is_a_typed_model_error(stack_probe):
     with FakeModelServer() as server:
         for _ in range(2):
             server.reply(DEEP[0].encode())
-        client = HttpModelClient(DIALECTS["openai"], "m", server.base_url, "k", RetryPolicy(max_attempts=2, base_delay_s=0.01))
+        client = HttpModelClient(
+            DIALECTS["openai"], "m", server.base_url, "k", RetryPolicy(max_attempts=2, base_delay_s=0.01)
+        )
         with pytest.raises(OpenAgentsError) as info:
             client.complete([Message(role="user", content="hi")], [])
     assert info.value.type == ErrorType.MODEL_API_ERROR
@@ -188,8 +191,11 @@ def test_bytes_are_read_as_utf8_only():
     assert jsonbound.loads('{"a": "é[["}'.encode()) == {"a": "é[["}
 
 
-@pytest.mark.parametrize("data", [b"[]" * (4 << 20), b"[" + b'"[",' * (2 << 20) + b"1]", b'["' + b'\\"[' * (3 << 20) + b'"]'],
-                         ids=["brackets", "strings", "escapes"])
+@pytest.mark.parametrize(
+    "data",
+    [b"[]" * (4 << 20), b"[" + b'"[",' * (2 << 20) + b"1]", b'["' + b'\\"[' * (3 << 20) + b'"]'],
+    ids=["brackets", "strings", "escapes"],
+)
 def test_the_count_of_a_large_line_is_bounded(data):
     """8 to 12 MiB lines of the shapes that cost most (a quarter of a second to a second here; the
     regular expression this replaced kept hundreds of MB for some)."""

@@ -1,5 +1,6 @@
 """Copy and bind modes through the real CLI: a root-owned workspace is worked on as a copy by an
 unprivileged box; changes, apply, conflicts, rollback and the never-uid-0 rule."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,14 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspac
 
 
 def cli(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run([OA, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [OA, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -59,8 +67,21 @@ def state(tmp_path, monkeypatch):
 def run_session(tmp_path, ws, turns, *extra):
     policy = tmp_path / "allow.toml"
     policy.write_text(ALLOW)
-    proc = cli("run", "--workspace", str(ws), "--model", f"script:{script(tmp_path, turns)}", "--non-interactive", "--policy", str(policy), *extra, "task")
-    sid = next((line.split()[1] for line in map(str.strip, proc.stderr.splitlines()) if line.startswith("session: ")), None)
+    proc = cli(
+        "run",
+        "--workspace",
+        str(ws),
+        "--model",
+        f"script:{script(tmp_path, turns)}",
+        "--non-interactive",
+        "--policy",
+        str(policy),
+        *extra,
+        "task",
+    )
+    sid = next(
+        (line.split()[1] for line in map(str.strip, proc.stderr.splitlines()) if line.startswith("session: ")), None
+    )
     return proc, sid
 
 
@@ -74,8 +95,10 @@ def test_root_owned_workspace_is_copied_and_applied(sandbox_image, tmp_path, sta
     before = tree(ws)
     turns = [
         {"tool_calls": [{"name": "write_file", "arguments": {"path": "app.py", "content": "print('new')\n"}}]},
-        shell("id -u > uid.txt; cp /bin/true tool; chmod 4755 tool; mkdir -p sub/.git; echo '[core]' > sub/.git/config; "
-              "mkfifo pipe; ln -s /etc/passwd pw; true"),
+        shell(
+            "id -u > uid.txt; cp /bin/true tool; chmod 4755 tool; mkdir -p sub/.git; echo '[core]' > sub/.git/config; "
+            "mkfifo pipe; ln -s /etc/passwd pw; true"
+        ),
         {"text": "done"},
     ]
     proc, sid = run_session(tmp_path, ws, turns)
@@ -85,7 +108,11 @@ def test_root_owned_workspace_is_copied_and_applied(sandbox_image, tmp_path, sta
     changes = cli("changes", sid)
     assert changes.returncode == 0 and "+print('new')" in changes.stdout, changes.stdout + changes.stderr
     listing = cli("sessions")
-    assert listing.stdout.splitlines()[0].startswith("ID ") and listing.stdout.splitlines()[1].startswith(sid) and "copy" in listing.stdout
+    assert (
+        listing.stdout.splitlines()[0].startswith("ID ")
+        and listing.stdout.splitlines()[1].startswith(sid)
+        and "copy" in listing.stdout
+    )
     applied = cli("apply", sid)
     assert applied.returncode == 0, applied.stderr
     assert (ws / "app.py").read_text() == "print('new')\n"
@@ -102,7 +129,9 @@ def test_a_conflict_applies_nothing(sandbox_image, tmp_path, state):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n", "b.txt": "b\n"})
     for p in [ws, *ws.iterdir()]:
         os.chown(p, 0, 0)
-    proc, sid = run_session(tmp_path, ws, [shell("echo A > a.txt; echo B > b.txt"), {"text": "done"}], "--workspace-mode", "copy")
+    proc, sid = run_session(
+        tmp_path, ws, [shell("echo A > a.txt; echo B > b.txt"), {"text": "done"}], "--workspace-mode", "copy"
+    )
     assert proc.returncode == 0, proc.stderr
     (ws / "a.txt").write_text("the user's own edit\n")
     before = tree(ws)
@@ -114,7 +143,9 @@ def test_a_conflict_applies_nothing(sandbox_image, tmp_path, state):
 def test_run_apply_at_the_end(sandbox_image, tmp_path, state):
     """`run --apply` in copy mode lands the changes without asking (CI)."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    proc, sid = run_session(tmp_path, ws, [shell("echo changed > a.txt"), {"text": "done"}], "--workspace-mode", "copy", "--apply")
+    proc, sid = run_session(
+        tmp_path, ws, [shell("echo changed > a.txt"), {"text": "done"}], "--workspace-mode", "copy", "--apply"
+    )
     assert proc.returncode == 0, proc.stderr
     assert (ws / "a.txt").read_text() == "changed\n"
 
@@ -124,10 +155,16 @@ def test_rollback_to_the_start_and_to_a_middle_turn(sandbox_image, tmp_path, sta
     """Checkpoints after each changing turn; rollback restores exactly, in both modes."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "one\n", "d/b.txt": "b\n"})
     start = tree(ws)
-    turns = [shell("echo two > a.txt; echo new > n.txt"), shell("echo three > a.txt; rm d/b.txt; ln -s a.txt link"), {"text": "done"}]
+    turns = [
+        shell("echo two > a.txt; echo new > n.txt"),
+        shell("echo three > a.txt; rm d/b.txt; ln -s a.txt link"),
+        {"text": "done"},
+    ]
     proc, sid = run_session(tmp_path, ws, turns, "--workspace-mode", mode)
     assert proc.returncode == 0, proc.stderr
-    box_ws = Path(json.loads((state / "openagents-sandbox" / "sessions" / sid / "session.json").read_text())["box_workspace"])
+    box_ws = Path(
+        json.loads((state / "openagents-sandbox" / "sessions" / sid / "session.json").read_text())["box_workspace"]
+    )
     assert (box_ws / "a.txt").read_text() == "three\n"
     points = cli("checkpoints", sid)
     assert points.returncode == 0 and points.stdout.splitlines()[0].startswith("start"), points.stdout + points.stderr
@@ -147,7 +184,9 @@ def test_uid_0_is_refused(sandbox_image, tmp_path, state):
     """`--user 0:0` is refused with a clear error, in every mode."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     for mode in ("bind", "copy"):
-        proc = cli("exec", "--workspace", str(ws), "--workspace-mode", mode, "--user", "0:0", "shell", '{"command": "id -u"}')
+        proc = cli(
+            "exec", "--workspace", str(ws), "--workspace-mode", mode, "--user", "0:0", "shell", '{"command": "id -u"}'
+        )
         assert proc.returncode == 2 and "never runs as uid 0" in proc.stderr, proc.stderr
 
 

@@ -8,6 +8,7 @@ no pip copied in), the project and its dependencies made importable the way an i
   setuptools-style editable finder (`__editable___*_finder.py`, its MAPPING naming the clone's
   package directories, installed by a `.pth` line): the clone is not on sys.path at all.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -58,7 +59,9 @@ def site_packages(venv: Path) -> Path:
 def venv(where: Path, project: Path | None = ROOT) -> Path:
     """A virtualenv at `where`; returns its `bin/oa-sandbox`. `project`: the checkout a `.pth` names
     (None: none, the caller installs the project another way)."""
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(where)], check=True, capture_output=True, timeout=120
+    )
     lines = ([str(project)] if project is not None else []) + [DEPENDENCIES]
     (site_packages(where) / "oa_test_install.pth").write_text("\n".join(lines) + "\n")
     script = where / "bin" / "oa-sandbox"
@@ -72,8 +75,12 @@ def editable_clone(clone: Path, env: Path) -> None:
     for name in ("orchestrator", "sandbox_agent"):
         shutil.copytree(ROOT / name, clone / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "Dockerfile.sandbox", clone / "Dockerfile.sandbox")
-    shutil.copytree(ROOT / "compose" / "proxy", clone / "compose" / "proxy", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "compose" / "proxy", clone / "compose" / "proxy", ignore=shutil.ignore_patterns("__pycache__")
+    )
     mapping = {name: str(clone / name) for name in ("orchestrator", "sandbox_agent")}
     sp = site_packages(env)
     (sp / "__editable___oa_clone_finder.py").write_text(FINDER.format(mapping=mapping))
-    (sp / "__editable__.oa_clone.pth").write_text("import __editable___oa_clone_finder; __editable___oa_clone_finder.install()\n")
+    (sp / "__editable__.oa_clone.pth").write_text(
+        "import __editable___oa_clone_finder; __editable___oa_clone_finder.install()\n"
+    )

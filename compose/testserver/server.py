@@ -9,6 +9,7 @@ reflects every header it got (a server that echoes: the gate must not let the se
 /redirect, which sends the client to another host. /linger (plain) answers in full, then keeps the
 connection open for LINGER_S before closing it: the gate's record of it comes after the client is done.
 """
+
 import hmac
 import json
 import os
@@ -29,8 +30,17 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         if TLS:
-            print(json.dumps({"method": self.command, "path": self.path, "headers": list(self.headers.items()),
-                              "body": body.decode("latin-1")}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "method": self.command,
+                        "path": self.path,
+                        "headers": list(self.headers.items()),
+                        "body": body.decode("latin-1"),
+                    }
+                ),
+                flush=True,
+            )
         status, extra = 200, []
         if self.path == "/big":
             out = b"x" * (1 << 20)
@@ -64,14 +74,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         if kind == "chunked":
             self.send_header("Transfer-Encoding", "chunked")
-            body = b"".join(b"%x\r\n%s\r\n" % (len(echo[i:i + 16]), echo[i:i + 16]) for i in range(0, len(echo), 16)) + b"0\r\n\r\n"
+            body = (
+                b"".join(b"%x\r\n%s\r\n" % (len(echo[i : i + 16]), echo[i : i + 16]) for i in range(0, len(echo), 16))
+                + b"0\r\n\r\n"
+            )
         else:
             if kind == "gzip":
                 import gzip
+
                 body = gzip.compress(echo)
                 self.send_header("Content-Encoding", "gzip")
             else:
                 import base64
+
                 body = base64.b64encode(echo)
             self.send_header("Content-Length", str(len(body)))
         self.send_header("Connection", "close")

@@ -7,6 +7,7 @@ with its path rules and caps) and cut at LINK_MAX_CHARS. A link to anything else
 the workspace, a URL) is named and never read: the host reads nothing the editor points at
 outside the workspace on the model's behalf.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,7 @@ def inside(path: str, roots: list[Path]) -> str | None:
         if path == root_s:
             return None  # the workspace itself is a directory, not a file to read
         if path.startswith(root_s.rstrip("/") + "/"):
-            return path[len(root_s.rstrip("/")) + 1:]
+            return path[len(root_s.rstrip("/")) + 1 :]
     return None
 
 
@@ -83,7 +84,9 @@ def prompt_text(blocks: list[dict[str, Any]], roots: list[Path], read_file: Read
             elif kind == "resource_link":
                 parts.append(link_text(m.ResourceLinkBlock.model_validate(raw), roots, read_file))
             else:
-                raise PromptError(f"prompt[{i}]: content of type {str(kind)[:40]!r} is not supported (promptCapabilities: text and resource_link only)")
+                raise PromptError(
+                    f"prompt[{i}]: content of type {str(kind)[:40]!r} is not supported (promptCapabilities: text and resource_link only)"
+                )
         except ValidationError as err:
             first = err.errors(include_input=False)[0]
             raise PromptError(f"prompt[{i}]: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

@@ -7,6 +7,7 @@ FIFO blocked on, nothing read past DIFF_MAX_BYTES). A file that cannot be read t
 UTF-8 text, gets no diff at all rather than a wrong one. Paths shown are the editor's own (its cwd
 joined with the workspace-relative path), even in copy mode, where the box works on a copy.
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -44,7 +45,7 @@ def workspace_rel(path: Any) -> str | None:
     if not isinstance(path, str) or not path or "\0" in path:
         return None
     if path == BOX_ROOT or path.startswith(BOX_ROOT + "/"):
-        path = path[len(BOX_ROOT):].lstrip("/") or "."
+        path = path[len(BOX_ROOT) :].lstrip("/") or "."
     if path.startswith("/"):
         return None
     rel: str = posixpath.normpath(path)

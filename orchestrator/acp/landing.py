@@ -23,6 +23,7 @@ the landing shows up again next turn), so the next turn carries only the next tu
 a later `oa-sandbox apply ID` only what never landed. What was left out is said once; a conflict is
 said at every turn it still blocks.
 """
+
 from __future__ import annotations
 
 import time
@@ -68,8 +69,12 @@ class Landing:
         """Names exact (a string, or {"bytes_b64": ...}), their display forms beside them (`Shown`);
         each list at most META_ITEMS long, with `<key>Total` and `<key>File` (the whole list, a JSONL
         file in the session's directory, when cut): terminal/machine.py's rules, in camelCase."""
-        out: dict[str, Any] = {"session": self.session, "workspace": self.workspace, "landed": not self.conflicts and self.error is None,
-                               "stillLeftOut": self.still_left_out}
+        out: dict[str, Any] = {
+            "session": self.session,
+            "workspace": self.workspace,
+            "landed": not self.conflicts and self.error is None,
+            "stillLeftOut": self.still_left_out,
+        }
         lists = Bounded(out, self.lists_dir, f"acp-{time.time_ns()}", camel=True)
         lists.put("applied", self.applied, name_item, stored_shown)
         lists.put("leftOut", self.left_out, lambda lo: _named(lo.path, reason=show(lo.reason)))
@@ -85,23 +90,37 @@ class Landing:
         """What the editor's user reads at the end of the turn; None when there is nothing to say."""
         lines: list[str] = []
         if self.error:
-            lines.append(f"Copy mode: nothing landed in {self.workspace}: {self.error}. The changes stay in the session's copy "
-                         f"(`oa-sandbox changes {self.session}`).")
+            lines.append(
+                f"Copy mode: nothing landed in {self.workspace}: {self.error}. The changes stay in the session's copy "
+                f"(`oa-sandbox changes {self.session}`)."
+            )
         elif self.conflicts:
-            lines.append(f"Copy mode: nothing landed in {self.workspace}: {_count(self.conflicts, 'conflict')} (changed in your "
-                         "workspace during the session, and by the agent):")
+            lines.append(
+                f"Copy mode: nothing landed in {self.workspace}: {_count(self.conflicts, 'conflict')} (changed in your "
+                "workspace during the session, and by the agent):"
+            )
             lines += _items([f"{shown(c.path)}: {show(c.reason)}" for c in self.conflicts])
-            lines.append(f"The changes stay in the session's copy (`oa-sandbox changes {self.session}` shows them); every later "
-                         "prompt tries again, and lands nothing while a conflict remains.")
+            lines.append(
+                f"The changes stay in the session's copy (`oa-sandbox changes {self.session}` shows them); every later "
+                "prompt tries again, and lands nothing while a conflict remains."
+            )
         elif self.applied:
             lines.append(f"Copy mode: landed in {self.workspace}: {_names(self.applied)}.")
         if self.normalised:
-            lines.append("Modes normalised: " + ", ".join(f"{shown(n.path)} {n.box_mode} -> {n.mode}" for n in self.normalised[:MESSAGE_ITEMS]) + ".")
+            lines.append(
+                "Modes normalised: "
+                + ", ".join(f"{shown(n.path)} {n.box_mode} -> {n.mode}" for n in self.normalised[:MESSAGE_ITEMS])
+                + "."
+            )
         if self.left_out:
             lines.append(f"Left out, never carried ({len(self.left_out)}):")
             lines += _items([f"{shown(lo.path)}: {show(lo.reason)}" for lo in self.left_out])
         if self.editor_failures:
-            lines.append("On disk, but the editor refused to write " + "; ".join(f"{shown(p)} ({show(why)})" for p, why in self.editor_failures[:MESSAGE_ITEMS]) + ".")
+            lines.append(
+                "On disk, but the editor refused to write "
+                + "; ".join(f"{shown(p)} ({show(why)})" for p, why in self.editor_failures[:MESSAGE_ITEMS])
+                + "."
+            )
         return "\n".join(lines) if lines else None
 
 
@@ -137,10 +156,14 @@ class TurnLander:
 
     def land(self, write: WriteFile | None = None) -> Landing:
         manifest = CopyManifest.load(self.manifest_path)
-        landing = Landing(session=self.session, workspace=str(self.editor_root), lists_dir=Path(self.record.dir) / "lists")
+        landing = Landing(
+            session=self.session, workspace=str(self.editor_root), lists_dir=Path(self.record.dir) / "lists"
+        )
         try:
             if self.gate is None:
-                raise OpenAgentsError(ErrorType.REFUSED_BY_POLICY, "landing refused: the session has no approval gate to decide it")
+                raise OpenAgentsError(
+                    ErrorType.REFUSED_BY_POLICY, "landing refused: the session has no approval gate to decide it"
+                )
             report, scanned = apply_scanned(manifest, self.gate.decide_landing())
         except OpenAgentsError as err:
             landing.error = f"{err.type.value}: {err.message}"
@@ -169,7 +192,9 @@ class TurnLander:
                 self._said.add(key)
                 landing.left_out.append(item)
 
-    def _write_through(self, landing: Landing, manifest: CopyManifest, scanned: dict[str, Change], write: WriteFile) -> None:
+    def _write_through(
+        self, landing: Landing, manifest: CopyManifest, scanned: dict[str, Change], write: WriteFile
+    ) -> None:
         """Each text file the sanitiser wrote, as it landed, through the editor's fs/write_text_file."""
         silent = False
         for rel in landing.applied:

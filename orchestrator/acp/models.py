@@ -1,4 +1,5 @@
 """Pydantic models of the ACP messages we use (protocol version 1). Field names are ACP's own."""
+
 from __future__ import annotations
 
 from typing import Any, Literal, Union
@@ -194,7 +195,9 @@ class SessionNotification(_Model):
 class PermissionOption(_Model):
     optionId: str
     name: str
-    kind: Literal["allow_once", "allow_always", "reject_once"]  # allow_always only to widen a refused egress request for the session
+    kind: Literal[
+        "allow_once", "allow_always", "reject_once"
+    ]  # allow_always only to widen a refused egress request for the session
 
 
 class PermissionToolCall(_Model):

@@ -5,6 +5,7 @@ The events come from the session's transcript, read back bounded (resume.rebuild
 prompts as user_message_chunk, the model's text as agent_message_chunk, each call as tool_call with
 its final tool_call_update (the result's text, or its typed error). Text is sent as recorded, as the
 live session sent it; only the model's and the box's words, nothing read from the workspace now."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,11 @@ from ..tools import catalog
 from . import files
 from . import models as m
 
-_FINAL: dict[ToolCallState, m.ToolCallStatus] = {ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}
+_FINAL: dict[ToolCallState, m.ToolCallStatus] = {
+    ToolCallState.SUCCESS: "completed",
+    ToolCallState.ERROR: "failed",
+    ToolCallState.CANCELLED: "failed",
+}
 
 
 def updates(events: Iterable[ev.Event], workspace: Path) -> list[m.SessionUpdate]:
@@ -39,7 +44,9 @@ def updates(events: Iterable[ev.Event], workspace: Path) -> list[m.SessionUpdate
             text = event.output
             if event.error:
                 text = (text + "\n" if text else "") + f"{event.error.get('type')}: {event.error.get('message')}"
-            content: list[m.ToolCallContent] = [m.ContentToolCallContent(content=m.TextContent(text=text))] if text else []
+            content: list[m.ToolCallContent] = (
+                [m.ContentToolCallContent(content=m.TextContent(text=text))] if text else []
+            )
             state = event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)
             out.append(m.ToolCallUpdate(toolCallId=event.call_id, status=_FINAL.get(state, "failed"), content=content))
     return out
@@ -47,8 +54,13 @@ def updates(events: Iterable[ev.Event], workspace: Path) -> list[m.SessionUpdate
 
 def _start(call_id: str, tool: str, arguments: object, workspace: Path) -> m.ToolCallStart:
     kind = catalog.announced_kind(tool, arguments)
-    return m.ToolCallStart(toolCallId=call_id, title=catalog.call_title(tool, arguments), kind=kind if _is_kind(kind) else "other",
-                           rawInput=arguments, locations=files.locations(tool, arguments, workspace))
+    return m.ToolCallStart(
+        toolCallId=call_id,
+        title=catalog.call_title(tool, arguments),
+        kind=kind if _is_kind(kind) else "other",
+        rawInput=arguments,
+        locations=files.locations(tool, arguments, workspace),
+    )
 
 
 def _is_kind(kind: str) -> TypeGuard[m.ToolKind]:

@@ -19,6 +19,7 @@ In copy mode (a root-owned workspace under `auto`) each prompt turn ends by land
 changed in the copy, through the sanitiser, and through the editor's fs/write_text_file too when it
 offers that (landing.py); the editor is told in a message and in the answer's `_meta`.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -71,9 +72,19 @@ class RecordedLanding:
     def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
         outcome = self.gate.decide_landing(requested)
         if self.transcript is not None:
-            self.transcript.emit(ev.ApprovalDecided(executor=outcome.executor, call_id=LAND_ACTION, tool=LAND_TOOL, action=LAND_ACTION,
-                                                    level=outcome.level.value, decision=outcome.decision, reason=outcome.reason))
+            self.transcript.emit(
+                ev.ApprovalDecided(
+                    executor=outcome.executor,
+                    call_id=LAND_ACTION,
+                    tool=LAND_TOOL,
+                    action=LAND_ACTION,
+                    level=outcome.level.value,
+                    decision=outcome.decision,
+                    reason=outcome.reason,
+                )
+            )
         return outcome
+
 
 log = logging.getLogger(__name__)
 PERMISSION_OPTIONS = [
@@ -112,8 +123,15 @@ class SessionParts(Protocol):
 class SessionFactory(Protocol):
     """(workspace, approver, on_event, the session's MCP tools, the record of a session to resume) -> its parts."""
 
-    def __call__(self, workspace: Path, approver: "AcpApprover", on_event: Callable[[dict[str, Any]], None], host_tools: HostTools | None, /,
-                 resume: SessionRecord | None = None) -> SessionParts: ...
+    def __call__(
+        self,
+        workspace: Path,
+        approver: "AcpApprover",
+        on_event: Callable[[dict[str, Any]], None],
+        host_tools: HostTools | None,
+        /,
+        resume: SessionRecord | None = None,
+    ) -> SessionParts: ...
 
 
 @dataclass
@@ -155,7 +173,13 @@ class AcpApprover:
     def ask(self, request: ApprovalRequest) -> Answer:
         params = m.RequestPermissionParams(
             sessionId=self.session_id,
-            toolCall=m.PermissionToolCall(toolCallId=request.call_id, title=request.title, kind=_kind(request.kind), status="pending", rawInput=request.arguments),
+            toolCall=m.PermissionToolCall(
+                toolCallId=request.call_id,
+                title=request.title,
+                kind=_kind(request.kind),
+                status="pending",
+                rawInput=request.arguments,
+            ),
             options=EGRESS_OPTIONS if request.kind == "egress" else PERMISSION_OPTIONS,
         )
         future = self.server.request("session/request_permission", params, self.session_id)
@@ -163,11 +187,21 @@ class AcpApprover:
             raw = future.result()
             result = m.RequestPermissionResult.model_validate(raw)
         except (ValidationError, RpcError, OpenAgentsError) as err:
-            return Answer(option=WireOption.REJECT_ONCE, executor=Executor.OPENAGENTS, reason=f"no valid answer from the editor: {err}")
+            return Answer(
+                option=WireOption.REJECT_ONCE,
+                executor=Executor.OPENAGENTS,
+                reason=f"no valid answer from the editor: {err}",
+            )
         if isinstance(result.outcome, m.SelectedOutcome) and result.outcome.optionId == "allow_once":
             return Answer(option=WireOption.ALLOW_ONCE, reason="allowed in the editor")
-        if isinstance(result.outcome, m.SelectedOutcome) and result.outcome.optionId == "allow_session" and request.kind == "egress":
-            return Answer(option=WireOption.ALLOW_ONCE, remember_for_session=True, reason="allowed in the editor for this session")
+        if (
+            isinstance(result.outcome, m.SelectedOutcome)
+            and result.outcome.optionId == "allow_session"
+            and request.kind == "egress"
+        ):
+            return Answer(
+                option=WireOption.ALLOW_ONCE, remember_for_session=True, reason="allowed in the editor for this session"
+            )
         if isinstance(result.outcome, m.CancelledOutcome):
             return Answer(option=WireOption.REJECT_ONCE, reason="the prompt was cancelled")
         return Answer(option=WireOption.REJECT_ONCE, reason="rejected in the editor")
@@ -193,7 +227,13 @@ def _announced_kind(tool: str, arguments: Any) -> m.ToolKind:
 
 
 class AcpServer:
-    def __init__(self, factory: SessionFactory, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None, workspace: Path | None = None) -> None:
+    def __init__(
+        self,
+        factory: SessionFactory,
+        stdin: BinaryIO | None = None,
+        stdout: BinaryIO | None = None,
+        workspace: Path | None = None,
+    ) -> None:
         self.factory = factory
         self.stdin = stdin or sys.stdin.buffer
         self.stdout = stdout or sys.stdout.buffer
@@ -270,7 +310,12 @@ class AcpServer:
             msg = m.JsonRpcMessage.model_validate(raw)
         except ValidationError as err:
             rid = raw.get("id") if isinstance(raw, dict) and isinstance(raw.get("id"), (int, str)) else None
-            self.send({"id": rid, "error": {"code": m.INVALID_REQUEST, "message": f"invalid request: {err.errors()[0]['msg']}"}})
+            self.send(
+                {
+                    "id": rid,
+                    "error": {"code": m.INVALID_REQUEST, "message": f"invalid request: {err.errors()[0]['msg']}"},
+                }
+            )
             return
         if msg.method is None:
             self._resolve(msg)
@@ -329,9 +374,19 @@ class AcpServer:
             error = {"code": err.code, "message": str(err)}
             self.send({"id": msg.id, "error": error if err.data is None else {**error, "data": err.data}})
         except ValidationError as err:
-            self.send({"id": msg.id, "error": {"code": m.INVALID_PARAMS, "message": f"invalid params: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"}})
+            self.send(
+                {
+                    "id": msg.id,
+                    "error": {
+                        "code": m.INVALID_PARAMS,
+                        "message": f"invalid params: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}",
+                    },
+                }
+            )
         except OpenAgentsError as err:
-            self.send({"id": msg.id, "error": {"code": m.INTERNAL_ERROR, "message": err.message, "data": err.to_dict()}})
+            self.send(
+                {"id": msg.id, "error": {"code": m.INTERNAL_ERROR, "message": err.message, "data": err.to_dict()}}
+            )
         except Exception as err:  # never let one request end the agent
             log.exception("ACP request %s failed", msg.method)
             self.send({"id": msg.id, "error": {"code": m.INTERNAL_ERROR, "message": f"{type(err).__name__}: {err}"}})
@@ -359,7 +414,11 @@ class AcpServer:
         workspace = (self.workspace or Path(p.cwd)).resolve()
         if not workspace.is_dir():
             raise RpcError(m.INVALID_PARAMS, f"cwd {p.cwd} is not a directory")
-        roots = roots_of(p.cwd, workspace) if self.workspace is None else roots_of(str(self.workspace.absolute()), workspace)
+        roots = (
+            roots_of(p.cwd, workspace)
+            if self.workspace is None
+            else roots_of(str(self.workspace.absolute()), workspace)
+        )
         session = AcpSession(id=f"sess_{uuid.uuid4().hex}", workspace=workspace, roots=roots)
         self._open(session, p.mcpServers)
         return m.NewSessionResult(sessionId=session.id)
@@ -384,12 +443,18 @@ class AcpServer:
         workspace = (self.workspace or Path(p.cwd)).resolve()
         if str(workspace) != record.workspace:
             raise RpcError(m.INVALID_PARAMS, f"session {record.id} worked on {record.workspace}, not {workspace}")
-        roots = roots_of(p.cwd, workspace) if self.workspace is None else roots_of(str(self.workspace.absolute()), workspace)
+        roots = (
+            roots_of(p.cwd, workspace)
+            if self.workspace is None
+            else roots_of(str(self.workspace.absolute()), workspace)
+        )
         session = AcpSession(id=record.id, workspace=workspace, roots=roots)
         self._open(session, p.mcpServers, record)
         return m.LoadSessionResult()
 
-    def _open(self, session: AcpSession, mcp_servers: list[dict[str, Any]], resume: SessionRecord | None = None) -> None:
+    def _open(
+        self, session: AcpSession, mcp_servers: list[dict[str, Any]], resume: SessionRecord | None = None
+    ) -> None:
         """A session's parts made (a resumed one's conversation replayed), then registered: before
         the answer is sent (see the module's docstring)."""
         workspace = session.workspace
@@ -400,17 +465,27 @@ class AcpServer:
                 session.mcp.start()  # the user's own servers, on the host; failures are named in .problems
                 for problem in session.mcp.problems:
                     log.warning("session %s: %s", session.id, problem)
-            session.parts = self.factory(workspace, approver, lambda event: self._on_event(session, event), session.mcp, resume=resume)
+            session.parts = self.factory(
+                workspace, approver, lambda event: self._on_event(session, event), session.mcp, resume=resume
+            )
             record = getattr(session.parts, "record", None)
             if isinstance(record, SessionRecord):
-                session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
+                session.id = approver.session_id = (
+                    record.id
+                )  # the id `oa-sandbox sessions` lists, and session/load takes
             if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
                 gate = getattr(getattr(session.parts, "pipeline", None), "gate", None)
-                recorded = RecordedLanding(gate, getattr(session.parts, "transcript", None)) if gate is not None else None
+                recorded = (
+                    RecordedLanding(gate, getattr(session.parts, "transcript", None)) if gate is not None else None
+                )
                 session.lander = TurnLander(record, workspace, recorded)
             transcript = getattr(session.parts, "transcript", None)
             if session.mcp and transcript is not None:
-                transcript.emit(ev.McpServersStarted(executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems))
+                transcript.emit(
+                    ev.McpServersStarted(
+                        executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems
+                    )
+                )
             rebuilt = getattr(session.parts, "rebuilt", None)
             if resume is not None and rebuilt is not None:
                 for update in replay.updates(rebuilt.replay, workspace):
@@ -440,7 +515,9 @@ class AcpServer:
                 reader = catalog.file_reader().name
 
                 def read_link(rel: str) -> ToolResult:  # through the pipeline: the ladder, a deny rule, the transcript
-                    return loop.pipeline.run(ToolCall(id=f"link_{uuid.uuid4().hex[:12]}", name=reader, arguments={"path": rel}))
+                    return loop.pipeline.run(
+                        ToolCall(id=f"link_{uuid.uuid4().hex[:12]}", name=reader, arguments={"path": rel})
+                    )
 
                 text = prompt_text(p.prompt, session.roots, read_link)
             except PromptError as err:
@@ -457,7 +534,9 @@ class AcpServer:
             return m.PromptResult(stopReason="max_turn_requests", meta=meta)
         if result.status == SessionStatus.STOPPED and result.error and result.error.type != ErrorType.LOOP_DETECTED:
             # the model API failed, or the sandbox or the workspace did: an error on this request, typed
-            raise RpcError(m.INTERNAL_ERROR, result.reason, data={**result.error.model_dump(mode="json"), **(meta or {})})
+            raise RpcError(
+                m.INTERNAL_ERROR, result.reason, data={**result.error.model_dump(mode="json"), **(meta or {})}
+            )
         if result.status == SessionStatus.STOPPED:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=f"[stopped: {result.reason}]")))
         return m.PromptResult(stopReason="end_turn", meta=meta)
@@ -468,14 +547,28 @@ class AcpServer:
             return None
 
         def write(path: str, content: str) -> None:
-            self.ask("fs/write_text_file", m.WriteTextFileParams(sessionId=session.id, path=path, content=content), session.id, EDITOR_WRITE_TIMEOUT_S)
+            self.ask(
+                "fs/write_text_file",
+                m.WriteTextFileParams(sessionId=session.id, path=path, content=content),
+                session.id,
+                EDITOR_WRITE_TIMEOUT_S,
+            )
 
         landing = session.lander.land(write if self.editor_writes else None)
         transcript = getattr(session.parts, "transcript", None)
-        if transcript is not None and (landing.error is None or landing.applied):  # the landing ran: its outcome, as MCP's and the API's
-            transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="acp", ok=landing.error is None and not landing.conflicts,
-                                              applied=len(landing.applied), left_out=[shown(lo.path) for lo in landing.left_out[:200]],
-                                              conflicts=[shown(c.path) for c in landing.conflicts[:200]]))
+        if transcript is not None and (
+            landing.error is None or landing.applied
+        ):  # the landing ran: its outcome, as MCP's and the API's
+            transcript.emit(
+                ev.ChangesApplied(
+                    executor=Executor.OPENAGENTS,
+                    via="acp",
+                    ok=landing.error is None and not landing.conflicts,
+                    applied=len(landing.applied),
+                    left_out=[shown(lo.path) for lo in landing.left_out[:200]],
+                    conflicts=[shown(c.path) for c in landing.conflicts[:200]],
+                )
+            )
         text = landing.message()
         if text:
             self._update(session, m.AgentMessageChunk(content=m.TextContent(text=text)))
@@ -487,7 +580,11 @@ class AcpServer:
         session.parts.turn_loop.cancel.set()
         with self._lock:
             # only permission requests are answered "cancelled" here; a file write is the editor's to answer
-            waiting = [(k, f) for k, (f, sid, method) in self._pending.items() if sid == session.id and method == "session/request_permission"]
+            waiting = [
+                (k, f)
+                for k, (f, sid, method) in self._pending.items()
+                if sid == session.id and method == "session/request_permission"
+            ]
             for key, _ in waiting:
                 self._pending.pop(key, None)
         for _, future in waiting:
@@ -513,9 +610,16 @@ class AcpServer:
         elif isinstance(event, ev.ToolCallChanged):
             if event.state is ToolCallState.VALIDATING:
                 session.calls[event.call_id] = {"tool": event.tool, "arguments": event.arguments}
-                self._update(session, m.ToolCallStart(toolCallId=event.call_id, title=catalog.call_title(event.tool, event.arguments),
-                                                      kind=_announced_kind(event.tool, event.arguments), rawInput=event.arguments,
-                                                      locations=files.locations(event.tool, event.arguments, session.workspace)))
+                self._update(
+                    session,
+                    m.ToolCallStart(
+                        toolCallId=event.call_id,
+                        title=catalog.call_title(event.tool, event.arguments),
+                        kind=_announced_kind(event.tool, event.arguments),
+                        rawInput=event.arguments,
+                        locations=files.locations(event.tool, event.arguments, session.workspace),
+                    ),
+                )
             elif event.state is ToolCallState.AWAITING_APPROVAL and event.kind:
                 self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, kind=_kind(event.kind)))
             elif event.state is ToolCallState.EXECUTING:
@@ -524,18 +628,32 @@ class AcpServer:
                 if call.get("tool") in files.EDIT_TOOLS:  # the file as it is just before the call changes it
                     call["before"] = files.read_text(session.box_root, call.get("arguments"))
                     line = files.first_changed_line(call["tool"], call["before"], call.get("arguments"))
-                    where = files.locations(call["tool"], call.get("arguments"), session.workspace, line) if line else None
-                self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state], locations=where))
+                    where = (
+                        files.locations(call["tool"], call.get("arguments"), session.workspace, line) if line else None
+                    )
+                self._update(
+                    session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state], locations=where)
+                )
             # final states arrive with the result, once: a cancelled call's last status stays its final one
         elif isinstance(event, ev.ToolOutputStreamed):
             # A running command's output so far (its last LIVE_OUTPUT_CHARS): ACP's content replaces the
             # previous content, so each update carries the tail; the result's update replaces it at the end.
             call = session.calls.setdefault(event.call_id, {})
             call["live"] = (call.get("live", "") + event.text)[-LIVE_OUTPUT_CHARS:]
-            self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status="in_progress",
-                                                   content=[m.ContentToolCallContent(content=m.TextContent(text=call["live"]))]))
-        elif isinstance(event, ev.EgressRecorded):  # the record step emits them before the call's result: kept for its rawOutput
-            session.calls.setdefault(event.call_id, {}).setdefault("egress", []).append(event.record().model_dump(mode="json"))
+            self._update(
+                session,
+                m.ToolCallUpdate(
+                    toolCallId=event.call_id,
+                    status="in_progress",
+                    content=[m.ContentToolCallContent(content=m.TextContent(text=call["live"]))],
+                ),
+            )
+        elif isinstance(
+            event, ev.EgressRecorded
+        ):  # the record step emits them before the call's result: kept for its rawOutput
+            session.calls.setdefault(event.call_id, {}).setdefault("egress", []).append(
+                event.record().model_dump(mode="json")
+            )
         elif isinstance(event, ev.ToolCallFinished):
             call = session.calls.get(event.call_id, {})
             if session.lander is not None:  # copy mode: until the turn's landing, its work has not landed
@@ -552,13 +670,27 @@ class AcpServer:
                 diff = files.diff(session.workspace, call.get("arguments"), call["before"], after)
             if diff:
                 content.append(diff)
-            self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)], content=content,
-                                                   rawOutput={"executor": event.executor.value if event.executor else None, "meta": event.meta,
-                                                              "egress": call.pop("egress", [])}))
+            self._update(
+                session,
+                m.ToolCallUpdate(
+                    toolCallId=event.call_id,
+                    status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)],
+                    content=content,
+                    rawOutput={
+                        "executor": event.executor.value if event.executor else None,
+                        "meta": event.meta,
+                        "egress": call.pop("egress", []),
+                    },
+                ),
+            )
 
 
 LIVE_OUTPUT_CHARS = 4000
 
 # ACP's tool call status for each state the loop reports (states before executing show as pending).
-_STATUS: dict[ToolCallState, m.ToolCallStatus] = {ToolCallState.EXECUTING: "in_progress", ToolCallState.SUCCESS: "completed", ToolCallState.ERROR: "failed", ToolCallState.CANCELLED: "failed"}
-
+_STATUS: dict[ToolCallState, m.ToolCallStatus] = {
+    ToolCallState.EXECUTING: "in_progress",
+    ToolCallState.SUCCESS: "completed",
+    ToolCallState.ERROR: "failed",
+    ToolCallState.CANCELLED: "failed",
+}

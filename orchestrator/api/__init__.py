@@ -12,6 +12,7 @@ Its names load on first use (as `orchestrator`'s do): a module of the package, s
 `api.sessions` for `oa-sandbox sessions`, is imported without the sandbox, the loop and the model
 clients behind `Sandbox`.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -45,23 +46,65 @@ if TYPE_CHECKING:
 
 # Each public name, and the module it comes from (relative to this package).
 _HOMES = {
-    "ErrorType": "..errors", "OpenAgentsError": "..errors",
-    "Answer": "..policy.approvals", "ApprovalRequest": "..policy.approvals",
+    "ErrorType": "..errors",
+    "OpenAgentsError": "..errors",
+    "Answer": "..policy.approvals",
+    "ApprovalRequest": "..policy.approvals",
     "HostCodeInWorkspace": "..workspace.host_code",
     "AgentRun": ".agent",
-    "AsyncProcess": ".aio", "AsyncSandbox": ".aio", "ShellStream": ".aio",
+    "AsyncProcess": ".aio",
+    "AsyncSandbox": ".aio",
+    "ShellStream": ".aio",
     "EnvWarning": ".environment",
     "SandboxOptions": ".options",
     "Process": ".processes",
-    **dict.fromkeys(["ApplyResult", "ChangedFile", "Changes", "EditResult", "GrepMatch", "GrepResult", "ListResult", "ReadResult",
-                     "ShellResult", "ToolError", "TreeResult", "WriteResult"], ".results"),
+    **dict.fromkeys(
+        [
+            "ApplyResult",
+            "ChangedFile",
+            "Changes",
+            "EditResult",
+            "GrepMatch",
+            "GrepResult",
+            "ListResult",
+            "ReadResult",
+            "ShellResult",
+            "ToolError",
+            "TreeResult",
+            "WriteResult",
+        ],
+        ".results",
+    ),
     "Sandbox": ".sandbox",
 }
 
 __all__ = [
-    "AgentRun", "Answer", "ApplyResult", "ApprovalRequest", "AsyncProcess", "AsyncSandbox", "ChangedFile", "Changes", "EditResult", "EnvWarning", "ErrorType",
-    "GrepMatch", "GrepResult", "HostCodeInWorkspace", "ListResult", "OpenAgentsError", "Process", "ReadResult", "Sandbox", "SandboxOptions", "ShellResult",
-    "ShellStream", "ToolError", "TreeResult", "WriteResult", "sessions",
+    "AgentRun",
+    "Answer",
+    "ApplyResult",
+    "ApprovalRequest",
+    "AsyncProcess",
+    "AsyncSandbox",
+    "ChangedFile",
+    "Changes",
+    "EditResult",
+    "EnvWarning",
+    "ErrorType",
+    "GrepMatch",
+    "GrepResult",
+    "HostCodeInWorkspace",
+    "ListResult",
+    "OpenAgentsError",
+    "Process",
+    "ReadResult",
+    "Sandbox",
+    "SandboxOptions",
+    "ShellResult",
+    "ShellStream",
+    "ToolError",
+    "TreeResult",
+    "WriteResult",
+    "sessions",
 ]
 
 

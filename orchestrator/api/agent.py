@@ -2,6 +2,7 @@
 program as they happen (the events `oa-sandbox run --output stream-json` prints, parsed), its
 SessionResult at the end. Leaving the iteration early (break, an exception, Ctrl-C) cancels the
 run: the call running is killed, the loop ends, and the sandbox stays open for more."""
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,14 @@ class AgentRun:
     """Iterate for `events.Event`s (sync: `for e in run`, async: `async for e in run`); `.result`
     is the SessionResult once it ended; `wait()` runs it to its end and returns that."""
 
-    def __init__(self, session: TurnLoop, task: str, sinks: list[Callable[[dict[str, Any]], None]], kill: Callable[[], None],
-                 ended: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        session: TurnLoop,
+        task: str,
+        sinks: list[Callable[[dict[str, Any]], None]],
+        kill: Callable[[], None],
+        ended: Callable[[int], None],
+    ) -> None:
         self._session, self._task, self._sinks, self._kill, self._ended = session, task, sinks, kill, ended
         self.result: SessionResult | None = None
         self._error: BaseException | None = None
@@ -37,7 +44,9 @@ class AgentRun:
 
     def _start(self, sink: Callable[[dict[str, Any]], None]) -> None:
         if self._thread is not None:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "this run was started already: an AgentRun is iterated once")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, "this run was started already: an AgentRun is iterated once"
+            )
         self._sinks.append(sink)
         self._session.cancel.clear()
 

@@ -7,6 +7,7 @@ sent; if its command runs (beside others: the box runs several at once), only th
 killed; other tasks' calls and their results are untouched. The cancelled task's CancelledError is
 raised once its call has ended. Opening and closing are shielded from cancellation (a box half
 started or half removed is never left behind)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +31,17 @@ if TYPE_CHECKING:
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
-    from .results import ApplyResult, Changes, EditResult, GrepResult, ListResult, ReadResult, ShellResult, TreeResult, WriteResult
+    from .results import (
+        ApplyResult,
+        Changes,
+        EditResult,
+        GrepResult,
+        ListResult,
+        ReadResult,
+        ShellResult,
+        TreeResult,
+        WriteResult,
+    )
 
 T = TypeVar("T")
 _END = object()
@@ -46,8 +57,14 @@ def _retrieved(future: "asyncio.Future[Any]") -> None:
 class AsyncSandbox:
     """`async with AsyncSandbox("repo") as box: await box.shell("make test")`."""
 
-    def __init__(self, workspace: str | PathLike[str] | None = None, options: SandboxOptions | None = None, *, kind: str = "api",
-                 **settings: Any) -> None:
+    def __init__(
+        self,
+        workspace: str | PathLike[str] | None = None,
+        options: SandboxOptions | None = None,
+        *,
+        kind: str = "api",
+        **settings: Any,
+    ) -> None:
         self.sync = Sandbox(workspace, options, kind=kind, **settings)
         self._threads: ThreadPoolExecutor | None = None  # its own workers, made on first use and let go at close
 
@@ -97,7 +114,9 @@ class AsyncSandbox:
             return await asyncio.shield(self._submit(self.sync.close, status=status, reason=reason))
         finally:
             threads = self._threads
-            if threads is not None and self.sync.closed:  # its idle workers end (a later fork() or report() makes new ones)
+            if (
+                threads is not None and self.sync.closed
+            ):  # its idle workers end (a later fork() or report() makes new ones)
                 self._threads = None
                 threads.shutdown(wait=False)
 
@@ -149,25 +168,47 @@ class AsyncSandbox:
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         return await self._run(self.sync.call, tool, arguments)
 
-    async def read_file(self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None) -> ReadResult:
+    async def read_file(
+        self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None
+    ) -> ReadResult:
         return await self._run(self.sync.read_file, path, offset, limit)
 
-    async def list_files(self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True) -> ListResult:
+    async def list_files(
+        self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True
+    ) -> ListResult:
         return await self._run(self.sync.list_files, path, recursive)
 
-    async def grep_files(self, pattern: str, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", glob: str | None = None,
-                         ignore_case: bool = False) -> GrepResult:
+    async def grep_files(
+        self,
+        pattern: str,
+        path: str | bytes | PathLike[str] | PathLike[bytes] = ".",
+        glob: str | None = None,
+        ignore_case: bool = False,
+    ) -> GrepResult:
         return await self._run(self.sync.grep_files, pattern, path, glob, ignore_case)
 
     async def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
         return await self._run(self.sync.write_file, path, content)
 
-    async def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
-                        expected_sha256: str | None = None) -> EditResult:
+    async def edit_file(
+        self,
+        path: str | PathLike[str],
+        old_text: str,
+        new_text: str,
+        allow_multiple: bool = False,
+        expected_sha256: str | None = None,
+    ) -> EditResult:
         return await self._run(self.sync.edit_file, path, old_text, new_text, allow_multiple, expected_sha256)
 
-    async def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None, *,
-                    cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> ShellResult:
+    async def shell(
+        self,
+        command: str,
+        timeout: int = 60,
+        on_output: Callable[[str], None] | None = None,
+        *,
+        cwd: str | PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ShellResult:
         return await self._run(self.sync.shell, command, timeout, on_output, cwd=cwd, env=env)
 
     async def read_bytes(self, path: str | PathLike[str], *, limit: int = MAX_FILE) -> bytes:
@@ -179,19 +220,28 @@ class AsyncSandbox:
     async def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult | TreeResult:
         return await self._run(self.sync.upload, local_path, box_path)
 
-    async def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *,
-                       limit: int = MAX_FILE) -> WriteResult | TreeResult:
+    async def download(
+        self, box_path: str | PathLike[str], local_path: str | PathLike[str], *, limit: int = MAX_FILE
+    ) -> WriteResult | TreeResult:
         return await self._run(self.sync.download, box_path, local_path, limit=limit)
 
-    async def start(self, command: str, *, cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> "AsyncProcess":
+    async def start(
+        self, command: str, *, cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None
+    ) -> "AsyncProcess":
         """Sandbox.start: a background process, its methods awaitable."""
         return AsyncProcess(self, await self._run(self.sync.start, command, cwd=cwd, env=env))
 
     async def processes(self) -> list[dict[str, Any]]:
         return await self._run(self.sync.processes)
 
-    def shell_stream(self, command: str, timeout: int = 60, *, cwd: str | PathLike[str] | None = None,
-                     env: dict[str, str] | None = None) -> "ShellStream":
+    def shell_stream(
+        self,
+        command: str,
+        timeout: int = 60,
+        *,
+        cwd: str | PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> "ShellStream":
         """`async for text in box.shell_stream("make test")`: the output as it comes; then `.result`."""
         return ShellStream(self, command, timeout, cwd, env)
 
@@ -217,7 +267,9 @@ class AsyncSandbox:
     async def fork(self, n: int = 1, *, turn: int | None = None) -> list[str]:
         return await self._run(self.sync.fork, n, turn=turn)
 
-    def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+    def run(
+        self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None
+    ) -> AgentRun:
         """`async for event in box.run(task, model=...)`; or `await run.wait_async()`."""
         return self.sync.run(task, model=model, base_url=base_url, api_key_env=api_key_env)
 
@@ -226,8 +278,14 @@ class ShellStream:
     """A command's output chunks as an async iterator; `.result` (a ShellResult) once it ended. A
     failure (a refusal, a timeout) is raised from the iteration, as shell() raises it."""
 
-    def __init__(self, box: AsyncSandbox, command: str, timeout: int, cwd: str | PathLike[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        box: AsyncSandbox,
+        command: str,
+        timeout: int,
+        cwd: str | PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self._box, self._command, self._timeout, self._cwd, self._env = box, command, timeout, cwd, env
         self.result: ShellResult | None = None
 

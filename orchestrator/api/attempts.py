@@ -11,6 +11,7 @@ the attempt's checkpoints, so only the agent's work is carried. The best score i
 fewest changed lines, then the first); the others are discarded, and so is the start's copy. When
 no attempt passes, none is chosen and all are kept. N is at most MAX_ATTEMPTS (fork.py's MAX_FORKS).
 """
+
 from __future__ import annotations
 
 import math
@@ -51,7 +52,9 @@ class Attempt:
     pick_exit_code: int | None = None
     changed_lines: int = 0
     error: dict[str, str] | None = None
-    pick_error: dict[str, str] | None = None  # why the pick command had no exit code (refused, killed at its timeout, ...)
+    pick_error: dict[str, str] | None = (
+        None  # why the pick command had no exit code (refused, killed at its timeout, ...)
+    )
     discarded: bool = False
     turns: int = 0
 
@@ -114,10 +117,18 @@ def start_forks(options: SandboxOptions, workspace: Path, attempts: int) -> list
     from ..workspace.fork import fork_session
     from ..workspace.records import WorkspaceMode, discard_state, prepare
 
-    found = host_code.found_in(workspace.resolve())  # what the host runs or imports from there: no attempt's apply lands on it
+    found = host_code.found_in(
+        workspace.resolve()
+    )  # what the host runs or imports from there: no attempt's apply lands on it
     host_code.guard(workspace.resolve(), WorkspaceMode.COPY, options.sandbox_config(), found=found).raise_refusal()
-    start, _ = prepare(workspace.resolve(), WorkspaceMode.COPY, options.sandbox_config().user, "run", options.copy_limits(),
-                       host_code=host_code.recorded(found))
+    start, _ = prepare(
+        workspace.resolve(),
+        WorkspaceMode.COPY,
+        options.sandbox_config().user,
+        "run",
+        options.copy_limits(),
+        host_code=host_code.recorded(found),
+    )
     try:
         start.transcript = str(start.dir / "transcript.jsonl")
         fd = create_private(start.transcript)
@@ -132,14 +143,18 @@ def start_forks(options: SandboxOptions, workspace: Path, attempts: int) -> list
         discard_state(start)  # the forks hold the start now
 
 
-def launch(options: SandboxOptions, forks: list[SessionRecord], task: str, pick: str, pick_timeout: int = PICK_TIMEOUT_S) -> BestOf:
+def launch(
+    options: SandboxOptions, forks: list[SessionRecord], task: str, pick: str, pick_timeout: int = PICK_TIMEOUT_S
+) -> BestOf:
     """Every fork starts running `task` then `pick` (at most attempt_workers() at once); `finish`
     waits, chooses and discards. On Ctrl-C the caller cancels `.live` and calls `finish` again.
     Each attempt's own failure is in its Attempt, never raised."""
     out = BestOf([Attempt(number=i + 1, session_id=f.id) for i, f in enumerate(forks)], forks)
     out.pool = ThreadPoolExecutor(max_workers=attempt_workers(len(forks)), thread_name_prefix="oa-attempt")
-    out.futures = [out.pool.submit(_one, options, task, pick, pick_timeout, fork, attempt, out.live)
-                   for fork, attempt in zip(forks, out.attempts, strict=True)]
+    out.futures = [
+        out.pool.submit(_one, options, task, pick, pick_timeout, fork, attempt, out.live)
+        for fork, attempt in zip(forks, out.attempts, strict=True)
+    ]
     return out
 
 
@@ -163,7 +178,10 @@ def finish(out: BestOf) -> BestOf:
             discard_session(fresh(record))
             attempt.discarded = True
         except (OpenAgentsError, OSError) as err:
-            attempt.error = attempt.error or {"type": ErrorType.IO_ERROR.value, "message": f"not discarded: {err}"[:300]}
+            attempt.error = attempt.error or {
+                "type": ErrorType.IO_ERROR.value,
+                "message": f"not discarded: {err}"[:300],
+            }
     return out
 
 
@@ -219,7 +237,9 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
             pass  # not pinned: each attempt then says it is not in force, as a session would
 
 
-def _one(options: SandboxOptions, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt, live: Live) -> None:
+def _one(
+    options: SandboxOptions, task: str, pick: str, pick_timeout: int, fork: SessionRecord, attempt: Attempt, live: Live
+) -> None:
     """One attempt: the task in the fork's own box (a Sandbox resuming the fork), then the pick
     command in that box; never raises."""
     from .sandbox import Sandbox
@@ -231,8 +251,19 @@ def _one(options: SandboxOptions, task: str, pick: str, pick_timeout: int, fork:
         attempt.status = "cancelled"
         return
     try:  # nobody to ask (a person is at none of N boxes), its own transcript (the fork's), no live view
-        box = Sandbox(Path(fork.workspace), options, kind="run", model=spec, resume=fork.id, mode="copy", approver=None, transcript=None,
-                      on_record=None, on_event=None, host_tools=None).open()
+        box = Sandbox(
+            Path(fork.workspace),
+            options,
+            kind="run",
+            model=spec,
+            resume=fork.id,
+            mode="copy",
+            approver=None,
+            transcript=None,
+            on_record=None,
+            on_event=None,
+            host_tools=None,
+        ).open()
     except OpenAgentsError as err:
         attempt.error = {"type": err.type.value, "message": err.message[:300]}
         return
@@ -257,7 +288,10 @@ def _one(options: SandboxOptions, task: str, pick: str, pick_timeout: int, fork:
         try:
             box.close(**status)
         except Exception as err:  # noqa: BLE001
-            attempt.error = attempt.error or {"type": ErrorType.INTERNAL_ERROR.value, "message": f"closing: {err}"[:300]}
+            attempt.error = attempt.error or {
+                "type": ErrorType.INTERNAL_ERROR.value,
+                "message": f"closing: {err}"[:300],
+            }
     if attempt.error is not None:
         attempt.score = None
     attempt.changed_lines = _changed_lines(fork)
@@ -272,12 +306,15 @@ def _score(box: Sandbox, pick: str, timeout: int, last_turn: int, attempt: Attem
     store = opened.checkpoints
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0
     opened.pipeline.gate.auto_approve = True
-    result = opened.pipeline.run(ToolCall(id=f"pick_{uuid.uuid4().hex[:12]}", name=SHELL,
-                                          arguments={"command": pick, "timeout": timeout}))
+    result = opened.pipeline.run(
+        ToolCall(id=f"pick_{uuid.uuid4().hex[:12]}", name=SHELL, arguments={"command": pick, "timeout": timeout})
+    )
     exit_code = result.meta.get("exit_code") if isinstance(result.meta, dict) else None
     attempt.pick_exit_code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
     attempt.score = parse_score(result.ok, attempt.pick_exit_code, result.output or "")
-    if attempt.pick_exit_code is None and result.error is not None:  # the command did not run to an exit (refused, timed out, the box): say why
+    if (
+        attempt.pick_exit_code is None and result.error is not None
+    ):  # the command did not run to an exit (refused, timed out, the box): say why
         attempt.pick_error = {"type": result.error.type.value, "message": result.error.message[:300]}
     if store is None:
         return
@@ -287,7 +324,10 @@ def _score(box: Sandbox, pick: str, timeout: int, last_turn: int, attempt: Attem
     if any(p.turn == turn and p.ok for p in store.list()):
         report = store.restore(base)
         if report.conflicts:
-            raise OpenAgentsError(ErrorType.STALE_CONTENT, f"what the pick command wrote could not be rolled back ({len(report.conflicts)} file(s))")
+            raise OpenAgentsError(
+                ErrorType.STALE_CONTENT,
+                f"what the pick command wrote could not be rolled back ({len(report.conflicts)} file(s))",
+            )
 
 
 def _changed_lines(fork: SessionRecord) -> int:
@@ -297,7 +337,10 @@ def _changed_lines(fork: SessionRecord) -> int:
 
     try:
         manifest = CopyManifest.load(fork.manifest_path)
-        return sum(1 for line in render_diff(manifest, list_changes(manifest))
-                   if line[:1] in ("+", "-") and not line.startswith(("+++", "---")))
+        return sum(
+            1
+            for line in render_diff(manifest, list_changes(manifest))
+            if line[:1] in ("+", "-") and not line.startswith(("+++", "---"))
+        )
     except (OpenAgentsError, OSError, ValueError):
         return 0

@@ -11,6 +11,7 @@ at most limits.BYTES_CHUNK per request to the box's agent, a file at most limits
 Every piece read is checked: its size, the file's identity against the first piece's (a file the
 box changes while it is read is a typed STALE_CONTENT, never a mix of two files).
 """
+
 from __future__ import annotations
 
 import base64
@@ -51,10 +52,23 @@ class WriteBytesArgs(BaseModel):
 
 
 # side "sandbox": what they touch is the box's (auto_approve covers them, as it covers write_file)
-READ_BYTES_DEF = ToolDef(READ_BYTES, "read", "sandbox", ReadBytesArgs, title="Read a file's bytes from the box",
-                         approval=Approval(describe=lambda args: f"read the bytes of {str(args.get('path'))[:200]}"))
-WRITE_BYTES_DEF = ToolDef(WRITE_BYTES, "edit", "sandbox", WriteBytesArgs, title="Write a file's bytes into the box", mutates=True,
-                          approval=Approval(describe=lambda args: f"write {args.get('size')} bytes to {str(args.get('path'))[:200]}"))
+READ_BYTES_DEF = ToolDef(
+    READ_BYTES,
+    "read",
+    "sandbox",
+    ReadBytesArgs,
+    title="Read a file's bytes from the box",
+    approval=Approval(describe=lambda args: f"read the bytes of {str(args.get('path'))[:200]}"),
+)
+WRITE_BYTES_DEF = ToolDef(
+    WRITE_BYTES,
+    "edit",
+    "sandbox",
+    WriteBytesArgs,
+    title="Write a file's bytes into the box",
+    mutates=True,
+    approval=Approval(describe=lambda args: f"write {args.get('size')} bytes to {str(args.get('path'))[:200]}"),
+)
 SPECS = {READ_BYTES: READ_BYTES_DEF, WRITE_BYTES: WRITE_BYTES_DEF}
 
 
@@ -102,7 +116,10 @@ class BoxFiles(OwnHostTools):
         with self._lock:
             transfer = self._pending.get(prepared.call.id)
         if transfer is None:
-            return _failure(ErrorType.INVALID_ARGUMENTS, f"{prepared.spec.name} carries no data: call it through Sandbox.{prepared.spec.name}")
+            return _failure(
+                ErrorType.INVALID_ARGUMENTS,
+                f"{prepared.spec.name} carries no data: call it through Sandbox.{prepared.spec.name}",
+            )
         if isinstance(prepared.args, ReadBytesArgs):
             return self._read(prepared.args, transfer)
         assert isinstance(prepared.args, WriteBytesArgs)
@@ -124,10 +141,16 @@ class BoxFiles(OwnHostTools):
             if identity is None:
                 identity, size = meta.get("identity"), piece_size
                 if size > args.limit:
-                    return _failure(ErrorType.FILE_TOO_LARGE, f"{args.path} is {size} bytes; the limit asked for is {args.limit} "
-                                                              f"(at most {MAX_FILE}: read_bytes(path, limit=...))")
+                    return _failure(
+                        ErrorType.FILE_TOO_LARGE,
+                        f"{args.path} is {size} bytes; the limit asked for is {args.limit} "
+                        f"(at most {MAX_FILE}: read_bytes(path, limit=...))",
+                    )
             elif meta.get("identity") != identity or piece_size != size:
-                return _failure(ErrorType.STALE_CONTENT, f"{args.path} changed while it was read (after {transfer.done} bytes): read it again")
+                return _failure(
+                    ErrorType.STALE_CONTENT,
+                    f"{args.path} changed while it was read (after {transfer.done} bytes): read it again",
+                )
             if len(text) > (CHUNK // 3 + 1) * 4:
                 return _failure(ErrorType.PROTOCOL_ERROR, f"{args.path}: the box sent a piece over {CHUNK} bytes")
             try:
@@ -135,7 +158,10 @@ class BoxFiles(OwnHostTools):
             except (binascii.Error, ValueError):
                 return _failure(ErrorType.PROTOCOL_ERROR, f"{args.path}: the box's piece is not base64")
             if len(data) > size - transfer.done or (not data and transfer.done < size):
-                return _failure(ErrorType.STALE_CONTENT, f"{args.path} changed while it was read (after {transfer.done} bytes): read it again")
+                return _failure(
+                    ErrorType.STALE_CONTENT,
+                    f"{args.path} changed while it was read (after {transfer.done} bytes): read it again",
+                )
             if data:
                 transfer.sink(data)
                 transfer.digest.update(data)
@@ -143,8 +169,12 @@ class BoxFiles(OwnHostTools):
             if transfer.done >= size:
                 break
         digest = transfer.digest.hexdigest()
-        return ToolResult(ok=True, output=f"read {size} bytes of {args.path} (sha256 {digest})", executor=Executor.RUNTIME,
-                          meta={"bytes": size, "sha256": digest})
+        return ToolResult(
+            ok=True,
+            output=f"read {size} bytes of {args.path} (sha256 {digest})",
+            executor=Executor.RUNTIME,
+            meta={"bytes": size, "sha256": digest},
+        )
 
     def _write(self, args: WriteBytesArgs, transfer: Transfer) -> ToolResult:
         assert transfer.source is not None
@@ -155,13 +185,23 @@ class BoxFiles(OwnHostTools):
             last = transfer.done + len(piece) >= args.size
             if len(piece) > CHUNK or transfer.done + len(piece) > args.size or (not piece and not last):
                 self._abort(box, args.path, token)
-                return _failure(ErrorType.INVALID_ARGUMENTS, f"{args.path}: the data is not the {args.size} bytes declared")
+                return _failure(
+                    ErrorType.INVALID_ARGUMENTS, f"{args.path}: the data is not the {args.size} bytes declared"
+                )
             transfer.digest.update(piece)
-            request = {"path": args.path, "token": token, "offset": transfer.done, "size": args.size, "last": last,
-                       "data": base64.b64encode(piece).decode("ascii")}
+            request = {
+                "path": args.path,
+                "token": token,
+                "offset": transfer.done,
+                "size": args.size,
+                "last": last,
+                "data": base64.b64encode(piece).decode("ascii"),
+            }
             if last and transfer.digest.hexdigest() != args.sha256:  # the source changed under us: nothing lands
                 self._abort(box, args.path, token)
-                return _failure(ErrorType.STALE_CONTENT, f"{args.path}: the data changed while it was sent; nothing was written")
+                return _failure(
+                    ErrorType.STALE_CONTENT, f"{args.path}: the data changed while it was sent; nothing was written"
+                )
             result = box.call("bytes_write", request)
             if not result.ok:
                 if transfer.done:
@@ -175,8 +215,12 @@ class BoxFiles(OwnHostTools):
             if last:
                 break
         created = result.meta.get("created") is True
-        return ToolResult(ok=True, output=f"wrote {args.size} bytes to {args.path}", executor=Executor.RUNTIME,
-                          meta={"bytes": args.size, "sha256": args.sha256, "created": created, "atomic": True})
+        return ToolResult(
+            ok=True,
+            output=f"wrote {args.size} bytes to {args.path}",
+            executor=Executor.RUNTIME,
+            meta={"bytes": args.size, "sha256": args.sha256, "created": created, "atomic": True},
+        )
 
     @staticmethod
     def _abort(box: BoxCaller, path: str, token: str) -> None:

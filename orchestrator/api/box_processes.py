@@ -5,6 +5,7 @@ box_files.py's: `process_start` (kind execute: a policy's rule on `shell`'s kind
 Each is one call of the session's pipeline: decided, hooked, recorded. The box's side is
 sandbox_agent/processes.py (a keeper in the box is the processes' parent; each keeps its last MiB of
 output; at most 16 run at once)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -63,14 +64,36 @@ def _describe(verb: str) -> Callable[[Any], str]:
 
 # side "sandbox": they act in the box (auto_approve covers them, as it covers shell)
 SPECS: dict[str, tuple[ToolDef, str]] = {
-    START: (ToolDef(START, "execute", "sandbox", StartArgs, title="Start a background process in the box",
-                    approval=Approval(describe=lambda args: f"start in the background: {str(args.get('command'))[:200]}",
-                                      command_arg="command")), "proc_start"),
-    READ: (ToolDef(READ, "read", "sandbox", ReadArgs, approval=Approval(describe=_describe("read the output of"))), "proc_read"),
-    WRITE: (ToolDef(WRITE, "execute", "sandbox", WriteArgs, approval=Approval(describe=_describe("write to the stdin of"))), "proc_write"),
+    START: (
+        ToolDef(
+            START,
+            "execute",
+            "sandbox",
+            StartArgs,
+            title="Start a background process in the box",
+            approval=Approval(
+                describe=lambda args: f"start in the background: {str(args.get('command'))[:200]}",
+                command_arg="command",
+            ),
+        ),
+        "proc_start",
+    ),
+    READ: (
+        ToolDef(READ, "read", "sandbox", ReadArgs, approval=Approval(describe=_describe("read the output of"))),
+        "proc_read",
+    ),
+    WRITE: (
+        ToolDef(WRITE, "execute", "sandbox", WriteArgs, approval=Approval(describe=_describe("write to the stdin of"))),
+        "proc_write",
+    ),
     WAIT: (ToolDef(WAIT, "read", "sandbox", WaitArgs, approval=Approval(describe=_describe("wait for"))), "proc_wait"),
     KILL: (ToolDef(KILL, "execute", "sandbox", KillArgs, approval=Approval(describe=_describe("kill"))), "proc_kill"),
-    LIST: (ToolDef(LIST, "read", "sandbox", ListArgs, approval=Approval(describe=lambda args: "list the background processes")), "proc_list"),
+    LIST: (
+        ToolDef(
+            LIST, "read", "sandbox", ListArgs, approval=Approval(describe=lambda args: "list the background processes")
+        ),
+        "proc_list",
+    ),
 }
 
 

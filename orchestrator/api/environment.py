@@ -16,6 +16,7 @@ key variable and `api_key_env`) and the variables an egress credential is made f
 injects those on the host side). A name among them, or a value equal to one of them, is left out
 with a warning naming the variable (`EnvWarning`).
 """
+
 from __future__ import annotations
 
 import os
@@ -49,14 +50,18 @@ def never_passed(options: SandboxOptions) -> dict[str, str]:
     if isinstance(egress, EgressConfig):
         for credential in egress.credentials:
             for name in credential.variables:
-                out[name] = f"an egress credential's (the gate adds it to requests to {credential.host} on the host side)"
+                out[name] = (
+                    f"an egress credential's (the gate adds it to requests to {credential.host} on the host side)"
+                )
     return out
 
 
 def checked(where: str, env: Any) -> dict[str, str]:
     """`env` as a dict of variable names to str values; a typed error for anything else."""
     if not isinstance(env, Mapping):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{where}: env must be a dict of str to str, not {type(env).__name__}")
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS, f"{where}: env must be a dict of str to str, not {type(env).__name__}"
+        )
     for name, value in env.items():
         if not isinstance(name, str) or not _NAME.match(name):
             raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{where}: env: {name!r} is not a variable name"[:200])
@@ -76,7 +81,11 @@ def screened(where: str, env: Mapping[str, str], never: Mapping[str, str]) -> di
         if why is None:
             kept[name] = value
         else:
-            warnings.warn(f"{where}: {name} is not passed into the box: {why}, which never enters the box", EnvWarning, stacklevel=4)
+            warnings.warn(
+                f"{where}: {name} is not passed into the box: {why}, which never enters the box",
+                EnvWarning,
+                stacklevel=4,
+            )
     return kept
 
 

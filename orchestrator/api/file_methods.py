@@ -6,6 +6,7 @@ limits.BYTES_MAX_FILE (1 GiB): a larger one is ToolError(FILE_TOO_LARGE) before 
 Paths in the box are relative to the workspace, as the tools' are. A download lands through
 orchestrator/boxfs (land_file): a fresh temporary file beside the destination, renamed over it (a
 link there is replaced, never followed); the box's side opens regular files only, no link followed."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,26 +31,38 @@ LOCAL_READ = 1 << 20
 
 def _local(tool: str, path: Any) -> Path:
     if isinstance(path, bool) or not isinstance(path, (str, PathLike)):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: local_path must be a path on this machine, not {type(path).__name__}")
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS, f"{tool}: local_path must be a path on this machine, not {type(path).__name__}"
+        )
     return Path(os.fsdecode(path))
 
 
 def _data(tool: str, data: Any) -> memoryview:
     if isinstance(data, str):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: data must be bytes (for text: write_file, or data.encode())")
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS, f"{tool}: data must be bytes (for text: write_file, or data.encode())"
+        )
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: data must be bytes, not {type(data).__name__}")
     view = memoryview(data).cast("B")
     if len(view) > MAX_FILE:
-        raise ToolError(ErrorType.FILE_TOO_LARGE, f"{tool}: {len(view)} bytes; a file moved into the box is at most {MAX_FILE} bytes")
+        raise ToolError(
+            ErrorType.FILE_TOO_LARGE,
+            f"{tool}: {len(view)} bytes; a file moved into the box is at most {MAX_FILE} bytes",
+        )
     return view
 
 
 class FileMethods:
     """The bytes methods; the class using it provides `_call` (with a call id) and `_box_files`."""
 
-    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None,
-              call_id: str | None = None) -> tuple[str, ToolResult]:
+    def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        on_output: Callable[[str], None] | None,
+        call_id: str | None = None,
+    ) -> tuple[str, ToolResult]:
         raise NotImplementedError
 
     def _box_files(self) -> BoxFiles:
@@ -88,12 +101,15 @@ class FileMethods:
 
         def source(n: int) -> bytes:
             nonlocal position
-            piece = bytes(view[position:position + n])
+            piece = bytes(view[position : position + n])
             position += len(piece)
             return piece
 
         digest = hashlib.sha256(view).hexdigest()
-        return WriteResult.of(*self._transfer(WRITE_BYTES, {"path": rel, "size": len(view), "sha256": digest}, Transfer(source=source)), rel)
+        return WriteResult.of(
+            *self._transfer(WRITE_BYTES, {"path": rel, "size": len(view), "sha256": digest}, Transfer(source=source)),
+            rel,
+        )
 
     def upload(self, local_path: str | PathLike[str], box_path: str | PathLike[str]) -> WriteResult | TreeResult:
         """A regular file of this machine copied into the workspace at `box_path` (as write_bytes); or
@@ -112,18 +128,26 @@ class FileMethods:
             if not stat.S_ISREG(st.st_mode):
                 raise ToolError(ErrorType.NOT_REGULAR_FILE, f"upload: {local} is not a regular file")
             if st.st_size > MAX_FILE:
-                raise ToolError(ErrorType.FILE_TOO_LARGE, f"upload: {local} is {st.st_size} bytes; a file moved into the box is at most {MAX_FILE}")
+                raise ToolError(
+                    ErrorType.FILE_TOO_LARGE,
+                    f"upload: {local} is {st.st_size} bytes; a file moved into the box is at most {MAX_FILE}",
+                )
             digest = hashlib.sha256()
             size = 0
             while piece := handle.read(LOCAL_READ):
                 digest.update(piece)
                 size += len(piece)
             handle.seek(0)
-            return WriteResult.of(*self._transfer(WRITE_BYTES, {"path": rel, "size": size, "sha256": digest.hexdigest()},
-                                                  Transfer(source=handle.read)), rel)
+            return WriteResult.of(
+                *self._transfer(
+                    WRITE_BYTES, {"path": rel, "size": size, "sha256": digest.hexdigest()}, Transfer(source=handle.read)
+                ),
+                rel,
+            )
 
-    def download(self, box_path: str | PathLike[str], local_path: str | PathLike[str], *,
-                 limit: int = MAX_FILE) -> WriteResult | TreeResult:
+    def download(
+        self, box_path: str | PathLike[str], local_path: str | PathLike[str], *, limit: int = MAX_FILE
+    ) -> WriteResult | TreeResult:
         """A workspace file copied to `local_path` on this machine (replaced atomically; a link there
         is replaced, never followed). Only a regular file comes out of the box; at most `limit` bytes.
         A directory (or `local_path` an existing directory): its tree, as one archive of at most

@@ -1,6 +1,7 @@
 """What a sandbox's life cycle needs besides the session itself: Ctrl-C and SIGTERM held off while
 it is taken apart, the close at interpreter exit (or collection) of one never closed, and a
 program's callbacks kept from breaking a call."""
+
 from __future__ import annotations
 
 import contextlib
@@ -82,7 +83,6 @@ def release_interrupts(previous: Any) -> None:
         signal.signal(sig, handler)
 
 
-
 class Deadlines:
     """`idle_timeout` and `lifetime` (SandboxOptions): a daemon thread closes the sandbox once no call
     has run for `idle_timeout` seconds (a call running, or a model's run, is not idleness), or once
@@ -90,8 +90,13 @@ class Deadlines:
     (`expire` and `working` are weak methods of it), so a sandbox dropped without close() is still
     collected, and closed then."""
 
-    def __init__(self, expire: weakref.WeakMethod[Callable[[str], None]], working: weakref.WeakMethod[Callable[[], bool]],
-                 idle_timeout: float | None, lifetime: float | None) -> None:
+    def __init__(
+        self,
+        expire: weakref.WeakMethod[Callable[[str], None]],
+        working: weakref.WeakMethod[Callable[[], bool]],
+        idle_timeout: float | None,
+        lifetime: float | None,
+    ) -> None:
         self._expire, self._working = expire, working
         self.idle_timeout, self.lifetime = idle_timeout, lifetime
         self._opened = self._last = time.monotonic()

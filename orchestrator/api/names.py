@@ -4,6 +4,7 @@ A name is bytes; in Python it is an `os.fsdecode` string (lone surrogates for by
 UTF-8, as `os.listdir` and `ListResult.entries` give it) or those bytes. A reading tool takes it as
 its text when that is UTF-8, else as {"bytes_b64": ...} (sandbox_agent/names.py); a writing tool
 takes text only: a name that is not UTF-8 is made with the shell."""
+
 from __future__ import annotations
 
 import base64
@@ -21,7 +22,10 @@ def _name(tool: str, path: Any) -> str:
     if isinstance(path, bytes):
         return os.fsdecode(path)
     if isinstance(path, bool) or not isinstance(path, str):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: path must be a str or bytes (relative to the workspace), not {type(path).__name__}")
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"{tool}: path must be a str or bytes (relative to the workspace), not {type(path).__name__}",
+        )
     return path
 
 
@@ -36,7 +40,9 @@ def read_path(tool: str, path: Any) -> tuple[str, str | dict[str, str]]:
     try:
         raw = os.fsencode(name)
     except UnicodeEncodeError:
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: path holds a lone surrogate that stands for no byte") from None
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS, f"{tool}: path holds a lone surrogate that stands for no byte"
+        ) from None
     return name, {"bytes_b64": base64.b64encode(raw).decode("ascii")}
 
 
@@ -46,6 +52,9 @@ def write_path(tool: str, path: Any) -> str:
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: a name whose bytes are not UTF-8 can be read, listed and searched, "
-                                                     "not written by this tool; make it with shell") from None
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"{tool}: a name whose bytes are not UTF-8 can be read, listed and searched, "
+            "not written by this tool; make it with shell",
+        ) from None
     return name

@@ -8,6 +8,7 @@ is an unknown tool. A question the ladder asks about it is answered by the call 
 asked for this rollback, as `oa-sandbox rollback` is the user's own command); a deny, or a hook's
 block, refuses it before anything is touched.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
@@ -31,8 +32,14 @@ class RollbackArgs(BaseModel):
     turn: int
 
 
-ROLLBACK_DEF = ToolDef(ROLLBACK_TOOL, ROLLBACK_KIND, "host", RollbackArgs, title="Roll the workspace back to a checkpoint",
-                       approval=Approval(describe=lambda args: f"roll the workspace back to its state after turn {args.get('turn')}"))
+ROLLBACK_DEF = ToolDef(
+    ROLLBACK_TOOL,
+    ROLLBACK_KIND,
+    "host",
+    RollbackArgs,
+    title="Roll the workspace back to a checkpoint",
+    approval=Approval(describe=lambda args: f"roll the workspace back to its state after turn {args.get('turn')}"),
+)
 
 
 class OwnCallApprover:
@@ -49,11 +56,17 @@ class OwnCallApprover:
 
     def ask(self, request: ApprovalRequest) -> Answer:
         if request.tool == ROLLBACK_TOOL and request.call_id in self.own:
-            return Answer(option=PermissionOption.ALLOW_ONCE, executor=Executor.USER,
-                          reason="asked for by the program's own call (Sandbox.rollback())")
+            return Answer(
+                option=PermissionOption.ALLOW_ONCE,
+                executor=Executor.USER,
+                reason="asked for by the program's own call (Sandbox.rollback())",
+            )
         if self.program is not None and request.call_id in self.program:
-            return Answer(option=PermissionOption.ALLOW_ONCE, executor=Executor.USER,
-                          reason="the program's own call: it asked for it (as `oa-sandbox exec`); approve=\"ask\" puts it to the approver")
+            return Answer(
+                option=PermissionOption.ALLOW_ONCE,
+                executor=Executor.USER,
+                reason='the program\'s own call: it asked for it (as `oa-sandbox exec`); approve="ask" puts it to the approver',
+            )
         return self.inner.ask(request)
 
 
@@ -65,8 +78,13 @@ class OwnCalls(OwnHostTools):
     OWN = (ROLLBACK_TOOL,)
     LISTED = False
 
-    def __init__(self, checkpoints: Callable[[], CheckpointStore | None], kill_running: Callable[[], None], issued: set[str],
-                 inner: HostTools | None = None) -> None:
+    def __init__(
+        self,
+        checkpoints: Callable[[], CheckpointStore | None],
+        kill_running: Callable[[], None],
+        issued: set[str],
+        inner: HostTools | None = None,
+    ) -> None:
         super().__init__(inner, issued)
         self.checkpoints, self.kill = checkpoints, kill_running
         self.last_report: RestoreReport | None = None  # the typed report of the last rollback, for the owner
@@ -79,9 +97,13 @@ class OwnCalls(OwnHostTools):
         assert isinstance(prepared.args, RollbackArgs)
         turn = prepared.args.turn
         store = self.checkpoints()
-        if store is None or not any(point.turn == turn and point.ok for point in store.list()):  # a hook may have changed the turn
-            return ToolResult.failure(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"there is no checkpoint of turn {turn} to restore"),
-                                      executor=Executor.OPENAGENTS)
+        if store is None or not any(
+            point.turn == turn and point.ok for point in store.list()
+        ):  # a hook may have changed the turn
+            return ToolResult.failure(
+                OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"there is no checkpoint of turn {turn} to restore"),
+                executor=Executor.OPENAGENTS,
+            )
         self.kill()  # nothing in the box writes while the workspace is put back
         try:
             report = store.restore(turn)
@@ -89,8 +111,15 @@ class OwnCalls(OwnHostTools):
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         self.last_report = report
         if report.conflicts:
-            return ToolResult.failure(OpenAgentsError(
-                ErrorType.STALE_CONTENT, f"nothing restored: {len(report.conflicts)} file(s) changed since the last checkpoint"),
-                executor=Executor.OPENAGENTS)
-        return ToolResult(ok=True, output=f"restored turn {turn}: {len(report.restored)} restored, {len(report.removed)} removed",
-                          executor=Executor.OPENAGENTS)
+            return ToolResult.failure(
+                OpenAgentsError(
+                    ErrorType.STALE_CONTENT,
+                    f"nothing restored: {len(report.conflicts)} file(s) changed since the last checkpoint",
+                ),
+                executor=Executor.OPENAGENTS,
+            )
+        return ToolResult(
+            ok=True,
+            output=f"restored turn {turn}: {len(report.restored)} restored, {len(report.removed)} removed",
+            executor=Executor.OPENAGENTS,
+        )

@@ -2,6 +2,7 @@
 (a server, a watcher), in the same box (issue 46). Every method of a Process is one call of the
 session's pipeline (box_processes.py). What comes back is the box's: bounded by the agent (its last
 MiB of output, at most 2 MiB per read) and checked here."""
+
 from __future__ import annotations
 
 import base64
@@ -107,7 +108,9 @@ class Process:
             piece = view[:CHUNK]
             view = view[CHUNK:]
             last = not view
-            self._box._checked(WRITE, {"id": self.id, "data": base64.b64encode(piece).decode("ascii"), "close": close and last})
+            self._box._checked(
+                WRITE, {"id": self.id, "data": base64.b64encode(piece).decode("ascii"), "close": close and last}
+            )
             if last:
                 return
 
@@ -143,13 +146,17 @@ class Process:
 class ProcessMethods:
     """`start` and `processes`; the class using it provides `_checked` and `_passed_env`."""
 
-    def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
+    def _checked(
+        self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None
+    ) -> tuple[str, ToolResult]:
         raise NotImplementedError
 
     def _passed_env(self, env: dict[str, str]) -> dict[str, str]:
         raise NotImplementedError
 
-    def start(self, command: str, *, cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None) -> Process:
+    def start(
+        self, command: str, *, cwd: str | PathLike[str] | None = None, env: dict[str, str] | None = None
+    ) -> Process:
         """`/bin/sh -c command` in the background, in the workspace (or `cwd`), with `env` added, as
         shell() takes them: it runs on after this call, until it ends, is killed, or the box closes.
         Its output (stdout and stderr) is kept, the last 1 MiB; at most 16 run at once in a box

@@ -5,6 +5,7 @@ metadata says into fields. Everything in them came from the box: it is bounded b
 the host (protocol.py), never escaped here; a program printing it to a terminal escapes it
 itself (`orchestrator.ground.text.visible`).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -64,10 +65,20 @@ class ReadResult(_Result):
         note = r.note
         if binary:  # the program has a way to its exact bytes, which a model has not
             note = (note + " " if note else "") + f"[its exact bytes: Sandbox.read_bytes({path!r})]"
-        return cls(call_id=call_id, output=r.output, note=note, result=r, path=path, text="" if binary else r.output, binary=binary,
-                   sha256=_meta(r, "sha256", str),
-                   total_lines=_meta(r, "total_lines", int), first_line=_meta(r, "first_line", int), last_line=_meta(r, "last_line", int),
-                   truncated=_meta(r, "truncated", bool, False))
+        return cls(
+            call_id=call_id,
+            output=r.output,
+            note=note,
+            result=r,
+            path=path,
+            text="" if binary else r.output,
+            binary=binary,
+            sha256=_meta(r, "sha256", str),
+            total_lines=_meta(r, "total_lines", int),
+            first_line=_meta(r, "first_line", int),
+            last_line=_meta(r, "last_line", int),
+            truncated=_meta(r, "truncated", bool, False),
+        )
 
 
 def _name(value: Any) -> str | None:
@@ -92,7 +103,15 @@ class ListResult(_Result):
     def of(cls, call_id: str, r: ToolResult, path: str) -> "ListResult":
         names = _meta(r, "names", list, [])[:LIST_MAX_ENTRIES]
         entries = [name for name in map(_name, names) if name is not None]
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, entries=entries, truncated=_meta(r, "truncated", bool, False))
+        return cls(
+            call_id=call_id,
+            output=r.output,
+            note=r.note,
+            result=r,
+            path=path,
+            entries=entries,
+            truncated=_meta(r, "truncated", bool, False),
+        )
 
 
 class GrepMatch(BaseModel):
@@ -118,7 +137,15 @@ class GrepResult(_Result):
             line, text = (hit.get("line"), hit.get("text")) if isinstance(hit, dict) else (None, None)
             if path is not None and type(line) is int and isinstance(text, str):
                 found.append(GrepMatch(path=path, line=line, text=text))
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, pattern=pattern, matches=found, truncated=_meta(r, "truncated", bool, False))
+        return cls(
+            call_id=call_id,
+            output=r.output,
+            note=r.note,
+            result=r,
+            pattern=pattern,
+            matches=found,
+            truncated=_meta(r, "truncated", bool, False),
+        )
 
 
 class WriteResult(_Result):
@@ -129,8 +156,16 @@ class WriteResult(_Result):
 
     @classmethod
     def of(cls, call_id: str, r: ToolResult, path: str) -> "WriteResult":
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, sha256=_meta(r, "sha256", str),
-                   bytes=_meta(r, "bytes", int), created=_meta(r, "created", bool, False))
+        return cls(
+            call_id=call_id,
+            output=r.output,
+            note=r.note,
+            result=r,
+            path=path,
+            sha256=_meta(r, "sha256", str),
+            bytes=_meta(r, "bytes", int),
+            created=_meta(r, "created", bool, False),
+        )
 
 
 class TreeResult(BaseModel):
@@ -153,8 +188,16 @@ class EditResult(_Result):
 
     @classmethod
     def of(cls, call_id: str, r: ToolResult, path: str) -> "EditResult":
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, path=path, sha256=_meta(r, "sha256", str),
-                   replacements=_meta(r, "replacements", int, 0), diff=r.diff)
+        return cls(
+            call_id=call_id,
+            output=r.output,
+            note=r.note,
+            result=r,
+            path=path,
+            sha256=_meta(r, "sha256", str),
+            replacements=_meta(r, "replacements", int, 0),
+            diff=r.diff,
+        )
 
 
 class ShellResult(_Result):
@@ -172,9 +215,18 @@ class ShellResult(_Result):
     def of(cls, call_id: str, r: ToolResult, command: str) -> "ShellResult":
         timeout = _meta(r, "timeout_s", (int, float))  # type: ignore[arg-type]
         elapsed = _meta(r, "elapsed_s", (int, float))  # type: ignore[arg-type]
-        return cls(call_id=call_id, output=r.output, note=r.note, result=r, command=command, exit_code=_meta(r, "exit_code", int),
-                   timed_out=_meta(r, "timed_out", bool, False), timeout_s=float(timeout) if timeout is not None else None,
-                   elapsed_s=float(elapsed) if elapsed is not None else None, output_truncated=_meta(r, "output_truncated", bool, False))
+        return cls(
+            call_id=call_id,
+            output=r.output,
+            note=r.note,
+            result=r,
+            command=command,
+            exit_code=_meta(r, "exit_code", int),
+            timed_out=_meta(r, "timed_out", bool, False),
+            timeout_s=float(timeout) if timeout is not None else None,
+            elapsed_s=float(elapsed) if elapsed is not None else None,
+            output_truncated=_meta(r, "output_truncated", bool, False),
+        )
 
 
 class ChangedFile(BaseModel):
@@ -205,13 +257,19 @@ class ApplyResult(BaseModel):
     ok: bool
     applied: list[str] = Field(default_factory=list)
     left_out: list[dict[str, str]] = Field(default_factory=list)  # path, reason: what the sanitiser does not carry
-    conflicts: list[dict[str, str]] = Field(default_factory=list)  # path, reason: changed in the real workspace since the copy
+    conflicts: list[dict[str, str]] = Field(
+        default_factory=list
+    )  # path, reason: changed in the real workspace since the copy
     already: list[str] = Field(default_factory=list)
 
     @classmethod
     def of(cls, report: ApplyReport) -> "ApplyResult":
         from ..workspace.review import shown
 
-        return cls(ok=not report.conflicts, applied=[shown(p) for p in report.applied],
-                   left_out=[{"path": shown(lo.path), "reason": lo.reason} for lo in report.left_out],
-                   conflicts=[{"path": shown(c.path), "reason": c.reason} for c in report.conflicts], already=[shown(p) for p in report.already])
+        return cls(
+            ok=not report.conflicts,
+            applied=[shown(p) for p in report.applied],
+            left_out=[{"path": shown(lo.path), "reason": lo.reason} for lo in report.left_out],
+            conflicts=[{"path": shown(c.path), "reason": c.reason} for c in report.conflicts],
+            already=[shown(p) for p in report.already],
+        )

@@ -2,6 +2,7 @@
 its checkpoints and rollback, and fork once it closed. `changes`, `apply` and `rollback` are the
 program's own calls of host tools through the session's pipeline (the ladder decides each, the
 transcript records each); the others act on the session's state on the host."""
+
 from __future__ import annotations
 
 import threading
@@ -94,8 +95,16 @@ class ReviewMethods:
         if report is None or (not result.ok and not report.conflicts):  # refused, or stopped before a report
             raise tool_error(result)
         applied = ApplyResult.of(report)
-        opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via=self.kind, ok=applied.ok, applied=len(applied.applied),
-                                                 left_out=applied.left_out[:200], conflicts=applied.conflicts[:200]))
+        opened.transcript.emit(
+            ev.ChangesApplied(
+                executor=Executor.OPENAGENTS,
+                via=self.kind,
+                ok=applied.ok,
+                applied=len(applied.applied),
+                left_out=applied.left_out[:200],
+                conflicts=applied.conflicts[:200],
+            )
+        )
         return applied
 
     def _own_call(self, tool: str, arguments: dict[str, Any]) -> ToolResult:
@@ -132,8 +141,11 @@ class ReviewMethods:
     def _copy_record(self, action: str) -> SessionRecord:
         record = self._live().record
         if record.mode.value != "copy":
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} runs in bind mode: its changes are already in "
-                                                               f"{record.workspace}; nothing to {action}")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS,
+                f"session {record.id} runs in bind mode: its changes are already in "
+                f"{record.workspace}; nothing to {action}",
+            )
         return record
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -153,7 +165,9 @@ class ReviewMethods:
         opened = self._live()
         store = opened.checkpoints
         if store is None or not any(point.turn == turn and point.ok for point in store.list()):
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore"
+            )
         own = self._own_calls
         assert own is not None
         with self._review:
@@ -170,8 +184,9 @@ class ReviewMethods:
         their ids. `turn`: the state after that checkpoint instead of the latest. Typed errors: still
         open, bind mode, discarded, `n` out of 1..MAX_FORKS."""
         if not self._closed or self._record is None:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, "a sandbox is forked once it is closed (its session has ended)"
+            )
         from ..workspace.fork import fork_session
 
         return [record.id for record in fork_session(self._record.id, n, turn, box_on_copy=box_on_copy)]
-

@@ -7,6 +7,7 @@ as a model's call does in `oa-sandbox run`: a policy's deny refuses it with REFU
 the transcript has it. Each call is one turn of the session (a checkpoint after one that may have
 changed files, so `rollback(turn)` and `oa-sandbox rollback --turn` reach it).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,15 @@ from .box_files import WRITE_BYTES, BoxFiles
 from .box_processes import BoxProcesses
 from .environment import exports, looks_secret, never_passed, screened
 from .file_methods import FileMethods
-from .lifecycle import Deadlines, close_quietly, close_scratch, hold_interrupts, make_scratch, quietly, release_interrupts
+from .lifecycle import (
+    Deadlines,
+    close_quietly,
+    close_scratch,
+    hold_interrupts,
+    make_scratch,
+    quietly,
+    release_interrupts,
+)
 from .options import CLI_KINDS, SandboxOptions, in_keywords
 from .own_calls import OwnCallApprover, OwnCalls
 from .processes import ProcessMethods
@@ -60,19 +69,33 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
     `apply_changes` callable by whoever calls through the pipeline (the MCP server's client), not
     only by this object's own methods."""
 
-    def __init__(self, workspace: str | PathLike[str] | None = None, options: SandboxOptions | None = None, *, kind: str = "api",
-                 box: BoxBackend | None = None, any_caller_lands: bool = False, **settings: Any) -> None:
+    def __init__(
+        self,
+        workspace: str | PathLike[str] | None = None,
+        options: SandboxOptions | None = None,
+        *,
+        kind: str = "api",
+        box: BoxBackend | None = None,
+        any_caller_lands: bool = False,
+        **settings: Any,
+    ) -> None:
         if not isinstance(kind, str) or not kind.isidentifier():
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200])
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"kind must be a short name such as 'api', not {kind!r}"[:200]
+            )
         if workspace is not None and not isinstance(workspace, (str, PathLike)):
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"workspace must be a path, not {type(workspace).__name__}"
+            )
         self.options = SandboxOptions.of(options, settings)
         # None: a scratch directory made at open and removed at close (or the resumed session's own workspace)
         self.workspace: Path | None = Path(workspace) if workspace is not None else None
         self._scratch: Path | None = None
         self.kind = kind
         self._box = box  # a front-end's box already started for this workspace and config (a warm pool's): bind mode
-        self._any_caller_lands = any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
+        self._any_caller_lands = (
+            any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
+        )
         self._opened: OpenSession | None = None
         self._record: SessionRecord | None = None  # kept after close: the session's id and record stay readable
         self._closed = False
@@ -83,16 +106,26 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         self._finalizer: weakref.finalize | None = None  # type: ignore[type-arg]
         self._status = ("closed", "the program closed the sandbox")
         self._run: AgentRun | None = None
-        self._agent: tuple[tuple[str, str | None, str | None], TurnLoop] | None = None  # the last run's model and turn loop
-        self._landing: Landing | None = None  # copy mode: changes and apply_changes, host tools of the session's registry
+        self._agent: tuple[tuple[str, str | None, str | None], TurnLoop] | None = (
+            None  # the last run's model and turn loop
+        )
+        self._landing: Landing | None = (
+            None  # copy mode: changes and apply_changes, host tools of the session's registry
+        )
         self._issued: set[str] = set()  # the ids of this program's own calls of them (a model's are unknown tools)
         self._asked: set[str] = set()  # the ids of every call of this program's own (what would ask runs, as `exec`'s)
-        self._review = threading.Lock()  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
+        self._review = (
+            threading.Lock()
+        )  # one changes()/apply()/rollback() at a time: each reads its own call's typed outcome
         self._own_calls: OwnCalls | None = None  # rollback(): a host tool of the session's registry, the program's own
-        self._files: BoxFiles | None = None  # read_bytes/write_bytes: host tools of the session's registry, the program's own
+        self._files: BoxFiles | None = (
+            None  # read_bytes/write_bytes: host tools of the session's registry, the program's own
+        )
         self._current = threading.local()  # the calling thread's CallToken (the async API's), for BoxTurns
         self._turns: BoxTurns | None = None  # whose command the box runs: a cancel ends its own call only
-        self._exported: dict[str, str] = {}  # env names the agent's shell would drop: exported to each command (BoxTurns)
+        self._exported: dict[
+            str, str
+        ] = {}  # env names the agent's shell would drop: exported to each command (BoxTurns)
         self._deadlines: Deadlines | None = None  # idle_timeout, lifetime
         self._closed_why = ""  # what closed it, when not the program (a deadline)
 
@@ -122,13 +155,20 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)
-            registry.host_tools = CopyTools(self._landing, registry.host_tools, None if self._any_caller_lands else self._issued)
-            registry.host_tools = ForkTools(opened.record, registry.host_tools, None if self._any_caller_lands else self._issued,
-                                            box_on_copy=box_on_copy)
+            registry.host_tools = CopyTools(
+                self._landing, registry.host_tools, None if self._any_caller_lands else self._issued
+            )
+            registry.host_tools = ForkTools(
+                opened.record,
+                registry.host_tools,
+                None if self._any_caller_lands else self._issued,
+                box_on_copy=box_on_copy,
+            )
         registry = opened.pipeline.registry
         opened.transcript.redactor.add(self._exported.values())
-        self._turns = registry.sandbox = BoxTurns(registry.sandbox, self._current, exports(self._exported),
-                                                  lambda: opened.pipeline.cancel)
+        self._turns = registry.sandbox = BoxTurns(
+            registry.sandbox, self._current, exports(self._exported), lambda: opened.pipeline.cancel
+        )
         self._own_calls = OwnCalls(lambda: opened.checkpoints, opened.kill_running, self._issued, registry.host_tools)
         registry.host_tools = self._own_calls
         self._files = BoxFiles(lambda: registry.sandbox, self._issued, registry.host_tools)
@@ -137,12 +177,24 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         # However the program ends (no close, an exception nobody caught), the box goes at exit.
         self._finalizer = weakref.finalize(self, close_quietly, opened, self._scratch)
         if options.idle_timeout is not None or options.lifetime is not None:
-            self._deadlines = Deadlines(weakref.WeakMethod(self._expire), weakref.WeakMethod(self._working), options.idle_timeout,
-                                        options.lifetime)
+            self._deadlines = Deadlines(
+                weakref.WeakMethod(self._expire),
+                weakref.WeakMethod(self._working),
+                options.idle_timeout,
+                options.lifetime,
+            )
         if not self._framed_by_loop:  # a model's turn loop writes its own session_start and session_end, per run
-            opened.transcript.emit(ev.SessionStarted(task=f"({self.kind})", model="", family=self.kind, session_id=opened.record.id,
-                                                     workspace=str(opened.pipeline.registry.workspace), workspace_mode=opened.record.mode.value,
-                                                     tools=opened.pipeline.registry.active()))
+            opened.transcript.emit(
+                ev.SessionStarted(
+                    task=f"({self.kind})",
+                    model="",
+                    family=self.kind,
+                    session_id=opened.record.id,
+                    workspace=str(opened.pipeline.registry.workspace),
+                    workspace_mode=opened.record.mode.value,
+                    tools=opened.pipeline.registry.active(),
+                )
+            )
         return self
 
     def _start(self) -> OpenSession:
@@ -160,7 +212,9 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)[:1000]) from None
         except OSError as err:  # the state directory, the transcript's file
             self._closed = True
-            raise OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}") from None
+            raise OpenAgentsError(
+                ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}"
+            ) from None
         except BaseException:
             self._closed = True
             raise
@@ -172,12 +226,22 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
             ask = getattr(options.approver, "ask", None)
             approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
         # The program's own calls: what would ask runs (as `oa-sandbox exec`'s), unless it asked for the ladder's questions.
-        own = self._asked if (options.approve or ("ask" if options.approver is not None else "program")) == "program" else None
-        on_event, on_record, sinks = options.on_event, options.on_record, self._sinks  # never `self`: the session's parts
+        own = (
+            self._asked
+            if (options.approve or ("ask" if options.approver is not None else "program")) == "program"
+            else None
+        )
+        on_event, on_record, sinks = (
+            options.on_event,
+            options.on_record,
+            self._sinks,
+        )  # never `self`: the session's parts
         # must not hold the sandbox, or one dropped without close() would never be collected (and closed)
 
         def fanout(record: dict[str, Any]) -> None:
-            if on_record is not None:  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
+            if (
+                on_record is not None
+            ):  # a front-end's sink (a live view, stream-json, an editor): as the transcript hands it on
                 on_record(record)
             if on_event is not None:
                 typed = ev.parse(record)
@@ -188,7 +252,9 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
 
         transcript = Path(options.transcript).absolute() if options.transcript is not None else None
         if transcript is not None and transcript.exists():
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"transcript {transcript} exists: a transcript is never appended to"
+            )
         resume = self._resumed()
         if self.workspace is None:  # the resumed session's own, or a scratch directory (removed at close)
             self.workspace = Path(resume.workspace) if resume is not None else make_scratch()
@@ -196,13 +262,28 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         if not self.workspace.is_dir():
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"workspace {self.workspace} is not a directory")
         config = options.sandbox_config()
-        if self.kind not in CLI_KINDS:  # a program's env: all of it reaches the commands (environment.py); the CLI's --env as documented there
+        if (
+            self.kind not in CLI_KINDS
+        ):  # a program's env: all of it reaches the commands (environment.py); the CLI's --env as documented there
             env = screened("env", config.env, never_passed(options))
             self._exported = {name: value for name, value in env.items() if looks_secret(name)}
-            config = config.model_copy(update={"env": {name: value for name, value in env.items() if name not in self._exported}})
-        return open_session(options.session_options(), self.workspace, config, OwnCallApprover(approver, self._issued, own),
-                            transcript, fanout, sandbox=self._box, mode=options.workspace_mode(), kind=self.kind,
-                            host_tools=options.host_tools, copy_limits=options.copy_limits(), resume=resume)
+            config = config.model_copy(
+                update={"env": {name: value for name, value in env.items() if name not in self._exported}}
+            )
+        return open_session(
+            options.session_options(),
+            self.workspace,
+            config,
+            OwnCallApprover(approver, self._issued, own),
+            transcript,
+            fanout,
+            sandbox=self._box,
+            mode=options.workspace_mode(),
+            kind=self.kind,
+            host_tools=options.host_tools,
+            copy_limits=options.copy_limits(),
+            resume=resume,
+        )
 
     def _resumed(self) -> SessionRecord | None:
         """The record `options.resume` names, if it can be continued (a session opened without a model
@@ -213,7 +294,10 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
 
         record = find(self.options.resume, conversation=self.options.model is not None)
         if self.workspace is not None and str(self.workspace.resolve()) != record.workspace:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} worked on {record.workspace}, not {self.workspace.resolve()}")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS,
+                f"session {record.id} worked on {record.workspace}, not {self.workspace.resolve()}",
+            )
         return record
 
     @property
@@ -258,8 +342,11 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
                 status, reason = self._status
                 opened.record.turns = max(self._turn, opened.record.turns or 0)
                 if getattr(opened, "turn_loop", None) is None:  # else its turn loop said how each run ended
-                    opened.transcript.emit(ev.SessionEnded(executor=Executor.USER, status=status, reason=reason, turns=self._turn,
-                                                           last_turn=self._turn))
+                    opened.transcript.emit(
+                        ev.SessionEnded(
+                            executor=Executor.USER, status=status, reason=reason, turns=self._turn, last_turn=self._turn
+                        )
+                    )
                 opened.finish(status, reason)
                 swept = opened.close()
         finally:
@@ -350,16 +437,27 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
     def _live(self) -> OpenSession:
         opened = self._opened
         if opened is None:
-            raise self._closed_error() if self._closed else OpenAgentsError(
-                ErrorType.SANDBOX_CLOSED, "the sandbox is not open: use `with Sandbox(...) as box:` or call open() first")
+            raise (
+                self._closed_error()
+                if self._closed
+                else OpenAgentsError(
+                    ErrorType.SANDBOX_CLOSED,
+                    "the sandbox is not open: use `with Sandbox(...) as box:` or call open() first",
+                )
+            )
         return opened
 
     def _closed_error(self) -> OpenAgentsError:
         if self._record is None:
-            return OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox failed to open (its error said why): open a new Sandbox")
+            return OpenAgentsError(
+                ErrorType.SANDBOX_CLOSED, "the sandbox failed to open (its error said why): open a new Sandbox"
+            )
         why = f" ({self._closed_why})" if self._closed_why else ""
-        return OpenAgentsError(ErrorType.SANDBOX_CLOSED, f"the sandbox of session {self._record.id} is closed{why}: its box is removed; "
-                                                         f"open a new Sandbox (or Sandbox(resume={self._record.id!r}))")
+        return OpenAgentsError(
+            ErrorType.SANDBOX_CLOSED,
+            f"the sandbox of session {self._record.id} is closed{why}: its box is removed; "
+            f"open a new Sandbox (or Sandbox(resume={self._record.id!r}))",
+        )
 
     # -- what it is --------------------------------------------------------------------------
     @property
@@ -383,17 +481,26 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         return Path(self.record.transcript or "")
 
     # -- the six tools ---------------------------------------------------------------------------
-    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None,
-              call_id: str | None = None) -> tuple[str, ToolResult]:
+    def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        on_output: Callable[[str], None] | None,
+        call_id: str | None = None,
+    ) -> tuple[str, ToolResult]:
         """One call through the pipeline; `call_id` (the bytes methods': their data waits under it) marks it one of the
         program's own host-tool calls."""
         opened = self._live()
         if not isinstance(tool, str):
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"tool must be a str, not {type(tool).__name__}")
         if arguments is not None and not isinstance(arguments, dict):
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"arguments must be a dict, not {type(arguments).__name__}"
+            )
         call = ToolCall(id=call_id or f"api_{uuid.uuid4().hex[:12]}", name=tool, arguments=arguments or {})
-        shown = (lambda text: quietly(on_output, text)) if on_output is not None else None  # a failing callback never breaks the call
+        shown = (
+            (lambda text: quietly(on_output, text)) if on_output is not None else None
+        )  # a failing callback never breaks the call
         self._asked.add(call.id)
         if call_id is not None:
             self._issued.add(call.id)
@@ -411,7 +518,9 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         return call.id, result
 
     # -- an agent's run --------------------------------------------------------------------------
-    def run(self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None) -> AgentRun:
+    def run(
+        self, task: str, *, model: str | None = None, base_url: str | None = None, api_key_env: str | None = None
+    ) -> AgentRun:
         """The whole loop on this sandbox: `model` (openai:NAME, anthropic:NAME, gemini:NAME, script:FILE;
         default: the options' `model`) works on `task` with the six tools, through the same pipeline
         and ladder. Iterate the returned AgentRun for the typed events (`--output stream-json`'s), or
@@ -421,10 +530,16 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         if model is None and self.options.model is not None:
             model, base_url, api_key_env = self.options.model, self.options.base_url, self.options.api_key_env
         if not isinstance(model, str):
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS,
+                f"run: model must be a str such as openai:gpt-5, not {type(model).__name__}",
+            )
         opened = self._live()
         if self._run is not None and self._run.running:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "run: the sandbox's previous run is still going: iterate it to its end, or leave it")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS,
+                "run: the sandbox's previous run is still going: iterate it to its end, or leave it",
+            )
         wanted = (model, base_url, api_key_env)
         if self._agent is not None and self._agent[0] == wanted:
             session = self._agent[1]  # the same model again: the conversation goes on, as an editor's next prompt
@@ -441,7 +556,6 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
 
         self._run = AgentRun(session, task, self._sinks, self.kill_running, ended)
         return self._run
-
 
 
 __all__ = ["Sandbox"]

@@ -13,6 +13,7 @@ at its session_end); `apply` meets the ladder's landing decision (a deny still r
 outcome goes to the record. Only the caller's own sessions: another user's is refused
 (PERMISSION_DENIED, naming its owner). To go on working in one, open it again: `Sandbox(resume=ID)`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,7 +32,9 @@ if TYPE_CHECKING:
     from .results import ApplyResult, Changes
 
 DEFAULT_PRUNE_AGE_S = 7 * 86400  # `sessions prune`: ended sessions started longer ago than this
-UNLANDED_KEEP_S = 30 * 86400  # and copy sessions never applied nor discarded, longer ago than this (their copy is their only work)
+UNLANDED_KEEP_S = (
+    30 * 86400
+)  # and copy sessions never applied nor discarded, longer ago than this (their copy is their only work)
 
 
 def list_sessions(labels: Mapping[str, str] | None = None, *, all_users: bool = False) -> list[SessionRecord]:
@@ -39,7 +42,9 @@ def list_sessions(labels: Mapping[str, str] | None = None, *, all_users: bool = 
     `labels` only. `all_users`: other users' records this state directory lets the caller read
     too, to list only (any action on one is refused)."""
     wanted = dict(labels or {})
-    return [r for r in records_.list_sessions(all_users=all_users) if all(r.labels.get(k) == v for k, v in wanted.items())]
+    return [
+        r for r in records_.list_sessions(all_users=all_users) if all(r.labels.get(k) == v for k, v in wanted.items())
+    ]
 
 
 def session(session_id: str) -> SessionRecord:
@@ -57,8 +62,11 @@ def changes(session_id: str) -> Changes:
     record = ended_copy_session(session_id, "show")
     manifest = CopyManifest.load(record.manifest_path)
     found = list_changes(manifest)
-    return Changes(files=[ChangedFile(path=shown(c.path), status=c.status) for c in found],
-                   diff="\n".join(render_diff(manifest, found)), stat="\n".join(render_diff(manifest, found, stat=True)))
+    return Changes(
+        files=[ChangedFile(path=shown(c.path), status=c.status) for c in found],
+        diff="\n".join(render_diff(manifest, found)),
+        stat="\n".join(render_diff(manifest, found, stat=True)),
+    )
 
 
 def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
@@ -69,7 +77,9 @@ def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
     from ..policy.ladder import Ladder
     from ..session import load_policies
 
-    rules, _ = load_policies(Path(record.workspace), list(record.policy_files), record)  # its user files as pinned at its start
+    rules, _ = load_policies(
+        Path(record.workspace), list(record.policy_files), record
+    )  # its user files as pinned at its start
     return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
 
 
@@ -96,7 +106,9 @@ def discard(session_id: str) -> int:
     its record stays, marked discarded. The bytes freed."""
     from ..workspace.copy_session import discard_session, ended_copy_session
 
-    record = ended_copy_session(session_id, "discard", mount=False)  # a fork's overlay that cannot be mounted again is still discarded
+    record = ended_copy_session(
+        session_id, "discard", mount=False
+    )  # a fork's overlay that cannot be mounted again is still discarded
     try:
         return discard_session(record)
     except OSError as err:
@@ -127,21 +139,31 @@ def restorable_turn(record: SessionRecord, turn: int) -> int:
     if not isinstance(turn, int) or isinstance(turn, bool) or turn < 0:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"turn must be an int, 0 or more, not {turn!r}"[:200])
     if record.running():
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})"
+        )
     if record.discarded:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone")
     points = CheckpointStore(record.checkpoint_store, Path(record.box_workspace)).list()
     turns = [p.turn for p in points if p.ok]
     last = record.turns if record.turns is not None else max((p.turn for p in points), default=0)
     if turn > last:
-        said = f"ran {last} turn{'s' if last != 1 else ''}" if record.turns is not None else f"has checkpoints up to turn {last}"
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} {said}: there is no turn {turn} to restore "
-                                                           f"(`oa-sandbox checkpoints {record.id}`)")
+        said = (
+            f"ran {last} turn{'s' if last != 1 else ''}"
+            if record.turns is not None
+            else f"has checkpoints up to turn {last}"
+        )
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"session {record.id} {said}: there is no turn {turn} to restore (`oa-sandbox checkpoints {record.id}`)",
+        )
     if turn in turns:
         return turn
     earlier = [t for t in turns if t <= turn]
     if not earlier:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} has no checkpoint at or before turn {turn}")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {record.id} has no checkpoint at or before turn {turn}"
+        )
     return max(earlier)
 
 
@@ -188,7 +210,12 @@ class Pruned:
         return sum(size for _, size in self.removed)
 
 
-def prune(older_than_s: float = DEFAULT_PRUNE_AGE_S, unlanded_older_than_s: float = UNLANDED_KEEP_S, *, all_users: bool = False) -> Pruned:
+def prune(
+    older_than_s: float = DEFAULT_PRUNE_AGE_S,
+    unlanded_older_than_s: float = UNLANDED_KEEP_S,
+    *,
+    all_users: bool = False,
+) -> Pruned:
     """Remove the whole state of the caller's ended sessions started longer ago than `older_than_s`
     (copy, checkpoints, transcript, record). Kept, and said why: sessions still running, and copy
     sessions neither applied nor discarded (their copy is all there is of their work) until they
@@ -197,5 +224,19 @@ def prune(older_than_s: float = DEFAULT_PRUNE_AGE_S, unlanded_older_than_s: floa
     return Pruned(removed=removed, kept=kept)
 
 
-__all__ = ["Pruned", "apply", "changes", "checkpoints", "discard", "fork", "landing_permit", "list_sessions", "prune", "report", "restorable_turn",
-           "restore_at", "rollback", "session"]
+__all__ = [
+    "Pruned",
+    "apply",
+    "changes",
+    "checkpoints",
+    "discard",
+    "fork",
+    "landing_permit",
+    "list_sessions",
+    "prune",
+    "report",
+    "restorable_turn",
+    "restore_at",
+    "rollback",
+    "session",
+]

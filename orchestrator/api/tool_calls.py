@@ -2,6 +2,7 @@
 for any tool by name: each checks its arguments' types (ToolError(INVALID_ARGUMENTS) before anything
 is sent), makes one call through the session's pipeline (`_checked`, the Sandbox's) and lifts the
 typed result out of it (results.py)."""
+
 from __future__ import annotations
 
 from os import PathLike
@@ -31,8 +32,14 @@ def require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], wh
         raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not {type(value).__name__}")
 
 
-def placed(tool: str, command: str, cwd: str | PathLike[str] | None, env: dict[str, str] | None,
-           passed_env: Callable[[dict[str, str]], dict[str, str]], method: str | None = None) -> str:
+def placed(
+    tool: str,
+    command: str,
+    cwd: str | PathLike[str] | None,
+    env: dict[str, str] | None,
+    passed_env: Callable[[dict[str, str]], dict[str, str]],
+    method: str | None = None,
+) -> str:
     """`command` as the box runs it with `cwd` and `env` (shell() and start() take them alike): the
     command itself when neither is given. `method`: the API method an empty cwd is named by."""
     if cwd is None and not env:
@@ -55,26 +62,37 @@ def tool_error(result: ToolResult) -> ToolError:
 class ToolMethods:
     """The typed tool methods; the class using it provides `_call` (one call through the pipeline)."""
 
-    def _call(self, tool: str, arguments: dict[str, Any] | None, on_output: Callable[[str], None] | None,
-              call_id: str | None = None) -> tuple[str, ToolResult]:
+    def _call(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        on_output: Callable[[str], None] | None,
+        call_id: str | None = None,
+    ) -> tuple[str, ToolResult]:
         raise NotImplementedError
 
     def _passed_env(self, env: dict[str, str]) -> dict[str, str]:
         """`env` as it may enter the box (the sandbox screens it and has its secrets redacted)."""
         raise NotImplementedError
 
-    def call(self, tool: str, arguments: dict[str, Any] | None = None, on_output: Callable[[str], None] | None = None) -> ToolResult:
+    def call(
+        self, tool: str, arguments: dict[str, Any] | None = None, on_output: Callable[[str], None] | None = None
+    ) -> ToolResult:
         """One call of any tool by name, through the pipeline; never raises for a tool's failure or
         a refusal (the typed result says it), only for a closed sandbox."""
         return self._call(tool, arguments, on_output)[1]
 
-    def _checked(self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[str, ToolResult]:
+    def _checked(
+        self, tool: str, arguments: dict[str, Any], on_output: Callable[[str], None] | None = None
+    ) -> tuple[str, ToolResult]:
         call_id, result = self._call(tool, arguments, on_output)
         if not result.ok:
             raise tool_error(result)
         return call_id, result
 
-    def read_file(self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None) -> ReadResult:
+    def read_file(
+        self, path: str | bytes | PathLike[str] | PathLike[bytes], offset: int = 1, limit: int | None = None
+    ) -> ReadResult:
         """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB. `path` as
         list_files' entries give it (any name: names.read_path)."""
         rel, name = read_path(READ, path)
@@ -85,14 +103,21 @@ class ToolMethods:
             args["limit"] = limit
         return ReadResult.of(*self._checked(READ, args), rel)
 
-    def list_files(self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True) -> ListResult:
+    def list_files(
+        self, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", recursive: bool = True
+    ) -> ListResult:
         """At most 500 entries; .git, node_modules, target, dist skipped."""
         rel, name = read_path(LIST, path)
         require(LIST, "recursive", recursive, bool, "a bool")
         return ListResult.of(*self._checked(LIST, {"path": name, "recursive": recursive}), rel)
 
-    def grep_files(self, pattern: str, path: str | bytes | PathLike[str] | PathLike[bytes] = ".", glob: str | None = None,
-                   ignore_case: bool = False) -> GrepResult:
+    def grep_files(
+        self,
+        pattern: str,
+        path: str | bytes | PathLike[str] | PathLike[bytes] = ".",
+        glob: str | None = None,
+        ignore_case: bool = False,
+    ) -> GrepResult:
         """Lines matching a Python regular expression, at most 200."""
         require(GREP, "pattern", pattern, str, "a str")
         _, name = read_path(GREP, path)
@@ -109,22 +134,40 @@ class ToolMethods:
         require(WRITE, "content", content, str, "a str")
         return WriteResult.of(*self._checked(WRITE, {"path": rel, "content": content}), rel)
 
-    def edit_file(self, path: str | PathLike[str], old_text: str, new_text: str, allow_multiple: bool = False,
-                  expected_sha256: str | None = None) -> EditResult:
+    def edit_file(
+        self,
+        path: str | PathLike[str],
+        old_text: str,
+        new_text: str,
+        allow_multiple: bool = False,
+        expected_sha256: str | None = None,
+    ) -> EditResult:
         """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
         refuses the edit if the file changed since."""
         rel = write_path(EDIT, path)
         require(EDIT, "old_text", old_text, str, "a str")
         require(EDIT, "new_text", new_text, str, "a str")
         require(EDIT, "allow_multiple", allow_multiple, bool, "a bool")
-        args: dict[str, Any] = {"path": rel, "old_text": old_text, "new_text": new_text, "allow_multiple": allow_multiple}
+        args: dict[str, Any] = {
+            "path": rel,
+            "old_text": old_text,
+            "new_text": new_text,
+            "allow_multiple": allow_multiple,
+        }
         if expected_sha256 is not None:
             require(EDIT, "expected_sha256", expected_sha256, str, "a str")
             args["expected_sha256"] = expected_sha256
         return EditResult.of(*self._checked(EDIT, args), rel)
 
-    def shell(self, command: str, timeout: int = 60, on_output: Callable[[str], None] | None = None, *, cwd: str | PathLike[str] | None = None,
-              env: dict[str, str] | None = None) -> ShellResult:
+    def shell(
+        self,
+        command: str,
+        timeout: int = 60,
+        on_output: Callable[[str], None] | None = None,
+        *,
+        cwd: str | PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ShellResult:
         """`/bin/sh -c command` in the workspace (or `cwd`: relative to it, or absolute), no stdin;
         `timeout` seconds (at most 240, kept by the host too). `env`: variables for this command only
         (any name; secret-looking values redacted in the transcript; a model key or an egress

@@ -4,6 +4,7 @@ through the session's pipeline. Only directories and regular files move; links, 
 left out, by name (TreeResult.skipped). What comes back from the box is parsed from memory, bounded by
 the read limit, and landed through orchestrator/boxfs (land_tree: no link followed, every file
 written atomically); an upload reads this machine's files, never the session's own workspace."""
+
 from __future__ import annotations
 
 import hashlib
@@ -40,7 +41,9 @@ def upload_tree(self: Any, local: Path, rel: str) -> TreeResult:
     target = _box_dir("upload", rel)
     workspace = getattr(self, "workspace", None)
     if workspace is not None and local.resolve().is_relative_to(Path(workspace).resolve()):
-        raise ToolError(ErrorType.INVALID_ARGUMENTS, f"upload: {local} is in the session's workspace, the box's already")
+        raise ToolError(
+            ErrorType.INVALID_ARGUMENTS, f"upload: {local} is in the session's workspace, the box's already"
+        )
     skipped: list[str] = []
 
     def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -57,19 +60,29 @@ def upload_tree(self: Any, local: Path, rel: str) -> TreeResult:
             members = tar.getmembers()
         size = buf.tell()
         if size > MAX_FILE:
-            raise ToolError(ErrorType.FILE_TOO_LARGE, f"upload: {local} makes an archive of {size} bytes; at most {MAX_FILE}")
+            raise ToolError(
+                ErrorType.FILE_TOO_LARGE, f"upload: {local} makes an archive of {size} bytes; at most {MAX_FILE}"
+            )
         buf.seek(0)
         digest = hashlib.sha256()
         while piece := buf.read(LOCAL_READ):
             digest.update(piece)
         buf.seek(0)
         name = f".oa-upload-{uuid.uuid4().hex[:16]}.tar"
-        self._transfer(WRITE_BYTES, {"path": name, "size": size, "sha256": digest.hexdigest()}, Transfer(source=buf.read))
-    unpack = self.shell(f"mkdir -p -- {shlex.quote(target)} && tar -xf {shlex.quote(name)} -C {shlex.quote(target)} --no-same-owner "
-                        f"--no-same-permissions; rc=$?; rm -f -- {shlex.quote(name)}; exit $rc", timeout=240)
+        self._transfer(
+            WRITE_BYTES, {"path": name, "size": size, "sha256": digest.hexdigest()}, Transfer(source=buf.read)
+        )
+    unpack = self.shell(
+        f"mkdir -p -- {shlex.quote(target)} && tar -xf {shlex.quote(name)} -C {shlex.quote(target)} --no-same-owner "
+        f"--no-same-permissions; rc=$?; rm -f -- {shlex.quote(name)}; exit $rc",
+        timeout=240,
+    )
     if unpack.exit_code != 0:
-        raise ToolError(ErrorType.IO_ERROR, f"upload: unpacking in the box failed (exit {unpack.exit_code}): {unpack.output[-500:]}",
-                        unpack.result)
+        raise ToolError(
+            ErrorType.IO_ERROR,
+            f"upload: unpacking in the box failed (exit {unpack.exit_code}): {unpack.output[-500:]}",
+            unpack.result,
+        )
     files = [m for m in members if m.isreg()]
     return TreeResult(path=target, files=len(files), bytes=sum(m.size for m in files), skipped=skipped)
 
@@ -78,13 +91,21 @@ def download_tree(self: Any, rel: str, local: Path, limit: int) -> TreeResult:
     source = _box_dir("download", rel)
     name = f".oa-download-{uuid.uuid4().hex[:16]}.tar"
     try:
-        packed = self.shell(f"test -d {shlex.quote(source)} || {{ echo 'not a directory' >&2; exit 20; }}; "
-                            f"tar -cf {shlex.quote(name)} --exclude='.oa-download-*.tar' -C {shlex.quote(source)} .", timeout=240)
+        packed = self.shell(
+            f"test -d {shlex.quote(source)} || {{ echo 'not a directory' >&2; exit 20; }}; "
+            f"tar -cf {shlex.quote(name)} --exclude='.oa-download-*.tar' -C {shlex.quote(source)} .",
+            timeout=240,
+        )
         if packed.exit_code == 20:
-            raise ToolError(ErrorType.NOT_A_DIRECTORY, f"download: {source} is not a directory or a regular file", packed.result)
+            raise ToolError(
+                ErrorType.NOT_A_DIRECTORY, f"download: {source} is not a directory or a regular file", packed.result
+            )
         if packed.exit_code not in (0, 1):  # 1: a file changed while it was read (it is in the archive as tar found it)
-            raise ToolError(ErrorType.IO_ERROR, f"download: packing in the box failed (exit {packed.exit_code}): {packed.output[-500:]}",
-                            packed.result)
+            raise ToolError(
+                ErrorType.IO_ERROR,
+                f"download: packing in the box failed (exit {packed.exit_code}): {packed.output[-500:]}",
+                packed.result,
+            )
         data = self.read_bytes(name, limit=limit)
     finally:
         self.shell(f"rm -f -- {shlex.quote(name)}", timeout=30)
@@ -115,4 +136,3 @@ def download_tree(self: Any, rel: str, local: Path, limit: int) -> TreeResult:
     except OpenAgentsError as err:
         raise ToolError(err.type, f"download: {err.message}") from None
     return TreeResult(path=str(local), files=files, bytes=written, skipped=skipped)
-

@@ -17,6 +17,7 @@ explicitly: `env=`) are exported to each command here as well (`exports`), below
 policy and the transcript see the command as it was given, and the values never enter the
 transcript (the session's redactor holds them too).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -53,11 +54,19 @@ def cancelled_result(when: str, result: ToolResult | None = None) -> ToolResult:
 class BoxTurns:
     """The session's box as its tool registry sees it (every other attribute is the box's own)."""
 
-    def __init__(self, inner: BoxBackend, current: threading.local, exports: str = "", session_cancel: Callable[[], threading.Event] | None = None) -> None:
+    def __init__(
+        self,
+        inner: BoxBackend,
+        current: threading.local,
+        exports: str = "",
+        session_cancel: Callable[[], threading.Event] | None = None,
+    ) -> None:
         self.inner = inner
         self._current = current  # the calling thread's token (calling_as), shared with the sandbox
         self._exports = exports
-        self._session_cancel = session_cancel  # the pipeline's event: a run left early (kill_all) sends no command after it is set
+        self._session_cancel = (
+            session_cancel  # the pipeline's event: a run left early (kill_all) sends no command after it is set
+        )
         self._turn = threading.Lock()
         self._running: dict[CallToken, str] = {}  # a running call's token -> its command's key in the box
         self._keys: set[str] = set()  # the key of every command sent or being sent
@@ -92,7 +101,9 @@ class BoxTurns:
                 self._running[token] = key
             self._keys.add(key)
         try:
-            if self._session_cancel is not None and self._session_cancel().is_set():  # after the key is known: kill_all sees one or the other
+            if (
+                self._session_cancel is not None and self._session_cancel().is_set()
+            ):  # after the key is known: kill_all sees one or the other
                 return cancelled_result("before it ran (nothing was sent)")
             result = self.inner.call(tool, {**args, "key": key}, on_output)
         finally:

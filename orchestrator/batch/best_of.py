@@ -6,6 +6,7 @@ best is kept (ties: fewest changed lines), the others discarded. The result line
 attempt's (its session_id, patch, files), with `best_of` listing every attempt's score and which
 was chosen. When none passes, none is chosen and all are kept: the task is `stopped`, exit 1.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,16 @@ if TYPE_CHECKING:
     from .runner import RunControl
 
 
-def run_best_of(task_id: str, text: str, workspace: Path, options: SandboxOptions, attempts: int, pick: str | None, pick_timeout: int,
-                control: RunControl) -> TaskResult:
+def run_best_of(
+    task_id: str,
+    text: str,
+    workspace: Path,
+    options: SandboxOptions,
+    attempts: int,
+    pick: str | None,
+    pick_timeout: int,
+    control: RunControl,
+) -> TaskResult:
     """The task's best-of-N to its end; typed errors for bad input (attempts without pick, N out of range)."""
     check_attempts(attempts, pick)
     assert pick is not None
@@ -45,16 +54,32 @@ def run_best_of(task_id: str, text: str, workspace: Path, options: SandboxOption
     finally:
         done.set()
         watcher.join()
-    listed = {"pick": pick, "chosen": out.chosen.session_id if out.chosen else None, "attempts": [asdict(a) for a in out.attempts]}
+    listed = {
+        "pick": pick,
+        "chosen": out.chosen.session_id if out.chosen else None,
+        "attempts": [asdict(a) for a in out.attempts],
+    }
     if out.cancelled:
         err = OpenAgentsError(ErrorType.CANCELLED, f"the batch was cancelled: all {attempts} attempts kept")
         return TaskResult.failed(task_id, "cancelled", err, exit_code=130, best_of=listed)
     chosen = out.chosen
     if chosen is None:
-        return TaskResult(id=task_id, status="stopped", exit_code=1, best_of=listed,
-                          reason=f"no attempt passed the pick command: none chosen, all {attempts} kept",
-                          turns=max(a.turns for a in out.attempts))
-    result = TaskResult(id=task_id, status="finished", exit_code=0, session_id=chosen.session_id, best_of=listed, turns=chosen.turns,
-                        reason=f"attempt {chosen.number} of {attempts} chosen (score {chosen.score:g})",
-                        error=TaskError(**chosen.error) if chosen.error else None)
+        return TaskResult(
+            id=task_id,
+            status="stopped",
+            exit_code=1,
+            best_of=listed,
+            reason=f"no attempt passed the pick command: none chosen, all {attempts} kept",
+            turns=max(a.turns for a in out.attempts),
+        )
+    result = TaskResult(
+        id=task_id,
+        status="finished",
+        exit_code=0,
+        session_id=chosen.session_id,
+        best_of=listed,
+        turns=chosen.turns,
+        reason=f"attempt {chosen.number} of {attempts} chosen (score {chosen.score:g})",
+        error=TaskError(**chosen.error) if chosen.error else None,
+    )
     return with_changes(result, out.record_of(chosen))

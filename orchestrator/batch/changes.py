@@ -3,6 +3,7 @@ ID` would land, computed by the sanitiser itself (review.planned_changes) and re
 `oa-sandbox changes` renders it, what the sanitiser would leave out, its report. One task's
 session (runner.py) or a best-of-N's chosen attempt (best_of.py) alike.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,9 @@ from .tasks import TaskError, TaskResult
 if TYPE_CHECKING:
     from ..workspace.records import SessionRecord
 
-MAX_PATCH_BYTES = 512 << 10  # of the patch inline in a result line (which is at most MAX_LINE_BYTES); the whole in patch_file
+MAX_PATCH_BYTES = (
+    512 << 10
+)  # of the patch inline in a result line (which is at most MAX_LINE_BYTES); the whole in patch_file
 MAX_PATCH_FILE_BYTES = 64 << 20  # of the patch file in the session's directory (render_diff bounds it further)
 
 

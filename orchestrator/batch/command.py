@@ -5,6 +5,7 @@ Exit codes: 0 every task finished (status `finished`), 1 at least one did not (s
 invalid), 2 a set-up error before any task ran (the tasks file, the output file, Ray), 130
 interrupted (Ctrl-C, SIGTERM, SIGHUP): nothing left running, no box left behind.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,12 +66,22 @@ def run_batch(request: BatchRequest) -> int:
             if request.engine == "ray":
                 from .ray_engine import run_ray
 
-                outcome = run_ray(todo, request.settings, writer, progress, address=request.ray_address, resource=request.ray_resource,
-                                  max_retries=request.max_retries, concurrency=request.concurrency)
+                outcome = run_ray(
+                    todo,
+                    request.settings,
+                    writer,
+                    progress,
+                    address=request.ray_address,
+                    resource=request.ray_resource,
+                    max_retries=request.max_retries,
+                    concurrency=request.concurrency,
+                )
             else:
                 lifetime.install()  # on the main thread: the sessions start their boxes on the pool's threads
                 interrupt_once()
-                concurrency = request.concurrency or default_concurrency(request.settings.config.memory, request.settings.config.cpus)
+                concurrency = request.concurrency or default_concurrency(
+                    request.settings.config.memory, request.settings.config.cpus
+                )
                 outcome = run_local(todo, request.settings, writer, concurrency, progress)
             results += outcome.results
             interrupted = outcome.interrupted

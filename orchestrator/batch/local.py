@@ -9,6 +9,7 @@ runs them), each running session is cancelled (its call killed, its box removed 
 gone), their results are written as `cancelled`, and the batch exits 130. Further presses are
 ignored until the boxes are gone.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,8 +76,11 @@ class Progress:
         width = 24
         filled = width * done // max(1, self.total)
         failed = self.total and done - self.counts.get("finished", 0)
-        return (f"\r\x1b[2Kbatch [{'#' * filled}{'-' * (width - filled)}] {done}/{self.total} done, {self.running} running"
-                + (f", {failed} not finished" if failed else "") + f"  {time.monotonic() - self.began:.0f} s")
+        return (
+            f"\r\x1b[2Kbatch [{'#' * filled}{'-' * (width - filled)}] {done}/{self.total} done, {self.running} running"
+            + (f", {failed} not finished" if failed else "")
+            + f"  {time.monotonic() - self.began:.0f} s"
+        )
 
     def update(self, running: int) -> None:
         with self._lock:
@@ -93,7 +97,13 @@ class Progress:
             if self.live:
                 mark = "✓" if result.status == "finished" else "✗"
                 error = f" {result.error.type}" if result.error else ""
-                self.stream.write("\r\x1b[2K" + one_line(f"{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node or 'not run'})") + "\n")
+                self.stream.write(
+                    "\r\x1b[2K"
+                    + one_line(
+                        f"{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node or 'not run'})"
+                    )
+                    + "\n"
+                )
                 self.stream.write(self._bar())
                 self.stream.flush()
 
@@ -106,8 +116,13 @@ class Progress:
             done = ", ".join(f"{n} {status}" for status, n in sorted(self.counts.items())) or "none ended"
             skipped = f"; {self.skipped} skipped (already finished in {out})" if self.skipped else ""
             state = "interrupted" if interrupted else "done"
-            self.stream.write(one_line(f"batch {state}: {sum(self.counts.values())} of {self.total} tasks ended ({done}){skipped}; "
-                                      f"{time.monotonic() - self.began:.1f} s; results in {out}") + "\n")
+            self.stream.write(
+                one_line(
+                    f"batch {state}: {sum(self.counts.values())} of {self.total} tasks ended ({done}){skipped}; "
+                    f"{time.monotonic() - self.began:.1f} s; results in {out}"
+                )
+                + "\n"
+            )
             self.stream.flush()
 
 
@@ -137,8 +152,14 @@ class Outcome:
     interrupted: bool = False
 
 
-def run_local(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWriter, concurrency: int, progress: Progress,
-              run: Callable[[BatchTask, BatchSettings, RunControl], TaskResult] | None = None) -> Outcome:
+def run_local(
+    tasks: list[BatchTask],
+    settings: BatchSettings,
+    writer: ResultWriter,
+    concurrency: int,
+    progress: Progress,
+    run: Callable[[BatchTask, BatchSettings, RunControl], TaskResult] | None = None,
+) -> Outcome:
     """Run `tasks`, `concurrency` at a time; each result is written as it ends. Call from the main
     thread with interrupt_once() in force."""
     runner = run or (lambda task, s, control: run_task(task, s, control))
@@ -182,4 +203,3 @@ def run_local(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWri
     finally:
         executor.shutdown(wait=True, cancel_futures=True)
     return outcome
-

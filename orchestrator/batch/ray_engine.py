@@ -19,6 +19,7 @@ Ray is imported (without it the driver rewrites 127.0.0.1 to the machine's addre
 reach a GCS bound to loopback), and a loopback --ray-address makes the driver's node address
 127.0.0.1 too.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -88,43 +89,77 @@ def _connect(address: str | None) -> Any:
     try:
         import ray
     except ImportError:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "--engine ray needs Ray: pip install 'openagents-sandbox[ray]'") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, "--engine ray needs Ray: pip install 'openagents-sandbox[ray]'"
+        ) from None
     if not address:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "--engine ray needs --ray-address HOST:PORT (the cluster's GCS), or auto")
-    kwargs: dict[str, Any] = {"address": address, "log_to_driver": False, "logging_level": "ERROR", "configure_logging": False}
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, "--engine ray needs --ray-address HOST:PORT (the cluster's GCS), or auto"
+        )
+    kwargs: dict[str, Any] = {
+        "address": address,
+        "log_to_driver": False,
+        "logging_level": "ERROR",
+        "configure_logging": False,
+    }
     if _loopback(address):
         kwargs["_node_ip_address"] = "127.0.0.1"
     try:
         ray.init(**kwargs)
     except Exception as err:  # noqa: BLE001 - ray raises ConnectionError, RuntimeError, ValueError by version
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot connect to the Ray cluster at {address}: {str(err)[:300]}") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"cannot connect to the Ray cluster at {address}: {str(err)[:300]}"
+        ) from None
     return ray
 
 
 def _ray_error(task_id: str, err: BaseException, ray: Any, max_retries: int) -> TaskResult:
     if isinstance(err, ray.exceptions.TaskCancelledError):
-        return TaskResult.failed(task_id, "cancelled", OpenAgentsError(ErrorType.CANCELLED, "the batch was cancelled"), exit_code=130)
-    if isinstance(err, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.LocalRayletDiedError)):
-        message = f"the Ray worker or node running it was lost, and the {max_retries} retries with it: {type(err).__name__}"
+        return TaskResult.failed(
+            task_id, "cancelled", OpenAgentsError(ErrorType.CANCELLED, "the batch was cancelled"), exit_code=130
+        )
+    if isinstance(
+        err, (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.LocalRayletDiedError)
+    ):
+        message = (
+            f"the Ray worker or node running it was lost, and the {max_retries} retries with it: {type(err).__name__}"
+        )
         return TaskResult.failed(task_id, "error", OpenAgentsError(ErrorType.AGENT_LOST, message), exit_code=2)
-    return TaskResult.failed(task_id, "error", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {str(err)[:500]}"),
-                             exit_code=2)
+    return TaskResult.failed(
+        task_id,
+        "error",
+        OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {str(err)[:500]}"),
+        exit_code=2,
+    )
 
 
-def run_ray(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWriter, progress: Progress, address: str | None,
-            resource: str = "oa_sandbox", max_retries: int = 2, concurrency: int | None = None) -> Outcome:
+def run_ray(
+    tasks: list[BatchTask],
+    settings: BatchSettings,
+    writer: ResultWriter,
+    progress: Progress,
+    address: str | None,
+    resource: str = "oa_sandbox",
+    max_retries: int = 2,
+    concurrency: int | None = None,
+) -> Outcome:
     ray = _connect(address)
     outcome = Outcome()
     try:
         offered = ray.cluster_resources().get(resource, 0)
         if offered < 1:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"no node of the Ray cluster at {address} offers the resource {resource!r}: "
-                                  f"start each node that has Docker and the sandbox image with "
-                                  f"`ray start --resources='{{\"{resource}\": N}}'` (N: the boxes it holds)")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                f"no node of the Ray cluster at {address} offers the resource {resource!r}: "
+                f"start each node that has Docker and the sandbox image with "
+                f"`ray start --resources='{{\"{resource}\": N}}'` (N: the boxes it holds)",
+            )
         # The ledger lives on the head node (its loss is the cluster's): not the driver's node,
         # which may be any worker when several share an address (and a worker may be lost).
         ledger = ray.remote(num_cpus=0, resources={HEAD_RESOURCE: 0.001}, max_restarts=0)(Ledger).remote()
-        attempt = ray.remote(num_cpus=0, resources={resource: 1}, max_retries=max_retries, retry_exceptions=False)(ray_attempt)
+        attempt = ray.remote(num_cpus=0, resources={resource: 1}, max_retries=max_retries, retry_exceptions=False)(
+            ray_attempt
+        )
         settings_json = settings.model_dump(mode="json")
         queue = list(tasks)
         in_flight: dict[Any, BatchTask] = {}
@@ -134,7 +169,11 @@ def run_ray(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWrite
             while queue or in_flight:
                 while queue and len(in_flight) < limit:
                     task = queue.pop(0)
-                    in_flight[attempt.options(name=f"oa-batch:{task.id}").remote(task.model_dump(mode="json"), settings_json, ledger)] = task
+                    in_flight[
+                        attempt.options(name=f"oa-batch:{task.id}").remote(
+                            task.model_dump(mode="json"), settings_json, ledger
+                        )
+                    ] = task
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
                 for ref in ready:
                     task = in_flight.pop(ref)
@@ -151,7 +190,9 @@ def run_ray(tasks: list[BatchTask], settings: BatchSettings, writer: ResultWrite
                 for ref in ready:
                     task = in_flight.pop(ref)
                     result = _collect(ray, ref, task, ledger, max_retries)
-                    if result.status != "cancelled" or result.session_id:  # one that never started is not written: a rerun runs it
+                    if (
+                        result.status != "cancelled" or result.session_id
+                    ):  # one that never started is not written: a rerun runs it
                         _record(outcome, writer, progress, result)
     finally:
         ray.shutdown()

@@ -6,6 +6,7 @@ line says what it changed (batch/changes.py: the patch `oa-sandbox apply ID` wou
 copy stays, so `oa-sandbox apply ID` still works after the batch. A task with `attempts`/`pick`
 is a best-of-N (batch/best_of.py).
 """
+
 from __future__ import annotations
 
 import socket
@@ -23,7 +24,6 @@ from .tasks import BatchTask, TaskError, TaskResult
 
 if TYPE_CHECKING:
     from ..api import Sandbox
-
 
 
 class BatchSettings(BaseModel):
@@ -75,7 +75,9 @@ def this_node() -> str:
     return socket.gethostname()
 
 
-def run_task(task: BatchTask, settings: BatchSettings, control: RunControl | None = None, node: str | None = None) -> TaskResult:
+def run_task(
+    task: BatchTask, settings: BatchSettings, control: RunControl | None = None, node: str | None = None
+) -> TaskResult:
     """Run one task to its end and say how it went; never raises for the task's own failures (a
     set-up error, a bug of ours: a typed result). KeyboardInterrupt while it runs ends it cancelled."""
     control = control or RunControl()
@@ -87,11 +89,19 @@ def run_task(task: BatchTask, settings: BatchSettings, control: RunControl | Non
     except OpenAgentsError as err:
         result = TaskResult.failed(task.id, "error", err, exit_code=2)
     except KeyboardInterrupt:
-        result = TaskResult.failed(task.id, "cancelled", OpenAgentsError(ErrorType.CANCELLED, "interrupted while the sandbox started"),
-                                   exit_code=130)
+        result = TaskResult.failed(
+            task.id,
+            "cancelled",
+            OpenAgentsError(ErrorType.CANCELLED, "interrupted while the sandbox started"),
+            exit_code=130,
+        )
     except Exception as err:  # noqa: BLE001 - a bug of ours ends this task, typed, not the batch
-        result = TaskResult.failed(task.id, "error", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {str(err)[:500]}"),
-                                   exit_code=2)
+        result = TaskResult.failed(
+            task.id,
+            "error",
+            OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {str(err)[:500]}"),
+            exit_code=2,
+        )
     finally:
         control.running = False
     result.wall_s = round(time.monotonic() - began, 3)
@@ -108,20 +118,33 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
         raise KeyboardInterrupt
     model = task.model or settings.model
     if not model:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "no model: the task line has no `model`, and the batch no --model")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, "no model: the task line has no `model`, and the batch no --model"
+        )
     config = settings.config
     if task.runtime is not None:
         config = config.with_backend(runtime=task.runtime)
     try:  # nobody to ask (non-interactive); copy mode: the host git tool is off anyway
-        options = SandboxOptions(config=config, mode="copy", model=model, base_url=settings.base_url, api_key_env=settings.api_key_env,
-                                 policy_files=[Path(p) for p in (task.policy if task.policy is not None else settings.policy)],
-                                 max_turns=task.max_turns or settings.max_turns, auto_approve=settings.auto_approve, git=False,
-                                 max_wall_s=task.max_wall or settings.max_wall, max_tokens=settings.max_tokens)
+        options = SandboxOptions(
+            config=config,
+            mode="copy",
+            model=model,
+            base_url=settings.base_url,
+            api_key_env=settings.api_key_env,
+            policy_files=[Path(p) for p in (task.policy if task.policy is not None else settings.policy)],
+            max_turns=task.max_turns or settings.max_turns,
+            auto_approve=settings.auto_approve,
+            git=False,
+            max_wall_s=task.max_wall or settings.max_wall,
+            max_tokens=settings.max_tokens,
+        )
         attempts, pick = task.attempts or settings.attempts, task.pick if task.pick is not None else settings.pick
         if attempts > 1 or pick is not None:  # best-of-N (batch/best_of.py)
             from .best_of import run_best_of
 
-            return run_best_of(task.id, task.task, Path(task.workspace), options, attempts, pick, settings.pick_timeout, control)
+            return run_best_of(
+                task.id, task.task, Path(task.workspace), options, attempts, pick, settings.pick_timeout, control
+            )
         box = Sandbox(Path(task.workspace), options, kind="batch").open()
     except ValueError as err:  # a model spec or policy the session refuses
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)[:500]) from None
@@ -137,11 +160,20 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
                 outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
     finally:
         control.attach(None)
-        box.close(**({"status": outcome.status.value, "reason": outcome.reason} if outcome is not None else {}))  # box removed, copy swept, record saved
+        box.close(
+            **({"status": outcome.status.value, "reason": outcome.reason} if outcome is not None else {})
+        )  # box removed, copy swept, record saved
     record = box.record
-    result = TaskResult(id=task.id, status=outcome.status.value, exit_code=exit_code(outcome), session_id=record.id,
-                        reason=outcome.reason, tokens=dict(outcome.tokens), turns=outcome.turns,
-                        error=TaskError(type=outcome.error.type.value, message=outcome.error.message) if outcome.error else None)
+    result = TaskResult(
+        id=task.id,
+        status=outcome.status.value,
+        exit_code=exit_code(outcome),
+        session_id=record.id,
+        reason=outcome.reason,
+        tokens=dict(outcome.tokens),
+        turns=outcome.turns,
+        error=TaskError(type=outcome.error.type.value, message=outcome.error.message) if outcome.error else None,
+    )
     from .changes import with_changes
 
     return with_changes(result, record)

@@ -11,6 +11,7 @@ Result lines are appended as each task ends and flushed at once, so a batch that
 every result it wrote; rerunning with the same output file skips the ids already `finished` or
 `stopped` (the last line of an id wins), and runs the others again (cancelled, invalid, error).
 """
+
 from __future__ import annotations
 
 import json
@@ -46,7 +47,9 @@ class BatchTask(BaseModel):
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_wall: float | None = Field(default=None, gt=0)
     runtime: str | None = None
-    attempts: int | None = Field(default=None, ge=1, le=MAX_FORKS)  # best-of-N: N attempts from one start, scored by `pick`
+    attempts: int | None = Field(
+        default=None, ge=1, le=MAX_FORKS
+    )  # best-of-N: N attempts from one start, scored by `pick`
     pick: str | None = Field(default=None, min_length=1)
 
 
@@ -66,13 +69,19 @@ class TaskResult(BaseModel):
     # Names are exact (a string, or {"bytes_b64": ...}) with display forms beside them (`_shown`);
     # each list holds at most terminal.machine.MAX_LISTED items, `_total` counts them all, `_file`
     # names the JSONL file in the session's directory that holds all of them when the list is cut.
-    patch: str = ""  # the unified diff apply_changes would land, against the source workspace (names quoted as git does)
+    patch: str = (
+        ""  # the unified diff apply_changes would land, against the source workspace (names quoted as git does)
+    )
     patch_cut: bool = False  # the patch stops short: patch_file (the session's patch.diff) holds all of it
     patch_file: str | None = None
-    left_out: list[dict[str, Any]] = Field(default_factory=list)  # {path, path_shown, reason}: what apply would not carry
+    left_out: list[dict[str, Any]] = Field(
+        default_factory=list
+    )  # {path, path_shown, reason}: what apply would not carry
     left_out_total: int = 0
     left_out_file: str | None = None
-    conflicts: list[dict[str, Any]] = Field(default_factory=list)  # the source changed under the task: apply would land nothing
+    conflicts: list[dict[str, Any]] = Field(
+        default_factory=list
+    )  # the source changed under the task: apply would land nothing
     conflicts_total: int = 0
     conflicts_file: str | None = None
     files_changed: list[Any] = Field(default_factory=list)
@@ -88,12 +97,20 @@ class TaskResult(BaseModel):
     retried: bool = False
     nodes_tried: list[str] = Field(default_factory=list)  # Ray: the nodes of the earlier attempts
     report_file: str | None = None  # the session's HTML report (`oa-sandbox report`'s), on the node that ran the task
-    best_of: dict[str, Any] | None = None  # best-of-N: {pick, chosen, attempts: [{number, session_id, status, score, changed_lines, discarded, ...}]}
+    best_of: dict[str, Any] | None = (
+        None  # best-of-N: {pick, chosen, attempts: [{number, session_id, status, score, changed_lines, discarded, ...}]}
+    )
 
     @classmethod
     def failed(cls, task_id: str, status: Status, err: OpenAgentsError, exit_code: int, **fields: Any) -> "TaskResult":
-        return cls(id=task_id, status=status, exit_code=exit_code, reason=f"{err.type.value}: {err.message}",
-                   error=TaskError(type=err.type.value, message=err.message), **fields)
+        return cls(
+            id=task_id,
+            status=status,
+            exit_code=exit_code,
+            reason=f"{err.type.value}: {err.message}",
+            error=TaskError(type=err.type.value, message=err.message),
+            **fields,
+        )
 
 
 class BadLine(BaseModel):
@@ -123,15 +140,19 @@ def parse_tasks(path: Path) -> list[BatchTask | BadLine]:
     try:
         raw = path.read_bytes()
     except OSError as err:
-        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND if isinstance(err, FileNotFoundError) else ErrorType.IO_ERROR,
-                              f"cannot read the tasks file {path}: {err.strerror}") from None
+        raise OpenAgentsError(
+            ErrorType.FILE_NOT_FOUND if isinstance(err, FileNotFoundError) else ErrorType.IO_ERROR,
+            f"cannot read the tasks file {path}: {err.strerror}",
+        ) from None
     for number, data in enumerate(raw.split(b"\n"), 1):
         text = data.decode("utf-8", errors="replace").strip()
         if not text or text.startswith("#"):
             continue
         fallback = f"line-{number}"
 
-        def bad(message: str, task_id: str = fallback, kind: ErrorType = ErrorType.INVALID_ARGUMENTS, number: int = number) -> BadLine:
+        def bad(
+            message: str, task_id: str = fallback, kind: ErrorType = ErrorType.INVALID_ARGUMENTS, number: int = number
+        ) -> BadLine:
             err = OpenAgentsError(kind, f"task line {number}: {message}")
             return BadLine(line=number, result=TaskResult.failed(task_id, "invalid", err, exit_code=2))
 
@@ -153,7 +174,9 @@ def parse_tasks(path: Path) -> list[BatchTask | BadLine]:
         try:
             task = BatchTask.model_validate(obj)
         except ValidationError as err:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'line'}: {e['msg']}" for e in err.errors()[:5])
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'line'}: {e['msg']}" for e in err.errors()[:5]
+            )
             out.append(bad(problems, task_id))
             continue
         if task.id in seen:
@@ -217,7 +240,7 @@ class ResultWriter:
         with self._lock:
             view = memoryview(data)
             while view:
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
             os.fsync(self._fd)
 
     def close(self) -> None:

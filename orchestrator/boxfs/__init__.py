@@ -20,6 +20,7 @@ every act on its entries as a method bounded by its budget. Outside this package
 spells openat, fstatat, `dir_fd=`, O_NOFOLLOW/O_DIRECTORY or a walker of its own
 (tests/test_boxfs_guard.py fails when one does).
 """
+
 from .budget import BudgetExceeded, HostBudget
 from .copy import HardLinks, copy_regular, punch_copy
 from .landing import land_file, land_tree
@@ -29,6 +30,29 @@ from .restore import remove_tree, write_atomic
 from .tree import BoxDir, lstat_workspace, read_workspace_file, remove_path
 from .walk import Entry, Walk, kind_of
 
-__all__ = ["BoxDir", "BudgetExceeded", "Entry", "HardLinks", "HostBudget", "Walk", "copy_regular", "from_store", "kind_of", "land_file", "land_tree",
-           "lstat_at", "lstat_workspace", "open_dir", "open_parent", "open_regular", "punch_copy", "read_at",
-           "read_workspace_file", "remove_path", "remove_tree", "show", "to_store", "write_atomic"]
+__all__ = [
+    "BoxDir",
+    "BudgetExceeded",
+    "Entry",
+    "HardLinks",
+    "HostBudget",
+    "Walk",
+    "copy_regular",
+    "from_store",
+    "kind_of",
+    "land_file",
+    "land_tree",
+    "lstat_at",
+    "lstat_workspace",
+    "open_dir",
+    "open_parent",
+    "open_regular",
+    "punch_copy",
+    "read_at",
+    "read_workspace_file",
+    "remove_path",
+    "remove_tree",
+    "show",
+    "to_store",
+    "write_atomic",
+]

@@ -8,6 +8,7 @@ the temporary file is removed and `path` is as it was. "Every bad input loses no
 atomic" (the project's guide): this is the one writer that does it, opening through private.py
 (no link followed, the flags spelled in boxfs only).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ def write_atomic(path: str | Path, data: str | bytes, mode: int = 0o600, durable
     """`data` (text as UTF-8) as the whole content of `path`, or OSError with `path` unchanged.
     `durable`: the directory is synced too, so the new name itself survives a power loss (a journal)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")  # unique: two writers never share one
+    tmp = path.with_name(
+        f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    )  # unique: two writers never share one
     fd = create_private(tmp, mode)
     try:
         with open(fd, "wb") as fh:

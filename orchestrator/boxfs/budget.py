@@ -5,6 +5,7 @@ bytes, entries (inodes), depth and wall time. A session makes one `HostBudget` f
 limits (its `--max-wall` deadline included, so host work cannot outlive the session's clock), and
 each piece of host work takes a `slice()` of it with its own caps: spending is charged to both.
 """
+
 from __future__ import annotations
 
 import threading
@@ -25,8 +26,10 @@ class BudgetExceeded(OpenAgentsError):
 
     def __init__(self, what: str, limit: float, detail: str = "") -> None:
         self.what, self.limit = what, limit
-        super().__init__(ErrorType.RESOURCE_EXHAUSTED,
-                         f"host work on the workspace passed its {what} budget ({limit:g}){': ' + detail if detail else ''}")
+        super().__init__(
+            ErrorType.RESOURCE_EXHAUSTED,
+            f"host work on the workspace passed its {what} budget ({limit:g}){': ' + detail if detail else ''}",
+        )
 
 
 @dataclass
@@ -55,9 +58,13 @@ class HostBudget:
             mine = time.monotonic() + seconds
             deadline = mine if deadline is None else min(deadline, mine)
         depth = caps.pop("max_depth", None)
-        return HostBudget(max_bytes=caps.get("max_bytes", self.max_bytes), max_entries=caps.get("max_entries", self.max_entries),
-                          max_depth=min(self.max_depth, depth) if depth is not None else self.max_depth,
-                          deadline=deadline, parent=self)
+        return HostBudget(
+            max_bytes=caps.get("max_bytes", self.max_bytes),
+            max_entries=caps.get("max_entries", self.max_entries),
+            max_depth=min(self.max_depth, depth) if depth is not None else self.max_depth,
+            deadline=deadline,
+            parent=self,
+        )
 
     def remaining_s(self) -> float | None:
         return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
@@ -89,4 +96,3 @@ class HostBudget:
     def check_depth(self, depth: int) -> bool:
         """Whether a directory at `depth` (the root's children are at 1) may be entered."""
         return depth <= self.max_depth
-

@@ -6,6 +6,7 @@ cloned with FICLONE where the file system can (no bytes), else only its data seg
 (SEEK_DATA/SEEK_HOLE, copy_file_range in the kernel) and the holes are left as holes; a second
 name of an inode already copied becomes a hard link to the first copy, never a second copy.
 """
+
 from __future__ import annotations
 
 import errno
@@ -37,7 +38,9 @@ class HardLinks:
         self._seen: dict[tuple[int, int], tuple[int, bytes]] = {}
         self._left: dict[tuple[int, int], int] = {}  # names of the inode not met yet (None: unknown)
         self._dir_of: dict[tuple[int, int], tuple[int, int]] = {}
-        self._dirs: dict[tuple[int, int], list[int]] = {}  # directory (dev, ino) -> [descriptor, inodes remembered in it]
+        self._dirs: dict[
+            tuple[int, int], list[int]
+        ] = {}  # directory (dev, ino) -> [descriptor, inodes remembered in it]
 
     def first(self, key: tuple[int, int]) -> tuple[int, bytes] | None:
         return self._seen.get(key)
@@ -133,9 +136,20 @@ def punch_copy(fin: int, fout: int, budget: HostBudget, size: int | None = None,
     return copied
 
 
-def copy_regular(src_dir_fd: int, name: bytes, dst_dir_fd: int, budget: HostBudget, *, mode: int, uid: int | None = None,
-                 gid: int | None = None, times: tuple[int, int] | None = None, links: HardLinks | None = None,
-                 reflinks: bool = True, rel: bytes | None = None) -> os.stat_result:
+def copy_regular(
+    src_dir_fd: int,
+    name: bytes,
+    dst_dir_fd: int,
+    budget: HostBudget,
+    *,
+    mode: int,
+    uid: int | None = None,
+    gid: int | None = None,
+    times: tuple[int, int] | None = None,
+    links: HardLinks | None = None,
+    reflinks: bool = True,
+    rel: bytes | None = None,
+) -> os.stat_result:
     """Copy the regular file src_dir_fd/name to a new dst_dir_fd/name (which must not exist)
     with the given mode (setuid/setgid never kept) and owner; a second name of an inode already
     copied through `links` becomes a hard link to its first copy. Returns the copy's stat. The

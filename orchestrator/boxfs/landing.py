@@ -5,6 +5,7 @@ directory is the caller's path (opened normally); the file is a fresh temporary 
 destination (O_EXCL, never through a link), bounded by a HostBudget, fsync'd, then renamed over the
 destination: an entry already there (a link the box planted included) is replaced, never followed,
 and a reader sees the old file or the whole new one."""
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,9 @@ from .copy import temp_name
 from .tree import BoxDir
 
 
-def land_file(dest: Path, fill: Callable[[Callable[[bytes], None]], None], budget: HostBudget, mode: int = 0o644) -> int:
+def land_file(
+    dest: Path, fill: Callable[[Callable[[bytes], None]], None], budget: HostBudget, mode: int = 0o644
+) -> int:
     """Make `dest` a regular file of what `fill(write)` writes (each piece charged to `budget`);
     the bytes written. A failure (of `fill` too) leaves `dest` as it was and no temporary file."""
     if not dest.name or dest.name in (".", ".."):
@@ -32,12 +35,13 @@ def land_file(dest: Path, fill: Callable[[Callable[[bytes], None]], None], budge
         written = 0
         try:
             try:
+
                 def write(piece: bytes) -> None:
                     nonlocal written
                     budget.charge_bytes(len(piece))
                     view = memoryview(piece)
                     while view:
-                        view = view[os.write(fd, view):]
+                        view = view[os.write(fd, view) :]
                     written += len(piece)
 
                 fill(write)
@@ -69,7 +73,12 @@ def land_tree(dest: Path, members: Iterable[tuple[str, bytes | None, int]], budg
     with BoxDir.open(dest, budget) as root:
         for name, data, mode in members:
             parts = name.split("/")
-            if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts) or len(parts) > budget.max_depth:
+            if (
+                not name
+                or name.startswith("/")
+                or any(p in ("", ".", "..") for p in parts)
+                or len(parts) > budget.max_depth
+            ):
                 raise OpenAgentsError(ErrorType.PATH_INVALID, f"a name in the tree is refused: {name[:200]!r}")
             budget.charge_entries()
             here = root.dup()
@@ -95,4 +104,6 @@ def _enter(here: BoxDir, part: str, name: str) -> BoxDir:
     try:
         return here.sub(part)
     except OSError:
-        raise OpenAgentsError(ErrorType.NOT_A_DIRECTORY, f"{name[:200]}: {part[:100]} is not a directory (a link is never followed)") from None
+        raise OpenAgentsError(
+            ErrorType.NOT_A_DIRECTORY, f"{name[:200]}: {part[:100]} is not a directory (a link is never followed)"
+        ) from None

@@ -13,6 +13,7 @@ Three forms leave the host, one per reader:
 - `git_quoted`: git's, in a patch header: C-style quoted as git's quote.c does when the name holds
   `"`, `\\`, a control character or a byte >= 0x80, so `git apply` lands the very name.
 """
+
 from __future__ import annotations
 
 import base64
@@ -113,9 +114,8 @@ def from_store(text: str) -> bytes:
     out = bytearray()
     at = 0
     for m in _FROM_STORE.finditer(text):
-        out += text[at:m.start()].encode("utf-8")
+        out += text[at : m.start()].encode("utf-8")
         out += b"\\" if m.group(1) == "\\" else bytes((int(m.group(1)[1:], 16),))
         at = m.end()
     out += text[at:].encode("utf-8")
     return bytes(out)
-

@@ -9,6 +9,7 @@ elsewhere opens a file with O_NOFOLLOW/O_DIRECTORY of its own (tests/test_boxfs_
 Errors are the kernel's OSError (ELOOP for a link to a file, ENOTDIR for one where a directory was
 wanted), for the caller to type.
 """
+
 from __future__ import annotations
 
 import os

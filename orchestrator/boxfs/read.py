@@ -8,6 +8,7 @@ us) and must be a regular file by fstat; its size is checked before reading and 
 is bounded, since the box may still be appending. Errors name the path (escaped) and the reason,
 never the content.
 """
+
 from __future__ import annotations
 
 import errno
@@ -26,8 +27,14 @@ Name = bytes | str
 
 
 def kind_words(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISLNK, "a symlink"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -51,7 +58,9 @@ def open_dir(root: Path | str | bytes) -> int:
     try:
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"cannot open the directory '{show(os.fsencode(root))}': {err.strerror}") from None
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"cannot open the directory '{show(os.fsencode(root))}': {err.strerror}"
+        ) from None
 
 
 def open_parent(root_fd: int, rel: Name) -> tuple[int, bytes] | None:
@@ -68,13 +77,15 @@ def open_parent(root_fd: int, rel: Name) -> tuple[int, bytes] | None:
                 return None
             except OSError as err:
                 if err.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise refuse(rel, f"cannot open '{show(b'/'.join(parts[:i + 1]))}': {err.strerror}") from None
+                    raise refuse(rel, f"cannot open '{show(b'/'.join(parts[: i + 1]))}': {err.strerror}") from None
                 try:
                     mode = os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode
                 except OSError:
                     return None
                 if stat.S_ISLNK(mode):
-                    raise refuse(rel, f"'{show(b'/'.join(parts[:i + 1]))}' is a symlink, which the host never follows") from None
+                    raise refuse(
+                        rel, f"'{show(b'/'.join(parts[: i + 1]))}' is a symlink, which the host never follows"
+                    ) from None
                 return None
             os.close(fd)
             fd = child

@@ -1,6 +1,7 @@
 """Writing into a tree the box can see: atomic, owner and mode as asked (never wider), holes kept;
 and removing a box-written tree without recursion or following a link.
 """
+
 from __future__ import annotations
 
 import errno
@@ -20,16 +21,25 @@ def _write_sparse(fd: int, data: bytes, budget: HostBudget) -> None:
     """data into the empty fd, blocks of zeros left as holes."""
     view = memoryview(data)
     for offset in range(0, len(data), _BLOCK):
-        block = view[offset:offset + _BLOCK]
-        if block == _ZEROS[:len(block)]:
+        block = view[offset : offset + _BLOCK]
+        if block == _ZEROS[: len(block)]:
             continue
         budget.charge_bytes(len(block))
         os.pwrite(fd, block, offset)
     os.ftruncate(fd, len(data))
 
 
-def write_atomic(dir_fd: int, name: bytes | str, source: bytes | int, budget: HostBudget, *, mode: int,
-                 uid: int | None = None, gid: int | None = None, times: tuple[int, int] | None = None) -> os.stat_result:
+def write_atomic(
+    dir_fd: int,
+    name: bytes | str,
+    source: bytes | int,
+    budget: HostBudget,
+    *,
+    mode: int,
+    uid: int | None = None,
+    gid: int | None = None,
+    times: tuple[int, int] | None = None,
+) -> os.stat_result:
     """Make dir_fd/name a regular file with `source` (bytes, or a readable descriptor copied from
     its start), atomically: a fresh temporary name is written, owned, moded and synced, then renamed
     over the old entry, so a crash leaves the old file or the new one, never half of one. `mode` is

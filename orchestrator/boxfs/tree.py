@@ -14,6 +14,7 @@ Errors are the kernel's (OSError: ENOTDIR or ELOOP for a link where a directory 
 ENOENT), as the callers handled them before this handle existed; reads of file content refuse
 with boxfs's typed UNSAFE_WORKSPACE_FILE (see read.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -47,7 +48,9 @@ class BoxDir:
     # -- opening -------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, root: Path | str | bytes, budget: HostBudget | None = None, *, last_nofollow: bool = False) -> "BoxDir":
+    def open(
+        cls, root: Path | str | bytes, budget: HostBudget | None = None, *, last_nofollow: bool = False
+    ) -> "BoxDir":
         """The trusted root of a tree (the user's workspace, a copy's directory): its own path is
         the host's and opened normally (typed IO_ERROR when it cannot be); nothing below it is
         ever reached by path. `last_nofollow`: a directory we just made, whose last component
@@ -170,8 +173,13 @@ class BoxDir:
         """At most `cap` bytes of the regular file `name`, and the fstat of what was read."""
         return read_at(self.fd, name, cap, rel)
 
-    def walk(self, *, enter: Callable[[Entry], bool] = lambda entry: True, sort: bool = False,
-             budget: HostBudget | None = None) -> Walk:
+    def walk(
+        self,
+        *,
+        enter: Callable[[Entry], bool] = lambda entry: True,
+        sort: bool = False,
+        budget: HostBudget | None = None,
+    ) -> Walk:
         """A walk of the tree under this directory (boxfs.Walk: iterative, no link followed)."""
         return Walk(self.fd, budget if budget is not None else self.budget, enter, sort)
 
@@ -226,21 +234,67 @@ class BoxDir:
         through a link)."""
         return os.open(name, _NEW_FILE, mode, dir_fd=self.fd)
 
-    def write_atomic(self, name: Name, source: bytes | int, *, mode: int, uid: int | None = None, gid: int | None = None,
-                     times: tuple[int, int] | None = None, budget: HostBudget | None = None) -> os.stat_result:
+    def write_atomic(
+        self,
+        name: Name,
+        source: bytes | int,
+        *,
+        mode: int,
+        uid: int | None = None,
+        gid: int | None = None,
+        times: tuple[int, int] | None = None,
+        budget: HostBudget | None = None,
+    ) -> os.stat_result:
         """See restore.write_atomic: a temporary name, fsync'd, renamed over `name`."""
-        return write_atomic(self.fd, name, source, budget if budget is not None else self.budget,
-                            mode=mode, uid=uid, gid=gid, times=times)
+        return write_atomic(
+            self.fd,
+            name,
+            source,
+            budget if budget is not None else self.budget,
+            mode=mode,
+            uid=uid,
+            gid=gid,
+            times=times,
+        )
 
-    def copy_in(self, src: "BoxDir", name: bytes, *, mode: int, uid: int | None = None, gid: int | None = None,
-                times: tuple[int, int] | None = None, links: HardLinks | None = None, reflinks: bool = True,
-                rel: bytes | None = None, budget: HostBudget | None = None) -> os.stat_result:
+    def copy_in(
+        self,
+        src: "BoxDir",
+        name: bytes,
+        *,
+        mode: int,
+        uid: int | None = None,
+        gid: int | None = None,
+        times: tuple[int, int] | None = None,
+        links: HardLinks | None = None,
+        reflinks: bool = True,
+        rel: bytes | None = None,
+        budget: HostBudget | None = None,
+    ) -> os.stat_result:
         """Copy the regular file src/name to a new entry `name` here (see copy.copy_regular)."""
-        return copy_regular(src.fd, name, self.fd, budget if budget is not None else self.budget, mode=mode, uid=uid,
-                            gid=gid, times=times, links=links, reflinks=reflinks, rel=rel)
+        return copy_regular(
+            src.fd,
+            name,
+            self.fd,
+            budget if budget is not None else self.budget,
+            mode=mode,
+            uid=uid,
+            gid=gid,
+            times=times,
+            links=links,
+            reflinks=reflinks,
+            rel=rel,
+        )
 
-    def replace_link(self, target: Name, name: Name, owner: tuple[int, int] | None = None, replaces_dir: bool = False,
-                     *, owner_required: bool = False) -> None:
+    def replace_link(
+        self,
+        target: Name,
+        name: Name,
+        owner: tuple[int, int] | None = None,
+        replaces_dir: bool = False,
+        *,
+        owner_required: bool = False,
+    ) -> None:
         """Make `name` a symlink to `target` atomically: the link is made under a temporary name
         (owned as asked; where not permitted, left ours unless `owner_required`) and renamed over
         the entry, replacing a file or a link itself, never through it; an empty directory there

@@ -8,6 +8,7 @@ depth is yielded but not entered, and named in `too_deep`; one that cannot be op
 named in `unreadable`. A walk that met either is not `complete`: a caller that counts, compares or
 snapshots must say so rather than report "no change".
 """
+
 from __future__ import annotations
 
 import os

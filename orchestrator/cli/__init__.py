@@ -2,6 +2,7 @@
 but a call was refused, 1 stopped (max turns, a loop, a budget, the model API), 2 a usage or set-up
 error (no Docker daemon, missing image, bad config), 130 cancelled (Ctrl-C). Other commands: 0 done,
 1 a typed tool error, 2 a set-up error."""
+
 from __future__ import annotations
 
 import logging
@@ -13,44 +14,66 @@ import click
 # at once (issue 50); tests/test_cli_startup.py holds each line here to the command's own help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("admin:image", "The sandbox image."),
-    "exec": ("run:exec_",
+    "exec": (
+        "run:exec_",
         "Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result (a set-up error too: a script's "
-        "json.load never meets an empty stdout)."),
+        "json.load never meets an empty stdout).",
+    ),
     "run": ("run:run", "Run TASK with a model, tools in the sandbox, approvals by the ladder."),
     "acp": ("servers:acp", "Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."),
-    "mcp": ("servers:mcp",
-        "Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI)."),
-    "batch": ("servers:batch",
+    "mcp": (
+        "servers:mcp",
+        "Serve the six sandboxed tools over MCP stdio (register with Claude Code, Codex, Gemini CLI).",
+    ),
+    "batch": (
+        "servers:batch",
         "Run every task of TASKS.jsonl (id, workspace, task; optional model, policy, max_turns, max_wall, "
         "runtime, attempts and pick), each on its own copy of its workspace; one result line each in --out "
-        "(status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node, best_of)."),
+        "(status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node, best_of).",
+    ),
     "transcript": ("admin:transcript", "Session transcripts."),
     "doctor": ("admin:doctor", "Check the daemon and the image, and print the security settings a sandbox gets."),
-    "sessions": ("sessions:sessions_",
-        "List your sessions, newest first, under a header: id, time, mode, status, files changed, workspace."),
+    "sessions": (
+        "sessions:sessions_",
+        "List your sessions, newest first, under a header: id, time, mode, status, files changed, workspace.",
+    ),
     "changes": ("sessions:changes", "The unified diff of a copy session's changes against the real workspace."),
-    "apply": ("sessions:apply_",
+    "apply": (
+        "sessions:apply_",
         "Apply a copy session's changes to the real workspace (a sanitiser: regular files and dirs, normalised "
-        "modes, nothing under .git)."),
-    "discard": ("sessions:discard",
-        "Throw a copy session away: its copy, checkpoints, manifest, quarantine and transcript."),
-    "checkpoints": ("sessions:checkpoints",
+        "modes, nothing under .git).",
+    ),
+    "discard": (
+        "sessions:discard",
+        "Throw a copy session away: its copy, checkpoints, manifest, quarantine and transcript.",
+    ),
+    "checkpoints": (
+        "sessions:checkpoints",
         "A session's checkpoints: turn, files changed, what was not checkpointed; a checkpoint that failed or was"
-        " skipped says so (what changed then is unknown)."),
-    "rollback": ("sessions:rollback",
-        "Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint."),
-    "fork": ("fork:fork",
+        " skipped says so (what changed then is unknown).",
+    ),
+    "rollback": (
+        "sessions:rollback",
+        "Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.",
+    ),
+    "fork": (
+        "fork:fork",
         "Fork an ended copy session into N copy sessions, each with its own copy, record and (when run) box: `run"
-        " --resume FORK`, `changes`, `apply`, `discard` work on each; `sessions` names its parent."),
-    "report": ("report:report",
+        " --resume FORK`, `changes`, `apply`, `discard` work on each; `sessions` names its parent.",
+    ),
+    "report": (
+        "report:report",
         "One self-contained HTML page of a session, for review and audit: summary, every tool call with its "
-        "approval and who decided, the gate's egress audit, checkpoints and the final diff."),
+        "approval and who decided, the gate's egress audit, checkpoints and the final diff.",
+    ),
     "gc": ("admin:gc", "Remove leftover sandbox containers."),
-    "hooks": ("hooks:hooks",
+    "hooks": (
+        "hooks:hooks",
         "List the hooks a session started here would run (docs/hooks.md), in order, with their tier and file, "
         "what each runs (program and interpreter as found at a start, never from the workspace), what your PATH "
         "would have run from the workspace instead, the secrets each is not given, and the ones left out and why;"
-        " exit 1 if a hook's program cannot run (it would fail closed)."),
+        " exit 1 if a hook's program cannot run (it would fail closed).",
+    ),
 }
 
 
@@ -71,7 +94,9 @@ class _LazyGroup(click.Group):
         self.commands[cmd_name] = command
         return command
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         no_such = getattr(click.exceptions, "NoSuchCommand", None)  # click >= 8.2: it suggests the closest names
         try:
             return super().resolve_command(ctx, args)
@@ -134,11 +159,17 @@ def _complete_pending_sweeps() -> None:
             reap_leftovers_once(client)  # the boxes of owners that are gone, before their sweep
             client.close()
         except OpenAgentsError as err:
-            logging.getLogger(__name__).warning("could not reap the boxes of ended sessions before their sweep: %s", err.message)
+            logging.getLogger(__name__).warning(
+                "could not reap the boxes of ended sessions before their sweep: %s", err.message
+            )
         for entry, report in sweep_journal.complete_gone():
             for line in report.lines():
-                click.echo(visible(f"oa-sandbox: integrity sweep left by an ended session (pid {entry.owner_pid()}) of {entry.workspace}: {line}"),
-                           err=True)
+                click.echo(
+                    visible(
+                        f"oa-sandbox: integrity sweep left by an ended session (pid {entry.owner_pid()}) of {entry.workspace}: {line}"
+                    ),
+                    err=True,
+                )
     except Exception as err:  # noqa: BLE001 - a command is never stopped by another session's leftovers
         logging.getLogger(__name__).warning("could not complete the pending integrity sweeps: %s", str(err)[:300])
 
@@ -170,4 +201,3 @@ class _OnceFilter(logging.Filter):
             return False
         self._seen.add(key)
         return True
-

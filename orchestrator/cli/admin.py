@@ -1,4 +1,5 @@
 """The commands around sessions rather than in them: the image, `doctor`, transcripts, `gc`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,16 +17,24 @@ if TYPE_CHECKING:
     from ..workspace.host_code import Guard
     from ..workspace.records import WorkspaceMode
 
+
 @click.group()
 def image() -> None:
     """The sandbox image."""
 
 
 @image.command("build")
-@click.option("--base", default="python:3.12-slim", show_default=True, help="Base image, or 'debootstrap' to make one from Debian's packages.")
+@click.option(
+    "--base",
+    default="python:3.12-slim",
+    show_default=True,
+    help="Base image, or 'debootstrap' to make one from Debian's packages.",
+)
 @click.option("--tag", default=None, help="Image tag (default openagents-sandbox:latest).")
 @click.option("--rebuild-base", is_flag=True, help="Run debootstrap again even if the base exists.")
-@click.option("--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code.")
+@click.option(
+    "--if-needed", is_flag=True, help="Only build when the image is missing or was built from other agent code."
+)
 def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool) -> None:
     """Build the sandbox image; with no registry, from a debootstrap base."""
     from ..config import SandboxConfig
@@ -34,7 +43,9 @@ def image_build(base: str, tag: str | None, rebuild_base: bool, if_needed: bool)
     config = SandboxConfig()
     progress = lambda message: click.echo(message, err=True)  # noqa: E731
     try:
-        backend_from_config(config).build_image(tag, base, rebuild_base=rebuild_base, only_if_needed=if_needed, progress=progress)
+        backend_from_config(config).build_image(
+            tag, base, rebuild_base=rebuild_base, only_if_needed=if_needed, progress=progress
+        )
     except OpenAgentsError as err:
         raise setup_error(err) from None
 
@@ -46,7 +57,11 @@ def transcript() -> None:
 
 @transcript.command("show")
 @click.argument("path_or_id")
-@click.option("--full", is_flag=True, help="Every tool result in full (by default the last lines of each, as the live view shows them).")
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Every tool result in full (by default the last lines of each, as the live view shows them).",
+)
 def transcript_show(path_or_id: str, full: bool) -> None:
     """Render a JSONL transcript for a terminal (secrets redacted): a file, or a session's by its id."""
     from rich.console import Console
@@ -82,7 +97,12 @@ def transcript_list() -> None:
 
 
 @click.command()
-@click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="Show the settings a sandbox of this workspace would get.")
+@click.option(
+    "--workspace",
+    default=".",
+    type=click.Path(exists=True, file_okay=False),
+    help="Show the settings a sandbox of this workspace would get.",
+)
 @click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
 @sandbox_options
 def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
@@ -110,23 +130,52 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
         mode, user = resolve_mode(ws, decided.mode, config.user)
     except OpenAgentsError as err:
         raise setup_error(err) from None
-    git = "every .git present at the start read-only" if (ws / ".git").exists() else (
-        "an empty read-only placeholder at /workspace/.git" if mode.value == "copy" else "nothing at /workspace/.git (bind mode: a repository planted there is swept)")
+    git = (
+        "every .git present at the start read-only"
+        if (ws / ".git").exists()
+        else (
+            "an empty read-only placeholder at /workspace/.git"
+            if mode.value == "copy"
+            else "nothing at /workspace/.git (bind mode: a repository planted there is swept)"
+        )
+    )
     where = "a private copy of " if mode.value == "copy" else ""
     if decided.read_only and mode.value == "bind":
         git += f"; {', '.join(decided.read_only)} read-only (the host's own code: --host-code-read-only)"
     click.echo("\nSecurity settings of a sandbox:")
     rows = [
-        ("workspace mode", mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else "")),
+        (
+            "workspace mode",
+            mode.value + ("  (nothing reaches the workspace until `oa-sandbox apply`)" if mode.value == "copy" else ""),
+        ),
         ("workspace", f"{where}{ws} -> /workspace (read-write); {git}"),
-        ("write quota", f"{config.write_quota >> 20} MiB of growth per session, {_quota_enforced(mode.value)}; "
-                        "integrity sweep at the end and on every replacement"),
-        ("network", "none" if config.egress is None else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"
-                    f"{f'; {len(config.egress.rules)} rules' if config.egress.rules else ''}"
-                    f"{f'; credentials injected for {sorted({c.host for c in config.egress.credentials})}' if config.egress.credentials else ''}"),
-        ("user", user + ("  (root-owned workspace: the copy belongs to this unprivileged user)" if mode.value == "copy" and ws.stat().st_uid == 0 else "")),
+        (
+            "write quota",
+            f"{config.write_quota >> 20} MiB of growth per session, {_quota_enforced(mode.value)}; "
+            "integrity sweep at the end and on every replacement",
+        ),
+        (
+            "network",
+            "none"
+            if config.egress is None
+            else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"
+            f"{f'; {len(config.egress.rules)} rules' if config.egress.rules else ''}"
+            f"{f'; credentials injected for {sorted({c.host for c in config.egress.credentials})}' if config.egress.credentials else ''}",
+        ),
+        (
+            "user",
+            user
+            + (
+                "  (root-owned workspace: the copy belongs to this unprivileged user)"
+                if mode.value == "copy" and ws.stat().st_uid == 0
+                else ""
+            ),
+        ),
         *backend.settings_for(diagnosis, ws, user),
-        ("shell timeout", f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host"),
+        (
+            "shell timeout",
+            f"{limits.SHELL_DEFAULT_TIMEOUT_S} s default, {limits.SHELL_MAX_TIMEOUT_S} s ceiling, enforced by the host",
+        ),
         ("forks", _forks_made_by()),
     ]
     for name, value in rows:
@@ -152,6 +201,7 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
         if failed:
             raise click.exceptions.Exit(EXIT_TOOL_ERROR)
     raise click.exceptions.Exit(EXIT_OK if ok else EXIT_SETUP)
+
 
 @click.command()
 @click.option("--all", "all_", is_flag=True, help="Also remove sandboxes whose host process is still alive.")
@@ -186,8 +236,10 @@ def _forks_made_by() -> str:
 
     why = unusable()
     if why is None:
-        return ("copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes; "
-                "a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)")
+        return (
+            "copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes; "
+            "a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)"
+        )
     return f"a data copy per fork (reflinks where the file system has them): {why}"
 
 
@@ -214,7 +266,12 @@ def _mcp_lines(ws: Path) -> None:
         click.echo(visible(f"[warn] {problem}"))
     launches = host.launches()
     for name, launch in launches.items():
-        click.echo(visible(f"[ok]   MCP server {name!r} runs: {shlex.join(launch.argv)}" + (f" (in {launch.cwd})" if launch.cwd else "")))
+        click.echo(
+            visible(
+                f"[ok]   MCP server {name!r} runs: {shlex.join(launch.argv)}"
+                + (f" (in {launch.cwd})" if launch.cwd else "")
+            )
+        )
         for note in launch.notes():
             click.echo(visible(f"[warn] MCP server {name!r}: {note}"))
     left = dict.fromkeys(entry for launch in launches.values() for entry, why in launch.search.left_out if why == WHERE)
@@ -239,7 +296,9 @@ def _host_code_lines(ws: Path, decided: Guard) -> bool:
     if decided.note:
         click.echo(f"[warn] {show(decided.note)}")
     elif decided.read_only:
-        click.echo(f"[ok]   bind mode with {', '.join(show(n) for n in decided.read_only)} read-only in the box (--host-code-read-only)")
+        click.echo(
+            f"[ok]   bind mode with {', '.join(show(n) for n in decided.read_only)} read-only in the box (--host-code-read-only)"
+        )
     else:
         click.echo("[ok]   sessions here work on a copy: the box cannot change what the host runs")
     return True

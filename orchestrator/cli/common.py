@@ -1,6 +1,7 @@
 """What every command of the CLI shares: set-up errors said in one line (and carried for `--output
 json`), the signal handling that lets clean-up run to its end, the config file's defaults, and the
 sandbox's flags."""
+
 from __future__ import annotations
 
 import functools
@@ -77,9 +78,12 @@ def load_defaults(workspace: str | Path | None = None) -> UserConfig:
     try:
         path = config_path()
         if workspace is not None and path.exists() and inside(path, box_roots(Path(workspace))):
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"config {path} lies where the sandbox can write (inside the workspace "
-                                                            "or the state directory), so it is not trusted: move it (XDG_CONFIG_HOME) or "
-                                                            "choose another workspace")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                f"config {path} lies where the sandbox can write (inside the workspace "
+                "or the state directory), so it is not trusted: move it (XDG_CONFIG_HOME) or "
+                "choose another workspace",
+            )
         return load_user_config()
     except OpenAgentsError as err:
         raise setup_error(err) from None
@@ -92,46 +96,122 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         click.option("--memory", default=None, help="Memory limit, e.g. 1g."),
         click.option("--pids", type=int, default=None, help="Most processes in the box."),
         click.option("--cpus", type=float, default=None, help="CPU share, e.g. 1.5."),
-        click.option("--env", "env", multiple=True, metavar="NAME=VALUE", help="An explicit extra variable for the box (repeatable)."),
+        click.option(
+            "--env",
+            "env",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="An explicit extra variable for the box (repeatable).",
+        ),
         click.option("--runtime", default=None, help="Docker runtime, e.g. runsc (gVisor)."),
-        click.option("--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."),
-        click.option("--egress", default=None, metavar="allow:HOST[,HOST...]", help="Opt-in egress through the allow-listing proxy (default: no network)."),
-        click.option("--write-quota", default=None, metavar="SIZE", help="How much the session may grow the workspace, e.g. 4g (default), 500m."),
-        click.option("--entry-quota", type=click.IntRange(100), default=None, metavar="N",
-                     help="How many new files, directories and links the session may create in the workspace (default 200000)."),
-        click.option("--start-concurrency", type=click.IntRange(1, 256), default=None, metavar="N",
-                     help="Sandbox starts this process runs at once; the rest wait in line, shown as they wait (default 4, OA_START_CONCURRENCY)."),
-        click.option("--workspace-mode", type=click.Choice(["auto", "bind", "copy"]), default="auto", show_default=True,
-                     help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
-                          "auto: copy for a root-owned workspace, else bind."),
-        click.option("--host-code-read-only", is_flag=True, default=False,
-                     help="Bind mode although the workspace holds what oa-sandbox itself runs or imports (its virtualenv, an editable "
-                          "clone): those entries are mounted read-only in the box. Without it such a workspace is worked on as a copy "
-                          "(auto), and bind mode is refused (host_code_read_only in config.toml)."),
-        click.option("--copy-max-bytes", default=None, metavar="SIZE",
-                     help="Copy mode: refuse, before copying anything, a workspace holding more data than this (default 2g; copy_max_bytes in config.toml)."),
-        click.option("--copy-max-entries", type=click.IntRange(1, None), default=None, metavar="N",
-                     help="Copy mode: refuse, before copying anything, a workspace of more entries than this (default 200000; copy_max_entries in config.toml)."),
+        click.option(
+            "--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."
+        ),
+        click.option(
+            "--egress",
+            default=None,
+            metavar="allow:HOST[,HOST...]",
+            help="Opt-in egress through the allow-listing proxy (default: no network).",
+        ),
+        click.option(
+            "--write-quota",
+            default=None,
+            metavar="SIZE",
+            help="How much the session may grow the workspace, e.g. 4g (default), 500m.",
+        ),
+        click.option(
+            "--entry-quota",
+            type=click.IntRange(100),
+            default=None,
+            metavar="N",
+            help="How many new files, directories and links the session may create in the workspace (default 200000).",
+        ),
+        click.option(
+            "--start-concurrency",
+            type=click.IntRange(1, 256),
+            default=None,
+            metavar="N",
+            help="Sandbox starts this process runs at once; the rest wait in line, shown as they wait (default 4, OA_START_CONCURRENCY).",
+        ),
+        click.option(
+            "--workspace-mode",
+            type=click.Choice(["auto", "bind", "copy"]),
+            default="auto",
+            show_default=True,
+            help="bind: the box writes the workspace; copy: it works on a private copy you review and apply; "
+            "auto: copy for a root-owned workspace, else bind.",
+        ),
+        click.option(
+            "--host-code-read-only",
+            is_flag=True,
+            default=False,
+            help="Bind mode although the workspace holds what oa-sandbox itself runs or imports (its virtualenv, an editable "
+            "clone): those entries are mounted read-only in the box. Without it such a workspace is worked on as a copy "
+            "(auto), and bind mode is refused (host_code_read_only in config.toml).",
+        ),
+        click.option(
+            "--copy-max-bytes",
+            default=None,
+            metavar="SIZE",
+            help="Copy mode: refuse, before copying anything, a workspace holding more data than this (default 2g; copy_max_bytes in config.toml).",
+        ),
+        click.option(
+            "--copy-max-entries",
+            type=click.IntRange(1, None),
+            default=None,
+            metavar="N",
+            help="Copy mode: refuse, before copying anything, a workspace of more entries than this (default 200000; copy_max_entries in config.toml).",
+        ),
     ]
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: tuple[str, ...],
-                runtime: str | None, user: str | None, egress: str | None, write_quota: str | None, start_concurrency: int | None,
-                workspace_mode: str, entry_quota: int | None = None, copy_max_bytes: str | None = None, copy_max_entries: int | None = None,
-                host_code_read_only: bool = False, **kwargs: Any) -> None:
+    def wrapper(
+        *args: Any,
+        image: str | None,
+        memory: str | None,
+        pids: int | None,
+        cpus: float | None,
+        env: tuple[str, ...],
+        runtime: str | None,
+        user: str | None,
+        egress: str | None,
+        write_quota: str | None,
+        start_concurrency: int | None,
+        workspace_mode: str,
+        entry_quota: int | None = None,
+        copy_max_bytes: str | None = None,
+        copy_max_entries: int | None = None,
+        host_code_read_only: bool = False,
+        **kwargs: Any,
+    ) -> None:
         from ..workspace.copy import CopyLimits
         from ..workspace.records import WorkspaceMode
 
         defaults = load_defaults(kwargs.get("workspace"))  # the config file's values; a flag given wins
-        config = build_config(image or defaults.image, memory or defaults.memory, pids or defaults.pids, cpus or defaults.cpus, env,
-                              runtime or defaults.runtime, user, egress, write_quota, start_concurrency or defaults.start_concurrency,
-                              entry_quota, host_code_read_only or bool(defaults.host_code_read_only))
+        config = build_config(
+            image or defaults.image,
+            memory or defaults.memory,
+            pids or defaults.pids,
+            cpus or defaults.cpus,
+            env,
+            runtime or defaults.runtime,
+            user,
+            egress,
+            write_quota,
+            start_concurrency or defaults.start_concurrency,
+            entry_quota,
+            host_code_read_only or bool(defaults.host_code_read_only),
+        )
         limits = CopyLimits()
         max_bytes = copy_max_bytes or defaults.copy_max_bytes
         if max_bytes is not None:
-            limits = CopyLimits(max_bytes=parse_size(str(max_bytes), "--copy-max-bytes"), max_entries=limits.max_entries)
+            limits = CopyLimits(
+                max_bytes=parse_size(str(max_bytes), "--copy-max-bytes"), max_entries=limits.max_entries
+            )
         if copy_max_entries or defaults.copy_max_entries:
-            limits = CopyLimits(max_bytes=limits.max_bytes, max_entries=copy_max_entries or defaults.copy_max_entries or 0)
+            limits = CopyLimits(
+                max_bytes=limits.max_bytes, max_entries=copy_max_entries or defaults.copy_max_entries or 0
+            )
         return fn(*args, config=config, mode=WorkspaceMode(workspace_mode), copy_limits=limits, **kwargs)
 
     for option in reversed(options):
@@ -139,11 +219,34 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def build_config(image: str | None, memory: str | None, pids: int | None, cpus: float | None, env: Iterable[str], runtime: str | None,
-                 user: str | None, egress: str | None = None, write_quota: str | None = None,
-                 start_concurrency: int | None = None, entry_quota: int | None = None, host_code_read_only: bool = False) -> SandboxConfig:
-    values: dict[str, Any] = {k: v for k, v in dict(image=image, memory=memory, pids=pids, cpus=cpus, runtime=runtime, user=user,
-                                                    start_concurrency=start_concurrency, entry_quota=entry_quota).items() if v is not None}
+def build_config(
+    image: str | None,
+    memory: str | None,
+    pids: int | None,
+    cpus: float | None,
+    env: Iterable[str],
+    runtime: str | None,
+    user: str | None,
+    egress: str | None = None,
+    write_quota: str | None = None,
+    start_concurrency: int | None = None,
+    entry_quota: int | None = None,
+    host_code_read_only: bool = False,
+) -> SandboxConfig:
+    values: dict[str, Any] = {
+        k: v
+        for k, v in dict(
+            image=image,
+            memory=memory,
+            pids=pids,
+            cpus=cpus,
+            runtime=runtime,
+            user=user,
+            start_concurrency=start_concurrency,
+            entry_quota=entry_quota,
+        ).items()
+        if v is not None
+    }
     if host_code_read_only:
         values["host_code_read_only"] = True
     if write_quota is not None:
@@ -184,7 +287,11 @@ def parse_size(text: str, flag: str = "--write-quota") -> int:
 def copy_options(limits: CopyLimits) -> dict[str, Any]:
     """Copy mode's size guard (--copy-max-bytes, --copy-max-entries, a progress line) as the API's
     SandboxOptions fields."""
-    return {"copy_max_bytes": limits.max_bytes, "copy_max_entries": limits.max_entries, "on_copy_progress": limits.progress}
+    return {
+        "copy_max_bytes": limits.max_bytes,
+        "copy_max_entries": limits.max_entries,
+        "on_copy_progress": limits.progress,
+    }
 
 
 def copy_progress(limits: CopyLimits) -> CopyLimits:
@@ -205,8 +312,12 @@ def copy_progress(limits: CopyLimits) -> CopyLimits:
             return
         shown[0] = True
         of = f" of {p.total_entries:,} ({100 * p.entries // max(1, p.total_entries)}%)" if p.total_entries else ""
-        click.echo(f"\r\x1b[K⧗ copying the workspace for copy mode: {p.entries:,}{of} entries, {p.bytes / (1 << 20):.0f} MiB written, "
-                   f"{p.elapsed_s:.0f} s", nl=False, err=True)
+        click.echo(
+            f"\r\x1b[K⧗ copying the workspace for copy mode: {p.entries:,}{of} entries, {p.bytes / (1 << 20):.0f} MiB written, "
+            f"{p.elapsed_s:.0f} s",
+            nl=False,
+            err=True,
+        )
 
     return dataclasses.replace(limits, progress=progress)
 
@@ -224,8 +335,10 @@ def new_transcript_path(text: str | None) -> Path | None:
         return None
     path = Path(text).expanduser().absolute()
     if os.path.lexists(path):
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"--transcript {path} exists: a transcript is never appended to; "
-                                                           "name a new file (or remove that one)")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"--transcript {path} exists: a transcript is never appended to; name a new file (or remove that one)",
+        )
     try:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -233,10 +346,18 @@ def new_transcript_path(text: str | None) -> Path | None:
             raise NotADirectoryError(errno.ENOTDIR, f"{path.parent} is not a directory") from None
         fd = create_private(path)
     except OSError as err:
-        kind = {errno.EACCES: ErrorType.PERMISSION_DENIED, errno.EPERM: ErrorType.PERMISSION_DENIED, errno.EROFS: ErrorType.PERMISSION_DENIED,
-                errno.ENOTDIR: ErrorType.NOT_A_DIRECTORY, errno.EISDIR: ErrorType.IS_DIRECTORY, errno.EEXIST: ErrorType.INVALID_ARGUMENTS}
-        raise OpenAgentsError(kind.get(err.errno or 0, ErrorType.IO_ERROR),
-                              f"--transcript {path}: cannot be written: {err.strerror or err}") from None
+        kind = {
+            errno.EACCES: ErrorType.PERMISSION_DENIED,
+            errno.EPERM: ErrorType.PERMISSION_DENIED,
+            errno.EROFS: ErrorType.PERMISSION_DENIED,
+            errno.ENOTDIR: ErrorType.NOT_A_DIRECTORY,
+            errno.EISDIR: ErrorType.IS_DIRECTORY,
+            errno.EEXIST: ErrorType.INVALID_ARGUMENTS,
+        }
+        raise OpenAgentsError(
+            kind.get(err.errno or 0, ErrorType.IO_ERROR),
+            f"--transcript {path}: cannot be written: {err.strerror or err}",
+        ) from None
     os.close(fd)
     os.unlink(path)  # made again by the session; a set-up error before then leaves nothing behind
     return path

@@ -2,6 +2,7 @@
 each one runs, resolved as a session starting now would resolve it (hooks/engine.py plan), what the
 user's PATH would have run from where the box writes instead, the secrets it is not given, and
 whether its program can run (a missing or non-executable program would fail closed at its point)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,11 +17,15 @@ from ..programs.resolve import Resolved, SearchPath
 
 @dataclass
 class Listing:
-    hooks: list[tuple[HookSpec, Resolved | None]]  # None: its program is a workspace file, run from a copy pinned at the start
+    hooks: list[
+        tuple[HookSpec, Resolved | None]
+    ]  # None: its program is a workspace file, run from a copy pinned at the start
     dropped: list[str]
     search: SearchPath
     withheld: set[str] = field(default_factory=set)
-    box_files: dict[int, list[str]] = field(default_factory=dict)  # id(hook): its words naming workspace files (run from pinned copies)
+    box_files: dict[int, list[str]] = field(
+        default_factory=dict
+    )  # id(hook): its words naming workspace files (run from pinned copies)
 
     def withheld_from(self, hook: HookSpec) -> list[str]:
         """The variables the hook lists in `env` that it will not get (secrets its table does not name in `secrets`)."""
@@ -41,8 +46,13 @@ def hooks_for(workspace: Path, policy_files: list[str], api_key_env: str | None 
     planned, refused, search = plan([h for h in specs if id(h) not in pinned], workspace)
     resolved = {id(hook): r for hook, r in planned}
     hooks = [(hook, resolved.get(id(hook))) for hook in specs if id(hook) in pinned or id(hook) in resolved]
-    return Listing(hooks, [*collected.dropped, *dropped, *refused], search, secret_names(egress.credentials, api_key_env),
-                   {key: [str(path) for _, path in found] for key, found in words.items() if found})
+    return Listing(
+        hooks,
+        [*collected.dropped, *dropped, *refused],
+        search,
+        secret_names(egress.credentials, api_key_env),
+        {key: [str(path) for _, path in found] for key, found in words.items() if found},
+    )
 
 
 def problem(resolved: Resolved | None) -> str | None:

@@ -1,4 +1,5 @@
 """`oa-sandbox hooks`: the hooks in force for a workspace, where each came from, what each runs, and whether each can run."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,9 +16,16 @@ if TYPE_CHECKING:
 
 
 @click.command("hooks")
-@click.option("--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="The workspace (default: the cwd).")
-@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Policy file (repeatable; default: `policy` in the config file), as `run` would take it.")
+@click.option(
+    "--workspace", default=".", type=click.Path(exists=True, file_okay=False), help="The workspace (default: the cwd)."
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Policy file (repeatable; default: `policy` in the config file), as `run` would take it.",
+)
 def hooks(workspace: str, policies: tuple[str, ...]) -> None:
     """List the hooks a session started here would run (docs/hooks.md), in order, with their tier and
     file, what each runs (program and interpreter as found at a start, never from the workspace), what
@@ -36,9 +44,18 @@ def hooks(workspace: str, policies: tuple[str, ...]) -> None:
     for hook, resolved in listing.hooks:
         trouble = problem(resolved)
         bad += trouble is not None
-        matcher = " ".join(f"{k}={v}" for k, v in (("matcher", hook.matcher), ("kind", hook.kind), ("command_regex", hook.command_regex)) if v)
-        click.echo(clean(f"{'FAIL' if trouble else 'ok  '} {hook.event:<20} {TIERS.get(hook.tier, '?'):<9} {hook.label()}  "
-                         f"[{matcher or 'every call'}] timeout {hook.timeout:g}s  from {hook.where}\n     {hook.argv}", 2000))
+        matcher = " ".join(
+            f"{k}={v}"
+            for k, v in (("matcher", hook.matcher), ("kind", hook.kind), ("command_regex", hook.command_regex))
+            if v
+        )
+        click.echo(
+            clean(
+                f"{'FAIL' if trouble else 'ok  '} {hook.event:<20} {TIERS.get(hook.tier, '?'):<9} {hook.label()}  "
+                f"[{matcher or 'every call'}] timeout {hook.timeout:g}s  from {hook.where}\n     {hook.argv}",
+                2000,
+            )
+        )
         for line in _what_runs(hook, resolved, listing.withheld_from(hook), listing.box_files.get(id(hook), [])):
             click.echo(clean(f"     {line}", 2000))
         if trouble:
@@ -61,16 +78,25 @@ def _what_runs(hook: HookSpec, resolved: Resolved | None, withheld: list[str], b
 
     lines = []
     if resolved is None:
-        lines.append(f"its program {hook.argv[0]} is a workspace file: it runs from a copy pinned at the session's start "
-                     "(its #! interpreter is checked then)")
+        lines.append(
+            f"its program {hook.argv[0]} is a workspace file: it runs from a copy pinned at the session's start "
+            "(its #! interpreter is checked then)"
+        )
     elif not resolved.problem:
         lines.append(f"runs: {shlex.join(resolved.argv)}")
-        lines.append(f"program {resolved.program}" + (f", interpreter {resolved.interpreter}" if resolved.interpreter else ""))
+        lines.append(
+            f"program {resolved.program}" + (f", interpreter {resolved.interpreter}" if resolved.interpreter else "")
+        )
     if resolved is not None:
         lines += [f"not from the workspace: {note}" for note in resolved.notes]
-    lines += [f"workspace file {path}: runs from a copy pinned at the session's start (trust_workspace_hooks)" for path in box_files]
+    lines += [
+        f"workspace file {path}: runs from a copy pinned at the session's start (trust_workspace_hooks)"
+        for path in box_files
+    ]
     if withheld:
-        lines.append(f"withheld: {', '.join(withheld)} (a secret reaches a hook only named in its `secrets`, in your own or the admin's file)")
+        lines.append(
+            f"withheld: {', '.join(withheld)} (a secret reaches a hook only named in its `secrets`, in your own or the admin's file)"
+        )
     return lines
 
 
@@ -101,5 +127,7 @@ def doctor_check(ws: Path) -> bool:
             for note in resolved.notes if resolved is not None else ():
                 click.echo(clean(f"[warn] hook {hook.label()}: {note}", 2000))
     if listing.hooks and not any(trouble for _, trouble in troubles):
-        click.echo(f"[ok]   {len(listing.hooks)} hook(s) in force, every program executable (`oa-sandbox hooks` lists them)")
+        click.echo(
+            f"[ok]   {len(listing.hooks)} hook(s) in force, every program executable (`oa-sandbox hooks` lists them)"
+        )
     return not any(trouble for _, trouble in troubles)

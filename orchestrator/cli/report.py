@@ -1,4 +1,5 @@
 """`oa-sandbox report ID`: a session's self-contained HTML page (orchestrator/report)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,8 +16,14 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.argument("session_id")
-@click.option("-o", "--output", "output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Where to write the page (default: report-ID.html in the current directory); - for stdout.")
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to write the page (default: report-ID.html in the current directory); - for stdout.",
+)
 def report(session_id: str, output: Path | None) -> None:
     """One self-contained HTML page of a session, for review and audit: summary, every tool call
     with its approval and who decided, the gate's egress audit, checkpoints and the final diff.
@@ -42,8 +49,15 @@ def _remember(ctx: click.Context, _param: click.Parameter, value: Path | None) -
         ctx.meta[_META] = value
 
 
-report_option = click.option("--report", "report_file", type=click.Path(dir_okay=False, path_type=Path), default=None, expose_value=False,
-                             callback=_remember, help="At the end, write the session's HTML report here (as `oa-sandbox report ID -o FILE`).")
+report_option = click.option(
+    "--report",
+    "report_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    expose_value=False,
+    callback=_remember,
+    help="At the end, write the session's HTML report here (as `oa-sandbox report ID -o FILE`).",
+)
 
 
 def write_requested_report(record: SessionRecord, say: Callable[[str], None]) -> None:

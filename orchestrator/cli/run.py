@@ -1,6 +1,7 @@
 """`oa-sandbox run` and `oa-sandbox exec`: a session with a model, and one tool call. With `--output
 json` every exit prints exactly one JSON object; with `--output stream-json` every exit ends the
 stream with one session_end line holding that object."""
+
 from __future__ import annotations
 
 import sys
@@ -37,15 +38,30 @@ if TYPE_CHECKING:
     from ..workspace.copy import CopyLimits
     from ..workspace.records import SessionRecord, WorkspaceMode
 
+
 @click.command("exec")
-@click.option("--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
-@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="Policy file, TOML or YAML (repeatable): its deny refuses the call, as in `run`.")
+@click.option(
+    "--workspace", required=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace."
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Policy file, TOML or YAML (repeatable): its deny refuses the call, as in `run`.",
+)
 @sandbox_options
 @click.argument("tool")
 @click.argument("json_args", default="{}")
-def exec_(workspace: str, policies: tuple[str, ...], config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits, tool: str,
-          json_args: str) -> None:
+def exec_(
+    workspace: str,
+    policies: tuple[str, ...],
+    config: SandboxConfig,
+    mode: WorkspaceMode,
+    copy_limits: CopyLimits,
+    tool: str,
+    json_args: str,
+) -> None:
     """Run one TOOL with JSON_ARGS in a fresh sandbox; print one JSON result (a set-up error too: a
     script's json.load never meets an empty stdout). The call goes through the policy ladder as a
     model's does in `run`: you asked for it, so what would ask runs, but a policy's deny (admin, the
@@ -64,8 +80,15 @@ def exec_(workspace: str, policies: tuple[str, ...], config: SandboxConfig, mode
         result = ToolResult.failure(err)
     else:
         limits = copy_progress(copy_limits)
-        options = SandboxOptions(config=config, mode=mode.value, copy_max_bytes=limits.max_bytes, copy_max_entries=limits.max_entries,
-                                 on_copy_progress=limits.progress, policy_files=[Path(p) for p in policies], auto_approve=True)
+        options = SandboxOptions(
+            config=config,
+            mode=mode.value,
+            copy_max_bytes=limits.max_bytes,
+            copy_max_entries=limits.max_entries,
+            on_copy_progress=limits.progress,
+            policy_files=[Path(p) for p in policies],
+            auto_approve=True,
+        )
         box = Sandbox(Path(workspace).resolve(), options, kind="exec")
         try:
             box.open()
@@ -74,17 +97,25 @@ def exec_(workspace: str, policies: tuple[str, ...], config: SandboxConfig, mode
             raise setup_error(err) from None
         with box:
             result = box.call(tool, args)
-            swept = box.close(status="finished" if result.ok else "stopped", reason=result.error.message if result.error else "")
+            swept = box.close(
+                status="finished" if result.ok else "stopped", reason=result.error.message if result.error else ""
+            )
         for line in swept:
             click.echo(visible(f"oa-sandbox: integrity sweep: {line}"), err=True)
         record = box.record
         if record.mode == WorkspaceMode.COPY:
-            click.echo(f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
-                       f"apply with `oa-sandbox apply {record.id}`", err=True)
+            click.echo(
+                f"oa-sandbox: session {record.id} (copy mode): review with `oa-sandbox changes {record.id}`, "
+                f"apply with `oa-sandbox apply {record.id}`",
+                err=True,
+            )
     click.echo(result.model_dump_json())
     if result.error is not None and result.error.type in _NO_SANDBOX:
         raise setup_error(OpenAgentsError(result.error.type, result.error.message))
-    refused = result.error is not None and result.error.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER)
+    refused = result.error is not None and result.error.type in (
+        ErrorType.REFUSED_BY_POLICY,
+        ErrorType.REJECTED_BY_USER,
+    )
     raise click.exceptions.Exit(EXIT_OK if result.ok else EXIT_REFUSED if refused else EXIT_TOOL_ERROR)
 
 
@@ -103,7 +134,7 @@ def _wants_json(args: Iterable[str]) -> str | None:
         if arg == "--":
             break
         for wanted in _JSON_FORMATS:
-            if arg == f"--output={wanted}" or (arg == "--output" and items[i + 1:i + 2] == [wanted]):
+            if arg == f"--output={wanted}" or (arg == "--output" and items[i + 1 : i + 2] == [wanted]):
                 return wanted
     return None
 
@@ -120,11 +151,28 @@ def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[st
     keys as a session's, empty, with the exit code, a status and the typed error."""
     from ..loop.summary import APPLY_KEYS
 
-    return {"session_id": None, "status": status, "reason": error.message if error else status, "exit_code": code, "turns": 0,
-            "final_text": "", "calls": {}, "refused_calls": [], "failed_calls": [], "changed_files": [], "changed_files_total": 0,
-            "changed_files_file": None, "changed_files_unknown": None, "tokens": {"input": 0, "output": 0}, "wall_s": 0.0,
-            "error": error.to_dict() if error else None, "workspace_mode": None, "transcript": None, "session_status": None,
-            **dict.fromkeys(APPLY_KEYS)}
+    return {
+        "session_id": None,
+        "status": status,
+        "reason": error.message if error else status,
+        "exit_code": code,
+        "turns": 0,
+        "final_text": "",
+        "calls": {},
+        "refused_calls": [],
+        "failed_calls": [],
+        "changed_files": [],
+        "changed_files_total": 0,
+        "changed_files_file": None,
+        "changed_files_unknown": None,
+        "tokens": {"input": 0, "output": 0},
+        "wall_s": 0.0,
+        "error": error.to_dict() if error else None,
+        "workspace_mode": None,
+        "transcript": None,
+        "session_status": None,
+        **dict.fromkeys(APPLY_KEYS),
+    }
 
 
 _JSON_PRINTED = "oa-sandbox.json-printed"
@@ -143,14 +191,22 @@ class _JsonExits(click.Command):
     the one line a person reads. `--output stream-json`: every exit ends the stream with that
     object as its session_end line."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
-                     **extra: Any) -> click.Context:
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
         wants = _wants_json(args)
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.UsageError as err:
             if wants:
-                click.echo(_exit_line(wants, EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message())))
+                click.echo(
+                    _exit_line(
+                        wants,
+                        EXIT_SETUP,
+                        "setup_error",
+                        OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()),
+                    )
+                )
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -163,59 +219,178 @@ class _JsonExits(click.Command):
             click.echo(_exit_line(wants, exc.exit_code, "setup_error", exc.error))
             raise
         except click.UsageError as err:  # raised by an option's own check (--env, --egress, sizes)
-            click.echo(_exit_line(wants, EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message())))
+            click.echo(
+                _exit_line(
+                    wants, EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message())
+                )
+            )
             raise
         except click.exceptions.Exit as exc:
             if not ctx.meta.get(_JSON_PRINTED):
-                status = "cancelled" if exc.exit_code == EXIT_CANCELLED else "finished" if exc.exit_code == EXIT_OK else "stopped"
+                status = (
+                    "cancelled"
+                    if exc.exit_code == EXIT_CANCELLED
+                    else "finished"
+                    if exc.exit_code == EXIT_OK
+                    else "stopped"
+                )
                 click.echo(_exit_line(wants, exc.exit_code, status, None))
             raise
         except Exception as err:
-            click.echo(_exit_line(wants, EXIT_STOPPED, "failed", OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500])))
+            click.echo(
+                _exit_line(
+                    wants,
+                    EXIT_STOPPED,
+                    "failed",
+                    OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500]),
+                )
+            )
             raise
 
 
-
 @click.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
-@click.option("--workspace", default=".", show_default=True, type=click.Path(exists=True, file_okay=False), help="Directory mounted at /workspace.")
+@click.option(
+    "--workspace",
+    default=".",
+    show_default=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Directory mounted at /workspace.",
+)
 @click.option("--model", "model_spec", default=None, help=f"{MODEL_FORMS} (default: `model` in the config file).")
-@click.option("--base-url", default=None, help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
-                                              "or a private address); default OPENAI_BASE_URL for openai: models, ANTHROPIC_BASE_URL for anthropic: models.")
-@click.option("--api-key-env", default=None, metavar="VAR", help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY / ANTHROPIC_API_KEY).")
-@click.option("--policy", "policies", multiple=True, type=click.Path(exists=True, dir_okay=False), help="Policy file, TOML or YAML (repeatable).")
-@click.option("--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it.")
-@click.option("--auto-approve", is_flag=True, help="Everything that runs inside the sandbox proceeds without asking; host-side git and MCP "
-                                                   "tools still ask, and a policy's deny still wins.")
-@click.option("--transcript", "transcript_path", default=None, type=click.Path(dir_okay=False),
-              help="Where to write the JSONL transcript: a new file (an existing one is refused, never appended to).")
-@click.option("--max-turns", default=None, type=click.IntRange(1, 10_000), help=f"Stop after N turns (default {DEFAULT_MAX_TURNS}).")
-@click.option("--max-tokens", default=None, type=click.IntRange(1, None), help="Stop once the model has used N tokens, input and output summed.")
-@click.option("--max-wall", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS", help="Stop after this much wall time.")
-@click.option("--model-timeout", default=None, type=click.FloatRange(0, None, min_open=True), metavar="SECONDS",
-              help="The longest the model server may stay silent (before its answer starts, or between two pieces of it); "
-                   "then the session stops with model_api_error (default 300).")
-@click.option("--context-window", default=None, type=click.IntRange(256, None), metavar="TOKENS",
-              help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.")
-@click.option("--output", "output_format", type=click.Choice(["text", "json", "stream-json"]), default="text", show_default=True,
-              help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, session_id, "
-                   "turns, final_text, refused_calls, applied, left_out, conflicts, ...). stream-json: the session's events on stdout, "
-                   "one JSON object a line with a `type`, as they happen, ending with a session_end line holding that object; "
-                   "never prompts (as --non-interactive).")
+@click.option(
+    "--base-url",
+    default=None,
+    help="API base URL, e.g. http://127.0.0.1:8000/v1 for a local server (no key needed on loopback "
+    "or a private address); default OPENAI_BASE_URL for openai: models, ANTHROPIC_BASE_URL for anthropic: models.",
+)
+@click.option(
+    "--api-key-env",
+    default=None,
+    metavar="VAR",
+    help="Read the model key from VAR (default OPENAI_API_KEY / GEMINI_API_KEY / ANTHROPIC_API_KEY).",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Policy file, TOML or YAML (repeatable).",
+)
+@click.option(
+    "--non-interactive", is_flag=True, help="Never prompt: refuse whatever would ask, unless a policy allows it."
+)
+@click.option(
+    "--auto-approve",
+    is_flag=True,
+    help="Everything that runs inside the sandbox proceeds without asking; host-side git and MCP "
+    "tools still ask, and a policy's deny still wins.",
+)
+@click.option(
+    "--transcript",
+    "transcript_path",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Where to write the JSONL transcript: a new file (an existing one is refused, never appended to).",
+)
+@click.option(
+    "--max-turns",
+    default=None,
+    type=click.IntRange(1, 10_000),
+    help=f"Stop after N turns (default {DEFAULT_MAX_TURNS}).",
+)
+@click.option(
+    "--max-tokens",
+    default=None,
+    type=click.IntRange(1, None),
+    help="Stop once the model has used N tokens, input and output summed.",
+)
+@click.option(
+    "--max-wall",
+    default=None,
+    type=click.FloatRange(0, None, min_open=True),
+    metavar="SECONDS",
+    help="Stop after this much wall time.",
+)
+@click.option(
+    "--model-timeout",
+    default=None,
+    type=click.FloatRange(0, None, min_open=True),
+    metavar="SECONDS",
+    help="The longest the model server may stay silent (before its answer starts, or between two pieces of it); "
+    "then the session stops with model_api_error (default 300).",
+)
+@click.option(
+    "--context-window",
+    default=None,
+    type=click.IntRange(256, None),
+    metavar="TOKENS",
+    help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.",
+)
+@click.option(
+    "--output",
+    "output_format",
+    type=click.Choice(["text", "json", "stream-json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, session_id, "
+    "turns, final_text, refused_calls, applied, left_out, conflicts, ...). stream-json: the session's events on stdout, "
+    "one JSON object a line with a `type`, as they happen, ending with a session_end line holding that object; "
+    "never prompts (as --non-interactive).",
+)
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
-@click.option("--apply", "apply_at_end", is_flag=True, help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).")
-@click.option("--resume", "resume_id", default=None, metavar="ID", help="Continue session ID: its workspace (its copy, in copy mode), its "
-                                                                           "conversation, its transcript; its model and policy files unless --model, --policy.")
-@click.option("--continue", "continue_", is_flag=True, help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.")
+@click.option(
+    "--apply",
+    "apply_at_end",
+    is_flag=True,
+    help="Copy mode: apply the session's changes to the workspace at the end, without asking (CI).",
+)
+@click.option(
+    "--resume",
+    "resume_id",
+    default=None,
+    metavar="ID",
+    help="Continue session ID: its workspace (its copy, in copy mode), its "
+    "conversation, its transcript; its model and policy files unless --model, --policy.",
+)
+@click.option(
+    "--continue",
+    "continue_",
+    is_flag=True,
+    help="Continue the newest session of this workspace (the cwd, or --workspace), as --resume.",
+)
 @best_of_options("TASK")
 @report_option
 @sandbox_options
 @click.argument("task")
-def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_env: str | None, policies: tuple[str, ...],
-        non_interactive: bool, auto_approve: bool, transcript_path: str | None, max_turns: int | None, max_tokens: int | None,
-        max_wall: float | None, model_timeout: float | None, context_window: int | None, output_format: str, disabled: tuple[str, ...], no_git: bool,
-        apply_at_end: bool, resume_id: str | None, continue_: bool, attempts: int, pick: str | None, pick_timeout: int, config: SandboxConfig, mode: WorkspaceMode,
-        copy_limits: CopyLimits, task: str) -> None:
+def run(
+    workspace: str,
+    model_spec: str | None,
+    base_url: str | None,
+    api_key_env: str | None,
+    policies: tuple[str, ...],
+    non_interactive: bool,
+    auto_approve: bool,
+    transcript_path: str | None,
+    max_turns: int | None,
+    max_tokens: int | None,
+    max_wall: float | None,
+    model_timeout: float | None,
+    context_window: int | None,
+    output_format: str,
+    disabled: tuple[str, ...],
+    no_git: bool,
+    apply_at_end: bool,
+    resume_id: str | None,
+    continue_: bool,
+    attempts: int,
+    pick: str | None,
+    pick_timeout: int,
+    config: SandboxConfig,
+    mode: WorkspaceMode,
+    copy_limits: CopyLimits,
+    task: str,
+) -> None:
     """Run TASK with a model, tools in the sandbox, approvals by the ladder. TASK `-` reads the task
     from standard input (the session is then non-interactive: stdin is spent).
 
@@ -242,8 +417,11 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
         workspace = resumed.workspace
     model_spec = model_spec or defaults.model
     if not model_spec:
-        raise setup_error(OpenAgentsError(ErrorType.CONFIG_INVALID, f"no model: pass --model ({MODEL_FORMS}) "
-                                                                     "or set model in the config file"))
+        raise setup_error(
+            OpenAgentsError(
+                ErrorType.CONFIG_INVALID, f"no model: pass --model ({MODEL_FORMS}) or set model in the config file"
+            )
+        )
     if output_format == "stream-json":
         non_interactive = True  # a script reads stdout: nobody is at a prompt
     if task == "-":
@@ -267,26 +445,46 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     interactive = not non_interactive and sys.stdin.isatty()
     approver = TerminalApprover(show_diff=view.show_diff) if interactive else NonInteractiveApprover()
     if auto_approve:
-        view.header_notes.append("  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)")
+        view.header_notes.append(
+            "  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)"
+        )
     if interactive:
         view.header_notes.append("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
     host_tools = None
     try:
-        options = SandboxOptions(config=config, mode=mode.value, **copy_options(copy_progress(copy_limits)), model=model_spec,
-                                 base_url=base_url or defaults.base_url, api_key_env=api_key_env or defaults.api_key_env,
-                                 policy_files=[Path(p) for p in (list(policies) or defaults.policy)],
-                                 max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS, disabled_tools=frozenset(disabled), git=not no_git,
-                                 max_tokens=max_tokens or defaults.max_tokens, max_wall_s=max_wall or defaults.max_wall,
-                                 context_window=context_window or defaults.context_window, auto_approve=auto_approve,
-                                 model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S, approver=approver,
-                                 transcript=path, on_record=on_event)
+        options = SandboxOptions(
+            config=config,
+            mode=mode.value,
+            **copy_options(copy_progress(copy_limits)),
+            model=model_spec,
+            base_url=base_url or defaults.base_url,
+            api_key_env=api_key_env or defaults.api_key_env,
+            policy_files=[Path(p) for p in (list(policies) or defaults.policy)],
+            max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+            disabled_tools=frozenset(disabled),
+            git=not no_git,
+            max_tokens=max_tokens or defaults.max_tokens,
+            max_wall_s=max_wall or defaults.max_wall,
+            context_window=context_window or defaults.context_window,
+            auto_approve=auto_approve,
+            model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S,
+            approver=approver,
+            transcript=path,
+            on_record=on_event,
+        )
         if pick is not None:
             from .attempts import run_attempts
 
             view.close()
             run_attempts(options, Path(workspace), task, attempts, pick, apply_at_end, output_format, pick_timeout)
         host_tools = _start_mcp_servers(defaults.mcp_servers, view, Path(workspace))
-        box = Sandbox(Path(workspace), options, kind="run", host_tools=host_tools, resume=resumed.id if resumed is not None else None).open()
+        box = Sandbox(
+            Path(workspace),
+            options,
+            kind="run",
+            host_tools=host_tools,
+            resume=resumed.id if resumed is not None else None,
+        ).open()
     except OpenAgentsError as err:
         if host_tools is not None:
             host_tools.close()
@@ -296,7 +494,9 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
     except OSError as err:  # the transcript's file could not be made after all (a race), the state directory
         if host_tools is not None:
             host_tools.close()
-        raise setup_error(OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}")) from None
+        raise setup_error(
+            OpenAgentsError(ErrorType.IO_ERROR, f"{err.filename or 'the session'}: {err.strerror or err}")
+        ) from None
     except KeyboardInterrupt:  # while the box started: the Sandbox removed it
         ignore_interrupts()
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
@@ -344,10 +544,14 @@ def run(workspace: str, model_spec: str | None, base_url: str | None, api_key_en
                 if applied != EXIT_OK and code in (EXIT_OK, EXIT_REFUSED):
                     code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
         else:
-            view.note(f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply")
+            view.note(
+                f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply"
+            )
     if output_format == "json":
         click.get_current_context().meta[_JSON_PRINTED] = True
-        click.echo(json_line(_landing_said(summary_json(result, record, changes, code, report), landing_refused)))  # bounded: at most MAX_LINE_BYTES
+        click.echo(
+            json_line(_landing_said(summary_json(result, record, changes, code, report), landing_refused))
+        )  # bounded: at most MAX_LINE_BYTES
     elif stream is not None:
         click.get_current_context().meta[_JSON_PRINTED] = True
         stream.end(_landing_said(summary_json(result, record, changes, code, report), landing_refused))
@@ -371,7 +575,9 @@ def _check_attempts(attempts: int, pick: str | None, resuming: object, mode: Wor
         raise setup_error(OpenAgentsError(ErrorType.INVALID_ARGUMENTS, refuse))
 
 
-def _both(first: Callable[[dict[str, Any]], None], second: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any]], None]:
+def _both(
+    first: Callable[[dict[str, Any]], None], second: Callable[[dict[str, Any]], None]
+) -> Callable[[dict[str, Any]], None]:
     def both(record: dict[str, Any]) -> None:
         first(record)
         second(record)
@@ -379,7 +585,9 @@ def _both(first: Callable[[dict[str, Any]], None], second: Callable[[dict[str, A
     return both
 
 
-def _resumed(resume_id: str | None, continue_: bool, workspace: str, transcript_path: str | None, mode: WorkspaceMode) -> SessionRecord:
+def _resumed(
+    resume_id: str | None, continue_: bool, workspace: str, transcript_path: str | None, mode: WorkspaceMode
+) -> SessionRecord:
     """The record of the session `--resume ID` or `--continue` names, if it can be continued; a
     set-up error naming why not (running, discarded, no transcript, options that contradict it)."""
     from ..transcript.resume import find, newest
@@ -419,4 +627,3 @@ def _start_mcp_servers(servers: list[dict[str, Any]], view: LiveView, workspace:
     for problem in host.problems:
         view.note(f"oa-sandbox: {problem}")
     return host
-

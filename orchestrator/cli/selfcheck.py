@@ -1,5 +1,6 @@
 """`oa-sandbox doctor --attack`: a quick subset of the attack battery against the user's own
 set-up (whichever backend), so an enterprise can check its installation, not just read our claims."""
+
 from __future__ import annotations
 
 import os
@@ -54,7 +55,10 @@ def _read_only_root(box: Sandbox, ws: Path) -> tuple[bool, str]:
 
 def _no_secret(box: Sandbox, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "env; tr '\\0' '\\n' < /proc/self/environ").output
-    return CANARY_VALUE not in out, f"{CANARY_VAR} set on the host, absent in the box" if CANARY_VALUE not in out else "host variable visible"
+    return (
+        CANARY_VALUE not in out,
+        f"{CANARY_VAR} set on the host, absent in the box" if CANARY_VALUE not in out else "host variable visible",
+    )
 
 
 def _path_escape(box: Sandbox, ws: Path) -> tuple[bool, str]:
@@ -84,23 +88,39 @@ def _daemons(box: Sandbox, ws: Path) -> tuple[bool, str]:
 
 
 def _no_setuid(box: Sandbox, ws: Path) -> tuple[bool, str]:
-    out = _shell(box, "cp /bin/sh setuid-probe && chmod 4755 setuid-probe; chmod g+s setuid-probe; "
-                      "python3 -c 'import os; os.close(os.open(\"setgid-probe\", os.O_CREAT, 0o2755))'; echo done").output
+    out = _shell(
+        box,
+        "cp /bin/sh setuid-probe && chmod 4755 setuid-probe; chmod g+s setuid-probe; "
+        "python3 -c 'import os; os.close(os.open(\"setgid-probe\", os.O_CREAT, 0o2755))'; echo done",
+    ).output
     with BoxDir.open(ws) as top:  # box-written: names and lstat through boxfs, nothing followed
         planted = [os.fsdecode(n) for n in top.names() if top.lstat(n).st_mode & 0o6000]
     ran = (ws / "setuid-probe").is_file() and "done" in out  # the copy was made: only the bit was refused
-    detail = f"setuid/setgid on the host: {planted}" if planted else "chmod 4755, g+s and open(0o2755) refused" if ran else f"the probe did not run: {out[-200:]}"
+    detail = (
+        f"setuid/setgid on the host: {planted}"
+        if planted
+        else "chmod 4755, g+s and open(0o2755) refused"
+        if ran
+        else f"the probe did not run: {out[-200:]}"
+    )
     return ran and not planted, detail
 
 
 def _syscalls_refused(box: Sandbox, ws: Path) -> tuple[bool, str]:
-    code = ("import ctypes; c = ctypes.CDLL(None, use_errno=True); r = []\n"
-            "for nr in (425, 323, 321, 250): c.syscall(nr, 0, 0, 0, 0, 0); r.append(ctypes.get_errno())\n"
-            "c.syscall(437, -100, b'x', 0, 0); r.append(ctypes.get_errno()); print(r)")
-    out = _shell(box, f"python3 -c \"{code}\"").output.strip()
+    code = (
+        "import ctypes; c = ctypes.CDLL(None, use_errno=True); r = []\n"
+        "for nr in (425, 323, 321, 250): c.syscall(nr, 0, 0, 0, 0, 0); r.append(ctypes.get_errno())\n"
+        "c.syscall(437, -100, b'x', 0, 0); r.append(ctypes.get_errno()); print(r)"
+    )
+    out = _shell(box, f'python3 -c "{code}"').output.strip()
     # Under gVisor (runsc --oci-seccomp) every refusal is EPERM, openat2's ENOSYS too (gvisor#14688).
     wanted = "[1, 1, 1, 1, 1]" if box.gvisor else "[1, 1, 1, 1, 38]"
-    return out == wanted, f"io_uring, userfaultfd, bpf, keyctl EPERM; openat2 {'EPERM' if wanted.endswith('1]') else 'ENOSYS'}" if out == wanted else f"errnos {out}"
+    return (
+        out == wanted,
+        f"io_uring, userfaultfd, bpf, keyctl EPERM; openat2 {'EPERM' if wanted.endswith('1]') else 'ENOSYS'}"
+        if out == wanted
+        else f"errnos {out}",
+    )
 
 
 def _agent_restart(box: Sandbox, ws: Path) -> tuple[bool, str]:

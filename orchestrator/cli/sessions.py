@@ -7,6 +7,7 @@ they are not pipeline calls: `apply` meets the ladder's landing decision (the co
 request, a deny still refuses it) and its outcome goes to the session record; none appends to the
 ended session's transcript, which ends at its session_end (README, "Every path through the one
 pipeline")."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from ..policy.approvals import ApprovalOutcome
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
+
 
 def _copy_session(session_id: str, action: str, mount: bool = True) -> SessionRecord:
     from ..workspace.copy_session import ended_copy_session
@@ -53,16 +55,29 @@ def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, App
     if report.conflicts:
         for conflict in report.conflicts:
             click.echo(f"  conflict {shown(conflict.path)}: {show(conflict.reason)}", err=True)
-        click.echo(f"nothing applied: {len(report.conflicts)} file(s) changed in {record.workspace} since the copy was taken", err=True)
+        click.echo(
+            f"nothing applied: {len(report.conflicts)} file(s) changed in {record.workspace} since the copy was taken",
+            err=True,
+        )
         return EXIT_TOOL_ERROR, report
-    click.echo(f"applied {len(report.applied)} change(s) to {record.workspace}" + (f", left out {len(report.left_out)}" if report.left_out else ""), err=True)
+    click.echo(
+        f"applied {len(report.applied)} change(s) to {record.workspace}"
+        + (f", left out {len(report.left_out)}" if report.left_out else ""),
+        err=True,
+    )
     return EXIT_OK, report
 
 
 @click.group("sessions", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON array of the session records on stdout.")
 @click.option("--all-users", is_flag=True, help="Also the sessions other users ran with this state directory.")
-@click.option("--label", "labels", multiple=True, metavar="NAME=VALUE", help="Only sessions with this label (the API's labels=; repeatable).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Only sessions with this label (the API's labels=; repeatable).",
+)
 @click.pass_context
 def sessions_(ctx: click.Context, as_json: bool, all_users: bool, labels: tuple[str, ...]) -> None:
     """List your sessions, newest first, under a header: id, time, mode, status, files changed,
@@ -82,8 +97,19 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool, labels: tuple[
     except OpenAgentsError as err:
         raise setup_error(err) from None
     if as_json:
-        click.echo(json_line([{**r.model_dump(mode="json"), "shown_status": shown_status(r), "dir": str(r.dir), "owner_uid": r.owner}
-                              for r in records]))
+        click.echo(
+            json_line(
+                [
+                    {
+                        **r.model_dump(mode="json"),
+                        "shown_status": shown_status(r),
+                        "dir": str(r.dir),
+                        "owner_uid": r.owner,
+                    }
+                    for r in records
+                ]
+            )
+        )
         return
     click.echo(HEADER)
     for record in records:
@@ -91,11 +117,28 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool, labels: tuple[
 
 
 @sessions_.command("prune")
-@click.option("--older-than", "older_than", default="7d", show_default=True, metavar="DURATION",
-              help="Remove sessions started longer ago than this: 30d, 12h, 90m, 45s, 2w (0: all).")
-@click.option("--keep-unapplied", "keep_unapplied", default="30d", show_default=True, metavar="DURATION",
-              help="Copy sessions not yet applied or discarded (their copy is all there is of their work) are kept until this old.")
-@click.option("--all", "all_", is_flag=True, help="Also copy sessions not yet applied or discarded, whatever their age (--keep-unapplied 0).")
+@click.option(
+    "--older-than",
+    "older_than",
+    default="7d",
+    show_default=True,
+    metavar="DURATION",
+    help="Remove sessions started longer ago than this: 30d, 12h, 90m, 45s, 2w (0: all).",
+)
+@click.option(
+    "--keep-unapplied",
+    "keep_unapplied",
+    default="30d",
+    show_default=True,
+    metavar="DURATION",
+    help="Copy sessions not yet applied or discarded (their copy is all there is of their work) are kept until this old.",
+)
+@click.option(
+    "--all",
+    "all_",
+    is_flag=True,
+    help="Also copy sessions not yet applied or discarded, whatever their age (--keep-unapplied 0).",
+)
 @click.option("--all-users", is_flag=True, help="Also the sessions of other users of this state directory.")
 def sessions_prune(older_than: str, keep_unapplied: str, all_: bool, all_users: bool) -> None:
     """Remove old sessions' whole state (copy, checkpoints, transcript, record). Kept, and said why:
@@ -125,8 +168,10 @@ def sessions_prune(older_than: str, keep_unapplied: str, all_: bool, all_users: 
         reasons.setdefault(why, []).append(record.id)
     for why, ids in reasons.items():
         more = "; `--all` removes them too (or --keep-unapplied DURATION)" if why.startswith("a copy session") else ""
-        click.echo(f"kept {len(ids)} ({why}{f', younger than {keep_unapplied}' if more else ''}): "
-                   f"{', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}{more}")
+        click.echo(
+            f"kept {len(ids)} ({why}{f', younger than {keep_unapplied}' if more else ''}): "
+            f"{', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''}{more}"
+        )
 
 
 @click.command()
@@ -154,7 +199,9 @@ def apply_(session_id: str) -> None:
     try:
         code = apply_copy(record, landing_permit(record, f"oa-sandbox apply {record.id}"))[0]
     except OpenAgentsError as err:
-        exit_code = EXIT_REFUSED if err.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER) else EXIT_SETUP
+        exit_code = (
+            EXIT_REFUSED if err.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER) else EXIT_SETUP
+        )
         raise SetupExit(setup_error(err).error, exit_code) from None
     raise click.exceptions.Exit(code)
 
@@ -170,7 +217,10 @@ def discard(session_id: str) -> None:
         before = discard_by_id(session_id)
     except OpenAgentsError as err:
         raise setup_error(err) from None
-    click.echo(f"discarded session {session_id}: {before / (1 << 20):.1f} MiB removed; its record stays (`oa-sandbox sessions`)", err=True)
+    click.echo(
+        f"discarded session {session_id}: {before / (1 << 20):.1f} MiB removed; its record stays (`oa-sandbox sessions`)",
+        err=True,
+    )
 
 
 @click.command()
@@ -201,7 +251,9 @@ def checkpoints(session_id: str) -> None:
 
 @click.command()
 @click.argument("session_id")
-@click.option("--turn", required=True, type=click.IntRange(0, None), help="Restore the state after this turn; 0 is the start.")
+@click.option(
+    "--turn", required=True, type=click.IntRange(0, None), help="Restore the state after this turn; 0 is the start."
+)
 def rollback(session_id: str, turn: int) -> None:
     """Restore a session's workspace (the copy, or the real one in bind mode) to a checkpoint.
     Any file changed since the session's last checkpoint: nothing is restored, exit 1."""
@@ -218,11 +270,15 @@ def rollback(session_id: str, turn: int) -> None:
     if report.conflicts:
         for conflict in report.conflicts:
             click.echo(one_line(f"  conflict {show(from_store(conflict.path))}: {conflict.reason}"), err=True)
-        click.echo(f"nothing restored: {len(report.conflicts)} file(s) changed in {record.box_workspace} since the session's last checkpoint", err=True)
+        click.echo(
+            f"nothing restored: {len(report.conflicts)} file(s) changed in {record.box_workspace} since the session's last checkpoint",
+            err=True,
+        )
         raise click.exceptions.Exit(EXIT_TOOL_ERROR)
     for skipped in report.skipped:
         click.echo(one_line(f"  not restored: {show(from_store(skipped.path))} ({skipped.reason})"), err=True)
-    click.echo(f"restored {record.box_workspace} to {'the start' if turn == 0 else f'turn {turn}'}: "
-               f"{len(report.restored)} written, {len(report.removed)} removed", err=True)
-
-
+    click.echo(
+        f"restored {record.box_workspace} to {'the start' if turn == 0 else f'turn {turn}'}: "
+        f"{len(report.restored)} written, {len(report.removed)} removed",
+        err=True,
+    )

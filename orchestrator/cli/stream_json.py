@@ -10,6 +10,7 @@ lines until that one. No line is over terminal.machine.MAX_LINE_BYTES (1 MiB): t
 are bounded, and an event still over it keeps its small values only. Several threads report events (parallel reads, streamed output): one lock
 keeps every line whole.
 """
+
 from __future__ import annotations
 
 import sys
@@ -37,7 +38,9 @@ class StreamJson:
         if record.get("type") == END_TYPE:
             return  # said once, with the summary, by end()
         line = json_line(record)
-        self._write(line if len(line) <= MAX_LINE_BYTES // 4 or len(line.encode()) <= MAX_LINE_BYTES else fit_json(record))
+        self._write(
+            line if len(line) <= MAX_LINE_BYTES // 4 or len(line.encode()) <= MAX_LINE_BYTES else fit_json(record)
+        )
 
     def end(self, summary: dict[str, Any]) -> None:
         self._write(end_line(summary))

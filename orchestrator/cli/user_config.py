@@ -18,6 +18,7 @@ line naming the file, the key and what is allowed, never silently ignored:
     command = "/usr/local/bin/notes-mcp"
     args = ["--stdio"]
 """
+
 from __future__ import annotations
 
 import tomllib
@@ -39,24 +40,40 @@ class UserConfig(BaseModel):
     model: str | None = Field(default=None, description=f"{MODEL_FORMS}.")
     base_url: str | None = None
     api_key_env: str | None = None
-    policy: list[str] = Field(default_factory=list, description="Policy files, applied as if each was given with --policy.")
+    policy: list[str] = Field(
+        default_factory=list, description="Policy files, applied as if each was given with --policy."
+    )
     runtime: str | None = None
     image: str | None = None
     memory: str | None = None
     cpus: float | None = None
     pids: int | None = None
-    start_concurrency: int | None = Field(default=None, ge=1, le=256, description="Sandbox starts one process runs at once (default 4).")
+    start_concurrency: int | None = Field(
+        default=None, ge=1, le=256, description="Sandbox starts one process runs at once (default 4)."
+    )
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
     max_tokens: int | None = Field(default=None, ge=1)
     max_wall: float | None = Field(default=None, gt=0, description="Seconds.")
-    model_timeout: float | None = Field(default=None, gt=0, description="Seconds the model server may stay silent (--model-timeout; default 300).")
+    model_timeout: float | None = Field(
+        default=None, gt=0, description="Seconds the model server may stay silent (--model-timeout; default 300)."
+    )
     context_window: int | None = Field(default=None, ge=256)
-    copy_max_bytes: str | int | None = Field(default=None, description="Copy mode's size guard: most data, e.g. 4g (default 2g).")
-    copy_max_entries: int | None = Field(default=None, ge=1, description="Copy mode's size guard: most entries (default 200000).")
-    host_code_read_only: bool | None = Field(default=None, description="Bind mode on a workspace holding what oa-sandbox itself runs or "
-                                                                       "imports, with those entries read-only in the box (--host-code-read-only).")
-    mcp_servers: list[dict[str, Any]] = Field(default_factory=list, max_length=32,
-                                             description="Your stdio MCP servers for `run`, started on the host: [[mcp_servers]] name, command, args, env.")
+    copy_max_bytes: str | int | None = Field(
+        default=None, description="Copy mode's size guard: most data, e.g. 4g (default 2g)."
+    )
+    copy_max_entries: int | None = Field(
+        default=None, ge=1, description="Copy mode's size guard: most entries (default 200000)."
+    )
+    host_code_read_only: bool | None = Field(
+        default=None,
+        description="Bind mode on a workspace holding what oa-sandbox itself runs or "
+        "imports, with those entries read-only in the box (--host-code-read-only).",
+    )
+    mcp_servers: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Your stdio MCP servers for `run`, started on the host: [[mcp_servers]] name, command, args, env.",
+    )
 
 
 def load_user_config(path: Path | None = None) -> UserConfig:

@@ -6,6 +6,7 @@ directory of ours on its path), sets its own CPU and memory limits, and writes R
 interpreter and imports are done: on a loaded machine those alone took over 2 s, so the deadline's
 clock starts at READY, not at the fork. Used by policy/safeparse.py and bounded_diff.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,12 +30,16 @@ class ChildStopped(Exception):
         self.how, self.detail = how, detail
 
 
-def run_with_deadline(script: str, args: list[str], payload: bytes, seconds: float, start_seconds: float) -> tuple[int, bytes]:
+def run_with_deadline(
+    script: str, args: list[str], payload: bytes, seconds: float, start_seconds: float
+) -> tuple[int, bytes]:
     """(exit code, stdout after READY) of `python -I script args...` fed `payload`; ChildStopped
     when it did not start, passed `seconds` after starting, or failed. Never left running."""
     command = [sys.executable, "-I", script, *args]
     try:
-        child = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={}, close_fds=True)
+        child = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={}, close_fds=True
+        )
     except OSError as err:
         raise ChildStopped(Stopped.FAILED, err.strerror or str(err)) from None
     try:

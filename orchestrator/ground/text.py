@@ -11,6 +11,7 @@ character, format character, line/paragraph separator and lone surrogate into pr
 and format characters would otherwise be written raw (and a lone surrogate cannot be encoded at
 all), so a `cat` of the transcript would reach the terminal raw.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ from typing import Any
 
 # Candidates only (everything outside printable ASCII but \n and \t); the category decides.
 _CANDIDATE = re.compile(r"[^\x20-\x7e\n\t]")
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})  # controls, format (bidi, zero-width), surrogates, separators
+_HIDDEN_CATEGORIES = frozenset(
+    {"Cc", "Cf", "Cs", "Zl", "Zp"}
+)  # controls, format (bidi, zero-width), surrogates, separators
 
 
 def _hidden(char: str) -> bool:

@@ -7,6 +7,7 @@ fails closed at a Before* point (the call, the model request, the prompt is refu
 recorded at the others. What a hook prints is untrusted: parsed field by field, every text
 escaped and cut before it is recorded, shown or given to the model.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,9 @@ class Verdict:
         return text[:CONTEXT_CAP]
 
 
-def plan(specs: list[HookSpec], workspace: Path, exempt: Sequence[Path] = ()) -> tuple[list[tuple[HookSpec, Resolved]], list[str], SearchPath]:
+def plan(
+    specs: list[HookSpec], workspace: Path, exempt: Sequence[Path] = ()
+) -> tuple[list[tuple[HookSpec, Resolved]], list[str], SearchPath]:
     """Each hook's command as it will run (programs/resolve.py resolve), found now on the hook's PATH;
     one line for each refused (its program or an interpreter lies where the box can write)."""
     roots = box_roots(workspace)
@@ -83,11 +86,21 @@ class Hooks:
     then, with the PATH found then. `withheld`: the secrets no hook gets unless its table names them
     in `secrets` (the model's key always is one)."""
 
-    def __init__(self, specs: list[HookSpec], workspace: Path, transcript: Transcript, session_id: str = "",
-                 model_key: str | None = None, box_workspace: Path | None = None, withheld: Iterable[str] = (),
-                 exempt: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        specs: list[HookSpec],
+        workspace: Path,
+        transcript: Transcript,
+        session_id: str = "",
+        model_key: str | None = None,
+        box_workspace: Path | None = None,
+        withheld: Iterable[str] = (),
+        exempt: Sequence[Path] = (),
+    ) -> None:
         self.workspace = Path(workspace)
-        self.box_workspace = Path(box_workspace or workspace)  # the tree the box works on (copy mode: the session's copy)
+        self.box_workspace = Path(
+            box_workspace or workspace
+        )  # the tree the box works on (copy mode: the session's copy)
         self.transcript = transcript
         self.session_id = session_id
         self.model_key = model_key
@@ -99,8 +112,17 @@ class Hooks:
     def active(self, event: str) -> bool:
         return any(h.event == event for h in self.specs)
 
-    def fire(self, event: str, fields: dict[str, Any], tool: str | None = None, kind: str | None = None, command: str | None = None,
-             trigger: str | None = None, call_id: str | None = None, stop_at_rewrite: bool = False) -> Verdict:
+    def fire(
+        self,
+        event: str,
+        fields: dict[str, Any],
+        tool: str | None = None,
+        kind: str | None = None,
+        command: str | None = None,
+        trigger: str | None = None,
+        call_id: str | None = None,
+        stop_at_rewrite: bool = False,
+    ) -> Verdict:
         """Every matching hook, in order; the first block ends the round (a later hook's allow
         undoes nothing). `stop_at_rewrite`: BeforeTool's round ends at the first new tool_input
         (the caller validates it and runs the whole round again on it)."""
@@ -114,21 +136,48 @@ class Hooks:
         return verdict
 
     def _payload(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
-        return {"hook_event_name": event, "session_id": self.session_id, "cwd": str(self.workspace), "box_workspace": str(self.box_workspace),
-                "transcript_path": str(self.transcript.path) if getattr(self.transcript, "path", None) else "",
-                "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **fields}
+        return {
+            "hook_event_name": event,
+            "session_id": self.session_id,
+            "cwd": str(self.workspace),
+            "box_workspace": str(self.box_workspace),
+            "transcript_path": str(self.transcript.path) if getattr(self.transcript, "path", None) else "",
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **fields,
+        }
 
-    def _one(self, hook: HookSpec, resolved: Resolved, event: str, fields: dict[str, Any], verdict: Verdict, tool: str | None,
-             call_id: str | None) -> None:
-        env = run_.environment(self.base_env, hook.env, secrets_of(hook, self.model_key), self.withheld,
-                               {"OA_HOOK_EVENT": event, "OA_SESSION_ID": self.session_id, "OA_PROJECT_DIR": str(self.workspace)})
+    def _one(
+        self,
+        hook: HookSpec,
+        resolved: Resolved,
+        event: str,
+        fields: dict[str, Any],
+        verdict: Verdict,
+        tool: str | None,
+        call_id: str | None,
+    ) -> None:
+        env = run_.environment(
+            self.base_env,
+            hook.env,
+            secrets_of(hook, self.model_key),
+            self.withheld,
+            {"OA_HOOK_EVENT": event, "OA_SESSION_ID": self.session_id, "OA_PROJECT_DIR": str(self.workspace)},
+        )
         if resolved.problem:  # found not runnable at the start: fails at its point, as a program that cannot start
             ran = run_.Ran(None, b"", b"", False, False, f"cannot run: {resolved.problem}", 0.0)
         else:
             ran = run_.run(list(resolved.argv), self._payload(event, fields), env, hook.timeout, resolved.executable)
-        record: dict[str, Any] = {"hook_event": event, "hook": clean(hook.label(), 300), "tier": TIERS.get(hook.tier, str(hook.tier)),
-                                  "source": clean(hook.where, 500), "call_id": call_id, "tool": tool, "exit_code": ran.exit_code,
-                                  "took_s": ran.took_s, "argv": [clean(word, 500) for word in resolved.argv[:32]]}
+        record: dict[str, Any] = {
+            "hook_event": event,
+            "hook": clean(hook.label(), 300),
+            "tier": TIERS.get(hook.tier, str(hook.tier)),
+            "source": clean(hook.where, 500),
+            "call_id": call_id,
+            "tool": tool,
+            "exit_code": ran.exit_code,
+            "took_s": ran.took_s,
+            "argv": [clean(word, 500) for word in resolved.argv[:32]],
+        }
         failed = _failure(hook, ran)
         if failed is None and ran.exit_code == 2:
             reason = clean(ran.stderr.decode("utf-8", "replace").strip() or "blocked by a hook (exit code 2)")
@@ -139,10 +188,16 @@ class Hooks:
             if answer is not None:
                 _apply(answer, verdict, record, hook, event)
         if failed is not None:
-            record.update(outcome="timeout" if ran.timed_out else "error", reason=clean(failed), error_type=ErrorType.HOOK_FAILED.value)
+            record.update(
+                outcome="timeout" if ran.timed_out else "error",
+                reason=clean(failed),
+                error_type=ErrorType.HOOK_FAILED.value,
+            )
             if event in BEFORE:  # fails closed: a guard that broke lets nothing through
                 verdict.blocked, verdict.error_type = True, ErrorType.HOOK_FAILED
-                verdict.reason = f"{hook.label()} failed ({clean(failed, 500)}): refused, as a Before* hook that fails blocks"
+                verdict.reason = (
+                    f"{hook.label()} failed ({clean(failed, 500)}): refused, as a Before* hook that fails blocks"
+                )
         self.transcript.emit(ev.HookRan(executor=Executor.USER, **record))
 
 
@@ -177,13 +232,21 @@ def _apply(answer: dict[str, Any], verdict: Verdict, record: dict[str, Any], hoo
     specific = answer.get("hookSpecificOutput")
     specific = specific if isinstance(specific, dict) else {}
     decision = answer.get("decision", specific.get("permissionDecision"))
-    decision = decision.lower() if isinstance(decision, str) and decision.lower() in ("allow", "approve", "deny", "block", "ask") else None
+    decision = (
+        decision.lower()
+        if isinstance(decision, str) and decision.lower() in ("allow", "approve", "deny", "block", "ask")
+        else None
+    )
     reason = answer.get("reason", specific.get("permissionDecisionReason"))
     reason = clean(reason) if isinstance(reason, str) else ""
     suppress = answer.get("suppressOutput") is True
     message = answer.get("systemMessage")
-    record.update(outcome="ok", decision=decision, reason=reason,
-                  system_message="" if suppress or not isinstance(message, str) else clean(message))
+    record.update(
+        outcome="ok",
+        decision=decision,
+        reason=reason,
+        system_message="" if suppress or not isinstance(message, str) else clean(message),
+    )
     if decision in ("deny", "block"):
         verdict.blocked, verdict.reason = True, f"{hook.label()}: {reason or 'blocked by a hook'}"
         record["outcome"] = "blocked"
@@ -191,7 +254,10 @@ def _apply(answer: dict[str, Any], verdict: Verdict, record: dict[str, Any], hoo
         verdict.ask = True
     if answer.get("continue") is False:
         stop = answer.get("stopReason")
-        verdict.stop, verdict.stop_reason = True, f"{hook.label()}: {clean(stop) if isinstance(stop, str) else 'stopped by a hook'}"
+        verdict.stop, verdict.stop_reason = (
+            True,
+            f"{hook.label()}: {clean(stop) if isinstance(stop, str) else 'stopped by a hook'}",
+        )
         record.update(outcome="stopped", reason=verdict.stop_reason)
     context = specific.get("additionalContext", answer.get("additionalContext"))
     if isinstance(context, str) and context:
@@ -205,4 +271,6 @@ def _apply(answer: dict[str, Any], verdict: Verdict, record: dict[str, Any], hoo
     names = config.get("allowedFunctionNames") if isinstance(config, dict) else None
     if event == "BeforeToolSelection" and isinstance(names, list):
         allowed = [n for n in names if isinstance(n, str)]
-        verdict.allowed_tools = allowed if verdict.allowed_tools is None else [n for n in verdict.allowed_tools if n in allowed]
+        verdict.allowed_tools = (
+            allowed if verdict.allowed_tools is None else [n for n in verdict.allowed_tools if n in allowed]
+        )

@@ -3,6 +3,7 @@
 private directory as its cwd (and as its HOME when the user's lies where the box writes), its own process group, one JSON object on stdin, bounded reads of
 stdout and stderr, and the whole group killed at its timeout (and after it exits: nothing it
 started is left running)."""
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,9 @@ def base_environment(roots: list[Path], search: SearchPath) -> dict[str, str]:
     return env
 
 
-def environment(base: dict[str, str], listed: list[str], secrets: set[str], withheld: set[str], extra: dict[str, str]) -> dict[str, str]:
+def environment(
+    base: dict[str, str], listed: list[str], secrets: set[str], withheld: set[str], extra: dict[str, str]
+) -> dict[str, str]:
     """`base`, the variables the hook lists (never one in `withheld`: the model's key, an egress
     credential's variables), the secrets its own user or admin table names, and its OA_* variables.
     PATH stays the hook's own; nothing else is inherited (no PYTHON*, NODE_*, LD_*, ... unless listed)."""
@@ -84,7 +87,9 @@ def _killpg(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def run(argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: float, executable: str | None = None) -> Ran:
+def run(
+    argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: float, executable: str | None = None
+) -> Ran:
     """Runs the hook in an empty private directory, never in the workspace: the box writes the
     workspace, and a program started there loads what lies there (python's `-c`/`-m` put the working
     directory first on sys.path; make, pytest, npm read their files from it). The workspace is in
@@ -96,19 +101,40 @@ def run(argv: list[str], payload: dict[str, Any], env: dict[str, str], timeout: 
         return _run(argv, payload, Path(cwd), {"HOME": cwd, **env, "PYTHONSAFEPATH": "1"}, timeout, executable)
 
 
-def _run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float, executable: str | None) -> Ran:
+def _run(
+    argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str], timeout: float, executable: str | None
+) -> Ran:
     started = time.monotonic()
     data = json.dumps(payload, ensure_ascii=False, default=str).encode("utf-8", "replace")
     try:
-        proc = subprocess.Popen(argv, executable=executable, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=str(cwd), env=env,
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            executable=executable,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=str(cwd),
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
     except (OSError, ValueError) as err:
-        return Ran(None, b"", b"", False, False, f"cannot start: {getattr(err, 'strerror', None) or err}", time.monotonic() - started)
+        return Ran(
+            None,
+            b"",
+            b"",
+            False,
+            False,
+            f"cannot start: {getattr(err, 'strerror', None) or err}",
+            time.monotonic() - started,
+        )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     outs: list[bytes] = []
     errs: list[bytes] = []
-    readers = [threading.Thread(target=_drain, args=(proc.stdout, STDOUT_CAP + 1, outs), daemon=True),
-               threading.Thread(target=_drain, args=(proc.stderr, STDERR_CAP, errs), daemon=True)]
+    readers = [
+        threading.Thread(target=_drain, args=(proc.stdout, STDOUT_CAP + 1, outs), daemon=True),
+        threading.Thread(target=_drain, args=(proc.stderr, STDERR_CAP, errs), daemon=True),
+    ]
     for reader in readers:
         reader.start()
 
@@ -137,5 +163,12 @@ def _run(argv: list[str], payload: dict[str, Any], cwd: Path, env: dict[str, str
         except OSError:
             pass
     stdout = b"".join(outs)
-    return Ran(None if timed_out else proc.returncode, stdout[:STDOUT_CAP], b"".join(errs)[:STDERR_CAP], len(stdout) > STDOUT_CAP,
-               timed_out, "", round(time.monotonic() - started, 3))
+    return Ran(
+        None if timed_out else proc.returncode,
+        stdout[:STDOUT_CAP],
+        b"".join(errs)[:STDERR_CAP],
+        len(stdout) > STDOUT_CAP,
+        timed_out,
+        "",
+        round(time.monotonic() - started, 3),
+    )

@@ -4,6 +4,7 @@ tool_input is validated again against the tool's schema (registry.prepare) and t
 again on it, so every hook sees what will run; the ladder then decides on it (a hook's allow never
 skips a policy's deny). AfterTool sees the result (box-written: bounded and marked) and may add
 context the model reads with the result, or hide the result behind its reason."""
+
 from __future__ import annotations
 
 import copy
@@ -34,38 +35,69 @@ def _bounded(value: Any, depth: int = 0) -> Any:
 
 
 def _fields(prepared: PreparedCall) -> dict[str, Any]:
-    return {"tool_name": prepared.spec.name, "tool_input": _bounded(prepared.arguments()), "tool_kind": prepared.kind,
-            "tool_action": prepared.action, "call_id": prepared.call.id}
+    return {
+        "tool_name": prepared.spec.name,
+        "tool_input": _bounded(prepared.arguments()),
+        "tool_kind": prepared.kind,
+        "tool_action": prepared.action,
+        "call_id": prepared.call.id,
+    }
 
 
 def before_tool(hooks: Hooks, registry: ToolRegistry, prepared: PreparedCall) -> tuple[PreparedCall, bool]:
     """The call as the hooks leave it, and whether one asked for a person; raises the refusal."""
     ask = False
     for _ in range(MAX_REWRITES + 1):
-        verdict = hooks.fire("BeforeTool", _fields(prepared), tool=prepared.spec.name, kind=prepared.kind, command=prepared.command,
-                             call_id=prepared.call.id, stop_at_rewrite=True)
+        verdict = hooks.fire(
+            "BeforeTool",
+            _fields(prepared),
+            tool=prepared.spec.name,
+            kind=prepared.kind,
+            command=prepared.command,
+            call_id=prepared.call.id,
+            stop_at_rewrite=True,
+        )
         ask = ask or verdict.ask
         if verdict.stop:  # fatal: the turn loop ends the session on it
-            raise OpenAgentsError(ErrorType.HOOK_STOPPED, f"a hook stopped the session at {prepared.action}: {verdict.stop_reason}")
+            raise OpenAgentsError(
+                ErrorType.HOOK_STOPPED, f"a hook stopped the session at {prepared.action}: {verdict.stop_reason}"
+            )
         if verdict.blocked:
             raise OpenAgentsError(verdict.error_type, f"a hook refused {prepared.action}: {verdict.reason}")
         if verdict.tool_input is None or verdict.tool_input == prepared.arguments():
             return prepared, ask
-        call = prepared.call.model_copy(update={"arguments": verdict.tool_input, "raw_arguments": None, "arguments_error": None})
+        call = prepared.call.model_copy(
+            update={"arguments": verdict.tool_input, "raw_arguments": None, "arguments_error": None}
+        )
         try:
             prepared = registry.prepare(call)  # validated again: a hook's input is no better than the model's
         except OpenAgentsError as err:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"a hook's new tool_input is not valid: {err.message}") from None
-    raise OpenAgentsError(ErrorType.HOOK_FAILED, f"the hooks rewrote the input of {prepared.action} over {MAX_REWRITES} times: refused")
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"a hook's new tool_input is not valid: {err.message}"
+            ) from None
+    raise OpenAgentsError(
+        ErrorType.HOOK_FAILED, f"the hooks rewrote the input of {prepared.action} over {MAX_REWRITES} times: refused"
+    )
 
 
 def after_tool(hooks: Hooks, prepared: PreparedCall, result: ToolResult) -> tuple[ToolResult, str]:
     """The result as the model will read it, and a hook's reason to stop the session (or "")."""
     output = result.output
-    response = {"ok": result.ok, "output": output[:RESULT_CAP], "output_truncated": len(output) > RESULT_CAP, "box_written": True,
-                "error": result.error.model_dump(mode="json") if result.error else None}
-    verdict = hooks.fire("AfterTool", {**_fields(prepared), "tool_response": response}, tool=prepared.spec.name, kind=prepared.kind,
-                         command=prepared.command, call_id=prepared.call.id)
+    response = {
+        "ok": result.ok,
+        "output": output[:RESULT_CAP],
+        "output_truncated": len(output) > RESULT_CAP,
+        "box_written": True,
+        "error": result.error.model_dump(mode="json") if result.error else None,
+    }
+    verdict = hooks.fire(
+        "AfterTool",
+        {**_fields(prepared), "tool_response": response},
+        tool=prepared.spec.name,
+        kind=prepared.kind,
+        command=prepared.command,
+        call_id=prepared.call.id,
+    )
     notes = [result.note] if result.note else []
     if verdict.blocked:  # Gemini's AfterTool deny: the model gets the reason instead of the result
         result = result.model_copy(update={"output": f"[the result was withheld by a hook: {clean(verdict.reason)}]"})
@@ -74,7 +106,9 @@ def after_tool(hooks: Hooks, prepared: PreparedCall, result: ToolResult) -> tupl
     if verdict.stop:
         notes.append(f"[a hook asked to stop the session: {verdict.stop_reason}]")
     changed = notes != ([result.note] if result.note else [])
-    return (result.model_copy(update={"note": "\n".join(notes)}) if changed else result), verdict.stop_reason if verdict.stop else ""
+    return (
+        result.model_copy(update={"note": "\n".join(notes)}) if changed else result
+    ), verdict.stop_reason if verdict.stop else ""
 
 
 class _Asking(Ladder):
@@ -86,7 +120,11 @@ class _Asking(Ladder):
 
     def level(self, tool: str, kind: str, action: str, command: str | None = None) -> tuple[Level, str]:
         level, reason = self.inner.level(tool, kind, action, command)
-        return (Level.ASK_EVERY_TIME, f"a hook asked for a person ({reason})") if level == Level.AUTOMATIC else (level, reason)
+        return (
+            (Level.ASK_EVERY_TIME, f"a hook asked for a person ({reason})")
+            if level == Level.AUTOMATIC
+            else (level, reason)
+        )
 
 
 def decide(gate: ApprovalGate, prepared: PreparedCall, ask: bool, hooks: Hooks | None) -> ApprovalOutcome:
@@ -97,8 +135,21 @@ def decide(gate: ApprovalGate, prepared: PreparedCall, ask: bool, hooks: Hooks |
         gate.ladder = _Asking(gate.ladder)
     if hooks is not None and hooks.active("Notification"):
         level, reason = gate.ladder.level(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
-        if level in (Level.ASK_ONCE, Level.ASK_EVERY_TIME) and not (gate.auto_approve and prepared.spec.side == "sandbox"):
-            hooks.fire("Notification", {"notification_type": "ToolPermission", "message": f"approval asked for {prepared.action}",
-                                        "details": {"tool_name": prepared.spec.name, "tool_input": _bounded(prepared.arguments()),
-                                                    "reason": reason}}, trigger="ToolPermission", call_id=prepared.call.id)
+        if level in (Level.ASK_ONCE, Level.ASK_EVERY_TIME) and not (
+            gate.auto_approve and prepared.spec.side == "sandbox"
+        ):
+            hooks.fire(
+                "Notification",
+                {
+                    "notification_type": "ToolPermission",
+                    "message": f"approval asked for {prepared.action}",
+                    "details": {
+                        "tool_name": prepared.spec.name,
+                        "tool_input": _bounded(prepared.arguments()),
+                        "reason": reason,
+                    },
+                },
+                trigger="ToolPermission",
+                call_id=prepared.call.id,
+            )
     return gate.decide(prepared)

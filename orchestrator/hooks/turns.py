@@ -1,6 +1,7 @@
 """The turn loop's points (loop/__init__.py): BeforeAgent and AfterAgent around a prompt, BeforeToolSelection,
 BeforeModel and AfterModel around each model request, PreCompress when the conversation is
 compacted. A block or a `continue: false` at one of them ends the session, typed."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,7 +24,9 @@ def _check(verdict: Verdict, what: str) -> Verdict:
 
 
 def _messages(messages: list[Message]) -> list[dict[str, Any]]:
-    return [{"role": m.role, "content": (m.content or "")[:MESSAGE_CAP], "name": m.name} for m in messages[-MESSAGES_SHOWN:]]
+    return [
+        {"role": m.role, "content": (m.content or "")[:MESSAGE_CAP], "name": m.name} for m in messages[-MESSAGES_SHOWN:]
+    ]
 
 
 def before_agent(hooks: Hooks | None, prompt: str) -> str:
@@ -36,7 +39,10 @@ def before_agent(hooks: Hooks | None, prompt: str) -> str:
 
 def after_agent(hooks: Hooks | None, prompt: str, status: str, final_text: str) -> None:
     if hooks is not None and hooks.active("AfterAgent"):
-        hooks.fire("AfterAgent", {"prompt": prompt[:MESSAGE_CAP], "status": status, "prompt_response": final_text[:MESSAGE_CAP]})
+        hooks.fire(
+            "AfterAgent",
+            {"prompt": prompt[:MESSAGE_CAP], "status": status, "prompt_response": final_text[:MESSAGE_CAP]},
+        )
 
 
 def select_tools(hooks: Hooks | None, tools: list[dict[str, Any]], name_of: Any) -> list[dict[str, Any]]:
@@ -51,16 +57,27 @@ def select_tools(hooks: Hooks | None, tools: list[dict[str, Any]], name_of: Any)
 
 def before_model(hooks: Hooks | None, messages: list[Message], turn: int, model: str) -> None:
     if hooks is not None and hooks.active("BeforeModel"):
-        _check(hooks.fire("BeforeModel", {"turn": turn, "llm_request": {"model": model, "messages": _messages(messages)}}),
-               "the model request (BeforeModel)")
+        _check(
+            hooks.fire("BeforeModel", {"turn": turn, "llm_request": {"model": model, "messages": _messages(messages)}}),
+            "the model request (BeforeModel)",
+        )
 
 
 def after_model(hooks: Hooks | None, text: str, tool_calls: list[dict[str, Any]], turn: int) -> None:
     if hooks is not None and hooks.active("AfterModel"):
-        _check(hooks.fire("AfterModel", {"turn": turn, "llm_response": {"text": text[:MESSAGE_CAP], "tool_calls": tool_calls[:50]}}),
-               "the model's response (AfterModel)")
+        _check(
+            hooks.fire(
+                "AfterModel",
+                {"turn": turn, "llm_response": {"text": text[:MESSAGE_CAP], "tool_calls": tool_calls[:50]}},
+            ),
+            "the model's response (AfterModel)",
+        )
 
 
 def pre_compress(hooks: Hooks | None, turn: int, tokens: int, window: int) -> None:
     if hooks is not None and hooks.active("PreCompress"):
-        hooks.fire("PreCompress", {"turn": turn, "trigger": "auto", "context_tokens": tokens, "context_window": window}, trigger="auto")
+        hooks.fire(
+            "PreCompress",
+            {"turn": turn, "trigger": "auto", "context_tokens": tokens, "context_window": window},
+            trigger="auto",
+        )

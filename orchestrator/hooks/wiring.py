@@ -1,5 +1,6 @@
 """The session's hooks made at its start (session.py), and its life-cycle points: SessionStart once
 it is open, SessionEnd once when it closes (after a final answer, Ctrl-C or a fatal error alike)."""
+
 from __future__ import annotations
 
 import sys
@@ -17,7 +18,9 @@ from ..workspace.records import SessionRecord
 from .engine import Hooks, clean
 
 
-def pinned_argv(hook: HookSpec, workspace: Path, roots: list[Path], record: SessionRecord | None, resumed: bool) -> list[str]:
+def pinned_argv(
+    hook: HookSpec, workspace: Path, roots: list[Path], record: SessionRecord | None, resumed: bool
+) -> list[str]:
     """The hook's command with each file where the box can write replaced by its copy pinned in
     `record` (pinned now, at a start; taken from the start's pins on resume); typed error if it cannot be."""
     argv = hook.argv
@@ -33,13 +36,24 @@ def secret_names(credentials: Iterable[EgressCredential], model_key: str | None)
     model key, every model dialect's key variable, and every variable an egress credential reads."""
     from ..models.dialects import DIALECTS
 
-    return {*(d.key_variable for d in DIALECTS.values()), *([model_key] if model_key else []),
-            *(name for credential in credentials for name in credential.variables)}
+    return {
+        *(d.key_variable for d in DIALECTS.values()),
+        *([model_key] if model_key else []),
+        *(name for credential in credentials for name in credential.variables),
+    }
 
 
-def make(collected: Collected, workspace: Path, transcript: Transcript, session_id: str, model_key: str | None,
-         box_workspace: Path | None = None, record: SessionRecord | None = None, resumed: bool = False,
-         withheld: Iterable[str] = ()) -> Hooks | None:
+def make(
+    collected: Collected,
+    workspace: Path,
+    transcript: Transcript,
+    session_id: str,
+    model_key: str | None,
+    box_workspace: Path | None = None,
+    record: SessionRecord | None = None,
+    resumed: bool = False,
+    withheld: Iterable[str] = (),
+) -> Hooks | None:
     """The hooks in force (policy/hook_spec.py in_force), each resolved now to what it will run
     (engine.plan); each one left out or refused is recorded and said on stderr. A trusted hook's
     files where the box can write run from their copies pinned at the start (`record`). `withheld`:
@@ -63,8 +77,13 @@ def make(collected: Collected, workspace: Path, transcript: Transcript, session_
         sys.stderr.write(clean(f"oa-sandbox: hook not in force: {line}") + "\n")
     for hook in hooks.specs:
         if hook.tier < 2 and (hook.secrets or hook.pass_model_key):
-            sys.stderr.write(clean(f"oa-sandbox: hook {hook.label()}: a workspace file's hook gets no secret (its `secrets` "
-                                   "is honoured only in your own or the admin's file)") + "\n")
+            sys.stderr.write(
+                clean(
+                    f"oa-sandbox: hook {hook.label()}: a workspace file's hook gets no secret (its `secrets` "
+                    "is honoured only in your own or the admin's file)"
+                )
+                + "\n"
+            )
     if not hooks.specs:
         return None
     return hooks

@@ -5,6 +5,7 @@ loop asks the model, schedules a turn's calls (read-only calls of one turn run i
 decides when the session ends: a final answer, max turns, a detected loop, a fatal error, a
 budget, or Ctrl-C. Its run summary (what a person and a script read at the end) is summary.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,9 @@ class SessionResult(BaseModel):
     reason: str
     final_text: str = ""
     turns: int = 0  # of this run
-    last_turn: int = 0  # the number of its last turn: turns count on across the runs of one session (resume, ACP prompts)
+    last_turn: int = (
+        0  # the number of its last turn: turns count on across the runs of one session (resume, ACP prompts)
+    )
     error: ErrorInfo | None = None
     calls: dict[str, int] = {}  # by outcome: ok, failed, refused, cancelled
     refused_calls: list[CallOutcome] = []
@@ -68,10 +71,21 @@ class SessionResult(BaseModel):
 
 
 class TurnLoop:
-    def __init__(self, model: ModelClient, registry: ToolRegistry, gate: ApprovalGate, transcript: Transcript,
-                 max_turns: int = DEFAULT_MAX_TURNS, loop_limit: int = 5, cancel: threading.Event | None = None,
-                 after_turn: Callable[[int, list[str]], None] | None = None, session_id: str = "", workspace_mode: str = "",
-                 budget: Budget | None = None, pipeline: CallPipeline | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelClient,
+        registry: ToolRegistry,
+        gate: ApprovalGate,
+        transcript: Transcript,
+        max_turns: int = DEFAULT_MAX_TURNS,
+        loop_limit: int = 5,
+        cancel: threading.Event | None = None,
+        after_turn: Callable[[int, list[str]], None] | None = None,
+        session_id: str = "",
+        workspace_mode: str = "",
+        budget: Budget | None = None,
+        pipeline: CallPipeline | None = None,
+    ) -> None:
         """`after_turn(turn, tool names)` runs once a turn's calls are done (the session's checkpoint).
         `pipeline`: the session's call pipeline, when its opener made one (else one over these parts)."""
         self.model = model
@@ -84,7 +98,9 @@ class TurnLoop:
         if cancel is not None:
             self.pipeline.cancel = cancel
         self.cancel = self.pipeline.cancel
-        self.messages: list[Message] = [Message(role="system", content=SYSTEM_PROMPT.format(network=registry.network_sentence()))]
+        self.messages: list[Message] = [
+            Message(role="system", content=SYSTEM_PROMPT.format(network=registry.network_sentence()))
+        ]
         self._recent: deque[str] = deque(maxlen=loop_limit)
         self.after_turn = after_turn
         self.session_id = session_id
@@ -95,7 +111,9 @@ class TurnLoop:
         self._started = time.monotonic()
         self.turn = 0  # the last turn's number: a resumed session starts from its previous turns
         self._run_start = 0
-        self.context_files: ContextFiles | None = None  # AGENTS.md files (context_files.py); the root's is in the prompt already
+        self.context_files: ContextFiles | None = (
+            None  # AGENTS.md files (context_files.py); the root's is in the prompt already
+        )
 
     @property
     def calls(self) -> dict[str, int]:
@@ -111,9 +129,18 @@ class TurnLoop:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, task: str) -> SessionResult:
-        self.transcript.emit(ev.SessionStarted(task=task, model=self.model.name, family=self.model.family, session_id=self.session_id,
-                                               workspace=str(self.registry.workspace), workspace_mode=self.workspace_mode, tools=self.registry.active(),
-                                               runtime=self.registry.runtime_name()))
+        self.transcript.emit(
+            ev.SessionStarted(
+                task=task,
+                model=self.model.name,
+                family=self.model.family,
+                session_id=self.session_id,
+                workspace=str(self.registry.workspace),
+                workspace_mode=self.workspace_mode,
+                tools=self.registry.active(),
+                runtime=self.registry.runtime_name(),
+            )
+        )
         self.messages.append(Message(role="user", content=task))
         self._started = time.monotonic()
         try:
@@ -165,11 +192,19 @@ class TurnLoop:
                 turn += 1
                 self.turn = turn
                 self._compact(turn)
-                tools = hook_points.select_tools(self.pipeline.hooks, self.registry.declarations(self.model.family), _tool_name)
+                tools = hook_points.select_tools(
+                    self.pipeline.hooks, self.registry.declarations(self.model.family), _tool_name
+                )
                 hook_points.before_model(self.pipeline.hooks, self.messages, turn, self.model.name)
                 context_tokens = estimate_tokens(self.messages)
-                self.transcript.emit(ev.ModelRequested(turn=turn, messages=len(self.messages), tools=[_tool_name(t) for t in tools],
-                                                       context_tokens=context_tokens))
+                self.transcript.emit(
+                    ev.ModelRequested(
+                        turn=turn,
+                        messages=len(self.messages),
+                        tools=[_tool_name(t) for t in tools],
+                        context_tokens=context_tokens,
+                    )
+                )
                 try:
                     reply = self.model.complete(self.messages, tools, on_text=self._text_sink(turn))
                 except OpenAgentsError as err:
@@ -177,22 +212,46 @@ class TurnLoop:
                 spent_in, spent_out = usage_tokens(reply.usage)
                 self.tokens["input"] += spent_in
                 self.tokens["output"] += spent_out
-                self.transcript.emit(ev.ModelResponded(turn=turn, text=reply.text, tool_calls=[c.model_dump(exclude_none=True) for c in reply.tool_calls],
-                                                       usage=reply.usage))
-                self.transcript.notify(ev.BudgetSpent(turn=turn, tokens=dict(self.tokens), max_tokens=self.budget.max_tokens,
-                                                      wall_s=round(time.monotonic() - self._started, 3), max_wall_s=self.budget.max_wall_s,
-                                                      context_tokens=context_tokens, context_window=self.context_window))
-                hook_points.after_model(self.pipeline.hooks, reply.text, [c.model_dump(exclude_none=True) for c in reply.tool_calls], turn)
+                self.transcript.emit(
+                    ev.ModelResponded(
+                        turn=turn,
+                        text=reply.text,
+                        tool_calls=[c.model_dump(exclude_none=True) for c in reply.tool_calls],
+                        usage=reply.usage,
+                    )
+                )
+                self.transcript.notify(
+                    ev.BudgetSpent(
+                        turn=turn,
+                        tokens=dict(self.tokens),
+                        max_tokens=self.budget.max_tokens,
+                        wall_s=round(time.monotonic() - self._started, 3),
+                        max_wall_s=self.budget.max_wall_s,
+                        context_tokens=context_tokens,
+                        context_window=self.context_window,
+                    )
+                )
+                hook_points.after_model(
+                    self.pipeline.hooks, reply.text, [c.model_dump(exclude_none=True) for c in reply.tool_calls], turn
+                )
                 self.messages.append(Message(role="assistant", content=reply.text, tool_calls=reply.tool_calls))
                 if not reply.tool_calls:
-                    return self._end(SessionStatus.FINISHED, "the model gave its final answer", turn, final_text=reply.text, executor=Executor.OPENAGENTS)
+                    return self._end(
+                        SessionStatus.FINISHED,
+                        "the model gave its final answer",
+                        turn,
+                        final_text=reply.text,
+                        executor=Executor.OPENAGENTS,
+                    )
                 spent = self._over_budget()
                 if spent:  # the calls of a reply past the budget do not run
                     return self._end(SessionStatus.STOPPED, spent.message, turn, error=spent)
                 looping = self._note_calls(reply.tool_calls)
                 results = self._run_calls(reply.tool_calls)
                 for call, result in zip(reply.tool_calls, results, strict=True):
-                    self.messages.append(Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model()))
+                    self.messages.append(
+                        Message(role="tool", tool_call_id=call.id, name=call.name, content=result.for_model())
+                    )
                 if self.context_files is not None:  # AGENTS.md of the directories this turn worked in, each once
                     self.messages[0].content += self.context_files.for_calls(reply.tool_calls)
                 if self.after_turn:
@@ -200,11 +259,17 @@ class TurnLoop:
                 fatal = next((r.error for r in results if r.error and not r.error.recoverable), None)
                 if fatal:
                     stop = OpenAgentsError(fatal.type, fatal.message)
-                    return self._end(SessionStatus.STOPPED, f"a fatal error: {fatal.type.value}: {fatal.message}", turn, error=stop)
+                    return self._end(
+                        SessionStatus.STOPPED, f"a fatal error: {fatal.type.value}: {fatal.message}", turn, error=stop
+                    )
                 if self.pipeline.stop_reason:
-                    raise OpenAgentsError(ErrorType.HOOK_STOPPED, f"a hook stopped the session: {self.pipeline.stop_reason}")
+                    raise OpenAgentsError(
+                        ErrorType.HOOK_STOPPED, f"a hook stopped the session: {self.pipeline.stop_reason}"
+                    )
                 if looping:
-                    stop = OpenAgentsError(ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row")
+                    stop = OpenAgentsError(
+                        ErrorType.LOOP_DETECTED, f"the same call ({looping}) was made {self.loop_limit} times in a row"
+                    )
                     return self._end(SessionStatus.STOPPED, stop.message, turn, error=stop)
                 if self.cancel.is_set():
                     return self._end(SessionStatus.CANCELLED, "cancelled", turn, executor=Executor.USER)
@@ -214,42 +279,90 @@ class TurnLoop:
             self.cancel.set()
             self._stop_host_calls()
             self.registry.kill_running()
-            return self._end(SessionStatus.CANCELLED, "interrupted (Ctrl-C); the running call was killed", turn, executor=Executor.USER)
+            return self._end(
+                SessionStatus.CANCELLED,
+                "interrupted (Ctrl-C); the running call was killed",
+                turn,
+                executor=Executor.USER,
+            )
         except Exception as exc:  # a bug of ours: the transcript still ends, typed, and the error goes on up
             internal = OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             self._end(SessionStatus.STOPPED, f"internal error: {internal.message}", turn, error=internal)
             raise
 
-    def _end(self, status: SessionStatus, reason: str, turns: int, final_text: str = "", error: OpenAgentsError | None = None,
-             executor: Executor = Executor.OPENAGENTS) -> SessionResult:
+    def _end(
+        self,
+        status: SessionStatus,
+        reason: str,
+        turns: int,
+        final_text: str = "",
+        error: OpenAgentsError | None = None,
+        executor: Executor = Executor.OPENAGENTS,
+    ) -> SessionResult:
         """`turns`: the last turn's number; the result and the record count this run's turns."""
         info = ErrorInfo.of(error) if error else None
         wall = round(time.monotonic() - self._started, 3)
         ran = turns - self._run_start
-        self.transcript.emit(ev.SessionEnded(executor=executor, status=status.value, reason=reason, turns=ran, last_turn=turns,
-                                             final_text=final_text, error=info.model_dump(mode="json") if info else None,
-                                             tokens=dict(self.tokens), wall_s=wall))
+        self.transcript.emit(
+            ev.SessionEnded(
+                executor=executor,
+                status=status.value,
+                reason=reason,
+                turns=ran,
+                last_turn=turns,
+                final_text=final_text,
+                error=info.model_dump(mode="json") if info else None,
+                tokens=dict(self.tokens),
+                wall_s=wall,
+            )
+        )
         with self.pipeline.books:
-            return SessionResult(status=status, reason=reason, final_text=final_text, turns=ran, last_turn=turns, error=info, calls=dict(self.calls),
-                                 refused_calls=list(self.refused_calls), failed_calls=list(self.failed_calls), tokens=dict(self.tokens), wall_s=wall,
-                                 egress=list(self.pipeline.egress), egress_omitted=self.pipeline.egress_omitted)
+            return SessionResult(
+                status=status,
+                reason=reason,
+                final_text=final_text,
+                turns=ran,
+                last_turn=turns,
+                error=info,
+                calls=dict(self.calls),
+                refused_calls=list(self.refused_calls),
+                failed_calls=list(self.failed_calls),
+                tokens=dict(self.tokens),
+                wall_s=wall,
+                egress=list(self.pipeline.egress),
+                egress_omitted=self.pipeline.egress_omitted,
+            )
 
     # -- budgets ---------------------------------------------------------------------------
     def _over_budget(self) -> OpenAgentsError | None:
         spent = self.tokens["input"] + self.tokens["output"]
         if self.budget.max_tokens is not None and spent >= self.budget.max_tokens:
-            return OpenAgentsError(ErrorType.BUDGET_EXCEEDED, f"the token budget is spent: {spent} of {self.budget.max_tokens} tokens (--max-tokens)")
+            return OpenAgentsError(
+                ErrorType.BUDGET_EXCEEDED,
+                f"the token budget is spent: {spent} of {self.budget.max_tokens} tokens (--max-tokens)",
+            )
         elapsed = time.monotonic() - self._started
         if self.budget.max_wall_s is not None and elapsed >= self.budget.max_wall_s:
-            return OpenAgentsError(ErrorType.BUDGET_EXCEEDED, f"the time budget is spent: {elapsed:.0f} s of {self.budget.max_wall_s:g} s (--max-wall)")
+            return OpenAgentsError(
+                ErrorType.BUDGET_EXCEEDED,
+                f"the time budget is spent: {elapsed:.0f} s of {self.budget.max_wall_s:g} s (--max-wall)",
+            )
         return None
 
     def _compact(self, turn: int) -> None:
         elided, before, after = compact(self.messages, self.context_window)
         if elided:
             hook_points.pre_compress(self.pipeline.hooks, turn, before, self.context_window)
-            self.transcript.emit(ev.ContextCompacted(executor=Executor.OPENAGENTS, turn=turn, elided_outputs=elided, tokens_before=before,
-                                                     tokens_after=after, context_window=self.context_window))
+            self.transcript.emit(
+                ev.ContextCompacted(
+                    executor=Executor.OPENAGENTS,
+                    turn=turn,
+                    elided_outputs=elided,
+                    tokens_before=before,
+                    tokens_after=after,
+                    context_window=self.context_window,
+                )
+            )
 
     def _note_calls(self, calls: list[ToolCall]) -> str | None:
         for call in calls:

@@ -5,6 +5,7 @@ Exit codes: 0 finished with no refused call; 3 finished but at least one call wa
 1 stopped (max turns, a loop, a budget, the model API, a fatal tool error); 2 a set-up error;
 130 cancelled (Ctrl-C).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -92,12 +93,27 @@ def changed_files(record: SessionRecord) -> ChangedFiles:
 
 MAX_FINAL_TEXT = 256 << 10  # bytes of the model's final text in the JSON object (the transcript has all of it)
 # The keys beside each list of names (terminal/machine.py); null when no apply was tried.
-APPLY_KEYS = ("applied", "applied_shown", "applied_total", "applied_file", "left_out", "left_out_total", "left_out_file",
-              "conflicts", "conflicts_total", "conflicts_file")
+APPLY_KEYS = (
+    "applied",
+    "applied_shown",
+    "applied_total",
+    "applied_file",
+    "left_out",
+    "left_out_total",
+    "left_out_file",
+    "conflicts",
+    "conflicts_total",
+    "conflicts_file",
+)
 
 
-def summary_json(result: SessionResult, record: SessionRecord, changes: list[FileChange], code: int,
-                 applied: ApplyReport | None = None) -> dict[str, Any]:
+def summary_json(
+    result: SessionResult,
+    record: SessionRecord,
+    changes: list[FileChange],
+    code: int,
+    applied: ApplyReport | None = None,
+) -> dict[str, Any]:
     """`run --output json`. `applied`, `left_out` and `conflicts` are null unless `--apply` applied (or
     tried to apply) a copy; after a conflict (nothing applied) `status` is `stopped`, `reason` and
     the typed `error` (stale_content) say so, and `session_status` keeps how the session itself ended.
@@ -120,7 +136,9 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         "changed_files": [],
         "changed_files_total": 0,
         "changed_files_file": None,
-        "changed_files_unknown": getattr(changes, "unknown", None),  # why the list may be incomplete (a failed checkpoint)
+        "changed_files_unknown": getattr(
+            changes, "unknown", None
+        ),  # why the list may be incomplete (a failed checkpoint)
         "tokens": dict(result.tokens),
         "wall_s": result.wall_s,
         "error": result.error.model_dump(mode="json") if result.error else None,
@@ -139,8 +157,10 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
         bounded.put("left_out", applied.left_out, lambda lo: named(lo.path, reason=show(lo.reason)))
         bounded.put("conflicts", applied.conflicts, lambda c: named(c.path, reason=show(c.reason)))
         if applied.conflicts:
-            message = (f"apply conflict: nothing applied: {len(applied.conflicts)} file(s) changed in {record.workspace} "
-                       "since the copy was taken")
+            message = (
+                f"apply conflict: nothing applied: {len(applied.conflicts)} file(s) changed in {record.workspace} "
+                "since the copy was taken"
+            )
             out["status"], out["reason"] = "stopped", message
             if out["error"] is None:
                 out["error"] = {"type": "stale_content", "message": message, "recoverable": False}
@@ -150,8 +170,10 @@ def summary_json(result: SessionResult, record: SessionRecord, changes: list[Fil
 def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]:
     """A few lines for a person; every string the model or the box wrote made visible."""
     counts = ", ".join(f"{n} {what}" for what, n in result.calls.items() if n) or "no tool calls"
-    lines = [f"── {result.status.value}: {visible(result.reason)}",
-             f"   {result.turns} turn{'s' if result.turns != 1 else ''}; calls: {counts}"]
+    lines = [
+        f"── {result.status.value}: {visible(result.reason)}",
+        f"   {result.turns} turn{'s' if result.turns != 1 else ''}; calls: {counts}",
+    ]
     for call in result.refused_calls:
         lines.append(visible(f"   refused  {call.action or call.tool} [{call.executor.value}]: {call.reason}"))
     for call in result.failed_calls:
@@ -170,5 +192,7 @@ def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]
             lines.append(f"     and {len(changes) - 50} more")
     elif not unknown:
         lines.append("   no files changed")
-    lines.append(f"   tokens: {result.tokens.get('input', 0)} in, {result.tokens.get('output', 0)} out; wall time {result.wall_s:.1f} s")
+    lines.append(
+        f"   tokens: {result.tokens.get('input', 0)} in, {result.tokens.get('output', 0)} out; wall time {result.wall_s:.1f} s"
+    )
     return lines

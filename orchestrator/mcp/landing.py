@@ -27,6 +27,7 @@ moved to what landed: the real entry as it is now, the copy's as the scan before
 
 In bind mode neither tool is listed: every change is already in the real workspace.
 """
+
 from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
@@ -37,36 +38,51 @@ from ..workspace.records import SessionRecord
 
 __all__ = ["COPY_TOOLS", "CopyTools", "Landing", "bind_mode_refusal", "in_copy_note", "instructions"]
 
-CHANGES_DESCRIPTION = ("Copy mode only: the unified diff of what the tools changed in this session's private copy, against the real "
-                       "workspace. Nothing in it is in the real workspace until apply_changes lands it. stat=true: one line per file "
-                       "with +/- counts.")
-APPLY_DESCRIPTION = ("Copy mode only: land the private copy's changes in the real workspace, through the same sanitiser as "
-                     "`oa-sandbox apply`: regular files, directories, deletions and symlinks inside the workspace are carried; "
-                     "FIFOs, devices, absolute or escaping symlinks, .git entries and hard links made in the sandbox are left out "
-                     "and listed. If any file changed in the real workspace since the copy was taken, nothing is applied and each "
-                     "conflict is listed. The session goes on with the same copy afterwards.")
+CHANGES_DESCRIPTION = (
+    "Copy mode only: the unified diff of what the tools changed in this session's private copy, against the real "
+    "workspace. Nothing in it is in the real workspace until apply_changes lands it. stat=true: one line per file "
+    "with +/- counts."
+)
+APPLY_DESCRIPTION = (
+    "Copy mode only: land the private copy's changes in the real workspace, through the same sanitiser as "
+    "`oa-sandbox apply`: regular files, directories, deletions and symlinks inside the workspace are carried; "
+    "FIFOs, devices, absolute or escaping symlinks, .git entries and hard links made in the sandbox are left out "
+    "and listed. If any file changed in the real workspace since the copy was taken, nothing is applied and each "
+    "conflict is listed. The session goes on with the same copy afterwards."
+)
 
 
 def in_copy_note(record: SessionRecord) -> str:
     """What a mutating result says in copy mode."""
-    return (f"[copy mode: this change is in the session's private copy, not in {visible(record.workspace)}: "
-            f"call apply_changes to land it (changes shows the diff), or after the session `oa-sandbox apply {record.id}`]")
+    return (
+        f"[copy mode: this change is in the session's private copy, not in {visible(record.workspace)}: "
+        f"call apply_changes to land it (changes shows the diff), or after the session `oa-sandbox apply {record.id}`]"
+    )
 
 
 def instructions(record: SessionRecord) -> str:
-    base = ("Tools run in a hardened Docker sandbox over the workspace mounted at /workspace; paths are relative to it. "
-            "No network unless the user opened egress. ")
+    base = (
+        "Tools run in a hardened Docker sandbox over the workspace mounted at /workspace; paths are relative to it. "
+        "No network unless the user opened egress. "
+    )
     if record.mode.value == "copy":
-        return base + (f"Workspace mode: copy. The tools work on a private copy of {visible(record.workspace)} kept in session "
-                       f"{record.id}'s state; nothing they change reaches the real workspace until apply_changes lands it "
-                       "(changes shows the diff first). apply_changes carries regular files, directories, deletions and in-workspace "
-                       "symlinks, lists what it leaves out, and applies nothing when the user changed a file in the meantime.")
-    return base + f"Workspace mode: bind. The tools change {visible(record.workspace)} directly; there is nothing to apply."
+        return base + (
+            f"Workspace mode: copy. The tools work on a private copy of {visible(record.workspace)} kept in session "
+            f"{record.id}'s state; nothing they change reaches the real workspace until apply_changes lands it "
+            "(changes shows the diff first). apply_changes carries regular files, directories, deletions and in-workspace "
+            "symlinks, lists what it leaves out, and applies nothing when the user changed a file in the meantime."
+        )
+    return (
+        base
+        + f"Workspace mode: bind. The tools change {visible(record.workspace)} directly; there is nothing to apply."
+    )
 
 
 def bind_mode_refusal(name: str, record: SessionRecord) -> ToolResult:
-    return ToolResult.failure(OpenAgentsError(
-        ErrorType.UNKNOWN_TOOL, f"{name} exists only in copy mode: this session runs in bind mode, so every change is already in "
-                                f"{visible(record.workspace)}; there is nothing to apply"))
-
-
+    return ToolResult.failure(
+        OpenAgentsError(
+            ErrorType.UNKNOWN_TOOL,
+            f"{name} exists only in copy mode: this session runs in bind mode, so every change is already in "
+            f"{visible(record.workspace)}; there is nothing to apply",
+        )
+    )

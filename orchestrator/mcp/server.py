@@ -11,6 +11,7 @@ user through MCP elicitation when the client declared it (a form request on hand
 connections, an InputRequiredResult on 2026-07-28 ones), and otherwise is left to the client's own
 confirmation, which every MCP client shows before it calls a tool.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -51,7 +52,10 @@ from .landing import APPLY_DESCRIPTION, CHANGES_DESCRIPTION, bind_mode_refusal, 
 from .landing import COPY_TOOLS as LANDING_TOOLS
 from .results import output_schema, to_call_result
 
-COPY_TOOLS = (*LANDING_TOOLS, FORK_TOOL)  # copy mode's host-side tools for the client (through the pipeline, as the six)
+COPY_TOOLS = (
+    *LANDING_TOOLS,
+    FORK_TOOL,
+)  # copy mode's host-side tools for the client (through the pipeline, as the six)
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
     from ..api import Sandbox
@@ -69,8 +73,13 @@ def tool_annotations(name: str, open_world: bool = False) -> types.ToolAnnotatio
     nothing; the others may overwrite or delete what is there. Nothing reaches the network unless
     --egress opened it."""
     tool = catalog.TOOLS[name]
-    return types.ToolAnnotations(title=tool.title, read_only_hint=tool.read_only, destructive_hint=not tool.read_only,
-                                 idempotent_hint=tool.read_only or tool.mcp.idempotent, open_world_hint=open_world and tool.reaches_network)
+    return types.ToolAnnotations(
+        title=tool.title,
+        read_only_hint=tool.read_only,
+        destructive_hint=not tool.read_only,
+        idempotent_hint=tool.read_only or tool.mcp.idempotent,
+        open_world_hint=open_world and tool.reaches_network,
+    )
 
 
 def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.Tool]:
@@ -80,23 +89,71 @@ def mcp_tools(open_world: bool = False, copy_mode: bool = False) -> list[types.T
     out = []
     for name in TOOLS:
         base = declarations.base_declaration(name)
-        out.append(types.Tool(name=name, description=base["description"], input_schema=base["parameters"],
-                              output_schema=output_schema(name), annotations=tool_annotations(name, open_world)))
+        out.append(
+            types.Tool(
+                name=name,
+                description=base["description"],
+                input_schema=base["parameters"],
+                output_schema=output_schema(name),
+                annotations=tool_annotations(name, open_world),
+            )
+        )
     if copy_mode:
-        out.append(types.Tool(name="changes", description=CHANGES_DESCRIPTION, output_schema=output_schema("changes"),
-                              input_schema={"type": "object", "properties": {"stat": {
-                                  "type": "boolean", "description": "One line per file with counts, as git diff --stat.", "default": False}},
-                                  "additionalProperties": False},
-                              annotations=types.ToolAnnotations(title="Show the private copy's changes", read_only_hint=True,
-                                                                destructive_hint=False, idempotent_hint=True, open_world_hint=False)))
-        out.append(types.Tool(name="apply_changes", description=APPLY_DESCRIPTION, output_schema=output_schema("apply_changes"),
-                              input_schema={"type": "object", "properties": {}, "additionalProperties": False},
-                              annotations=types.ToolAnnotations(title="Land the private copy's changes in the real workspace",
-                                                                read_only_hint=False, destructive_hint=True, idempotent_hint=True,
-                                                                open_world_hint=False)))
-        out.append(types.Tool(name=FORK_TOOL, description=FORK_DESCRIPTION, output_schema=output_schema(FORK_TOOL), input_schema=FORK_INPUT_SCHEMA,
-                              annotations=types.ToolAnnotations(title=FORK_DEF.title, read_only_hint=False, destructive_hint=False,
-                                                                idempotent_hint=False, open_world_hint=False)))
+        out.append(
+            types.Tool(
+                name="changes",
+                description=CHANGES_DESCRIPTION,
+                output_schema=output_schema("changes"),
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        "stat": {
+                            "type": "boolean",
+                            "description": "One line per file with counts, as git diff --stat.",
+                            "default": False,
+                        }
+                    },
+                    "additionalProperties": False,
+                },
+                annotations=types.ToolAnnotations(
+                    title="Show the private copy's changes",
+                    read_only_hint=True,
+                    destructive_hint=False,
+                    idempotent_hint=True,
+                    open_world_hint=False,
+                ),
+            )
+        )
+        out.append(
+            types.Tool(
+                name="apply_changes",
+                description=APPLY_DESCRIPTION,
+                output_schema=output_schema("apply_changes"),
+                input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+                annotations=types.ToolAnnotations(
+                    title="Land the private copy's changes in the real workspace",
+                    read_only_hint=False,
+                    destructive_hint=True,
+                    idempotent_hint=True,
+                    open_world_hint=False,
+                ),
+            )
+        )
+        out.append(
+            types.Tool(
+                name=FORK_TOOL,
+                description=FORK_DESCRIPTION,
+                output_schema=output_schema(FORK_TOOL),
+                input_schema=FORK_INPUT_SCHEMA,
+                annotations=types.ToolAnnotations(
+                    title=FORK_DEF.title,
+                    read_only_hint=False,
+                    destructive_hint=False,
+                    idempotent_hint=False,
+                    open_world_hint=False,
+                ),
+            )
+        )
     return out
 
 
@@ -130,8 +187,11 @@ class McpApprover:
     def ask(self, request: ApprovalRequest) -> Answer:
         context: _CallContext | None = getattr(self._local, "context", None)
         if context is None or context.elicit is None and context.preset is None:
-            return Answer(option=PermissionOption.ALLOW_ONCE, executor=Executor.OPENAGENTS,
-                          reason=f"{request.action} ({request.level.value}): the MCP client has no elicitation; left to its own confirmation")
+            return Answer(
+                option=PermissionOption.ALLOW_ONCE,
+                executor=Executor.OPENAGENTS,
+                reason=f"{request.action} ({request.level.value}): the MCP client has no elicitation; left to its own confirmation",
+            )
         if context.preset is not None:
             answer = context.preset
         elif context.modern:
@@ -140,7 +200,11 @@ class McpApprover:
             try:
                 answer = anyio.from_thread.run(context.elicit, elicit_message(request), elicit_schema(request))
             except Exception as err:  # noqa: BLE001 - no answer is a refusal
-                return Answer(option=PermissionOption.REJECT_ONCE, executor=Executor.OPENAGENTS, reason=f"no answer from the MCP client: {str(err)[:200]}")
+                return Answer(
+                    option=PermissionOption.REJECT_ONCE,
+                    executor=Executor.OPENAGENTS,
+                    reason=f"no answer from the MCP client: {str(err)[:200]}",
+                )
         return answer_of(answer)
 
 
@@ -152,16 +216,26 @@ def elicit_message(request: ApprovalRequest) -> str:
 
 
 def elicit_schema(request: ApprovalRequest) -> dict[str, Any]:
-    props: dict[str, Any] = {"allow": {"type": "boolean", "title": "Allow", "description": "Allow this call once", "default": False}}
+    props: dict[str, Any] = {
+        "allow": {"type": "boolean", "title": "Allow", "description": "Allow this call once", "default": False}
+    }
     if request.level == Level.ASK_ONCE:
-        props["remember"] = {"type": "boolean", "title": f"Allow every {request.kind} call this session", "default": False}
+        props["remember"] = {
+            "type": "boolean",
+            "title": f"Allow every {request.kind} call this session",
+            "default": False,
+        }
     return {"type": "object", "properties": props, "required": ["allow"]}
 
 
 def answer_of(result: types.ElicitResult) -> Answer:
     content = result.content or {}
     if result.action == "accept" and content.get("allow") is True:
-        return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=content.get("remember") is True, reason="allowed in the MCP client")
+        return Answer(
+            option=PermissionOption.ALLOW_ONCE,
+            remember_for_session=content.get("remember") is True,
+            reason="allowed in the MCP client",
+        )
     return Answer(option=PermissionOption.REJECT_ONCE, reason=f"rejected in the MCP client ({result.action})")
 
 
@@ -181,13 +255,20 @@ class SandboxMcpServer:
         self.mode = self.record.mode.value
         self.copy_mode = self.mode == "copy"
         self.tools = mcp_tools(open_world, copy_mode=self.copy_mode)
-        self.server: Server[Any] = Server("oa-sandbox", version=_version(), on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                                          instructions=instructions(self.record))
+        self.server: Server[Any] = Server(
+            "oa-sandbox",
+            version=_version(),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+            instructions=instructions(self.record),
+        )
 
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=self.tools)
 
-    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         arguments = params.arguments or {}
         if params.name in COPY_TOOLS and not self.copy_mode:
             return self._answer(bind_mode_refusal(params.name, self.record))
@@ -213,14 +294,25 @@ class SandboxMcpServer:
             prepared = await anyio.to_thread.run_sync(approve)
         except NeedsInput as need:
             return self._input_required(need, digest)
-        if isinstance(prepared, ToolResult):  # refused or invalid: nothing ran, so no turn, no checkpoint, the copy's record untouched
+        if isinstance(
+            prepared, ToolResult
+        ):  # refused or invalid: nothing ran, so no turn, no checkpoint, the copy's record untouched
             return self._answer(prepared)
         result = await self._execute(ctx, pipeline, prepared)
         if params.name == LAND_TOOL:  # the landing's own record, as every front-end's (its call's are the pipeline's)
-            self.opened.transcript.emit(ev.ChangesApplied(executor=Executor.OPENAGENTS, via="mcp", ok=result.ok,
-                                                          applied=result.meta.get("applied_total", 0), left_out=result.meta.get("left_out", [])[:200],
-                                                          conflicts=result.meta.get("conflicts", [])[:200]))
-        elif params.name not in COPY_TOOLS:  # the turn counted, the checkpoint taken: the API's bookkeeping, as for its own calls
+            self.opened.transcript.emit(
+                ev.ChangesApplied(
+                    executor=Executor.OPENAGENTS,
+                    via="mcp",
+                    ok=result.ok,
+                    applied=result.meta.get("applied_total", 0),
+                    left_out=result.meta.get("left_out", [])[:200],
+                    conflicts=result.meta.get("conflicts", [])[:200],
+                )
+            )
+        elif (
+            params.name not in COPY_TOOLS
+        ):  # the turn counted, the checkpoint taken: the API's bookkeeping, as for its own calls
             await anyio.to_thread.run_sync(self.box.record_call, params.name, result.ok)
         return self._answer(result, params.name)
 
@@ -228,7 +320,11 @@ class SandboxMcpServer:
         state = secrets.token_urlsafe(18)
         with self._lock:
             self._pending[state] = (digest, time.monotonic())
-        ask = types.ElicitRequest(params=types.ElicitRequestFormParams(message=elicit_message(need.request), requested_schema=elicit_schema(need.request)))
+        ask = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(
+                message=elicit_message(need.request), requested_schema=elicit_schema(need.request)
+            )
+        )
         return types.InputRequiredResult(input_requests={_APPROVAL_KEY: ask}, request_state=state)
 
     def _answer(self, result: ToolResult, name: str = "") -> types.CallToolResult:
@@ -245,9 +341,13 @@ class SandboxMcpServer:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
         elicit = None
         if caps is not None and caps.elicitation is not None and (modern or ctx.session.can_send_request):
+
             async def elicit(message: str, schema: dict[str, Any]) -> types.ElicitResult:
-                answer: types.ElicitResult = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+                answer: types.ElicitResult = await ctx.session.elicit_form(
+                    message, schema, related_request_id=ctx.request_id
+                )
                 return answer
+
         context = _CallContext(elicit=elicit, modern=modern)
         if modern and params.request_state is not None:
             with self._lock:
@@ -257,7 +357,9 @@ class SandboxMcpServer:
             if pending is not None and pending[0] == digest and isinstance(response, types.ElicitResult):
                 context.preset = response
             elif elicit is not None:
-                context.preset = types.ElicitResult(action="cancel")  # a stale or forged state is a refusal, never a pass
+                context.preset = types.ElicitResult(
+                    action="cancel"
+                )  # a stale or forged state is a refusal, never a pass
         return context
 
     async def _execute(self, ctx: Any, pipeline: CallPipeline, prepared: PreparedCall) -> ToolResult:
@@ -296,6 +398,7 @@ class SandboxMcpServer:
     async def serve_stdio(self) -> None:
         """Until the client closes stdin, or SIGTERM/SIGINT/SIGHUP arrives."""
         async with anyio.create_task_group() as tg:
+
             async def on_signal() -> None:
                 with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
                     async for _ in signals:

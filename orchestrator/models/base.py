@@ -1,6 +1,7 @@
 """The model-neutral conversation (what the loop, the transcript and the front-ends hold), the
 client interface, the retry policy and where a key comes from. Imports no family and no HTTP:
 the families' wire formats are models/dialects/, the one HTTP client is models/http.py."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -68,7 +69,9 @@ class ModelClient(Protocol):
     family: str  # a dialect's family (models/dialects/): which tool declarations this model receives
     name: str
 
-    def complete(self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None) -> ModelTurn: ...
+    def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> ModelTurn: ...
 
 
 class RetryableModelError(Exception):
@@ -121,8 +124,10 @@ def api_key(var: str, base_url: str | None = None) -> str:
     """The key from `var`; optional (empty) for a loopback or private `base_url`."""
     value = os.environ.get(var, "")
     if not value and not local_endpoint(base_url):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's key is not set: export {var}=... "
-                                                        "(a server on loopback or a private address needs none)")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the model's key is not set: export {var}=... (a server on loopback or a private address needs none)",
+        )
     return value
 
 
@@ -138,7 +143,9 @@ def parse_arguments(raw: str | bytes | dict[str, Any] | None) -> dict[str, Any]:
         except UnicodeDecodeError:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments are not valid UTF-8") from None
     if len(raw) > MAX_RAW_ARGUMENT_BYTES:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"arguments are {len(raw)} characters; the limit is {MAX_RAW_ARGUMENT_BYTES}")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"arguments are {len(raw)} characters; the limit is {MAX_RAW_ARGUMENT_BYTES}"
+        )
     try:
         value = jsonbound.loads(raw)
     except ValueError as err:

@@ -9,6 +9,7 @@ URL, headers, body, answer shape or error events (the dialect's).
 
 `transport` is httpx's own seam: tests hand it an `httpx.MockTransport` (or use a loopback server
 and none), so the client is driven exactly as in production, sockets aside."""
+
 from __future__ import annotations
 
 import email.utils
@@ -35,9 +36,18 @@ class HttpModelClient:
     """A model reached over HTTP, in one family's dialect. `stream`: ask for server-sent events and
     hand text to `on_text` as it comes (a server that answers whole anyway is read whole)."""
 
-    def __init__(self, dialect: Dialect, name: str, base_url: str, key: str, retry: RetryPolicy | None = None,
-                 timeout_s: float = DEFAULT_MODEL_TIMEOUT_S, stream: bool = True, transport: httpx.BaseTransport | None = None,
-                 limits: StreamLimits | None = None) -> None:
+    def __init__(
+        self,
+        dialect: Dialect,
+        name: str,
+        base_url: str,
+        key: str,
+        retry: RetryPolicy | None = None,
+        timeout_s: float = DEFAULT_MODEL_TIMEOUT_S,
+        stream: bool = True,
+        transport: httpx.BaseTransport | None = None,
+        limits: StreamLimits | None = None,
+    ) -> None:
         self.dialect = dialect
         self.family = dialect.family
         self.name = name
@@ -51,7 +61,9 @@ class HttpModelClient:
     def preflight(self) -> None:
         preflight(self.base_url, self.dialect.what)
 
-    def complete(self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None) -> ModelTurn:
+    def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> ModelTurn:
         body = self.dialect.request(self.name, messages, tools, self.stream)
         url = self.dialect.url(self.base_url, self.name, self.stream)
         attempt = self._streamed(url, body, on_text) if self.stream else self._whole(url, body)
@@ -59,8 +71,10 @@ class HttpModelClient:
         try:
             turn: ModelTurn = retrying(attempt)
         except RetryableModelError as err:
-            raise OpenAgentsError(ErrorType.MODEL_API_ERROR,
-                                  f"{self.dialect.what} failed after {retrying.statistics.get('attempt_number', '?')} attempts: {err}") from None
+            raise OpenAgentsError(
+                ErrorType.MODEL_API_ERROR,
+                f"{self.dialect.what} failed after {retrying.statistics.get('attempt_number', '?')} attempts: {err}",
+            ) from None
         return turn
 
     def _whole(self, url: str, body: dict[str, Any]) -> Callable[[], ModelTurn]:
@@ -85,7 +99,9 @@ class HttpModelClient:
                     if response.status_code >= 400:
                         raise self._refused(response, _read_capped(response).decode("utf-8", "replace"))
                     kind = response.headers.get("content-type", "")
-                    if "json" in kind and "event-stream" not in kind:  # a server that ignored `stream` answered with one object
+                    if (
+                        "json" in kind and "event-stream" not in kind
+                    ):  # a server that ignored `stream` answered with one object
                         return self.dialect.parse(_object(_read_capped(response, self._limits.max_event_bytes)))
                     for event in sse_events(response.iter_bytes(), self._limits):
                         built.feed(event)
@@ -94,11 +110,16 @@ class HttpModelClient:
                 raise self._silent(err) from None
             except httpx.TransportError as err:
                 if built.shown:
-                    raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what}: the stream broke off: {type(err).__name__}: {err}") from None
+                    raise OpenAgentsError(
+                        ErrorType.MODEL_API_ERROR,
+                        f"{self.dialect.what}: the stream broke off: {type(err).__name__}: {err}",
+                    ) from None
                 raise RetryableModelError(f"{type(err).__name__}: {err}") from None
             except RetryableModelError as err:
                 if built.shown:
-                    raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what}: the stream broke off: {err}") from None
+                    raise OpenAgentsError(
+                        ErrorType.MODEL_API_ERROR, f"{self.dialect.what}: the stream broke off: {err}"
+                    ) from None
                 raise
 
         return attempt
@@ -107,12 +128,17 @@ class HttpModelClient:
         status = response.status_code
         if self.dialect.retryable(status):
             return RetryableModelError(f"HTTP {status}: {text[:200]}", _retry_after(response))
-        return OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what} refused the request: HTTP {status}: {text[:300]}")
+        return OpenAgentsError(
+            ErrorType.MODEL_API_ERROR, f"{self.dialect.what} refused the request: HTTP {status}: {text[:300]}"
+        )
 
     def _silent(self, err: httpx.TimeoutException) -> OpenAgentsError:
         timeout_s = self._http.timeout.read
         limit = f"{timeout_s:g} s" if timeout_s else "its timeout"
-        return OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what} sent nothing for {limit} (--model-timeout): {type(err).__name__}")
+        return OpenAgentsError(
+            ErrorType.MODEL_API_ERROR,
+            f"{self.dialect.what} sent nothing for {limit} (--model-timeout): {type(err).__name__}",
+        )
 
 
 def http_client(timeout_s: float, transport: httpx.BaseTransport | None = None) -> httpx.Client:
@@ -166,7 +192,11 @@ def _retrying(policy: RetryPolicy) -> Retrying:
         problem = str(err).split(":", 1)[0] if isinstance(err, RetryableModelError) else "failed"
         delay = state.next_action.sleep if state.next_action else 0.0
         try:
-            policy.on_retry(RetryNotice(attempt=state.attempt_number, max_attempts=policy.max_attempts, delay_s=delay, problem=problem))
+            policy.on_retry(
+                RetryNotice(
+                    attempt=state.attempt_number, max_attempts=policy.max_attempts, delay_s=delay, problem=problem
+                )
+            )
         except Exception:  # noqa: BLE001 - progress must never break a request
             pass
 
@@ -189,14 +219,20 @@ def preflight(base_url: str, what: str, timeout_s: float = 3.0) -> None:
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's base URL {base_url!r} has no valid port") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"the model's base URL {base_url!r} has no valid port"
+        ) from None
     if parts.scheme not in ("http", "https") or not host:
         raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the model's base URL {base_url!r} is not an http(s) URL")
     proxies = urllib.request.getproxies()
     proxy = proxies.get(parts.scheme) or proxies.get("all")
     if proxy and not urllib.request.proxy_bypass(host):
         target = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        host, port, via = target.hostname or host, target.port or 80, f" through the proxy {target.hostname}:{target.port or 80}"
+        host, port, via = (
+            target.hostname or host,
+            target.port or 80,
+            f" through the proxy {target.hostname}:{target.port or 80}",
+        )
     else:
         via = ""
     try:
@@ -205,8 +241,12 @@ def preflight(base_url: str, what: str, timeout_s: float = 3.0) -> None:
     except (socket.timeout, TimeoutError):
         return
     except socket.gaierror as err:
-        raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{what} at {base_url}: the host {host!r} is unknown{via} ({err.strerror}); "
-                                                         "nothing was started") from None
+        raise OpenAgentsError(
+            ErrorType.MODEL_API_ERROR,
+            f"{what} at {base_url}: the host {host!r} is unknown{via} ({err.strerror}); nothing was started",
+        ) from None
     except OSError as err:
-        raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{what} at {base_url}: cannot connect to {host}:{port}{via} "
-                                                         f"({err.strerror or err}); nothing was started") from None
+        raise OpenAgentsError(
+            ErrorType.MODEL_API_ERROR,
+            f"{what} at {base_url}: cannot connect to {host}:{port}{via} ({err.strerror or err}); nothing was started",
+        ) from None

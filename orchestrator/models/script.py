@@ -5,6 +5,7 @@ Each line: {"text": "...", "tool_calls": [{"name": "read_file", "arguments": {..
 "usage": {"prompt_tokens": N, "completion_tokens": N} as a real API reports it.
 A line with no tool calls is the final answer.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,20 +30,27 @@ class ScriptedModel:
         try:
             lines = Path(path).read_text().splitlines()
         except OSError as err:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot read the model script {path}: {err.strerror}") from None
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID, f"cannot read the model script {path}: {err.strerror}"
+            ) from None
         turns = []
         for number, line in enumerate(lines, 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
                 raw = jsonbound.loads(line)
-                calls = [ToolCall(id=c.get("id") or f"call_{number}_{i}", name=c["name"], arguments=c.get("arguments")) for i, c in enumerate(raw.get("tool_calls") or [])]
+                calls = [
+                    ToolCall(id=c.get("id") or f"call_{number}_{i}", name=c["name"], arguments=c.get("arguments"))
+                    for i, c in enumerate(raw.get("tool_calls") or [])
+                ]
                 turns.append(ModelTurn(text=raw.get("text", ""), tool_calls=calls, usage=raw.get("usage") or {}))
             except (ValueError, KeyError, TypeError, AttributeError) as err:
                 raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{path}:{number}: not a model turn ({err})") from None
         return cls(turns, name=f"script:{Path(path).name}")
 
-    def complete(self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None) -> ModelTurn:
+    def complete(
+        self, messages: list[Message], tools: list[dict[str, Any]], on_text: TextSink | None = None
+    ) -> ModelTurn:
         """A replay: nothing is streamed (the turn is whole at once)."""
         if self._next >= len(self._turns):
             return ModelTurn(text="(the script has no more turns)")

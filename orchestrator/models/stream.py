@@ -6,6 +6,7 @@ stream, the number of events; each event's JSON has its nesting counted before i
 (sandbox_agent/jsonbound). Whatever breaks a bound, is no UTF-8 or no JSON is a typed
 MODEL_API_ERROR naming what and where, never a crash or an unbounded buffer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ class SSEEvent:
 
 
 def _too_much(what: str, size: int, limit: int) -> OpenAgentsError:
-    return OpenAgentsError(ErrorType.MODEL_API_ERROR, f"the model's stream broke a bound: {what} over {limit} bytes ({size}+)")
+    return OpenAgentsError(
+        ErrorType.MODEL_API_ERROR, f"the model's stream broke a bound: {what} over {limit} bytes ({size}+)"
+    )
 
 
 def sse_events(chunks: Iterable[bytes], limits: StreamLimits | None = None) -> Iterator[SSEEvent]:
@@ -69,7 +72,10 @@ def sse_events(chunks: Iterable[bytes], limits: StreamLimits | None = None) -> I
                 if data:
                     count += 1
                     if count > limits.max_events:
-                        raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"the model's stream broke a bound: over {limits.max_events} events")
+                        raise OpenAgentsError(
+                            ErrorType.MODEL_API_ERROR,
+                            f"the model's stream broke a bound: over {limits.max_events} events",
+                        )
                     yield _event(name, b"\n".join(data))
                 name, data, data_size = "", [], 0
                 continue
@@ -95,7 +101,7 @@ def _line_end(buffer: bytearray) -> tuple[int, int] | None:
     if cr >= 0:
         if cr + 1 == len(buffer):
             return None
-        return cr, cr + 2 if buffer[cr + 1:cr + 2] == b"\n" else cr + 1
+        return cr, cr + 2 if buffer[cr + 1 : cr + 2] == b"\n" else cr + 1
     if lf >= 0:
         return lf, lf + 1
     return None
@@ -114,7 +120,12 @@ def _event(name: str, raw: bytes) -> SSEEvent:
     try:
         data = jsonbound.loads(raw)
     except jsonbound.TooDeep:
-        raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"the model's stream sent an event nested deeper than {jsonbound.MAX_DEPTH} levels") from None
+        raise OpenAgentsError(
+            ErrorType.MODEL_API_ERROR,
+            f"the model's stream sent an event nested deeper than {jsonbound.MAX_DEPTH} levels",
+        ) from None
     except ValueError:
-        raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"the model's stream sent an event that is not JSON: {raw[:120]!r}") from None
+        raise OpenAgentsError(
+            ErrorType.MODEL_API_ERROR, f"the model's stream sent an event that is not JSON: {raw[:120]!r}"
+        ) from None
     return SSEEvent(name or "message", data)

@@ -3,9 +3,10 @@ public API's `shell` tool: it runs an argv with stdin, env, cwd and a timeout, r
 files anywhere the box user may, and answers with one JSON line. Payloads larger than one tool call
 travel as base64 files in the workspace's `.oa-plugin/` directory, read and written with the API's
 `read_bytes`/`write_bytes` (raw: "raw" names; the older base64 lines still read). It runs as the box's own user: it can do nothing a `shell` call cannot."""
+
 from __future__ import annotations
 
-SCRIPT = r'''
+SCRIPT = r"""
 import base64, json, os, pwd, signal, subprocess, sys, time
 stage = os.path.join(os.getcwd(), ".oa-plugin")
 if sys.argv[1].startswith("@"):
@@ -144,4 +145,4 @@ out = send(out_path, sizes[0], budget, rid, "out")
 err = send(err_path, sizes[1], budget - (sizes[0] if "inline" in out else 0), rid, "err")
 os.unlink(out_path); os.unlink(err_path)
 answer(ok=True, rc=(128 - rc) if rc < 0 else rc, timed_out=timed_out, stdout=out, stderr=err)
-'''
+"""

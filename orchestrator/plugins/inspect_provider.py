@@ -7,6 +7,7 @@ running and nothing reaches the host's files. Every exec, read and write is a `s
 or `write_file` call of that API, so a policy's deny refuses it (PermissionError here).
 docs/api.md (Plug-ins) lists what differs from Inspect's local and docker providers and why.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -88,11 +89,20 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
         return OpenAgentsSandboxConfig(**config)
 
     @classmethod
-    async def sample_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
-                          metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
+    async def sample_init(
+        cls, task_name: str, config: SandboxEnvironmentConfigType | None, metadata: dict[str, str]
+    ) -> dict[str, SandboxEnvironment]:
         settings = _config(config)
         root = Path(tempfile.mkdtemp(prefix="oa-inspect-"))
-        box = AsyncSandbox(root, mode="copy", auto_approve=True, approve="ask", policy_files=settings.policy_paths(), kind="inspect", **settings.box_options())
+        box = AsyncSandbox(
+            root,
+            mode="copy",
+            auto_approve=True,
+            approve="ask",
+            policy_files=settings.policy_paths(),
+            kind="inspect",
+            **settings.box_options(),
+        )
         try:
             await box.open()
         except BaseException:
@@ -101,8 +111,13 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
         return {"default": cls(box, root, settings)}
 
     @classmethod
-    async def sample_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
-                             environments: dict[str, SandboxEnvironment], interrupted: bool) -> None:
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:
         for env in environments.values():
             if isinstance(env, cls):
                 await env.close(interrupted)
@@ -134,13 +149,29 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
                 raise SandboxUnavailableError(err.message) from None
             raise
 
-    async def exec(self, cmd: list[str], input: str | bytes | None = None, cwd: str | None = None, env: dict[str, str] | None = None,
-                   user: str | None = None, timeout: int | None = None, timeout_retry: bool = True, concurrency: bool = True) -> ExecResult[str]:
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
         if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
             raise TypeError("exec: cmd must be a non-empty list of str")
         seconds = clamp_timeout(timeout)
-        request: dict[str, Any] = {"op": "exec", "cmd": cmd, "cwd": cwd, "env": dict(env or {}), "user": user, "timeout": seconds,
-                                   "limit": SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE}
+        request: dict[str, Any] = {
+            "op": "exec",
+            "cmd": cmd,
+            "cwd": cwd,
+            "env": dict(env or {}),
+            "user": user,
+            "timeout": seconds,
+            "limit": SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE,
+        }
         if input is not None:
             request["stdin"] = await self.program.stage(input.encode() if isinstance(input, str) else bytes(input))
         try:
@@ -154,7 +185,9 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
             raise
         out, errtext = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
         if answer.get("timed_out") is True:
-            raise CommandTimeout(f"the command did not end in {seconds} s (killed with everything it started)", out + errtext)
+            raise CommandTimeout(
+                f"the command did not end in {seconds} s (killed with everything it started)", out + errtext
+            )
         code = answer.get("rc")
         code = code if isinstance(code, int) and not isinstance(code, bool) else 1
         return ExecResult(success=code == 0, returncode=code, stdout=out, stderr=errtext)
@@ -178,7 +211,9 @@ class OpenAgentsSandboxEnvironment(SandboxEnvironment):
     async def read_file(self, file: str, text: bool = True) -> Union[str, bytes]:
         if not isinstance(file, str):
             raise TypeError("read_file: file must be a str")
-        limit = min(SandboxEnvironmentLimits.MAX_READ_FILE_SIZE, self.config.max_read_bytes or MAX_READ_BYTES, MAX_READ_BYTES)
+        limit = min(
+            SandboxEnvironmentLimits.MAX_READ_FILE_SIZE, self.config.max_read_bytes or MAX_READ_BYTES, MAX_READ_BYTES
+        )
         try:
             answer = await self._run({"op": "read", "path": file, "limit": limit}, 60)
             data = await self.program.fetch(answer.get("data"), limit)

@@ -9,6 +9,7 @@ environment does (execute -> output, returncode, exception_info; Submitted on th
 `env` is exported to each command only: the box never sees the host's environment, and the
 template variables carry no host variable either (local's do).
 """
+
 from __future__ import annotations
 
 import shlex
@@ -42,10 +43,19 @@ class OpenAgentsEnvironment:
     """`OpenAgentsEnvironment(workspace="repo", timeout=60)`; `cleanup()` removes the box (also done
     when the object goes, and at interpreter exit: mini-swe-agent's runners never call it)."""
 
-    def __init__(self, *, config_class: type[OpenAgentsEnvironmentConfig] = OpenAgentsEnvironmentConfig, **kwargs: Any) -> None:
+    def __init__(
+        self, *, config_class: type[OpenAgentsEnvironmentConfig] = OpenAgentsEnvironmentConfig, **kwargs: Any
+    ) -> None:
         self.config = config_class(**kwargs)
-        self.sandbox = Sandbox(Path(self.config.workspace), mode=self.config.mode, auto_approve=self.config.auto_approve, approve="ask",
-                               policy_files=self.config.policy_paths(), kind="minisweagent", **self.config.box_options())
+        self.sandbox = Sandbox(
+            Path(self.config.workspace),
+            mode=self.config.mode,
+            auto_approve=self.config.auto_approve,
+            approve="ask",
+            policy_files=self.config.policy_paths(),
+            kind="minisweagent",
+            **self.config.box_options(),
+        )
         self.sandbox.open()
         self._finalizer = weakref.finalize(self, self.sandbox.close)
         self._uname = self._box_uname()
@@ -53,7 +63,9 @@ class OpenAgentsEnvironment:
     def _box_uname(self) -> dict[str, str]:
         """The box's uname (its kernel is gVisor's, not the host's) for the templates."""
         try:
-            lines = self.sandbox.shell("uname -s; uname -n; uname -r; uname -v; uname -m", timeout=10).output.splitlines()
+            lines = self.sandbox.shell(
+                "uname -s; uname -n; uname -r; uname -v; uname -m", timeout=10
+            ).output.splitlines()
         except ToolError:  # a policy that refuses every command: the templates still render
             lines = []
         keys = ("system", "node", "release", "version", "machine")
@@ -62,10 +74,16 @@ class OpenAgentsEnvironment:
     def command_line(self, command: str, cwd: str) -> str:
         """What the shell tool runs: the command itself (so a policy sees exactly it), preceded by
         the exports of `env` and a `cd` when there are some, or handed to `interpreter`."""
-        exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in self.config.env.items() if name.isidentifier())
+        exports = "".join(
+            f"export {name}={shlex.quote(value)}\n" for name, value in self.config.env.items() if name.isidentifier()
+        )
         place = cwd or self.config.cwd
         enter = f"cd -- {shlex.quote(place)} || exit 1\n" if place else ""
-        run = " ".join([*map(shlex.quote, self.config.interpreter), shlex.quote(command)]) if self.config.interpreter else command
+        run = (
+            " ".join([*map(shlex.quote, self.config.interpreter), shlex.quote(command)])
+            if self.config.interpreter
+            else command
+        )
         return f"{exports}{enter}{run}"
 
     def execute(self, action: dict[str, Any], cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
@@ -78,7 +96,11 @@ class OpenAgentsEnvironment:
         output: dict[str, Any]
         try:
             result = self.sandbox.shell(self.command_line(str(command), cwd), timeout=seconds)
-            output = {"output": visible(result.output), "returncode": result.exit_code if result.exit_code is not None else -1, "exception_info": ""}
+            output = {
+                "output": visible(result.output),
+                "returncode": result.exit_code if result.exit_code is not None else -1,
+                "exception_info": "",
+            }
         except ToolError as err:
             if err.type is ErrorType.TIMEOUT:
                 info = f"The command timed out after {seconds} s and was killed with everything it started."
@@ -86,8 +108,12 @@ class OpenAgentsEnvironment:
                 info = f"The sandbox's policy refused the command: {err.message}"
             else:
                 info = f"An error occurred while executing the command: {err.type.value}: {err.message}"
-            output = {"output": visible(err.output), "returncode": -1, "exception_info": visible(info),
-                      "extra": {"exception_type": err.type.value, "exception": err.message}}
+            output = {
+                "output": visible(err.output),
+                "returncode": -1,
+                "exception_info": visible(info),
+                "extra": {"exception_type": err.type.value, "exception": err.message},
+            }
         self._check_finished(output)
         return output
 
@@ -95,15 +121,23 @@ class OpenAgentsEnvironment:
         lines = output.get("output", "").lstrip().splitlines(keepends=True)
         if lines and lines[0].strip() == _FINISH and output["returncode"] == 0:
             submission = "".join(lines[1:])
-            raise Submitted({"role": "exit", "content": submission, "extra": {"exit_status": "Submitted", "submission": submission}})
+            raise Submitted(
+                {"role": "exit", "content": submission, "extra": {"exit_status": "Submitted", "submission": submission}}
+            )
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**self.config.model_dump(), **self._uname, "session_id": self.sandbox.id, **kwargs}
 
     def serialize(self) -> dict[str, Any]:
-        return {"info": {"config": {"environment": self.config.model_dump(mode="json"),
-                                    "environment_type": f"{type(self).__module__}.{type(self).__name__}",
-                                    "session_id": self.sandbox.id}}}
+        return {
+            "info": {
+                "config": {
+                    "environment": self.config.model_dump(mode="json"),
+                    "environment_type": f"{type(self).__module__}.{type(self).__name__}",
+                    "session_id": self.sandbox.id,
+                }
+            }
+        }
 
     def cleanup(self) -> None:
         """Remove the box (and its egress gate); the session record stays (`oa-sandbox sessions`)."""

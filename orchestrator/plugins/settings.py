@@ -1,6 +1,7 @@
 """The box settings every plug-in's config takes: SandboxOptions' fields of the same names, so a
 harness's config file can set the image, the container runtime, limits, egress and policies the way
 the CLI's flags do, and each plug-in hands them to the public API the same way."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ code that takes any such config by duck typing, and programs build the deploymen
 path (docs/api.md, SWE-ReX). Without a `workspace`, the box works on an empty private directory
 (copy mode) removed at `stop`, like SWE-ReX's own docker deployment starts from a clean image.
 """
+
 from __future__ import annotations
 
 import logging
@@ -90,13 +91,22 @@ class OpenAgentsDeployment(AbstractDeployment):
         if config.workspace is None:
             self._scratch = Path(tempfile.mkdtemp(prefix="oa-swerex-"))
         workspace = self._scratch or Path(config.workspace or ".")
-        box = AsyncSandbox(workspace, mode="copy" if self._scratch else config.mode, auto_approve=config.auto_approve, approve="ask",
-                           policy_files=config.policy_paths(), kind="swerex", **config.box_options())
+        box = AsyncSandbox(
+            workspace,
+            mode="copy" if self._scratch else config.mode,
+            auto_approve=config.auto_approve,
+            approve="ask",
+            policy_files=config.policy_paths(),
+            kind="swerex",
+            **config.box_options(),
+        )
         try:
             await box.open()
         except OpenAgentsError as err:
             self._remove_scratch()
-            raise DeploymentStartupError(f"the openagents sandbox did not start: {err.type.value}: {err.message}") from err
+            raise DeploymentStartupError(
+                f"the openagents sandbox did not start: {err.type.value}: {err.message}"
+            ) from err
         except BaseException:
             self._remove_scratch()
             raise

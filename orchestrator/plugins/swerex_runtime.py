@@ -16,6 +16,7 @@ NonZeroExitCodeError, BashIncorrectSyntaxError, SessionExistsError, SessionDoesN
 NoExitCodeError) and Python's for files (FileNotFoundError, PermissionError, IsADirectoryError), plus
 the typed ones below, all `SwerexException`s.
 """
+
 from __future__ import annotations
 
 import logging
@@ -108,7 +109,9 @@ def _file_error(err: BoxFailure, path: str) -> Exception:
     if error is not None:
         return error
     if err.kind == "limit":
-        return OutputLimitError(ErrorType.FILE_TOO_LARGE, f"{path}: over the host's bound of {MAX_OUTPUT_BYTES} bytes ({err.message})")
+        return OutputLimitError(
+            ErrorType.FILE_TOO_LARGE, f"{path}: over the host's bound of {MAX_OUTPUT_BYTES} bytes ({err.message})"
+        )
     return OSError(f"{path}: {err.message}")
 
 
@@ -141,7 +144,9 @@ class OpenAgentsRuntime(AbstractRuntime):
             result = await self.box.shell("true", timeout=_seconds(timeout, 30))
         except OpenAgentsError as err:
             return IsAliveResponse(is_alive=False, message=f"{err.type.value}: {visible(err.message)}")
-        return IsAliveResponse(is_alive=result.exit_code == 0, message="" if result.exit_code == 0 else "the box did not answer")
+        return IsAliveResponse(
+            is_alive=result.exit_code == 0, message="" if result.exit_code == 0 else "the box did not answer"
+        )
 
     # -- sessions ----------------------------------------------------------------------------------
     async def create_session(self, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
@@ -153,7 +158,9 @@ class OpenAgentsRuntime(AbstractRuntime):
         output = ""
         if request.startup_source:
             sources = "\n".join(f"source {path}" for path in request.startup_source)
-            action = BashAction(command=sources, session=request.session, timeout=max(request.startup_timeout, 10), check="silent")
+            action = BashAction(
+                command=sources, session=request.session, timeout=max(request.startup_timeout, 10), check="silent"
+            )
             output = (await self.run_in_session(action)).output
         return CreateBashSessionResponse(output=output)
 
@@ -166,22 +173,31 @@ class OpenAgentsRuntime(AbstractRuntime):
             # nothing outlives a call: a command that timed out was killed with all it started
             return BashObservation(output="", exit_code=0)
         if action.is_interactive_command or action.is_interactive_quit or action.expect:
-            raise InteractiveUnsupportedError(ErrorType.INVALID_ARGUMENTS, "interactive commands and expect patterns are not supported: "
-                                              "each call of an openagents session runs to its end (docs/api.md, SWE-ReX)")
+            raise InteractiveUnsupportedError(
+                ErrorType.INVALID_ARGUMENTS,
+                "interactive commands and expect patterns are not supported: "
+                "each call of an openagents session runs to its end (docs/api.md, SWE-ReX)",
+            )
         seconds = _seconds(action.timeout, MAX_SESSION_TIMEOUT_S)
-        result = await self._shell(session_command(action.command, self.sessions[action.session]), seconds, action.command)
+        result = await self._shell(
+            session_command(action.command, self.sessions[action.session]), seconds, action.command
+        )
         output = visible(_ANSI.sub("", result.output))
         lines = output.rstrip("\n").rsplit("\n", 1)
         if result.exit_code == 2 and lines[-1] == SYNTAX_MARK:
             text = lines[0] if len(lines) == 2 else ""
-            raise BashIncorrectSyntaxError(f"Error (exit code 2) while checking bash command \n{action.command!r}\n---- Stderr ----\n{text}",
-                                           extra_info={"bash_stdout": "", "bash_stderr": text})
+            raise BashIncorrectSyntaxError(
+                f"Error (exit code 2) while checking bash command \n{action.command!r}\n---- Stderr ----\n{text}",
+                extra_info={"bash_stdout": "", "bash_stderr": text},
+            )
         if action.check == "ignore":
             return BashObservation(output=output, exit_code=None)
         if result.exit_code is None and action.check == "raise":
             raise NoExitCodeError(f"no exit code for command {action.command!r}")
         if action.check == "raise" and result.exit_code != 0:
-            message = f"Command {action.command!r} failed with exit code {result.exit_code}. Here is the output:\n{output!r}"
+            message = (
+                f"Command {action.command!r} failed with exit code {result.exit_code}. Here is the output:\n{output!r}"
+            )
             raise NonZeroExitCodeError(f"{action.error_msg}: {message}" if action.error_msg else message)
         return BashObservation(output=output, exit_code=result.exit_code)
 
@@ -191,9 +207,11 @@ class OpenAgentsRuntime(AbstractRuntime):
         except ToolError as err:
             if err.type is ErrorType.TIMEOUT:
                 partial = visible(_ANSI.sub("", err.output))[-2000:]
-                raise CommandTimeoutError(f"timeout after {seconds} seconds while running command {shown!r} "
-                                          f"(killed with everything it started; the session's state is the one before it). "
-                                          f"Output so far:\n{partial}") from None
+                raise CommandTimeoutError(
+                    f"timeout after {seconds} seconds while running command {shown!r} "
+                    f"(killed with everything it started; the session's state is the one before it). "
+                    f"Output so far:\n{partial}"
+                ) from None
             raise _translate(err) from None
         except OpenAgentsError as err:
             raise _translate(err) from None
@@ -210,14 +228,25 @@ class OpenAgentsRuntime(AbstractRuntime):
     async def execute(self, command: Command) -> CommandResponse:
         argv: list[str]
         if command.shell:
-            argv = ["/bin/sh", "-c", command.command] if isinstance(command.command, str) else ["/bin/sh", "-c", *command.command]
+            argv = (
+                ["/bin/sh", "-c", command.command]
+                if isinstance(command.command, str)
+                else ["/bin/sh", "-c", *command.command]
+            )
         else:
             argv = [command.command] if isinstance(command.command, str) else list(command.command)
         if not argv or not all(isinstance(a, str) for a in argv):
             raise OpenAgentsRuntimeError(ErrorType.INVALID_ARGUMENTS, "execute: an empty command")
         seconds = clamp_timeout(command.timeout)
-        request = {"op": "exec", "cmd": argv, "cwd": command.cwd, "env": dict(command.env or {}), "timeout": seconds,
-                   "limit": MAX_OUTPUT_BYTES, "merge": command.merge_output_streams}
+        request = {
+            "op": "exec",
+            "cmd": argv,
+            "cwd": command.cwd,
+            "env": dict(command.env or {}),
+            "timeout": seconds,
+            "limit": MAX_OUTPUT_BYTES,
+            "merge": command.merge_output_streams,
+        }
         try:
             answer = await self._program(request, seconds)
             stdout = await self.program.fetch(answer.get("stdout"), MAX_OUTPUT_BYTES)
@@ -226,13 +255,20 @@ class OpenAgentsRuntime(AbstractRuntime):
             raise _file_error(err, argv[0]) from None
         except OpenAgentsError as err:
             raise _translate(err) from None
-        response = CommandResponse(stdout=stdout.decode(errors="backslashreplace"), stderr=stderr.decode(errors="backslashreplace"),
-                                   exit_code=answer.get("rc") if isinstance(answer.get("rc"), int) else None)
+        response = CommandResponse(
+            stdout=stdout.decode(errors="backslashreplace"),
+            stderr=stderr.decode(errors="backslashreplace"),
+            exit_code=answer.get("rc") if isinstance(answer.get("rc"), int) else None,
+        )
         if answer.get("timed_out") is True:
-            raise CommandTimeoutError(f"Timeout ({seconds}s) exceeded while running command (killed with everything it started)")
+            raise CommandTimeoutError(
+                f"Timeout ({seconds}s) exceeded while running command (killed with everything it started)"
+            )
         if command.check and response.exit_code != 0:
-            message = (f"Command {command.command!r} failed with exit code {response.exit_code}. "
-                       f"Stdout:\n{visible(response.stdout[-2000:])!r}\nStderr:\n{visible(response.stderr[-2000:])!r}")
+            message = (
+                f"Command {command.command!r} failed with exit code {response.exit_code}. "
+                f"Stdout:\n{visible(response.stdout[-2000:])!r}\nStderr:\n{visible(response.stderr[-2000:])!r}"
+            )
             raise NonZeroExitCodeError(f"{command.error_msg}: {message}" if command.error_msg else message)
         return response
 
@@ -319,5 +355,8 @@ def _walk(source: Path) -> tuple[list[tuple[str, bytes, int]], list[str] | None]
 
 def _bound(entries: int, size: int) -> None:
     if entries > MAX_UPLOAD_FILES or size > MAX_UPLOAD_BYTES:
-        raise OutputLimitError(ErrorType.FILE_TOO_LARGE, f"upload over the bound of {MAX_UPLOAD_FILES} entries or "
-                                                            f"{MAX_UPLOAD_BYTES // (1024 * 1024)} MiB: nothing was written")
+        raise OutputLimitError(
+            ErrorType.FILE_TOO_LARGE,
+            f"upload over the bound of {MAX_UPLOAD_FILES} entries or "
+            f"{MAX_UPLOAD_BYTES // (1024 * 1024)} MiB: nothing was written",
+        )

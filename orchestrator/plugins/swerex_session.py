@@ -12,6 +12,7 @@ bash, and the host never reads, parses or executes it. The command itself travel
 quoted here-document, so the transcript and a policy see exactly what SWE-ReX asked for, with a
 fixed prologue and epilogue that hold no caller data but the state file's random name.
 """
+
 from __future__ import annotations
 
 import shlex
@@ -21,15 +22,20 @@ STATE_DIR = "/tmp/.oa-swerex"  # the box's tmpfs: never in the workspace, never 
 SYNTAX_MARK = "OA-SWEREX-SYNTAX-ERROR"
 
 # Shell variables bash owns or computes: restoring them would fail or lie.
-_SKIP = ("__oa_*|BASH*|SHELLOPTS|EUID|UID|PPID|SHLVL|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|FUNCNAME|GROUPS|DIRSTACK|"
-         "PIPESTATUS|EPOCHREALTIME|EPOCHSECONDS|_|PWD|OPTIND|OPTARG|COLUMNS|LINES|COMP_*")
+_SKIP = (
+    "__oa_*|BASH*|SHELLOPTS|EUID|UID|PPID|SHLVL|RANDOM|SRANDOM|SECONDS|LINENO|HISTCMD|FUNCNAME|GROUPS|DIRSTACK|"
+    "PIPESTATUS|EPOCHREALTIME|EPOCHSECONDS|_|PWD|OPTIND|OPTARG|COLUMNS|LINES|COMP_*"
+)
 
 # $1: the state file, $2: the command. `bash -n` first, as SWE-ReX's BashSession checks syntax
 # before it runs anything (BashIncorrectSyntaxError), then the command at the top level of the
 # script, so `cd`, `export` and assignments stay in this shell for the dump.
-RUNNER = r"""__oa_state=$1 __oa_cmd=$2; set --
+RUNNER = (
+    r"""__oa_state=$1 __oa_cmd=$2; set --
 if [ -f "$__oa_state" ]; then . "$__oa_state" >/dev/null 2>&1; fi
-if ! __oa_syntax=$(bash -n -c "$__oa_cmd" 2>&1); then printf '%s\n%s\n' "$__oa_syntax" '""" + SYNTAX_MARK + r"""'; exit 2; fi
+if ! __oa_syntax=$(bash -n -c "$__oa_cmd" 2>&1); then printf '%s\n%s\n' "$__oa_syntax" '"""
+    + SYNTAX_MARK
+    + r"""'; exit 2; fi
 __oa_dump() {
   __oa_rc=$?
   trap - EXIT
@@ -37,7 +43,9 @@ __oa_dump() {
   {
     printf 'cd -- %q\n' "$PWD"
     for __oa_n in $(compgen -v); do
-      case $__oa_n in """ + _SKIP + r""") ;; *) declare -p "$__oa_n" 2>/dev/null ;; esac
+      case $__oa_n in """
+    + _SKIP
+    + r""") ;; *) declare -p "$__oa_n" 2>/dev/null ;; esac
     done
     for __oa_n in $(compgen -A function); do
       case $__oa_n in __oa_*) ;; *) declare -f "$__oa_n" ;; esac
@@ -49,6 +57,7 @@ __oa_dump() {
 trap __oa_dump EXIT
 eval "$__oa_cmd"
 """
+)
 
 
 def new_state_path() -> str:
@@ -62,5 +71,7 @@ def session_command(command: str, state: str) -> str:
     delimiter = f"OA_SWEREX_{uuid.uuid4().hex}"
     while delimiter in command:  # pragma: no cover - a 128-bit collision
         delimiter = f"OA_SWEREX_{uuid.uuid4().hex}"
-    return (f"OA_SWEREX_CMD=$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\n"
-            f"exec bash --noprofile --norc -c {shlex.quote(RUNNER)} bash {shlex.quote(state)} \"$OA_SWEREX_CMD\"")
+    return (
+        f"OA_SWEREX_CMD=$(cat <<'{delimiter}'\n{command}\n{delimiter}\n)\n"
+        f'exec bash --noprofile --norc -c {shlex.quote(RUNNER)} bash {shlex.quote(state)} "$OA_SWEREX_CMD"'
+    )

@@ -6,6 +6,7 @@ Everything that comes back is the box's: the answer line is bounded by the shell
 parsed with a depth bound, checked field by field; staged payloads are read one bounded line at a
 time, strictly base64, and never past the size the host allows; a raw one (the bytes API's) is
 read in bounded pieces, at most the size the host allows."""
+
 from __future__ import annotations
 
 import base64
@@ -93,7 +94,7 @@ class BoxProgram:
         if line is None:
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, f"the box program gave no answer (exit {result.exit_code})")
         try:
-            answer = loads(line[len(_MARK):], max_depth=4)
+            answer = loads(line[len(_MARK) :], max_depth=4)
         except (ValueError, RecursionError):
             answer = None
         if not isinstance(answer, dict):
@@ -101,7 +102,11 @@ class BoxProgram:
         if "error" in answer:
             size = answer.get("size")
             # the box's words: bounded, and escaped (a harness prints exceptions to its terminal and logs)
-            raise BoxFailure(str(answer["error"])[:40], visible(str(answer.get("message", ""))[:2000]), size if isinstance(size, int) else 0)
+            raise BoxFailure(
+                str(answer["error"])[:40],
+                visible(str(answer.get("message", ""))[:2000]),
+                size if isinstance(size, int) else 0,
+            )
         return answer
 
     async def fetch(self, spec: Any, limit: int) -> bytes:
@@ -114,7 +119,13 @@ class BoxProgram:
         if "raw" in spec:
             return await self._fetch_raw(spec, limit)
         name, lines, size = spec.get("staged"), spec.get("lines"), spec.get("size")
-        if not isinstance(name, str) or not isinstance(lines, int) or not isinstance(size, int) or "/" in name or name.startswith("."):
+        if (
+            not isinstance(name, str)
+            or not isinstance(lines, int)
+            or not isinstance(size, int)
+            or "/" in name
+            or name.startswith(".")
+        ):
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload is malformed")
         if size > limit or lines > (4 * limit) // (3 * 48000) + 2:
             raise BoxFailure("limit", f"{size} bytes", size)
@@ -129,7 +140,6 @@ class BoxProgram:
         if len(data) != size:
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the box program's payload does not match its size")
         return data
-
 
     async def _fetch_raw(self, spec: dict[str, Any], limit: int) -> bytes:
         name, size = spec.get("raw"), spec.get("size")

@@ -4,6 +4,7 @@ On any wire only `allow_once` and `reject_once` exist. Approving a kind for the 
 (`a` at the terminal), or a shell command's prefix (`A`, policy/prefix.py), is the client's own
 policy: it is remembered here, never sent anywhere.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,7 +80,8 @@ class NonInteractiveApprover:
 
     def ask(self, request: ApprovalRequest) -> Answer:
         return Answer(
-            option=PermissionOption.REJECT_ONCE, executor=Executor.OPENAGENTS,
+            option=PermissionOption.REJECT_ONCE,
+            executor=Executor.OPENAGENTS,
             reason=f"non-interactive session: {request.action} needs approval ({request.level.value}); allow it in a policy file",
         )
 
@@ -140,19 +142,31 @@ class TerminalApprover:
                 click.echo(f"  {hint} ({', '.join(choices)}): ", nl=False, err=True)
                 line = sys.stdin.readline()  # Ctrl-C raises KeyboardInterrupt here, and it goes up
                 if not line:  # stdin closed: nobody can answer
-                    return Answer(option=PermissionOption.REJECT_ONCE, reason="rejected: the terminal's input was closed")
+                    return Answer(
+                        option=PermissionOption.REJECT_ONCE, reason="rejected: the terminal's input was closed"
+                    )
                 parsed = parse_answer(line, choices)
                 if parsed is not None:
                     break
                 click.echo(f"  Error: answer {' or '.join(choices)}", err=True)
         key, reason = parsed
         if key == "n":
-            return Answer(option=PermissionOption.REJECT_ONCE, reason=f"rejected at the terminal: {reason}" if reason else "rejected at the terminal")
+            return Answer(
+                option=PermissionOption.REJECT_ONCE,
+                reason=f"rejected at the terminal: {reason}" if reason else "rejected at the terminal",
+            )
         if key == "a":
-            return Answer(option=PermissionOption.ALLOW_ONCE, remember_for_session=True, reason=f"approved at the terminal for every {request.kind} this session")
+            return Answer(
+                option=PermissionOption.ALLOW_ONCE,
+                remember_for_session=True,
+                reason=f"approved at the terminal for every {request.kind} this session",
+            )
         if key == "A":
-            return Answer(option=PermissionOption.ALLOW_ONCE, remember_prefix=True,
-                          reason=f"approved at the terminal for every command starting `{request.command_prefix}` this session")
+            return Answer(
+                option=PermissionOption.ALLOW_ONCE,
+                remember_prefix=True,
+                reason=f"approved at the terminal for every command starting `{request.command_prefix}` this session",
+            )
         return Answer(option=PermissionOption.ALLOW_ONCE, reason="approved at the terminal")
 
 
@@ -166,8 +180,13 @@ class ApprovalGate:
     A shell prefix is offered only for a sandbox command the default ladder asks about: a policy
     rule that says `ask` means every time, and a host-side tool is never approved wholesale."""
 
-    def __init__(self, ladder: Ladder, approver: Approver, auto_approve: bool = False,
-                 preview: Callable[[PreparedCall], Preview | None] | None = None) -> None:
+    def __init__(
+        self,
+        ladder: Ladder,
+        approver: Approver,
+        auto_approve: bool = False,
+        preview: Callable[[PreparedCall], Preview | None] | None = None,
+    ) -> None:
         self.ladder = ladder
         self.approver = approver
         self.auto_approve = auto_approve
@@ -181,33 +200,73 @@ class ApprovalGate:
         terminal, an editor over ACP) are asked; anything else (CI, MCP) never widens egress, and
         --auto-approve does not answer this question."""
         if getattr(self.approver, "asks_egress", False) is not True:
-            return ApprovalOutcome(allowed=False, decision="refused", level=Level.ASK_ONCE, executor=Executor.OPENAGENTS,
-                                   reason="egress is widened only by a person, in an interactive session")
-        request = ApprovalRequest(call_id=call_id, tool="egress", kind="egress", action=f"egress {what}", level=Level.ASK_ONCE,
-                                  title=f"the egress gate refused {what} (no rule allows it): allow it?", arguments=arguments)
+            return ApprovalOutcome(
+                allowed=False,
+                decision="refused",
+                level=Level.ASK_ONCE,
+                executor=Executor.OPENAGENTS,
+                reason="egress is widened only by a person, in an interactive session",
+            )
+        request = ApprovalRequest(
+            call_id=call_id,
+            tool="egress",
+            kind="egress",
+            action=f"egress {what}",
+            level=Level.ASK_ONCE,
+            title=f"the egress gate refused {what} (no rule allows it): allow it?",
+            arguments=arguments,
+        )
         answer = self.approver.ask(request)
         allowed = answer.option == PermissionOption.ALLOW_ONCE
-        decision = ("approved_for_session" if answer.remember_for_session else "allow_once") if allowed else answer.option.value
-        return ApprovalOutcome(allowed=allowed, decision=decision, level=Level.ASK_ONCE, executor=answer.executor,
-                               reason=answer.reason or "asked to widen egress")
+        decision = (
+            ("approved_for_session" if answer.remember_for_session else "allow_once")
+            if allowed
+            else answer.option.value
+        )
+        return ApprovalOutcome(
+            allowed=allowed,
+            decision=decision,
+            level=Level.ASK_ONCE,
+            executor=answer.executor,
+            reason=answer.reason or "asked to widen egress",
+        )
 
     def decide(self, prepared: PreparedCall) -> ApprovalOutcome:
         level, reason = self.ladder.level(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
         if level == Level.AUTOMATIC:
-            return ApprovalOutcome(allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason)
+            return ApprovalOutcome(
+                allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason
+            )
         if level == Level.REFUSE:
-            return ApprovalOutcome(allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason)
+            return ApprovalOutcome(
+                allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason
+            )
         if level == Level.ASK_ONCE and prepared.kind in self.session_approved:
-            return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
-                                   reason=f"{prepared.kind} approved for this session")
+            return ApprovalOutcome(
+                allowed=True,
+                decision="approved_for_session",
+                level=level,
+                executor=Executor.USER,
+                reason=f"{prepared.kind} approved for this session",
+            )
         offered = self._prefix_offered(prepared)
         covering = allowed_by(self.session_prefixes, prepared.command) if offered else None
         if covering is not None:
-            return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
-                                   reason=f"commands starting `{covering}` approved for this session")
+            return ApprovalOutcome(
+                allowed=True,
+                decision="approved_for_session",
+                level=level,
+                executor=Executor.USER,
+                reason=f"commands starting `{covering}` approved for this session",
+            )
         if self.auto_approve and prepared.spec.side == "sandbox":
-            return ApprovalOutcome(allowed=True, decision="auto_approved", level=level, executor=Executor.USER,
-                                   reason=f"--auto-approve: runs inside the sandbox ({reason})")
+            return ApprovalOutcome(
+                allowed=True,
+                decision="auto_approved",
+                level=level,
+                executor=Executor.USER,
+                reason=f"--auto-approve: runs inside the sandbox ({reason})",
+            )
         preview = None
         if self.preview is not None and shows_diffs(self.approver):
             try:
@@ -215,9 +274,15 @@ class ApprovalGate:
             except Exception:  # noqa: BLE001 - a preview is a courtesy; the question is asked without it
                 preview = None
         request = ApprovalRequest(
-            call_id=prepared.call.id, tool=prepared.spec.name, kind=prepared.kind, action=prepared.action,
-            level=level, title=prepared.title, arguments=prepared.arguments(),
-            diff=preview.text if preview else None, diff_note=preview.note if preview else None,
+            call_id=prepared.call.id,
+            tool=prepared.spec.name,
+            kind=prepared.kind,
+            action=prepared.action,
+            level=level,
+            title=prepared.title,
+            arguments=prepared.arguments(),
+            diff=preview.text if preview else None,
+            diff_note=preview.note if preview else None,
             command_prefix=shell_prefix(prepared.command) if offered and prepared.command is not None else None,
         )
         answer = self.approver.ask(request)
@@ -229,7 +294,9 @@ class ApprovalGate:
             self.session_prefixes.add(request.command_prefix)
             remembered = True
         decision = "approved_for_session" if remembered else answer.option.value
-        return ApprovalOutcome(allowed=allowed, decision=decision, level=level, executor=answer.executor, reason=answer.reason or reason)
+        return ApprovalOutcome(
+            allowed=allowed, decision=decision, level=level, executor=answer.executor, reason=answer.reason or reason
+        )
 
     def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
         """Whether a copy's changes may land in the real workspace: the one decision every landing
@@ -240,26 +307,55 @@ class ApprovalGate:
         nobody in CI: refused). --auto-approve never answers it: the landing is on the host."""
         level, reason = self.ladder.level(LAND_TOOL, LAND_KIND, LAND_ACTION)
         if level == Level.AUTOMATIC:
-            return ApprovalOutcome(allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason)
+            return ApprovalOutcome(
+                allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason
+            )
         if level == Level.REFUSE:
-            return ApprovalOutcome(allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason)
+            return ApprovalOutcome(
+                allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason
+            )
         if requested:
-            return ApprovalOutcome(allowed=True, decision="allow_once", level=level, executor=Executor.USER,
-                                   reason=f"asked for by the user's own command ({requested}); {reason}")
+            return ApprovalOutcome(
+                allowed=True,
+                decision="allow_once",
+                level=level,
+                executor=Executor.USER,
+                reason=f"asked for by the user's own command ({requested}); {reason}",
+            )
         if level == Level.ASK_ONCE and LAND_KIND in self.session_approved:
-            return ApprovalOutcome(allowed=True, decision="approved_for_session", level=level, executor=Executor.USER,
-                                   reason=f"{LAND_KIND} approved for this session")
-        request = ApprovalRequest(call_id=LAND_ACTION, tool=LAND_TOOL, kind=LAND_KIND, action=LAND_ACTION, level=level,
-                                  title="land the private copy's changes in the real workspace", arguments={})
+            return ApprovalOutcome(
+                allowed=True,
+                decision="approved_for_session",
+                level=level,
+                executor=Executor.USER,
+                reason=f"{LAND_KIND} approved for this session",
+            )
+        request = ApprovalRequest(
+            call_id=LAND_ACTION,
+            tool=LAND_TOOL,
+            kind=LAND_KIND,
+            action=LAND_ACTION,
+            level=level,
+            title="land the private copy's changes in the real workspace",
+            arguments={},
+        )
         answer = self.approver.ask(request)
         allowed = answer.option == PermissionOption.ALLOW_ONCE
         remembered = allowed and answer.remember_for_session and level == Level.ASK_ONCE
         if remembered:
             self.session_approved.add(LAND_KIND)
-        return ApprovalOutcome(allowed=allowed, decision="approved_for_session" if remembered else answer.option.value, level=level,
-                               executor=answer.executor, reason=answer.reason or reason)
+        return ApprovalOutcome(
+            allowed=allowed,
+            decision="approved_for_session" if remembered else answer.option.value,
+            level=level,
+            executor=answer.executor,
+            reason=answer.reason or reason,
+        )
 
     def _prefix_offered(self, prepared: PreparedCall) -> bool:
         if prepared.command is None or prepared.spec.side != "sandbox":
             return False
-        return not any(rule.matches(prepared.spec.name, prepared.kind, prepared.action, prepared.command) for rule in self.ladder.rules)
+        return not any(
+            rule.matches(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
+            for rule in self.ladder.rules
+        )

@@ -15,6 +15,7 @@ The admin's pinned files are never dropped: whatever the admin file says today, 
 OA_ADMIN_POLICY points, its levels and denies as pinned at the start hold for the session's life.
 Each floor kept, and each dropped, is said with the file it came from.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -48,15 +49,22 @@ class Floors:
         self.egress: list[EgressRule] = []
 
 
-def pinned_floors(resumed: SessionRecord | None, files: list[str], given: list[tuple[Source, PolicyFile]],
-                  admin_now: Source | None, say: Callable[[str], None] = pins.say_line) -> Floors:
+def pinned_floors(
+    resumed: SessionRecord | None,
+    files: list[str],
+    given: list[tuple[Source, PolicyFile]],
+    admin_now: Source | None,
+    say: Callable[[str], None] = pins.say_line,
+) -> Floors:
     """`files`: the user's policy files named now; `given`: them as loaded (Source, PolicyFile);
     `admin_now`: the admin file read now (None: none). What the resumed session's pins still refuse."""
     floors = Floors()
     if resumed is None:
         return floors
     named = {str(Path(f).resolve()) for f in files}
-    own = [(source, policy) for source, policy in given if not source.box_reach]  # the user's own word, beyond the box's reach
+    own = [
+        (source, policy) for source, policy in given if not source.box_reach
+    ]  # the user's own word, beyond the box's reach
     now_digest = pins.sha256(admin_now.raw) if admin_now is not None else None
     seen: set[tuple[str, str]] = set()
     for pin in resumed.pins:
@@ -75,7 +83,9 @@ def _parsed(resumed: SessionRecord, pin: Pin, tier: Tier | None) -> PolicyFile:
 
 
 def _held(policy: PolicyFile) -> tuple[list[PolicyRule], list[EgressRule]]:
-    rules = [rule for rule in policy.rules if rule.decision == Decision.DENY]  # the level's own rules (access_rules) are denies
+    rules = [
+        rule for rule in policy.rules if rule.decision == Decision.DENY
+    ]  # the level's own rules (access_rules) are denies
     egress = [rule for rule in (policy.egress.rules if policy.egress else []) if rule.action == "deny"]
     return rules, egress
 
@@ -94,12 +104,15 @@ def _admin_floor(resumed: SessionRecord, pin: Pin, floors: Floors, say: Callable
     if rules or egress:
         floors.rules += rules
         floors.egress += egress
-        say(f"admin policy {pin.path} as pinned at session {resumed.id}'s start still holds on resume: {_what(rules, egress)} "
-            "(the admin's word is never dropped)")
+        say(
+            f"admin policy {pin.path} as pinned at session {resumed.id}'s start still holds on resume: {_what(rules, egress)} "
+            "(the admin's word is never dropped)"
+        )
 
 
-def _user_floor(resumed: SessionRecord, pin: Pin, own: list[tuple[Source, PolicyFile]], floors: Floors,
-                say: Callable[[str], None]) -> None:
+def _user_floor(
+    resumed: SessionRecord, pin: Pin, own: list[tuple[Source, PolicyFile]], floors: Floors, say: Callable[[str], None]
+) -> None:
     rules, egress = _held(_parsed(resumed, pin, None))
     setter = next(((s, p) for s, p in own if p.workspace_access is not None), None)
     kept_rules: list[PolicyRule] = []
@@ -108,17 +121,31 @@ def _user_floor(resumed: SessionRecord, pin: Pin, own: list[tuple[Source, Policy
     for rule in rules:
         if rule._access is not None:
             if setter is not None:
-                dropped.append(f"workspace_access = {rule._access.value} (the policy {setter[0].path} sets {_level_word(setter[1])})")
+                dropped.append(
+                    f"workspace_access = {rule._access.value} (the policy {setter[0].path} sets {_level_word(setter[1])})"
+                )
                 continue
         else:
-            lifting = next((s for s, p in own for r in p.rules if r.decision != Decision.DENY and _rule_key(r) == _rule_key(rule)), None)
+            lifting = next(
+                (s for s, p in own for r in p.rules if r.decision != Decision.DENY and _rule_key(r) == _rule_key(rule)),
+                None,
+            )
             if lifting is not None:
-                dropped.append(f"a deny rule (the policy {lifting.path} has a rule for the same call that does not deny)")
+                dropped.append(
+                    f"a deny rule (the policy {lifting.path} has a rule for the same call that does not deny)"
+                )
                 continue
         kept_rules.append(rule)
     for egress_rule in egress:
-        lifting = next((s for s, p in own for r in (p.egress.rules if p.egress else []) if r.action == "allow"
-                        and _egress_key(r) == _egress_key(egress_rule)), None)
+        lifting = next(
+            (
+                s
+                for s, p in own
+                for r in (p.egress.rules if p.egress else [])
+                if r.action == "allow" and _egress_key(r) == _egress_key(egress_rule)
+            ),
+            None,
+        )
         if lifting is not None:
             dropped.append(f"an egress deny rule (the policy {lifting.path} allows the same requests)")
             continue
@@ -127,7 +154,9 @@ def _user_floor(resumed: SessionRecord, pin: Pin, own: list[tuple[Source, Policy
     floors.egress += kept_egress
     start = f"policy {pin.path}, pinned at session {resumed.id}'s start and not given now"
     if kept_rules or kept_egress:
-        say(f"{start}, still holds on resume: {_what(kept_rules, kept_egress)}; a policy file you give lifts it only by saying so "
-            "(workspace_access itself; for a deny, a rule for the same tool, kind, action and command_prefix)")
+        say(
+            f"{start}, still holds on resume: {_what(kept_rules, kept_egress)}; a policy file you give lifts it only by saying so "
+            "(workspace_access itself; for a deny, a rule for the same tool, kind, action and command_prefix)"
+        )
     for line in dropped:
         say(f"{start}: {line}: no longer applies")

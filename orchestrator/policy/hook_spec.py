@@ -8,6 +8,7 @@ blocks decides. A workspace file's hooks run nothing unless a user or admin file
 `trust_workspace_hooks = true`; a command naming a file where the box can write is workspace
 content too (the box could rewrite it), under the same trust.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,22 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, 
 from ..programs.reach import reaches
 from ..tools.tooldef import KINDS
 
-EVENTS = ("BeforeTool", "AfterTool", "BeforeModel", "AfterModel", "BeforeToolSelection", "BeforeAgent", "AfterAgent",
-          "SessionStart", "SessionEnd", "PreCompress", "Notification")
-BEFORE = frozenset({"BeforeTool", "BeforeModel", "BeforeToolSelection", "BeforeAgent"})  # a failed hook here fails closed
+EVENTS = (
+    "BeforeTool",
+    "AfterTool",
+    "BeforeModel",
+    "AfterModel",
+    "BeforeToolSelection",
+    "BeforeAgent",
+    "AfterAgent",
+    "SessionStart",
+    "SessionEnd",
+    "PreCompress",
+    "Notification",
+)
+BEFORE = frozenset(
+    {"BeforeTool", "BeforeModel", "BeforeToolSelection", "BeforeAgent"}
+)  # a failed hook here fails closed
 DEFAULT_TIMEOUT_S = 60.0
 
 # What each event's matcher is matched against: a tool call's name (and its kind and command), or
@@ -64,9 +78,15 @@ def filter_test(event: str, key: str, value: str | None) -> re.Pattern[str] | st
     try:
         return re.compile(value)
     except (re.error, RecursionError, OverflowError):
-        what = ("a regular expression the tool's name matches whole (e.g. 'write_file|edit_file', 'mcp__github__.*')"
-                if event in TOOL_EVENTS else "a regular expression the trigger matches whole (e.g. 'startup|resume')") \
-            if key == "matcher" else "a regular expression searched in a shell call's command"
+        what = (
+            (
+                "a regular expression the tool's name matches whole (e.g. 'write_file|edit_file', 'mcp__github__.*')"
+                if event in TOOL_EVENTS
+                else "a regular expression the trigger matches whole (e.g. 'startup|resume')"
+            )
+            if key == "matcher"
+            else "a regular expression searched in a shell call's command"
+        )
         raise ValueError(f"must be {what}, or '*' (every)") from None
 
 
@@ -115,7 +135,9 @@ class HookSpec(BaseModel):
     def _argv(cls, value: list[str] | str) -> list[str] | str:
         argv = split(value)
         if not argv or not argv[0] or len(argv) > 256 or any(len(a) > 4096 or "\x00" in a for a in argv):
-            raise ValueError("must be a non-empty argv list (or a string of words), at most 256 words of 4096 characters")
+            raise ValueError(
+                "must be a non-empty argv list (or a string of words), at most 256 words of 4096 characters"
+            )
         return value
 
     @field_validator("env", "secrets")
@@ -145,7 +167,9 @@ class HookSpec(BaseModel):
         hook._tier, hook._where, hook._position = tier, where, position
         return hook
 
-    def matches(self, tool: str | None = None, kind: str | None = None, command: str | None = None, trigger: str | None = None) -> bool:
+    def matches(
+        self, tool: str | None = None, kind: str | None = None, command: str | None = None, trigger: str | None = None
+    ) -> bool:
         """Whether this hook runs for a call (tool events: its name, kind, command) or a trigger, by
         filter_test's reading of each filter: the same the validator accepted."""
         name = filter_test(self.event, "matcher", self.matcher)
@@ -221,7 +245,9 @@ def _which(name: str, roots: list[Path]) -> str | None:
     return found_inside(name, roots)
 
 
-def in_force(specs: list[HookSpec], trusted: bool, workspace: Path, roots: list[Path]) -> tuple[list[HookSpec], list[str]]:
+def in_force(
+    specs: list[HookSpec], trusted: bool, workspace: Path, roots: list[Path]
+) -> tuple[list[HookSpec], list[str]]:
     """The hooks that run, in order (admin's, then the user's, then the workspace's; by `order`,
     then as written), and one line for each left out and why."""
     kept: list[HookSpec] = []
@@ -229,10 +255,14 @@ def in_force(specs: list[HookSpec], trusted: bool, workspace: Path, roots: list[
     for hook in specs:
         reach = names_box_file(hook, workspace, roots)
         if hook.tier <= 1 and not trusted:
-            dropped.append(f"{hook.label()}: a workspace file's hook runs nothing on the host unless a user policy says trust_workspace_hooks = true")
+            dropped.append(
+                f"{hook.label()}: a workspace file's hook runs nothing on the host unless a user policy says trust_workspace_hooks = true"
+            )
         elif reach is not None and not trusted:
-            dropped.append(f"{hook.label()}: its command names {reach!r}, where the sandbox can write; "
-                           "runs only with trust_workspace_hooks = true")
+            dropped.append(
+                f"{hook.label()}: its command names {reach!r}, where the sandbox can write; "
+                "runs only with trust_workspace_hooks = true"
+            )
         else:
             kept.append(hook)
     kept.sort(key=lambda h: (-h.tier, h.order))  # stable: files in the order read, hooks as written

@@ -5,6 +5,7 @@ matching rule decides; within a tier the strictest rule wins, so an admin can fo
 A workspace policy comes from the repository, which may be hostile: it can only tighten.
 Nothing here may be named like /bypass/i: such a file is refused when it loads.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -96,11 +97,34 @@ DEFAULT_BY_KIND = {
 
 
 def known_tools() -> list[str]:
-    return sorted({*catalog.TOOLS, LAND_TOOL, CHANGES_TOOL, ROLLBACK_TOOL, FORK_TOOL, READ_BYTES_TOOL, WRITE_BYTES_TOOL, *PROCESS_TOOLS})  # the built-in tools' names and the host-side ones' are what a rule can match
+    return sorted(
+        {
+            *catalog.TOOLS,
+            LAND_TOOL,
+            CHANGES_TOOL,
+            ROLLBACK_TOOL,
+            FORK_TOOL,
+            READ_BYTES_TOOL,
+            WRITE_BYTES_TOOL,
+            *PROCESS_TOOLS,
+        }
+    )  # the built-in tools' names and the host-side ones' are what a rule can match
 
 
 def known_actions() -> list[str]:
-    return sorted({*catalog.actions(), LAND_TOOL, LAND_ACTION, CHANGES_ACTION, ROLLBACK_ACTION, FORK_ACTION, READ_BYTES_TOOL, WRITE_BYTES_TOOL, *PROCESS_TOOLS})
+    return sorted(
+        {
+            *catalog.actions(),
+            LAND_TOOL,
+            LAND_ACTION,
+            CHANGES_ACTION,
+            ROLLBACK_ACTION,
+            FORK_ACTION,
+            READ_BYTES_TOOL,
+            WRITE_BYTES_TOOL,
+            *PROCESS_TOOLS,
+        }
+    )
 
 
 def rule_value(key: str, value: str | None) -> str | None:
@@ -118,12 +142,20 @@ def rule_value(key: str, value: str | None) -> str | None:
         return value
     allowed, mcp_form, open_words = {
         "kind": (sorted(DEFAULT_BY_KIND), None, ""),
-        "tool": (known_tools(), mcp_names.could_be_tool_name, ", or an MCP tool's whole name (mcp__<server>__<tool>: letters, digits, _ and -)"),
+        "tool": (
+            known_tools(),
+            mcp_names.could_be_tool_name,
+            ", or an MCP tool's whole name (mcp__<server>__<tool>: letters, digits, _ and -)",
+        ),
         "action": (known_actions(), mcp_names.could_be_action, ", or 'mcp <server>' for every tool of one MCP server"),
     }[key]
     if value in allowed or (mcp_form is not None and mcp_form(value)):
         return value
-    hint = "; a rule names one whole name, no pattern (leave the key out, or write '*', for every one)" if any(c in value for c in "*?[") else ""
+    hint = (
+        "; a rule names one whole name, no pattern (leave the key out, or write '*', for every one)"
+        if any(c in value for c in "*?[")
+        else ""
+    )
     raise ValueError(f"unknown {key}{did_you_mean(value, allowed)}; allowed: {', '.join(allowed)}{open_words}{hint}")
 
 
@@ -136,7 +168,9 @@ class PolicyRule(BaseModel):
     tool: str | None = Field(default=None, max_length=100, description="Tool name, e.g. shell.")
     kind: str | None = Field(default=None, max_length=100, description="ACP kind, e.g. edit.")
     action: str | None = Field(default=None, max_length=200, description="Finest key, e.g. 'git commit'.")
-    command_prefix: str | None = Field(default=None, max_length=4096, description="For shell: the command must start with this.")
+    command_prefix: str | None = Field(
+        default=None, max_length=4096, description="For shell: the command must start with this."
+    )
     decision: Decision
     tier: Tier = Tier.USER
     # Set only for the rules a file's workspace_access makes (access_rules), never from a file: such a
@@ -191,20 +225,36 @@ def deny_prefix_matches(prefix: str, command: str) -> bool:
 class EgressPolicy(BaseModel):
     model_config = ConfigDict(extra="forbid")
     allow: list[str] = Field(default_factory=list, description="Hosts the egress proxy may reach.")
-    allow_cidrs: list[str] = Field(default_factory=list, description="Admin only: private networks the proxy may reach.")
-    rules: list[EgressRule] = Field(default_factory=list, description="[[egress.rules]]: by host, port, method and path; first match wins.")
-    credentials: list[EgressCredential] = Field(default_factory=list, description="[[egress.credentials]]: injected by the gate (user or admin).")
-    upstream_ca: str | None = Field(default=None, description="Admin only: a PEM file the gate also trusts for re-originated TLS.")
+    allow_cidrs: list[str] = Field(
+        default_factory=list, description="Admin only: private networks the proxy may reach."
+    )
+    rules: list[EgressRule] = Field(
+        default_factory=list, description="[[egress.rules]]: by host, port, method and path; first match wins."
+    )
+    credentials: list[EgressCredential] = Field(
+        default_factory=list, description="[[egress.credentials]]: injected by the gate (user or admin)."
+    )
+    upstream_ca: str | None = Field(
+        default=None, description="Admin only: a PEM file the gate also trusts for re-originated TLS."
+    )
 
 
 class PolicyFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     tier: str = "user"
-    workspace_access: Access | None = Field(default=None, description="read-write | copy-only | read-only: the most restrictive in force wins.")
+    workspace_access: Access | None = Field(
+        default=None, description="read-write | copy-only | read-only: the most restrictive in force wins."
+    )
     rules: list[PolicyRule] = Field(default_factory=list)
     egress: EgressPolicy | None = None
-    hooks: list[HookSpec] = Field(default_factory=list, max_length=100, description="[[hooks]]: the user's programs at the loop's points (docs/hooks.md).")
-    trust_workspace_hooks: bool = Field(default=False, description="User or admin only: a workspace file's hooks may run on the host.")
+    hooks: list[HookSpec] = Field(
+        default_factory=list,
+        max_length=100,
+        description="[[hooks]]: the user's programs at the loop's points (docs/hooks.md).",
+    )
+    trust_workspace_hooks: bool = Field(
+        default=False, description="User or admin only: a workspace file's hooks may run on the host."
+    )
 
 
 def access_rules(level: Access | None, where: str, tier: Tier) -> list[PolicyRule]:
@@ -213,8 +263,12 @@ def access_rules(level: Access | None, where: str, tier: Tier) -> list[PolicyRul
     if level is None or level == Access.READ_WRITE:
         return []
     label = f"workspace_access = {level.value} ({tier.name.lower()} policy {where})"
-    rule = PolicyRule(id=label, decision=Decision.DENY, tier=tier,
-                      **({"kind": LAND_KIND} if level == Access.READ_ONLY else {"action": LAND_ACTION}))
+    rule = PolicyRule(
+        id=label,
+        decision=Decision.DENY,
+        tier=tier,
+        **({"kind": LAND_KIND} if level == Access.READ_ONLY else {"action": LAND_ACTION}),
+    )
     rule._access = level
     return [rule]
 
@@ -227,8 +281,14 @@ def access_of(rules: list[PolicyRule]) -> Access:
 
 POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
 POLICY_NAMES = ("policy.toml", "policy.yaml", "policy.yml")
-_KNOWN_KEYS = (frozenset(PolicyFile.model_fields) | frozenset(PolicyRule.model_fields) | frozenset(EgressPolicy.model_fields)
-               | frozenset(EgressRule.model_fields) | frozenset(EgressCredential.model_fields) | frozenset(HookSpec.model_fields))
+_KNOWN_KEYS = (
+    frozenset(PolicyFile.model_fields)
+    | frozenset(PolicyRule.model_fields)
+    | frozenset(EgressPolicy.model_fields)
+    | frozenset(EgressRule.model_fields)
+    | frozenset(EgressCredential.model_fields)
+    | frozenset(HookSpec.model_fields)
+)
 
 
 def _invalid(where: str, problem: str) -> OpenAgentsError:
@@ -252,8 +312,14 @@ def _check_names(value: Any, where: str, loc: tuple[Any, ...] = ()) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if FORBIDDEN_NAME.search(str(key)):
-                raise _invalid(where, f"an option at {_loc((*loc, key))} is refused: no option may be named like 'bypass'")
-            if key in ("id", "name", "kind", "tool", "action", "decision", "tier") and isinstance(item, str) and FORBIDDEN_NAME.search(item):
+                raise _invalid(
+                    where, f"an option at {_loc((*loc, key))} is refused: no option may be named like 'bypass'"
+                )
+            if (
+                key in ("id", "name", "kind", "tool", "action", "decision", "tier")
+                and isinstance(item, str)
+                and FORBIDDEN_NAME.search(item)
+            ):
                 raise _invalid(where, f"{_loc((*loc, key))} is refused: nothing may be named like 'bypass'")
             _check_names(item, where, (*loc, key))
     elif isinstance(value, list):
@@ -269,8 +335,14 @@ def did_you_mean(word: str, allowed: list[str] | tuple[str, ...] | frozenset[str
 
 _MODEL_OF_PLACE: dict[str, type[BaseModel]] = {"rules": PolicyRule, "egress": EgressPolicy, "hooks": HookSpec}
 _EGRESS_PLACES: dict[str, type[BaseModel]] = {"rules": EgressRule, "credentials": EgressCredential}
-_TYPE_WORDS = {"string_type": "must be a string", "list_type": "must be a list", "dict_type": "must be a table",
-               "model_type": "must be a table", "int_type": "must be a whole number", "bool_type": "must be true or false"}
+_TYPE_WORDS = {
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "int_type": "must be a whole number",
+    "bool_type": "must be true or false",
+}
 
 
 def _allowed_keys(loc: tuple[Any, ...]) -> list[str]:
@@ -312,11 +384,13 @@ _EGRESS_VALUES = {
     "header": "must be a header name the gate may set (not Host, Content-Length, Transfer-Encoding, Connection)",
     "path": "must be a glob starting with / (visible ASCII)",
     "path_prefix": "must start with / (visible ASCII)",
-    "methods": "must be a list of HTTP method names, or [\"*\"]",
+    "methods": 'must be a list of HTTP method names, or ["*"]',
 }
 
 
-_OWN_WORDS = {(("hooks",), (key,)) for key in HookSpec.model_fields} | {(("rules",), (key,)) for key in ("tool", "kind", "action", "command_prefix")}
+_OWN_WORDS = {(("hooks",), (key,)) for key in HookSpec.model_fields} | {
+    (("rules",), (key,)) for key in ("tool", "kind", "action", "command_prefix")
+}
 
 
 def _validator_words(e: ErrorDetails) -> str:
@@ -418,4 +492,10 @@ class Ladder:
             return Level.REFUSE, label
         if chosen.decision == Decision.ALLOW:
             return Level.AUTOMATIC, label
-        return (default if default in (Level.ASK_ONCE, Level.ASK_EVERY_TIME) else Level.ASK_ONCE if landing else Level.ASK_EVERY_TIME), label
+        return (
+            default
+            if default in (Level.ASK_ONCE, Level.ASK_EVERY_TIME)
+            else Level.ASK_ONCE
+            if landing
+            else Level.ASK_EVERY_TIME
+        ), label

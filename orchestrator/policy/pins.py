@@ -14,6 +14,7 @@ A file that lies where a box can write never counts above the workspace tier, wh
 claims and however it was named (--policy, config.toml's `policy`, a batch task): it may only ask
 or deny, and one that allows or opens egress is refused at load with a message saying why.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -77,15 +78,20 @@ def parse(source: Source, tier: Tier | None = None) -> PolicyFile:
     except OpenAgentsError as err:
         if "workspace policy" not in err.message and "admin-only" not in err.message:
             raise
-        raise OpenAgentsError(err.type, f"{err.message}: {source.path} lies where the sandbox can write (the workspace), so it counts "
-                                        "as a workspace policy whatever tier it claims; keep a policy that allows outside the workspace") from None
+        raise OpenAgentsError(
+            err.type,
+            f"{err.message}: {source.path} lies where the sandbox can write (the workspace), so it counts "
+            "as a workspace policy whatever tier it claims; keep a policy that allows outside the workspace",
+        ) from None
 
 
 def read_pin(record: SessionRecord, pin: Pin) -> bytes:
     """The pinned copy, from the caller's own session directory: no link followed, bounded, its digest checked."""
     name = pin.pinned
     if "/" in name or name in ("", ".", ".."):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"session {record.id}: the pin of {pin.path} names no file of its own")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"session {record.id}: the pin of {pin.path} names no file of its own"
+        )
     try:
         fd = open_private(record.dir / PINS_DIR / name, os.O_RDONLY | os.O_NONBLOCK)
         try:
@@ -94,11 +100,16 @@ def read_pin(record: SessionRecord, pin: Pin) -> bytes:
         finally:
             os.close(fd)
     except OSError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"session {record.id}: the copy of {pin.path} pinned at its start cannot "
-                                                        f"be read ({err.strerror}): not resumed") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"session {record.id}: the copy of {pin.path} pinned at its start cannot "
+            f"be read ({err.strerror}): not resumed",
+        ) from None
     if raw is None or sha256(raw) != pin.sha256:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"session {record.id}: the copy of {pin.path} pinned at its start has changed: "
-                                                        "not resumed")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"session {record.id}: the copy of {pin.path} pinned at its start has changed: not resumed",
+        )
     return raw
 
 
@@ -116,8 +127,9 @@ def say_line(line: str) -> None:
     sys.stderr.flush()
 
 
-def user_sources(files: list[str], workspace: Path, resumed: SessionRecord | None = None,
-                 say: Callable[[str], None] = say_line) -> list[Source]:
+def user_sources(
+    files: list[str], workspace: Path, resumed: SessionRecord | None = None, say: Callable[[str], None] = say_line
+) -> list[Source]:
     """The user's policy files: from their pins when `resumed` pinned them, else read now."""
     roots = box_roots(workspace)
     pins = {p.path: p for p in (resumed.pins if resumed is not None else []) if p.role == "policy"}
@@ -128,8 +140,10 @@ def user_sources(files: list[str], workspace: Path, resumed: SessionRecord | Non
         if resumed is not None and pin is not None:
             raw = read_pin(resumed, pin)
             if _disk_digest(path) != pin.sha256:
-                say(f"policy {path} changed since session {resumed.id} started: the session goes on with the content it had then "
-                    f"(pinned, sha256 {pin.sha256[:12]}); give --policy to start a new session with the new one")
+                say(
+                    f"policy {path} changed since session {resumed.id} started: the session goes on with the content it had then "
+                    f"(pinned, sha256 {pin.sha256[:12]}); give --policy to start a new session with the new one"
+                )
             out.append(Source("policy", path, raw, pin.box_reach or inside(path, roots), pinned=True))
         else:
             out.append(Source("policy", path, read_file(name), inside(path, roots)))
@@ -140,8 +154,11 @@ def pinned_workspace_sources(resumed: SessionRecord | None) -> list[Source]:
     """A resumed session's workspace policies as they were at its start (they only tighten: applied beside today's)."""
     if resumed is None:
         return []
-    return [Source("workspace_policy", Path(p.path), read_pin(resumed, p), True, pinned=True)
-            for p in resumed.pins if p.role == "workspace_policy"]
+    return [
+        Source("workspace_policy", Path(p.path), read_pin(resumed, p), True, pinned=True)
+        for p in resumed.pins
+        if p.role == "workspace_policy"
+    ]
 
 
 def note_changed(resumed: SessionRecord | None, role: str, path: Path, say: Callable[[str], None] = say_line) -> None:
@@ -166,7 +183,9 @@ def save(record: SessionRecord, sources: list[Source]) -> None:
             continue
         name = f"{len(record.pins):03d}-{source.role}{source.path.suffix[:16] if source.path.suffix.isascii() else ''}"
         write_atomic(folder / name, source.raw)
-        record.pins.append(Pin(role=source.role, path=str(source.path), sha256=digest, pinned=name, box_reach=source.box_reach))
+        record.pins.append(
+            Pin(role=source.role, path=str(source.path), sha256=digest, pinned=name, box_reach=source.box_reach)
+        )
 
 
 def user_config_source(workspace: Path) -> Source | None:
@@ -194,17 +213,25 @@ def hook_script(record: SessionRecord, workspace: Path, path: Path, resumed: boo
 
     rel = os.path.relpath(os.path.normpath(path), workspace)
     if rel.startswith("..") or os.path.isabs(rel):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"hook file {path}: where the sandbox can write but outside the workspace: not run")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"hook file {path}: where the sandbox can write but outside the workspace: not run",
+        )
     key = str(Path(workspace) / rel)
     pin = next((p for p in record.pins if p.role == "hook_script" and p.path == key), None)
     if pin is not None:
         copy = record.dir / PINS_DIR / pin.pinned
         raw = _read_capped(copy)
         if raw is None or sha256(raw) != pin.sha256:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the copy of hook file {key} pinned at the session's start has changed: not run")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                f"the copy of hook file {key} pinned at the session's start has changed: not run",
+            )
         return copy
     if resumed:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"hook file {key} was not pinned at the session's start: not run on resume")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"hook file {key} was not pinned at the session's start: not run on resume"
+        )
     raw = read_workspace_file(workspace, rel, HOOK_SCRIPT_CAP)
     save(record, [Source("hook_script", Path(key), raw, True)])
     pin = record.pins[-1]

@@ -17,6 +17,7 @@ the prompt named, and no command can smuggle a second one past it:
 
 The approval is the terminal client's own (approvals.py): never sent on any wire, never a flag.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,26 +28,118 @@ _PLAIN_WORD = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+:@%/-]*")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 # Each of these runs any code or command its arguments name: a prefix of it would allow everything.
-_RUNS_ANYTHING = frozenset({
-    "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "csh", "tcsh", "ash", "busybox", "rbash",
-    "env", "sudo", "su", "doas", "exec", "eval", "command", "builtin", "source", ".", "xargs", "nohup", "timeout", "nice", "ionice",
-    "stdbuf", "time", "setsid", "chroot", "unshare", "nsenter", "watch", "script", "flock", "parallel", "strace", "ltrace", "gdb",
-    "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "luajit", "tclsh", "wish", "Rscript", "R", "julia", "awk", "gawk",
-    "mawk", "nawk", "sed", "find", "expect", "osascript", "pwsh", "powershell", "npx", "pipx", "uvx",
-})
+_RUNS_ANYTHING = frozenset(
+    {
+        "sh",
+        "bash",
+        "dash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "fish",
+        "csh",
+        "tcsh",
+        "ash",
+        "busybox",
+        "rbash",
+        "env",
+        "sudo",
+        "su",
+        "doas",
+        "exec",
+        "eval",
+        "command",
+        "builtin",
+        "source",
+        ".",
+        "xargs",
+        "nohup",
+        "timeout",
+        "nice",
+        "ionice",
+        "stdbuf",
+        "time",
+        "setsid",
+        "chroot",
+        "unshare",
+        "nsenter",
+        "watch",
+        "script",
+        "flock",
+        "parallel",
+        "strace",
+        "ltrace",
+        "gdb",
+        "perl",
+        "ruby",
+        "node",
+        "nodejs",
+        "deno",
+        "bun",
+        "php",
+        "lua",
+        "luajit",
+        "tclsh",
+        "wish",
+        "Rscript",
+        "R",
+        "julia",
+        "awk",
+        "gawk",
+        "mawk",
+        "nawk",
+        "sed",
+        "find",
+        "expect",
+        "osascript",
+        "pwsh",
+        "powershell",
+        "npx",
+        "pipx",
+        "uvx",
+    }
+)
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?|pypy\d*")
 # Their first word only picks a subcommand: the prefix is the two words (`git status`, `npm test`).
-_SUBCOMMAND_TOOLS = frozenset({
-    "git", "npm", "pnpm", "yarn", "cargo", "go", "pip", "pip3", "uv", "poetry", "pdm", "hatch", "rustup", "dotnet", "mvn",
-    "gradle", "bundle", "gem", "composer", "mix", "stack", "cabal", "docker", "kubectl", "helm", "terraform",
-})
+_SUBCOMMAND_TOOLS = frozenset(
+    {
+        "git",
+        "npm",
+        "pnpm",
+        "yarn",
+        "cargo",
+        "go",
+        "pip",
+        "pip3",
+        "uv",
+        "poetry",
+        "pdm",
+        "hatch",
+        "rustup",
+        "dotnet",
+        "mvn",
+        "gradle",
+        "bundle",
+        "gem",
+        "composer",
+        "mix",
+        "stack",
+        "cabal",
+        "docker",
+        "kubectl",
+        "helm",
+        "terraform",
+    }
+)
 
 
 def shell_prefix(command: str) -> str | None:
     """The prefix `A` would approve for `command`, or None when none may be offered (see above)."""
     if len(command) > MAX_COMMAND_CHARS or _UNSAFE.search(command):
         return None
-    words = [word for word in re.split(r"[ \t]+", command) if word]  # what /bin/sh splits on; any other space is part of a word
+    words = [
+        word for word in re.split(r"[ \t]+", command) if word
+    ]  # what /bin/sh splits on; any other space is part of a word
     if not words:
         return None
     name = words[0]

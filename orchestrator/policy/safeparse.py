@@ -11,6 +11,7 @@ it takes too long. The child is this file run with `python -I`; it imports nothi
 Every refusal's message is ours: it names the problem and a position, never the file's content
 (parsers' own messages quote the input).
 """
+
 from __future__ import annotations
 
 import json
@@ -116,10 +117,16 @@ def parse_data_bounded(raw: bytes, suffix: str, seconds: float = PARSE_SECONDS) 
     from ..ground.deadline import ChildStopped, Stopped, run_with_deadline
 
     try:
-        code, out = run_with_deadline(os.path.abspath(__file__), [suffix, str(max(1, int(seconds) + 1))], raw, seconds, START_SECONDS)
+        code, out = run_with_deadline(
+            os.path.abspath(__file__), [suffix, str(max(1, int(seconds) + 1))], raw, seconds, START_SECONDS
+        )
     except ChildStopped as stop:
-        raise Refused({Stopped.NOT_STARTED: f"the parser did not start within {START_SECONDS:g} s",
-                       Stopped.TIMED_OUT: f"took longer than {seconds:g} s to parse"}.get(stop.how, f"the parser failed ({stop.detail})")) from None
+        raise Refused(
+            {
+                Stopped.NOT_STARTED: f"the parser did not start within {START_SECONDS:g} s",
+                Stopped.TIMED_OUT: f"took longer than {seconds:g} s to parse",
+            }.get(stop.how, f"the parser failed ({stop.detail})")
+        ) from None
     if code != 0:
         raise Refused(f"the parser failed (exit {code}: over its CPU or memory limit?)")
     try:

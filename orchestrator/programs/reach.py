@@ -14,6 +14,7 @@ copy mode's copies lie), lies:
 `reach` says where (each place relative to the root: what a read-only mount or apply's keep-out
 must cover), `reaches` only whether. A relative path always reaches (it names the working directory).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,7 @@ def under(place: str, roots: Sequence[str | Path]) -> str | None:
             return ""
         top = text.rstrip("/") + "/"
         if place.startswith(top):
-            return place[len(top):]
+            return place[len(top) :]
     return None
 
 
@@ -109,7 +110,9 @@ def reach(path: str, roots: Sequence[str | Path], memo: dict[str, str | None] | 
     walk = route(path, memo)
     places = [walk.end, os.path.abspath(path), *walk.links]
     found = [rel for rel in (under(p, roots) for p in places) if rel is not None]
-    found += [rel for rel in (under(p, roots) for p in walk.left) if rel]  # a `..` out of the root itself changes nothing
+    found += [
+        rel for rel in (under(p, roots) for p in walk.left) if rel
+    ]  # a `..` out of the root itself changes nothing
     return tuple(dict.fromkeys(found))
 
 

@@ -23,6 +23,7 @@ node_modules/.bin, `.`), and the box writes the workspace: a `sh` or `python3` i
 Nothing here reads a file under a box root: a path is checked before its `#!` line is read, and a
 hook's pinned copy (policy/pins.py hook_script) lies in the session's own directory (`exempt`).
 """
+
 from __future__ import annotations
 
 import os
@@ -118,7 +119,9 @@ def _refuse(message: str) -> OpenAgentsError:
 
 
 class _Resolver:
-    def __init__(self, roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path], memo: dict[str, str | None]) -> None:
+    def __init__(
+        self, roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path], memo: dict[str, str | None]
+    ) -> None:
         self.roots, self.search = list(roots), search
         self.exempt = [Path(os.path.realpath(p)) for p in exempt]
         self.notes: list[str] = []
@@ -137,11 +140,17 @@ class _Resolver:
             return name
         found = which(name, self.search)
         inside = found_inside(name, self.roots, self.search.given)
-        where = (WHERE if reaches(inside, self.roots, self.memo) else "through a relative PATH entry") if inside is not None else ""
+        where = (
+            (WHERE if reaches(inside, self.roots, self.memo) else "through a relative PATH entry")
+            if inside is not None
+            else ""
+        )
         if found is None:
             if inside is not None:
-                raise _refuse(f"{what} {name!r} is found only at {inside}, {where}: not run (install it outside the workspace, "
-                              "or name it by an absolute path outside)")
+                raise _refuse(
+                    f"{what} {name!r} is found only at {inside}, {where}: not run (install it outside the workspace, "
+                    "or name it by an absolute path outside)"
+                )
             raise _Cannot(f"{what} {name!r} is not on PATH (searched {self.search.value or 'nothing'})")
         if inside is not None:
             self.notes.append(f"your PATH finds {name} at {inside}, {where}: not used; {found} runs")
@@ -209,7 +218,7 @@ def _env_words(arg: str | None, spelled: str) -> tuple[str, list[str]]:
     """`#!/usr/bin/env X` or `#!/usr/bin/env -S X args`: X and the args (other env options are refused)."""
     words: list[str]
     if arg is not None and (arg.startswith("-S") or arg.startswith("--split-string")):
-        rest = arg[2:] if arg.startswith("-S") else arg[len("--split-string"):].lstrip("=")
+        rest = arg[2:] if arg.startswith("-S") else arg[len("--split-string") :].lstrip("=")
         try:
             words = shlex.split(rest)
         except ValueError:
@@ -217,13 +226,20 @@ def _env_words(arg: str | None, spelled: str) -> tuple[str, list[str]]:
     else:
         words = [arg] if arg else []
     if not words or words[0].startswith("-") or "=" in words[0]:
-        raise _Cannot(f"the #! line of {spelled} gives env no program, or options or variables other than -S: "
-                      "name the interpreter by its absolute path")
+        raise _Cannot(
+            f"the #! line of {spelled} gives env no program, or options or variables other than -S: "
+            "name the interpreter by its absolute path"
+        )
     return words[0], words[1:]
 
 
-def resolve(argv: Sequence[str], roots: Sequence[Path], search: SearchPath, exempt: Sequence[Path] = (),
-            memo: dict[str, str | None] | None = None) -> Resolved:
+def resolve(
+    argv: Sequence[str],
+    roots: Sequence[Path],
+    search: SearchPath,
+    exempt: Sequence[Path] = (),
+    memo: dict[str, str | None] | None = None,
+) -> Resolved:
     """The command as it will run (see the module's docstring). Raises OpenAgentsError
     (config_invalid) when its program or an interpreter lies where the box can write. `memo`:
     the links read so far at this start (shared by its hooks)."""
@@ -233,11 +249,19 @@ def resolve(argv: Sequence[str], roots: Sequence[Path], search: SearchPath, exem
         if "/" not in word:
             spelled = resolver.find(word, "its program")
         elif not os.path.isabs(word):
-            raise _Cannot(f"{word} is relative: it runs in an empty directory of its own, so name its program by an absolute path")
+            raise _Cannot(
+                f"{word} is relative: it runs in an empty directory of its own, so name its program by an absolute path"
+            )
         else:
             spelled = word
         prefix, executable, interpreter = resolver.chain(spelled, "its program")
-        if interpreter is None and os.path.basename(executable) == "env" and rest and not rest[0].startswith("-") and "=" not in rest[0]:
+        if (
+            interpreter is None
+            and os.path.basename(executable) == "env"
+            and rest
+            and not rest[0].startswith("-")
+            and "=" not in rest[0]
+        ):
             found = resolver.find(rest[0], "the program env runs")  # ["env", "X", ...]: X found now, as a #! line's
             prefix, executable, interpreter = resolver.chain(found, "the program env runs")
             rest = rest[1:]

@@ -16,6 +16,7 @@ Everything on it but its frame was written by the box or the model, so (one modu
 The page is at most MAX_PAGE_BYTES: each part has its share, and a page still over it is built
 again with every bound halved; what was left out is said at the top, with where the full record is.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,21 +44,28 @@ def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, An
     failed = sum(1 for c in calls if c.state == "error" and not c.refused)
     status = shown_status(record)
     code = _EXIT.get(record.status, None)
-    exit_status = ("3 (finished, a call was refused)" if refused else "0 (finished)") if record.status == "finished" else \
-        (f"{code} ({record.status})" if code is not None else f"none yet ({status})")
+    exit_status = (
+        ("3 (finished, a call was refused)" if refused else "0 (finished)")
+        if record.status == "finished"
+        else (f"{code} ({record.status})" if code is not None else f"none yet ({status})")
+    )
     changes = final_changes(record, g, limits)
     checkpoints, checkpoints_left_out, source = store_checkpoints(record, g, limits)
     left_out = []
     if g.entries_left_out:
         left_out.append(f"{g.entries_left_out} timeline entries past the first {limits.max_entries}")
     if g.values_cut:
-        left_out.append(f"{g.values_cut} texts (arguments, outputs, answers) cut shorter than their usual bound, for room")
+        left_out.append(
+            f"{g.values_cut} texts (arguments, outputs, answers) cut shorter than their usual bound, for room"
+        )
     if g.egress_left_out:
         left_out.append(f"{g.egress_left_out} egress records past the first {limits.max_egress}")
     if changes.lines_left_out:
         left_out.append(f"{changes.lines_left_out} diff lines past the page's share")
     if changes.rows_left_out:
-        left_out.append(f"{changes.rows_left_out} entries of what the sanitiser would leave out, past the first {limits.max_left_out}")
+        left_out.append(
+            f"{changes.rows_left_out} entries of what the sanitiser would leave out, past the first {limits.max_left_out}"
+        )
     if checkpoints_left_out:
         left_out.append(f"{checkpoints_left_out} checkpoints past the first {limits.max_checkpoints}")
     if g.stopped:
@@ -65,12 +73,24 @@ def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, An
     transcript = record.transcript or "none left"
     model = g.model or visible(record.model_spec or "") or "not recorded"
     return {
-        "record": record, "g": g, "changes": changes, "checkpoints": checkpoints, "checkpoints_source": source,
-        "status": visible(status), "status_class": "ok" if record.status == "finished" and not refused else "bad",
-        "exit_status": exit_status, "limit_hit": g.reason if record.status == "stopped" else "",
-        "calls": len(calls) + g.entries_left_out, "refused": refused, "failed": failed,
-        "transcript_path": visible(transcript), "session_dir": visible(str(record.dir)), "workspace": visible(record.workspace),
-        "left_out": left_out, "generated": time.time(), "model": model,
+        "record": record,
+        "g": g,
+        "changes": changes,
+        "checkpoints": checkpoints,
+        "checkpoints_source": source,
+        "status": visible(status),
+        "status_class": "ok" if record.status == "finished" and not refused else "bad",
+        "exit_status": exit_status,
+        "limit_hit": g.reason if record.status == "stopped" else "",
+        "calls": len(calls) + g.entries_left_out,
+        "refused": refused,
+        "failed": failed,
+        "transcript_path": visible(transcript),
+        "session_dir": visible(str(record.dir)),
+        "workspace": visible(record.workspace),
+        "left_out": left_out,
+        "generated": time.time(),
+        "model": model,
     }
 
 

@@ -6,6 +6,7 @@ the store exists (a report never creates state). A bind session's changes are al
 workspace: its diff is each edit's own diff from the transcript, and its checkpoints say what else
 changed.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,8 @@ def _split(lines: list[str], limits: Limits) -> tuple[list[FileDiff], int]:
     budget = Budget(limits.diff_bytes, floor=80)
     for raw in lines:
         if raw.startswith(_HEADER) or not files:
-            rest = raw[len(_HEADER):]
-            path = rest[:(len(rest) - 3) // 2] if raw.startswith(_HEADER) else ""  # the header is a/{p} b/{p}
+            rest = raw[len(_HEADER) :]
+            path = rest[: (len(rest) - 3) // 2] if raw.startswith(_HEADER) else ""  # the header is a/{p} b/{p}
             files.append(FileDiff(text(path, 1000)))
         if shown >= limits.max_diff_lines:
             left += 1
@@ -97,15 +98,25 @@ def copy_changes(record: SessionRecord, limits: Limits) -> Changes:
         out.problem = text(f"the diff could not be read: {getattr(err, 'message', None) or err}", 2000)
         return out
     room = Budget(limits.checkpoint_bytes, floor=60)
-    out.left_out = [(room.take(shown(item.path), 1000), room.take(item.reason, 2000)) for item in plan.left_out[:limits.max_left_out]]
-    out.conflicts = [(room.take(shown(item.path), 1000), room.take(item.reason, 2000)) for item in plan.conflicts[:limits.max_left_out]]
-    out.rows_left_out = max(0, len(plan.left_out) - limits.max_left_out) + max(0, len(plan.conflicts) - limits.max_left_out)
+    out.left_out = [
+        (room.take(shown(item.path), 1000), room.take(item.reason, 2000))
+        for item in plan.left_out[: limits.max_left_out]
+    ]
+    out.conflicts = [
+        (room.take(shown(item.path), 1000), room.take(item.reason, 2000))
+        for item in plan.conflicts[: limits.max_left_out]
+    ]
+    out.rows_left_out = max(0, len(plan.left_out) - limits.max_left_out) + max(
+        0, len(plan.conflicts) - limits.max_left_out
+    )
     return out
 
 
 def bind_changes(gathered: Gathered, limits: Limits) -> Changes:
-    out = Changes(source="bind mode: the changes are already in the workspace; below, each edit's own diff from the transcript "
-                         "(what commands changed is in the checkpoints)")
+    out = Changes(
+        source="bind mode: the changes are already in the workspace; below, each edit's own diff from the transcript "
+        "(what commands changed is in the checkpoints)"
+    )
     lines: list[str] = []
     for entry in gathered.entries:
         call = entry.call
@@ -128,23 +139,40 @@ def final_changes(record: SessionRecord, gathered: Gathered, limits: Limits) -> 
     return bind_changes(gathered, limits)
 
 
-def store_checkpoints(record: SessionRecord, gathered: Gathered, limits: Limits) -> tuple[list[CheckpointRow], int, str]:
+def store_checkpoints(
+    record: SessionRecord, gathered: Gathered, limits: Limits
+) -> tuple[list[CheckpointRow], int, str]:
     """The store's checkpoints, how many more there are, and where they came from; the
     transcript's when the store is gone."""
     from ..workspace.checkpoints import CheckpointStore, shown_path
 
     store = Path(record.checkpoint_store)
     if not (store / "HEAD").exists() or not os.path.isdir(record.box_workspace):
-        return gathered.checkpoints, gathered.checkpoints_left_out, "the transcript's checkpoint records (the store is gone)"
+        return (
+            gathered.checkpoints,
+            gathered.checkpoints_left_out,
+            "the transcript's checkpoint records (the store is gone)",
+        )
     try:
         points = CheckpointStore(store, Path(record.box_workspace)).list()
     except (OpenAgentsError, OSError, ValueError) as err:
         why = text(f"the transcript's checkpoint records (the store could not be read: {err})", 500)
         return gathered.checkpoints, gathered.checkpoints_left_out, why
     rows, room = [], Budget(limits.checkpoint_bytes, floor=60)
-    for point in points[:limits.max_checkpoints]:
-        names = [room.take(shown_path(p, point), 500) for p in point.files_changed[:limits.max_checkpoint_files]]
-        rows.append(CheckpointRow(point.turn, text(point.state, 30), names, max(0, point.files_changed_count - len(names)),
-                                  [room.take(f"{shown_path(s.path, point)} ({s.reason})", 500) for s in point.skipped[:20]],
-                                  room.take(f"{point.error_type or ''} {point.error}".strip(), limits.max_text)))
-    return rows, max(0, len(points) - limits.max_checkpoints), f"the checkpoint store (`oa-sandbox checkpoints {record.id}`)"
+    for point in points[: limits.max_checkpoints]:
+        names = [room.take(shown_path(p, point), 500) for p in point.files_changed[: limits.max_checkpoint_files]]
+        rows.append(
+            CheckpointRow(
+                point.turn,
+                text(point.state, 30),
+                names,
+                max(0, point.files_changed_count - len(names)),
+                [room.take(f"{shown_path(s.path, point)} ({s.reason})", 500) for s in point.skipped[:20]],
+                room.take(f"{point.error_type or ''} {point.error}".strip(), limits.max_text),
+            )
+        )
+    return (
+        rows,
+        max(0, len(points) - limits.max_checkpoints),
+        f"the checkpoint store (`oa-sandbox checkpoints {record.id}`)",
+    )

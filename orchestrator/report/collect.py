@@ -7,6 +7,7 @@ known shape is counted, never trusted). What is kept is bounded as it is read (L
 transcript of hundreds of MiB costs the page no more than its bounds; everything kept is text
 already made visible and cut (limits.text), for the template to escape.
 """
+
 from __future__ import annotations
 
 import json
@@ -189,7 +190,9 @@ class _Reader:
             call = self.call(event.call_id, event.tool)
             if call is not None and len(call.approvals) < 20:
                 who = event.executor.value if event.executor is not None else "not recorded"
-                call.approvals.append((text(event.decision, 50), who, text(event.level, 50), self.keep(event.reason, lim.max_text)))
+                call.approvals.append(
+                    (text(event.decision, 50), who, text(event.level, 50), self.keep(event.reason, lim.max_text))
+                )
         elif isinstance(event, ev.ToolCallFinished):
             call = self.call(event.call_id, event.tool, last=True)
             if call is not None:
@@ -203,7 +206,9 @@ class _Reader:
                 call.note = self.keep(event.note, lim.max_text)
                 if event.error:
                     call.refused = event.error.get("type") in _REFUSED
-                    call.error = self.keep(f"{event.error.get('type', '')}: {event.error.get('message', '')}", lim.max_text)
+                    call.error = self.keep(
+                        f"{event.error.get('type', '')}: {event.error.get('message', '')}", lim.max_text
+                    )
                 call.diff = self.keep(event.diff or "", lim.max_output)
         elif isinstance(event, ev.EgressRecorded):
             self.egress(event)
@@ -212,11 +217,21 @@ class _Reader:
                 g.checkpoints_left_out += 1
                 return
             files = event.files_changed or []
-            skipped = [f"{s.get('path', '')} ({s.get('reason', '')})" for s in (event.skipped or [])[:20] if isinstance(s, dict)]
-            g.checkpoints.append(CheckpointRow(event.turn, text(event.state or ("ok" if event.ok else "failed"), 30),
-                                               [self.names.take(f, 500) for f in files[:lim.max_checkpoint_files]],
-                                               max(0, len(files) - lim.max_checkpoint_files), [self.names.take(f, 500) for f in skipped],
-                                               self.names.take(f"{event.error_type or ''} {event.error or ''}".strip(), lim.max_text)))
+            skipped = [
+                f"{s.get('path', '')} ({s.get('reason', '')})"
+                for s in (event.skipped or [])[:20]
+                if isinstance(s, dict)
+            ]
+            g.checkpoints.append(
+                CheckpointRow(
+                    event.turn,
+                    text(event.state or ("ok" if event.ok else "failed"), 30),
+                    [self.names.take(f, 500) for f in files[: lim.max_checkpoint_files]],
+                    max(0, len(files) - lim.max_checkpoint_files),
+                    [self.names.take(f, 500) for f in skipped],
+                    self.names.take(f"{event.error_type or ''} {event.error or ''}".strip(), lim.max_text),
+                )
+            )
         elif isinstance(event, ev.BudgetSpent):
             g.tokens = {k: v for k, v in event.tokens.items() if isinstance(v, int)}
             if event.max_tokens is not None:
@@ -247,9 +262,23 @@ class _Reader:
         if len(g.egress) >= self.limits.max_egress:
             g.egress_left_out += 1
             return
-        g.egress.append(Egress(text(event.call_id, 200), text(event.decision, 30), text(event.method or "", 20), host, _count(event.port),
-                               self.keep(event.path or "", 2000), text(event.rule or "", 300), self.keep(event.reason, 2000),
-                               _count(event.bytes_up), _count(event.bytes_down), event.credential, text(event.tls or "", 20), event.time))
+        g.egress.append(
+            Egress(
+                text(event.call_id, 200),
+                text(event.decision, 30),
+                text(event.method or "", 20),
+                host,
+                _count(event.port),
+                self.keep(event.path or "", 2000),
+                text(event.rule or "", 300),
+                self.keep(event.reason, 2000),
+                _count(event.bytes_up),
+                _count(event.bytes_down),
+                event.credential,
+                text(event.tls or "", 20),
+                event.time,
+            )
+        )
 
 
 def gather(transcript: Path | None, limits: Limits) -> Gathered:
@@ -273,8 +302,13 @@ def gather(transcript: Path | None, limits: Limits) -> Gathered:
                 continue
             reader.take(event)
     except OpenAgentsError as err:
-        if err.type not in (ErrorType.RESOURCE_EXHAUSTED, ErrorType.FILE_NOT_FOUND, ErrorType.UNSAFE_WORKSPACE_FILE,
-                            ErrorType.NOT_REGULAR_FILE, ErrorType.IO_ERROR):
+        if err.type not in (
+            ErrorType.RESOURCE_EXHAUSTED,
+            ErrorType.FILE_NOT_FOUND,
+            ErrorType.UNSAFE_WORKSPACE_FILE,
+            ErrorType.NOT_REGULAR_FILE,
+            ErrorType.IO_ERROR,
+        ):
             raise
         reader.g.stopped = text(err.message, 500)
     reader.g.values_cut = reader.budget.cut

@@ -7,6 +7,7 @@ format characters shown as escapes, ground.text.visible; invalid UTF-8 was alrea
 by the readers) and cut to its bound with a marker saying how much was cut. The template then
 escapes it for HTML (Jinja2's autoescape); nothing box-written is ever marked safe.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -33,18 +34,28 @@ class Limits:
     checkpoint_bytes: int = 1 << 20  # and the checkpoints' names (the sanitiser's list has as much again)
 
     def halved(self) -> "Limits":
-        return replace(self, max_entries=max(50, self.max_entries // 2), max_text=max(256, self.max_text // 2),
-                       max_output=max(512, self.max_output // 2), max_egress=max(50, self.max_egress // 2),
-                       max_diff_lines=max(200, self.max_diff_lines // 2), max_checkpoint_files=max(5, self.max_checkpoint_files // 2),
-                       timeline_bytes=self.timeline_bytes // 2, diff_bytes=self.diff_bytes // 2,
-                       checkpoint_bytes=self.checkpoint_bytes // 2, max_checkpoints=max(50, self.max_checkpoints // 2),
-                       max_left_out=max(50, self.max_left_out // 2))
+        return replace(
+            self,
+            max_entries=max(50, self.max_entries // 2),
+            max_text=max(256, self.max_text // 2),
+            max_output=max(512, self.max_output // 2),
+            max_egress=max(50, self.max_egress // 2),
+            max_diff_lines=max(200, self.max_diff_lines // 2),
+            max_checkpoint_files=max(5, self.max_checkpoint_files // 2),
+            timeline_bytes=self.timeline_bytes // 2,
+            diff_bytes=self.diff_bytes // 2,
+            checkpoint_bytes=self.checkpoint_bytes // 2,
+            max_checkpoints=max(50, self.max_checkpoints // 2),
+            max_left_out=max(50, self.max_left_out // 2),
+        )
 
 
 def text(value: object, limit: int, tail: bool = False) -> str:
     """`value` as one visible string of at most about `limit` chars, a cut said in the text."""
     full = "" if value is None else value if isinstance(value, str) else str(value)
-    raw = full if len(full) <= 2 * limit else full[-2 * limit:] if tail else full[:2 * limit]  # only what can be kept is made visible
+    raw = (
+        full if len(full) <= 2 * limit else full[-2 * limit :] if tail else full[: 2 * limit]
+    )  # only what can be kept is made visible
     shown = visible(raw)
     if len(shown) <= limit and len(raw) == len(full):
         return shown

@@ -7,6 +7,7 @@ page carries no script at all and no link built from session data. Its Content-S
 allowed by its sha256 hash: no script runs, nothing is fetched, no inline style attribute applies,
 even if some value were ever to slip through unescaped.
 """
+
 from __future__ import annotations
 
 import base64
@@ -30,8 +31,12 @@ def _asset(name: str) -> str:
 def _env() -> jinja2.Environment:
     global _ENV
     if _ENV is None:
-        env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        env.filters["when"] = lambda ts: time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if isinstance(ts, (int, float)) else ""
+        env = jinja2.Environment(
+            autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True
+        )
+        env.filters["when"] = lambda ts: (
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts)) if isinstance(ts, (int, float)) else ""
+        )
         env.globals["template"] = env.from_string(_asset("report.html.j2"))
         _ENV = env
     return _ENV
@@ -39,8 +44,10 @@ def _env() -> jinja2.Environment:
 
 def csp(style: str) -> str:
     digest = base64.b64encode(hashlib.sha256(style.encode("utf-8")).digest()).decode("ascii")
-    return (f"default-src 'none'; style-src 'sha256-{digest}'; img-src 'none'; script-src 'none'; base-uri 'none'; "
-            "form-action 'none'; connect-src 'none'; font-src 'none'; media-src 'none'; object-src 'none'; frame-src 'none'")
+    return (
+        f"default-src 'none'; style-src 'sha256-{digest}'; img-src 'none'; script-src 'none'; base-uri 'none'; "
+        "form-action 'none'; connect-src 'none'; font-src 'none'; media-src 'none'; object-src 'none'; frame-src 'none'"
+    )
 
 
 def render(context: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ for every call, kills the command's whole process tree through the deployment wh
 replaces the box when the agent dies, hangs or speaks garbage. That supervision lives here once,
 so a second backend (Podman, Kubernetes) only says how to start, kill in, and remove one box.
 """
+
 from __future__ import annotations
 
 import logging
@@ -132,8 +133,15 @@ class Backend(Protocol):
     """A backend as the CLI, the pool and the session see it (made by backend.py from the config):
     its sandboxes, and the administration around them."""
 
-    def sandbox(self, workspace: str | os.PathLike[str], config: SandboxConfig, *, state_dir: Path | None = None,
-                git_dir: Path | None = None, baseline: Baseline | None = None) -> Sandbox:
+    def sandbox(
+        self,
+        workspace: str | os.PathLike[str],
+        config: SandboxConfig,
+        *,
+        state_dir: Path | None = None,
+        git_dir: Path | None = None,
+        baseline: Baseline | None = None,
+    ) -> Sandbox:
         """A sandbox for `workspace`, not started yet."""
 
     def diagnose(self, config: SandboxConfig) -> Diagnosis: ...
@@ -144,8 +152,9 @@ class Backend(Protocol):
     def gc(self, everything: bool) -> int:
         """Remove leftover boxes; `everything`: also those whose host process is alive. How many went."""
 
-    def build_image(self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool,
-                    progress: Callable[[str], None]) -> str:
+    def build_image(
+        self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool, progress: Callable[[str], None]
+    ) -> str:
         """Make the sandbox image `tag` (None: the one the backend's config names) on `base` (the
         backend's meaning: for Docker an image name, or 'debootstrap'); `only_if_needed`: leave a
         current image alone. Returns the tag."""
@@ -156,8 +165,11 @@ def workspace_user(workspace: Path, config: SandboxLimits) -> str:
     Never uid 0: a root-owned workspace is worked on as a copy (sessions.resolve_mode)."""
     user = config.user or f"{workspace.stat().st_uid}:{workspace.stat().st_gid}"
     if user.split(":", 1)[0].strip() in ("0", "root"):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the sandbox never runs as uid 0 (the workspace {workspace} is owned by root, or --user 0 "
-                              "was given): use --workspace-mode copy, the default for root-owned workspaces, or --user UID:GID")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the sandbox never runs as uid 0 (the workspace {workspace} is owned by root, or --user 0 "
+            "was given): use --workspace-mode copy, the default for root-owned workspaces, or --user UID:GID",
+        )
     return user
 
 
@@ -166,8 +178,16 @@ class SupervisedSandbox:
     is removed on exit, also after Ctrl-C. Owns the host's deadlines, the restart after a lost
     agent, the write quota and the integrity sweep; the deployment only starts, kills and removes."""
 
-    def __init__(self, workspace: str | os.PathLike[str], config: SandboxLimits, deploy: Callable[[BoxSpec], Deployment],
-                 *, state_dir: Path | None = None, git_dir: Path | None = None, baseline: Baseline | None = None) -> None:
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        config: SandboxLimits,
+        deploy: Callable[[BoxSpec], Deployment],
+        *,
+        state_dir: Path | None = None,
+        git_dir: Path | None = None,
+        baseline: Baseline | None = None,
+    ) -> None:
         """`deploy`: makes the backend's deployment for this box's spec, once.
         `state_dir`: where the sweep's quarantine goes (a session's directory; default a fresh one).
         `git_dir`: mounted read-only at /workspace/.git (copy mode: the real workspace's .git).
@@ -186,13 +206,19 @@ class SupervisedSandbox:
         self.git_dir = git_dir
         self.baseline = baseline or sweep_journal.capture_baseline(self.workspace)
         # A copy on a size-limited file system (quota_fs): the quarantine lies in it, so moving out stays a rename.
-        self.sweeper = Sweeper(self.workspace, self.baseline, quota_fs.quarantine_for(self.workspace) or self.state_dir / "quarantine",
-                               placeholder_mountpoint=git_dir is not None and ".git" not in self.baseline.git_entries)  # docker.git_mounts
+        self.sweeper = Sweeper(
+            self.workspace,
+            self.baseline,
+            quota_fs.quarantine_for(self.workspace) or self.state_dir / "quarantine",
+            placeholder_mountpoint=git_dir is not None and ".git" not in self.baseline.git_entries,
+        )  # docker.git_mounts
         self.on_sweep: Callable[[SweepReport], None] | None = None
         self.on_start_queue: Callable[[StartQueued], None] | None = None
         self.start_gate: StartGate = START_GATE  # shared by every box of the process
         self.quota: WriteQuota | None = None
-        self.host_budget: HostBudget | None = None  # bounds the sweeps and the quota's walks (the session's clock, when set)
+        self.host_budget: HostBudget | None = (
+            None  # bounds the sweeps and the quota's walks (the session's clock, when set)
+        )
         self._journal: Path | None = None  # this box's pending sweep, journaled before it first starts
         self.deployment = deploy(BoxSpec(self.workspace, self.user, self.baseline, git_dir))
         # Calls run in parallel; when the agent dies they all fail at once. One of them replaces
@@ -227,22 +253,39 @@ class SupervisedSandbox:
 
     def start(self) -> None:
         self._closed = False
-        if self._journal is None:  # durably, before the box can write anything: a host killed before its sweep leaves it to the next command
+        if (
+            self._journal is None
+        ):  # durably, before the box can write anything: a host killed before its sweep leaves it to the next command
             try:
-                self._journal = sweep_journal.record(self.id, self.workspace, self.sweeper.quarantine, self.sweeper.placeholder_mountpoint,
-                                                     self.baseline)
+                self._journal = sweep_journal.record(
+                    self.id, self.workspace, self.sweeper.quarantine, self.sweeper.placeholder_mountpoint, self.baseline
+                )
             except OSError as err:
-                raise OpenAgentsError(ErrorType.IO_ERROR, f"cannot journal the workspace's sweep under {sweep_journal.journal_dir()}: "
-                                      f"{err.strerror}") from None
+                raise OpenAgentsError(
+                    ErrorType.IO_ERROR,
+                    f"cannot journal the workspace's sweep under {sweep_journal.journal_dir()}: {err.strerror}",
+                ) from None
         if self.quota is None:
             skip = set(self.baseline.git_entries.values())
             dedicated = quota_fs.enforced_at(self.workspace)
-            if dedicated is not None:  # the file system stops the box at the quota (ENOSPC); the watcher stops the session past it
+            if (
+                dedicated is not None
+            ):  # the file system stops the box at the quota (ENOSPC); the watcher stops the session past it
                 quota_fs.set_headroom(dedicated, self.config.write_quota + quota_fs.SLACK)
-            self.quota = WriteQuota(self.workspace, self.config.write_quota, self.baseline.usage_bytes, skip, on_exceeded=self.kill_processes,
-                                    entry_limit=self.config.entry_quota, start_entries=self.baseline.entries, budget=self.host_budget,
-                                    layer=fork_upper(self.workspace) if dedicated is None else None,  # a fork's overlay: the disk it uses counts
-                                    dedicated=dedicated)
+            self.quota = WriteQuota(
+                self.workspace,
+                self.config.write_quota,
+                self.baseline.usage_bytes,
+                skip,
+                on_exceeded=self.kill_processes,
+                entry_limit=self.config.entry_quota,
+                start_entries=self.baseline.entries,
+                budget=self.host_budget,
+                layer=fork_upper(self.workspace)
+                if dedicated is None
+                else None,  # a fork's overlay: the disk it uses counts
+                dedicated=dedicated,
+            )
         self.quota.start()
         first = not self._ever_started
         try:
@@ -271,7 +314,10 @@ class SupervisedSandbox:
                 hello = wait(future, START_DEADLINE_S)
             except (OpenAgentsError, FutureTimeout) as err:
                 self._remove()
-                raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"the agent did not answer: {str(err) or f'nothing within {START_DEADLINE_S:.0f} s'}") from None
+                raise OpenAgentsError(
+                    ErrorType.SANDBOX_START_FAILED,
+                    f"the agent did not answer: {str(err) or f'nothing within {START_DEADLINE_S:.0f} s'}",
+                ) from None
         self.agent_info = hello.meta
 
     def restart(self) -> None:
@@ -351,13 +397,19 @@ class SupervisedSandbox:
     def _over_quota(self, output: str = "") -> ToolResult:
         assert self.quota is not None
         err = OpenAgentsError(ErrorType.WORKSPACE_QUOTA_EXCEEDED, self.quota.message())
-        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth})
+        return ToolResult.failure(
+            err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth}
+        )
 
-    def _call(self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
+    def _call(
+        self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None
+    ) -> ToolResult:
         with self._lifecycle:
             if self._closed:  # never a new box behind a close (a call racing it from another thread)
-                return ToolResult.failure(OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed: its box was removed"),
-                                          executor=Executor.OPENAGENTS)
+                return ToolResult.failure(
+                    OpenAgentsError(ErrorType.SANDBOX_CLOSED, "the sandbox is closed: its box was removed"),
+                    executor=Executor.OPENAGENTS,
+                )
             if self._channel is None or self._channel.broken:
                 try:
                     self.restart()
@@ -383,7 +435,12 @@ class SupervisedSandbox:
                 self._recover(err, channel)
                 # The agent died before it read this request (e.g. right after a `kill 1`): nothing
                 # of it ran, so it goes once to the fresh agent instead of failing for nothing.
-                if err.type is ErrorType.AGENT_LOST and not resent and not self._closed and (rid is None or not channel.was_received(rid)):
+                if (
+                    err.type is ErrorType.AGENT_LOST
+                    and not resent
+                    and not self._closed
+                    and (rid is None or not channel.was_received(rid))
+                ):
                     return self._call(tool, args, resent=True, on_output=on_output)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)  # the agent's meta without the host's keys: those are set here
@@ -391,9 +448,13 @@ class SupervisedSandbox:
         result.egress = self.deployment.drain_egress()
         return result
 
-    def _on_deadline(self, tool: str, channel: Channel, rid: int, future: Future[AgentResponse], deadline: float) -> ToolResult:
+    def _on_deadline(
+        self, tool: str, channel: Channel, rid: int, future: Future[AgentResponse], deadline: float
+    ) -> ToolResult:
         """The host's deadline passed: kill every process in the box but the agent, from outside."""
-        message = f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
+        message = (
+            f"{tool} passed the host's deadline of {deadline:.0f}s; the command and everything it started were killed"
+        )
         self.kill_processes()
         try:
             response = wait(future, RETRIED_AFTER_DEADLINE_S)
@@ -404,12 +465,21 @@ class SupervisedSandbox:
                     try:
                         self.restart()
                     except OpenAgentsError as lost:  # e.g. the daemon stopped answering: that is the call's outcome
-                        return ToolResult.failure(OpenAgentsError(lost.type, f"{message}; {lost.message}"), executor=Executor.OPENAGENTS)
-            err = OpenAgentsError(ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced")
+                        return ToolResult.failure(
+                            OpenAgentsError(lost.type, f"{message}; {lost.message}"), executor=Executor.OPENAGENTS
+                        )
+            err = OpenAgentsError(
+                ErrorType.TIMEOUT, message + "; the agent did not answer and the sandbox was replaced"
+            )
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         # Whatever the agent claims, the host's deadline decides: this call timed out.
         err = OpenAgentsError(ErrorType.TIMEOUT, message)
-        return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=response.output, meta={**agent_meta(response.meta), "timed_out": True})
+        return ToolResult.failure(
+            err,
+            executor=Executor.OPENAGENTS,
+            output=response.output,
+            meta={**agent_meta(response.meta), "timed_out": True},
+        )
 
     def kill_processes(self) -> None:
         """SIGKILL to every process of the sandbox user except PID 1 (the agent): setsid'd and

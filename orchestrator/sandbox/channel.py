@@ -8,6 +8,7 @@ Under gVisor a command in the box can write to the agent's stdout too (issue 22)
 a forgery. Request ids are random, so a forger cannot name another call's id; an answer for an id
 that is not waiting (unknown, or answered already: one of the two was forged) breaks the channel.
 """
+
 from __future__ import annotations
 
 import secrets
@@ -39,6 +40,8 @@ class AgentStream(Protocol):
 
     def stderr_tail(self) -> bytes:
         """The last bytes the agent wrote to stderr, for an error message (b"" if not kept)."""
+
+
 MAX_CHUNK_CHARS = 8192  # a streamed output chunk: the agent sends at most 4096; anything longer is cut
 
 
@@ -73,7 +76,9 @@ class Channel:
         self._reader = threading.Thread(target=self._read_loop, name="oa-channel", daemon=True)
         self._reader.start()
 
-    def request(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> tuple[int, Future[AgentResponse]]:
+    def request(
+        self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None
+    ) -> tuple[int, Future[AgentResponse]]:
         """`on_output(text)` receives the output chunks the agent streams while the call runs."""
         future: Future[AgentResponse] = Future()
         with self._lock:
@@ -84,9 +89,13 @@ class Channel:
             request = AgentRequest(id=rid, tool=tool, args=args, stream=True if on_output else None)
             line = request.model_dump_json(exclude_none=True).encode() + b"\n"
         except (ValueError, RecursionError, UnicodeError) as err:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"the arguments cannot be sent: {str(err)[:200]}") from None
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"the arguments cannot be sent: {str(err)[:200]}"
+            ) from None
         if len(line) > limits.MAX_REQUEST_BYTES:
-            raise OpenAgentsError(ErrorType.FILE_TOO_LARGE, f"the request is {len(line)} bytes; the limit is {limits.MAX_REQUEST_BYTES}")
+            raise OpenAgentsError(
+                ErrorType.FILE_TOO_LARGE, f"the request is {len(line)} bytes; the limit is {limits.MAX_REQUEST_BYTES}"
+            )
         with self._lock:
             self._pending[rid] = future
             if on_output is not None:
@@ -148,7 +157,9 @@ class Channel:
                 if consumed:  # keep the unfinished rest, not the capacity a large read left behind
                     pending_line = bytearray(pending_line)
                 if len(pending_line) > MAX_LINE_BYTES:
-                    raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent a line over {MAX_LINE_BYTES} bytes")
+                    raise OpenAgentsError(
+                        ErrorType.PROTOCOL_ERROR, f"the agent sent a line over {MAX_LINE_BYTES} bytes"
+                    )
         except OpenAgentsError as err:
             self._fail(err)
         except OSError as err:
@@ -167,10 +178,15 @@ class Channel:
                 return
             response = AgentResponse.model_validate(message)
         except (ValueError, ValidationError):
-            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent sent something that is not a response: {line[:120]!r}") from None
+            raise OpenAgentsError(
+                ErrorType.PROTOCOL_ERROR, f"the agent sent something that is not a response: {line[:120]!r}"
+            ) from None
         if response.id is None:
             # The agent could not parse one of our requests: a bug on our side or a hostile agent.
-            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the agent rejected a request: {response.error.message if response.error else '?'}")
+            raise OpenAgentsError(
+                ErrorType.PROTOCOL_ERROR,
+                f"the agent rejected a request: {response.error.message if response.error else '?'}",
+            )
         with self._lock:
             future = self._pending.pop(response.id, None)
             self._received.discard(response.id)
@@ -180,8 +196,11 @@ class Channel:
         if future is None:
             if late:
                 return  # the call passed its deadline and was given up on: its answer no longer counts
-            raise OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"the sandbox answered a call it was not asked (id {response.id}), or one "
-                                  "already answered: a forged answer, so the sandbox is replaced")
+            raise OpenAgentsError(
+                ErrorType.PROTOCOL_ERROR,
+                f"the sandbox answered a call it was not asked (id {response.id}), or one "
+                "already answered: a forged answer, so the sandbox is replaced",
+            )
         if not future.done():
             future.set_result(response)
 

@@ -10,6 +10,7 @@ The client's own timeout (60 s) is for real work, which queues inside a busy dae
 whether anybody is there at all takes one ping bounded by DAEMON_CHECK_S, so a lost daemon costs a
 call seconds, not minutes, and never a restart loop (base.py asks why_lost before replacing a box).
 """
+
 from __future__ import annotations
 
 import threading
@@ -63,7 +64,9 @@ def ping(client: Any, timeout: float = DAEMON_CHECK_S) -> OpenAgentsError | None
         response.raise_for_status()
         return None
     except requests.exceptions.Timeout:
-        return DaemonSilent(ErrorType.DOCKER_UNAVAILABLE, f"the Docker daemon does not answer (no reply to a ping within {timeout:g} s)")
+        return DaemonSilent(
+            ErrorType.DOCKER_UNAVAILABLE, f"the Docker daemon does not answer (no reply to a ping within {timeout:g} s)"
+        )
     except DOCKER_ERRORS as err:
         return OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"the Docker daemon is gone ({_reason(err)})")
 
@@ -83,7 +86,9 @@ class DaemonWatch:
                 return self._silent[1].detached()  # a fresh one: callers raise it
         problem = ping(client)
         with self._lock:
-            self._silent = (time.monotonic(), problem.detached()) if isinstance(problem, DaemonSilent) else None  # the caller raises `problem`
+            self._silent = (
+                (time.monotonic(), problem.detached()) if isinstance(problem, DaemonSilent) else None
+            )  # the caller raises `problem`
         return problem
 
 

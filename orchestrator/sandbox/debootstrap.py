@@ -6,6 +6,7 @@ function with the Docker SDK.
 
 What goes into the base is packages.py's list; what goes into the image on top of it is
 Dockerfile.sandbox's."""
+
 from __future__ import annotations
 
 import os
@@ -69,7 +70,9 @@ def _build_with_mmdebstrap(mmdebstrap: str, importer: Importer, progress: Progre
     with tempfile.TemporaryFile() as log:  # its messages; a pipe could fill while the import reads stdout
         proc = subprocess.Popen(
             [mmdebstrap, "--variant=minbase", f"--include={include}", "--format=tar", SUITE, "-", mirror],
-            stdout=subprocess.PIPE, stderr=log, env={**os.environ, "PATH": system.SYSTEM_DIRS},
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env={**os.environ, "PATH": system.SYSTEM_DIRS},
         )
         assert proc.stdout is not None  # stdout=PIPE
         # mmdebstrap writes the tar only once every package is installed: until its first byte (or its
@@ -105,10 +108,15 @@ def _mmdebstrap_failed(log: IO[bytes]) -> OpenAgentsError:
 def _build_with_debootstrap(importer: Importer, progress: Progress, tag: str) -> str:
     """debootstrap into a temporary directory, then `importer` takes it as a tar stream under `tag`."""
     try:
-        debootstrap, tar_program = system.find("debootstrap", "the debootstrap base"), system.find("tar", "the debootstrap base")
+        debootstrap, tar_program = (
+            system.find("debootstrap", "the debootstrap base"),
+            system.find("tar", "the debootstrap base"),
+        )
     except OpenAgentsError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{err.message}: `sudo apt-get install mmdebstrap` "
-                                                        "(or debootstrap; Debian's packages)") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"{err.message}: `sudo apt-get install mmdebstrap` (or debootstrap; Debian's packages)",
+        ) from None
     mirror = debian_mirror()
     include = ",".join(PACKAGES)
     with tempfile.TemporaryDirectory(prefix="oa-rootfs-") as tmp:
@@ -117,18 +125,31 @@ def _build_with_debootstrap(importer: Importer, progress: Progress, tag: str) ->
         started = time.monotonic()
         proc = subprocess.Popen(
             [debootstrap, "--variant=minbase", f"--include={include}", SUITE, str(rootfs), mirror],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PATH": system.SYSTEM_DIRS},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PATH": system.SYSTEM_DIRS},
         )
         tail: list[str] = []
         assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             tail = (tail + [line.rstrip()])[-20:]
-            if line.startswith(("I: Retrieving", "I: Base system", "I: Installing core", "I: Unpacking the base", "I: Configuring the base")):
+            if line.startswith(
+                (
+                    "I: Retrieving",
+                    "I: Base system",
+                    "I: Installing core",
+                    "I: Unpacking the base",
+                    "I: Configuring the base",
+                )
+            ):
                 progress("  " + line.strip())
         if proc.wait() != 0:
             raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, "debootstrap failed:\n" + "\n".join(tail))
         progress(f"debootstrap done in {time.monotonic() - started:.0f}s; importing as {tag}")
-        tar = subprocess.Popen([tar_program, "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, env=system.environment())
+        tar = subprocess.Popen(
+            [tar_program, "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE, env=system.environment()
+        )
         assert tar.stdout is not None  # stdout=PIPE
         try:
             importer(tar.stdout, tag)
@@ -141,20 +162,36 @@ def _build_with_debootstrap(importer: Importer, progress: Progress, tag: str) ->
 def _docker_import(stream: IO[bytes], tag: str) -> None:
     """`docker import - TAG`: the command-line client, for the system's python3 that has no Docker SDK."""
     docker = system.find("docker", "importing the debootstrap base")
-    done = subprocess.run([docker, "import", "-", tag], stdin=stream, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          env=system.environment(HOME=os.environ.get("HOME", "/root")))
+    done = subprocess.run(
+        [docker, "import", "-", tag],
+        stdin=stream,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=system.environment(HOME=os.environ.get("HOME", "/root")),
+    )
     if done.returncode != 0:
-        raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"docker import {tag} failed: {done.stderr.strip()[-500:]}")
+        raise OpenAgentsError(
+            ErrorType.SANDBOX_START_FAILED, f"docker import {tag} failed: {done.stderr.strip()[-500:]}"
+        )
 
 
 def _has_image(tag: str) -> bool:
     docker = system.find("docker", "looking for the debootstrap base")
-    return subprocess.run([docker, "image", "inspect", tag], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          env=system.environment(HOME=os.environ.get("HOME", "/root"))).returncode == 0
+    return (
+        subprocess.run(
+            [docker, "image", "inspect", tag],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=system.environment(HOME=os.environ.get("HOME", "/root")),
+        ).returncode
+        == 0
+    )
 
 
 def main(argv: list[str]) -> int:
     """`python3 -m orchestrator.sandbox.debootstrap [--rebuild]`: the base, unless it exists already."""
+
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 

@@ -4,6 +4,7 @@ How a box is started, reached and removed on Docker lives here (container settin
 stream's demultiplexing, the detached exec that kills); the deadlines, restarts, quota and sweep
 that supervise it are backend-neutral (base.py). DockerSandbox is the two put together.
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,16 @@ if TYPE_CHECKING:  # the egress gate's modules only for a box with egress
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DockerSandbox", "DockerDeployment", "DockerStream", "container_settings", "docker_client", "docker_options", "git_mounts",
-           "run_detached"]
+__all__ = [
+    "DockerSandbox",
+    "DockerDeployment",
+    "DockerStream",
+    "container_settings",
+    "docker_client",
+    "docker_options",
+    "git_mounts",
+    "run_detached",
+]
 STDERR_KEEP = 8192
 _KILL_ALL = "import os,signal\ntry:\n os.kill(-1,signal.SIGKILL)\nexcept OSError:\n pass"
 
@@ -52,7 +61,9 @@ def docker_options(config: SandboxConfig) -> DockerBackendConfig:
     """The Docker part of `config`; a config for another backend is refused, typed (backend.py
     hands each backend only its own, so this fails only for a caller that skipped it)."""
     if not isinstance(config.backend, DockerBackendConfig):
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the Docker backend was given a {config.backend.kind!r} backend's config")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"the Docker backend was given a {config.backend.kind!r} backend's config"
+        )
     return config.backend
 
 
@@ -156,8 +167,11 @@ def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None,
     state now (a .git another session's box made or its sweep moved must not change this box's mounts).
     Not `top`: a workspace mounted read-only needs no placeholder (nothing can be planted)."""
     if len(baseline.git_entries) > MAX_GIT_MOUNTS:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} holds {len(baseline.git_entries)} repositories (.git entries); "
-                              f"the sandbox mounts each read-only and takes at most {MAX_GIT_MOUNTS}: give it a smaller part of the tree")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the workspace {workspace} holds {len(baseline.git_entries)} repositories (.git entries); "
+            f"the sandbox mounts each read-only and takes at most {MAX_GIT_MOUNTS}: give it a smaller part of the tree",
+        )
     found = []
     for rel in sorted(baseline.git_entries, key=lambda r: (r.count("/"), r)):
         # One gone since the baseline (another session's sweep moved what its box planted) is not
@@ -171,12 +185,21 @@ def git_mounts(workspace: Path, baseline: Baseline, git_dir: Path | None = None,
     return found
 
 
-def container_settings(config: SandboxConfig, workspace: Path, user: str, egress_network: str | None = None,
-                       baseline: Baseline | None = None, git_dir: Path | None = None, egress_ca: SessionCA | None = None) -> dict[str, Any]:
+def container_settings(
+    config: SandboxConfig,
+    workspace: Path,
+    user: str,
+    egress_network: str | None = None,
+    baseline: Baseline | None = None,
+    git_dir: Path | None = None,
+    egress_ca: SessionCA | None = None,
+) -> dict[str, Any]:
     """Every security-relevant option a sandbox gets, in one place (`oa-sandbox doctor` prints it)."""
     options = docker_options(config)
     box_mounts = [mounts.workspace(workspace, WORKSPACE_IN_BOX, config.workspace_read_only)]
-    box_mounts += git_mounts(workspace, baseline or capture_baseline(workspace), git_dir, top=not config.workspace_read_only)
+    box_mounts += git_mounts(
+        workspace, baseline or capture_baseline(workspace), git_dir, top=not config.workspace_read_only
+    )
     if not config.workspace_read_only:  # the host's own code in the workspace (--host-code-read-only)
         box_mounts += mounts.host_code(workspace, config.read_only_entries, WORKSPACE_IN_BOX)
     settings: dict[str, Any] = {
@@ -195,7 +218,10 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
         "mem_limit": config.memory,
         "memswap_limit": config.memory,
         "nano_cpus": int(config.cpus * 1e9),
-        "ulimits": [Ulimit(name="fsize", soft=config.max_file_size, hard=config.max_file_size), Ulimit(name="core", soft=0, hard=0)],
+        "ulimits": [
+            Ulimit(name="fsize", soft=config.max_file_size, hard=config.max_file_size),
+            Ulimit(name="core", soft=0, hard=0),
+        ],
         "ipc_mode": "private",
         "mounts": box_mounts,
         # Who started it (owner.py): the next oa-sandbox command removes it once that process is gone.
@@ -222,7 +248,9 @@ def container_settings(config: SandboxConfig, workspace: Path, user: str, egress
 # machine was saturated) are gone on the next try (issue 40: 4 to 10 of 200 starts at concurrency 8
 # under a CPU burner). A 4xx (a bad mount, an unknown option) is the same every time: never retried.
 START_ATTEMPTS = 4
-START_BACKOFF = wait_exponential(multiplier=0.5, max=4.0) + wait_random(0, 0.5)  # 0.5, 1, 2 s (+ up to 0.5 s each): at most ~5 s in all
+START_BACKOFF = wait_exponential(multiplier=0.5, max=4.0) + wait_random(
+    0, 0.5
+)  # 0.5, 1, 2 s (+ up to 0.5 s each): at most ~5 s in all
 
 
 def transient_start_failure(err: BaseException) -> bool:
@@ -330,7 +358,9 @@ class DockerDeployment:
         try:
             self.client.images.get(image)
         except docker.errors.ImageNotFound:
-            raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {image} is missing; build it with `oa-sandbox image build`") from None
+            raise OpenAgentsError(
+                ErrorType.IMAGE_MISSING, f"image {image} is missing; build it with `oa-sandbox image build`"
+            ) from None
         except DOCKER_ERRORS as err:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {err}") from None
         if self.runtime is None:
@@ -346,8 +376,13 @@ class DockerDeployment:
             self._unsure = False
         tries = 0
         try:
-            for attempt in Retrying(retry=retry_if_exception(transient_start_failure), stop=stop_after_attempt(START_ATTEMPTS), wait=START_BACKOFF,
-                                    reraise=True, before_sleep=_start_retry_note):
+            for attempt in Retrying(
+                retry=retry_if_exception(transient_start_failure),
+                stop=stop_after_attempt(START_ATTEMPTS),
+                wait=START_BACKOFF,
+                reraise=True,
+                before_sleep=_start_retry_note,
+            ):
                 with attempt:
                     tries += 1
                     try:
@@ -360,18 +395,31 @@ class DockerDeployment:
                         raise
         except DOCKER_ERRORS as err:
             if _lacks_python(str(err)):  # any image with python3 works; one without it can never start the agent
-                raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {image} has no python3 on its PATH (/usr/local/bin, /usr/bin, "
-                                      "/bin), which the box's agent needs: use an image with python3 (build on ours: FROM it)") from None
+                raise OpenAgentsError(
+                    ErrorType.IMAGE_MISSING,
+                    f"image {image} has no python3 on its PATH (/usr/local/bin, /usr/bin, "
+                    "/bin), which the box's agent needs: use an image with python3 (build on ours: FROM it)",
+                ) from None
             tried = f" (tried {tries} times)" if tries > 1 else ""
-            raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox{tried}: {err}") from None
+            raise OpenAgentsError(
+                ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox{tried}: {err}"
+            ) from None
         raise AssertionError("unreachable: Retrying returns or raises")  # pragma: no cover
 
     def _create_and_start(self) -> DockerStream:
         network = self.egress.network_name if self.egress else None
         self._unsure = True
-        self.container = self.client.containers.create(**container_settings(self.config, self.spec.workspace, self.spec.user, network,
-                                                                            self.spec.baseline, self.spec.git_dir,
-                                                                            self.egress.ca if self.egress else None))
+        self.container = self.client.containers.create(
+            **container_settings(
+                self.config,
+                self.spec.workspace,
+                self.spec.user,
+                network,
+                self.spec.baseline,
+                self.spec.git_dir,
+                self.egress.ca if self.egress else None,
+            )
+        )
         self._unsure = False
         sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)
@@ -393,10 +441,16 @@ class DockerDeployment:
         repositories = len(self.spec.baseline.git_entries) + len(self.config.read_only_entries)  # each a mount
         if choice.gvisor and repositories > MAX_GIT_MOUNTS_GVISOR:
             if asked is not None:
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {asked}: the workspace holds {repositories} repositories, "
-                                      f"each mounted read-only, and gVisor starts with at most {MAX_GIT_MOUNTS_GVISOR}: use --runtime runc")
-            return RuntimeChoice(RUNC, f"runc: the workspace holds {repositories} repositories, each mounted read-only, and gVisor starts "
-                                       f"with at most {MAX_GIT_MOUNTS_GVISOR} mounts")
+                raise OpenAgentsError(
+                    ErrorType.CONFIG_INVALID,
+                    f"--runtime {asked}: the workspace holds {repositories} repositories, "
+                    f"each mounted read-only, and gVisor starts with at most {MAX_GIT_MOUNTS_GVISOR}: use --runtime runc",
+                )
+            return RuntimeChoice(
+                RUNC,
+                f"runc: the workspace holds {repositories} repositories, each mounted read-only, and gVisor starts "
+                f"with at most {MAX_GIT_MOUNTS_GVISOR} mounts",
+            )
         return choice
 
     def remove(self) -> None:
@@ -415,17 +469,25 @@ class DockerDeployment:
         if not self.left_behind:
             return
         if self.daemon.problem(self.client) is not None:
-            log.warning("sandbox container(s) %s left behind: the Docker daemon does not answer; removed once it does",
-                        ", ".join(c[:12] for c in self.left_behind))
+            log.warning(
+                "sandbox container(s) %s left behind: the Docker daemon does not answer; removed once it does",
+                ", ".join(c[:12] for c in self.left_behind),
+            )
             return
-        self.left_behind = [c for c in self.left_behind if reaper.remove_container(self.client, c) is reaper.Removal.FAILED]
+        self.left_behind = [
+            c for c in self.left_behind if reaper.remove_container(self.client, c) is reaper.Removal.FAILED
+        ]
 
     def close(self) -> None:
         if self._client is None:
             return
         if self.daemon.problem(self._client) is not None:
-            if self.egress is not None and self.egress.proxy is not None:  # its proxy and network stay for `oa-sandbox gc`
-                log.warning("the egress gate %s is left behind: the Docker daemon does not answer", self.egress.network_name)
+            if (
+                self.egress is not None and self.egress.proxy is not None
+            ):  # its proxy and network stay for `oa-sandbox gc`
+                log.warning(
+                    "the egress gate %s is left behind: the Docker daemon does not answer", self.egress.network_name
+                )
             self.egress = None
             self._unsure = True
             return
@@ -465,8 +527,11 @@ class DockerDeployment:
         the agent with it)."""
         problem = self.daemon.problem(self.client)
         if problem is not None:
-            return OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"the sandbox was lost with the Docker daemon: {problem.message}; "
-                                   "once it runs again, the next call or session gets a fresh sandbox")
+            return OpenAgentsError(
+                ErrorType.DOCKER_UNAVAILABLE,
+                f"the sandbox was lost with the Docker daemon: {problem.message}; "
+                "once it runs again, the next call or session gets a fresh sandbox",
+            )
         container = self.container
         if container is None:
             return err
@@ -477,8 +542,11 @@ class DockerDeployment:
             return err
         if not oom:
             return err
-        return OpenAgentsError(ErrorType.AGENT_LOST, f"the sandbox ran out of memory (limit {self.config.memory}, swap included) and was "
-                               "killed with everything in it; a fresh one takes over with the workspace as it was left")
+        return OpenAgentsError(
+            ErrorType.AGENT_LOST,
+            f"the sandbox ran out of memory (limit {self.config.memory}, swap included) and was "
+            "killed with everything in it; a fresh one takes over with the workspace as it was left",
+        )
 
     @property
     def gvisor(self) -> bool:
@@ -491,11 +559,25 @@ class DockerSandbox(SupervisedSandbox):
 
     deployment: DockerDeployment
 
-    def __init__(self, workspace: str | os.PathLike[str], config: SandboxConfig | None = None, client: docker.DockerClient | None = None,
-                 *, state_dir: Path | None = None, git_dir: Path | None = None, baseline: Baseline | None = None) -> None:
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        config: SandboxConfig | None = None,
+        client: docker.DockerClient | None = None,
+        *,
+        state_dir: Path | None = None,
+        git_dir: Path | None = None,
+        baseline: Baseline | None = None,
+    ) -> None:
         config = config or SandboxConfig()
-        super().__init__(workspace, config, lambda spec: DockerDeployment(spec, config, client),
-                         state_dir=state_dir, git_dir=git_dir, baseline=baseline)
+        super().__init__(
+            workspace,
+            config,
+            lambda spec: DockerDeployment(spec, config, client),
+            state_dir=state_dir,
+            git_dir=git_dir,
+            baseline=baseline,
+        )
 
     def __enter__(self) -> "DockerSandbox":
         self.start()

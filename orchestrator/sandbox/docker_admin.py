@@ -1,5 +1,6 @@
 """The Docker backend as the CLI sees it: making sandboxes, `doctor`'s checks and settings table,
 and `gc`. Next to the deployment (docker.py) because every line of it knows Docker."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,9 @@ from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_
 from .seccomp import DESCRIPTION as SECCOMP
 
 
-def security_rows(config: SandboxConfig, workspace: Path, user: str, choice: RuntimeChoice | None = None) -> list[tuple[str, str]]:
+def security_rows(
+    config: SandboxConfig, workspace: Path, user: str, choice: RuntimeChoice | None = None
+) -> list[tuple[str, str]]:
     """What `container_settings` gives a box, as doctor's rows (the runtime as chosen, or as configured)."""
     settings = container_settings(config, workspace, user)
     asked = docker_options(config).runtime
@@ -30,13 +33,19 @@ def security_rows(config: SandboxConfig, workspace: Path, user: str, choice: Run
         ("root filesystem", "read-only" if settings["read_only"] else "writable"),
         ("/tmp", settings["tmpfs"]["/tmp"]),
         ("capabilities", "drop " + ",".join(settings["cap_drop"])),
-        ("security options", ", ".join(f"seccomp: {SECCOMP}" if o.startswith("seccomp=") else o for o in settings["security_opt"])),
+        (
+            "security options",
+            ", ".join(f"seccomp: {SECCOMP}" if o.startswith("seccomp=") else o for o in settings["security_opt"]),
+        ),
         ("pids limit", str(settings["pids_limit"])),
         ("memory limit", f"{settings['mem_limit']} (swap included)"),
         ("cpus", str(settings["nano_cpus"] / 1e9)),
         ("file size limit", f"{config.max_file_size} bytes"),
         ("environment", ", ".join(sorted(settings["environment"]))),
-        ("runtime", f"{runtime} ({'gVisor: a second kernel between the box and the host' if gvisor else 'the host kernel'})"),
+        (
+            "runtime",
+            f"{runtime} ({'gVisor: a second kernel between the box and the host' if gvisor else 'the host kernel'})",
+        ),
     ]
 
 
@@ -55,8 +64,15 @@ class DockerBackend:
             reap_leftovers_once(self._client)
         return self._client
 
-    def sandbox(self, workspace: str | os.PathLike[str], config: SandboxConfig, *, state_dir: Path | None = None,
-                git_dir: Path | None = None, baseline: Baseline | None = None) -> DockerSandbox:
+    def sandbox(
+        self,
+        workspace: str | os.PathLike[str],
+        config: SandboxConfig,
+        *,
+        state_dir: Path | None = None,
+        git_dir: Path | None = None,
+        baseline: Baseline | None = None,
+    ) -> DockerSandbox:
         return DockerSandbox(workspace, config, self._client, state_dir=state_dir, git_dir=git_dir, baseline=baseline)
 
     def diagnose(self, config: SandboxConfig) -> Diagnosis:
@@ -73,15 +89,25 @@ class DockerBackend:
         from .image import image_status
 
         status = image_status(client, options.image)
-        checks.append(("ok" if status == "current" else "fail",
-                       f"image {options.image}: {status}" + ("" if status == "current" else "  (run `oa-sandbox image build`)")))
+        checks.append(
+            (
+                "ok" if status == "current" else "fail",
+                f"image {options.image}: {status}"
+                + ("" if status == "current" else "  (run `oa-sandbox image build`)"),
+            )
+        )
         choice = choose_runtime(options.runtime, config.egress is not None, client)  # CONFIG_INVALID propagates
         checks.append(("ok" if choice.gvisor else "info", f"runtime {choice.name}: {choice.why}"))
         if choice.gvisor:
             checks.append(("info", f"gVisor settings of {choice.name}: {gvisor_settings(client.info(), choice.name)}"))
         checks.append(("info", f"runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}"))
-        return Diagnosis(checks=checks, config=config.with_backend(runtime=choice.name), reachable=True,
-                         can_start=status != "missing", runtime=choice)
+        return Diagnosis(
+            checks=checks,
+            config=config.with_backend(runtime=choice.name),
+            reachable=True,
+            can_start=status != "missing",
+            runtime=choice,
+        )
 
     def settings_for(self, diagnosis: Diagnosis, workspace: Path, user: str) -> list[tuple[str, str]]:
         return security_rows(diagnosis.config, workspace, user, diagnosis.runtime)
@@ -96,8 +122,9 @@ class DockerBackend:
             raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Docker failed: {str(err)[:300]}") from None
         return len(reaped.containers)
 
-    def build_image(self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool,
-                    progress: Callable[[str], None]) -> str:
+    def build_image(
+        self, tag: str | None, base: str, *, rebuild_base: bool, only_if_needed: bool, progress: Callable[[str], None]
+    ) -> str:
         from .image import build_image, ensure_image
 
         tag = tag or self.options.image
@@ -106,4 +133,3 @@ class DockerBackend:
         if only_if_needed:
             return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)
         return build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
-

@@ -4,6 +4,7 @@ The sandbox joins the internal network (Docker gives it no route out) and gets H
 nothing else. The proxy (compose/proxy/egress_gate/) sits on that network and on an outer one,
 and enforces the allow-list. Without egress, nothing changes: network_mode=none.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,9 @@ _OFFER_HOST = re.compile(r"(?:[a-z0-9_-]{1,63}\.)*[a-z0-9_-]{1,63}\Z|\[[0-9a-f:.
 _OFFER_PATH = re.compile(r"/[\x21-\x7e]{0,1023}\Z")
 
 
-def widening_offer(method: str | None, host: str, port: int | None, path: str | None, tls: str | None) -> tuple[EgressRule, str] | None:
+def widening_offer(
+    method: str | None, host: str, port: int | None, path: str | None, tls: str | None
+) -> tuple[EgressRule, str] | None:
     """The rule that allows exactly the refused request a person is shown, and the words shown; None
     when the record does not name one literal request (a cut or odd field, a method `*`). A tunnel
     the gate did not open is offered as its whole host and port (the gate cannot see its paths)."""
@@ -70,10 +73,18 @@ def widening_offer(method: str | None, host: str, port: int | None, path: str | 
         return None
     if tls == "tunnel" or method == "CONNECT":
         try:
-            return EgressRule(action="allow", host=host, port=port), f"every request to {host}:{port} (a TLS tunnel the gate cannot see into)"
+            return EgressRule(
+                action="allow", host=host, port=port
+            ), f"every request to {host}:{port} (a TLS tunnel the gate cannot see into)"
         except ValueError:
             return None
-    if method is None or path is None or not _OFFER_METHOD.match(method) or not _OFFER_PATH.match(path) or "\u2026[cut" in path:
+    if (
+        method is None
+        or path is None
+        or not _OFFER_METHOD.match(method)
+        or not _OFFER_PATH.match(path)
+        or "\u2026[cut" in path
+    ):
         return None
     literal = re.sub(r"([*?\[])", r"[\1]", path)  # the exact path as a glob that matches only itself
     try:
@@ -113,30 +124,56 @@ class EgressGate:
         try:
             network = self.client.networks.get(self.config.network)
         except docker.errors.NotFound:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"egress network {self.config.network} does not exist") from None
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID, f"egress network {self.config.network} does not exist"
+            ) from None
         if not network.attrs.get("Internal"):
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"egress network {self.config.network} is not internal: a sandbox there could skip the proxy")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                f"egress network {self.config.network} is not internal: a sandbox there could skip the proxy",
+            )
 
     def start(self) -> None:
         if self.config.network:
             if self.config.rules or self.config.credentials:
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, "egress rules and credentials need a per-session gate, not a shared network")
+                raise OpenAgentsError(
+                    ErrorType.CONFIG_INVALID,
+                    "egress rules and credentials need a per-session gate, not a shared network",
+                )
             self._join_shared()
             return
         if not self.config.allow and not any(rule.action == "allow" for rule in self.config.rules):
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, "egress needs at least one allowed host")
         environment = self._proxy_environment()
-        labels = {LABEL: "egress", f"{LABEL}.egress-id": self.id, **owner.labels_here()}  # reaped with its owner (reaper.py)
+        labels = {
+            LABEL: "egress",
+            f"{LABEL}.egress-id": self.id,
+            **owner.labels_here(),
+        }  # reaped with its owner (reaper.py)
         try:
             self.client.images.get(self.config.proxy_image)
         except docker.errors.ImageNotFound:
-            raise OpenAgentsError(ErrorType.IMAGE_MISSING, f"image {self.config.proxy_image} is missing; build it with `oa-sandbox image build`") from None
+            raise OpenAgentsError(
+                ErrorType.IMAGE_MISSING,
+                f"image {self.config.proxy_image} is missing; build it with `oa-sandbox image build`",
+            ) from None
         try:
-            network = self.network = self.client.networks.create(self.network_name, driver="bridge", internal=True, labels=labels)
+            network = self.network = self.client.networks.create(
+                self.network_name, driver="bridge", internal=True, labels=labels
+            )
             proxy = self.proxy = self.client.containers.run(
-                self.config.proxy_image, detach=True, name=f"oa-egress-proxy-{self.id}", network=self.config.outer_network, labels=labels,
-                environment=environment, tmpfs={"/tmp": "rw,nosuid,nodev,noexec,size=1m,mode=1777"},
-                read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], mem_limit="256m", pids_limit=128,
+                self.config.proxy_image,
+                detach=True,
+                name=f"oa-egress-proxy-{self.id}",
+                network=self.config.outer_network,
+                labels=labels,
+                environment=environment,
+                tmpfs={"/tmp": "rw,nosuid,nodev,noexec,size=1m,mode=1777"},
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                mem_limit="256m",
+                pids_limit=128,
                 log_config=PROXY_LOG_CONFIG,
             )
             network.connect(proxy, aliases=[EGRESS_PROXY_ALIAS])
@@ -148,14 +185,22 @@ class EgressGate:
         """The gate's configuration. Credentials are resolved here, from the host's environment, and
         go to the gate only (its container's environment, which the box cannot read)."""
         config = self.config
-        env = {"OA_EGRESS_ALLOW": ",".join(config.allow), "OA_EGRESS_ALLOW_CIDRS": ",".join(config.allow_cidrs),
-               "OA_EGRESS_RULE_SET": config.rule_set, "OA_EGRESS_LIVE_RULES": LIVE_RULES,
-               "OA_EGRESS_RULES": json.dumps([{**rule.model_dump(), "name": f"rules[{i}]"} for i, rule in enumerate(config.rules)])}
+        env = {
+            "OA_EGRESS_ALLOW": ",".join(config.allow),
+            "OA_EGRESS_ALLOW_CIDRS": ",".join(config.allow_cidrs),
+            "OA_EGRESS_RULE_SET": config.rule_set,
+            "OA_EGRESS_LIVE_RULES": LIVE_RULES,
+            "OA_EGRESS_RULES": json.dumps(
+                [{**rule.model_dump(), "name": f"rules[{i}]"} for i, rule in enumerate(config.rules)]
+            ),
+        }
         if config.credentials:
             try:
                 # the variables' values too: the gate blanks each of them in responses (an API that echoes)
-                resolved = [{**c.model_dump(), "value": c.resolve(), "secrets": [os.environ[name] for name in c.variables]}
-                            for c in config.credentials]
+                resolved = [
+                    {**c.model_dump(), "value": c.resolve(), "secrets": [os.environ[name] for name in c.variables]}
+                    for c in config.credentials
+                ]
             except ValueError as err:
                 raise OpenAgentsError(ErrorType.CONFIG_INVALID, str(err)) from None
             self.ca = SessionCA([c.host for c in config.credentials])
@@ -165,7 +210,9 @@ class EgressGate:
             try:
                 env["OA_EGRESS_UPSTREAM_CA"] = Path(config.upstream_ca).read_text()
             except (OSError, UnicodeDecodeError) as err:
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"egress upstream_ca {config.upstream_ca}: {err}") from None
+                raise OpenAgentsError(
+                    ErrorType.CONFIG_INVALID, f"egress upstream_ca {config.upstream_ca}: {err}"
+                ) from None
         return env
 
     def widen(self, rule: EgressRule, once: bool) -> bool:
@@ -175,7 +222,9 @@ class EgressGate:
             return False
         self.widened.append({**rule.model_dump(), "id": len(self.widened), "once": once})
         try:
-            result = self.proxy.exec_run(["python3", "-I", "-S", "-c", _WRITE_LIVE, LIVE_RULES, json.dumps(self.widened)], user="65534:65534")
+            result = self.proxy.exec_run(
+                ["python3", "-I", "-S", "-c", _WRITE_LIVE, LIVE_RULES, json.dumps(self.widened)], user="65534:65534"
+            )
         except DOCKER_ERRORS:
             self.widened.pop()
             return False
@@ -205,7 +254,9 @@ class EgressGate:
             asked_at = -MARK_RESEND_S
             pause = 0.002
             while True:
-                if time.monotonic() - asked_at >= MARK_RESEND_S:  # again after a while: a signal before the proxy listened is lost
+                if (
+                    time.monotonic() - asked_at >= MARK_RESEND_S
+                ):  # again after a while: a signal before the proxy listened is lost
                     asked_at = time.monotonic()
                     if not self._ask_mark(nonce):
                         self._take(self._read_log(), None, took)  # no proxy to mark: what its log holds
@@ -213,13 +264,21 @@ class EgressGate:
                 if self._take(self._read_log(), nonce, took):
                     break
                 if time.monotonic() - started > MARK_WAIT_S:
-                    log.warning("the egress gate did not mark its log within %.0fs: the rest of this call's records go with the next", MARK_WAIT_S)
+                    log.warning(
+                        "the egress gate did not mark its log within %.0fs: the rest of this call's records go with the next",
+                        MARK_WAIT_S,
+                    )
                     break
                 time.sleep(pause)
                 pause = min(pause * 1.5, 0.1)
         if took.omitted:
-            took.records.append(EgressRecord(decision="omitted", reason=f"{took.omitted} more egress decisions in this call are not recorded "
-                                                                         f"(more than {MAX_RECORDS_PER_DRAIN})"))
+            took.records.append(
+                EgressRecord(
+                    decision="omitted",
+                    reason=f"{took.omitted} more egress decisions in this call are not recorded "
+                    f"(more than {MAX_RECORDS_PER_DRAIN})",
+                )
+            )
         return took.records
 
     def _ask_mark(self, nonce: int) -> bool:
@@ -260,7 +319,11 @@ class EgressGate:
                 record = jsonbound.loads(line.decode("utf-8", errors="replace"))
             except ValueError:
                 continue
-            if not isinstance(record, dict) or not isinstance(record.get("seq"), int) or record["seq"] <= self._seen_seq:
+            if (
+                not isinstance(record, dict)
+                or not isinstance(record.get("seq"), int)
+                or record["seq"] <= self._seen_seq
+            ):
                 continue
             self._seen_seq = record["seq"]
             ts = record.get("ts")
@@ -303,6 +366,7 @@ def _bounded_text(value: Any, limit: int, keep: int | None = None) -> str | None
 def bounded_record(record: dict[str, Any]) -> EgressRecord:
     """What the transcript keeps of one decision: every field short, whatever the box sent the proxy
     (the host name and the reason quote the request)."""
+
     def count(value: Any) -> int | None:
         return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 62 else None
 

@@ -8,6 +8,7 @@ it never leaves the host and never reaches the gate or the box. The gate gets on
 through SSL_CERT_FILE, REQUESTS_CA_BUNDLE, CURL_CA_BUNDLE, NODE_EXTRA_CA_CERTS and OpenSSL's
 system paths (a bundle of certifi's Mozilla roots plus this CA, mounted read-only).
 """
+
 from __future__ import annotations
 
 import os
@@ -46,14 +47,23 @@ def openssl_program() -> str:
 
 def _openssl(*args: str, cwd: Path) -> None:
     try:
-        subprocess.run([openssl_program(), *args], cwd=cwd, check=True, capture_output=True, timeout=OPENSSL_TIMEOUT_S,
-                       env=system.environment(OPENSSL_DIRS))
+        subprocess.run(
+            [openssl_program(), *args],
+            cwd=cwd,
+            check=True,
+            capture_output=True,
+            timeout=OPENSSL_TIMEOUT_S,
+            env=system.environment(OPENSSL_DIRS),
+        )
     except FileNotFoundError:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, "credential injection needs the `openssl` command on the host") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, "credential injection needs the `openssl` command on the host"
+        ) from None
     except subprocess.SubprocessError as err:
         detail = getattr(err, "stderr", b"") or b""
-        raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED,
-                              f"could not make the session CA: {detail.decode(errors='replace')[-300:]}") from None
+        raise OpenAgentsError(
+            ErrorType.SANDBOX_START_FAILED, f"could not make the session CA: {detail.decode(errors='replace')[-300:]}"
+        ) from None
 
 
 class SessionCA:
@@ -71,16 +81,50 @@ class SessionCA:
         work = self.dir / "work"
         work.mkdir(mode=0o700)
         curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-        _openssl("req", "-x509", *curve, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-                 "-subj", f"/CN=openagents-sandbox egress session CA {uuid.uuid4().hex[:12]}",
-                 "-addext", "basicConstraints=critical,CA:TRUE,pathlen:0", "-addext", "keyUsage=critical,keyCertSign,cRLSign", cwd=work)
+        _openssl(
+            "req",
+            "-x509",
+            *curve,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            f"/CN=openagents-sandbox egress session CA {uuid.uuid4().hex[:12]}",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE,pathlen:0",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+            cwd=work,
+        )
         self.leaves: dict[str, dict[str, str]] = {}
         for i, host in enumerate(hosts):
-            (work / f"{i}.ext").write_text(f"subjectAltName=DNS:{host}\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
-                                           "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+            (work / f"{i}.ext").write_text(
+                f"subjectAltName=DNS:{host}\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                "extendedKeyUsage=serverAuth\nsubjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+            )
             _openssl("req", "-new", *curve, "-keyout", f"{i}.key", "-out", f"{i}.csr", "-subj", f"/CN={host}", cwd=work)
-            _openssl("x509", "-req", "-in", f"{i}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", str(int(uuid.uuid4().int >> 66)),
-                     "-days", "2", "-extfile", f"{i}.ext", "-out", f"{i}.pem", cwd=work)
+            _openssl(
+                "x509",
+                "-req",
+                "-in",
+                f"{i}.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-set_serial",
+                str(int(uuid.uuid4().int >> 66)),
+                "-days",
+                "2",
+                "-extfile",
+                f"{i}.ext",
+                "-out",
+                f"{i}.pem",
+                cwd=work,
+            )
             self.leaves[host] = {"cert": (work / f"{i}.pem").read_text(), "key": (work / f"{i}.key").read_text()}
         self.ca_pem = (work / "ca.pem").read_text()
         shutil.rmtree(work)  # the CA key and the leaf keys: the gate has the leaves in memory (its environment)
@@ -94,12 +138,20 @@ class SessionCA:
         self.trust = trust
 
     def box_mounts(self) -> list[Mount]:
-        return [read_only(self.trust, BOX_DIR), *(read_only(self.trust / "bundle.pem", target) for target in SYSTEM_BUNDLES)]
+        return [
+            read_only(self.trust, BOX_DIR),
+            *(read_only(self.trust / "bundle.pem", target) for target in SYSTEM_BUNDLES),
+        ]
 
     @staticmethod
     def box_environment() -> dict[str, str]:
-        return {"SSL_CERT_FILE": BOX_BUNDLE, "REQUESTS_CA_BUNDLE": BOX_BUNDLE, "CURL_CA_BUNDLE": BOX_BUNDLE,
-                "GIT_SSL_CAINFO": BOX_BUNDLE, "NODE_EXTRA_CA_CERTS": BOX_CA}
+        return {
+            "SSL_CERT_FILE": BOX_BUNDLE,
+            "REQUESTS_CA_BUNDLE": BOX_BUNDLE,
+            "CURL_CA_BUNDLE": BOX_BUNDLE,
+            "GIT_SSL_CAINFO": BOX_BUNDLE,
+            "NODE_EXTRA_CA_CERTS": BOX_CA,
+        }
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -4,6 +4,7 @@ With a registry, Dockerfile.sandbox builds on an ordinary base (python:3.12-slim
 (our own machines), a base is made from Debian's packages with mmdebstrap (else debootstrap) and `docker import`,
 then the same Dockerfile builds on it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,8 +38,15 @@ Progress = Callable[[str], None]
 
 def _agent_files() -> list[Path]:
     if not DOCKERFILE.is_file():
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"{DOCKERFILE} is missing: build the image from a source checkout (pip install -e .)")
-    return [DOCKERFILE] + sorted(p for p in AGENT_DIR.rglob("*.py")) + [PROXY_DIR / "Dockerfile", *sorted(PROXY_DIR.rglob("*.py"))]
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"{DOCKERFILE} is missing: build the image from a source checkout (pip install -e .)",
+        )
+    return (
+        [DOCKERFILE]
+        + sorted(p for p in AGENT_DIR.rglob("*.py"))
+        + [PROXY_DIR / "Dockerfile", *sorted(PROXY_DIR.rglob("*.py"))]
+    )
 
 
 def agent_hash() -> str:
@@ -83,6 +91,7 @@ def _context_tar(root: Path) -> io.BytesIO:
 
 def build_debootstrap_base(client: docker.DockerClient, progress: Progress, tag: str = DEBOOTSTRAP_BASE) -> str:
     """The base from Debian's packages (debootstrap.py), imported through the SDK."""
+
     def importer(stream: IO[bytes], name: str) -> None:
         repository, _, version = name.partition(":")
         client.api.import_image_from_stream(stream, repository=repository, tag=version or "latest")
@@ -102,7 +111,13 @@ def _base_available(client: docker.DockerClient, base: str, progress: Progress) 
         return False
 
 
-def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str = DEFAULT_IMAGE, progress: Progress = print, rebuild_base: bool = False) -> str:
+def build_image(
+    client: docker.DockerClient,
+    base: str = DEFAULT_BASE,
+    tag: str = DEFAULT_IMAGE,
+    progress: Progress = print,
+    rebuild_base: bool = False,
+) -> str:
     """Build Dockerfile.sandbox on ``base``; ``base='debootstrap'`` (or an unreachable base) makes one from Debian's packages."""
     if base == "debootstrap" or not _base_available(client, base, progress):
         if _has_image(client, DEBOOTSTRAP_BASE) and not rebuild_base:
@@ -113,15 +128,19 @@ def build_image(client: docker.DockerClient, base: str = DEFAULT_BASE, tag: str 
     started = time.monotonic()
     # Side by side: most of a build is the daemon committing and mounting layers (slow on fuse-overlayfs), little CPU.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        builds = [pool.submit(_build, client, ROOT, "Dockerfile.sandbox", tag, base, progress),
-                  pool.submit(_build, client, PROXY_DIR, "Dockerfile", PROXY_IMAGE, base, progress)]
+        builds = [
+            pool.submit(_build, client, ROOT, "Dockerfile.sandbox", tag, base, progress),
+            pool.submit(_build, client, PROXY_DIR, "Dockerfile", PROXY_IMAGE, base, progress),
+        ]
         for build in builds:
             build.result()
     progress(f"built {tag} and {PROXY_IMAGE} in {time.monotonic() - started:.1f}s")
     return tag
 
 
-def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str, base: str, progress: Progress) -> None:
+def _build(
+    client: docker.DockerClient, context: Path, dockerfile: str, tag: str, base: str, progress: Progress
+) -> None:
     progress(f"building {tag} from {(context / dockerfile).relative_to(ROOT)} on {base}")
     try:
         if image_commit.build(client, context, dockerfile, tag, base, {LABEL: "image", HASH_LABEL: agent_hash()}):
@@ -129,8 +148,15 @@ def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str
     except docker.errors.DockerException as err:
         raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"image build failed: {err}") from None
     stream = client.api.build(
-        fileobj=_context_tar(context), custom_context=True, dockerfile=dockerfile, tag=tag,
-        buildargs={"BASE_IMAGE": base}, labels={LABEL: "image", HASH_LABEL: agent_hash()}, rm=True, forcerm=True, decode=True,
+        fileobj=_context_tar(context),
+        custom_context=True,
+        dockerfile=dockerfile,
+        tag=tag,
+        buildargs={"BASE_IMAGE": base},
+        labels={LABEL: "image", HASH_LABEL: agent_hash()},
+        rm=True,
+        forcerm=True,
+        decode=True,
         # No step fetches anything: without a network the build does not depend on the daemon's bridge.
         network_mode="none",
     )
@@ -142,8 +168,13 @@ def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str
             progress("  " + text)
 
 
-def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress: Progress = print, base: str | None = None,
-                 rebuild_base: bool = False) -> str:
+def ensure_image(
+    client: docker.DockerClient,
+    tag: str = DEFAULT_IMAGE,
+    progress: Progress = print,
+    base: str | None = None,
+    rebuild_base: bool = False,
+) -> str:
     """Build the image if it is missing or was built from other agent code; with no `base` given,
     whichever base is already here (the ordinary one, else a debootstrap one)."""
     status = image_status(client, tag)
@@ -152,6 +183,10 @@ def ensure_image(client: docker.DockerClient, tag: str = DEFAULT_IMAGE, progress
         return tag
     progress(f"image {tag} is {status}; building it")
     if base is None:
-        base = DEFAULT_BASE if _has_image(client, DEFAULT_BASE) or not _has_image(client, DEBOOTSTRAP_BASE) else "debootstrap"
+        base = (
+            DEFAULT_BASE
+            if _has_image(client, DEFAULT_BASE) or not _has_image(client, DEBOOTSTRAP_BASE)
+            else "debootstrap"
+        )
     build_image(client, base=base, tag=tag, progress=progress, rebuild_base=rebuild_base)
     return tag

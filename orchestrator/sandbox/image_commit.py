@@ -7,6 +7,7 @@ RUNs run there as root with no network (`sh -c`, in order), and the commit takes
 USER, ENTRYPOINT, EXPOSE and the labels as changes: about 4 s. A Dockerfile with anything else (a
 COPY after a RUN, a RUN after ENV, CMD, ADD, a second FROM, ...) returns None and is built by the classic builder.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,7 +23,9 @@ import docker.errors
 from ..errors import ErrorType, OpenAgentsError
 
 CHANGES = ("ENV", "WORKDIR", "USER", "ENTRYPOINT", "EXPOSE")
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what the classic builder gives a base without PATH
+DEFAULT_PATH = (
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # what the classic builder gives a base without PATH
+)
 
 
 @dataclass
@@ -69,7 +72,9 @@ def plan(text: str) -> Plan | None:
             if len(parts) != 2:
                 return None
             result.copies.append((parts[0], parts[1]))
-        elif word == "RUN" and not args.startswith("[") and not result.changes:  # ENV, USER, WORKDIR before a RUN would apply to it
+        elif (
+            word == "RUN" and not args.startswith("[") and not result.changes
+        ):  # ENV, USER, WORKDIR before a RUN would apply to it
             result.runs.append(args)
         elif word in CHANGES:
             has_entrypoint = has_entrypoint or word == "ENTRYPOINT"
@@ -82,6 +87,7 @@ def plan(text: str) -> Plan | None:
 
 def _context_tar(context: Path, copies: list[tuple[str, str]]) -> bytes:
     """The COPYs as one tar rooted at /: owned by root as COPY makes them, modes kept."""
+
     def owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
         info.uid = info.gid = 0
         info.uname = info.gname = "root"
@@ -105,7 +111,9 @@ def _context_tar(context: Path, copies: list[tuple[str, str]]) -> bytes:
     return buf.getvalue()
 
 
-def build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str, base: str, labels: dict[str, str]) -> bool:
+def build(
+    client: docker.DockerClient, context: Path, dockerfile: str, tag: str, base: str, labels: dict[str, str]
+) -> bool:
     """Build `dockerfile` on `base` as `tag` in one commit; False when it needs the classic builder."""
     steps = plan((context / dockerfile).read_text())
     if steps is None:
@@ -117,8 +125,9 @@ def build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str,
     if not any(entry.startswith("PATH=") for entry in base_env):
         steps.changes.insert(0, f"ENV PATH={DEFAULT_PATH}")
     script = " && ".join(f"( {run} )" for run in steps.runs) or "true"
-    container = client.containers.create(base, entrypoint=["/bin/sh", "-c"], command=[script], user="0",
-                                         network_disabled=True, network_mode="none")
+    container = client.containers.create(
+        base, entrypoint=["/bin/sh", "-c"], command=[script], user="0", network_disabled=True, network_mode="none"
+    )
     try:
         if steps.copies:
             container.put_archive("/", _context_tar(context, steps.copies))

@@ -10,6 +10,7 @@ and the exit that follows does the rest. A signal left at its default dispositio
 the process with no clean-up at all, gets a handler that sweeps and then ends the process by the
 same signal, as it would have been. Ignored signals stay ignored.
 """
+
 from __future__ import annotations
 
 import atexit

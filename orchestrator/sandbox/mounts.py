@@ -10,6 +10,7 @@ A single file stays a read-only bind mount: runsc opens it read-only, and O_TRUN
 anything is changed (measured the same way). `docker rm -v` removes an anonymous volume with its
 box (reaper.remove_container); the volume holds no data, only where the daemon bound the directory.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,13 @@ def read_only(source: Path | str, target: str) -> Mount:
     """`source` (a directory or a file on the host) at `target` in the box, read-only."""
     if os.path.isdir(source) and not os.path.islink(source):
         # Anonymous (no source: removed with the box), and nothing of the image copied into it (no_copy).
-        return Mount(target=target, source=None, type="volume", no_copy=True,
-                     driver_config=DriverConfig("local", {"type": "none", "o": "bind,ro", "device": str(source)}))
+        return Mount(
+            target=target,
+            source=None,
+            type="volume",
+            no_copy=True,
+            driver_config=DriverConfig("local", {"type": "none", "o": "bind,ro", "device": str(source)}),
+        )
     return Mount(target=target, source=str(source), type="bind", read_only=True)
 
 
@@ -52,7 +58,10 @@ def host_code(workspace: Path, names: list[str], target: str) -> list[Mount]:
         else:
             why = "a link now" if stat.S_ISLNK(mode) else "neither a directory nor a file now"
         if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the host's own code at {name!r} in the workspace is {why}: not mounted "
-                                                            "read-only, the sandbox is not started")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                f"the host's own code at {name!r} in the workspace is {why}: not mounted "
+                "read-only, the sandbox is not started",
+            )
         out.append(read_only(workspace / name, f"{target}/{name}"))
     return out

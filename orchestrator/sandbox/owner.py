@@ -12,6 +12,7 @@ Backend-neutral: a backend stores `Owner.labels()` on what it creates and asks `
 The labels are ours, written at create time, but they are read back from the daemon: parsed with
 bounds (digits only, short), and anything garbled is FOREIGN, never a reason to remove.
 """
+
 from __future__ import annotations
 
 import enum
@@ -56,7 +57,12 @@ class Owner:
     machine: str | None
 
     def labels(self) -> dict[str, str]:
-        labels = {PID_LABEL: str(self.pid), BOOT_LABEL: self.boot, PIDNS_LABEL: str(self.pidns), START_LABEL: str(self.start)}
+        labels = {
+            PID_LABEL: str(self.pid),
+            BOOT_LABEL: self.boot,
+            PIDNS_LABEL: str(self.pidns),
+            START_LABEL: str(self.start),
+        }
         if self.timens is not None:
             labels[TIMENS_LABEL] = str(self.timens)
         if self.machine is not None:
@@ -147,8 +153,14 @@ def current(proc: Path = PROC) -> Owner:
     start = start_time(pid, proc)
     if boot is None or pidns is None or start is None:
         raise RuntimeError(f"cannot name this process as a sandbox owner: {proc} lacks boot_id, ns/pid or {pid}/stat")
-    owner = Owner(boot=boot, pidns=pidns, timens=_namespace("time", proc), pid=pid, start=start,
-                  machine=_read_id(("/etc/machine-id", "/var/lib/dbus/machine-id"), _MACHINE_ID))
+    owner = Owner(
+        boot=boot,
+        pidns=pidns,
+        timens=_namespace("time", proc),
+        pid=pid,
+        start=start,
+        machine=_read_id(("/etc/machine-id", "/var/lib/dbus/machine-id"), _MACHINE_ID),
+    )
     if proc == PROC:
         _here = (pid, owner)
     return owner

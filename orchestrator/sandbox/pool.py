@@ -13,6 +13,7 @@ and while starts keep failing only one attempt runs at a time; one success reset
 failure is reported (`on_event`, typed), and a claim waiting for a box gets the failure's own typed
 error: at once when it is fatal (no image, no daemon), else when its timeout passes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,9 +66,16 @@ class PoolCounters:
 
 
 class SandboxPool:
-    def __init__(self, workspace: str | Path, config: SandboxConfig | None = None, size: int = 2, client: Any = None,
-                 backend: Backend | None = None, refill_concurrency: int = REFILL_CONCURRENCY,
-                 on_event: Callable[[PoolEvent], None] | None = None) -> None:
+    def __init__(
+        self,
+        workspace: str | Path,
+        config: SandboxConfig | None = None,
+        size: int = 2,
+        client: Any = None,
+        backend: Backend | None = None,
+        refill_concurrency: int = REFILL_CONCURRENCY,
+        on_event: Callable[[PoolEvent], None] | None = None,
+    ) -> None:
         """`backend`: default the one the config names; `client`: a connection handed to it (backend_from_config).
         `on_event`: told of each box made ready, each failed start and each refill waiting for a start
         slot, from the pool's worker threads."""
@@ -106,7 +114,10 @@ class SandboxPool:
         with self._cond:
             if self._workers:
                 return
-            self._workers = [threading.Thread(target=self._work, daemon=True, name=f"oa-pool-{n}") for n in range(self.refill_concurrency)]
+            self._workers = [
+                threading.Thread(target=self._work, daemon=True, name=f"oa-pool-{n}")
+                for n in range(self.refill_concurrency)
+            ]
         for worker in self._workers:
             worker.start()
 
@@ -127,8 +138,10 @@ class SandboxPool:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         why = f": the last start failed: {failure.message}" if failure is not None else ""
-                        raise OpenAgentsError(failure.type if failure is not None else ErrorType.SANDBOX_START_FAILED,
-                                              f"no pooled sandbox was ready within {timeout:.0f}s{why}")
+                        raise OpenAgentsError(
+                            failure.type if failure is not None else ErrorType.SANDBOX_START_FAILED,
+                            f"no pooled sandbox was ready within {timeout:.0f}s{why}",
+                        )
                     self._cond.wait(left)
                 box = self._ready.popleft()
                 self._claimed += 1
@@ -139,7 +152,9 @@ class SandboxPool:
 
     def counters(self) -> PoolCounters:
         with self._cond:
-            return PoolCounters(len(self._ready), self._starting, self._waiting_claims, self._started, self._failed, self._claimed)
+            return PoolCounters(
+                len(self._ready), self._starting, self._waiting_claims, self._started, self._failed, self._claimed
+            )
 
     # -- the workers -------------------------------------------------------------------------
     def _wanted(self) -> bool:
@@ -172,7 +187,11 @@ class SandboxPool:
             box.on_start_queue = self._tell
             box.start()
         except Exception as err:  # noqa: BLE001 - a worker must outlive any failed start, typed or not
-            typed = err if isinstance(err, OpenAgentsError) else OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"{type(err).__name__}: {err}")
+            typed = (
+                err
+                if isinstance(err, OpenAgentsError)
+                else OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"{type(err).__name__}: {err}")
+            )
             self._failed_start(typed)
             return
         try:  # best effort: the agent imports every tool now, not at a claimer's first calls

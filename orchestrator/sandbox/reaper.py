@@ -14,6 +14,7 @@ Every box and egress network/proxy carries its owner's labels (owner.py). Three 
 Boxes of another pid namespace or machine, and boxes whose owner labels are garbled, are left
 alone by all but ALL: from here nobody can tell whether their owner still runs.
 """
+
 from __future__ import annotations
 
 import enum
@@ -49,16 +50,28 @@ class Removal(enum.Enum):
 def remove_container(client: docker.DockerClient, container_id: str, deadline_s: float = REMOVE_DEADLINE_S) -> Removal:
     """Remove one container, with its anonymous volumes (the read-only views of mounts.py), and confirm
     it is gone (inspect -> NotFound)."""
-    return _remove_verified("container", container_id, lambda: client.api.remove_container(container_id, force=True, v=True),
-                            lambda: client.api.inspect_container(container_id), deadline_s)
+    return _remove_verified(
+        "container",
+        container_id,
+        lambda: client.api.remove_container(container_id, force=True, v=True),
+        lambda: client.api.inspect_container(container_id),
+        deadline_s,
+    )
 
 
 def remove_network(client: docker.DockerClient, network_id: str, deadline_s: float = NETWORK_DEADLINE_S) -> Removal:
-    return _remove_verified("network", network_id, lambda: client.api.remove_network(network_id),
-                            lambda: client.api.inspect_network(network_id), deadline_s)
+    return _remove_verified(
+        "network",
+        network_id,
+        lambda: client.api.remove_network(network_id),
+        lambda: client.api.inspect_network(network_id),
+        deadline_s,
+    )
 
 
-def _remove_verified(kind: str, ident: str, remove: Callable[[], Any], inspect: Callable[[], Any], deadline_s: float) -> Removal:
+def _remove_verified(
+    kind: str, ident: str, remove: Callable[[], Any], inspect: Callable[[], Any], deadline_s: float
+) -> Removal:
     deadline = time.monotonic() + deadline_s
     delay = 0.05
     ours = False
@@ -82,8 +95,13 @@ def _remove_verified(kind: str, ident: str, remove: Callable[[], Any], inspect: 
         except DOCKER_ERRORS as err:  # after APIError: no answer at all
             return _unreachable(kind, ident, err)
         if time.monotonic() >= deadline:
-            log.warning("could not remove sandbox %s %s within %.0fs (last answer %s); `oa-sandbox gc` removes it later",
-                        kind, ident[:12], deadline_s, last)
+            log.warning(
+                "could not remove sandbox %s %s within %.0fs (last answer %s); `oa-sandbox gc` removes it later",
+                kind,
+                ident[:12],
+                deadline_s,
+                last,
+            )
             return Removal.FAILED
         time.sleep(delay)
         delay = min(delay * 2, 0.5)
@@ -94,8 +112,13 @@ def _explanation(err: docker.errors.APIError) -> str:
 
 
 def _unreachable(kind: str, ident: str, err: BaseException) -> Removal:
-    log.warning("%s: could not remove sandbox %s %s: the Docker daemon did not answer (%s); the next oa-sandbox command removes it",
-                ErrorType.DOCKER_UNAVAILABLE.value, kind, ident[:12], str(err)[:300])
+    log.warning(
+        "%s: could not remove sandbox %s %s: the Docker daemon did not answer (%s); the next oa-sandbox command removes it",
+        ErrorType.DOCKER_UNAVAILABLE.value,
+        kind,
+        ident[:12],
+        str(err)[:300],
+    )
     return Removal.FAILED
 
 
@@ -114,7 +137,9 @@ class Reaped:
     def summary(self) -> str:
         named = ", ".join(f"{cid[:12]} (pid {pid})" if pid else cid[:12] for cid, pid in self.containers[:MAX_NAMED])
         more = f" and {len(self.containers) - MAX_NAMED} more" if len(self.containers) > MAX_NAMED else ""
-        return f"removed {len(self.containers)} sandbox container(s) left by host processes that are gone: {named}{more}"
+        return (
+            f"removed {len(self.containers)} sandbox container(s) left by host processes that are gone: {named}{more}"
+        )
 
 
 def reap(client: docker.DockerClient, scope: Scope = Scope.LEFTOVERS) -> Reaped:
@@ -238,17 +263,25 @@ def remove_own(timeout: int = 10) -> None:
     try:
         client = docker.from_env(timeout=timeout)
     except docker.errors.DockerException as err:
-        log.warning("%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300])
+        log.warning(
+            "%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300]
+        )
         return
     try:
-        _remove_all(client, (str(row["Id"]) for row in client.api.containers(all=True, filters=filters)), remove_container)
+        _remove_all(
+            client, (str(row["Id"]) for row in client.api.containers(all=True, filters=filters)), remove_container
+        )
         _remove_all(client, (str(row["Id"]) for row in client.api.networks(filters=filters)), remove_network)
     except DOCKER_ERRORS as err:
-        log.warning("%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300])
+        log.warning(
+            "%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300]
+        )
     finally:
         client.close()
 
 
-def _remove_all(client: docker.DockerClient, ids: Iterable[str], remove: Callable[[docker.DockerClient, str], Removal]) -> None:
+def _remove_all(
+    client: docker.DockerClient, ids: Iterable[str], remove: Callable[[docker.DockerClient, str], Removal]
+) -> None:
     for ident in list(ids):
         remove(client, ident)

@@ -29,6 +29,7 @@ default either (scripts/setup installs bookworm-backports' 20240729).
 
 Pure functions over `client.info()` and a version probe, so they are tested with plain dicts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -56,7 +57,9 @@ VersionProbe = Callable[[str], "int | None"]
 @functools.lru_cache(maxsize=8)
 def _version_of(path: str, mtime_ns: int) -> int | None:
     try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, env=system.environment()).stdout
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=10, env=system.environment()
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     match = re.search(r"runsc version \S*?(\d{8})", out)
@@ -115,43 +118,62 @@ def _gvisor_problem(info: Mapping[str, Any], name: str, version_of: VersionProbe
     if name not in table:
         return f"{name} is not registered in the Docker daemon: {SETUP_HINT}"
     if OCI_SECCOMP not in runtime_args(info, name):
-        return (f"{name} is registered without {OCI_SECCOMP}: gVisor would ignore the sandbox's seccomp profile "
-                f"(a box could set setuid/setgid bits on workspace files); {SETUP_HINT} again")
+        return (
+            f"{name} is registered without {OCI_SECCOMP}: gVisor would ignore the sandbox's seccomp profile "
+            f"(a box could set setuid/setgid bits on workspace files); {SETUP_HINT} again"
+        )
     path = str(table[name].get("path") or "")
     version = version_of(path)
     if version is None:
         return f"{name} ({path}) does not say its version: {SETUP_HINT} again"
     if version < MIN_RUNSC_VERSION:
-        return (f"{name} ({path}) is version {version}, older than {MIN_RUNSC_VERSION}: its statx refuses AT_NO_AUTOMOUNT, "
-                f"so ls and stat fail on every path in the box; {SETUP_HINT} (bookworm-backports has it)")
+        return (
+            f"{name} ({path}) is version {version}, older than {MIN_RUNSC_VERSION}: its statx refuses AT_NO_AUTOMOUNT, "
+            f"so ls and stat fail on every path in the box; {SETUP_HINT} (bookworm-backports has it)"
+        )
     return None
 
 
-def choose_runtime_from_info(requested: str | None, egress: bool, info: Mapping[str, Any], version_of: VersionProbe = runsc_version) -> RuntimeChoice:
+def choose_runtime_from_info(
+    requested: str | None, egress: bool, info: Mapping[str, Any], version_of: VersionProbe = runsc_version
+) -> RuntimeChoice:
     """The runtime for one box. `requested` is `--runtime` (None: choose). `egress`: the box joins the
     proxy's internal network, so under gVisor it needs the registration that has a network."""
     gvisor_name = RUNSC_EGRESS if egress else RUNSC
     if requested is None:
         problem = _gvisor_problem(info, gvisor_name, version_of)
         if problem is None:
-            return RuntimeChoice(gvisor_name, f"gVisor ({gvisor_name}) registered in the daemon: a second kernel between the box and the host")
+            return RuntimeChoice(
+                gvisor_name,
+                f"gVisor ({gvisor_name}) registered in the daemon: a second kernel between the box and the host",
+            )
         return RuntimeChoice(RUNC, f"runc, without gVisor: {problem}")
     if requested == RUNC:
-        return RuntimeChoice(RUNC, "runc: asked for with --runtime runc (no gVisor kernel between the box and the host)")
+        return RuntimeChoice(
+            RUNC, "runc: asked for with --runtime runc (no gVisor kernel between the box and the host)"
+        )
     if requested in (RUNSC, RUNSC_EGRESS):
         # --runtime runsc means "gVisor": an egress box gets the registration with a network.
         problem = _gvisor_problem(info, gvisor_name, version_of)
         if problem is not None:
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {requested}: {problem}; or use --runtime runc")
-        note = "" if requested == gvisor_name else f" ({gvisor_name} is the registration for a box {'with' if egress else 'without'} network)"
+        note = (
+            ""
+            if requested == gvisor_name
+            else f" ({gvisor_name} is the registration for a box {'with' if egress else 'without'} network)"
+        )
         return RuntimeChoice(gvisor_name, f"gVisor ({gvisor_name}): asked for with --runtime {requested}{note}")
     if requested not in runtime_table(info):
         known = ", ".join(sorted(set(runtime_table(info)) | {RUNC}))
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--runtime {requested}: the Docker daemon has no such runtime (it has: {known})")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"--runtime {requested}: the Docker daemon has no such runtime (it has: {known})"
+        )
     return RuntimeChoice(requested, f"{requested}: asked for with --runtime {requested}")
 
 
-def choose_runtime(requested: str | None, egress: bool, client: InfoClient, version_of: VersionProbe = runsc_version) -> RuntimeChoice:
+def choose_runtime(
+    requested: str | None, egress: bool, client: InfoClient, version_of: VersionProbe = runsc_version
+) -> RuntimeChoice:
     """choose_runtime_from_info over the daemon's current answer. runc asked for by name needs none:
     `docker info` costs ~6 ms a box (it counts images and containers and asks the storage driver),
     and runc is always there (issue 26). The answer is not kept between boxes: a registration
@@ -181,9 +203,14 @@ def gvisor_profile(profile: dict[str, Any]) -> dict[str, Any]:
             if not rule["names"]:
                 continue
         rules.append(rule)
-    rules.append({"names": ["clone3"], "action": "SCMP_ACT_ALLOW",
-                  "comment": "openagents under gVisor: runsc makes every errno EPERM (gvisor#14688) and glibc falls back to clone "
-                             "only on ENOSYS; gVisor's own kernel answers clone3"})
+    rules.append(
+        {
+            "names": ["clone3"],
+            "action": "SCMP_ACT_ALLOW",
+            "comment": "openagents under gVisor: runsc makes every errno EPERM (gvisor#14688) and glibc falls back to clone "
+            "only on ENOSYS; gVisor's own kernel answers clone3",
+        }
+    )
     out["syscalls"] = rules
     seccomp.validate(out)
     return out
@@ -222,9 +249,16 @@ def gvisor_settings(info: Mapping[str, Any], name: str) -> str:
         "kvm": "KVM: needs /dev/kvm with (nested) virtualisation",
     }.get(platform, "as registered")
     directfs = _flag(args, "directfs")
-    directfs_text = ("directfs off: every file operation goes through the gofer (file-heavy work about 2x slower than "
-                     "with directfs)") if directfs == "false" else \
-        ("directfs on: the box's kernel opens host files itself; read-only directories (.git) are read-only volumes the "
-         "daemon mounts in the host's kernel, so a write through them is refused before anything changes")
+    directfs_text = (
+        (
+            "directfs off: every file operation goes through the gofer (file-heavy work about 2x slower than "
+            "with directfs)"
+        )
+        if directfs == "false"
+        else (
+            "directfs on: the box's kernel opens host files itself; read-only directories (.git) are read-only volumes the "
+            "daemon mounts in the host's kernel, so a write through them is refused before anything changes"
+        )
+    )
     overlay = _flag(args, "overlay2") or "root:self (default)"
     return f"platform {platform} ({why_platform}); {directfs_text}; root overlay {overlay}"

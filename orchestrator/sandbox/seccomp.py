@@ -30,6 +30,7 @@ ENOSYS stub or the default EPERM, never an allow.
 Regenerate after updating the upstream copy:
     python -m orchestrator.sandbox.seccomp build default.json > orchestrator/sandbox/seccomp.json
 """
+
 from __future__ import annotations
 
 import copy
@@ -52,13 +53,28 @@ ENOSYS = 38
 
 # Index of the mode argument of each syscall that sets or creates a file mode (x86_64 and i386 agree).
 MODE_ARGUMENT: dict[str, int] = {
-    "chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2,
-    "open": 2, "openat": 3, "creat": 1, "mknod": 1, "mknodat": 2,
-    "mkdir": 1, "mkdirat": 2,
+    "chmod": 1,
+    "fchmod": 1,
+    "fchmodat": 2,
+    "fchmodat2": 2,
+    "open": 2,
+    "openat": 3,
+    "creat": 1,
+    "mknod": 1,
+    "mknodat": 2,
+    "mkdir": 1,
+    "mkdirat": 2,
 }
 REFUSED: tuple[str, ...] = (
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "bpf", "perf_event_open",
-    "keyctl", "add_key", "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
 )
 ANSWERED_ENOSYS: tuple[str, ...] = ("openat2",)
 
@@ -92,15 +108,40 @@ def build(upstream: dict[str, Any]) -> dict[str, Any]:
     bits = S_ISUID | S_ISGID
     for index in sorted(set(MODE_ARGUMENT.values())):
         names = sorted(n for n, i in MODE_ARGUMENT.items() if i == index)
-        rules.append({"names": names, "action": "SCMP_ACT_ALLOW", "args": [_masked(index, bits, 0)],
-                      "comment": f"openagents: allowed only with no setuid/setgid bit in argument {index} (the mode)"})
+        rules.append(
+            {
+                "names": names,
+                "action": "SCMP_ACT_ALLOW",
+                "args": [_masked(index, bits, 0)],
+                "comment": f"openagents: allowed only with no setuid/setgid bit in argument {index} (the mode)",
+            }
+        )
         for bit, label in ((S_ISUID, "S_ISUID"), (S_ISGID, "S_ISGID")):
-            rules.append({"names": names, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM, "args": [_masked(index, bit, bit)],
-                          "comment": f"openagents: {label} in the mode (argument {index}) refused"})
-    rules.append({"names": list(REFUSED), "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
-                  "comment": "openagents: io_uring (unfiltered file creation), userfaultfd, bpf, perf_event_open, keyrings refused"})
-    rules.append({"names": list(ANSWERED_ENOSYS), "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS,
-                  "comment": "openagents: openat2's mode is in a struct seccomp cannot read; ENOSYS makes libc use openat"})
+            rules.append(
+                {
+                    "names": names,
+                    "action": "SCMP_ACT_ERRNO",
+                    "errnoRet": EPERM,
+                    "args": [_masked(index, bit, bit)],
+                    "comment": f"openagents: {label} in the mode (argument {index}) refused",
+                }
+            )
+    rules.append(
+        {
+            "names": list(REFUSED),
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": EPERM,
+            "comment": "openagents: io_uring (unfiltered file creation), userfaultfd, bpf, perf_event_open, keyrings refused",
+        }
+    )
+    rules.append(
+        {
+            "names": list(ANSWERED_ENOSYS),
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": ENOSYS,
+            "comment": "openagents: openat2's mode is in a struct seccomp cannot read; ENOSYS makes libc use openat",
+        }
+    )
     profile["syscalls"] = rules
     validate(profile)
     return profile
@@ -141,7 +182,10 @@ def validate(profile: dict[str, Any]) -> None:
             if rule.get("args") != [_masked(index, bits, 0)]:
                 raise ValueError(f"{name} is allowed without the no-setuid/setgid condition on argument {index}")
         for bit in (S_ISUID, S_ISGID):
-            if not any(r.get("args") == [_masked(index, bit, bit)] and r.get("errnoRet") == EPERM for r in refusals.get(name, [])):
+            if not any(
+                r.get("args") == [_masked(index, bit, bit)] and r.get("errnoRet") == EPERM
+                for r in refusals.get(name, [])
+            ):
                 raise ValueError(f"{name}: no EPERM rule for mode bit {bit:o} in argument {index}")
     for names, errno in ((REFUSED, EPERM), (ANSWERED_ENOSYS, ENOSYS)):
         for name in names:
@@ -158,8 +202,10 @@ def profile_json() -> str:
         profile = json.loads(PROFILE_PATH.read_text(encoding="utf-8"))
         validate(profile)
     except (OSError, ValueError, KeyError, TypeError) as err:
-        raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED,
-                              f"the seccomp profile {PROFILE_PATH} is missing or unsafe ({err}); reinstall openagents-sandbox") from None
+        raise OpenAgentsError(
+            ErrorType.SANDBOX_START_FAILED,
+            f"the seccomp profile {PROFILE_PATH} is missing or unsafe ({err}); reinstall openagents-sandbox",
+        ) from None
     return json.dumps(profile, separators=(",", ":"), sort_keys=True)
 
 
@@ -169,7 +215,9 @@ def security_opt() -> str:
 
 def _main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "build":
-        print("usage: python -m orchestrator.sandbox.seccomp build UPSTREAM_DEFAULT.json > seccomp.json", file=sys.stderr)
+        print(
+            "usage: python -m orchestrator.sandbox.seccomp build UPSTREAM_DEFAULT.json > seccomp.json", file=sys.stderr
+        )
         return 2
     profile = build(json.loads(Path(argv[1]).read_text(encoding="utf-8")))
     print(json.dumps(profile, indent=2))

@@ -11,6 +11,7 @@ The gate is per process (`START_GATE`): a pool, a server's sessions and a benchm
 share it. Each start brings its own limit (`SandboxLimits.start_concurrency`) and enters when it is
 first in line and fewer than that many starts are in flight.
 """
+
 from __future__ import annotations
 
 import threading
@@ -97,7 +98,9 @@ class StartGate:
                         self._cond.wait(timeout=REPORT_EVERY_S - (now - last_report) if pending else None)
                         continue
                 reported, last_report = place, now
-                _tell(on_wait, StartQueued(ahead=place[0], starting=place[1], limit=limit, waited_s=round(now - began, 3)))
+                _tell(
+                    on_wait, StartQueued(ahead=place[0], starting=place[1], limit=limit, waited_s=round(now - began, 3))
+                )
         except BaseException:  # Ctrl-C while in line: leave it, so the ones behind are not stuck
             with self._cond:
                 if ticket in self._line:
@@ -105,7 +108,10 @@ class StartGate:
                     self._cond.notify_all()
             raise
         if reported is not None and on_wait is not None:
-            _tell(on_wait, StartQueued(ahead=0, starting=starting, limit=limit, waited_s=round(waited, 3), slot_taken=True))
+            _tell(
+                on_wait,
+                StartQueued(ahead=0, starting=starting, limit=limit, waited_s=round(waited, 3), slot_taken=True),
+            )
 
     def _take(self, waited: float, queued: bool) -> None:
         self._in_flight += 1
@@ -116,7 +122,14 @@ class StartGate:
 
     def counters(self) -> GateCounters:
         with self._cond:
-            return GateCounters(self._in_flight, len(self._line), self._peak, self._started, self._queued, round(self._longest_wait_s, 3))
+            return GateCounters(
+                self._in_flight,
+                len(self._line),
+                self._peak,
+                self._started,
+                self._queued,
+                round(self._longest_wait_s, 3),
+            )
 
     def reset_counters(self) -> None:
         """Start counting afresh (the peak becomes what is in flight now)."""

@@ -11,6 +11,7 @@ journaled sweeps whose owner is gone before anything else (after reaping that ow
 no baseline of a workspace is taken while a sweep for it is pending (capture_baseline completes it
 first; one that cannot finish refuses the new session, typed).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -67,15 +68,25 @@ class Pending:
         return str(owner.pid) if owner else "?"
 
 
-def record(sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mountpoint: bool, baseline: Baseline) -> Path:
+def record(
+    sandbox_id: str, workspace: Path, quarantine: Path, placeholder_mountpoint: bool, baseline: Baseline
+) -> Path:
     """Journal the sweep of `workspace` before its box starts; returns the journal file."""
     from .owner import labels_here
 
     folder = journal_dir()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     path = folder / f"{sandbox_id}.json"
-    body = json.dumps({"version": VERSION, "workspace": to_store(os.fsencode(workspace)), "quarantine": to_store(os.fsencode(quarantine)),
-                       "placeholder_mountpoint": placeholder_mountpoint, "owner": labels_here(), "baseline": baseline.to_json()})
+    body = json.dumps(
+        {
+            "version": VERSION,
+            "workspace": to_store(os.fsencode(workspace)),
+            "quarantine": to_store(os.fsencode(quarantine)),
+            "placeholder_mountpoint": placeholder_mountpoint,
+            "owner": labels_here(),
+            "baseline": baseline.to_json(),
+        }
+    )
     return write_atomic(path, body, durable=True)
 
 
@@ -94,9 +105,14 @@ def _load(path: Path) -> Pending | None:
     try:
         with open(path, "rb") as fh:
             data: dict[str, Any] = json.loads(fh.read(MAX_JOURNAL_BYTES))
-        return Pending(path, Path(os.fsdecode(from_store(data["workspace"]))), Path(os.fsdecode(from_store(data["quarantine"]))),
-                       bool(data["placeholder_mountpoint"]), Baseline.from_json(data["baseline"]),
-                       {str(k): str(v) for k, v in (data.get("owner") or {}).items()} or None)
+        return Pending(
+            path,
+            Path(os.fsdecode(from_store(data["workspace"]))),
+            Path(os.fsdecode(from_store(data["quarantine"]))),
+            bool(data["placeholder_mountpoint"]),
+            Baseline.from_json(data["baseline"]),
+            {str(k): str(v) for k, v in (data.get("owner") or {}).items()} or None,
+        )
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as err:
@@ -140,7 +156,9 @@ def complete(entry: Pending, budget: HostBudget | None = None, shared: bool = Fa
         if not entry.workspace.is_dir():
             clear(entry.path)  # the workspace is gone (a copy-mode copy removed): nothing left to sweep
             return SweepReport()
-        report = Sweeper(entry.workspace, entry.baseline, entry.quarantine, entry.placeholder_mountpoint).sweep(shared=shared, budget=budget)
+        report = Sweeper(entry.workspace, entry.baseline, entry.quarantine, entry.placeholder_mountpoint).sweep(
+            shared=shared, budget=budget
+        )
         if report.complete:
             clear(entry.path)
         return report
@@ -165,7 +183,10 @@ def complete_gone(workspace: Path | None = None, budget: HostBudget | None = Non
     for entry in entries:
         if not entry.owner_gone():
             continue
-        shared = any(other is not entry and _same(other.workspace, entry.workspace) and not other.owner_gone() for other in entries)
+        shared = any(
+            other is not entry and _same(other.workspace, entry.workspace) and not other.owner_gone()
+            for other in entries
+        )
         done.append((entry, complete(entry, budget, shared)))
     return done
 
@@ -177,9 +198,11 @@ def complete_for(workspace: Path, budget: HostBudget | None = None) -> None:
         for line in report.lines():
             log.warning("integrity sweep left by a process that ended (pid %s): %s", entry.owner_pid(), line)
         if not report.complete:
-            raise OpenAgentsError(ErrorType(report.error_type or ErrorType.RESOURCE_EXHAUSTED.value),
-                                  f"the workspace {workspace} has a sweep left by a session whose host process ended, and it could not finish "
-                                  f"({report.unfinished}); no new session starts on it until it does. Its journal: {entry.path}")
+            raise OpenAgentsError(
+                ErrorType(report.error_type or ErrorType.RESOURCE_EXHAUSTED.value),
+                f"the workspace {workspace} has a sweep left by a session whose host process ended, and it could not finish "
+                f"({report.unfinished}); no new session starts on it until it does. Its journal: {entry.path}",
+            )
 
 
 def capture_baseline(workspace: Path, budget: HostBudget | None = None) -> Baseline:

@@ -6,6 +6,7 @@ rich draws the terminal: the field's standard, and it keeps the live line below 
 Nothing from the box or the model reaches it unescaped: the painter has made every line visible,
 and lines go in as rich Text (never markup).
 """
+
 from __future__ import annotations
 
 import threading
@@ -186,7 +187,9 @@ class LiveView:
             if not lines:
                 return
             if self.terminal:
-                self._tails[call_id] = (self._tails.get(call_id, []) + [visible(line[:200]) for line in lines])[-TAIL_LINES:]
+                self._tails[call_id] = (self._tails.get(call_id, []) + [visible(line[:200]) for line in lines])[
+                    -TAIL_LINES:
+                ]
                 return
             shown = self._streamed_lines.get(call_id, 0)
             for line in lines:
@@ -215,7 +218,11 @@ class LiveView:
         while not self._stop.wait(0.25):
             with self._lock:
                 now = time.monotonic()
-                long = [(cid, tool, now - start) for cid, (tool, start) in self._running.items() if now - start >= ELAPSED_AFTER_S]
+                long = [
+                    (cid, tool, now - start)
+                    for cid, (tool, start) in self._running.items()
+                    if now - start >= ELAPSED_AFTER_S
+                ]
                 if not long:
                     self._tick_waiting(now)
                     continue

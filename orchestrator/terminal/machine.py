@@ -10,6 +10,7 @@ A list the box can make long (names above all) carries at most MAX_LISTED items,
 the session's directory holding every item, one a line, written atomically). A line never exceeds
 MAX_LINE_BYTES: big texts are cut to their own caps first, then the lists share what is left.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,8 +72,13 @@ class Bounded:
     def _key(self, key: str, suffix: str) -> str:
         return key + suffix.title() if self.camel else f"{key}_{suffix}"
 
-    def put(self, key: str, items: Sequence[Any], item: Callable[[Any], Any] = lambda x: x,
-            shown: Callable[[Any], Any] | None = None) -> None:
+    def put(
+        self,
+        key: str,
+        items: Sequence[Any],
+        item: Callable[[Any], Any] = lambda x: x,
+        shown: Callable[[Any], Any] | None = None,
+    ) -> None:
         """out[key]: items[:MAX_LISTED] made by `item`; with `shown`, their display forms beside it."""
         entry = _List(key, items, item, shown, self._key(key, "shown"), min(len(items), MAX_LISTED))
         self._lists.append(entry)
@@ -85,21 +91,23 @@ class Bounded:
         if isinstance(value, str) and len(value) > cap // 4:
             data = value.encode("utf-8", "surrogatepass")
             if len(data) > cap:
-                self.out[key] = data[:max(0, cap - len(note.encode()))].decode("utf-8", "ignore") + note
+                self.out[key] = data[: max(0, cap - len(note.encode()))].decode("utf-8", "ignore") + note
 
     def _fill(self, entry: _List) -> None:
-        head = entry.items[:entry.inline]
+        head = entry.items[: entry.inline]
         if entry.made is None:
             entry.made = [entry.item(x) for x in head]
             entry.made_shown = [entry.shown(x) for x in head] if entry.shown is not None else None
-        self.out[entry.key] = entry.made[:entry.inline]
+        self.out[entry.key] = entry.made[: entry.inline]
         if entry.made_shown is not None:
-            self.out[entry.shown_key] = entry.made_shown[:entry.inline]
+            self.out[entry.shown_key] = entry.made_shown[: entry.inline]
         self.out[self._key(entry.key, "total")] = len(entry.items)
         file_key = self._key(entry.key, "file")
         if entry.inline < len(entry.items) and self.lists_dir is not None:
             if self.out.get(file_key) is None:
-                self.out[file_key] = str(write_list(self.lists_dir / f"{self.stem}.{entry.key}.jsonl", (entry.item(x) for x in entry.items)))
+                self.out[file_key] = str(
+                    write_list(self.lists_dir / f"{self.stem}.{entry.key}.jsonl", (entry.item(x) for x in entry.items))
+                )
         else:
             self.out.setdefault(file_key, None)
 
@@ -124,7 +132,9 @@ class Bounded:
                 n += 1
             entry.inline = n
             self._fill(entry)
-        if len(json_line(self.out).encode("utf-8")) > MAX_LINE_BYTES:  # the rest of the object alone is too big: keep what is small
+        if (
+            len(json_line(self.out).encode("utf-8")) > MAX_LINE_BYTES
+        ):  # the rest of the object alone is too big: keep what is small
             small = {k: v for k, v in self.out.items() if len(json_line(v).encode("utf-8")) <= _SLACK}
             small["line_cut"] = f"this object was over {MAX_LINE_BYTES} bytes: its larger values are left out"
             self.out = small
@@ -137,4 +147,3 @@ class Bounded:
 def fit_json(out: dict[str, Any]) -> str:
     """json_line(out), or when over MAX_LINE_BYTES, its small values only (see Bounded.value)."""
     return Bounded(out, None, "").line()
-

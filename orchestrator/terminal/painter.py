@@ -5,6 +5,7 @@ it starts running or is decided, and printed again above its result if anything 
 string here may come from the box or the model: each line is made visible (orchestrator/ground/text.py)
 and continuation lines are marked, before any colour is added by the front-end.
 """
+
 from __future__ import annotations
 
 import json
@@ -73,7 +74,11 @@ def arguments_text(arguments: object, error: str | None = None) -> str:
     for key, value in arguments.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         text = text if len(text) <= 80 else text[:77] + "…"
-        parts.append(f"{key}={text!r}" if isinstance(value, str) and (" " in text or "\n" in text or not text) else f"{key}={text}")
+        parts.append(
+            f"{key}={text!r}"
+            if isinstance(value, str) and (" " in text or "\n" in text or not text)
+            else f"{key}={text}"
+        )
     return " ".join(parts)[:400]
 
 
@@ -84,7 +89,9 @@ class Painter:
     def __init__(self, full: bool = False) -> None:
         self.full = full
         self.session_id = ""  # named in the hint at a cut result
-        self.said: set[str] = set()  # calls whose whole output a live view printed as it came: their result shows none again
+        self.said: set[str] = (
+            set()
+        )  # calls whose whole output a live view printed as it came: their result shows none again
         self._headers: dict[str, str] = {}
         self._last_call: str | None = None
         self._running: set[str] = set()  # parallel reads: a header waits for its own result
@@ -110,18 +117,26 @@ class Painter:
             return self._own(f"● task: {event.task}  (model {event.model}, workspace {event.workspace})")
         if isinstance(event, SessionResumed):
             damaged = f"; {event.unreadable} unreadable transcript line(s) passed over" if event.unreadable else ""
-            return self._own(f"↻ resumed session {event.session_id} after {event.previous_turns} turn(s): {event.messages} message(s) "
-                             f"of the conversation so far{damaged}")
+            return self._own(
+                f"↻ resumed session {event.session_id} after {event.previous_turns} turn(s): {event.messages} message(s) "
+                f"of the conversation so far{damaged}"
+            )
         if isinstance(event, ModelRetrying):
-            return self._own(f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s")
+            return self._own(
+                f"  ⟳ model: {event.problem}, retry {event.attempt + 1}/{event.max_attempts} in {event.delay_s:.0f} s"
+            )
         if isinstance(event, SandboxStartQueued):
             if event.slot_taken:
                 return self._own(f"  ⧗ sandbox: starting, after {event.waited_s:.1f} s in line for a start slot")
-            return self._own(f"  ⧗ sandbox: waiting for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting "
-                             f"({event.waited_s:.0f} s)")
+            return self._own(
+                f"  ⧗ sandbox: waiting for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting "
+                f"({event.waited_s:.0f} s)"
+            )
         if isinstance(event, ContextCompacted):
-            return self._own(f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} → ~{event.tokens_after} "
-                             f"tokens of a {event.context_window}-token window")
+            return self._own(
+                f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} → ~{event.tokens_after} "
+                f"tokens of a {event.context_window}-token window"
+            )
         if isinstance(event, ModelResponded):
             text = event.text.strip()
             return self._own(f"◆ model: {text[:300]}") if text else []
@@ -139,21 +154,43 @@ class Painter:
         if isinstance(event, ApprovalDecided):
             if event.decision in QUIET_DECISIONS:
                 return []
-            return self._header(event.call_id, event.tool) + [Line(continued(f"  approval: {event.decision} ({event.level}){who}: {event.reason}"))]
+            return self._header(event.call_id, event.tool) + [
+                Line(continued(f"  approval: {event.decision} ({event.level}){who}: {event.reason}"))
+            ]
         if isinstance(event, ToolCallFinished):
             self._running.discard(event.call_id)
             return self._header(event.call_id, event.tool) + self._result(event, who)
         if isinstance(event, EgressRecorded):
-            sizes = f" ↑{event.bytes_up}B ↓{event.bytes_down}B" if event.bytes_up is not None or event.bytes_down is not None else ""
-            extra = f"{sizes}{' credential injected' if event.credential else ''}{f' [{event.rule}]' if event.rule else ''}"
+            sizes = (
+                f" ↑{event.bytes_up}B ↓{event.bytes_down}B"
+                if event.bytes_up is not None or event.bytes_down is not None
+                else ""
+            )
+            extra = (
+                f"{sizes}{' credential injected' if event.credential else ''}{f' [{event.rule}]' if event.rule else ''}"
+            )
             why = f" ({event.reason})" if event.reason else ""
-            return [Line(continued(f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port}{event.path or ''}{extra}{why}"))]
+            return [
+                Line(
+                    continued(
+                        f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port}{event.path or ''}{extra}{why}"
+                    )
+                )
+            ]
         if isinstance(event, SessionEnded):
             return self._own(f"■ {event.status}{who}: {event.reason}")
-        if isinstance(event, HookRan) and (event.outcome != "ok" or event.system_message):  # a hook that only said ok stays quiet
+        if isinstance(event, HookRan) and (
+            event.outcome != "ok" or event.system_message
+        ):  # a hook that only said ok stays quiet
             said = f": {event.reason}" if event.reason else ""
             message = f" ({event.system_message})" if event.system_message else ""
-            return [Line(continued(f"  ⚑ hook {event.hook or ''} {event.hook_event} {event.outcome}{who}{said}{message}"[:2000]))]
+            return [
+                Line(
+                    continued(
+                        f"  ⚑ hook {event.hook or ''} {event.hook_event} {event.outcome}{who}{said}{message}"[:2000]
+                    )
+                )
+            ]
         return []
 
     def _result(self, event: ToolCallFinished, who: str) -> list[Line]:
@@ -189,8 +226,14 @@ class Painter:
         shown = lines if self.full else lines[-RESULT_TAIL_LINES:]
         if len(shown) < len(lines):
             earlier = len(lines) - len(shown)
-            out.append(Line(visible(f"    │ … {earlier} earlier line{'s' if earlier != 1 else ''} "
-                                    f"(all of it: `oa-sandbox transcript show {self.session_id or 'ID'} --full`)")))
+            out.append(
+                Line(
+                    visible(
+                        f"    │ … {earlier} earlier line{'s' if earlier != 1 else ''} "
+                        f"(all of it: `oa-sandbox transcript show {self.session_id or 'ID'} --full`)"
+                    )
+                )
+            )
         return out + [Line("    │ " + visible(self._bounded(line))) for line in shown]
 
     def _bounded(self, line: str) -> str:

@@ -2,6 +2,7 @@
 strict types, no extra fields, bounded sizes. A workspace path is checked lexically here too (the
 same check the agent makes), so a bad path never reaches the box. Each tool's own model is in its
 file under defs/; args.py validates by tool name."""
+
 from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
@@ -38,7 +39,10 @@ class NameBytes(BaseModel):
 
 # The path of a tool that reads (read_file, list_files, grep_files): a string, or a NameBytes, so every
 # name a listing gives can be read back exactly. Declared to models as a string: they read names as text.
-ReadPath = Annotated[Annotated[str, Field(max_length=MAX_PATH_CHARS)] | NameBytes, WithJsonSchema({"type": "string", "maxLength": MAX_PATH_CHARS})]
+ReadPath = Annotated[
+    Annotated[str, Field(max_length=MAX_PATH_CHARS)] | NameBytes,
+    WithJsonSchema({"type": "string", "maxLength": MAX_PATH_CHARS}),
+]
 
 
 class PathArgs(Args):

@@ -1,5 +1,6 @@
 """Every built-in tool, found in tools/defs/ (one module per tool, each with its `TOOL`), and the
 lists derived from them. Nothing here names a tool."""
+
 from __future__ import annotations
 
 import importlib

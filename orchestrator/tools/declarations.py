@@ -2,6 +2,7 @@
 the tool's ToolDef (its description and argument model) plus its per-family overrides, then put in
 the family's shape by its dialect (models/dialects/), so the exact declaration a family receives is
 testable alone (tests/snapshots/). Invocation lives elsewhere (registry.py)."""
+
 from __future__ import annotations
 
 import copy
@@ -52,7 +53,7 @@ def declaration(name: str, family: str, network_sentence: str | None = None) -> 
     base = base_declaration(name)
     if network_sentence is not None and catalog.TOOLS[name].reaches_network:
         assert base["description"].endswith(network.GENERIC), f"{name} reaches the network but does not say so"
-        base["description"] = base["description"][:-len(network.GENERIC)] + network_sentence
+        base["description"] = base["description"][: -len(network.GENERIC)] + network_sentence
     base.update(catalog.TOOLS[name].overrides.get(family, {}))
     return shape.declare(base["name"], base["description"], base["parameters"])
 

@@ -10,6 +10,7 @@ boxfs.show's escapes (a newline, an escape sequence or invalid UTF-8 never reach
 Output goes through a Bounded buffer that refuses to grow past its cap, so no command holds more
 than the cap in memory.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -63,7 +64,10 @@ def quote(path: str) -> str:
     """A path as shown: as it is when plain; else, as git does, in double quotes with `"` and `\\`
     escaped, and every control, format or undecodable byte escaped by boxfs.show (`\\n`, `\\x1b`,
     `\\xff`): always one line, never a raw escape sequence."""
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 or c in '"\\' or 0xD800 <= ord(c) <= 0xDFFF for c in path) or show(path) != path:
+    if (
+        any(ord(c) < 32 or 127 <= ord(c) < 160 or c in '"\\' or 0xD800 <= ord(c) <= 0xDFFF for c in path)
+        or show(path) != path
+    ):
         return '"' + show(path.replace("\\", "\\\\").replace('"', '\\"')) + '"'
     return path
 
@@ -169,8 +173,12 @@ class Tree:
                 except OSError as err:
                     st = BoxDir.at(fd).lstat_or_none(part)
                     if st is not None and stat.S_ISLNK(st.st_mode):
-                        raise PathProblem("path_outside_workspace", f"{here!r} is a symbolic link; git paths do not go through links") from None
-                    raise PathProblem("file_not_found" if err.errno == 2 else "path_invalid", f"{here!r}: {err.strerror}") from None
+                        raise PathProblem(
+                            "path_outside_workspace", f"{here!r} is a symbolic link; git paths do not go through links"
+                        ) from None
+                    raise PathProblem(
+                        "file_not_found" if err.errno == 2 else "path_invalid", f"{here!r}: {err.strerror}"
+                    ) from None
                 os.close(fd)
                 fd = child
                 if nested_check and _holds_git_entry(fd):
@@ -212,7 +220,9 @@ class Tree:
             if stat.S_ISLNK(st.st_mode):
                 real = os.path.realpath(os.path.join(self.root, rel))
                 if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
-                    raise PathProblem("path_outside_workspace", f"{rel!r} is a symbolic link leading outside the workspace")
+                    raise PathProblem(
+                        "path_outside_workspace", f"{rel!r} is a symbolic link leading outside the workspace"
+                    )
             elif stat.S_ISDIR(st.st_mode):
                 try:
                     child = BoxDir.at(fd).sub(name).detach()
@@ -220,14 +230,18 @@ class Tree:
                     return None
                 try:
                     if _holds_git_entry(child):
-                        raise PathProblem("path_invalid", f"{rel!r} holds a .git entry: a nested repository, never opened")
+                        raise PathProblem(
+                            "path_invalid", f"{rel!r} holds a .git entry: a nested repository, never opened"
+                        )
                 finally:
                     os.close(child)
             return st
         finally:
             os.close(fd)
 
-    def walk(self, start: str, skip: Callable[[str, bool, bool], bool], walk: Walk, budget: HostBudget | None = None) -> None:
+    def walk(
+        self, start: str, skip: Callable[[str, bool, bool], bool], walk: Walk, budget: HostBudget | None = None
+    ) -> None:
         """Walk `start` (a directory or a file), adding entries to `walk`. skip(rel, is_dir, ignore_ok)
         says what to leave out (ignored and untracked). Bounded by `budget` (default: MAX_VISITED
         entries, boxfs's depth): a directory deeper than its depth is not walked (a note says so)."""
@@ -249,7 +263,9 @@ class Tree:
             if stat.S_ISDIR(st.st_mode):
                 child = BoxDir.at(fd).sub(name).detach()
                 try:
-                    self._walk_dir(child, start + "/", skip, walk, ok and self._ignore_file_ok(child, start), False, budget)
+                    self._walk_dir(
+                        child, start + "/", skip, walk, ok and self._ignore_file_ok(child, start), False, budget
+                    )
                 finally:
                     os.close(child)
             else:
@@ -257,8 +273,16 @@ class Tree:
         finally:
             os.close(fd)
 
-    def _walk_dir(self, fd: int, prefix: str, skip: Callable[[str, bool, bool], bool], walk: Walk, ignore_ok: bool, top: bool,
-                  budget: HostBudget) -> None:
+    def _walk_dir(
+        self,
+        fd: int,
+        prefix: str,
+        skip: Callable[[str, bool, bool], bool],
+        walk: Walk,
+        ignore_ok: bool,
+        top: bool,
+        budget: HostBudget,
+    ) -> None:
         """Everything under the directory fd (shown as `prefix`), through boxfs's Walk: sorted, no
         link followed, no recursion. `enter` does git's part: ignored directories and nested
         repositories are not entered; each entered directory's .gitignore is taken (or noted)."""
@@ -266,8 +290,12 @@ class Tree:
             walk.opaque.append(prefix)
             return
         if not self._ignore_file_ok(fd, prefix):
-            walk.notes.append(f"{quote(prefix + '.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: ignore rules below it are not applied")
-        ok_below: dict[bytes, bool] = {b"": ignore_ok}  # a directory's path under fd -> whether its ignore rules all apply
+            walk.notes.append(
+                f"{quote(prefix + '.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: ignore rules below it are not applied"
+            )
+        ok_below: dict[bytes, bool] = {
+            b"": ignore_ok
+        }  # a directory's path under fd -> whether its ignore rules all apply
 
         def enter(entry: Entry) -> bool:
             if _is_git_name(entry.name):
@@ -287,8 +315,10 @@ class Tree:
                     return False
                 here_ok = self._ignore_file_ok(sub, rel)
                 if not here_ok:
-                    walk.notes.append(f"{quote(rel + '/.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: "
-                                      "ignore rules below it are not applied")
+                    walk.notes.append(
+                        f"{quote(rel + '/.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: "
+                        "ignore rules below it are not applied"
+                    )
                 ok_below[entry.rel] = parent_ok and here_ok
             except OSError:
                 walk.notes.append(f"{quote(rel)}/ could not be opened")
@@ -314,7 +344,9 @@ class Tree:
         finally:
             entries.close()
         for deep in walker.too_deep:
-            walk.notes.append(f"{quote(prefix + os.fsdecode(deep))}/ is deeper than {budget.max_depth} levels: not walked")
+            walk.notes.append(
+                f"{quote(prefix + os.fsdecode(deep))}/ is deeper than {budget.max_depth} levels: not walked"
+            )
         for bad, _why in walker.unreadable:
             walk.notes.append(f"{quote(prefix + os.fsdecode(bad))}/ could not be opened")
 
@@ -336,8 +368,10 @@ class Tree:
         try:
             return BoxDir.at(dir_fd).open_file(name, rel)
         except OpenAgentsError as err:
-            raise PathProblem("file_not_found" if err.type is ErrorType.FILE_NOT_FOUND else "not_regular_file",
-                              f"{rel!r}: {err.message}") from None
+            raise PathProblem(
+                "file_not_found" if err.type is ErrorType.FILE_NOT_FOUND else "not_regular_file",
+                f"{rel!r}: {err.message}",
+            ) from None
         finally:
             os.close(dir_fd)
 

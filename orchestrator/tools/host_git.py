@@ -14,6 +14,7 @@ Pathspecs are plain workspace paths. Every output is built in a Bounded buffer.
 status, diff and log are read-only (automatic); commit asks once. There is no push: a remote URL and
 credentials would have to come from somewhere the box can not write, and nothing here needs it.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,18 @@ from ..boxfs import remove_path
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import Executor, ToolResult
 from .argbase import PathError as _PathError
-from .git_workdir import MODE_GITLINK, MODE_LINK, Bounded, Full, PathProblem, Tree, Walk, WorkEntry, check_pathspec, quote
+from .git_workdir import (
+    MODE_GITLINK,
+    MODE_LINK,
+    Bounded,
+    Full,
+    PathProblem,
+    Tree,
+    Walk,
+    WorkEntry,
+    check_pathspec,
+    quote,
+)
 
 GIT_OUTPUT_CAP = 48 * 1024
 DIFF_FILE_CAP = 256 * 1024  # a side larger than this is summarised, never read
@@ -46,9 +58,12 @@ FALLBACK_IDENTITY = ("OpenAgents", "openagents@localhost")
 class GitArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     subcommand: Literal["status", "diff", "log", "commit"]
-    message: str | None = Field(default=None, min_length=1, max_length=10_000, description="Commit message (commit only).")
+    message: str | None = Field(
+        default=None, min_length=1, max_length=10_000, description="Commit message (commit only)."
+    )
     paths: list[str] = Field(
-        default_factory=list, max_length=100,
+        default_factory=list,
+        max_length=100,
         description="Plain workspace-relative paths (files or directories) to limit status, diff, log or commit to; no globs or ':' magic.",
     )
 
@@ -74,7 +89,9 @@ def parse_args(raw: dict[str, Any]) -> GitArgs:
             cause = (detail.get("ctx") or {}).get("error")
             if isinstance(cause, _PathError):
                 raise OpenAgentsError(ErrorType(cause.kind), str(cause)) from None
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"invalid arguments for git: {err.errors()[0]['msg']}") from None
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"invalid arguments for git: {err.errors()[0]['msg']}"
+        ) from None
 
 
 def action(args: GitArgs) -> str:
@@ -119,7 +136,9 @@ class _State:
 class HostRepo:
     """WORKSPACE/.git as it was at session start; refuses every operation if that has changed."""
 
-    def __init__(self, workspace: str, repo: pygit2.Repository, git_key: tuple[int, int], identity: tuple[str, str]) -> None:
+    def __init__(
+        self, workspace: str, repo: pygit2.Repository, git_key: tuple[int, int], identity: tuple[str, str]
+    ) -> None:
         self.workspace = workspace
         self.repo = repo
         self.git_key = git_key
@@ -129,7 +148,9 @@ class HostRepo:
         self._shadow: str | None = None
         self._ignore_repo: pygit2.Repository | None = None
         self._hex_len = 40
-        self._one_at_a_time = threading.Lock()  # a command's shadow work tree is per repo: reads batched in parallel take turns
+        self._one_at_a_time = (
+            threading.Lock()
+        )  # a command's shadow work tree is per repo: reads batched in parallel take turns
 
     @classmethod
     def open_at_start(cls, workspace: Path | str) -> "HostRepo | None":
@@ -203,7 +224,13 @@ class HostRepo:
         if out.cut:
             notes.append(f"output cut at {GIT_OUTPUT_CAP // 1024} KiB; pass paths to see the rest")
         shown = notes[:20] + ([f"... and {len(notes) - 20} more notes"] if len(notes) > 20 else [])
-        return ToolResult(ok=True, output=out.text() or "(no output)", note="\n".join(shown), meta={"cut": out.cut}, executor=Executor.OPENAGENTS)
+        return ToolResult(
+            ok=True,
+            output=out.text() or "(no output)",
+            note="\n".join(shown),
+            meta={"cut": out.cut},
+            executor=Executor.OPENAGENTS,
+        )
 
     def _open_shadow(self) -> None:
         """A private directory for this command's .gitignore copies, and a repository handle whose
@@ -232,9 +259,14 @@ class HostRepo:
         except OSError:
             st = None
         if st is None or not stat.S_ISDIR(st.st_mode) or (st.st_dev, st.st_ino) != self.git_key:
-            raise OpenAgentsError(ErrorType.UNSAFE_WORKSPACE_FILE, ".git is no longer the directory opened at session start; the git tool refuses")
+            raise OpenAgentsError(
+                ErrorType.UNSAFE_WORKSPACE_FILE,
+                ".git is no longer the directory opened at session start; the git tool refuses",
+            )
         if os.path.normpath(self.repo.workdir or "") != self.workspace:
-            raise OpenAgentsError(ErrorType.UNSAFE_WORKSPACE_FILE, "the repository's work tree is no longer the workspace")
+            raise OpenAgentsError(
+                ErrorType.UNSAFE_WORKSPACE_FILE, "the repository's work tree is no longer the workspace"
+            )
 
     # -- reading the three trees -------------------------------------------------------------
 
@@ -265,7 +297,11 @@ class HostRepo:
         tracked = {p for p in index if p not in gitlinks}
         tracked_dirs = {p[:i] for p in tracked for i in range(len(p)) if p[i] == "/"}
         for spec in specs:
-            if spec != "." and self.tree.check_spec(spec) is None and not any(p == spec or p.startswith(spec + "/") for p in {**head, **index}):
+            if (
+                spec != "."
+                and self.tree.check_spec(spec) is None
+                and not any(p == spec or p.startswith(spec + "/") for p in {**head, **index})
+            ):
                 raise PathProblem("file_not_found", f"{spec!r} does not exist in the workspace or the repository")
 
         def skip(rel: str, is_dir: bool, ignore_ok: bool) -> bool:
@@ -376,7 +412,9 @@ class HostRepo:
         q = quote(path)
         out.write(f"diff --git a/{q} b/{q}\n")
         if old is None:
-            out.write(f"new file mode {new.mode:06o}\n" if new and new.mode else "new entry (not a regular file: not read)\n")
+            out.write(
+                f"new file mode {new.mode:06o}\n" if new and new.mode else "new entry (not a regular file: not read)\n"
+            )
         elif new is None:
             out.write(f"deleted file mode {old[1]:06o}\n")
         elif new.mode == 0:
@@ -402,7 +440,7 @@ class HostRepo:
         start = text.find("\n@@")
         out.write(f"--- {'a/' + q if old else '/dev/null'}\n+++ {'b/' + q if new else '/dev/null'}\n")
         if start >= 0:
-            out.write(text[start + 1:])
+            out.write(text[start + 1 :])
 
     def _log(self, specs: list[str], out: Bounded) -> None:
         if self.repo.head_is_unborn:
@@ -503,5 +541,9 @@ def _utf8(path: str) -> bool:
 
 def run_git(repo: HostRepo | None, args: GitArgs) -> ToolResult:
     if repo is None:
-        return ToolResult.failure(OpenAgentsError(ErrorType.TOOL_DISABLED, "the git tool is off: the workspace had no usable .git at session start"))
+        return ToolResult.failure(
+            OpenAgentsError(
+                ErrorType.TOOL_DISABLED, "the git tool is off: the workspace had no usable .git at session start"
+            )
+        )
     return repo.run(args)

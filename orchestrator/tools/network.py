@@ -5,6 +5,7 @@ it reaches the allowed hosts through the egress proxy and nothing else. The syst
 description of each tool that reaches the network (ToolDef.reaches_network) say which. Host names
 come from configuration, never from the box, and are still bounded and reduced to host characters
 before they reach a prompt: at most MAX_HOSTS, each at most MAX_HOST_CHARS."""
+
 from __future__ import annotations
 
 import re
@@ -36,8 +37,10 @@ def sentence(egress: EgressConfig | None) -> str:
     shown = ", ".join(_host(h) for h in allowed[:MAX_HOSTS])
     more = f" and {len(allowed) - MAX_HOSTS} more" if len(allowed) > MAX_HOSTS else ""
     rules = " (some only for certain methods or paths)" if egress.rules else ""
-    return (f"Network: only through the egress proxy (HTTP_PROXY/HTTPS_PROXY are set), to these hosts: {shown}{more}{rules}. "
-            "Every other host is refused, and the proxy records every request.")
+    return (
+        f"Network: only through the egress proxy (HTTP_PROXY/HTTPS_PROXY are set), to these hosts: {shown}{more}{rules}. "
+        "Every other host is refused, and the proxy records every request."
+    )
 
 
 def of_sandbox(sandbox: Any) -> str:

@@ -5,6 +5,7 @@ refusal; a tool that needs the repository (git, on the host) is active only when
 at session start (open_repo, before the sandbox starts; no usable .git then means no such tool).
 The turn loop only sees prepare() and invoke() (through the CallPipeline).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -115,8 +116,13 @@ class OwnHostTools:
         if call.name not in self.OWN:
             assert self.inner is not None
             return self.inner.prepare(call)
-        if self.issued is not None and call.id not in self.issued:  # not the owner's own call (a model's, in the API's run())
-            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model")
+        if (
+            self.issued is not None and call.id not in self.issued
+        ):  # not the owner's own call (a model's, in the API's run())
+            raise OpenAgentsError(
+                ErrorType.UNKNOWN_TOOL,
+                f"unknown tool {call.name!r}: {call.name} is the program's, not a tool of the model",
+            )
         return self.prepare_own(call)
 
     def invoke(self, prepared: PreparedCall) -> ToolResult:
@@ -142,8 +148,14 @@ class OwnHostTools:
 
 
 class ToolRegistry:
-    def __init__(self, sandbox: Sandbox, workspace: Path, config: RegistryConfig | None = None, repo: host_git.HostRepo | None = None,
-                 host_tools: HostTools | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        workspace: Path,
+        config: RegistryConfig | None = None,
+        repo: host_git.HostRepo | None = None,
+        host_tools: HostTools | None = None,
+    ) -> None:
         self.sandbox = sandbox
         self.workspace = Path(workspace)
         self.config = config or RegistryConfig()
@@ -154,7 +166,9 @@ class ToolRegistry:
         self.before_change: Callable[[], bool] | None = None
         unknown = {n for n in self.config.disabled - SPECS.keys() if not n.startswith("mcp__")}
         if unknown:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID, f"cannot disable unknown tools: {', '.join(sorted(unknown))}"
+            )
 
     @staticmethod
     def open_repo(workspace: Path, config: RegistryConfig | None = None) -> host_git.HostRepo | None:
@@ -171,7 +185,11 @@ class ToolRegistry:
         own = declarations.declarations([n for n in self.active() if n in SPECS], family, self.network_sentence())
         if self.host_tools is None:
             return own
-        extra = [d for d in self.host_tools.declarations(family) if d.get("function", d).get("name") not in self.config.disabled]
+        extra = [
+            d
+            for d in self.host_tools.declarations(family)
+            if d.get("function", d).get("name") not in self.config.disabled
+        ]
         return own + extra
 
     def runtime_name(self) -> str:
@@ -189,11 +207,15 @@ class ToolRegistry:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{call.name}: {call.arguments_error}")
         if self.host_tools is not None and self.host_tools.owns(call.name):
             if call.name in self.config.disabled:
-                raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
+                raise OpenAgentsError(
+                    ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session"
+                )
             return self.host_tools.prepare(call)
         spec = SPECS.get(call.name)
         if spec is None:
-            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}")
+            raise OpenAgentsError(
+                ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the tools are {', '.join(self.active())}"
+            )
         if call.name not in self.active():
             raise OpenAgentsError(ErrorType.TOOL_DISABLED, f"the tool {call.name!r} is switched off in this session")
         own = spec.validate(call.arguments)
@@ -206,9 +228,13 @@ class ToolRegistry:
     def invoke(self, prepared: PreparedCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         """`on_output(text)`: a shell call's output while it runs, for a live view. A call that may
         change files (any not read-only), and a fork, first waits for the session's first checkpoint."""
-        waits = not prepared.read_only or prepared.spec.name == catalog.FORK_TOOL  # a fork copies the checkpoint store too
+        waits = (
+            not prepared.read_only or prepared.spec.name == catalog.FORK_TOOL
+        )  # a fork copies the checkpoint store too
         if waits and self.before_change is not None and not self.before_change():
-            err = OpenAgentsError(ErrorType.CANCELLED, "cancelled while it waited for the session's first checkpoint (it never ran)")
+            err = OpenAgentsError(
+                ErrorType.CANCELLED, "cancelled while it waited for the session's first checkpoint (it never ran)"
+            )
             return ToolResult.failure(err, executor=Executor.USER)
         if self.host_tools is not None and self.host_tools.owns(prepared.spec.name):
             return self.host_tools.invoke(prepared)

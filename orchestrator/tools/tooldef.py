@@ -14,6 +14,7 @@ This module imports no sandbox, session or front-end code, so every layer may im
 sandbox layer reads a tool's `BoxRule` from it) without an import circle; the sandbox an invocation
 runs in is only a `BoxCaller` here.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -58,8 +59,17 @@ J_BOOL: Mapping[str, Any] = {"type": "boolean"}
 J_NUM: Mapping[str, Any] = {"type": "number"}
 # A name in a result, exact (sandbox_agent/names.py): its text, or {"bytes_b64": ...} when its bytes are not UTF-8
 # (or its text would be longer as JSON than that).
-J_NAME: Mapping[str, Any] = {"oneOf": [{"type": "string"}, {"type": "object", "properties": {"bytes_b64": {"type": "string"}},
-                                                             "required": ["bytes_b64"], "additionalProperties": False}]}
+J_NAME: Mapping[str, Any] = {
+    "oneOf": [
+        {"type": "string"},
+        {
+            "type": "object",
+            "properties": {"bytes_b64": {"type": "string"}},
+            "required": ["bytes_b64"],
+            "additionalProperties": False,
+        },
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -103,7 +113,9 @@ class FileUse:
     of a file it replaces."""
 
     path_arg: bool = False  # has a workspace `path` argument
-    path_may_be_directory: bool = False  # that path may name a directory (a listing, a search): its own AGENTS.md applies
+    path_may_be_directory: bool = (
+        False  # that path may name a directory (a listing, a search): its own AGENTS.md applies
+    )
     reads_file: bool = False  # returns a workspace file's text: how an editor's link to a file is read
     replaces_file: bool = False  # rewrites the file `path` names: a diff is previewed and shown
     propose: Callable[[str, Mapping[str, Any]], Proposal | None] | None = None  # (file before, args) -> its preview
@@ -121,7 +133,9 @@ class McpFace:
     served: bool = False  # served by `oa-sandbox mcp`
     idempotent: bool = False  # the same call twice changes nothing more
     output_doc: str = ""  # what the result's output holds
-    result_meta: Mapping[str, Any] = field(default_factory=dict)  # the result's metadata keys, as JSON Schema properties
+    result_meta: Mapping[str, Any] = field(
+        default_factory=dict
+    )  # the result's metadata keys, as JSON Schema properties
 
 
 NOT_SERVED = McpFace()
@@ -158,11 +172,15 @@ class ToolDef:
     title: str = ""  # a short label (the MCP tool's title)
     order: int = 100  # position in the declarations and lists (the snapshots' order)
     mutates: bool = False  # may change workspace files: a checkpoint follows the turn; copy mode says where
-    reaches_network: bool = False  # its description ends with the network sentence; MCP's open-world hint when egress is open
+    reaches_network: bool = (
+        False  # its description ends with the network sentence; MCP's open-world hint when egress is open
+    )
     needs_repo: bool = False  # active only when a repository was opened at session start
     # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/test_tool_table.py).
     bounds: Mapping[str, int] = field(default_factory=dict)
-    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # per model family: declaration keys replaced
+    overrides: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict
+    )  # per model family: declaration keys replaced
     box: BoxRule = DEFAULT_RULE  # sandbox tools: how the supervisor runs a call
     approval: Approval = Approval()
     files: FileUse = NO_FILE

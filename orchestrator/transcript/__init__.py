@@ -6,6 +6,7 @@ place no caller can skip: no line exceeds MAX_EVENT_BYTES (strings cut with a ma
 much was cut, lists and dicts bounded), and no line holds a raw control or bidi character.
 Rendering for a terminal makes such characters visible (orchestrator/ground/text.py).
 """
+
 from __future__ import annotations
 
 import errno
@@ -85,8 +86,13 @@ class Redactor:
 
 
 class Transcript:
-    def __init__(self, path: str | Path | None, redactor: Redactor | None = None,
-                 on_event: Callable[[dict[str, Any]], None] | None = None, resume_seq: int | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path | None,
+        redactor: Redactor | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        resume_seq: int | None = None,
+    ) -> None:
         """`resume_seq`: the session is resumed and the file exists already; its records go on from
         this seq. The file is then opened without following a link and must be a regular file."""
         self.path = Path(path) if path else None
@@ -100,7 +106,9 @@ class Transcript:
             size = os.fstat(fd).st_size
             self._fh = open(fd, "a", encoding="utf-8")
             if size and os.pread(fd, 1, size - 1) != b"\n":
-                self._fh.write("\n")  # a line cut short by a crash stays one unreadable line, not two records run together
+                self._fh.write(
+                    "\n"
+                )  # a line cut short by a crash stays one unreadable line, not two records run together
         elif self.path:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = open(self.path, "a", encoding="utf-8")
@@ -130,7 +138,9 @@ class Transcript:
         if self.on_event is None:
             return
         fields = _shape(event.fields(), self.redactor)
-        record, _ = _capped({"type": event.type, **({"executor": event.executor.value} if event.executor else {})}, fields)
+        record, _ = _capped(
+            {"type": event.type, **({"executor": event.executor.value} if event.executor else {})}, fields
+        )
         self.on_event(record)
 
     def emit(self, event: Event) -> dict[str, Any]:
@@ -146,6 +156,7 @@ class Transcript:
 
 class _Cut(list[Any]):
     """A list already shortened by _shape: `dropped` items are gone."""
+
     dropped = 0
 
 
@@ -209,7 +220,10 @@ def _capped(header: dict[str, Any], fields: dict[str, Any]) -> tuple[dict[str, A
         if len(line.encode("utf-8", errors="surrogatepass")) <= MAX_EVENT_BYTES:
             return record, line
         if max_chars <= _MIN_STRING:
-            record = {**header, "cut": f"event over {MAX_EVENT_BYTES} bytes even with every string at {max_chars} chars"}
+            record = {
+                **header,
+                "cut": f"event over {MAX_EVENT_BYTES} bytes even with every string at {max_chars} chars",
+            }
             return record, json_line(record)
         max_chars, max_items = max(_MIN_STRING, max_chars // 2), max(8, max_items // 2)
 
@@ -230,8 +244,12 @@ def _open_regular(path: Path, flags: int) -> int:
         raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"the transcript {visible(str(path))} does not exist") from None
     except OSError as err:
         if err.errno == errno.ELOOP:
-            raise OpenAgentsError(ErrorType.UNSAFE_WORKSPACE_FILE, f"the transcript {visible(str(path))} is a symbolic link: not followed") from None
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"the transcript {visible(str(path))}: {err.strerror or err}") from None
+            raise OpenAgentsError(
+                ErrorType.UNSAFE_WORKSPACE_FILE, f"the transcript {visible(str(path))} is a symbolic link: not followed"
+            ) from None
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"the transcript {visible(str(path))}: {err.strerror or err}"
+        ) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -244,7 +262,9 @@ class Unreadable(str):
     """A transcript line that is no record: why (too long, not JSON, not an object), for the reader to count or say."""
 
 
-def read_records(path: str | Path, max_line: int = MAX_READ_LINE_BYTES, max_total: int = MAX_READ_BYTES) -> Iterator[dict[str, Any] | Unreadable]:
+def read_records(
+    path: str | Path, max_line: int = MAX_READ_LINE_BYTES, max_total: int = MAX_READ_BYTES
+) -> Iterator[dict[str, Any] | Unreadable]:
     """The transcript's records in order, read back bounded: the file is opened without following a
     link (a transcript given with --transcript may sit where the box writes); a line over
     `max_line` bytes is skipped unread, past its end, and said as Unreadable, as is one that is
@@ -259,7 +279,10 @@ def read_records(path: str | Path, max_line: int = MAX_READ_LINE_BYTES, max_tota
                 break
             total += len(chunk)
             if total > max_total:
-                raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the transcript {visible(str(path))} is over {max_total >> 20} MiB: not read on")
+                raise OpenAgentsError(
+                    ErrorType.RESOURCE_EXHAUSTED,
+                    f"the transcript {visible(str(path))} is over {max_total >> 20} MiB: not read on",
+                )
             start = 0
             while True:
                 end = chunk.find(b"\n", start)
@@ -327,8 +350,10 @@ def resolve_transcript(path_or_id: str) -> Path:
         record = open_own_record(path_or_id)
     except OpenAgentsError as err:
         if err.type == ErrorType.INVALID_ARGUMENTS:  # not shaped like an id either
-            raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"{path_or_id}: no such transcript file, and not a session id "
-                                                            "(see `oa-sandbox transcript list`)") from None
+            raise OpenAgentsError(
+                ErrorType.FILE_NOT_FOUND,
+                f"{path_or_id}: no such transcript file, and not a session id (see `oa-sandbox transcript list`)",
+            ) from None
         raise
     if not record.transcript or not Path(record.transcript).is_file():
         why = " (the session was discarded)" if record.discarded else ""

@@ -11,6 +11,7 @@ the transcript has no result for (the session ended mid-turn) gets a stated "no 
 model API sees a call left unanswered; a result for no call is dropped. The rebuilt conversation
 then goes through the loop's compaction like any other.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,9 @@ class Rebuilt:
     """The conversation so far, and what the resumed run says about it (events.SessionResumed)."""
 
     messages: list[Message] = field(default_factory=list)  # without the system prompt
-    replay: list[ev.Event] = field(default_factory=list)  # what an ACP editor is shown again: tasks, answers, calls, results
+    replay: list[ev.Event] = field(
+        default_factory=list
+    )  # what an ACP editor is shown again: tasks, answers, calls, results
     previous_turns: int = 0
     last_seq: int = 0
     unreadable: int = 0
@@ -48,23 +51,39 @@ def resumable(record: SessionRecord, conversation: bool = True) -> SessionRecord
     a model goes on with it, so it must have had one (a run or an editor's session); a session
     opened again without a model (the API's) may be of any kind."""
     if conversation and record.kind not in RESUMABLE_KINDS:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was an `{record.kind}` session: it has no conversation to continue")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"session {record.id} was an `{record.kind}` session: it has no conversation to continue",
+        )
     if record.running():
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid}): "
-                                                           "end it first, or start a new session")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"session {record.id} is still running (pid {record.host_pid}): end it first, or start a new session",
+        )
     if record.discarded:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy and transcript are gone")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy and transcript are gone"
+        )
     if not record.transcript or not os.path.lexists(record.transcript):
-        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"session {record.id} has no transcript left to continue from "
-                                                        f"({record.transcript or 'none recorded'})")
+        raise OpenAgentsError(
+            ErrorType.FILE_NOT_FOUND,
+            f"session {record.id} has no transcript left to continue from ({record.transcript or 'none recorded'})",
+        )
     for root in {record.workspace, record.box_workspace}:
         if os.path.commonpath([os.path.realpath(record.transcript), os.path.realpath(root)]) == os.path.realpath(root):
-            raise OpenAgentsError(ErrorType.UNSAFE_WORKSPACE_FILE, f"the transcript of session {record.id} is inside the workspace "
-                                                                   "(the box may have rewritten it): not continued")
+            raise OpenAgentsError(
+                ErrorType.UNSAFE_WORKSPACE_FILE,
+                f"the transcript of session {record.id} is inside the workspace "
+                "(the box may have rewritten it): not continued",
+            )
     if not Path(record.workspace).is_dir():
-        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"the workspace of session {record.id} is gone: {record.workspace}")
+        raise OpenAgentsError(
+            ErrorType.FILE_NOT_FOUND, f"the workspace of session {record.id} is gone: {record.workspace}"
+        )
     if record.mode == WorkspaceMode.COPY and not Path(record.box_workspace).is_dir():
-        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"the copy of session {record.id} is gone: {record.box_workspace}")
+        raise OpenAgentsError(
+            ErrorType.FILE_NOT_FOUND, f"the copy of session {record.id} is gone: {record.box_workspace}"
+        )
     return record
 
 
@@ -127,12 +146,19 @@ def rebuild(path: str | Path) -> Rebuilt:
             out.replay.append(event)
         elif isinstance(event, ev.ToolCallFinished):
             if event.call_id in pending:
-                out.messages.append(Message(role="tool", tool_call_id=event.call_id, name=pending.pop(event.call_id), content=for_model(event)))
+                out.messages.append(
+                    Message(
+                        role="tool",
+                        tool_call_id=event.call_id,
+                        name=pending.pop(event.call_id),
+                        content=for_model(event),
+                    )
+                )
             out.replay.append(event)
     settle()
     if len(out.messages) > MAX_MESSAGES:
         out.dropped = len(out.messages) - MAX_MESSAGES
-        kept = out.messages[out.dropped:]
+        kept = out.messages[out.dropped :]
         while kept and kept[0].role == "tool":  # never a result whose call went
             kept.pop(0)
             out.dropped += 1
@@ -153,7 +179,9 @@ def _calls(raw: Sequence[object]) -> list[ToolCall]:
             continue
         arguments = item.get("arguments") if isinstance(item.get("arguments"), dict) else item.get("raw_arguments")
         try:
-            call = ToolCall.model_validate({"id": item["id"], "name": item["name"], "arguments": arguments if arguments is not None else {}})
+            call = ToolCall.model_validate(
+                {"id": item["id"], "name": item["name"], "arguments": arguments if arguments is not None else {}}
+            )
         except ValueError:
             continue
         seen.add(call.id)
@@ -167,5 +195,7 @@ def for_model(event: ev.ToolCallFinished) -> str:
     error = event.error or {}
     if error:
         kind = ErrorType.parse(error.get("type"))
-        parts.append(f"ERROR {kind.value} ({'recoverable' if kind.recoverable else 'fatal'}): {str(error.get('message', ''))}")
+        parts.append(
+            f"ERROR {kind.value} ({'recoverable' if kind.recoverable else 'fatal'}): {str(error.get('message', ''))}"
+        )
     return "\n".join(parts) if parts else "(no output)"

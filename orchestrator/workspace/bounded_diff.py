@@ -14,6 +14,7 @@ gives a BoundedDiff: the text (cut at `max_bytes` when `cut`), or None with `ski
 ours that never quotes the input. Lines are split at "\\n" only, and a last line without one gets
 git's "\\ No newline at end of file". The text is the box's: make it visible before showing it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -36,19 +37,29 @@ class BoundedDiff:
     skipped: str | None = None  # why there is no text: ours, e.g. "the diff took longer than 2 s"
 
 
-def bounded_unified_diff(before: str, after: str, from_name: str, to_name: str, *, max_bytes: int, deadline_s: float,
-                         context: int = 3) -> BoundedDiff:
+def bounded_unified_diff(
+    before: str, after: str, from_name: str, to_name: str, *, max_bytes: int, deadline_s: float, context: int = 3
+) -> BoundedDiff:
     """The unified diff from `before` to `after`, made in a child process killed after
     `deadline_s` seconds of diffing, at most `max_bytes` of UTF-8. Never raises for the input's sake."""
-    payload = b"".join(struct.pack("!Q", len(blob)) + blob for blob in (s.encode(*_ENCODING) for s in (from_name, to_name, before, after)))
+    payload = b"".join(
+        struct.pack("!Q", len(blob)) + blob
+        for blob in (s.encode(*_ENCODING) for s in (from_name, to_name, before, after))
+    )
     from ..ground.deadline import ChildStopped, Stopped, run_with_deadline
 
     cpu = max(1, int(deadline_s) + 1)
     try:
-        code, out = run_with_deadline(os.path.abspath(__file__), [str(max_bytes), str(context), str(cpu)], payload, deadline_s, START_SECONDS)
+        code, out = run_with_deadline(
+            os.path.abspath(__file__), [str(max_bytes), str(context), str(cpu)], payload, deadline_s, START_SECONDS
+        )
     except ChildStopped as stop:
-        return BoundedDiff(skipped={Stopped.NOT_STARTED: f"the differ did not start within {START_SECONDS:g} s",
-                                    Stopped.TIMED_OUT: f"the diff took longer than {deadline_s:g} s"}.get(stop.how, f"the differ failed ({stop.detail})"))
+        return BoundedDiff(
+            skipped={
+                Stopped.NOT_STARTED: f"the differ did not start within {START_SECONDS:g} s",
+                Stopped.TIMED_OUT: f"the diff took longer than {deadline_s:g} s",
+            }.get(stop.how, f"the differ failed ({stop.detail})")
+        )
     if code != 0 or out[:1] not in (WHOLE, CUT) or len(out) - 1 > max_bytes:
         return BoundedDiff(skipped=f"the differ failed (exit {code}: over its CPU or memory limit?)")
     return BoundedDiff(text=out[1:].decode(*_ENCODING), cut=out[:1] == CUT)
@@ -73,7 +84,7 @@ def _prefix(line: str, room: int) -> str:
     """The longest start of `line` whose encoding fits in `room` bytes."""
     head = line[:room]
     while len(head.encode(*_ENCODING)) > room:
-        head = head[:len(head) - max(1, (len(head.encode(*_ENCODING)) - room) // 4)]
+        head = head[: len(head) - max(1, (len(head.encode(*_ENCODING)) - room) // 4)]
     return head
 
 
@@ -88,7 +99,7 @@ def _child(max_bytes: int, context: int, cpu_seconds: int) -> None:
     blobs, at = [], 0
     for _ in range(4):
         (size,) = struct.unpack_from("!Q", raw, at)
-        blobs.append(raw[at + 8:at + 8 + size].decode(*_ENCODING))
+        blobs.append(raw[at + 8 : at + 8 + size].decode(*_ENCODING))
         at += 8 + size
     del raw
     out, used, flag = [], 0, WHOLE

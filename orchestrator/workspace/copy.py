@@ -27,6 +27,7 @@ keys are paths in `boxfs.to_store` form: valid text for the JSON store whatever 
 holds (a newline, invalid UTF-8), and exactly one form per name (`boxfs.from_store` gives the
 bytes back).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,19 @@ from typing import Callable, NamedTuple
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from ..boxfs import BoxDir, BudgetExceeded, HardLinks, HostBudget, Walk, copy_regular, kind_of, open_dir, remove_tree, show, to_store
+from ..boxfs import (
+    BoxDir,
+    BudgetExceeded,
+    HardLinks,
+    HostBudget,
+    Walk,
+    copy_regular,
+    kind_of,
+    open_dir,
+    remove_tree,
+    show,
+    to_store,
+)
 from ..boxfs.atomic import write_atomic
 from ..errors import ErrorType, OpenAgentsError
 
@@ -49,9 +62,24 @@ COPY_MAX_SECONDS = 300.0
 GUARD_MAX_BYTES = 2 << 30  # the size guard's defaults: a bigger workspace is refused before any copying
 GUARD_MAX_ENTRIES = 200_000
 
-__all__ = ["COPY_MAX_BYTES", "COPY_MAX_DEPTH", "COPY_MAX_ENTRIES", "COPY_MAX_SECONDS", "GUARD_MAX_BYTES", "GUARD_MAX_ENTRIES",
-           "CopyLimits", "CopyManifest", "CopyProgress", "ManifestEntry", "Stamp", "WorkspaceSize", "WorkspaceTooLarge",
-           "copy_workspace", "kind_of", "measure_workspace"]
+__all__ = [
+    "COPY_MAX_BYTES",
+    "COPY_MAX_DEPTH",
+    "COPY_MAX_ENTRIES",
+    "COPY_MAX_SECONDS",
+    "GUARD_MAX_BYTES",
+    "GUARD_MAX_ENTRIES",
+    "CopyLimits",
+    "CopyManifest",
+    "CopyProgress",
+    "ManifestEntry",
+    "Stamp",
+    "WorkspaceSize",
+    "WorkspaceTooLarge",
+    "copy_workspace",
+    "kind_of",
+    "measure_workspace",
+]
 
 
 class CopyProgress(NamedTuple):
@@ -74,8 +102,12 @@ class CopyLimits:
 
     def copy_budget(self) -> HostBudget:
         """The copy's own stop, consistent with the guard: twice its limits, never below COPY_MAX_*."""
-        return HostBudget.until(COPY_MAX_SECONDS, max_bytes=max(COPY_MAX_BYTES, 2 * self.max_bytes),
-                                max_entries=max(COPY_MAX_ENTRIES, 2 * self.max_entries + 16), max_depth=COPY_MAX_DEPTH)
+        return HostBudget.until(
+            COPY_MAX_SECONDS,
+            max_bytes=max(COPY_MAX_BYTES, 2 * self.max_bytes),
+            max_entries=max(COPY_MAX_ENTRIES, 2 * self.max_entries + 16),
+            max_depth=COPY_MAX_DEPTH,
+        )
 
 
 class WorkspaceSize(NamedTuple):
@@ -98,8 +130,11 @@ class WorkspaceTooLarge(OpenAgentsError):
             what = f"a directory deeper than {COPY_MAX_DEPTH} levels (after {found})"
         else:
             what = f"more than {COPY_MAX_SECONDS:.0f} s to count ({found} so far)"
-        super().__init__(ErrorType.RESOURCE_EXHAUSTED, f"copy mode refused the workspace {show(os.fsencode(real))} before copying anything: {what}, "
-                                                       "or run in bind mode (--workspace-mode bind) or from a smaller directory")
+        super().__init__(
+            ErrorType.RESOURCE_EXHAUSTED,
+            f"copy mode refused the workspace {show(os.fsencode(real))} before copying anything: {what}, "
+            "or run in bind mode (--workspace-mode bind) or from a smaller directory",
+        )
 
 
 def measure_workspace(real: Path, limits: CopyLimits, seconds: float = COPY_MAX_SECONDS) -> WorkspaceSize:
@@ -163,7 +198,9 @@ class CopyManifest(BaseModel):
     real_gid: int
     entries: dict[str, ManifestEntry] = Field(default_factory=dict)  # to_store(path) -> stamps
     left_out: dict[str, str] = Field(default_factory=dict)  # to_store(path) -> why it was not copied
-    host_code: list[str] = Field(default_factory=list)  # to_store paths the host ran or imported from at the start: never landed (host_code.py)
+    host_code: list[str] = Field(
+        default_factory=list
+    )  # to_store paths the host ran or imported from at the start: never landed (host_code.py)
     took_s: float = 0.0
     _groups: dict[int, int] | None = PrivateAttr(default=None)
 
@@ -196,14 +233,18 @@ def _size(n: float) -> str:
 
 
 def _too_big(real: Path, err: BudgetExceeded, budget: HostBudget) -> OpenAgentsError:
-    what = {"byte": f"more than {_size(err.limit)} of data to copy",
-            "entry": f"more than {int(err.limit)} entries",
-            "wall-time": "longer to copy than its time budget",
-            "depth": f"a directory deeper than {int(err.limit)} levels ('{getattr(err, 'where', '')}')"}.get(err.what, str(err))
-    return OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED,
-                           f"copy mode refused the workspace {real}: {what} (stopped after {budget.entries_spent} "
-                           "entries); run it in bind mode "
-                           "(--workspace-mode bind) or from a smaller directory")
+    what = {
+        "byte": f"more than {_size(err.limit)} of data to copy",
+        "entry": f"more than {int(err.limit)} entries",
+        "wall-time": "longer to copy than its time budget",
+        "depth": f"a directory deeper than {int(err.limit)} levels ('{getattr(err, 'where', '')}')",
+    }.get(err.what, str(err))
+    return OpenAgentsError(
+        ErrorType.RESOURCE_EXHAUSTED,
+        f"copy mode refused the workspace {real}: {what} (stopped after {budget.entries_spent} "
+        "entries); run it in bind mode "
+        "(--workspace-mode bind) or from a smaller directory",
+    )
 
 
 class _DepthExceeded(BudgetExceeded):
@@ -212,16 +253,24 @@ class _DepthExceeded(BudgetExceeded):
         super().__init__("depth", limit, f"'{self.where}' is deeper")
 
 
-def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudget | None = None,
-                   reflinks: bool = True, progress: Callable[[CopyProgress], None] | None = None,
-                   total_entries: int = 0) -> CopyManifest:
+def copy_workspace(
+    real: Path,
+    dest: Path,
+    uid: int,
+    gid: int,
+    budget: HostBudget | None = None,
+    reflinks: bool = True,
+    progress: Callable[[CopyProgress], None] | None = None,
+    total_entries: int = 0,
+) -> CopyManifest:
     """Make `dest` (which must not exist) a private copy of `real`, owned by uid:gid, within `budget`
     (default: COPY_MAX_* and COPY_MAX_SECONDS). Over it: RESOURCE_EXHAUSTED, and no copy is left.
     `progress` hears how far it is about twice a second (`total_entries`: what the guard counted)."""
     started = time.monotonic()
     if budget is None:
-        budget = HostBudget.until(COPY_MAX_SECONDS, max_bytes=COPY_MAX_BYTES, max_entries=COPY_MAX_ENTRIES,
-                                  max_depth=COPY_MAX_DEPTH)
+        budget = HostBudget.until(
+            COPY_MAX_SECONDS, max_bytes=COPY_MAX_BYTES, max_entries=COPY_MAX_ENTRIES, max_depth=COPY_MAX_DEPTH
+        )
     last = [started]
 
     def tick(done: bool = False) -> None:
@@ -229,8 +278,11 @@ def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudge
         if progress is not None and (done or now - last[0] >= 0.5):
             last[0] = now
             progress(CopyProgress(len(manifest.entries), budget.bytes_spent, total_entries, now - started, done))
+
     st = os.stat(real)
-    manifest = CopyManifest(real=str(real), copy_dir=str(dest), uid=uid, gid=gid, real_uid=st.st_uid, real_gid=st.st_gid)
+    manifest = CopyManifest(
+        real=str(real), copy_dir=str(dest), uid=uid, gid=gid, real_uid=st.st_uid, real_gid=st.st_gid
+    )
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.mkdir(dest, 0o700)
     try:
@@ -253,8 +305,16 @@ def copy_workspace(real: Path, dest: Path, uid: int, gid: int, budget: HostBudge
     return manifest
 
 
-def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, budget: HostBudget, reflinks: bool,
-          tick: Callable[[], None] | None = None) -> None:
+def _copy(
+    src_fd: int,
+    dest: Path,
+    uid: int,
+    gid: int,
+    manifest: CopyManifest,
+    budget: HostBudget,
+    reflinks: bool,
+    tick: Callable[[], None] | None = None,
+) -> None:
     links = HardLinks()
     # the copy's directories on the path being walked, innermost last: finished (moded, owned,
     # timed) when the walk leaves them, since a directory's children all come right after it
@@ -290,8 +350,19 @@ def _copy(src_fd: int, dest: Path, uid: int, gid: int, manifest: CopyManifest, b
                 copied = os.fstat(sub)  # its stamp is taken again when it is finished
             else:
                 try:
-                    copied = copy_regular(entry.dir_fd, entry.name, dst, budget, mode=mode, uid=uid, gid=gid, times=times,
-                                          links=links, reflinks=reflinks, rel=entry.rel)
+                    copied = copy_regular(
+                        entry.dir_fd,
+                        entry.name,
+                        dst,
+                        budget,
+                        mode=mode,
+                        uid=uid,
+                        gid=gid,
+                        times=times,
+                        links=links,
+                        reflinks=reflinks,
+                        rel=entry.rel,
+                    )
                 except OpenAgentsError as err:  # swapped for something else since the walk saw it
                     if isinstance(err, BudgetExceeded):
                         raise

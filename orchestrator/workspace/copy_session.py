@@ -3,6 +3,7 @@ acting on one (it ran in bind mode, it was discarded, it is still running), appl
 it, and what its record then says. The CLI, the MCP server and the ACP server call these and only
 print what came of it: the record's `applied` and `discarded` flags change here alone, so
 `oa-sandbox sessions` and `sessions prune` read the same truth whichever front-end landed the work."""
+
 from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
@@ -18,12 +19,17 @@ def ended_copy_session(session_id: str, action: str, mount: bool = True) -> Sess
     one needs no view of it."""
     record = open_own_record(session_id, mount=mount)
     if record.mode != WorkspaceMode.COPY:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} ran in bind mode: its changes are already in "
-                                                           f"{record.workspace}; nothing to {action} (`oa-sandbox rollback` undoes them)")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"session {record.id} ran in bind mode: its changes are already in "
+            f"{record.workspace}; nothing to {action} (`oa-sandbox rollback` undoes them)",
+        )
     if record.discarded:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} was discarded: its copy is gone")
     if record.running():
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {record.id} is still running (pid {record.host_pid})"
+        )
     return record
 
 

@@ -11,6 +11,7 @@ landed is moved to what landed (an entry the box changed after the scan shows as
 `issued`: when given, the ids of the calls the owner itself makes; any other call of these names
 (a model's, in the API's run()) is an unknown tool, never a landing the model asked for.
 """
+
 from __future__ import annotations
 
 import threading
@@ -68,7 +69,6 @@ def apply_meta(report: ApplyReport, lists_dir: Path | None) -> dict[str, Any]:
     return lists.value()
 
 
-
 @dataclass
 class Landing:
     """The copy-mode tools of one MCP session (one apply at a time)."""
@@ -90,15 +90,23 @@ class Landing:
             found = list_changes(manifest)
             self.last_changes = (manifest, found)
             if not found:
-                return ToolResult(ok=True, output="no changes: the private copy is as the real workspace",
-                                  meta={"changes": [], "count": 0})
+                return ToolResult(
+                    ok=True,
+                    output="no changes: the private copy is as the real workspace",
+                    meta={"changes": [], "count": 0},
+                )
             text, cut = _joined(render_diff(manifest, found, stat=stat), MAX_DIFF_CHARS)
         except OpenAgentsError as err:
             return ToolResult.failure(err)
         except OSError as err:
-            return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"the copy could not be compared: {err.strerror}"))
-        note = (f"[diff cut at {MAX_DIFF_CHARS} characters: `oa-sandbox changes {self.record.id}` shows it all]" if cut else
-                "[in the private copy only: apply_changes lands it]")
+            return ToolResult.failure(
+                OpenAgentsError(ErrorType.IO_ERROR, f"the copy could not be compared: {err.strerror}")
+            )
+        note = (
+            f"[diff cut at {MAX_DIFF_CHARS} characters: `oa-sandbox changes {self.record.id}` shows it all]"
+            if cut
+            else "[in the private copy only: apply_changes lands it]"
+        )
         return ToolResult(ok=True, output=text, note=note, meta=changes_meta(found, self.record.dir / "lists"))
 
     def apply(self, permit: Permit) -> ToolResult:
@@ -121,9 +129,15 @@ class Landing:
         if report.conflicts:
             mark_landed(self.record, False)
             lines.append(f"nothing applied: {len(report.conflicts)} path(s) changed in {real} since the copy was taken")
-            return ToolResult.failure(OpenAgentsError(
-                ErrorType.STALE_CONTENT, f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "
-                + "; ".join(f"{shown(c.path)}: {visible(c.reason)}" for c in report.conflicts[:20])), output="\n".join(lines), meta=meta)
+            return ToolResult.failure(
+                OpenAgentsError(
+                    ErrorType.STALE_CONTENT,
+                    f"nothing applied: {len(report.conflicts)} conflict(s) with the real workspace: "
+                    + "; ".join(f"{shown(c.path)}: {visible(c.reason)}" for c in report.conflicts[:20]),
+                ),
+                output="\n".join(lines),
+                meta=meta,
+            )
         move_on(manifest, scanned, report)
         manifest.save(self.manifest_path)
         mark_landed(self.record)
@@ -144,10 +158,22 @@ class ApplyArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-CHANGES_DEF = ToolDef(CHANGES_TOOL, CHANGES_KIND, "host", ChangesArgs, title="The private copy's changes",
-                      approval=Approval(describe=lambda args: "show the private copy's changes against the real workspace"))
-APPLY_DEF = ToolDef(LAND_TOOL, LAND_KIND, "host", ApplyArgs, title="Land the private copy's changes",
-                    approval=Approval(describe=lambda args: "land the private copy's changes in the real workspace"))
+CHANGES_DEF = ToolDef(
+    CHANGES_TOOL,
+    CHANGES_KIND,
+    "host",
+    ChangesArgs,
+    title="The private copy's changes",
+    approval=Approval(describe=lambda args: "show the private copy's changes against the real workspace"),
+)
+APPLY_DEF = ToolDef(
+    LAND_TOOL,
+    LAND_KIND,
+    "host",
+    ApplyArgs,
+    title="Land the private copy's changes",
+    approval=Approval(describe=lambda args: "land the private copy's changes in the real workspace"),
+)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ layer gets an inode of its own, and every entry is the sandbox user's. This goes
 The parent's view changes only in those entries. A layer goes when no session that is not
 discarded stands on it (records.discard_state, records.prune).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,18 @@ from ..boxfs import BudgetExceeded, HostBudget, Walk
 from ..config import SandboxConfig
 from ..errors import OpenAgentsError
 from . import quota_fs
-from .overlay import MAX_LAYERS, Layers, OverlayError, layers_root, like_root, make_inert, mount, mount_lock, unmount, unusable
+from .overlay import (
+    MAX_LAYERS,
+    Layers,
+    OverlayError,
+    layers_root,
+    like_root,
+    make_inert,
+    mount,
+    mount_lock,
+    unmount,
+    unusable,
+)
 from .records import SessionRecord, remove_entry
 
 __all__ = ["fork_layers", "make_fork_copy"]
@@ -48,12 +60,16 @@ def fork_layers(parent: SessionRecord) -> list[str] | None:
         return None
     with mount_lock(parent.dir):  # no other process mounts the parent's copy while it is frozen
         if parent.cow is None:
-            if parent.quota_fs is not None:  # its copy lies on a file system of its own: no rename takes it into a layer
+            if (
+                parent.quota_fs is not None
+            ):  # its copy lies on a file system of its own: no rename takes it into a layer
                 return None
             return _freeze_copy(parent)
         if _empty(Path(parent.cow.upper)):
             return list(parent.cow.lowers)
-        if len(parent.cow.lowers) + 1 > MAX_LAYERS or parent.quota_fs is not None:  # (an upper on its own file system, likewise)
+        if (
+            len(parent.cow.lowers) + 1 > MAX_LAYERS or parent.quota_fs is not None
+        ):  # (an upper on its own file system, likewise)
             return None
         return _freeze_upper(parent)
 
@@ -181,7 +197,9 @@ def _freeze_upper(parent: SessionRecord) -> list[str] | None:
 
 def _empty(directory: Path) -> bool:
     try:
-        return next(iter(Walk(directory, HostBudget.until(10.0, max_entries=2, max_bytes=None)).entries()), None) is None
+        return (
+            next(iter(Walk(directory, HostBudget.until(10.0, max_entries=2, max_bytes=None)).entries()), None) is None
+        )
     except (BudgetExceeded, OSError):
         return False
 

@@ -18,6 +18,7 @@ never shares a writable inode with its parent or a sibling, either way.
 Whose session it is comes from the file system (records.open_own_record): another user's is
 refused (PERMISSION_DENIED); a running, discarded, failed or bind-mode session is refused typed.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,14 @@ BoxCheck = Callable[[str], "bool | None"]
 __all__ = ["MAX_FORKS", "BoxCheck", "fork_session"]
 
 
-def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyLimits | None = None, live: bool = False,
-                 box_on_copy: BoxCheck | None = None) -> list[SessionRecord]:
+def fork_session(
+    session_id: str,
+    n: int,
+    turn: int | None = None,
+    limits: CopyLimits | None = None,
+    live: bool = False,
+    box_on_copy: BoxCheck | None = None,
+) -> list[SessionRecord]:
     """Fork the caller's ended copy session `session_id` into `n` new copy sessions (at its latest
     state, or at the state after checkpoint `turn`); returns their records. All or none: a fork that
     fails removes the ones already made, and the typed error is raised. `live`: the session is this
@@ -61,9 +68,13 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
     from .records import ResumeLock
 
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORKS:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"a session forks into 1 to {MAX_FORKS} sessions at once, not {n!r}")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"a session forks into 1 to {MAX_FORKS} sessions at once, not {n!r}"
+        )
     if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int) or turn < 0):
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"--turn takes a checkpoint's turn (0 or more), not {turn!r}")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"--turn takes a checkpoint's turn (0 or more), not {turn!r}"
+        )
     if live:
         return _fork_live(session_id, n, turn, limits or CopyLimits())
     parent = ended_copy_session(session_id, "fork")
@@ -71,7 +82,10 @@ def fork_session(session_id: str, n: int, turn: int | None = None, limits: CopyL
     try:
         parent = ended_copy_session(session_id, "fork")
         if parent.status == "failed" or not os.path.isdir(parent.box_workspace) or not parent.manifest_path.is_file():
-            raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"session {parent.id} has no copy to fork ({parent.status}: {parent.reason})"[:400])
+            raise OpenAgentsError(
+                ErrorType.FILE_NOT_FOUND,
+                f"session {parent.id} has no copy to fork ({parent.status}: {parent.reason})"[:400],
+            )
         if turn is not None:
             turn = _checkpoint_turn(parent, turn)
         lowers = _layers(parent, box_on_copy)
@@ -94,7 +108,9 @@ def _fork_live(session_id: str, n: int, turn: int | None, limits: CopyLimits) ->
 
     parent = open_own_record(session_id)
     if parent.mode != WorkspaceMode.COPY or parent.discarded or parent.host_pid != os.getpid():
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} is not this process's open copy session")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {parent.id} is not this process's open copy session"
+        )
     turn = _checkpoint_turn(parent, turn if turn is not None else 1 << 30, live=True)
     manifest = CopyManifest.load(parent.manifest_path)
     made: list[SessionRecord] = []
@@ -115,16 +131,21 @@ def _layers(parent: SessionRecord, box_on_copy: BoxCheck | None) -> list[str] | 
 
     held = box_on_copy(parent.box_workspace) if box_on_copy is not None else None
     if held:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ended, but a box still runs on its copy (its process "
-                                                           "did not remove it): end that process, or `oa-sandbox gc --all` (every box of "
-                                                           "ours, live ones too); then fork")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"session {parent.id} ended, but a box still runs on its copy (its process "
+            "did not remove it): end that process, or `oa-sandbox gc --all` (every box of "
+            "ours, live ones too); then fork",
+        )
     if held is None:
         return None
 
     try:
         return fork_layers(parent)
     except OSError as err:
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"could not freeze session {parent.id}'s copy for a fork: {err}") from None
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"could not freeze session {parent.id}'s copy for a fork: {err}"
+        ) from None
 
 
 def _checkpoint_turn(parent: SessionRecord, turn: int, live: bool = False) -> int:
@@ -138,10 +159,14 @@ def _checkpoint_turn(parent: SessionRecord, turn: int, live: bool = False) -> in
     if live:
         turn = min(turn, last)
     if turn > last:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ran {last} turn(s): there is no turn {turn} to fork from")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {parent.id} ran {last} turn(s): there is no turn {turn} to fork from"
+        )
     earlier = [p.turn for p in points if p.ok and p.turn <= turn]
     if not earlier:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {parent.id} has no checkpoint at or before turn {turn}")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"session {parent.id} has no checkpoint at or before turn {turn}"
+        )
     return max(earlier)
 
 
@@ -153,8 +178,9 @@ def _failed(record: SessionRecord, why: str) -> None:
         pass
 
 
-def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | None, limits: CopyLimits,
-              lowers: list[str] | None) -> SessionRecord:
+def _fork_one(
+    parent: SessionRecord, manifest: CopyManifest | None, turn: int | None, limits: CopyLimits, lowers: list[str] | None
+) -> SessionRecord:
     record = new_record(Path(parent.workspace), WorkspaceMode.COPY, parent.user, kind=parent.kind)
     try:
         for field in ("model_spec", "base_url", "api_key_env", "policy_files", "pins", "context_root", "labels"):
@@ -187,7 +213,11 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | 
         else:
             _restore(record, turn)
             _new_file(record.dir, b"transcript.jsonl")  # a fresh conversation from that turn's files
-        record.status, record.reason, record.host_pid = "finished", f"forked from {parent.id}" + (f" at turn {turn}" if turn is not None else ""), 0
+        record.status, record.reason, record.host_pid = (
+            "finished",
+            f"forked from {parent.id}" + (f" at turn {turn}" if turn is not None else ""),
+            0,
+        )
         record.applied = False
         record.save()
     except OSError as err:
@@ -199,7 +229,9 @@ def _fork_one(parent: SessionRecord, manifest: CopyManifest | None, turn: int | 
     return record
 
 
-def _data_copy(parent: SessionRecord, record: SessionRecord, dest: Path, uid: int, gid: int, limits: CopyLimits) -> CopyManifest:
+def _data_copy(
+    parent: SessionRecord, record: SessionRecord, dest: Path, uid: int, gid: int, limits: CopyLimits
+) -> CopyManifest:
     """The parent's copy copied for a fork: where the host may mount, onto a size-limited file
     system of the fork's own (quota_fs), with room for the default quota until a box sets its own."""
     from ..config import SandboxConfig
@@ -208,7 +240,9 @@ def _data_copy(parent: SessionRecord, record: SessionRecord, dest: Path, uid: in
     source = Path(parent.box_workspace)
     if quota_fs.unusable() is not None:
         return copy_workspace(source, dest, uid, gid, budget=limits.copy_budget(), reflinks=_clones(record.dir))
-    if parent.quota_fs is not None and parent.quota_fs.tree is not None:  # its own file system holds it alone (and the ballast)
+    if (
+        parent.quota_fs is not None and parent.quota_fs.tree is not None
+    ):  # its own file system holds it alone (and the ballast)
         st = os.statvfs(parent.quota_fs.mount)
         ballast = Path(parent.quota_fs.mount) / "ballast"
         held = ballast.lstat().st_blocks * 512 if ballast.is_file() else 0
@@ -218,8 +252,13 @@ def _data_copy(parent: SessionRecord, record: SessionRecord, dest: Path, uid: in
 
         size = measure_workspace(source, CopyLimits(max_bytes=1 << 62, max_entries=1 << 40))
         data, entries = size.bytes, size.entries
-    return quota_fs.copy_into(record, SandboxConfig.model_fields["write_quota"].default, data, entries,
-                              lambda tree: copy_workspace(source, tree, uid, gid, budget=limits.copy_budget(), reflinks=False))
+    return quota_fs.copy_into(
+        record,
+        SandboxConfig.model_fields["write_quota"].default,
+        data,
+        entries,
+        lambda tree: copy_workspace(source, tree, uid, gid, budget=limits.copy_budget(), reflinks=False),
+    )
 
 
 def _clones(directory: Path) -> bool:
@@ -290,9 +329,9 @@ def _same_manifest(parent: Path, fork: Path, dest: Path) -> None:
         if key < 0:
             raise ValueError("no copy_dir")
         start = key + len(b'"copy_dir":')
-        _, end = json.JSONDecoder().raw_decode(raw[start:start + 65536].decode("utf-8", "strict"))
-        value = raw[start:start + 65536].decode("utf-8")[:end].encode("utf-8")
-        text = raw[:start] + json.dumps(str(dest), ensure_ascii=False).encode("utf-8") + raw[start + len(value):]
+        _, end = json.JSONDecoder().raw_decode(raw[start : start + 65536].decode("utf-8", "strict"))
+        value = raw[start : start + 65536].decode("utf-8")[:end].encode("utf-8")
+        text = raw[:start] + json.dumps(str(dest), ensure_ascii=False).encode("utf-8") + raw[start + len(value) :]
     except ValueError:
         CopyManifest.load(parent).model_copy(update={"copy_dir": str(dest)}).save(fork)
         return
@@ -304,8 +343,17 @@ def _fork_manifest(parent: CopyManifest, copied: CopyManifest, dest: Path, uid: 
     user's files against the same moment), the copy's stamps as the parent's copy first was (so what
     the parent's box changed is a change of the fork's too), with the fork's own inode for an entry
     the parent's box left as it was (so hard-link groups of the real tree stay groups)."""
-    out = CopyManifest(real=parent.real, copy_dir=str(dest), uid=uid, gid=gid, real_uid=parent.real_uid, real_gid=parent.real_gid,
-                       left_out=dict(parent.left_out), took_s=copied.took_s, host_code=list(parent.host_code))
+    out = CopyManifest(
+        real=parent.real,
+        copy_dir=str(dest),
+        uid=uid,
+        gid=gid,
+        real_uid=parent.real_uid,
+        real_gid=parent.real_gid,
+        left_out=dict(parent.left_out),
+        took_s=copied.took_s,
+        host_code=list(parent.host_code),
+    )
     for key, entry in parent.entries.items():
         got = copied.entries.get(key)
         if got is not None and entry.copy.same_as(got.real):
@@ -357,5 +405,8 @@ def _restore(record: SessionRecord, turn: int) -> None:
     with CheckpointStore(record.checkpoint_store, Path(record.box_workspace)) as store:
         report = store.restore(turn)
     if report.conflicts:
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"the copy changed since its last checkpoint ({len(report.conflicts)} file(s)): "
-                                                           f"cannot fork it at turn {turn}")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS,
+            f"the copy changed since its last checkpoint ({len(report.conflicts)} file(s)): "
+            f"cannot fork it at turn {turn}",
+        )

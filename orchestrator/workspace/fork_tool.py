@@ -4,6 +4,7 @@ latest checkpoint, or `turn`) or an ended copy session of the same user (`sessio
 `apply_changes` (copy_tools.py) in the session's registry, so it goes through the one CallPipeline:
 validated, decided by the ladder (a rule names it `tool = "fork"`), run, and recorded.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -33,19 +34,34 @@ def _describe(args: Mapping[str, Any]) -> str:
     return f"fork {'session ' + str(which) if which else 'this session'} into {args.get('n', 1)} new session(s)"
 
 
-FORK_DEF = ToolDef(FORK_TOOL, FORK_KIND, "host", ForkArgs, title="Fork a copy session", approval=Approval(describe=_describe))
-FORK_DESCRIPTION = (f"Copy mode only: fork this session's private copy (its state after its last checkpointed call, or after "
-                    f"checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to {MAX_FORKS}) new, independent copy "
-                    "sessions; returns their ids (session_ids). Each is a normal copy session: `oa-sandbox changes/apply/discard ID`, "
-                    "`oa-sandbox run --resume ID`.")
+FORK_DEF = ToolDef(
+    FORK_TOOL, FORK_KIND, "host", ForkArgs, title="Fork a copy session", approval=Approval(describe=_describe)
+)
+FORK_DESCRIPTION = (
+    f"Copy mode only: fork this session's private copy (its state after its last checkpointed call, or after "
+    f"checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to {MAX_FORKS}) new, independent copy "
+    "sessions; returns their ids (session_ids). Each is a normal copy session: `oa-sandbox changes/apply/discard ID`, "
+    "`oa-sandbox run --resume ID`."
+)
 FORK_INPUT_SCHEMA: dict[str, Any] = {
-    "type": "object", "additionalProperties": False,
-    "properties": {"n": {"type": "integer", "minimum": 1, "maximum": MAX_FORKS, "default": 1, "description": "How many forks."},
-                   "session_id": {"type": "string", "description": "An ended copy session of yours (default: this session)."},
-                   "turn": {"type": "integer", "minimum": 0, "description": "The state after this checkpoint turn (default: the latest)."}},
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "n": {"type": "integer", "minimum": 1, "maximum": MAX_FORKS, "default": 1, "description": "How many forks."},
+        "session_id": {"type": "string", "description": "An ended copy session of yours (default: this session)."},
+        "turn": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "The state after this checkpoint turn (default: the latest).",
+        },
+    },
 }
 FORK_OUTPUT_META: dict[str, Any] = {
-    "session_ids": {"type": "array", "items": {"type": "string"}, "description": "The new sessions' ids, one per fork."},
+    "session_ids": {
+        "type": "array",
+        "items": {"type": "string"},
+        "description": "The new sessions' ids, one per fork.",
+    },
     "forked_from": {"type": "string", "description": "The session forked."},
 }
 
@@ -56,15 +72,26 @@ class ForkTools(OwnHostTools):
 
     OWN = (FORK_TOOL,)
 
-    def __init__(self, record: SessionRecord, inner: HostTools | None = None, issued: set[str] | None = None,
-                 box_on_copy: BoxCheck | None = None) -> None:
+    def __init__(
+        self,
+        record: SessionRecord,
+        inner: HostTools | None = None,
+        issued: set[str] | None = None,
+        box_on_copy: BoxCheck | None = None,
+    ) -> None:
         super().__init__(inner, issued)
         self.record = record
-        self.box_on_copy = box_on_copy  # for another ended session's copy (fork.fork_session): a live one is never frozen
+        self.box_on_copy = (
+            box_on_copy  # for another ended session's copy (fork.fork_session): a live one is never frozen
+        )
 
     def prepare_own(self, call: ToolCall) -> PreparedCall:
-        args = self.arguments(FORK_DEF, call, f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
-                                               "(a string) and turn (an integer, 0 or more)")
+        args = self.arguments(
+            FORK_DEF,
+            call,
+            f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
+            "(a string) and turn (an integer, 0 or more)",
+        )
         return PreparedCall(call, FORK_DEF, args, FORK_KIND, FORK_ACTION)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
@@ -78,7 +105,12 @@ class ForkTools(OwnHostTools):
             return ToolResult.failure(err).model_copy(update={"executor": Executor.OPENAGENTS})
         except OSError as err:
             return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"fork failed: {err.strerror}")).model_copy(
-                update={"executor": Executor.OPENAGENTS})
+                update={"executor": Executor.OPENAGENTS}
+            )
         ids = [record.id for record in made]
-        return ToolResult(ok=True, output=f"forked {parent} into {len(ids)} session(s): " + " ".join(ids),
-                          meta={"session_ids": ids, "forked_from": parent}, executor=Executor.OPENAGENTS)
+        return ToolResult(
+            ok=True,
+            output=f"forked {parent} into {len(ids)} session(s): " + " ".join(ids),
+            meta={"session_ids": ids, "forked_from": parent},
+            executor=Executor.OPENAGENTS,
+        )

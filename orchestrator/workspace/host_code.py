@@ -32,6 +32,7 @@ refused under the override too. In the state directory (where copy mode's copies
 the host's may lie in any mode. Copy mode's apply leaves out, and lists, every change at, under or
 above these paths (`keep_out`, workspace/review/plan.py), so a box cannot land a `.pth` there either.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,7 +68,9 @@ class Found:
 
     what: str
     path: str  # as the host spells it
-    rels: tuple[str, ...]  # its places under the root ('' the root itself): where it ends first, then its spelling and each link on its way
+    rels: tuple[
+        str, ...
+    ]  # its places under the root ('' the root itself): where it ends first, then its spelling and each link on its way
     in_state: bool = False
 
     @property
@@ -154,7 +157,9 @@ def found_in(workspace: Path | str, paths: list[HostPath] | None = None) -> list
         rels = reach(host.path, ws_roots, memo)
         if rels:
             out.append(Found(host.what, host.path, rels))
-        elif host.what not in (STATE_DIR, CONFIG_DIR) and (rels := reach(host.path, state_roots, memo)):  # a config file there is refused as it is read
+        elif host.what not in (STATE_DIR, CONFIG_DIR) and (
+            rels := reach(host.path, state_roots, memo)
+        ):  # a config file there is refused as it is read
             out.append(Found(host.what, host.path, rels, in_state=True))
     return sorted(out, key=lambda f: (f.in_state, f.rel.count("/") + bool(f.rel), len(f.rel)))
 
@@ -163,13 +168,22 @@ def summary(found: list[Found], limit: int = SHOWN) -> str:
     """One line: the shallowest findings, each with how many others lie in it."""
     groups: list[list[Found]] = []
     for item in found:
-        group = next((g for g in groups if not g[0].rel or item.rel == g[0].rel or item.rel.startswith(g[0].rel + "/")), None)
+        group = next(
+            (g for g in groups if not g[0].rel or item.rel == g[0].rel or item.rel.startswith(g[0].rel + "/")), None
+        )
         if group is None:
             groups.append([item])
         else:
             group.append(item)
-    parts = [g[0].line() + (f" (and {len(g) - 1} more of the host's paths in it)" if len(g) > 1 else "") for g in groups[:limit]]
-    more = f"; and {len(groups) - limit} more: `oa-sandbox doctor --workspace DIR` lists every one" if len(groups) > limit else ""
+    parts = [
+        g[0].line() + (f" (and {len(g) - 1} more of the host's paths in it)" if len(g) > 1 else "")
+        for g in groups[:limit]
+    ]
+    more = (
+        f"; and {len(groups) - limit} more: `oa-sandbox doctor --workspace DIR` lists every one"
+        if len(groups) > limit
+        else ""
+    )
     return "; ".join(parts) + more
 
 
@@ -215,8 +229,16 @@ class Guard:
             raise self.error
 
 
-def guard(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, *, fixed_bind: str = "", instead: str = "", api: bool = False,
-          found: list[Found] | None = None) -> Guard:
+def guard(
+    workspace: Path,
+    mode: WorkspaceMode,
+    config: SandboxConfig,
+    *,
+    fixed_bind: str = "",
+    instead: str = "",
+    api: bool = False,
+    found: list[Found] | None = None,
+) -> Guard:
     """The one decision on host code in the workspace (see the module's doc). `fixed_bind`: why the
     session is bind mode whatever `mode` says (a warm pool's box, a bind session resumed), else "";
     `instead`: what to do then rather than copy mode. `api`: the program used the Python API (its
@@ -227,9 +249,15 @@ def guard(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, *, fixed_
         words.copy = instead
     in_state = [f for f in found if f.in_state]
     if in_state:
-        return Guard(found, mode, error=HostCodeInWorkspace(
-            f"what the host runs or imports lies in the state directory {show(str(state.configured_root()))}, where copy mode's copies "
-            f"(the box's) lie: {summary(in_state)}; set XDG_STATE_HOME to a directory apart from the host's installation", in_state))
+        return Guard(
+            found,
+            mode,
+            error=HostCodeInWorkspace(
+                f"what the host runs or imports lies in the state directory {show(str(state.configured_root()))}, where copy mode's copies "
+                f"(the box's) lie: {summary(in_state)}; set XDG_STATE_HOME to a directory apart from the host's installation",
+                in_state,
+            ),
+        )
     in_ws = [f for f in found if not f.in_state]
     if not in_ws or (mode == WorkspaceMode.COPY and not fixed_bind):
         return Guard(found, mode)
@@ -241,23 +269,40 @@ def guard(workspace: Path, mode: WorkspaceMode, config: SandboxConfig, *, fixed_
         except OpenAgentsError:
             return Guard(found, mode)  # the session's own resolve_mode says why
         if not config.host_code_read_only:
-            return Guard(found, WorkspaceMode.COPY, note=(
-                f"copy mode: what the host runs or imports lies inside the workspace: {what}. In bind mode the box could change it, "
-                f"so the box works on a copy. For bind mode, move it out of the workspace, or pass {words.override} (it is then "
-                "mounted read-only in the box)"))
+            return Guard(
+                found,
+                WorkspaceMode.COPY,
+                note=(
+                    f"copy mode: what the host runs or imports lies inside the workspace: {what}. In bind mode the box could change it, "
+                    f"so the box works on a copy. For bind mode, move it out of the workspace, or pass {words.override} (it is then "
+                    "mounted read-only in the box)"
+                ),
+            )
     why = f"{fixed_bind}: " if fixed_bind else ""
     if not config.host_code_read_only:
-        return Guard(found, mode, error=HostCodeInWorkspace(
-            f"{why}bind mode refused: what the host runs or imports lies inside the workspace {show(str(workspace))}: {what}. A box "
-            f"writing there (a .pth file in a site-packages runs at every Python start) would run its code on the host at your next "
-            f"command. {words.copy}, move the virtualenv or clone out of the workspace, or pass {words.override}{words.config} to "
-            f"mount {_names(read_only_tops(workspace, in_ws)[0]) or 'it'} read-only in the box", in_ws))
+        return Guard(
+            found,
+            mode,
+            error=HostCodeInWorkspace(
+                f"{why}bind mode refused: what the host runs or imports lies inside the workspace {show(str(workspace))}: {what}. A box "
+                f"writing there (a .pth file in a site-packages runs at every Python start) would run its code on the host at your next "
+                f"command. {words.copy}, move the virtualenv or clone out of the workspace, or pass {words.override}{words.config} to "
+                f"mount {_names(read_only_tops(workspace, in_ws)[0]) or 'it'} read-only in the box",
+                in_ws,
+            ),
+        )
     tops, problems = read_only_tops(workspace, in_ws)
     if problems:
-        return Guard(found, mode, error=HostCodeInWorkspace(
-            f"{why}bind mode refused even with {words.override}: what the host runs or imports lies inside the workspace "
-            f"{show(str(workspace))}, and {'; '.join(problems[:SHOWN])}. {words.copy}, or run oa-sandbox from an installation "
-            "outside the workspace", in_ws))
+        return Guard(
+            found,
+            mode,
+            error=HostCodeInWorkspace(
+                f"{why}bind mode refused even with {words.override}: what the host runs or imports lies inside the workspace "
+                f"{show(str(workspace))}, and {'; '.join(problems[:SHOWN])}. {words.copy}, or run oa-sandbox from an installation "
+                "outside the workspace",
+                in_ws,
+            ),
+        )
     return Guard(found, mode, read_only=tops)
 
 

@@ -27,6 +27,7 @@ that cannot finish within it says so (`SweepReport.unfinished`, typed), it never
 A host killed before its sweep (OOM, SIGKILL, power loss) leaves a journal (sandbox/sweep_journal.py)
 that the next command completes, and that sweep_journal.capture_baseline completes before a baseline.
 """
+
 from __future__ import annotations
 
 import errno
@@ -94,12 +95,16 @@ def _not_a_repo_dir(entry: Entry) -> bool:
 class Baseline:
     """What the workspace held at the start, before the box could write anything."""
 
-    git_entries: dict[str, tuple[int, int]]  # every .git entry (dir or file), and every directory git takes for a repository (bare): path -> (st_dev, st_ino)
+    git_entries: dict[
+        str, tuple[int, int]
+    ]  # every .git entry (dir or file), and every directory git takes for a repository (bare): path -> (st_dev, st_ino)
     special_bits: frozenset[str]  # paths that already carried setuid/setgid (the user's own)
     top_git_dir: bool  # WORKSPACE/.git is a real directory (not a symlink, not a gitfile)
     usage_bytes: int  # allocated outside the .git entries: where the write quota starts from
     took_s: float
-    git_shaped_dirs: frozenset[tuple[int, int]] = frozenset()  # (st_dev, st_ino) of directories git took for a repository at the start, the root included
+    git_shaped_dirs: frozenset[tuple[int, int]] = (
+        frozenset()
+    )  # (st_dev, st_ino) of directories git took for a repository at the start, the root included
     entries: int = 0  # entries outside the .git entries: where the entry quota starts from
     unchecked: tuple[str, ...] = ()  # directories the walk could not enter (too deep, unreadable), shown
 
@@ -141,24 +146,36 @@ class Baseline:
 
     def to_json(self) -> dict[str, Any]:
         """A lossless JSON form (names through boxfs.to_store) for the pending-sweep journal."""
-        return {"git_entries": [[to_store(os.fsencode(rel)), dev, ino] for rel, (dev, ino) in self.git_entries.items()],
-                "special_bits": [to_store(os.fsencode(rel)) for rel in sorted(self.special_bits)],
-                "top_git_dir": self.top_git_dir, "usage_bytes": self.usage_bytes, "took_s": self.took_s,
-                "git_shaped_dirs": [list(key) for key in sorted(self.git_shaped_dirs)], "entries": self.entries}
+        return {
+            "git_entries": [[to_store(os.fsencode(rel)), dev, ino] for rel, (dev, ino) in self.git_entries.items()],
+            "special_bits": [to_store(os.fsencode(rel)) for rel in sorted(self.special_bits)],
+            "top_git_dir": self.top_git_dir,
+            "usage_bytes": self.usage_bytes,
+            "took_s": self.took_s,
+            "git_shaped_dirs": [list(key) for key in sorted(self.git_shaped_dirs)],
+            "entries": self.entries,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Baseline":
-        return cls({os.fsdecode(from_store(rel)): (int(dev), int(ino)) for rel, dev, ino in data["git_entries"]},
-                   frozenset(os.fsdecode(from_store(rel)) for rel in data["special_bits"]), bool(data["top_git_dir"]),
-                   int(data["usage_bytes"]), float(data["took_s"]),
-                   frozenset((int(dev), int(ino)) for dev, ino in data["git_shaped_dirs"]), int(data.get("entries", 0)))
+        return cls(
+            {os.fsdecode(from_store(rel)): (int(dev), int(ino)) for rel, dev, ino in data["git_entries"]},
+            frozenset(os.fsdecode(from_store(rel)) for rel in data["special_bits"]),
+            bool(data["top_git_dir"]),
+            int(data["usage_bytes"]),
+            float(data["took_s"]),
+            frozenset((int(dev), int(ino)) for dev, ino in data["git_shaped_dirs"]),
+            int(data.get("entries", 0)),
+        )
 
 
 class Moved(BaseModel):
     path: str  # workspace-relative, boxfs.to_store form (lossless, valid UTF-8)
     kind: str  # git_dir | gitfile | git_head (the HEAD that made a directory a repository) | fifo | socket | device
     to: str | None = None  # where it went; None when only its record was kept (special files across devices)
-    in_place: bool = False  # defused where it was (renamed inert in the workspace): the state directory is on another file system
+    in_place: bool = (
+        False  # defused where it was (renamed inert in the workspace): the state directory is on another file system
+    )
 
 
 class SweepReport(BaseModel):
@@ -180,12 +197,19 @@ class SweepReport(BaseModel):
         out = [f"cleared setuid/setgid on {_shown(p)}" for p in self.cleared_bits]
         for m in self.moved:
             if m.in_place:
-                out.append(f"defused {m.kind} {_shown(m.path)} in place (renamed to {_shown(m.to or '')}, mode 0: the state directory is on another file system)")
+                out.append(
+                    f"defused {m.kind} {_shown(m.path)} in place (renamed to {_shown(m.to or '')}, mode 0: the state directory is on another file system)"
+                )
             else:
-                out.append(f"moved {m.kind} {_shown(m.path)} out of the workspace" + (f" to {m.to}" if m.to else " (record kept)"))
+                out.append(
+                    f"moved {m.kind} {_shown(m.path)} out of the workspace"
+                    + (f" to {m.to}" if m.to else " (record kept)")
+                )
         out += [f"could not fix {e}" for e in self.errors]
         if self.unfinished:
-            out.append(f"{self.error_type}: the sweep did not finish, the workspace is NOT known clean: {self.unfinished}")
+            out.append(
+                f"{self.error_type}: the sweep did not finish, the workspace is NOT known clean: {self.unfinished}"
+            )
         return out
 
 
@@ -235,12 +259,19 @@ class Sweeper:
             self.reports.append(report)
         return report
 
-    def _check(self, entry: Entry, known: set[tuple[int, int]], shared: bool, report: SweepReport, budget: HostBudget) -> None:
+    def _check(
+        self, entry: Entry, known: set[tuple[int, int]], shared: bool, report: SweepReport, budget: HostBudget
+    ) -> None:
         st, rel = entry.st, entry.rel
         # By identity, not by name: the user's own .git stays theirs wherever the box moved its
         # parent, and one the box put at a known path is still the box's.
         if is_git_name(entry.name_text) and entry.key not in known:
-            if rel == b".git" and self.placeholder_mountpoint and stat.S_ISDIR(st.st_mode) and self._placeholder(entry, shared):
+            if (
+                rel == b".git"
+                and self.placeholder_mountpoint
+                and stat.S_ISDIR(st.st_mode)
+                and self._placeholder(entry, shared)
+            ):
                 return
             self._move_out(entry, "git_dir" if stat.S_ISDIR(st.st_mode) else "gitfile", report, budget)
             return
@@ -251,7 +282,9 @@ class Sweeper:
         kind = special_kind(st.st_mode)
         if kind:
             self._move_out(entry, kind, report, budget)
-        elif st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(st.st_mode) and entry.text not in self.baseline.special_bits:
+        elif (
+            st.st_mode & SPECIAL_BITS and not stat.S_ISLNK(st.st_mode) and entry.text not in self.baseline.special_bits
+        ):
             try:
                 _clear_bits(entry.dir_fd, entry.name)
                 report.cleared_bits.append(to_store(rel))

@@ -20,6 +20,7 @@ namespace is invisible to the daemon): elsewhere forks are data copies (`usable`
 OA_FORK_COW=copy forces the copies (a host process in a mount namespace of its own, e.g. a
 privileged container given the Docker socket, whose mounts the daemon would not see).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,13 +42,34 @@ from ..errors import ErrorType, OpenAgentsError
 
 MAX_LAYERS = 32  # lower layers stacked at most (each fork of a fork that wrote adds one); past it a fork is a data copy
 _OPTIONS_MAX = 4000  # the mount data is one page
-_BAD_IN_PATH = (",", ":", "\\", "\n", "=")  # separators of the mount data: such a path is not mounted, the fork is a copy
+_BAD_IN_PATH = (
+    ",",
+    ":",
+    "\\",
+    "\n",
+    "=",
+)  # separators of the mount data: such a path is not mounted, the fork is a copy
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 _CAP_SYS_ADMIN = 21
 
-__all__ = ["MAX_LAYERS", "Layers", "OverlayError", "cannot_mount", "ensure_mounted", "fork_upper", "is_mounted", "layers_root", "like_root", "mount", "mount_lock",
-           "mounted_lowers", "mounts_under", "unmount", "unusable"]
+__all__ = [
+    "MAX_LAYERS",
+    "Layers",
+    "OverlayError",
+    "cannot_mount",
+    "ensure_mounted",
+    "fork_upper",
+    "is_mounted",
+    "layers_root",
+    "like_root",
+    "mount",
+    "mount_lock",
+    "mounted_lowers",
+    "mounts_under",
+    "unmount",
+    "unusable",
+]
 FREEZE_BUDGET_S = 300.0
 INERT = "inert"  # in a layer's directory beside its tree: the tree was made inert (cow._inert) and may be stood on
 
@@ -158,8 +180,11 @@ def _inert(tree: Path, owner: str) -> None:
     except BudgetExceeded as err:
         raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {err}") from None
     if not walk.complete:  # what lies below was not made inert: never a layer
-        raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, f"the copy could not be frozen for a fork: {len(walk.too_deep)} director(ies) "
-                                                            f"deeper than {walk.budget.max_depth} levels, {len(walk.unreadable)} unreadable")
+        raise OpenAgentsError(
+            ErrorType.RESOURCE_EXHAUSTED,
+            f"the copy could not be frozen for a fork: {len(walk.too_deep)} director(ies) "
+            f"deeper than {walk.budget.max_depth} levels, {len(walk.unreadable)} unreadable",
+        )
     with BoxDir.open(tree, HostBudget.until(FREEZE_BUDGET_S, max_entries=None, max_bytes=None)) as root:
         for key, rels in names.items():
             for rel in rels if len(rels) < nlinks[key] else rels[:1]:
@@ -168,7 +193,9 @@ def _inert(tree: Path, owner: str) -> None:
                     continue
                 parent, name = found
                 with parent:
-                    if len(rels) < nlinks[key]:  # a name of it lies outside the layer: every name here gets its own inode
+                    if (
+                        len(rels) < nlinks[key]
+                    ):  # a name of it lies outside the layer: every name here gets its own inode
                         _own_inode(parent, name, uid, gid)
                     else:
                         _own(parent, name, parent.lstat(name), uid, gid)
@@ -263,22 +290,30 @@ def ensure_mounted(layers: Layers, target: Path, session_id: str, owner: str) ->
 def _mount_again(layers: Layers, target: Path, session_id: str, owner: str) -> None:
     why = unusable()
     if why is not None:
-        raise OverlayError(f"the copy of session {session_id} is a copy-on-write overlay that is not mounted, and this process "
-                           f"cannot mount it ({why}); run the command as the user who forked it (root), "
-                           f"or `oa-sandbox discard {session_id}`")
+        raise OverlayError(
+            f"the copy of session {session_id} is a copy-on-write overlay that is not mounted, and this process "
+            f"cannot mount it ({why}); run the command as the user who forked it (root), "
+            f"or `oa-sandbox discard {session_id}`"
+        )
     try:
         _finish_freeze(layers, target)
-        for lower in layers.lowers:  # a freeze cut short before its layer was made inert: made inert now, before anyone stands on it
+        for lower in (
+            layers.lowers
+        ):  # a freeze cut short before its layer was made inert: made inert now, before anyone stands on it
             if not os.path.lexists(Path(lower).parent / INERT):
                 make_inert(Path(lower), owner, Path(lower).parent)
         os.makedirs(target, mode=0o700, exist_ok=True)
         mount(layers, target)
     except OSError as err:
-        raise OverlayError(f"the copy of session {session_id} could not be mounted again: {err}; "
-                           f"`oa-sandbox discard {session_id}` removes it") from None
+        raise OverlayError(
+            f"the copy of session {session_id} could not be mounted again: {err}; "
+            f"`oa-sandbox discard {session_id}` removes it"
+        ) from None
     except OpenAgentsError as err:  # OverlayError, or a layer that could not be made inert
-        raise OverlayError(f"the copy of session {session_id} could not be mounted again: {err.message}; "
-                           f"`oa-sandbox discard {session_id}` removes it") from None
+        raise OverlayError(
+            f"the copy of session {session_id} could not be mounted again: {err.message}; "
+            f"`oa-sandbox discard {session_id}` removes it"
+        ) from None
 
 
 def like_root(upper: Path, lower: Path) -> None:
@@ -300,7 +335,12 @@ def _finish_freeze(layers: Layers, target: Path) -> None:
         source = Path((top.parent / "source").read_text(encoding="utf-8"))
     except OSError:
         return
-    if source in (target, Path(layers.upper)) and source.is_dir() and not source.is_symlink() and not is_mounted(source):
+    if (
+        source in (target, Path(layers.upper))
+        and source.is_dir()
+        and not source.is_symlink()
+        and not is_mounted(source)
+    ):
         os.rename(source, top)
         os.mkdir(source, 0o700)
         like_root(Path(layers.upper), top)
@@ -313,7 +353,7 @@ def mounted_lowers() -> set[str]:
     for _point, options in _fork_mounts():
         for option in options.split(b","):
             if option.startswith(b"lowerdir="):
-                out.update(os.fsdecode(p) for p in option[len(b"lowerdir="):].split(b":"))
+                out.update(os.fsdecode(p) for p in option[len(b"lowerdir=") :].split(b":"))
     return out
 
 
@@ -331,7 +371,7 @@ def _fork_mounts() -> list[tuple[bytes, bytes]]:
             sep = fields.index(b"-")
         except ValueError:
             continue
-        if fields[sep + 1:sep + 3] == [b"overlay", b"oa-fork"] and len(fields) > sep + 3:
+        if fields[sep + 1 : sep + 3] == [b"overlay", b"oa-fork"] and len(fields) > sep + 3:
             point = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
             found.append((point, fields[sep + 3]))
     return found
@@ -341,7 +381,9 @@ def mounts_under(root: Path) -> list[Path]:
     """This project's fork overlays mounted at or under `root` (as /proc/self/mountinfo lists
     them), deepest first: what a clean-up unmounts before it removes a directory tree."""
     prefix = os.fsencode(os.path.realpath(root))
-    found = [Path(os.fsdecode(point)) for point, _ in _fork_mounts() if point == prefix or point.startswith(prefix + b"/")]
+    found = [
+        Path(os.fsdecode(point)) for point, _ in _fork_mounts() if point == prefix or point.startswith(prefix + b"/")
+    ]
     return sorted(found, key=lambda p: -len(p.parts))
 
 

@@ -10,6 +10,7 @@ built (an edit of 1 MiB of "a" replacing each "a" with 256 bytes used to build 2
 process killed after PREVIEW_SECONDS (bounded_diff.py), and at most DIFF_CAP of it comes back.
 Each refusal is one line of ours for the prompt, never the file's content.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,7 +60,10 @@ def proposed_diff(workspace: Path, prepared: PreparedCall) -> Preview | None:
     if proposal is None:
         return None
     if proposal.size > PREVIEW_CAP:
-        return Preview(None, f"preview skipped: the {proposal.verb} would make a {_size(proposal.size)} file (previews stop at {_size(PREVIEW_CAP)})")
+        return Preview(
+            None,
+            f"preview skipped: the {proposal.verb} would make a {_size(proposal.size)} file (previews stop at {_size(PREVIEW_CAP)})",
+        )
     after = proposal.make()
     diff = bounded_unified_diff(before, after, f"a/{path}", f"b/{path}", max_bytes=DIFF_CAP, deadline_s=PREVIEW_SECONDS)
     if diff.text is None:

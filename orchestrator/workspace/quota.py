@@ -22,6 +22,7 @@ on a host that may mount), that file system stops them at the quota (ENOSPC): th
 The watcher then measures that file system alone (`dedicated`): its used blocks and inodes are the
 session's growth, with no walk, and a session past its quota stops as before.
 """
+
 from __future__ import annotations
 
 import os
@@ -78,9 +79,19 @@ def _fs_used(path: Path) -> tuple[int, int]:
 
 
 class WriteQuota:
-    def __init__(self, workspace: Path, limit: int, start_usage: int, skip: set[tuple[int, int]] | None = None,
-                 on_exceeded: Callable[[], None] | None = None, entry_limit: int | None = DEFAULT_ENTRY_QUOTA, start_entries: int = 0,
-                 budget: HostBudget | None = None, layer: Path | None = None, dedicated: Path | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        limit: int,
+        start_usage: int,
+        skip: set[tuple[int, int]] | None = None,
+        on_exceeded: Callable[[], None] | None = None,
+        entry_limit: int | None = DEFAULT_ENTRY_QUOTA,
+        start_entries: int = 0,
+        budget: HostBudget | None = None,
+        layer: Path | None = None,
+        dedicated: Path | None = None,
+    ) -> None:
         """`limit`: bytes of growth; `entry_limit`: new entries (files, directories, links), None for
         none; `start_usage`/`start_entries`: measured by the same rule (the baseline's walk);
         `budget`: bounds every measuring walk (the session's, when it has one); `layer`: the upper
@@ -144,11 +155,15 @@ class WriteQuota:
         # were not counted at all), so an unmeasurable workspace is over quota.
         cap = self.start_entries + self.entry_limit + 1 if self.entry_limit is not None else None
         if usage.passed is not None and usage.passed.what == "entry" and usage.passed.limit == cap:
-            self.entry_growth = max(self.entry_growth, (self.entry_limit or 0) + 1)  # counted past start + limit: over, measured
+            self.entry_growth = max(
+                self.entry_growth, (self.entry_limit or 0) + 1
+            )  # counted past start + limit: over, measured
         elif usage.unfinished is not None:
             self.unmeasured = usage.unfinished
         elif usage.too_deep:
-            self.unmeasured = f"the workspace holds directories deeper than {MAX_DEPTH} levels, which cannot be measured"
+            self.unmeasured = (
+                f"the workspace holds directories deeper than {MAX_DEPTH} levels, which cannot be measured"
+            )
         over_entries = self.entry_limit is not None and self.entry_growth > self.entry_limit
         if self.growth > self.limit or over_entries or self.unmeasured:
             self.exceeded.set()
@@ -192,12 +207,18 @@ class WriteQuota:
     def message(self) -> str:
         killed = "every process in the sandbox was killed and the session stops"
         if self.entry_limit is not None and self.entry_growth > self.entry_limit:
-            return (f"the session created {'more than ' if self.entry_growth == self.entry_limit + 1 else ''}{self.entry_growth - 1 if self.entry_growth == self.entry_limit + 1 else self.entry_growth} entries (files, directories, links) in the workspace, past its entry quota of "
-                    f"{self.entry_limit}; {killed}")
+            return (
+                f"the session created {'more than ' if self.entry_growth == self.entry_limit + 1 else ''}{self.entry_growth - 1 if self.entry_growth == self.entry_limit + 1 else self.entry_growth} entries (files, directories, links) in the workspace, past its entry quota of "
+                f"{self.entry_limit}; {killed}"
+            )
         if self.growth > self.limit:
-            return (f"the session grew the workspace by {self.growth / 2**20:.0f} MiB, past its write quota of "
-                    f"{self.limit / 2**20:.0f} MiB; {killed}")
+            return (
+                f"the session grew the workspace by {self.growth / 2**20:.0f} MiB, past its write quota of "
+                f"{self.limit / 2**20:.0f} MiB; {killed}"
+            )
         if self.unmeasured:
-            return (f"the file system grew past the workspace's write quota ({self.limit / 2**20:.0f} MiB, {self.entry_limit} entries) and "
-                    f"the workspace cannot be measured: {self.unmeasured}; {killed}")
+            return (
+                f"the file system grew past the workspace's write quota ({self.limit / 2**20:.0f} MiB, {self.entry_limit} entries) and "
+                f"the workspace cannot be measured: {self.unmeasured}; {killed}"
+            )
         return f"the workspace passed its write quota; {killed}"

@@ -25,6 +25,7 @@ reviewed, applied or resumed later, by other commands. `discard` and `sessions p
 `apply`, `run --resume`, `fork`) mounts it again (`ensure_mounted`, from records.open_own_record).
 An image is never mounted twice: a loop device already on it is a typed refusal. No program is looked up on the user's PATH: mkfs is taken from the system's directories only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,9 +46,24 @@ from ..boxfs.private import open_private, open_private_dir
 from ..errors import ErrorType, OpenAgentsError
 from .overlay import _libc, cannot_mount, is_mounted, mount_lock, unmount
 
-__all__ = ["SLACK", "QuotaFs", "capacity", "copy_into", "create", "enforced_at", "ensure_mounted", "fit", "quarantine_for", "set_headroom", "unmount_all", "unusable"]
+__all__ = [
+    "SLACK",
+    "QuotaFs",
+    "capacity",
+    "copy_into",
+    "create",
+    "enforced_at",
+    "ensure_mounted",
+    "fit",
+    "quarantine_for",
+    "set_headroom",
+    "unmount_all",
+    "unusable",
+]
 
-SLACK = 4 << 20  # free space above the quota: the watcher stops a session past the quota before the box meets ENOSPC (ext4 may refuse a write a little before it is full)
+SLACK = (
+    4 << 20
+)  # free space above the quota: the watcher stops a session past the quota before the box meets ENOSPC (ext4 may refuse a write a little before it is full)
 BLOCK = 4096
 JOURNAL_MB = 16  # the journal is written in a ring: what the image costs the host beyond the data
 GROW_STEP = 256 << 20  # a growth adds at least this much (it is sparse: free until written)
@@ -111,7 +127,9 @@ def create(image: Path, mount: Path, size: int, inodes: int) -> None:
         _mkfs(image, inodes)
         os.mkdir(mount, 0o700)
     except OSError as err:
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"could not make the write quota's file system {image}: {err}") from None
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"could not make the write quota's file system {image}: {err}"
+        ) from None
     _mount(image, mount)
 
 
@@ -119,16 +137,42 @@ def _mkfs(image: Path, inodes: int) -> None:
     tool = _mkfs_tool()
     if tool is None:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"no mkfs.ext4 in {SYSTEM_PATH}")
-    args = [tool, "-q", "-F", "-b", str(BLOCK), "-m", "0", "-N", str(inodes), "-J", f"size={JOURNAL_MB}", "-L", "oa-quota",
-            "-O", "^resize_inode", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", str(image)]
+    args = [
+        tool,
+        "-q",
+        "-F",
+        "-b",
+        str(BLOCK),
+        "-m",
+        "0",
+        "-N",
+        str(inodes),
+        "-J",
+        f"size={JOURNAL_MB}",
+        "-L",
+        "oa-quota",
+        "-O",
+        "^resize_inode",
+        "-E",
+        "lazy_itable_init=1,lazy_journal_init=1,nodiscard",
+        str(image),
+    ]
     try:
-        done = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, timeout=MKFS_TIMEOUT_S, check=False,
-                              env={"PATH": SYSTEM_PATH, "LC_ALL": "C"})
+        done = subprocess.run(
+            args,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=MKFS_TIMEOUT_S,
+            check=False,
+            env={"PATH": SYSTEM_PATH, "LC_ALL": "C"},
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"mkfs.ext4 failed on {image}: {err}") from None
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"mkfs.ext4 failed on {image} (exit {done.returncode}): {(said or [''])[-1][:200]}")
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"mkfs.ext4 failed on {image} (exit {done.returncode}): {(said or [''])[-1][:200]}"
+        )
 
 
 def _info64(flags: int, name: bytes) -> bytes:
@@ -190,14 +234,20 @@ def _mount(image: Path, target: Path) -> None:
     import ctypes
 
     if _in_use(image):
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"{image} is still attached to a loop device that is not mounted at {target} "
-                                                  "(a box or a process may still use it): end it, then try again")
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR,
+            f"{image} is still attached to a loop device that is not mounted at {target} "
+            "(a box or a process may still use it): end it, then try again",
+        )
     try:
         loop, device = _attach(image)
     except OSError as err:
         raise OpenAgentsError(ErrorType.IO_ERROR, f"could not attach a loop device to {image}: {err}") from None
     try:
-        if _libc().mount(device.encode(), os.fsencode(target), b"ext4", MS_NOSUID | MS_NODEV, b"discard,noinit_itable") != 0:
+        if (
+            _libc().mount(device.encode(), os.fsencode(target), b"ext4", MS_NOSUID | MS_NODEV, b"discard,noinit_itable")
+            != 0
+        ):
             code = ctypes.get_errno()
             raise OpenAgentsError(ErrorType.IO_ERROR, f"could not mount {image} at {target}: {os.strerror(code)}")
     finally:
@@ -227,9 +277,12 @@ def ensure_mounted(fs: QuotaFs, copy: Path, session_id: str) -> None:
         if not is_mounted(mount):
             why = unusable()
             if why is not None:
-                raise OpenAgentsError(ErrorType.IO_ERROR, f"the copy of session {session_id} lies on a size-limited file system that is not "
-                                                          f"mounted, and this process cannot mount it ({why}); run the command as the user "
-                                                          f"who made it (root), or `oa-sandbox discard {session_id}`")
+                raise OpenAgentsError(
+                    ErrorType.IO_ERROR,
+                    f"the copy of session {session_id} lies on a size-limited file system that is not "
+                    f"mounted, and this process cannot mount it ({why}); run the command as the user "
+                    f"who made it (root), or `oa-sandbox discard {session_id}`",
+                )
             os.makedirs(mount, mode=0o700, exist_ok=True)
             _mount(Path(fs.image), mount)
         if fs.tree is not None and not is_mounted(copy):
@@ -248,7 +301,9 @@ def copy_into(record: Any, headroom: int, data: int, entries: int, copy: Callabl
     a fresh image with room for `data` bytes in `entries` entries and `headroom` more, bound at the
     record's copy/ when done. The record names the file system before it exists (a crash leaves
     nothing that discard or prune would not find); a failure unmounts and removes it."""
-    fs = QuotaFs(image=str(record.dir / "quota.img"), mount=str(record.dir / "quota"), tree=str(record.dir / "quota" / "tree"))
+    fs = QuotaFs(
+        image=str(record.dir / "quota.img"), mount=str(record.dir / "quota"), tree=str(record.dir / "quota" / "tree")
+    )
     record.quota_fs = fs
     record.save()
     size, inodes = image_size(data, entries, headroom)
@@ -299,7 +354,9 @@ def fit(record: Any, free: int) -> None:
         return
     except OSError as err:
         if err.errno != errno.EPERM:
-            raise OpenAgentsError(ErrorType.IO_ERROR, f"could not grow the write quota's file system {fs.image}: {err}") from None
+            raise OpenAgentsError(
+                ErrorType.IO_ERROR, f"could not grow the write quota's file system {fs.image}: {err}"
+            ) from None
     with mount_lock(mount.parent):
         unmount(copy, detach=False)
         unmount(mount, detach=False)
@@ -318,18 +375,28 @@ def fit(record: Any, free: int) -> None:
 def _resize_offline(image: Path, extra: int) -> None:
     tool = shutil.which("resize2fs", path=SYSTEM_PATH)
     if tool is None:
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"no resize2fs in {SYSTEM_PATH}: the write quota's file system {image} cannot grow")
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"no resize2fs in {SYSTEM_PATH}: the write quota's file system {image} cannot grow"
+        )
     fd = open_private(image, os.O_RDWR | os.O_CLOEXEC)
     try:
         size = (os.fstat(fd).st_size + extra + (1 << 20) - 1) >> 20 << 20
         os.ftruncate(fd, size)
     finally:
         os.close(fd)
-    done = subprocess.run([tool, "-f", str(image)], stdin=subprocess.DEVNULL, capture_output=True, timeout=MKFS_TIMEOUT_S, check=False,
-                          env={"PATH": SYSTEM_PATH, "LC_ALL": "C"})
+    done = subprocess.run(
+        [tool, "-f", str(image)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=MKFS_TIMEOUT_S,
+        check=False,
+        env={"PATH": SYSTEM_PATH, "LC_ALL": "C"},
+    )
     if done.returncode != 0:
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise OpenAgentsError(ErrorType.IO_ERROR, f"resize2fs failed on {image} (exit {done.returncode}): {(said or [''])[-1][:200]}")
+        raise OpenAgentsError(
+            ErrorType.IO_ERROR, f"resize2fs failed on {image} (exit {done.returncode}): {(said or [''])[-1][:200]}"
+        )
 
 
 def _ours(mount: Path) -> bool:
@@ -340,7 +407,9 @@ def _ours(mount: Path) -> bool:
         return False
     try:
         dev = os.stat(mount).st_dev
-        with open(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/loop/backing_file", encoding="utf-8", errors="replace") as fh:
+        with open(
+            f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}/loop/backing_file", encoding="utf-8", errors="replace"
+        ) as fh:
             backing = fh.read().strip()
     except OSError:
         return False

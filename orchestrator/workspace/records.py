@@ -26,6 +26,7 @@ Workspace modes: `bind` mounts the real workspace; `copy` mounts a private copy 
 unprivileged sandbox uid, and nothing reaches the real one until `apply`. `auto` is copy for a
 root-owned workspace (every CI clone made as root) and bind otherwise, so the box never needs uid 0.
 """
+
 from __future__ import annotations
 
 import errno
@@ -74,8 +75,11 @@ class NotOwnRecord(OpenAgentsError):
 
     def __init__(self, session_id: str, owner: int, what: str = "session") -> None:
         self.owner = owner
-        super().__init__(ErrorType.PERMISSION_DENIED, f"{what} {session_id} belongs to {_user_name(owner)}, not to you "
-                                                      f"({_user_name(os.getuid())}): only its owner may use it (`oa-sandbox sessions --all-users` lists it)")
+        super().__init__(
+            ErrorType.PERMISSION_DENIED,
+            f"{what} {session_id} belongs to {_user_name(owner)}, not to you "
+            f"({_user_name(os.getuid())}): only its owner may use it (`oa-sandbox sessions --all-users` lists it)",
+        )
 
 
 def _user_name(uid: int) -> str:
@@ -122,7 +126,9 @@ class SessionRecord(BaseModel):
     forked_from: str | None = None  # the session this one was forked from (workspace/fork.py)
     forked_turn: int | None = None  # the parent's checkpoint turn it was forked at (None: its latest state)
     cow: Layers | None = None  # its copy is a copy-on-write overlay (workspace/cow.py): how to mount it again
-    quota_fs: QuotaFs | None = None  # its copy (or its overlay's upper) lies on a size-limited file system (quota_fs.py)
+    quota_fs: QuotaFs | None = (
+        None  # its copy (or its overlay's upper) lies on a size-limited file system (quota_fs.py)
+    )
     labels: dict[str, str] = {}  # a program's own names for it (the API's labels=; a fork keeps its parent's)
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
@@ -204,8 +210,17 @@ def _shared_roots() -> list[Path]:
 def new_record(workspace: Path, mode: WorkspaceMode, user: str, kind: str = "run") -> SessionRecord:
     sid = state.new_id()
     box = sessions_root() / sid / "copy" if mode == WorkspaceMode.COPY else workspace
-    record = SessionRecord(id=sid, created=time.time(), kind=kind, workspace=str(workspace), mode=mode, box_workspace=str(box),
-                           user=user, host_pid=os.getpid(), host_uid=os.getuid())
+    record = SessionRecord(
+        id=sid,
+        created=time.time(),
+        kind=kind,
+        workspace=str(workspace),
+        mode=mode,
+        box_workspace=str(box),
+        user=user,
+        host_pid=os.getpid(),
+        host_uid=os.getuid(),
+    )
     state.sandbox_state_dir(workspace, sid)  # refuses a state directory inside the workspace
     record.save()
     return record
@@ -216,41 +231,62 @@ def read_record(session_dir: Path, session_id: str) -> SessionRecord:
     without following a link, the file a regular one of at most RECORD_CAP bytes, its owner and
     its directory's taken by fstat on what was opened. Typed errors: FILE_NOT_FOUND, CONFIG_INVALID."""
     from ..boxfs.private import open_private_dir
+
     try:
         dfd = open_private_dir(session_dir)
     except FileNotFoundError:
-        raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
+        raise OpenAgentsError(
+            ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)"
+        ) from None
     except OSError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the directory of session {session_id} cannot be opened "
-                                                        f"({'a link' if err.errno in (errno.ELOOP, errno.ENOTDIR) else err.strerror})") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the directory of session {session_id} cannot be opened "
+            f"({'a link' if err.errno in (errno.ELOOP, errno.ENOTDIR) else err.strerror})",
+        ) from None
     try:
         dst = os.fstat(dfd)
         try:
             fd = open_private("session.json", os.O_RDONLY | os.O_NONBLOCK, at=dfd)
         except FileNotFoundError:
-            raise OpenAgentsError(ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)") from None
+            raise OpenAgentsError(
+                ErrorType.FILE_NOT_FOUND, f"no session {session_id} (see `oa-sandbox sessions`)"
+            ) from None
         try:
             fst = os.fstat(fd)
             if not stat.S_ISREG(fst.st_mode):
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is not a regular file")
+                raise OpenAgentsError(
+                    ErrorType.CONFIG_INVALID, f"the record of session {session_id} is not a regular file"
+                )
             if fst.st_size > RECORD_CAP:
-                raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is over {RECORD_CAP} bytes")
+                raise OpenAgentsError(
+                    ErrorType.CONFIG_INVALID, f"the record of session {session_id} is over {RECORD_CAP} bytes"
+                )
             raw = os.read(fd, RECORD_CAP + 1)
         finally:
             os.close(fd)
     except OSError as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: "
-                                                        f"{'a link' if err.errno == errno.ELOOP else err.strerror}") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID,
+            f"the record of session {session_id} is unreadable: "
+            f"{'a link' if err.errno == errno.ELOOP else err.strerror}",
+        ) from None
     finally:
         os.close(dfd)
     if len(raw) > RECORD_CAP:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is over {RECORD_CAP} bytes")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"the record of session {session_id} is over {RECORD_CAP} bytes"
+        )
     try:
         record = SessionRecord.model_validate_json(raw)
     except (ValidationError, ValueError) as err:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: {str(err)[:200]}") from None
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"the record of session {session_id} is unreadable: {str(err)[:200]}"
+        ) from None
     if record.id != session_id:
-        raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the record in the directory of session {session_id} names another id")
+        raise OpenAgentsError(
+            ErrorType.CONFIG_INVALID, f"the record in the directory of session {session_id} names another id"
+        )
     record._dir = session_dir
     # Another user's if either is: a directory of theirs (they may replace the file) or a file of theirs.
     record._owner = dst.st_uid if dst.st_uid != os.getuid() else fst.st_uid
@@ -265,7 +301,9 @@ def open_own_record(session_id: str, mount: bool = True) -> SessionRecord:
     `mount` is false (discarding needs no view of it): an IO_ERROR if it cannot be, never an
     empty directory that would read as every file deleted."""
     if not _ID.match(session_id):
-        raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)")
+        raise OpenAgentsError(
+            ErrorType.INVALID_ARGUMENTS, f"{session_id!r} is not a session id (see `oa-sandbox sessions`)"
+        )
     record = read_record(sessions_root() / session_id, session_id)
     if record.owner != os.getuid():
         raise NotOwnRecord(session_id, record.owner)
@@ -320,7 +358,9 @@ def state_bytes(record: SessionRecord) -> int:
     total = 0
     try:
         dev = os.lstat(record.dir).st_dev
-        for entry in Walk(record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None), enter=lambda e: e.st.st_dev == dev).entries():
+        for entry in Walk(
+            record.dir, HostBudget.until(10.0, max_entries=None, max_bytes=None), enter=lambda e: e.st.st_dev == dev
+        ).entries():
             total += entry.st.st_blocks * 512 if entry.st.st_dev == dev else 0
     except (BudgetExceeded, OSError):
         pass
@@ -333,8 +373,11 @@ def resolve_mode(workspace: Path, mode: WorkspaceMode, user: str | None) -> tupl
     if user is not None:
         uid = user.split(":", 1)[0]
         if uid.strip() in ("0", "root"):
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, "--user 0 is refused: the sandbox never runs as uid 0 "
-                                  "(a root-owned workspace is worked on as a copy: --workspace-mode copy)")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                "--user 0 is refused: the sandbox never runs as uid 0 "
+                "(a root-owned workspace is worked on as a copy: --workspace-mode copy)",
+            )
         if not re.fullmatch(r"[0-9]+(:[0-9]+)?", user):
             raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"--user takes UID or UID:GID in numbers, not {user!r}")
     st = workspace.stat()
@@ -344,9 +387,12 @@ def resolve_mode(workspace: Path, mode: WorkspaceMode, user: str | None) -> tupl
         if mode == WorkspaceMode.COPY:
             user = f"{SANDBOX_UID}:{SANDBOX_UID}"
         elif st.st_uid == 0:
-            raise OpenAgentsError(ErrorType.CONFIG_INVALID, f"the workspace {workspace} is owned by root, and in bind mode the box would run "
-                                  "as uid 0: use --workspace-mode copy (the default for root-owned workspaces), or --user UID:GID "
-                                  "with a user that may write it")
+            raise OpenAgentsError(
+                ErrorType.CONFIG_INVALID,
+                f"the workspace {workspace} is owned by root, and in bind mode the box would run "
+                "as uid 0: use --workspace-mode copy (the default for root-owned workspaces), or --user UID:GID "
+                "with a user that may write it",
+            )
         else:
             user = f"{st.st_uid}:{st.st_gid}"
     elif ":" not in user:
@@ -364,8 +410,12 @@ def summary_line(record: SessionRecord) -> str:
     from .checkpoints import store_unknown
 
     files = f"{len(record.files_changed):>4} files"
-    if record.owner == os.getuid() and store_unknown(record.checkpoint_store):  # another user's directory is not read into
-        files = f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"  # a checkpoint failed
+    if record.owner == os.getuid() and store_unknown(
+        record.checkpoint_store
+    ):  # another user's directory is not read into
+        files = (
+            f"{'?':>4} files" if not record.files_changed else f"{len(record.files_changed):>3}+ files"
+        )  # a checkpoint failed
     parent = f"  (fork of {record.forked_from})" if record.forked_from else ""
     return f"{record.id}  {when}  {record.mode.value:<4}  {status:<20} {files:>10}  {record.workspace}{parent}"
 
@@ -422,7 +472,12 @@ def remove_unused_layers(now: float | None = None) -> list[str]:
     records, unreadable = _read_records(sessions_root())
     if unreadable:  # a record we cannot read may stand on any layer: keep them all until it is read or removed
         return []
-    used = {layer for r in records if r.owner == os.getuid() and r.cow is not None and not r.discarded for layer in r.cow.lowers}
+    used = {
+        layer
+        for r in records
+        if r.owner == os.getuid() and r.cow is not None and not r.discarded
+        for layer in r.cow.lowers
+    }
     used |= mounted_lowers()  # and any a mounted fork overlay stands on, whatever a record says
     root = layers_root()
     now = time.time() if now is None else now
@@ -439,8 +494,13 @@ def remove_unused_layers(now: float | None = None) -> list[str]:
     return removed
 
 
-def prune(older_than_s: float, all_: bool = False, now: float | None = None, all_users: bool = False,
-          unlanded_older_than_s: float | None = None) -> tuple[list[tuple[SessionRecord, int]], list[tuple[SessionRecord, str]]]:
+def prune(
+    older_than_s: float,
+    all_: bool = False,
+    now: float | None = None,
+    all_users: bool = False,
+    unlanded_older_than_s: float | None = None,
+) -> tuple[list[tuple[SessionRecord, int]], list[tuple[SessionRecord, str]]]:
     """Remove whole session directories older than `older_than_s`: (removed with the bytes each
     held, kept with why). Kept: running sessions, other users' (unless `all_users`), and copy
     sessions neither applied nor discarded (their copy holds work not landed anywhere) until they
@@ -452,7 +512,12 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None, all
         age = now - record.created
         if age < older_than_s:
             continue
-        unlanded = record.mode == WorkspaceMode.COPY and not record.applied and not record.discarded and record.status != "failed"
+        unlanded = (
+            record.mode == WorkspaceMode.COPY
+            and not record.applied
+            and not record.discarded
+            and record.status != "failed"
+        )
         if record.running():
             kept.append((record, "still running"))
             continue
@@ -461,7 +526,11 @@ def prune(older_than_s: float, all_: bool = False, now: float | None = None, all
             continue
         size = state_bytes(record)
         copy = Path(record.box_workspace)
-        if record.mode == WorkspaceMode.COPY and copy.parent == record.dir and (record.cow is not None or is_mounted(copy)):
+        if (
+            record.mode == WorkspaceMode.COPY
+            and copy.parent == record.dir
+            and (record.cow is not None or is_mounted(copy))
+        ):
             unmount(copy)
         _unmount_quota_fs(record)
         remove_entry(record.dir.parent, record.id)
@@ -482,9 +551,15 @@ def parse_duration(text: str) -> float:
     return number * {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}[unit]
 
 
-def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run",
-            limits: CopyLimits | None = None, host_code: list[str] | None = None,
-            write_quota: int | None = None) -> tuple[SessionRecord, Path | None]:
+def prepare(
+    real: Path,
+    mode: WorkspaceMode,
+    user: str | None,
+    kind: str = "run",
+    limits: CopyLimits | None = None,
+    host_code: list[str] | None = None,
+    write_quota: int | None = None,
+) -> tuple[SessionRecord, Path | None]:
     """A record for a new session and, in copy mode, its copy (taken now, before any box exists).
     Returns the record and the .git to mount read-only over the copy (None in bind mode).
     In copy mode the workspace is measured first: over `limits` it is refused (WorkspaceTooLarge)
@@ -506,9 +581,12 @@ def prepare(real: Path, mode: WorkspaceMode, user: str | None, kind: str = "run"
         return record, None
     uid, gid = (int(x) for x in box_user.split(":", 1))
     try:
+
         def copy(dest: Path) -> CopyManifest:
             assert limits is not None and size is not None
-            return copy_workspace(real, dest, uid, gid, budget=limits.copy_budget(), progress=limits.progress, total_entries=size.entries)
+            return copy_workspace(
+                real, dest, uid, gid, budget=limits.copy_budget(), progress=limits.progress, total_entries=size.entries
+            )
 
         if write_quota is not None and quota_fs.unusable() is None:
             manifest = quota_fs.copy_into(record, write_quota, size.bytes, size.entries, copy)
@@ -537,7 +615,9 @@ class ResumeLock:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(self.fd)
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"session {record.id} is being resumed by another process") from None
+            raise OpenAgentsError(
+                ErrorType.INVALID_ARGUMENTS, f"session {record.id} is being resumed by another process"
+            ) from None
 
     def release(self) -> None:
         if self.fd >= 0:

@@ -3,6 +3,7 @@
 Every scenario makes a real attempt through the real tools against a real container, then
 asserts that the attack failed AND that the workspace and the host are intact.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -16,7 +17,12 @@ from orchestrator.sandbox.docker import DockerSandbox
 from tests.conftest import chown_tree, make_workspace, sandbox_config
 
 CANARY = "host canary: must never change\n"
-FILES = {"README.md": "# victim\n", "src/app.py": "print('hi')\n", ".git/config": "[core]\n\tbare = false\n", ".git/HEAD": "ref: refs/heads/main\n"}
+FILES = {
+    "README.md": "# victim\n",
+    "src/app.py": "print('hi')\n",
+    ".git/config": "[core]\n\tbare = false\n",
+    ".git/HEAD": "ref: refs/heads/main\n",
+}
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -56,14 +62,18 @@ class Victim:
 
     def assert_intact(self, changed: tuple[str, ...] = ()) -> None:
         assert (self.outside / "canary.txt").read_text() == CANARY, "the host canary changed"
-        assert sorted(p.name for p in self.outside.iterdir()) == ["canary.txt"], "something appeared outside the workspace"
+        assert sorted(p.name for p in self.outside.iterdir()) == ["canary.txt"], (
+            "something appeared outside the workspace"
+        )
         after = snapshot(self.ws)
         for key in set(self.before) | set(after):
             if key in changed or any(key.startswith(c.rstrip("/") + "/") for c in changed if c.endswith("/")):
                 continue
             assert self.before.get(key) == after.get(key), f"workspace file {key} changed"
         assert self.box.call("shell", {"command": "echo alive"}).output == "alive\n", "the sandbox did not recover"
-        mine = self.box.client.containers.list(all=True, filters={"label": f"dev.openagents.sandbox.workspace={self.ws}"})
+        mine = self.box.client.containers.list(
+            all=True, filters={"label": f"dev.openagents.sandbox.workspace={self.ws}"}
+        )
         assert [c.id for c in mine] == [self.box.container.id], "a replaced container was left behind"
 
 

@@ -1,5 +1,6 @@
 """Attacks on the agent itself: kill it, replace it, talk over it. The host notices, reports a
 typed error, brings up a fresh agent on the same workspace, and the session goes on."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,9 @@ def test_replacing_the_agent_files(victim):
         "mkdir -p /tmp/sandbox_agent && echo 'import os; os.system(\"touch /workspace/pwned\")' > /tmp/sandbox_agent/__main__.py; "
         "cp /tmp/sandbox_agent/__main__.py /opt/openagents/sandbox_agent/__main__.py 2>&1; echo rc=$?"
     ).output
-    assert "rc=1" in out and ("Read-only file system" in out or (victim.gvisor and "Permission denied" in out)), out  # gVisor checks the mode first
+    assert "rc=1" in out and ("Read-only file system" in out or (victim.gvisor and "Permission denied" in out)), (
+        out
+    )  # gVisor checks the mode first
     lost = victim.sh("kill 1; sleep 5")
     assert lost.error.type.value == "agent_lost"
     assert victim.sh("ls /tmp").output == ""
@@ -47,29 +50,52 @@ def test_modules_planted_before_a_tools_first_call_are_never_imported(victim):
     commands may have run. Modules planted wherever a command can write (the workspace, the agent's working directory;
     /tmp, its HOME), named as the agent's package and the standard modules those tools import, are
     never loaded: the agent's import path is the read-only image only (-I, -S, an absolute path)."""
-    names = ["sandbox_agent", "re", "difflib", "hashlib", "mmap", "select", "fnmatch", "codecs", "stat", "itertools", "ctypes"]
+    names = [
+        "sandbox_agent",
+        "re",
+        "difflib",
+        "hashlib",
+        "mmap",
+        "select",
+        "fnmatch",
+        "codecs",
+        "stat",
+        "itertools",
+        "ctypes",
+    ]
     planted = "; ".join(
         f"for d in /workspace /tmp /tmp/sandbox_agent /workspace/sandbox_agent; do mkdir -p $d/{name}; "
-        f"printf 'open(\"/tmp/PWNED-{name}\", \"w\").close()\\n' | tee $d/{name}.py $d/{name}/__init__.py >/dev/null; done"
+        f'printf \'open("/tmp/PWNED-{name}", "w").close()\\n\' | tee $d/{name}.py $d/{name}/__init__.py >/dev/null; done'
         for name in names + ["search", "writing", "listing", "globs", "edit_text", "search_child"]
     )
     assert victim.sh(planted + "; ls /tmp | head -3").ok
     assert victim.call("grep_files", {"pattern": "vic+tim", "path": "."}).ok
     assert victim.call("list_files", {"path": "."}).ok
     assert victim.call("write_file", {"path": "new.txt", "content": "one\ntwo\n"}).ok
-    assert not victim.call("edit_file", {"path": "new.txt", "old_text": "thre", "new_text": "3"}).ok  # a failed edit loads difflib
+    assert not victim.call(
+        "edit_file", {"path": "new.txt", "old_text": "thre", "new_text": "3"}
+    ).ok  # a failed edit loads difflib
     assert victim.call("edit_file", {"path": "new.txt", "old_text": "two", "new_text": "2"}).ok
     assert victim.sh("ls /tmp | grep -c PWNED").output.strip() == "0"
-    victim.assert_intact(changed=("new.txt", "sandbox_agent/", *(f"{n}.py" for n in names), *(f"{n}/" for n in names),
-                                  *(f"{n}.py" for n in ("search", "writing", "listing", "globs", "edit_text", "search_child")),
-                                  *(f"{n}/" for n in ("search", "writing", "listing", "globs", "edit_text", "search_child"))))
+    victim.assert_intact(
+        changed=(
+            "new.txt",
+            "sandbox_agent/",
+            *(f"{n}.py" for n in names),
+            *(f"{n}/" for n in names),
+            *(f"{n}.py" for n in ("search", "writing", "listing", "globs", "edit_text", "search_child")),
+            *(f"{n}/" for n in ("search", "writing", "listing", "globs", "edit_text", "search_child")),
+        )
+    )
 
 
 def test_garbage_on_the_agents_stdout(victim):
     """A command cannot write to the agent's stdout under runc (/proc/1/fd is closed to it: the agent is
     not dumpable). gVisor does not apply that check to /proc/1/fd, so there the garbage reaches the host,
     which answers with a typed protocol_error and a fresh box: the channel stays sound either way."""
-    result = victim.sh("echo '{\"v\":1,\"id\":999,\"ok\":true}' > /proc/1/fd/1 2>&1; echo garbage > /proc/1/fd/1 2>&1; echo rc=$?")
+    result = victim.sh(
+        'echo \'{"v":1,"id":999,"ok":true}\' > /proc/1/fd/1 2>&1; echo garbage > /proc/1/fd/1 2>&1; echo rc=$?'
+    )
     if victim.gvisor:
         assert not result.ok and result.error.type.value == "protocol_error" and result.error.recoverable, result
         assert victim.box.restarts == 1

@@ -1,4 +1,5 @@
 """Bad input from the model, and attempts to lose or corrupt data."""
+
 from __future__ import annotations
 
 import hashlib
@@ -36,11 +37,19 @@ BAD_CALLS = [
 def test_bad_calls_from_the_model_are_typed_and_recoverable(victim, tmp_path):
     """Wrong types, missing and extra fields, huge strings, bad UTF-8, deep nesting, broken JSON and unknown
     tools each come back to the model as a typed, recoverable error; the session finishes normally."""
-    turns = [ModelTurn(tool_calls=[ToolCall(id=f"c{i}", name=name, arguments=args)]) for i, (name, args) in enumerate(BAD_CALLS)]
+    turns = [
+        ModelTurn(tool_calls=[ToolCall(id=f"c{i}", name=name, arguments=args)])
+        for i, (name, args) in enumerate(BAD_CALLS)
+    ]
     turns.append(ModelTurn(text="done"))
     transcript = Transcript(tmp_path / "t.jsonl")
     rules = [PolicyRule(kind="edit", decision=Decision.ALLOW), PolicyRule(tool="shell", decision=Decision.ALLOW)]
-    session = TurnLoop(ScriptedModel(turns), ToolRegistry(victim.box, victim.ws), ApprovalGate(Ladder(rules), NonInteractiveApprover()), transcript)
+    session = TurnLoop(
+        ScriptedModel(turns),
+        ToolRegistry(victim.box, victim.ws),
+        ApprovalGate(Ladder(rules), NonInteractiveApprover()),
+        transcript,
+    )
     result = session.run("try everything")
     assert result.status == SessionStatus.FINISHED
     results = [e for e in transcript.events if e["type"] == "tool_result"]
@@ -55,11 +64,17 @@ def test_bad_input_straight_on_the_wire(victim):
     """The agent alone (no host validation) answers bad arguments with typed errors and keeps serving."""
     assert victim.call("read_file", {"path": ["a"]}).error.type.value == "invalid_arguments"
     assert victim.call("shell", {"command": "true", "timeout": "999"}).error.type.value == "invalid_arguments"
-    assert victim.call("edit_file", {"path": "README.md", "old_text": "", "new_text": "x"}).error.type.value == "invalid_arguments"
+    assert (
+        victim.call("edit_file", {"path": "README.md", "old_text": "", "new_text": "x"}).error.type.value
+        == "invalid_arguments"
+    )
     nested: dict = {}
     for _ in range(5000):
         nested = {"a": nested}
-    assert victim.call("read_file", {"path": "README.md", "x": nested}).error.type.value in ("invalid_arguments", "protocol_error")
+    assert victim.call("read_file", {"path": "README.md", "x": nested}).error.type.value in (
+        "invalid_arguments",
+        "protocol_error",
+    )
     assert victim.call("read_file", {"path": "\udcff"}).error.type.value == "invalid_arguments"
     victim.assert_intact()
 
@@ -81,7 +96,14 @@ def test_concurrent_edits_lose_nothing(victim):
     (victim.ws / "lines.txt").write_text("".join(f"line {i}\n" for i in range(10)))
     victim.seal()
     with ThreadPoolExecutor(max_workers=10) as pool:
-        results = list(pool.map(lambda i: victim.call("edit_file", {"path": "lines.txt", "old_text": f"line {i}\n", "new_text": f"LINE {i}\n"}), range(10)))
+        results = list(
+            pool.map(
+                lambda i: victim.call(
+                    "edit_file", {"path": "lines.txt", "old_text": f"line {i}\n", "new_text": f"LINE {i}\n"}
+                ),
+                range(10),
+            )
+        )
     assert all(r.ok for r in results)
     assert (victim.ws / "lines.txt").read_text() == "".join(f"LINE {i}\n" for i in range(10))
     victim.assert_intact(changed=("lines.txt",))
@@ -91,7 +113,9 @@ def test_edit_with_a_stale_hash(victim):
     """An edit based on an old read is refused (stale hash) and the newer content survives."""
     seen = victim.call("read_file", {"path": "src/app.py"}).meta["sha256"]
     assert victim.call("write_file", {"path": "src/app.py", "content": "print('newer')\n"}).ok
-    stale = victim.call("edit_file", {"path": "src/app.py", "old_text": "newer", "new_text": "older", "expected_sha256": seen})
+    stale = victim.call(
+        "edit_file", {"path": "src/app.py", "old_text": "newer", "new_text": "older", "expected_sha256": seen}
+    )
     assert stale.error.type.value == "stale_content"
     assert (victim.ws / "src/app.py").read_text() == "print('newer')\n"
     victim.assert_intact(changed=("src/app.py",))
@@ -103,7 +127,10 @@ def test_agent_killed_in_the_middle_of_writes(victim):
     (victim.ws / "big.txt").write_text(old)
     victim.seal()
     news = {hashlib.sha256((c * (4 << 20)).encode()).hexdigest() for c in "nmk"}
-    threads = [threading.Thread(target=victim.call, args=("write_file", {"path": "big.txt", "content": c * (4 << 20)})) for c in "nmk"]
+    threads = [
+        threading.Thread(target=victim.call, args=("write_file", {"path": "big.txt", "content": c * (4 << 20)}))
+        for c in "nmk"
+    ]
     for t in threads:
         t.start()
     victim.box.kill_processes()

@@ -5,6 +5,7 @@ sparse files, hard links, names with newlines and invalid UTF-8, 1,000-deep tree
 files) and shows the layer neither follows, blocks, expands, recurses nor breaks a line on it.
 The last test has a real box plant the tree, under runc and runsc.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,15 @@ from orchestrator.boxfs import (
 )
 from orchestrator.errors import ErrorType, OpenAgentsError
 
-HOSTILE_NAMES = [b"new\nline", b"bad\xffutf8", b"esc\x1b[2Jclear", b"tab\tname", b"back\\slash", b"\xc3\x28", "ünï".encode()]
+HOSTILE_NAMES = [
+    b"new\nline",
+    b"bad\xffutf8",
+    b"esc\x1b[2Jclear",
+    b"tab\tname",
+    b"back\\slash",
+    b"\xc3\x28",
+    "ünï".encode(),
+]
 
 
 def deep_chain(root: Path, depth: int) -> None:

@@ -7,6 +7,7 @@ never overwrites what changed since the last checkpoint; holes stay holes; a fai
 reads as unknown, never as "no change" (invalid UTF-8 names and 495-deep chains are recorded);
 parallel records leave a valid store.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,6 +44,7 @@ def loose_objects(store: Path) -> int:
 
 # --- 1. the store's real growth ---------------------------------------------------------------
 
+
 def test_renaming_empty_files_across_many_directories_is_charged_packed_and_bounded(tmp_path: Path):
     """Every renamed empty file makes a new tree object per directory on its path: as loose files
     that is 4 KiB each, far past the bytes the box wrote (zero). The store packs them after each
@@ -55,7 +57,9 @@ def test_renaming_empty_files_across_many_directories_is_charged_packed_and_boun
     for turn in range(1, 6):
         for i in range(60):
             for j in range(3):
-                os.rename(ws / f"d{i:03}/e{j}/f{turn - 1}-{i}-{j}", ws / f"d{i:03}/e{j}/f{turn}-{i}-{j}")  # a unique tree each
+                os.rename(
+                    ws / f"d{i:03}/e{j}/f{turn - 1}-{i}-{j}", ws / f"d{i:03}/e{j}/f{turn}-{i}-{j}"
+                )  # a unique tree each
         cp = store.record(turn)
         assert cp is not None and cp.ok, cp
         assert loose_objects(store_path) == 0  # packed: no 4 KiB file per tree
@@ -80,8 +84,11 @@ def test_renaming_empty_files_across_many_directories_is_charged_packed_and_boun
 
 # --- 2. modes and owners ------------------------------------------------------------------------
 
+
 def test_a_private_file_comes_back_private_and_root_only_files_are_never_stored(tmp_path: Path):
-    ws = make_workspace(tmp_path / "ws", {".env": "TOKEN=secret\n", "run.sh": "#!/bin/sh\n", "shared/g.txt": "g", "a.txt": "a"})
+    ws = make_workspace(
+        tmp_path / "ws", {".env": "TOKEN=secret\n", "run.sh": "#!/bin/sh\n", "shared/g.txt": "g", "a.txt": "a"}
+    )
     os.chmod(ws / ".env", 0o600)
     os.chmod(ws / "run.sh", 0o750)
     os.chmod(ws / "shared", 0o710)
@@ -117,7 +124,9 @@ def test_a_private_file_comes_back_private_and_root_only_files_are_never_stored(
     assert stat.S_IMODE(os.stat(ws / "shared").st_mode) == 0o710
     if ROOT:
         assert os.stat(ws / ".env").st_uid == SANDBOX_UID
-        assert os.stat(ws / "root-only.key").st_uid == 0 and stat.S_IMODE(os.stat(ws / "root-only.key").st_mode) == 0o600
+        assert (
+            os.stat(ws / "root-only.key").st_uid == 0 and stat.S_IMODE(os.stat(ws / "root-only.key").st_mode) == 0o600
+        )
     # A deleted private file comes back private, never 0644 for a moment.
     os.unlink(ws / ".env")
     assert recorded(store, 2).ok
@@ -143,6 +152,7 @@ def test_files_of_another_owner_come_back_with_that_owner(tmp_path: Path):
 
 # --- 3. conflicts ---------------------------------------------------------------------------------
 
+
 def test_rollback_over_a_file_the_user_changed_after_the_session_changes_nothing(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"calc.py": "v0\n", "notes.md": "n0\n", "keep.txt": "k\n"})
     owner = os.stat(ws / "notes.md").st_uid, os.stat(ws / "notes.md").st_gid
@@ -157,7 +167,11 @@ def test_rollback_over_a_file_the_user_changed_after_the_session_changes_nothing
     (ws / "notes.md").unlink()
     (ws / "new.txt").unlink()  # the rollback would remove it anyway: no conflict
     report = store.restore(0)
-    assert {c.path: c.reason.split(" ")[0] for c in report.conflicts} == {"calc.py": "changed", "user.txt": "created", "notes.md": "removed"}
+    assert {c.path: c.reason.split(" ")[0] for c in report.conflicts} == {
+        "calc.py": "changed",
+        "user.txt": "created",
+        "notes.md": "removed",
+    }
     assert not report.restored and not report.removed
     assert (ws / "calc.py").read_text() == "user's edit\n" and (ws / "user.txt").read_text() == "mine\n"
     # A file nobody touched, or one the user set back, is no conflict; after the user's own
@@ -175,6 +189,7 @@ def test_rollback_over_a_file_the_user_changed_after_the_session_changes_nothing
 
 
 # --- 4. holes -------------------------------------------------------------------------------------
+
 
 def test_rollback_keeps_holes_and_charges_its_writes(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws")
@@ -214,6 +229,7 @@ def test_a_restore_past_its_budget_stops_typed(tmp_path: Path):
 
 # --- 5. names, depth, failures --------------------------------------------------------------------
 
+
 def test_invalid_utf8_names_are_stored_and_restored_and_later_checkpoints_still_work(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a"})
     bad = os.fsencode(str(ws)) + b"/bad\xff\xfe name\\x.txt"
@@ -250,6 +266,7 @@ def test_a_495_deep_chain_is_recorded_and_restored_without_recursion(tmp_path: P
     (ws / "top.txt").write_text("u")
     assert recorded(store, 1).ok
     import shutil
+
     os.rename(ws / "d", tmp_path / "gone")  # the box removes the chain
     shutil.rmtree(tmp_path / "gone", ignore_errors=True)
     cp2 = recorded(store, 2)
@@ -265,8 +282,15 @@ def test_a_failed_checkpoint_reads_as_unknown_never_as_no_change(tmp_path: Path,
 
     monkeypatch.setattr(sessions, "sessions_root", lambda: tmp_path / "sessions")
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a"})
-    record = sessions.SessionRecord(id="s1", created=0.0, workspace=str(ws), mode=sessions.WorkspaceMode.BIND, box_workspace=str(ws),
-                                    user="1000:1000", status="finished")
+    record = sessions.SessionRecord(
+        id="s1",
+        created=0.0,
+        workspace=str(ws),
+        mode=sessions.WorkspaceMode.BIND,
+        box_workspace=str(ws),
+        user="1000:1000",
+        status="finished",
+    )
     store_path = record.checkpoint_store
     store = CheckpointStore(store_path, ws)
     assert recorded(store, 0).ok
@@ -313,6 +337,7 @@ def test_a_failed_save_leaves_the_index_as_it_was(tmp_path: Path, monkeypatch):
 
 # --- 6. parallel records --------------------------------------------------------------------------
 
+
 def test_parallel_records_leave_a_valid_index_and_store(tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"base.txt": "b"})
     store_path = tmp_path / "cp.git"
@@ -353,6 +378,7 @@ def test_parallel_records_leave_a_valid_index_and_store(tmp_path: Path):
 
 # --- a real box plants the names and the chain ----------------------------------------------------
 
+
 @pytest.mark.docker
 def test_a_box_planted_name_and_chain_do_not_break_checkpoints(open_sandbox, runtime, tmp_path: Path):
     ws = make_workspace(tmp_path / "ws", {"calc.py": "x = 1\n"})
@@ -362,9 +388,14 @@ def test_a_box_planted_name_and_chain_do_not_break_checkpoints(open_sandbox, run
     store = CheckpointStore(tmp_path / "state" / "cp.git", ws)
     box = open_sandbox(ws)
     assert recorded(store, 0).ok
-    out = box.call("shell", {"command": "printf 'p' > \"$(printf 'bad\\377name')\" && "
-                                        "d=.; for i in $(seq 300); do d=$d/d; done; mkdir -p $d && echo leaf > $d/leaf.txt && "
-                                        "echo 'x = 2' > calc.py && printf s > private && chmod 600 private"})
+    out = box.call(
+        "shell",
+        {
+            "command": "printf 'p' > \"$(printf 'bad\\377name')\" && "
+            "d=.; for i in $(seq 300); do d=$d/d; done; mkdir -p $d && echo leaf > $d/leaf.txt && "
+            "echo 'x = 2' > calc.py && printf s > private && chmod 600 private"
+        },
+    )
     assert out.ok, out
     cp = store.record(1)
     assert cp is not None and cp.ok, cp

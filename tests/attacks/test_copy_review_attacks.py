@@ -6,6 +6,7 @@ hard links, a FIFO, a directory swapped for a symlink. Copy, changes and apply m
 a line, lose or mix up a name, recurse, expand a sparse file nor block; the git tool's status and
 diff must answer on one line per entry, at once.
 """
+
 from __future__ import annotations
 
 import os
@@ -347,7 +348,9 @@ def test_a_real_box_plants_the_fixtures_in_its_copy_and_apply_stays_safe(tmp_pat
     real.mkdir()
     (real / "pair-a").write_text("user\n")
     os.link(real / "pair-a", real / "pair-b")
-    manifest = copy_workspace(real, tmp_path / "state" / "copy", 1000, 1000)  # owned by the box's uid, as sessions make it
+    manifest = copy_workspace(
+        real, tmp_path / "state" / "copy", 1000, 1000
+    )  # owned by the box's uid, as sessions make it
     box = open_sandbox(Path(manifest.copy_dir), user="1000:1000")
     result = box.call("shell", {"command": BOX_PLANT, "timeout_s": 120})
     assert result.ok, result

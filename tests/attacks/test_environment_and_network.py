@@ -1,4 +1,5 @@
 """Secrets and the network: what the host has must not be reachable from the box."""
+
 from __future__ import annotations
 
 import socket
@@ -7,7 +8,11 @@ import threading
 import pytest
 
 pytestmark = pytest.mark.docker
-SECRETS = {"OPENAI_API_KEY": "sk-attack-openai-1f2e3d4c5b6a", "GITHUB_TOKEN": "ghp_attackgithubtoken0123456789", "OA_GRANT_TOKEN": "grant-attack-99887766"}
+SECRETS = {
+    "OPENAI_API_KEY": "sk-attack-openai-1f2e3d4c5b6a",
+    "GITHUB_TOKEN": "ghp_attackgithubtoken0123456789",
+    "OA_GRANT_TOKEN": "grant-attack-99887766",
+}
 
 
 @pytest.fixture
@@ -33,7 +38,13 @@ def test_proc_1_environ_is_unreadable_and_clean(secret_victim):
     not apply the dumpable check there), and holds no secret under either."""
     out = secret_victim.sh("cat /proc/1/environ 2>&1; echo; tr '\\0' '\\n' < /proc/1/environ 2>&1").output
     assert ("Permission denied" in out or secret_victim.gvisor) and not _leaks(out)
-    assert {line.split("=", 1)[0] for line in out.splitlines() if "=" in line and "\0" not in line} <= {"PATH", "HOME", "LANG", "TERM", "HOSTNAME"}
+    assert {line.split("=", 1)[0] for line in out.splitlines() if "=" in line and "\0" not in line} <= {
+        "PATH",
+        "HOME",
+        "LANG",
+        "TERM",
+        "HOSTNAME",
+    }
     attrs_env = secret_victim.box.container.attrs["Config"]["Env"]
     assert not _leaks("\n".join(attrs_env))
     assert {e.split("=", 1)[0] for e in attrs_env} <= {"PATH", "HOME", "LANG", "TERM"}
@@ -50,9 +61,15 @@ def test_proc_self_environ_is_clean(secret_victim):
 def test_only_loopback_interface(victim):
     """The container has no network interface but `lo`, and no route anywhere."""
     # gVisor has no /sys/class/net; /proc/net/dev lists the interfaces under both runtimes.
-    out = victim.sh("ls /sys/class/net 2>/dev/null; echo ---; tail -n +2 /proc/net/route; echo ---; tail -n +3 /proc/net/dev | cut -d: -f1").output
+    out = victim.sh(
+        "ls /sys/class/net 2>/dev/null; echo ---; tail -n +2 /proc/net/route; echo ---; tail -n +3 /proc/net/dev | cut -d: -f1"
+    ).output
     interfaces, routes, dev = out.split("---")
-    assert interfaces.split() in (["lo"], [] if victim.gvisor else ["lo"]) and routes.strip() == "" and dev.split() == ["lo"]
+    assert (
+        interfaces.split() in (["lo"], [] if victim.gvisor else ["lo"])
+        and routes.strip() == ""
+        and dev.split() == ["lo"]
+    )
     victim.assert_intact()
 
 
@@ -73,12 +90,8 @@ def test_host_loopback_server_is_unreachable(victim):
 
     thread = threading.Thread(target=accept)
     thread.start()
-    code = (
-        "import socket\n"
-        "s = socket.socket(); s.settimeout(3)\n"
-        f"print(s.connect_ex(('127.0.0.1', {port})))\n"
-    )
-    out = victim.sh(f"python3 -c \"{code}\"").output.strip()
+    code = f"import socket\ns = socket.socket(); s.settimeout(3)\nprint(s.connect_ex(('127.0.0.1', {port})))\n"
+    out = victim.sh(f'python3 -c "{code}"').output.strip()
     thread.join()
     listener.close()
     assert out == "111" and not accepted  # ECONNREFUSED: the box's loopback is its own
@@ -97,7 +110,7 @@ def test_dns_has_no_route(victim):
         "    except OSError as e:\n"
         "        print('refused', ip, e.errno)\n"
     )
-    out = victim.sh(f"python3 -c \"{code}\"").output
+    out = victim.sh(f'python3 -c "{code}"').output
     lines = out.strip().splitlines()
     assert lines and all(line.startswith("refused") or line.split()[1].startswith("127.") for line in lines), out
     victim.assert_intact()

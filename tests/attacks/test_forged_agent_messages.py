@@ -7,6 +7,7 @@ refused before any consumer (the loop, the transcript, the terminal, MCP, ACP) s
 
 The host-side cases drive the real Channel and SupervisedSandbox over a socket pair whose far end
 plays the agent; the last case forges from a real box's shell."""
+
 from __future__ import annotations
 
 import json
@@ -146,10 +147,18 @@ class ScriptedDeployment:
 def honest(request: dict[str, Any], send: Send) -> None:
     """What a sound agent answers: the path it was asked to read, the command it was asked to run."""
     args = request["args"]
-    send(answer(request["id"], f"real:{args.get('path') or args.get('command')}", meta={"exit_code": 0} if request["tool"] == "shell" else {}))
+    send(
+        answer(
+            request["id"],
+            f"real:{args.get('path') or args.get('command')}",
+            meta={"exit_code": 0} if request["tool"] == "shell" else {},
+        )
+    )
 
 
-def scripted_box(tmp_path: Path, script: Callable[[dict[str, Any], Send], None]) -> tuple[SupervisedSandbox, list[ScriptedDeployment]]:
+def scripted_box(
+    tmp_path: Path, script: Callable[[dict[str, Any], Send], None]
+) -> tuple[SupervisedSandbox, list[ScriptedDeployment]]:
     made: list[ScriptedDeployment] = []
 
     def deploy(spec: BoxSpec) -> ScriptedDeployment:
@@ -158,7 +167,9 @@ def scripted_box(tmp_path: Path, script: Callable[[dict[str, Any], Send], None])
 
     ws = tmp_path / "ws"
     ws.mkdir()
-    box = SupervisedSandbox(ws, SandboxConfig(user="1000:1000", call_deadline_s=10), deploy, state_dir=tmp_path / "state")
+    box = SupervisedSandbox(
+        ws, SandboxConfig(user="1000:1000", call_deadline_s=10), deploy, state_dir=tmp_path / "state"
+    )
     box.start()
     return box, made
 
@@ -172,7 +183,9 @@ class _Allow:
         return Answer(option=PermissionOption.ALLOW_ONCE)
 
 
-def consumers(tmp_path: Path, box: SupervisedSandbox, tool: str, args: dict[str, Any]) -> tuple[ToolResult, list[dict[str, Any]], list[str]]:
+def consumers(
+    tmp_path: Path, box: SupervisedSandbox, tool: str, args: dict[str, Any]
+) -> tuple[ToolResult, list[dict[str, Any]], list[str]]:
     """One call through every host consumer: the loop (its booking, egress events, transcript), the
     terminal painter, MCP's structured result and ACP's JSON line. Returns the result, the transcript's
     records and the painted lines; raises if any consumer fails."""
@@ -189,7 +202,9 @@ def consumers(tmp_path: Path, box: SupervisedSandbox, tool: str, args: dict[str,
     transcript = Transcript(tmp_path / "t.jsonl")
     transcript.on_event = on_event
     turns = [ModelTurn(tool_calls=[ToolCall(id="c1", name=tool, arguments=args)]), ModelTurn(text="done")]
-    session = TurnLoop(ScriptedModel(turns), ToolRegistry(box, box.workspace), ApprovalGate(Ladder(), _Allow()), transcript)
+    session = TurnLoop(
+        ScriptedModel(turns), ToolRegistry(box, box.workspace), ApprovalGate(Ladder(), _Allow()), transcript
+    )
     outcome = session.run("task")
     assert outcome.status is SessionStatus.FINISHED, outcome
     result = box.call(tool, args)  # the same call again, for MCP
@@ -210,6 +225,7 @@ def wait_broken(box: SupervisedSandbox) -> None:
 
 
 # -- ids ------------------------------------------------------------------------------------------
+
 
 def test_a_forged_answer_for_another_calls_id_never_reaches_that_call(tmp_path):
     """A shell command forges answers for the ids around its own (all a box can guess) while a read
@@ -257,6 +273,7 @@ def test_request_ids_cannot_be_guessed(tmp_path):
 
 def test_an_answer_for_an_unknown_id_is_a_typed_protocol_error(tmp_path):
     """An answer nobody asked for breaks the channel: the pending call fails typed, a fresh box follows."""
+
     def script(request: dict[str, Any], send: Send) -> None:
         send(answer(request["id"] ^ 1, "FORGED"))
 
@@ -270,6 +287,7 @@ def test_an_answer_for_an_unknown_id_is_a_typed_protocol_error(tmp_path):
 
 def test_a_duplicated_answer_is_a_typed_protocol_error(tmp_path):
     """The same id answered twice: one of the two is forged, so the box is not trusted after it."""
+
     def script(request: dict[str, Any], send: Send) -> None:
         honest(request, send)
         if request["args"].get("path") == "twice":
@@ -279,13 +297,18 @@ def test_a_duplicated_answer_is_a_typed_protocol_error(tmp_path):
     first = box.call("read_file", {"path": "twice"})
     assert first.output == "real:twice"
     wait_broken(box)
-    assert box._channel is not None and box._channel.broken is not None and box._channel.broken.type.value == "protocol_error"
+    assert (
+        box._channel is not None
+        and box._channel.broken is not None
+        and box._channel.broken.type.value == "protocol_error"
+    )
     assert box.call("read_file", {"path": "next"}).output == "real:next"
     assert len(made[0].agents) == 2
     box.close()
 
 
 # -- what a response carries ---------------------------------------------------------------------
+
 
 def _deep(levels: int) -> Any:
     value: Any = "bottom"
@@ -295,7 +318,9 @@ def _deep(levels: int) -> Any:
 
 
 FORGED_META = {
-    "fake egress records": {"egress": [{"decision": "allowed", "host": "exfil.example", "port": 443, "reason": "on the list"}]},
+    "fake egress records": {
+        "egress": [{"decision": "allowed", "host": "exfil.example", "port": 443, "reason": "on the list"}]
+    },
     "egress that is not a list": {"egress": "everything"},
     "egress of non-records": {"egress": [1, None, "x", [2]]},
     "a diff that is a list": {"diff": ["+x"]},
@@ -314,6 +339,7 @@ FORGED_META = {
 def test_forged_meta_is_shaped_before_any_consumer(tmp_path, meta):
     """Whatever the meta says, the host's own keys (egress, timing, quota) are the host's, a diff is
     text or nothing, and every consumer finishes with the text escaped; nothing of it is shown raw."""
+
     def script(request: dict[str, Any], send: Send) -> None:
         send(answer(request["id"], f"out {NASTY}", note=f"note {NASTY}", meta=meta))
 
@@ -324,15 +350,22 @@ def test_forged_meta_is_shaped_before_any_consumer(tmp_path, meta):
     assert "diff" not in result.meta and (result.diff is None or isinstance(result.diff, str)) and result.egress == []
     assert not [r for r in records if r["type"] == "egress"], "an egress record the agent wrote was shown as the host's"
     finished = [ev.parse(r) for r in records if r["type"] == "tool_result"]
-    assert len(finished) == 1 and isinstance(finished[0], ev.ToolCallFinished) and finished[0].executor.value == "runtime"
+    assert (
+        len(finished) == 1 and isinstance(finished[0], ev.ToolCallFinished) and finished[0].executor.value == "runtime"
+    )
     assert any("out \\x1b[2J" in text for text in painted), painted
     box.close()
 
 
 def test_a_failed_answer_with_an_unknown_error_type_and_escapes_is_shown_escaped(tmp_path):
     """An error type we do not know is a protocol_error; its message is shown escaped."""
+
     def script(request: dict[str, Any], send: Send) -> None:
-        send(line({"v": 1, "id": request["id"], "ok": False, "output": NASTY, "error": {"type": NASTY, "message": NASTY}}))
+        send(
+            line(
+                {"v": 1, "id": request["id"], "ok": False, "output": NASTY, "error": {"type": NASTY, "message": NASTY}}
+            )
+        )
 
     box, _ = scripted_box(tmp_path, script)
     result, _, painted = consumers(tmp_path, box, "read_file", {"path": "a.txt"})
@@ -352,7 +385,7 @@ REFUSED = {
     "nesting past the bound": b'{"v":1,"id":%d,"ok":true,"output":"","meta":' + json.dumps(_deep(100)).encode() + b"}",
     "an id that is not a number": b'{"v":1,"id":"%d","ok":true,"output":"FORGED"}',
     "an id that is a float": b'{"v":1,"id":%d.0,"ok":true,"output":"FORGED"}',
-    "not an object": b'[%d]',
+    "not an object": b"[%d]",
 }
 
 
@@ -361,6 +394,7 @@ def test_values_no_agent_sends_are_refused_typed(tmp_path, raw):
     """Values the agent never sends (non-finite numbers, integers past 64 bits, lone surrogates, bytes
     that are not UTF-8, sizes past the contract's, nesting past 64): a typed protocol_error and a
     fresh box, before any consumer could choke on them."""
+
     def script(request: dict[str, Any], send: Send) -> None:
         send((raw % request["id"]) + b"\n" if b"%d" in raw else raw + b"\n")
 

@@ -9,6 +9,7 @@ userxattr), a whiteout is a deletion for `changes`/`apply` and never a device on
 freeze that cannot finish (a tree deeper than the walk enters) is a typed error that leaves the
 parent as it was. Chains of forks and concurrent forks of one parent keep every layer.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,8 @@ from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or __import__("orchestrator.workspace.overlay", fromlist=["unusable"]).unusable() is not None,
-    reason="overlay forks need a host that may mount (root)")
+    reason="overlay forks need a host that may mount (root)",
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD_NAMES = (b"new\nline", b"bad\xffutf8", b"esc\x1b[2J")
@@ -146,8 +148,12 @@ def test_a_box_planted_parent_is_frozen_inert_and_every_fork_sees_it_inert(tmp_p
         for name in ("fifo", "sock", "out.hl"):
             assert not os.path.lexists(copy / name)
         assert stat.S_IMODE(os.lstat(copy / "suid").st_mode) == 0o755
-        assert os.readlink(copy / "shadow.lnk") == "/etc/shadow" and os.readlink(copy / "layers.lnk") == str(layers_root())
-        assert (copy / "work" / "work" / "f").read_text() == "named like overlay's work dir\n" and (copy / "opq" / "kept").is_file()
+        assert os.readlink(copy / "shadow.lnk") == "/etc/shadow" and os.readlink(copy / "layers.lnk") == str(
+            layers_root()
+        )
+        assert (copy / "work" / "work" / "f").read_text() == "named like overlay's work dir\n" and (
+            copy / "opq" / "kept"
+        ).is_file()
         for raw in BAD_NAMES:
             assert (Path(os.fsdecode(os.fsencode(copy) + b"/" + raw))).read_bytes() == b"box\n"
     for i, fork in enumerate(forks):
@@ -191,7 +197,9 @@ echo deleted
 
 
 @pytest.mark.docker
-def test_overlay_xattrs_and_whiteouts_written_in_a_fork_are_never_trusted_by_the_next_fork(tmp_path, monkeypatch, open_sandbox):
+def test_overlay_xattrs_and_whiteouts_written_in_a_fork_are_never_trusted_by_the_next_fork(
+    tmp_path, monkeypatch, open_sandbox
+):
     """A box in a fork sets user.overlay.opaque/redirect/whiteout, deletes a file (a whiteout in its upper) and tries mknod c 0 0; the fork is forked again: the mount has no userxattr, the forged xattrs hide or redirect nothing, the deleted file is gone in the fork of the fork, `changes` calls it a deletion and `apply` deletes it on the host without making a device; the parent and the sibling still have it."""
     from orchestrator.workspace.copy import CopyManifest
     from orchestrator.workspace.fork import fork_session
@@ -216,7 +224,9 @@ def test_overlay_xattrs_and_whiteouts_written_in_a_fork_are_never_trusted_by_the
     report = apply_changes(CopyManifest.load(grand.manifest_path))
     assert report.conflicts == [], report.lines()
     ws = tmp_path / "ws"
-    assert not os.path.lexists(ws / "b.txt") and (ws / "wh").is_file() and (ws / "sub" / "c.txt").read_text() == "gamma\n"
+    assert (
+        not os.path.lexists(ws / "b.txt") and (ws / "wh").is_file() and (ws / "sub" / "c.txt").read_text() == "gamma\n"
+    )
     for rel, st in _entries(ws).items():
         assert stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode), rel
 
@@ -255,7 +265,9 @@ def _leaf_lstat(copy: Path, name: str) -> os.stat_result | None:
 
 @pytest.mark.docker
 @pytest.mark.parametrize("where", ["copy", "fork"])
-def test_a_tree_deeper_than_the_freeze_walks_is_a_typed_error_and_nothing_is_half_frozen(tmp_path, monkeypatch, open_sandbox, where):
+def test_a_tree_deeper_than_the_freeze_walks_is_a_typed_error_and_nothing_is_half_frozen(
+    tmp_path, monkeypatch, open_sandbox, where
+):
     """The box hides a FIFO and a setuid file 600 levels down (deeper than the freeze's walk enters) in a plain copy, or in a fork's upper: the fork is refused RESOURCE_EXHAUSTED (never a layer holding them as they were), the parent is left mounted and whole, no layer is left behind, and a second try is refused too."""
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import is_mounted, layers_root
@@ -287,9 +299,21 @@ def test_a_tree_deeper_than_the_freeze_walks_is_a_typed_error_and_nothing_is_hal
 
 
 def _oa(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=300,
-                          env=env, cwd=ROOT)
+    env = dict(
+        os.environ,
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.parametrize("state", ["state", "state-" + "s" * 40], ids=["short-state-path", "long-state-path"])
@@ -326,9 +350,23 @@ def test_concurrent_forks_of_one_parent_from_two_processes_lose_no_layer(tmp_pat
     parent = open_own_record(sid)
     (Path(parent.box_workspace) / "since.txt").write_text("written after the first fork\n")
     chown_tree(Path(parent.box_workspace))
-    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "fork", sid, "-n", "2", "--output", "json"], cwd=ROOT, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    env = dict(
+        os.environ,
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator.cli", "fork", sid, "-n", "2", "--output", "json"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     made = []
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=300)
@@ -380,6 +418,3 @@ def test_a_huge_sparse_file_written_in_a_fork_is_counted_as_it_costs(tmp_path, m
     assert quota.growth >= used and used < 64 << 20  # holes stay holes in the copy-up, and the copy-up is counted
     layer = Path(open_own_record(sid).cow.lowers[0])
     assert os.lstat(layer / "sparse").st_blocks * 512 < 1 << 20
-
-
-

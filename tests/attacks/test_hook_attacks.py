@@ -3,6 +3,7 @@ workspace file (the box can write it) runs nothing on the host untrusted; a box 
 file between sessions gains nothing on resume (only the start's pinned file counts); a user file
 cannot remove or weaken an admin's hook; what a hook prints is bounded and escaped, a hook that
 hangs is killed and the call fails closed. Real host scripts, real boxes, the real CLI."""
+
 from __future__ import annotations
 
 import json
@@ -27,15 +28,31 @@ MODEL_KEY = "sk-hook-attack-key-5b1e9d"
 
 def planted_hook(canary: Path) -> str:
     """A [[hooks]] table that would write `canary` on the host if it ever ran."""
-    return f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", "-c", "echo ran > {canary}"]\n' \
-           f'[[hooks]]\nevent = "SessionStart"\ncommand = ["sh", "-c", "echo ran > {canary}"]\n'
+    return (
+        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", "-c", "echo ran > {canary}"]\n'
+        f'[[hooks]]\nevent = "SessionStart"\ncommand = ["sh", "-c", "echo ran > {canary}"]\n'
+    )
 
 
 def oa(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))}
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=240,
-                          env=environment, cwd=ROOT)
+    environment = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_", "OA_ADMIN"))
+    }
+    environment.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+        **(env or {}),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=environment,
+        cwd=ROOT,
+    )
 
 
 @pytest.fixture
@@ -62,22 +79,57 @@ def test_a_box_rewriting_a_pinned_hooks_file_gains_nothing_on_resume(sandbox_ima
     canary = tmp_path / "canary"
     log = tmp_path / "benign.log"
     envdump = tmp_path / "env.json"
-    benign = (f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{sys.executable}", "-c", '
-              f'"import json, os; open(\'{log}\', \'a\').write(\'A\\\\n\'); json.dump(dict(os.environ), open(\'{envdump}\', \'w\'))"]\n')
+    benign = (
+        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{sys.executable}", "-c", '
+        f"\"import json, os; open('{log}', 'a').write('A\\\\n'); json.dump(dict(os.environ), open('{envdump}', 'w'))\"]\n"
+    )
     ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": benign})
     user = tmp_path / "user.toml"
     user.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     hostile = planted_hook(canary).replace("'", "'\\''")
     with FakeModelServer() as server:
-        server.openai_turn("", [("shell", {"command": f"printf '%s' '{hostile}' > .openagents/policy.toml && echo rewritten"})])
+        server.openai_turn(
+            "", [("shell", {"command": f"printf '%s' '{hostile}' > .openagents/policy.toml && echo rewritten"})]
+        )
         server.openai_turn("first done")
         server.openai_turn("", [("shell", {"command": "echo second"})])
         server.openai_turn("second done")
-        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--output", "json", "--policy", str(user)]
-        first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", *model, "one", env={"OPENAI_API_KEY": MODEL_KEY})
+        model = [
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--output",
+            "json",
+            "--policy",
+            str(user),
+        ]
+        first = oa(
+            tmp_path,
+            "run",
+            "--workspace",
+            str(ws),
+            "--workspace-mode",
+            "bind",
+            *model,
+            "one",
+            env={"OPENAI_API_KEY": MODEL_KEY},
+        )
         assert first.returncode == 0, first.stderr
-        assert "hooks" in (ws / ".openagents/policy.toml").read_text() and str(canary) in (ws / ".openagents/policy.toml").read_text()
-        second = oa(tmp_path, "run", "--resume", json.loads(first.stdout)["session_id"], *model, "two", env={"OPENAI_API_KEY": MODEL_KEY})
+        assert (
+            "hooks" in (ws / ".openagents/policy.toml").read_text()
+            and str(canary) in (ws / ".openagents/policy.toml").read_text()
+        )
+        second = oa(
+            tmp_path,
+            "run",
+            "--resume",
+            json.loads(first.stdout)["session_id"],
+            *model,
+            "two",
+            env={"OPENAI_API_KEY": MODEL_KEY},
+        )
         assert second.returncode == 0, second.stderr
     assert not canary.exists()
     assert log.read_text().splitlines() == ["A", "A"]  # the pinned hook ran for each call, the box's never
@@ -93,9 +145,11 @@ def test_a_user_file_cannot_remove_or_weaken_an_admin_hook(sandbox_image, tmp_pa
     admin.write_text(f'[[hooks]]\nid = "admin-guard"\nevent = "BeforeTool"\nmatcher = "shell"\ncommand = ["{guard}"]\n')
     monkeypatch.setenv("OA_ADMIN_POLICY", str(admin))
     user = tmp_path / "user.toml"
-    user.write_text('tier = "admin"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
-                    '[[hooks]]\nid = "admin-guard"\nevent = "BeforeTool"\nmatcher = ".*"\norder = -1000\n'
-                    'command = ["sh", "-c", "echo \'{\\"decision\\": \\"allow\\"}\'"]\n')
+    user.write_text(
+        'tier = "admin"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+        '[[hooks]]\nid = "admin-guard"\nevent = "BeforeTool"\nmatcher = ".*"\norder = -1000\n'
+        'command = ["sh", "-c", "echo \'{\\"decision\\": \\"allow\\"}\'"]\n'
+    )
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     with Sandbox(ws, auto_approve=True, policy_files=[user]) as box:
         with pytest.raises(ToolError) as refused:
@@ -104,19 +158,29 @@ def test_a_user_file_cannot_remove_or_weaken_an_admin_hook(sandbox_image, tmp_pa
         assert "ok" in box.shell("echo ok").output
 
 
-HANG = f"600.{secrets.randbelow(10**6):06d}"  # a hang's sleep, spelt as no other process on the machine is (pgrep below)
+HANG = (
+    f"600.{secrets.randbelow(10**6):06d}"  # a hang's sleep, spelt as no other process on the machine is (pgrep below)
+)
 
 
-@pytest.mark.parametrize("body,expect", [
-    ("printf '\\033]52;c;cHduZWQ=\\007\\033[2Jcleared' >&2; exit 2", ErrorType.REJECTED_BY_USER),
-    ("head -c 52428800 /dev/zero | tr '\\0' x; exit 0", ErrorType.HOOK_FAILED),
-    (f"sleep {HANG}", ErrorType.HOOK_FAILED),
-    ("exit 1", ErrorType.HOOK_FAILED),
-], ids=["escapes", "50MB", "hangs", "crashes"])
-def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(sandbox_image, tmp_path, clean_env, body, expect):
+@pytest.mark.parametrize(
+    "body,expect",
+    [
+        ("printf '\\033]52;c;cHduZWQ=\\007\\033[2Jcleared' >&2; exit 2", ErrorType.REJECTED_BY_USER),
+        ("head -c 52428800 /dev/zero | tr '\\0' x; exit 0", ErrorType.HOOK_FAILED),
+        (f"sleep {HANG}", ErrorType.HOOK_FAILED),
+        ("exit 1", ErrorType.HOOK_FAILED),
+    ],
+    ids=["escapes", "50MB", "hangs", "crashes"],
+)
+def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(
+    sandbox_image, tmp_path, clean_env, body, expect
+):
     """Escape sequences are shown escaped; 50 MB of stdout, a hang (killed at its timeout) or a crash refuse the call, typed."""
     policy = tmp_path / "p.toml"
-    policy.write_text(f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ntimeout = 3\ncommand = ["sh", "-c", "{body.replace(chr(92), chr(92) * 2)}"]\n')
+    policy.write_text(
+        f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ntimeout = 3\ncommand = ["sh", "-c", "{body.replace(chr(92), chr(92) * 2)}"]\n'
+    )
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:
         started = time.monotonic()
@@ -136,10 +200,13 @@ def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_i
     """A trusted hook runs a script inside the workspace; the box rewrites the script: the start's pinned copy runs, this session and on resume."""
     canary = tmp_path / "canary"
     log = tmp_path / "guard.log"
-    ws = make_workspace(tmp_path / "ws", {
-        ".openagents/policy.toml": '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", ".openagents/hooks/guard.sh"]\n',
-        ".openagents/hooks/guard.sh": f"echo A >> {log}\n",
-    })
+    ws = make_workspace(
+        tmp_path / "ws",
+        {
+            ".openagents/policy.toml": '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", ".openagents/hooks/guard.sh"]\n',
+            ".openagents/hooks/guard.sh": f"echo A >> {log}\n",
+        },
+    )
     user = tmp_path / "user.toml"
     user.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     with FakeModelServer() as server:
@@ -148,7 +215,17 @@ def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_i
         server.openai_turn("first done")
         server.openai_turn("", [("shell", {"command": "echo resumed"})])
         server.openai_turn("second done")
-        model = ["--model", "openai:m", "--base-url", server.base_url, "--non-interactive", "--output", "json", "--policy", str(user)]
+        model = [
+            "--model",
+            "openai:m",
+            "--base-url",
+            server.base_url,
+            "--non-interactive",
+            "--output",
+            "json",
+            "--policy",
+            str(user),
+        ]
         first = oa(tmp_path, "run", "--workspace", str(ws), "--workspace-mode", "bind", *model, "one")
         assert first.returncode == 0, first.stderr
         assert str(canary) in (ws / ".openagents/hooks/guard.sh").read_text()  # the box did rewrite it
@@ -164,7 +241,7 @@ BOX_PLANTS = {
     # printf '%s\n', not echo: the box's sh (dash) turns echo's \n into a newline, and a .pth line cut in two never runs
     "pth": "p=$(echo .venv/lib/python3*/site-packages) && printf '%s\\n' \"import os; open('CANARY', 'a').write('pth ran\\n')\" > $p/oa_box.pth",
     "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/python3"
-               " && chmod +x .venv/bin/python3",
+    " && chmod +x .venv/bin/python3",
     "sh": "printf '#!/bin/sh\\necho sh ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/sh && chmod +x .venv/bin/sh",
 }
 
@@ -176,11 +253,17 @@ def box_runtime(runtime: str | None, docker_client, egress: bool = False) -> str
 
 
 @pytest.mark.parametrize("plant", list(BOX_PLANTS))
-def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hooks(sandbox_image, docker_client, tmp_path, clean_env,
-                                                                                    monkeypatch, runtime, plant):
+def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hooks(
+    sandbox_image, docker_client, tmp_path, clean_env, monkeypatch, runtime, plant
+):
     """The project venv is first on the user's PATH; the user's hooks are a `#!/usr/bin/env python3` script outside the workspace and `sh -c` ones. The box drops a .pth into the venv, replaces .venv/bin/python3 or writes .venv/bin/sh: nothing of it runs on the host, and every hook event names the host's programs."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(ws / ".venv")], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["/usr/bin/python3", "-m", "venv", "--without-pip", str(ws / ".venv")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     chown_tree(ws)
     canary = tmp_path / "canary"
     hooks = tmp_path / "hooks"
@@ -189,12 +272,16 @@ def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hoo
     guard.write_text("#!/usr/bin/env python3\nimport json, sys\njson.load(sys.stdin)\n")
     guard.chmod(0o755)
     policy = tmp_path / "user.toml"
-    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n'
-                      f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{guard}"]\n'
-                      '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", "-c", "cat >/dev/null"]\n'
-                      '[[hooks]]\nevent = "AfterTool"\ncommand = ["sh", "-c", "python3 -c pass; cat >/dev/null"]\n')
+    policy.write_text(
+        '[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{guard}"]\n'
+        '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", "-c", "cat >/dev/null"]\n'
+        '[[hooks]]\nevent = "AfterTool"\ncommand = ["sh", "-c", "python3 -c pass; cat >/dev/null"]\n'
+    )
     monkeypatch.setenv("PATH", f"{ws / '.venv/bin'}:{SYSTEM_PATH}")
-    with Sandbox(ws, auto_approve=True, policy_files=[policy], mode="bind", runtime=box_runtime(runtime, docker_client)) as box:
+    with Sandbox(
+        ws, auto_approve=True, policy_files=[policy], mode="bind", runtime=box_runtime(runtime, docker_client)
+    ) as box:
         box.shell(BOX_PLANTS[plant].replace("CANARY", str(canary)))
         assert "next" in box.shell("echo next").output
         transcript = box.transcript_path
@@ -204,24 +291,40 @@ def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hoo
     assert all(r["argv"] and not any(str(ws) in word for word in r["argv"]) for r in ran), [r["argv"] for r in ran]
 
 
-def test_an_egress_credential_a_hook_lists_never_reaches_it_unless_named_in_secrets(sandbox_image, docker_client, tmp_path, clean_env,
-                                                                                     monkeypatch, runtime):
+def test_an_egress_credential_a_hook_lists_never_reaches_it_unless_named_in_secrets(
+    sandbox_image, docker_client, tmp_path, clean_env, monkeypatch, runtime
+):
     """A user's hook lists the variable an [[egress.credentials]] rule reads in `env`: it gets nothing; a hook naming it in `secrets` gets it; a trusted workspace file's hook naming it in `secrets` does not."""
     token = "ghp_" + secrets.token_hex(20)
     monkeypatch.setenv("OA_TEST_HOOK_CREDENTIAL", token)
     dumper = tmp_path / "dump.py"
-    dumper.write_text(f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n")
+    dumper.write_text(
+        f"#!{sys.executable}\nimport json, os, sys\nopen(sys.argv[1], 'w').write(json.dumps(dict(os.environ)))\n"
+    )
     dumper.chmod(0o755)
     listed = 'env = ["OA_TEST_HOOK_CREDENTIAL"]'
     policy = tmp_path / "user.toml"
-    policy.write_text('trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
-                      '[egress]\nrules = [{action = "allow", host = "api.test", port = 443}]\n'
-                      'credentials = [{host = "api.test", header = "Authorization", value = "Bearer ${OA_TEST_HOOK_CREDENTIAL}"}]\n'
-                      f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "listed.json"}"]\n{listed}\n'
-                      f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "named.json"}"]\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n')
-    ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", '
-                                                                     f'"{tmp_path / "workspace.json"}"]\n{listed}\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n'})
-    with Sandbox(ws, auto_approve=True, policy_files=[policy], mode="bind", runtime=box_runtime(runtime, docker_client, egress=True)) as box:
+    policy.write_text(
+        'trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+        '[egress]\nrules = [{action = "allow", host = "api.test", port = 443}]\n'
+        'credentials = [{host = "api.test", header = "Authorization", value = "Bearer ${OA_TEST_HOOK_CREDENTIAL}"}]\n'
+        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "listed.json"}"]\n{listed}\n'
+        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "named.json"}"]\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n'
+    )
+    ws = make_workspace(
+        tmp_path / "ws",
+        {
+            ".openagents/policy.toml": f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", '
+            f'"{tmp_path / "workspace.json"}"]\n{listed}\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n'
+        },
+    )
+    with Sandbox(
+        ws,
+        auto_approve=True,
+        policy_files=[policy],
+        mode="bind",
+        runtime=box_runtime(runtime, docker_client, egress=True),
+    ) as box:
         assert "hi" in box.shell("echo hi").output
     assert token not in (tmp_path / "listed.json").read_text()
     assert json.loads((tmp_path / "named.json").read_text())["OA_TEST_HOOK_CREDENTIAL"] == token

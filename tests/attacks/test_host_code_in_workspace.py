@@ -12,6 +12,7 @@ none of the planted files back), and --host-code-read-only keeps bind mode with 
 mounted read-only in the box, where the writes fail and leave every byte as it was. After each,
 `oa-sandbox sessions` from that venv runs nothing of the box's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,8 +51,10 @@ def plant(marker: Path, site: str, script: str) -> str:
     """The box's one shell call: a .pth in every site-packages under `site`, and a line inserted
     into `script` (after its #! line, so it runs before main()); each writes `marker` on the host."""
     line = f"import os; open({str(marker)!r}, 'a').write('ran\\n')"
-    return (f"for d in {site}; do printf '%s\\n' \"{line}\" > \"$d/zz_planted.pth\" && echo planted-pth; done; "
-            f"{{ head -n 1 {script}; printf '%s\\n' \"{line}\"; tail -n +2 {script}; }} > /tmp/s && cat /tmp/s > {script} && echo planted-script; true")
+    return (
+        f'for d in {site}; do printf \'%s\\n\' "{line}" > "$d/zz_planted.pth" && echo planted-pth; done; '
+        f"{{ head -n 1 {script}; printf '%s\\n' \"{line}\"; tail -n +2 {script}; }} > /tmp/s && cat /tmp/s > {script} && echo planted-script; true"
+    )
 
 
 class Host:
@@ -64,11 +67,20 @@ class Host:
         self.runtime = sandbox_config(runtime, docker_client).backend.runtime or "runc"
 
     def oa(self, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([str(self.entry), *args], capture_output=True, text=True, timeout=300, env=self.env, stdin=subprocess.DEVNULL,
-                              cwd=cwd)
+        return subprocess.run(
+            [str(self.entry), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+        )
 
     def exec_shell(self, ws: Path, command: str, *flags: str) -> subprocess.CompletedProcess:
-        return self.oa("exec", "--workspace", str(ws), "--runtime", self.runtime, *flags, "shell", json.dumps({"command": command}))
+        return self.oa(
+            "exec", "--workspace", str(ws), "--runtime", self.runtime, *flags, "shell", json.dumps({"command": command})
+        )
 
 
 def _session_id(stderr: str) -> str | None:
@@ -109,14 +121,18 @@ def test_a_venv_in_the_workspace_gives_the_box_nothing_the_host_runs(sandbox_ima
     proc = host.exec_shell(ws, attack)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "planted-pth" in proc.stdout and "planted-script" in proc.stdout  # in the copy
-    notes = [line for line in proc.stderr.splitlines() if "copy mode" in line and ".venv" in line and "sys.prefix" in line]
+    notes = [
+        line for line in proc.stderr.splitlines() if "copy mode" in line and ".venv" in line and "sys.prefix" in line
+    ]
     assert len(notes) == 1, proc.stderr
     sid = _session_id(proc.stderr)
     assert sid is not None, proc.stderr
     assert tree_digest(ws / ".venv") == before
     _check_nothing_ran(host, marker)
     proc = host.oa("apply", sid)
-    assert "zz_planted.pth" in proc.stdout + proc.stderr and "left out" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "zz_planted.pth" in proc.stdout + proc.stderr and "left out" in proc.stdout + proc.stderr, (
+        proc.stdout + proc.stderr
+    )
     assert ".venv/bin/oa-sandbox" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     assert tree_digest(ws / ".venv") == before
     _check_nothing_ran(host, marker)
@@ -131,7 +147,9 @@ def test_a_venv_in_the_workspace_gives_the_box_nothing_the_host_runs(sandbox_ima
     _check_nothing_ran(host, marker)
 
 
-def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(sandbox_image, docker_client, runtime, tmp_path):
+def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
+    sandbox_image, docker_client, runtime, tmp_path
+):
     """The venv outside, the project installed editable from a clone inside the workspace (its
     packages mapped by a setuptools finder, not on sys.path): a line the box appends to the CLI's
     own module never runs on the host."""
@@ -157,7 +175,9 @@ def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
     sid = _session_id(proc.stderr)
     assert sid is not None
     proc = host.oa("apply", sid)
-    assert "tools/oa/orchestrator/cli/__init__.py" in proc.stdout + proc.stderr and "left out" in proc.stdout + proc.stderr
+    assert (
+        "tools/oa/orchestrator/cli/__init__.py" in proc.stdout + proc.stderr and "left out" in proc.stdout + proc.stderr
+    )
     assert tree_digest(ws / "tools") == before
     _check_nothing_ran(host, marker)
 
@@ -168,7 +188,9 @@ def test_an_editable_clone_in_the_workspace_gives_the_box_nothing_the_host_runs(
     _check_nothing_ran(host, marker)
 
 
-def test_a_program_whose_code_lies_in_the_workspace_keeps_it_read_only(sandbox_image, docker_client, runtime, tmp_path, monkeypatch):
+def test_a_program_whose_code_lies_in_the_workspace_keeps_it_read_only(
+    sandbox_image, docker_client, runtime, tmp_path, monkeypatch
+):
     """A program using the API imports from a directory inside the workspace: bind mode is refused
     unless host_code_read_only, and then that directory is read-only in the box; a warm box handed
     over without it mounted read-only is refused too; `auto` is a copy."""
@@ -186,7 +208,9 @@ def test_a_program_whose_code_lies_in_the_workspace_keeps_it_read_only(sandbox_i
     assert "host_code_read_only=True" in info.value.message and [f.rel for f in info.value.found] == ["lib"]
     allowed = config.model_copy(update={"host_code_read_only": True})
     with Sandbox(ws, mode="bind", config=allowed, auto_approve=True) as box:
-        out = box.shell("echo 'import os' >> lib/helper.py; touch lib/evil.pth; mv lib lib2; echo ok > app.py; cat app.py").output
+        out = box.shell(
+            "echo 'import os' >> lib/helper.py; touch lib/evil.pth; mv lib lib2; echo ok > app.py; cat app.py"
+        ).output
     assert "Read-only file system" in out and "ok" in out, out
     assert (ws / "lib" / "helper.py").read_text() == "X = 1\n" and sorted(os.listdir(ws / "lib")) == ["helper.py"]
     with Sandbox(ws, config=config) as box:

@@ -3,6 +3,7 @@
 Every payload is a command that would create a marker file on the host if anything ran it; every
 planted secret is a file outside the workspace whose content must never reach an output.
 """
+
 from __future__ import annotations
 
 import os
@@ -96,7 +97,15 @@ def hostile_config(m: Markers, hooks: Path) -> str:
 
 def plant_hooks(hooks: Path, m: Markers) -> None:
     hooks.mkdir(parents=True, exist_ok=True)
-    for name in ("pre-commit", "prepare-commit-msg", "commit-msg", "post-commit", "post-index-change", "reference-transaction", "pre-push"):
+    for name in (
+        "pre-commit",
+        "prepare-commit-msg",
+        "commit-msg",
+        "post-commit",
+        "post-index-change",
+        "reference-transaction",
+        "pre-push",
+    ):
         hook = hooks / name
         hook.write_text(f"#!/bin/sh\ntouch {m.dir}/hook-{name}\n")
         hook.chmod(0o755)
@@ -107,7 +116,10 @@ def run(repo: HostRepo, **args):
 
 
 def every_command(repo: HostRepo, message: str = "commit by the tool") -> dict[str, object]:
-    return {sub: run(repo, subcommand=sub, **({"message": message} if sub == "commit" else {})) for sub in ("status", "diff", "log", "commit")}
+    return {
+        sub: run(repo, subcommand=sub, **({"message": message} if sub == "commit" else {}))
+        for sub in ("status", "diff", "log", "commit")
+    }
 
 
 @pytest.fixture
@@ -189,7 +201,11 @@ def test_core_worktree_elsewhere_turns_the_tool_off(tmp_path):
 
 def test_config_including_a_workspace_file_turns_the_tool_off(tmp_path):
     """[include] path or core.excludesFile naming a box-writable file (later core.worktree=/ or a FIFO): refused at start."""
-    for line in ("[include]\n\tpath = ../cfg\n", "[includeIf \"gitdir:/\"]\n\tpath = ../sub/cfg\n", "[core]\n\texcludesFile = ../ignore\n"):
+    for line in (
+        "[include]\n\tpath = ../cfg\n",
+        '[includeIf "gitdir:/"]\n\tpath = ../sub/cfg\n',
+        "[core]\n\texcludesFile = ../ignore\n",
+    ):
         ws = tmp_path / f"ws{len(line)}"
         init_repo(ws, {"a": "a\n"})
         with open(ws / ".git" / "config", "a") as f:
@@ -235,7 +251,9 @@ def test_git_dir_swapped_after_session_start_is_refused(tmp_path):
     os.rename(ws / ".git", tmp_path / "moved")
     (ws / ".git").write_text(f"gitdir: {planted}/.git\n")
     result = run(repo, subcommand="diff")
-    assert not result.ok and result.error.type == ErrorType.UNSAFE_WORKSPACE_FILE and result.executor.value == "openagents"
+    assert (
+        not result.ok and result.error.type == ErrorType.UNSAFE_WORKSPACE_FILE and result.executor.value == "openagents"
+    )
     assert SECRET not in result.output
 
 
@@ -243,7 +261,9 @@ def _submodule_workspace(tmp_path: Path, m: Markers) -> tuple[Path, Path]:
     """A workspace with a committed submodule whose gitfile the box rewrote to point at ../.planted."""
     ws = tmp_path / "ws"
     repo = init_repo(ws, {"README.md": "# top\n"})
-    (ws / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = ../evil\n\tupdate = !touch ' + str(m.dir) + "/update\n")
+    (ws / ".gitmodules").write_text(
+        '[submodule "sub"]\n\tpath = sub\n\turl = ../evil\n\tupdate = !touch ' + str(m.dir) + "/update\n"
+    )
     index = repo.index
     index.add(pygit2.IndexEntry("sub", pygit2.Oid(hex="1" * 40), pygit2.enums.FileMode.COMMIT))
     index.add(".gitmodules")
@@ -312,9 +332,16 @@ def test_workspace_inside_a_bigger_repository_sees_nothing_outside(tmp_path):
     assert HostRepo.open_at_start(inner) is None  # the outer .git is never discovered
     init_repo(inner, {"a.txt": "a\n"})
     repo = HostRepo.open_at_start(inner)
-    for spec, kind in ((":/", "path_invalid"), (":/secret.txt", "path_invalid"), (":(top)secret.txt", "path_invalid"),
-                       ("../secret.txt", "path_outside_workspace"), ("/etc/passwd", "path_outside_workspace"),
-                       ("-x", "path_invalid"), (".git/config", "path_in_git_dir"), ("a\x00b", "path_invalid")):
+    for spec, kind in (
+        (":/", "path_invalid"),
+        (":/secret.txt", "path_invalid"),
+        (":(top)secret.txt", "path_invalid"),
+        ("../secret.txt", "path_outside_workspace"),
+        ("/etc/passwd", "path_outside_workspace"),
+        ("-x", "path_invalid"),
+        (".git/config", "path_in_git_dir"),
+        ("a\x00b", "path_invalid"),
+    ):
         with pytest.raises(OpenAgentsError) as err:
             run(repo, subcommand="diff", paths=[spec])
         assert err.value.type.value == kind, spec
@@ -340,7 +367,10 @@ def test_symlink_pathspec_leading_outside_is_refused_and_never_read(tmp_path):
     assert not any(SECRET in r.output for r in results.values())
     raw = raw_repo(ws)
     tree = raw[raw.head.target].peel(pygit2.Tree)
-    assert tree["leak"].filemode == 0o120000 and raw[tree["leak"].id].data == str(tmp_path / "outside" / "secret.txt").encode()
+    assert (
+        tree["leak"].filemode == 0o120000
+        and raw[tree["leak"].id].data == str(tmp_path / "outside" / "secret.txt").encode()
+    )
     missing = run(repo, subcommand="status", paths=["no/such"])
     assert not missing.ok and missing.error.type == ErrorType.FILE_NOT_FOUND
 
@@ -385,7 +415,9 @@ out = [repo.run(parse_args({{"subcommand": s, **({{"message": "m"}} if s == "com
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(max(len(r.output) for r in out), (after - before) // 1024, int("binary/large, 6 -> 314572800 bytes" in out[1].output and out[1].meta["cut"]), int(all(r.ok for r in out)))
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     longest, grown_mib, summarised, ok = map(int, proc.stdout.split())
     assert ok and summarised and longest <= GIT_OUTPUT_CAP
@@ -428,22 +460,38 @@ def test_plants_from_inside_a_real_sandbox_run_nothing_on_the_host(tmp_path, ope
     box = open_sandbox(ws)
     registry = ToolRegistry(box, ws, RegistryConfig(), repo)
     cfg = hostile_config(m, Path("/workspace/hooks")).replace('"', '\\"')
-    plant = box.call("shell", {"command": (
-        "set -e; cd /workspace; "
-        "mkdir -p vendor/.git .planted/.git/refs/heads sub hooks; "
-        f"printf '%s' \"{cfg}\" > vendor/.git/config; cp vendor/.git/config .planted/.git/config; "
-        "echo 'ref: refs/heads/main' > vendor/.git/HEAD; echo 'ref: refs/heads/main' > .planted/.git/HEAD; "
-        f"echo '{SECRET}' > vendor/secret.txt; echo '{SECRET}' > sub/secret.txt; "
-        "echo 'gitdir: ../.planted/.git' > sub/.git; "
-        "printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ../.planted\\n' > .gitmodules; "
-        "echo '* filter=evil diff=evil' > .gitattributes; "
-        f"printf '#!/bin/sh\\ntouch {m.dir}/hook\\n' > hooks/pre-commit; chmod +x hooks/pre-commit; "
-        "rm data.txt; mkfifo data.txt; echo changed > app.py; "
-        "(echo '[core]' ; echo '  fsmonitor = x') >> .git/config 2>/dev/null && echo WROTE-GIT-CONFIG || echo git-config-read-only"
-    )})
+    plant = box.call(
+        "shell",
+        {
+            "command": (
+                "set -e; cd /workspace; "
+                "mkdir -p vendor/.git .planted/.git/refs/heads sub hooks; "
+                f"printf '%s' \"{cfg}\" > vendor/.git/config; cp vendor/.git/config .planted/.git/config; "
+                "echo 'ref: refs/heads/main' > vendor/.git/HEAD; echo 'ref: refs/heads/main' > .planted/.git/HEAD; "
+                f"echo '{SECRET}' > vendor/secret.txt; echo '{SECRET}' > sub/secret.txt; "
+                "echo 'gitdir: ../.planted/.git' > sub/.git; "
+                "printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ../.planted\\n' > .gitmodules; "
+                "echo '* filter=evil diff=evil' > .gitattributes; "
+                f"printf '#!/bin/sh\\ntouch {m.dir}/hook\\n' > hooks/pre-commit; chmod +x hooks/pre-commit; "
+                "rm data.txt; mkfifo data.txt; echo changed > app.py; "
+                "(echo '[core]' ; echo '  fsmonitor = x') >> .git/config 2>/dev/null && echo WROTE-GIT-CONFIG || echo git-config-read-only"
+            )
+        },
+    )
     assert plant.ok and "git-config-read-only" in plant.output, plant.output
-    results = _finishes(lambda: {s: registry.invoke(registry.prepare(ToolCall(id=s, name="git", arguments={"subcommand": s, **({"message": "m"} if s == "commit" else {})})))
-                                 for s in ("status", "diff", "log", "commit")}, 60)
+    results = _finishes(
+        lambda: {
+            s: registry.invoke(
+                registry.prepare(
+                    ToolCall(
+                        id=s, name="git", arguments={"subcommand": s, **({"message": "m"} if s == "commit" else {})}
+                    )
+                )
+            )
+            for s in ("status", "diff", "log", "commit")
+        },
+        60,
+    )
     assert all(r.ok and r.executor.value == "openagents" for r in results.values()), results
     assert "-- vendor/" in results["status"].output and "-- sub/" in results["status"].output
     assert not any(SECRET in r.output for r in results.values())

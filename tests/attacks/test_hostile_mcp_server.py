@@ -4,6 +4,7 @@ the official `mcp` SDK (MCPServer, v1's FastMCP) over stdio, run as a real subpr
 the session's --max-wall, a 50 MB message is refused before the host holds it, and a crash is
 typed, with nothing of the server left running.
 """
+
 from __future__ import annotations
 
 import json
@@ -135,8 +136,14 @@ class Setup:
         lines = []
         for name, env in servers.items():
             env = {"PAYLOAD": json.dumps(PAYLOAD), "PIDS": str(self.pids), "FLOOD_MARK": str(self.flood_mark), **env}
-            lines += ["[[mcp_servers]]", f"name = {json.dumps(name)}", f"command = {json.dumps(sys.executable)}",
-                      f"args = [{json.dumps(str(script))}]", "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }", ""]
+            lines += [
+                "[[mcp_servers]]",
+                f"name = {json.dumps(name)}",
+                f"command = {json.dumps(sys.executable)}",
+                f"args = [{json.dumps(str(script))}]",
+                "env = { " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }",
+                "",
+            ]
         config.write_text("\n".join(lines))
         self.env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
         self.policy = tmp_path / "policy.toml"
@@ -146,11 +153,26 @@ class Setup:
         self.transcript = tmp_path / "t.jsonl"
 
     def argv(self, *extra: str) -> list[str]:
-        return [OA, "run", "--workspace", str(self.ws), "--model", f"script:{self.model}", "--non-interactive", "--policy", str(self.policy),
-                "--transcript", str(self.transcript), *extra, "go"]
+        return [
+            OA,
+            "run",
+            "--workspace",
+            str(self.ws),
+            "--model",
+            f"script:{self.model}",
+            "--non-interactive",
+            "--policy",
+            str(self.policy),
+            "--transcript",
+            str(self.transcript),
+            *extra,
+            "go",
+        ]
 
     def run(self, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(self.argv(*extra), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env)
+        return subprocess.run(
+            self.argv(*extra), capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, env=self.env
+        )
 
     def results(self, tool: str) -> list[dict]:
         events = [json.loads(line) for line in self.transcript.read_text().splitlines()]
@@ -172,8 +194,11 @@ def call(tool: str, **arguments: str) -> dict:
 
 def test_mcp_server_escape_sequences_reach_no_terminal_raw(sandbox_image, tmp_path):
     """A server whose tools/list error holds OSC 52, clear-screen and title sequences, and one whose description, result, error, log notification, malformed notification and stderr hold them: `run` prints none of them raw."""
-    setup = Setup(tmp_path, {"broken": {"BROKEN_LIST": "1"}, "hostile": {}},
-                  [call("escapes"), call("failing"), call("refusing"), {"text": "done"}])
+    setup = Setup(
+        tmp_path,
+        {"broken": {"BROKEN_LIST": "1"}, "hostile": {}},
+        [call("escapes"), call("failing"), call("refusing"), {"text": "done"}],
+    )
     proc = setup.run()
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     (result,) = setup.results("mcp__hostile__escapes")
@@ -186,7 +211,9 @@ def test_mcp_server_escape_sequences_reach_no_terminal_raw(sandbox_image, tmp_pa
     err = proc.stderr.decode()
     start = next(line for line in err.splitlines() if "'broken' failed to start" in line)
     assert "\\x1b]52;c;cHduZWQ=\\x07" in start and "\\x1b[2J" in start and "\\x1b]0;owned\\x07" in start, start
-    assert "tool error \\x1b[2J" in err and "protocol error \\x1b[2J" in err  # the error result and the JSON-RPC error, shown escaped
+    assert (
+        "tool error \\x1b[2J" in err and "protocol error \\x1b[2J" in err
+    )  # the error result and the JSON-RPC error, shown escaped
     assert raw_controls(setup.transcript.read_bytes()) == []
     assert setup.left_running() == []
 
@@ -209,7 +236,9 @@ def test_a_stalled_mcp_call_ends_with_max_wall(sandbox_image, tmp_path):
 def test_a_huge_mcp_message_is_refused_before_it_is_parsed(sandbox_image, tmp_path, kind):
     """A server sending one 50 MB JSON-RPC line, or 1.8 MB holding 600,000 empty objects: the call fails typed, the server is killed, and the host's RSS grows by far less than the message would cost (it is never read whole, nor parsed)."""
     setup = Setup(tmp_path, {"hostile": {}}, [call("flood", kind=kind), {"text": "done"}])
-    proc = subprocess.Popen(setup.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=setup.env)
+    proc = subprocess.Popen(
+        setup.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=setup.env
+    )
     peak = {"base": 0, "max": 0}
 
     def rss() -> int:
@@ -234,12 +263,17 @@ def test_a_huge_mcp_message_is_refused_before_it_is_parsed(sandbox_image, tmp_pa
     out, err = proc.communicate(timeout=240)
     sampler.join()
     growth = peak["max"] - peak["base"]
-    print(f"host RSS {peak['base'] >> 20} MiB before the {kind} line, at most {peak['max'] >> 20} MiB after: +{growth / (1 << 20):.1f} MiB")
+    print(
+        f"host RSS {peak['base'] >> 20} MiB before the {kind} line, at most {peak['max'] >> 20} MiB after: +{growth / (1 << 20):.1f} MiB"
+    )
     assert proc.returncode == 0, err.decode(errors="replace")
     assert peak["base"] > 0 and growth < 64 << 20, f"the host grew by {growth >> 20} MiB reading one message"
     (flood,) = setup.results("mcp__hostile__flood")
     assert not flood["ok"] and flood["error"]["type"] == "protocol_error", flood
-    assert "over the limit" in flood["error"]["message"] and ("bytes" if kind == "50 MB" else "JSON values") in flood["error"]["message"]
+    assert (
+        "over the limit" in flood["error"]["message"]
+        and ("bytes" if kind == "50 MB" else "JSON values") in flood["error"]["message"]
+    )
     assert setup.left_running() == []
 
 

@@ -6,6 +6,7 @@ host refuses it at once, typed, without following it, blocking on it, reading it
 The end-to-end ones go through a real `oa-sandbox` process, and ACP through a real server with two
 sessions, one poisoned.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,8 @@ OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 MARKER = "HOST-SECRET-MARKER-5f3a"
 # Nine levels of nine: 9**9 (387 million) strings once expanded, from a few hundred bytes.
 ALIAS_BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
-    f"{b}: &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True))
+    f"{b}: &{b} [*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a},*{a}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
 FAST = PARSE_SECONDS + 2.0  # the hard bound plus a child's start on a busy 2-core machine
 
 
@@ -81,9 +83,24 @@ def run_cli(ws: Path, tmp_path: Path, timeout: float = 60) -> tuple[subprocess.C
     script = tmp_path / "s.jsonl"
     script.write_text('{"text": "done"}\n')
     started = time.monotonic()
-    proc = subprocess.run([OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive",
-                           "--transcript", str(tmp_path / "t.jsonl"), "task"],
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            OA,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--non-interactive",
+            "--transcript",
+            str(tmp_path / "t.jsonl"),
+            "task",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     return proc, time.monotonic() - started
 
 
@@ -186,7 +203,11 @@ def test_sparse_100_mb_policy_is_refused_by_size_without_reading_it(tmp_path):
     subprocess.run(["truncate", "-s", "100M", str(ws / ".openagents" / "policy.toml")], check=True)
 
     def read_bytes() -> int:
-        return int(next(line for line in Path("/proc/self/io").read_text().splitlines() if line.startswith("rchar:")).split()[1])
+        return int(
+            next(line for line in Path("/proc/self/io").read_text().splitlines() if line.startswith("rchar:")).split()[
+                1
+            ]
+        )
 
     before = read_bytes()
     err = refused(ws, ErrorType.UNSAFE_WORKSPACE_FILE)
@@ -267,17 +288,20 @@ def test_a_parse_over_its_memory_bound_is_named(tmp_path):
     assert "MiB to parse" in str(info.value)
 
 
-@pytest.mark.parametrize("name,text", [
-    ("policy.toml", f'[[rules]]\nid = "{MARKER}"\ndecision = "{MARKER}"\n'),
-    ("policy.toml", f'{MARKER} = 1\n{MARKER} = 2\n'),
-    ("policy.toml", f'[[rules]]\ntool = "shell"\ndecision = "ask"\n{MARKER} = "{MARKER}"\n'),
-    ("policy.toml", f'x = "{MARKER}\n'),
-    ("policy.yaml", f"rules:\n  - {{tool: shell, decision: {MARKER}}}\n"),
-    ("policy.yaml", f"rules: [{MARKER}: {MARKER}\n"),
-    ("policy.yaml", f"{MARKER}:\n  - {MARKER}\n   - x\n"),
-    ("policy.yaml", f"rules:\n  - {{id: {MARKER}, tool: shell, decision: allow}}\n"),
-    ("policy.yaml", f"{MARKER}\n"),
-])
+@pytest.mark.parametrize(
+    "name,text",
+    [
+        ("policy.toml", f'[[rules]]\nid = "{MARKER}"\ndecision = "{MARKER}"\n'),
+        ("policy.toml", f"{MARKER} = 1\n{MARKER} = 2\n"),
+        ("policy.toml", f'[[rules]]\ntool = "shell"\ndecision = "ask"\n{MARKER} = "{MARKER}"\n'),
+        ("policy.toml", f'x = "{MARKER}\n'),
+        ("policy.yaml", f"rules:\n  - {{tool: shell, decision: {MARKER}}}\n"),
+        ("policy.yaml", f"rules: [{MARKER}: {MARKER}\n"),
+        ("policy.yaml", f"{MARKER}:\n  - {MARKER}\n   - x\n"),
+        ("policy.yaml", f"rules:\n  - {{id: {MARKER}, tool: shell, decision: allow}}\n"),
+        ("policy.yaml", f"{MARKER}\n"),
+    ],
+)
 def test_errors_name_the_file_and_problem_but_never_echo_content(tmp_path, name, text):
     """Invalid policies (bad values, unknown keys, syntax errors, a loosening rule) get one line that never quotes the file."""
     ws = planted(tmp_path, name, text)
@@ -304,10 +328,15 @@ def test_one_poisoned_workspace_does_not_wedge_the_acp_server(sandbox_image, tmp
     bomb = make_workspace(tmp_path / "bomb", {".openagents/policy.yaml": ALIAS_BOMB})
     good = make_workspace(tmp_path / "good", {"hello.txt": "hello\n"})
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "hello.txt"}}]},
-        {"text": "read it"},
-    ]))
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {"tool_calls": [{"id": "r1", "name": "read_file", "arguments": {"path": "hello.txt"}}]},
+                {"text": "read it"},
+            ]
+        )
+    )
     editor = Editor("--model", f"script:{script}", "--transcript-dir", str(tmp_path / "t"))
     try:
         editor.call("initialize", {"protocolVersion": 1})
@@ -327,15 +356,26 @@ def test_one_poisoned_workspace_does_not_wedge_the_acp_server(sandbox_image, tmp
         assert answered_at[105] - started < 5
         slow_error = answers[101]["error"]
         # A 30,000-part dotted key runs into the parse's time or memory bound, whichever the machine's speed reaches first.
-        assert slow_error["data"]["type"] == "config_invalid" and ("longer than" in slow_error["message"] or "MiB to parse" in slow_error["message"]), slow_error
-        assert answers[102]["error"]["data"]["type"] == "unsafe_workspace_file" and "FIFO" in answers[102]["error"]["message"]
-        assert answers[103]["error"]["data"]["type"] == "config_invalid" and "aliases" in answers[103]["error"]["message"]
+        assert slow_error["data"]["type"] == "config_invalid" and (
+            "longer than" in slow_error["message"] or "MiB to parse" in slow_error["message"]
+        ), slow_error
+        assert (
+            answers[102]["error"]["data"]["type"] == "unsafe_workspace_file"
+            and "FIFO" in answers[102]["error"]["message"]
+        )
+        assert (
+            answers[103]["error"]["data"]["type"] == "config_invalid" and "aliases" in answers[103]["error"]["message"]
+        )
         session_id = answers[104]["result"]["sessionId"]
         result = editor.call("session/prompt", {"sessionId": session_id, "prompt": [{"type": "text", "text": "read"}]})
         assert result["result"]["stopReason"] == "end_turn"
-        assert editor.call("session/prompt", {"sessionId": "sess_unknown", "prompt": [{"type": "text", "text": "x"}]})["error"]["code"] < 0
+        assert (
+            editor.call("session/prompt", {"sessionId": "sess_unknown", "prompt": [{"type": "text", "text": "x"}]})[
+                "error"
+            ]["code"]
+            < 0
+        )
     finally:
         editor.close()
     final = [u for u in updates(editor, "tool_call_update") if u.get("status") == "completed"]
     assert [u["toolCallId"] for u in final] == ["r1"] and "hello" in final[0]["content"][0]["content"]["text"]
-

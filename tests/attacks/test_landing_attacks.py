@@ -10,6 +10,7 @@ shell writes a file in the copy; every landing is refused with the same typed er
 (refused_by_policy, "landing refused") and the file never reaches the workspace. With no such
 policy (the control) the same run lands it, so the refusals are not a broken landing.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,11 @@ from mcp import Client, StdioServerParameters
 from tests.acp_editor import Editor, run_editor
 from tests.conftest import make_workspace
 
-pytestmark = [pytest.mark.docker, pytest.mark.timeout(300),
-              pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace (copy mode under auto) needs root to make")]
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace (copy mode under auto) needs root to make"),
+]
 ROOT = Path(__file__).resolve().parents[2]
 SHELL = '[[rules]]\ntool = "shell"\ndecision = "allow"\n'
 POLICIES = {
@@ -43,8 +47,12 @@ def environment(tmp_path: Path, variant: str | None, user_policy: str | None = N
     admin = tmp_path / "admin.toml"
     admin.write_text(POLICIES[variant] if variant else 'tier = "admin"\n' + SHELL)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
-    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT),
-               OA_ADMIN_POLICY=str(admin))
+    env.update(
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_CONFIG_HOME=str(tmp_path / "config"),
+        PYTHONPATH=str(ROOT),
+        OA_ADMIN_POLICY=str(admin),
+    )
     return env
 
 
@@ -63,8 +71,15 @@ def script(tmp_path: Path, turns: list[dict]) -> str:
 
 
 def oa(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], input="", capture_output=True, text=True, timeout=240,
-                          env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", *args],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def refused_landing(error: dict | str | None) -> bool:
@@ -77,12 +92,20 @@ def test_run_apply_and_oa_sandbox_apply_meet_the_ladder(sandbox_image, tmp_path,
     """`run --apply` and a later `oa-sandbox apply ID` land nothing an allowed shell command wrote when an admin denies edits, denies landing, or sets copy-only or read-only: one typed refusal (refused_by_policy), exit 3."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, variant)
-    model = script(tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}])
-    run = oa(env, "run", "--workspace", str(ws), "--model", model, "--non-interactive", "--output", "json", "--apply", "go")
+    model = script(
+        tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}]
+    )
+    run = oa(
+        env, "run", "--workspace", str(ws), "--model", model, "--non-interactive", "--output", "json", "--apply", "go"
+    )
     out = json.loads(run.stdout)
     assert out["workspace_mode"] == "copy", run.stderr
     if variant is None:  # the control: the same run lands the shell's file
-        assert run.returncode == 0 and out["applied"] == ["made.txt"] and (ws / "made.txt").read_text() == "from-the-shell\n", run.stderr
+        assert (
+            run.returncode == 0
+            and out["applied"] == ["made.txt"]
+            and (ws / "made.txt").read_text() == "from-the-shell\n"
+        ), run.stderr
         return
     assert run.returncode == 3 and refused_landing(out["error"]) and out["applied"] == [], (run.stdout, run.stderr)
     assert not (ws / "made.txt").exists() and "landing refused" in run.stderr
@@ -98,17 +121,48 @@ def test_read_only_in_bind_mode_mounts_the_workspace_read_only_and_refuses_every
     ws = make_workspace(tmp_path / "ws", {"app.py": "print('old')\n"})  # owned by uid 1000: bind mode
     env = environment(tmp_path, "read-only")
     policy = tmp_path / "p.toml"
-    policy.write_text('[[rules]]\nkind = "edit"\ndecision = "allow"\n')  # the user's allow cannot widen the admin's level
-    model = script(tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": f"{WRITE}; echo x >> app.py"}},
-                                              {"id": "w1", "name": "write_file", "arguments": {"path": "new.txt", "content": "x\n"}},
-                                              {"id": "e1", "name": "edit_file", "arguments": {"path": "app.py", "old_text": "old", "new_text": "new"}}]},
-                              {"text": "done"}])
-    run = oa(env, "run", "--workspace", str(ws), "--workspace-mode", "bind", "--policy", str(policy), "--model", model,
-             "--non-interactive", "--output", "json", "go")
+    policy.write_text(
+        '[[rules]]\nkind = "edit"\ndecision = "allow"\n'
+    )  # the user's allow cannot widen the admin's level
+    model = script(
+        tmp_path,
+        [
+            {
+                "tool_calls": [
+                    {"id": "s1", "name": "shell", "arguments": {"command": f"{WRITE}; echo x >> app.py"}},
+                    {"id": "w1", "name": "write_file", "arguments": {"path": "new.txt", "content": "x\n"}},
+                    {
+                        "id": "e1",
+                        "name": "edit_file",
+                        "arguments": {"path": "app.py", "old_text": "old", "new_text": "new"},
+                    },
+                ]
+            },
+            {"text": "done"},
+        ],
+    )
+    run = oa(
+        env,
+        "run",
+        "--workspace",
+        str(ws),
+        "--workspace-mode",
+        "bind",
+        "--policy",
+        str(policy),
+        "--model",
+        model,
+        "--non-interactive",
+        "--output",
+        "json",
+        "go",
+    )
     out = json.loads(run.stdout)
     assert out["workspace_mode"] == "bind", run.stderr
     refused = {c["tool"]: c for c in out["refused_calls"]}
-    assert set(refused) == {"write_file", "edit_file"} and all(c["error_type"] == "refused_by_policy" for c in refused.values())
+    assert set(refused) == {"write_file", "edit_file"} and all(
+        c["error_type"] == "refused_by_policy" for c in refused.values()
+    )
     assert "read-only" in refused["write_file"]["reason"]
     assert [c["exit_code"] for c in out["failed_calls"]] not in ([], [0])  # the shell's writes failed
     assert sorted(p.name for p in ws.iterdir()) == ["app.py"] and (ws / "app.py").read_text() == "print('old')\n"
@@ -118,10 +172,24 @@ def test_copy_only_refuses_bind_mode_before_any_box(tmp_path):
     """workspace_access = copy-only: a session asked for in bind mode is refused, typed, before any box exists (its edits would land with no landing to refuse)."""
     ws = make_workspace(tmp_path / "ws", {"app.py": "x\n"})
     env = environment(tmp_path, "copy-only")
-    run = oa(env, "run", "--workspace", str(ws), "--workspace-mode", "bind", "--model", script(tmp_path, [{"text": "hi"}]),
-             "--non-interactive", "--output", "json", "go")
+    run = oa(
+        env,
+        "run",
+        "--workspace",
+        str(ws),
+        "--workspace-mode",
+        "bind",
+        "--model",
+        script(tmp_path, [{"text": "hi"}]),
+        "--non-interactive",
+        "--output",
+        "json",
+        "go",
+    )
     out = json.loads(run.stdout)
-    assert run.returncode == 2 and out["error"]["type"] == "refused_by_policy" and "copy-only" in out["error"]["message"], run.stdout
+    assert (
+        run.returncode == 2 and out["error"]["type"] == "refused_by_policy" and "copy-only" in out["error"]["message"]
+    ), run.stdout
 
 
 @pytest.mark.parametrize("variant", [None, "deny-edits", "copy-only", "read-only"])
@@ -129,7 +197,9 @@ def test_mcp_apply_changes_meets_the_ladder(sandbox_image, tmp_path, variant):
     """MCP's apply_changes lands nothing an allowed shell command wrote when an admin denies edits or sets copy-only or read-only: an isError result typed refused_by_policy."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, variant)
-    params = StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)], env=env, cwd=ROOT)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)], env=env, cwd=ROOT
+    )
 
     async def session():
         async with Client(params, read_timeout_seconds=120) as client:
@@ -149,14 +219,18 @@ def test_acp_end_of_turn_landing_meets_the_ladder(sandbox_image, tmp_path, varia
     """ACP's end-of-turn landing (copy mode) lands nothing an allowed shell command wrote when an admin denies edits or sets copy-only or read-only: the turn's _meta error says refused_by_policy."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, variant)
-    model = script(tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}])
+    model = script(
+        tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}]
+    )
 
     async def body(conn, editor):
         session = await conn.new_session(cwd=str(ws), mcp_servers=[])
         answer = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
         return (answer.field_meta or {}).get("dev.openagents.sandbox/copyMode")
 
-    meta = run_editor(tmp_path, ["--model", model, "--transcript-dir", str(tmp_path / "t")], body, editor=Editor(), env=env).result
+    meta = run_editor(
+        tmp_path, ["--model", model, "--transcript-dir", str(tmp_path / "t")], body, editor=Editor(), env=env
+    ).result
     if variant is None:
         assert meta["landed"] is True and meta["applied"] == ["made.txt"] and (ws / "made.txt").exists()
         return
@@ -164,13 +238,17 @@ def test_acp_end_of_turn_landing_meets_the_ladder(sandbox_image, tmp_path, varia
     assert meta["applied"] == [] and not (ws / "made.txt").exists()
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28: InputRequiredResult; handshake era: elicitation/create
+@pytest.mark.parametrize(
+    "mode", ["auto", "legacy"]
+)  # 2026-07-28: InputRequiredResult; handshake era: elicitation/create
 def test_mcp_a_landing_rule_that_asks_is_put_to_the_client(sandbox_image, tmp_path, mode):
     """A landing rule that asks: MCP's apply_changes puts the question to the client's user (elicitation); a rejection lands nothing (rejected_by_user), an acceptance lands."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, None)
     (tmp_path / "admin.toml").write_text('tier = "admin"\n' + SHELL + '[[rules]]\naction = "land"\ndecision = "ask"\n')
-    params = StdioServerParameters(command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)], env=env, cwd=ROOT)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "orchestrator.cli", "mcp", "--workspace", str(ws)], env=env, cwd=ROOT
+    )
     asked: list[str] = []
 
     async def answer(ctx, params):
@@ -198,7 +276,9 @@ def test_acp_a_landing_rule_that_asks_is_put_to_the_editor(sandbox_image, tmp_pa
     ws = root_owned(tmp_path)
     env = environment(tmp_path, None)
     (tmp_path / "admin.toml").write_text('tier = "admin"\n' + SHELL + '[[rules]]\naction = "land"\ndecision = "ask"\n')
-    model = script(tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}])
+    model = script(
+        tmp_path, [{"tool_calls": [{"id": "s1", "name": "shell", "arguments": {"command": WRITE}}]}, {"text": "done"}]
+    )
     editor = Editor(decide=lambda tool_call: "reject_once" if "land" in (tool_call.title or "") else "allow_once")
 
     async def body(conn, editor):
@@ -206,7 +286,9 @@ def test_acp_a_landing_rule_that_asks_is_put_to_the_editor(sandbox_image, tmp_pa
         answer = await conn.prompt(session_id=session.session_id, prompt=[text_block("go")])
         return (answer.field_meta or {}).get("dev.openagents.sandbox/copyMode")
 
-    run = run_editor(tmp_path, ["--model", model, "--transcript-dir", str(tmp_path / "t")], body, editor=editor, env=env)
+    run = run_editor(
+        tmp_path, ["--model", model, "--transcript-dir", str(tmp_path / "t")], body, editor=editor, env=env
+    )
     meta = run.result
     assert [p.title for p in run.editor.permissions] == ["land the private copy's changes in the real workspace"]
     assert meta["landed"] is False and "rejected_by_user" in meta["error"] and not (ws / "made.txt").exists()

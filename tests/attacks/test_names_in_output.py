@@ -10,6 +10,7 @@ result stays bounded (at most 1,000 names a list, a total, the full list in a fi
 
 Real CLI processes (this checkout's code), real boxes, real `git`.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,8 +33,18 @@ ROOT = Path(os.environ.get("OA_NAMES_CLI_ROOT") or Path(__file__).resolve().pare
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 MARK = b"INJECTED by the box"
 # A newline then text at the left margin, a tab, a quote, a backslash, an escape, invalid UTF-8, a space, a DEL, UTF-8 proper.
-NAMES = [b"nl\n" + MARK, b"tab\tname", b'quo"te', b"back\\slash", b"esc\x1b[2Jclear", b"bad\xffutf8", b"two words",
-         b"del\x7f", "ünï €".encode(), b"cr\rret"]
+NAMES = [
+    b"nl\n" + MARK,
+    b"tab\tname",
+    b'quo"te',
+    b"back\\slash",
+    b"esc\x1b[2Jclear",
+    b"bad\xffutf8",
+    b"two words",
+    b"del\x7f",
+    "ünï €".encode(),
+    b"cr\rret",
+]
 ALLOW = '[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
 
 
@@ -46,19 +57,31 @@ def env(tmp_path: Path) -> dict[str, str]:
 def measured(tmp_path: Path, *args: str, timeout: float = 900) -> tuple[subprocess.CompletedProcess[bytes], int]:
     """Run `oa-sandbox ARGS`; its output and its peak RSS in KiB (GNU time's %M, this process alone)."""
     rss = tmp_path / f"rss-{time.monotonic_ns()}"
-    proc = subprocess.run(["/usr/bin/time", "-o", str(rss), "-f", "%M", OA, *args], capture_output=True, timeout=timeout, env=env(tmp_path),
-                          stdin=subprocess.DEVNULL, cwd=tmp_path)
+    proc = subprocess.run(
+        ["/usr/bin/time", "-o", str(rss), "-f", "%M", OA, *args],
+        capture_output=True,
+        timeout=timeout,
+        env=env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
     return proc, int(rss.read_text().split()[-1])
 
 
 def maker(script: str) -> dict:
     """A model turn running a Python script in the box (given as base64: any bytes, no quoting)."""
     blob = base64.b64encode(script.encode()).decode()
-    return {"tool_calls": [{"name": "shell", "arguments": {"command": f'python3 -c "$(echo {blob} | base64 -d)"', "timeout": 600}}]}
+    return {
+        "tool_calls": [
+            {"name": "shell", "arguments": {"command": f'python3 -c "$(echo {blob} | base64 -d)"', "timeout": 600}}
+        ]
+    }
 
 
 def make_names(names: list[bytes]) -> dict:
-    return maker(f"import os\nfor n in {names!r}:\n    open(n, 'wb').write(b'made by the box: ' + repr(n).encode() + b'\\n')\n")
+    return maker(
+        f"import os\nfor n in {names!r}:\n    open(n, 'wb').write(b'made by the box: ' + repr(n).encode() + b'\\n')\n"
+    )
 
 
 def model(tmp_path: Path, *turns: dict) -> Path:
@@ -75,8 +98,18 @@ def policy(tmp_path: Path) -> Path:
 
 def batch_one(tmp_path: Path, ws: Path, script: Path) -> tuple[dict, bytes, int, subprocess.CompletedProcess[bytes]]:
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps({"id": "t", "workspace": str(ws), "task": "make names", "model": f"script:{script}",
-                                 "policy": str(policy(tmp_path))}) + "\n")
+    tasks.write_text(
+        json.dumps(
+            {
+                "id": "t",
+                "workspace": str(ws),
+                "task": "make names",
+                "model": f"script:{script}",
+                "policy": str(policy(tmp_path)),
+            }
+        )
+        + "\n"
+    )
     out = tmp_path / "results.jsonl"
     proc, rss = measured(tmp_path, "batch", str(tasks), "--out", str(out))
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
@@ -101,7 +134,9 @@ def test_git_quoting_of_names_is_git_s_own():
         for name in NAMES:
             (repo / os.fsdecode(name)).write_bytes(b"x\n")
         subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
-        listed = subprocess.run(["git", "-C", str(repo), "-c", "core.quotePath=true", "ls-files"], check=True, capture_output=True).stdout
+        listed = subprocess.run(
+            ["git", "-C", str(repo), "-c", "core.quotePath=true", "ls-files"], check=True, capture_output=True
+        ).stdout
         ours = sorted(git_quoted(n) for n in NAMES)
         assert sorted(listed.decode("ascii").splitlines()) == ours
     finally:
@@ -154,7 +189,17 @@ def test_run_apply_keeps_box_names_off_the_left_margin_and_json_names_are_exact(
     """`run --apply` prints every box-made name on its own escaped line; `--output json` gives applied and changed_files as exact names with shown forms beside them."""
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "keep\n"})
     chown_tree(ws)
-    args = ["run", "--workspace", str(ws), "--policy", str(policy(tmp_path)), "--non-interactive", "--workspace-mode", "copy", "--apply"]
+    args = [
+        "run",
+        "--workspace",
+        str(ws),
+        "--policy",
+        str(policy(tmp_path)),
+        "--non-interactive",
+        "--workspace-mode",
+        "copy",
+        "--apply",
+    ]
     text, _ = measured(tmp_path, *args, "--model", f"script:{model(tmp_path, make_names(NAMES))}", "go")
     assert text.returncode == 0, text.stderr.decode(errors="replace")[-2000:]
     no_margin_injection(text.stdout, text.stderr)
@@ -162,7 +207,9 @@ def test_run_apply_keeps_box_names_off_the_left_margin_and_json_names_are_exact(
     ws2 = make_workspace(tmp_path / "ws2", {"keep.txt": "keep\n"})
     chown_tree(ws2)
     args[2] = str(ws2)
-    proc, _ = measured(tmp_path, *args, "--model", f"script:{model(tmp_path, make_names(NAMES))}", "--output", "json", "go")
+    proc, _ = measured(
+        tmp_path, *args, "--model", f"script:{model(tmp_path, make_names(NAMES))}", "--output", "json", "go"
+    )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     no_margin_injection(proc.stdout, proc.stderr)
     out = json.loads(proc.stdout)
@@ -175,9 +222,11 @@ def test_run_apply_keeps_box_names_off_the_left_margin_and_json_names_are_exact(
 
 def _many(count: int) -> dict:
     """A box that makes `count` long-named absolute symlinks (the sanitiser leaves each out) and 100 plain files."""
-    return maker("import os\n"
-                 f"for i in range({count}):\n    os.symlink('/etc/passwd', 'L' * 180 + '%07d' % i)\n"
-                 "for i in range(100):\n    open('plain%03d' % i, 'w').write('x\\n')\n")
+    return maker(
+        "import os\n"
+        f"for i in range({count}):\n    os.symlink('/etc/passwd', 'L' * 180 + '%07d' % i)\n"
+        "for i in range(100):\n    open('plain%03d' % i, 'w').write('x\\n')\n"
+    )
 
 
 def _bounded_batch(tmp_path: Path, count: int) -> None:
@@ -186,7 +235,9 @@ def _bounded_batch(tmp_path: Path, count: int) -> None:
     began = time.monotonic()
     result, line, rss, _ = batch_one(tmp_path, ws, model(tmp_path, _many(count)))
     wall = time.monotonic() - began
-    print(f"\n{count} box-made names through a local batch: result line {len(line)} bytes, driver peak RSS {rss >> 10} MiB, {wall:.0f} s")
+    print(
+        f"\n{count} box-made names through a local batch: result line {len(line)} bytes, driver peak RSS {rss >> 10} MiB, {wall:.0f} s"
+    )
     assert result["status"] == "finished", result["reason"]
     assert len(line) <= MAX_LINE_BYTES
     assert len(result["left_out"]) <= MAX_LISTED and result["left_out_total"] == count
@@ -216,8 +267,23 @@ def test_30000_applied_names_leave_run_output_json_bounded(sandbox_image, tmp_pa
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "keep\n"})
     chown_tree(ws)
     turn = maker("import os\nfor i in range(30000):\n    open('F' * 150 + '%06d' % i, 'w').write('x\\n')\n")
-    proc, rss = measured(tmp_path, "run", "--workspace", str(ws), "--policy", str(policy(tmp_path)), "--non-interactive",
-                         "--workspace-mode", "copy", "--apply", "--output", "json", "--model", f"script:{model(tmp_path, turn)}", "go")
+    proc, rss = measured(
+        tmp_path,
+        "run",
+        "--workspace",
+        str(ws),
+        "--policy",
+        str(policy(tmp_path)),
+        "--non-interactive",
+        "--workspace-mode",
+        "copy",
+        "--apply",
+        "--output",
+        "json",
+        "--model",
+        f"script:{model(tmp_path, turn)}",
+        "go",
+    )
     print(f"\nrun --output json, 30,000 applied names: {len(proc.stdout)} bytes, peak RSS {rss >> 10} MiB")
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
     assert len(proc.stdout) <= MAX_LINE_BYTES + 1
@@ -225,4 +291,3 @@ def test_30000_applied_names_leave_run_output_json_bounded(sandbox_image, tmp_pa
     assert len(out["applied"]) <= MAX_LISTED and out["applied_total"] == 30_000
     assert len(Path(out["applied_file"]).read_bytes().splitlines()) == 30_000
     assert len(out["changed_files"]) <= MAX_LISTED and out["changed_files_total"] == 30_000
-

@@ -1,5 +1,6 @@
 """Path attacks: every one is tried at the host's check AND straight at the agent (the raw wire),
 so each layer is shown to hold alone."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,9 @@ def host_refuses(tool: str, args: dict) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("path", ["../outside/canary.txt", "src/../../outside/canary.txt", "./../x", "src/..", "a/b/../../../x", ".."])
+@pytest.mark.parametrize(
+    "path", ["../outside/canary.txt", "src/../../outside/canary.txt", "./../x", "src/..", "a/b/../../../x", ".."]
+)
 def test_dotdot_in_every_position(victim, path):
     """`..` at the start, middle and end of a path is refused by the host and by the agent."""
     assert host_refuses("read_file", {"path": path}) == "path_outside_workspace"
@@ -46,7 +49,16 @@ def test_nul_byte(victim):
     victim.assert_intact()
 
 
-@pytest.mark.parametrize("path", ["%2e%2e/outside/canary.txt", "..%2f..%2fetc%2fpasswd", "\u2024\u2024/etc/passwd", "\uff0e\uff0e/etc/passwd", "..\\..\\etc\\passwd"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "%2e%2e/outside/canary.txt",
+        "..%2f..%2fetc%2fpasswd",
+        "\u2024\u2024/etc/passwd",
+        "\uff0e\uff0e/etc/passwd",
+        "..\\..\\etc\\passwd",
+    ],
+)
 def test_encoded_and_lookalike_dots_are_just_names(victim, path):
     """URL-encoded, backslashed and Unicode look-alike dots are plain file names: nothing outside is read."""
     result = victim.call("read_file", {"path": path})
@@ -74,7 +86,9 @@ def test_symlink_to_the_hosts_parent_directory(victim):
     for path in ("up/canary.txt", "dotdot/outside/canary.txt"):
         result = victim.call("read_file", {"path": path})
         assert not result.ok and result.error.type.value == "path_outside_workspace", result
-    assert victim.call("write_file", {"path": "up/new.txt", "content": "x"}).error.type.value == "path_outside_workspace"
+    assert (
+        victim.call("write_file", {"path": "up/new.txt", "content": "x"}).error.type.value == "path_outside_workspace"
+    )
     assert victim.sh(f"cat {victim.outside}/canary.txt 2>&1").output.strip().endswith("No such file or directory")
     victim.assert_intact()
 
@@ -121,7 +135,9 @@ def test_symlink_swapped_between_check_and_use(victim):
 
 def test_hardlink_to_a_file_outside(victim):
     """A hard link from the workspace to a file outside it cannot be made (separate mount)."""
-    result = victim.sh("ln /etc/passwd /workspace/pw 2>&1; ln /opt/openagents/sandbox_agent/server.py /workspace/s 2>&1; ls /workspace")
+    result = victim.sh(
+        "ln /etc/passwd /workspace/pw 2>&1; ln /opt/openagents/sandbox_agent/server.py /workspace/s 2>&1; ls /workspace"
+    )
     assert "Invalid cross-device link" in result.output or "Operation not permitted" in result.output
     assert not (victim.ws / "pw").exists() and not (victim.ws / "s").exists()
     victim.assert_intact()
@@ -150,7 +166,10 @@ def test_symlink_into_git_directory(victim):
     os.symlink(".git", victim.ws / "g")
     victim.seal()
     assert victim.call("write_file", {"path": "cfg", "content": "x"}).error.type.value == "path_in_git_dir"
-    assert victim.call("write_file", {"path": "g/hooks/post-checkout", "content": "x"}).error.type.value == "path_in_git_dir"
+    assert (
+        victim.call("write_file", {"path": "g/hooks/post-checkout", "content": "x"}).error.type.value
+        == "path_in_git_dir"
+    )
     shell = victim.sh("echo x > .git/config; mkdir -p .git/hooks && echo x > .git/hooks/pre-commit; echo done")
     assert "Read-only file system" in shell.output
     victim.assert_intact()

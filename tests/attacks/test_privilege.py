@@ -1,4 +1,5 @@
 """Privilege: the box runs as nobody special and can gain nothing."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,9 @@ def test_runs_as_non_root(victim):
 
 def test_no_capabilities(victim):
     """Every capability set is empty (/proc/self/status) and no-new-privileges is on."""
-    status = dict(line.split(":\t", 1) for line in victim.sh("cat /proc/self/status").output.splitlines() if ":\t" in line)
+    status = dict(
+        line.split(":\t", 1) for line in victim.sh("cat /proc/self/status").output.splitlines() if ":\t" in line
+    )
     for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
         if key == "CapAmb" and victim.gvisor and key not in status:
             continue  # gVisor's /proc/self/status has no ambient line
@@ -42,7 +45,9 @@ def test_setuid_binaries_do_not_elevate(victim):
 
 def test_root_filesystem_is_read_only(victim):
     """The image cannot be changed: the agent's code, /etc and /usr are read-only."""
-    out = victim.sh("for f in /opt/openagents/sandbox_agent/server.py /etc/passwd /usr/bin/evil /x; do echo pwn >> $f 2>&1 || true; done; echo done").output
+    out = victim.sh(
+        "for f in /opt/openagents/sandbox_agent/server.py /etc/passwd /usr/bin/evil /x; do echo pwn >> $f 2>&1 || true; done; echo done"
+    ).output
     assert out.count("Read-only file system") + out.count("Permission denied") >= 4
     assert victim.sh("grep -c pwn /opt/openagents/sandbox_agent/server.py /etc/passwd").output.count(":0") == 2
     victim.assert_intact()
@@ -50,7 +55,9 @@ def test_root_filesystem_is_read_only(victim):
 
 def test_mount_unshare_and_chroot_fail(victim):
     """mount, unshare (user namespaces) and chroot all fail."""
-    out = victim.sh("mount -t proc proc /tmp 2>&1; echo rc=$?; unshare -r id 2>&1; echo rc=$?; unshare -m true 2>&1; echo rc=$?; chroot / true 2>&1; echo rc=$?").output
+    out = victim.sh(
+        "mount -t proc proc /tmp 2>&1; echo rc=$?; unshare -r id 2>&1; echo rc=$?; unshare -m true 2>&1; echo rc=$?; chroot / true 2>&1; echo rc=$?"
+    ).output
     codes = [line for line in out.splitlines() if line.startswith("rc=")]
     assert len(codes) == 4 and "rc=0" not in codes, out
     victim.assert_intact()
@@ -67,6 +74,6 @@ def test_ptrace_of_the_agent_fails(victim):
         "except OSError as e:\n"
         "    print('mem', e.errno)\n"
     )
-    out = victim.sh(f"python3 -c \"{code}\"").output
+    out = victim.sh(f'python3 -c "{code}"').output
     assert "attach -1 1" in out and "mem 13" in out, out  # EPERM, EACCES
     victim.assert_intact()

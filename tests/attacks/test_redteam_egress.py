@@ -3,6 +3,7 @@
 The proxy runs here in-process on 127.0.0.1 (its real Server and Handler), in front of a lenient
 upstream on loopback that, like many servers and CDNs, keeps reading requests on a connection after
 answering one. The client is a plain socket speaking raw HTTP, as a box's program would."""
+
 from __future__ import annotations
 
 import socket
@@ -24,8 +25,14 @@ def proxy_module():
         sys.path.insert(0, str(ROOT / "compose" / "proxy"))
     from egress_gate import audit, handler, rules, settings, tls
 
-    return SimpleNamespace(Policy=rules.Policy, Credential=rules.Credential, Settings=settings.Settings, Server=handler.Server,
-                           AuditLog=audit.AuditLog, tls=tls)
+    return SimpleNamespace(
+        Policy=rules.Policy,
+        Credential=rules.Credential,
+        Settings=settings.Settings,
+        Server=handler.Server,
+        AuditLog=audit.AuditLog,
+        tls=tls,
+    )
 
 
 class LenientUpstream:
@@ -63,7 +70,14 @@ class LenientUpstream:
                 while b"\r\n\r\n" in buf:
                     head, buf = buf.split(b"\r\n\r\n", 1)
                     self.heads.append(head)
-                    length = next((int(field.split(b":", 1)[1]) for field in head.split(b"\r\n")[1:] if field.lower().startswith(b"content-length:")), 0)
+                    length = next(
+                        (
+                            int(field.split(b":", 1)[1])
+                            for field in head.split(b"\r\n")[1:]
+                            if field.lower().startswith(b"content-length:")
+                        ),
+                        0,
+                    )
                     buf = buf[length:]
                     try:
                         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
@@ -78,7 +92,12 @@ class LenientUpstream:
                 buf += chunk
 
     def hosts(self) -> list[bytes]:
-        return [field.split(b":", 1)[1].strip() for h in self.heads for field in h.split(b"\r\n")[1:] if field.lower().startswith(b"host:")]
+        return [
+            field.split(b":", 1)[1].strip()
+            for h in self.heads
+            for field in h.split(b"\r\n")[1:]
+            if field.lower().startswith(b"host:")
+        ]
 
     def close(self) -> None:
         self.listener.close()
@@ -87,8 +106,10 @@ class LenientUpstream:
 @pytest.fixture
 def gate(proxy_module):
     upstream = LenientUpstream()
-    settings = proxy_module.Settings(proxy_module.Policy(f"localhost:{upstream.port}", "127.0.0.0/8,::1/128"),
-                                     audit=proxy_module.AuditLog(sink=lambda fields: None))  # the decisions are not what these tests read
+    settings = proxy_module.Settings(
+        proxy_module.Policy(f"localhost:{upstream.port}", "127.0.0.0/8,::1/128"),
+        audit=proxy_module.AuditLog(sink=lambda fields: None),
+    )  # the decisions are not what these tests read
     server = proxy_module.Server(("127.0.0.1", 0), settings)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -127,8 +148,10 @@ def test_redteam_a_request_smuggled_in_a_body_under_two_content_lengths_is_refus
     port, upstream = gate
     allowed = f"localhost:{upstream.port}".encode()
     smuggled = b"GET /secret HTTP/1.1\r\nHost: fronted.example\r\n\r\n"
-    request = (b"POST http://" + allowed + b"/ HTTP/1.1\r\nHost: " + allowed + b"\r\nContent-Length: 0\r\n"
-               b"Content-Length: " + str(len(smuggled)).encode() + b"\r\n\r\n" + smuggled)
+    request = (
+        b"POST http://" + allowed + b"/ HTTP/1.1\r\nHost: " + allowed + b"\r\nContent-Length: 0\r\n"
+        b"Content-Length: " + str(len(smuggled)).encode() + b"\r\n\r\n" + smuggled
+    )
     reply = _send(port, request)
     assert b"fronted.example" not in b"".join(upstream.hosts())
     assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
@@ -190,7 +213,14 @@ class TLSUpstream:
                             return
                         buf += chunk
                     head, buf = buf.split(b"\r\n\r\n", 1)
-                    length = next((int(f.split(b":", 1)[1]) for f in head.split(b"\r\n")[1:] if f.lower().startswith(b"content-length:")), 0)
+                    length = next(
+                        (
+                            int(f.split(b":", 1)[1])
+                            for f in head.split(b"\r\n")[1:]
+                            if f.lower().startswith(b"content-length:")
+                        ),
+                        0,
+                    )
                     while len(buf) < length:
                         buf += conn.recv(65536)
                     body, buf = buf[:length], buf[length:]
@@ -201,8 +231,15 @@ class TLSUpstream:
                     elif path == b"/redirect":
                         status, out = b"302 Found\r\nLocation: https://other.test/steal", b"moved"
                     else:
-                        status, out = b"200 OK", json.dumps({"authorized": f"Authorization: Bearer {TOKEN}".encode() in head.split(b"\r\n")}).encode()
-                    conn.sendall(b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(out)).encode() + b"\r\n\r\n" + out)
+                        status, out = (
+                            b"200 OK",
+                            json.dumps(
+                                {"authorized": f"Authorization: Bearer {TOKEN}".encode() in head.split(b"\r\n")}
+                            ).encode(),
+                        )
+                    conn.sendall(
+                        b"HTTP/1.1 " + status + b"\r\nContent-Length: " + str(len(out)).encode() + b"\r\n\r\n" + out
+                    )
                     if b"\r\nconnection: close" in head.lower():
                         return
             except (OSError, ssl.SSLError):
@@ -222,11 +259,25 @@ def cas():
 
 def _gate_with(proxy_module, rules: list[dict], upstream_ca: str, leaves: dict, port: int, prefix: str = "/"):
     records: list[dict] = []
-    credentials = [proxy_module.Credential({"host": "localhost", "port": port, "path_prefix": prefix, "header": "Authorization",
-                                            "value": f"Bearer {TOKEN}", "secrets": [TOKEN]})]
-    settings = proxy_module.Settings(proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "test rule set"), credentials,
-                                     proxy_module.tls.intercept_contexts(json.dumps(leaves)), proxy_module.tls.upstream_context(upstream_ca),
-                                     audit=proxy_module.AuditLog(sink=records.append))
+    credentials = [
+        proxy_module.Credential(
+            {
+                "host": "localhost",
+                "port": port,
+                "path_prefix": prefix,
+                "header": "Authorization",
+                "value": f"Bearer {TOKEN}",
+                "secrets": [TOKEN],
+            }
+        )
+    ]
+    settings = proxy_module.Settings(
+        proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "test rule set"),
+        credentials,
+        proxy_module.tls.intercept_contexts(json.dumps(leaves)),
+        proxy_module.tls.upstream_context(upstream_ca),
+        audit=proxy_module.AuditLog(sink=records.append),
+    )
     server = proxy_module.Server(("127.0.0.1", 0), settings)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, records
@@ -241,7 +292,13 @@ def api_gate(proxy_module, cas, tmp_path):
     rules = [
         {"action": "deny", "host": "*", "port": upstream.port, "methods": ["DELETE"]},
         {"action": "allow", "host": "localhost", "port": upstream.port, "methods": ["GET"], "path": "/repos/org/*"},
-        {"action": "allow", "host": "localhost", "port": upstream.port, "methods": ["POST"], "path": "/repos/org/issues"},
+        {
+            "action": "allow",
+            "host": "localhost",
+            "port": upstream.port,
+            "methods": ["POST"],
+            "path": "/repos/org/issues",
+        },
         {"action": "allow", "host": "localhost", "port": upstream.port, "methods": ["GET"], "path": "/echo"},
         {"action": "allow", "host": "localhost", "port": upstream.port, "methods": ["GET"], "path": "/redirect"},
     ]
@@ -252,12 +309,21 @@ def api_gate(proxy_module, cas, tmp_path):
     upstream.close()
 
 
-def _tls_exchange(gate_port: int, upstream_port: int, ca_pem: str, request: bytes, sni: str | None = "localhost",
-                  connect_host: str = "localhost", alpn: list[str] | None = None) -> tuple[bytes, bytes]:
+def _tls_exchange(
+    gate_port: int,
+    upstream_port: int,
+    ca_pem: str,
+    request: bytes,
+    sni: str | None = "localhost",
+    connect_host: str = "localhost",
+    alpn: list[str] | None = None,
+) -> tuple[bytes, bytes]:
     """As a box's client: CONNECT through the gate, TLS (trusting only the session CA), one raw request.
     Returns (the CONNECT answer, what came back inside TLS)."""
     with socket.create_connection(("127.0.0.1", gate_port), timeout=10) as sock:
-        sock.sendall(f"CONNECT {connect_host}:{upstream_port} HTTP/1.1\r\nHost: {connect_host}:{upstream_port}\r\n\r\n".encode())
+        sock.sendall(
+            f"CONNECT {connect_host}:{upstream_port} HTTP/1.1\r\nHost: {connect_host}:{upstream_port}\r\n\r\n".encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             chunk = sock.recv(1)
@@ -304,11 +370,16 @@ def test_redteam_credential_is_injected_and_the_box_gets_only_the_answer(api_gat
     port, upstream, records, ca = api_gate
     head, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/repos/org/x?token=abc", port=upstream.port))
     assert _status(reply) == 200 and b'"authorized": true' in reply and TOKEN.encode() not in reply
-    (sent, _), = upstream.requests
+    ((sent, _),) = upstream.requests
     assert f"Authorization: Bearer {TOKEN}".encode() in sent.split(b"\r\n") and PLACEHOLDER.encode() not in sent
     record = records[-1]
     assert record["decision"] == "allow" and record["credential"] is True and record["tls"] == "intercepted"
-    assert record["path"] == "/repos/org/x" and record["bytes_up"] > 0 and record["bytes_down"] > 0 and "rules[1]" in record["rule"]
+    assert (
+        record["path"] == "/repos/org/x"
+        and record["bytes_up"] > 0
+        and record["bytes_down"] > 0
+        and "rules[1]" in record["rule"]
+    )
     assert TOKEN not in json.dumps(records)
 
 
@@ -319,12 +390,14 @@ def test_redteam_the_placeholder_elsewhere_is_never_replaced(api_gate, where):
     if where == "url":
         request = _get(f"/repos/org/{PLACEHOLDER}?q={PLACEHOLDER}", port=upstream.port)
     elif where == "body":
-        request = _get("/repos/org/issues", method="POST", body=f'{{"title": "{PLACEHOLDER}"}}'.encode(), port=upstream.port)
+        request = _get(
+            "/repos/org/issues", method="POST", body=f'{{"title": "{PLACEHOLDER}"}}'.encode(), port=upstream.port
+        )
     else:
         request = _get("/repos/org/x", f"X-Token: {PLACEHOLDER}", f"Cookie: t={PLACEHOLDER}", port=upstream.port)
     _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, request)
     assert _status(reply) == 200 and TOKEN.encode() not in reply
-    (head, body), = upstream.requests
+    ((head, body),) = upstream.requests
     assert (head + body).count(TOKEN.encode()) == 1 and PLACEHOLDER.encode() in head + body
 
 
@@ -336,18 +409,21 @@ def test_redteam_an_echoing_api_does_not_hand_the_secret_back(api_gate):
     assert TOKEN.encode() in upstream.requests[0][0]  # the API did get it
 
 
-@pytest.mark.parametrize(("method", "path", "status", "rule"), [
-    ("DELETE", "/repos/org/x", 403, "rules[0]"),
-    ("GET", "/repos/other/x", 403, "default deny"),
-    ("PUT", "/repos/org/x", 403, "default deny"),
-    ("GET", "/repos/org/../other/x", 403, "default deny"),  # resolved (as servers do) before any rule reads it
-    ("GET", "/repos/org/%2e%2e/other", 403, "default deny"),
-    ("GET", "/repos/org%2fx/../../admin", 400, None),
-    ("GET", "//repos/other/x", 403, "default deny"),
-    ("GET", "/repos/org/\\..\\admin", 400, None),
-    ("GET", "/repos/org/%zz", 400, None),
-    ("GET", "/repos/org/x%00", 400, None),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status", "rule"),
+    [
+        ("DELETE", "/repos/org/x", 403, "rules[0]"),
+        ("GET", "/repos/other/x", 403, "default deny"),
+        ("PUT", "/repos/org/x", 403, "default deny"),
+        ("GET", "/repos/org/../other/x", 403, "default deny"),  # resolved (as servers do) before any rule reads it
+        ("GET", "/repos/org/%2e%2e/other", 403, "default deny"),
+        ("GET", "/repos/org%2fx/../../admin", 400, None),
+        ("GET", "//repos/other/x", 403, "default deny"),
+        ("GET", "/repos/org/\\..\\admin", 400, None),
+        ("GET", "/repos/org/%zz", 400, None),
+        ("GET", "/repos/org/x%00", 400, None),
+    ],
+)
 def test_redteam_rules_by_method_and_path_refuse_and_name_the_rule_set(api_gate, method, path, status, rule):
     """A denied method or path (dot segments and repeated slashes resolved first) gets a JSON 403 naming the rule set and
     rule; an ambiguous path (an encoded slash, a backslash, an invalid escape, NUL) a 400; the API sees nothing."""
@@ -360,11 +436,14 @@ def test_redteam_rules_by_method_and_path_refuse_and_name_the_rule_set(api_gate,
     assert records[-1]["decision"] == "deny" and records[-1]["method"] == method
 
 
-@pytest.mark.parametrize("smuggle", [
-    "Content-Length: 0\r\nContent-Length: 44",
-    "Content-Length: 44\r\nTransfer-Encoding: chunked",
-    "Transfer-Encoding: chunked",
-])
+@pytest.mark.parametrize(
+    "smuggle",
+    [
+        "Content-Length: 0\r\nContent-Length: 44",
+        "Content-Length: 44\r\nTransfer-Encoding: chunked",
+        "Transfer-Encoding: chunked",
+    ],
+)
 def test_redteam_smuggling_inside_the_opened_tunnel_is_refused(api_gate, smuggle):
     """Two Content-Lengths, CL+TE, chunked: refused before anything (or any token) reaches the API."""
     port, upstream, _, ca = api_gate
@@ -377,7 +456,12 @@ def test_redteam_smuggling_inside_the_opened_tunnel_is_refused(api_gate, smuggle
 def test_redteam_a_pipelined_request_inside_the_tunnel_never_reaches_the_api(api_gate):
     """An allowed request, then a second one (a denied path) on the same TLS connection: only the first is forwarded."""
     port, upstream, _, ca = api_gate
-    _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/repos/org/x", port=upstream.port) + _get("/admin", method="DELETE", port=upstream.port))
+    _, reply = _tls_exchange(
+        port,
+        upstream.port,
+        ca.ca_pem,
+        _get("/repos/org/x", port=upstream.port) + _get("/admin", method="DELETE", port=upstream.port),
+    )
     assert _status(reply) == 200
     assert [head.split(b"\r\n")[0] for head, _ in upstream.requests] == [b"GET /repos/org/x HTTP/1.1"]
 
@@ -385,8 +469,19 @@ def test_redteam_a_pipelined_request_inside_the_tunnel_never_reaches_the_api(api
 def test_redteam_http2_is_never_spoken_and_an_h2c_upgrade_is_not_forwarded(api_gate):
     """ALPN h2 is not chosen; an `Upgrade: h2c` request goes out without it; an h2 preface is a malformed request."""
     port, upstream, _, ca = api_gate
-    _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/repos/org/x", "Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c",
-                                                                   "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA", port=upstream.port), alpn=["h2"])
+    _, reply = _tls_exchange(
+        port,
+        upstream.port,
+        ca.ca_pem,
+        _get(
+            "/repos/org/x",
+            "Connection: Upgrade, HTTP2-Settings",
+            "Upgrade: h2c",
+            "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA",
+            port=upstream.port,
+        ),
+        alpn=["h2"],
+    )
     assert _status(reply) == 200
     head = upstream.requests[0][0].lower()
     assert b"upgrade" not in head and b"http2-settings" not in head
@@ -418,13 +513,16 @@ def test_redteam_a_redirect_to_another_host_is_relayed_not_followed(api_gate):
     assert refused.startswith(b"HTTP/1.1 403") and b"test rule set" in refused
 
 
-@pytest.mark.parametrize("raw", [
-    b"GARBAGE\r\n\r\n",
-    b"GET /repos/org/x HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 70_000 + b"\r\n\r\n",
-    b"GET /repos/org/x HTTP/1.1\r\nHost: localhost\nX-A: 1\r\n\r\n",
-    b"GET /repos/org/x HTTP/9.9\r\n\r\n",
-    b"\x16\x03\x01\x00\x05hello\r\n\r\n",
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"GET /repos/org/x HTTP/1.1\r\nHost: localhost\r\nX: " + b"a" * 70_000 + b"\r\n\r\n",
+        b"GET /repos/org/x HTTP/1.1\r\nHost: localhost\nX-A: 1\r\n\r\n",
+        b"GET /repos/org/x HTTP/9.9\r\n\r\n",
+        b"\x16\x03\x01\x00\x05hello\r\n\r\n",
+    ],
+)
 def test_redteam_malformed_or_huge_requests_inside_the_tunnel_are_refused(api_gate, raw):
     """Garbage, a 70 KB header, a bare LF, an unknown version: 400/431, the API sees no request."""
     port, upstream, _, ca = api_gate
@@ -439,7 +537,9 @@ def test_redteam_the_gate_never_sends_the_token_to_an_unverified_server(proxy_mo
     rules = [{"action": "allow", "host": "localhost", "port": upstream.port}]
     server, records = _gate_with(proxy_module, rules, "", gate_ca.leaves, upstream.port)
     try:
-        _, reply = _tls_exchange(server.server_address[1], upstream.port, gate_ca.ca_pem, _get("/repos/org/x", port=upstream.port))
+        _, reply = _tls_exchange(
+            server.server_address[1], upstream.port, gate_ca.ca_pem, _get("/repos/org/x", port=upstream.port)
+        )
         assert _status(reply) == 502 and upstream.requests == []
         assert records[-1]["decision"] == "error" and "CERTIFICATE_VERIFY_FAILED" in records[-1]["reason"]
     finally:
@@ -450,15 +550,28 @@ def test_redteam_the_gate_never_sends_the_token_to_an_unverified_server(proxy_mo
 
 def test_redteam_narrow_rules_on_a_passed_through_host_refuse_the_tunnel(proxy_module):
     """Without a credential rule the gate cannot see a tunnel's requests: a host with a method/path rule (or a narrow deny) is refused, a whole-host allow passes."""
-    policy = proxy_module.Policy("", "", json.dumps([
-        {"action": "deny", "host": "*", "methods": ["DELETE"]},
-        {"action": "allow", "host": "api.example", "methods": ["GET"], "path": "/repos/*"},
-        {"action": "allow", "host": "cdn.example"},
-    ]), "rs")
+    policy = proxy_module.Policy(
+        "",
+        "",
+        json.dumps(
+            [
+                {"action": "deny", "host": "*", "methods": ["DELETE"]},
+                {"action": "allow", "host": "api.example", "methods": ["GET"], "path": "/repos/*"},
+                {"action": "allow", "host": "cdn.example"},
+            ]
+        ),
+        "rs",
+    )
     allowed, rule, why = policy.tunnel("api.example", 443)
     assert not allowed and "rules[0]" in rule and "cannot show" in why
-    policy = proxy_module.Policy("", "", json.dumps([{"action": "allow", "host": "api.example", "methods": ["GET"]},
-                                                     {"action": "allow", "host": "cdn.example"}]), "rs")
+    policy = proxy_module.Policy(
+        "",
+        "",
+        json.dumps(
+            [{"action": "allow", "host": "api.example", "methods": ["GET"]}, {"action": "allow", "host": "cdn.example"}]
+        ),
+        "rs",
+    )
     assert policy.tunnel("api.example", 443)[0] is False and "deny by default" in policy.tunnel("api.example", 443)[2]
     assert policy.tunnel("cdn.example", 443)[:2] == (True, "rules[1] (allow * cdn.example)")
     assert policy.request("api.example", 80, "GET", "/x") == (True, "rules[0] (allow GET api.example)")
@@ -468,7 +581,10 @@ def test_redteam_narrow_rules_on_a_passed_through_host_refuse_the_tunnel(proxy_m
 def test_redteam_plain_http_to_a_credential_host_gets_no_credential(api_gate):
     """The credential goes only into re-originated TLS: a plain http:// request to the same host and port is sent without it."""
     port, upstream, records, _ = api_gate
-    reply = _send(port, f"GET http://localhost:{upstream.port}/repos/org/x HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n".encode())
+    reply = _send(
+        port,
+        f"GET http://localhost:{upstream.port}/repos/org/x HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n".encode(),
+    )
     assert TOKEN.encode() not in reply and records[-1]["credential"] is False
 
 
@@ -476,19 +592,32 @@ def test_redteam_widened_rules_come_last_and_a_once_rule_is_used_once(proxy_modu
     """Rules the person widened (the live file) decide only what no configured rule matched, an
     allow-once rule lets exactly one request through (also under a race), a session rule stays."""
     live = tmp_path / "live.json"
-    policy = proxy_module.Policy("", "", json.dumps([{"action": "deny", "host": "api.example", "path": "/private*"}]), "rs")
+    policy = proxy_module.Policy(
+        "", "", json.dumps([{"action": "deny", "host": "api.example", "path": "/private*"}]), "rs"
+    )
     policy.live_file = str(live)
     live.write_text(json.dumps([{"id": 0, "once": True, "host": "api.example", "methods": ["GET"], "path": "/*"}]))
     assert policy.request("api.example", 443, "GET", "/private/x") == (False, "rules[0] (deny * api.example/private*)")
     results = []
-    threads = [threading.Thread(target=lambda: results.append(policy.request("api.example", 443, "GET", "/a")[0])) for _ in range(8)]
+    threads = [
+        threading.Thread(target=lambda: results.append(policy.request("api.example", 443, "GET", "/a")[0]))
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert sorted(results) == [False] * 7 + [True]
-    live.write_text(json.dumps([{"id": 0, "once": True, "host": "api.example", "methods": ["GET"], "path": "/*"},
-                                {"id": 1, "host": "api.example", "methods": ["GET"], "path": "/*"}]))
-    assert [policy.request("api.example", 443, "GET", "/a")[1] for _ in range(3)] == ["widened[1] (allow GET api.example/*)"] * 3
+    live.write_text(
+        json.dumps(
+            [
+                {"id": 0, "once": True, "host": "api.example", "methods": ["GET"], "path": "/*"},
+                {"id": 1, "host": "api.example", "methods": ["GET"], "path": "/*"},
+            ]
+        )
+    )
+    assert [policy.request("api.example", 443, "GET", "/a")[1] for _ in range(3)] == [
+        "widened[1] (allow GET api.example/*)"
+    ] * 3
     assert policy.request("api.example", 443, "POST", "/a") == (False, "default deny")
     assert policy.tunnel("api.example", 443)[0] is False  # a method/path rule never opens a tunnel it cannot see into

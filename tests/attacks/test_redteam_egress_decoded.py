@@ -8,6 +8,7 @@ identity, or encoded (base64, percent, hex, JSON escapes); and it routes the way
 (percent-decoded, dot segments resolved, slashes merged, case-insensitive). The box's client here
 decodes what it gets the way http.client and curl do (de-chunks, gunzips), and then looks for the token.
 """
+
 from __future__ import annotations
 
 import base64
@@ -22,7 +23,16 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from tests.attacks.test_redteam_egress import PLACEHOLDER, TOKEN, _gate_with, _get, _status, _tls_exchange, cas, proxy_module  # noqa: F401
+from tests.attacks.test_redteam_egress import (  # noqa: F401
+    PLACEHOLDER,
+    TOKEN,
+    _gate_with,
+    _get,
+    _status,
+    _tls_exchange,
+    cas,
+    proxy_module,
+)
 
 CHUNK = 16  # the echoing API's chunk size
 
@@ -41,7 +51,10 @@ def _echo_body(kind: str, head: bytes) -> bytes:
     if kind == "HEX":
         return head.hex().upper().encode()
     if kind == "json":  # JSON with \u escapes, mixed with plain characters as serializers mix them
-        text = "".join(chr(b) if i % 2 == 0 and (chr(b).isalnum() or chr(b) in " -_.:") else f"\\u{b:04x}" for i, b in enumerate(head))
+        text = "".join(
+            chr(b) if i % 2 == 0 and (chr(b).isalnum() or chr(b) in " -_.:") else f"\\u{b:04x}"
+            for i, b in enumerate(head)
+        )
         return b'{"headers": "' + text.encode() + b'"}'
     if kind == "upper":
         return head.upper()
@@ -97,16 +110,29 @@ class EchoAPI:
         if routed.startswith("/admin"):
             return b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\n\r\nadmin served\n"
         if kind == "chunked":  # the echo in CHUNK-byte chunks: a chunk-size line lands inside the token
-            body = b"".join(b"%x\r\n%s\r\n" % (len(head[i:i + CHUNK]), head[i:i + CHUNK]) for i in range(0, len(head), CHUNK))
+            body = b"".join(
+                b"%x\r\n%s\r\n" % (len(head[i : i + CHUNK]), head[i : i + CHUNK]) for i in range(0, len(head), CHUNK)
+            )
             return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
         if kind == "big":  # over the gate's 1 MiB buffer: the echo in the middle of 1.5 MiB, in 4093-byte chunks
             data = b"x" * (3 << 19) + head + b"y" * 5000
-            body = b"".join(b"%x\r\n%s\r\n" % (len(data[i:i + 4093]), data[i:i + 4093]) for i in range(0, len(data), 4093))
+            body = b"".join(
+                b"%x\r\n%s\r\n" % (len(data[i : i + 4093]), data[i : i + 4093]) for i in range(0, len(data), 4093)
+            )
             return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + body + b"0\r\n\r\n"
-        if kind in ("gzip", "br", "gzip2"):  # compressed although the gate asked for identity (br: a coding it cannot read)
+        if kind in (
+            "gzip",
+            "br",
+            "gzip2",
+        ):  # compressed although the gate asked for identity (br: a coding it cannot read)
             body = gzip.compress(head) if kind != "gzip2" else gzip.compress(b"first member\n") + gzip.compress(head)
             kind = "gzip" if kind == "gzip2" else kind  # gzip2: two members, as gzip allows and clients decode
-            return b"HTTP/1.1 200 OK\r\nContent-Encoding: " + kind.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+            return (
+                b"HTTP/1.1 200 OK\r\nContent-Encoding: "
+                + kind.encode()
+                + b"\r\nContent-Length: %d\r\n\r\n" % len(body)
+                + body
+            )
         if kind == "upgrade":
             return b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n" + head
         if kind == "h2":
@@ -125,8 +151,10 @@ def echo_gate(proxy_module, cas, tmp_path):  # noqa: F811
     """The gate with a credential for the echo API: every GET allowed but `deny /admin*`."""
     world, gate_ca = cas
     api = EchoAPI(tmp_path, world.leaves["localhost"])
-    rules = [{"action": "deny", "host": "localhost", "port": api.port, "path": "/admin*"},
-             {"action": "allow", "host": "localhost", "port": api.port, "methods": ["GET", "HEAD"]}]
+    rules = [
+        {"action": "deny", "host": "localhost", "port": api.port, "path": "/admin*"},
+        {"action": "allow", "host": "localhost", "port": api.port, "methods": ["GET", "HEAD"]},
+    ]
     server, records = _gate_with(proxy_module, rules, world.ca_pem, gate_ca.leaves, api.port)
     yield server.server_address[1], api, records, gate_ca
     server.shutdown()
@@ -146,10 +174,10 @@ def _decoded(reply: bytes) -> tuple[int, dict[str, str], bytes]:
             size = int(size_line.split(b";")[0], 16)
             if size == 0:
                 break
-            out, rest = out + rest[:size], rest[size + 2:]
+            out, rest = out + rest[:size], rest[size + 2 :]
         body = out
     elif "content-length" in headers:
-        body = body[:int(headers["content-length"])]
+        body = body[: int(headers["content-length"])]
     if headers.get("content-encoding", "").lower() == "gzip":
         body = gzip.decompress(body)
     return _status(reply), headers, body
@@ -204,7 +232,12 @@ def test_redteam_a_long_answer_is_streamed_blanked_and_reframed(echo_gate, versi
     status, headers, body = _decoded(reply)
     assert status == 200 and "content-length" not in headers
     assert headers.get("transfer-encoding") == ("chunked" if version == "HTTP/1.1" else None)
-    assert body.startswith(b"x" * (3 << 19)) and body.endswith(b"y" * 5000) and b"Authorization: " in body and not _leaks(body)
+    assert (
+        body.startswith(b"x" * (3 << 19))
+        and body.endswith(b"y" * 5000)
+        and b"Authorization: " in body
+        and not _leaks(body)
+    )
 
 
 @pytest.mark.parametrize("kind", ["b64", "b64url", "pct", "pctlower", "hex", "HEX", "json", "upper", "header"])
@@ -217,7 +250,9 @@ def test_redteam_an_encoded_echo_of_the_token_is_blanked(echo_gate, kind):
         reply = _ask(port, api, ca.ca_pem, f"/echo/{kind}", pad)
         status, headers, body = _decoded(reply)
         assert status in (200, 204), reply[:300]
-        assert not _leaks(body) and not _leaks(json.dumps(headers).encode()), f"{kind}, pad {pad}: the token reached the box"
+        assert not _leaks(body) and not _leaks(json.dumps(headers).encode()), (
+            f"{kind}, pad {pad}: the token reached the box"
+        )
 
 
 def test_redteam_a_gzip_answer_despite_identity_is_decoded_and_blanked(echo_gate):
@@ -230,8 +265,10 @@ def test_redteam_a_gzip_answer_despite_identity_is_decoded_and_blanked(echo_gate
     assert b"Authorization: " in body and not _leaks(body)
 
 
-@pytest.mark.parametrize(("kind", "why"), [("br", "Content-Encoding"), ("upgrade", "protocol upgrade"), ("h2", "HTTP/2"),
-                                           ("gzip2", "more than one member")])
+@pytest.mark.parametrize(
+    ("kind", "why"),
+    [("br", "Content-Encoding"), ("upgrade", "protocol upgrade"), ("h2", "HTTP/2"), ("gzip2", "more than one member")],
+)
 def test_redteam_an_answer_the_gate_cannot_read_is_refused_typed(echo_gate, kind, why):
     """A coding the gate cannot decode, a 101 upgrade, an HTTP/2 frame: refused (502, typed in the body
     and the audit) before the box gets a byte of the answer."""
@@ -243,8 +280,22 @@ def test_redteam_an_answer_the_gate_cannot_read_is_refused_typed(echo_gate, kind
     assert records[-1]["decision"] == "deny" and records[-1]["refused"] == "uninspectable_response"
 
 
-@pytest.mark.parametrize("path", ["/%61dmin/keys", "/ADMIN/keys", "/Admin/keys", "/x/../admin/keys", "//admin/keys",
-                                  "/%2e%2e/admin/keys", "/./admin/keys", "/%41DMIN/keys", "/admin%2Fkeys", "/adm%69n;x/keys", "/admin%zz"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/%61dmin/keys",
+        "/ADMIN/keys",
+        "/Admin/keys",
+        "/x/../admin/keys",
+        "//admin/keys",
+        "/%2e%2e/admin/keys",
+        "/./admin/keys",
+        "/%41DMIN/keys",
+        "/admin%2Fkeys",
+        "/adm%69n;x/keys",
+        "/admin%zz",
+    ],
+)
 def test_redteam_a_deny_rule_holds_on_every_spelling_the_server_routes_the_same(echo_gate, path):
     """`deny /admin*` on the credentialed host: no spelling the server routes to /admin (an escaped
     letter, another case, dot segments, doubled slashes) reaches it; each is refused (403 by the deny
@@ -268,7 +319,9 @@ def test_redteam_a_star_method_is_refused_not_read_as_any(proxy_module):  # noqa
     """`*` is a token but names no method: the gate refuses it as a request method (a widening offer
     built from it would otherwise read as "every method")."""
     records: list[dict] = []
-    settings = proxy_module.Settings(proxy_module.Policy("", "127.0.0.0/8", "[]", "rs"), audit=proxy_module.AuditLog(sink=records.append))
+    settings = proxy_module.Settings(
+        proxy_module.Policy("", "127.0.0.0/8", "[]", "rs"), audit=proxy_module.AuditLog(sink=records.append)
+    )
     server = proxy_module.Server(("127.0.0.1", 0), settings)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -288,15 +341,25 @@ def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noq
     from tests.attacks.test_redteam_egress import LenientUpstream, _send
 
     upstream = LenientUpstream()
-    rules = [{"action": "deny", "host": "localhost", "port": upstream.port, "path": "/admin*"}, {"action": "allow", "host": "localhost", "port": upstream.port}]
-    settings = proxy_module.Settings(proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "rs"), audit=proxy_module.AuditLog(sink=lambda fields: None))
+    rules = [
+        {"action": "deny", "host": "localhost", "port": upstream.port, "path": "/admin*"},
+        {"action": "allow", "host": "localhost", "port": upstream.port},
+    ]
+    settings = proxy_module.Settings(
+        proxy_module.Policy("", "127.0.0.0/8", json.dumps(rules), "rs"),
+        audit=proxy_module.AuditLog(sink=lambda fields: None),
+    )
     server = proxy_module.Server(("127.0.0.1", 0), settings)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         authority = f"localhost:{upstream.port}"
-        reply = _send(server.server_address[1], f"GET http://{authority}{path} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        reply = _send(
+            server.server_address[1], f"GET http://{authority}{path} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()
+        )
         assert reply.startswith(b"HTTP/1.1 403") and b"/admin*" in reply and upstream.heads == []
-        _send(server.server_address[1], f"GET http://{authority}/a/./b//c HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        _send(
+            server.server_address[1], f"GET http://{authority}/a/./b//c HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()
+        )
         assert upstream.closed.acquire(timeout=30) and upstream.heads[0].split(b"\r\n")[0] == b"GET /a/b/c HTTP/1.1"
     finally:
         server.shutdown()
@@ -306,6 +369,16 @@ def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noq
 
 def test_redteam_a_rule_written_with_escapes_matches_the_canonical_form(proxy_module):  # noqa: F811
     """An admin's `deny /%61dmin*` is compared in the same canonical form as requests: it holds on /admin/x and /ADMIN."""
-    policy = proxy_module.Policy("", "", json.dumps([{"action": "deny", "host": "api.example", "path": "/%61dmin*"},
-                                                     {"action": "allow", "host": "api.example"}]), "rs")
-    assert [policy.request("api.example", 443, "GET", p)[0] for p in ("/admin/x", "/ADMIN", "/other")] == [False, False, True]
+    policy = proxy_module.Policy(
+        "",
+        "",
+        json.dumps(
+            [{"action": "deny", "host": "api.example", "path": "/%61dmin*"}, {"action": "allow", "host": "api.example"}]
+        ),
+        "rs",
+    )
+    assert [policy.request("api.example", 443, "GET", p)[0] for p in ("/admin/x", "/ADMIN", "/other")] == [
+        False,
+        False,
+        True,
+    ]

@@ -3,6 +3,7 @@
 The git tool runs during the session, so the box can change the tree between the tool's own check
 of a file and libgit2's use of it. Played here by a host thread doing what a box's background
 process does (the files are the box's either way); the tool itself is the real one."""
+
 from __future__ import annotations
 
 import os
@@ -41,7 +42,9 @@ def test_redteam_gitignore_swapped_for_a_link_to_a_fifo_never_hangs_the_host(tmp
     swappers = [threading.Thread(target=swap, args=(d,), daemon=True) for d in (ws, ws / "sub")]
     for t in swappers:
         t.start()
-    child = subprocess.Popen([sys.executable, "-c", STATUSES, str(ws)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", STATUSES, str(ws)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         # In a child process: blocked in open() libgit2 holds the GIL, so a thread of this process
         # could not even notice the hang; the child is killed instead.

@@ -3,6 +3,7 @@ the user's own git to obey after the session. Git takes a directory for a reposi
 HEAD with objects/ and refs/ (a bare repository, found by discovery from that directory or any
 directory below it), or HEAD with a `commondir` file; its `config` then runs programs (core.pager on
 the user's next `git log` in a terminal). The payloads only touch marker files."""
+
 from __future__ import annotations
 
 import base64
@@ -26,8 +27,15 @@ def bare_repo_tar(tmp_path: Path, marker: Path, commondir: bool) -> str:
     """A bare repository with one commit and core.pager, built on the host outside the workspace and
     handed to the box as a base64 tar (the image has no git): the box is the one that writes it."""
     src = tmp_path / "build" / "src"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@a", "GIT_COMMITTER_NAME": "a", "GIT_COMMITTER_EMAIL": "a@a"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "a",
+        "GIT_AUTHOR_EMAIL": "a@a",
+        "GIT_COMMITTER_NAME": "a",
+        "GIT_COMMITTER_EMAIL": "a@a",
+    }
     subprocess.run(["git", "init", "-q", "-b", "main", str(src)], check=True, env=env)
     subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=src, check=True, env=env)
     out = tmp_path / "build" / "plant"
@@ -56,8 +64,19 @@ def user_git_log_on_a_terminal(cwd: Path, ws: Path) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1", "TERM": "dumb"}
     main, sub = pty.openpty()
     try:
-        done = subprocess.run(["git", "log", "-1"], cwd=cwd, stdin=subprocess.DEVNULL, stdout=sub, stderr=subprocess.PIPE, env=env, timeout=30,
-                              user=owner, group=ws.stat().st_gid, extra_groups=[] if os.geteuid() == 0 else None, text=True)
+        done = subprocess.run(
+            ["git", "log", "-1"],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=sub,
+            stderr=subprocess.PIPE,
+            env=env,
+            timeout=30,
+            user=owner,
+            group=ws.stat().st_gid,
+            extra_groups=[] if os.geteuid() == 0 else None,
+            text=True,
+        )
     finally:
         os.close(sub)
         os.close(main)
@@ -133,7 +152,12 @@ def test_redteam_every_existing_nested_repository_is_read_only_in_the_box(open_s
     ws = make_workspace(home / "ws", files)
     box = open_sandbox(ws, runtime=None)  # the default choice: gVisor cannot start with 70 read-only mounts, so runc
     assert not box.runtime.gvisor and "repositories" in box.runtime.why
-    out = box.call("shell", {"command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"}).output
+    out = box.call(
+        "shell",
+        {
+            "command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"
+        },
+    ).output
     box.close()
     assert "wrote" not in out, out
     changed = [p for p in files if p.endswith("config") and (ws / p).read_text() != "[core]\n"]
@@ -166,11 +190,15 @@ def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_
     ws = make_workspace(tmp_path / "ws", {"run.sh": "#!/bin/sh\necho hi\n"})
     (ws / "run.sh").chmod(0o755)
     box = open_sandbox(ws)
-    out = box.call("shell", {"command": "mkdir -p sub/.git/hooks && ln run.sh sub/.git/hooks/post-checkout && echo linked"}).output
+    out = box.call(
+        "shell", {"command": "mkdir -p sub/.git/hooks && ln run.sh sub/.git/hooks/post-checkout && echo linked"}
+    ).output
     assert out.strip().endswith("linked"), out
     box.close()
     assert [m.kind for m in box.sweeper.reports[-1].moved] == ["git_dir"]
-    assert (ws / "run.sh").stat().st_mode & 0o777 == 0o755, "the sweep's chmod reached the user's file through the box's hard link"
+    assert (ws / "run.sh").stat().st_mode & 0o777 == 0o755, (
+        "the sweep's chmod reached the user's file through the box's hard link"
+    )
 
 
 def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_refused(tmp_path, home):
@@ -179,7 +207,13 @@ def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_ref
     from orchestrator.sandbox.docker import MAX_GIT_MOUNTS, git_mounts
     from orchestrator.sandbox.sweep_journal import capture_baseline
 
-    ws = make_workspace(home / "many", {f"r{i:04d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(MAX_GIT_MOUNTS + 1)})
+    ws = make_workspace(
+        home / "many", {f"r{i:04d}/.git/HEAD": "ref: refs/heads/main\n" for i in range(MAX_GIT_MOUNTS + 1)}
+    )
     with pytest.raises(OpenAgentsError) as err:
         git_mounts(ws, capture_baseline(ws))
-    assert err.value.type is ErrorType.CONFIG_INVALID and not err.value.recoverable and str(MAX_GIT_MOUNTS) in err.value.message
+    assert (
+        err.value.type is ErrorType.CONFIG_INVALID
+        and not err.value.recoverable
+        and str(MAX_GIT_MOUNTS) in err.value.message
+    )

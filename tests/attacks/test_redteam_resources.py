@@ -1,4 +1,5 @@
 """Red team (issue 10, finding 4 variants): host resources the box can take without the bounds seeing it."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,10 @@ def test_redteam_data_below_the_walk_depth_still_counts_against_the_write_quota(
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     quota = 32 << 20
     box = open_sandbox(ws, write_quota=quota)
-    script = ("d=.; i=0; while [ $i -lt 600 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d && cd $d && "
-              "i=0; while [ $i -lt 24 ]; do head -c 4194304 /dev/zero > f$i || exit 1; i=$((i+1)); done; echo finished")
+    script = (
+        "d=.; i=0; while [ $i -lt 600 ]; do d=$d/d; i=$((i+1)); done; mkdir -p $d && cd $d && "
+        "i=0; while [ $i -lt 24 ]; do head -c 4194304 /dev/zero > f$i || exit 1; i=$((i+1)); done; echo finished"
+    )
     res = box.call("shell", {"command": script, "timeout": 120})
     if res.ok:  # the command may finish between two polls: the next call must still see the growth
         res = box.call("read_file", {"path": "a.txt"})

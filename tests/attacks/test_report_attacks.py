@@ -3,6 +3,7 @@ names, outputs, diffs and answers made to break out of HTML. The page is rendere
 session (`oa-sandbox run`, a scripted model, a real container) and opened in a real headless
 Chromium: no script runs, nothing is fetched (a loopback server records any request), and the
 hostile text is on the page as text."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,40 @@ from tests.conftest import chown_tree, make_workspace
 from tests.report_browser import Elements, Recorder, dump_dom, needs_chromium, run_cli, run_session
 
 # The page's own elements (and the tbody a browser adds): anything else in it came from the session.
-PAGE_TAGS = {"html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "h4", "p", "strong", "div", "ul", "ol", "li", "nav", "a",
-             "main", "section", "table", "tbody", "tr", "th", "td", "pre", "code", "details", "summary", "span", "br"}
-POLICY = ("rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: hostile, tool: shell, command_prefix: sh hostile.sh, decision: allow}\n")
+PAGE_TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "header",
+    "h1",
+    "h2",
+    "h4",
+    "p",
+    "strong",
+    "div",
+    "ul",
+    "ol",
+    "li",
+    "nav",
+    "a",
+    "main",
+    "section",
+    "table",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "pre",
+    "code",
+    "details",
+    "summary",
+    "span",
+    "br",
+}
+POLICY = "rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: hostile, tool: shell, command_prefix: sh hostile.sh, decision: allow}\n"
 
 
 def payloads(port: int) -> list[str]:
@@ -26,14 +58,14 @@ def payloads(port: int) -> list[str]:
     remote = f"http://127.0.0.1:{port}"
     return [
         "<script>document.title='PWNED-script'</script>",
-        "\"><img src=x onerror=\"document.title='PWNED-img'\">",
+        '"><img src=x onerror="document.title=\'PWNED-img\'">',
         "'><svg onload=\"document.title='PWNED-svg'\">",
         "<a href=\"javascript:document.title='PWNED-js'\">javascript:document.title='PWNED-js'</a>",
         "</details></pre></li></ol></section><script>document.title='PWNED-details'</script>",
         "</style><script>document.title='PWNED-style'</script><style>body{background:url(" + remote + "/style-url)}",
         "</title><script>document.title='PWNED-title'</script>",
-        f"<img src=\"{remote}/img\"><link rel=stylesheet href=\"{remote}/css\"><iframe src=\"{remote}/frame\"></iframe>",
-        f"<meta http-equiv=\"refresh\" content=\"0;url={remote}/refresh\"><base href=\"{remote}/\">",
+        f'<img src="{remote}/img"><link rel=stylesheet href="{remote}/css"><iframe src="{remote}/frame"></iframe>',
+        f'<meta http-equiv="refresh" content="0;url={remote}/refresh"><base href="{remote}/">',
         "<!-- --><plaintext>",
         "\x1b]0;evil-title\x07\x1b[31mred\x1b[0m \u202ebidi\u202c \x00nul \x7fdel \u2028sep",
     ]
@@ -64,13 +96,30 @@ def hostile(tmp_path_factory, sandbox_image):
     ws = make_workspace(tmp / "ws", {"app.py": "print('hi')\n"})
     chown_tree(ws)
     turns = [
-        {"text": every, "tool_calls": [
-            {"name": "write_file", "arguments": {"path": "hostile.sh", "content": HOSTILE_SH}},
-            {"name": "write_file", "arguments": {"path": "payload.txt", "content": text}},
-            {"name": "write_file", "arguments": {"path": "\"><img src=x onerror=document.title='PWNED-name'>.txt", "content": text}},
-            {"name": "edit_file", "arguments": {"path": "app.py", "old_text": "print('hi')", "new_text": "print('hi')\n# " + text.replace("\n", " ")}}]},
+        {
+            "text": every,
+            "tool_calls": [
+                {"name": "write_file", "arguments": {"path": "hostile.sh", "content": HOSTILE_SH}},
+                {"name": "write_file", "arguments": {"path": "payload.txt", "content": text}},
+                {
+                    "name": "write_file",
+                    "arguments": {"path": "\"><img src=x onerror=document.title='PWNED-name'>.txt", "content": text},
+                },
+                {
+                    "name": "edit_file",
+                    "arguments": {
+                        "path": "app.py",
+                        "old_text": "print('hi')",
+                        "new_text": "print('hi')\n# " + text.replace("\n", " "),
+                    },
+                },
+            ],
+        },
         {"text": "running it " + every, "tool_calls": [{"name": "shell", "arguments": {"command": "sh hostile.sh"}}]},
-        {"text": "a call the policy refuses", "tool_calls": [{"name": "shell", "arguments": {"command": f"curl '{every[:200]}'"}}]},
+        {
+            "text": "a call the policy refuses",
+            "tool_calls": [{"name": "shell", "arguments": {"command": f"curl '{every[:200]}'"}}],
+        },
         {"text": "done " + every},
     ]
     sid, proc = run_session(tmp, ws, turns, POLICY, "the task " + every.replace("\x00", ""), "--workspace-mode", "copy")
@@ -90,10 +139,18 @@ def test_report_of_hostile_session_holds_no_element_of_the_box(hostile):
     elements = Elements(page)
     assert {tag for tag, _ in elements.tags} <= PAGE_TAGS, {tag for tag, _ in elements.tags} - PAGE_TAGS
     for tag, attrs in elements.tags:
-        assert not [a for a in attrs if a.startswith("on") or a in ("src", "srcset", "style", "action", "formaction", "background")], (tag, attrs)
+        assert not [
+            a
+            for a in attrs
+            if a.startswith("on") or a in ("src", "srcset", "style", "action", "formaction", "background")
+        ], (tag, attrs)
         assert attrs.get("href") is None or attrs["href"].startswith("#"), (tag, attrs)
     metas = [attrs for tag, attrs in elements.tags if tag == "meta" and attrs.get("http-equiv")]
-    assert len(metas) == 1 and metas[0]["http-equiv"] == "Content-Security-Policy" and "default-src 'none'" in (metas[0]["content"] or "")
+    assert (
+        len(metas) == 1
+        and metas[0]["http-equiv"] == "Content-Security-Policy"
+        and "default-src 'none'" in (metas[0]["content"] or "")
+    )
     assert "script-src" in (metas[0]["content"] or "") and "unsafe" not in (metas[0]["content"] or "")
     assert elements.title == f"oa-sandbox report: session {sid}"
     assert "&lt;script&gt;document.title=&#39;PWNED-script&#39;&lt;/script&gt;" in page  # shown, as text
@@ -122,8 +179,10 @@ def test_report_csp_stops_what_escaping_would_miss(hostile, tmp_path):
     sid, out, recorder, _ = hostile
     page = out.read_text(encoding="utf-8")
     remote = f"http://127.0.0.1:{recorder.port}"
-    planted = (f"<script>document.title='PWNED-csp'</script><img src=\"{remote}/csp-img\" onerror=\"document.title='PWNED-csp-img'\">"
-               f"<link rel=stylesheet href=\"{remote}/csp-css\"><div style=\"background:url({remote}/csp-style)\">x</div>")
+    planted = (
+        f"<script>document.title='PWNED-csp'</script><img src=\"{remote}/csp-img\" onerror=\"document.title='PWNED-csp-img'\">"
+        f'<link rel=stylesheet href="{remote}/csp-css"><div style="background:url({remote}/csp-style)">x</div>'
+    )
     with_csp = tmp_path / "with-csp.html"
     with_csp.write_text(page.replace("</main>", planted + "</main>"), encoding="utf-8")
     before = len(recorder.requests)
@@ -132,7 +191,9 @@ def test_report_csp_stops_what_escaping_would_miss(hostile, tmp_path):
     # The control: the same planting on the page without its CSP does run and load, so the check above can see it.
     start = page.index("<meta http-equiv")
     without = tmp_path / "without-csp.html"
-    without.write_text(page[:start] + page[page.index(">", start) + 1:].replace("</main>", planted + "</main>"), encoding="utf-8")
+    without.write_text(
+        page[:start] + page[page.index(">", start) + 1 :].replace("</main>", planted + "</main>"), encoding="utf-8"
+    )
     assert Elements(dump_dom(without)).title.startswith("PWNED-csp")
     assert recorder.requests[before:], "the control page made no request: the recorder cannot see one"
     del recorder.requests[before:]
@@ -146,7 +207,11 @@ def test_report_of_a_huge_transcript_is_bounded_and_renders_fast(hostile, tmp_pa
     record = json.loads((tmp / "state" / "openagents-sandbox" / "sessions" / sid / "session.json").read_text())
     transcript = Path(record["transcript"])
     lines = transcript.read_text(encoding="utf-8").splitlines()
-    results = [json.loads(line) for line in lines if json.loads(line)["type"] in ("tool_call", "approval", "tool_result", "model_response")]
+    results = [
+        json.loads(line)
+        for line in lines
+        if json.loads(line)["type"] in ("tool_call", "approval", "tool_result", "model_response")
+    ]
     ending = [line for line in lines if json.loads(line)["type"] == "session_end"]
     body = [line for line in lines if json.loads(line)["type"] != "session_end"]
     # Each round the same records under new call ids: serialised once, the id put in by replace.

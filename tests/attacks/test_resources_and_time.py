@@ -1,4 +1,5 @@
 """Resources and time: bombs, floods and daemons are stopped from outside, and the box goes on."""
+
 from __future__ import annotations
 
 import time
@@ -104,12 +105,15 @@ def test_child_ignoring_sigterm(victim):
     victim.assert_intact()
 
 
-@pytest.mark.parametrize("command", [
-    "setsid sleep 300 &",
-    "nohup sleep 300 >/dev/null 2>&1 &",
-    "(sh -c 'sleep 300 &' &)",
-    "setsid sh -c 'setsid sh -c \"sleep 300\" &' &",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "setsid sleep 300 &",
+        "nohup sleep 300 >/dev/null 2>&1 &",
+        "(sh -c 'sleep 300 &' &)",
+        "setsid sh -c 'setsid sh -c \"sleep 300\" &' &",
+    ],
+)
 def test_daemons_do_not_survive_the_call(victim, command):
     """setsid, nohup and double-fork daemons do not outlive their call."""
     assert victim.sh(command + " echo started").ok

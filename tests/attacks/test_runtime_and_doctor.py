@@ -1,4 +1,5 @@
 """The optional gVisor runtime, and the installation self-check users run."""
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,9 @@ def test_under_runsc_the_box_talks_to_gvisors_kernel(open_sandbox, workspace, ru
 def test_an_unknown_runtime_is_a_typed_start_failure(sandbox_image, docker_client, workspace):
     """A runtime the daemon does not have fails before any container, with a typed, fatal error naming
     the runtimes it has, and leaves no container."""
-    box = DockerSandbox(workspace, SandboxConfig(backend=DockerBackendConfig(runtime="oa-no-such-runtime")), client=docker_client)
+    box = DockerSandbox(
+        workspace, SandboxConfig(backend=DockerBackendConfig(runtime="oa-no-such-runtime")), client=docker_client
+    )
     with pytest.raises(OpenAgentsError) as info:
         box.start()
     assert info.value.type == ErrorType.CONFIG_INVALID and not info.value.recoverable

@@ -6,6 +6,7 @@ setuid binary on the host's disk. Each scenario runs as uid 1000 on a uid-1000 w
 uid 0 on a root-owned one, tries every route to the bits, then checks the host's copy of the
 workspace itself (lstat, no link followed).
 """
+
 from __future__ import annotations
 
 import io
@@ -31,7 +32,7 @@ SETGID_IN_IMAGE = "/usr/sbin/unix_chkpwd"  # setgid shadow
 
 # Runs inside the box: every syscall route to a setuid/setgid file, and the refused syscalls.
 # Prints {route: [return value, errno]}; x86_64 numbers.
-PROBE = r'''
+PROBE = r"""
 import ctypes, json, mmap, os, stat, struct, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -106,7 +107,7 @@ import tarfile
 out["python tarfile extractall"] = py(lambda: tarfile.open("/workspace/suid.tar").extractall("pytar"))
 out["python tarfile chmod"] = py(lambda: os.chmod("pytar/tar-suid", 0o4755))
 print(json.dumps(out))
-'''
+"""
 
 # Coreutils, install, cp -a/-p of the image's setuid binaries, GNU tar, setgid directories.
 SHELL_ROUTES = f"""
@@ -156,8 +157,12 @@ def _setuid_archive() -> bytes:
     """A tar with a setuid-root file, a setgid file and a setgid directory, made on the host."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, mode, kind in (("tar-suid", 0o4755, tarfile.REGTYPE), ("tar-sgid", 0o2755, tarfile.REGTYPE),
-                                 ("tar-sgid-dir", 0o2775, tarfile.DIRTYPE), ("tar-both", 0o6755, tarfile.REGTYPE)):
+        for name, mode, kind in (
+            ("tar-suid", 0o4755, tarfile.REGTYPE),
+            ("tar-sgid", 0o2755, tarfile.REGTYPE),
+            ("tar-sgid-dir", 0o2775, tarfile.DIRTYPE),
+            ("tar-both", 0o6755, tarfile.REGTYPE),
+        ):
             info = tarfile.TarInfo(name)
             info.mode, info.type, info.uid, info.gid = mode, kind, 0, 0
             data = b"#!/bin/sh\nid\n" if kind == tarfile.REGTYPE else b""
@@ -213,13 +218,27 @@ def test_setuid_and_setgid_through_every_tool(box):
         codes = dict(line.rsplit(" rc=", 1) for line in out.splitlines() if " rc=" in line)
         assert len(codes) == 17, out
         # cp and tar drop the bits themselves when they cannot also keep the owner (uid 1000): not asserted.
-        for route in ("chmod 4755", "chmod 2755", "chmod u+s", "chmod g+s", "chmod 6755", "install -m 4755", "install -m 2755",
-                      "install -d -m 2775", "setgid dir", "mkdir -m 2775", "mknod -m 4755"):
+        for route in (
+            "chmod 4755",
+            "chmod 2755",
+            "chmod u+s",
+            "chmod g+s",
+            "chmod 6755",
+            "install -m 4755",
+            "install -m 2755",
+            "install -d -m 2775",
+            "setgid dir",
+            "mkdir -m 2775",
+            "mknod -m 4755",
+        ):
             assert codes[route] != "0", f"{route} succeeded in {where}:\n{out}"
         assert "Operation not permitted" in out
         assert "BITS" not in out, out
         # The files are there, only the bits are not: the routes really ran.
-        listing = _sh(box, f"cd {where} && stat -c '%a %n' tool inst-suid cp-a-suid cp-p-suid cp-a-sgid tarx/tar-suid tarx2/tar-both sgdir")
+        listing = _sh(
+            box,
+            f"cd {where} && stat -c '%a %n' tool inst-suid cp-a-suid cp-p-suid cp-a-sgid tarx/tar-suid tarx2/tar-both sgdir",
+        )
         modes = dict(reversed(line.split(" ", 1)) for line in listing.splitlines())
         assert len(modes) == 8 and modes["tool"] == "755", listing
     assert _bits_on_host(box.workspace) == []
@@ -239,7 +258,9 @@ def test_setuid_and_setgid_through_raw_syscalls(box):
             elif route.startswith("i386"):
                 assert (ret, err) == (-1, 1), f"{route} in {where}: {ret} exit {err} (EPERM expected)"
             elif route.startswith("setxattr") and box.runtime.gvisor:
-                assert ret == -1 and err in (1, 95), f"{route} in {where}: {ret} errno {err}"  # gVisor: no security.* xattrs (ENOTSUP)
+                assert ret == -1 and err in (1, 95), (
+                    f"{route} in {where}: {ret} errno {err}"
+                )  # gVisor: no security.* xattrs (ENOTSUP)
             elif route == "python tarfile extractall":
                 continue  # tarfile ignores a failed chmod itself; the find below checks the bits
             else:
@@ -260,7 +281,10 @@ def test_ordinary_work_still_works(box):
         assert "sticky 1777" in out and "python-ok 0o600" in out and "open-ok x" in out and "tar-ok" in out, out
         assert "git-ok" in out or "git-absent" in out, out
         assert out.rstrip().endswith("ordinary-done"), out
-    assert _sh(box, "cd /workspace/o && mkfifo /tmp/fifo && stat -c %F /tmp/fifo && stat -c %a run.sh").split() == ["fifo", "755"]
+    assert _sh(box, "cd /workspace/o && mkfifo /tmp/fifo && stat -c %F /tmp/fifo && stat -c %a run.sh").split() == [
+        "fifo",
+        "755",
+    ]
     assert (box.workspace / "o" / "run.sh").stat().st_mode & 0o7777 == 0o755
     assert _bits_on_host(box.workspace) == []
 
@@ -271,11 +295,22 @@ def test_the_profile_is_what_stops_it(sandbox_image, docker_client, tmp_path):
     ws.mkdir()
     script = "cd /w && cp /usr/bin/id tool && chmod 4755 tool; stat -c %a tool"
     results = {}
-    for label, opts in (("docker default", ["no-new-privileges"]), ("openagents", ["no-new-privileges", "seccomp=" + profile_json()])):
+    for label, opts in (
+        ("docker default", ["no-new-privileges"]),
+        ("openagents", ["no-new-privileges", "seccomp=" + profile_json()]),
+    ):
         out = docker_client.containers.run(
-            sandbox_image, ["sh", "-c", script],
-            entrypoint=[], user="0:0", cap_drop=["ALL"], security_opt=opts, network_mode="none", remove=True,
-            volumes={str(ws): {"bind": "/w", "mode": "rw"}}, labels={"dev.openagents.sandbox.test": "1"})
+            sandbox_image,
+            ["sh", "-c", script],
+            entrypoint=[],
+            user="0:0",
+            cap_drop=["ALL"],
+            security_opt=opts,
+            network_mode="none",
+            remove=True,
+            volumes={str(ws): {"bind": "/w", "mode": "rw"}},
+            labels={"dev.openagents.sandbox.test": "1"},
+        )
         results[label] = out.decode().split()[-1]
         os.remove(ws / "tool")
     assert results == {"docker default": "4755", "openagents": "755"}, results

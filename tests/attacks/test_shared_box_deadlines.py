@@ -1,6 +1,7 @@
 """Calls that share one box (issue 22, issue 46): the agent runs shell commands at once, each in a
 process group of its own. One call's timeout must never kill the command running beside it, and each
 gets its whole time."""
+
 from __future__ import annotations
 
 import threading

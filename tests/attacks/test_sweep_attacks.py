@@ -1,6 +1,7 @@
 """The integrity sweep under attack: a host killed before it sweeps, a sparse file with many hard
 links swept across file systems, a box that fills the disk's inodes with empty files, a tree too
 big for the sweep's budget. Plants come from a real box where the box can make them."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,10 @@ from tests.conftest import make_workspace, sandbox_config
 
 pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-PLANT = ("mkdir -p sub/.git/objects sub/.git/refs/heads && printf 'ref: refs/heads/main\\n' > sub/.git/HEAD && "
-         "printf '%s' '{config}' > sub/.git/config && echo planted")
+PLANT = (
+    "mkdir -p sub/.git/objects sub/.git/refs/heads && printf 'ref: refs/heads/main\\n' > sub/.git/HEAD && "
+    "printf '%s' '{config}' > sub/.git/config && echo planted"
+)
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,14 +33,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _env(tmp_path: Path) -> dict[str, str]:
     """The child runs this checkout's code (PYTHONPATH), with its own state and config homes."""
-    return {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config"),
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
 
 
 def _script(tmp_path: Path, calls: list[str]) -> tuple[Path, Path]:
     script = tmp_path / "s.jsonl"
-    script.write_text("".join(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": c, "timeout": 120}}]}) + "\n" for c in calls)
-                      + json.dumps({"text": "done"}) + "\n")
+    script.write_text(
+        "".join(
+            json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": c, "timeout": 120}}]}) + "\n"
+            for c in calls
+        )
+        + json.dumps({"text": "done"})
+        + "\n"
+    )
     policy = tmp_path / "p.toml"
     policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     return script, policy
@@ -56,9 +69,28 @@ def test_a_killed_host_leaves_its_sweep_to_the_next_command(sandbox_image, runti
     plant = PLANT.format(config=HOSTILE_CONFIG.format(marker=marker)) + " && mkfifo trap; sleep 60"
     script, policy = _script(tmp_path, [plant])
     transcript = tmp_path / "t.jsonl"
-    proc = subprocess.Popen([OA, "run", "--runtime", runtime, "--workspace", str(ws), "--model", f"script:{script}", "--policy", str(policy),
-                             "--non-interactive", "--transcript", str(transcript), "plant"], env=_env(tmp_path),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            OA,
+            "run",
+            "--runtime",
+            runtime,
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--policy",
+            str(policy),
+            "--non-interactive",
+            "--transcript",
+            str(transcript),
+            "plant",
+        ],
+        env=_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 90
     while not (ws / "sub" / ".git" / "config").exists():
         assert proc.poll() is None, proc.communicate()
@@ -74,7 +106,9 @@ def test_a_killed_host_leaves_its_sweep_to_the_next_command(sandbox_image, runti
     proc.wait(timeout=30)
     assert (ws / "sub" / ".git").exists(), "nothing swept yet: the host died"
 
-    after = subprocess.run([OA, "sessions"], env=_env(tmp_path), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    after = subprocess.run(
+        [OA, "sessions"], env=_env(tmp_path), capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL
+    )
     assert after.returncode == 0, after.stderr
     assert "ended session" in after.stderr and "sub/.git" in after.stderr, after.stderr
     assert not (ws / "sub" / ".git").exists() and not (ws / "trap").exists()
@@ -86,9 +120,29 @@ def test_a_killed_host_leaves_its_sweep_to_the_next_command(sandbox_image, runti
 
     # The next session: nothing of the first box is in its baseline.
     script2, _ = _script(tmp_path, ["ls -a sub"])
-    second = subprocess.run([OA, "run", "--runtime", runtime, "--workspace", str(ws), "--model", f"script:{script2}", "--policy", str(policy),
-                             "--non-interactive", "--transcript", str(tmp_path / "t2.jsonl"), "look"], env=_env(tmp_path),
-                            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    second = subprocess.run(
+        [
+            OA,
+            "run",
+            "--runtime",
+            runtime,
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script2}",
+            "--policy",
+            str(policy),
+            "--non-interactive",
+            "--transcript",
+            str(tmp_path / "t2.jsonl"),
+            "look",
+        ],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert second.returncode == 0, second.stderr
     adopted = sweep_journal.capture_baseline(ws).git_entries
     # an empty top .git is the read-only placeholder's mount point (kept while Docker still lists a box on the workspace)
@@ -138,7 +192,9 @@ def _used(path: Path) -> int:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def test_a_sparse_file_with_many_hard_links_is_not_expanded_across_file_systems(open_sandbox, runtime, docker_client, tmp_path, other_fs):
+def test_a_sparse_file_with_many_hard_links_is_not_expanded_across_file_systems(
+    open_sandbox, runtime, docker_client, tmp_path, other_fs
+):
     """16 MiB of holes with 16 names inside a planted .git, the state directory on a tmpfs: the
     sweep copies nothing (the old fallback wrote 256 MiB); the .git is defused where it is, and
     neither the user's git nor the next baseline takes any of it for a repository."""
@@ -146,12 +202,20 @@ def test_a_sparse_file_with_many_hard_links_is_not_expanded_across_file_systems(
 
     marker = tmp_path / "MARKER-sparse"
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
-    box = DockerSandbox(ws, sandbox_config(runtime, docker_client), client=docker_client, state_dir=other_fs / "session")
+    box = DockerSandbox(
+        ws, sandbox_config(runtime, docker_client), client=docker_client, state_dir=other_fs / "session"
+    )
     box.start()
     try:
-        out = box.call("shell", {"command": PLANT.format(config=HOSTILE_CONFIG.format(marker=marker)) + " && truncate -s 16M sub/.git/objects/pack && "
-                                            "for i in $(seq 1 15); do ln sub/.git/objects/pack sub/.git/objects/l$i; done && "
-                                            "mkdir -p sub/.git/modules/m/objects sub/.git/modules/m/refs && echo x > sub/.git/modules/m/HEAD && echo ok"}).output
+        out = box.call(
+            "shell",
+            {
+                "command": PLANT.format(config=HOSTILE_CONFIG.format(marker=marker))
+                + " && truncate -s 16M sub/.git/objects/pack && "
+                "for i in $(seq 1 15); do ln sub/.git/objects/pack sub/.git/objects/l$i; done && "
+                "mkdir -p sub/.git/modules/m/objects sub/.git/modules/m/refs && echo x > sub/.git/modules/m/HEAD && echo ok"
+            },
+        ).output
         assert out.strip().endswith("ok"), out
     finally:
         state_before, ws_before = _used(other_fs), os.statvfs(ws).f_files - os.statvfs(ws).f_ffree
@@ -180,8 +244,13 @@ def test_empty_files_past_the_entry_quota_stop_the_box(open_sandbox, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     box = open_sandbox(ws, entry_quota=3000)
     started = time.monotonic()
-    res = box.call("shell", {"command": "mkdir e && python3 -c \"\nimport time\nfor i in range(30000):\n    open('e/%d' % i, 'w').close()\n    if i % 1000 == 999: time.sleep(0.05)\nprint('finished')\"",
-                             "timeout": 120})
+    res = box.call(
+        "shell",
+        {
+            "command": "mkdir e && python3 -c \"\nimport time\nfor i in range(30000):\n    open('e/%d' % i, 'w').close()\n    if i % 1000 == 999: time.sleep(0.05)\nprint('finished')\"",
+            "timeout": 120,
+        },
+    )
     elapsed = time.monotonic() - started
     made = len(os.listdir(ws / "e"))
     assert not res.ok and res.error.type.value == "workspace_quota_exceeded" and not res.error.recoverable, res

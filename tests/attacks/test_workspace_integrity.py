@@ -1,6 +1,7 @@
 """What the box leaves in the workspace for the host or the user to trip over after the session:
 planted repositories, setuid bits, FIFOs, a workspace grown past its quota. Each scenario plants
 from inside a real sandbox, then checks the workspace on the host once the box is gone."""
+
 from __future__ import annotations
 
 import json
@@ -20,12 +21,16 @@ from tests.conftest import make_workspace
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-HOSTILE_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch {marker}; false\"\n[alias]\n\tst = !touch {marker}\n"
+HOSTILE_CONFIG = (
+    '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch {marker}; false"\n[alias]\n\tst = !touch {marker}\n'
+)
 
 
 def plant_repo(box, where: str, marker: Path) -> None:
-    script = (f"mkdir -p {where}/objects {where}/refs/heads && printf 'ref: refs/heads/main\\n' > {where}/HEAD && "
-              f"printf '%s' '{HOSTILE_CONFIG.format(marker=marker)}' > {where}/config; echo planted")
+    script = (
+        f"mkdir -p {where}/objects {where}/refs/heads && printf 'ref: refs/heads/main\\n' > {where}/HEAD && "
+        f"printf '%s' '{HOSTILE_CONFIG.format(marker=marker)}' > {where}/config; echo planted"
+    )
     box.call("shell", {"command": script})
 
 
@@ -35,8 +40,14 @@ def user_git(cwd: Path) -> subprocess.CompletedProcess:
     ownership") before reading its config, so without safe.directory this could never fire a
     planted fsmonitor and the scenarios could not fail; the user, who owns the workspace, has no
     such refusal."""
-    env = {"PATH": os.environ["PATH"], "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+    }
     done = subprocess.run(["git", "status", "--short"], cwd=cwd, capture_output=True, text=True, env=env, timeout=30)
     assert "dubious ownership" not in done.stderr, done.stderr
     return done
@@ -82,8 +93,15 @@ def test_no_repository_can_be_planted_at_the_top(box_on, tmp_path):
 
 def test_existing_repositories_are_read_only_in_the_box(box_on, tmp_path):
     """Every .git present at the start (top and nested, dir or gitfile) is mounted read-only: hooks and config cannot be planted."""
-    ws = make_workspace(tmp_path / "ws", {".git/config": "[core]\n", ".git/HEAD": "ref: refs/heads/main\n",
-                                          "lib/.git/config": "[core]\n", "mod/.git": "gitdir: ../.git/modules/mod\n"})
+    ws = make_workspace(
+        tmp_path / "ws",
+        {
+            ".git/config": "[core]\n",
+            ".git/HEAD": "ref: refs/heads/main\n",
+            "lib/.git/config": "[core]\n",
+            "mod/.git": "gitdir: ../.git/modules/mod\n",
+        },
+    )
     before = {p: (ws / p).read_text() for p in (".git/config", "lib/.git/config", "mod/.git")}
     box = box_on(ws)
     for target in (".git/config", ".git/pre-commit", "lib/.git/config", "lib/.git/post-checkout"):
@@ -92,14 +110,26 @@ def test_existing_repositories_are_read_only_in_the_box(box_on, tmp_path):
     # Emptying, not appending: under gVisor with directfs a read-only *bind* mount of a directory let an
     # open(O_TRUNC) empty the host file before it said EROFS (mounts.py); `>`, truncate(1) and a bare
     # O_TRUNC open, as the box's own uid and against the gitfile too.
-    res = box.call("shell", {"command": "for f in .git/config lib/.git/config mod/.git; do : > $f; truncate -s 0 $f; "
-                                        "python3 -c \"import os, sys; os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)\" $f; done 2>&1 | sort | uniq -c"})
+    res = box.call(
+        "shell",
+        {
+            "command": "for f in .git/config lib/.git/config mod/.git; do : > $f; truncate -s 0 $f; "
+            'python3 -c "import os, sys; os.open(sys.argv[1], os.O_WRONLY | os.O_TRUNC)" $f; done 2>&1 | sort | uniq -c'
+        },
+    )
     assert "Read-only file system" in res.output and "Permission denied" not in res.output, res.output
-    res = box.call("shell", {"command": "echo 'gitdir: /etc' > mod/.git 2>&1; rm -rf lib/.git 2>&1; mv lib lib2 2>&1 && echo moved"})
+    res = box.call(
+        "shell",
+        {"command": "echo 'gitdir: /etc' > mod/.git 2>&1; rm -rf lib/.git 2>&1; mv lib lib2 2>&1 && echo moved"},
+    )
     box.close()
-    views = [v.id for v in box.client.volumes.list() if str(ws) in str((v.attrs.get("Options") or {}).get("device", ""))]
+    views = [
+        v.id for v in box.client.volumes.list() if str(ws) in str((v.attrs.get("Options") or {}).get("device", ""))
+    ]
     assert views == [], "a read-only view (an anonymous volume) outlived its box"
-    assert {p: (ws / p).read_text() for p in before if (ws / p).exists()} == {k: v for k, v in before.items() if (ws / k).exists()}
+    assert {p: (ws / p).read_text() for p in before if (ws / p).exists()} == {
+        k: v for k, v in before.items() if (ws / k).exists()
+    }
     assert (ws / "mod" / ".git").read_text() == before["mod/.git"]
     assert not (ws / ".git" / "hooks" / "pre-commit").exists()
 
@@ -127,10 +157,17 @@ def test_fifos_sockets_and_setuid_files_are_swept(box_on, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "k\n", "tool": "#!/bin/sh\nid\n"})
     os.chmod(ws / "keep.txt", 0o2644)  # the user's own setgid bit, there before the session: left alone
     box = box_on(ws)
-    res = box.call("shell", {"command": "mkfifo pipe && python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('sock')\" && mkdir -p d && mkfifo d/deep && echo ok"})
+    res = box.call(
+        "shell",
+        {
+            "command": "mkfifo pipe && python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('sock')\" && mkdir -p d && mkfifo d/deep && echo ok"
+        },
+    )
     assert res.output.strip() == "ok", res.output
     if box.runtime.gvisor:
-        assert not [p for p in ws.rglob("*") if not (p.is_file() or p.is_dir())], "a special file reached the host under gVisor"
+        assert not [p for p in ws.rglob("*") if not (p.is_file() or p.is_dir())], (
+            "a special file reached the host under gVisor"
+        )
         os.mkfifo(ws / "pipe")
         os.mkfifo(ws / "d" / "deep")
         with socket.socket(socket.AF_UNIX) as s:
@@ -181,13 +218,21 @@ def test_the_write_quota_stops_a_disk_filler(box_on, tmp_path):
     quota = 64 << 20
     box = box_on(ws, write_quota=quota)
     started = time.monotonic()
-    res = box.call("shell", {"command": "i=0; while [ $i -lt 200 ]; do head -c 8388608 /dev/zero > f$i || exit 1; i=$((i+1)); done; echo finished", "timeout": 120})
+    res = box.call(
+        "shell",
+        {
+            "command": "i=0; while [ $i -lt 200 ]; do head -c 8388608 /dev/zero > f$i || exit 1; i=$((i+1)); done; echo finished",
+            "timeout": 120,
+        },
+    )
     elapsed = time.monotonic() - started
     assert not res.ok and res.error.type.value == "workspace_quota_exceeded" and not res.error.recoverable, res
     assert "finished" not in res.output
     written = sum(p.stat().st_size for p in ws.glob("f*"))
     assert written < 200 * 8 << 20, "the writer was not stopped"
-    print(f"quota {quota >> 20} MiB: stopped at {written >> 20} MiB after {elapsed:.2f}s (overshoot {(written - quota) >> 20} MiB)")
+    print(
+        f"quota {quota >> 20} MiB: stopped at {written >> 20} MiB after {elapsed:.2f}s (overshoot {(written - quota) >> 20} MiB)"
+    )
     later = box.call("read_file", {"path": "a.txt"})
     assert later.error.type.value == "workspace_quota_exceeded"
     assert written < quota + (1 << 30)
@@ -197,33 +242,94 @@ def test_a_session_over_quota_stops_with_a_typed_reason(sandbox_image, tmp_path)
     """Through the real CLI: the quota stops the session (exit 1) with workspace_quota_exceeded in session_end."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     script = tmp_path / "fill.jsonl"
-    fill = {"name": "shell", "arguments": {"command": "i=0; while [ $i -lt 100 ]; do head -c 4194304 /dev/zero > f$i; i=$((i+1)); done"}}
-    script.write_text("\n".join(json.dumps(t) for t in [{"tool_calls": [fill]}, {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}, {"text": "done"}]) + "\n")
+    fill = {
+        "name": "shell",
+        "arguments": {"command": "i=0; while [ $i -lt 100 ]; do head -c 4194304 /dev/zero > f$i; i=$((i+1)); done"},
+    }
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {"tool_calls": [fill]},
+                {"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]},
+                {"text": "done"},
+            ]
+        )
+        + "\n"
+    )
     policy = tmp_path / "policy.toml"
     policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     transcript = tmp_path / "t.jsonl"
-    proc = subprocess.run([OA, "run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--policy", str(policy),
-                           "--write-quota", "32m", "--transcript", str(transcript), "fill the disk"],
-                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            OA,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--non-interactive",
+            "--policy",
+            str(policy),
+            "--write-quota",
+            "32m",
+            "--transcript",
+            str(transcript),
+            "fill the disk",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 1, proc.stderr
     end = [json.loads(line) for line in transcript.read_text().splitlines() if '"session_end"' in line][-1]
     assert end["status"] == "stopped" and end["error"]["type"] == "workspace_quota_exceeded"
-    assert not any(json.loads(line).get("tool") == "read_file" for line in transcript.read_text().splitlines()), "the session went on"
+    assert not any(json.loads(line).get("tool") == "read_file" for line in transcript.read_text().splitlines()), (
+        "the session went on"
+    )
 
 
 def test_the_sweep_reports_at_the_end_of_a_run(sandbox_image, tmp_path):
     """`oa-sandbox run` lists what the sweep moved, and the transcript has an integrity_sweep event."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     script = tmp_path / "plant.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "mkfifo p; mkdir -p s/.git"}}]}) + "\n" + json.dumps({"text": "done"}) + "\n")
+    script.write_text(
+        json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "mkfifo p; mkdir -p s/.git"}}]})
+        + "\n"
+        + json.dumps({"text": "done"})
+        + "\n"
+    )
     policy = tmp_path / "policy.toml"
     policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     transcript = tmp_path / "t.jsonl"
     # runc: under gVisor the FIFO would never reach the host (see test_fifos_sockets_and_setuid_files_are_swept)
-    proc = subprocess.run([OA, "run", "--runtime", "runc", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--policy", str(policy),
-                           "--transcript", str(transcript), "plant"], capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            OA,
+            "run",
+            "--runtime",
+            "runc",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--non-interactive",
+            "--policy",
+            str(policy),
+            "--transcript",
+            str(transcript),
+            "plant",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "moved fifo p out of the workspace" in proc.stderr and "moved git_dir s/.git" in proc.stderr
     sweeps = [json.loads(line) for line in transcript.read_text().splitlines() if '"integrity_sweep"' in line]
-    assert sweeps and {m["path"] for m in sweeps[0]["moved"]} == {"p", "s/.git"} and sweeps[0]["executor"] == "openagents"
+    assert (
+        sweeps and {m["path"] for m in sweeps[0]["moved"]} == {"p", "s/.git"} and sweeps[0]["executor"] == "openagents"
+    )
     shutil.rmtree(ws)

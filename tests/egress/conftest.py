@@ -3,6 +3,7 @@
 Every address these tests touch belongs to containers of this project, on networks it creates;
 both of its networks are internal, so nothing can leave them.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,7 +45,10 @@ def egress_project(sandbox_image, docker_client, docker_services, docker_compose
     project = docker_compose_project_name
 
     def ready() -> bool:
-        containers = {c.labels.get("com.docker.compose.service"): c for c in docker_client.containers.list(filters={"label": f"com.docker.compose.project={project}"})}
+        containers = {
+            c.labels.get("com.docker.compose.service"): c
+            for c in docker_client.containers.list(filters={"label": f"com.docker.compose.project={project}"})
+        }
         if set(containers) != {"egress-proxy", "allowed-server", "denied-server"}:
             return False
         return b'"decision": "start"' in containers["egress-proxy"].logs()

@@ -1,4 +1,5 @@
 """Opt-in egress: allowed hosts through the proxy, everything else refused, no way around it."""
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,7 @@ FETCH = (
     "    print('FAIL', type(e).__name__, e)\n"
 )
 DIRECT = (
-    "import socket, sys\n"
-    "s = socket.socket(); s.settimeout(3)\n"
-    "print('connect', s.connect_ex((sys.argv[1], 8000)))\n"
+    "import socket, sys\ns = socket.socket(); s.settimeout(3)\nprint('connect', s.connect_ex((sys.argv[1], 8000)))\n"
 )
 
 
@@ -48,7 +47,9 @@ def shared_gate_box(egress_project, docker_client, tmp_path):
 
 @pytest.fixture
 def managed_gate_box(egress_project, docker_client, tmp_path):
-    egress = EgressConfig(allow=["allowed.test:8000", "localhost:8000"], allow_cidrs=[OUTER_CIDR], outer_network=egress_project["outer"])
+    egress = EgressConfig(
+        allow=["allowed.test:8000", "localhost:8000"], allow_cidrs=[OUTER_CIDR], outer_network=egress_project["outer"]
+    )
     with DockerSandbox(make_workspace(tmp_path / "ws"), SandboxConfig(egress=egress), client=docker_client) as box:
         yield box
 
@@ -108,20 +109,54 @@ def test_egress_decisions_reach_the_transcript(egress_project, sandbox_image, tm
     admin = tmp_path / "admin.toml"
     admin.write_text(f'[egress]\nallow_cidrs = ["{OUTER_CIDR}"]\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 fetch.py http://allowed.test:8000/"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 fetch.py http://denied.test:8000/"}}]},
-        {"text": "done"},
-    ]))
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {
+                    "tool_calls": [
+                        {"name": "shell", "arguments": {"command": "python3 fetch.py http://allowed.test:8000/"}}
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {"name": "shell", "arguments": {"command": "python3 fetch.py http://denied.test:8000/"}}
+                    ]
+                },
+                {"text": "done"},
+            ]
+        )
+    )
     transcript = tmp_path / "t.jsonl"
     exe = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
     # The per-session proxy must reach the test servers: its outer network is the project's.
     env = {**os.environ, "OA_ADMIN_POLICY": str(admin), "OA_EGRESS_OUTER_NETWORK": egress_project["outer"]}
-    proc = subprocess.run([exe, "run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--egress", "allow:allowed.test:8000",
-                           "--transcript", str(transcript), "fetch"], capture_output=True, text=True, env=env, timeout=180)
+    proc = subprocess.run(
+        [
+            exe,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--non-interactive",
+            "--egress",
+            "allow:allowed.test:8000",
+            "--transcript",
+            str(transcript),
+            "fetch",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr
     events = [e for e in map(json.loads, transcript.read_text().splitlines()) if e["type"] == "egress"]
-    assert [(e["host"], e["decision"], e["executor"]) for e in events] == [("allowed.test", "allow", "openagents"), ("denied.test", "deny", "openagents")]
+    assert [(e["host"], e["decision"], e["executor"]) for e in events] == [
+        ("allowed.test", "allow", "openagents"),
+        ("denied.test", "deny", "openagents"),
+    ]
 
 
 def test_default_is_still_no_network(sandbox, docker_client):
@@ -132,7 +167,7 @@ def test_default_is_still_no_network(sandbox, docker_client):
 
 
 # -- what was checked is what is reached (domain fronting), and no request makes the logs long -----
-PROBE = r'''
+PROBE = r"""
 import os, socket, ssl, sys
 from urllib.parse import urlsplit
 
@@ -181,7 +216,7 @@ else:  # tunnel: CONNECT head, then a ClientHello naming sys.argv[3], or plain b
         # After the hello, an empty line: a plain-HTTP server reading it as a request line answers at once.
         sock.sendall(hello(extra) + b"\r\n\r\n" if mode == "tls" else extra.encode("latin-1"))
         print(repr(reply(sock)[:40]))
-'''
+"""
 
 
 PROBES = {"started": 0.0}  # when the last probe started (last_decision waits for a record newer than it)
@@ -192,7 +227,11 @@ def probe(box, mode: str, payload: str, extra: str = "") -> list[str]:
     a ClientHello naming `extra` (tls) or by `extra` itself (plain); prints what came back."""
     import time
 
-    for path, content in (("probe.py", PROBE), ("payload.hex", payload.encode("latin-1").hex()), ("extra.hex", extra.encode("latin-1").hex())):
+    for path, content in (
+        ("probe.py", PROBE),
+        ("payload.hex", payload.encode("latin-1").hex()),
+        ("extra.hex", extra.encode("latin-1").hex()),
+    ):
         assert box.call("write_file", {"path": path, "content": content}).ok
     PROBES["started"] = time.time()
     out = box.call("shell", {"command": f"python3 probe.py {mode}", "timeout": 40}).output
@@ -211,16 +250,24 @@ def last_decision(egress_project, since: float | None = None) -> dict:
     since = PROBES["started"] if since is None else since
     deadline = time.monotonic() + 5
     while True:
-        records = [r for r in map(json.loads, proxy_log(egress_project)) if r.get("decision") in ("allow", "deny", "error")]
+        records = [
+            r for r in map(json.loads, proxy_log(egress_project)) if r.get("decision") in ("allow", "deny", "error")
+        ]
         if (records and records[-1]["ts"] >= since - 0.01) or time.monotonic() > deadline:
             return records[-1]
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("host_header", ["denied.test:8000", "denied.test", "allowed.test:80", "allowed.test.evil:8000"])
+@pytest.mark.parametrize(
+    "host_header", ["denied.test:8000", "denied.test", "allowed.test:80", "allowed.test.evil:8000"]
+)
 def test_a_host_header_naming_another_host_is_refused_and_logged(shared_gate_box, egress_project, host_header):
     """Domain fronting: a request to an allowed URL whose Host header names another host is refused (403) and logged."""
-    out = probe(shared_gate_box, "raw", f"GET http://allowed.test:8000/ HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n")
+    out = probe(
+        shared_gate_box,
+        "raw",
+        f"GET http://allowed.test:8000/ HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n",
+    )
     assert out[0].startswith("b'HTTP/1.1 403") and "Host header" in out[0] and "hello from" not in out[0]
     record = last_decision(egress_project)
     assert record["decision"] == "deny" and "Host header" in record["reason"] and record["host"] == "allowed.test"
@@ -229,26 +276,38 @@ def test_a_host_header_naming_another_host_is_refused_and_logged(shared_gate_box
 def test_the_checked_host_is_the_one_asked_for(shared_gate_box, egress_project):
     """The same request with a matching Host header (or none) still works: the check is not a blanket refusal."""
     for head in ("Host: allowed.test:8000\r\n", "Host: ALLOWED.test.:8000\r\n", ""):
-        out = probe(shared_gate_box, "raw", f"GET http://allowed.test:8000/ HTTP/1.1\r\n{head}Connection: close\r\n\r\n")
+        out = probe(
+            shared_gate_box, "raw", f"GET http://allowed.test:8000/ HTTP/1.1\r\n{head}Connection: close\r\n\r\n"
+        )
         assert out[0].startswith("b'HTTP/1.0 200") and "hello from allowed" in out[0], (head, out)
 
 
-@pytest.mark.parametrize("smuggled", [
-    "X-A: 1\nHost: denied.test:8000",  # a bare LF: a server splitting on LF sees a second Host
-    "Host: allowed.test:8000\r\nHost: denied.test:8000",  # two Host headers
-    "Host : denied.test:8000",  # whitespace before the colon
-    "X-A: 1\r\n Host: denied.test:8000",  # obs-fold
-])
+@pytest.mark.parametrize(
+    "smuggled",
+    [
+        "X-A: 1\nHost: denied.test:8000",  # a bare LF: a server splitting on LF sees a second Host
+        "Host: allowed.test:8000\r\nHost: denied.test:8000",  # two Host headers
+        "Host : denied.test:8000",  # whitespace before the colon
+        "X-A: 1\r\n Host: denied.test:8000",  # obs-fold
+    ],
+)
 def test_a_second_host_smuggled_into_the_head_is_refused(shared_gate_box, egress_project, smuggled):
     """A second Host header smuggled past the check (bare LF, duplicate, `Host :`, obs-fold) is refused."""
-    out = probe(shared_gate_box, "raw", f"GET http://allowed.test:8000/ HTTP/1.1\r\n{smuggled}\r\nConnection: close\r\n\r\n")
+    out = probe(
+        shared_gate_box, "raw", f"GET http://allowed.test:8000/ HTTP/1.1\r\n{smuggled}\r\nConnection: close\r\n\r\n"
+    )
     assert out[0].startswith(("b'HTTP/1.1 400", "b'HTTP/1.1 403")) and "hello from" not in out[0], out
     assert last_decision(egress_project)["decision"] == "deny"
 
 
 def test_connect_with_a_mismatching_host_header_is_refused(shared_gate_box, egress_project):
     """CONNECT to an allowed host whose Host header names another host is refused (403) and logged."""
-    out = probe(shared_gate_box, "tunnel", "CONNECT allowed.test:8000 HTTP/1.1\r\nHost: denied.test:8000\r\n\r\n", "allowed.test")
+    out = probe(
+        shared_gate_box,
+        "tunnel",
+        "CONNECT allowed.test:8000 HTTP/1.1\r\nHost: denied.test:8000\r\n\r\n",
+        "allowed.test",
+    )
     assert out[0].startswith("b'HTTP/1.1 403") and len(out) == 1
     record = last_decision(egress_project)
     assert record["decision"] == "deny" and "Host header" in record["reason"]
@@ -264,7 +323,9 @@ def test_a_tls_hello_naming_another_server_is_refused(shared_gate_box, egress_pr
     # The same hello naming the checked host goes through: the plain-HTTP test server answers the TLS bytes.
     passed = probe(shared_gate_box, "tls", tunnel, "allowed.test")
     # (it reads the hello as an HTTP/0.9 request line and answers with a bare error page)
-    assert passed[0] == "b'HTTP/1.1 200 Connection Established'" and passed[1].startswith(("b'HTTP/1.0 400", "b'<!DOCTYPE HTML>")), passed
+    assert passed[0] == "b'HTTP/1.1 200 Connection Established'" and passed[1].startswith(
+        ("b'HTTP/1.0 400", "b'<!DOCTYPE HTML>")
+    ), passed
     assert last_decision(egress_project)["decision"] == "allow"
 
 
@@ -298,23 +359,52 @@ def test_a_flood_of_60_kb_host_names_leaves_the_transcript_bounded(egress_projec
 
     from orchestrator.transcript import MAX_EVENT_BYTES
 
-    flood = ("import os, socket\nfrom urllib.parse import urlsplit\np = urlsplit(os.environ['HTTP_PROXY'])\n"
-             "for i in range(300):\n    s = socket.create_connection((p.hostname, p.port)); s.sendall(b'GET http://' + b'x' * 60000 + b'.test/ HTTP/1.1\\r\\n\\r\\n'); s.recv(100); s.close()\n"
-             "print('sent')\n")
+    flood = (
+        "import os, socket\nfrom urllib.parse import urlsplit\np = urlsplit(os.environ['HTTP_PROXY'])\n"
+        "for i in range(300):\n    s = socket.create_connection((p.hostname, p.port)); s.sendall(b'GET http://' + b'x' * 60000 + b'.test/ HTTP/1.1\\r\\n\\r\\n'); s.recv(100); s.close()\n"
+        "print('sent')\n"
+    )
     ws = make_workspace(tmp_path / "ws", {"flood.py": flood, "fetch.py": FETCH})
     admin = tmp_path / "admin.toml"
     admin.write_text(f'[egress]\nallow_cidrs = ["{OUTER_CIDR}"]\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 flood.py", "timeout": 120}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 fetch.py http://allowed.test:8000/"}}]},
-        {"text": "done"},
-    ]))
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {"tool_calls": [{"name": "shell", "arguments": {"command": "python3 flood.py", "timeout": 120}}]},
+                {
+                    "tool_calls": [
+                        {"name": "shell", "arguments": {"command": "python3 fetch.py http://allowed.test:8000/"}}
+                    ]
+                },
+                {"text": "done"},
+            ]
+        )
+    )
     transcript = tmp_path / "t.jsonl"
     exe = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
     env = {**os.environ, "OA_ADMIN_POLICY": str(admin), "OA_EGRESS_OUTER_NETWORK": egress_project["outer"]}
-    proc = subprocess.run([exe, "run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--egress", "allow:allowed.test:8000",
-                           "--transcript", str(transcript), "flood"], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [
+            exe,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--non-interactive",
+            "--egress",
+            "allow:allowed.test:8000",
+            "--transcript",
+            str(transcript),
+            "flood",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     raw = transcript.read_bytes().splitlines()
     assert max(len(line) for line in raw) <= MAX_EVENT_BYTES
@@ -322,11 +412,16 @@ def test_a_flood_of_60_kb_host_names_leaves_the_transcript_bounded(egress_projec
     egress = [e for e in events if e["type"] == "egress"]
     denied = [e for e in egress if e["decision"] == "deny"]
     assert denied and all(len(e["host"]) < 128 and len(json.dumps(e)) < 2048 for e in denied)
-    assert egress[-2]["decision"] == "omitted" and "100 more" in egress[-2]["reason"]  # 300 decisions, 200 recorded, one line for the rest
+    assert (
+        egress[-2]["decision"] == "omitted" and "100 more" in egress[-2]["reason"]
+    )  # 300 decisions, 200 recorded, one line for the rest
     assert (egress[-1]["host"], egress[-1]["decision"]) == ("allowed.test", "allow")
 
 
 def test_the_per_session_proxy_keeps_a_rotated_log(managed_gate_box):
     """The per-session proxy logs to a size-capped, rotated json-file (drain() reads its decisions from there)."""
     managed_gate_box.egress.proxy.reload()
-    assert managed_gate_box.egress.proxy.attrs["HostConfig"]["LogConfig"] == {"Type": "json-file", "Config": {"max-file": "3", "max-size": "10m"}}
+    assert managed_gate_box.egress.proxy.attrs["HostConfig"]["LogConfig"] == {
+        "Type": "json-file",
+        "Config": {"max-file": "3", "max-size": "10m"},
+    }

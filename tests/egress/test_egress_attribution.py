@@ -4,6 +4,7 @@ log and however late the gate writes a record (sandbox/egress.py drain(), compos
 The drain used to read Docker's copy of the gate's stdout right after the call: Docker copies it
 asynchronously, so under load the last records of one call were attributed to the next, and a
 record the gate writes after the box has its answer (an upstream slow to close) always was."""
+
 from __future__ import annotations
 
 import pytest
@@ -67,10 +68,14 @@ def test_a_record_written_after_the_box_has_its_answer_goes_to_its_call(gate_box
 
 def test_a_refusal_records_what_the_box_sent_and_what_it_got(gate_box):
     head = "GET http://denied.test:8000/x HTTP/1.1\r\nX-Pad: " + "p" * 1000 + "\r\n\r\n"
-    probe = ("import os, socket\nfrom urllib.parse import urlsplit\np = urlsplit(os.environ['HTTP_PROXY'])\n"
-             f"s = socket.create_connection((p.hostname, p.port)); s.sendall({head.encode()!r})\n"
-             "got = b''\nwhile chunk := s.recv(65536): got += chunk\nprint(len(got))\n")
+    probe = (
+        "import os, socket\nfrom urllib.parse import urlsplit\np = urlsplit(os.environ['HTTP_PROXY'])\n"
+        f"s = socket.create_connection((p.hostname, p.port)); s.sendall({head.encode()!r})\n"
+        "got = b''\nwhile chunk := s.recv(65536): got += chunk\nprint(len(got))\n"
+    )
     gate_box.call("write_file", {"path": "probe.py", "content": probe})
     result = gate_box.call("shell", {"command": "python3 probe.py"})
     [record] = result.egress
-    assert record.decision == "deny" and record.bytes_up == len(head) and record.bytes_down == int(result.output.strip())
+    assert (
+        record.decision == "deny" and record.bytes_up == len(head) and record.bytes_down == int(result.output.strip())
+    )

@@ -6,6 +6,7 @@ project's outer network (internal: nothing leaves it) as api.test:8443, with a c
 own CA, which the gate is given (upstream_ca) the way a private CA would be. It records every
 request it receives on stdout: what the API really got.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ API = "https://api.test:8443"
 
 # The box's client: HTTPS through HTTPS_PROXY with urllib, trusting what SSL_CERT_FILE names;
 # it sends a placeholder, which the gate replaces.
-CLIENT = r'''
+CLIENT = r"""
 import json, os, sys, urllib.request, urllib.error
 method, url = sys.argv[1], sys.argv[2]
 data = sys.argv[3].encode() if len(sys.argv) > 3 else None
@@ -44,11 +45,11 @@ except urllib.error.HTTPError as e:
     print(json.dumps({"status": e.code, "body": e.read().decode(errors="replace")}))
 except Exception as e:
     print(json.dumps({"status": 0, "body": f"{type(e).__name__}: {e}"}))
-'''
+"""
 
 # The search of the box for anything shaped like a GitHub token (it is never told the token):
 # every process's environ, cmdline and readable memory, and the files it can see.
-SEARCH = r'''
+SEARCH = r"""
 import json, os, re, sys
 SHAPE = re.compile(rb"ghp_[0-9a-f]{40}")
 found, mem_bytes, pids = set(), 0, 0
@@ -87,7 +88,7 @@ for top in ("/workspace", "/tmp", "/etc/openagents-egress"):
             except OSError:
                 pass
 print(json.dumps({"found": sorted(x.decode() for x in found), "mem_bytes": mem_bytes, "pids": pids}))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -102,15 +103,32 @@ def tls_api(egress_project, docker_client, tmp_path_factory):
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     api = docker_client.api
     image = f"openagents-egress-testserver:{os.environ.get('OA_EGRESS_COMPOSE_TAG', 'compose')}"
-    host_config = api.create_host_config(network_mode=egress_project["outer"], read_only=True, cap_drop=["ALL"],
-                                         mounts=[Mount(target="/certs", source=str(certs), type="bind", read_only=True)])
-    networking = api.create_networking_config({egress_project["outer"]: api.create_endpoint_config(aliases=["api.test"])})
-    cid = api.create_container(image, command=["tls", "api"], environment={"EXPECT_TOKEN": TOKEN}, host_config=host_config,
-                               networking_config=networking, labels={"com.docker.compose.project": egress_project["project"]})["Id"]
+    host_config = api.create_host_config(
+        network_mode=egress_project["outer"],
+        read_only=True,
+        cap_drop=["ALL"],
+        mounts=[Mount(target="/certs", source=str(certs), type="bind", read_only=True)],
+    )
+    networking = api.create_networking_config(
+        {egress_project["outer"]: api.create_endpoint_config(aliases=["api.test"])}
+    )
+    cid = api.create_container(
+        image,
+        command=["tls", "api"],
+        environment={"EXPECT_TOKEN": TOKEN},
+        host_config=host_config,
+        networking_config=networking,
+        labels={"com.docker.compose.project": egress_project["project"]},
+    )["Id"]
     api.start(cid)
     container = docker_client.containers.get(cid)
     for _ in range(100):
-        if container.exec_run(["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 8443), 1)"]).exit_code == 0:
+        if (
+            container.exec_run(
+                ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 8443), 1)"]
+            ).exit_code
+            == 0
+        ):
             break
         time.sleep(0.2)
     yield {"container": container, "ca_file": str(certs / "ca.pem")}
@@ -120,7 +138,11 @@ def tls_api(egress_project, docker_client, tmp_path_factory):
 
 def received(api) -> list[dict]:
     """Every request the API has received, as it logged them."""
-    return [json.loads(line) for line in api["container"].logs(stdout=True, stderr=False).splitlines() if line.startswith(b"{")]
+    return [
+        json.loads(line)
+        for line in api["container"].logs(stdout=True, stderr=False).splitlines()
+        if line.startswith(b"{")
+    ]
 
 
 RULES = [
@@ -135,10 +157,20 @@ RULES = [
 @pytest.fixture
 def api_box(request, egress_project, tls_api, docker_client, tmp_path, monkeypatch, runtime):
     monkeypatch.setenv(TOKEN_VAR, TOKEN)  # the host's environment: where the gate's credential comes from
-    egress = EgressConfig(rules=RULES, credentials=[EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")],
-                          allow_cidrs=[OUTER_CIDR], outer_network=egress_project["outer"], upstream_ca=tls_api["ca_file"], rule_set="test API rules")
+    egress = EgressConfig(
+        rules=RULES,
+        credentials=[
+            EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")
+        ],
+        allow_cidrs=[OUTER_CIDR],
+        outer_network=egress_project["outer"],
+        upstream_ca=tls_api["ca_file"],
+        rule_set="test API rules",
+    )
     ws = make_workspace(tmp_path / "ws", {"client.py": CLIENT, "search.py": SEARCH})
-    with DockerSandbox(ws, SandboxConfig(egress=egress, backend=DockerBackendConfig(runtime=runtime)), client=docker_client) as box:
+    with DockerSandbox(
+        ws, SandboxConfig(egress=egress, backend=DockerBackendConfig(runtime=runtime)), client=docker_client
+    ) as box:
         yield box
 
 
@@ -158,15 +190,27 @@ def test_the_api_gets_the_token_and_the_box_never_holds_it(api_box, tls_api):
     assert [dict(r["headers"]).get("Authorization") for r in got] == [f"Bearer {TOKEN}"]
     (record,) = audit
     assert record["decision"] == "allow" and record["credential"] is True and record["tls"] == "intercepted"
-    assert (record["method"], record["host"], record["port"], record["path"]) == ("GET", "api.test", 8443, "/repos/org/x")
-    assert record["bytes_up"] > 0 and record["bytes_down"] > 0 and "rules[1]" in record["rule"] and isinstance(record["time"], float)
+    assert (record["method"], record["host"], record["port"], record["path"]) == (
+        "GET",
+        "api.test",
+        8443,
+        "/repos/org/x",
+    )
+    assert (
+        record["bytes_up"] > 0
+        and record["bytes_down"] > 0
+        and "rules[1]" in record["rule"]
+        and isinstance(record["time"], float)
+    )
     env = api_box.call("shell", {"command": "env"}).output
     assert TOKEN_VAR not in env and TOKEN not in env  # no token, not even a placeholder: the gate sets the header
     assert "SSL_CERT_FILE=/etc/openagents-egress/bundle.pem" in env
     # An echoing endpoint: the API got the token, the box sees asterisks.
     reply, _ = call(api_box, "GET", f"{API}/echo")
     assert reply["status"] == 200 and TOKEN not in reply["body"] and "*" * len(TOKEN) in reply["body"]
-    found = json.loads(api_box.call("shell", {"command": "python3 search.py", "timeout": 120}).output.strip().splitlines()[-1])
+    found = json.loads(
+        api_box.call("shell", {"command": "python3 search.py", "timeout": 120}).output.strip().splitlines()[-1]
+    )
     assert found["found"] == [] and found["pids"] >= 2
     assert found["mem_bytes"] > 1 << 20  # the memory of the box's processes was really read
 
@@ -195,8 +239,13 @@ def test_a_missing_host_variable_is_a_typed_error(egress_project, docker_client,
     from orchestrator.errors import ErrorType, OpenAgentsError
 
     monkeypatch.delenv(TOKEN_VAR, raising=False)
-    egress = EgressConfig(rules=RULES, credentials=[EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")],
-                          outer_network=egress_project["outer"])
+    egress = EgressConfig(
+        rules=RULES,
+        credentials=[
+            EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")
+        ],
+        outer_network=egress_project["outer"],
+    )
     with pytest.raises(OpenAgentsError) as err:
         with DockerSandbox(make_workspace(tmp_path / "ws"), SandboxConfig(egress=egress), client=docker_client):
             pass
@@ -209,39 +258,97 @@ def test_the_audit_reaches_the_transcript_and_transcript_show(egress_project, tl
     neither the transcript nor the output holds the token."""
     ws = make_workspace(tmp_path / "ws", {"client.py": CLIENT})
     admin = tmp_path / "admin.toml"
-    admin.write_text(f'[egress]\nallow_cidrs = ["{OUTER_CIDR}"]\nupstream_ca = "{tls_api["ca_file"]}"\n'
-                     '[[rules]]\ntool = "shell"\ndecision = "allow"\n')
+    admin.write_text(
+        f'[egress]\nallow_cidrs = ["{OUTER_CIDR}"]\nupstream_ca = "{tls_api["ca_file"]}"\n'
+        '[[rules]]\ntool = "shell"\ndecision = "allow"\n'
+    )
     user = tmp_path / "user.toml"
-    user.write_text('[[egress.rules]]\naction = "allow"\nhost = "api.test"\nport = 8443\nmethods = ["GET"]\npath = "/repos/org/*"\n'
-                    '[[egress.credentials]]\nhost = "api.test"\nport = 8443\nheader = "Authorization"\nvalue = "Bearer ${' + TOKEN_VAR + '}"\n')
+    user.write_text(
+        '[[egress.rules]]\naction = "allow"\nhost = "api.test"\nport = 8443\nmethods = ["GET"]\npath = "/repos/org/*"\n'
+        '[[egress.credentials]]\nhost = "api.test"\nport = 8443\nheader = "Authorization"\nvalue = "Bearer ${'
+        + TOKEN_VAR
+        + '}"\n'
+    )
     script = tmp_path / "s.jsonl"
-    script.write_text("\n".join(json.dumps(t) for t in [
-        {"tool_calls": [{"name": "shell", "arguments": {"command": f"python3 client.py GET {API}/repos/org/x?q=hidden"}}]},
-        {"tool_calls": [{"name": "shell", "arguments": {"command": f"python3 client.py DELETE {API}/repos/org/x"}}]},
-        {"text": "done"},
-    ]))
+    script.write_text(
+        "\n".join(
+            json.dumps(t)
+            for t in [
+                {
+                    "tool_calls": [
+                        {"name": "shell", "arguments": {"command": f"python3 client.py GET {API}/repos/org/x?q=hidden"}}
+                    ]
+                },
+                {
+                    "tool_calls": [
+                        {"name": "shell", "arguments": {"command": f"python3 client.py DELETE {API}/repos/org/x"}}
+                    ]
+                },
+                {"text": "done"},
+            ]
+        )
+    )
     transcript = tmp_path / "t.jsonl"
-    env = {**os.environ, "OA_ADMIN_POLICY": str(admin), "OA_EGRESS_OUTER_NETWORK": egress_project["outer"], TOKEN_VAR: TOKEN, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OA_ADMIN_POLICY": str(admin),
+        "OA_EGRESS_OUTER_NETWORK": egress_project["outer"],
+        TOKEN_VAR: TOKEN,
+        "PYTHONPATH": str(ROOT),
+    }
     cli = [sys.executable, "-m", "orchestrator.cli"]
-    proc = subprocess.run([*cli, "run", "--workspace", str(ws), "--model", f"script:{script}", "--non-interactive", "--policy", str(user),
-                           "--transcript", str(transcript), "--output", "json", "call the API"], capture_output=True, text=True, env=env, timeout=240, cwd=ROOT)
+    proc = subprocess.run(
+        [
+            *cli,
+            "run",
+            "--workspace",
+            str(ws),
+            "--model",
+            f"script:{script}",
+            "--non-interactive",
+            "--policy",
+            str(user),
+            "--transcript",
+            str(transcript),
+            "--output",
+            "json",
+            "call the API",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr
     assert TOKEN not in transcript.read_text() + proc.stdout + proc.stderr
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [(e["method"], e["host"], e["port"], e["path"], e["decision"], e["credential"]) for e in summary["egress"]] == [
-        ("GET", "api.test", 8443, "/repos/org/x", "allow", True), ("DELETE", "api.test", 8443, "/repos/org/x", "deny", False)]
+    assert [
+        (e["method"], e["host"], e["port"], e["path"], e["decision"], e["credential"]) for e in summary["egress"]
+    ] == [
+        ("GET", "api.test", 8443, "/repos/org/x", "allow", True),
+        ("DELETE", "api.test", 8443, "/repos/org/x", "deny", False),
+    ]
     assert summary["egress_omitted"] == 0 and summary["egress"][0]["bytes_down"] > 0
     events = [e for e in map(json.loads, transcript.read_text().splitlines()) if e["type"] == "egress"]
     assert [(e["method"], e["path"], e["decision"], e["credential"]) for e in events] == [
-        ("GET", "/repos/org/x", "allow", True), ("DELETE", "/repos/org/x", "deny", False)]
-    assert all(e["bytes_up"] is not None and e["time"] and e["rule"] for e in events) and "hidden" not in json.dumps(events)
-    shown = subprocess.run([*cli, "transcript", "show", str(transcript)], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
-    assert shown.returncode == 0 and "api.test:8443/repos/org/x" in shown.stdout and "credential injected" in shown.stdout
+        ("GET", "/repos/org/x", "allow", True),
+        ("DELETE", "/repos/org/x", "deny", False),
+    ]
+    assert all(e["bytes_up"] is not None and e["time"] and e["rule"] for e in events) and "hidden" not in json.dumps(
+        events
+    )
+    shown = subprocess.run(
+        [*cli, "transcript", "show", str(transcript)], capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+    )
+    assert (
+        shown.returncode == 0 and "api.test:8443/repos/org/x" in shown.stdout and "credential injected" in shown.stdout
+    )
     assert "default deny" in shown.stdout and TOKEN not in shown.stdout
 
 
 # -- the hostile box, for real: raw bytes through the gate from inside the box ---------------------
-ATTACK = r'''
+ATTACK = r"""
 import os, socket, ssl, sys
 from urllib.parse import urlsplit
 proxy = urlsplit(os.environ["HTTPS_PROXY"])
@@ -282,7 +389,7 @@ try:
 except (OSError, ssl.SSLError):
     pass
 print("REPLY", out.split(b"\r\n")[0].decode(errors="replace"), b"Location: https://denied.test:8443/steal" in out)
-'''
+"""
 
 
 @pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)
@@ -294,9 +401,17 @@ def test_hostile_requests_from_the_box_get_nothing_through(api_box, tls_api):
     before = len(received(tls_api))
 
     def attack(mode: str) -> list[str]:
-        return api_box.call("shell", {"command": f"python3 attack.py {mode}", "timeout": 60}).output.strip().splitlines()
+        return (
+            api_box.call("shell", {"command": f"python3 attack.py {mode}", "timeout": 60}).output.strip().splitlines()
+        )
 
-    for mode, status in (("cl_te", ("400", "411")), ("two_cl", ("400",)), ("host", ("403",)), ("h2", ("400",)), ("huge", ("431",))):
+    for mode, status in (
+        ("cl_te", ("400", "411")),
+        ("two_cl", ("400",)),
+        ("host", ("403",)),
+        ("h2", ("400",)),
+        ("huge", ("431",)),
+    ):
         out = attack(mode)
         assert out[:2] == ["CONNECT HTTP/1.1 200 Connection Established", "ALPN http/1.1"], (mode, out)
         assert out[2].split()[2] in status, (mode, out)
@@ -309,13 +424,22 @@ def test_hostile_requests_from_the_box_get_nothing_through(api_box, tls_api):
     assert [r["path"] for r in received(tls_api)[before:]] == ["/redirect"]
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ('[[egress.credentials]]\nhost = "api.test"\nheader = "Authorization"\nvalue = "Bearer ghp_literal"\n', "must name a host variable"),
-    ('[[egress.credentials]]\nhost = "*.test"\nheader = "Authorization"\nvalue = "Bearer ${X}"\n', "exact host"),
-    ('[[egress.credentials]]\nhost = "api.test"\nheader = "Host"\nvalue = "${X}"\n', "header name the gate may set"),
-    ('[[egress.rules]]\naction = "allow"\nhost = "api.test"\npaht = "/x"\n', "did you mean 'path'"),
-    ('[egress]\nupstream_ca = "/etc/ca.pem"\n', "admin-only"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            '[[egress.credentials]]\nhost = "api.test"\nheader = "Authorization"\nvalue = "Bearer ghp_literal"\n',
+            "must name a host variable",
+        ),
+        ('[[egress.credentials]]\nhost = "*.test"\nheader = "Authorization"\nvalue = "Bearer ${X}"\n', "exact host"),
+        (
+            '[[egress.credentials]]\nhost = "api.test"\nheader = "Host"\nvalue = "${X}"\n',
+            "header name the gate may set",
+        ),
+        ('[[egress.rules]]\naction = "allow"\nhost = "api.test"\npaht = "/x"\n', "did you mean 'path'"),
+        ('[egress]\nupstream_ca = "/etc/ca.pem"\n', "admin-only"),
+    ],
+)
 def test_bad_egress_policy_is_a_typed_error_that_never_quotes_the_value(tmp_path, text, problem):
     """A literal token, a wildcard credential host, a header the gate must own, a misspelt key, a user-tier upstream_ca: CONFIG_INVALID, the value never echoed."""
     from orchestrator.errors import ErrorType, OpenAgentsError
@@ -325,4 +449,6 @@ def test_bad_egress_policy_is_a_typed_error_that_never_quotes_the_value(tmp_path
     policy.write_text(text)
     with pytest.raises(OpenAgentsError) as err:
         load_policy_file(str(policy))
-    assert err.value.type == ErrorType.CONFIG_INVALID and problem in str(err.value) and "ghp_literal" not in str(err.value)
+    assert (
+        err.value.type == ErrorType.CONFIG_INVALID and problem in str(err.value) and "ghp_literal" not in str(err.value)
+    )

@@ -7,6 +7,7 @@ urllib, which de-chunks; it gunzips and base64-decodes what it gets as a curious
 pads its own header 0..15 bytes so that a chunk boundary lands at every place in the token, and
 looks for the token in what it decoded.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ from tests.egress.test_egress_credentials import API, TOKEN, TOKEN_VAR, tls_api 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]  # about 45 s per runtime
 
 # Each kind, each padding: one request; prints what the client made of the answers.
-DECODING_CLIENT = r'''
+DECODING_CLIENT = r"""
 import base64, binascii, gzip, json, re, sys, urllib.request, urllib.error
 url, kinds = sys.argv[1], sys.argv[2].split(",")
 shape = re.compile(rb"ghp_[0-9a-f]{40}")
@@ -46,17 +47,32 @@ for kind in kinds:
         found = sorted({m.decode() for f in forms for m in shape.findall(f)})
         out.append({"kind": kind, "pad": pad, "status": status, "found": found, "echoed": b"Authorization" in b"".join(forms)})
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)
-def test_a_chunked_gzipped_or_base64_echo_never_decodes_to_the_token(egress_project, tls_api, docker_client, tmp_path, monkeypatch, runtime):  # noqa: F811
+def test_a_chunked_gzipped_or_base64_echo_never_decodes_to_the_token(
+    egress_project,
+    tls_api,  # noqa: F811 (the fixture, imported above)
+    docker_client,
+    tmp_path,
+    monkeypatch,
+    runtime,
+):
     monkeypatch.setenv(TOKEN_VAR, TOKEN)
-    egress = EgressConfig(rules=[EgressRule(action="allow", host="api.test", port=8443, methods=["GET"], path="/echo/*")],
-                          credentials=[EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")],
-                          allow_cidrs=[OUTER_CIDR], outer_network=egress_project["outer"], upstream_ca=tls_api["ca_file"])
+    egress = EgressConfig(
+        rules=[EgressRule(action="allow", host="api.test", port=8443, methods=["GET"], path="/echo/*")],
+        credentials=[
+            EgressCredential(host="api.test", port=8443, header="Authorization", value=f"Bearer ${{{TOKEN_VAR}}}")
+        ],
+        allow_cidrs=[OUTER_CIDR],
+        outer_network=egress_project["outer"],
+        upstream_ca=tls_api["ca_file"],
+    )
     ws = make_workspace(tmp_path / "ws", {"client.py": DECODING_CLIENT})
-    with DockerSandbox(ws, SandboxConfig(egress=egress, backend=DockerBackendConfig(runtime=runtime)), client=docker_client) as box:
+    with DockerSandbox(
+        ws, SandboxConfig(egress=egress, backend=DockerBackendConfig(runtime=runtime)), client=docker_client
+    ) as box:
         result = box.call("shell", {"command": f"python3 client.py {API} chunked,gzip,b64", "timeout": 240})
     answers = json.loads(result.output.strip().splitlines()[-1])
     assert len(answers) == 48 and all(a["status"] == 200 and a["echoed"] for a in answers), answers[:3]

@@ -8,6 +8,7 @@ gate's live rules back and asks the gate again: the shown request passes (a 502:
 denied.test does not resolve), the same path with another method, another case or a string its glob
 characters would match does not (403, default deny), and a once-rule lets one request through.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ from orchestrator.transcript import Transcript
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
 # From inside the gate's container: one raw request to the gate itself; prints the status code.
-ASK = r'''
+ASK = r"""
 import socket, sys, time
 method, target, host = sys.argv[1], sys.argv[2], sys.argv[3]
 for _ in range(100):  # the gate may still be starting
@@ -43,7 +44,7 @@ for _ in range(100):  # the gate may still be starting
         time.sleep(0.1)
 s.sendall(f"{method} {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
 print(s.recv(65536).split(b" ")[1].decode())
-'''
+"""
 PATH = "/v1/a*b[d]"  # glob characters: allowed as written, they must match only themselves
 SHOWN = f"http://denied.test:8000{PATH}"
 
@@ -71,7 +72,9 @@ def _ask(gate: EgressGate, method: str, target: str = SHOWN, host: str = "denied
 
 def _live(gate: EgressGate) -> list[dict[str, Any]] | None:
     assert gate.proxy is not None
-    result = gate.proxy.exec_run(["python3", "-I", "-S", "-c", "import sys; print(open(sys.argv[1]).read())", LIVE_RULES], user="65534:65534")
+    result = gate.proxy.exec_run(
+        ["python3", "-I", "-S", "-c", "import sys; print(open(sys.argv[1]).read())", LIVE_RULES], user="65534:65534"
+    )
     return json.loads(cast(bytes, result.output)) if result.exit_code == 0 else None
 
 
@@ -98,7 +101,17 @@ def test_the_live_rule_is_the_literal_request_shown(gate, monkeypatch, capsys, t
     if once is None:
         assert live is None and _ask(gate, "GET") == 403
         return
-    assert live == [{"action": "allow", "host": "denied.test", "port": 8000, "methods": ["GET"], "path": "/v1/a[*]b[[]d]", "id": 0, "once": once}]
+    assert live == [
+        {
+            "action": "allow",
+            "host": "denied.test",
+            "port": 8000,
+            "methods": ["GET"],
+            "path": "/v1/a[*]b[[]d]",
+            "id": 0,
+            "once": once,
+        }
+    ]
     assert _ask(gate, "POST") == 403  # another method
     assert _ask(gate, "GET", "http://denied.test:8000/v1/aXXb[d]") == 403  # what `*` would match as a glob
     assert _ask(gate, "GET", "http://denied.test:8000/v1/A*B[d]") == 403  # another case

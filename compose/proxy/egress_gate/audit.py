@@ -10,6 +10,7 @@ a record the gate writes a moment after the box has its answer (a tunnel the box
 upstream that was slow to close) still goes to the call that made the request. A connection still
 open after the grace (a background download) is counted in the mark's `open` and logged when it ends.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,9 @@ class AuditLog:
             return
         with self._lock:
             self._seq += 1
-            self.out.write(json.dumps({"ts": round(time.time(), 3), "seq": self._seq, "event": "egress", **fields}) + "\n")
+            self.out.write(
+                json.dumps({"ts": round(time.time(), 3), "seq": self._seq, "event": "egress", **fields}) + "\n"
+            )
             self.out.flush()
 
     def opened(self) -> int:
@@ -78,6 +81,7 @@ class AuditLog:
     def listen_for_marks(self) -> None:
         """Each mark signal starts a thread that writes its mark (the signal handler itself runs on
         the main thread, which accepts connections: it must not wait)."""
+
         def asked(signum: int, _frame: object) -> None:
             threading.Thread(target=self.mark, args=(signum - MARK_SIGNAL_BASE,), daemon=True).start()
 

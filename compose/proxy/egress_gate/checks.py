@@ -1,6 +1,7 @@
 """What a request must look like before any rule reads it: host names, authorities, paths, bodies,
 the Host header, the TLS ClientHello of a tunnel. Each check refuses (Denied) rather than guess what
 a server further on would make of an ambiguous request: what was checked is what is reached."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -67,11 +68,11 @@ def normal_host(host: str) -> str:
 
 def parse_authority(text: str, default_port: int | None) -> tuple[str, int]:
     """host[:port] (a Host header, a CONNECT target) as (normal host, port), else Denied."""
-    if not text or any(c in text for c in "@/?#\\ \t") or any(ord(c) < 0x21 or ord(c) > 0x7e for c in text):
+    if not text or any(c in text for c in "@/?#\\ \t") or any(ord(c) < 0x21 or ord(c) > 0x7E for c in text):
         raise Denied(400, "malformed host")
     if text.startswith("["):
         end = text.find("]")
-        host, rest = text[: end + 1], text[end + 1:]
+        host, rest = text[: end + 1], text[end + 1 :]
     else:
         host, sep, port_text = text.rpartition(":")
         host, rest = (host, sep + port_text) if sep else (text, "")
@@ -160,7 +161,7 @@ def check_path(path: str) -> str:
     encoded), an encoded percent followed by hex (decoded twice by some servers), a backslash, a
     `;` (path parameters, which some servers strip before routing), a fragment, bytes that are not
     UTF-8 once decoded (overlong forms). What was checked is what is sent."""
-    if not path.startswith("/") or any(ord(c) < 0x21 or ord(c) > 0x7e for c in path):
+    if not path.startswith("/") or any(ord(c) < 0x21 or ord(c) > 0x7E for c in path):
         raise Denied(400, "the request path must be an absolute path of visible ASCII")
     if "\\" in path or ";" in path or "#" in path:
         raise Denied(400, "ambiguous request path (a backslash, a `;` path parameter or a fragment)")
@@ -174,7 +175,7 @@ def check_path(path: str) -> str:
             out.append(char)
             i += 1
             continue
-        pair = path[i + 1:i + 3]
+        pair = path[i + 1 : i + 3]
         if len(pair) != 2 or not set(pair) <= _HEX:
             raise Denied(400, "invalid percent-encoding in the request path")
         byte = int(pair, 16)
@@ -183,7 +184,7 @@ def check_path(path: str) -> str:
             out.append(chr(byte))
         elif byte < 0x20 or byte == 0x7F or byte in (0x2F, 0x5C):
             raise Denied(400, "ambiguous request path (an encoded slash, backslash, NUL or control character)")
-        elif byte == 0x25 and set(path[i + 3:i + 5]) <= _HEX and len(path[i + 3:i + 5]) == 2:
+        elif byte == 0x25 and set(path[i + 3 : i + 5]) <= _HEX and len(path[i + 3 : i + 5]) == 2:
             raise Denied(400, "ambiguous request path (a double percent-encoding)")
         else:
             if byte >= 0x80:
@@ -212,7 +213,7 @@ def check_path(path: str) -> str:
 
 def check_query(query: str) -> str:
     """The query as sent: visible ASCII only (it is forwarded as it came; rules do not read it)."""
-    if any(ord(c) < 0x21 or ord(c) > 0x7e for c in query):
+    if any(ord(c) < 0x21 or ord(c) > 0x7E for c in query):
         raise Denied(400, "the request query must be visible ASCII")
     return query
 
@@ -233,20 +234,20 @@ def client_hello_sni(body: bytes) -> str | None:
     try:
         at = 2 + 32  # legacy_version, random
         at += 1 + body[at]  # session id
-        at += 2 + int.from_bytes(body[at:at + 2], "big")  # cipher suites
+        at += 2 + int.from_bytes(body[at : at + 2], "big")  # cipher suites
         at += 1 + body[at]  # compression methods
         if at > len(body):
             raise IndexError
         if at == len(body):
             return None  # no extensions at all
-        end = at + 2 + int.from_bytes(body[at:at + 2], "big")
+        end = at + 2 + int.from_bytes(body[at : at + 2], "big")
         if end != len(body):
             raise IndexError
         at += 2
         seen: set[int] = set()
         while at < end:
-            kind, size = int.from_bytes(body[at:at + 2], "big"), int.from_bytes(body[at + 2:at + 4], "big")
-            data = body[at + 4:at + 4 + size]
+            kind, size = int.from_bytes(body[at : at + 2], "big"), int.from_bytes(body[at + 2 : at + 4], "big")
+            data = body[at + 4 : at + 4 + size]
             if len(data) != size or kind in seen:
                 raise IndexError
             seen.add(kind)
@@ -269,8 +270,8 @@ def _server_names(data: bytes) -> list[str]:
     if listed != len(data):
         raise IndexError
     while pos < listed:
-        name_type, name_len = data[pos], int.from_bytes(data[pos + 1:pos + 3], "big")
-        name = data[pos + 3:pos + 3 + name_len]
+        name_type, name_len = data[pos], int.from_bytes(data[pos + 1 : pos + 3], "big")
+        name = data[pos + 3 : pos + 3 + name_len]
         if len(name) != name_len:
             raise IndexError
         pos += 3 + name_len

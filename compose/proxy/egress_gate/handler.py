@@ -6,6 +6,7 @@ in `leftover` and relayed first, with no buffered reader to block on. A refusal'
 what the box sent the gate and the refusal the gate sent back (nothing reached the upstream); an
 allowed request's, what went to the upstream and came back from it.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,7 +70,9 @@ class Handler(socketserver.BaseRequestHandler):
         self.sock: socket.socket = self.request
         self.connection = self.settings.audit.opened()
         self.audit: dict[str, Any] = {"client": self.client_address[0]}
-        self.reply_to: Box | None = self.sock  # where a refusal goes; None once the box has its 200 for a passed-through tunnel
+        self.reply_to: Box | None = (
+            self.sock
+        )  # where a refusal goes; None once the box has its 200 for a passed-through tunnel
         self.from_box = 0  # bytes read from the box (a refusal's record)
         self.to_box = 0  # bytes the gate sent the box before a refusal (a 200 Connection Established)
 
@@ -102,7 +105,9 @@ class Handler(socketserver.BaseRequestHandler):
         if head is None:
             return
         method, target, headers = head
-        self.audit.update(method=method, host=short(target, 64), port=0)  # what the log names until the target is parsed
+        self.audit.update(
+            method=method, host=short(target, 64), port=0
+        )  # what the log names until the target is parsed
         if method == "CONNECT":
             self._connect(target, headers)
             return
@@ -153,7 +158,9 @@ class Handler(socketserver.BaseRequestHandler):
             self.audit.update(tls="tunnel")  # the client has its 200: a refusal now just closes the tunnel
             sni = self._client_hello_sni()
             if sni is not None and sni != host:
-                raise Denied(403, f"the TLS ClientHello names {short_text(sni, 80)}, not the checked target {host}", rule)
+                raise Denied(
+                    403, f"the TLS ClientHello names {short_text(sni, 80)}, not the checked target {host}", rule
+                )
             sent, received = self._relay(upstream)
         self._log(decision="allow", rule=rule, bytes_up=sent, bytes_down=received, credential=False)
 
@@ -167,7 +174,9 @@ class Handler(socketserver.BaseRequestHandler):
         the credential, and a new verified TLS connection goes to the real host."""
         policy = self.settings.policy
         if policy.any_allow(host, port) is None:
-            raise Denied(403, f"{host}:{port} is not on the allow-list of {policy.rule_set} (deny by default)", "default deny")
+            raise Denied(
+                403, f"{host}:{port} is not on the allow-list of {policy.rule_set} (deny by default)", "default deny"
+            )
         ip = resolve(policy, host, port)
         self._established()
         self.audit.update(tls="intercepted")
@@ -177,8 +186,11 @@ class Handler(socketserver.BaseRequestHandler):
         except (ssl.SSLError, OSError) as err:
             tls.close()
             sni = getattr(tls, SNI_ATTRIBUTE, None)
-            why = (f"the TLS ClientHello names {short_text(sni, 80)}, not the checked target {host}" if isinstance(sni, str) and sni.lower().rstrip(".") != host
-                   else f"TLS handshake with the box failed: {type(err).__name__}")
+            why = (
+                f"the TLS ClientHello names {short_text(sni, 80)}, not the checked target {host}"
+                if isinstance(sni, str) and sni.lower().rstrip(".") != host
+                else f"TLS handshake with the box failed: {type(err).__name__}"
+            )
             raise Denied(403, why) from None
         with tls:
             self.reply_to = tls  # a refusal now is answered inside the box's TLS, before it closes
@@ -189,7 +201,9 @@ class Handler(socketserver.BaseRequestHandler):
             except Cut:
                 pass
             except (OSError, ValueError) as err:
-                self._refuse(502, f"upstream failed: {type(err).__name__}", None, "error", f"{type(err).__name__}: {err}")
+                self._refuse(
+                    502, f"upstream failed: {type(err).__name__}", None, "error", f"{type(err).__name__}: {err}"
+                )
             self.reply_to = None
 
     def _intercepted_request(self, tls: ssl.SSLSocket, host: str, port: int, ip: str) -> None:
@@ -214,9 +228,16 @@ class Handler(socketserver.BaseRequestHandler):
         length = check_body(headers, self.settings.max_request)
         credential = self.settings.credential_for(host, port, path)
         self.injected = credential is not None
-        assert self.settings.upstream_tls is not None, "an intercepted host needs the upstream context (Settings.from_environment)"
-        with socket.create_connection((ip, port), timeout=10) as raw, self.settings.upstream_tls.wrap_socket(raw, server_hostname=host) as upstream:
-            sent = self._forward_request(tls, upstream, method, path + ("?" + query if query else ""), headers, host, port, length, credential)
+        assert self.settings.upstream_tls is not None, (
+            "an intercepted host needs the upstream context (Settings.from_environment)"
+        )
+        with (
+            socket.create_connection((ip, port), timeout=10) as raw,
+            self.settings.upstream_tls.wrap_socket(raw, server_hostname=host) as upstream,
+        ):
+            sent = self._forward_request(
+                tls, upstream, method, path + ("?" + query if query else ""), headers, host, port, length, credential
+            )
             self.leftover = b""
             received = self._inspected(upstream, tls, method, Redactor(self.settings.secrets_of(host)))
         # logged before the box's connection closes: when the box has its answer, the record exists
@@ -260,7 +281,7 @@ class Handler(socketserver.BaseRequestHandler):
         handshake = b""
         offset = 0
         while True:
-            while len(buf) < offset + 5 or len(buf) < offset + 5 + int.from_bytes(buf[offset + 3:offset + 5], "big"):
+            while len(buf) < offset + 5 or len(buf) < offset + 5 + int.from_bytes(buf[offset + 3 : offset + 5], "big"):
                 if len(buf) > MAX_CLIENT_HELLO:
                     raise Denied(400, "TLS ClientHello too large")
                 chunk = self._recv(self.sock, 16384)
@@ -269,8 +290,8 @@ class Handler(socketserver.BaseRequestHandler):
                 buf += chunk
             if buf[offset] != 0x16 or buf[offset + 1] != 0x03:
                 raise Denied(400, "a CONNECT tunnel must start with a TLS ClientHello")
-            length = int.from_bytes(buf[offset + 3:offset + 5], "big")
-            handshake += buf[offset + 5:offset + 5 + length]
+            length = int.from_bytes(buf[offset + 3 : offset + 5], "big")
+            handshake += buf[offset + 5 : offset + 5 + length]
             offset += 5 + length
             if len(handshake) >= 4:
                 if handshake[0] != 0x01:
@@ -278,21 +299,39 @@ class Handler(socketserver.BaseRequestHandler):
                 if len(handshake) >= 4 + int.from_bytes(handshake[1:4], "big"):
                     break
         self.leftover = buf
-        return client_hello_sni(handshake[4:4 + int.from_bytes(handshake[1:4], "big")])
+        return client_hello_sni(handshake[4 : 4 + int.from_bytes(handshake[1:4], "big")])
 
-    def _forward_request(self, client: Box, upstream: socket.socket, method: str, target: str, headers: Headers, host: str, port: int,
-                         length: int, credential: Credential | None) -> int:
+    def _forward_request(
+        self,
+        client: Box,
+        upstream: socket.socket,
+        method: str,
+        target: str,
+        headers: Headers,
+        host: str,
+        port: int,
+        length: int,
+        credential: Credential | None,
+    ) -> int:
         """Sends the checked head (our Host, no hop-by-hop headers, the credential's header replaced)
         and `length` body bytes; returns the bytes sent."""
         kept = [(k, v) for k, v in headers if not k.lower().startswith("proxy-") and k.lower() not in HOP_BY_HOP]
         if credential is not None:
-            kept = [(k, v) for k, v in kept if k.lower() != credential.header.lower()] + [(credential.header, credential.value)]
-        if isinstance(upstream, ssl.SSLSocket):  # an opened host: ask for plain bytes, so the blanking of the secret sees them;
+            kept = [(k, v) for k, v in kept if k.lower() != credential.header.lower()] + [
+                (credential.header, credential.value)
+            ]
+        if isinstance(
+            upstream, ssl.SSLSocket
+        ):  # an opened host: ask for plain bytes, so the blanking of the secret sees them;
             # no byte ranges (a slice chosen by the box could cut an echoed secret in two), no 100-continue
-            kept = [(k, v) for k, v in kept if k.lower() not in ("accept-encoding", "range", "if-range", "expect")] + [("Accept-Encoding", "identity")]
+            kept = [(k, v) for k, v in kept if k.lower() not in ("accept-encoding", "range", "if-range", "expect")] + [
+                ("Accept-Encoding", "identity")
+            ]
         default = 443 if credential is not None or isinstance(upstream, ssl.SSLSocket) else 80
         kept.insert(0, ("Host", host if port == default else f"{host}:{port}"))  # exactly what was checked
-        head = (f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept) + "Connection: close\r\n\r\n").encode("latin-1")
+        head = (
+            f"{method} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept) + "Connection: close\r\n\r\n"
+        ).encode("latin-1")
         upstream.sendall(head)
         body, self.leftover = self.leftover[:length], self.leftover[length:]
         upstream.sendall(body)
@@ -337,11 +376,21 @@ class Handler(socketserver.BaseRequestHandler):
             relay(up, send, redactor, method, chunked_ok=self.version == "HTTP/1.1")
         except Uninspectable as err:
             if sent:
-                self._log(decision="error", reason=f"answer cut: {err}", refused="uninspectable_response", bytes_up=self.from_box,
-                          bytes_down=up.received, credential=self.injected)
+                self._log(
+                    decision="error",
+                    reason=f"answer cut: {err}",
+                    refused="uninspectable_response",
+                    bytes_up=self.from_box,
+                    bytes_down=up.received,
+                    credential=self.injected,
+                )
                 raise Cut from None
-            raise Denied(502, f"the answer of {self.audit.get('host')} cannot be inspected: {err}", "response check",
-                         "uninspectable_response") from None
+            raise Denied(
+                502,
+                f"the answer of {self.audit.get('host')} cannot be inspected: {err}",
+                "response check",
+                "uninspectable_response",
+            ) from None
         return up.received
 
     def _relay(self, upstream: socket.socket) -> tuple[int, int]:
@@ -375,20 +424,43 @@ class Handler(socketserver.BaseRequestHandler):
                     client.sendall(data)
         return sent, received
 
-    def _refuse(self, status: int, reason: str, rule: str | None, decision: str, logged_reason: str | None = None, kind: str | None = None) -> None:
+    def _refuse(
+        self,
+        status: int,
+        reason: str,
+        rule: str | None,
+        decision: str,
+        logged_reason: str | None = None,
+        kind: str | None = None,
+    ) -> None:
         """Records the refusal (what the box sent, what it gets back) and then answers: a JSON body naming
         the rule set and the rule, nothing of the request's headers in it. After a passed-through
         tunnel's 200 there is no answer: the tunnel just closes."""
-        body = json.dumps({"error": "egress refused", "reason": reason, "rule_set": self.settings.policy.rule_set, "rule": rule or "none",
-                           **({"refused": kind} if kind else {})}).encode()
-        answer = (f"HTTP/1.1 {status} Egress Refused\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                  "Connection: close\r\n\r\n").encode() + body
+        body = json.dumps(
+            {
+                "error": "egress refused",
+                "reason": reason,
+                "rule_set": self.settings.policy.rule_set,
+                "rule": rule or "none",
+                **({"refused": kind} if kind else {}),
+            }
+        ).encode()
+        answer = (
+            f"HTTP/1.1 {status} Egress Refused\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode() + body
         to, self.reply_to = self.reply_to, None
         fields: dict[str, Any] = {"rule": rule or "none"} if decision == "deny" else {}
         if kind:
             fields["refused"] = kind
-        self._log(decision=decision, **fields, reason=logged_reason or reason, bytes_up=self.from_box,
-                  bytes_down=self.to_box + (len(answer) if to is not None else 0), credential=False)
+        self._log(
+            decision=decision,
+            **fields,
+            reason=logged_reason or reason,
+            bytes_up=self.from_box,
+            bytes_down=self.to_box + (len(answer) if to is not None else 0),
+            credential=False,
+        )
         if to is None:
             return
         try:

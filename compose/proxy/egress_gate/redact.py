@@ -9,6 +9,7 @@ and each match becomes asterisks. The stream is matched with an overlap window a
 longest encoded form, so a match across two reads is found (Redactor.feed), and what is held back
 is bounded by that window.
 """
+
 from __future__ import annotations
 
 import base64
@@ -69,7 +70,9 @@ def _compiled(secrets: tuple[bytes, ...]) -> tuple[re.Pattern[bytes] | None, int
     """The one pattern of all the secrets' forms and the overlap window, made once per set of
     secrets (about 80 ms for a token and its header value), not once per request."""
     patterns = [secret_branches(s) for s in secrets]
-    pattern = re.compile("|".join(b for branches, _ in patterns for b in branches).encode("latin-1")) if patterns else None
+    pattern = (
+        re.compile("|".join(b for branches, _ in patterns for b in branches).encode("latin-1")) if patterns else None
+    )
     return pattern, max((n for _, n in patterns), default=1) - 1
 
 

@@ -11,6 +11,7 @@ chunking (HTTP/1.1) or the close (HTTP/1.0). An answer it cannot read that way (
 or 101, any other content or transfer coding, an HTTP/2 or malformed status line or header, a
 Content-Length next to a Transfer-Encoding) is refused before the box gets a byte of it: Uninspectable.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,16 @@ READ = 65536
 _STATUS = re.compile(rb"HTTP/1\.[01] ([1-9][0-9]{2})(?: [\t\x20-\x7e\x80-\xff]*)?\Z")
 _FIELD = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _SIZE = re.compile(rb"[0-9a-fA-F]{1,15}\Z")
-DROPPED = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"trailer", b"upgrade", b"proxy-connection", b"te"}
+DROPPED = {
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"content-length",
+    b"trailer",
+    b"upgrade",
+    b"proxy-connection",
+    b"te",
+}
 
 
 class Uninspectable(Exception):
@@ -84,7 +94,9 @@ def read_head(up: Upstream) -> tuple[int, list[tuple[bytes, bytes]]]:
     while True:
         while b"\r\n\r\n" not in up.buf:
             if len(up.buf) > HEAD_LIMIT or not up.fill():
-                raise Uninspectable("no complete HTTP/1.1 status line and headers (HTTP/2, or a malformed or cut answer)")
+                raise Uninspectable(
+                    "no complete HTTP/1.1 status line and headers (HTTP/2, or a malformed or cut answer)"
+                )
         head, up.buf = up.buf.split(b"\r\n\r\n", 1)
         lines = head.split(b"\r\n")
         status = _STATUS.match(lines[0])
@@ -107,18 +119,24 @@ def _values(headers: list[tuple[bytes, bytes]], name: bytes) -> list[bytes]:
     return [v.strip().lower() for k, v in headers if k.lower() == name for v in v.split(b",") if v.strip()]
 
 
-def body_pieces(up: Upstream, method: str, code: int, headers: list[tuple[bytes, bytes]]) -> tuple[Iterator[bytes], bool]:
+def body_pieces(
+    up: Upstream, method: str, code: int, headers: list[tuple[bytes, bytes]]
+) -> tuple[Iterator[bytes], bool]:
     """The body as the box's client would decode it, in pieces, and whether it was gzip-decoded."""
     transfer = _values(headers, b"transfer-encoding")
     lengths = {v.strip() for k, v in headers if k.lower() == b"content-length" for v in v.split(b",")}
     coding = [c for c in _values(headers, b"content-encoding") if c != b"identity"]
     if coding not in ([], [b"gzip"], [b"x-gzip"]):
-        raise Uninspectable(f"Content-Encoding {b', '.join(coding).decode('latin-1')[:60]!r} (the gate asked for identity and reads only gzip)")
+        raise Uninspectable(
+            f"Content-Encoding {b', '.join(coding).decode('latin-1')[:60]!r} (the gate asked for identity and reads only gzip)"
+        )
     if method == "HEAD" or code in (204, 304):
         return iter(()), bool(coding)
     if transfer:
         if transfer != [b"chunked"]:
-            raise Uninspectable(f"Transfer-Encoding {b', '.join(transfer).decode('latin-1')[:60]!r} (only chunked is read)")
+            raise Uninspectable(
+                f"Transfer-Encoding {b', '.join(transfer).decode('latin-1')[:60]!r} (only chunked is read)"
+            )
         if lengths:
             raise Uninspectable("both Transfer-Encoding and Content-Length in the answer")
         pieces = _dechunk(up)
@@ -174,7 +192,11 @@ def relay(up: Upstream, send: Callable[[bytes], None], redactor: Redactor, metho
     connection is just cut (no last chunk: its client sees the answer is incomplete)."""
     code, headers = read_head(up)
     pieces, decoded = body_pieces(up, method, code, headers)
-    kept = [(redactor.blank(k), redactor.blank(v)) for k, v in headers if k.lower() not in DROPPED and not (decoded and k.lower() == b"content-encoding")]
+    kept = [
+        (redactor.blank(k), redactor.blank(v))
+        for k, v in headers
+        if k.lower() not in DROPPED and not (decoded and k.lower() == b"content-encoding")
+    ]
     no_body = method == "HEAD" or code in (204, 304)
     if no_body and not decoded:  # the length the body would have: the box's client reads none
         kept += [(k, v) for k, v in headers if k.lower() == b"content-length"][:1]
@@ -206,7 +228,26 @@ def _head(status: bytes, headers: list[tuple[bytes, bytes]]) -> bytes:
     return status + b"\r\n" + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"Connection: close\r\n\r\n"
 
 
-_REASONS = {200: b"OK", 201: b"Created", 202: b"Accepted", 204: b"No Content", 206: b"Partial Content", 301: b"Moved Permanently",
-            302: b"Found", 303: b"See Other", 304: b"Not Modified", 307: b"Temporary Redirect", 308: b"Permanent Redirect",
-            400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found", 409: b"Conflict", 422: b"Unprocessable Content",
-            429: b"Too Many Requests", 500: b"Internal Server Error", 502: b"Bad Gateway", 503: b"Service Unavailable"}
+_REASONS = {
+    200: b"OK",
+    201: b"Created",
+    202: b"Accepted",
+    204: b"No Content",
+    206: b"Partial Content",
+    301: b"Moved Permanently",
+    302: b"Found",
+    303: b"See Other",
+    304: b"Not Modified",
+    307: b"Temporary Redirect",
+    308: b"Permanent Redirect",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    409: b"Conflict",
+    422: b"Unprocessable Content",
+    429: b"Too Many Requests",
+    500: b"Internal Server Error",
+    502: b"Bad Gateway",
+    503: b"Service Unavailable",
+}

@@ -6,6 +6,7 @@ means any (a glob on the path, query stripped). OA_EGRESS_ALLOW's hosts are appe
 whole-host allow rules. A passed-through CONNECT tunnel cannot be checked by method or path, so
 it is allowed only when every request it could carry would be.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -28,15 +29,27 @@ _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 def _canonical_escapes(glob: str) -> str:
     """A rule's path written with escapes, in the form request paths are compared in (checks.check_path):
     `%61` is `a`, other escapes upper case. A rule `/%61dmin*` then matches what `/admin/x` becomes."""
-    return re.sub(r"%([0-9A-Fa-f]{2})", lambda m: chr(int(m.group(1), 16)) if chr(int(m.group(1), 16)) in _UNRESERVED else m.group().upper(), glob)
+    return re.sub(
+        r"%([0-9A-Fa-f]{2})",
+        lambda m: chr(int(m.group(1), 16)) if chr(int(m.group(1), 16)) in _UNRESERVED else m.group().upper(),
+        glob,
+    )
 
 
 class Rule:
     """One rule: host (exact, *.suffix, or * for any), port (None: 80 and 443), methods (None: any),
     path (None: any; else a glob on the path, query stripped), action allow or deny."""
 
-    def __init__(self, host: str, port: int | None = None, methods: Iterable[str] | None = None, path: str | None = None,
-                 action: str = "allow", name: str = "", once: bool = False) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int | None = None,
+        methods: Iterable[str] | None = None,
+        path: str | None = None,
+        action: str = "allow",
+        name: str = "",
+        once: bool = False,
+    ) -> None:
         self.host = host.strip().lower().rstrip(".")
         self.once = once  # a widened rule the person allowed for one request
         self.port = port
@@ -65,7 +78,9 @@ class Rule:
             raise ValueError(f"{name}: methods must be a list of names")
         if path is not None and not isinstance(path, str):
             raise ValueError(f"{name}: path must be a glob")
-        return cls(str(data["host"]), port, methods, path, action, str(data.get("name") or name), bool(data.get("once")))
+        return cls(
+            str(data["host"]), port, methods, path, action, str(data.get("name") or name), bool(data.get("once"))
+        )
 
     @property
     def whole_host(self) -> bool:
@@ -99,7 +114,9 @@ class Rule:
 
 
 class Policy:
-    def __init__(self, allow: str, cidrs: str, rules: str = "", rule_set: str = "egress allow-list", live_file: str = "") -> None:
+    def __init__(
+        self, allow: str, cidrs: str, rules: str = "", rule_set: str = "egress allow-list", live_file: str = ""
+    ) -> None:
         self.rules = [Rule.from_dict(d, f"rules[{i}]") for i, d in enumerate(json.loads(rules or "[]"))]
         self.rules += [Rule.parse(r, f"allow[{i}]") for i, r in enumerate(r for r in allow.split(",") if r.strip())]
         self.cidrs = [ipaddress.ip_network(c.strip(), strict=False) for c in cidrs.split(",") if c.strip()]
@@ -124,7 +141,9 @@ class Policy:
                 if stamp != self._live_stamp and st.st_size < MAX_LIVE_FILE:
                     with open(self.live_file) as f:
                         data = json.load(f)
-                    self.live = [Rule.from_dict({**d, "action": "allow", "name": f"widened[{d['id']}]"}, "") for d in data]
+                    self.live = [
+                        Rule.from_dict({**d, "action": "allow", "name": f"widened[{d['id']}]"}, "") for d in data
+                    ]
                     self._live_stamp = stamp
             except (OSError, ValueError, KeyError, TypeError):
                 pass
@@ -159,19 +178,40 @@ class Policy:
             if not rule.matches_host(host, port):
                 continue
             if rule.whole_host:
-                return rule.action == "allow", rule.describe(), "" if rule.action == "allow" else f"{host}:{port} is denied by {rule.describe()}"
+                return (
+                    rule.action == "allow",
+                    rule.describe(),
+                    "" if rule.action == "allow" else f"{host}:{port} is denied by {rule.describe()}",
+                )
             if rule.action == "deny":
-                return False, rule.describe(), (f"{rule.describe()} limits methods or paths on {host}:{port}, which a passed-through "
-                                                "TLS tunnel cannot show; only hosts with a credential rule are opened and checked per request")
+                return (
+                    False,
+                    rule.describe(),
+                    (
+                        f"{rule.describe()} limits methods or paths on {host}:{port}, which a passed-through "
+                        "TLS tunnel cannot show; only hosts with a credential rule are opened and checked per request"
+                    ),
+                )
         for rule in self._refresh():
             if rule.whole_host and rule.matches_host(host, port) and self._use(rule):
                 return True, rule.describe(), ""
-        return False, "default deny", f"{host}:{port} is not on the allow-list of {self.rule_set} (no rule allows the whole host; deny by default)"
+        return (
+            False,
+            "default deny",
+            f"{host}:{port} is not on the allow-list of {self.rule_set} (no rule allows the whole host; deny by default)",
+        )
 
     def any_allow(self, host: str, port: int) -> str | None:
         """For an intercepted host: the first allow rule that could let some request through, else None."""
         host = host.lower().rstrip(".")
-        return next((r.describe() for r in [*self.rules, *self._refresh()] if r.action == "allow" and r.matches_host(host, port)), None)
+        return next(
+            (
+                r.describe()
+                for r in [*self.rules, *self._refresh()]
+                if r.action == "allow" and r.matches_host(host, port)
+            ),
+            None,
+        )
 
     def address_allowed(self, ip: str) -> tuple[bool, str]:
         addr = ipaddress.ip_address(ip)

@@ -10,6 +10,7 @@ Environment:
   OA_EGRESS_PORT         listening port (3128)
   OA_EGRESS_MAX_REQUEST_BYTES / OA_EGRESS_MAX_RESPONSE_BYTES  caps (10 MiB / 256 MiB)
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,9 @@ DEFAULT_MAX_RESPONSE = 256 << 20
 class Settings:
     policy: Policy
     credentials: list[Credential] = field(default_factory=list)
-    intercept: dict[str, ssl.SSLContext] = field(default_factory=dict)  # host -> server context with the host-signed certificate
+    intercept: dict[str, ssl.SSLContext] = field(
+        default_factory=dict
+    )  # host -> server context with the host-signed certificate
     upstream_tls: ssl.SSLContext | None = None
     max_request: int = DEFAULT_MAX_REQUEST
     max_response: int = DEFAULT_MAX_RESPONSE
@@ -38,12 +41,22 @@ class Settings:
 
     @classmethod
     def from_environment(cls, env: Mapping[str, str] = os.environ) -> Settings:
-        policy = Policy(env.get("OA_EGRESS_ALLOW", ""), env.get("OA_EGRESS_ALLOW_CIDRS", ""), env.get("OA_EGRESS_RULES", ""),
-                        env.get("OA_EGRESS_RULE_SET") or "egress allow-list", env.get("OA_EGRESS_LIVE_RULES", ""))
+        policy = Policy(
+            env.get("OA_EGRESS_ALLOW", ""),
+            env.get("OA_EGRESS_ALLOW_CIDRS", ""),
+            env.get("OA_EGRESS_RULES", ""),
+            env.get("OA_EGRESS_RULE_SET") or "egress allow-list",
+            env.get("OA_EGRESS_LIVE_RULES", ""),
+        )
         credentials = [Credential(d) for d in json.loads(env.get("OA_EGRESS_CREDENTIALS") or "[]")]
-        return cls(policy, credentials, intercept_contexts(env.get("OA_EGRESS_INTERCEPT", "")),
-                   upstream_context(env.get("OA_EGRESS_UPSTREAM_CA", "")),
-                   int(env.get("OA_EGRESS_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST)), int(env.get("OA_EGRESS_MAX_RESPONSE_BYTES", DEFAULT_MAX_RESPONSE)))
+        return cls(
+            policy,
+            credentials,
+            intercept_contexts(env.get("OA_EGRESS_INTERCEPT", "")),
+            upstream_context(env.get("OA_EGRESS_UPSTREAM_CA", "")),
+            int(env.get("OA_EGRESS_MAX_REQUEST_BYTES", DEFAULT_MAX_REQUEST)),
+            int(env.get("OA_EGRESS_MAX_RESPONSE_BYTES", DEFAULT_MAX_RESPONSE)),
+        )
 
     def intercepts(self, host: str, port: int) -> bool:
         """Whether the gate opens this target's TLS (a credential rule names it)."""

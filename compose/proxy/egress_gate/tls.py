@@ -2,6 +2,7 @@
 host signed for that host (OA_EGRESS_INTERCEPT: JSON {host: {"cert": PEM, "key": PEM}}; the CA's key
 stays on the host) and re-originates TLS to the real host with full verification (system trust,
 plus OA_EGRESS_UPSTREAM_CA's PEM). What comes back is read and blanked of the secret by response.py."""
+
 from __future__ import annotations
 
 import json
@@ -45,9 +46,11 @@ SNI_ATTRIBUTE = "oa_sni"  # set on the box's SSLSocket: the server name its hell
 
 def sni_check(expected: str) -> Callable[[ssl.SSLObject, str | None, ssl.SSLContext], int | None]:
     """The handshake goes on only for the host the CONNECT named (or no SNI): a mismatch is refused."""
+
     def check(sock: ssl.SSLObject, server_name: str | None, _ctx: ssl.SSLContext) -> int | None:
         setattr(sock, SNI_ATTRIBUTE, server_name)  # noqa: B010 (an attribute the class does not declare)
         if server_name is not None and server_name.lower().rstrip(".") != expected:
             return ssl.ALERT_DESCRIPTION_UNRECOGNIZED_NAME
         return None
+
     return check

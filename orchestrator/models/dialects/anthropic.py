@@ -4,6 +4,7 @@ its own; `max_tokens` is required. Streamed: message_start (input usage), conten
 content_block_delta (text_delta, input_json_delta) / content_block_stop, message_delta (stop
 reason, output usage), message_stop; `ping` keeps the line alive; an `error` event
 (overloaded_error) is tried again while nothing has been shown."""
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,9 @@ def to_anthropic(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
             add("user", [{"type": "text", "text": m.content or "(empty)"}])
         elif m.role == "assistant":
             blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
-            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": arguments_object(c)} for c in m.tool_calls]
+            blocks += [
+                {"type": "tool_use", "id": c.id, "name": c.name, "input": arguments_object(c)} for c in m.tool_calls
+            ]
             add("assistant", blocks or [{"type": "text", "text": "(no text)"}])
         else:
             add("user", [{"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content}])
@@ -56,7 +59,9 @@ class AnthropicMessages(Dialect):
 
     def url(self, base_url: str, model: str, stream: bool) -> str:
         root = base_url.rstrip("/")
-        return root + ("/messages" if root.endswith("/v1") else "/v1/messages")  # ANTHROPIC_BASE_URL has no /v1; a --base-url may
+        return root + (
+            "/messages" if root.endswith("/v1") else "/v1/messages"
+        )  # ANTHROPIC_BASE_URL has no /v1; a --base-url may
 
     def headers(self, key: str) -> dict[str, str]:
         return {"anthropic-version": API_VERSION, **({"x-api-key": key} if key else {})}
@@ -78,12 +83,20 @@ class AnthropicMessages(Dialect):
     def parse(self, data: dict[str, Any]) -> ModelTurn:
         try:
             if data.get("type") == "error":
-                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.what} answered with an error: {str(data.get('error'))[:300]}")
+                raise OpenAgentsError(
+                    ErrorType.MODEL_API_ERROR, f"{self.what} answered with an error: {str(data.get('error'))[:300]}"
+                )
             blocks = data["content"]
             text = "".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
-            calls = [ToolCall(id=str(b.get("id") or f"toolu_{i}"), name=str(b.get("name", "")),
-                              arguments=b.get("input") if isinstance(b.get("input"), dict) else {})
-                     for i, b in enumerate(blocks) if b.get("type") == "tool_use"]
+            calls = [
+                ToolCall(
+                    id=str(b.get("id") or f"toolu_{i}"),
+                    name=str(b.get("name", "")),
+                    arguments=b.get("input") if isinstance(b.get("input"), dict) else {},
+                )
+                for i, b in enumerate(blocks)
+                if b.get("type") == "tool_use"
+            ]
             return ModelTurn(text=text, tool_calls=calls, usage=data.get("usage") or {})
         except (KeyError, TypeError, AttributeError) as err:
             raise self.unexpected(err, data) from None
@@ -112,8 +125,16 @@ class AnthropicStream(Assembler):
                     self.usage.update(usage)
             elif kind == "content_block_start":
                 block = data["content_block"]
-                self._block(data["index"], {"type": block.get("type"), "id": block.get("id"), "name": block.get("name"),
-                                            "text": str(block.get("text") or ""), "json": ""})
+                self._block(
+                    data["index"],
+                    {
+                        "type": block.get("type"),
+                        "id": block.get("id"),
+                        "name": block.get("name"),
+                        "text": str(block.get("text") or ""),
+                        "json": "",
+                    },
+                )
             elif kind == "content_block_delta":
                 self._delta(self._block(data["index"]), data["delta"])
             elif kind == "message_delta":
@@ -127,7 +148,9 @@ class AnthropicStream(Assembler):
                 message = f"{error.get('type', 'error')}: {str(error.get('message', ''))[:200]}"
                 if error.get("type") in RETRYABLE_STREAM_ERRORS:
                     raise RetryableModelError(f"error in the stream: {message}")
-                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what} reported an error in the stream: {message}")
+                raise OpenAgentsError(
+                    ErrorType.MODEL_API_ERROR, f"{self.dialect.what} reported an error in the stream: {message}"
+                )
             # ping, content_block_stop and event types added later: nothing to do
         except (KeyError, TypeError, AttributeError) as err:
             raise self.dialect.unexpected(err, data) from None
@@ -140,7 +163,10 @@ class AnthropicStream(Assembler):
         elif delta.get("type") == "input_json_delta":
             block["json"] += str(delta.get("partial_json", ""))
             if len(block["json"]) > MAX_STREAMED_ARGUMENT_CHARS:
-                raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what}: a streamed tool input is over {MAX_STREAMED_ARGUMENT_CHARS} characters")
+                raise OpenAgentsError(
+                    ErrorType.MODEL_API_ERROR,
+                    f"{self.dialect.what}: a streamed tool input is over {MAX_STREAMED_ARGUMENT_CHARS} characters",
+                )
 
     def _block(self, index: Any, new: dict[str, Any] | None = None) -> dict[str, Any]:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_BLOCKS:
@@ -153,6 +179,11 @@ class AnthropicStream(Assembler):
 
     def assembled(self) -> ModelTurn:
         text = "".join(b["text"] for _, b in sorted(self.blocks.items()) if b["type"] == "text")
-        calls = [ToolCall.model_validate({"id": str(b["id"] or f"toolu_{i}"), "name": str(b["name"] or ""), "arguments": b["json"] or "{}"})
-                 for i, b in sorted(self.blocks.items()) if b["type"] == "tool_use"]
+        calls = [
+            ToolCall.model_validate(
+                {"id": str(b["id"] or f"toolu_{i}"), "name": str(b["name"] or ""), "arguments": b["json"] or "{}"}
+            )
+            for i, b in sorted(self.blocks.items())
+            if b["type"] == "tool_use"
+        ]
         return ModelTurn(text=text, tool_calls=calls, usage=self.usage)

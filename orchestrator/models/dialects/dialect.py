@@ -8,6 +8,7 @@ A dialect is data in, data out: it builds a request body from our conversation, 
 the family's shape, reads an answer (whole or streamed) into a ModelTurn, and says what a refusal
 means. Sockets, retries, timeouts and bounds are the client's; so each dialect is testable alone,
 with dicts."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -99,7 +100,10 @@ class Dialect(ABC):
         return status == 429 or status >= 500
 
     def unexpected(self, err: Exception, data: Any) -> OpenAgentsError:
-        return OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.what} answered in an unexpected shape ({type(err).__name__}: {err}): {str(data)[:200]}")
+        return OpenAgentsError(
+            ErrorType.MODEL_API_ERROR,
+            f"{self.what} answered in an unexpected shape ({type(err).__name__}: {err}): {str(data)[:200]}",
+        )
 
 
 def arguments_object(call: ToolCall) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 Tools go as `[{"functionDeclarations": [...]}]`, each with an OpenAPI-subset schema (upper-case
 type names, unknown keys dropped); calls come back as `functionCall` parts with an object of
 arguments and no id (we make one); results go back as `functionResponse` parts of one user turn."""
+
 from __future__ import annotations
 
 import uuid
@@ -13,7 +14,18 @@ from ..base import Message, ModelTurn, RetryableModelError, TextSink, ToolCall
 from ..stream import SSEEvent
 from .dialect import MAX_STREAMED_CALLS, Assembler, Dialect, arguments_object
 
-SCHEMA_KEYS = {"type", "description", "properties", "required", "items", "enum", "minimum", "maximum", "nullable", "format"}
+SCHEMA_KEYS = {
+    "type",
+    "description",
+    "properties",
+    "required",
+    "items",
+    "enum",
+    "minimum",
+    "maximum",
+    "nullable",
+    "format",
+}
 
 
 def to_gemini(messages: list[Message]) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -104,7 +116,11 @@ DIALECT = GeminiGenerate()
 
 def _calls(parts: list[Any]) -> list[ToolCall]:
     return [
-        ToolCall(id=f"gemini_{uuid.uuid4().hex[:12]}", name=str(p["functionCall"].get("name", "")), arguments=p["functionCall"].get("args") or {})
+        ToolCall(
+            id=f"gemini_{uuid.uuid4().hex[:12]}",
+            name=str(p["functionCall"].get("name", "")),
+            arguments=p["functionCall"].get("args") or {},
+        )
         for p in parts
         if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
     ]
@@ -137,7 +153,10 @@ class GeminiStream(Assembler):
             self.say(piece)
         self.calls += _calls(parts)
         if len(self.calls) > MAX_STREAMED_CALLS:
-            raise OpenAgentsError(ErrorType.MODEL_API_ERROR, f"{self.dialect.what} streamed over {MAX_STREAMED_CALLS} function calls in one answer")
+            raise OpenAgentsError(
+                ErrorType.MODEL_API_ERROR,
+                f"{self.dialect.what} streamed over {MAX_STREAMED_CALLS} function calls in one answer",
+            )
         if isinstance(data.get("usageMetadata"), dict):
             self.usage = data["usageMetadata"]
         candidates = data.get("candidates") or []

@@ -4,6 +4,7 @@ Tools are `{"type": "function", "function": {name, description, parameters}}`; c
 with their arguments as JSON text. Streamed (`stream: true`, usage asked for in the last chunk):
 text goes to the watcher as it comes, tool calls are assembled from their deltas by index (the id
 and name come first, the arguments' JSON text in pieces); `[DONE]` or a finish_reason ends it."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,14 @@ def to_openai(message: Message) -> dict[str, Any]:
     if message.tool_calls:
         out["content"] = message.content or None
         out["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments),
+                },
+            }
             for c in message.tool_calls
         ]
     return out
@@ -59,7 +67,9 @@ class OpenAIChat(Dialect):
         try:
             message = data["choices"][0]["message"]
             calls = [
-                ToolCall(id=c.get("id") or f"call_{i}", name=c["function"]["name"], arguments=c["function"].get("arguments"))
+                ToolCall(
+                    id=c.get("id") or f"call_{i}", name=c["function"]["name"], arguments=c["function"].get("arguments")
+                )
                 for i, c in enumerate(message.get("tool_calls") or [])
             ]
             return ModelTurn(text=message.get("content") or "", tool_calls=calls, usage=data.get("usage") or {})
@@ -121,10 +131,16 @@ class OpenAIStream(Assembler):
         if function.get("arguments"):
             call["arguments"] += str(function["arguments"])
             if len(call["arguments"]) > MAX_STREAMED_ARGUMENT_CHARS:
-                raise OpenAgentsError(ErrorType.MODEL_API_ERROR,
-                                      f"{self.dialect.what}: a streamed tool call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters")
+                raise OpenAgentsError(
+                    ErrorType.MODEL_API_ERROR,
+                    f"{self.dialect.what}: a streamed tool call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters",
+                )
 
     def assembled(self) -> ModelTurn:
-        calls = [ToolCall.model_validate({"id": c["id"] or f"call_{i}", "name": c["name"], "arguments": c["arguments"] or "{}"})
-                 for i, c in sorted(self.calls.items())]
+        calls = [
+            ToolCall.model_validate(
+                {"id": c["id"] or f"call_{i}", "name": c["name"], "arguments": c["arguments"] or "{}"}
+            )
+            for i, c in sorted(self.calls.items())
+        ]
         return ModelTurn(text="".join(self.text), tool_calls=calls, usage=self.usage)

@@ -14,6 +14,7 @@ response.output_item.added / response.function_call_arguments.delta / response.o
 (calls, by output_index; the done item's arguments are the final ones), response.completed or
 response.incomplete (usage; the end), response.failed and `error` (server errors and rate limits
 tried again while nothing was shown, the rest a typed error)."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,15 @@ def to_items(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         else:
             if m.content or not m.tool_calls:
                 items.append({"role": m.role, "content": m.content})
-            items += [{"type": "function_call", "call_id": c.id, "name": c.name,
-                       "arguments": c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments)} for c in m.tool_calls]
+            items += [
+                {
+                    "type": "function_call",
+                    "call_id": c.id,
+                    "name": c.name,
+                    "arguments": c.raw_arguments if c.raw_arguments is not None else json.dumps(c.arguments),
+                }
+                for c in m.tool_calls
+            ]
     return "\n\n".join(system), items
 
 
@@ -83,7 +91,13 @@ class OpenAIResponses(Dialect):
                 if item.get("type") == "message":
                     text += [_part_text(part) for part in item.get("content") or []]
                 elif item.get("type") == "function_call":
-                    calls.append(ToolCall(id=str(item.get("call_id") or f"call_{i}"), name=str(item["name"]), arguments=item.get("arguments")))
+                    calls.append(
+                        ToolCall(
+                            id=str(item.get("call_id") or f"call_{i}"),
+                            name=str(item["name"]),
+                            arguments=item.get("arguments"),
+                        )
+                    )
             return ModelTurn(text="".join(text), tool_calls=calls, usage=data.get("usage") or {})
         except (KeyError, TypeError, AttributeError) as err:
             raise self.unexpected(err, data) from None
@@ -135,15 +149,19 @@ class ResponsesStream(Assembler):
                 item = data["item"]
                 if item.get("type") == "function_call":
                     call = self._call(data["output_index"])
-                    call.update({"id": str(item.get("call_id") or call["id"]), "name": str(item.get("name") or call["name"])})
+                    call.update(
+                        {"id": str(item.get("call_id") or call["id"]), "name": str(item.get("name") or call["name"])}
+                    )
                     if kind == "response.output_item.done" and isinstance(item.get("arguments"), str):
                         call["arguments"] = item["arguments"]
             elif kind == "response.function_call_arguments.delta":
                 call = self._call(data["output_index"])
                 call["arguments"] += str(data.get("delta", ""))
                 if len(call["arguments"]) > MAX_STREAMED_ARGUMENT_CHARS:
-                    raise OpenAgentsError(ErrorType.MODEL_API_ERROR,
-                                          f"{self.dialect.what}: a streamed call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters")
+                    raise OpenAgentsError(
+                        ErrorType.MODEL_API_ERROR,
+                        f"{self.dialect.what}: a streamed call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters",
+                    )
             elif kind in ("response.completed", "response.incomplete"):
                 response = data.get("response") or {}
                 if isinstance(response.get("usage"), dict):
@@ -163,6 +181,10 @@ class ResponsesStream(Assembler):
         return self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
 
     def assembled(self) -> ModelTurn:
-        calls = [ToolCall.model_validate({"id": c["id"] or f"call_{i}", "name": c["name"], "arguments": c["arguments"] or "{}"})
-                 for i, c in sorted(self.calls.items())]
+        calls = [
+            ToolCall.model_validate(
+                {"id": c["id"] or f"call_{i}", "name": c["name"], "arguments": c["arguments"] or "{}"}
+            )
+            for i, c in sorted(self.calls.items())
+        ]
         return ModelTurn(text="".join(self.text), tool_calls=calls, usage=self.usage)

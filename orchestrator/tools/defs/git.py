@@ -1,5 +1,6 @@
 """git: the workspace's repository, on the host, without a git program (docs/tools.md#git; the
 implementation is host_git.py)."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -27,14 +28,25 @@ def _run(context: RunContext, args: Any) -> Any:
 
 
 TOOL = ToolDef(
-    "git", "other", "host", host_git.GitArgs, order=70, title="Run git on the host",
+    "git",
+    "other",
+    "host",
+    host_git.GitArgs,
+    order=70,
+    title="Run git on the host",
     description=(
         "Git on the host for the workspace's repository (no git program runs; hooks, filters and nested repositories are "
         "never used): status and log run at once; diff shows what commit would record (HEAD to the working tree, new files "
         "included; large or binary files summarised); commit records all changes, or the given paths, and asks the user. "
         "There is no push."
     ),
-    mutates=True, needs_repo=True, run=_run,
-    approval=Approval(describe=lambda args: f"Run on the host: git {args.get('subcommand', '')}".strip(),
-                      actions={f"git {sub}": kind for sub, kind in KINDS.items()}, action_of=_action_of, prepare=_prepare),
+    mutates=True,
+    needs_repo=True,
+    run=_run,
+    approval=Approval(
+        describe=lambda args: f"Run on the host: git {args.get('subcommand', '')}".strip(),
+        actions={f"git {sub}": kind for sub, kind in KINDS.items()},
+        action_of=_action_of,
+        prepare=_prepare,
+    ),
 )

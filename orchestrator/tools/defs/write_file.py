@@ -1,4 +1,5 @@
 """write_file: a whole file, created or replaced atomically (docs/tools.md#write_file)."""
+
 from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
@@ -22,10 +23,21 @@ def _proposal(before: str, args: Mapping[str, Any]) -> Proposal:
 
 
 TOOL = ToolDef(
-    "write_file", "edit", "sandbox", WriteFileArgs, order=40, title="Write a workspace file",
+    "write_file",
+    "edit",
+    "sandbox",
+    WriteFileArgs,
+    order=40,
+    title="Write a workspace file",
     description="Create or replace a whole file in the workspace (never under .git). Parent directories are created. The write is atomic.",
-    mutates=True, box=BoxRule(writes=True), bounds={"max_bytes": limits.WRITE_MAX_BYTES},
+    mutates=True,
+    box=BoxRule(writes=True),
+    bounds={"max_bytes": limits.WRITE_MAX_BYTES},
     files=FileUse(path_arg=True, replaces_file=True, propose=_proposal),
-    mcp=McpFace(served=True, idempotent=True, output_doc="What was written.",
-                result_meta={"sha256": J_STR, "bytes": J_INT, "created": J_BOOL, "atomic": J_BOOL}),
+    mcp=McpFace(
+        served=True,
+        idempotent=True,
+        output_doc="What was written.",
+        result_meta={"sha256": J_STR, "bytes": J_INT, "created": J_BOOL, "atomic": J_BOOL},
+    ),
 )

@@ -21,6 +21,7 @@ tool name (`tool = "mcp__github__create_issue"`) and the server (`action = "mcp 
 deny rule switches one tool or a whole server off. The servers' tool annotations are hints from
 outside and are never used to loosen that.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -78,7 +79,9 @@ class McpServerSpec(BaseModel):
     @classmethod
     def _env(cls, value: Any) -> Any:
         if isinstance(value, list):  # ACP: [{name, value}]
-            return {str(item["name"]): str(item["value"]) for item in value if isinstance(item, dict) and "name" in item}
+            return {
+                str(item["name"]): str(item["value"]) for item in value if isinstance(item, dict) and "name" in item
+            }
         return value or {}
 
     @property
@@ -123,9 +126,16 @@ class _Server:
 class McpHost:
     """The user's MCP servers for one session; a registry's extra host-side tools."""
 
-    def __init__(self, servers: Sequence[dict[str, Any] | McpServerSpec], *, start_deadline_s: float = 30.0,
-                 call_deadline_s: float = SHELL_DEFAULT_TIMEOUT_S, log_dir: Path | None = None, max_message_bytes: int = MAX_MESSAGE_BYTES,
-                 workspace: Path | str | None = None) -> None:
+    def __init__(
+        self,
+        servers: Sequence[dict[str, Any] | McpServerSpec],
+        *,
+        start_deadline_s: float = 30.0,
+        call_deadline_s: float = SHELL_DEFAULT_TIMEOUT_S,
+        log_dir: Path | None = None,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        workspace: Path | str | None = None,
+    ) -> None:
         """`workspace`: the session's (its servers' programs, PATH, working directory and HOME are
         kept out of it and out of the state directory; without it, out of the state directory only)."""
         self.start_deadline_s = start_deadline_s
@@ -135,15 +145,23 @@ class McpHost:
         self.problems: list[str] = []  # servers that could not start or were refused, one line each, visible()
         self._servers: dict[str, _Server] = {}
         self.roots = launch_roots(workspace)
-        self._dir: tempfile.TemporaryDirectory[str] | None = None  # the servers' own working directories (and HOMEs), made at start()
+        self._dir: tempfile.TemporaryDirectory[str] | None = (
+            None  # the servers' own working directories (and HOMEs), made at start()
+        )
         for raw in servers:
             if isinstance(raw, dict) and (kind := raw.get("type")) not in (None, "stdio"):
-                self.problems.append(visible(f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})"))
+                self.problems.append(
+                    visible(
+                        f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})"
+                    )
+                )
                 continue
             try:
                 spec = raw if isinstance(raw, McpServerSpec) else McpServerSpec.model_validate(raw)
             except ValidationError as err:
-                self.problems.append(visible(f"an MCP server entry is not valid: {err.errors(include_input=False)[0]['msg']}"))
+                self.problems.append(
+                    visible(f"an MCP server entry is not valid: {err.errors(include_input=False)[0]['msg']}")
+                )
                 continue
             if spec.key in self._servers:
                 self.problems.append(visible(f"MCP server {spec.name!r}: a second server with that name was left out"))
@@ -182,11 +200,16 @@ class McpHost:
                 try:
                     ready[key].result(timeout=self.start_deadline_s)
                 except FutureTimeout:
-                    self._drop(server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s")
+                    self._drop(
+                        server, f"MCP server {server.spec.name!r} did not answer within {self.start_deadline_s:.0f}s"
+                    )
                 except Exception as err:  # noqa: BLE001 - a server the user named failed: say so, go on
                     notes = "; ".join(server.launch.notes())
-                    self._drop(server, f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}"
-                                       + (f" ({notes})" if notes else ""))
+                    self._drop(
+                        server,
+                        f"MCP server {server.spec.name!r} failed to start: {server.lost or _why(err)}"
+                        + (f" ({notes})" if notes else ""),
+                    )
         except BaseException:  # Ctrl-C while they start: the caller never gets this host to close
             for server in self._servers.values():
                 server.process.kill_group("interrupted")
@@ -220,8 +243,11 @@ class McpHost:
         """Ctrl-C or --max-wall: every server with a call in flight is killed and its call returns."""
         for server in self._servers.values():
             if server.waiting:
-                self._kill(server, f"MCP server {server.spec.name!r} was stopped mid-call: the session was cancelled or ran out of time",
-                           ErrorType.CANCELLED)
+                self._kill(
+                    server,
+                    f"MCP server {server.spec.name!r} was stopped mid-call: the session was cancelled or ran out of time",
+                    ErrorType.CANCELLED,
+                )
 
     async def _hold(self, server: _Server, ready: Future[bool]) -> None:
         """One server's whole life in one task: the SDK's context managers open and close in the same task."""
@@ -239,8 +265,16 @@ class McpHost:
         own = os.path.join(self._dir.name, spec.key)  # an empty directory of its own, in the host's private one
         os.mkdir(own, 0o700)
         env = {**launch.env, **({"HOME": own} if launch.own_home else {})}
-        transport = bounded_stdio(launch.argv[0], list(launch.argv[1:]), env, launch.cwd or own, errlog, server.process, lost,
-                                  self.max_message_bytes)
+        transport = bounded_stdio(
+            launch.argv[0],
+            list(launch.argv[1:]),
+            env,
+            launch.cwd or own,
+            errlog,
+            server.process,
+            lost,
+            self.max_message_bytes,
+        )
         try:
             async with Client(transport, read_timeout_seconds=self.call_deadline_s) as client:
                 server.client = client
@@ -312,12 +346,17 @@ class McpHost:
     def declarations(self, family: str) -> list[dict[str, Any]]:
         """Per family, like the built-ins (tools/declarations.py): each in its dialect's shape."""
         shape = dialect(family)
-        return [shape.declare(tool.name, tool.description, decl.clean_schema(tool.schema)) for tool in self._tools.values()]
+        return [
+            shape.declare(tool.name, tool.description, decl.clean_schema(tool.schema)) for tool in self._tools.values()
+        ]
 
     def prepare(self, call: ToolCall) -> PreparedCall:
         tool = self._tools.get(call.name)
         if tool is None:
-            raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown tool {call.name!r}; the MCP tools are {', '.join(self._tools) or 'none'}")
+            raise OpenAgentsError(
+                ErrorType.UNKNOWN_TOOL,
+                f"unknown tool {call.name!r}; the MCP tools are {', '.join(self._tools) or 'none'}",
+            )
         args = parse_arguments(call.arguments)
         try:
             import jsonschema
@@ -327,7 +366,9 @@ class McpHost:
             raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"{call.name}: {err.message[:500]}") from None
         except jsonschema.SchemaError:
             pass  # the server's schema is its own business; the server checks the call itself
-        return PreparedCall(call, ToolDef(call.name, "other", "host"), McpArguments.model_validate(args), "other", tool.action)
+        return PreparedCall(
+            call, ToolDef(call.name, "other", "host"), McpArguments.model_validate(args), "other", tool.action
+        )
 
     def invoke(self, prepared: PreparedCall) -> ToolResult:
         tool = self._tools[prepared.spec.name]
@@ -340,7 +381,9 @@ class McpHost:
             return ToolResult.failure(OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"unknown MCP tool {name!r}"))
         server = self._servers[tool.server]
         if server.client is None or server.lost or self._loop is None:
-            return ToolResult.failure(OpenAgentsError(ErrorType.AGENT_LOST, server.lost or f"MCP server {server.spec.name!r} is not running"))
+            return ToolResult.failure(
+                OpenAgentsError(ErrorType.AGENT_LOST, server.lost or f"MCP server {server.spec.name!r} is not running")
+            )
         # The SDK's own timeout is a little later: the host's deadline decides, and kills.
         coroutine = server.client.call_tool(tool.tool, arguments, read_timeout_seconds=self.call_deadline_s + 5)
         wake = threading.Event()
@@ -350,14 +393,22 @@ class McpHost:
         try:
             answered = wake.wait(self.call_deadline_s)
         except BaseException:  # Ctrl-C while waiting: the server goes with the call
-            self._kill(server, f"MCP server {server.spec.name!r} was stopped mid-call: the session was interrupted", ErrorType.CANCELLED)
+            self._kill(
+                server,
+                f"MCP server {server.spec.name!r} was stopped mid-call: the session was interrupted",
+                ErrorType.CANCELLED,
+            )
             future.cancel()
             raise
         finally:
             server.waiting.discard(wake)
         if not answered:
-            self._kill(server, f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped "
-                               "(its process group killed)", ErrorType.TIMEOUT)
+            self._kill(
+                server,
+                f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped "
+                "(its process group killed)",
+                ErrorType.TIMEOUT,
+            )
             future.cancel()
             return ToolResult.failure(OpenAgentsError(ErrorType.TIMEOUT, server.lost))
         if not future.done():  # woken by kill_running or a kill: the call does not wait for the server
@@ -378,13 +429,18 @@ class McpHost:
         if server.lost:  # the transport or the host ended it (too big a message, a kill): that is the reason
             return OpenAgentsError(server.lost_type, f"{name}: {server.lost}")
         if isinstance(err, TimeoutError) or "timed out" in text.lower():
-            self._kill(server, f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped",
-                       ErrorType.TIMEOUT)
+            self._kill(
+                server,
+                f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped",
+                ErrorType.TIMEOUT,
+            )
             return OpenAgentsError(ErrorType.TIMEOUT, server.lost)
         if server.client is None or "closed" in text.lower():
             server.lost = visible(f"MCP server {server.spec.name!r} is gone: {text}")
             server.process.kill_group()  # a child it left behind too
-            return OpenAgentsError(ErrorType.AGENT_LOST, f"{name}: the MCP server {server.spec.name!r} is gone ({text})")
+            return OpenAgentsError(
+                ErrorType.AGENT_LOST, f"{name}: the MCP server {server.spec.name!r} is gone ({text})"
+            )
         if isinstance(err, MCPError):
             return OpenAgentsError(ErrorType.PROTOCOL_ERROR, f"{name}: the MCP server answered with an error: {text}")
         return OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{name}: {text}")
@@ -416,11 +472,22 @@ def _tool(server_key: str, raw: Any) -> McpTool | None:
         text = ""
     # Nesting bounded too: validating the model's arguments against the schema, and rewriting it for
     # a model family, recurse once per level (jsonbound.py says why that must stay shallow).
-    if schema.get("type") != "object" or not text or len(text) > MAX_SCHEMA_BYTES or jsonbound.deeper_than(text.encode(), MAX_SCHEMA_DEPTH):
+    if (
+        schema.get("type") != "object"
+        or not text
+        or len(text) > MAX_SCHEMA_BYTES
+        or jsonbound.deeper_than(text.encode(), MAX_SCHEMA_DEPTH)
+    ):
         log.warning("MCP tool %s left out: its input schema is not a bounded object schema", name)
         return None
     description = visible((raw.description or raw.title or raw.name or "")[:MAX_DESCRIPTION])
-    return McpTool(name=name, server=server_key, tool=str(raw.name), description=f"(MCP server {server_key}) {description}", schema=schema)
+    return McpTool(
+        name=name,
+        server=server_key,
+        tool=str(raw.name),
+        description=f"(MCP server {server_key}) {description}",
+        schema=schema,
+    )
 
 
 def _result(name: str, tool: McpTool, result: Any) -> ToolResult:
@@ -439,7 +506,9 @@ def _result(name: str, tool: McpTool, result: Any) -> ToolResult:
     meta: dict[str, Any] = {"mcp_server": tool.server, "mcp_tool": tool.tool}
     if result.structured_content is not None:
         encoded = json.dumps(result.structured_content, default=str)
-        meta["structured"] = result.structured_content if len(encoded) <= MAX_STRUCTURED_BYTES else f"[{len(encoded)} bytes, left out]"
+        meta["structured"] = (
+            result.structured_content if len(encoded) <= MAX_STRUCTURED_BYTES else f"[{len(encoded)} bytes, left out]"
+        )
     if result.is_error:
         err = OpenAgentsError(ErrorType.IO_ERROR, f"{name} reported an error: {visible(output[:2000]) or '(no text)'}")
         return ToolResult.failure(err, executor=Executor.OPENAGENTS, output=output, meta=meta)

@@ -23,6 +23,7 @@ oa-sandbox in the workspace; the box writes there. So, at the session's start (`
 A refused server is left out, named in the host's `problems`, and the session goes on, as with one
 that fails to start. `oa-sandbox doctor` shows what each server runs (cli/admin.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,33 @@ if TYPE_CHECKING:
     from .client import McpServerSpec
 
 # Variables that make a program load code from where they point (the hooks' list, hooks/run.py, inherits none of them).
-LOADERS = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "NODE_PATH", "NODE_OPTIONS", "LD_PRELOAD", "LD_LIBRARY_PATH",
-           "LD_AUDIT", "PERL5LIB", "PERLLIB", "PERL5OPT", "RUBYLIB", "RUBYOPT", "GEM_HOME", "GEM_PATH", "BASH_ENV", "ENV", "LUA_PATH",
-           "LUA_INIT", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "DYLD_INSERT_LIBRARIES", "GIT_CONFIG_GLOBAL", "NPM_CONFIG_USERCONFIG")
+LOADERS = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "PYTHONUSERBASE",
+    "NODE_PATH",
+    "NODE_OPTIONS",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "PERL5LIB",
+    "PERLLIB",
+    "PERL5OPT",
+    "RUBYLIB",
+    "RUBYOPT",
+    "GEM_HOME",
+    "GEM_PATH",
+    "BASH_ENV",
+    "ENV",
+    "LUA_PATH",
+    "LUA_INIT",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "DYLD_INSERT_LIBRARIES",
+    "GIT_CONFIG_GLOBAL",
+    "NPM_CONFIG_USERCONFIG",
+)
 _PATHS_IN = re.compile(r"/[^\s:;,=]*")
 
 
@@ -64,7 +89,9 @@ class Launch:
         """What the user's PATH or environment would have given the server from where the box writes."""
         out = list(self.resolved.notes)
         if self.own_home:
-            out.append(f"HOME {os.environ.get('HOME', '')} lies {WHERE}: the server gets an empty directory of its own as HOME")
+            out.append(
+                f"HOME {os.environ.get('HOME', '')} lies {WHERE}: the server gets an empty directory of its own as HOME"
+            )
         return out
 
 
@@ -81,12 +108,17 @@ def plan(spec: McpServerSpec, roots: Sequence[Path], defaults: Mapping[str, str]
     env["PATH"] = search.value
     cwd = os.path.abspath(spec.cwd) if spec.cwd else None
     if cwd is not None and reaches(cwd, roots):
-        raise _refuse(spec.name, f"its working directory {cwd} lies {WHERE} (python -m, npx and version managers load code from it): "
-                                 "give it a directory outside, or none (it then gets an empty one of its own)")
+        raise _refuse(
+            spec.name,
+            f"its working directory {cwd} lies {WHERE} (python -m, npx and version managers load code from it): "
+            "give it a directory outside, or none (it then gets an empty one of its own)",
+        )
     for name in LOADERS:
         for path in _PATHS_IN.findall(spec.env.get(name, "")):
             if reaches(path, roots):
-                raise _refuse(spec.name, f"its env {name} names {path}, {WHERE}: the server would load what the sandbox wrote")
+                raise _refuse(
+                    spec.name, f"its env {name} names {path}, {WHERE}: the server would load what the sandbox wrote"
+                )
     command = spec.command
     if "/" in command and not os.path.isabs(command) and cwd is not None:
         command = os.path.join(cwd, command)
@@ -99,8 +131,11 @@ def plan(spec: McpServerSpec, roots: Sequence[Path], defaults: Mapping[str, str]
         if not os.path.isabs(value) and cwd is not None:
             value = os.path.join(cwd, value)
         if os.path.isabs(value) and reaches(value, roots) and not os.path.isdir(value):
-            raise _refuse(spec.name, f"its argument {word} names a file {WHERE} (its interpreter would run, or it would load, what the "
-                                     "sandbox wrote): keep the server's files outside the workspace")
+            raise _refuse(
+                spec.name,
+                f"its argument {word} names a file {WHERE} (its interpreter would run, or it would load, what the "
+                "sandbox wrote): keep the server's files outside the workspace",
+            )
     if "SHELL" in env and "SHELL" not in spec.env and reaches(env["SHELL"], roots):
         del env["SHELL"]
     own_home = "HOME" not in spec.env and "HOME" in env and reaches(env["HOME"], roots)

@@ -12,6 +12,7 @@ A server is its own process group (start_new_session); every way out (the server
 stdout, it exited or crashed, the session ends, the host killed it) ends with SIGKILL to that group,
 so a child it started is not left running either (nor holds its stdout open, keeping a call waiting). `Process.kill_group()` may be called from any thread.
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,8 @@ def json_values(data: bytes, cap: int) -> int:
     skeleton = data.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_COUNTED)
     count, in_string = 0, False
     for start in range(0, len(skeleton), _PIECE):
-        parts = skeleton[start:start + _PIECE].split(b'"')
-        outside = b"".join(parts[1 if in_string else 0::2])
+        parts = skeleton[start : start + _PIECE].split(b'"')
+        outside = b"".join(parts[1 if in_string else 0 :: 2])
         in_string ^= len(parts) % 2 == 0
         count += len(outside) - outside.count(b"]") - outside.count(b"}")
         if count > cap:
@@ -81,14 +82,24 @@ class ServerProcess:
 
 
 @asynccontextmanager
-async def bounded_stdio(command: str, args: list[str], env: dict[str, str], cwd: str | None, errlog: TextIO, handle: ServerProcess,
-                        on_lost: Callable[[str], None], max_message: int = MAX_MESSAGE_BYTES,
-                        max_values: int = MAX_MESSAGE_VALUES) -> AsyncIterator[TransportStreams]:
+async def bounded_stdio(
+    command: str,
+    args: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    errlog: TextIO,
+    handle: ServerProcess,
+    on_lost: Callable[[str], None],
+    max_message: int = MAX_MESSAGE_BYTES,
+    max_values: int = MAX_MESSAGE_VALUES,
+) -> AsyncIterator[TransportStreams]:
     """The SDK's Transport: (read stream, write stream) of SessionMessage, for mcp.Client."""
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    process: Process = await anyio.open_process([command, *args], env=env, stderr=errlog, cwd=cwd, start_new_session=True)
+    process: Process = await anyio.open_process(
+        [command, *args], env=env, stderr=errlog, cwd=cwd, start_new_session=True
+    )
     handle.pgid = process.pid
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)

@@ -49,12 +49,24 @@ One module a job, each importing only those before it:
 - `restore`: making the workspace one checkpoint again;
 - `store`: `CheckpointStore`, which records and restores through them.
 """
+
 from .index import Checkpoint, Conflict, RestoreReport, Skipped, shown_path, store_unknown, unknown_changes
 from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE
 from .snapshot import NOT_READABLE
 from .store import CheckpointStore
 
 __all__ = [
-    "MODE_EXEC", "MODE_FILE", "MODE_LINK", "MODE_TREE", "NOT_READABLE",
-    "Checkpoint", "CheckpointStore", "Conflict", "RestoreReport", "Skipped", "shown_path", "store_unknown", "unknown_changes",
+    "MODE_EXEC",
+    "MODE_FILE",
+    "MODE_LINK",
+    "MODE_TREE",
+    "NOT_READABLE",
+    "Checkpoint",
+    "CheckpointStore",
+    "Conflict",
+    "RestoreReport",
+    "Skipped",
+    "shown_path",
+    "store_unknown",
+    "unknown_changes",
 ]

@@ -3,6 +3,7 @@
 It is both the stat cache of a full walk (an unchanged file is not read again) and what the
 inotify hints are applied to, so a directory nobody touched keeps its tree by oid.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,8 +63,9 @@ class _Dir:
             stack.extend(d.dirs.values())
 
 
-def _entry_changed(before: tuple[_File | None, _Dir | None], after: tuple[_File | None, _Dir | None], rel: str,
-                   changes: set[str]) -> bool:
+def _entry_changed(
+    before: tuple[_File | None, _Dir | None], after: tuple[_File | None, _Dir | None], rel: str, changes: set[str]
+) -> bool:
     """Whether one tree entry (or a file's mode or owner) changed; the files it concerns go into `changes` (to_store form)."""
     (file_a, dir_a), (file_b, dir_b) = before, after
     if dir_a is not None and dir_a is dir_b:
@@ -86,9 +88,12 @@ def _dir_files(d: _Dir) -> Iterable[str]:
 
 
 def _same_entries(d: _Dir, old: _Dir) -> bool:
-    return (d.files.keys() == old.files.keys() and d.dirs.keys() == old.dirs.keys()
-            and all(entry[1:3] == old.files[n][1:3] for n, entry in d.files.items())
-            and all(sub.tree == old.dirs[n].tree for n, sub in d.dirs.items()))
+    return (
+        d.files.keys() == old.files.keys()
+        and d.dirs.keys() == old.dirs.keys()
+        and all(entry[1:3] == old.files[n][1:3] for n, entry in d.files.items())
+        and all(sub.tree == old.dirs[n].tree for n, sub in d.dirs.items())
+    )
 
 
 def _under(d: _Dir, top: _Dir) -> bool:

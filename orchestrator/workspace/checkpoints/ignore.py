@@ -18,6 +18,7 @@ before its end is anchored at the ignore file's directory, `**` matches any numb
 the last matching line wins and a deeper file's lines come after its parents'; nothing under an
 ignored directory is looked at (so `!` cannot re-include inside it, as in git).
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -49,7 +50,9 @@ class Rule:
 def read_rules(d_fd: int, rel: str) -> list[Rule]:
     """The rules of the ignore file in the directory open as `d_fd` (`rel`: its workspace path)."""
     try:
-        data, _ = BoxDir.at(d_fd).read(IGNORE_FILE, IGNORE_CAP + 1, os.fsencode(f"{rel}/.gitignore" if rel else ".gitignore"))
+        data, _ = BoxDir.at(d_fd).read(
+            IGNORE_FILE, IGNORE_CAP + 1, os.fsencode(f"{rel}/.gitignore" if rel else ".gitignore")
+        )
     except (OSError, OpenAgentsError):
         return []
     if len(data) > IGNORE_CAP:
@@ -99,7 +102,7 @@ def ignored(rules: tuple[Rule, ...], rel: str, is_dir: bool) -> bool:
         if rule.base and not rel.startswith(rule.base + "/"):
             continue  # a rule holds under its ignore file's directory only
         if rule.anchored:
-            if not _match_parts(rule.parts, tuple((rel[len(rule.base) + 1:] if rule.base else rel).split("/"))):
+            if not _match_parts(rule.parts, tuple((rel[len(rule.base) + 1 :] if rule.base else rel).split("/"))):
                 continue
         elif not _match_name(rule.parts[0], name):
             continue

@@ -4,6 +4,7 @@ Its own module because more than the store reads it: the session records (what `
 ask `store_unknown` whether what a session changed is known, from the index alone, without
 opening the repository.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,7 +38,9 @@ class Checkpoint(BaseModel):
     files_changed: list[str] = Field(default_factory=list)  # vs the previous good checkpoint (or restored state)
     files_changed_count: int = 0
     skipped: list[Skipped] = Field(default_factory=list)
-    meta: str | None = None  # the blob of exact modes and owners; None: an older checkpoint (0644/0755, workspace owner)
+    meta: str | None = (
+        None  # the blob of exact modes and owners; None: an older checkpoint (0644/0755, workspace owner)
+    )
     names: Literal["raw", "store"] = "raw"  # how names are kept in the tree (store: boxfs.to_store)
 
     @property

@@ -5,6 +5,7 @@ written, small loose objects are packed during and after each record, and the st
 bytes are measured; a record that would pass the budget raises _StoreFull. The store is ours, so
 its own files are walked plainly; nothing here touches the workspace.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -28,7 +29,9 @@ PACK_EVERY = 32 << 20  # loose bytes a record may have at once before they are p
 
 class _StoreFull(Exception):
     def __init__(self, budget: int, used: int) -> None:
-        super().__init__(f"the checkpoint store's budget of {budget} bytes on disk is spent ({used} bytes with this checkpoint)")
+        super().__init__(
+            f"the checkpoint store's budget of {budget} bytes on disk is spent ({used} bytes with this checkpoint)"
+        )
 
 
 _Kind = TypeVar("_Kind", pygit2.Commit, pygit2.Tree, pygit2.Blob)
@@ -144,7 +147,13 @@ class _ObjectStore:
                 with os.scandir(fan.path) as items:
                     for item in items:
                         if len(item.name) == 38 and not item.name.startswith("."):
-                            out.append((pygit2.Oid(hex=fan.name + item.name), Path(item.path), item.stat(follow_symlinks=False).st_size))
+                            out.append(
+                                (
+                                    pygit2.Oid(hex=fan.name + item.name),
+                                    Path(item.path),
+                                    item.stat(follow_symlinks=False).st_size,
+                                )
+                            )
         return out
 
     def _remove_loose(self, loose: Iterable[tuple[pygit2.Oid, Path, int]]) -> None:
@@ -180,7 +189,9 @@ class _ObjectStore:
         """The loose objects written so far into one pack, then the loose files go. Returns the
         new pack (none when nothing was loose). Every kept record ends packed, so a record starts
         with no loose object, and the loose objects of a record not kept are all its own."""
-        loose = [item for item in self._loose() if item[1] not in self._loose_at_start and item[0] not in self._big_blobs]
+        loose = [
+            item for item in self._loose() if item[1] not in self._loose_at_start and item[0] not in self._big_blobs
+        ]
         if not loose:
             return set()
         before = self._packs()

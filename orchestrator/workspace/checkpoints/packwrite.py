@@ -10,6 +10,7 @@ the loose objects and the delta search (objects.py), which are cheap for a few f
 The pack is written under a temporary name in the store's own pack directory (ours, never the
 box's) and only becomes visible to libgit2 when its index is renamed into place, last.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -132,8 +133,18 @@ class PackWriter:
             else:
                 offsets += struct.pack(">I", 0x80000000 | (len(large) // 8))
                 large += struct.pack(">Q", offset)
-        body = b"".join([b"\377tOc", struct.pack(">I", 2), struct.pack(">256I", *fanout), *oids,
-                         b"".join(struct.pack(">I", self._entries[oid][1]) for oid in oids), bytes(offsets), bytes(large), pack_sum])
+        body = b"".join(
+            [
+                b"\377tOc",
+                struct.pack(">I", 2),
+                struct.pack(">256I", *fanout),
+                *oids,
+                b"".join(struct.pack(">I", self._entries[oid][1]) for oid in oids),
+                bytes(offsets),
+                bytes(large),
+                pack_sum,
+            ]
+        )
         return body + hashlib.sha1(body).digest()
 
     def abort(self) -> None:

@@ -5,6 +5,7 @@ before it writes: a path that differs from what the store last knew is a conflic
 means nothing is touched; `.git` entries, paths the checkpoint skipped and a HEAD or commondir that
 would make a directory a repository git obeys are never written. Writes are atomic, holes kept.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -32,7 +33,9 @@ class _Store(Protocol):
     max_file_bytes: int
 
 
-_State = tuple[object, ...]  # what a path is: ("file", perm, oid[, uid, gid]), ("link", target), ("dir", perm[, uid, gid]), ("special",)
+_State = tuple[
+    object, ...
+]  # what a path is: ("file", perm, oid[, uid, gid]), ("link", target), ("dir", perm[, uid, gid]), ("special",)
 
 
 class _Picture:
@@ -89,7 +92,7 @@ class _Opener:
         while len(self.stack) > 1 and not (rel == self.stack[-1][0] or rel.startswith(self.stack[-1][0] + b"/")):
             self.stack.pop()[1].close()
         path, here = self.stack[-1]
-        rest = rel[len(path):].lstrip(b"/")
+        rest = rel[len(path) :].lstrip(b"/")
         for part in rest.split(b"/") if rest else []:
             here = here.sub(part)
             path = path + b"/" + part if path else part
@@ -123,7 +126,9 @@ class _Restorer:
         self.store, self.budget = store, budget
         self.owners = os.geteuid() == 0  # only root can give a file another owner
         self.target = _Picture(store, cp, self.owners)
-        self.head = self.target if head.commit == cp.commit and head.turn == cp.turn else _Picture(store, head, self.owners)
+        self.head = (
+            self.target if head.commit == cp.commit and head.turn == cp.turn else _Picture(store, head, self.owners)
+        )
         self.report = RestoreReport(skipped=list(cp.skipped))
         self.keep = self.target.skipped
 
@@ -142,7 +147,9 @@ class _Restorer:
                 continue
             st = e.st
             if stat.S_ISDIR(st.st_mode):
-                cur[e.rel] = ("dir", st.st_mode & 0o777, st.st_uid, st.st_gid) if self.owners else ("dir", st.st_mode & 0o777)
+                cur[e.rel] = (
+                    ("dir", st.st_mode & 0o777, st.st_uid, st.st_gid) if self.owners else ("dir", st.st_mode & 0o777)
+                )
             elif stat.S_ISLNK(st.st_mode):
                 try:
                     cur[e.rel] = ("link", BoxDir.at(e.dir_fd).readlink(e.name))
@@ -227,14 +234,27 @@ class _Restorer:
                     want.pop(rel, None)
                     self.keep.add(rel)
                     cur.pop(rel, None)
-                    self.report.skipped.append(Skipped(path=to_store(rel), reason="it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir)"))
+                    self.report.skipped.append(
+                        Skipped(
+                            path=to_store(rel),
+                            reason="it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir)",
+                        )
+                    )
 
-    def _apply(self, root_fd: int, cur: dict[bytes, _State], want: dict[bytes, _State], touched: builtins.list[bytes]) -> None:
+    def _apply(
+        self, root_fd: int, cur: dict[bytes, _State], want: dict[bytes, _State], touched: builtins.list[bytes]
+    ) -> None:
         opener = _Opener(root_fd, self.budget)
         try:
             # 1. what must go (or be replaced by another kind), deepest first
-            for p in sorted((p for p in touched if p in cur and (p not in want or cur[p][0] != want[p][0] or cur[p][0] == "special")),
-                            key=lambda x: (-x.count(b"/"), x)):
+            for p in sorted(
+                (
+                    p
+                    for p in touched
+                    if p in cur and (p not in want or cur[p][0] != want[p][0] or cur[p][0] == "special")
+                ),
+                key=lambda x: (-x.count(b"/"), x),
+            ):
                 parent, name = _parent_name(p)
                 try:
                     here = opener.dir(parent)
@@ -311,4 +331,10 @@ def _repository_shape(names: Iterable[str]) -> bool:
 
 def _plain_name(name: bytes) -> bool:
     """Our own trees hold nothing else; a tampered store must not make restore write elsewhere."""
-    return bool(name) and name not in (b".", b"..") and b"/" not in name and b"\0" not in name and not is_git_name(os.fsdecode(name))
+    return (
+        bool(name)
+        and name not in (b".", b"..")
+        and b"/" not in name
+        and b"\0" not in name
+        and not is_git_name(os.fsdecode(name))
+    )

@@ -16,6 +16,7 @@ failed record. Known limit: a write through a shared memory mapping raises no in
 box that writes that way can keep a middle checkpoint from seeing the change until the next full
 walk; turn 0 and restore always walk everything.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -122,7 +123,9 @@ class _Snapshots(_ObjectStore):
         walk = Walk(fd, self._budget, enter=lambda entry: entry.rel in by_rel)
         for entry in walk.entries():
             if self._cancel.is_set() and threading.current_thread() is self._first:
-                raise OpenAgentsError(ErrorType.CANCELLED, "cancelled: the session ended before this checkpoint was complete")
+                raise OpenAgentsError(
+                    ErrorType.CANCELLED, "cancelled: the session ended before this checkpoint was complete"
+                )
             parent = by_rel.get(entry.rel.rpartition(b"/")[0])
             if parent is None:
                 continue
@@ -162,7 +165,9 @@ class _Snapshots(_ObjectStore):
             bits = st.st_mode & 0o7
         return bits & need == need
 
-    def _entry(self, d: _Dir, fd: int, name: str, st: os.stat_result, old: _Dir | None, touched: bool) -> tuple[_Dir, int] | None:
+    def _entry(
+        self, d: _Dir, fd: int, name: str, st: os.stat_result, old: _Dir | None, touched: bool
+    ) -> tuple[_Dir, int] | None:
         """(Re)record d/name from what is there now (`st`, its lstat). A directory to walk comes
         back with its descriptor (watched before any listing). `touched`: an event named it, so
         the stat cache is not trusted (a change in the same clock tick leaves the stat as it was)."""
@@ -205,7 +210,9 @@ class _Snapshots(_ObjectStore):
                 os.close(sub_fd)
                 d.skipped[name] = (None, "it changed while being walked")
                 return None
-            sub = _Dir(rel, st.st_ino, d, _meta(st), old=reuse if reuse is not None and reuse.ino == st.st_ino else None)
+            sub = _Dir(
+                rel, st.st_ino, d, _meta(st), old=reuse if reuse is not None and reuse.ino == st.st_ino else None
+            )
             sub.ignore = (d.ignore + tuple(read_rules(sub_fd, rel)))[-MAX_DEPTH_RULES:]
             self._watch(sub, sub_fd)
             d.dirs[name] = sub
@@ -305,7 +312,11 @@ class _Snapshots(_ObjectStore):
         assert self._watcher is not None and self._root is not None
         touched: dict[_Dir, set[str]] = {}
         for wd, mask, name in self._watcher.drain():
-            if mask & IN_Q_OVERFLOW or mask & IN_MOVE_SELF or (mask & IN_ISDIR and mask & (IN_MOVED_FROM | IN_MOVED_TO)):
+            if (
+                mask & IN_Q_OVERFLOW
+                or mask & IN_MOVE_SELF
+                or (mask & IN_ISDIR and mask & (IN_MOVED_FROM | IN_MOVED_TO))
+            ):
                 raise _NeedFull  # a moved directory makes our wd -> path map stale
             d = self._wds.get(wd)
             if d is None:

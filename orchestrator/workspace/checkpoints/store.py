@@ -3,6 +3,7 @@
 It owns the index and the order of a record (walk, trees, commit, pack, measure, index) and holds
 the lock; the walk, the object accounting and restore are the other modules'.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -39,8 +40,15 @@ class CheckpointStore(_Snapshots):
     (entries walked, bytes read and written, its deadline); without one each takes its own default.
     """
 
-    def __init__(self, store: Path, workspace: Path, budget_bytes: int = 256 << 20, max_file_bytes: int = 16 << 20,
-                 box_user: tuple[int, int] | None = None, budget: HostBudget | None = None) -> None:
+    def __init__(
+        self,
+        store: Path,
+        workspace: Path,
+        budget_bytes: int = 256 << 20,
+        max_file_bytes: int = 16 << 20,
+        box_user: tuple[int, int] | None = None,
+        budget: HostBudget | None = None,
+    ) -> None:
         self.store, self.workspace = Path(store), Path(workspace)
         real_ws, real_store = os.path.realpath(self.workspace), os.path.realpath(self.store)
         if real_store == real_ws or real_store.startswith(real_ws.rstrip("/") + "/"):
@@ -153,7 +161,9 @@ class CheckpointStore(_Snapshots):
                 else:
                     state, kind = "failed", ErrorType.INTERNAL_ERROR.value
                 message = getattr(err, "message", None) or str(err) or type(err).__name__
-                cp = Checkpoint(turn=turn, created=round(time.time(), 3), state=state, error_type=kind, error=show(message[:500]))
+                cp = Checkpoint(
+                    turn=turn, created=round(time.time(), 3), state=state, error_type=kind, error=show(message[:500])
+                )
                 self._append(cp, None)
                 return cp
 
@@ -172,13 +182,17 @@ class CheckpointStore(_Snapshots):
             if cp is None:
                 raise KeyError(f"no checkpoint for turn {turn}")
             if not cp.ok:
-                raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"the checkpoint after turn {turn} {cp.state}: {cp.error}")
+                raise OpenAgentsError(
+                    ErrorType.INVALID_ARGUMENTS, f"the checkpoint after turn {turn} {cp.state}: {cp.error}"
+                )
             ref = self.repo.references.get(f"refs/checkpoints/{turn}")
             if ref is None or str(ref.target) != cp.commit:
                 raise ValueError(f"the store's ref for turn {turn} does not match its index")
             head = next((c for c in self._index.checkpoints if c.ok and c.commit == self._index.head), None)
             if head is None:
-                raise OpenAgentsError(ErrorType.INTERNAL_ERROR, "the checkpoint store does not know the workspace's last state")
+                raise OpenAgentsError(
+                    ErrorType.INTERNAL_ERROR, "the checkpoint store does not know the workspace's last state"
+                )
             self._forget()  # our own writes: the next record walks everything
             restorer = _Restorer(self, cp, head, self._work_budget())
             report = restorer.run()
@@ -238,38 +252,74 @@ class CheckpointStore(_Snapshots):
     def _record(self, turn: int) -> Checkpoint | None:
         root, hinted_changes = self._snapshot()
         dirs = builtins.list(root.all_dirs())  # once a record: a 40k-file tree has thousands
-        skipped = sorted((Skipped(path=to_store(d.child_rel(n)), reason=r) for d in dirs if d.skipped for n, (_, r) in d.skipped.items()),
-                         key=lambda s: s.path)
+        skipped = sorted(
+            (
+                Skipped(path=to_store(d.child_rel(n)), reason=r)
+                for d in dirs
+                if d.skipped
+                for n, (_, r) in d.skipped.items()
+            ),
+            key=lambda s: s.path,
+        )
         meta = self._write_meta(root, dirs)
-        head_cp = next((c for c in self._index.checkpoints if c.ok and c.commit == self._index.head), None) if self._index.head else None
+        head_cp = (
+            next((c for c in self._index.checkpoints if c.ok and c.commit == self._index.head), None)
+            if self._index.head
+            else None
+        )
         head = _object(self.repo, pygit2.Oid(hex=self._index.head), pygit2.Commit) if self._index.head else None
         last = self._index.checkpoints[-1] if self._index.checkpoints else None
-        same_skips = last is not None and last.ok and [s.model_dump() for s in last.skipped] == [s.model_dump() for s in skipped]
+        same_skips = (
+            last is not None and last.ok and [s.model_dump() for s in last.skipped] == [s.model_dump() for s in skipped]
+        )
         assert root.tree is not None  # _snapshot wrote every tree
-        if (turn > 0 and head is not None and head.tree_id == root.tree and same_skips and head_cp is not None
-                and head_cp.meta == meta and head_cp.names == "store"):
+        if (
+            turn > 0
+            and head is not None
+            and head.tree_id == root.tree
+            and same_skips
+            and head_cp is not None
+            and head_cp.meta == meta
+            and head_cp.names == "store"
+        ):
             self._drop_loose()  # a meta blob nobody names
             return None
         changed: list[str]
         if turn == 0:
             changed = []
-        elif (hinted_changes is not None and head is not None and last is not None and last.ok
-              and self._index.head == last.commit and head_cp is not None and head_cp.names == "store"):
+        elif (
+            hinted_changes is not None
+            and head is not None
+            and last is not None
+            and last.ok
+            and self._index.head == last.commit
+            and head_cp is not None
+            and head_cp.names == "store"
+        ):
             changed = hinted_changes
         else:
             changed = self._changed(head.tree if head is not None else None, root.tree)
         sig = pygit2.Signature(*SIGNATURE)
         self._charge_object(256)
-        commit = self.repo.create_commit(None, sig, sig, f"checkpoint after turn {turn}\n", root.tree,
-                                         [head.id] if head is not None else [])
+        commit = self.repo.create_commit(
+            None, sig, sig, f"checkpoint after turn {turn}\n", root.tree, [head.id] if head is not None else []
+        )
         self._record_packs |= self._pack_loose()
         used = self._measure()
         if used > self.budget_bytes:
             # Packed, the store is still over: this checkpoint is not kept, nor the packs of its objects.
             raise _StoreFull(self.budget_bytes, used)
         self.repo.references.create(f"refs/checkpoints/{turn}", commit, force=True)
-        cp = Checkpoint(turn=turn, commit=str(commit), created=round(time.time(), 3), files_changed=changed[:CHANGED_LIST_CAP],
-                        files_changed_count=len(changed), skipped=skipped, meta=meta, names="store")
+        cp = Checkpoint(
+            turn=turn,
+            commit=str(commit),
+            created=round(time.time(), 3),
+            files_changed=changed[:CHANGED_LIST_CAP],
+            files_changed_count=len(changed),
+            skipped=skipped,
+            meta=meta,
+            names="store",
+        )
         self._append(cp.model_copy(), str(commit), used)
         self._merge_packs()
         self._index.used_bytes = self._measure()
@@ -302,6 +352,8 @@ class CheckpointStore(_Snapshots):
         if old is None:
             return sorted(_tree_files(self.repo, new))
         # what repo.diff(old, new) runs for two trees, with its options
-        paths = {d.new_file.path if d.status != pygit2.enums.DeltaStatus.DELETED else d.old_file.path
-                 for d in old.diff_to_tree(new, interhunk_lines=0).deltas}
+        paths = {
+            d.new_file.path if d.status != pygit2.enums.DeltaStatus.DELETED else d.old_file.path
+            for d in old.diff_to_tree(new, interhunk_lines=0).deltas
+        }
         return sorted(paths)

@@ -4,6 +4,7 @@ Hints only (snapshot re-walks every path they name by the same rules), and `brok
 anything may have been lost, so that a lost event costs a full walk, never a missed change.
 Watches are added on a directory's fd (/proc/self/fd), never on a path the box could swap.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -14,8 +15,19 @@ IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE = 0x2, 0x4, 0x8
 IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x40, 0x80, 0x100, 0x200
 IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_IGNORED = 0x400, 0x800, 0x4000, 0x8000
 IN_ONLYDIR, IN_EXCL_UNLINK, IN_ISDIR = 0x01000000, 0x04000000, 0x40000000
-_WATCH_MASK = (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE
-               | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
+_WATCH_MASK = (
+    IN_MODIFY
+    | IN_ATTRIB
+    | IN_CLOSE_WRITE
+    | IN_MOVED_FROM
+    | IN_MOVED_TO
+    | IN_CREATE
+    | IN_DELETE
+    | IN_DELETE_SELF
+    | IN_MOVE_SELF
+    | IN_ONLYDIR
+    | IN_EXCL_UNLINK
+)
 _EVENT = struct.Struct("iIII")
 
 
@@ -59,7 +71,7 @@ class _Watcher:
             off = 0
             while off + _EVENT.size <= len(buf):
                 wd, mask, _cookie, size = _EVENT.unpack_from(buf, off)
-                raw = buf[off + _EVENT.size: off + _EVENT.size + size].split(b"\0", 1)[0]
+                raw = buf[off + _EVENT.size : off + _EVENT.size + size].split(b"\0", 1)[0]
                 off += _EVENT.size + size
                 if mask & IN_Q_OVERFLOW:
                     self.broken = True

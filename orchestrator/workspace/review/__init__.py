@@ -27,6 +27,7 @@ One module a job, each importing only those before it:
 - `apply`: the writes (`apply_changes`);
 - `landing`: landing a live copy more than once (MCP's apply_changes, ACP's end of every turn).
 """
+
 from .apply import apply_changes
 from .landing import apply_scanned, move_on
 from .plan import MAX_SYMLINK_HOPS, TEMP_PREFIX, planned_changes
@@ -44,8 +45,26 @@ from .report import ApplyReport, Conflict, LeftOut, Normalised
 from .scan import Change, ChangeKind, list_changes, shown
 
 __all__ = [
-    "DIFF_DEADLINE_S", "IN_PROCESS_DIFF_WORK", "MAX_DIFF_BYTES", "MAX_DIFF_FILE_BYTES", "MAX_FILE_LINES", "MAX_STAT_FILES",
-    "MAX_SYMLINK_HOPS", "MAX_TOTAL_LINES", "TEMP_PREFIX",
-    "ApplyReport", "Change", "ChangeKind", "Conflict", "LeftOut", "Normalised",
-    "apply_changes", "apply_scanned", "list_changes", "move_on", "planned_changes", "render_diff", "shown",
+    "DIFF_DEADLINE_S",
+    "IN_PROCESS_DIFF_WORK",
+    "MAX_DIFF_BYTES",
+    "MAX_DIFF_FILE_BYTES",
+    "MAX_FILE_LINES",
+    "MAX_STAT_FILES",
+    "MAX_SYMLINK_HOPS",
+    "MAX_TOTAL_LINES",
+    "TEMP_PREFIX",
+    "ApplyReport",
+    "Change",
+    "ChangeKind",
+    "Conflict",
+    "LeftOut",
+    "Normalised",
+    "apply_changes",
+    "apply_scanned",
+    "list_changes",
+    "move_on",
+    "planned_changes",
+    "render_diff",
+    "shown",
 ]

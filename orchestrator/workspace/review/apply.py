@@ -4,6 +4,7 @@ Only this module writes to the user's workspace. Each file lands through boxfs.w
 temp name, fsync, rename: old or new, never half), each entry is re-checked at write time (the box
 may still be running), and an entry swapped since the plan is left out, never written through.
 """
+
 from __future__ import annotations
 
 import os
@@ -73,7 +74,9 @@ class _Applier(_Planner):
             self.touched.add(where)
             self.report.applied.append(act.path)
             if act.op in ("write", "chmod") and act.mode != act.box_mode:
-                self.report.normalised.append(Normalised(path=act.path, box_mode=f"{act.box_mode:04o}", mode=f"{act.mode:04o}"))
+                self.report.normalised.append(
+                    Normalised(path=act.path, box_mode=f"{act.box_mode:04o}", mode=f"{act.mode:04o}")
+                )
         except _Refused as err:
             self.leave(act.path, str(err))
         except OpenAgentsError as err:  # boxfs refused an entry swapped since the check
@@ -97,7 +100,9 @@ class _Applier(_Planner):
             st = os.fstat(src)
             if _box_made_link(self.m, act.path, st.st_ino, st.st_nlink):
                 raise _Refused(f"a hard link ({st.st_nlink} names) made in the box is never carried")
-            uid, gid = _settable(*_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m))
+            uid, gid = _settable(
+                *_owner(act.real if act.real is not None and stat.S_ISREG(act.real.st_mode) else None, self.m)
+            )
             if act.replaces_dir:
                 parent.rmdir(name)  # emptied by the deletions before
             # a temp name, fsync, rename: old or new, never half; holes kept (a sparse file stays sparse)

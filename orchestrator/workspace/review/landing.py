@@ -8,6 +8,7 @@ Landing a live copy more than once (MCP's apply_changes, ACP's end of every prom
 The copy keeps changing after a landing, so the manifest must move on with it: otherwise the
 user's landed file reads as the user's own later change (a false conflict) on the next landing.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -41,7 +42,9 @@ class LandingGate(Protocol):
 def refusal(permit: Permit) -> OpenAgentsError:
     """The one error a refused landing gives, whichever front-end asked for it."""
     kind = ErrorType.REJECTED_BY_USER if permit.executor == Executor.USER else ErrorType.REFUSED_BY_POLICY
-    return OpenAgentsError(kind, f"landing refused: {permit.reason}; nothing was applied (the changes stay in the session's copy)")
+    return OpenAgentsError(
+        kind, f"landing refused: {permit.reason}; nothing was applied (the changes stay in the session's copy)"
+    )
 
 
 def apply_scanned(manifest: CopyManifest, permit: Permit) -> tuple[ApplyReport, dict[str, Change]]:

@@ -4,6 +4,7 @@ The diff and apply both look at single paths (the walk is scan's): each is reach
 component at a time through boxfs, and a link on the way is an OSError (ELOOP) the callers
 already handle, so neither can be steered outside the tree by a symlink the box planted.
 """
+
 from __future__ import annotations
 
 import errno
@@ -54,8 +55,10 @@ def _locate(root_fd: int, rel: str) -> _Where:
             except FileNotFoundError:
                 return _Where(parent_missing=True)
             if not stat.S_ISDIR(st.st_mode):
-                return _Where(blocker=to_store(b"/".join(parts[: i + 1])),
-                              blocker_kind="a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory")
+                return _Where(
+                    blocker=to_store(b"/".join(parts[: i + 1])),
+                    blocker_kind="a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory",
+                )
             sub = here.sub(name)
             here.close()
             here = sub

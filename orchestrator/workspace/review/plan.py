@@ -5,6 +5,7 @@ rules apply runs, and cannot write: a change is decided from the copy alone, the
 the real workspace (one conflict and nothing is applied), then every symlink is resolved, lexically,
 in the workspace as it will be after apply.
 """
+
 from __future__ import annotations
 
 import os
@@ -112,8 +113,15 @@ class _Planner:
         if after.kind == "special":
             self.leave(change.path, f"{special_name(change.fmt)} is never carried")
             return None
-        if after.kind != "dir" and change.path.rpartition("/")[2].casefold() in _REPO_MAKERS and self._makes_repository(change.path):
-            self.leave(change.path, "it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir): never carried")
+        if (
+            after.kind != "dir"
+            and change.path.rpartition("/")[2].casefold() in _REPO_MAKERS
+            and self._makes_repository(change.path)
+        ):
+            self.leave(
+                change.path,
+                "it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir): never carried",
+            )
             return None
         if after.kind == "file":
             if change.box_link:
@@ -174,9 +182,15 @@ class _Planner:
             if not (replacer and replacer.op == "mkdir"):
                 entry = self.m.entries.get(where.blocker)
                 if entry is not None and entry.real.kind == "dir":
-                    self.conflict(rel, f"{shown(where.blocker)} is {where.blocker_kind} in the real workspace now; it was a directory")
+                    self.conflict(
+                        rel,
+                        f"{shown(where.blocker)} is {where.blocker_kind} in the real workspace now; it was a directory",
+                    )
                 else:
-                    self.leave(rel, f"{shown(where.blocker)} is {where.blocker_kind} in the real workspace, never written through")
+                    self.leave(
+                        rel,
+                        f"{shown(where.blocker)} is {where.blocker_kind} in the real workspace, never written through",
+                    )
                 return False
             where = _Where()  # below a symlink the box turned into a directory: nothing there yet
         elif where.parent_missing:
@@ -203,8 +217,12 @@ class _Planner:
             if self._already(act, act.real):
                 self.report.already.append(rel)
                 return False
-            self.conflict(rel, "changed in the real workspace since the copy was taken" if expected else
-                          "added in the box, but the real workspace has it now too")
+            self.conflict(
+                rel,
+                "changed in the real workspace since the copy was taken"
+                if expected
+                else "added in the box, but the real workspace has it now too",
+            )
             return False
         if stat.S_ISDIR(act.real.st_mode) and act.op != "mkdir":
             act.replaces_dir = True
@@ -370,7 +388,9 @@ class _Planner:
 
     def _clean_stale(self, changes: list[Change]) -> None:
         """Temp files an interrupted apply left behind, in every directory this apply touches."""
-        dirs = {c.path.rpartition("/")[0] for c in changes} | {c.path for c in changes if c.after and c.after.kind == "dir"}
+        dirs = {c.path.rpartition("/")[0] for c in changes} | {
+            c.path for c in changes if c.after and c.after.kind == "dir"
+        }
         for rel in sorted(dirs):
             try:
                 fd = _open_dir(self.real_fd, rel)

@@ -4,6 +4,7 @@ Every line is the box's text, so it is made visible (ground.text.visible) and bo
 over MAX_DIFF_FILE_BYTES or holding a NUL are summarised, a diff whose worst case is large runs in
 bounded_diff's child under a deadline, and the lines per file and in all are capped.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -24,7 +25,9 @@ from .nofollow import _locate, _parent, _readlink
 from .scan import Change, shown
 
 MAX_DIFF_FILE_BYTES = 256 * 1024  # larger files are summarised, never diffed (bounded memory and time)
-IN_PROCESS_DIFF_WORK = 1_000_000  # old lines x new lines up to which difflib runs here: its worst case stays well under a second
+IN_PROCESS_DIFF_WORK = (
+    1_000_000  # old lines x new lines up to which difflib runs here: its worst case stays well under a second
+)
 DIFF_DEADLINE_S = 2.0  # a larger diff runs in bounded_diff's child, killed after this
 MAX_DIFF_BYTES = 1 << 20  # and returns at most this much
 MAX_FILE_LINES = 1000  # diff lines shown per file
@@ -73,7 +76,9 @@ def _side(root_fd: int, rel: str) -> _Side:
         data = BoxDir.at(parent).read(leaf, MAX_DIFF_FILE_BYTES, from_store(rel))[0]
     except OpenAgentsError as err:
         if "cap" in err.message:
-            return _Side("file", st.st_size, mode, note=f"large file, {max(st.st_size, MAX_DIFF_FILE_BYTES + 1)}+ bytes")
+            return _Side(
+                "file", st.st_size, mode, note=f"large file, {max(st.st_size, MAX_DIFF_FILE_BYTES + 1)}+ bytes"
+            )
         return _Side("unsafe", note="could not be opened safely")
     except OSError:
         return _Side("unsafe", note="could not be opened safely")
@@ -109,8 +114,9 @@ def _unified(old: _Side, new: _Side, context: int) -> tuple[list[str], str | Non
             else:
                 out += [line, "\\ No newline at end of file"]
         return out, None
-    result = bounded_unified_diff(old.text or "", new.text or "", "a", "b", max_bytes=MAX_DIFF_BYTES, deadline_s=DIFF_DEADLINE_S,
-                                  context=context)
+    result = bounded_unified_diff(
+        old.text or "", new.text or "", "a", "b", max_bytes=MAX_DIFF_BYTES, deadline_s=DIFF_DEADLINE_S, context=context
+    )
     if result.text is None:
         return [], result.skipped or "not diffed"
     lines = [line[:-1] if line.endswith("\n") else line for line in split_lines(result.text)[2:]]
@@ -140,7 +146,9 @@ def _headers(change: Change, old: _Side, new: _Side, for_git: bool = False) -> l
         out += [f"old mode {_git_mode(old)}", f"new mode {_git_mode(new)}"]
     for label, side in (("real workspace", old), ("copy", new)):
         if side.kind in ("special", "unsafe"):
-            out.append(f"# {label}: {side.note} (not carried by apply)" if label == "copy" else f"# {label}: {side.note}")
+            out.append(
+                f"# {label}: {side.note} (not carried by apply)" if label == "copy" else f"# {label}: {side.note}"
+            )
         elif side.kind == "dir":
             out.append(f"# {label}: a directory")
     if new.kind in ("file", "dir") and new.mode & (stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX):
@@ -180,7 +188,9 @@ def _counts(old: _Side, new: _Side) -> tuple[int, int] | str | None:
     return plus, minus
 
 
-def render_diff(manifest: CopyManifest, changes: list[Change], stat: bool = False, for_git: bool = False) -> Iterator[str]:
+def render_diff(
+    manifest: CopyManifest, changes: list[Change], stat: bool = False, for_git: bool = False
+) -> Iterator[str]:
     """Each change as a git-style diff against the REAL workspace file, one terminal line per item.
 
     Bounded: files over MAX_DIFF_FILE_BYTES or holding a NUL are summarised by size, at most

@@ -2,6 +2,7 @@
 
 Its own module because every caller of apply reads it, and plan and apply both fill it.
 """
+
 from __future__ import annotations
 
 from typing import Callable, TypeVar
@@ -40,6 +41,7 @@ class ApplyReport(BaseModel):
     def lines(self, limit: int | None = None) -> list[str]:
         """For a terminal: every path on one line, made visible (a name may hold a newline or escape
         sequences); with `limit`, at most that many lines of each kind, then "... and N more"."""
+
         def some(items: list[T], line: Callable[[T], str], what: str) -> list[str]:
             head = items if limit is None else items[:limit]
             more = [f"... and {len(items) - len(head)} more {what}"] if len(head) < len(items) else []
@@ -47,5 +49,7 @@ class ApplyReport(BaseModel):
 
         out = some(self.conflicts, lambda c: f"conflict: {shown(c.path)}: {show(c.reason)}", "conflicts")
         out += some(self.applied, lambda p: f"applied: {shown(p)}", "applied")
-        out += some(self.normalised, lambda n: f"mode {n.box_mode} normalised to {n.mode}: {shown(n.path)}", "normalised")
+        out += some(
+            self.normalised, lambda n: f"mode {n.box_mode} normalised to {n.mode}: {shown(n.path)}", "normalised"
+        )
         return out + some(self.left_out, lambda lo: f"left out: {shown(lo.path)}: {show(lo.reason)}", "left out")

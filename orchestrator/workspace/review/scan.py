@@ -5,6 +5,7 @@ entered) and compared with the manifest the copy was made with; a directory the 
 enter is reported as such, so nothing under it reads as "deleted". Paths stay in `boxfs.to_store`
 form; `shown` is the only way one reaches a person.
 """
+
 from __future__ import annotations
 
 import os
@@ -44,7 +45,9 @@ def _box_made_link(manifest: CopyManifest, path: str, ino: int, nlink: int) -> b
     if nlink <= 1:
         return False
     entry = manifest.entries.get(path)
-    return not (entry is not None and entry.copy.kind == "file" and entry.copy.ino == ino and nlink <= manifest.link_group(ino))
+    return not (
+        entry is not None and entry.copy.kind == "file" and entry.copy.ino == ino and nlink <= manifest.link_group(ino)
+    )
 
 
 def _is_git(name: str) -> bool:
@@ -78,8 +81,11 @@ def _scan(manifest: CopyManifest, budget: HostBudget | None = None) -> _Scan:
     changes: list[Change] = []
     git: list[str] = []
     seen: set[str] = set()
-    walk = Walk(manifest.copy_dir, budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH),
-                enter=lambda e: not _is_git(os.fsdecode(e.name)))  # never enters a .git
+    walk = Walk(
+        manifest.copy_dir,
+        budget if budget is not None else HostBudget(max_depth=COPY_MAX_DEPTH),
+        enter=lambda e: not _is_git(os.fsdecode(e.name)),
+    )  # never enters a .git
     for found in walk.entries():
         rel, now = to_store(found.rel), Stamp.of(found.st)
         entry = manifest.entries.get(rel)
@@ -94,10 +100,14 @@ def _scan(manifest: CopyManifest, budget: HostBudget | None = None) -> _Scan:
         if entry is None:
             changes.append(Change(path=rel, status="added", after=now, fmt=fmt, nlink=nlink, box_link=linked))
         elif status := _status(entry.copy, now):
-            changes.append(Change(path=rel, status=status, before=entry.copy, after=now, fmt=fmt, nlink=nlink, box_link=linked))
+            changes.append(
+                Change(path=rel, status=status, before=entry.copy, after=now, fmt=fmt, nlink=nlink, box_link=linked)
+            )
     too_deep = [to_store(r) for r in walk.too_deep]
     unreadable = [(to_store(r), why) for r, why in walk.unreadable]
-    unseen = tuple(r + "/" for r in too_deep + [u for u, _ in unreadable])  # not looked into: nothing there is "deleted"
+    unseen = tuple(
+        r + "/" for r in too_deep + [u for u, _ in unreadable]
+    )  # not looked into: nothing there is "deleted"
     for rel, entry in manifest.entries.items():
         if rel not in seen and not _in_git(rel) and not rel.startswith(unseen):
             changes.append(Change(path=rel, status="deleted", before=entry.copy))
