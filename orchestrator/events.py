@@ -252,7 +252,7 @@ class CheckpointRecorded(_Event):
     skipped: list[dict[str, Any]] | None = None
 
     def fields(self) -> dict[str, Any]:
-        """Names as every machine output gives them (README: Names in machine output): exact, with `_shown` beside."""
+        """Names as every machine output gives them (docs/cli.md, Names in machine output): exact, `_shown` beside."""
         from .boxfs.names import stored_exact, stored_shown
 
         out = {k: v for k, v in super().fields().items() if v is not None}

@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import ErrorType, OpenAgentsError
 
 SHARED_HELP = (
-    "see the README's Sessions part: a state directory users share is 1777 (sticky), each user's state "
+    "see docs/workspaces.md, Sessions: a state directory users share is 1777 (sticky), each user's state "
     "goes in a user-UID subdirectory the product makes 0700; or set XDG_STATE_HOME to a directory of your own"
 )
 

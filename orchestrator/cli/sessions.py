@@ -5,8 +5,8 @@ session's changes, list checkpoints and roll back. Each is the public API's func
 These are the user's own commands on host-kept state (the box is gone, no agent or client asks), so
 they are not pipeline calls: `apply` meets the ladder's landing decision (the command is the
 request, a deny still refuses it) and its outcome goes to the session record; none appends to the
-ended session's transcript, which ends at its session_end (README, "Every path through the one
-pipeline")."""
+ended session's transcript, which ends at its session_end (docs/policy.md, "Every path through the
+one pipeline")."""
 
 from __future__ import annotations
 

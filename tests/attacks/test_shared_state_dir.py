@@ -336,7 +336,7 @@ def test_a_shared_state_dir_without_the_sticky_bit_and_a_planted_user_dir_are_re
             os.chmod(d, 0o755)
         os.chmod(sessions, 0o777)
         proc = as_user(victim, base, "sessions")
-        assert proc.returncode != 0 and "not sticky" in proc.stderr and "README" in proc.stderr, proc.stderr
+        assert proc.returncode != 0 and "not sticky" in proc.stderr and "docs/workspaces.md" in proc.stderr, proc.stderr
         os.chmod(sessions, 0o1777)
         planted = sessions / f"user-{victim.pw_uid}"
         subprocess.run(["runuser", "-u", other.pw_name, "--", "mkdir", "-m", "0700", str(planted)], check=True)
