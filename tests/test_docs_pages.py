@@ -1,10 +1,10 @@
 """The README and the topic pages of docs/ hold true: every relative link (and its #anchor) leads
 somewhere, every TOML example loads as the file it says it is (a policy through `oa-sandbox hooks
 --policy`, a config.toml as the user's config), every JSON example parses, every command the CLI has
-is documented, every flag a command table names is one the command takes; and the README's shell
-examples (`exec`, `batch`) run as written against the real daemon.
-
-All but the last two run with no Docker: real CLI subprocesses of this checkout."""
+is documented, every flag a command table names is one the command takes, docs/cli.md's set-up error
+example prints what it shows; and the README's shell examples (`exec`, `batch`) run as written against
+the real daemon (those two need Docker; the rest run without it, as real CLI subprocesses of this
+checkout, in about 30 s)."""
 
 from __future__ import annotations
 
@@ -185,3 +185,17 @@ def test_the_readme_batch_example_runs_as_written(tmp_path: Path, sandbox_image)
     (result,) = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert result["status"] == "finished" and "+    return a + b" in result["patch"]
     assert "return a - b" in (tmp_path / "examples" / "calc" / "calc.py").read_text()  # the source is never changed
+
+
+def test_the_cli_pages_set_up_error_example_prints_what_it_shows(tmp_path: Path):
+    """docs/cli.md's one-line stream-json of a set-up error (a model endpoint that refuses): run as
+    written, it prints one line with every key the page shows, and no box is needed for it."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    line, shown = re.findall(r"^\$ (oa-sandbox run .*127\.0\.0\.1:9.*) 2>/dev/null\n(.*)$", text, re.MULTILINE)[0]
+    env = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    proc = oa(*shlex.split(line)[1:], cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and len(proc.stdout.splitlines()) == 1, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["type"] == "session_end" and out["status"] == "setup_error" and out["error"]["type"] == "model_api_error"
+    assert out["reason"] in shown
+    assert all(f'"{key}":' in proc.stdout for key in re.findall(r'"(\w+)":', shown))
