@@ -24,7 +24,7 @@ import threading
 
 from . import PROTOCOL_VERSION, jsonbound, limits, names, wire
 from .paths import WORKSPACE, PathRefused
-from .table import OPS, TOOLS  # a tool's name -> its module and function (imported at its first call) and bounds
+from .table import OPS, RULES, TOOLS  # a tool's module and function (imported at its first call), how it runs
 from .tools import ToolError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -156,7 +156,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}
     try:
         fn = _tool(tool)
-        if tool == "shell" and request.get("stream") is True:
+        if request.get("stream") is True and RULES.get(tool, {}).get("streams") is True:
             result = fn(args, on_output=lambda text: _send({**base, "chunk": text}))
         else:
             result = fn(args)

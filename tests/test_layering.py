@@ -2,8 +2,8 @@
 
 LAYERS lists the parts of orchestrator/ from the ground up: a folder, or a module at the root. A
 module may import a module of its own part, or of a part in a layer *below* its own; never one of
-its own layer's other parts, never one above (imports inside functions count, `if TYPE_CHECKING:`
-blocks do not: the same reading as tests/test_layout.py). So no two folders import each other,
+its own layer's other parts, never one above (imports inside functions count, and so do
+`if TYPE_CHECKING:` blocks: the same reading as tests/test_layout.py). So no two folders import each other,
 and a low part never climbs back to a high one. docs/architecture.md's map is checked against
 this data (test_the_architecture_doc_follows_the_layers), so it cannot go stale.
 """

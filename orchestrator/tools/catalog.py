@@ -8,7 +8,7 @@ import pkgutil
 from typing import Any
 
 from . import defs
-from .tooldef import DEFAULT_RULE, BoxRule, ToolDef
+from .tooldef import ToolDef
 
 
 def _discover() -> dict[str, ToolDef]:
@@ -31,13 +31,6 @@ TOOLS: dict[str, ToolDef] = _discover()
 
 def get(name: str) -> ToolDef | None:
     return TOOLS.get(name)
-
-
-def box_rule(name: str) -> BoxRule:
-    """How the sandbox supervisor runs a call of `name` (the default rule for a name it does not know:
-    the agent answers unknown_tool)."""
-    tool = TOOLS.get(name)
-    return tool.box if tool is not None else DEFAULT_RULE
 
 
 def mcp_tools() -> list[ToolDef]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,10 +18,16 @@ from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
 from . import catalog, declarations, host_git, network
-from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
+from .tooldef import READ_ONLY_KINDS, BoxCaller, RunContext, ToolDef
 
-if TYPE_CHECKING:  # the registry is handed its sandbox; tools/ sits below sandbox/ (docs/architecture.md)
-    from ..sandbox.base import Sandbox
+
+class Box(BoxCaller, Protocol):
+    """What the registry needs of the sandbox it is handed (sandbox/base.py Sandbox is one): a call
+    run in the box, and every process there killed on a cancel. tools/ sits below sandbox/
+    (docs/architecture.md), so it names the sandbox only by what it uses."""
+
+    def kill_processes(self) -> None: ...
+
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
 # ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
@@ -150,7 +156,7 @@ class OwnHostTools:
 class ToolRegistry:
     def __init__(
         self,
-        sandbox: Sandbox,
+        sandbox: Box,
         workspace: Path,
         config: RegistryConfig | None = None,
         repo: host_git.HostRepo | None = None,
