@@ -94,10 +94,18 @@ class OwnHostTools:
     another layer of these), which keep working as they were. Only the owner's own calls reach
     them when `issued` is given (their ids): a model's call is an unknown tool. No model is told of
     them (declarations are the inner ones'); `LISTED`: whether names() lists them (a client's tools).
-    A subclass names its tools in `OWN` and validates and runs its own calls."""
+    A subclass names its tools' declarations in `DECLARED` (the owner's actions: owner.py), whose
+    calls are validated as any tool's (ToolDef.validate), and runs them (invoke_own); one that names
+    only `OWN` validates its own calls too (prepare_own)."""
 
+    DECLARED: tuple[ToolDef, ...] = ()
     OWN: tuple[str, ...] = ()
     LISTED = True
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if cls.DECLARED:
+            cls.OWN = tuple(tool.name for tool in cls.DECLARED)
 
     def __init__(self, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
         self.inner = inner
@@ -138,7 +146,10 @@ class OwnHostTools:
         return self.invoke_own(prepared)
 
     def prepare_own(self, call: ToolCall) -> PreparedCall:
-        raise NotImplementedError
+        """The call validated by its declaration, as every tool's is (its kind and policy key with it)."""
+        spec = next(tool for tool in self.DECLARED if tool.name == call.name)
+        own = spec.validate(call.arguments)
+        return PreparedCall(call, spec, own.args, own.kind, own.action)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         raise NotImplementedError

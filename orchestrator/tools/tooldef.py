@@ -90,6 +90,7 @@ class Approval:
     actions: Mapping[str, str] = field(default_factory=dict)
     action_of: Callable[[Mapping[str, Any]], str | None] | None = None
     prepare: Callable[[Any], Prepared] | None = None
+    action: str = ""  # the policy key of the tool's one action, when it is not the tool's name (landing: "land")
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class ToolDef:
             return self.approval.prepare(raw)
         if self.args is None:
             raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"{self.name} declares no arguments")
-        return Prepared(validate_model(self.args, self.name, parse_arguments(raw)), self.kind, self.name)
+        action = self.approval.action or self.name
+        return Prepared(validate_model(self.args, self.name, parse_arguments(raw)), self.kind, action)
 
     def execute(self, context: RunContext, args: BaseModel) -> ToolResult:
         """Run validated arguments: a host tool's own `run`, or one request to the box's agent (a
