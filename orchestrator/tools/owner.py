@@ -77,7 +77,13 @@ ROLLBACK = ToolDef(
 # MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
 # writes only the sandbox's own state (no box, no workspace).
 FORK = ToolDef(
-    "fork", "read", "host", ForkArgs, title="Fork a copy session", approval=Approval(describe=_describe_fork)
+    "fork",
+    "read",
+    "host",
+    ForkArgs,
+    title="Fork a copy session",
+    reads_checkpoints=True,
+    approval=Approval(describe=_describe_fork),
 )
 
 OWNER_TOOLS: dict[str, ToolDef] = {tool.name: tool for tool in (CHANGES, LAND, ROLLBACK, FORK)}

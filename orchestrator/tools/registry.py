@@ -244,10 +244,9 @@ class ToolRegistry:
 
     def invoke(self, prepared: PreparedCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         """`on_output(text)`: a shell call's output while it runs, for a live view. A call that may
-        change files (any not read-only), and a fork, first waits for the session's first checkpoint."""
-        waits = (
-            not prepared.read_only or prepared.spec.name == catalog.FORK_TOOL
-        )  # a fork copies the checkpoint store too
+        change files (any not read-only), and one that reads the checkpoint store (a fork), first waits for
+        the session's first checkpoint."""
+        waits = not prepared.read_only or prepared.spec.reads_checkpoints
         if waits and self.before_change is not None and not self.before_change():
             err = OpenAgentsError(
                 ErrorType.CANCELLED, "cancelled while it waited for the session's first checkpoint (it never ran)"
