@@ -69,8 +69,7 @@ def _warm_up() -> None:
             _tool(name)
         except Exception:  # noqa: BLE001 - that tool's first call imports it again and says what failed
             pass
-    after = _after_answer.get("shell")
-    if after is not None:
+    for after in list(_after_answer.values()):  # the shell's: the first call's /bin/sh
         after()
     _warmed.set()
 
