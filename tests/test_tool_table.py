@@ -77,6 +77,23 @@ def test_each_box_tool_carries_the_rule_its_agent_states() -> None:
     assert BoxCall.named("proc_start", {}).rule == DEFAULT_RULE  # the program's own operations: the default
 
 
+def test_the_sandbox_layer_knows_no_tool() -> None:
+    """sandbox/ runs what a call's rule says (protocol.BoxCall): nothing there imports tools/, type-only
+    imports included, so no name can be looked up there again."""
+    from tests.test_layout import import_graph
+
+    graph = import_graph()
+    found = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("orchestrator.sandbox")
+        for target in targets
+        if target.startswith("orchestrator.tools")
+    )
+    assert any(m.startswith("orchestrator.sandbox.") for m in graph)  # the check sees the sandbox layer
+    assert found == []
+
+
 def test_every_table_entry_names_a_function_of_the_agent() -> None:
     import importlib
 
