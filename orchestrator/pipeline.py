@@ -104,7 +104,7 @@ class CallPipeline:
         self._state(
             call, ToolCallState.AWAITING_APPROVAL, kind=prepared.kind, action=prepared.action, arguments=rewritten
         )
-        outcome = tool_hooks.decide(self.gate, prepared, ask, self.hooks)
+        outcome = self.gate.decide(prepared, ask=ask, notify=tool_hooks.notify_permission(self.hooks, prepared))
         with self.books:
             self._actions[call.id] = prepared.action
         self.transcript.emit(

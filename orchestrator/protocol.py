@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, model_validator
 
-from sandbox_agent import PROTOCOL_VERSION
+from sandbox_agent import PROTOCOL_VERSION, table
 
 from .errors import ErrorType, OpenAgentsError
 
@@ -23,6 +24,68 @@ class Executor(str, Enum):
     OPENAGENTS = "openagents"
     RUNTIME = "runtime"
     USER = "user"
+
+
+@dataclass(frozen=True)
+class BoxRule:
+    """How the sandbox supervisor (sandbox/base.py) runs one call of a tool in the box: the agent's
+    table states it for each of its tools (sandbox_agent/table.py RULES), the tool's declaration
+    carries it (tools/tooldef.py ToolDef.box), and each call to the box carries it (BoxCall), so the
+    sandbox never looks a tool up by its name."""
+
+    timeout_arg: str | None = None  # the argument naming the call's own seconds; None: the fixed per-call deadline
+    timeout_default_s: int = 0  # that argument's default and the most it may ask (the agent clamps it the same)
+    timeout_max_s: int = 0
+    exclusive: bool = False  # a command: named to the agent by a key (api/turns.py), so a cancel kills it alone
+    streams: bool = False  # sends its output while it runs (on_output)
+    writes: bool = False  # may grow the workspace: the write quota is polled after it
+    # may leave processes of its own in the box (beside the agent), which kill_processes ends: while no such call
+    # ran and no call is under way, the box holds only its agent and a kill has nothing to do (a close skips it)
+    spawns: bool = False
+
+    @classmethod
+    def of_agent(cls, tool: str) -> BoxRule:
+        """The rule the agent's table states for `tool` (the default for a name it has no rule for)."""
+        rule = table.RULES.get(tool)
+        if not rule:
+            return DEFAULT_RULE
+        bounds = table.TOOLS[tool][2]
+        timeout = rule.get("timeout_arg")
+        return cls(
+            timeout_arg=timeout if isinstance(timeout, str) else None,
+            timeout_default_s=bounds.get("timeout_default_s", 0) if timeout else 0,
+            timeout_max_s=bounds.get("timeout_max_s", 0) if timeout else 0,
+            **{flag: rule.get(flag) is True for flag in ("exclusive", "streams", "writes", "spawns")},
+        )
+
+    def deadline(self, args: Mapping[str, Any]) -> float | None:
+        """The seconds a call may run by its own arguments, clamped as the agent clamps them (the host
+        adds its grace); None: the sandbox's fixed per-call deadline. Read from raw arguments too (a
+        caller of the sandbox may pass anything): a non-integer is the default."""
+        if self.timeout_arg is None:
+            return None
+        requested = args.get(self.timeout_arg, self.timeout_default_s)
+        if not isinstance(requested, int) or isinstance(requested, bool):
+            requested = self.timeout_default_s
+        return float(min(max(requested, 1), self.timeout_max_s))
+
+
+DEFAULT_RULE = BoxRule()
+
+
+@dataclass(frozen=True)
+class BoxCall:
+    """One request to the box, as the sandbox runs it: the tool's name, its arguments (validated on
+    the host when they come from a model's call), and the rule its declaration carries."""
+
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    rule: BoxRule = DEFAULT_RULE
+
+    @classmethod
+    def named(cls, tool: str, args: dict[str, Any]) -> BoxCall:
+        """A request by name (the program's own operations, a self-check): the agent's rule for it."""
+        return cls(tool, args, BoxRule.of_agent(tool))
 
 
 class AgentRequest(BaseModel):

@@ -24,7 +24,7 @@ import threading
 
 from . import PROTOCOL_VERSION, jsonbound, limits, names, wire
 from .paths import WORKSPACE, PathRefused
-from .table import OPS, TOOLS  # a tool's name -> its module and function (imported at its first call) and bounds
+from .table import OPS, RULES, TOOLS  # a tool's module and function (imported at its first call), how it runs
 from .tools import ToolError
 
 TYPE_CHECKING = False  # not typing's: importing typing costs the agent's start 10-25 ms
@@ -69,8 +69,7 @@ def _warm_up() -> None:
             _tool(name)
         except Exception:  # noqa: BLE001 - that tool's first call imports it again and says what failed
             pass
-    after = _after_answer.get("shell")
-    if after is not None:
+    for after in list(_after_answer.values()):  # the shell's: the first call's /bin/sh
         after()
     _warmed.set()
 
@@ -156,7 +155,7 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
         return {**base, "ok": False, "error": {"type": "invalid_arguments", "message": "args must be an object"}}
     try:
         fn = _tool(tool)
-        if tool == "shell" and request.get("stream") is True:
+        if request.get("stream") is True and RULES.get(tool, {}).get("streams") is True:
             result = fn(args, on_output=lambda text: _send({**base, "chunk": text}))
         else:
             result = fn(args)

@@ -45,6 +45,18 @@ TOOLS: dict[str, tuple[str, str, Mapping[str, int]]] = {
     ),
 }
 
+# How the box runs a call of each tool, beyond the default (a short call, at the host's fixed per-call
+# deadline, that starts nothing and writes nothing): the host's BoxRule (orchestrator/protocol.py) reads
+# this, and so does the agent (server.py: a tool that `streams` gets its output sent while it runs).
+# timeout_arg: the argument naming the call's own seconds (the bounds' timeout_default_s/timeout_max_s
+# clamp it); exclusive: a command, named by a key so a cancel kills it alone; writes: may grow the
+# workspace (the write quota is polled after it); spawns: may leave processes of its own in the box.
+RULES: dict[str, Mapping[str, object]] = {
+    "write_file": {"writes": True},
+    "edit_file": {"writes": True},
+    "shell": {"timeout_arg": "timeout", "exclusive": True, "streams": True, "writes": True, "spawns": True},
+}
+
 # The program's own operations (the Python API's bytes and processes: orchestrator/api/), never a
 # model's tools: the host sends them only from its own calls' pipeline (api/box_files.py).
 OPS: dict[str, tuple[str, str]] = {

@@ -36,6 +36,7 @@ import pytest
 
 from orchestrator.config import LABEL, SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
+from orchestrator.protocol import BoxCall
 from orchestrator.sandbox.base import RETRIED_AFTER_DEADLINE_S, BoxSpec, SupervisedSandbox
 from orchestrator.sandbox.daemon import DAEMON_CHECK_S
 from tests.conftest import make_workspace
@@ -260,7 +261,7 @@ def test_a_frozen_daemon_costs_a_call_its_deadline_and_one_bounded_check_never_d
     box = DockerSandbox(ws, SandboxConfig(shell_grace_s=1.0))
     box.start()
     args = {"command": SLOW_CALL, "timeout": 2}
-    deadline = box.deadline_for("shell", args)
+    deadline = box.deadline_for(BoxCall.named("shell", args))
     running = threading.Event()
     outcome: list[Any] = []
     started = time.monotonic()

@@ -2,8 +2,8 @@
 
 LAYERS lists the parts of orchestrator/ from the ground up: a folder, or a module at the root. A
 module may import a module of its own part, or of a part in a layer *below* its own; never one of
-its own layer's other parts, never one above (imports inside functions count, `if TYPE_CHECKING:`
-blocks do not: the same reading as tests/test_layout.py). So no two folders import each other,
+its own layer's other parts, never one above (imports inside functions count, and so do
+`if TYPE_CHECKING:` blocks: the same reading as tests/test_layout.py). So no two folders import each other,
 and a low part never climbs back to a high one. docs/architecture.md's map is checked against
 this data (test_the_architecture_doc_follows_the_layers), so it cannot go stale.
 """
@@ -18,7 +18,8 @@ from tests.test_layout import PACKAGE, ROOT, import_graph, knots
 LAYERS: list[dict[str, str]] = [
     {
         "ground": "leaf modules that import nothing of ours: text shown safely and JSON lines (text.py), "
-        "a deadline in a child process (deadline.py), the command line's exit codes (exit_codes.py)",
+        "a deadline in a child process (deadline.py), the command line's exit codes (exit_codes.py), "
+        "how many forks one call may make (forks.py)",
         "errors": "the one error taxonomy: ErrorType (recoverable or fatal) and OpenAgentsError",
         "config": "the sandbox's configuration: limits, runtimes, egress rules",
         "host_memory": "the host process's allocator tuned so its memory follows the work",
@@ -41,8 +42,9 @@ LAYERS: list[dict[str, str]] = [
         "model-neutral conversation and the call type (ToolCall) with the one argument parser",
     },
     {
-        "tools": "the tools: one declaration per tool (defs/), the catalog, arguments, each family's declarations, "
-        "the registry that runs them, host git, our MCP client (mcp/)"
+        "tools": "the tools: one declaration per tool (defs/), the owner's actions as declarations (owner.py), "
+        "the catalog, arguments, each family's declarations, the registry that runs them, host git, "
+        "our MCP client (mcp/)"
     },
     {
         "budget": "a session's budgets: tokens, wall time, the context window and compaction",

@@ -1,8 +1,9 @@
 """The shape of orchestrator/, checked from its source: no import circles, a root that stays small,
 no product file past 600 lines (issue 25). A circle is what makes a module's meaning depend on who
 imported first, and what lets a "lazy" import inside a function hide a dependency that runs
-backwards; so imports inside functions count here, only `if TYPE_CHECKING:` blocks do not (they
-never run)."""
+backwards; so imports inside functions count here, and so do `if TYPE_CHECKING:` blocks (issue 48):
+they never run, but a reader follows a type to where it lives as surely as a call, so a type-only
+import that runs backwards is a circle all the same."""
 
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ def _type_checking(test: ast.expr) -> bool:
     )
 
 
-def _statements(tree: ast.AST) -> list[ast.stmt]:
-    """Every import statement that can run: module level, in functions and classes, in try/with/if,
-    but not in the body of `if TYPE_CHECKING:` (its else branch runs, so it counts)."""
+def _statements(tree: ast.AST, type_only: bool = True) -> list[ast.stmt]:
+    """Every import statement: module level, in functions and classes, in try/with/if, and in the
+    body of `if TYPE_CHECKING:` unless `type_only` is False (then only what can run: its else branch)."""
     found: list[ast.stmt] = []
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _type_checking(node.test):
+        if not type_only and isinstance(node, ast.If) and _type_checking(node.test):
             for branch in node.orelse:
                 visit(branch)
             return
@@ -52,12 +53,13 @@ def _statements(tree: ast.AST) -> list[ast.stmt]:
     return found
 
 
-def imports_of(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+def imports_of(name: str, path: Path, known: dict[str, Path], type_only: bool = True) -> set[str]:
     """The orchestrator modules `name` imports, each as the most specific module the statement names:
-    `from .x import y` is `x.y` when that is a module, else `x`; `from . import y` likewise."""
+    `from .x import y` is `x.y` when that is a module, else `x`; `from . import y` likewise.
+    `type_only`: `if TYPE_CHECKING:` imports count too (the structure's reading)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _statements(ast.parse(path.read_text(), str(path))):
+    for node in _statements(ast.parse(path.read_text(), str(path)), type_only):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
@@ -163,7 +165,7 @@ def test_the_circle_finder_finds_circles() -> None:
 
 
 def test_imports_are_read_as_they_run(tmp_path: Path) -> None:
-    """Relative forms, imports inside functions, and TYPE_CHECKING blocks, on a module written here."""
+    """Relative forms, imports inside functions, and TYPE_CHECKING blocks (both readings), on a module written here."""
     source = tmp_path / "m.py"
     source.write_text(
         "from typing import TYPE_CHECKING\n"
@@ -191,7 +193,7 @@ def test_imports_are_read_as_they_run(tmp_path: Path) -> None:
             "pkg.sub.sibling.later",
         )
     }
-    assert imports_of("pkg.sub.m", source, known) == {
+    running = {
         "pkg.sub.sibling",
         "pkg.up",
         "pkg.up.thing",
@@ -199,6 +201,8 @@ def test_imports_are_read_as_they_run(tmp_path: Path) -> None:
         "pkg.sub.late",
         "pkg.sub.sibling.later",
     }
+    assert imports_of("pkg.sub.m", source, known, type_only=False) == running
+    assert imports_of("pkg.sub.m", source, known) == running | {"pkg.sub.hidden"}
 
 
 def test_the_root_stays_small() -> None:

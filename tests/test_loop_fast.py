@@ -23,7 +23,7 @@ from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.models.script import ScriptedModel
 from orchestrator.policy.approvals import Answer, ApprovalGate, ApprovalRequest, PermissionOption
 from orchestrator.policy.ladder import Ladder
-from orchestrator.protocol import Executor, ToolResult
+from orchestrator.protocol import BoxCall, Executor, ToolResult
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.transcript import Transcript
 
@@ -62,6 +62,12 @@ class FakeSandbox:
     def kill_processes(self) -> None:
         self.killed += 1
         self.release.set()
+
+    def run(self, call: BoxCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """A call as the registry sends it (its rule with it), taken here by name."""
+        if on_output is None:
+            return self.call(call.tool, call.args)
+        return self.call(call.tool, call.args, on_output)
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
         with self._lock:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.protocol import ToolResult
+from orchestrator.protocol import BoxCall, BoxRule, ToolResult
 from orchestrator.tools import catalog
 from orchestrator.tools.declarations import base_declaration
 from orchestrator.tools.tooldef import DEFAULT_RULE, KINDS, RunContext, ToolDef
@@ -135,9 +135,11 @@ class _Box:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, dict[str, Any], bool]] = []
+        self.rules: list[BoxRule] = []
 
-    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
-        self.sent.append((tool, args, on_output is not None))
+    def run(self, call: BoxCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
+        self.sent.append((call.tool, call.args, on_output is not None))
+        self.rules.append(call.rule)
         return ToolResult(ok=True, output="done")
 
 
@@ -151,6 +153,9 @@ def test_an_invocation_runs_in_the_box_its_declaration_names() -> None:
         ("shell", {"command": "ls", "timeout": 60}, True),
         ("read_file", {"path": "a", "offset": 1, "limit": 2000}, False),
     ]
+    # each call carries its declaration's rule to the box: the sandbox never looks a tool up by name
+    assert box.rules == [catalog.TOOLS["shell"].box, catalog.TOOLS["read_file"].box]
+    assert box.rules[0].streams and box.rules[0].timeout_arg == "timeout" and box.rules[1] == DEFAULT_RULE
     with pytest.raises(OpenAgentsError) as nowhere:  # a box tool given no box
         catalog.TOOLS["list_files"].execute(RunContext(), catalog.TOOLS["list_files"].validate({}).args)
     assert nowhere.value.type == ErrorType.INTERNAL_ERROR

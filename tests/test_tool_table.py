@@ -14,6 +14,7 @@ from typing import Any, Iterator, Mapping
 
 import pytest
 
+from orchestrator.protocol import DEFAULT_RULE, BoxCall, BoxRule
 from orchestrator.tools import catalog
 from orchestrator.tools.declarations import base_declaration
 from sandbox_agent import table
@@ -63,6 +64,36 @@ def test_the_comparison_fails_when_either_side_adds_drops_or_changes() -> None:
     assert mismatches(fewer, catalog.TOOLS) == [f"read_file.default_lines: agent None, host {bounds['default_lines']}"]
 
 
+def test_each_box_tool_carries_the_rule_its_agent_states() -> None:
+    """How the box runs a call (protocol.BoxRule) is stated once, by the agent's table (RULES); each box
+    tool's declaration carries it, and a request by name (the program's own, a self-check) gets the same."""
+    assert set(table.RULES) <= set(table.TOOLS)
+    for name, tool in catalog.TOOLS.items():
+        if tool.side == "sandbox":
+            assert tool.box == BoxRule.of_agent(name) == BoxCall.named(name, {}).rule, name
+    shell = catalog.TOOLS["shell"].box
+    assert (shell.exclusive, shell.streams, shell.writes, shell.spawns) == (True, True, True, True)
+    assert catalog.TOOLS["write_file"].box == BoxRule(writes=True) and catalog.TOOLS["read_file"].box == DEFAULT_RULE
+    assert BoxCall.named("proc_start", {}).rule == DEFAULT_RULE  # the program's own operations: the default
+
+
+def test_the_sandbox_layer_knows_no_tool() -> None:
+    """sandbox/ runs what a call's rule says (protocol.BoxCall): nothing there imports tools/, type-only
+    imports included, so no name can be looked up there again."""
+    from tests.test_layout import import_graph
+
+    graph = import_graph()
+    found = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("orchestrator.sandbox")
+        for target in targets
+        if target.startswith("orchestrator.tools")
+    )
+    assert any(m.startswith("orchestrator.sandbox.") for m in graph)  # the check sees the sandbox layer
+    assert found == []
+
+
 def test_every_table_entry_names_a_function_of_the_agent() -> None:
     import importlib
 
@@ -93,10 +124,10 @@ def test_the_model_is_told_the_bounds_the_host_declares() -> None:
         f"Default timeout {bounds['shell']['timeout_default_s']}s, at most {bounds['shell']['timeout_max_s']}s"
         in shell["description"]
     )
-    deadline = catalog.TOOLS["shell"].box.deadline
-    assert (
-        deadline is not None and deadline({"timeout": 10**6}) == bounds["shell"]["timeout_max_s"]
-    )  # the host's clock agrees
+    rule = catalog.TOOLS["shell"].box
+    assert rule.deadline({"timeout": 10**6}) == bounds["shell"]["timeout_max_s"]  # the host's clock agrees
+    assert rule.deadline({"timeout": "x"}) == bounds["shell"]["timeout_default_s"]  # raw arguments: the default
+    assert catalog.TOOLS["read_file"].box.deadline({"timeout": 5}) is None  # the fixed per-call deadline
 
 
 class _Agent:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from orchestrator.protocol import BoxCall
 from tests.conftest import chown_tree, live_processes, make_workspace
 
 pytestmark = pytest.mark.docker
@@ -187,7 +188,7 @@ def test_shell_timeout_is_clamped_to_240_and_says_so(sandbox):
     result = sandbox.call("shell", {"command": "true", "timeout": 1000})
     assert result.ok and result.meta["clamped"] is True and result.meta["timeout_s"] == 240
     assert "clamped to the 240s ceiling" in result.note
-    assert sandbox.deadline_for("shell", {"timeout": 1000}) <= 240 + sandbox.config.shell_grace_s
+    assert sandbox.deadline_for(BoxCall.named("shell", {"timeout": 1000})) <= 240 + sandbox.config.shell_grace_s
 
 
 def test_shell_timeout_keeps_earlier_output(sandbox):

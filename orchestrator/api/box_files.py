@@ -28,7 +28,7 @@ from sandbox_agent import limits
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
-from ..protocol import Executor, ToolResult
+from ..protocol import BoxCall, Executor, ToolResult
 from ..tools.catalog import READ_BYTES_TOOL, WRITE_BYTES_TOOL
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, BoxCaller, ToolDef
@@ -131,7 +131,7 @@ class BoxFiles(OwnHostTools):
         identity: Any = None
         size = -1
         while True:
-            result = box.call("bytes_read", {"path": args.path, "offset": transfer.done, "length": CHUNK})
+            result = box.run(BoxCall("bytes_read", {"path": args.path, "offset": transfer.done, "length": CHUNK}))
             if not result.ok:
                 return result
             meta = result.meta
@@ -202,7 +202,7 @@ class BoxFiles(OwnHostTools):
                 return _failure(
                     ErrorType.STALE_CONTENT, f"{args.path}: the data changed while it was sent; nothing was written"
                 )
-            result = box.call("bytes_write", request)
+            result = box.run(BoxCall("bytes_write", request))
             if not result.ok:
                 if transfer.done:
                     self._abort(box, args.path, token)
@@ -225,6 +225,6 @@ class BoxFiles(OwnHostTools):
     @staticmethod
     def _abort(box: BoxCaller, path: str, token: str) -> None:
         try:  # past the box's turns (api/turns.py): a cancelled call's part file is removed all the same
-            getattr(box, "inner", box).call("bytes_abort", {"path": path, "token": token})
+            getattr(box, "inner", box).run(BoxCall("bytes_abort", {"path": path, "token": token}))
         except OpenAgentsError:  # the box is gone: its part file went with it
             pass

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox_agent import limits
 
 from ..models.base import ToolCall
-from ..protocol import ToolResult
+from ..protocol import BoxCall, ToolResult
 from ..tools.catalog import PROCESS_TOOLS
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, BoxCaller, ToolDef
@@ -114,4 +114,4 @@ class BoxProcesses(OwnHostTools):
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         op = SPECS[prepared.spec.name][1]
-        return self.box().call(op, prepared.args.model_dump())
+        return self.box().run(BoxCall(op, prepared.args.model_dump()))

@@ -13,33 +13,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from pydantic import BaseModel, ConfigDict
-
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, Approver, PermissionOption
 from ..protocol import Executor, ToolResult
-from ..tools.catalog import ROLLBACK_ACTION, ROLLBACK_KIND, ROLLBACK_TOOL
+from ..tools.catalog import ROLLBACK_TOOL
+from ..tools.owner import ROLLBACK, RollbackArgs
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
-from ..tools.tooldef import Approval, ToolDef
 
 if TYPE_CHECKING:
     from ..workspace.checkpoints import CheckpointStore, RestoreReport
-
-
-class RollbackArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    turn: int
-
-
-ROLLBACK_DEF = ToolDef(
-    ROLLBACK_TOOL,
-    ROLLBACK_KIND,
-    "host",
-    RollbackArgs,
-    title="Roll the workspace back to a checkpoint",
-    approval=Approval(describe=lambda args: f"roll the workspace back to its state after turn {args.get('turn')}"),
-)
 
 
 class OwnCallApprover:
@@ -75,7 +57,7 @@ class OwnCalls(OwnHostTools):
     of the host tools the session had (`inner`: copy mode's, the user's MCP servers), kept as they
     were. Its name is never offered to a model (names() and declarations() are the inner ones')."""
 
-    OWN = (ROLLBACK_TOOL,)
+    DECLARED = (ROLLBACK,)
     LISTED = False
 
     def __init__(
@@ -88,10 +70,6 @@ class OwnCalls(OwnHostTools):
         super().__init__(inner, issued)
         self.checkpoints, self.kill = checkpoints, kill_running
         self.last_report: RestoreReport | None = None  # the typed report of the last rollback, for the owner
-
-    def prepare_own(self, call: ToolCall) -> PreparedCall:
-        args = self.arguments(ROLLBACK_DEF, call, "rollback takes one argument, turn (an int)")
-        return PreparedCall(call, ROLLBACK_DEF, args, ROLLBACK_KIND, ROLLBACK_ACTION)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         assert isinstance(prepared.args, RollbackArgs)

@@ -23,16 +23,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import ErrorType, OpenAgentsError
-from ..protocol import Executor, ToolResult
-from ..tools.catalog import box_rule
+from ..protocol import BoxCall, Executor, ToolResult
 from ..tools.defs import shell as shell_def
-
-if TYPE_CHECKING:
-    from ..sandbox.base import Sandbox as BoxBackend
-
+from ..tools.registry import Box
 
 SWEEP_WAIT_S = 3.0  # a cancel waits this long for the agent's own sweep, then kills from outside
 
@@ -56,7 +52,7 @@ class BoxTurns:
 
     def __init__(
         self,
-        inner: BoxBackend,
+        inner: Box,
         current: threading.local,
         exports: str = "",
         session_cancel: Callable[[], threading.Event] | None = None,
@@ -86,13 +82,17 @@ class BoxTurns:
             current.token = before
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
+        return self.run(BoxCall.named(tool, args), on_output)
+
+    def run(self, call: BoxCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         token: CallToken | None = getattr(self._current, "token", None)
-        if self._exports and tool in (shell_def.TOOL.name, "proc_start") and isinstance(args.get("command"), str):
+        args = call.args
+        if self._exports and call.tool in (shell_def.TOOL.name, "proc_start") and isinstance(args.get("command"), str):
             args = {**args, "command": self._exports + args["command"]}
-        if not box_rule(tool).exclusive:
+        if not call.rule.exclusive:
             if token is not None and token.cancelled.is_set():
                 return cancelled_result("before it ran")
-            return self.inner.call(tool, args, on_output)
+            return self.inner.run(BoxCall(call.tool, args, call.rule), on_output)
         key = uuid.uuid4().hex
         with self._turn:
             if token is not None and token.cancelled.is_set():
@@ -105,7 +105,7 @@ class BoxTurns:
                 self._session_cancel is not None and self._session_cancel().is_set()
             ):  # after the key is known: kill_all sees one or the other
                 return cancelled_result("before it ran (nothing was sent)")
-            result = self.inner.call(tool, {**args, "key": key}, on_output)
+            result = self.inner.run(BoxCall(call.tool, {**args, "key": key}, call.rule), on_output)
         finally:
             with self._turn:
                 self._keys.discard(key)
@@ -141,7 +141,7 @@ class BoxTurns:
 
         def ask() -> None:
             for key in keys:
-                result = self.inner.call("proc_sweep", {"key": key})
+                result = self.inner.run(BoxCall("proc_sweep", {"key": key}))
                 swept.append(result.ok and result.meta.get("swept") is True)
 
         helper = threading.Thread(target=ask, name="oa-cancel-sweep", daemon=True)

@@ -21,7 +21,6 @@ from .tasks import TaskError, TaskResult
 
 if TYPE_CHECKING:
     from ..api import SandboxOptions
-    from .runner import RunControl
 
 
 def run_best_of(
@@ -32,9 +31,10 @@ def run_best_of(
     attempts: int,
     pick: str | None,
     pick_timeout: int,
-    control: RunControl,
+    cancel: threading.Event,
 ) -> TaskResult:
-    """The task's best-of-N to its end; typed errors for bad input (attempts without pick, N out of range)."""
+    """The task's best-of-N to its end; typed errors for bad input (attempts without pick, N out of range).
+    `cancel`: the engine's (its RunControl's), set to end every attempt."""
     check_attempts(attempts, pick)
     assert pick is not None
     forks = start_forks(options, workspace, attempts)
@@ -43,7 +43,7 @@ def run_best_of(
 
     def relay() -> None:  # the engine's cancel (Ctrl-C, a cancelled Ray task) reaches every attempt
         while not done.wait(0.2):
-            if control.cancel.is_set():
+            if cancel.is_set():
                 out.live.cancel()
                 return
 

@@ -143,7 +143,7 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
             from .best_of import run_best_of
 
             return run_best_of(
-                task.id, task.task, Path(task.workspace), options, attempts, pick, settings.pick_timeout, control
+                task.id, task.task, Path(task.workspace), options, attempts, pick, settings.pick_timeout, control.cancel
             )
         box = Sandbox(Path(task.workspace), options, kind="batch").open()
     except ValueError as err:  # a model spec or policy the session refuses

@@ -2,17 +2,16 @@
 front-end. BeforeTool runs before the ladder: a block refuses the call (executor user); a new
 tool_input is validated again against the tool's schema (registry.prepare) and the whole round runs
 again on it, so every hook sees what will run; the ladder then decides on it (a hook's allow never
-skips a policy's deny). AfterTool sees the result (box-written: bounded and marked) and may add
+skips a policy's deny: policy/approvals.py decide, which also tells the Notification hook before a
+person is asked). AfterTool sees the result (box-written: bounded and marked) and may add
 context the model reads with the result, or hide the result behind its reason."""
 
 from __future__ import annotations
 
-import copy
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import ErrorType, OpenAgentsError
-from ..policy.approvals import ApprovalGate, ApprovalOutcome
-from ..policy.ladder import Ladder, Level
+from ..policy.approvals import Question
 from ..protocol import ToolResult
 from ..tools.registry import PreparedCall, ToolRegistry
 from .engine import Hooks, clean
@@ -111,45 +110,26 @@ def after_tool(hooks: Hooks, prepared: PreparedCall, result: ToolResult) -> tupl
     ), verdict.stop_reason if verdict.stop else ""
 
 
-class _Asking(Ladder):
-    """The ladder in force, with what it would let through automatically asked instead (a hook's `ask`)."""
+def notify_permission(hooks: Hooks | None, prepared: PreparedCall) -> Callable[[Question, str], None] | None:
+    """The Notification hook (`ToolPermission`), as the decision calls it just before a person is asked
+    about `prepared` (policy/approvals.py decide); None when no such hook is in force."""
+    if hooks is None or not hooks.active("Notification"):
+        return None
 
-    def __init__(self, inner: Ladder) -> None:
-        super().__init__(inner.rules)
-        self.inner = inner
-
-    def level(self, tool: str, kind: str, action: str, command: str | None = None) -> tuple[Level, str]:
-        level, reason = self.inner.level(tool, kind, action, command)
-        return (
-            (Level.ASK_EVERY_TIME, f"a hook asked for a person ({reason})")
-            if level == Level.AUTOMATIC
-            else (level, reason)
+    def notify(_question: Question, reason: str) -> None:
+        hooks.fire(
+            "Notification",
+            {
+                "notification_type": "ToolPermission",
+                "message": f"approval asked for {prepared.action}",
+                "details": {
+                    "tool_name": prepared.spec.name,
+                    "tool_input": _bounded(prepared.arguments()),
+                    "reason": reason,
+                },
+            },
+            trigger="ToolPermission",
+            call_id=prepared.call.id,
         )
 
-
-def decide(gate: ApprovalGate, prepared: PreparedCall, ask: bool, hooks: Hooks | None) -> ApprovalOutcome:
-    """The gate's decision (the ladder's, after the hooks): a hook's `ask` makes an automatic rung
-    ask; a person about to be asked is a Notification."""
-    if ask:
-        gate = copy.copy(gate)  # the session's remembered approvals are shared, the ladder is not
-        gate.ladder = _Asking(gate.ladder)
-    if hooks is not None and hooks.active("Notification"):
-        level, reason = gate.ladder.level(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
-        if level in (Level.ASK_ONCE, Level.ASK_EVERY_TIME) and not (
-            gate.auto_approve and prepared.spec.side == "sandbox"
-        ):
-            hooks.fire(
-                "Notification",
-                {
-                    "notification_type": "ToolPermission",
-                    "message": f"approval asked for {prepared.action}",
-                    "details": {
-                        "tool_name": prepared.spec.name,
-                        "tool_input": _bounded(prepared.arguments()),
-                        "reason": reason,
-                    },
-                },
-                trigger="ToolPermission",
-                call_id=prepared.call.id,
-            )
-    return gate.decide(prepared)
+    return notify

@@ -1,8 +1,23 @@
-"""Who answers the ladder's questions: a person at a terminal, an editor over ACP, or nobody (CI).
+"""Whether a call runs (`decide`, the one decision) and who answers the ladder's questions: a person
+at a terminal, an editor over ACP, or nobody (CI).
+
+Every call of every front-end meets `decide` (pipeline.py, through ApprovalGate.decide), and so does
+every landing of a copy's changes (ApprovalGate.decide_landing). Its order is docs/hooks.md's. Before
+it, the call's arguments were validated and the BeforeTool hooks ran (pipeline.py: a block refuses the
+call, a new input is validated again; a hook's `ask` is brought here). Then:
+1. the ladder's rung for the call, from the policy's rules and its access level (ladder.py): a refusal
+   or an automatic allow ends it; a hook's `ask` makes an automatic rung ask every time (it never
+   undoes a refusal);
+2. the user's own command that asked for the call (a landing's `requested`: `oa-sandbox apply`)
+   answers the question;
+3. what the person approved for this session answers it: a kind (`a`, ask-once rungs), a shell prefix (`A`);
+4. --auto-approve answers it for a call that runs inside the sandbox (never for a host-side one);
+5. the Notification hook is told (`notify`), and the person is asked, with a preview of the edit when
+   the approver shows one.
 
 On any wire only `allow_once` and `reject_once` exist. Approving a kind for the whole session
 (`a` at the terminal), or a shell command's prefix (`A`, policy/prefix.py), is the client's own
-policy: it is remembered here, never sent anywhere.
+policy: it is remembered here (Remembered), never sent anywhere.
 """
 
 from __future__ import annotations
@@ -10,6 +25,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
@@ -170,15 +186,130 @@ class TerminalApprover:
         return Answer(option=PermissionOption.ALLOW_ONCE, reason="approved at the terminal")
 
 
-class ApprovalGate:
-    """`auto_approve` (--auto-approve): whatever would ask and runs inside the sandbox proceeds
-    without asking; host-side tools (git, MCP tools) still ask, and a deny still wins.
-    `preview(prepared)` gives the diff an edit would make, for the question: called only when the
-    approver is about to show it to a person (never for automatic, refused, session-approved or
-    auto-approved calls, nor for an approver that shows no diff: CI, an editor, an MCP client).
+@dataclass(frozen=True)
+class Question:
+    """What the ladder judges of one call (its key: tool, kind, action, command) and the words a person
+    is asked with (title, arguments)."""
 
-    A shell prefix is offered only for a sandbox command the default ladder asks about: a policy
-    rule that says `ask` means every time, and a host-side tool is never approved wholesale."""
+    call_id: str
+    tool: str
+    kind: str
+    action: str
+    title: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    command: str | None = None  # what a rule's command_prefix matches, and a shell prefix is offered for
+    in_box: bool = False  # runs inside the sandbox: --auto-approve may answer it, a prefix may be offered
+
+
+@dataclass
+class Remembered:
+    """What the person approved for the rest of the session (client-side only, never sent anywhere)."""
+
+    kinds: set[str] = field(default_factory=set)  # `a`: every call of a kind, on an ask-once rung
+    prefixes: set[str] = field(default_factory=set)  # `A`: every sandbox command starting so
+
+
+def _outcome(allowed: bool, decision: str, level: Level, executor: Executor, reason: str) -> ApprovalOutcome:
+    return ApprovalOutcome(allowed=allowed, decision=decision, level=level, executor=executor, reason=reason)
+
+
+def prefix_offered(question: Question, ladder: Ladder) -> bool:
+    """A shell prefix is offered only for a sandbox command no policy rule names (a rule that says
+    `ask` means every time), and a host-side tool is never approved wholesale."""
+    if question.command is None or not question.in_box:
+        return False
+    return not any(
+        rule.matches(question.tool, question.kind, question.action, question.command) for rule in ladder.rules
+    )
+
+
+def decide(
+    question: Question,
+    ladder: Ladder,
+    approver: Approver,
+    remembered: Remembered,
+    *,
+    auto_approve: bool = False,
+    ask: bool = False,
+    requested: str | None = None,
+    notify: Callable[[Question, str], None] | None = None,
+    preview: Callable[[], Preview | None] | None = None,
+) -> ApprovalOutcome:
+    """Whether the call runs, who said so and why (the module's steps, in order; the ladder's input is
+    only its rules and the access level). `ask`: a BeforeTool
+    hook asked for a person; `requested`: the user's own command that asked for this call; `notify`:
+    told (with the ladder's reason) just before a person is asked; `preview`: the edit's diff, made only
+    when the approver shows one to a person."""
+    level, reason = ladder.level(question.tool, question.kind, question.action, question.command)
+    if ask and level == Level.AUTOMATIC:
+        level, reason = Level.ASK_EVERY_TIME, f"a hook asked for a person ({reason})"
+    if level == Level.AUTOMATIC:
+        return _outcome(True, "automatic", level, Executor.OPENAGENTS, reason)
+    if level == Level.REFUSE:
+        return _outcome(False, "refused", level, Executor.OPENAGENTS, reason)
+    if requested:
+        return _outcome(
+            True, "allow_once", level, Executor.USER, f"asked for by the user's own command ({requested}); {reason}"
+        )
+    if level == Level.ASK_ONCE and question.kind in remembered.kinds:
+        return _outcome(
+            True, "approved_for_session", level, Executor.USER, f"{question.kind} approved for this session"
+        )
+    offered = prefix_offered(question, ladder)
+    covering = allowed_by(remembered.prefixes, question.command) if offered else None
+    if covering is not None:
+        return _outcome(
+            True,
+            "approved_for_session",
+            level,
+            Executor.USER,
+            f"commands starting `{covering}` approved for this session",
+        )
+    if auto_approve and question.in_box:
+        return _outcome(
+            True, "auto_approved", level, Executor.USER, f"--auto-approve: runs inside the sandbox ({reason})"
+        )
+    shown = None
+    if preview is not None and shows_diffs(approver):
+        try:
+            shown = preview()
+        except Exception:  # noqa: BLE001 - a preview is a courtesy; the question is asked without it
+            shown = None
+    request = ApprovalRequest(
+        call_id=question.call_id,
+        tool=question.tool,
+        kind=question.kind,
+        action=question.action,
+        level=level,
+        title=question.title,
+        arguments=question.arguments,
+        diff=shown.text if shown else None,
+        diff_note=shown.note if shown else None,
+        command_prefix=shell_prefix(question.command) if offered and question.command is not None else None,
+    )
+    if notify is not None:
+        notify(question, reason)
+    answer = approver.ask(request)
+    allowed = answer.option == PermissionOption.ALLOW_ONCE
+    remember = allowed and answer.remember_for_session and level == Level.ASK_ONCE
+    if remember:
+        remembered.kinds.add(question.kind)
+    if allowed and answer.remember_prefix and request.command_prefix:
+        remembered.prefixes.add(request.command_prefix)
+        remember = True
+    decision = "approved_for_session" if remember else answer.option.value
+    return _outcome(allowed, decision, level, answer.executor, answer.reason or reason)
+
+
+class ApprovalGate:
+    """A session's approvals: its ladder (the policy's rules and access level), who answers
+    (`approver`), what the person approved for the session (`remembered`), and `auto_approve`
+    (--auto-approve: whatever would ask and runs inside the sandbox proceeds without asking;
+    host-side tools, git and MCP tools, still ask, and a deny still wins). Each call's decision and
+    each landing's is `decide` above. `preview(prepared)` gives the diff an edit would make, for the
+    question: called only when the approver is about to show it to a person (never for automatic,
+    refused, session-approved or auto-approved calls, nor for an approver that shows no diff: CI, an
+    editor, an MCP client)."""
 
     def __init__(
         self,
@@ -191,8 +322,17 @@ class ApprovalGate:
         self.approver = approver
         self.auto_approve = auto_approve
         self.preview = preview
-        self.session_approved: set[str] = set()  # kinds the user approved with `a`
-        self.session_prefixes: set[str] = set()  # shell prefixes the user approved with `A`
+        self.remembered = Remembered()
+
+    @property
+    def session_approved(self) -> set[str]:
+        """Kinds the user approved with `a`."""
+        return self.remembered.kinds
+
+    @property
+    def session_prefixes(self) -> set[str]:
+        """Shell prefixes the user approved with `A`."""
+        return self.remembered.prefixes
 
     def widen_egress(self, call_id: str, what: str, arguments: dict[str, Any]) -> ApprovalOutcome:
         """Offers one request the gate refused by default (no rule matched) to the person: allow it
@@ -231,71 +371,31 @@ class ApprovalGate:
             reason=answer.reason or "asked to widen egress",
         )
 
-    def decide(self, prepared: PreparedCall) -> ApprovalOutcome:
-        level, reason = self.ladder.level(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
-        if level == Level.AUTOMATIC:
-            return ApprovalOutcome(
-                allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason
-            )
-        if level == Level.REFUSE:
-            return ApprovalOutcome(
-                allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason
-            )
-        if level == Level.ASK_ONCE and prepared.kind in self.session_approved:
-            return ApprovalOutcome(
-                allowed=True,
-                decision="approved_for_session",
-                level=level,
-                executor=Executor.USER,
-                reason=f"{prepared.kind} approved for this session",
-            )
-        offered = self._prefix_offered(prepared)
-        covering = allowed_by(self.session_prefixes, prepared.command) if offered else None
-        if covering is not None:
-            return ApprovalOutcome(
-                allowed=True,
-                decision="approved_for_session",
-                level=level,
-                executor=Executor.USER,
-                reason=f"commands starting `{covering}` approved for this session",
-            )
-        if self.auto_approve and prepared.spec.side == "sandbox":
-            return ApprovalOutcome(
-                allowed=True,
-                decision="auto_approved",
-                level=level,
-                executor=Executor.USER,
-                reason=f"--auto-approve: runs inside the sandbox ({reason})",
-            )
-        preview = None
-        if self.preview is not None and shows_diffs(self.approver):
-            try:
-                preview = self.preview(prepared)
-            except Exception:  # noqa: BLE001 - a preview is a courtesy; the question is asked without it
-                preview = None
-        request = ApprovalRequest(
+    def decide(
+        self, prepared: PreparedCall, *, ask: bool = False, notify: Callable[[Question, str], None] | None = None
+    ) -> ApprovalOutcome:
+        """A validated call's decision, on the input the BeforeTool hooks left (`ask`: one of them asked
+        for a person; `notify`: the Notification hook, told before a person is asked)."""
+        question = Question(
             call_id=prepared.call.id,
             tool=prepared.spec.name,
             kind=prepared.kind,
             action=prepared.action,
-            level=level,
             title=prepared.title,
             arguments=prepared.arguments(),
-            diff=preview.text if preview else None,
-            diff_note=preview.note if preview else None,
-            command_prefix=shell_prefix(prepared.command) if offered and prepared.command is not None else None,
+            command=prepared.command,
+            in_box=prepared.spec.side == "sandbox",
         )
-        answer = self.approver.ask(request)
-        allowed = answer.option == PermissionOption.ALLOW_ONCE
-        remembered = allowed and answer.remember_for_session and level == Level.ASK_ONCE
-        if remembered:
-            self.session_approved.add(prepared.kind)
-        if allowed and answer.remember_prefix and request.command_prefix:
-            self.session_prefixes.add(request.command_prefix)
-            remembered = True
-        decision = "approved_for_session" if remembered else answer.option.value
-        return ApprovalOutcome(
-            allowed=allowed, decision=decision, level=level, executor=answer.executor, reason=answer.reason or reason
+        preview = self.preview
+        return decide(
+            question,
+            self.ladder,
+            self.approver,
+            self.remembered,
+            auto_approve=self.auto_approve,
+            ask=ask,
+            notify=notify,
+            preview=None if preview is None else lambda: preview(prepared),
         )
 
     def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
@@ -305,57 +405,11 @@ class ApprovalGate:
         that asks is answered by `requested`, the user's own command that asked for this landing
         (`oa-sandbox apply`, `run --apply`), else put to the approver (the editor, MCP elicitation;
         nobody in CI: refused). --auto-approve never answers it: the landing is on the host."""
-        level, reason = self.ladder.level(LAND_TOOL, LAND_KIND, LAND_ACTION)
-        if level == Level.AUTOMATIC:
-            return ApprovalOutcome(
-                allowed=True, decision="automatic", level=level, executor=Executor.OPENAGENTS, reason=reason
-            )
-        if level == Level.REFUSE:
-            return ApprovalOutcome(
-                allowed=False, decision="refused", level=level, executor=Executor.OPENAGENTS, reason=reason
-            )
-        if requested:
-            return ApprovalOutcome(
-                allowed=True,
-                decision="allow_once",
-                level=level,
-                executor=Executor.USER,
-                reason=f"asked for by the user's own command ({requested}); {reason}",
-            )
-        if level == Level.ASK_ONCE and LAND_KIND in self.session_approved:
-            return ApprovalOutcome(
-                allowed=True,
-                decision="approved_for_session",
-                level=level,
-                executor=Executor.USER,
-                reason=f"{LAND_KIND} approved for this session",
-            )
-        request = ApprovalRequest(
+        question = Question(
             call_id=LAND_ACTION,
             tool=LAND_TOOL,
             kind=LAND_KIND,
             action=LAND_ACTION,
-            level=level,
             title="land the private copy's changes in the real workspace",
-            arguments={},
         )
-        answer = self.approver.ask(request)
-        allowed = answer.option == PermissionOption.ALLOW_ONCE
-        remembered = allowed and answer.remember_for_session and level == Level.ASK_ONCE
-        if remembered:
-            self.session_approved.add(LAND_KIND)
-        return ApprovalOutcome(
-            allowed=allowed,
-            decision="approved_for_session" if remembered else answer.option.value,
-            level=level,
-            executor=answer.executor,
-            reason=answer.reason or reason,
-        )
-
-    def _prefix_offered(self, prepared: PreparedCall) -> bool:
-        if prepared.command is None or prepared.spec.side != "sandbox":
-            return False
-        return not any(
-            rule.matches(prepared.spec.name, prepared.kind, prepared.action, prepared.command)
-            for rule in self.ladder.rules
-        )
+        return decide(question, self.ladder, self.approver, self.remembered, requested=requested)

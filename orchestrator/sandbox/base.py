@@ -23,8 +23,7 @@ from .. import host_memory, state
 from ..boxfs import HostBudget
 from ..config import EgressRule, SandboxConfig, SandboxLimits
 from ..errors import ErrorType, OpenAgentsError
-from ..protocol import AgentResponse, EgressRecord, Executor, ToolResult, agent_meta
-from ..tools.catalog import box_rule
+from ..protocol import AgentResponse, BoxCall, EgressRecord, Executor, ToolResult, agent_meta
 from ..workspace import quota_fs
 from ..workspace.integrity import Baseline, Sweeper, SweepReport
 from ..workspace.overlay import fork_upper
@@ -64,9 +63,12 @@ class Sandbox(Protocol):
 
     def start(self) -> None: ...
 
-    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
-        """Run one tool; never raises for a tool failure, only returns a typed result.
+    def run(self, call: BoxCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """Run one call, as its rule says; never raises for a tool failure, only returns a typed result.
         `on_output(text)`: a streaming call's output while it runs (the result still holds it all)."""
+
+    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
+        """A request by name (the program's own operations, a self-check): `run` with the agent's rule for it."""
 
     def kill_processes(self) -> None:
         """Kill every process in the sandbox but the agent (Ctrl-C, cancel, a passed deadline)."""
@@ -369,28 +371,28 @@ class SupervisedSandbox:
                 channel.close()
 
     # -- calls -----------------------------------------------------------------------------
-    def deadline_for(self, tool: str, args: dict[str, Any]) -> float:
-        """A tool that bounds its own run by its arguments (its ToolDef's BoxRule) gets that plus the
+    def deadline_for(self, call: BoxCall) -> float:
+        """A call that bounds its own run by its arguments (its rule's timeout_arg) gets that plus the
         grace; every other call the fixed per-call deadline."""
-        rule = box_rule(tool)
-        if rule.deadline is not None:
-            return rule.deadline(args) + self.config.shell_grace_s
-        return self.config.call_deadline_s
+        own = call.rule.deadline(call.args)
+        return own + self.config.shell_grace_s if own is not None else self.config.call_deadline_s
 
     def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult:
+        return self.run(BoxCall.named(tool, args), on_output)
+
+    def run(self, call: BoxCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         if self.quota is not None and self.quota.exceeded.is_set():
             return self._over_quota()
-        rule = box_rule(tool)
         with self._in_flight_lock:
             self._in_flight += 1
-            self._spawned = self._spawned or rule.spawns
+            self._spawned = self._spawned or call.rule.spawns
         try:
             with host_memory.tool_call():
-                result = self._call(tool, args, on_output=on_output)  # host_memory: free pages go back when idle
+                result = self._call(call, on_output=on_output)  # host_memory: free pages go back when idle
         finally:
             with self._in_flight_lock:
                 self._in_flight -= 1
-        if self.quota is not None and rule.writes and self.quota.poll():
+        if self.quota is not None and call.rule.writes and self.quota.poll():
             return self._over_quota(result.output)
         return result
 
@@ -401,9 +403,7 @@ class SupervisedSandbox:
             err, executor=Executor.OPENAGENTS, output=output, meta={"workspace_growth_bytes": self.quota.growth}
         )
 
-    def _call(
-        self, tool: str, args: dict[str, Any], resent: bool = False, on_output: Callable[[str], None] | None = None
-    ) -> ToolResult:
+    def _call(self, call: BoxCall, resent: bool = False, on_output: Callable[[str], None] | None = None) -> ToolResult:
         with self._lifecycle:
             if self._closed:  # never a new box behind a close (a call racing it from another thread)
                 return ToolResult.failure(
@@ -417,15 +417,15 @@ class SupervisedSandbox:
                     return ToolResult.failure(err, executor=Executor.OPENAGENTS)
             channel = self._channel
         assert channel is not None
-        deadline = self.deadline_for(tool, args)
+        deadline = self.deadline_for(call)
         started = time.monotonic()
         rid: int | None = None
         try:
-            rid, future = channel.request(tool, args, on_output if box_rule(tool).streams else None)
+            rid, future = channel.request(call.tool, call.args, on_output if call.rule.streams else None)
             try:
                 response = wait(future, deadline)
             except FutureTimeout:
-                timed_out = self._on_deadline(tool, channel, rid, future, deadline)
+                timed_out = self._on_deadline(call.tool, channel, rid, future, deadline)
                 timed_out.egress = self.deployment.drain_egress()  # what it sent before it was killed is its own
                 return timed_out
         except OpenAgentsError as err:
@@ -441,7 +441,7 @@ class SupervisedSandbox:
                     and not self._closed
                     and (rid is None or not channel.was_received(rid))
                 ):
-                    return self._call(tool, args, resent=True, on_output=on_output)
+                    return self._call(call, resent=True, on_output=on_output)
             return ToolResult.failure(err, executor=Executor.OPENAGENTS)
         result = ToolResult.from_agent(response)  # the agent's meta without the host's keys: those are set here
         result.meta["host_elapsed_s"] = round(time.monotonic() - started, 3)

@@ -8,7 +8,8 @@ import pkgutil
 from typing import Any
 
 from . import defs
-from .tooldef import DEFAULT_RULE, BoxRule, ToolDef
+from .owner import CHANGES, FORK, LAND, ROLLBACK
+from .tooldef import ToolDef
 
 
 def _discover() -> dict[str, ToolDef]:
@@ -31,13 +32,6 @@ TOOLS: dict[str, ToolDef] = _discover()
 
 def get(name: str) -> ToolDef | None:
     return TOOLS.get(name)
-
-
-def box_rule(name: str) -> BoxRule:
-    """How the sandbox supervisor runs a call of `name` (the default rule for a name it does not know:
-    the agent answers unknown_tool)."""
-    tool = TOOLS.get(name)
-    return tool.box if tool is not None else DEFAULT_RULE
 
 
 def mcp_tools() -> list[ToolDef]:
@@ -77,22 +71,11 @@ def announced_kind(tool: str, arguments: Any) -> str:
     return known.announced_kind(arguments) if known is not None else "other"
 
 
-# Landing a copy's changes in the real workspace (`oa-sandbox apply`, `run --apply`, ACP's end of a
-# turn, MCP's apply_changes) is an edit of the user's files: a rule names it as `tool =
-# "apply_changes"`, `action = "land"`, or with every edit as `kind = "edit"`.
-LAND_TOOL, LAND_KIND, LAND_ACTION = "apply_changes", "edit", "land"
-
-
-# MCP's `changes` (copy mode): a read of the session's own copy, named in a rule as `tool = "changes"`.
-CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = "changes", "read", "changes"
-
-# The Python API's Sandbox.rollback(): the workspace the box sees put back to a checkpoint, an edit
-# of it, named in a rule as `tool = "rollback"` (or with every edit as `kind = "edit"`).
-ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = "rollback", "edit", "rollback"
-
-# MCP's `fork` (copy mode): the session's copy forked into new copy sessions; it reads the copy and
-# writes only the sandbox's own state (no box, no workspace), named in a rule as `tool = "fork"`.
-FORK_TOOL, FORK_KIND, FORK_ACTION = "fork", "read", "fork"
+# The owner's actions (owner.py), by the keys a policy rule names them with: tool, kind, action.
+LAND_TOOL, LAND_KIND, LAND_ACTION = LAND.name, LAND.kind, LAND.approval.action
+CHANGES_TOOL, CHANGES_KIND, CHANGES_ACTION = CHANGES.name, CHANGES.kind, CHANGES.name
+ROLLBACK_TOOL, ROLLBACK_KIND, ROLLBACK_ACTION = ROLLBACK.name, ROLLBACK.kind, ROLLBACK.name
+FORK_TOOL, FORK_KIND, FORK_ACTION = FORK.name, FORK.kind, FORK.name
 
 # The Python API's bytes in and out of the box (Sandbox.read_bytes / write_bytes, upload, download):
 # host tools of the program's own, named in a rule as `tool = "read_bytes"` (a read) or

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -18,10 +18,16 @@ from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
 from . import catalog, declarations, host_git, network
-from .tooldef import READ_ONLY_KINDS, RunContext, ToolDef
+from .tooldef import READ_ONLY_KINDS, BoxCaller, RunContext, ToolDef
 
-if TYPE_CHECKING:  # the registry is handed its sandbox; tools/ sits below sandbox/ (docs/architecture.md)
-    from ..sandbox.base import Sandbox
+
+class Box(BoxCaller, Protocol):
+    """What the registry needs of the sandbox it is handed (sandbox/base.py Sandbox is one): a call
+    run in the box, and every process there killed on a cancel. tools/ sits below sandbox/
+    (docs/architecture.md), so it names the sandbox only by what it uses."""
+
+    def kill_processes(self) -> None: ...
+
 
 # The built-in tools by name (catalog.py); a host tool of the session's own is described by a
 # ToolDef of its name, kind and side alone (ToolDef(name, kind, side)).
@@ -88,10 +94,18 @@ class OwnHostTools:
     another layer of these), which keep working as they were. Only the owner's own calls reach
     them when `issued` is given (their ids): a model's call is an unknown tool. No model is told of
     them (declarations are the inner ones'); `LISTED`: whether names() lists them (a client's tools).
-    A subclass names its tools in `OWN` and validates and runs its own calls."""
+    A subclass names its tools' declarations in `DECLARED` (the owner's actions: owner.py), whose
+    calls are validated as any tool's (ToolDef.validate), and runs them (invoke_own); one that names
+    only `OWN` validates its own calls too (prepare_own)."""
 
+    DECLARED: tuple[ToolDef, ...] = ()
     OWN: tuple[str, ...] = ()
     LISTED = True
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        if cls.DECLARED:
+            cls.OWN = tuple(tool.name for tool in cls.DECLARED)
 
     def __init__(self, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
         self.inner = inner
@@ -132,7 +146,10 @@ class OwnHostTools:
         return self.invoke_own(prepared)
 
     def prepare_own(self, call: ToolCall) -> PreparedCall:
-        raise NotImplementedError
+        """The call validated by its declaration, as every tool's is (its kind and policy key with it)."""
+        spec = next(tool for tool in self.DECLARED if tool.name == call.name)
+        own = spec.validate(call.arguments)
+        return PreparedCall(call, spec, own.args, own.kind, own.action)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         raise NotImplementedError
@@ -150,7 +167,7 @@ class OwnHostTools:
 class ToolRegistry:
     def __init__(
         self,
-        sandbox: Sandbox,
+        sandbox: Box,
         workspace: Path,
         config: RegistryConfig | None = None,
         repo: host_git.HostRepo | None = None,
@@ -227,10 +244,9 @@ class ToolRegistry:
 
     def invoke(self, prepared: PreparedCall, on_output: Callable[[str], None] | None = None) -> ToolResult:
         """`on_output(text)`: a shell call's output while it runs, for a live view. A call that may
-        change files (any not read-only), and a fork, first waits for the session's first checkpoint."""
-        waits = (
-            not prepared.read_only or prepared.spec.name == catalog.FORK_TOOL
-        )  # a fork copies the checkpoint store too
+        change files (any not read-only), and one that reads the checkpoint store (a fork), first waits for
+        the session's first checkpoint."""
+        waits = not prepared.read_only or prepared.spec.reads_checkpoints
         if waits and self.before_change is not None and not self.before_change():
             err = OpenAgentsError(
                 ErrorType.CANCELLED, "cancelled while it waited for the session's first checkpoint (it never ran)"

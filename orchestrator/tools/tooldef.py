@@ -24,33 +24,18 @@ from pydantic import BaseModel
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import parse_arguments
+from ..protocol import DEFAULT_RULE, BoxCall, BoxRule
 from .argbase import shown_path, validate_model
 
 if TYPE_CHECKING:
     from ..protocol import ToolResult
 
+__all__ = ["DEFAULT_RULE", "BoxRule"]  # with the rest: a declaration's parts, whatever module defines them
+
 # ACP's tool kinds (the ladder judges by them); read, search and think change nothing.
 KINDS = ("read", "search", "edit", "delete", "move", "execute", "fetch", "think", "other")
 READ_ONLY_KINDS = ("read", "search", "think")
 
-
-@dataclass(frozen=True)
-class BoxRule:
-    """How the sandbox supervisor runs one call of a tool in the box (sandbox/base.py). The sandbox
-    layer knows these rules, never the tools' names."""
-
-    # The seconds the call may run by its own arguments (the host adds its grace); None: the
-    # sandbox's fixed per-call deadline.
-    deadline: Callable[[Mapping[str, Any]], float] | None = None
-    exclusive: bool = False  # a command: named to the agent by a key (api/turns.py), so a cancel kills it alone
-    streams: bool = False  # sends its output while it runs (on_output)
-    writes: bool = False  # may grow the workspace: the write quota is polled after it
-    # may leave processes of its own in the box (beside the agent), which kill_processes ends: while no such call
-    # ran and no call is under way, the box holds only its agent and a kill has nothing to do (a close skips it)
-    spawns: bool = False
-
-
-DEFAULT_RULE = BoxRule()
 
 # JSON Schema types for `McpFace.result_meta`.
 J_STR: Mapping[str, Any] = {"type": "string"}
@@ -105,6 +90,7 @@ class Approval:
     actions: Mapping[str, str] = field(default_factory=dict)
     action_of: Callable[[Mapping[str, Any]], str | None] | None = None
     prepare: Callable[[Any], Prepared] | None = None
+    action: str = ""  # the policy key of the tool's one action, when it is not the tool's name (landing: "land")
 
 
 @dataclass(frozen=True)
@@ -142,9 +128,10 @@ NOT_SERVED = McpFace()
 
 
 class BoxCaller(Protocol):
-    """What an invocation of a sandbox tool needs of the sandbox (sandbox/base.py Sandbox)."""
+    """What an invocation of a sandbox tool needs of the sandbox (sandbox/base.py Sandbox): one call,
+    carrying its rule, run in the box."""
 
-    def call(self, tool: str, args: dict[str, Any], on_output: Callable[[str], None] | None = None) -> ToolResult: ...
+    def run(self, call: BoxCall, on_output: Callable[[str], None] | None = None) -> ToolResult: ...
 
 
 @dataclass(frozen=True)
@@ -176,16 +163,23 @@ class ToolDef:
         False  # its description ends with the network sentence; MCP's open-world hint when egress is open
     )
     needs_repo: bool = False  # active only when a repository was opened at session start
+    # reads the session's checkpoint store (a fork copies it): waits for the session's first checkpoint, as a
+    # call that may change files does
+    reads_checkpoints: bool = False
     # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/test_tool_table.py).
     bounds: Mapping[str, int] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict
     )  # per model family: declaration keys replaced
-    box: BoxRule = DEFAULT_RULE  # sandbox tools: how the supervisor runs a call
+    box: BoxRule = DEFAULT_RULE  # sandbox tools: how the supervisor runs a call (the agent's table states it)
     approval: Approval = Approval()
     files: FileUse = NO_FILE
     mcp: McpFace = NOT_SERVED
     run: Callable[[RunContext, Any], ToolResult] | None = None  # host-side tools: the call itself
+
+    def __post_init__(self) -> None:
+        if self.side == "sandbox" and self.box is DEFAULT_RULE:  # the agent's own word on how its tool runs
+            object.__setattr__(self, "box", BoxRule.of_agent(self.name))
 
     @property
     def read_only(self) -> bool:
@@ -216,7 +210,8 @@ class ToolDef:
             return self.approval.prepare(raw)
         if self.args is None:
             raise OpenAgentsError(ErrorType.UNKNOWN_TOOL, f"{self.name} declares no arguments")
-        return Prepared(validate_model(self.args, self.name, parse_arguments(raw)), self.kind, self.name)
+        action = self.approval.action or self.name
+        return Prepared(validate_model(self.args, self.name, parse_arguments(raw)), self.kind, action)
 
     def execute(self, context: RunContext, args: BaseModel) -> ToolResult:
         """Run validated arguments: a host tool's own `run`, or one request to the box's agent (a
@@ -225,7 +220,5 @@ class ToolDef:
             return self.run(context, args)
         if self.side != "sandbox" or context.sandbox is None:
             raise OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{self.name} has nowhere to run")
-        arguments = args.model_dump(exclude_none=True)
-        if self.box.streams and context.on_output is not None:
-            return context.sandbox.call(self.name, arguments, on_output=context.on_output)
-        return context.sandbox.call(self.name, arguments)
+        call = BoxCall(self.name, args.model_dump(exclude_none=True), self.box)
+        return context.sandbox.run(call, context.on_output if self.box.streams else None)

@@ -21,18 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
-
 from ..boxfs import show
 from ..boxfs.names import stored_shown
 from ..errors import ErrorType, OpenAgentsError
 from ..ground.text import visible
-from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
 from ..terminal.machine import Bounded, name_item, named
-from ..tools.catalog import CHANGES_ACTION, CHANGES_KIND, CHANGES_TOOL, LAND_ACTION, LAND_KIND, LAND_TOOL
+from ..tools.catalog import CHANGES_TOOL, LAND_TOOL
+from ..tools.owner import CHANGES, LAND, ChangesArgs
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
-from ..tools.tooldef import Approval, ToolDef
 from .copy import CopyManifest
 from .copy_session import mark_landed
 from .records import SessionRecord
@@ -149,33 +146,6 @@ class Landing:
         return ToolResult(ok=True, output="\n".join([*lines, summary]), meta=meta)
 
 
-class ChangesArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    stat: bool = False
-
-
-class ApplyArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-CHANGES_DEF = ToolDef(
-    CHANGES_TOOL,
-    CHANGES_KIND,
-    "host",
-    ChangesArgs,
-    title="The private copy's changes",
-    approval=Approval(describe=lambda args: "show the private copy's changes against the real workspace"),
-)
-APPLY_DEF = ToolDef(
-    LAND_TOOL,
-    LAND_KIND,
-    "host",
-    ApplyArgs,
-    title="Land the private copy's changes",
-    approval=Approval(describe=lambda args: "land the private copy's changes in the real workspace"),
-)
-
-
 @dataclass(frozen=True)
 class _Decided:
     """The pipeline's allowing decision, as the Permit apply_scanned takes: invoke() is reached only
@@ -191,18 +161,11 @@ class CopyTools(OwnHostTools):
     OwnHostTools), so the CallPipeline validates, decides, runs and records them as any other call;
     `inner`: the host tools the session already had (the user's MCP servers), kept as they were."""
 
-    OWN = COPY_TOOLS
+    DECLARED = (CHANGES, LAND)
 
     def __init__(self, landing: Landing, inner: HostTools | None = None, issued: set[str] | None = None) -> None:
         super().__init__(inner, issued)
         self.landing = landing
-
-    def prepare_own(self, call: ToolCall) -> PreparedCall:
-        if call.name == CHANGES_TOOL:
-            args = self.arguments(CHANGES_DEF, call, "changes takes one optional argument, stat (a boolean)")
-            return PreparedCall(call, CHANGES_DEF, args, CHANGES_KIND, CHANGES_ACTION)
-        args = self.arguments(APPLY_DEF, call, "apply_changes takes no arguments: it lands every change the copy holds")
-        return PreparedCall(call, APPLY_DEF, args, LAND_KIND, LAND_ACTION)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         if isinstance(prepared.args, ChangesArgs):

@@ -1,8 +1,7 @@
-"""How many forks one call may make, and best-of-N's pick timeout, in a leaf module: `oa-sandbox fork
---help` and `run --help` show them without importing the copy machinery (fork.py and api/attempts.py
-name them too)."""
+"""How many forks one call may make, and best-of-N's pick timeout: ground/forks.py's, named here too
+for the copy machinery's readers (fork.py, api/attempts.py, the command line)."""
 
 from __future__ import annotations
 
-MAX_FORKS = 16  # forks made by one call; each is a full session's state (and, when run, a box)
-PICK_TIMEOUT_S = 600  # best-of-N's pick command's shell timeout by default (clamped to the shell's own maximum)
+from ..ground.forks import MAX_FORKS as MAX_FORKS
+from ..ground.forks import PICK_TIMEOUT_S as PICK_TIMEOUT_S

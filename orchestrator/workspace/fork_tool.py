@@ -7,36 +7,16 @@ validated, decided by the ladder (a rule names it `tool = "fork"`), run, and rec
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
 from ..protocol import Executor, ToolResult
-from ..tools.catalog import FORK_ACTION, FORK_KIND, FORK_TOOL
+from ..tools.owner import FORK, ForkArgs
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
-from ..tools.tooldef import Approval, ToolDef
 from .fork import MAX_FORKS, BoxCheck, fork_session
 from .records import SessionRecord
 
-
-class ForkArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-    n: int = Field(default=1, ge=1, le=MAX_FORKS)
-    session_id: str | None = Field(default=None, min_length=1, max_length=200)
-    turn: int | None = Field(default=None, ge=0)
-
-
-def _describe(args: Mapping[str, Any]) -> str:
-    which = args.get("session_id")
-    return f"fork {'session ' + str(which) if which else 'this session'} into {args.get('n', 1)} new session(s)"
-
-
-FORK_DEF = ToolDef(
-    FORK_TOOL, FORK_KIND, "host", ForkArgs, title="Fork a copy session", approval=Approval(describe=_describe)
-)
+FORK_DEF = FORK  # the declaration (tools/owner.py), by the name the MCP server reads it by
 FORK_DESCRIPTION = (
     f"Copy mode only: fork this session's private copy (its state after its last checkpointed call, or after "
     f"checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to {MAX_FORKS}) new, independent copy "
@@ -70,7 +50,7 @@ class ForkTools(OwnHostTools):
     """`fork` as a host-side tool of the session's registry (registry.HostTools); `inner`: the host
     tools the session already had, kept as they were. `issued`: as CopyTools' (the owner's calls only)."""
 
-    OWN = (FORK_TOOL,)
+    DECLARED = (FORK,)
 
     def __init__(
         self,
@@ -84,15 +64,6 @@ class ForkTools(OwnHostTools):
         self.box_on_copy = (
             box_on_copy  # for another ended session's copy (fork.fork_session): a live one is never frozen
         )
-
-    def prepare_own(self, call: ToolCall) -> PreparedCall:
-        args = self.arguments(
-            FORK_DEF,
-            call,
-            f"fork takes n (an integer, 1 to {MAX_FORKS}), and optionally session_id "
-            "(a string) and turn (an integer, 0 or more)",
-        )
-        return PreparedCall(call, FORK_DEF, args, FORK_KIND, FORK_ACTION)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         args = prepared.args

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from orchestrator.protocol import BoxCall
 from tests.conftest import live_processes
 
 pytestmark = pytest.mark.docker
@@ -135,5 +136,7 @@ def test_the_240_second_ceiling_cannot_be_raised(victim, timeout):
     """No timeout argument raises the 240 s ceiling: the agent clamps and the host's deadline holds."""
     result = victim.sh("true", timeout=timeout)
     assert result.meta["timeout_s"] == 240 and result.meta["clamped"] is True
-    assert victim.box.deadline_for("shell", {"timeout": timeout}) <= 240 + victim.box.config.shell_grace_s
+    assert (
+        victim.box.deadline_for(BoxCall.named("shell", {"timeout": timeout})) <= 240 + victim.box.config.shell_grace_s
+    )
     victim.assert_intact()

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from sandbox_agent import limits
 
 from ..argbase import PathArgs
-from ..tooldef import J_BOOL, J_INT, J_STR, BoxRule, FileUse, McpFace, Proposal, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_STR, FileUse, McpFace, Proposal, ToolDef
 
 
 class EditFileArgs(PathArgs):
@@ -54,7 +54,6 @@ TOOL = ToolDef(
         "Line endings and a byte-order mark are kept. Prefer this to write_file for changes to existing files."
     ),
     mutates=True,
-    box=BoxRule(writes=True),
     bounds={"max_file_bytes": limits.EDIT_MAX_FILE_BYTES},
     files=FileUse(path_arg=True, replaces_file=True, match_arg="old_text", propose=_proposal),
     mcp=McpFace(

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from pydantic import Field
 
 from sandbox_agent import limits
 
 from .. import network
 from ..argbase import Args
-from ..tooldef import J_BOOL, J_INT, J_NUM, Approval, BoxRule, McpFace, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_NUM, Approval, McpFace, ToolDef
 
 
 class ShellArgs(Args):
@@ -23,15 +21,6 @@ class ShellArgs(Args):
         le=1_000_000,
         description=f"Seconds; default {limits.SHELL_DEFAULT_TIMEOUT_S}, clamped to {limits.SHELL_MAX_TIMEOUT_S}.",
     )
-
-
-def deadline(args: Mapping[str, Any]) -> float:
-    """The command's own timeout, clamped as the agent clamps it; the host adds its grace. Read from
-    raw arguments too (a caller of the sandbox may pass anything): a non-integer is the default."""
-    requested = args.get("timeout", limits.SHELL_DEFAULT_TIMEOUT_S)
-    if not isinstance(requested, int) or isinstance(requested, bool):
-        requested = limits.SHELL_DEFAULT_TIMEOUT_S
-    return min(max(requested, 1), limits.SHELL_MAX_TIMEOUT_S)
 
 
 TOOL = ToolDef(
@@ -48,7 +37,6 @@ TOOL = ToolDef(
     ),
     mutates=True,
     reaches_network=True,
-    box=BoxRule(deadline=deadline, exclusive=True, streams=True, writes=True, spawns=True),
     bounds={
         "timeout_default_s": limits.SHELL_DEFAULT_TIMEOUT_S,
         "timeout_max_s": limits.SHELL_MAX_TIMEOUT_S,

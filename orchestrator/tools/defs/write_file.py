@@ -9,7 +9,7 @@ from pydantic import Field
 from sandbox_agent import limits
 
 from ..argbase import PathArgs
-from ..tooldef import J_BOOL, J_INT, J_STR, BoxRule, FileUse, McpFace, Proposal, ToolDef
+from ..tooldef import J_BOOL, J_INT, J_STR, FileUse, McpFace, Proposal, ToolDef
 
 
 class WriteFileArgs(PathArgs):
@@ -31,7 +31,6 @@ TOOL = ToolDef(
     title="Write a workspace file",
     description="Create or replace a whole file in the workspace (never under .git). Parent directories are created. The write is atomic.",
     mutates=True,
-    box=BoxRule(writes=True),
     bounds={"max_bytes": limits.WRITE_MAX_BYTES},
     files=FileUse(path_arg=True, replaces_file=True, propose=_proposal),
     mcp=McpFace(

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandbox_agent import jsonbound
 from sandbox_agent.limits import SHELL_DEFAULT_TIMEOUT_S, SHELL_MAX_TIMEOUT_S
@@ -51,8 +51,9 @@ from ..args import parse_arguments
 from ..registry import PreparedCall
 from ..tooldef import ToolDef
 from .launch import Launch, plan
-from .names import PREFIX, safe, tool_name
+from .names import PREFIX, tool_name
 from .names import action as server_action
+from .spec import McpServerSpec
 from .transport import MAX_MESSAGE_BYTES, ServerProcess, bounded_stdio
 
 log = logging.getLogger(__name__)
@@ -62,31 +63,6 @@ MAX_SCHEMA_BYTES = 32 * 1024
 MAX_SCHEMA_DEPTH = 32  # levels of [ and {; real tool schemas have a handful
 MAX_OUTPUT_CHARS = 256 * 1024
 MAX_STRUCTURED_BYTES = 64 * 1024
-
-
-class McpServerSpec(BaseModel):
-    """One stdio server: ACP's McpServerStdio ({name, command, args, env: [{name, value}]}) or a
-    config's {name, command, args, env: {NAME: VALUE}}."""
-
-    model_config = ConfigDict(extra="ignore")
-    name: str = Field(min_length=1, max_length=64)
-    command: str = Field(min_length=1)
-    args: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    cwd: str | None = None
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _env(cls, value: Any) -> Any:
-        if isinstance(value, list):  # ACP: [{name, value}]
-            return {
-                str(item["name"]): str(item["value"]) for item in value if isinstance(item, dict) and "name" in item
-            }
-        return value or {}
-
-    @property
-    def key(self) -> str:
-        return safe(self.name)
 
 
 class McpArguments(BaseModel):

@@ -30,14 +30,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from ...errors import ErrorType, OpenAgentsError
 from ...programs.reach import reaches
 from ...programs.resolve import WHERE, Resolved, SearchPath, resolve, search_path
-
-if TYPE_CHECKING:
-    from .client import McpServerSpec
+from .spec import McpServerSpec
 
 # Variables that make a program load code from where they point (the hooks' list, hooks/run.py, inherits none of them).
 LOADERS = (
