@@ -38,10 +38,10 @@ FORK_DEF = ToolDef(
     FORK_TOOL, FORK_KIND, "host", ForkArgs, title="Fork a copy session", approval=Approval(describe=_describe)
 )
 FORK_DESCRIPTION = (
-    f"Copy mode only: fork this session's private copy (its state after its last checkpointed call, or after "
-    f"checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to {MAX_FORKS}) new, independent copy "
-    "sessions; returns their ids (session_ids). Each is a normal copy session: `oa-sandbox changes/apply/discard ID`, "
-    "`oa-sandbox run --resume ID`."
+    "Copy mode only: fork this session's private copy (its state after its last checkpointed call, "
+    "or after checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to "
+    f"{MAX_FORKS}) new, independent copy sessions; returns their ids (session_ids). Each is a "
+    "normal copy session: `oa-sandbox changes/apply/discard ID`, `oa-sandbox run --resume ID`."
 )
 FORK_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
