@@ -181,8 +181,9 @@ def concurrency_curve(
         for key, value in point.items():
             out[f"curve_{n}_{key}"] = value
         print(
-            f"[concurrency {n}: start p50 {point['cold_start_p50_ms']:.0f} ms, calls p50 {point['call_p50_ms']:.1f} "
-            f"ms, {point['start_errors'] + point['call_errors']} errors, load {point['load_average']:.1f}]",
+            f"[concurrency {n}: start p50 {point['cold_start_p50_ms']:.0f} ms, "
+            f"calls p50 {point['call_p50_ms']:.1f} ms, {point['start_errors'] + point['call_errors']} errors, "
+            f"load {point['load_average']:.1f}]",
             flush=True,
         )
     return out

@@ -187,9 +187,9 @@ def section_rows(r: dict) -> list[tuple[str, str, str, str]]:
             verdict = f"{r[key + 'first_answer_ratio']:.2f}x of 10 files (target <= 3)"
             if key + "copy_s" in r:
                 verdict = (
-                    f"{r[key + 'first_answer_vs_cp_a']:.2f}x cp -a ({r[key + 'cp_a_s']:.1f} "
-                    f"s); beyond cp -a {r[key + 'beyond_copy_ratio']:.2f}x of 10 files "
-                    f"(target <= 3); copy.py alone {r[key + 'copy_ratio_vs_cp_a']:.2f}x cp -a"
+                    f"{r[key + 'first_answer_vs_cp_a']:.2f}x cp -a ({r[key + 'cp_a_s']:.1f} s); "
+                    f"beyond cp -a {r[key + 'beyond_copy_ratio']:.2f}x of 10 files (target <= 3); "
+                    f"copy.py alone {r[key + 'copy_ratio_vs_cp_a']:.2f}x cp -a"
                 )
             rows.append(
                 (

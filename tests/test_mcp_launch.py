@@ -83,9 +83,9 @@ def layout(kind: str, tmp_path: Path, ws: Path) -> tuple[str, Path]:
 
 @pytest.mark.parametrize("kind", ["venv", "direnv-PATH_add", "node_modules", "link-into-workspace"])
 def test_a_server_found_on_the_users_path_never_runs_the_boxs_program(tmp_path, ws, monkeypatch, kind):
-    """`python3 server.py`, a `#!/usr/bin/env python3` script, and `sh -c "exec python3
-    ..."`: the box's python3 and sh first on the user's PATH never run; each server
-    runs the host's, with no PATH entry, working directory or HOME in the workspace."""
+    """`python3 server.py`, a `#!/usr/bin/env python3` script, and `sh -c "exec python3 ..."`:
+    the box's python3 and sh first on the user's PATH never run; each server runs the host's,
+    with no PATH entry, working directory or HOME in the workspace."""
     entry, folder = layout(kind, tmp_path, ws)
     canary = tmp_path / "canary"
     for name in ("python3", "sh", "env"):

@@ -139,8 +139,8 @@ def run_attempts(
             code = EXIT_REFUSED
     else:
         click.echo(
-            f"   chosen: {chosen.session_id}: `oa-sandbox changes "
-            f"{chosen.session_id}`, `oa-sandbox apply {chosen.session_id}`",
+            f"   chosen: {chosen.session_id}: `oa-sandbox changes {chosen.session_id}`, "
+            f"`oa-sandbox apply {chosen.session_id}`",
             err=True,
         )
     if output_format in ("json", "stream-json"):

@@ -219,8 +219,8 @@ def discard(session_id: str) -> None:
     except OpenAgentsError as err:
         raise setup_error(err) from None
     click.echo(
-        f"discarded session {session_id}: {before / (1 << 20):.1f} "
-        "MiB removed; its record stays (`oa-sandbox sessions`)",
+        f"discarded session {session_id}: {before / (1 << 20):.1f} MiB removed; "
+        "its record stays (`oa-sandbox sessions`)",
         err=True,
     )
 

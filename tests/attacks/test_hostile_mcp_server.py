@@ -224,8 +224,8 @@ def test_mcp_server_escape_sequences_reach_no_terminal_raw(sandbox_image, tmp_pa
 
 
 def test_a_stalled_mcp_call_ends_with_max_wall(sandbox_image, tmp_path):
-    """A call that never answers (its server sleeping, a child in its group) ends when `--max-wall
-    15` is spent, not at the call's own deadline; the server's whole process group is killed."""
+    """A call that never answers (its server sleeping, a child in its group) ends when
+    `--max-wall 15` is spent, not at the call's own deadline; the server's whole process group is killed."""
     setup = Setup(tmp_path, {"hostile": {}}, [call("stall"), {"text": "done"}])
     started = time.monotonic()
     proc = setup.run("--max-wall", "15", timeout=300)
