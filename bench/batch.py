@@ -166,8 +166,8 @@ def main() -> None:
         extra = ["--concurrency", str(args.concurrency)] if args.concurrency else []
         wall, per, running = batched(work, args.tasks, extra, "local")
         print(
-            f"batch, local engine{' --concurrency ' + str(args.concurrency) if args.concurrency else ''}: {wall:.1f} s, "
-            f"{args.tasks / wall:.2f} tasks/s: {serial / wall:.2f}x the one-by-one throughput; "
+            f"batch, local engine{' --concurrency ' + str(args.concurrency) if args.concurrency else ''}: "
+            f"{wall:.1f} s, {args.tasks / wall:.2f} tasks/s: {serial / wall:.2f}x the one-by-one throughput; "
             f"host memory per running task {per:.1f} MiB of the batch process (at {running} running)"
         )
         if args.ray:

@@ -117,7 +117,8 @@ def main() -> int:
                 print(f"{indent + label:<56}{statistics.median(values):8.1f} ms")
             floor = statistics.median(rows["= docker run --rm true"])
             print(
-                f"{'cold start / docker run':<56}{statistics.median(rows['= cold start to first answer']) / floor:8.2f}x"
+                f"{'cold start / docker run':<56}"
+                f"{statistics.median(rows['= cold start to first answer']) / floor:8.2f}x"
             )
     return 0
 

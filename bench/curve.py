@@ -181,8 +181,9 @@ def concurrency_curve(
         for key, value in point.items():
             out[f"curve_{n}_{key}"] = value
         print(
-            f"[concurrency {n}: start p50 {point['cold_start_p50_ms']:.0f} ms, calls p50 {point['call_p50_ms']:.1f} ms, "
-            f"{point['start_errors'] + point['call_errors']} errors, load {point['load_average']:.1f}]",
+            f"[concurrency {n}: start p50 {point['cold_start_p50_ms']:.0f} ms, "
+            f"calls p50 {point['call_p50_ms']:.1f} ms, {point['start_errors'] + point['call_errors']} errors, "
+            f"load {point['load_average']:.1f}]",
             flush=True,
         )
     return out
@@ -198,19 +199,23 @@ def curve_rows(r: dict) -> list[str]:
         f"{'RSS/box MiB':>11} {'fds':>5} {'threads':>7} {'load':>5} {'vs ' + str(sizes[0]) + ': start, calls':>20}"
     )
     rows = [
-        f"concurrency curve: boxes started together through the start gate (limit {r[f'curve_{sizes[0]}_start_limit']}), "
-        f"then {r['curve_calls_per_box']} write_file+shell calls each",
+        "concurrency curve: boxes started together through the start gate (limit "
+        f"{r[f'curve_{sizes[0]}_start_limit']}), then {r['curve_calls_per_box']} write_file+shell calls each",
         head,
     ]
     first = sizes[0]
     for n in sizes:
         k = f"curve_{n}_"
         errors = r[k + "start_errors"] + r[k + "call_errors"]
-        ratio = f"{r[k + 'cold_start_p50_ms'] / r[f'curve_{first}_cold_start_p50_ms']:.1f}x, {r[k + 'call_p50_ms'] / r[f'curve_{first}_call_p50_ms']:.1f}x"
+        ratio = (
+            f"{r[k + 'cold_start_p50_ms'] / r[f'curve_{first}_cold_start_p50_ms']:.1f}x, "
+            f"{r[k + 'call_p50_ms'] / r[f'curve_{first}_call_p50_ms']:.1f}x"
+        )
         rows.append(
-            f"{n:>5} {r[k + 'cold_start_p50_ms'] / 1000:>8.2f} / {r[k + 'cold_start_p95_ms'] / 1000:<7.2f} {r[k + 'in_line_p50_s']:>10.2f}s "
-            f"{r[k + 'call_p50_ms']:>9.1f} / {r[k + 'call_p95_ms']:<7.1f} {errors:>6} {r[k + 'rss_per_box_mib']:>11.2f} {r[k + 'fds']:>5} "
-            f"{r[k + 'threads']:>7} {r[k + 'load_average']:>5.1f} {ratio:>20}"
+            f"{n:>5} {r[k + 'cold_start_p50_ms'] / 1000:>8.2f} / {r[k + 'cold_start_p95_ms'] / 1000:<7.2f} "
+            f"{r[k + 'in_line_p50_s']:>10.2f}s {r[k + 'call_p50_ms']:>9.1f} / {r[k + 'call_p95_ms']:<7.1f} "
+            f"{errors:>6} {r[k + 'rss_per_box_mib']:>11.2f} {r[k + 'fds']:>5} {r[k + 'threads']:>7} "
+            f"{r[k + 'load_average']:>5.1f} {ratio:>20}"
         )
         for sample in r[k + "start_error_samples"] + r[k + "call_error_samples"]:
             rows.append(f"      error: {sample}")

@@ -6,14 +6,13 @@
 A workspace of FILES files and MB of data is made, copied into a copy session (as `run
 --workspace-mode copy` would), and that session is forked FORKS times, one fork at a time
 (fork_session(ID, 1), the whole of it: the daemon asked whether a box still runs on the parent's
-copy, record, copy through boxfs, manifest, pins, checkpoint store, transcript). Between forks `cp -a` of the session's copy is timed the same number of times, the two
-alternating which goes first, each after a sync. Printed: how forks are made (an overlay, where
-the host may mount: workspace/cow.py; else a data copy, cloned where the file system clones), p50
-per fork, p50 of `cp -a`, their ratio, host disk used per fork (allocated blocks of the fork's
-directory, not counting what is mounted in it: an overlay's merged view is the layers' blocks)
-against the workspace's, the first fork's time (it freezes the parent's copy into a layer), and
-the 1-minute load average. `--mode copy` measures the data copy (OA_FORK_COW=copy). Everything
-made is unmounted and removed at the end.
+copy, record, copy through boxfs, manifest, pins, checkpoint store, transcript). Between forks `cp -a` of the
+session's copy is timed the same number of times, the two alternating which goes first, each after a sync. Printed:
+how forks are made (an overlay, where the host may mount: workspace/cow.py; else a data copy, cloned where the file
+system clones), p50 per fork, p50 of `cp -a`, their ratio, host disk used per fork (allocated blocks of the fork's
+directory, not counting what is mounted in it: an overlay's merged view is the layers' blocks) against the
+workspace's, the first fork's time (it freezes the parent's copy into a layer), and the 1-minute load average.
+`--mode copy` measures the data copy (OA_FORK_COW=copy). Everything made is unmounted and removed at the end.
 """
 
 from __future__ import annotations
@@ -138,12 +137,12 @@ def main() -> int:
             unmount(point)
         subprocess.run(["rm", "-rf", str(top)], check=False)
     print(
-        f"fork of {args.files:,} files / {args.mb} MB by {result['made_by']} (reflinks: {'yes' if result['reflinks'] else 'no'}), "
-        f"{args.forks} forks, load {result['load_1m']}"
+        f"fork of {args.files:,} files / {args.mb} MB by {result['made_by']} (reflinks: "
+        f"{'yes' if result['reflinks'] else 'no'}), {args.forks} forks, load {result['load_1m']}"
     )
     print(
-        f"  fork p50 {result['fork_p50_s']:.2f} s   cp -a p50 {result['cp_a_p50_s']:.2f} s   ratio {result['ratio_fork_vs_cp_a']:.3f}x "
-        "(target <= 0.2x)"
+        f"  fork p50 {result['fork_p50_s']:.2f} s   cp -a p50 {result['cp_a_p50_s']:.2f} s   "
+        f"ratio {result['ratio_fork_vs_cp_a']:.3f}x (target <= 0.2x)"
     )
     print(
         f"  disk per fork {result['disk_per_fork_mib']} MiB of the workspace's {result['workspace_mib']} MiB "

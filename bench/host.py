@@ -27,8 +27,8 @@ class HostSample:
     def line(self) -> str:
         return (
             f"RSS {self.rss_mib:7.1f} MiB  fds {self.fds:4d}  threads {self.threads:4d}  load {self.load1:5.2f}  "
-            f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  files {self.rss_file_mib:5.1f} MiB  "
-            f"py blocks {self.py_blocks}"
+            f"heap used {self.heap_used_mib:5.1f} free {self.heap_free_mib:5.1f} MiB  "
+            f"files {self.rss_file_mib:5.1f} MiB  py blocks {self.py_blocks}"
         )
 
 

@@ -185,7 +185,8 @@ def main() -> int:
                     print(f"  {op:<11} failed: {row['error']}")
                     continue
                 print(
-                    f"  {op:<11} {row['seconds']:>8.2f} {row['seconds'] / max(base['seconds'], 1e-6):>8.2f} {row['peak_mib']:>9.0f}"
+                    f"  {op:<11} {row['seconds']:>8.2f} "
+                    f"{row['seconds'] / max(base['seconds'], 1e-6):>8.2f} {row['peak_mib']:>9.0f}"
                 )
             results[label] = rows
             shutil.rmtree(ws)

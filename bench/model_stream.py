@@ -63,8 +63,8 @@ def main() -> None:
     pieces = len(text) // 3
     per_piece = args.per_token_ms / 1000 * args.tokens / pieces
     print(
-        f"answer: {args.tokens} tokens at {args.per_token_ms:g} ms each ({args.tokens * args.per_token_ms / 1000:.1f} s to generate), "
-        f"median of {args.runs} runs"
+        f"answer: {args.tokens} tokens at {args.per_token_ms:g} ms each "
+        f"({args.tokens * args.per_token_ms / 1000:.1f} s to generate), median of {args.runs} runs"
     )
     print(f"{'family':<10} {'streamed':>12} {'not streamed':>14}")
     with FakeModelServer() as server:

@@ -96,8 +96,9 @@ def main() -> int:
                 got = one_round(client, ws, image, runtime, args.calls, args.starts)
                 results[runtime].append(got)
                 print(
-                    f"round {n + 1} {runtime:<24} read {got['read_p50_ms']:6.2f} ms  shell {got['shell_p50_ms']:6.2f} ms  "
-                    f"start {got['cold_start_p50_ms']:5.0f} ms  docker run {got['docker_run_p50_ms']:5.0f} ms  load {got['load']:.2f}",
+                    f"round {n + 1} {runtime:<24} read {got['read_p50_ms']:6.2f} ms  shell "
+                    f"{got['shell_p50_ms']:6.2f} ms  start {got['cold_start_p50_ms']:5.0f} ms  "
+                    f"docker run {got['docker_run_p50_ms']:5.0f} ms  load {got['load']:.2f}",
                     flush=True,
                 )
     first = args.runtimes[0]

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """The command line as a user meets it (issue 50): `oa-sandbox --help`, a subcommand's `--help`,
 `sessions`, and `oa-sandbox exec --workspace W read_file ...` on a small workspace, each a fresh
-process as a shell runs it, against `docker run --rm --entrypoint true IMAGE` (the box that runs nothing) under the same runtime in the same
-run (the ratio is what compares across machines). exec runs in both workspace modes: copy (what
-`auto` gives a root-owned workspace) and bind.
+process as a shell runs it, against `docker run --rm --entrypoint true IMAGE` (the box that runs
+nothing) under the same runtime in the same run (the ratio is what compares across machines).
+exec runs in both workspace modes: copy (what `auto` gives a root-owned workspace) and bind.
 
     python bench/real_cli.py [--runtime runc --runtime runsc] [-n 5] [--json PATH]
 

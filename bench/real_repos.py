@@ -12,7 +12,8 @@ public API, as every front-end opens a session. Turn 0 is recorded in the backgr
 50 (session.py); `turn0_s` is how long after the open it was complete (the first `shell` call,
 which waits for it, answers then). Copy mode's figure includes its copy: `cp_a_s` is `cp -a` of
 the same tree, and beyond it the first answer is compared with the 10-file one; `copy_s` is
-workspace/copy.py's copy_workspace alone (informative: a session's copy may be cheaper). bench/run.py --quick runs it as its section 'real repos'.
+workspace/copy.py's copy_workspace alone (informative: a session's copy
+may be cheaper). bench/run.py --quick runs it as its section 'real repos'.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _first_answer(ws: Path, mode: str, runtime: str | None) -> dict:
 
 
 def _one_file_turn_ms(tree: Path, n: int) -> float:
-    """A checkpoint after a one-file turn on `tree`: the median of n, in ms (the store's own, after its first record)."""
+    """A checkpoint after a one-file turn on `tree`: the median
+    of n, in ms (the store's own, after its first record)."""
     store_dir = Path(tempfile.mkdtemp(prefix="oa-bench-store-"))
     try:
         with CheckpointStore(store_dir / "store", tree, budget_bytes=8 << 30) as store:
@@ -139,9 +141,9 @@ def bench_real_repos(
             base = rows["10_files"]["first_answer_s"]
             for row in rows.values():
                 row["first_answer_ratio"] = row["first_answer_s"] / base
-                if (
-                    "copy_s" in row
-                ):  # beyond the copy: the first answer less cp -a's time (the session's copy may share blocks), against 10 files'
+                # beyond the copy: the first answer less cp -a's time
+                # (the session's copy may share blocks), against 10 files'
+                if "copy_s" in row:
                     row["beyond_copy_ratio"] = max(row["first_answer_s"] - row["cp_a_s"], 0.0) / base
                     row["first_answer_vs_cp_a"] = row["first_answer_s"] / row["cp_a_s"]
                     row["copy_ratio_vs_cp_a"] = row["copy_s"] / row["cp_a_s"]
@@ -185,8 +187,9 @@ def section_rows(r: dict) -> list[tuple[str, str, str, str]]:
             verdict = f"{r[key + 'first_answer_ratio']:.2f}x of 10 files (target <= 3)"
             if key + "copy_s" in r:
                 verdict = (
-                    f"{r[key + 'first_answer_vs_cp_a']:.2f}x cp -a ({r[key + 'cp_a_s']:.1f} s); beyond cp -a {r[key + 'beyond_copy_ratio']:.2f}x "
-                    f"of 10 files (target <= 3); copy.py alone {r[key + 'copy_ratio_vs_cp_a']:.2f}x cp -a"
+                    f"{r[key + 'first_answer_vs_cp_a']:.2f}x cp -a ({r[key + 'cp_a_s']:.1f} s); "
+                    f"beyond cp -a {r[key + 'beyond_copy_ratio']:.2f}x of 10 files (target <= 3); "
+                    f"copy.py alone {r[key + 'copy_ratio_vs_cp_a']:.2f}x cp -a"
                 )
             rows.append(
                 (
@@ -218,13 +221,15 @@ def repo_rows(r: dict) -> list[str]:
     for mode, rows in r["modes"].items():
         for label, row in rows.items():
             extra = (
-                f", cp -a {row['cp_a_s']:.2f} s, beyond it {row['beyond_copy_ratio']:.2f}x; copy.py alone {row['copy_ratio_vs_cp_a']:.2f}x cp -a"
+                f", cp -a {row['cp_a_s']:.2f} s, beyond it {row['beyond_copy_ratio']:.2f}x; "
+                f"copy.py alone {row['copy_ratio_vs_cp_a']:.2f}x cp -a"
                 if "copy_s" in row
                 else ""
             )
             lines.append(
-                f"{mode:4} {label:>12}: first answer {row['first_answer_s']:.2f} s ({row['first_answer_ratio']:.2f}x the 10-file one), "
-                f"turn 0 done at {row['turn0_s']:.2f} s ({row['turn0_state']}), close {row['close_s']:.2f} s{extra}"
+                f"{mode:4} {label:>12}: first answer {row['first_answer_s']:.2f} s "
+                f"({row['first_answer_ratio']:.2f}x the 10-file one), turn 0 done at "
+                f"{row['turn0_s']:.2f} s ({row['turn0_state']}), close {row['close_s']:.2f} s{extra}"
             )
     for label, ms in r["one_file_turn_checkpoint_ms"].items():
         lines.append(f"checkpoint after a one-file turn, {label}: {ms:.1f} ms")

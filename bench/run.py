@@ -4,7 +4,8 @@ same machine, under each OCI runtime side by side (runc and gVisor's runsc where
 docker exec and docker run are measured under the same runtime). Absolute numbers vary by machine;
 only the ratios compare.
 
-    python bench/run.py [--quick] [--json PATH] [--runtime runc --runtime runsc] [--baseline-image TAG] [--sizes 10,50,100]
+    python bench/run.py [--quick] [--json PATH] [--runtime runc
+    --runtime runsc] [--baseline-image TAG] [--sizes 10,50,100]
 
 --sizes: the points of the concurrency curve (section 'concurrency', bench/curve.py): that many
 sandboxes started together from this process through its start gate, then calls in all of them.
@@ -490,8 +491,8 @@ CURVE_SIDE_BY_SIDE = [
 ]
 
 
-# Issues 26 and 37: the targets (runtime kind, label, function of (this runtime's results, runc's), limit, "min"/"max", section).
-# gVisor's calls are held against `docker exec` under runc: what a user would otherwise reach for.
+# Issues 26 and 37: the targets (runtime kind, label, function of (this runtime's results, runc's), limit, "min"/"max",
+# section). gVisor's calls are held against `docker exec` under runc: what a user would otherwise reach for.
 TARGETS = [
     (
         "gvisor",
@@ -551,7 +552,8 @@ TARGETS = [
         "max",
         "real_search",
     ),
-    # issue 50: `oa-sandbox exec --workspace W read_file` (a fresh process, a small workspace) against `docker run --rm IMAGE true`
+    # issue 50: `oa-sandbox exec --workspace W read_file` (a fresh
+    # process, a small workspace) against `docker run --rm IMAGE true`
     (
         "runc",
         "exec read_file (copy mode) / docker run",
@@ -741,7 +743,8 @@ def print_table(r: dict) -> None:
                 "shell `true` p50, baseline build -> ours",
                 f"{r['before_shell_p50_ms']:.2f} -> {r['after_shell_p50_ms']:.2f} ms",
                 f"read_file: {r['before_read_p50_ms']:.2f} -> {r['after_read_p50_ms']:.2f} ms",
-                f"shell/read {r['before_shell_ratio_vs_read']:.2f}x -> {r['after_shell_ratio_vs_read']:.2f}x (target <= 2)",
+                f"shell/read {r['before_shell_ratio_vs_read']:.2f}x -> "
+                f"{r['after_shell_ratio_vs_read']:.2f}x (target <= 2)",
             )
         )
     if rows:

@@ -46,8 +46,9 @@ def popen_true():
 def popen_sh():
     subprocess.Popen(["/bin/sh", "-c", "true"]).wait()
 def agent_popen():
-    return subprocess.Popen(["/bin/sh", "-c", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"}, start_new_session=True, close_fds=True)
+    return subprocess.Popen(["/bin/sh", "-c", "true"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+                            start_new_session=True, close_fds=True)
 def agent_pipes():
     p = agent_popen(); p.stdout.read(); p.wait(); p.stdout.close()
 try:

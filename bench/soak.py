@@ -124,7 +124,8 @@ def print_growth(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> N
     diffs = after.filter_traces(ignore).compare_to(before.filter_traces(ignore), "traceback")
     total = sum(d.size_diff for d in diffs)
     print(
-        f"Python memory since the baseline: {total / 1048576:+.2f} MiB in {sum(d.count_diff for d in diffs):+d} blocks; the largest growths:"
+        f"Python memory since the baseline: {total / 1048576:+.2f} MiB in "
+        f"{sum(d.count_diff for d in diffs):+d} blocks; the largest growths:"
     )
     for diff in diffs[:8]:
         print(f"  {diff.size_diff / 1024:+9.1f} KiB {diff.count_diff:+7d} blocks")
@@ -219,8 +220,8 @@ def main() -> int:
             thread.join()
         egress_ids = {box.egress.id for box in boxes if box.egress is not None}
         print(
-            f"runtime {boxes[0].runtime.name if boxes[0].runtime else '?'}, {args.boxes} boxes ({len(egress_ids)} behind an egress gate), "
-            f"{args.minutes:g} minutes, start limit {config.start_concurrency}",
+            f"runtime {boxes[0].runtime.name if boxes[0].runtime else '?'}, {args.boxes} boxes ({len(egress_ids)} "
+            f"behind an egress gate), {args.minutes:g} minutes, start limit {config.start_concurrency}",
             flush=True,
         )
 

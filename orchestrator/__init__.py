@@ -1,7 +1,7 @@
 """openagents-sandbox: the host side. It holds the model credentials and never lets them cross into the sandbox.
 
-The public API (docs/api.md): `from orchestrator import Sandbox, AsyncSandbox, SandboxOptions, OpenAgentsError, ErrorType`.
-Its names load on first use, so a command that needs none of it (`oa-sandbox --help`) does not pay for it.
+The public API (docs/api.md): `from orchestrator import Sandbox, AsyncSandbox, SandboxOptions, OpenAgentsError,
+ErrorType`. Its names load on first use, so a command that needs none of it (`oa-sandbox --help`) does not pay for it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A session's budgets: tokens summed from every model response, wall time, and the context window.
 
 Token counts come from the model's own `usage` (OpenAI's prompt/completion tokens, Anthropic's
-input/output tokens, Gemini's usageMetadata); a model that reports none (the scripted one, some local servers) counts zero.
-The conversation's size is estimated (4 characters a token, the usual rule of thumb): compaction
-must decide before a request, when no usage for it exists yet.
+input/output tokens, Gemini's usageMetadata); a model that reports none (the scripted one, some
+local servers) counts zero. The conversation's size is estimated (4 characters a token, the
+usual rule of thumb): compaction must decide before a request, when no usage for it exists yet.
 
 Compaction elides older tool outputs, oldest first, once the conversation passes COMPACT_AT of the
 window, until it is under COMPACT_TO; the outputs of the last turn (which the model has not read

@@ -43,7 +43,8 @@ class ErrorType(str, Enum):
     REFUSED_BY_POLICY = "refused_by_policy"
     REJECTED_BY_USER = "rejected_by_user"
     CANCELLED = "cancelled"
-    HOOK_FAILED = "hook_failed"  # a user's hook crashed, timed out or printed no JSON (docs/hooks.md): a Before* hook fails closed
+    # a user's hook crashed, timed out or printed no JSON (docs/hooks.md): a Before* hook fails closed
+    HOOK_FAILED = "hook_failed"
     # fatal: the session cannot go on
     NO_SPACE = "no_space"
     DOCKER_UNAVAILABLE = "docker_unavailable"

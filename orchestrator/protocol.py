@@ -263,6 +263,7 @@ class ToolResult(BaseModel):
         parts = [p for p in (self.output, self.note) if p]
         if self.error:
             parts.append(
-                f"ERROR {self.error.type.value} ({'recoverable' if self.error.recoverable else 'fatal'}): {self.error.message}"
+                f"ERROR {self.error.type.value} "
+                f"({'recoverable' if self.error.recoverable else 'fatal'}): {self.error.message}"
             )
         return "\n".join(parts) if parts else "(no output)"

@@ -136,7 +136,10 @@ def _closest_hint(text: str, old: str) -> str:
         if ratio > best_ratio:
             best, best_ratio = i, ratio
     if best >= 0:
-        return f"; the most similar line is line {best + 1}: {_shown(plain[best])}; read the file and copy the text exactly"
+        return (
+            f"; the most similar line is line {best + 1}: "
+            f"{_shown(plain[best])}; read the file and copy the text exactly"
+        )
     return "; nothing similar is in the file: read it and copy the text exactly"
 
 

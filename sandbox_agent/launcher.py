@@ -2,11 +2,11 @@
 
 Under gVisor starting a program costs 20-30 ms (posix_spawn of /bin/true: ~23 ms; fork alone ~30 ms)
 while a started shell that is handed its command runs `true` and exits in ~1.4 ms; under runc the
-same split is ~1.2 ms against ~0.4 ms. So after each `shell` call (its answer sent: shell.after_answer), and once in the agent's warm-up before
-any command (server._warm_up), one fresh shell is started in the background, and the next call
-hands it its command. While it is being started the agent's other
-threads wait (CPython holds the GIL through vfork and exec: 6-7 ms under gVisor, measured), which
-is why it is started after the answer, not before. A shell serves one command and is gone: no state passes from one call to the next.
+same split is ~1.2 ms against ~0.4 ms. So after each `shell` call (its answer sent: shell.after_answer), and
+once in the agent's warm-up before any command (server._warm_up), one fresh shell is started in the background,
+and the next call hands it its command. While it is being started the agent's other threads wait (CPython holds
+the GIL through vfork and exec: 6-7 ms under gVisor, measured), which is why it is started after the answer,
+not before. A shell serves one command and is gone: no state passes from one call to the next.
 
 The prepared shell is `/bin/sh -s`, reading its script from a pipe on its standard input, in a new
 session, with the child environment, the workspace as its working directory and its output on one
@@ -58,7 +58,8 @@ class Launcher:
                 return
             if self._thread is None:
                 thread = threading.Thread(target=self._run, name="oa-shell-launcher", daemon=True)
-                thread.start()  # may fail (the box out of processes): then nothing is wanted, and take() waits for nothing
+                # may fail (the box out of processes): then nothing is wanted, and take() waits for nothing
+                thread.start()
                 self._thread = thread
             self._wanted = True
             self._cond.notify()

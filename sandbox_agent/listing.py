@@ -85,4 +85,7 @@ def _skipped_note(unreadable: list[str]) -> str:
     if not unreadable:
         return ""
     shown = ", ".join(unreadable[:20]) + (f" and {len(unreadable) - 20} more" if len(unreadable) > 20 else "")
-    return f"[skipped {len(unreadable)} unreadable director{'y' if len(unreadable) == 1 else 'ies'} (permission denied): {shown}]"
+    return (
+        f"[skipped {len(unreadable)} unreadable "
+        f"director{'y' if len(unreadable) == 1 else 'ies'} (permission denied): {shown}]"
+    )

@@ -171,11 +171,15 @@ def _read_special(
                 rel,
                 size,
                 hexdigest,
-                f"it starts with a {label} byte-order mark but is not {label} text ({err.reason} at byte {err.start + bom_len})",
+                f"it starts with a {label} byte-order mark but is not "
+                f"{label} text ({err.reason} at byte {err.start + bom_len})",
             )
         # The file's fault, not the arguments': shown with replacement, and said.
         text = body.decode(codec, errors="replace")
-        bad = f"\n[the file is not valid {label} ({err.reason} at byte {err.start + bom_len}): what cannot be decoded shows as U+FFFD; edit_file cannot edit it]"
+        bad = (
+            f"\n[the file is not valid {label} ({err.reason} at byte {err.start + bom_len}): "
+            "what cannot be decoded shows as U+FFFD; edit_file cannot edit it]"
+        )
     lines = text.splitlines(keepends=True)
     total = len(lines)
     if offset > max(total, 1):
@@ -190,7 +194,10 @@ def _read_special(
         used += encoded
     end = offset - 1 + len(chosen)
     truncated = end < total
-    note = f"[file {rel}: lines {offset}-{end} of {total}; decoded from {label} (it has a byte-order mark; write_file and edit_file keep it and the encoding); sha256 {hexdigest}]"
+    note = (
+        f"[file {rel}: lines {offset}-{end} of {total}; decoded from {label} (it has a byte-order "
+        f"mark; write_file and edit_file keep it and the encoding); sha256 {hexdigest}]"
+    )
     if truncated:
         note += f"\n[truncated: read on from line {end + 1} with offset={end + 1}]"
     meta = {

@@ -249,7 +249,10 @@ class _Stopped:
         pattern backtracking: a block is at most 1 MiB, which a pattern that does not backtrack
         matches in well under a second of CPU), one file (its size), or neither (the walk as a
         whole); and whether the machine let the search have the CPU."""
-        head = f"the search passed its {limit_s:.0f}s limit and was stopped ({found} matching line(s) found before that are in the output)"
+        head = (
+            f"the search passed its {limit_s:.0f}s limit and was stopped "
+            f"({found} matching line(s) found before that are in the output)"
+        )
         busy = ""
         if self.cpu is not None and self.cpu < self.elapsed / 2:
             busy = f"; the machine is busy: the search had {self.cpu:.1f}s of CPU in its {self.elapsed:.1f}s"
@@ -262,11 +265,12 @@ class _Stopped:
             and self.cpu_in_block >= max(BACKTRACK_CPU_S, self.cpu / 2)
         ):
             return (
-                f"{head}: matching the pattern against the lines of {self.where} from line {self.line} on (at most "
-                f"{READ_BLOCK >> 20} MiB of them) took {self.cpu_in_block:.1f}s of CPU ({self.in_block:.1f}s) without "
-                f"finishing, after {self.files - 1} other file(s) in {self.elapsed - self.in_file:.1f}s. That is the "
-                "regular expression backtracking catastrophically (nested or adjacent quantifiers like (a+)+ or "
-                "(a|a)*, or several .* on a long line): simplify the pattern, or leave that file out with the path or glob"
+                f"{head}: matching the pattern against the lines of {self.where} from line {self.line} "
+                f"on (at most {READ_BLOCK >> 20} MiB of them) took {self.cpu_in_block:.1f}s of CPU "
+                f"({self.in_block:.1f}s) without finishing, after {self.files - 1} other file(s) in "
+                f"{self.elapsed - self.in_file:.1f}s. That is the regular expression backtracking "
+                "catastrophically (nested or adjacent quantifiers like (a+)+ or (a|a)*, or several .* "
+                "on a long line): simplify the pattern, or leave that file out with the path or glob"
             )
         if self.where and self.in_file >= self.elapsed / 2:
             doing = (

@@ -589,9 +589,10 @@ def shell(args: dict[str, Any], on_output: Callable[[str], None] | None = None) 
         notes.append(f"[timeout {requested}s was clamped to the {limits.SHELL_MAX_TIMEOUT_S}s ceiling]")
     if truncated:
         notes.append(
-            f"[output was {captured.total} bytes in {captured.lines} lines; {captured.omitted_bytes} bytes "
-            f"({captured.omitted_lines} lines) from the middle are left out where the marker stands: at most the first "
-            f"{limits.SHELL_OUTPUT_HEAD_BYTES} and the last {limits.SHELL_OUTPUT_TAIL_BYTES} bytes are kept, cut between lines where there are lines]"
+            f"[output was {captured.total} bytes in {captured.lines} lines; {captured.omitted_bytes} "
+            f"bytes ({captured.omitted_lines} lines) from the middle are left out where the marker "
+            f"stands: at most the first {limits.SHELL_OUTPUT_HEAD_BYTES} and the last "
+            f"{limits.SHELL_OUTPUT_TAIL_BYTES} bytes are kept, cut between lines where there are lines]"
         )
     if timed_out:
         notes.append(f"[timed out after {timeout}s; the command and everything it started were killed]")

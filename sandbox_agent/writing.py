@@ -141,7 +141,8 @@ def _edit_file(args: dict[str, Any]) -> dict[str, Any]:
         where = _line_numbers(text, matches)
         raise ToolError(
             "edit_ambiguous",
-            f"old_text occurs {count} times in {rel} (at lines {where}); add context to make it unique or set allow_multiple",
+            f"old_text occurs {count} times in {rel} (at lines {where}); "
+            "add context to make it unique or set allow_multiple",
         )
     result = _replace_keeping_endings(text, matches, new)
     import difflib  # only edits pay for it
@@ -182,8 +183,8 @@ def _decode_for_edit(rel: str, raw: bytes) -> tuple[str, bytes, str]:
         line = raw.count(b"\n", 0, err.start) + 1
         raise ToolError(
             "encoding_error",
-            f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or UTF-16/32 with a byte-order mark) only; "
-            "use write_file or the shell for other encodings",
+            f"{rel} is not UTF-8 text (invalid byte at line {line}); edit_file edits UTF-8 (or "
+            "UTF-16/32 with a byte-order mark) only; use write_file or the shell for other encodings",
         ) from None
 
 

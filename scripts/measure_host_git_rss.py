@@ -55,7 +55,8 @@ def main() -> None:
             started = time.monotonic()
             result = host.run(parse_args({"subcommand": sub, **({"message": "big"} if sub == "commit" else {})}))
             print(
-                f"  git {sub:<6} ok={result.ok} output={len(result.output)} chars  {time.monotonic() - started:5.1f}s  peak RSS {peak_mib():.0f} MiB (+{peak_mib() - base:.0f})"
+                f"  git {sub:<6} ok={result.ok} output={len(result.output)} chars  "
+                f"{time.monotonic() - started:5.1f}s  peak RSS {peak_mib():.0f} MiB (+{peak_mib() - base:.0f})"
             )
 
 

@@ -130,7 +130,8 @@ def main() -> int:
     DOC.write_text(f"{head}{START}\n{table(ids, results)}\n{END}{tail}")
     passed = sum(v == "pass" for v in results.values())
     print(
-        f"{passed} passed, {sum(v == 'FAIL' for v in results.values())} failed, {len(results) - passed} not passing; table written to {DOC}"
+        f"{passed} passed, {sum(v == 'FAIL' for v in results.values())} "
+        f"failed, {len(results) - passed} not passing; table written to {DOC}"
     )
     return 0
 

@@ -239,7 +239,8 @@ class OwnDockerDaemon:
         if self.holder.stdout.readline().strip() != b"ready":
             self.holder.kill()
             raise RuntimeError(
-                f"the namespaces for the test's dockerd could not be made: {self.holder.communicate()[1].decode()[-2000:]}"
+                "the namespaces for the test's dockerd could not be "
+                f"made: {self.holder.communicate()[1].decode()[-2000:]}"
             )
         self._ns = _namespaces(self.holder.pid)
         assert self._ns and not self._ns & _namespaces(os.getpid()), "the holder shares a namespace with the host"

@@ -228,11 +228,13 @@ def _search(
         )
     if long_lines:
         notes.append(
-            f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines longer than that were searched, in: {_names(long_lines)}]"
+            f"[only the first {limits.GREP_MAX_LINE_BYTES} bytes of lines "
+            f"longer than that were searched, in: {_names(long_lines)}]"
         )
     if cut:
         notes.append(
-            f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than {limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]"
+            f"[{cut} matching line{'s were' if cut != 1 else ' was'} longer than "
+            f"{limits.GREP_LINE_CHARS} characters and cut; read_file shows them whole]"
         )
     counts = {kind: len(files) for kind, files in skipped.items() if files}
     return {

@@ -1,6 +1,6 @@
 """For the report tests: real sessions run by `oa-sandbox run` with a scripted model, their pages
-opened in a real headless Chromium (Debian's package, scripts/setup --extras installs it for scripts/test), a loopback HTTP
-server that records every request a page makes, and an HTML parser listing every element."""
+opened in a real headless Chromium (Debian's package, scripts/setup --extras installs it for scripts/test),
+a loopback HTTP server that records every request a page makes, and an HTML parser listing every element."""
 
 from __future__ import annotations
 

@@ -169,11 +169,11 @@ def test_a_command_that_forks_a_lot_beside_another(tmp_path, runtime):
             box.shell, "touch /workspace/calm; while [ ! -e /workspace/go ]; do sleep 0.05; done; echo calm", 180
         )
         wait_for(ws / "calm")
-        # 20 left in the group, 20 in sessions of their own, 300 short-lived (the box's 256 pids are shared by its commands;
-        # under gVisor 120 sleeps end the box, on main too)
+        # 20 left in the group, 20 in sessions of their own, 300 short-lived (the box's 256
+        # pids are shared by its commands; under gVisor 120 sleeps end the box, on main too)
         forks = box.shell(
-            "for i in $(seq 1 20); do setsid sleep 1100 & sleep 1101 & done; for i in $(seq 1 300); do /bin/true; done; "
-            "echo forked",
+            "for i in $(seq 1 20); do setsid sleep 1100 & sleep 1101 & "
+            "done; for i in $(seq 1 300); do /bin/true; done; echo forked",
             timeout=120,
         )
         assert (forks.output, forks.exit_code) == ("forked\n", 0)
@@ -193,8 +193,8 @@ def test_a_command_cannot_read_the_agents_end_of_anothers_output(tmp_path, runti
         )
         wait_for(ws / "talker")
         thief = box.shell(
-            "for f in /proc/1/fd/*; do timeout 1 cat $f 2>/dev/null; done; ls /proc/1/fd >/dev/null 2>&1 && echo LISTED; "
-            "echo tried",
+            "for f in /proc/1/fd/*; do timeout 1 cat $f 2>/dev/null; done; "
+            "ls /proc/1/fd >/dev/null 2>&1 && echo LISTED; echo tried",
             timeout=120,
         )
         box.write_file("go", "")

@@ -20,7 +20,8 @@ pytestmark = [
 ]
 
 FETCH = (
-    "for i in $(seq 1 100); do python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:8765/hello.txt').read().decode())\" "
+    'for i in $(seq 1 100); do python3 -c "import urllib.request as u; '
+    "print(u.urlopen('http://127.0.0.1:8765/hello.txt').read().decode())\" "
     "2>/dev/null && exit 0; sleep 0.2; done; exit 1"
 )
 PIDS = "for p in /proc/[0-9]*; do echo \"$(cat $p/comm 2>/dev/null) $(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\"; done"
@@ -87,8 +88,8 @@ def test_a_box_that_kills_the_keeper_loses_its_processes_typed(tmp_path, runtime
         victim = box.start("exec sleep 1007")
         # not dumpable: a command of the same uid cannot read the keeper's memory or environment (under runc)
         peek = box.shell(
-            "for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && "
-            "{ cat $p/environ >/dev/null 2>&1 && echo READ; head -c1 $p/mem >/dev/null 2>&1 && echo READ; echo seen; }; done; true"
+            "for p in /proc/[0-9]*; do grep -q 'keeper[.]py' $p/cmdline 2>/dev/null && { cat $p/environ "
+            ">/dev/null 2>&1 && echo READ; head -c1 $p/mem >/dev/null 2>&1 && echo READ; echo seen; }; done; true"
         )
         assert "seen" in peek.output and (
             "READ" not in peek.output or runtime == "runsc"

@@ -60,7 +60,8 @@ def test_mmdebstrap_streams_its_tar_into_the_import_with_debootstraps_arguments(
 
 
 def test_a_failed_mmdebstrap_imports_nothing_and_says_why(tmp_path, monkeypatch):
-    """No empty image under the base's tag (the next set-up would reuse it): a typed error with mmdebstrap's last words."""
+    """No empty image under the base's tag (the next set-up would
+    reuse it): a typed error with mmdebstrap's last words."""
     builder = script(tmp_path / "mmdebstrap", "echo 'E: cannot reach the mirror' >&2\nexit 1\n")
     monkeypatch.setattr(debootstrap, "MMDEBSTRAP", str(builder))
     importer = Importer()

@@ -302,8 +302,8 @@ def test_30000_box_made_names_through_ray_leave_the_result_line_bounded(cluster,
     (line,) = out.read_bytes().splitlines()
     r = json.loads(line)
     print(
-        f"\n30,000 names through Ray: result line {len(line)} bytes, driver peak RSS {int(rss.read_text().split()[-1]) >> 10} MiB, "
-        f"{time.monotonic() - began:.0f} s"
+        f"\n30,000 names through Ray: result line {len(line)} bytes, driver peak RSS "
+        f"{int(rss.read_text().split()[-1]) >> 10} MiB, {time.monotonic() - began:.0f} s"
     )
     assert len(line) <= MAX_LINE_BYTES and r["status"] == "finished"
     assert len(r["left_out"]) <= MAX_LISTED and r["left_out_total"] == 30_000 and r["files_changed_total"] == 30_100

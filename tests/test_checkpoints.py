@@ -330,7 +330,8 @@ def test_checkpoints_of_a_real_sandbox(open_sandbox, tmp_path: Path):
     out = box.call(
         "shell",
         {
-            "command": "sed -i 's/a - b/a + b/' calc.py && mkdir -p build && echo obj > build/o.txt && chmod +x tests/t.py"
+            "command": "sed -i 's/a - b/a + b/' calc.py && mkdir -p build "
+            "&& echo obj > build/o.txt && chmod +x tests/t.py"
         },
     )
     assert out.ok, out

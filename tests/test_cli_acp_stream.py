@@ -27,7 +27,8 @@ def test_acp_streams_shell_output_as_tool_call_updates(sandbox_image, tmp_path):
                             "id": "s1",
                             "name": "shell",
                             "arguments": {
-                                "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"
+                                "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt "
+                                "600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"
                             },
                         }
                     ]

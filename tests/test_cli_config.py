@@ -33,9 +33,10 @@ def test_a_config_typo_is_one_line_with_a_suggestion(tmp_path):
     proc = oa(tmp_path, "run", "--workspace", str(make_workspace(tmp_path / "ws")), "go")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean 'model'?); allowed keys: model, base_url, "
-        "api_key_env, policy, runtime, image, memory, cpus, pids, start_concurrency, max_turns, max_tokens, max_wall, model_timeout, context_window, "
-        "copy_max_bytes, copy_max_entries, host_code_read_only, mcp_servers"
+        f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean "
+        "'model'?); allowed keys: model, base_url, api_key_env, policy, runtime, image, memory, "
+        "cpus, pids, start_concurrency, max_turns, max_tokens, max_wall, model_timeout, "
+        "context_window, copy_max_bytes, copy_max_entries, host_code_read_only, mcp_servers"
     ]
 
 
@@ -66,7 +67,8 @@ def test_start_concurrency_is_checked_in_the_config_file_and_on_the_command_line
         ('action = "git comit"\ndecision = "deny"', "rules[0].action: unknown action (did you mean 'git commit'?)"),
         (
             'tool = "shell"\ndecison = "allow"',
-            "rules[0]: unknown key (did you mean 'decision'?); allowed keys: id, tool, kind, action, command_prefix, decision",
+            "rules[0]: unknown key (did you mean 'decision'?); allowed "
+            "keys: id, tool, kind, action, command_prefix, decision",
         ),
         ('tool = "shell"\ndecision = "alow"', "rules[0].decision: must be one of allow, ask, deny"),
     ],
@@ -104,7 +106,8 @@ def test_a_config_file_the_box_can_reach_is_refused_not_read(tmp_path):
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text(
-        f'model = "script:/dev/null"\n[[mcp_servers]]\nname = "x"\ncommand = "/bin/sh"\nargs = ["-c", "touch {marker}"]\n'
+        'model = "script:/dev/null"\n[[mcp_servers]]\nname = '
+        f'"x"\ncommand = "/bin/sh"\nargs = ["-c", "touch {marker}"]\n'
     )
     for args in (
         ("run", "--workspace", str(ws), "go"),

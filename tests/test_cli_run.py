@@ -323,7 +323,8 @@ def test_shell_output_is_streamed_while_the_command_runs_and_the_result_is_uncha
                     {
                         "name": "shell",
                         "arguments": {
-                            "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"
+                            "command": "echo first-line; i=0; while [ ! -e go-on ] && [ $i -lt "
+                            "600 ]; do sleep 0.1; i=$((i+1)); done; echo second-line"
                         },
                     }
                 ]
@@ -376,7 +377,8 @@ def test_mcp_servers_from_the_config_file_are_offered_to_run_asked_for_and_stopp
     config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text(
-        f'[[mcp_servers]]\nname = "notes"\ncommand = {json.dumps(sys.executable)}\nargs = [{json.dumps(str(server_py))}]\n'
+        '[[mcp_servers]]\nname = "notes"\ncommand = '
+        f"{json.dumps(sys.executable)}\nargs = [{json.dumps(str(server_py))}]\n"
         f"env = {{ PID_FILE = {json.dumps(str(pid_file))}, NOTES_FILE = {json.dumps(str(notes))} }}\n"
     )
     s = script(

@@ -3,8 +3,8 @@ workspace under CPU load, the way a CI job or an agent harness does. Every call 
 1), none fails to start, nothing is left running (containers, volumes, gates) and the workspace
 holds nothing the sessions created (no `.git` mount point, no journal, no quarantine).
 
-OA_LOAD_CALLS / OA_LOAD_CONCURRENCY change the size, OA_LOAD_RUNTIME the runtime (default 200 calls, 8 at once); the measured
-time and failures are printed (`-s`) so a before/after can be compared."""
+OA_LOAD_CALLS / OA_LOAD_CONCURRENCY change the size, OA_LOAD_RUNTIME the runtime (default 200 calls,
+8 at once); the measured time and failures are printed (`-s`) so a before/after can be compared."""
 
 from __future__ import annotations
 
@@ -300,7 +300,8 @@ def _fill(box: Any, tag: int, files: int = 100) -> tuple[Any, float]:
     res = box.call(
         "shell",
         {
-            "command": f"i=0; while [ $i -lt {files} ]; do head -c 8388608 /dev/zero > f{tag}-$i || exit 1; i=$((i+1)); done; echo finished",
+            "command": f"i=0; while [ $i -lt {files} ]; do head -c 8388608 /dev/zero "
+            f"> f{tag}-$i || exit 1; i=$((i+1)); done; echo finished",
             "timeout": 300,
         },
     )
@@ -362,7 +363,8 @@ def test_write_quota_with_two_writers_under_load(mode, sandbox_image, docker_cli
     for n, ((res, took), root) in enumerate(zip(results, roots, strict=True)):
         lines.append(
             f"  session {n}: {'stopped' if not res.ok else 'NOT stopped'} "
-            f"({res.error.type.value if res.error else 'ok'}) after {took:.2f} s; its root holds {written(root) >> 20} MiB"
+            f"({res.error.type.value if res.error else 'ok'}) after "
+            f"{took:.2f} s; its root holds {written(root) >> 20} MiB"
         )
     print("\n" + "\n".join(lines))
     for res, _ in results:

@@ -12,8 +12,9 @@ from tests.test_workspace_modes import cli, make_workspace, run_session, shell
 pytestmark = pytest.mark.docker
 
 PLANT = (
-    "python3 -c \"import os\nfd=os.open('.',os.O_RDONLY)\nfor _ in range(1500):\n os.mkdir('d',dir_fd=fd); n=os.open('d',os.O_RDONLY,dir_fd=fd); os.close(fd); fd=n\n\"; "
-    "ln -s /host-outside out; ln -s ../../.. up; printf x > 'new\nline'"
+    "python3 -c \"import os\nfd=os.open('.',os.O_RDONLY)\nfor _ in range(1500):\n "
+    "os.mkdir('d',dir_fd=fd); n=os.open('d',os.O_RDONLY,dir_fd=fd); os.close(fd); "
+    "fd=n\n\"; ln -s /host-outside out; ln -s ../../.. up; printf x > 'new\nline'"
 )
 
 

@@ -38,7 +38,8 @@ def emitted_types() -> dict[str, str]:
                     n.value for n in ast.walk(first) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                 ]
                 assert literals, (
-                    f"{path.name}:{node.lineno}: the error type must be a literal (or a choice of them) so it can be checked"
+                    f"{path.name}:{node.lineno}: the error type must be a "
+                    "literal (or a choice of them) so it can be checked"
                 )
                 for literal in literals:
                     found.setdefault(literal, f"{path.name}:{node.lineno}")

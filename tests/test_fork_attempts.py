@@ -18,7 +18,10 @@ from tests.conftest import make_workspace
 from tests.test_fork import oa, sessions_dir
 
 CALC = "def add(a, b):\n    return a - b\n"
-TEST = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+TEST = (
+    "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    "
+    "def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
+)
 
 
 def edit(new: str) -> dict:

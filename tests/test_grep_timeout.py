@@ -93,10 +93,11 @@ def test_a_search_in_the_agent_has_the_same_deadline(tmp_path) -> None:
         sub.mkdir(parents=True, exist_ok=True)
         (sub / f"f{i:04}.txt").write_text((f"needle {i}\n" if i % 60 == 0 else "") + "hay\n" * 200)
     program = (
-        "import json, sys\nfrom sandbox_agent import limits, search, tools\n"
-        "full = search.grep_files({'pattern': 'needle'})\nlimits.GREP_TIMEOUT_S = float(sys.argv[1])\n"
-        "try:\n    search.grep_files({'pattern': 'needle'}); print(json.dumps({'full': full}))\n"
-        "except tools.ToolError as err:\n    print(json.dumps({'full': full, 'kind': err.kind, 'message': str(err), 'output': err.output, 'meta': err.meta}))\n"
+        "import json, sys\nfrom sandbox_agent import limits, search, tools\nfull = "
+        "search.grep_files({'pattern': 'needle'})\nlimits.GREP_TIMEOUT_S = float(sys.argv[1])\n"
+        "try:\n    search.grep_files({'pattern': 'needle'}); print(json.dumps({'full': "
+        "full}))\nexcept tools.ToolError as err:\n    print(json.dumps({'full': full, 'kind': "
+        "err.kind, 'message': str(err), 'output': err.output, 'meta': err.meta}))\n"
     )
     env = {**os.environ, "OA_AGENT_WORKSPACE": str(ws), "PYTHONPATH": str(root)}
     answer = json.loads(

@@ -60,8 +60,8 @@ def guard_policy(tmp_path: Path, extra: str = "") -> tuple[Path, Path]:
     guard = write_script(hooks / "guard.py", GUARD, log=str(log))
     policy = tmp_path / "policy.toml"
     policy.write_text(
-        f'[[rules]]\ntool = "shell"\ndecision = "allow"\n\n[[hooks]]\nid = "no-curl"\nevent = "BeforeTool"\nmatcher = "shell"\n'
-        f'command = ["{guard}"]\ntimeout = 20\n{extra}'
+        '[[rules]]\ntool = "shell"\ndecision = "allow"\n\n[[hooks]]\nid = "no-curl"\nevent '
+        f'= "BeforeTool"\nmatcher = "shell"\ncommand = ["{guard}"]\ntimeout = 20\n{extra}'
     )
     return policy, log
 
@@ -177,7 +177,8 @@ def test_the_api_honours_the_hook_and_a_rewrite_is_validated_then_laddered(sandb
 import json, sys
 event = json.load(sys.stdin)
 command = event["tool_input"]["command"]
-new = {{"rewrite-ok": {{"command": "echo rewritten"}}, "rewrite-bad": {{"command": 5}}, "rewrite-rm": {{"command": "rm a.txt"}}}}.get(command)
+new = {{"rewrite-ok": {{"command": "echo rewritten"}}, "rewrite-bad": {{"command": 5}}, \
+"rewrite-rm": {{"command": "rm a.txt"}}}}.get(command)
 if command == "stop-now":
     print(json.dumps({{"continue": False, "stopReason": "enough for today"}}))
 else:

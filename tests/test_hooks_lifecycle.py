@@ -37,8 +37,8 @@ def life_policy(tmp_path: Path, extra: str = "") -> tuple[Path, Path]:
     hook.chmod(0o755)
     policy = tmp_path / "p.toml"
     policy.write_text(
-        f'[[rules]]\ntool = "shell"\ndecision = "allow"\n'
-        f'[[hooks]]\nevent = "SessionStart"\ncommand = ["{hook}"]\n[[hooks]]\nevent = "SessionEnd"\ncommand = ["{hook}"]\n{extra}'
+        '[[rules]]\ntool = "shell"\ndecision = "allow"\n[[hooks]]\nevent = "SessionStart"\ncommand '
+        f'= ["{hook}"]\n[[hooks]]\nevent = "SessionEnd"\ncommand = ["{hook}"]\n{extra}'
     )
     return policy, log
 
@@ -91,7 +91,8 @@ def test_a_before_model_stop_is_a_typed_fatal_end_and_session_end_still_fires(sa
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     stop = tmp_path / "stop.py"
     stop.write_text(
-        f"#!{sys.executable}\nimport json\nprint(json.dumps({{'continue': False, 'stopReason': 'the budget office says no'}}))\n"
+        f"#!{sys.executable}\nimport json\nprint(json.dumps({{'continue': "
+        f"False, 'stopReason': 'the budget office says no'}}))\n"
     )
     stop.chmod(0o755)
     policy, log = life_policy(tmp_path, f'[[hooks]]\nevent = "BeforeModel"\ncommand = ["{stop}"]\n')
@@ -143,7 +144,8 @@ open({str(log)!r}, "a").write(name + "\\n")
 if name == "BeforeAgent":
     print(json.dumps({{"hookSpecificOutput": {{"additionalContext": "TICKET-7 says: be brief"}}}}))
 elif name == "BeforeToolSelection":
-    print(json.dumps({{"hookSpecificOutput": {{"toolConfig": {{"allowedFunctionNames": ["read_file", "list_files"]}}}}}}))
+    print(json.dumps({{"hookSpecificOutput": {{"toolConfig": \
+{{"allowedFunctionNames": ["read_file", "list_files"]}}}}}}))
 """)
     hook.chmod(0o755)
     policy = tmp_path / "p.toml"

@@ -31,9 +31,9 @@ LAYERS: list[dict[str, str]] = [
     {
         "boxfs": "the one safe-file layer: every read, walk, copy and restore of box-written files; "
         "host-owned files opened with no link followed (private.py) and written atomically (atomic.py)",
-        "programs": "what the host starts for the user, kept out of the box's reach: whether the box can change what a path "
-        "names (reach.py), hooks' and MCP servers' programs found once outside every box root (resolve.py), "
-        "the system's own programs (system.py)",
+        "programs": "what the host starts for the user, kept out of the box's reach: whether the box "
+        "can change what a path names (reach.py), hooks' and MCP servers' programs found "
+        "once outside every box root (resolve.py), the system's own programs (system.py)",
     },
     {"events": "the typed events of a session (what the transcript records and front-ends show)"},
     {

@@ -83,7 +83,9 @@ def layout(kind: str, tmp_path: Path, ws: Path) -> tuple[str, Path]:
 
 @pytest.mark.parametrize("kind", ["venv", "direnv-PATH_add", "node_modules", "link-into-workspace"])
 def test_a_server_found_on_the_users_path_never_runs_the_boxs_program(tmp_path, ws, monkeypatch, kind):
-    """`python3 server.py`, a `#!/usr/bin/env python3` script, and `sh -c "exec python3 ..."`: the box's python3 and sh first on the user's PATH never run; each server runs the host's, with no PATH entry, working directory or HOME in the workspace."""
+    """`python3 server.py`, a `#!/usr/bin/env python3` script, and `sh -c "exec python3 ..."`:
+    the box's python3 and sh first on the user's PATH never run; each server runs the host's,
+    with no PATH entry, working directory or HOME in the workspace."""
     entry, folder = layout(kind, tmp_path, ws)
     canary = tmp_path / "canary"
     for name in ("python3", "sh", "env"):
@@ -106,7 +108,9 @@ def test_a_server_found_on_the_users_path_never_runs_the_boxs_program(tmp_path, 
 
 
 def test_a_module_the_box_drops_in_the_working_directory_is_not_imported(tmp_path, ws):
-    """`python3 -m oa_probe_server` (the real one on the server's own PYTHONPATH, outside): the box drops oa_probe_server.py in the workspace, where oa-sandbox was started; the server runs in a directory of its own, so `-m` finds the user's."""
+    """`python3 -m oa_probe_server` (the real one on the server's own PYTHONPATH,
+    outside): the box drops oa_probe_server.py in the workspace, where oa-sandbox was
+    started; the server runs in a directory of its own, so `-m` finds the user's."""
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "oa_probe_server.py").write_text(PY_SERVER)
@@ -128,7 +132,9 @@ def test_a_module_the_box_drops_in_the_working_directory_is_not_imported(tmp_pat
 
 @pytest.mark.skipif(shutil.which("npx", path=SYSTEM_PATH) is None, reason="no npx on this host")
 def test_npx_never_runs_the_workspaces_node_modules_bin(tmp_path, ws):
-    """`npx --no-install oa-probe-server`: npx runs node_modules/.bin/X of its working directory first; the box plants one in the workspace, where oa-sandbox was started. It never runs (the server has a directory of its own, so npx finds nothing and the server is named as failed)."""
+    """`npx --no-install oa-probe-server`: npx runs node_modules/.bin/X of its working directory
+    first; the box plants one in the workspace, where oa-sandbox was started. It never runs (the
+    server has a directory of its own, so npx finds nothing and the server is named as failed)."""
     canary = tmp_path / "canary"
     plant(ws / "node_modules/.bin/oa-probe-server", canary)
     servers = [
@@ -145,7 +151,9 @@ def test_npx_never_runs_the_workspaces_node_modules_bin(tmp_path, ws):
 
 
 def test_a_home_in_the_workspace_gives_the_server_one_of_its_own(tmp_path, ws, monkeypatch):
-    """HOME in the workspace (the box could write ~/.gitconfig, ~/.npmrc, Python's user site): a server gets an empty directory of its own as HOME, and a .pth in the user site never runs; a server whose own env names HOME gets that one."""
+    """HOME in the workspace (the box could write ~/.gitconfig, ~/.npmrc, Python's
+    user site): a server gets an empty directory of its own as HOME, and a .pth in
+    the user site never runs; a server whose own env names HOME gets that one."""
     home = ws / ".home"
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("PATH", SYSTEM_PATH)
@@ -174,7 +182,9 @@ def test_a_home_in_the_workspace_gives_the_server_one_of_its_own(tmp_path, ws, m
 
 
 def test_what_would_run_or_load_the_boxs_code_is_refused_and_named(tmp_path, ws, monkeypatch):
-    """Refused at the start, each named, the others started: a program in the workspace, a #! interpreter there, a script argument there, a working directory there, a loader variable (PYTHONPATH, NODE_OPTIONS) naming it; the server's own env PATH loses its workspace entries; a directory argument there is passed (data the server serves)."""
+    """Refused at the start, each named, the others started: a program in the workspace, a #! interpreter there, a
+    script argument there, a working directory there, a loader variable (PYTHONPATH, NODE_OPTIONS) naming it; the
+    server's own env PATH loses its workspace entries; a directory argument there is passed (data the server serves)."""
     (ws / ".venv/bin").mkdir(parents=True)
     os.symlink("/usr/bin/python3", ws / ".venv/bin/python3")
     (ws / "tools").mkdir()
@@ -225,7 +235,8 @@ def test_what_would_run_or_load_the_boxs_code_is_refused_and_named(tmp_path, ws,
 
 @pytest.mark.docker
 def test_doctor_names_what_each_server_runs_and_what_is_refused(tmp_path, ws):
-    """`oa-sandbox doctor` lists each config.toml server's argv as a session would run it, what the user's PATH would have run from the workspace instead, the PATH entries left out, and each server refused."""
+    """`oa-sandbox doctor` lists each config.toml server's argv as a session would run it, what the user's
+    PATH would have run from the workspace instead, the PATH entries left out, and each server refused."""
     (ws / ".venv/bin").mkdir(parents=True)
     os.symlink("/usr/bin/python3", ws / ".venv/bin/python3")
     probe = server_file(tmp_path)
@@ -247,8 +258,8 @@ def test_doctor_names_what_each_server_runs_and_what_is_refused(tmp_path, ws):
     ).stdout
     assert f"[ok]   MCP server 'py' runs: /usr/bin/python3 {probe}" in out, out
     assert (
-        f"[warn] MCP server 'py': your PATH finds python3 at {ws}/.venv/bin/python3, where the sandbox can write: not used"
-        in out
+        "[warn] MCP server 'py': your PATH finds python3 at "
+        f"{ws}/.venv/bin/python3, where the sandbox can write: not used" in out
     ), out
     assert f"[warn] MCP servers run without PATH entry {ws}/.venv/bin: where the sandbox can write" in out, out
     assert (

@@ -325,7 +325,8 @@ def test_the_api_changes_apply_and_rollback_allowed_are_recorded(sandbox_image, 
 BLOCK_ROLLBACK = """#!{py}
 import json, sys
 event = json.load(sys.stdin)
-open({log!r}, "a").write(event["hook_event_name"] + " " + event.get("tool_name", "") + " " + json.dumps(event.get("tool_input")) + "\\n")
+open({log!r}, "a").write(event["hook_event_name"] + " " + event.get("tool_name", "") + " " + \
+json.dumps(event.get("tool_input")) + "\\n")
 print("no rollback here (the user's hook)", file=sys.stderr)
 sys.exit(2)
 """
@@ -341,7 +342,8 @@ def test_the_api_rollback_is_seen_and_refused_by_a_before_tool_hook(sandbox_imag
     script.chmod(0o755)
     policy = tmp_path / "policy.toml"
     policy.write_text(
-        f'[[hooks]]\nid = "no-rollback"\nevent = "BeforeTool"\nmatcher = "rollback"\ncommand = ["{script}"]\ntimeout = 20\n'
+        '[[hooks]]\nid = "no-rollback"\nevent = "BeforeTool"\nmatcher '
+        f'= "rollback"\ncommand = ["{script}"]\ntimeout = 20\n'
     )
     ws = workspace(tmp_path, "")
     with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:

@@ -535,7 +535,8 @@ def test_grep_regex_special_characters(box, ws, pattern, expected):
     put(
         ws,
         "f.txt",
-        "call foo() here\na.b\naxb\necho $HOME\nlist[x]\n    indented\nnot indented\na word here\nswordfish\nversion v1.23\nbar\n",
+        "call foo() here\na.b\naxb\necho $HOME\nlist[x]\n    indented\nnot "
+        "indented\na word here\nswordfish\nversion v1.23\nbar\n",
     )
     hits = grep_hits(box.call("grep_files", {"pattern": pattern, "path": ws.name}), ws)
     assert [h[2] for h in hits] == expected
@@ -665,7 +666,8 @@ def test_read_judges_binary_as_users_expect(box, ws, content, binary):
 
 
 def test_grep_reports_in_a_stable_order(box, ws):
-    """grep reports in a stable order (a directory's files by name, then its subdirectories); list_files' directories-first order does not change it."""
+    """grep reports in a stable order (a directory's files by name, then its
+    subdirectories); list_files' directories-first order does not change it."""
     for name in ("b.txt", "a/z.txt", "c/d/e.txt", "a.txt"):
         put(ws, name, "hit\n")
     hits = grep_hits(box.call("grep_files", {"pattern": "hit", "path": ws.name}), ws)

@@ -99,7 +99,8 @@ def test_inspect_finds_the_provider_through_its_entry_point(tmp_path):
 
 
 async def test_a_timeout_kills_the_whole_tree_seen_in_proc(shared_env):
-    """The suite's kill checks use `ps` (the debootstrap image has it; an ordinary base may not): look in /proc as well."""
+    """The suite's kill checks use `ps` (the debootstrap image
+    has it; an ordinary base may not): look in /proc as well."""
     with pytest.raises(TimeoutError):
         await shared_env.exec(["sh", "-c", "sleep 300 # oa-marker-child & sleep 300 # oa-marker-parent"], timeout=2)
     left = await shared_env.exec(["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '"])

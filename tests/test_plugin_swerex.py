@@ -270,8 +270,8 @@ async def test_the_box_reaches_the_host_neither_through_its_state_nor_its_output
         await runtime.run_in_session(A("true"))  # the state file exists from the first call's end on
         await runtime.run_in_session(
             A(
-                f"trap - EXIT; for f in /tmp/.oa-swerex/*.sh; do cat > \"$f\" <<'EOF'\nmkdir -p {marker.parent}; touch {marker}\n"
-                "X=$(head -c 999999 /dev/zero | tr '\\0' y)\nEOF\ndone"
+                "trap - EXIT; for f in /tmp/.oa-swerex/*.sh; do cat > \"$f\" <<'EOF'\nmkdir -p "
+                f"{marker.parent}; touch {marker}\nX=$(head -c 999999 /dev/zero | tr '\\0' y)\nEOF\ndone"
             )
         )
         obs = await runtime.run_in_session(

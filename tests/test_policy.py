@@ -173,7 +173,8 @@ def test_unknown_and_disabled_tools_get_typed_refusals(tmp_path):
 
 
 def test_a_rule_string_longer_than_its_bound_is_refused_without_being_quoted(tmp_path):
-    """A rule's id lands in every decision's label: a 10 KB one is refused, and the error names the field, not the value."""
+    """A rule's id lands in every decision's label: a 10 KB one
+    is refused, and the error names the field, not the value."""
     path = tmp_path / "p.toml"
     path.write_text(f'[[rules]]\nid = "{"x" * 10_000}"\ntool = "shell"\ndecision = "ask"\n')
     with pytest.raises(OpenAgentsError) as info:
@@ -224,7 +225,8 @@ def test_the_most_restrictive_level_wins_and_no_tier_widens_it():
 
     admin = _parsed('workspace_access = "read-only"\n', Tier.ADMIN)
     user = _parsed(
-        'workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n'
+        'workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision '
+        '= "allow"\n[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n'
     )
     ladder = Ladder(admin + user)
     assert access_of(admin + user) == Access.READ_ONLY

@@ -48,7 +48,8 @@ def test_a_pool_box_is_warm_before_it_is_claimed_and_a_plain_start_is_not(sandbo
 
 
 def test_a_box_started_while_another_planted_does_not_adopt_the_plant(sandbox_image, docker_client, tmp_path):
-    """A pooled box started after a session's box planted a nested repo still sweeps it: the pool's baseline is from before any box ran."""
+    """A pooled box started after a session's box planted a nested repo
+    still sweeps it: the pool's baseline is from before any box ran."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     with SandboxPool(ws, size=1, client=docker_client) as pool:
         first = pool.claim()

@@ -51,8 +51,8 @@ def sections(page: str) -> dict[str, str]:
 
 
 def test_run_report_of_a_bind_session(tmp_path):
-    """`run --report FILE` in bind mode: the page has the summary, every call with its approval and who decided (a refused one
-    too), the shell output, each turn's checkpoint and the edit's diff."""
+    """`run --report FILE` in bind mode: the page has the summary, every call with its approval and
+    who decided (a refused one too), the shell output, each turn's checkpoint and the edit's diff."""
     ws = calc(tmp_path)
     out = tmp_path / "bind.html"
     sid, proc = run_session(
@@ -119,7 +119,8 @@ def test_report_of_an_unknown_session(tmp_path):
 
 
 def test_report_from_the_python_api(tmp_path, monkeypatch, sandbox_image):
-    """`Sandbox.report(path)`: the page of an API session (its calls, who decided, the copy's diff), written and returned, after close."""
+    """`Sandbox.report(path)`: the page of an API session (its calls,
+    who decided, the copy's diff), written and returned, after close."""
     from orchestrator import Sandbox
     from tests.conftest import make_workspace
 

@@ -12,7 +12,8 @@ from orchestrator.workspace.records import SessionRecord, WorkspaceMode
 
 
 def test_text_is_visible_and_cut_with_a_marker():
-    """Control and bidi characters come out as escapes; a long value is cut (its head, or its tail for outputs) and says by how much."""
+    """Control and bidi characters come out as escapes; a long value is
+    cut (its head, or its tail for outputs) and says by how much."""
     assert text("a\x1b[31mb\u202e", 100) == "a\\x1b[31mb\\u202e"
     assert text("x" * 50, 10) == "x" * 10 + "…[cut 40 chars]"
     assert text("x" * 49 + "END", 10, tail=True).endswith("\n" + "x" * 7 + "END")

@@ -79,7 +79,8 @@ def test_openai_session_against_the_fake_server(sandbox_image, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"app.py": "print('helo')\n"})
     policy = tmp_path / "policy.yaml"
     policy.write_text(
-        "rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: env, tool: shell, command_prefix: env, decision: allow}\n"
+        "rules:\n  - {id: edits, kind: edit, decision: allow}\n  - "
+        "{id: env, tool: shell, command_prefix: env, decision: allow}\n"
     )
     transcript = tmp_path / "t.jsonl"
     with FakeModelServer() as server:

@@ -32,7 +32,9 @@ def planted(ws: Path, name: str, canary: Path) -> Path:
     shutil.which("gcc") is None or shutil.which("openssl", path=SYSTEM_PATH) is None, reason="needs gcc and openssl"
 )
 def test_the_session_cas_openssl_never_loads_a_config_the_box_wrote(tmp_path, monkeypatch):
-    """OPENSSL_CONF names a file in the workspace (a direnv .envrc exports it): the box rewrites it to load a provider module it built there. Making the session CA never loads it (the module's constructor would write the canary on the host)."""
+    """OPENSSL_CONF names a file in the workspace (a direnv .envrc exports it): the
+    box rewrites it to load a provider module it built there. Making the session CA
+    never loads it (the module's constructor would write the canary on the host)."""
     from orchestrator.sandbox.egress_tls import SessionCA
 
     ws = tmp_path / "ws"
@@ -61,7 +63,8 @@ def test_the_session_cas_openssl_never_loads_a_config_the_box_wrote(tmp_path, mo
 
 
 def test_a_runtime_registered_by_name_is_never_looked_up_on_the_users_path(tmp_path, monkeypatch):
-    """The daemon registers runsc as `runsc` (a name, found on dockerd's PATH), oa-sandbox runs in the workspace: asking its version never runs the `runsc` the box planted there and first on the user's PATH."""
+    """The daemon registers runsc as `runsc` (a name, found on dockerd's PATH), oa-sandbox runs in the
+    workspace: asking its version never runs the `runsc` the box planted there and first on the user's PATH."""
     from orchestrator.sandbox import runtimes
 
     canary = tmp_path / "canary"
@@ -79,7 +82,9 @@ def test_a_runtime_registered_by_name_is_never_looked_up_on_the_users_path(tmp_p
 
 @pytest.mark.parametrize("builder", ["mmdebstrap", "debootstrap"])
 def test_the_base_images_debootstrap_and_tar_come_from_the_system(tmp_path, monkeypatch, builder):
-    """`oa-sandbox image build --base debootstrap` (run as root, often from a project with its venv active): mmdebstrap (or debootstrap, its fallback) and tar are the system's, by absolute path, and the builder (a Perl or shell script that runs many programs) gets the system's PATH."""
+    """`oa-sandbox image build --base debootstrap` (run as root, often from a project with its venv
+    active): mmdebstrap (or debootstrap, its fallback) and tar are the system's, by absolute path,
+    and the builder (a Perl or shell script that runs many programs) gets the system's PATH."""
     from orchestrator.sandbox import debootstrap, image
 
     canary = tmp_path / "canary"

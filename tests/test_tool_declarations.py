@@ -104,10 +104,10 @@ def test_declarations_load_without_a_sandbox_session_or_front_end() -> None:
     models/base.py, the model-neutral call type and the one argument parser beneath tools/
     (docs/architecture.md), is data too: it alone of models/ may load."""
     code = (
-        "import sys; import orchestrator.tools.catalog as c; assert c.TOOLS; "
-        "print(' '.join(m for m in sys.modules if m.split('.')[0] == 'docker' or (m.split('.')[:2] in "
-        "(['orchestrator', p] for p in ('sandbox', 'session', 'loop', 'pipeline', 'acp', 'mcp', 'cli', 'api', 'models'))"
-        " and m not in ('orchestrator.models', 'orchestrator.models.base'))))"
+        "import sys; import orchestrator.tools.catalog as c; assert c.TOOLS; print(' '.join(m for "
+        "m in sys.modules if m.split('.')[0] == 'docker' or (m.split('.')[:2] in (['orchestrator', "
+        "p] for p in ('sandbox', 'session', 'loop', 'pipeline', 'acp', 'mcp', 'cli', 'api', "
+        "'models')) and m not in ('orchestrator.models', 'orchestrator.models.base'))))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == ""

@@ -214,7 +214,8 @@ def test_timed_out_daemons_do_not_survive(sandbox):
     result = sandbox.call(
         "shell",
         {
-            "command": "setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' & nohup sleep 200 >/dev/null 2>&1 & sleep 50",
+            "command": 'setsid sh -c \'trap "" TERM; while :; do sleep 1; '
+            "done' & nohup sleep 200 >/dev/null 2>&1 & sleep 50",
             "timeout": 2,
         },
     )

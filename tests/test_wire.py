@@ -139,13 +139,15 @@ def test_without_the_accelerator_it_is_the_json_package(monkeypatch):
 
 
 def test_the_agent_answers_without_importing_the_json_package_or_re():
-    """What the start saves (issue 26): the agent's hello and first read load none of json, re, enum, collections, signal's wrapper, queue, subprocess, typing."""
+    """What the start saves (issue 26): the agent's hello and first read load none
+    of json, re, enum, collections, signal's wrapper, queue, subprocess, typing."""
     code = (
-        "import os, sys, threading; before = set(sys.modules); sys.path.insert(0, '.'); "  # what this interpreter's threading loads is not the agent's
-        "import sandbox_agent.server as s, sandbox_agent.reading; "
-        "s.handle({'v': 1, 'id': 1, 'tool': 'hello'}); s.jsonbound.loads(b'{\"v\":1}'); s.wire.encode({'a': [1]}); "
-        "print(sorted(m for m in ('json', 're', 'enum', 'collections', 'signal', 'importlib', 'queue', 'subprocess', 'typing') "
-        "if m in sys.modules and m not in before))"
+        # what this interpreter's threading loads is not the agent's
+        "import os, sys, threading; before = set(sys.modules); sys.path.insert(0, '.'); "
+        "import sandbox_agent.server as s, sandbox_agent.reading; s.handle({'v': 1, 'id': 1, "
+        "'tool': 'hello'}); s.jsonbound.loads(b'{\"v\":1}'); s.wire.encode({'a': [1]}); "
+        "print(sorted(m for m in ('json', 're', 'enum', 'collections', 'signal', 'importlib', "
+        "'queue', 'subprocess', 'typing') if m in sys.modules and m not in before))"
     )
     out = subprocess.run(
         [sys.executable, "-I", "-S", "-c", code],

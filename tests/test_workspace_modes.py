@@ -87,7 +87,8 @@ def run_session(tmp_path, ws, turns, *extra):
 
 @needs_root
 def test_root_owned_workspace_is_copied_and_applied(sandbox_image, tmp_path, state):
-    """Root-owned workspace: the box (not uid 0) edits a copy and tries hostile plants; the real workspace is untouched until apply, which brings the edit and nothing else."""
+    """Root-owned workspace: the box (not uid 0) edits a copy and tries hostile plants; the
+    real workspace is untouched until apply, which brings the edit and nothing else."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "app.py").write_text("print('old')\n")

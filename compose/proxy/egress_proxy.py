@@ -26,7 +26,8 @@ def main() -> None:
         intercepted=sorted(settings.intercept),
         credentials=[f"{c.host}:{c.port}{c.path_prefix} {c.header}" for c in settings.credentials],
     )
-    settings.audit.listen_for_marks()  # after the start line: a mark never interleaves with a line the main thread writes
+    # after the start line: a mark never interleaves with a line the main thread writes
+    settings.audit.listen_for_marks()
     with Server(("0.0.0.0", int(os.environ.get("OA_EGRESS_PORT", 3128))), settings) as server:
         server.serve_forever()
 

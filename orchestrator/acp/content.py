@@ -85,7 +85,8 @@ def prompt_text(blocks: list[dict[str, Any]], roots: list[Path], read_file: Read
                 parts.append(link_text(m.ResourceLinkBlock.model_validate(raw), roots, read_file))
             else:
                 raise PromptError(
-                    f"prompt[{i}]: content of type {str(kind)[:40]!r} is not supported (promptCapabilities: text and resource_link only)"
+                    f"prompt[{i}]: content of type {str(kind)[:40]!r} is not "
+                    "supported (promptCapabilities: text and resource_link only)"
                 )
         except ValidationError as err:
             first = err.errors(include_input=False)[0]

@@ -111,7 +111,8 @@ class SandboxOptions(BaseModel):
         description="bind: the box writes the workspace; copy: a private copy you "
         "review and apply; auto: copy for a root-owned workspace, else bind.",
     )
-    # the box (as --runtime, --image, --memory, --cpus, --pids, --user, --env, --egress, --write-quota, --entry-quota, --host-code-read-only)
+    # the box (as --runtime, --image, --memory, --cpus, --pids, --user,
+    # --env, --egress, --write-quota, --entry-quota, --host-code-read-only)
     runtime: str | None = None
     image: str | None = None
     memory: str | None = None
@@ -154,10 +155,10 @@ class SandboxOptions(BaseModel):
     approve: Literal["program", "ask"] | None = Field(
         default=None,
         description=(
-            "Who answers what the ladder would ask about the program's own calls. 'program' (the default without an approver): "
-            "they run, as `oa-sandbox exec`'s do (a deny still refuses). 'ask' (the default with an approver): the approver is "
-            "asked, and without one they are refused (as --non-interactive). A model's calls in run() are the approver's, or "
-            "auto_approve's, either way."
+            "Who answers what the ladder would ask about the program's own calls. 'program' (the default "
+            "without an approver): they run, as `oa-sandbox exec`'s do (a deny still refuses). 'ask' (the "
+            "default with an approver): the approver is asked, and without one they are refused (as "
+            "--non-interactive). A model's calls in run() are the approver's, or auto_approve's, either way."
         ),
     )
     # the record and the transcript
@@ -196,7 +197,8 @@ class SandboxOptions(BaseModel):
         gt=0,
         description="Seconds after its open at which the sandbox closes itself, killing whatever runs.",
     )
-    # the model (--model, --base-url, --api-key-env): run()'s when it names none; given here, it is checked before the box starts
+    # the model (--model, --base-url, --api-key-env): run()'s when
+    # it names none; given here, it is checked before the box starts
     model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None

@@ -47,7 +47,8 @@ class OwnCallApprover:
             return Answer(
                 option=PermissionOption.ALLOW_ONCE,
                 executor=Executor.USER,
-                reason='the program\'s own call: it asked for it (as `oa-sandbox exec`); approve="ask" puts it to the approver',
+                reason="the program's own call: it asked for it (as `oa-sandbox exec`); "
+                'approve="ask" puts it to the approver',
             )
         return self.inner.ask(request)
 

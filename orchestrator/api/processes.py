@@ -44,7 +44,10 @@ class Process:
         self.dropped = 0  # bytes of output the box's ring let go before they were read
 
     def __repr__(self) -> str:
-        return f"Process({self.id}, pid={self.pid}, running={self.running}, exit_code={self.exit_code}, command={self.command[:60]!r})"
+        return (
+            f"Process({self.id}, pid={self.pid}, running={self.running}, "
+            f"exit_code={self.exit_code}, command={self.command[:60]!r})"
+        )
 
     def _note(self, meta: dict[str, Any]) -> None:
         self.running = meta.get("running") is True

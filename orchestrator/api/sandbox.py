@@ -225,7 +225,8 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         if options.approver is not None:  # an Approver (a front-end's: MCP, ACP), or a program's callback
             ask = getattr(options.approver, "ask", None)
             approver = options.approver if callable(ask) else CallbackApprover(options.approver)  # type: ignore[assignment]
-        # The program's own calls: what would ask runs (as `oa-sandbox exec`'s), unless it asked for the ladder's questions.
+        # The program's own calls: what would ask runs (as `oa-sandbox
+        # exec`'s), unless it asked for the ladder's questions.
         own = (
             self._asked
             if (options.approve or ("ask" if options.approver is not None else "program")) == "program"

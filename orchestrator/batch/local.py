@@ -100,7 +100,8 @@ class Progress:
                 self.stream.write(
                     "\r\x1b[2K"
                     + one_line(
-                        f"{mark} {result.id}: {result.status}{error} ({result.wall_s:.1f} s, {result.node or 'not run'})"
+                        f"{mark} {result.id}: {result.status}{error} "
+                        f"({result.wall_s:.1f} s, {result.node or 'not run'})"
                     )
                     + "\n"
                 )

@@ -97,9 +97,8 @@ class TaskResult(BaseModel):
     retried: bool = False
     nodes_tried: list[str] = Field(default_factory=list)  # Ray: the nodes of the earlier attempts
     report_file: str | None = None  # the session's HTML report (`oa-sandbox report`'s), on the node that ran the task
-    best_of: dict[str, Any] | None = (
-        None  # best-of-N: {pick, chosen, attempts: [{number, session_id, status, score, changed_lines, discarded, ...}]}
-    )
+    # best-of-N: {pick, chosen, attempts: [{number, session_id, status, score, changed_lines, discarded, ...}]}
+    best_of: dict[str, Any] | None = None
 
     @classmethod
     def failed(cls, task_id: str, status: Status, err: OpenAgentsError, exit_code: int, **fields: Any) -> "TaskResult":

@@ -166,7 +166,8 @@ def _complete_pending_sweeps() -> None:
             for line in report.lines():
                 click.echo(
                     visible(
-                        f"oa-sandbox: integrity sweep left by an ended session (pid {entry.owner_pid()}) of {entry.workspace}: {line}"
+                        "oa-sandbox: integrity sweep left by an ended session "
+                        f"(pid {entry.owner_pid()}) of {entry.workspace}: {line}"
                     ),
                     err=True,
                 )

@@ -160,7 +160,11 @@ def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceM
             if config.egress is None
             else f"internal network + egress proxy allowing {', '.join(config.egress.allow)}"
             f"{f'; {len(config.egress.rules)} rules' if config.egress.rules else ''}"
-            f"{f'; credentials injected for {sorted({c.host for c in config.egress.credentials})}' if config.egress.credentials else ''}",
+            + (
+                f"; credentials injected for {sorted({c.host for c in config.egress.credentials})}"
+                if config.egress.credentials
+                else ""
+            ),
         ),
         (
             "user",
@@ -218,7 +222,8 @@ def gc(all_: bool) -> None:
 
 
 def _quota_enforced(mode: str) -> str:
-    """Whether the file system stops the box at the write quota here (workspace/quota_fs.py), or the host only watches it."""
+    """Whether the file system stops the box at the write quota
+    here (workspace/quota_fs.py), or the host only watches it."""
     from ..workspace.quota_fs import unusable
 
     why = unusable()
@@ -226,7 +231,10 @@ def _quota_enforced(mode: str) -> str:
         return "enforced: the copy lies on a file system of its own that stops writes at the quota (ENOSPC)"
     watched = "watched: measured every 0.1 s, the session stopped past it (the box may write more in between)"
     if why is None:
-        return f"{watched}; bind mode writes to your own workspace, which no file system of ours limits (copy mode enforces it)"
+        return (
+            f"{watched}; bind mode writes to your own workspace, which "
+            "no file system of ours limits (copy mode enforces it)"
+        )
     return f"{watched}; not enforced by a file system: {why}"
 
 
@@ -237,8 +245,8 @@ def _forks_made_by() -> str:
     why = unusable()
     if why is None:
         return (
-            "copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork writes; "
-            "a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)"
+            "copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork "
+            "writes; a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)"
         )
     return f"a data copy per fork (reflinks where the file system has them): {why}"
 
@@ -297,7 +305,8 @@ def _host_code_lines(ws: Path, decided: Guard) -> bool:
         click.echo(f"[warn] {show(decided.note)}")
     elif decided.read_only:
         click.echo(
-            f"[ok]   bind mode with {', '.join(show(n) for n in decided.read_only)} read-only in the box (--host-code-read-only)"
+            f"[ok]   bind mode with {', '.join(show(n) for n in decided.read_only)} "
+            "read-only in the box (--host-code-read-only)"
         )
     else:
         click.echo("[ok]   sessions here work on a copy: the box cannot change what the host runs")

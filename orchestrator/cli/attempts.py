@@ -40,7 +40,8 @@ def best_of_options(what: str) -> Callable[[F], F]:
                     default=1,
                     type=click.IntRange(1, MAX_ATTEMPTS),
                     show_default=True,
-                    help=f"Best-of-N: N attempts of {what} from one copy of the workspace, in parallel (one per core), each scored by --pick.",
+                    help=f"Best-of-N: N attempts of {what} from one copy of the "
+                    "workspace, in parallel (one per core), each scored by --pick.",
                 ),
                 click.option(
                     "--pick",
@@ -56,8 +57,8 @@ def best_of_options(what: str) -> Callable[[F], F]:
                     type=click.IntRange(1, None),
                     show_default=True,
                     metavar="SECONDS",
-                    help="The pick command's shell timeout (clamped to the shell's maximum): past it the command is killed and the attempt "
-                    "fails.",
+                    help="The pick command's shell timeout (clamped to the shell's "
+                    "maximum): past it the command is killed and the attempt fails.",
                 ),
             ]
         ):
@@ -138,7 +139,8 @@ def run_attempts(
             code = EXIT_REFUSED
     else:
         click.echo(
-            f"   chosen: {chosen.session_id}: `oa-sandbox changes {chosen.session_id}`, `oa-sandbox apply {chosen.session_id}`",
+            f"   chosen: {chosen.session_id}: `oa-sandbox changes {chosen.session_id}`, "
+            f"`oa-sandbox apply {chosen.session_id}`",
             err=True,
         )
     if output_format in ("json", "stream-json"):

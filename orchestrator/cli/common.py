@@ -131,7 +131,8 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
             type=click.IntRange(1, 256),
             default=None,
             metavar="N",
-            help="Sandbox starts this process runs at once; the rest wait in line, shown as they wait (default 4, OA_START_CONCURRENCY).",
+            help="Sandbox starts this process runs at once; the rest wait in "
+            "line, shown as they wait (default 4, OA_START_CONCURRENCY).",
         ),
         click.option(
             "--workspace-mode",
@@ -145,22 +146,24 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
             "--host-code-read-only",
             is_flag=True,
             default=False,
-            help="Bind mode although the workspace holds what oa-sandbox itself runs or imports (its virtualenv, an editable "
-            "clone): those entries are mounted read-only in the box. Without it such a workspace is worked on as a copy "
-            "(auto), and bind mode is refused (host_code_read_only in config.toml).",
+            help="Bind mode although the workspace holds what oa-sandbox itself runs or imports (its virtualenv, "
+            "an editable clone): those entries are mounted read-only in the box. Without it such a workspace "
+            "is worked on as a copy (auto), and bind mode is refused (host_code_read_only in config.toml).",
         ),
         click.option(
             "--copy-max-bytes",
             default=None,
             metavar="SIZE",
-            help="Copy mode: refuse, before copying anything, a workspace holding more data than this (default 2g; copy_max_bytes in config.toml).",
+            help="Copy mode: refuse, before copying anything, a workspace holding "
+            "more data than this (default 2g; copy_max_bytes in config.toml).",
         ),
         click.option(
             "--copy-max-entries",
             type=click.IntRange(1, None),
             default=None,
             metavar="N",
-            help="Copy mode: refuse, before copying anything, a workspace of more entries than this (default 200000; copy_max_entries in config.toml).",
+            help="Copy mode: refuse, before copying anything, a workspace of more "
+            "entries than this (default 200000; copy_max_entries in config.toml).",
         ),
     ]
 
@@ -313,8 +316,8 @@ def copy_progress(limits: CopyLimits) -> CopyLimits:
         shown[0] = True
         of = f" of {p.total_entries:,} ({100 * p.entries // max(1, p.total_entries)}%)" if p.total_entries else ""
         click.echo(
-            f"\r\x1b[K⧗ copying the workspace for copy mode: {p.entries:,}{of} entries, {p.bytes / (1 << 20):.0f} MiB written, "
-            f"{p.elapsed_s:.0f} s",
+            f"\r\x1b[K⧗ copying the workspace for copy mode: {p.entries:,}{of} "
+            f"entries, {p.bytes / (1 << 20):.0f} MiB written, {p.elapsed_s:.0f} s",
             nl=False,
             err=True,
         )

@@ -25,7 +25,8 @@ from .common import setup_error
     "--turn",
     type=click.IntRange(0, None),
     default=None,
-    help="Fork the state after this checkpoint turn (0: the start) instead of the latest; its conversation starts afresh.",
+    help="Fork the state after this checkpoint turn (0: the start) "
+    "instead of the latest; its conversation starts afresh.",
 )
 @click.option("--output", "output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def fork(session_id: str, count: int, turn: int | None, output: str) -> None:

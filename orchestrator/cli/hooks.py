@@ -1,4 +1,5 @@
-"""`oa-sandbox hooks`: the hooks in force for a workspace, where each came from, what each runs, and whether each can run."""
+"""`oa-sandbox hooks`: the hooks in force for a workspace, where
+each came from, what each runs, and whether each can run."""
 
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ def _what_runs(hook: HookSpec, resolved: Resolved | None, withheld: list[str], b
     ]
     if withheld:
         lines.append(
-            f"withheld: {', '.join(withheld)} (a secret reaches a hook only named in its `secrets`, in your own or the admin's file)"
+            f"withheld: {', '.join(withheld)} (a secret reaches a hook "
+            "only named in its `secrets`, in your own or the admin's file)"
         )
     return lines
 

@@ -324,7 +324,8 @@ class _JsonExits(click.Command):
     default=None,
     type=click.IntRange(256, None),
     metavar="TOKENS",
-    help="The model's context window (default: known per model family); older tool outputs are elided as the conversation nears it.",
+    help="The model's context window (default: known per model family); "
+    "older tool outputs are elided as the conversation nears it.",
 )
 @click.option(
     "--output",
@@ -332,10 +333,10 @@ class _JsonExits(click.Command):
     type=click.Choice(["text", "json", "stream-json"]),
     default="text",
     show_default=True,
-    help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, session_id, "
-    "turns, final_text, refused_calls, applied, left_out, conflicts, ...). stream-json: the session's events on stdout, "
-    "one JSON object a line with a `type`, as they happen, ending with a session_end line holding that object; "
-    "never prompts (as --non-interactive).",
+    help="json: one JSON object on stdout at every exit, set-up errors included (exit_code, status, error, "
+    "session_id, turns, final_text, refused_calls, applied, left_out, conflicts, ...). stream-json: "
+    "the session's events on stdout, one JSON object a line with a `type`, as they happen, ending "
+    "with a session_end line holding that object; never prompts (as --non-interactive).",
 )
 @click.option("--disable", "disabled", multiple=True, help="Switch a tool off for this session (repeatable).")
 @click.option("--no-git", is_flag=True, help="Do not offer the host-side git tool.")
@@ -446,7 +447,8 @@ def run(
     approver = TerminalApprover(show_diff=view.show_diff) if interactive else NonInteractiveApprover()
     if auto_approve:
         view.header_notes.append(
-            "  auto-approve: on (everything inside the sandbox runs without asking; host git and MCP tools still ask; a deny still wins)"
+            "  auto-approve: on (everything inside the sandbox runs without "
+            "asking; host git and MCP tools still ask; a deny still wins)"
         )
     if interactive:
         view.header_notes.append("  (at a prompt, `n REASON` rejects and tells the model why; Ctrl-C ends the session)")
@@ -545,7 +547,8 @@ def run(
                     code = EXIT_STOPPED  # an apply conflict: nothing reached the workspace
         else:
             view.note(
-                f"   the changes are in a copy: `oa-sandbox changes {record.id}` to review, `oa-sandbox apply {record.id}` to apply"
+                f"   the changes are in a copy: `oa-sandbox changes {record.id}` "
+                f"to review, `oa-sandbox apply {record.id}` to apply"
             )
     if output_format == "json":
         click.get_current_context().meta[_JSON_PRINTED] = True

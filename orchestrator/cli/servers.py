@@ -64,7 +64,8 @@ def _pool_progress(event: PoolEvent) -> None:
 
     if isinstance(event, StartQueued) and not event.slot_taken:
         click.echo(
-            f"oa-sandbox: pool: a refill waits for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting",
+            "oa-sandbox: pool: a refill waits for a start slot: "
+            f"{event.ahead} ahead, {event.starting} of {event.limit} starting",
             err=True,
         )
     elif isinstance(event, PoolBoxReady):
@@ -177,7 +178,8 @@ def acp(
                     "mount the workspace itself; run without --pool",
                 )
             warm_config = config.model_copy(update={"workspace_read_only": access == Access.READ_ONLY})
-            # What the host runs or imports may not lie where its boxes write (workspace/host_code.py): refused, or mounted read-only.
+            # What the host runs or imports may not lie where its boxes
+            # write (workspace/host_code.py): refused, or mounted read-only.
             decided = host_code.guard(
                 ws,
                 mode,

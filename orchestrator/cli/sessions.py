@@ -131,7 +131,8 @@ def sessions_(ctx: click.Context, as_json: bool, all_users: bool, labels: tuple[
     default="30d",
     show_default=True,
     metavar="DURATION",
-    help="Copy sessions not yet applied or discarded (their copy is all there is of their work) are kept until this old.",
+    help="Copy sessions not yet applied or discarded (their copy "
+    "is all there is of their work) are kept until this old.",
 )
 @click.option(
     "--all",
@@ -218,7 +219,8 @@ def discard(session_id: str) -> None:
     except OpenAgentsError as err:
         raise setup_error(err) from None
     click.echo(
-        f"discarded session {session_id}: {before / (1 << 20):.1f} MiB removed; its record stays (`oa-sandbox sessions`)",
+        f"discarded session {session_id}: {before / (1 << 20):.1f} MiB removed; "
+        "its record stays (`oa-sandbox sessions`)",
         err=True,
     )
 
@@ -271,7 +273,8 @@ def rollback(session_id: str, turn: int) -> None:
         for conflict in report.conflicts:
             click.echo(one_line(f"  conflict {show(from_store(conflict.path))}: {conflict.reason}"), err=True)
         click.echo(
-            f"nothing restored: {len(report.conflicts)} file(s) changed in {record.box_workspace} since the session's last checkpoint",
+            f"nothing restored: {len(report.conflicts)} file(s) changed in "
+            f"{record.box_workspace} since the session's last checkpoint",
             err=True,
         )
         raise click.exceptions.Exit(EXIT_TOOL_ERROR)

@@ -7,8 +7,8 @@ box or the model put in a string reaches stdout as a JSON escape, never as a raw
 The loop's own session_end is held back: the stream's last line is always one session_end that
 carries the summary `--output json` prints (set-up errors and Ctrl-C included), so a script reads
 lines until that one. No line is over terminal.machine.MAX_LINE_BYTES (1 MiB): the summary's lists
-are bounded, and an event still over it keeps its small values only. Several threads report events (parallel reads, streamed output): one lock
-keeps every line whole.
+are bounded, and an event still over it keeps its small values only. Several threads
+report events (parallel reads, streamed output): one lock keeps every line whole.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One hook run: a host process started by the absolute paths resolved at the session's start
 (programs/resolve.py), with a scrubbed environment and a PATH the box cannot write, an empty
-private directory as its cwd (and as its HOME when the user's lies where the box writes), its own process group, one JSON object on stdin, bounded reads of
-stdout and stderr, and the whole group killed at its timeout (and after it exits: nothing it
-started is left running)."""
+private directory as its cwd (and as its HOME when the user's lies where the box writes), its
+own process group, one JSON object on stdin, bounded reads of stdout and stderr, and the whole
+group killed at its timeout (and after it exits: nothing it started is left running)."""
 
 from __future__ import annotations
 

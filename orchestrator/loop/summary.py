@@ -193,6 +193,7 @@ def summary_lines(result: SessionResult, changes: list[FileChange]) -> list[str]
     elif not unknown:
         lines.append("   no files changed")
     lines.append(
-        f"   tokens: {result.tokens.get('input', 0)} in, {result.tokens.get('output', 0)} out; wall time {result.wall_s:.1f} s"
+        f"   tokens: {result.tokens.get('input', 0)} in, "
+        f"{result.tokens.get('output', 0)} out; wall time {result.wall_s:.1f} s"
     )
     return lines

@@ -12,12 +12,12 @@ server then offers two more tools:
   changed in the real workspace since the copy was taken is a conflict, and one conflict means
   nothing is applied (an error result listing each conflict).
 
-Both are calls like the six tools': `CopyTools` (workspace/copy_tools.py, shared with the Python API) gives them to the session's registry as host-side
-tools (the shape the user's MCP servers' tools and git have), so each goes through the one
-CallPipeline: validated, decided by the ladder, run, and recorded in the transcript with who
-decided and who ran it. `changes` is a read of the session's own copy (a rule names it `tool =
-"changes"`, kind read: automatic by default); `apply_changes` is the landing, judged as every
-front-end's landing is (tool apply_changes, kind edit, action land: the ladder's decide_landing
+Both are calls like the six tools': `CopyTools` (workspace/copy_tools.py, shared with the Python API)
+gives them to the session's registry as host-side tools (the shape the user's MCP servers' tools and git
+have), so each goes through the one CallPipeline: validated, decided by the ladder, run, and recorded in
+the transcript with who decided and who ran it. `changes` is a read of the session's own copy (a rule
+names it `tool = "changes"`, kind read: automatic by default); `apply_changes` is the landing, judged as
+every front-end's landing is (tool apply_changes, kind edit, action land: the ladder's decide_landing
 key): a deny rule, copy-only or read-only refuses it, typed (refused_by_policy), nothing written.
 
 After an apply, the session goes on with the same copy. So that a later apply of a file edited
@@ -67,10 +67,11 @@ def instructions(record: SessionRecord) -> str:
     )
     if record.mode.value == "copy":
         return base + (
-            f"Workspace mode: copy. The tools work on a private copy of {visible(record.workspace)} kept in session "
-            f"{record.id}'s state; nothing they change reaches the real workspace until apply_changes lands it "
-            "(changes shows the diff first). apply_changes carries regular files, directories, deletions and in-workspace "
-            "symlinks, lists what it leaves out, and applies nothing when the user changed a file in the meantime."
+            f"Workspace mode: copy. The tools work on a private copy of {visible(record.workspace)} "
+            f"kept in session {record.id}'s state; nothing they change reaches the real workspace "
+            "until apply_changes lands it (changes shows the diff first). apply_changes carries "
+            "regular files, directories, deletions and in-workspace symlinks, lists what it leaves "
+            "out, and applies nothing when the user changed a file in the meantime."
         )
     return (
         base

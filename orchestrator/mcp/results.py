@@ -40,9 +40,10 @@ _OPT_STR = {"type": ["string", "null"]}
 _OPT_INT = {"type": ["integer", "null"]}
 EGRESS_SCHEMA: dict[str, Any] = {
     "type": "array",
-    "description": "The egress gate's record of each request the call made (present when the box has egress; none made: empty). "
-    "bytes_up/bytes_down: to and from the upstream when allowed; what the box sent and the refusal it got when refused. "
-    "credential: whether the gate injected one (never its value). A last record with decision 'omitted' counts the rest.",
+    "description": "The egress gate's record of each request the call made (present when the box has "
+    "egress; none made: empty). bytes_up/bytes_down: to and from the upstream when allowed; "
+    "what the box sent and the refusal it got when refused. credential: whether the gate "
+    "injected one (never its value). A last record with decision 'omitted' counts the rest.",
     "items": {
         "type": "object",
         "required": ["decision"],

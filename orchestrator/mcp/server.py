@@ -190,7 +190,8 @@ class McpApprover:
             return Answer(
                 option=PermissionOption.ALLOW_ONCE,
                 executor=Executor.OPENAGENTS,
-                reason=f"{request.action} ({request.level.value}): the MCP client has no elicitation; left to its own confirmation",
+                reason=f"{request.action} ({request.level.value}): the MCP "
+                "client has no elicitation; left to its own confirmation",
             )
         if context.preset is not None:
             answer = context.preset
@@ -363,8 +364,8 @@ class SandboxMcpServer:
         return context
 
     async def _execute(self, ctx: Any, pipeline: CallPipeline, prepared: PreparedCall) -> ToolResult:
-        """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time as MCP progress (a no-op
-        unless the client sent a progressToken); a cancelled request kills what the call started."""
+        """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time as MCP
+        progress (a no-op unless the client sent a progressToken); a cancelled request kills what the call started."""
         done = anyio.Event()
         outcome: list[ToolResult] = []
 

@@ -2,7 +2,8 @@
 public API's `shell` tool: it runs an argv with stdin, env, cwd and a timeout, reads and writes
 files anywhere the box user may, and answers with one JSON line. Payloads larger than one tool call
 travel as base64 files in the workspace's `.oa-plugin/` directory, read and written with the API's
-`read_bytes`/`write_bytes` (raw: "raw" names; the older base64 lines still read). It runs as the box's own user: it can do nothing a `shell` call cannot."""
+`read_bytes`/`write_bytes` (raw: "raw" names; the older base64 lines still read).
+It runs as the box's own user: it can do nothing a `shell` call cannot."""
 
 from __future__ import annotations
 
@@ -113,7 +114,9 @@ cwd = req.get("cwd") or None
 timed_out = False
 try:
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(req["cmd"], stdin=stdin, stdout=out, stderr=subprocess.STDOUT if req.get("merge") else err, cwd=cwd, env=env, start_new_session=True)
+        proc = subprocess.Popen(req["cmd"], stdin=stdin, stdout=out,
+                                stderr=subprocess.STDOUT if req.get("merge") else err,
+                                cwd=cwd, env=env, start_new_session=True)
         try:
             rc = proc.wait(timeout=req["timeout"])
         except subprocess.TimeoutExpired:

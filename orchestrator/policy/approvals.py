@@ -98,7 +98,8 @@ class NonInteractiveApprover:
         return Answer(
             option=PermissionOption.REJECT_ONCE,
             executor=Executor.OPENAGENTS,
-            reason=f"non-interactive session: {request.action} needs approval ({request.level.value}); allow it in a policy file",
+            reason=f"non-interactive session: {request.action} needs approval "
+            f"({request.level.value}); allow it in a policy file",
         )
 
 

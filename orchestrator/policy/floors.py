@@ -105,8 +105,8 @@ def _admin_floor(resumed: SessionRecord, pin: Pin, floors: Floors, say: Callable
         floors.rules += rules
         floors.egress += egress
         say(
-            f"admin policy {pin.path} as pinned at session {resumed.id}'s start still holds on resume: {_what(rules, egress)} "
-            "(the admin's word is never dropped)"
+            f"admin policy {pin.path} as pinned at session {resumed.id}'s start still "
+            f"holds on resume: {_what(rules, egress)} (the admin's word is never dropped)"
         )
 
 
@@ -122,7 +122,8 @@ def _user_floor(
         if rule._access is not None:
             if setter is not None:
                 dropped.append(
-                    f"workspace_access = {rule._access.value} (the policy {setter[0].path} sets {_level_word(setter[1])})"
+                    f"workspace_access = {rule._access.value} (the policy "
+                    f"{setter[0].path} sets {_level_word(setter[1])})"
                 )
                 continue
         else:
@@ -155,8 +156,9 @@ def _user_floor(
     start = f"policy {pin.path}, pinned at session {resumed.id}'s start and not given now"
     if kept_rules or kept_egress:
         say(
-            f"{start}, still holds on resume: {_what(kept_rules, kept_egress)}; a policy file you give lifts it only by saying so "
-            "(workspace_access itself; for a deny, a rule for the same tool, kind, action and command_prefix)"
+            f"{start}, still holds on resume: {_what(kept_rules, kept_egress)}; a "
+            "policy file you give lifts it only by saying so (workspace_access itself; "
+            "for a deny, a rule for the same tool, kind, action and command_prefix)"
         )
     for line in dropped:
         say(f"{start}: {line}: no longer applies")

@@ -198,10 +198,11 @@ def split(command: list[str] | str) -> list[str]:
 def box_words(hook: HookSpec, workspace: Path, roots: list[Path]) -> list[tuple[int, Path]]:
     """The words of the command that name a file where a box can write, each with its path: an
     absolute word the box could change (programs/reach.py: under a box root as spelt, at a link on
-    its way or where it ends), whether or not the file exists yet (the box may make it later, or replace a link that pointed out); a bare program name
-    the host's own PATH lacks (programs/resolve.py search_path) that the user's PATH finds there; a relative word naming a file the workspace holds now (the user meant it:
-    it runs from its pinned copy, or not at all). A relative word naming nothing there stays
-    harmless: a hook runs in an empty directory of its own (hooks/run.py), never in the workspace.
+    its way or where it ends), whether or not the file exists yet (the box may make it later, or replace a
+    link that pointed out); a bare program name the host's own PATH lacks (programs/resolve.py
+    search_path) that the user's PATH finds there; a relative word naming a file the workspace holds now
+    (the user meant it: it runs from its pinned copy, or not at all). A relative word naming nothing there
+    stays harmless: a hook runs in an empty directory of its own (hooks/run.py), never in the workspace.
     What a shell's `-c` string names is not looked into: keep a hook's scripts outside the workspace."""
     found: list[tuple[int, Path]] = []
     memo: dict[str, str | None] = {}
@@ -256,7 +257,8 @@ def in_force(
         reach = names_box_file(hook, workspace, roots)
         if hook.tier <= 1 and not trusted:
             dropped.append(
-                f"{hook.label()}: a workspace file's hook runs nothing on the host unless a user policy says trust_workspace_hooks = true"
+                f"{hook.label()}: a workspace file's hook runs nothing on the "
+                "host unless a user policy says trust_workspace_hooks = true"
             )
         elif reach is not None and not trusted:
             dropped.append(

@@ -81,8 +81,8 @@ class Access(str, Enum):
 
 _ACCESS_ORDER = [Access.READ_WRITE, Access.COPY_ONLY, Access.READ_ONLY]
 
-# The ladder's defaults, by ACP kind (docs/tools.md#approvals). A tool with several actions (git) gives each action its kind
-# (its ToolDef), so git status/diff/log are read (automatic) and git commit is edit (ask once).
+# The ladder's defaults, by ACP kind (docs/tools.md#approvals). A tool with several actions (git) gives each
+# action its kind (its ToolDef), so git status/diff/log are read (automatic) and git commit is edit (ask once).
 DEFAULT_BY_KIND = {
     "read": Level.AUTOMATIC,
     "search": Level.AUTOMATIC,
@@ -487,7 +487,10 @@ class Ladder:
             return default, f"default ladder: {'land' if landing else kind}"
         top = max(r.tier for r in matching)
         chosen = max((r for r in matching if r.tier == top), key=lambda r: (_STRICTNESS[r.decision], r.specificity))
-        label = f"{chosen.tier.name.lower()} policy rule {chosen.id or json.dumps(chosen.model_dump(exclude_none=True, exclude={'tier'}))}"
+        label = (
+            f"{chosen.tier.name.lower()} policy rule "
+            f"{chosen.id or json.dumps(chosen.model_dump(exclude_none=True, exclude={'tier'}))}"
+        )
         if chosen.decision == Decision.DENY:
             return Level.REFUSE, label
         if chosen.decision == Decision.ALLOW:

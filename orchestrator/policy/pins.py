@@ -53,7 +53,8 @@ def sha256(raw: bytes) -> str:
 
 
 def inside(path: Path, roots: list[Path]) -> bool:
-    """Whether the box could change what `path` names (programs/reach.py: by spelling, at a link on its way, where it ends)."""
+    """Whether the box could change what `path` names (programs/reach.py:
+    by spelling, at a link on its way, where it ends)."""
     return reaches(os.path.abspath(path), roots)
 
 
@@ -141,8 +142,9 @@ def user_sources(
             raw = read_pin(resumed, pin)
             if _disk_digest(path) != pin.sha256:
                 say(
-                    f"policy {path} changed since session {resumed.id} started: the session goes on with the content it had then "
-                    f"(pinned, sha256 {pin.sha256[:12]}); give --policy to start a new session with the new one"
+                    f"policy {path} changed since session {resumed.id} started: the session "
+                    f"goes on with the content it had then (pinned, sha256 {pin.sha256[:12]}); "
+                    "give --policy to start a new session with the new one"
                 )
             out.append(Source("policy", path, raw, pin.box_reach or inside(path, roots), pinned=True))
         else:

@@ -182,7 +182,8 @@ class _Resolver:
         return [*inner, *([arg] if arg else []), real], executable, os.path.realpath(interpreter)
 
     def no_box_words(self, words: list[str], spelled: str) -> None:
-        """A #! line's absolute words (`--require /repo/x.js`, `/repo/venv/bin/python3` after env) must lie outside too."""
+        """A #! line's absolute words (`--require /repo/x.js`,
+        `/repo/venv/bin/python3` after env) must lie outside too."""
         for word in words:
             value = word.split("=", 1)[-1] if word.startswith("-") else word
             if os.path.isabs(value) and self.boxed(value):

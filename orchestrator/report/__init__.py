@@ -64,7 +64,8 @@ def _context(record: SessionRecord, g: Gathered, limits: Limits) -> dict[str, An
         left_out.append(f"{changes.lines_left_out} diff lines past the page's share")
     if changes.rows_left_out:
         left_out.append(
-            f"{changes.rows_left_out} entries of what the sanitiser would leave out, past the first {limits.max_left_out}"
+            f"{changes.rows_left_out} entries of what the sanitiser "
+            f"would leave out, past the first {limits.max_left_out}"
         )
     if checkpoints_left_out:
         left_out.append(f"{checkpoints_left_out} checkpoints past the first {limits.max_checkpoints}")

@@ -443,8 +443,8 @@ class DockerDeployment:
             if asked is not None:
                 raise OpenAgentsError(
                     ErrorType.CONFIG_INVALID,
-                    f"--runtime {asked}: the workspace holds {repositories} repositories, "
-                    f"each mounted read-only, and gVisor starts with at most {MAX_GIT_MOUNTS_GVISOR}: use --runtime runc",
+                    f"--runtime {asked}: the workspace holds {repositories} repositories, each mounted "
+                    f"read-only, and gVisor starts with at most {MAX_GIT_MOUNTS_GVISOR}: use --runtime runc",
                 )
             return RuntimeChoice(
                 RUNC,

@@ -52,7 +52,10 @@ MAX_TEXT_CHARS = 512
 MAX_PATH_CHARS = 256
 LIVE_RULES = "/tmp/oa-egress-live.json"  # in the gate's private tmpfs; written only by `docker exec` from the host
 # Writes argv[2] to argv[1] atomically, inside the gate container (python3 -I -S: nothing of the image's site).
-_WRITE_LIVE = "import os, sys; p = sys.argv[1]; t = p + '.new'; f = open(t, 'w'); f.write(sys.argv[2]); f.close(); os.replace(t, p)"
+_WRITE_LIVE = (
+    "import os, sys; p = sys.argv[1]; t = p + '.new'; f = open(t, "
+    "'w'); f.write(sys.argv[2]); f.close(); os.replace(t, p)"
+)
 
 
 # A widening offer names one literal request (issue 41): a method is an RFC 9110 token without `*`
@@ -265,7 +268,8 @@ class EgressGate:
                     break
                 if time.monotonic() - started > MARK_WAIT_S:
                     log.warning(
-                        "the egress gate did not mark its log within %.0fs: the rest of this call's records go with the next",
+                        "the egress gate did not mark its log within %.0fs: "
+                        "the rest of this call's records go with the next",
                         MARK_WAIT_S,
                     )
                     break

@@ -118,7 +118,8 @@ def build_image(
     progress: Progress = print,
     rebuild_base: bool = False,
 ) -> str:
-    """Build Dockerfile.sandbox on ``base``; ``base='debootstrap'`` (or an unreachable base) makes one from Debian's packages."""
+    """Build Dockerfile.sandbox on ``base``; ``base='debootstrap'``
+    (or an unreachable base) makes one from Debian's packages."""
     if base == "debootstrap" or not _base_available(client, base, progress):
         if _has_image(client, DEBOOTSTRAP_BASE) and not rebuild_base:
             progress(f"reusing the debootstrap base {DEBOOTSTRAP_BASE}")

@@ -113,7 +113,8 @@ def _explanation(err: docker.errors.APIError) -> str:
 
 def _unreachable(kind: str, ident: str, err: BaseException) -> Removal:
     log.warning(
-        "%s: could not remove sandbox %s %s: the Docker daemon did not answer (%s); the next oa-sandbox command removes it",
+        "%s: could not remove sandbox %s %s: the Docker daemon did "
+        "not answer (%s); the next oa-sandbox command removes it",
         ErrorType.DOCKER_UNAVAILABLE.value,
         kind,
         ident[:12],

@@ -207,8 +207,8 @@ def gvisor_profile(profile: dict[str, Any]) -> dict[str, Any]:
         {
             "names": ["clone3"],
             "action": "SCMP_ACT_ALLOW",
-            "comment": "openagents under gVisor: runsc makes every errno EPERM (gvisor#14688) and glibc falls back to clone "
-            "only on ENOSYS; gVisor's own kernel answers clone3",
+            "comment": "openagents under gVisor: runsc makes every errno EPERM (gvisor#14688) and "
+            "glibc falls back to clone only on ENOSYS; gVisor's own kernel answers clone3",
         }
     )
     out["syscalls"] = rules
@@ -256,8 +256,9 @@ def gvisor_settings(info: Mapping[str, Any], name: str) -> str:
         )
         if directfs == "false"
         else (
-            "directfs on: the box's kernel opens host files itself; read-only directories (.git) are read-only volumes the "
-            "daemon mounts in the host's kernel, so a write through them is refused before anything changes"
+            "directfs on: the box's kernel opens host files itself; read-only "
+            "directories (.git) are read-only volumes the daemon mounts in the host's "
+            "kernel, so a write through them is refused before anything changes"
         )
     )
     overlay = _flag(args, "overlay2") or "root:self (default)"

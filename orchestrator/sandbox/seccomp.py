@@ -44,7 +44,10 @@ from ..errors import ErrorType, OpenAgentsError
 
 PROFILE_PATH = Path(__file__).with_name("seccomp.json")
 UPSTREAM = "github.com/moby/moby@b985e2313a86 vendor/github.com/moby/profiles/seccomp/default.json"
-DESCRIPTION = "openagents profile (docker default + no setuid/setgid, no io_uring, userfaultfd, bpf, perf_event_open, keyrings; openat2 ENOSYS)"
+DESCRIPTION = (
+    "openagents profile (docker default + no setuid/setgid, no io_uring, "
+    "userfaultfd, bpf, perf_event_open, keyrings; openat2 ENOSYS)"
+)
 
 S_ISUID = 0o4000
 S_ISGID = 0o2000
@@ -131,7 +134,8 @@ def build(upstream: dict[str, Any]) -> dict[str, Any]:
             "names": list(REFUSED),
             "action": "SCMP_ACT_ERRNO",
             "errnoRet": EPERM,
-            "comment": "openagents: io_uring (unfiltered file creation), userfaultfd, bpf, perf_event_open, keyrings refused",
+            "comment": "openagents: io_uring (unfiltered file creation), "
+            "userfaultfd, bpf, perf_event_open, keyrings refused",
         }
     )
     rules.append(

@@ -200,8 +200,8 @@ def complete_for(workspace: Path, budget: HostBudget | None = None) -> None:
         if not report.complete:
             raise OpenAgentsError(
                 ErrorType(report.error_type or ErrorType.RESOURCE_EXHAUSTED.value),
-                f"the workspace {workspace} has a sweep left by a session whose host process ended, and it could not finish "
-                f"({report.unfinished}); no new session starts on it until it does. Its journal: {entry.path}",
+                f"the workspace {workspace} has a sweep left by a session whose host process ended, and it could not "
+                f"finish ({report.unfinished}); no new session starts on it until it does. Its journal: {entry.path}",
             )
 
 

@@ -118,8 +118,8 @@ class Painter:
         if isinstance(event, SessionResumed):
             damaged = f"; {event.unreadable} unreadable transcript line(s) passed over" if event.unreadable else ""
             return self._own(
-                f"↻ resumed session {event.session_id} after {event.previous_turns} turn(s): {event.messages} message(s) "
-                f"of the conversation so far{damaged}"
+                f"↻ resumed session {event.session_id} after {event.previous_turns} "
+                f"turn(s): {event.messages} message(s) of the conversation so far{damaged}"
             )
         if isinstance(event, ModelRetrying):
             return self._own(
@@ -129,13 +129,13 @@ class Painter:
             if event.slot_taken:
                 return self._own(f"  ⧗ sandbox: starting, after {event.waited_s:.1f} s in line for a start slot")
             return self._own(
-                f"  ⧗ sandbox: waiting for a start slot: {event.ahead} ahead, {event.starting} of {event.limit} starting "
-                f"({event.waited_s:.0f} s)"
+                f"  ⧗ sandbox: waiting for a start slot: {event.ahead} ahead, "
+                f"{event.starting} of {event.limit} starting ({event.waited_s:.0f} s)"
             )
         if isinstance(event, ContextCompacted):
             return self._own(
-                f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} → ~{event.tokens_after} "
-                f"tokens of a {event.context_window}-token window"
+                f"  ⋯ context: elided {event.elided_outputs} older tool output(s), ~{event.tokens_before} "
+                f"→ ~{event.tokens_after} tokens of a {event.context_window}-token window"
             )
         if isinstance(event, ModelResponded):
             text = event.text.strip()
@@ -173,7 +173,8 @@ class Painter:
             return [
                 Line(
                     continued(
-                        f"  egress {event.decision}{who}: {event.method or ''} {event.host}:{event.port}{event.path or ''}{extra}{why}"
+                        f"  egress {event.decision}{who}: {event.method or ''} "
+                        f"{event.host}:{event.port}{event.path or ''}{extra}{why}"
                     )
                 )
             ]

@@ -291,7 +291,8 @@ class Tree:
             return
         if not self._ignore_file_ok(fd, prefix):
             walk.notes.append(
-                f"{quote(prefix + '.gitignore')} is not a regular file of at most {IGNORE_FILE_CAP} bytes: ignore rules below it are not applied"
+                f"{quote(prefix + '.gitignore')} is not a regular file of at most "
+                f"{IGNORE_FILE_CAP} bytes: ignore rules below it are not applied"
             )
         ok_below: dict[bytes, bool] = {
             b"": ignore_ok

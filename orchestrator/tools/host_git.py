@@ -64,7 +64,8 @@ class GitArgs(BaseModel):
     paths: list[str] = Field(
         default_factory=list,
         max_length=100,
-        description="Plain workspace-relative paths (files or directories) to limit status, diff, log or commit to; no globs or ':' magic.",
+        description="Plain workspace-relative paths (files or directories) to "
+        "limit status, diff, log or commit to; no globs or ':' magic.",
     )
 
     @field_validator("paths")

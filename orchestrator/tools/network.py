@@ -38,8 +38,8 @@ def sentence(egress: EgressConfig | None) -> str:
     more = f" and {len(allowed) - MAX_HOSTS} more" if len(allowed) > MAX_HOSTS else ""
     rules = " (some only for certain methods or paths)" if egress.rules else ""
     return (
-        f"Network: only through the egress proxy (HTTP_PROXY/HTTPS_PROXY are set), to these hosts: {shown}{more}{rules}. "
-        "Every other host is refused, and the proxy records every request."
+        "Network: only through the egress proxy (HTTP_PROXY/HTTPS_PROXY are set), to these hosts: "
+        f"{shown}{more}{rules}. Every other host is refused, and the proxy records every request."
     )
 
 

@@ -121,7 +121,8 @@ class OwnHostTools:
         return self.inner.declarations(family) if self.inner is not None else []
 
     def kill_running(self) -> None:
-        """Cancel reaches the inner host tools' calls (loop/__init__.py looks for this); the own ones end on their own."""
+        """Cancel reaches the inner host tools' calls (loop/__init__.py
+        looks for this); the own ones end on their own."""
         stop = getattr(self.inner, "kill_running", None)
         if callable(stop):
             stop()

@@ -123,9 +123,15 @@ class WorkspaceTooLarge(OpenAgentsError):
         self.size = size
         found = f"{size.entries:,} entries and {_size(size.bytes)} of data"
         if size.over == "entries":
-            what = f"over {limits.max_entries:,} entries (stopped counting at {found}); raise the limit with --copy-max-entries N"
+            what = (
+                f"over {limits.max_entries:,} entries (stopped counting "
+                f"at {found}); raise the limit with --copy-max-entries N"
+            )
         elif size.over == "bytes":
-            what = f"over {_size(limits.max_bytes)} of data (stopped counting at {found}); raise the limit with --copy-max-bytes SIZE"
+            what = (
+                f"over {_size(limits.max_bytes)} of data (stopped counting "
+                f"at {found}); raise the limit with --copy-max-bytes SIZE"
+            )
         elif size.over == "depth":
             what = f"a directory deeper than {COPY_MAX_DEPTH} levels (after {found})"
         else:

@@ -20,9 +20,9 @@ A frozen layer was box-written. Before it is used by anyone it is made inert as 
 makes a fork inert (what the end-of-session sweep would have moved out, if a host was killed
 before it ran): FIFOs, sockets and devices are removed (an upper's whiteouts, devices 0/0, are
 overlayfs's and stay), setuid/setgid bits are dropped, and a file hard-linked to a name outside the
-layer gets an inode of its own, and every entry is the sandbox user's. This goes through boxfs: a bounded walk, no link followed.
-The parent's view changes only in those entries. A layer goes when no session that is not
-discarded stands on it (records.discard_state, records.prune).
+layer gets an inode of its own, and every entry is the sandbox user's. This goes through boxfs:
+a bounded walk, no link followed. The parent's view changes only in those entries. A layer goes
+when no session that is not discarded stands on it (records.discard_state, records.prune).
 """
 
 from __future__ import annotations
@@ -178,7 +178,8 @@ def _freeze_upper(parent: SessionRecord) -> list[str] | None:
     except OverlayError:
         _drop_layer(tree.parent)
         return None
-    try:  # before the upper becomes a layer: one that cannot be made inert is never stood on, the parent goes on as it was
+    # before the upper becomes a layer: one that cannot be made inert is never stood on, the parent goes on as it was
+    try:
         make_inert(upper, parent.user, tree.parent)
     except (OSError, OpenAgentsError):
         _drop_layer(tree.parent)

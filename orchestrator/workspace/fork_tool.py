@@ -18,10 +18,10 @@ from .records import SessionRecord
 
 FORK_DEF = FORK  # the declaration (tools/owner.py), by the name the MCP server reads it by
 FORK_DESCRIPTION = (
-    f"Copy mode only: fork this session's private copy (its state after its last checkpointed call, or after "
-    f"checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to {MAX_FORKS}) new, independent copy "
-    "sessions; returns their ids (session_ids). Each is a normal copy session: `oa-sandbox changes/apply/discard ID`, "
-    "`oa-sandbox run --resume ID`."
+    "Copy mode only: fork this session's private copy (its state after its last checkpointed call, "
+    "or after checkpoint `turn`), or an ended copy session of yours (`session_id`), into `n` (1 to "
+    f"{MAX_FORKS}) new, independent copy sessions; returns their ids (session_ids). Each is a "
+    "normal copy session: `oa-sandbox changes/apply/discard ID`, `oa-sandbox run --resume ID`."
 )
 FORK_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",

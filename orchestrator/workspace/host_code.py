@@ -253,8 +253,9 @@ def guard(
             found,
             mode,
             error=HostCodeInWorkspace(
-                f"what the host runs or imports lies in the state directory {show(str(state.configured_root()))}, where copy mode's copies "
-                f"(the box's) lie: {summary(in_state)}; set XDG_STATE_HOME to a directory apart from the host's installation",
+                "what the host runs or imports lies in the state directory "
+                f"{show(str(state.configured_root()))}, where copy mode's copies (the box's) lie: "
+                f"{summary(in_state)}; set XDG_STATE_HOME to a directory apart from the host's installation",
                 in_state,
             ),
         )
@@ -273,9 +274,9 @@ def guard(
                 found,
                 WorkspaceMode.COPY,
                 note=(
-                    f"copy mode: what the host runs or imports lies inside the workspace: {what}. In bind mode the box could change it, "
-                    f"so the box works on a copy. For bind mode, move it out of the workspace, or pass {words.override} (it is then "
-                    "mounted read-only in the box)"
+                    f"copy mode: what the host runs or imports lies inside the workspace: {what}. In bind "
+                    "mode the box could change it, so the box works on a copy. For bind mode, move it out "
+                    f"of the workspace, or pass {words.override} (it is then mounted read-only in the box)"
                 ),
             )
     why = f"{fixed_bind}: " if fixed_bind else ""
@@ -284,10 +285,11 @@ def guard(
             found,
             mode,
             error=HostCodeInWorkspace(
-                f"{why}bind mode refused: what the host runs or imports lies inside the workspace {show(str(workspace))}: {what}. A box "
-                f"writing there (a .pth file in a site-packages runs at every Python start) would run its code on the host at your next "
-                f"command. {words.copy}, move the virtualenv or clone out of the workspace, or pass {words.override}{words.config} to "
-                f"mount {_names(read_only_tops(workspace, in_ws)[0]) or 'it'} read-only in the box",
+                f"{why}bind mode refused: what the host runs or imports lies inside the workspace "
+                f"{show(str(workspace))}: {what}. A box writing there (a .pth file in a site-packages runs "
+                f"at every Python start) would run its code on the host at your next command. {words.copy}, "
+                f"move the virtualenv or clone out of the workspace, or pass {words.override}{words.config} "
+                f"to mount {_names(read_only_tops(workspace, in_ws)[0]) or 'it'} read-only in the box",
                 in_ws,
             ),
         )
@@ -297,9 +299,9 @@ def guard(
             found,
             mode,
             error=HostCodeInWorkspace(
-                f"{why}bind mode refused even with {words.override}: what the host runs or imports lies inside the workspace "
-                f"{show(str(workspace))}, and {'; '.join(problems[:SHOWN])}. {words.copy}, or run oa-sandbox from an installation "
-                "outside the workspace",
+                f"{why}bind mode refused even with {words.override}: what the host runs or imports "
+                f"lies inside the workspace {show(str(workspace))}, and {'; '.join(problems[:SHOWN])}. "
+                f"{words.copy}, or run oa-sandbox from an installation outside the workspace",
                 in_ws,
             ),
         )

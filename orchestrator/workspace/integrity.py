@@ -198,7 +198,8 @@ class SweepReport(BaseModel):
         for m in self.moved:
             if m.in_place:
                 out.append(
-                    f"defused {m.kind} {_shown(m.path)} in place (renamed to {_shown(m.to or '')}, mode 0: the state directory is on another file system)"
+                    f"defused {m.kind} {_shown(m.path)} in place (renamed to "
+                    f"{_shown(m.to or '')}, mode 0: the state directory is on another file system)"
                 )
             else:
                 out.append(

@@ -99,7 +99,10 @@ class Layers(BaseModel):
         for path in (*self.lowers, self.upper, self.work):
             if any(c in path for c in _BAD_IN_PATH):
                 raise OverlayError(f"the path {path!r} holds a character the mount options cannot carry")
-        text = f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work},redirect_dir=off,index=off,metacopy=off"
+        text = (
+            f"lowerdir={':'.join(self.lowers)},upperdir={self.upper},workdir={self.work},"
+            "redirect_dir=off,index=off,metacopy=off"
+        )
         if len(text) > _OPTIONS_MAX or len(self.lowers) > MAX_LAYERS:
             raise OverlayError(f"{len(self.lowers)} layers do not fit one mount")
         return text

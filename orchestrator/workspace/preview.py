@@ -62,7 +62,8 @@ def proposed_diff(workspace: Path, prepared: PreparedCall) -> Preview | None:
     if proposal.size > PREVIEW_CAP:
         return Preview(
             None,
-            f"preview skipped: the {proposal.verb} would make a {_size(proposal.size)} file (previews stop at {_size(PREVIEW_CAP)})",
+            f"preview skipped: the {proposal.verb} would make a "
+            f"{_size(proposal.size)} file (previews stop at {_size(PREVIEW_CAP)})",
         )
     after = proposal.make()
     diff = bounded_unified_diff(before, after, f"a/{path}", f"b/{path}", max_bytes=DIFF_CAP, deadline_s=PREVIEW_SECONDS)

@@ -208,8 +208,11 @@ class WriteQuota:
         killed = "every process in the sandbox was killed and the session stops"
         if self.entry_limit is not None and self.entry_growth > self.entry_limit:
             return (
-                f"the session created {'more than ' if self.entry_growth == self.entry_limit + 1 else ''}{self.entry_growth - 1 if self.entry_growth == self.entry_limit + 1 else self.entry_growth} entries (files, directories, links) in the workspace, past its entry quota of "
-                f"{self.entry_limit}; {killed}"
+                "the session created "
+                f"{'more than ' if self.entry_growth == self.entry_limit + 1 else ''}"
+                f"{self.entry_growth - 1 if self.entry_growth == self.entry_limit + 1 else self.entry_growth} "
+                "entries (files, directories, links) in the workspace, "
+                f"past its entry quota of {self.entry_limit}; {killed}"
             )
         if self.growth > self.limit:
             return (
@@ -218,7 +221,7 @@ class WriteQuota:
             )
         if self.unmeasured:
             return (
-                f"the file system grew past the workspace's write quota ({self.limit / 2**20:.0f} MiB, {self.entry_limit} entries) and "
-                f"the workspace cannot be measured: {self.unmeasured}; {killed}"
+                f"the file system grew past the workspace's write quota ({self.limit / 2**20:.0f} MiB, "
+                f"{self.entry_limit} entries) and the workspace cannot be measured: {self.unmeasured}; {killed}"
             )
         return f"the workspace passed its write quota; {killed}"

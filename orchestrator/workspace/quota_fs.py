@@ -23,7 +23,8 @@ it dies before the mount. The mounts outlive the process, as a fork's overlay do
 reviewed, applied or resumed later, by other commands. `discard` and `sessions prune` unmount them
 (and so free the loop device); after a reboot the next command that needs the copy (`changes`,
 `apply`, `run --resume`, `fork`) mounts it again (`ensure_mounted`, from records.open_own_record).
-An image is never mounted twice: a loop device already on it is a typed refusal. No program is looked up on the user's PATH: mkfs is taken from the system's directories only.
+An image is never mounted twice: a loop device already on it is a typed refusal. No
+program is looked up on the user's PATH: mkfs is taken from the system's directories only.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ __all__ = [
     "unusable",
 ]
 
-SLACK = (
-    4 << 20
-)  # free space above the quota: the watcher stops a session past the quota before the box meets ENOSPC (ext4 may refuse a write a little before it is full)
+# free space above the quota: the watcher stops a session past the quota before the box meets ENOSPC (ext4 may
+# refuse a write a little before it is full)
+SLACK = 4 << 20
 BLOCK = 4096
 JOURNAL_MB = 16  # the journal is written in a ring: what the image costs the host beyond the data
 GROW_STEP = 256 << 20  # a growth adds at least this much (it is sparse: free until written)

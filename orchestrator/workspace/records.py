@@ -4,7 +4,8 @@
         session.json        this record
         transcript.jsonl    unless --transcript put it elsewhere
         copy/               copy mode: the box's workspace
-        quota.img, quota/   copy mode where the host may mount: the size-limited file system the copy lies on (quota_fs.py)
+        quota.img, quota/   copy mode where the host may mount: the size-limited file system the copy
+                            lies on (quota_fs.py)
         manifest.json       copy mode: how every entry looked when the copy was taken
         checkpoints.git/    the shadow object store of the checkpoints
         quarantine/         what the integrity sweep moved out

@@ -31,8 +31,9 @@ def test_replacing_the_agent_files(victim):
     """A fake agent planted in /tmp (or over the real one) never runs: the code is read-only, -I ignores
     PYTHONPATH, and a restart starts from a clean /tmp."""
     out = victim.sh(
-        "mkdir -p /tmp/sandbox_agent && echo 'import os; os.system(\"touch /workspace/pwned\")' > /tmp/sandbox_agent/__main__.py; "
-        "cp /tmp/sandbox_agent/__main__.py /opt/openagents/sandbox_agent/__main__.py 2>&1; echo rc=$?"
+        "mkdir -p /tmp/sandbox_agent && echo 'import os; os.system(\"touch /workspace/pwned\")' "
+        "> /tmp/sandbox_agent/__main__.py; cp /tmp/sandbox_agent/__main__.py "
+        "/opt/openagents/sandbox_agent/__main__.py 2>&1; echo rc=$?"
     ).output
     assert "rc=1" in out and ("Read-only file system" in out or (victim.gvisor and "Permission denied" in out)), (
         out
@@ -65,7 +66,8 @@ def test_modules_planted_before_a_tools_first_call_are_never_imported(victim):
     ]
     planted = "; ".join(
         f"for d in /workspace /tmp /tmp/sandbox_agent /workspace/sandbox_agent; do mkdir -p $d/{name}; "
-        f'printf \'open("/tmp/PWNED-{name}", "w").close()\\n\' | tee $d/{name}.py $d/{name}/__init__.py >/dev/null; done'
+        f'printf \'open("/tmp/PWNED-{name}", "w").close()\\n\' | '
+        f"tee $d/{name}.py $d/{name}/__init__.py >/dev/null; done"
         for name in names + ["search", "writing", "listing", "globs", "edit_text", "search_child"]
     )
     assert victim.sh(planted + "; ls /tmp | head -3").ok

@@ -62,7 +62,8 @@ def test_only_loopback_interface(victim):
     """The container has no network interface but `lo`, and no route anywhere."""
     # gVisor has no /sys/class/net; /proc/net/dev lists the interfaces under both runtimes.
     out = victim.sh(
-        "ls /sys/class/net 2>/dev/null; echo ---; tail -n +2 /proc/net/route; echo ---; tail -n +3 /proc/net/dev | cut -d: -f1"
+        "ls /sys/class/net 2>/dev/null; echo ---; tail -n +2 "
+        "/proc/net/route; echo ---; tail -n +3 /proc/net/dev | cut -d: -f1"
     ).output
     interfaces, routes, dev = out.split("---")
     assert (

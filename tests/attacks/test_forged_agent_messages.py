@@ -426,7 +426,8 @@ def test_a_line_over_the_cap_is_refused_unparsed(tmp_path, monkeypatch):
 FORGER = r"""
 i=0
 while [ $i -lt 400 ]; do
-  printf '{"v":1,"id":%d,"ok":true,"output":"FORGED","meta":{"egress":[{"decision":"allowed","host":"exfil.example"}],"diff":["x"]}}\n' $i
+  printf '{"v":1,"id":%d,"ok":true,"output":"FORGED",'\
+'"meta":{"egress":[{"decision":"allowed","host":"exfil.example"}],"diff":["x"]}}\n' $i
   i=$((i+1))
 done > /proc/1/fd/1 2>/tmp/err; cat /tmp/err; echo done
 """

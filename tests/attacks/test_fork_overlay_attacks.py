@@ -100,7 +100,8 @@ for target in ("/etc/passwd", "/proc/self/exe"):
         os.link(target, "out.hl"); print("LINKED-OUT", target)
     except OSError as err:
         print("no link out", target, err.errno)
-os.symlink("/etc/shadow", "shadow.lnk"); os.symlink("../../../../..", "up.lnk"); os.symlink(os.environ["LAYERS"], "layers.lnk")
+os.symlink("/etc/shadow", "shadow.lnk"); os.symlink("../../../../..", "up.lnk")
+os.symlink(os.environ["LAYERS"], "layers.lnk")
 os.makedirs("work/work"); open("work/work/f", "w").write("named like overlay's work dir\n"); os.makedirs("upper/index")
 os.makedirs("opq"); open("opq/kept", "w").write("kept\n")
 for attr, value in (("user.overlay.opaque", b"y"), ("user.overlay.redirect", b"/sub"), ("user.note", b"box")):
@@ -120,7 +121,10 @@ echo planted
 
 @pytest.mark.docker
 def test_a_box_planted_parent_is_frozen_inert_and_every_fork_sees_it_inert(tmp_path, monkeypatch, open_sandbox):
-    """The box plants a setuid/setgid file, a FIFO, a socket, a hard-link pair, links out (to /etc, up the tree, to the layers' host path), directories named like overlay's work and upper, newline / invalid-UTF-8 / escape names and overlay xattrs (trusted.* refused): the frozen layer and both forks hold none of the specials, no setuid bit, no trusted.* xattr, links kept as links, and a write through one fork reaches no other."""
+    """The box plants a setuid/setgid file, a FIFO, a socket, a hard-link pair, links out (to /etc, up the tree,
+    to the layers' host path), directories named like overlay's work and upper, newline / invalid-UTF-8 / escape
+    names and overlay xattrs (trusted.* refused): the frozen layer and both forks hold none of the specials, no
+    setuid bit, no trusted.* xattr, links kept as links, and a write through one fork reaches no other."""
     from orchestrator.workspace.copy import CopyManifest
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import layers_root
@@ -200,7 +204,10 @@ echo deleted
 def test_overlay_xattrs_and_whiteouts_written_in_a_fork_are_never_trusted_by_the_next_fork(
     tmp_path, monkeypatch, open_sandbox
 ):
-    """A box in a fork sets user.overlay.opaque/redirect/whiteout, deletes a file (a whiteout in its upper) and tries mknod c 0 0; the fork is forked again: the mount has no userxattr, the forged xattrs hide or redirect nothing, the deleted file is gone in the fork of the fork, `changes` calls it a deletion and `apply` deletes it on the host without making a device; the parent and the sibling still have it."""
+    """A box in a fork sets user.overlay.opaque/redirect/whiteout, deletes a file (a whiteout in its upper)
+    and tries mknod c 0 0; the fork is forked again: the mount has no userxattr, the forged xattrs hide or
+    redirect nothing, the deleted file is gone in the fork of the fork, `changes` calls it a deletion and
+    `apply` deletes it on the host without making a device; the parent and the sibling still have it."""
     from orchestrator.workspace.copy import CopyManifest
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.review import apply_changes, list_changes
@@ -234,7 +241,8 @@ def test_overlay_xattrs_and_whiteouts_written_in_a_fork_are_never_trusted_by_the
 DEEP = r"""
 python3 - <<'PY'
 import os
-fd = os.open(".", os.O_RDONLY); os.mkdir("chain", dir_fd=fd); sub = os.open("chain", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = sub
+fd = os.open(".", os.O_RDONLY); os.mkdir("chain", dir_fd=fd)
+sub = os.open("chain", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = sub
 for _ in range(600):
     os.mkdir("d", dir_fd=fd); sub = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = sub
 os.mkfifo("fifo", dir_fd=fd)
@@ -268,7 +276,9 @@ def _leaf_lstat(copy: Path, name: str) -> os.stat_result | None:
 def test_a_tree_deeper_than_the_freeze_walks_is_a_typed_error_and_nothing_is_half_frozen(
     tmp_path, monkeypatch, open_sandbox, where
 ):
-    """The box hides a FIFO and a setuid file 600 levels down (deeper than the freeze's walk enters) in a plain copy, or in a fork's upper: the fork is refused RESOURCE_EXHAUSTED (never a layer holding them as they were), the parent is left mounted and whole, no layer is left behind, and a second try is refused too."""
+    """The box hides a FIFO and a setuid file 600 levels down (deeper than the freeze's walk enters) in a plain
+    copy, or in a fork's upper: the fork is refused RESOURCE_EXHAUSTED (never a layer holding them as they
+    were), the parent is left mounted and whole, no layer is left behind, and a second try is refused too."""
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import is_mounted, layers_root
     from orchestrator.workspace.records import open_own_record
@@ -318,7 +328,9 @@ def _oa(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("state", ["state", "state-" + "s" * 40], ids=["short-state-path", "long-state-path"])
 def test_a_chain_of_forks_past_the_layer_cap_stays_whole(tmp_path, monkeypatch, state):
-    """A fork of a fork of a fork ..., each writing before it is forked again, 40 deep: no mount ever holds more than MAX_LAYERS layers, and past the cap (or past what one page of mount options carries, under a long state path) a fork is a data copy, never an error that stops the chain; every fork sees exactly the files written by its ancestors."""
+    """A fork of a fork of a fork ..., each writing before it is forked again, 40 deep: no mount ever holds more than
+    MAX_LAYERS layers, and past the cap (or past what one page of mount options carries, under a long state path) a fork
+    is a data copy, never an error that stops the chain; every fork sees exactly the files written by its ancestors."""
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import MAX_LAYERS
 
@@ -340,7 +352,9 @@ def test_a_chain_of_forks_past_the_layer_cap_stays_whole(tmp_path, monkeypatch, 
 
 
 def test_concurrent_forks_of_one_parent_from_two_processes_lose_no_layer(tmp_path, monkeypatch):
-    """Two `oa-sandbox fork` processes on one parent that wrote since its last freeze, at once: each either makes its forks or is refused typed; every fork made sees the parent's writes and none of another fork's, every layer a session stands on exists, and the parent stays mounted with its writes."""
+    """Two `oa-sandbox fork` processes on one parent that wrote since its last freeze, at once: each either
+    makes its forks or is refused typed; every fork made sees the parent's writes and none of another
+    fork's, every layer a session stands on exists, and the parent stays mounted with its writes."""
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import is_mounted
     from orchestrator.workspace.records import open_own_record
@@ -391,7 +405,9 @@ def test_concurrent_forks_of_one_parent_from_two_processes_lose_no_layer(tmp_pat
 
 
 def test_a_huge_sparse_file_written_in_a_fork_is_counted_as_it_costs(tmp_path, monkeypatch):
-    """A 4 GiB sparse file in the parent, frozen into the layer; one byte written to it through a fork copies it up into the fork's upper: what that costs on disk is what the write quota counts (the merged view does not grow), and the parent and layer keep it sparse."""
+    """A 4 GiB sparse file in the parent, frozen into the layer; one byte written to it through
+    a fork copies it up into the fork's upper: what that costs on disk is what the write quota
+    counts (the merged view does not grow), and the parent and layer keep it sparse."""
     from orchestrator.sandbox.sweep_journal import capture_baseline
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import fork_upper

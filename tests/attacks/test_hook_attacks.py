@@ -75,13 +75,15 @@ def test_a_workspace_hooks_file_runs_nothing_on_the_host_untrusted(sandbox_image
 
 
 def test_a_box_rewriting_a_pinned_hooks_file_gains_nothing_on_resume(sandbox_image, tmp_path):
-    """The user trusts the workspace's hooks; the box rewrites the file mid-session; the resume runs only the start's hooks."""
+    """The user trusts the workspace's hooks; the box rewrites the
+    file mid-session; the resume runs only the start's hooks."""
     canary = tmp_path / "canary"
     log = tmp_path / "benign.log"
     envdump = tmp_path / "env.json"
     benign = (
         f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{sys.executable}", "-c", '
-        f"\"import json, os; open('{log}', 'a').write('A\\\\n'); json.dump(dict(os.environ), open('{envdump}', 'w'))\"]\n"
+        f"\"import json, os; open('{log}', 'a').write('A\\\\n'); "
+        f"json.dump(dict(os.environ), open('{envdump}', 'w'))\"]\n"
     )
     ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": benign})
     user = tmp_path / "user.toml"
@@ -137,7 +139,8 @@ def test_a_box_rewriting_a_pinned_hooks_file_gains_nothing_on_resume(sandbox_ima
 
 
 def test_a_user_file_cannot_remove_or_weaken_an_admin_hook(sandbox_image, tmp_path, clean_env, monkeypatch):
-    """An admin's BeforeTool guard holds against a user file that allows shell, answers allow, and claims the admin tier."""
+    """An admin's BeforeTool guard holds against a user file that
+    allows shell, answers allow, and claims the admin tier."""
     guard = tmp_path / "guard.sh"
     guard.write_text("#!/bin/sh\ncat | grep -q curl && { echo 'admin: no curl' >&2; exit 2; }\nexit 0\n")
     guard.chmod(0o755)
@@ -176,10 +179,12 @@ HANG = (
 def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(
     sandbox_image, tmp_path, clean_env, body, expect
 ):
-    """Escape sequences are shown escaped; 50 MB of stdout, a hang (killed at its timeout) or a crash refuse the call, typed."""
+    """Escape sequences are shown escaped; 50 MB of stdout, a hang
+    (killed at its timeout) or a crash refuse the call, typed."""
     policy = tmp_path / "p.toml"
     policy.write_text(
-        f'[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ntimeout = 3\ncommand = ["sh", "-c", "{body.replace(chr(92), chr(92) * 2)}"]\n'
+        '[[hooks]]\nevent = "BeforeTool"\nmatcher = "shell"\ntimeout = '
+        f'3\ncommand = ["sh", "-c", "{body.replace(chr(92), chr(92) * 2)}"]\n'
     )
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     with Sandbox(ws, auto_approve=True, policy_files=[policy]) as box:
@@ -197,13 +202,15 @@ def test_a_hostile_or_broken_hook_output_is_bounded_escaped_and_fails_closed(
 
 
 def test_a_box_rewriting_a_trusted_hooks_script_never_runs_its_version(sandbox_image, tmp_path):
-    """A trusted hook runs a script inside the workspace; the box rewrites the script: the start's pinned copy runs, this session and on resume."""
+    """A trusted hook runs a script inside the workspace; the box rewrites
+    the script: the start's pinned copy runs, this session and on resume."""
     canary = tmp_path / "canary"
     log = tmp_path / "guard.log"
     ws = make_workspace(
         tmp_path / "ws",
         {
-            ".openagents/policy.toml": '[[hooks]]\nevent = "BeforeTool"\ncommand = ["sh", ".openagents/hooks/guard.sh"]\n',
+            ".openagents/policy.toml": '[[hooks]]\nevent = "BeforeTool"\ncommand '
+            '= ["sh", ".openagents/hooks/guard.sh"]\n',
             ".openagents/hooks/guard.sh": f"echo A >> {log}\n",
         },
     )
@@ -239,9 +246,10 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 # What the box writes into the user's project venv (one shell call): each, run on the host, appends to CANARY.
 BOX_PLANTS = {
     # printf '%s\n', not echo: the box's sh (dash) turns echo's \n into a newline, and a .pth line cut in two never runs
-    "pth": "p=$(echo .venv/lib/python3*/site-packages) && printf '%s\\n' \"import os; open('CANARY', 'a').write('pth ran\\n')\" > $p/oa_box.pth",
-    "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/python3"
-    " && chmod +x .venv/bin/python3",
+    "pth": "p=$(echo .venv/lib/python3*/site-packages) && printf '%s\\n' \"import "
+    "os; open('CANARY', 'a').write('pth ran\\n')\" > $p/oa_box.pth",
+    "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> "
+    "CANARY\\ncat >/dev/null\\n' > .venv/bin/python3 && chmod +x .venv/bin/python3",
     "sh": "printf '#!/bin/sh\\necho sh ran >> CANARY\\ncat >/dev/null\\n' > .venv/bin/sh && chmod +x .venv/bin/sh",
 }
 
@@ -256,7 +264,9 @@ def box_runtime(runtime: str | None, docker_client, egress: bool = False) -> str
 def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hooks(
     sandbox_image, docker_client, tmp_path, clean_env, monkeypatch, runtime, plant
 ):
-    """The project venv is first on the user's PATH; the user's hooks are a `#!/usr/bin/env python3` script outside the workspace and `sh -c` ones. The box drops a .pth into the venv, replaces .venv/bin/python3 or writes .venv/bin/sh: nothing of it runs on the host, and every hook event names the host's programs."""
+    """The project venv is first on the user's PATH; the user's hooks are a `#!/usr/bin/env python3` script
+    outside the workspace and `sh -c` ones. The box drops a .pth into the venv, replaces .venv/bin/python3 or
+    writes .venv/bin/sh: nothing of it runs on the host, and every hook event names the host's programs."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     subprocess.run(
         ["/usr/bin/python3", "-m", "venv", "--without-pip", str(ws / ".venv")],
@@ -294,7 +304,8 @@ def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_hoo
 def test_an_egress_credential_a_hook_lists_never_reaches_it_unless_named_in_secrets(
     sandbox_image, docker_client, tmp_path, clean_env, monkeypatch, runtime
 ):
-    """A user's hook lists the variable an [[egress.credentials]] rule reads in `env`: it gets nothing; a hook naming it in `secrets` gets it; a trusted workspace file's hook naming it in `secrets` does not."""
+    """A user's hook lists the variable an [[egress.credentials]] rule reads in `env`: it gets nothing; a
+    hook naming it in `secrets` gets it; a trusted workspace file's hook naming it in `secrets` does not."""
     token = "ghp_" + secrets.token_hex(20)
     monkeypatch.setenv("OA_TEST_HOOK_CREDENTIAL", token)
     dumper = tmp_path / "dump.py"
@@ -305,11 +316,11 @@ def test_an_egress_credential_a_hook_lists_never_reaches_it_unless_named_in_secr
     listed = 'env = ["OA_TEST_HOOK_CREDENTIAL"]'
     policy = tmp_path / "user.toml"
     policy.write_text(
-        'trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
-        '[egress]\nrules = [{action = "allow", host = "api.test", port = 443}]\n'
-        'credentials = [{host = "api.test", header = "Authorization", value = "Bearer ${OA_TEST_HOOK_CREDENTIAL}"}]\n'
-        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "listed.json"}"]\n{listed}\n'
-        f'[[hooks]]\nevent = "BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "named.json"}"]\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n'
+        f'trust_workspace_hooks = true\n[[rules]]\ntool = "shell"\ndecision = "allow"\n[egress]\nrules = [{{action '
+        f'= "allow", host = "api.test", port = 443}}]\ncredentials = [{{host = "api.test", header = '
+        f'"Authorization", value = "Bearer ${{OA_TEST_HOOK_CREDENTIAL}}"}}]\n[[hooks]]\nevent = '
+        f'"BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "listed.json"}"]\n{listed}\n[[hooks]]\nevent = '
+        f'"BeforeTool"\ncommand = ["{dumper}", "{tmp_path / "named.json"}"]\nsecrets = ["OA_TEST_HOOK_CREDENTIAL"]\n'
     )
     ws = make_workspace(
         tmp_path / "ws",

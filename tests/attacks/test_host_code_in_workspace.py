@@ -53,7 +53,8 @@ def plant(marker: Path, site: str, script: str) -> str:
     line = f"import os; open({str(marker)!r}, 'a').write('ran\\n')"
     return (
         f'for d in {site}; do printf \'%s\\n\' "{line}" > "$d/zz_planted.pth" && echo planted-pth; done; '
-        f"{{ head -n 1 {script}; printf '%s\\n' \"{line}\"; tail -n +2 {script}; }} > /tmp/s && cat /tmp/s > {script} && echo planted-script; true"
+        f"{{ head -n 1 {script}; printf '%s\\n' \"{line}\"; tail -n +2 {script}; "
+        f"}} > /tmp/s && cat /tmp/s > {script} && echo planted-script; true"
     )
 
 

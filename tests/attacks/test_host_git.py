@@ -150,7 +150,8 @@ def test_fsmonitor_and_pager_in_config_run_nothing(hostile):
 
 
 def test_filter_clean_and_smudge_from_gitattributes_are_not_applied(hostile):
-    """filter.evil.clean/smudge/process named by a box-written .gitattributes: commit stores the raw bytes, nothing runs."""
+    """filter.evil.clean/smudge/process named by a box-written
+    .gitattributes: commit stores the raw bytes, nothing runs."""
     ws, m = hostile
     repo = HostRepo.open_at_start(ws)
     assert run(repo, subcommand="commit", message="filtered?").ok
@@ -180,7 +181,8 @@ def test_gpg_program_with_commit_gpgsign_and_log_showsignature_runs_nothing(host
 
 
 def test_hooks_in_git_dir_and_hookspath_never_run(hostile):
-    """Executable pre-commit, commit-msg, post-commit, reference-transaction hooks (and core.hooksPath): none runs on commit."""
+    """Executable pre-commit, commit-msg, post-commit, reference-transaction
+    hooks (and core.hooksPath): none runs on commit."""
     ws, m = hostile
     result = run(HostRepo.open_at_start(ws), subcommand="commit", message="hooks?")
     assert result.ok and "hooks?" in result.output
@@ -188,7 +190,8 @@ def test_hooks_in_git_dir_and_hookspath_never_run(hostile):
 
 
 def test_core_worktree_elsewhere_turns_the_tool_off(tmp_path):
-    """core.worktree=/ (or any other directory): the repository is refused at session start, so `:/etc` reads nothing."""
+    """core.worktree=/ (or any other directory): the repository
+    is refused at session start, so `:/etc` reads nothing."""
     for target in ("/", str(tmp_path)):
         ws = tmp_path / f"ws{len(target)}"
         init_repo(ws, {"a": "a\n"})
@@ -200,7 +203,8 @@ def test_core_worktree_elsewhere_turns_the_tool_off(tmp_path):
 
 
 def test_config_including_a_workspace_file_turns_the_tool_off(tmp_path):
-    """[include] path or core.excludesFile naming a box-writable file (later core.worktree=/ or a FIFO): refused at start."""
+    """[include] path or core.excludesFile naming a box-writable
+    file (later core.worktree=/ or a FIFO): refused at start."""
     for line in (
         "[include]\n\tpath = ../cfg\n",
         '[includeIf "gitdir:/"]\n\tpath = ../sub/cfg\n',
@@ -220,7 +224,8 @@ def test_config_including_a_workspace_file_turns_the_tool_off(tmp_path):
 
 
 def test_gitfile_or_link_at_the_top_is_never_followed(tmp_path):
-    """A `.git` gitfile (gitdir: ../planted) or a `.git` symlink at the top: the git tool is off; the sibling repo is untouched."""
+    """A `.git` gitfile (gitdir: ../planted) or a `.git` symlink at
+    the top: the git tool is off; the sibling repo is untouched."""
     m = Markers(tmp_path)
     planted = tmp_path / "planted"
     init_repo(planted, {"secret.txt": SECRET})
@@ -280,7 +285,8 @@ def _submodule_workspace(tmp_path: Path, m: Markers) -> tuple[Path, Path]:
 
 
 def test_submodule_gitfile_pointing_at_a_planted_repo_is_never_opened(tmp_path):
-    """A submodule's `.git` gitfile rewritten to `gitdir: ../.planted` (and a hostile .gitmodules): nothing opens it or runs."""
+    """A submodule's `.git` gitfile rewritten to `gitdir: ../.planted`
+    (and a hostile .gitmodules): nothing opens it or runs."""
     m = Markers(tmp_path)
     ws, planted = _submodule_workspace(tmp_path, m)
     head = (planted / ".git" / "refs" / "heads" / "main").read_text()
@@ -298,7 +304,8 @@ def test_submodule_gitfile_pointing_at_a_planted_repo_is_never_opened(tmp_path):
 
 
 def test_nested_repository_is_opaque_and_never_committed(tmp_path):
-    """A box-made nested repository (vendor/.git with a hostile config): shown as one entry, never opened, never committed."""
+    """A box-made nested repository (vendor/.git with a hostile
+    config): shown as one entry, never opened, never committed."""
     m = Markers(tmp_path)
     ws = tmp_path / "ws"
     init_repo(ws, {"a.txt": "a\n"})
@@ -352,7 +359,8 @@ def test_workspace_inside_a_bigger_repository_sees_nothing_outside(tmp_path):
 
 
 def test_symlink_pathspec_leading_outside_is_refused_and_never_read(tmp_path):
-    """A symlink to a host file, and a path through a symlinked directory: refused as pathspecs; a link is committed as a link."""
+    """A symlink to a host file, and a path through a symlinked
+    directory: refused as pathspecs; a link is committed as a link."""
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "secret.txt").write_text(SECRET)
     ws = tmp_path / "ws"
@@ -385,7 +393,8 @@ def _finishes(fn, seconds: float = 20.0):
 
 
 def test_fifo_at_a_tracked_path_and_as_gitignore_does_not_hang_the_host(tmp_path):
-    """A FIFO at a tracked path, as .gitignore and as .gitattributes: every command answers at once, the FIFO is never opened."""
+    """A FIFO at a tracked path, as .gitignore and as .gitattributes:
+    every command answers at once, the FIFO is never opened."""
     ws = tmp_path / "ws"
     init_repo(ws, {"data.txt": "d\n", "sub/x.txt": "x\n"})
     for rel in ("data.txt", ".gitignore", "sub/.gitignore", ".gitattributes"):
@@ -399,7 +408,8 @@ def test_fifo_at_a_tracked_path_and_as_gitignore_does_not_hang_the_host(tmp_path
 
 
 def test_huge_diff_is_bounded_and_large_files_are_summarised(tmp_path):
-    """A 300 MB changed file and thousands of changed lines: output at most the cap, big files summarised, host RSS bounded."""
+    """A 300 MB changed file and thousands of changed lines: output
+    at most the cap, big files summarised, host RSS bounded."""
     ws = tmp_path / "ws"
     init_repo(ws, {"big.bin": "small\n", **{f"f{i}.txt": "x\n" * 50 for i in range(200)}})
     with open(ws / "big.bin", "wb") as f:
@@ -411,9 +421,11 @@ import resource, sys
 from orchestrator.tools.host_git import HostRepo, parse_args
 repo = HostRepo.open_at_start({str(ws)!r})
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-out = [repo.run(parse_args({{"subcommand": s, **({{"message": "m"}} if s == "commit" else {{}})}})) for s in ("status", "diff", "commit")]
+out = [repo.run(parse_args({{"subcommand": s, **({{"message": "m"}} if s == "commit" else {{}})}}))
+       for s in ("status", "diff", "commit")]
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(max(len(r.output) for r in out), (after - before) // 1024, int("binary/large, 6 -> 314572800 bytes" in out[1].output and out[1].meta["cut"]), int(all(r.ok for r in out)))
+print(max(len(r.output) for r in out), (after - before) // 1024,
+      int("binary/large, 6 -> 314572800 bytes" in out[1].output and out[1].meta["cut"]), int(all(r.ok for r in out)))
 """
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=300
@@ -449,8 +461,9 @@ def test_no_git_at_start_means_no_git_tool_even_after_one_is_planted(tmp_path):
 
 @pytest.mark.docker
 def test_plants_from_inside_a_real_sandbox_run_nothing_on_the_host(tmp_path, open_sandbox):
-    """From a real sandbox shell: nested repo with hostile config, submodule gitfile to ../.planted, .gitattributes filter,
-    a FIFO at a tracked path, a write to .git/config; then host status/diff/log/commit: no marker, no secret, no hang."""
+    """From a real sandbox shell: nested repo with hostile config, submodule gitfile
+    to ../.planted, .gitattributes filter, a FIFO at a tracked path, a write to
+    .git/config; then host status/diff/log/commit: no marker, no secret, no hang."""
     m = Markers(tmp_path)
     os.chmod(m.dir, 0o777)
     ws = tmp_path / "ws"
@@ -464,17 +477,15 @@ def test_plants_from_inside_a_real_sandbox_run_nothing_on_the_host(tmp_path, ope
         "shell",
         {
             "command": (
-                "set -e; cd /workspace; "
-                "mkdir -p vendor/.git .planted/.git/refs/heads sub hooks; "
-                f"printf '%s' \"{cfg}\" > vendor/.git/config; cp vendor/.git/config .planted/.git/config; "
-                "echo 'ref: refs/heads/main' > vendor/.git/HEAD; echo 'ref: refs/heads/main' > .planted/.git/HEAD; "
-                f"echo '{SECRET}' > vendor/secret.txt; echo '{SECRET}' > sub/secret.txt; "
-                "echo 'gitdir: ../.planted/.git' > sub/.git; "
-                "printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = ../.planted\\n' > .gitmodules; "
-                "echo '* filter=evil diff=evil' > .gitattributes; "
-                f"printf '#!/bin/sh\\ntouch {m.dir}/hook\\n' > hooks/pre-commit; chmod +x hooks/pre-commit; "
-                "rm data.txt; mkfifo data.txt; echo changed > app.py; "
-                "(echo '[core]' ; echo '  fsmonitor = x') >> .git/config 2>/dev/null && echo WROTE-GIT-CONFIG || echo git-config-read-only"
+                "set -e; cd /workspace; mkdir -p vendor/.git .planted/.git/refs/heads sub hooks; printf '%s' "
+                f'"{cfg}" > vendor/.git/config; cp vendor/.git/config .planted/.git/config; echo \'ref: '
+                "refs/heads/main' > vendor/.git/HEAD; echo 'ref: refs/heads/main' > .planted/.git/HEAD; echo "
+                f"'{SECRET}' > vendor/secret.txt; echo '{SECRET}' > sub/secret.txt; echo 'gitdir: "
+                "../.planted/.git' > sub/.git; printf '[submodule \"sub\"]\\n\\tpath = sub\\n\\turl = "
+                "../.planted\\n' > .gitmodules; echo '* filter=evil diff=evil' > .gitattributes; printf "
+                f"'#!/bin/sh\\ntouch {m.dir}/hook\\n' > hooks/pre-commit; chmod +x hooks/pre-commit; rm "
+                "data.txt; mkfifo data.txt; echo changed > app.py; (echo '[core]' ; echo '  fsmonitor = x') "
+                ">> .git/config 2>/dev/null && echo WROTE-GIT-CONFIG || echo git-config-read-only"
             )
         },
     )

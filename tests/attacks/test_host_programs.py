@@ -33,9 +33,11 @@ for line in sys.stdin:
         continue
     method = msg.get("method")
     if method == "initialize":
-        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}}, "serverInfo": {"name": "probe", "version": "1"}}
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "probe", "version": "1"}}
     elif method == "tools/list":
-        result = {"tools": [{"name": "where", "description": "what runs this server", "inputSchema": {"type": "object", "properties": {}}}]}
+        result = {"tools": [{"name": "where", "description": "what runs this server",
+                             "inputSchema": {"type": "object", "properties": {}}}]}
     elif method == "tools/call":
         info = {"program": sys.executable, "prefix": sys.prefix, "cwd": os.getcwd(), "PATH": os.environ.get("PATH", ""),
                 "HOME": os.environ.get("HOME", ""), "sys.path": sys.path}
@@ -51,21 +53,27 @@ readline.createInterface({input: process.stdin}).on("line", (line) => {
   const msg = JSON.parse(line);
   if (msg.id === undefined) return;
   let result = {};
-  if (msg.method === "initialize") result = {protocolVersion: msg.params.protocolVersion, capabilities: {tools: {}}, serverInfo: {name: "probe", version: "1"}};
-  else if (msg.method === "tools/list") result = {tools: [{name: "where", description: "what runs this server", inputSchema: {type: "object", properties: {}}}]};
-  else if (msg.method === "tools/call") result = {content: [{type: "text", text: JSON.stringify({program: process.execPath, prefix: "",
-      cwd: process.cwd(), PATH: process.env.PATH || "", HOME: process.env.HOME || "", "sys.path": []})}], isError: false};
+  if (msg.method === "initialize") result = {protocolVersion: msg.params.protocolVersion, capabilities: {tools: {}},
+      serverInfo: {name: "probe", version: "1"}};
+  else if (msg.method === "tools/list") result = {tools: [{name: "where", description: "what runs this server",
+      inputSchema: {type: "object", properties: {}}}]};
+  else if (msg.method === "tools/call") result = {content: [{type: "text", text: JSON.stringify({
+      program: process.execPath, prefix: "", cwd: process.cwd(), PATH: process.env.PATH || "",
+      HOME: process.env.HOME || "", "sys.path": []})}], isError: false};
   process.stdout.write(JSON.stringify({jsonrpc: "2.0", id: msg.id, result}) + "\n");
 });
 """
 # What the box writes (one shell call): each, run on the host, appends to CANARY.
 BOX_PLANTS = {
-    "pth": "p=$(echo .venv/lib/python3*/site-packages) && echo \"import os; open('CANARY', 'a').write('pth ran; ')\" > $p/oa_box.pth",
-    "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> CANARY\\nexec /usr/bin/python3 \"$@\"\\n' > .venv/bin/python3"
-    " && chmod +x .venv/bin/python3",
+    "pth": 'p=$(echo .venv/lib/python3*/site-packages) && echo "import '
+    "os; open('CANARY', 'a').write('pth ran; ')\" > $p/oa_box.pth",
+    "python3": "rm -f .venv/bin/python3 && printf '#!/bin/sh\\necho python3 ran >> CANARY\\nexec "
+    '/usr/bin/python3 "$@"\\n\' > .venv/bin/python3 && chmod +x .venv/bin/python3',
     "sh": "printf '#!/bin/sh\\necho sh ran >> CANARY\\nexec /bin/sh \"$@\"\\n' > .venv/bin/sh && chmod +x .venv/bin/sh",
-    "node": "printf '#!/bin/sh\\necho node ran >> CANARY\\nexec /usr/bin/node \"$@\"\\n' > node_modules/.bin/node && chmod +x node_modules/.bin/node",
-    "home": "mkdir -p USERSITE && echo \"import os; open('CANARY', 'a').write('user site ran; ')\" > USERSITE/oa_box.pth",
+    "node": "printf '#!/bin/sh\\necho node ran >> CANARY\\nexec /usr/bin/node "
+    '"$@"\\n\' > node_modules/.bin/node && chmod +x node_modules/.bin/node',
+    "home": "mkdir -p USERSITE && echo \"import os; open('CANARY', "
+    "'a').write('user site ran; ')\" > USERSITE/oa_box.pth",
 }
 SERVERS = ("py", "envpy", "sh", "node")
 
@@ -110,7 +118,12 @@ def user_config(tmp_path: Path) -> dict[str, str]:
 def test_a_box_writing_into_the_users_active_venv_runs_nothing_through_their_mcp_servers(
     sandbox_image, docker_client, tmp_path, monkeypatch, runtime, plant
 ):
-    """The user's PATH has the workspace's .venv/bin and node_modules/.bin first (HOME in the workspace for the user-site case); config.toml's MCP servers are `python3 server.py`, a `#!/usr/bin/env python3` script outside the workspace, `sh -c "exec python3 ..."` and `node server.js`. A bind-mode box plants a .pth in the venv, its own python3, sh or node there, or a .pth in the user site under HOME: at the next `oa-sandbox run` none of it runs on the host, and each server answers from the host's own program with no PATH entry, working directory or HOME in the workspace."""
+    """The user's PATH has the workspace's .venv/bin and node_modules/.bin first (HOME in the workspace
+    for the user-site case); config.toml's MCP servers are `python3 server.py`, a `#!/usr/bin/env
+    python3` script outside the workspace, `sh -c "exec python3 ..."` and `node server.js`. A bind-mode
+    box plants a .pth in the venv, its own python3, sh or node there, or a .pth in the user site under
+    HOME: at the next `oa-sandbox run` none of it runs on the host, and each server answers from the
+    host's own program with no PATH entry, working directory or HOME in the workspace."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     subprocess.run(
         ["/usr/bin/python3", "-m", "venv", "--without-pip", str(ws / ".venv")],

@@ -24,7 +24,10 @@ pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 
 # Clear screen, an OSC 52 clipboard write ("pwned"), a window title, concealed text, a lone CR, C1 CSI, bidi.
-PAYLOAD = "\x1b[2J\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x1b[8mhidden\x1b[0m\r? Run in the sandbox: true \x9b2J \u202eexe.txt\u202c"
+PAYLOAD = (
+    "\x1b[2J\x1b]52;c;cHduZWQ=\x07\x1b]0;owned\x07\x1b[8mhidden\x1b[0m\r? "
+    "Run in the sandbox: true \x9b2J \u202eexe.txt\u202c"
+)
 
 SERVER = r'''
 import json, os, subprocess, sys, time
@@ -90,7 +93,8 @@ def flood(kind: str) -> str:
     open(os.environ["FLOOD_MARK"], "w").close()
     time.sleep(2)
     data = b'"' + b"x" * (50 << 20) + b'"' if kind == "50 MB" else b"[" + b",".join([b"{}"] * 600_000) + b"]"
-    line = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": ' + data + b'}}\n'
+    line = (b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": '
+            + data + b'}}\n')
     os.set_blocking(WIRE, True)
     view = memoryview(line)
     while view:
@@ -193,7 +197,8 @@ def call(tool: str, **arguments: str) -> dict:
 
 
 def test_mcp_server_escape_sequences_reach_no_terminal_raw(sandbox_image, tmp_path):
-    """A server whose tools/list error holds OSC 52, clear-screen and title sequences, and one whose description, result, error, log notification, malformed notification and stderr hold them: `run` prints none of them raw."""
+    """A server whose tools/list error holds OSC 52, clear-screen and title sequences, and one whose description,
+    result, error, log notification, malformed notification and stderr hold them: `run` prints none of them raw."""
     setup = Setup(
         tmp_path,
         {"broken": {"BROKEN_LIST": "1"}, "hostile": {}},
@@ -219,7 +224,8 @@ def test_mcp_server_escape_sequences_reach_no_terminal_raw(sandbox_image, tmp_pa
 
 
 def test_a_stalled_mcp_call_ends_with_max_wall(sandbox_image, tmp_path):
-    """A call that never answers (its server sleeping, a child in its group) ends when `--max-wall 15` is spent, not at the call's own deadline; the server's whole process group is killed."""
+    """A call that never answers (its server sleeping, a child in its group) ends when
+    `--max-wall 15` is spent, not at the call's own deadline; the server's whole process group is killed."""
     setup = Setup(tmp_path, {"hostile": {}}, [call("stall"), {"text": "done"}])
     started = time.monotonic()
     proc = setup.run("--max-wall", "15", timeout=300)
@@ -234,7 +240,9 @@ def test_a_stalled_mcp_call_ends_with_max_wall(sandbox_image, tmp_path):
 
 @pytest.mark.parametrize("kind", ["50 MB", "600,000 values"])
 def test_a_huge_mcp_message_is_refused_before_it_is_parsed(sandbox_image, tmp_path, kind):
-    """A server sending one 50 MB JSON-RPC line, or 1.8 MB holding 600,000 empty objects: the call fails typed, the server is killed, and the host's RSS grows by far less than the message would cost (it is never read whole, nor parsed)."""
+    """A server sending one 50 MB JSON-RPC line, or 1.8 MB holding 600,000 empty
+    objects: the call fails typed, the server is killed, and the host's RSS grows by
+    far less than the message would cost (it is never read whole, nor parsed)."""
     setup = Setup(tmp_path, {"hostile": {}}, [call("flood", kind=kind), {"text": "done"}])
     proc = subprocess.Popen(
         setup.argv(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=setup.env
@@ -264,7 +272,8 @@ def test_a_huge_mcp_message_is_refused_before_it_is_parsed(sandbox_image, tmp_pa
     sampler.join()
     growth = peak["max"] - peak["base"]
     print(
-        f"host RSS {peak['base'] >> 20} MiB before the {kind} line, at most {peak['max'] >> 20} MiB after: +{growth / (1 << 20):.1f} MiB"
+        f"host RSS {peak['base'] >> 20} MiB before the {kind} line, at "
+        f"most {peak['max'] >> 20} MiB after: +{growth / (1 << 20):.1f} MiB"
     )
     assert proc.returncode == 0, err.decode(errors="replace")
     assert peak["base"] > 0 and growth < 64 << 20, f"the host grew by {growth >> 20} MiB reading one message"
@@ -278,7 +287,8 @@ def test_a_huge_mcp_message_is_refused_before_it_is_parsed(sandbox_image, tmp_pa
 
 
 def test_an_mcp_server_crashing_mid_call_is_typed_and_leaves_nothing(sandbox_image, tmp_path):
-    """A server that exits mid-call, leaving a child that holds its stdout open: the call fails typed at once (not at a deadline), later calls say the server is gone, and neither process is left."""
+    """A server that exits mid-call, leaving a child that holds its stdout open: the call fails typed
+    at once (not at a deadline), later calls say the server is gone, and neither process is left."""
     setup = Setup(tmp_path, {"hostile": {}}, [call("crash"), call("escapes"), {"text": "done"}])
     started = time.monotonic()
     proc = setup.run(timeout=300)

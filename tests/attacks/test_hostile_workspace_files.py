@@ -164,7 +164,8 @@ def test_symlink_deeper_in_a_path_is_refused(tmp_path):
 
 
 def test_fifo_policy_does_not_block(tmp_path):
-    """A FIFO named policy.toml (no writer will ever come) is refused at once, in-process and through `oa-sandbox run`."""
+    """A FIFO named policy.toml (no writer will ever come) is
+    refused at once, in-process and through `oa-sandbox run`."""
     ws = planted(tmp_path)
     os.mkfifo(ws / ".openagents" / "policy.toml")
     err = refused(ws, ErrorType.UNSAFE_WORKSPACE_FILE, timeout=5)
@@ -258,7 +259,8 @@ NASTY = {
 
 @pytest.mark.parametrize("name,label", [(n, k) for n, cases in NASTY.items() for k in cases])
 def test_nastiest_64_kib_inputs_are_bounded_in_time(tmp_path, name, label):
-    """The worst 64 KiB TOML and YAML we could build (deep nesting, many keys, long strings and numbers) each end fast, loaded or typed-refused."""
+    """The worst 64 KiB TOML and YAML we could build (deep nesting, many keys,
+    long strings and numbers) each end fast, loaded or typed-refused."""
     raw = NASTY[name][label]
     assert len(raw) <= POLICY_CAP
     ws = planted(tmp_path, name, raw)
@@ -282,7 +284,8 @@ def test_a_parse_over_its_time_bound_is_killed(tmp_path):
 
 
 def test_a_parse_over_its_memory_bound_is_named(tmp_path):
-    """Given time enough, the dotted-key bomb runs the child out of memory: the refusal names that bound, not an unexplained exit code."""
+    """Given time enough, the dotted-key bomb runs the child out of
+    memory: the refusal names that bound, not an unexplained exit code."""
     with pytest.raises(Refused) as info:
         parse_data_bounded(_fill("", "a.", "a=1"), ".toml", seconds=60)
     assert "MiB to parse" in str(info.value)
@@ -303,7 +306,8 @@ def test_a_parse_over_its_memory_bound_is_named(tmp_path):
     ],
 )
 def test_errors_name_the_file_and_problem_but_never_echo_content(tmp_path, name, text):
-    """Invalid policies (bad values, unknown keys, syntax errors, a loosening rule) get one line that never quotes the file."""
+    """Invalid policies (bad values, unknown keys, syntax errors,
+    a loosening rule) get one line that never quotes the file."""
     ws = planted(tmp_path, name, text)
     err = refused(ws, ErrorType.CONFIG_INVALID)
     assert f".openagents/{name}" in err.message and err.message.count(":") >= 1
@@ -318,7 +322,8 @@ def test_a_sound_workspace_policy_still_tightens(tmp_path):
 
 @pytest.mark.docker
 def test_one_poisoned_workspace_does_not_wedge_the_acp_server(sandbox_image, tmp_path):
-    """In one ACP server, sessions on a slow-to-parse policy, a FIFO policy and an alias bomb fail typed while a normal session completes its prompt and initialize is answered meanwhile."""
+    """In one ACP server, sessions on a slow-to-parse policy, a FIFO policy and an alias bomb fail
+    typed while a normal session completes its prompt and initialize is answered meanwhile."""
     from tests.test_acp import Editor, updates
 
     slow = make_workspace(tmp_path / "slow", {".openagents/policy.toml": _fill("", "a.", "a=1").decode()})
@@ -355,7 +360,8 @@ def test_one_poisoned_workspace_does_not_wedge_the_acp_server(sandbox_image, tmp
         assert answered_at[105] < answered_at[101], "initialize waited for a slow session set-up"
         assert answered_at[105] - started < 5
         slow_error = answers[101]["error"]
-        # A 30,000-part dotted key runs into the parse's time or memory bound, whichever the machine's speed reaches first.
+        # A 30,000-part dotted key runs into the parse's time or
+        # memory bound, whichever the machine's speed reaches first.
         assert slow_error["data"]["type"] == "config_invalid" and (
             "longer than" in slow_error["message"] or "MiB to parse" in slow_error["message"]
         ), slow_error

@@ -89,7 +89,8 @@ def refused_landing(error: dict | str | None) -> bool:
 
 @pytest.mark.parametrize("variant", [None, *POLICIES])
 def test_run_apply_and_oa_sandbox_apply_meet_the_ladder(sandbox_image, tmp_path, variant):
-    """`run --apply` and a later `oa-sandbox apply ID` land nothing an allowed shell command wrote when an admin denies edits, denies landing, or sets copy-only or read-only: one typed refusal (refused_by_policy), exit 3."""
+    """`run --apply` and a later `oa-sandbox apply ID` land nothing an allowed shell command wrote when an admin
+    denies edits, denies landing, or sets copy-only or read-only: one typed refusal (refused_by_policy), exit 3."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, variant)
     model = script(
@@ -117,7 +118,8 @@ def test_run_apply_and_oa_sandbox_apply_meet_the_ladder(sandbox_image, tmp_path,
 
 
 def test_read_only_in_bind_mode_mounts_the_workspace_read_only_and_refuses_every_edit(sandbox_image, tmp_path):
-    """workspace_access = read-only in bind mode: the box's shell cannot write the workspace (a read-only mount), write_file and edit_file are refused typed, the files stay as they were."""
+    """workspace_access = read-only in bind mode: the box's shell cannot write the workspace (a
+    read-only mount), write_file and edit_file are refused typed, the files stay as they were."""
     ws = make_workspace(tmp_path / "ws", {"app.py": "print('old')\n"})  # owned by uid 1000: bind mode
     env = environment(tmp_path, "read-only")
     policy = tmp_path / "p.toml"
@@ -169,7 +171,8 @@ def test_read_only_in_bind_mode_mounts_the_workspace_read_only_and_refuses_every
 
 
 def test_copy_only_refuses_bind_mode_before_any_box(tmp_path):
-    """workspace_access = copy-only: a session asked for in bind mode is refused, typed, before any box exists (its edits would land with no landing to refuse)."""
+    """workspace_access = copy-only: a session asked for in bind mode is refused,
+    typed, before any box exists (its edits would land with no landing to refuse)."""
     ws = make_workspace(tmp_path / "ws", {"app.py": "x\n"})
     env = environment(tmp_path, "copy-only")
     run = oa(
@@ -194,7 +197,8 @@ def test_copy_only_refuses_bind_mode_before_any_box(tmp_path):
 
 @pytest.mark.parametrize("variant", [None, "deny-edits", "copy-only", "read-only"])
 def test_mcp_apply_changes_meets_the_ladder(sandbox_image, tmp_path, variant):
-    """MCP's apply_changes lands nothing an allowed shell command wrote when an admin denies edits or sets copy-only or read-only: an isError result typed refused_by_policy."""
+    """MCP's apply_changes lands nothing an allowed shell command wrote when an admin denies
+    edits or sets copy-only or read-only: an isError result typed refused_by_policy."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, variant)
     params = StdioServerParameters(
@@ -216,7 +220,8 @@ def test_mcp_apply_changes_meets_the_ladder(sandbox_image, tmp_path, variant):
 
 @pytest.mark.parametrize("variant", [None, "deny-edits", "copy-only", "read-only"])
 def test_acp_end_of_turn_landing_meets_the_ladder(sandbox_image, tmp_path, variant):
-    """ACP's end-of-turn landing (copy mode) lands nothing an allowed shell command wrote when an admin denies edits or sets copy-only or read-only: the turn's _meta error says refused_by_policy."""
+    """ACP's end-of-turn landing (copy mode) lands nothing an allowed shell command wrote when an admin
+    denies edits or sets copy-only or read-only: the turn's _meta error says refused_by_policy."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, variant)
     model = script(
@@ -242,7 +247,8 @@ def test_acp_end_of_turn_landing_meets_the_ladder(sandbox_image, tmp_path, varia
     "mode", ["auto", "legacy"]
 )  # 2026-07-28: InputRequiredResult; handshake era: elicitation/create
 def test_mcp_a_landing_rule_that_asks_is_put_to_the_client(sandbox_image, tmp_path, mode):
-    """A landing rule that asks: MCP's apply_changes puts the question to the client's user (elicitation); a rejection lands nothing (rejected_by_user), an acceptance lands."""
+    """A landing rule that asks: MCP's apply_changes puts the question to the client's user
+    (elicitation); a rejection lands nothing (rejected_by_user), an acceptance lands."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, None)
     (tmp_path / "admin.toml").write_text('tier = "admin"\n' + SHELL + '[[rules]]\naction = "land"\ndecision = "ask"\n')
@@ -272,7 +278,8 @@ def test_mcp_a_landing_rule_that_asks_is_put_to_the_client(sandbox_image, tmp_pa
 
 
 def test_acp_a_landing_rule_that_asks_is_put_to_the_editor(sandbox_image, tmp_path):
-    """A landing rule that asks: ACP's end-of-turn landing is put to the editor (session/request_permission); a rejection lands nothing (rejected_by_user)."""
+    """A landing rule that asks: ACP's end-of-turn landing is put to the editor
+    (session/request_permission); a rejection lands nothing (rejected_by_user)."""
     ws = root_owned(tmp_path)
     env = environment(tmp_path, None)
     (tmp_path / "admin.toml").write_text('tier = "admin"\n' + SHELL + '[[rules]]\naction = "land"\ndecision = "ask"\n')
@@ -296,7 +303,8 @@ def test_acp_a_landing_rule_that_asks_is_put_to_the_editor(sandbox_image, tmp_pa
 
 @pytest.mark.parametrize("variant", ["deny-edits", "copy-only"])
 def test_the_public_api_apply_meets_the_ladder(sandbox_image, tmp_path, monkeypatch, variant):
-    """The public API's Sandbox.apply() lands nothing an allowed shell command wrote when an admin denies edits or sets copy-only: ToolError(refused_by_policy)."""
+    """The public API's Sandbox.apply() lands nothing an allowed shell command wrote
+    when an admin denies edits or sets copy-only: ToolError(refused_by_policy)."""
     from orchestrator import Sandbox, ToolError
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})

@@ -32,7 +32,8 @@ from tests.conftest import chown_tree, make_workspace
 ROOT = Path(os.environ.get("OA_NAMES_CLI_ROOT") or Path(__file__).resolve().parents[2])  # the checkout whose CLI runs
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 MARK = b"INJECTED by the box"
-# A newline then text at the left margin, a tab, a quote, a backslash, an escape, invalid UTF-8, a space, a DEL, UTF-8 proper.
+# A newline then text at the left margin, a tab, a quote, a
+# backslash, an escape, invalid UTF-8, a space, a DEL, UTF-8 proper.
 NAMES = [
     b"nl\n" + MARK,
     b"tab\tname",
@@ -126,7 +127,8 @@ def no_margin_injection(*texts: bytes) -> None:
 
 
 def test_git_quoting_of_names_is_git_s_own():
-    """A batch patch names files as git quotes them: our quoting of each hostile name equals git's (ls-files, core.quotePath)."""
+    """A batch patch names files as git quotes them: our quoting of
+    each hostile name equals git's (ls-files, core.quotePath)."""
     repo = Path(os.environ.get("TMPDIR", "/tmp")) / f"quote-{os.getpid()}-{time.monotonic_ns()}"
     repo.mkdir()
     try:
@@ -144,7 +146,8 @@ def test_git_quoting_of_names_is_git_s_own():
 
 
 def test_the_exact_form_of_a_name_is_lossless_and_its_shown_form_one_line():
-    """A name in machine output is its UTF-8 text or {"bytes_b64"} (encoded surrogates too), decoding to the very bytes; shown is one escaped line."""
+    """A name in machine output is its UTF-8 text or {"bytes_b64"} (encoded
+    surrogates too), decoding to the very bytes; shown is one escaped line."""
     for name in [*NAMES, b"\xed\xa0\x80lone-surrogate", b"\xc3\x28"]:
         value = exact(name)
         line = json_line({"path": value})
@@ -164,7 +167,8 @@ def _utf8(name: bytes) -> bool:
 
 @pytest.mark.docker
 def test_a_batch_patch_lands_every_hostile_name_with_git_apply(sandbox_image, tmp_path):
-    """A batch task's box makes files named with a newline, tab, quote, backslash, escape, invalid UTF-8: its patch lands each exact name with `git apply`, and its lists give the exact names."""
+    """A batch task's box makes files named with a newline, tab, quote, backslash, escape, invalid
+    UTF-8: its patch lands each exact name with `git apply`, and its lists give the exact names."""
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "keep\n"})
     chown_tree(ws)
     result, line, _, proc = batch_one(tmp_path, ws, model(tmp_path, make_names(NAMES)))
@@ -186,7 +190,8 @@ def test_a_batch_patch_lands_every_hostile_name_with_git_apply(sandbox_image, tm
 
 @pytest.mark.docker
 def test_run_apply_keeps_box_names_off_the_left_margin_and_json_names_are_exact(sandbox_image, tmp_path):
-    """`run --apply` prints every box-made name on its own escaped line; `--output json` gives applied and changed_files as exact names with shown forms beside them."""
+    """`run --apply` prints every box-made name on its own escaped line; `--output json`
+    gives applied and changed_files as exact names with shown forms beside them."""
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "keep\n"})
     chown_tree(ws)
     args = [
@@ -236,7 +241,8 @@ def _bounded_batch(tmp_path: Path, count: int) -> None:
     result, line, rss, _ = batch_one(tmp_path, ws, model(tmp_path, _many(count)))
     wall = time.monotonic() - began
     print(
-        f"\n{count} box-made names through a local batch: result line {len(line)} bytes, driver peak RSS {rss >> 10} MiB, {wall:.0f} s"
+        f"\n{count} box-made names through a local batch: result line "
+        f"{len(line)} bytes, driver peak RSS {rss >> 10} MiB, {wall:.0f} s"
     )
     assert result["status"] == "finished", result["reason"]
     assert len(line) <= MAX_LINE_BYTES
@@ -250,20 +256,23 @@ def _bounded_batch(tmp_path: Path, count: int) -> None:
 
 @pytest.mark.docker
 def test_30000_box_made_names_leave_a_batch_result_line_bounded(sandbox_image, tmp_path):
-    """A batch task's box makes 30,000 long-named absolute symlinks: its result line stays under 1 MiB, 1,000 names a list, totals and full lists on disk."""
+    """A batch task's box makes 30,000 long-named absolute symlinks: its result
+    line stays under 1 MiB, 1,000 names a list, totals and full lists on disk."""
     _bounded_batch(tmp_path, 30_000)
 
 
 @pytest.mark.slow
 @pytest.mark.docker
 def test_200000_box_made_names_leave_a_batch_result_line_bounded(sandbox_image, tmp_path):
-    """The same with 199,900 names (just under the box's entry quota of 200,000, which stops a session past it): the line and the lists stay bounded, the driver's memory measured."""
+    """The same with 199,900 names (just under the box's entry quota of 200,000, which stops
+    a session past it): the line and the lists stay bounded, the driver's memory measured."""
     _bounded_batch(tmp_path, 199_800)
 
 
 @pytest.mark.docker
 def test_30000_applied_names_leave_run_output_json_bounded(sandbox_image, tmp_path):
-    """`run --apply --output json` after a box made 30,000 files: one object under 1 MiB, applied and changed_files cut at 1,000 with totals and files."""
+    """`run --apply --output json` after a box made 30,000 files: one object
+    under 1 MiB, applied and changed_files cut at 1,000 with totals and files."""
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "keep\n"})
     chown_tree(ws)
     turn = maker("import os\nfor i in range(30000):\n    open('F' * 150 + '%06d' % i, 'w').write('x\\n')\n")

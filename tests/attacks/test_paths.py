@@ -79,7 +79,8 @@ def test_symlink_to_etc_passwd(victim):
 
 
 def test_symlink_to_the_hosts_parent_directory(victim):
-    """A symlink to the host directory above the workspace leads nowhere: refused, and the host path is not even in the box."""
+    """A symlink to the host directory above the workspace leads
+    nowhere: refused, and the host path is not even in the box."""
     os.symlink(str(victim.outside), victim.ws / "up")
     os.symlink("..", victim.ws / "dotdot")
     victim.seal()

@@ -46,7 +46,8 @@ def test_setuid_binaries_do_not_elevate(victim):
 def test_root_filesystem_is_read_only(victim):
     """The image cannot be changed: the agent's code, /etc and /usr are read-only."""
     out = victim.sh(
-        "for f in /opt/openagents/sandbox_agent/server.py /etc/passwd /usr/bin/evil /x; do echo pwn >> $f 2>&1 || true; done; echo done"
+        "for f in /opt/openagents/sandbox_agent/server.py /etc/passwd "
+        "/usr/bin/evil /x; do echo pwn >> $f 2>&1 || true; done; echo done"
     ).output
     assert out.count("Read-only file system") + out.count("Permission denied") >= 4
     assert victim.sh("grep -c pwn /opt/openagents/sandbox_agent/server.py /etc/passwd").output.count(":0") == 2
@@ -56,7 +57,8 @@ def test_root_filesystem_is_read_only(victim):
 def test_mount_unshare_and_chroot_fail(victim):
     """mount, unshare (user namespaces) and chroot all fail."""
     out = victim.sh(
-        "mount -t proc proc /tmp 2>&1; echo rc=$?; unshare -r id 2>&1; echo rc=$?; unshare -m true 2>&1; echo rc=$?; chroot / true 2>&1; echo rc=$?"
+        "mount -t proc proc /tmp 2>&1; echo rc=$?; unshare -r id 2>&1; echo "
+        "rc=$?; unshare -m true 2>&1; echo rc=$?; chroot / true 2>&1; echo rc=$?"
     ).output
     codes = [line for line in out.splitlines() if line.startswith("rc=")]
     assert len(codes) == 4 and "rc=0" not in codes, out

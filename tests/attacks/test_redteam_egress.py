@@ -133,7 +133,8 @@ def _send(port: int, data: bytes) -> bytes:
 
 
 def test_redteam_a_pipelined_second_request_never_reaches_upstream(gate):
-    """A second request pipelined after an allowed one (its own Host: another site) is not relayed to the upstream connection."""
+    """A second request pipelined after an allowed one (its own Host:
+    another site) is not relayed to the upstream connection."""
     port, upstream = gate
     allowed = f"localhost:{upstream.port}".encode()
     first = b"GET http://" + allowed + b"/ HTTP/1.1\r\nHost: " + allowed + b"\r\n\r\n"
@@ -144,7 +145,8 @@ def test_redteam_a_pipelined_second_request_never_reaches_upstream(gate):
 
 
 def test_redteam_a_request_smuggled_in_a_body_under_two_content_lengths_is_refused(gate):
-    """Two Content-Length headers (the proxy reads one, the upstream may read the other) are refused, never forwarded."""
+    """Two Content-Length headers (the proxy reads one, the
+    upstream may read the other) are refused, never forwarded."""
     port, upstream = gate
     allowed = f"localhost:{upstream.port}".encode()
     smuggled = b"GET /secret HTTP/1.1\r\nHost: fronted.example\r\n\r\n"
@@ -366,7 +368,8 @@ def _status(reply: bytes) -> int:
 
 
 def test_redteam_credential_is_injected_and_the_box_gets_only_the_answer(api_gate):
-    """An allowed GET with the placeholder: the real API receives the token, the box's reply does not hold it, the audit says injected."""
+    """An allowed GET with the placeholder: the real API receives the
+    token, the box's reply does not hold it, the audit says injected."""
     port, upstream, records, ca = api_gate
     head, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/repos/org/x?token=abc", port=upstream.port))
     assert _status(reply) == 200 and b'"authorized": true' in reply and TOKEN.encode() not in reply
@@ -385,7 +388,8 @@ def test_redteam_credential_is_injected_and_the_box_gets_only_the_answer(api_gat
 
 @pytest.mark.parametrize("where", ["url", "body", "header"])
 def test_redteam_the_placeholder_elsewhere_is_never_replaced(api_gate, where):
-    """The placeholder in the URL, the body or another header reaches the API as itself: the gate fills one header, nowhere else."""
+    """The placeholder in the URL, the body or another header reaches
+    the API as itself: the gate fills one header, nowhere else."""
     port, upstream, records, ca = api_gate
     if where == "url":
         request = _get(f"/repos/org/{PLACEHOLDER}?q={PLACEHOLDER}", port=upstream.port)
@@ -402,7 +406,8 @@ def test_redteam_the_placeholder_elsewhere_is_never_replaced(api_gate, where):
 
 
 def test_redteam_an_echoing_api_does_not_hand_the_secret_back(api_gate):
-    """An API that reflects request headers: the gate blanks the secret in the response (same length, the framing stays true)."""
+    """An API that reflects request headers: the gate blanks the
+    secret in the response (same length, the framing stays true)."""
     port, upstream, _, ca = api_gate
     _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/echo", port=upstream.port))
     assert _status(reply) == 200 and TOKEN.encode() not in reply and b"*" * len(TOKEN) in reply
@@ -425,8 +430,8 @@ def test_redteam_an_echoing_api_does_not_hand_the_secret_back(api_gate):
     ],
 )
 def test_redteam_rules_by_method_and_path_refuse_and_name_the_rule_set(api_gate, method, path, status, rule):
-    """A denied method or path (dot segments and repeated slashes resolved first) gets a JSON 403 naming the rule set and
-    rule; an ambiguous path (an encoded slash, a backslash, an invalid escape, NUL) a 400; the API sees nothing."""
+    """A denied method or path (dot segments and repeated slashes resolved first) gets a JSON 403 naming the rule set
+    and rule; an ambiguous path (an encoded slash, a backslash, an invalid escape, NUL) a 400; the API sees nothing."""
     port, upstream, records, ca = api_gate
     _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get(path, method=method, port=upstream.port))
     assert _status(reply) == status, reply[:300]
@@ -505,7 +510,8 @@ def test_redteam_sni_or_host_naming_another_server_is_refused(api_gate):
 
 
 def test_redteam_a_redirect_to_another_host_is_relayed_not_followed(api_gate):
-    """The API's 302 to another host reaches the box as is; the gate follows nothing, and that host is refused (default deny)."""
+    """The API's 302 to another host reaches the box as is; the gate
+    follows nothing, and that host is refused (default deny)."""
     port, upstream, _, ca = api_gate
     _, reply = _tls_exchange(port, upstream.port, ca.ca_pem, _get("/redirect", port=upstream.port))
     assert _status(reply) == 302 and b"Location: https://other.test/steal" in reply and len(upstream.requests) == 1
@@ -549,7 +555,8 @@ def test_redteam_the_gate_never_sends_the_token_to_an_unverified_server(proxy_mo
 
 
 def test_redteam_narrow_rules_on_a_passed_through_host_refuse_the_tunnel(proxy_module):
-    """Without a credential rule the gate cannot see a tunnel's requests: a host with a method/path rule (or a narrow deny) is refused, a whole-host allow passes."""
+    """Without a credential rule the gate cannot see a tunnel's requests: a host with
+    a method/path rule (or a narrow deny) is refused, a whole-host allow passes."""
     policy = proxy_module.Policy(
         "",
         "",
@@ -579,11 +586,14 @@ def test_redteam_narrow_rules_on_a_passed_through_host_refuse_the_tunnel(proxy_m
 
 
 def test_redteam_plain_http_to_a_credential_host_gets_no_credential(api_gate):
-    """The credential goes only into re-originated TLS: a plain http:// request to the same host and port is sent without it."""
+    """The credential goes only into re-originated TLS: a plain
+    http:// request to the same host and port is sent without it."""
     port, upstream, records, _ = api_gate
     reply = _send(
         port,
-        f"GET http://localhost:{upstream.port}/repos/org/x HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n".encode(),
+        (
+            f"GET http://localhost:{upstream.port}/repos/org/x HTTP/1.1\r\nAuthorization: Bearer {PLACEHOLDER}\r\n\r\n"
+        ).encode(),
     )
     assert TOKEN.encode() not in reply and records[-1]["credential"] is False
 

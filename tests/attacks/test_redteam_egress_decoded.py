@@ -337,7 +337,8 @@ def test_redteam_a_star_method_is_refused_not_read_as_any(proxy_module):  # noqa
 
 @pytest.mark.parametrize("path", ["/%61dmin/keys", "/ADMIN/keys", "/x/../admin/keys", "//admin/keys"])
 def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noqa: F811
-    """The same spellings through plain http (no credential, the gate reads the request itself): refused, nothing forwarded."""
+    """The same spellings through plain http (no credential, the
+    gate reads the request itself): refused, nothing forwarded."""
     from tests.attacks.test_redteam_egress import LenientUpstream, _send
 
     upstream = LenientUpstream()
@@ -368,7 +369,8 @@ def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noq
 
 
 def test_redteam_a_rule_written_with_escapes_matches_the_canonical_form(proxy_module):  # noqa: F811
-    """An admin's `deny /%61dmin*` is compared in the same canonical form as requests: it holds on /admin/x and /ADMIN."""
+    """An admin's `deny /%61dmin*` is compared in the same
+    canonical form as requests: it holds on /admin/x and /ADMIN."""
     policy = proxy_module.Policy(
         "",
         "",

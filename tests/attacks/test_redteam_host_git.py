@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_redteam_gitignore_swapped_for_a_link_to_a_fifo_never_hangs_the_host(tmp_path):
-    """A .gitignore swapped, again and again, between a plain file (what the check sees) and a symlink to a FIFO (what libgit2 would open): status never blocks."""
+    """A .gitignore swapped, again and again, between a plain file (what the check
+    sees) and a symlink to a FIFO (what libgit2 would open): status never blocks."""
     ws = tmp_path / "ws"
     init_repo(ws, {"app.py": "x\n", "sub/y.txt": "y\n"})
     (ws / "new.txt").write_text("untracked: status asks whether it is ignored\n")

@@ -98,7 +98,8 @@ def home():
 
 @pytest.mark.parametrize("where", [".", "src"])
 def test_redteam_bare_repository_planted_by_the_box_is_defused(open_sandbox, tmp_path, home, where):
-    """A bare repository (HEAD, objects/, refs/, config with core.pager) planted by `shell` is defused by the sweep: the user's later `git log` runs nothing."""
+    """A bare repository (HEAD, objects/, refs/, config with core.pager) planted by
+    `shell` is defused by the sweep: the user's later `git log` runs nothing."""
     marker = home / "markers" / "MARKER-bare-pager"
     ws = make_workspace(home / "ws", {"src/app.py": "print(1)\n"})
     box = open_sandbox(ws)
@@ -112,7 +113,8 @@ def test_redteam_bare_repository_planted_by_the_box_is_defused(open_sandbox, tmp
 
 
 def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, tmp_path, home):
-    """A directory with HEAD and a `commondir` file (git's linked-worktree layout) is a repository to git: the sweep defuses it too."""
+    """A directory with HEAD and a `commondir` file (git's linked-worktree
+    layout) is a repository to git: the sweep defuses it too."""
     marker = home / "markers" / "MARKER-commondir-pager"
     ws = make_workspace(home / "ws", {"lib/x.py": "x = 1\n"})
     box = open_sandbox(ws)
@@ -123,7 +125,8 @@ def test_redteam_commondir_git_dir_planted_by_the_box_is_defused(open_sandbox, t
 
 
 def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sandbox, tmp_path, home):
-    """Copy mode: a bare repository the box planted in the copy is not carried into the real workspace by apply (its HEAD is left out and listed)."""
+    """Copy mode: a bare repository the box planted in the copy is not carried
+    into the real workspace by apply (its HEAD is left out and listed)."""
     from orchestrator.workspace.copy import copy_workspace
     from orchestrator.workspace.review import apply_changes
     from tests.conftest import chown_tree
@@ -155,7 +158,8 @@ def test_redteam_every_existing_nested_repository_is_read_only_in_the_box(open_s
     out = box.call(
         "shell",
         {
-            "command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch /tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"
+            "command": "for d in vendor/r*/.git; do printf '[core]\\n\\tfsmonitor = touch "
+            "/tmp/x\\n' > $d/config 2>/dev/null && echo wrote $d; done; echo end"
         },
     ).output
     box.close()
@@ -186,7 +190,8 @@ def test_redteam_rollback_never_brings_back_a_planted_bare_repository(open_sandb
 
 
 def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_files_alone(open_sandbox, tmp_path):
-    """A planted .git holding a hard link to the user's script: moving it out of the workspace does not change the script's mode."""
+    """A planted .git holding a hard link to the user's script: moving
+    it out of the workspace does not change the script's mode."""
     ws = make_workspace(tmp_path / "ws", {"run.sh": "#!/bin/sh\necho hi\n"})
     (ws / "run.sh").chmod(0o755)
     box = open_sandbox(ws)
@@ -202,7 +207,8 @@ def test_redteam_quarantining_a_planted_repository_leaves_hard_linked_workspace_
 
 
 def test_redteam_a_workspace_with_more_repositories_than_can_be_protected_is_refused(tmp_path, home):
-    """Past the cap of read-only repository mounts the sandbox is not started at all (typed, fatal), rather than half protected."""
+    """Past the cap of read-only repository mounts the sandbox is not
+    started at all (typed, fatal), rather than half protected."""
     from orchestrator.errors import ErrorType, OpenAgentsError
     from orchestrator.sandbox.docker import MAX_GIT_MOUNTS, git_mounts
     from orchestrator.sandbox.sweep_journal import capture_baseline

@@ -10,7 +10,8 @@ pytestmark = pytest.mark.docker
 
 
 def test_redteam_data_below_the_walk_depth_still_counts_against_the_write_quota(open_sandbox, tmp_path):
-    """Files written 600 directories deep (below the 512 levels the usage walk enters) still stop the session at the write quota."""
+    """Files written 600 directories deep (below the 512 levels the
+    usage walk enters) still stop the session at the write quota."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     quota = 32 << 20
     box = open_sandbox(ws, write_quota=quota)

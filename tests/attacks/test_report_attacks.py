@@ -50,7 +50,10 @@ PAGE_TAGS = {
     "span",
     "br",
 }
-POLICY = "rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: hostile, tool: shell, command_prefix: sh hostile.sh, decision: allow}\n"
+POLICY = (
+    "rules:\n  - {id: edits, kind: edit, decision: allow}\n  - {id: "
+    "hostile, tool: shell, command_prefix: sh hostile.sh, decision: allow}\n"
+)
 
 
 def payloads(port: int) -> list[str]:
@@ -132,7 +135,9 @@ def hostile(tmp_path_factory, sandbox_image):
 
 
 def test_report_of_hostile_session_holds_no_element_of_the_box(hostile):
-    """A report of a session whose file names, outputs, diffs and model text carry <script>, event handlers, javascript: links, </details>, </style>, control characters and invalid UTF-8 holds only the page's own elements, no handler and no link out; every payload is there as escaped text."""
+    """A report of a session whose file names, outputs, diffs and model text carry <script>, event
+    handlers, javascript: links, </details>, </style>, control characters and invalid UTF-8 holds only
+    the page's own elements, no handler and no link out; every payload is there as escaped text."""
     sid, out, recorder, _ = hostile
     page = out.read_text(encoding="utf-8")
     assert len(page.encode()) <= MAX_PAGE_BYTES
@@ -162,7 +167,9 @@ def test_report_of_hostile_session_holds_no_element_of_the_box(hostile):
 
 @needs_chromium
 def test_report_of_hostile_session_runs_nothing_and_loads_nothing_in_chromium(hostile):
-    """The hostile session's report opened in a real headless Chromium: no payload ran (the title is the page's, no element of the box's is in the DOM), nothing was fetched from a loopback server every payload points at, and the payloads are on the page as text."""
+    """The hostile session's report opened in a real headless Chromium: no payload ran (the
+    title is the page's, no element of the box's is in the DOM), nothing was fetched from a
+    loopback server every payload points at, and the payloads are on the page as text."""
     sid, out, recorder, _ = hostile
     dom = dump_dom(out)
     elements = Elements(dom)
@@ -175,12 +182,15 @@ def test_report_of_hostile_session_runs_nothing_and_loads_nothing_in_chromium(ho
 
 @needs_chromium
 def test_report_csp_stops_what_escaping_would_miss(hostile, tmp_path):
-    """Defence in depth: markup planted into the report's body unescaped (a script, an image with a handler, a remote stylesheet, a style url) neither runs nor loads, because of the page's Content-Security-Policy alone; the same page without it does both."""
+    """Defence in depth: markup planted into the report's body unescaped (a script, an
+    image with a handler, a remote stylesheet, a style url) neither runs nor loads, because
+    of the page's Content-Security-Policy alone; the same page without it does both."""
     sid, out, recorder, _ = hostile
     page = out.read_text(encoding="utf-8")
     remote = f"http://127.0.0.1:{recorder.port}"
     planted = (
-        f"<script>document.title='PWNED-csp'</script><img src=\"{remote}/csp-img\" onerror=\"document.title='PWNED-csp-img'\">"
+        "<script>document.title='PWNED-csp'</script><img "
+        f'src="{remote}/csp-img" onerror="document.title=\'PWNED-csp-img\'">'
         f'<link rel=stylesheet href="{remote}/csp-css"><div style="background:url({remote}/csp-style)">x</div>'
     )
     with_csp = tmp_path / "with-csp.html"
@@ -202,7 +212,9 @@ def test_report_csp_stops_what_escaping_would_miss(hostile, tmp_path):
 @pytest.mark.slow  # writing 200 MiB and reading it back: about 35 s here
 @needs_chromium
 def test_report_of_a_huge_transcript_is_bounded_and_renders_fast(hostile, tmp_path):
-    """A session whose transcript grew to 200 MiB (tens of thousands of big tool results): the report is built in seconds, stays under its cap, says what it left out and where the full record is, and Chromium renders it in seconds."""
+    """A session whose transcript grew to 200 MiB (tens of thousands of big tool
+    results): the report is built in seconds, stays under its cap, says what it
+    left out and where the full record is, and Chromium renders it in seconds."""
     sid, _, _, tmp = hostile
     record = json.loads((tmp / "state" / "openagents-sandbox" / "sessions" / sid / "session.json").read_text())
     transcript = Path(record["transcript"])

@@ -52,7 +52,9 @@ def script(path: Path, *turns: dict) -> str:
 
 @pytest.mark.docker
 def test_resume_after_the_box_rewrote_an_in_workspace_policy_to_admin_grants_nothing_more(sandbox_image, tmp_path):
-    """The box rewrites the session's in-workspace --policy file to `tier = "admin"` with a shell allow and egress: `run --resume` keeps the policy pinned at the start (the shell stays denied, stderr says the file changed), and the rewritten file named for a new session is refused as a workspace policy that allows."""
+    """The box rewrites the session's in-workspace --policy file to `tier = "admin"` with a shell allow and
+    egress: `run --resume` keeps the policy pinned at the start (the shell stays denied, stderr says the file
+    changed), and the rewritten file named for a new session is refused as a workspace policy that allows."""
     ws = make_workspace(tmp_path / "ws", {"ci-policy.toml": START_POLICY, "a.py": "x = 1\n"})
     first_model = script(
         tmp_path / "first.jsonl",
@@ -130,7 +132,9 @@ def test_resume_after_the_box_rewrote_an_in_workspace_policy_to_admin_grants_not
 def test_resume_after_the_box_loosened_the_workspaces_own_policy_keeps_the_deny_it_had_at_the_start(
     sandbox_image, tmp_path
 ):
-    """The box rewrites the workspace's own `.openagents/policy.toml` (which denied every shell command) into one that denies nothing: a resumed `--auto-approve` session still applies the deny pinned at the start beside today's file, so the command the start refused stays refused."""
+    """The box rewrites the workspace's own `.openagents/policy.toml` (which denied every shell
+    command) into one that denies nothing: a resumed `--auto-approve` session still applies the deny
+    pinned at the start beside today's file, so the command the start refused stays refused."""
     deny = 'tier = "workspace"\n\n[[rules]]\nid = "repo-no-shell"\ntool = "shell"\ndecision = "deny"\n'
     ws = make_workspace(tmp_path / "ws", {".openagents/policy.toml": deny, "a.py": "x = 1\n"})
     loosened = 'tier = "workspace"\n\n[[rules]]\nid = "harmless"\ntool = "read_file"\ndecision = "ask"\n'

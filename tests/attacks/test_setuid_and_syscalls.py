@@ -85,7 +85,8 @@ code = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40, p
 base = ctypes.addressof(ctypes.c_char.from_buffer(code))
 path = os.path.join(d, "f").encode() + b"\0"
 code[2048:2048 + len(path)] = path
-code[0:18] = b"\x53\xb8\x0f\x00\x00\x00\xbb" + struct.pack("<I", base + 2048) + b"\xb9" + struct.pack("<I", S) + b"\xcd\x80"
+code[0:18] = (b"\x53\xb8\x0f\x00\x00\x00\xbb" + struct.pack("<I", base + 2048)
+              + b"\xb9" + struct.pack("<I", S) + b"\xcd\x80")
 code[18:20] = b"\x5b\xc3"
 if base < (1 << 32):
     child = os.fork()
@@ -96,12 +97,14 @@ if base < (1 << 32):
     out["i386 int 0x80 chmod suid"] = [0, 0] if status == 0 else [-1, os.waitstatus_to_exitcode(status)]
 # Refused outright (EPERM); openat2 is ENOSYS (above).
 for name, nr, args in (("io_uring_setup", 425, (8, bytes(120))), ("io_uring_enter", 426, (0, 1, 0, 0, 0, 0)),
-                       ("io_uring_register", 427, (0, 0, 0, 0)), ("userfaultfd", 323, (0,)), ("bpf", 321, (0, bytes(128), 128)),
+                       ("io_uring_register", 427, (0, 0, 0, 0)), ("userfaultfd", 323, (0,)),
+                       ("bpf", 321, (0, bytes(128), 128)),
                        ("perf_event_open", 298, (bytes(128), 0, -1, -1, 0)), ("keyctl", 250, (0, -1, 0)),
                        ("add_key", 248, (b"user", b"oa", b"x", 1, -2)), ("request_key", 249, (b"user", b"oa", 0, 0))):
     out[name] = sc(nr, *args)
 # File capabilities: a security.capability xattr (CAP_SYS_ADMIN, effective) on a workspace file.
-out["setxattr security.capability"] = py(lambda: os.setxattr("f", "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 21, 0, 0, 0)))
+out["setxattr security.capability"] = py(
+    lambda: os.setxattr("f", "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 21, 0, 0, 0)))
 # Python's own tarfile restores modes with os.chmod (and ignores its failure).
 import tarfile
 out["python tarfile extractall"] = py(lambda: tarfile.open("/workspace/suid.tar").extractall("pytar"))
@@ -130,7 +133,8 @@ mkdir sgdir; chmod g+s sgdir; echo "setgid dir rc=$?"
 mkdir -m 2775 sgdir2; echo "mkdir -m 2775 rc=$?"
 mknod -m 4755 mknod-file p; echo "mknod -m 4755 rc=$?"
 mkdir tarx; tar -xpf /workspace/suid.tar -C tarx; echo "tar -xp rc=$?"
-mkdir tarx2; tar --same-permissions --no-same-owner -xf /workspace/suid.tar -C tarx2; echo "tar --same-permissions rc=$?"
+mkdir tarx2; tar --same-permissions --no-same-owner -xf /workspace/suid.tar -C tarx2
+echo "tar --same-permissions rc=$?"
 find . -perm /6000 -printf 'BITS %m %p\\n'
 """
 
@@ -144,11 +148,14 @@ chmod 755 run.sh && chmod u+x,g-w,o-w run.sh
 mkdir sticky && chmod 1777 sticky && echo "sticky $(stat -c %a sticky)"
 install -m 755 run.sh installed.sh && $RUN ./installed.sh
 mkdir -p a/b/c && chmod 700 a && chmod -R u+rwX a
-python3 -c 'import os; os.umask(0o022); fd = os.open("py.txt", os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, b"ok"); os.close(fd); os.chmod("py.txt", 0o600); print("python-ok", oct(os.stat("py.txt").st_mode & 0o7777))'
+python3 -c 'import os; os.umask(0o022); fd = os.open("py.txt", os.O_CREAT | os.O_WRONLY, 0o644); \
+os.write(fd, b"ok"); os.close(fd); os.chmod("py.txt", 0o600); \
+print("python-ok", oct(os.stat("py.txt").st_mode & 0o7777))'
 python3 -c 'open("plain.txt", "w").write("x"); print("open-ok", open("plain.txt").read())'
 tar -cf plain.tar run.sh py.txt && mkdir untar && tar -xpf plain.tar -C untar && ls untar | tr '\\n' ' ' && echo tar-ok
 cp -a run.sh copied.sh && $RUN ./copied.sh
-if command -v git >/dev/null; then git init -q g && git -C g -c user.name=t -c user.email=t@t commit -q --allow-empty -m x && echo git-ok; else echo git-absent; fi
+if command -v git >/dev/null; then git init -q g && \
+git -C g -c user.name=t -c user.email=t@t commit -q --allow-empty -m x && echo git-ok; else echo git-absent; fi
 echo ordinary-done
 """
 
@@ -211,7 +218,8 @@ def _write(box: DockerSandbox, rel: str, content: str) -> None:
 
 
 def test_setuid_and_setgid_through_every_tool(box):
-    """chmod 4755/2755/u+s/g+s, install -m 4755, cp -a/-p of the image's setuid binaries, GNU tar -p, mknod and setgid directories, in the workspace and /tmp: every bit refused."""
+    """chmod 4755/2755/u+s/g+s, install -m 4755, cp -a/-p of the image's setuid binaries, GNU
+    tar -p, mknod and setgid directories, in the workspace and /tmp: every bit refused."""
     _write(box, "routes.sh", SHELL_ROUTES)
     for where in ("/workspace/w", "/tmp/w"):
         out = _sh(box, f"mkdir -p {where} && sh /workspace/routes.sh {where} 2>&1")
@@ -237,7 +245,8 @@ def test_setuid_and_setgid_through_every_tool(box):
         # The files are there, only the bits are not: the routes really ran.
         listing = _sh(
             box,
-            f"cd {where} && stat -c '%a %n' tool inst-suid cp-a-suid cp-p-suid cp-a-sgid tarx/tar-suid tarx2/tar-both sgdir",
+            f"cd {where} && stat -c '%a %n' tool inst-suid cp-a-suid "
+            "cp-p-suid cp-a-sgid tarx/tar-suid tarx2/tar-both sgdir",
         )
         modes = dict(reversed(line.split(" ", 1)) for line in listing.splitlines())
         assert len(modes) == 8 and modes["tool"] == "755", listing
@@ -245,7 +254,9 @@ def test_setuid_and_setgid_through_every_tool(box):
 
 
 def test_setuid_and_setgid_through_raw_syscalls(box):
-    """os.chmod/fchmod/open(O_CREAT|O_TMPFILE)/mknod/mkdir with the bits, the raw chmod/fchmodat/fchmodat2/open/openat/creat/mknod(at)/mkdir(at) syscalls, the x32 and i386 ABIs, a security.capability xattr and Python's tarfile: all refused, openat2 is ENOSYS."""
+    """os.chmod/fchmod/open(O_CREAT|O_TMPFILE)/mknod/mkdir with the bits, the raw
+    chmod/fchmodat/fchmodat2/open/openat/creat/mknod(at)/mkdir(at) syscalls, the x32 and i386
+    ABIs, a security.capability xattr and Python's tarfile: all refused, openat2 is ENOSYS."""
     _write(box, "probe.py", PROBE)
     results: dict[str, list[int]] = {}
     for where in ("/workspace/p", "/tmp/p"):
@@ -273,7 +284,8 @@ def test_setuid_and_setgid_through_raw_syscalls(box):
 
 
 def test_ordinary_work_still_works(box):
-    """chmod 755 and +x, running a script, install -m 755, python file I/O, tar without setuid and cp -a all still work under the profile."""
+    """chmod 755 and +x, running a script, install -m 755, python file
+    I/O, tar without setuid and cp -a all still work under the profile."""
     _write(box, "work.sh", ORDINARY_WORK)
     for where, run in (("/workspace/o", ""), ("/tmp/o", "sh")):
         out = _sh(box, f"mkdir -p {where} && sh /workspace/work.sh {where} {run} 2>&1")
@@ -317,7 +329,8 @@ def test_the_profile_is_what_stops_it(sandbox_image, docker_client, tmp_path):
 
 
 def test_a_tampered_profile_is_refused():
-    """A profile with an unconditional allow for chmod, or a field Docker 20.10 would silently ignore, never reaches a sandbox."""
+    """A profile with an unconditional allow for chmod, or a field
+    Docker 20.10 would silently ignore, never reaches a sandbox."""
     from orchestrator.sandbox import seccomp
 
     profile = json.loads(seccomp.PROFILE_PATH.read_text())

@@ -188,7 +188,9 @@ def forge(
 def test_continue_in_a_shared_state_dir_resumes_the_victims_own_session_and_never_sends_the_key_to_a_forged_endpoint(
     sandbox_image, users, shared
 ):
-    """Another local user forges a far-future session record naming the victim (uid, workspace, its key variable, an endpoint of theirs): `run --continue` resumes the victim's own session, the key never reaches the forged endpoint, `sessions` lists only the victim's own and `--all-users` lists the forged one escaped."""
+    """Another local user forges a far-future session record naming the victim (uid, workspace, its key variable,
+    an endpoint of theirs): `run --continue` resumes the victim's own session, the key never reaches the forged
+    endpoint, `sessions` lists only the victim's own and `--all-users` lists the forged one escaped."""
     victim = users.add("v", "docker")
     other = users.add("o")
     ws = shared / "ws"
@@ -262,7 +264,9 @@ def test_continue_in_a_shared_state_dir_resumes_the_victims_own_session_and_neve
 
 @needs_users
 def test_a_record_another_user_owns_is_refused_by_every_command_naming_the_owner(users, tmp_path):
-    """A session directory and record another user owns in the caller's sessions/ (their `host_uid` naming the caller): `--resume`, `apply`, `changes`, `discard`, `rollback`, `checkpoints` and `transcript show` refuse it, typed, naming the owner; `sessions` does not list it as the caller's."""
+    """A session directory and record another user owns in the caller's sessions/ (their `host_uid`
+    naming the caller): `--resume`, `apply`, `changes`, `discard`, `rollback`, `checkpoints` and
+    `transcript show` refuse it, typed, naming the owner; `sessions` does not list it as the caller's."""
     victim = users.add("v")
     other = users.add("o")
     base = Path(tempfile.mkdtemp(prefix="oa-owner-", dir="/tmp"))
@@ -323,7 +327,8 @@ def test_a_record_another_user_owns_is_refused_by_every_command_naming_the_owner
 
 @needs_users
 def test_a_shared_state_dir_without_the_sticky_bit_and_a_planted_user_dir_are_refused(users):
-    """A state directory other users can write without the sticky bit, and a `user-UID` directory another user planted in a sticky one (or a link there), are refused with a message saying why, before any record is read or written."""
+    """A state directory other users can write without the sticky bit, and a `user-UID` directory another user planted
+    in a sticky one (or a link there), are refused with a message saying why, before any record is read or written."""
     victim = users.add("v")
     other = users.add("o")
     base = Path(tempfile.mkdtemp(prefix="oa-sticky-", dir="/tmp"))

@@ -145,7 +145,8 @@ def test_a_killed_host_leaves_its_sweep_to_the_next_command(sandbox_image, runti
     )
     assert second.returncode == 0, second.stderr
     adopted = sweep_journal.capture_baseline(ws).git_entries
-    # an empty top .git is the read-only placeholder's mount point (kept while Docker still lists a box on the workspace)
+    # an empty top .git is the read-only placeholder's mount point
+    # (kept while Docker still lists a box on the workspace)
     assert set(adopted) <= {".git"} and not any(os.scandir(ws / ".git") if ".git" in adopted else ()), adopted
 
 
@@ -211,9 +212,9 @@ def test_a_sparse_file_with_many_hard_links_is_not_expanded_across_file_systems(
             "shell",
             {
                 "command": PLANT.format(config=HOSTILE_CONFIG.format(marker=marker))
-                + " && truncate -s 16M sub/.git/objects/pack && "
-                "for i in $(seq 1 15); do ln sub/.git/objects/pack sub/.git/objects/l$i; done && "
-                "mkdir -p sub/.git/modules/m/objects sub/.git/modules/m/refs && echo x > sub/.git/modules/m/HEAD && echo ok"
+                + " && truncate -s 16M sub/.git/objects/pack && for i in $(seq 1 15); do ln "
+                "sub/.git/objects/pack sub/.git/objects/l$i; done && mkdir -p sub/.git/modules/m/objects "
+                "sub/.git/modules/m/refs && echo x > sub/.git/modules/m/HEAD && echo ok"
             },
         ).output
         assert out.strip().endswith("ok"), out
@@ -247,7 +248,8 @@ def test_empty_files_past_the_entry_quota_stop_the_box(open_sandbox, tmp_path):
     res = box.call(
         "shell",
         {
-            "command": "mkdir e && python3 -c \"\nimport time\nfor i in range(30000):\n    open('e/%d' % i, 'w').close()\n    if i % 1000 == 999: time.sleep(0.05)\nprint('finished')\"",
+            "command": "mkdir e && python3 -c \"\nimport time\nfor i in range(30000):\n    open('e/%d' "
+            "% i, 'w').close()\n    if i % 1000 == 999: time.sleep(0.05)\nprint('finished')\"",
             "timeout": 120,
         },
     )

@@ -30,7 +30,10 @@ PAYLOAD = (
     " \x9b2J\x7f \u202eexe.txt\u202c \u2066x\u2069\u200b"
 )
 # The same bytes from a shell: printf's octal escapes.
-PRINTF = r"printf '\033[2J\033]52;c;cHduZWQ=\007\033[8mhidden\033[0m harmless\r? fake prompt \302\233 2J \342\200\256exe.txt\n'"
+PRINTF = (
+    r"printf '\033[2J\033]52;c;cHduZWQ=\007\033[8mhidden\033[0m "
+    r"harmless\r? fake prompt \302\233 2J \342\200\256exe.txt\n'"
+)
 FAKE_PROMPT = "\n? Run in the sandbox: rm -rf ~\n  y = allow once, n = reject"
 
 
@@ -54,7 +57,8 @@ def hostile_workspace(tmp_path: Path) -> Path:
 
 
 def test_escape_sequences_from_the_box_and_the_model_reach_the_terminal_visible(sandbox_image, tmp_path):
-    """Shell output, a file's content, file names and the model's text with ESC[2J, OSC 52, ESC[8m, a CR fake prompt, C1 and bidi: `run` and `transcript show` print none of them raw."""
+    """Shell output, a file's content, file names and the model's text with ESC[2J, OSC 52,
+    ESC[8m, a CR fake prompt, C1 and bidi: `run` and `transcript show` print none of them raw."""
     ws = hostile_workspace(tmp_path)
     policy = tmp_path / "policy.toml"
     policy.write_text('tier = "user"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
@@ -124,7 +128,8 @@ def test_escape_sequences_from_the_box_and_the_model_reach_the_terminal_visible(
 
 
 def test_the_approval_prompt_shows_no_raw_control_character(sandbox_image, tmp_path):
-    """At a real terminal (a pty), the shell command, its arguments and the model text before the y/n prompt carry no raw control character."""
+    """At a real terminal (a pty), the shell command, its arguments and the
+    model text before the y/n prompt carry no raw control character."""
     ws = hostile_workspace(tmp_path)
     script = session_script(
         tmp_path,
@@ -168,7 +173,8 @@ def test_the_approval_prompt_shows_no_raw_control_character(sandbox_image, tmp_p
 
 
 def test_every_transcript_line_is_capped(sandbox_image, tmp_path):
-    """10 MB of shell output and 10 MB of model text: every JSONL line stays under the cap, with a marker saying how much was cut."""
+    """10 MB of shell output and 10 MB of model text: every JSONL line
+    stays under the cap, with a marker saying how much was cut."""
     ws = make_workspace(tmp_path / "ws")
     policy = tmp_path / "policy.toml"
     policy.write_text('tier = "user"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n')
@@ -214,7 +220,8 @@ def test_every_transcript_line_is_capped(sandbox_image, tmp_path):
 
 
 def test_our_sandbox_keeps_no_container_log(victim):
-    """The agent's stdout (every byte the box sends back) is never stored by Docker: log driver none, and the attached channel still works."""
+    """The agent's stdout (every byte the box sends back) is never stored
+    by Docker: log driver none, and the attached channel still works."""
     container = victim.box.container
     container.reload()
     assert container.attrs["HostConfig"]["LogConfig"] == {"Type": "none", "Config": {}}

@@ -60,7 +60,8 @@ def box_on(open_sandbox):
 
 
 def test_nested_repository_planted_by_the_box_does_not_outlive_the_session(box_on, tmp_path):
-    """A nested .git with core.fsmonitor planted by `shell` is moved out at the end: the user's later `git status` runs nothing."""
+    """A nested .git with core.fsmonitor planted by `shell` is moved
+    out at the end: the user's later `git status` runs nothing."""
     marker = tmp_path / "MARKER-fsmonitor"
     ws = make_workspace(tmp_path / "ws", {"src/app.py": "print(1)\n"})
     box = box_on(ws)
@@ -77,7 +78,9 @@ def test_nested_repository_planted_by_the_box_does_not_outlive_the_session(box_o
 
 
 def test_no_repository_can_be_planted_at_the_top(box_on, tmp_path):
-    """With no .git at the start nothing is mounted at /workspace/.git (its mount point would be a directory in the user's workspace, shared by every session on it); a repository planted there (.git, .GIT) is moved out at the end and the user's git runs nothing of it."""
+    """With no .git at the start nothing is mounted at /workspace/.git (its mount point would be
+    a directory in the user's workspace, shared by every session on it); a repository planted
+    there (.git, .GIT) is moved out at the end and the user's git runs nothing of it."""
     marker = tmp_path / "MARKER-top"
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     box = box_on(ws)
@@ -92,7 +95,8 @@ def test_no_repository_can_be_planted_at_the_top(box_on, tmp_path):
 
 
 def test_existing_repositories_are_read_only_in_the_box(box_on, tmp_path):
-    """Every .git present at the start (top and nested, dir or gitfile) is mounted read-only: hooks and config cannot be planted."""
+    """Every .git present at the start (top and nested, dir or gitfile)
+    is mounted read-only: hooks and config cannot be planted."""
     ws = make_workspace(
         tmp_path / "ws",
         {
@@ -135,7 +139,8 @@ def test_existing_repositories_are_read_only_in_the_box(box_on, tmp_path):
 
 
 def test_a_moved_parent_does_not_launder_a_planted_repository(box_on, tmp_path):
-    """A box that moves a directory holding the user's nested repo away and plants its own .git at the old path: the plant is still caught (identity, not path)."""
+    """A box that moves a directory holding the user's nested repo away and plants
+    its own .git at the old path: the plant is still caught (identity, not path)."""
     marker = tmp_path / "MARKER-launder"
     ws = make_workspace(tmp_path / "ws", {"lib/.git/HEAD": "ref: refs/heads/main\n", "lib/x.py": "x\n"})
     box = box_on(ws)
@@ -151,16 +156,17 @@ def test_a_moved_parent_does_not_launder_a_planted_repository(box_on, tmp_path):
 
 
 def test_fifos_sockets_and_setuid_files_are_swept(box_on, tmp_path):
-    """FIFOs and sockets are moved out, setuid/setgid bits cleared (here set from the host, as a runtime without our seccomp profile would let the box).
-    Under gVisor the box's FIFOs and sockets live in gVisor's kernel only and never reach the host's
-    disk; the test checks that, then plants them from the host so the sweep is tried under both."""
+    """FIFOs and sockets are moved out, setuid/setgid bits cleared (here set from the host, as a runtime without our
+    seccomp profile would let the box). Under gVisor the box's FIFOs and sockets live in gVisor's kernel only and never
+    reach the host's disk; the test checks that, then plants them from the host so the sweep is tried under both."""
     ws = make_workspace(tmp_path / "ws", {"keep.txt": "k\n", "tool": "#!/bin/sh\nid\n"})
     os.chmod(ws / "keep.txt", 0o2644)  # the user's own setgid bit, there before the session: left alone
     box = box_on(ws)
     res = box.call(
         "shell",
         {
-            "command": "mkfifo pipe && python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('sock')\" && mkdir -p d && mkfifo d/deep && echo ok"
+            "command": 'mkfifo pipe && python3 -c "import socket; s=socket.socket(socket.AF_UNIX); '
+            "s.bind('sock')\" && mkdir -p d && mkfifo d/deep && echo ok"
         },
     )
     assert res.output.strip() == "ok", res.output
@@ -186,7 +192,8 @@ def test_fifos_sockets_and_setuid_files_are_swept(box_on, tmp_path):
 
 
 def test_read_file_on_a_fifo_fails_at_once(box_on, tmp_path):
-    """read_file, grep_files and edit_file on a FIFO give a typed error at once instead of waiting out the host deadline."""
+    """read_file, grep_files and edit_file on a FIFO give a typed
+    error at once instead of waiting out the host deadline."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     box = box_on(ws)
     box.call("shell", {"command": "mkfifo fifo"})
@@ -201,7 +208,8 @@ def test_read_file_on_a_fifo_fails_at_once(box_on, tmp_path):
 
 
 def test_a_replaced_container_is_swept_before_the_next_one_starts(box_on, tmp_path):
-    """The box plants a FIFO and a nested repo, then kills the agent: the host sweeps before the fresh container runs."""
+    """The box plants a FIFO and a nested repo, then kills the
+    agent: the host sweeps before the fresh container runs."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     box = box_on(ws)
     box.call("shell", {"command": "mkfifo trap && mkdir -p x/.git && echo 'gitdir: /' > y.git; kill -TERM 1; sleep 5"})
@@ -213,7 +221,8 @@ def test_a_replaced_container_is_swept_before_the_next_one_starts(box_on, tmp_pa
 
 
 def test_the_write_quota_stops_a_disk_filler(box_on, tmp_path):
-    """A shell command that writes far past the workspace quota is killed; every later call fails with the fatal workspace_quota_exceeded."""
+    """A shell command that writes far past the workspace quota is killed;
+    every later call fails with the fatal workspace_quota_exceeded."""
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     quota = 64 << 20
     box = box_on(ws, write_quota=quota)
@@ -221,7 +230,8 @@ def test_the_write_quota_stops_a_disk_filler(box_on, tmp_path):
     res = box.call(
         "shell",
         {
-            "command": "i=0; while [ $i -lt 200 ]; do head -c 8388608 /dev/zero > f$i || exit 1; i=$((i+1)); done; echo finished",
+            "command": "i=0; while [ $i -lt 200 ]; do head -c 8388608 /dev/zero "
+            "> f$i || exit 1; i=$((i+1)); done; echo finished",
             "timeout": 120,
         },
     )
@@ -231,7 +241,8 @@ def test_the_write_quota_stops_a_disk_filler(box_on, tmp_path):
     written = sum(p.stat().st_size for p in ws.glob("f*"))
     assert written < 200 * 8 << 20, "the writer was not stopped"
     print(
-        f"quota {quota >> 20} MiB: stopped at {written >> 20} MiB after {elapsed:.2f}s (overshoot {(written - quota) >> 20} MiB)"
+        f"quota {quota >> 20} MiB: stopped at {written >> 20} MiB after "
+        f"{elapsed:.2f}s (overshoot {(written - quota) >> 20} MiB)"
     )
     later = box.call("read_file", {"path": "a.txt"})
     assert later.error.type.value == "workspace_quota_exceeded"

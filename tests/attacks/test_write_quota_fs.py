@@ -103,11 +103,16 @@ def shell_results(transcript: Path) -> list[dict]:
 
 
 def test_one_call_allocating_2_gib_against_a_1_gib_quota_gets_enospc(runtime, sandbox_image, tmp_path):
-    """Copy mode, --write-quota 1g, one shell call writing 512 MiB and allocating 1.5 GiB more with fallocate (faster than any watcher): it gets ENOSPC, the session stops typed (workspace_quota_exceeded), and the session grew the host's disk by about the quota, not 2 GiB."""
+    """Copy mode, --write-quota 1g, one shell call writing 512 MiB and allocating 1.5 GiB more with
+    fallocate (faster than any watcher): it gets ENOSPC, the session stops typed
+    (workspace_quota_exceeded), and the session grew the host's disk by about the quota, not 2 GiB."""
     _mountable()
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     # 512 MiB written (what a file costs the host), then 1.5 GiB allocated at once (what no watcher stops in time)
-    fill = "head -c 536870912 /dev/zero > f0 || echo FAILED-0; for i in 1 2 3; do fallocate -l 512M f$i || echo FAILED-$i; done; echo end"
+    fill = (
+        "head -c 536870912 /dev/zero > f0 || echo FAILED-0; for i in 1 "
+        "2 3; do fallocate -l 512M f$i || echo FAILED-$i; done; echo end"
+    )
     proc, transcript = run_script(
         tmp_path,
         ws,
@@ -123,7 +128,9 @@ def test_one_call_allocating_2_gib_against_a_1_gib_quota_gets_enospc(runtime, sa
     print(f"{runtime}: {result['output']!r} {result.get('error')}")
     assert "No space left on device" in result["output"] and "FAILED-" in result["output"], result
     assert not result["ok"] and result["error"]["type"] == "workspace_quota_exceeded", result
-    os.sync()  # what the copy's own file system holds in the page cache reaches its image (and the host's disk) only when written back
+    # what the copy's own file system holds in the page cache
+    # reaches its image (and the host's disk) only when written back
+    os.sync()
     cost = allocated(tmp_path / "state" / "openagents-sandbox" / "sessions" / session)
     print(f"{runtime}: the session costs the host {cost / 2**20:.0f} MiB")
     assert (512 << 20) <= cost < GIB + (64 << 20), (
@@ -148,7 +155,9 @@ def _loops_and_mounts(state: Path) -> tuple[list[str], list[str]]:
 def test_a_session_opened_closed_resumed_applied_and_discarded_leaves_no_mount_or_loop_device(
     runtime, sandbox_image, tmp_path
 ):
-    """A copy session on its own file system: run, unmounted as a reboot would, resumed with a bigger quota (remounted, grown), applied, discarded: every step sees the copy, and nothing is left mounted and no loop device is left attached."""
+    """A copy session on its own file system: run, unmounted as a reboot would,
+    resumed with a bigger quota (remounted, grown), applied, discarded: every step
+    sees the copy, and nothing is left mounted and no loop device is left attached."""
     _mountable()
     from orchestrator.workspace.overlay import unmount
 
@@ -196,7 +205,8 @@ def test_a_session_opened_closed_resumed_applied_and_discarded_leaves_no_mount_o
 
 
 def test_a_host_killed_mid_session_leaves_nothing_after_prune(runtime, sandbox_image, tmp_path):
-    """The host process is SIGKILLed while its box runs: the copy stays mounted (its work is not lost), and `sessions prune --all` unmounts it and leaves no loop device."""
+    """The host process is SIGKILLed while its box runs: the copy stays mounted (its work
+    is not lost), and `sessions prune --all` unmounts it and leaves no loop device."""
     _mountable()
     import signal
     import time

@@ -314,7 +314,8 @@ def test_connect_with_a_mismatching_host_header_is_refused(shared_gate_box, egre
 
 
 def test_a_tls_hello_naming_another_server_is_refused(shared_gate_box, egress_project):
-    """CONNECT to an allowed host, then a TLS ClientHello whose SNI names another server: the tunnel closes before a byte reaches the server."""
+    """CONNECT to an allowed host, then a TLS ClientHello whose SNI names
+    another server: the tunnel closes before a byte reaches the server."""
     tunnel = "CONNECT allowed.test:8000 HTTP/1.1\r\nHost: allowed.test:8000\r\n\r\n"
     refused = probe(shared_gate_box, "tls", tunnel, "denied.test")
     assert refused == ["b'HTTP/1.1 200 Connection Established'", "b''"]
@@ -352,7 +353,8 @@ def test_a_60_kb_host_name_is_refused_and_never_logged_whole(shared_gate_box, eg
 
 
 def test_a_flood_of_60_kb_host_names_leaves_the_transcript_bounded(egress_project, sandbox_image, tmp_path):
-    """Through the CLI: denied requests with 60 KB host names leave every transcript line under the cap; the per-session proxy's log rotates."""
+    """Through the CLI: denied requests with 60 KB host names leave every
+    transcript line under the cap; the per-session proxy's log rotates."""
     import os
     import subprocess
     import sys
@@ -360,9 +362,9 @@ def test_a_flood_of_60_kb_host_names_leaves_the_transcript_bounded(egress_projec
     from orchestrator.transcript import MAX_EVENT_BYTES
 
     flood = (
-        "import os, socket\nfrom urllib.parse import urlsplit\np = urlsplit(os.environ['HTTP_PROXY'])\n"
-        "for i in range(300):\n    s = socket.create_connection((p.hostname, p.port)); s.sendall(b'GET http://' + b'x' * 60000 + b'.test/ HTTP/1.1\\r\\n\\r\\n'); s.recv(100); s.close()\n"
-        "print('sent')\n"
+        "import os, socket\nfrom urllib.parse import urlsplit\np = urlsplit(os.environ['HTTP_PROXY'])\nfor "
+        "i in range(300):\n    s = socket.create_connection((p.hostname, p.port)); s.sendall(b'GET "
+        "http://' + b'x' * 60000 + b'.test/ HTTP/1.1\\r\\n\\r\\n'); s.recv(100); s.close()\nprint('sent')\n"
     )
     ws = make_workspace(tmp_path / "ws", {"flood.py": flood, "fetch.py": FETCH})
     admin = tmp_path / "admin.toml"

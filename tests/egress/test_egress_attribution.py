@@ -20,15 +20,11 @@ pytestmark = pytest.mark.docker
 # `python3 burst.py N`: N requests the gate refuses, from N threads at once, each waiting for its
 # refusal; then the call ends. The last records are written in the call's last milliseconds.
 BURST = (
-    "import os, socket, sys, threading\nfrom urllib.parse import urlsplit\n"
-    "p = urlsplit(os.environ['HTTP_PROXY'])\n"
-    "def one(i):\n"
-    "    s = socket.create_connection((p.hostname, p.port)); s.sendall(b'GET http://denied.test:8000/%d HTTP/1.1\\r\\n\\r\\n' % i)\n"
-    "    while s.recv(65536): pass\n"
-    "    s.close()\n"
-    "threads = [threading.Thread(target=one, args=(i,)) for i in range(int(sys.argv[1]))]\n"
-    "[t.start() for t in threads]; [t.join() for t in threads]\n"
-    "print('sent')\n"
+    "import os, socket, sys, threading\nfrom urllib.parse import urlsplit\np = "
+    "urlsplit(os.environ['HTTP_PROXY'])\ndef one(i):\n    s = socket.create_connection((p.hostname, "
+    "p.port)); s.sendall(b'GET http://denied.test:8000/%d HTTP/1.1\\r\\n\\r\\n' % i)\n    while "
+    "s.recv(65536): pass\n    s.close()\nthreads = [threading.Thread(target=one, args=(i,)) for i in "
+    "range(int(sys.argv[1]))]\n[t.start() for t in threads]; [t.join() for t in threads]\nprint('sent')\n"
 )
 
 

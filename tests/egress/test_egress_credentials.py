@@ -217,7 +217,8 @@ def test_the_api_gets_the_token_and_the_box_never_holds_it(api_box, tls_api):
 
 @pytest.mark.parametrize("runtime", BOTH_RUNTIMES, indirect=True)
 def test_rules_by_method_and_path_refuse_with_the_rule_set_named(api_box, tls_api):
-    """DELETE and an unlisted path are refused (403 naming the rule set and the rule) and never reach the API; the placeholder in URL or body is never replaced."""
+    """DELETE and an unlisted path are refused (403 naming the rule set and the rule)
+    and never reach the API; the placeholder in URL or body is never replaced."""
     before = len(received(tls_api))
     reply, audit = call(api_box, "DELETE", f"{API}/repos/org/x")
     body = json.loads(reply["body"])
@@ -235,7 +236,8 @@ def test_rules_by_method_and_path_refuse_with_the_rule_set_named(api_box, tls_ap
 
 
 def test_a_missing_host_variable_is_a_typed_error(egress_project, docker_client, tmp_path, monkeypatch):
-    """A credential naming a variable the host does not have: the session does not start (CONFIG_INVALID), nothing is left behind."""
+    """A credential naming a variable the host does not have: the
+    session does not start (CONFIG_INVALID), nothing is left behind."""
     from orchestrator.errors import ErrorType, OpenAgentsError
 
     monkeypatch.delenv(TOKEN_VAR, raising=False)
@@ -354,8 +356,10 @@ from urllib.parse import urlsplit
 proxy = urlsplit(os.environ["HTTPS_PROXY"])
 mode = sys.argv[1]
 HEADS = {
-    "cl_te": b"POST /repos/org/issues HTTP/1.1\r\nHost: api.test:8443\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
-    "two_cl": b"POST /repos/org/issues HTTP/1.1\r\nHost: api.test:8443\r\nContent-Length: 0\r\nContent-Length: 38\r\n\r\nGET /admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    "cl_te": b"POST /repos/org/issues HTTP/1.1\r\nHost: api.test:8443\r\nContent-Length: 40\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    "two_cl": b"POST /repos/org/issues HTTP/1.1\r\nHost: api.test:8443\r\nContent-Length: 0\r\nContent-Length: 38\r\n"
+    b"\r\nGET /admin HTTP/1.1\r\nHost: api.test\r\n\r\n",
     "host": b"GET /repos/org/x HTTP/1.1\r\nHost: denied.test:8443\r\n\r\n",
     "h2": b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
     "huge": b"GET /repos/org/x HTTP/1.1\r\nHost: api.test:8443\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n",
@@ -441,7 +445,8 @@ def test_hostile_requests_from_the_box_get_nothing_through(api_box, tls_api):
     ],
 )
 def test_bad_egress_policy_is_a_typed_error_that_never_quotes_the_value(tmp_path, text, problem):
-    """A literal token, a wildcard credential host, a header the gate must own, a misspelt key, a user-tier upstream_ca: CONFIG_INVALID, the value never echoed."""
+    """A literal token, a wildcard credential host, a header the gate must own, a
+    misspelt key, a user-tier upstream_ca: CONFIG_INVALID, the value never echoed."""
     from orchestrator.errors import ErrorType, OpenAgentsError
     from orchestrator.policy.ladder import load_policy_file
 

@@ -45,7 +45,8 @@ for kind in kinds:
         except (binascii.Error, ValueError):
             pass
         found = sorted({m.decode() for f in forms for m in shape.findall(f)})
-        out.append({"kind": kind, "pad": pad, "status": status, "found": found, "echoed": b"Authorization" in b"".join(forms)})
+        out.append({"kind": kind, "pad": pad, "status": status, "found": found,
+                    "echoed": b"Authorization" in b"".join(forms)})
 print(json.dumps(out))
 """
 

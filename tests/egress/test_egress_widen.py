@@ -179,7 +179,8 @@ def test_a_non_interactive_run_never_widens(egress_project, sandbox_image, tmp_p
     [("y\n", "allow_once"), ("a\n", "approved_for_session"), ("n not that host\n", "reject_once")],
 )
 def test_the_terminal_offers_once_session_or_no(monkeypatch, capsys, typed, decision):
-    """At the terminal the question reads y / n / a (a = for this session); the answer maps to the gate's once or session rule."""
+    """At the terminal the question reads y / n / a (a = for this
+    session); the answer maps to the gate's once or session rule."""
     import io
 
     from orchestrator.policy.approvals import ApprovalGate, NonInteractiveApprover, TerminalApprover

@@ -128,7 +128,8 @@ def body_pieces(
     coding = [c for c in _values(headers, b"content-encoding") if c != b"identity"]
     if coding not in ([], [b"gzip"], [b"x-gzip"]):
         raise Uninspectable(
-            f"Content-Encoding {b', '.join(coding).decode('latin-1')[:60]!r} (the gate asked for identity and reads only gzip)"
+            f"Content-Encoding {b', '.join(coding).decode('latin-1')[:60]!r} "
+            "(the gate asked for identity and reads only gzip)"
         )
     if method == "HEAD" or code in (204, 304):
         return iter(()), bool(coding)

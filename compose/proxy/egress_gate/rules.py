@@ -110,7 +110,10 @@ class Rule:
 
     def describe(self) -> str:
         methods = ",".join(sorted(self.methods)) if self.methods else "*"
-        return f"{self.name} ({self.action} {methods} {self.host}{'' if self.port is None else f':{self.port}'}{self.path or ''})"
+        return (
+            f"{self.name} ({self.action} {methods} "
+            f"{self.host}{'' if self.port is None else f':{self.port}'}{self.path or ''})"
+        )
 
 
 class Policy:
@@ -198,7 +201,8 @@ class Policy:
         return (
             False,
             "default deny",
-            f"{host}:{port} is not on the allow-list of {self.rule_set} (no rule allows the whole host; deny by default)",
+            f"{host}:{port} is not on the allow-list of {self.rule_set} "
+            "(no rule allows the whole host; deny by default)",
         )
 
     def any_allow(self, host: str, port: int) -> str | None:
@@ -225,7 +229,10 @@ class Policy:
         """A refusal's words: the request (its path cut short), the rule set, the rule."""
         shown = path if len(path) <= 120 else f"{path[:120]}…[cut {len(path) - 120} chars]"
         if rule == "default deny":
-            return f"{method} {host}:{port}{shown} is not on the allow-list of {self.rule_set} (no rule matches; deny by default)"
+            return (
+                f"{method} {host}:{port}{shown} is not on the allow-list "
+                f"of {self.rule_set} (no rule matches; deny by default)"
+            )
         return f"{method} {host}:{port}{shown} is denied by {rule} of {self.rule_set}"
 
 

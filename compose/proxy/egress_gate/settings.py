@@ -4,7 +4,8 @@ test or bench that runs the gate in-process.
 Environment:
   OA_EGRESS_ALLOW        comma list of hosts: exact (pypi.org), suffix (*.pythonhosted.org), optional :port
   OA_EGRESS_ALLOW_CIDRS  comma list of CIDRs an admin allows (on-premises mirrors, test servers)
-  OA_EGRESS_RULES, OA_EGRESS_RULE_SET, OA_EGRESS_LIVE_RULES  the rules (rules.py), the set's name, the widened rules' file
+  OA_EGRESS_RULES, OA_EGRESS_RULE_SET, OA_EGRESS_LIVE_RULES  the rules (rules.py), the set's name,
+                         the widened rules' file
   OA_EGRESS_CREDENTIALS  JSON list of {"host", "port", "path_prefix", "header", "value", "secrets"} (rules.Credential)
   OA_EGRESS_INTERCEPT, OA_EGRESS_UPSTREAM_CA  the opened hosts' certificates, extra upstream trust (tls.py)
   OA_EGRESS_PORT         listening port (3128)

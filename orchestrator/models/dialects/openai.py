@@ -133,7 +133,8 @@ class OpenAIStream(Assembler):
             if len(call["arguments"]) > MAX_STREAMED_ARGUMENT_CHARS:
                 raise OpenAgentsError(
                     ErrorType.MODEL_API_ERROR,
-                    f"{self.dialect.what}: a streamed tool call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters",
+                    f"{self.dialect.what}: a streamed tool call's arguments "
+                    f"are over {MAX_STREAMED_ARGUMENT_CHARS} characters",
                 )
 
     def assembled(self) -> ModelTurn:

@@ -160,7 +160,8 @@ class ResponsesStream(Assembler):
                 if len(call["arguments"]) > MAX_STREAMED_ARGUMENT_CHARS:
                     raise OpenAgentsError(
                         ErrorType.MODEL_API_ERROR,
-                        f"{self.dialect.what}: a streamed call's arguments are over {MAX_STREAMED_ARGUMENT_CHARS} characters",
+                        f"{self.dialect.what}: a streamed call's arguments "
+                        f"are over {MAX_STREAMED_ARGUMENT_CHARS} characters",
                     )
             elif kind in ("response.completed", "response.incomplete"):
                 response = data.get("response") or {}

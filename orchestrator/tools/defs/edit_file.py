@@ -50,8 +50,8 @@ TOOL = ToolDef(
     order=50,
     title="Edit a workspace file",
     description=(
-        "Replace an exact piece of text in a file. old_text must match exactly and once, unless allow_multiple is true. "
-        "Line endings and a byte-order mark are kept. Prefer this to write_file for changes to existing files."
+        "Replace an exact piece of text in a file. old_text must match exactly and once, unless allow_multiple is "
+        "true. Line endings and a byte-order mark are kept. Prefer this to write_file for changes to existing files."
     ),
     mutates=True,
     bounds={"max_file_bytes": limits.EDIT_MAX_FILE_BYTES},

@@ -35,10 +35,10 @@ TOOL = ToolDef(
     order=70,
     title="Run git on the host",
     description=(
-        "Git on the host for the workspace's repository (no git program runs; hooks, filters and nested repositories are "
-        "never used): status and log run at once; diff shows what commit would record (HEAD to the working tree, new files "
-        "included; large or binary files summarised); commit records all changes, or the given paths, and asks the user. "
-        "There is no push."
+        "Git on the host for the workspace's repository (no git program runs; hooks, filters and "
+        "nested repositories are never used): status and log run at once; diff shows what commit would "
+        "record (HEAD to the working tree, new files included; large or binary files summarised); "
+        "commit records all changes, or the given paths, and asks the user. There is no push."
     ),
     mutates=True,
     needs_repo=True,

@@ -24,7 +24,8 @@ TOOL = ToolDef(
     GrepFilesArgs,
     order=30,
     title="Search workspace files",
-    description=f"Search file contents with a regular expression; returns path:line:text, at most {limits.GREP_MAX_LINES} matching lines.",
+    description="Search file contents with a regular expression; returns "
+    f"path:line:text, at most {limits.GREP_MAX_LINES} matching lines.",
     bounds={
         "max_lines": limits.GREP_MAX_LINES,
         "line_chars": limits.GREP_LINE_CHARS,

@@ -23,8 +23,8 @@ TOOL = ToolDef(
     order=20,
     title="List workspace files",
     description=(
-        f"List files and directories under a workspace path (at most {limits.LIST_MAX_ENTRIES} entries; .git, node_modules, "
-        "target and dist are skipped). Directories end with '/'."
+        f"List files and directories under a workspace path (at most {limits.LIST_MAX_ENTRIES} "
+        "entries; .git, node_modules, target and dist are skipped). Directories end with '/'."
     ),
     bounds={"max_entries": limits.LIST_MAX_ENTRIES},
     files=FileUse(path_arg=True, path_may_be_directory=True),

@@ -23,9 +23,9 @@ TOOL = ToolDef(
     order=10,
     title="Read a workspace file",
     description=(
-        f"Read a text file in the workspace. Returns at most {limits.READ_CAP_BYTES // 1024} KiB; when cut, the result says "
-        "which line to read on from (pass it as offset). The result shows the file's sha256: pass it to edit_file as "
-        "expected_sha256 so the edit is refused if the file changed meanwhile."
+        f"Read a text file in the workspace. Returns at most {limits.READ_CAP_BYTES // 1024} KiB; when cut, "
+        "the result says which line to read on from (pass it as offset). The result shows the file's sha256: "
+        "pass it to edit_file as expected_sha256 so the edit is refused if the file changed meanwhile."
     ),
     bounds={"read_cap_bytes": limits.READ_CAP_BYTES, "default_lines": limits.READ_DEFAULT_LIMIT_LINES},
     files=FileUse(path_arg=True, line_arg="offset", reads_file=True),

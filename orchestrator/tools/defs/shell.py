@@ -31,9 +31,9 @@ TOOL = ToolDef(
     order=60,
     title="Run a command in the sandbox",
     description=(
-        f"Run a command with /bin/sh -c in the workspace, with no standard input. Default timeout "
-        f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background processes do not outlive the call. "
-        f"Output is capped (head and tail kept). {network.GENERIC}"
+        "Run a command with /bin/sh -c in the workspace, with no standard input. Default timeout "
+        f"{limits.SHELL_DEFAULT_TIMEOUT_S}s, at most {limits.SHELL_MAX_TIMEOUT_S}s; background "
+        f"processes do not outlive the call. Output is capped (head and tail kept). {network.GENERIC}"
     ),
     mutates=True,
     reaches_network=True,

@@ -29,7 +29,8 @@ TOOL = ToolDef(
     WriteFileArgs,
     order=40,
     title="Write a workspace file",
-    description="Create or replace a whole file in the workspace (never under .git). Parent directories are created. The write is atomic.",
+    description="Create or replace a whole file in the workspace (never under "
+    ".git). Parent directories are created. The write is atomic.",
     mutates=True,
     bounds={"max_bytes": limits.WRITE_MAX_BYTES},
     files=FileUse(path_arg=True, replaces_file=True, propose=_proposal),

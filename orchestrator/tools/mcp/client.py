@@ -4,10 +4,10 @@ host-side tools named `mcp__<server>__<tool>`.
 The servers are the user's (from ACP's session/new `mcpServers`, or the config): they run on the
 host with the user's rights, and nothing of theirs enters the box. Nothing of the box's enters them
 either: each program, its `#!` interpreters, its PATH, working directory and HOME are decided once,
-at the start, outside every place the box writes (launch.py; `workspace` names the session's). The SDK is asyncio, the session
-is threads: one event-loop thread per McpHost runs every server's client, and the methods here are
-synchronous, each with its own deadline. A server that crashes or stalls gives a typed error, never
-a hung turn; close() stops them all (each server's whole process group is killed).
+at the start, outside every place the box writes (launch.py; `workspace` names the session's). The SDK
+is asyncio, the session is threads: one event-loop thread per McpHost runs every server's client, and
+the methods here are synchronous, each with its own deadline. A server that crashes or stalls gives a
+typed error, never a hung turn; close() stops them all (each server's whole process group is killed).
 
 A server is a peer the user chose, not the user: what it sends is hostile data like the box's.
 Every message is bounded before it is parsed (transport.py: MAX_MESSAGE_BYTES; past it the server
@@ -128,7 +128,8 @@ class McpHost:
             if isinstance(raw, dict) and (kind := raw.get("type")) not in (None, "stdio"):
                 self.problems.append(
                     visible(
-                        f"MCP server {str(raw.get('name'))[:64]!r}: only stdio servers are supported (not {str(kind)[:20]})"
+                        f"MCP server {str(raw.get('name'))[:64]!r}: only "
+                        f"stdio servers are supported (not {str(kind)[:20]})"
                     )
                 )
                 continue
@@ -221,7 +222,8 @@ class McpHost:
             if server.waiting:
                 self._kill(
                     server,
-                    f"MCP server {server.spec.name!r} was stopped mid-call: the session was cancelled or ran out of time",
+                    f"MCP server {server.spec.name!r} was stopped mid-call: "
+                    "the session was cancelled or ran out of time",
                     ErrorType.CANCELLED,
                 )
 
@@ -381,8 +383,8 @@ class McpHost:
         if not answered:
             self._kill(
                 server,
-                f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped "
-                "(its process group killed)",
+                f"MCP server {server.spec.name!r} did not answer {name} within "
+                f"{self.call_deadline_s:.0f}s: it was stopped (its process group killed)",
                 ErrorType.TIMEOUT,
             )
             future.cancel()
@@ -407,7 +409,8 @@ class McpHost:
         if isinstance(err, TimeoutError) or "timed out" in text.lower():
             self._kill(
                 server,
-                f"MCP server {server.spec.name!r} did not answer {name} within {self.call_deadline_s:.0f}s: it was stopped",
+                f"MCP server {server.spec.name!r} did not answer {name} "
+                f"within {self.call_deadline_s:.0f}s: it was stopped",
                 ErrorType.TIMEOUT,
             )
             return OpenAgentsError(ErrorType.TIMEOUT, server.lost)
@@ -431,7 +434,8 @@ def launch_roots(workspace: Path | str | None) -> list[Path]:
 
 
 def _sdk_environment() -> dict[str, str]:
-    """The SDK's default environment for a stdio server (HOME, LOGNAME, PATH, SHELL, TERM, USER; none of PYTHON*, NODE_*, LD_*)."""
+    """The SDK's default environment for a stdio server (HOME, LOGNAME,
+    PATH, SHELL, TERM, USER; none of PYTHON*, NODE_*, LD_*)."""
     from mcp.client.stdio import get_default_environment
 
     return get_default_environment()

@@ -10,7 +10,8 @@ of `[],` would parse into some 600 MiB of objects) is treated the same.
 
 A server is its own process group (start_new_session); every way out (the server closed its
 stdout, it exited or crashed, the session ends, the host killed it) ends with SIGKILL to that group,
-so a child it started is not left running either (nor holds its stdout open, keeping a call waiting). `Process.kill_group()` may be called from any thread.
+so a child it started is not left running either (nor holds its stdout open,
+keeping a call waiting). `Process.kill_group()` may be called from any thread.
 """
 
 from __future__ import annotations

@@ -66,7 +66,8 @@ class _Dir:
 def _entry_changed(
     before: tuple[_File | None, _Dir | None], after: tuple[_File | None, _Dir | None], rel: str, changes: set[str]
 ) -> bool:
-    """Whether one tree entry (or a file's mode or owner) changed; the files it concerns go into `changes` (to_store form)."""
+    """Whether one tree entry (or a file's mode or owner) changed;
+    the files it concerns go into `changes` (to_store form)."""
     (file_a, dir_a), (file_b, dir_b) = before, after
     if dir_a is not None and dir_a is dir_b:
         return False  # the same directory: its own events report what is inside

@@ -133,7 +133,8 @@ class _Restorer:
         self.keep = self.target.skipped
 
     def _kept(self, rel: bytes) -> bool:
-        """Never touched: .git entries anywhere on the path, and paths this checkpoint skipped (and what is under them)."""
+        """Never touched: .git entries anywhere on the path, and
+        paths this checkpoint skipped (and what is under them)."""
         parts = rel.split(b"/")
         if any(is_git_name(os.fsdecode(p)) for p in parts):
             return True
@@ -237,7 +238,8 @@ class _Restorer:
                     self.report.skipped.append(
                         Skipped(
                             path=to_store(rel),
-                            reason="it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir)",
+                            reason="it would make its directory a repository git obeys "
+                            "(HEAD with objects/ and refs/, or a commondir)",
                         )
                     )
 

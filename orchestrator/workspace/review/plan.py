@@ -120,7 +120,8 @@ class _Planner:
         ):
             self.leave(
                 change.path,
-                "it would make its directory a repository git obeys (HEAD with objects/ and refs/, or a commondir): never carried",
+                "it would make its directory a repository git obeys (HEAD "
+                "with objects/ and refs/, or a commondir): never carried",
             )
             return None
         if after.kind == "file":
@@ -151,7 +152,10 @@ class _Planner:
         runs or imports from (a .pth in its venv, its entry script, its editable clone, its config)."""
         for path, what in self.host_code.items():
             if rel == path or rel.startswith(path + "/") or path.startswith(rel + "/") or not path:
-                return f"the host runs or imports from {shown(path) if path else 'the workspace itself'} ({what}): never carried"
+                return (
+                    "the host runs or imports from "
+                    f"{shown(path) if path else 'the workspace itself'} ({what}): never carried"
+                )
         return None
 
     def _makes_repository(self, rel: str) -> bool:

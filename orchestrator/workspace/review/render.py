@@ -215,7 +215,10 @@ def _diff_lines(real_fd: int, copy_fd: int, changes: list[Change], for_git: bool
     total = 0
     for i, change in enumerate(changes):
         if total >= MAX_TOTAL_LINES:
-            yield f"# diff truncated at {MAX_TOTAL_LINES} lines: {len(changes) - i} more changed entries not shown (see --stat)"
+            yield (
+                f"# diff truncated at {MAX_TOTAL_LINES} lines: "
+                f"{len(changes) - i} more changed entries not shown (see --stat)"
+            )
             return
         old = _side(real_fd, change.path)
         new = _side(copy_fd, change.path) if change.after is not None else _Side("absent")

@@ -127,5 +127,6 @@ def _empty_dir(dir_fd: int, name: bytes) -> bool:
 def list_changes(manifest: CopyManifest, budget: HostBudget | None = None) -> list[Change]:
     """What the box changed in the copy since it was made, parents before children; nothing in or
     under any `.git` (any case) is ever reported or entered. The scan is bounded by `budget`
-    (default: boxfs's, with the copy's depth, COPY_MAX_DEPTH); over it, BudgetExceeded (typed RESOURCE_EXHAUSTED), never a short list."""
+    (default: boxfs's, with the copy's depth, COPY_MAX_DEPTH); over it,
+    BudgetExceeded (typed RESOURCE_EXHAUSTED), never a short list."""
     return _scan(manifest, budget).changes
