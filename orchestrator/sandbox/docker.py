@@ -454,9 +454,9 @@ class DockerDeployment:
         container, self.container = self.container, None
         if container is None:
             return
-        # A read-only workspace's box in a one-shot command: removed by a detached remover (handoff.py)
+        # A read-only workspace's box in a one-shot command: its removal asked of the daemon, not waited for (handoff.py)
         if handoff.enabled() and self.config.workspace_read_only and self.egress is None:
-            if handoff.remove_detached(container.id) and handoff.taken_up(self.client, container.id):
+            if handoff.remove_detached(container.id):
                 return
         self.left_behind.append(container.id)
         self._remove_left_behind()

@@ -7,6 +7,11 @@ waiting for nothing the answer depends on. The removal is asked for (DELETE with
 daemon's Unix socket) and not waited for: the daemon finishes it after the command hung up (Docker
 20.10 measured: tests/test_exec_fast.py holds the box gone within seconds of exec's return).
 
+Not even until the daemon shows the box as "removing": it says so only once the box stopped, which is
+most of the removal's time. The request is on the daemon's socket before the command exits; the next command's
+reaper leaves a box in "removing" to the daemon, and one it still sees running is being removed already
+(its own removal meets "removal in progress" and waits it out, reporting nothing as its own).
+
 The no-leak guarantee stays: the box carries its owner's labels (owner.py); if the removal does not
 happen (the daemon went away, a daemon that drops a request whose client hung up), the owner is gone
 by then, and the next oa-sandbox command reaps the box before anything else (reaper.reap_leftovers_once),
@@ -20,13 +25,7 @@ from __future__ import annotations
 import os
 import re
 import socket
-import time
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import docker
-
-TAKEN_UP_WAIT_S = 2.0  # for the daemon to take up a removal asked without waiting
 _ENABLED = False
 _ID = re.compile(r"[0-9a-f]{64}")
 
@@ -68,29 +67,6 @@ def remove_detached(container_id: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def taken_up(client: docker.DockerClient, container_id: str) -> bool:
-    """Whether the daemon took up the removal asked of it: the box gone, or in its "removing" state (which
-    the next command's reaper leaves to the daemon: reaper.reap). One round trip as a rule; False after
-    TAKEN_UP_WAIT_S or when the daemon does not answer (the caller then removes it itself, waiting)."""
-    import docker.errors
-
-    from .daemon import DOCKER_ERRORS
-
-    deadline = time.monotonic() + TAKEN_UP_WAIT_S
-    while True:
-        try:
-            status = client.api.inspect_container(container_id).get("State", {}).get("Status")
-        except docker.errors.NotFound:
-            return True
-        except DOCKER_ERRORS:
-            return False
-        if status == "removing":
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.005)
 
 
 def reads_only(tool: str) -> bool:
