@@ -454,7 +454,7 @@ class DockerDeployment:
         container, self.container = self.container, None
         if container is None:
             return
-        # A read-only workspace's box in a one-shot command: its removal asked of the daemon, not waited for (handoff.py)
+        # a read-only workspace's box in a one-shot command: its removal asked, not waited for (handoff.py)
         if handoff.enabled() and self.config.workspace_read_only and self.egress is None:
             if handoff.remove_detached(container.id):
                 return
