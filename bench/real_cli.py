@@ -7,6 +7,10 @@ exec runs in both workspace modes: copy (what `auto` gives a root-owned workspac
 
     python bench/real_cli.py [--runtime runc --runtime runsc] [-n 5] [--json PATH]
 
+What exec measures: a read tool, so its box has the workspace mounted read-only and its removal is
+asked of the daemon and not waited for (orchestrator/sandbox/handoff.py); no box is pre-started, no
+process is kept warm, and no box serves two execs. `docker run --rm` waits for its removal.
+
 bench/run.py --quick runs it as its section 'real cli'. Targets: `--help` at most 0.3 s; exec at most
 1.5x docker run on the same runtime.
 """

@@ -79,6 +79,11 @@ def exec_(
     except OpenAgentsError as err:
         result = ToolResult.failure(err)
     else:
+        from ..sandbox import handoff
+
+        if handoff.reads_only(tool):  # the box cannot write the workspace, and its removal is not waited for
+            config = config.model_copy(update={"workspace_read_only": True})
+            handoff.enable()
         limits = copy_progress(copy_limits)
         options = SandboxOptions(
             config=config,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
 import struct
 import time
@@ -18,14 +19,13 @@ from typing import TYPE_CHECKING, Any
 import docker
 import docker.errors
 from docker.types import Mount, Ulimit
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
 from .. import state
 from ..config import LABEL, DockerBackendConfig, EgressRule, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
-from . import lifetime, mounts, owner, reaper
+from . import handoff, lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
@@ -248,19 +248,17 @@ def container_settings(
 # machine was saturated) are gone on the next try (issue 40: 4 to 10 of 200 starts at concurrency 8
 # under a CPU burner). A 4xx (a bad mount, an unknown option) is the same every time: never retried.
 START_ATTEMPTS = 4
-START_BACKOFF = wait_exponential(multiplier=0.5, max=4.0) + wait_random(
-    0, 0.5
-)  # 0.5, 1, 2 s (+ up to 0.5 s each): at most ~5 s in all
+
+
+def start_backoff(attempt: int) -> float:
+    """Seconds before try `attempt` + 1: 0.5, 1, 2 s (+ up to 0.5 s each), at most ~5 s in all. A loop of its
+    own, not tenacity's: importing tenacity cost every `oa-sandbox exec` about 50 ms (issue 50)."""
+    return min(0.5 * 2.0 ** (attempt - 1), 4.0) + random.uniform(0, 0.5)
 
 
 def transient_start_failure(err: BaseException) -> bool:
     """A start failure worth another try: the daemon's own 5xx answer (never a 4xx, never a lost daemon)."""
     return isinstance(err, docker.errors.APIError) and err.is_server_error()
-
-
-def _start_retry_note(state: RetryCallState) -> None:
-    err = state.outcome.exception() if state.outcome is not None else None
-    log.info("sandbox start failed (%s); try %d of %d", str(err)[:200], state.attempt_number + 1, START_ATTEMPTS)
 
 
 class DockerStream:
@@ -375,36 +373,32 @@ class DockerDeployment:
             self.egress.start()
             self._unsure = False
         tries = 0
-        try:
-            for attempt in Retrying(
-                retry=retry_if_exception(transient_start_failure),
-                stop=stop_after_attempt(START_ATTEMPTS),
-                wait=START_BACKOFF,
-                reraise=True,
-                before_sleep=_start_retry_note,
-            ):
-                with attempt:
-                    tries += 1
-                    try:
-                        return self._create_and_start()
-                    except DOCKER_ERRORS:
-                        self.remove()
-                        lost = self.daemon.problem(self.client)  # the daemon went away while the box started: say that
-                        if lost is not None:
-                            raise lost from None
-                        raise
-        except DOCKER_ERRORS as err:
-            if _lacks_python(str(err)):  # any image with python3 works; one without it can never start the agent
+        while True:
+            tries += 1
+            try:
+                try:
+                    return self._create_and_start()
+                except DOCKER_ERRORS:
+                    self.remove()
+                    lost = self.daemon.problem(self.client)  # the daemon went away while the box started: say that
+                    if lost is not None:
+                        raise lost from None
+                    raise
+            except DOCKER_ERRORS as err:
+                if transient_start_failure(err) and tries < START_ATTEMPTS:
+                    log.info("sandbox start failed (%s); try %d of %d", str(err)[:200], tries + 1, START_ATTEMPTS)
+                    time.sleep(start_backoff(tries))
+                    continue
+                if _lacks_python(str(err)):  # any image with python3 works; one without it can never start the agent
+                    raise OpenAgentsError(
+                        ErrorType.IMAGE_MISSING,
+                        f"image {image} has no python3 on its PATH (/usr/local/bin, /usr/bin, "
+                        "/bin), which the box's agent needs: use an image with python3 (build on ours: FROM it)",
+                    ) from None
+                tried = f" (tried {tries} times)" if tries > 1 else ""
                 raise OpenAgentsError(
-                    ErrorType.IMAGE_MISSING,
-                    f"image {image} has no python3 on its PATH (/usr/local/bin, /usr/bin, "
-                    "/bin), which the box's agent needs: use an image with python3 (build on ours: FROM it)",
+                    ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox{tried}: {err}"
                 ) from None
-            tried = f" (tried {tries} times)" if tries > 1 else ""
-            raise OpenAgentsError(
-                ErrorType.SANDBOX_START_FAILED, f"could not start the sandbox{tried}: {err}"
-            ) from None
-        raise AssertionError("unreachable: Retrying returns or raises")  # pragma: no cover
 
     def _create_and_start(self) -> DockerStream:
         network = self.egress.network_name if self.egress else None
@@ -458,9 +452,14 @@ class DockerDeployment:
         it is not, or the daemon does not answer, a warning names it and it is removed at the next
         start or close that reaches the daemon, else by the exit or the next command."""
         container, self.container = self.container, None
-        if container is not None:
-            self.left_behind.append(container.id)
-            self._remove_left_behind()
+        if container is None:
+            return
+        # a read-only workspace's box in a one-shot command: its removal asked, not waited for (handoff.py)
+        if handoff.enabled() and self.config.workspace_read_only and self.egress is None:
+            if handoff.remove_detached(container.id):
+                return
+        self.left_behind.append(container.id)
+        self._remove_left_behind()
 
     def _remove_left_behind(self) -> None:
         """The one place for every box this deployment has not removed yet: retried and verified

@@ -156,6 +156,8 @@ def reap(client: docker.DockerClient, scope: Scope = Scope.LEFTOVERS) -> Reaped:
         labels = row.get("Labels") or {}
         if not _doomed(labels, here, scope, running=row.get("State") == "running"):
             continue
+        if scope is Scope.LEFTOVERS and row.get("State") == "removing":
+            continue  # the daemon removes it already (a one-shot command's box: handoff.py); one that fails is "dead"
         outcome = remove_container(client, str(row.get("Id", "")))
         if outcome is Removal.REMOVED:
             owner = Owner.from_labels(labels)
