@@ -16,29 +16,15 @@ from typing import TYPE_CHECKING, Any, Callable
 from pydantic import BaseModel, Field
 
 from . import events as ev
-from .boxfs import HostBudget, lstat_workspace, read_workspace_file
+from .boxfs import HostBudget
 from .budget import Budget
 from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
-from .errors import ErrorType, OpenAgentsError
 from .hooks import wiring as hook_wiring
 from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
 from .pipeline import CallPipeline
-from .policy import floors, pins
+from .policy import pins
 from .policy.approvals import ApprovalGate, Approver
-from .policy.hook_spec import Collected
-from .policy.ladder import (
-    POLICY_CAP,
-    POLICY_NAMES,
-    Access,
-    EgressPolicy,
-    Ladder,
-    PolicyFile,
-    PolicyRule,
-    Tier,
-    access_of,
-    parse_policy,
-)
-from .policy.pins import Source
+from .policy.load import authority_sources, load_session_policy
 from .protocol import Executor
 from .sandbox.backend import backend_from_config
 from .sandbox.base import Sandbox
@@ -58,8 +44,6 @@ from .workspace.records import ResumeLock, SessionRecord, WorkspaceMode, prepare
 if TYPE_CHECKING:
     from .loop import TurnLoop  # a session without a model (exec, the API's calls) never imports the turn loop
 
-ADMIN_POLICY = "/etc/openagents-sandbox/policy.toml"
-
 
 class SessionOptions(BaseModel):
     model_spec: str | None = None  # None: no model, the caller makes the calls (the MCP server's client)
@@ -74,119 +58,6 @@ class SessionOptions(BaseModel):
         default=DEFAULT_MODEL_TIMEOUT_S, gt=0
     )  # --model-timeout: the longest the model may stay silent
     context_files: bool = True  # AGENTS.md in the system prompt (context_files.py)
-
-
-def load_authority(
-    workspace: Path, files: list[str], resumed: SessionRecord | None, hooks: Collected
-) -> tuple[list[PolicyRule], EgressPolicy, list[Source]]:
-    """Everything a session's start trusts: the policies (load_policies) and the user's config file,
-    with each source as read now, for pins.save."""
-    read: list[Source] = []
-    rules, egress = load_policies(workspace, files, resumed, read, hooks)
-    config_file = pins.user_config_source(workspace)
-    if config_file is not None:
-        pins.note_changed(resumed, "user_config", config_file.path)
-        read.append(config_file)
-    return rules, egress, read
-
-
-def load_policies(
-    workspace: Path,
-    files: list[str],
-    resumed: SessionRecord | None = None,
-    sources: list[Source] | None = None,
-    hooks: Collected | None = None,
-) -> tuple[list[PolicyRule], EgressPolicy]:
-    """Admin (OA_ADMIN_POLICY or /etc/openagents-sandbox/policy.toml), the workspace's own
-    (.openagents/policy.*, may only tighten), and the user's files (their own tier, default user).
-
-    The workspace's files are the box's: they are looked at with lstat and read through boxfs
-    only, so a symlink (or a symlinked .openagents), a FIFO or a huge file is refused, never
-    followed, blocked on or read; whatever sits at one of the names must be a sound policy. Any
-    file that lies where a box can write counts as a workspace policy, however it was named
-    (policy/pins.py). `resumed`: the user's files come from what that session pinned at its start,
-    and its pinned workspace policies apply beside today's. `sources` gets what was read (to pin).
-    `hooks` gets the files' [[hooks]]: on resume, none from a workspace file read afresh (only its pin's).
-    On resume, the levels and denies of files pinned at the start and not given now still hold
-    (policy/floors.py), unless a file given now lifts them explicitly; the admin's never drop.
-    """
-    collected: list[Source] = []
-    loaded = []
-    admin = os.environ.get("OA_ADMIN_POLICY") or ADMIN_POLICY
-    admin_source = None
-    if Path(admin).is_file():
-        admin_source = Source(
-            "admin_policy",
-            Path(admin).resolve(),
-            pins.read_file(admin, "admin policy"),
-            pins.inside(Path(admin), pins.box_roots(workspace)),
-        )
-        pins.note_changed(resumed, "admin_policy", admin_source.path)
-        loaded.append(pins.parse(admin_source, Tier.ADMIN))
-        collected.append(admin_source)
-    for name in POLICY_NAMES:
-        rel = f".openagents/{name}"
-        if lstat_workspace(workspace, rel) is not None:
-            raw = read_workspace_file(workspace, rel, POLICY_CAP)
-            fresh = parse_policy(raw, rel, Path(rel).suffix, Tier.WORKSPACE, untrusted=True)
-            if (
-                resumed is not None and fresh.hooks and hooks is not None
-            ):  # what the box wrote since the start grants nothing
-                hooks.dropped += [
-                    f"{h.label()}: {rel} read afresh on resume; only the hooks pinned at the session's start run"
-                    for h in fresh.hooks
-                ]
-                fresh = fresh.model_copy(update={"hooks": []})
-            loaded.append(fresh)
-            collected.append(Source("workspace_policy", workspace / rel, raw, True))
-    for source in pins.pinned_workspace_sources(resumed):
-        loaded.append(pins.parse(source))
-        collected.append(source)
-    given = [(source, pins.parse(source)) for source in pins.user_sources(files, workspace, resumed)]
-    loaded += [policy for _, policy in given]
-    collected += [source for source, _ in given]
-    # On resume, what the pinned files refused and the files given now do not explicitly lift (floors.py):
-    # rules with their own tier, egress denies after the admin's rules, before the others.
-    floor = floors.pinned_floors(resumed, files, given, admin_source)
-    if floor.rules or floor.egress:
-        at = 1 if admin_source is not None else 0
-        loaded.insert(
-            at, PolicyFile(rules=floor.rules, egress=EgressPolicy(rules=floor.egress) if floor.egress else None)
-        )
-    if sources is not None:
-        sources += collected
-    if hooks is not None:
-        hooks.specs += [hook for policy in loaded for hook in policy.hooks]
-        hooks.trusted = hooks.trusted or any(
-            policy.trust_workspace_hooks for policy in loaded
-        )  # parse_policy refuses it below the user tier
-    egress = EgressPolicy()
-    for policy in loaded:
-        if policy.egress:
-            egress.allow += policy.egress.allow
-            egress.allow_cidrs += policy.egress.allow_cidrs
-            egress.rules += policy.egress.rules  # admin's first: the first match wins
-            egress.credentials += policy.egress.credentials
-            egress.upstream_ca = egress.upstream_ca or policy.egress.upstream_ca
-    return [rule for policy in loaded for rule in policy.rules], egress
-
-
-def with_policy_egress(config: SandboxConfig, egress: EgressPolicy) -> SandboxConfig:
-    """A policy file can open egress (its hosts join --egress's); CIDRs come from admin policy only."""
-    if not egress.allow and not egress.allow_cidrs and not egress.rules and not egress.credentials:
-        return config
-    current = config.egress or EgressConfig()
-    # The policies' rules come before --egress's hosts (whole-host allows): an admin's deny still wins.
-    merged = current.model_copy(
-        update={
-            "allow": [*current.allow, *egress.allow],
-            "allow_cidrs": [*current.allow_cidrs, *egress.allow_cidrs],
-            "rules": [*egress.rules, *current.rules],
-            "credentials": [*current.credentials, *egress.credentials],
-            "upstream_ca": current.upstream_ca or egress.upstream_ca,
-        }
-    )
-    return config.model_copy(update={"egress": merged})
 
 
 def start_queued(transcript: Transcript, progress: StartQueued) -> None:
@@ -335,14 +206,14 @@ def open_session(
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
     model = _model(options, watchers) if options.model_spec is not None else None
     try:
-        hook_specs = Collected()
-        rules, egress, read = load_authority(
-            workspace, options.policy_files, resume, hook_specs
-        )  # `read`: pinned in the record below
-        access = access_of(rules)
-        mode = access_mode(access, mode, sandbox, resume, config)
-        if access == Access.READ_ONLY:
-            config = config.model_copy(update={"workspace_read_only": True})
+        policy = load_session_policy(workspace, options.policy_files, resume)  # resolved once, here
+        read = authority_sources(policy, workspace, resume)  # pinned in the record below
+        mode = policy.workspace_mode(
+            mode,
+            resumed=resume.mode if resume is not None else None,
+            warm_box_read_only=_read_only(sandbox) if sandbox is not None else None,
+        )
+        config = policy.box_config(config)
         mode, config, keep_out = host_code_mode(workspace, mode, config, sandbox, resume, kind)
         key_var = None
         if options.model_spec is not None:
@@ -416,7 +287,7 @@ def open_session(
         host_budget = HostBudget.until(options.budget.max_wall_s)
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
         if sandbox is None:
-            box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
+            box_config = config.model_copy(update={"user": record.user})
             sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
         sandbox.on_start_queue = lambda progress: start_queued(transcript, progress)
         if hasattr(sandbox, "host_budget"):
@@ -447,7 +318,7 @@ def open_session(
     from .workspace.preview import proposed_diff
 
     gate = ApprovalGate(
-        Ladder(rules),
+        policy.ladder(),
         approver,
         auto_approve=options.auto_approve,
         preview=lambda prepared: proposed_diff(box_ws, prepared),
@@ -456,11 +327,11 @@ def open_session(
     assert checkpoints is not None
     registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
     credentials = [
-        *(with_policy_egress(config, egress).egress or EgressConfig()).credentials,
+        *(config.egress or EgressConfig()).credentials,
         *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or []),
     ]
     opened.pipeline.hooks = hook_wiring.make(
-        hook_specs,
+        policy.hook_specs(),
         workspace,
         transcript,
         record.id,
@@ -483,34 +354,30 @@ def open_session(
     return opened
 
 
-def access_mode(
-    access: Access, mode: WorkspaceMode, sandbox: Sandbox | None, resume: SessionRecord | None, config: SandboxConfig
-) -> WorkspaceMode:
-    """The workspace mode a policy's workspace_access leaves: copy-only makes `auto` a copy and
-    refuses bind mode (its edits would reach the workspace with no landing to refuse); read-only
-    refuses a box started before the policy was known with the workspace writable (a warm pool's)."""
-    pinned = f"the policy's workspace_access is {access.value}"
-    if access == Access.COPY_ONLY:
-        if (
-            sandbox is not None
-            or (resume is not None and resume.mode == WorkspaceMode.BIND)
-            or mode == WorkspaceMode.BIND
-        ):
-            raise OpenAgentsError(
-                ErrorType.REFUSED_BY_POLICY,
-                f"{pinned}: bind mode (or a warm pool's box) would change the workspace "
-                "directly; run with --workspace-mode copy (or auto), without --pool",
-            )
-        return WorkspaceMode.COPY
-    if (
-        access == Access.READ_ONLY
-        and sandbox is not None
-        and not getattr(getattr(sandbox, "config", None), "workspace_read_only", False)
-    ):
-        raise OpenAgentsError(
-            ErrorType.REFUSED_BY_POLICY, f"{pinned}: this box was started with the workspace writable"
-        )
-    return mode
+def warm_box_config(
+    workspace: Path, policy_files: list[str], config: SandboxConfig, mode: WorkspaceMode
+) -> SandboxConfig:
+    """The configuration of a warm pool's boxes for `workspace`, started before any session (bind
+    mode, on the workspace itself): the policy's (never for copy-only access; the workspace mounted
+    read-only for read-only; its egress), and what the host runs or imports mounted read-only, or
+    refused (workspace/host_code.py). Each session on one of them loads the policy again."""
+    policy = load_session_policy(workspace, policy_files)
+    policy.refuse_warm_box()
+    config = policy.box_config(config)
+    decided = host_code.guard(
+        workspace,
+        mode,
+        config,
+        fixed_bind="a warm pool's boxes mount the workspace itself",
+        instead="Run without --pool",
+    )
+    decided.raise_refusal()
+    return config.model_copy(update={"read_only_entries": decided.read_only})
+
+
+def _read_only(box: Sandbox) -> bool:
+    """Whether a box started before the session (a warm pool's) mounts the workspace read-only."""
+    return bool(getattr(getattr(box, "config", None), "workspace_read_only", False))
 
 
 def host_code_mode(

@@ -222,14 +222,13 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
     takes hooks and policies from the pins, never afresh (without them it ran no workspace hook)."""
     from ..hooks.wiring import pinned_argv
     from ..policy import pins
-    from ..policy.hook_spec import Collected, in_force
-    from ..session import load_authority
+    from ..policy.hook_spec import in_force
+    from ..policy.load import authority_sources, load_session_policy
 
-    collected = Collected()
-    _, _, read = load_authority(workspace, policy_files, None, collected)
-    pins.save(start, read)
+    policy = load_session_policy(workspace, policy_files)
+    pins.save(start, authority_sources(policy, workspace, None))
     roots = pins.box_roots(workspace)
-    kept, _ = in_force(collected.specs, collected.trusted, workspace, roots)
+    kept, _ = in_force(list(policy.hooks), policy.hooks_trusted, workspace, roots)
     for hook in kept:  # a trusted hook's script in the workspace: its copy as of now is what every attempt runs
         try:
             pinned_argv(hook, workspace, roots, start, False)

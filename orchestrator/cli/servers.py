@@ -128,12 +128,10 @@ def acp(
     from ..api import Sandbox, SandboxOptions
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..models.factory import model_from_spec
-    from ..policy.ladder import Access, access_of
     from ..sandbox import lifetime
     from ..sandbox.pool import SandboxPool
-    from ..session import load_policies, with_policy_egress
+    from ..session import warm_box_config
     from ..state import new_id
-    from ..workspace import host_code
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
@@ -168,26 +166,9 @@ def acp(
             raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
-            rules, egress = load_policies(ws, list(policies))
-            access = access_of(rules)  # a warm box is bind mode: never for copy-only, mounted read-only for read-only
-            if access == Access.COPY_ONLY:
-                raise OpenAgentsError(
-                    ErrorType.REFUSED_BY_POLICY,
-                    "the policy's workspace_access is copy-only: a warm pool's boxes "
-                    "mount the workspace itself; run without --pool",
-                )
-            warm_config = config.model_copy(update={"workspace_read_only": access == Access.READ_ONLY})
-            # What the host runs or imports may not lie where its boxes write (workspace/host_code.py): refused, or mounted read-only.
-            decided = host_code.guard(
-                ws,
-                mode,
-                warm_config,
-                fixed_bind="a warm pool's boxes mount the workspace itself",
-                instead="Run without --pool",
+            warm = SandboxPool(
+                ws, warm_box_config(ws, list(policies), config, mode), size=pool, on_event=_pool_progress
             )
-            decided.raise_refusal()
-            warm_config = warm_config.model_copy(update={"read_only_entries": decided.read_only})
-            warm = SandboxPool(ws, with_policy_egress(warm_config, egress), size=pool, on_event=_pool_progress)
         except OpenAgentsError as err:
             raise setup_error(err) from None
         warm.start()
