@@ -40,13 +40,11 @@ from sandbox_agent import jsonbound
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..events import ToolCallState
-from ..loop import SessionStatus, TurnLoop
-from ..models.base import ToolCall
+from ..loop import SessionStatus
 from ..policy.approvals import Answer, ApprovalRequest
 from ..policy.approvals import PermissionOption as WireOption
 from ..protocol import Executor, ToolResult
 from ..tools import catalog
-from ..tools.catalog import LAND_ACTION, LAND_TOOL
 from ..tools.mcp.client import McpHost
 from ..tools.registry import HostTools
 from ..workspace.copy_session import note_call
@@ -58,32 +56,7 @@ from .content import PromptError, prompt_text, roots_of
 from .landing import Landing, TurnLander
 
 if TYPE_CHECKING:
-    from ..policy.approvals import ApprovalGate, ApprovalOutcome
-    from ..transcript import Transcript
-
-
-class RecordedLanding:
-    """The session's gate for the end-of-turn landing, its decision recorded in the transcript (who
-    decided, and why) as a call's is: the landing is an edit of the real workspace."""
-
-    def __init__(self, gate: ApprovalGate, transcript: Transcript | None) -> None:
-        self.gate, self.transcript = gate, transcript
-
-    def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
-        outcome = self.gate.decide_landing(requested)
-        if self.transcript is not None:
-            self.transcript.emit(
-                ev.ApprovalDecided(
-                    executor=outcome.executor,
-                    call_id=LAND_ACTION,
-                    tool=LAND_TOOL,
-                    action=LAND_ACTION,
-                    level=outcome.level.value,
-                    decision=outcome.decision,
-                    reason=outcome.reason,
-                )
-            )
-        return outcome
+    from ..api import Sandbox
 
 
 log = logging.getLogger(__name__)
@@ -110,18 +83,9 @@ class RpcError(Exception):
         self.data = data
 
 
-class SessionParts(Protocol):
-    """What a factory hands back for one ACP session (cli/servers.py AcpParts: an orchestrator.api.Sandbox's)."""
-
-    turn_loop: TurnLoop
-
-    def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
-
-    def kill_running(self) -> None: ...
-
-
 class SessionFactory(Protocol):
-    """(workspace, approver, on_event, the session's MCP tools, the record of a session to resume) -> its parts."""
+    """(workspace, approver, on_event, the session's MCP tools, the record of a session to resume) -> its open
+    Sandbox (the public API's: the server drives it through its methods, and closes it when the session ends)."""
 
     def __call__(
         self,
@@ -131,13 +95,13 @@ class SessionFactory(Protocol):
         host_tools: HostTools | None,
         /,
         resume: SessionRecord | None = None,
-    ) -> SessionParts: ...
+    ) -> Sandbox: ...
 
 
 @dataclass
 class AcpSession:
     id: str
-    parts: SessionParts | None = None
+    box: Sandbox | None = None
     calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     workspace: Path = Path(".")  # the editor's path of the workspace: what paths shown to it start with
     roots: list[Path] = field(default_factory=list)  # where a resource link names a workspace file
@@ -149,12 +113,12 @@ class AcpSession:
     @property
     def box_root(self) -> Path:
         """The workspace the box works on (a copy in copy mode): where diffs are read."""
-        return Path(self.parts.turn_loop.registry.workspace) if self.parts else self.workspace
+        return self.box.box_workspace if self.box else self.workspace
 
     def close(self) -> None:
         try:
-            if self.parts:
-                self.parts.close()
+            if self.box:
+                self.box.close(status="closed", reason="the editor's session ended")
         finally:
             if self.mcp:
                 self.mcp.close()
@@ -465,28 +429,20 @@ class AcpServer:
                 session.mcp.start()  # the user's own servers, on the host; failures are named in .problems
                 for problem in session.mcp.problems:
                     log.warning("session %s: %s", session.id, problem)
-            session.parts = self.factory(
+            box = session.box = self.factory(
                 workspace, approver, lambda event: self._on_event(session, event), session.mcp, resume=resume
             )
-            record = getattr(session.parts, "record", None)
-            if isinstance(record, SessionRecord):
-                session.id = approver.session_id = (
-                    record.id
-                )  # the id `oa-sandbox sessions` lists, and session/load takes
-            if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
-                gate = getattr(getattr(session.parts, "pipeline", None), "gate", None)
-                recorded = (
-                    RecordedLanding(gate, getattr(session.parts, "transcript", None)) if gate is not None else None
-                )
-                session.lander = TurnLander(record, workspace, recorded)
-            transcript = getattr(session.parts, "transcript", None)
-            if session.mcp and transcript is not None:
-                transcript.emit(
+            record = box.record
+            session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
+            if record.mode == WorkspaceMode.COPY:  # the landing's decision recorded in the transcript, as a call's
+                session.lander = TurnLander(record, workspace, box)
+            if session.mcp:
+                box.emit(
                     ev.McpServersStarted(
                         executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems
                     )
                 )
-            rebuilt = getattr(session.parts, "rebuilt", None)
+            rebuilt = box.resumed
             if resume is not None and rebuilt is not None:
                 for update in replay.updates(rebuilt.replay, workspace):
                     self._update(session, update)
@@ -505,25 +461,23 @@ class AcpServer:
         p = m.PromptParams.model_validate(params)
         with self._lock:
             session = self.sessions.get(p.sessionId)
-        if session is None or session.parts is None:
+        box = session.box if session is not None else None
+        if session is None or box is None:
             raise RpcError(m.INVALID_PARAMS, f"unknown session {p.sessionId}")
         if not session.busy.acquire(blocking=False):
             raise RpcError(m.INVALID_REQUEST, "a prompt is already running in this session")
         try:
-            loop = session.parts.turn_loop
             try:
                 reader = catalog.file_reader().name
 
                 def read_link(rel: str) -> ToolResult:  # through the pipeline: the ladder, a deny rule, the transcript
-                    return loop.pipeline.run(
-                        ToolCall(id=f"link_{uuid.uuid4().hex[:12]}", name=reader, arguments={"path": rel})
-                    )
+                    decided = box.decide(reader, {"path": rel}, f"link_{uuid.uuid4().hex[:12]}")
+                    return decided if isinstance(decided, ToolResult) else box.execute(decided, counted=False)
 
                 text = prompt_text(p.prompt, session.roots, read_link)
             except PromptError as err:
                 raise RpcError(m.INVALID_PARAMS, str(err)) from None
-            loop.cancel.clear()
-            result = loop.run(text)
+            result = box.run_turns(text, again=True)
             landing = self._land(session)  # however the turn ended: what was allowed and done lands
         finally:
             session.busy.release()
@@ -555,11 +509,10 @@ class AcpServer:
             )
 
         landing = session.lander.land(write if self.editor_writes else None)
-        transcript = getattr(session.parts, "transcript", None)
-        if transcript is not None and (
+        if session.box is not None and (
             landing.error is None or landing.applied
         ):  # the landing ran: its outcome, as MCP's and the API's
-            transcript.emit(
+            session.box.emit(
                 ev.ChangesApplied(
                     executor=Executor.OPENAGENTS,
                     via="acp",
@@ -575,9 +528,9 @@ class AcpServer:
         return landing
 
     def _cancel(self, session: AcpSession) -> None:
-        if session.parts is None:
+        if session.box is None:
             return
-        session.parts.turn_loop.cancel.set()
+        session.box.cancel()
         with self._lock:
             # only permission requests are answered "cancelled" here; a file write is the editor's to answer
             waiting = [
@@ -590,7 +543,7 @@ class AcpServer:
         for _, future in waiting:
             if not future.done():
                 future.set_result({"outcome": {"outcome": "cancelled"}})
-        session.parts.kill_running()
+        session.box.kill_running()
         if session.mcp:  # a stalled call to the editor's MCP server ends now too, not at its own deadline
             session.mcp.kill_running()
 

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..protocol import ToolResult
-    from ..session import OpenSession
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
@@ -151,14 +150,6 @@ class AsyncSandbox:
     @property
     def transcript_path(self) -> Path:
         return self.sync.transcript_path
-
-    @property
-    def parts(self) -> OpenSession:
-        """The open session's parts, for the project's own front-ends (Sandbox.parts)."""
-        return self.sync.parts
-
-    async def record_call(self, tool: str, ok: bool) -> None:
-        await self._run(self.sync.record_call, tool, ok)
 
     async def kill_running(self) -> None:
         """Kill every process the box runs (every call running there ends, killed); the box stays."""

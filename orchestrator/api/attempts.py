@@ -210,7 +210,7 @@ class Live:
             boxes = list(self._boxes)
         for box in boxes:
             try:
-                box.parts.pipeline.cancel.set()
+                box.cancel()
                 box.kill_running()
             except Exception:  # noqa: BLE001 - closed already, or its box is removed when the attempt closes it
                 pass
@@ -272,8 +272,8 @@ def _one(
     status: dict[str, str] = {}
     try:
         if not live.add(box):
-            box.parts.pipeline.cancel.set()
-        result = box.parts.turn_loop.run(task)
+            box.cancel()
+        result = box.run_turns(task)
         status = {"status": result.status.value, "reason": result.reason}
         box.record.turns = result.last_turn
         attempt.status, attempt.turns = result.status.value, result.turns
@@ -301,7 +301,7 @@ def _score(box: Sandbox, pick: str, timeout: int, last_turn: int, attempt: Attem
     deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
     from ..models.base import ToolCall
 
-    opened = box.parts
+    opened = box._live()  # the API's own: the pick's checkpoint and its undo are the store's, not calls
     store = opened.checkpoints
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0
     opened.pipeline.gate.auto_approve = True

@@ -65,7 +65,7 @@ class RunControl:
             box = self._box
         if box is not None:
             try:
-                box.parts.turn_loop.cancel.set()
+                box.cancel()
                 box.kill_running()
             except Exception:  # noqa: BLE001 - the box may be going already (closed); its close removes it
                 pass
@@ -155,7 +155,7 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
             outcome = SessionResult(status=SessionStatus.CANCELLED, reason="the batch was cancelled")
         else:
             try:
-                outcome = box.parts.turn_loop.run(task.task)
+                outcome = box.run_turns(task.task)
             except KeyboardInterrupt:
                 outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
     finally:

@@ -502,10 +502,9 @@ def run(
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
         raise click.exceptions.Exit(EXIT_CANCELLED) from None
     result = None
-    gate = box.parts.pipeline.gate  # the landing's decision (--apply) is the session's, after it closed
     try:
         try:
-            result = box.parts.turn_loop.run(task)
+            result = box.run_turns(task)
         except KeyboardInterrupt:  # a second press while the loop itself was ending the session
             result = None
         ignore_interrupts()  # from here on, clean-up runs to its end
@@ -535,7 +534,7 @@ def run(
     if record.mode.value == "copy":
         if apply_at_end:
             try:
-                applied, report = apply_copy(record, gate.decide_landing("run --apply"))
+                applied, report = apply_copy(record, box.decide_landing("run --apply"))
             except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
                 landing_refused = err
                 view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))

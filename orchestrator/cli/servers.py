@@ -33,29 +33,6 @@ if TYPE_CHECKING:
     from ..workspace.records import SessionRecord, WorkspaceMode
 
 
-class AcpParts:
-    """What the ACP server drives for one editor session (acp.server.SessionParts), from its open
-    Sandbox: the turn loop, record, pipeline, transcript and what a resume rebuilt; its end is the
-    API's close (box removed, workspace swept, record saved)."""
-
-    def __init__(self, box: Sandbox) -> None:
-        self.box = box
-        parts = box.parts
-        self.turn_loop, self.pipeline, self.transcript, self.rebuilt = (
-            parts.turn_loop,
-            parts.pipeline,
-            parts.transcript,
-            parts.rebuilt,
-        )
-        self.record = box.record
-
-    def close(self) -> list[str]:
-        return self.box.close(status="closed", reason="the editor's session ended")
-
-    def kill_running(self) -> None:
-        self.box.kill_running()
-
-
 def _pool_progress(event: PoolEvent) -> None:
     """The warm pool's refills on stderr (stdout is the protocol's): a refill waiting in the start
     line, each box made ready when -v is given; a failed start is logged by the pool itself."""
@@ -179,26 +156,24 @@ def acp(
         on_event: Callable[[dict[str, Any]], None],
         host_tools: HostTools | None,
         resume: SessionRecord | None = None,
-    ) -> AcpParts:
+    ) -> Sandbox:
         own: dict[str, Any] = {"approver": approver, "on_record": on_event, "host_tools": host_tools}
         if (
             resume is not None
         ):  # session/load: its own transcript, workspace and mode; its model and policy files unless given here
             files = options.policy_files or [Path(p) for p in resume.policy_files]
-            return AcpParts(Sandbox(ws, options, kind="acp", **own, resume=resume.id, policy_files=files).open())
+            return Sandbox(ws, options, kind="acp", **own, resume=resume.id, policy_files=files).open()
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
-        return AcpParts(
-            Sandbox(
-                ws,
-                options,
-                kind="acp",
-                box=warm.claim() if warm else None,
-                **own,
-                transcript=path,
-                mode=mode.value,
-                **copy_options(copy_limits),
-            ).open()
-        )
+        return Sandbox(
+            ws,
+            options,
+            kind="acp",
+            box=warm.claim() if warm else None,
+            **own,
+            transcript=path,
+            mode=mode.value,
+            **copy_options(copy_limits),
+        ).open()
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
