@@ -103,11 +103,10 @@ def acp(
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from ..acp.server import AcpServer
     from ..api import Sandbox, SandboxOptions
+    from ..api.pool import warm_pool
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..models.factory import model_from_spec
     from ..sandbox import lifetime
-    from ..sandbox.pool import SandboxPool
-    from ..session import warm_box_config
     from ..state import new_id
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
@@ -143,9 +142,7 @@ def acp(
             raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
-            warm = SandboxPool(
-                ws, warm_box_config(ws, list(policies), config, mode), size=pool, on_event=_pool_progress
-            )
+            warm = warm_pool(ws, list(policies), config, mode, pool, _pool_progress)
         except OpenAgentsError as err:
             raise setup_error(err) from None
         warm.start()
