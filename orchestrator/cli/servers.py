@@ -25,7 +25,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..acp.server import AcpApprover
+    from ..acp.approver import AcpApprover
     from ..api import Sandbox
     from ..sandbox.pool import PoolEvent
     from ..tools.registry import HostTools
