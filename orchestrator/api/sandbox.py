@@ -273,7 +273,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMe
                 update={"env": {name: value for name, value in env.items() if name not in self._exported}}
             )
         return open_session(
-            options.session_options(),
+            options,
             self.workspace,
             config,
             OwnCallApprover(approver, self._issued, own),
@@ -538,7 +538,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMe
         if self._agent is not None and self._agent[0] == wanted:
             session = self._agent[1]  # the same model again: the conversation goes on, as an editor's next prompt
         else:
-            session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
+            session = attach_model(opened, self.options.with_model(model, base_url, api_key_env))
             self._agent = (wanted, session)
         session.turn = max(session.turn, self._turn)
 

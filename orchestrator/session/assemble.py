@@ -1,4 +1,5 @@
-"""Assembling one session: policies, model, sandbox, registry, ladder, transcript.
+"""Assembling one session from its options (SandboxOptions): the policy value, model, box, registry,
+ladder, transcript, checkpoints, hooks.
 
 Every front-end (run, exec, mcp, acp, batch, --attempts, the plug-ins) differs only in who answers
 approvals and who watches the events; everything else is put together here, once, and only the
@@ -8,56 +9,38 @@ public API (orchestrator/api/: Sandbox) calls open_session (tests/test_api_layou
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, Field
-
-from . import events as ev
-from .boxfs import HostBudget
-from .budget import Budget
-from .config import DEFAULT_MAX_TURNS, EgressConfig, SandboxConfig
-from .hooks import wiring as hook_wiring
-from .models.base import DEFAULT_MODEL_TIMEOUT_S, ModelClient, RetryNotice, RetryPolicy
-from .pipeline import CallPipeline
-from .policy import pins
-from .policy.approvals import ApprovalGate, Approver
-from .policy.load import authority_sources, load_session_policy
-from .protocol import Executor
-from .sandbox.backend import backend_from_config
-from .sandbox.base import Sandbox
-from .sandbox.starts import StartQueued
-from .tools import catalog
-from .tools.registry import HostTools, RegistryConfig, ToolRegistry
-from .transcript import Redactor, Transcript
-from .transcript.resume import Rebuilt, rebuild, resumable
-from .workspace import host_code, quota_fs
-from .workspace import records as records_
-from .workspace.checkpoints import CheckpointStore
-from .workspace.context_files import ContextFiles
-from .workspace.copy import CopyLimits
-from .workspace.integrity import SweepReport
-from .workspace.records import ResumeLock, SessionRecord, WorkspaceMode, prepare
+from .. import events as ev
+from ..boxfs import HostBudget
+from ..config import EgressConfig, SandboxConfig
+from ..hooks import wiring as hook_wiring
+from ..models.base import ModelClient, RetryNotice, RetryPolicy
+from ..pipeline import CallPipeline
+from ..policy import pins
+from ..policy.approvals import ApprovalGate, Approver
+from ..policy.load import authority_sources, load_session_policy
+from ..protocol import Executor
+from ..sandbox.backend import backend_from_config
+from ..sandbox.base import Sandbox
+from ..sandbox.starts import StartQueued
+from ..tools.registry import HostTools, ToolRegistry
+from ..transcript import Redactor, Transcript
+from ..transcript.resume import rebuild, resumable
+from ..workspace import host_code, quota_fs
+from ..workspace import records as records_
+from ..workspace.checkpoints import CheckpointStore
+from ..workspace.context_files import ContextFiles
+from ..workspace.copy import CopyLimits
+from ..workspace.integrity import SweepReport
+from ..workspace.records import ResumeLock, SessionRecord, WorkspaceMode, prepare
+from .opened import OpenSession, first_checkpoint
+from .options import SandboxOptions
 
 if TYPE_CHECKING:
-    from .loop import TurnLoop  # a session without a model (exec, the API's calls) never imports the turn loop
-
-
-class SessionOptions(BaseModel):
-    model_spec: str | None = None  # None: no model, the caller makes the calls (the MCP server's client)
-    base_url: str | None = None
-    api_key_env: str | None = None
-    policy_files: list[str] = Field(default_factory=list)
-    max_turns: int = DEFAULT_MAX_TURNS
-    registry: RegistryConfig = Field(default_factory=RegistryConfig)
-    budget: Budget = Field(default_factory=Budget)
-    auto_approve: bool = False  # --auto-approve: what runs inside the sandbox proceeds without asking
-    model_timeout_s: float = Field(
-        default=DEFAULT_MODEL_TIMEOUT_S, gt=0
-    )  # --model-timeout: the longest the model may stay silent
-    context_files: bool = True  # AGENTS.md in the system prompt (context_files.py)
+    from ..loop import TurnLoop  # a session without a model (exec, the API's calls) never imports the turn loop
 
 
 def start_queued(transcript: Transcript, progress: StartQueued) -> None:
@@ -77,105 +60,8 @@ def start_queued(transcript: Transcript, progress: StartQueued) -> None:
         transcript.notify(event)
 
 
-MUTATING_TOOLS = catalog.mutating()  # the tools that may change workspace files (their ToolDef says)
-
-
-@dataclass
-class OpenSession:
-    sandbox: Sandbox
-    transcript: Transcript
-    record: SessionRecord
-    checkpoints: "CheckpointStore | None" = None
-    lock: ResumeLock | None = None  # a resumed session's: released when it closes
-    # Every call's steps (validate, decide, execute, record), made last with the registry.
-    pipeline: CallPipeline = field(init=False)
-    # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
-    turn_loop: TurnLoop = field(init=False)
-    rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
-    # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
-    context: ContextFiles | None = field(init=False, default=None)
-    root_context: str = field(init=False, default="")
-    hook_context: str = field(init=False, default="")  # what SessionStart hooks added, for the model's system prompt
-    _ended: bool = field(init=False, default=False)
-
-    def kill_running(self) -> None:
-        self.sandbox.kill_processes()
-
-    def checkpoint(self, turn: int, tools: list[str]) -> None:
-        """After a turn that may have changed files. A failure is recorded, never fatal."""
-        if self.checkpoints is None or (turn and not MUTATING_TOOLS & set(tools)):
-            return
-        try:
-            point = self.checkpoints.record(turn)
-        except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
-            self.transcript.emit(
-                ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
-            )
-            return
-        if point is not None and not point.ok:  # failed or over the store's budget: changes unknown, never "none"
-            self.transcript.emit(
-                ev.CheckpointRecorded(
-                    executor=Executor.OPENAGENTS,
-                    turn=turn,
-                    ok=False,
-                    state=point.state,
-                    error_type=point.error_type,
-                    error=point.error[:500],
-                )
-            )
-        elif point is not None:
-            self.transcript.emit(
-                ev.CheckpointRecorded(
-                    executor=Executor.OPENAGENTS,
-                    turn=turn,
-                    ok=True,
-                    files_changed=point.files_changed[:200],
-                    skipped=[s.model_dump() for s in point.skipped[:200]],
-                )
-            )
-
-    def finish(self, status: str, reason: str) -> None:
-        self.record.status, self.record.reason = status, reason
-
-    def close(self) -> list[str]:
-        """Removes the sandbox, which sweeps the workspace; records what changed; returns what the
-        sweeps found, one line each, for the end of the run (the transcript has them as events).
-        A first checkpoint still being recorded is cancelled (no call that could change files ran:
-        each waits for it) and recorded as failed, so the session never claims to know its changes."""
-        if self.checkpoints is not None and self.checkpoints.recording:
-            self.checkpoints.cancel()
-            self.checkpoints.wait()
-        if (
-            not self._ended and getattr(self, "pipeline", None) is not None
-        ):  # SessionEnd: once, also after Ctrl-C or a fatal error
-            self._ended = True
-            try:
-                hook_wiring.session_end(self.pipeline.hooks, self.record.status, self.record.reason)
-            except KeyboardInterrupt:  # a second Ctrl-C cuts the hooks short (killed), never the box's removal
-                pass
-        try:
-            self.sandbox.close()
-        finally:
-            self.transcript.close()
-            if self.checkpoints is not None:
-                try:
-                    changed = {f for point in self.checkpoints.list() for f in point.files_changed}
-                    self.record.files_changed = sorted(changed)
-                except Exception:  # noqa: BLE001 - the record is still saved
-                    pass
-                self.checkpoints.close()
-            if self.record.status == "running":
-                self.record.status = "closed"  # an editor's session, or one that ended without a result
-            if getattr(self, "turn_loop", None) is not None and self.turn_loop.turn:
-                self.record.turns = self.turn_loop.turn  # turns count on across runs: `rollback --turn` up to here
-            self.record.save()
-            if self.lock is not None:
-                self.lock.release()
-        return [line for report in self.sandbox.sweeper.reports for line in report.lines()]
-
-
 def open_session(
-    options: SessionOptions,
+    options: SandboxOptions,
     workspace: Path,
     config: SandboxConfig,
     approver: Approver,
@@ -197,16 +83,16 @@ def open_session(
     if resume is not None:  # checked again under the lock: another process may have taken it since
         lock = ResumeLock(resume)
         try:
-            resume = resumable(records_.open_own_record(resume.id), conversation=options.model_spec is not None)
+            resume = resumable(records_.open_own_record(resume.id), conversation=options.model is not None)
         except BaseException:
             lock.release()
             raise
         workspace = Path(resume.workspace)
     workspace = Path(workspace).resolve()
     watchers: list[Transcript] = []  # the transcript comes later; a retry before it has nobody to tell
-    model = _model(options, watchers) if options.model_spec is not None else None
+    model = _model(options, watchers) if options.model is not None else None
     try:
-        policy = load_session_policy(workspace, options.policy_files, resume)  # resolved once, here
+        policy = load_session_policy(workspace, [str(p) for p in options.policy_files], resume)  # resolved once, here
         read = authority_sources(policy, workspace, resume)  # pinned in the record below
         mode = policy.workspace_mode(
             mode,
@@ -216,12 +102,12 @@ def open_session(
         config = policy.box_config(config)
         mode, config, keep_out = host_code_mode(workspace, mode, config, sandbox, resume, kind)
         key_var = None
-        if options.model_spec is not None:
-            from .models.factory import key_variable  # the model clients (httpx) only when a model is used
+        if options.model is not None:
+            from ..models.factory import key_variable  # the model clients (httpx) only when a model is used
 
-            key_var = key_variable(options.model_spec, options.api_key_env)
+            key_var = key_variable(options.model, options.api_key_env)
         redactor = Redactor.from_environment([os.environ.get(key_var, "")] if key_var else [])
-        repo = ToolRegistry.open_repo(workspace, options.registry)  # before the box can write anything
+        repo = ToolRegistry.open_repo(workspace, options.registry_config())  # before the box can write anything
         rebuilt = None
         if resume is not None:
             record, git_dir = resume, (workspace / ".git" if resume.mode == WorkspaceMode.COPY else None)
@@ -248,7 +134,7 @@ def open_session(
     box_ws = Path(record.box_workspace)
     if record.mode == WorkspaceMode.COPY:
         repo = None  # the real repository's work tree is not the box's: git stays off in copy mode
-    record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
+    record.model_spec, record.base_url, record.api_key_env = options.model, options.base_url, options.api_key_env
     record.policy_files = [str(Path(f).resolve()) for f in options.policy_files]
     pins.save(record, read)  # the authority in force now, for any later resume
     record.save()
@@ -284,7 +170,7 @@ def open_session(
     checkpoints = None
     try:
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
-        host_budget = HostBudget.until(options.budget.max_wall_s)
+        host_budget = HostBudget.until(options.run_budget().max_wall_s)
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
         if sandbox is None:
             box_config = config.model_copy(update={"user": record.user})
@@ -296,11 +182,11 @@ def open_session(
         # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
         # calls run: any call that may change files waits for it (registry.before_change, below).
         checkpoints.in_background(
-            lambda: _first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
+            lambda: first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
         )
         if not sandbox.started:
             sandbox.start()
-        registry = ToolRegistry(sandbox, box_ws, options.registry, repo, host_tools)
+        registry = ToolRegistry(sandbox, box_ws, options.registry_config(), repo, host_tools)
     except BaseException as err:
         if checkpoints is not None:  # the first record ends before its transcript and state go
             checkpoints.cancel()
@@ -315,7 +201,7 @@ def open_session(
         transcript.emit(ev.IntegritySwept(executor=Executor.OPENAGENTS, **report.model_dump(mode="json")))
 
     sandbox.on_sweep = swept
-    from .workspace.preview import proposed_diff
+    from ..workspace.preview import proposed_diff
 
     gate = ApprovalGate(
         policy.ladder(),
@@ -424,19 +310,19 @@ def host_code_mode(
     return decided.mode, config, host_code.recorded(decided.found)
 
 
-def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
-    """The model `options.model_spec` names, its retries told to the watchers' transcripts, checked
+def _model(options: SandboxOptions, watchers: list[Transcript]) -> ModelClient:
+    """The model `options.model` names, its retries told to the watchers' transcripts, checked
     before any box exists where it can be (a dead endpoint costs a second, not a sandbox)."""
-    assert options.model_spec is not None
+    assert options.model is not None
 
     def retried(notice: RetryNotice) -> None:
         for transcript in watchers:
             transcript.emit(ev.ModelRetrying(executor=Executor.OPENAGENTS, **notice.model_dump()))
 
-    from .models.factory import model_from_spec
+    from ..models.factory import model_from_spec
 
     model = model_from_spec(
-        options.model_spec,
+        options.model,
         base_url=options.base_url,
         api_key_env=options.api_key_env,
         retry=RetryPolicy(on_retry=retried),
@@ -448,8 +334,8 @@ def _model(options: SessionOptions, watchers: list[Transcript]) -> ModelClient:
     return model
 
 
-def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions) -> TurnLoop:
-    from .loop import TurnLoop
+def _turn_loop(opened: OpenSession, model: ModelClient, options: SandboxOptions) -> TurnLoop:
+    from ..loop import TurnLoop
 
     loop = TurnLoop(
         model,
@@ -460,7 +346,7 @@ def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions)
         after_turn=opened.checkpoint,
         session_id=opened.record.id,
         workspace_mode=opened.record.mode.value,
-        budget=options.budget,
+        budget=options.run_budget(),
         pipeline=opened.pipeline,
     )
     if opened.context is not None:
@@ -471,14 +357,14 @@ def _turn_loop(opened: OpenSession, model: ModelClient, options: SessionOptions)
     return loop
 
 
-def attach_model(opened: OpenSession, options: SessionOptions) -> TurnLoop:
+def attach_model(opened: OpenSession, options: SandboxOptions) -> TurnLoop:
     """A turn loop for a model named after the session opened (the API's run()): over the session's
     own pipeline, gate, transcript and checkpoints, as open_session makes one for `run`. The record
     says which model worked on it last (what a resume takes again)."""
     loop = _turn_loop(opened, _model(options, [opened.transcript]), options)
     opened.turn_loop = loop
     record = opened.record
-    record.model_spec, record.base_url, record.api_key_env = options.model_spec, options.base_url, options.api_key_env
+    record.model_spec, record.base_url, record.api_key_env = options.model, options.base_url, options.api_key_env
     record.save()
     return loop
 
@@ -505,43 +391,3 @@ def _failed(record: SessionRecord, err: BaseException, lock: ResumeLock | None) 
             records_.discard_state(record)
         except OSError:  # the record still says failed; `sessions prune` removes a failed session's state
             pass
-
-
-def _first_checkpoint(opened: OpenSession, previous_turns: int | None) -> None:
-    """The session's first record, on the store's background thread: turn 0 of a new session, or
-    the state a resumed one finds. Its failure is recorded (checkpoint()), never raised."""
-    try:
-        if previous_turns is None:
-            opened.checkpoint(0, [])  # the start, before the box changed anything
-        else:
-            _resume_checkpoint(opened, previous_turns)
-    except Exception:  # noqa: BLE001 - the transcript was closed under it: the store's index has the record
-        pass
-
-
-def _resume_checkpoint(opened: OpenSession, previous_turns: int) -> None:
-    """The workspace as the resumed run finds it, as the state after the previous last turn, when
-    no checkpoint is at or after that turn (one that is there already holds it; what changed since,
-    the user's edits between the runs, joins the next turn's). Unchanged: nothing is recorded."""
-    store = opened.checkpoints
-    if store is None or any(point.turn >= previous_turns for point in store.list()):
-        return
-    try:
-        point = store.record(previous_turns)
-    except Exception as err:  # noqa: BLE001 - as checkpoint(): never the end of the session
-        opened.transcript.emit(
-            ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=previous_turns, ok=False, error=str(err)[:500])
-        )
-        return
-    if point is not None:
-        opened.transcript.emit(
-            ev.CheckpointRecorded(
-                executor=Executor.OPENAGENTS,
-                turn=point.turn,
-                ok=point.ok,
-                state=None if point.ok else point.state,
-                error_type=point.error_type,
-                error=point.error[:500] or None,
-                files_changed=point.files_changed[:200] if point.ok else None,
-            )
-        )
