@@ -297,7 +297,7 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
         opener.join(WAIT_S)
     session = opened["s"]
     try:
-        assert session.sandbox.call("read_file", {"path": "a.txt"}).output == "a\n"
+        assert session.box.call("read_file", {"path": "a.txt"}).output == "a\n"
     finally:
         session.close()
     shown = [parse(r) for r in live if r["type"] == "sandbox_start_queued"]

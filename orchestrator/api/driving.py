@@ -122,7 +122,7 @@ class DrivingMethods:
     @property
     def box_config(self) -> SandboxLimits:
         """The box's configuration as it was started (the policy's effects on it included)."""
-        return self._live().sandbox.config
+        return self._live().box.config
 
     @property
     def box_workspace(self) -> Path:

@@ -52,7 +52,7 @@ from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
-    from ..sandbox.base import Sandbox as BoxBackend
+    from ..sandbox.base import Sandbox as Box
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
 
@@ -76,7 +76,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMe
         options: SandboxOptions | None = None,
         *,
         kind: str = "api",
-        box: BoxBackend | None = None,
+        box: Box | None = None,
         any_caller_lands: bool = False,
         **settings: Any,
     ) -> None:
@@ -279,7 +279,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMe
             OwnCallApprover(approver, self._issued, own),
             transcript,
             fanout,
-            sandbox=self._box,
+            box=self._box,
             mode=options.workspace_mode(),
             kind=self.kind,
             host_tools=options.host_tools,

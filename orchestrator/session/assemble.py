@@ -3,7 +3,7 @@ ladder, transcript, checkpoints, hooks.
 
 Every front-end (run, exec, mcp, acp, batch, --attempts, the plug-ins) differs only in who answers
 approvals and who watches the events; everything else is put together here, once, and only the
-public API (orchestrator/api/: Sandbox) calls open_session (tests/test_api_layout.py).
+public API (orchestrator/api/: Box) calls open_session (tests/test_api_layout.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..policy.approvals import ApprovalGate, Approver
 from ..policy.load import authority_sources, load_session_policy
 from ..protocol import Executor
 from ..sandbox.backend import backend_from_config
-from ..sandbox.base import Sandbox
+from ..sandbox.base import Sandbox as Box  # the container; the session is the public API's Sandbox
 from ..sandbox.starts import StartQueued
 from ..tools.registry import HostTools, ToolRegistry
 from ..transcript import Redactor, Transcript
@@ -67,14 +67,14 @@ def open_session(
     approver: Approver,
     transcript_path: Path | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
-    sandbox: Sandbox | None = None,
+    box: Box | None = None,
     mode: WorkspaceMode = WorkspaceMode.AUTO,
     kind: str = "run",
     host_tools: HostTools | None = None,
     copy_limits: CopyLimits | None = None,
     resume: SessionRecord | None = None,
 ) -> OpenSession:
-    """`sandbox`, if given, is already started (from a warm pool) for this workspace and config
+    """`box`, if given, is already started (from a warm pool) for this workspace and config
     (bind mode). In copy mode the copy is taken here, before any box exists. `host_tools` (the
     user's MCP servers, started) join the registry; their owner stops them. `copy_limits`: copy
     mode's size guard (sessions.prepare). `resume`: the record of a session to continue (resume.py):
@@ -97,10 +97,10 @@ def open_session(
         mode = policy.workspace_mode(
             mode,
             resumed=resume.mode if resume is not None else None,
-            warm_box_read_only=_read_only(sandbox) if sandbox is not None else None,
+            warm_box_read_only=_read_only(box) if box is not None else None,
         )
         config = policy.box_config(config)
-        mode, config, keep_out = host_code_mode(workspace, mode, config, sandbox, resume, kind)
+        mode, config, keep_out = host_code_mode(workspace, mode, config, box, resume, kind)
         key_var = None
         if options.model is not None:
             from ..models.factory import key_variable  # the model clients (httpx) only when a model is used
@@ -119,7 +119,7 @@ def open_session(
         else:
             record, git_dir = prepare(
                 workspace,
-                WorkspaceMode.BIND if sandbox is not None else mode,
+                WorkspaceMode.BIND if box is not None else mode,
                 config.user,
                 kind,
                 copy_limits,
@@ -172,27 +172,27 @@ def open_session(
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
         host_budget = HostBudget.until(options.run_budget().max_wall_s)
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
-        if sandbox is None:
+        if box is None:
             box_config = config.model_copy(update={"user": record.user})
-            sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
-        sandbox.on_start_queue = lambda progress: start_queued(transcript, progress)
-        if hasattr(sandbox, "host_budget"):
-            sandbox.host_budget = host_budget
-        opened = OpenSession(sandbox, transcript, record, checkpoints, lock)
+            box = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
+        box.on_start_queue = lambda progress: start_queued(transcript, progress)
+        if hasattr(box, "host_budget"):
+            box.host_budget = host_budget
+        opened = OpenSession(box, transcript, record, checkpoints, lock)
         # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
         # calls run: any call that may change files waits for it (registry.before_change, below).
         checkpoints.in_background(
             lambda: first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
         )
-        if not sandbox.started:
-            sandbox.start()
-        registry = ToolRegistry(sandbox, box_ws, options.registry_config(), repo, host_tools)
+        if not box.started:
+            box.start()
+        registry = ToolRegistry(box, box_ws, options.registry_config(), repo, host_tools)
     except BaseException as err:
         if checkpoints is not None:  # the first record ends before its transcript and state go
             checkpoints.cancel()
             checkpoints.wait()
-        if sandbox is not None:
-            sandbox.close()
+        if box is not None:
+            box.close()
         transcript.close()
         _failed(record, err, lock)
         raise
@@ -200,7 +200,7 @@ def open_session(
     def swept(report: SweepReport) -> None:
         transcript.emit(ev.IntegritySwept(executor=Executor.OPENAGENTS, **report.model_dump(mode="json")))
 
-    sandbox.on_sweep = swept
+    box.on_sweep = swept
     from ..workspace.preview import proposed_diff
 
     gate = ApprovalGate(
@@ -214,7 +214,7 @@ def open_session(
     registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
     credentials = [
         *(config.egress or EgressConfig()).credentials,
-        *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or []),
+        *(getattr(getattr(getattr(box, "config", None), "egress", None), "credentials", None) or []),
     ]
     opened.pipeline.hooks = hook_wiring.make(
         policy.hook_specs(),
@@ -261,7 +261,7 @@ def warm_box_config(
     return config.model_copy(update={"read_only_entries": decided.read_only})
 
 
-def _read_only(box: Sandbox) -> bool:
+def _read_only(box: Box) -> bool:
     """Whether a box started before the session (a warm pool's) mounts the workspace read-only."""
     return bool(getattr(getattr(box, "config", None), "workspace_read_only", False))
 
@@ -270,7 +270,7 @@ def host_code_mode(
     workspace: Path,
     mode: WorkspaceMode,
     config: SandboxConfig,
-    sandbox: Sandbox | None,
+    box: Box | None,
     resume: SessionRecord | None,
     kind: str,
 ) -> tuple[WorkspaceMode, SandboxConfig, list[str]]:
@@ -279,7 +279,7 @@ def host_code_mode(
     read-only entries in the config), and the workspace paths a copy's apply must leave out.
     HostCodeInWorkspace (CONFIG_INVALID) when bind mode is refused."""
     fixed = instead = ""
-    if sandbox is not None:
+    if box is not None:
         fixed, instead = "a warm pool's box mounts the workspace itself", "Open the session without a warm pool's box"
     elif resume is not None:
         mode = resume.mode
@@ -293,11 +293,7 @@ def host_code_mode(
     if decided.note:
         host_code.say(decided.note)
     if decided.read_only:
-        have = (
-            set(getattr(getattr(sandbox, "config", None), "read_only_entries", None) or [])
-            if sandbox is not None
-            else None
-        )
+        have = set(getattr(getattr(box, "config", None), "read_only_entries", None) or []) if box is not None else None
         if have is not None and not set(decided.read_only) <= have:
             missing = ", ".join(sorted(set(decided.read_only) - have))
             raise host_code.HostCodeInWorkspace(

@@ -11,7 +11,7 @@ from .. import events as ev
 from ..hooks import wiring as hook_wiring
 from ..pipeline import CallPipeline
 from ..protocol import Executor
-from ..sandbox.base import Sandbox
+from ..sandbox.base import Sandbox as Box  # the container; the session is the public API's Sandbox
 from ..tools import catalog
 from ..transcript import Transcript
 from ..transcript.resume import Rebuilt
@@ -28,7 +28,7 @@ MUTATING_TOOLS = catalog.mutating()  # the tools that may change workspace files
 
 @dataclass
 class OpenSession:
-    sandbox: Sandbox
+    box: Box
     transcript: Transcript
     record: SessionRecord
     checkpoints: "CheckpointStore | None" = None
@@ -45,7 +45,7 @@ class OpenSession:
     _ended: bool = field(init=False, default=False)
 
     def kill_running(self) -> None:
-        self.sandbox.kill_processes()
+        self.box.kill_processes()
 
     def checkpoint(self, turn: int, tools: list[str]) -> None:
         """After a turn that may have changed files. A failure is recorded, never fatal."""
@@ -100,7 +100,7 @@ class OpenSession:
             except KeyboardInterrupt:  # a second Ctrl-C cuts the hooks short (killed), never the box's removal
                 pass
         try:
-            self.sandbox.close()
+            self.box.close()
         finally:
             self.transcript.close()
             if self.checkpoints is not None:
@@ -117,7 +117,7 @@ class OpenSession:
             self.record.save()
             if self.lock is not None:
                 self.lock.release()
-        return [line for report in self.sandbox.sweeper.reports for line in report.lines()]
+        return [line for report in self.box.sweeper.reports for line in report.lines()]
 
 
 def first_checkpoint(opened: OpenSession, previous_turns: int | None) -> None:
