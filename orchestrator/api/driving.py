@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ..config import SandboxLimits
     from ..loop import SessionResult
     from ..policy.approvals import ApprovalGate, ApprovalOutcome
+    from ..policy.value import SessionPolicy
     from ..session import OpenSession
     from ..tools.registry import PreparedCall
     from ..transcript.resume import Rebuilt
@@ -128,6 +129,12 @@ class DrivingMethods:
     def box_workspace(self) -> Path:
         """The directory the box works on: the workspace in bind mode, its copy in copy mode."""
         return Path(self._live().record.box_workspace)
+
+    @property
+    def policy(self) -> SessionPolicy:
+        """The session's policy, as resolved once at its open (policy/value.py): its workspace access
+        level, approval rules, egress and hooks. Read-only: every effect was derived from it then."""
+        return self._live().policy
 
     @property
     def resumed(self) -> Rebuilt | None:

@@ -236,7 +236,7 @@ def open_session(
         if rebuilt is not None:
             opened.turn_loop.messages += rebuilt.messages
             opened.turn_loop.turn = max(rebuilt.previous_turns, record.turns or 0)
-    opened.rebuilt = rebuilt
+    opened.rebuilt, opened.policy = rebuilt, policy
     return opened
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .. import events as ev
 from ..hooks import wiring as hook_wiring
 from ..pipeline import CallPipeline
+from ..policy.value import SessionPolicy
 from ..protocol import Executor
 from ..sandbox.base import Sandbox as Box  # the container; the session is the public API's Sandbox
 from ..tools import catalog
@@ -38,6 +39,7 @@ class OpenSession:
     # The turn loop over the pipeline, when the session has a model; its after_turn is checkpoint().
     turn_loop: TurnLoop = field(init=False)
     rebuilt: Rebuilt | None = field(init=False, default=None)  # a resumed session's conversation, as read back
+    policy: SessionPolicy = field(init=False, default_factory=SessionPolicy)  # resolved once, at the start
     # The root's AGENTS.md (context_files.py), read before the box existed: a turn loop made later gets it too.
     context: ContextFiles | None = field(init=False, default=None)
     root_context: str = field(init=False, default="")
