@@ -347,6 +347,7 @@ def batch(
     max_wall, runtime, attempts and pick), each on its own copy of its workspace; one result line
     each in --out (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node,
     best_of)."""
+    from ..api import SandboxOptions
     from ..batch.command import BatchRequest, run_batch
     from ..batch.runner import BatchSettings
 
@@ -362,15 +363,19 @@ def batch(
         start_concurrency=start_concurrency or defaults.start_concurrency,
     )
     settings = BatchSettings(
-        model=model_spec or defaults.model,
-        base_url=base_url or defaults.base_url,
-        api_key_env=api_key_env or defaults.api_key_env,
-        policy=[str(Path(p).resolve()) for p in policies] or defaults.policy,
-        auto_approve=auto_approve,
-        max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
-        max_wall=max_wall or defaults.max_wall,
-        max_tokens=max_tokens or defaults.max_tokens,
-        config=config,
+        options=SandboxOptions(
+            config=config,
+            mode="copy",
+            git=False,
+            model=model_spec or defaults.model,
+            base_url=base_url or defaults.base_url,
+            api_key_env=api_key_env or defaults.api_key_env,
+            policy_files=[Path(p).resolve() for p in policies] or [Path(p) for p in defaults.policy],
+            auto_approve=auto_approve,
+            max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+            max_wall_s=max_wall or defaults.max_wall,
+            max_tokens=max_tokens or defaults.max_tokens,
+        ),
         attempts=attempts,
         pick=pick,
         pick_timeout=pick_timeout,
