@@ -7,7 +7,8 @@ import io
 import json
 
 from orchestrator import events as ev
-from orchestrator.acp.server import AcpServer, AcpSession
+from orchestrator.acp.server import AcpServer
+from orchestrator.acp.updates import AcpSession
 from orchestrator.events import ToolCallState
 from orchestrator.protocol import EgressRecord, Executor
 

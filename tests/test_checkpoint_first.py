@@ -189,7 +189,7 @@ def test_closing_before_turn_0_is_complete_cancels_it_and_says_changes_are_unkno
     monkeypatch.setattr(CheckpointStore, "_snapshot", slow)
     box = Sandbox(ws, mode="bind", auto_approve=True).open()
     assert box.read_file("a.txt").text == "a\n"  # a read answers while turn 0 is recorded
-    store = box.parts.checkpoints
+    store = box._live().checkpoints
     assert store is not None and store.recording
     threading.Timer(0.5, release.set).start()
     started = time.monotonic()

@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator.config import LABEL, SandboxConfig
 from orchestrator.sandbox import handoff
+from orchestrator.tools import catalog
 from tests.conftest import make_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,12 +62,12 @@ def _gone_within(client, ws: Path, seconds: float) -> bool:
 
 
 def test_which_tools_get_a_read_only_box():
-    assert {t for t in ("read_file", "list_files", "grep_files") if handoff.reads_only(t)} == {
+    assert {t for t in ("read_file", "list_files", "grep_files") if catalog.reads_only(t)} == {
         "read_file",
         "list_files",
         "grep_files",
     }
-    assert not any(handoff.reads_only(t) for t in ("write_file", "edit_file", "shell", "git", "no_such_tool"))
+    assert not any(catalog.reads_only(t) for t in ("write_file", "edit_file", "shell", "git", "no_such_tool"))
 
 
 def test_a_read_only_exec_answers_and_its_box_is_gone_soon_after(sandbox_image, docker_client, tmp_path):

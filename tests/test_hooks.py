@@ -13,9 +13,9 @@ import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.hooks.engine import Hooks
-from orchestrator.policy.hook_spec import Collected, in_force
+from orchestrator.policy.hook_spec import in_force
 from orchestrator.policy.ladder import Tier, parse_policy
-from orchestrator.session import load_policies
+from orchestrator.policy.load import load_session_policy
 from orchestrator.transcript import Transcript
 
 PY = sys.executable
@@ -154,15 +154,13 @@ def test_a_workspace_file_cannot_trust_itself_and_its_hooks_do_not_run_untrusted
     with pytest.raises(OpenAgentsError, match="trust"):
         parse_policy(b"trust_workspace_hooks = true\n", "w", ".toml", Tier.WORKSPACE)
     (ws / ".openagents/policy.toml").write_text(hook_toml(["/bin/true"]))
-    collected = Collected()
-    load_policies(ws, [], hooks=collected)
-    specs, dropped = in_force(collected.specs, collected.trusted, ws, [ws])
+    policy = load_session_policy(ws, [])
+    specs, dropped = in_force(list(policy.hooks), policy.hooks_trusted, ws, [ws])
     assert not specs and "trust_workspace_hooks" in dropped[0]
     user = tmp_path / "user.toml"
     user.write_text("trust_workspace_hooks = true\n")
-    collected = Collected()
-    load_policies(ws, [str(user)], hooks=collected)
-    assert collected.trusted and len(in_force(collected.specs, collected.trusted, ws, [ws])[0]) == 1
+    policy = load_session_policy(ws, [str(user)])
+    assert policy.hooks_trusted and len(in_force(list(policy.hooks), policy.hooks_trusted, ws, [ws])[0]) == 1
 
 
 def test_a_user_hook_naming_a_script_in_the_workspace_is_workspace_content(tmp_path):
@@ -193,9 +191,8 @@ def test_admin_hooks_run_first_and_a_user_allow_undoes_no_block(tmp_path, monkey
     monkeypatch.setenv("OA_ADMIN_POLICY", str(admin))
     ws = tmp_path / "ws"
     ws.mkdir()
-    collected = Collected()
-    load_policies(ws, [str(user)], hooks=collected)
-    specs, _ = in_force(collected.specs, collected.trusted, ws, [ws])
+    policy = load_session_policy(ws, [str(user)])
+    specs, _ = in_force(list(policy.hooks), policy.hooks_trusted, ws, [ws])
     hooks = Hooks(specs, ws, Transcript(tmp_path / "t.jsonl"))
     verdict = hooks.fire("BeforeTool", {}, tool="shell")
     assert verdict.blocked and "admin says no" in verdict.reason

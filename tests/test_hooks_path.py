@@ -57,8 +57,8 @@ def start(
     withheld: list[str] | None = None,
     workspace_toml: str = "",
 ) -> tuple[Hooks | None, Path]:
-    """The session's start as session.py makes it: the user's
-    file's hooks (and a workspace file's), in force, resolved."""
+    """The session's start as session/assemble.py makes it: the user's file's hooks (and a
+    workspace file's), in force, resolved."""
     collected = Collected()
     collected.specs += parse_policy(toml.encode(), str(tmp_path / "user.toml"), ".toml", Tier.USER).hooks
     if workspace_toml:

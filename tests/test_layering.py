@@ -52,15 +52,22 @@ LAYERS: list[dict[str, str]] = [
     },
     {
         "transcript": "the JSONL transcript: writing, reading back, resuming",
-        "policy": "the approval ladder, policy files and their [[hooks]] specs, pins",
+        "policy": "the policy value a session starts with (value.py: SessionPolicy) and its loading (load.py), "
+        "the approval ladder, policy files and their [[hooks]] specs, pins",
     },
     {"sandbox": "the container: Docker/gVisor backends, egress proxy, pool, reaping, sweeps"},
     {"hooks": "running the user's hook programs at the loop's points"},
     {"pipeline": "the one call pipeline every action goes through: approval, hooks, execution, events"},
     {"loop": "the turn loop (TurnLoop) and the run summary it ends with"},
-    {"session": "assembling a session: policies, sandbox, tools, model, transcript (open_session)"},
+    {
+        "session": "a session: its one options type (options.py: SandboxOptions), its assembly (assemble.py: "
+        "open_session) and its open parts (opened.py: OpenSession)"
+    },
     {"report": "the HTML report of a session"},
-    {"api": "the public Python API (Sandbox, AsyncSandbox), what `import orchestrator` exports"},
+    {
+        "api": "the public Python API (Sandbox, AsyncSandbox), what `import orchestrator` exports, and the "
+        "methods a front-end drives a session with (driving.py)"
+    },
     {"__init__": "`import orchestrator`: the public names, loaded from api/ on first use"},
     {
         "batch": "many tasks at once (local processes or Ray)",

@@ -173,8 +173,8 @@ def test_unknown_and_disabled_tools_get_typed_refusals(tmp_path):
 
 
 def test_a_rule_string_longer_than_its_bound_is_refused_without_being_quoted(tmp_path):
-    """A rule's id lands in every decision's label: a 10 KB one
-    is refused, and the error names the field, not the value."""
+    """A rule's id lands in every decision's label: a 10 KB one is refused, and the error names
+    the field, not the value."""
     path = tmp_path / "p.toml"
     path.write_text(f'[[rules]]\nid = "{"x" * 10_000}"\ntool = "shell"\ndecision = "ask"\n')
     with pytest.raises(OpenAgentsError) as info:
@@ -201,6 +201,14 @@ def _parsed(text: str, tier: Tier | None = None):
     return parse_policy(text.encode(), "p.toml", ".toml", tier).rules
 
 
+def _pinned(text: str, tier: Tier | None = None):
+    """A policy file's workspace_access pin (as policy/load.py makes it), in a list."""
+    from orchestrator.policy.ladder import access_pin, parse_policy
+
+    pin = access_pin(parse_policy(text.encode(), "p.toml", ".toml", tier), "p.toml")
+    return [pin] if pin is not None else []
+
+
 @pytest.mark.parametrize("selector", ['tool = "apply_changes"', 'action = "land"', 'kind = "edit"'])
 def test_a_rule_names_the_landing(selector):
     """Refused at load as unknown before: now each of the three names the landing."""
@@ -221,29 +229,31 @@ def test_an_unknown_access_level_is_one_readable_line():
 
 
 def test_the_most_restrictive_level_wins_and_no_tier_widens_it():
-    from orchestrator.policy.ladder import Access, access_of
+    from orchestrator.policy.ladder import Access, access_level
 
-    admin = _parsed('workspace_access = "read-only"\n', Tier.ADMIN)
-    user = _parsed(
-        'workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision '
-        '= "allow"\n[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n'
+    admin = _pinned('workspace_access = "read-only"\n', Tier.ADMIN)
+    text = (
+        'workspace_access = "read-write"\n[[rules]]\nkind = "edit"\ndecision = "allow"\n'
+        '[[rules]]\ntool = "apply_changes"\ndecision = "allow"\n'
     )
-    ladder = Ladder(admin + user)
-    assert access_of(admin + user) == Access.READ_ONLY
+    user = _parsed(text)
+    ladder = Ladder(user, admin + _pinned(text))
+    assert access_level(admin + _pinned(text)) == Access.READ_ONLY
     for tool, action in (("write_file", "write_file"), ("edit_file", "edit_file"), ("apply_changes", "land")):
         level, reason = ladder.level(tool, "edit", action)
         assert level == Level.REFUSE and "workspace_access = read-only (admin policy p.toml)" in reason
     assert ladder.level("read_file", "read", "read_file")[0] == Level.AUTOMATIC
     # A user's copy-only under an admin's read-write: still copy-only (levels only tighten).
-    both = _parsed('workspace_access = "read-write"\n', Tier.ADMIN) + _parsed('workspace_access = "copy-only"\n')
+    both = _pinned('workspace_access = "read-write"\n', Tier.ADMIN) + _pinned('workspace_access = "copy-only"\n')
     assert (
-        access_of(both) == Access.COPY_ONLY and Ladder(both).level("apply_changes", "edit", "land")[0] == Level.REFUSE
+        access_level(both) == Access.COPY_ONLY
+        and Ladder([], both).level("apply_changes", "edit", "land")[0] == Level.REFUSE
     )
     assert (
-        Ladder(both).level("write_file", "edit", "write_file")[0] == Level.ASK_ONCE
+        Ladder([], both).level("write_file", "edit", "write_file")[0] == Level.ASK_ONCE
     )  # copy-only refuses landing, not edits
     # A workspace file may set a level (it only tightens).
-    assert access_of(_parsed('workspace_access = "copy-only"\n', Tier.WORKSPACE)) == Access.COPY_ONLY
+    assert access_level(_pinned('workspace_access = "copy-only"\n', Tier.WORKSPACE)) == Access.COPY_ONLY
 
 
 def test_the_access_rules_cannot_be_written_in_a_file():

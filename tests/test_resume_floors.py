@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.policy.hook_spec import Collected
-from orchestrator.policy.ladder import Access, Ladder, Level, access_of
-from orchestrator.session import load_authority, load_policies
+from orchestrator.policy.ladder import Access, Level
+from orchestrator.policy.load import authority_sources, load_session_policy
 from orchestrator.tools.catalog import LAND_ACTION, LAND_KIND, LAND_TOOL
 from orchestrator.workspace.records import SessionRecord, WorkspaceMode
 from tests.conftest import make_workspace
@@ -118,7 +117,7 @@ def started(tmp_path: Path, ws: Path, files: list[Path]) -> SessionRecord:
         transcript=str(tmp_path / "t.jsonl"),
     )
     record.save()
-    _, _, read = load_authority(ws, [str(f) for f in files], None, Collected())
+    read = authority_sources(load_session_policy(ws, [str(f) for f in files]), ws, None)
     from orchestrator.policy import pins
 
     pins.save(record, read)
@@ -127,8 +126,8 @@ def started(tmp_path: Path, ws: Path, files: list[Path]) -> SessionRecord:
     return record
 
 
-def landing(rules) -> Level:
-    return Ladder(rules).level(LAND_TOOL, LAND_KIND, LAND_ACTION)[0]
+def landing(policy) -> Level:
+    return policy.ladder().level(LAND_TOOL, LAND_KIND, LAND_ACTION)[0]
 
 
 def write(path: Path, text: str) -> Path:
@@ -139,36 +138,36 @@ def write(path: Path, text: str) -> Path:
 def test_a_pinned_level_holds_under_new_files_until_one_sets_the_level_itself(state, capsys):
     ws = make_workspace(state / "ws", {"a.txt": "a\n"})
     record = started(state, ws, [write(state / "mine.toml", COPY_ONLY)])
-    rules, _ = load_policies(ws, [str(write(state / "other.toml", ALLOW_SHELL))], record)
-    assert access_of(rules) == Access.COPY_ONLY and landing(rules) == Level.REFUSE
+    policy = load_session_policy(ws, [str(write(state / "other.toml", ALLOW_SHELL))], record)
+    assert policy.access == Access.COPY_ONLY and landing(policy) == Level.REFUSE
     assert "mine.toml" in capsys.readouterr().err
-    rules, _ = load_policies(ws, [], record)  # no file at all now (the API's resume without policy_files): the same
-    assert access_of(rules) == Access.COPY_ONLY
-    rules, _ = load_policies(ws, [str(write(state / "tier.toml", 'tier = "admin"\n' + ALLOW_SHELL))], record)
-    assert access_of(rules) == Access.COPY_ONLY  # a higher tier is no word about the level
-    rules, _ = load_policies(ws, [str(write(state / "lift.toml", 'workspace_access = "read-write"\n'))], record)
-    assert access_of(rules) == Access.READ_WRITE and landing(rules) == Level.AUTOMATIC
+    policy = load_session_policy(ws, [], record)  # no file at all now (the API's resume without policy_files): the same
+    assert policy.access == Access.COPY_ONLY
+    policy = load_session_policy(ws, [str(write(state / "tier.toml", 'tier = "admin"\n' + ALLOW_SHELL))], record)
+    assert policy.access == Access.COPY_ONLY  # a higher tier is no word about the level
+    policy = load_session_policy(ws, [str(write(state / "lift.toml", 'workspace_access = "read-write"\n'))], record)
+    assert policy.access == Access.READ_WRITE and landing(policy) == Level.AUTOMATIC
     assert "no longer applies" in capsys.readouterr().err
-    rules, _ = load_policies(ws, [str(state / "mine.toml")], record)  # named again: its pin, as ever
-    assert access_of(rules) == Access.COPY_ONLY
+    policy = load_session_policy(ws, [str(state / "mine.toml")], record)  # named again: its pin, as ever
+    assert policy.access == Access.COPY_ONLY
 
 
 def test_a_file_where_the_box_writes_cannot_lift_a_pinned_level(state):
     ws = make_workspace(state / "ws", {"a.txt": "a\n"})
     record = started(state, ws, [write(state / "mine.toml", COPY_ONLY)])
     planted = write(ws / "lift.toml", 'workspace_access = "read-write"\n')
-    rules, _ = load_policies(ws, [str(planted)], record)
-    assert access_of(rules) == Access.COPY_ONLY
+    policy = load_session_policy(ws, [str(planted)], record)
+    assert policy.access == Access.COPY_ONLY
 
 
 def test_a_pinned_deny_holds_until_a_rule_for_the_same_call_says_otherwise(state, capsys):
     ws = make_workspace(state / "ws", {"a.txt": "a\n"})
     record = started(state, ws, [write(state / "mine.toml", '[[rules]]\ntool = "shell"\ndecision = "deny"\n')])
     wider = write(state / "wider.toml", '[[rules]]\nkind = "execute"\ndecision = "allow"\n')
-    rules, _ = load_policies(ws, [str(wider)], record)
-    assert Ladder(rules).level("shell", "execute", "shell", "ls")[0] == Level.REFUSE
-    rules, _ = load_policies(ws, [str(write(state / "same.toml", ALLOW_SHELL))], record)
-    assert Ladder(rules).level("shell", "execute", "shell", "ls")[0] == Level.AUTOMATIC
+    policy = load_session_policy(ws, [str(wider)], record)
+    assert policy.ladder().level("shell", "execute", "shell", "ls")[0] == Level.REFUSE
+    policy = load_session_policy(ws, [str(write(state / "same.toml", ALLOW_SHELL))], record)
+    assert policy.ladder().level("shell", "execute", "shell", "ls")[0] == Level.AUTOMATIC
     assert "a deny rule (the policy" in capsys.readouterr().err
 
 
@@ -179,15 +178,15 @@ def test_the_admins_pinned_level_and_denies_are_never_dropped(state, monkeypatch
     record = started(state, ws, [])
     write(admin, 'workspace_access = "read-write"\n')  # the admin file changed since the start
     lift = write(state / "lift.toml", 'workspace_access = "read-write"\n' + ALLOW_SHELL)
-    rules, _ = load_policies(ws, [str(lift)], record)
+    policy = load_session_policy(ws, [str(lift)], record)
     assert (
-        access_of(rules) == Access.COPY_ONLY
-        and Ladder(rules).level("shell", "execute", "shell", "ls")[0] == Level.REFUSE
+        policy.access == Access.COPY_ONLY
+        and policy.ladder().level("shell", "execute", "shell", "ls")[0] == Level.REFUSE
     )
     assert "never dropped" in capsys.readouterr().err
     monkeypatch.setenv("OA_ADMIN_POLICY", str(state / "elsewhere.toml"))  # pointed away: the pin still holds
-    rules, _ = load_policies(ws, [str(lift)], record)
-    assert access_of(rules) == Access.COPY_ONLY
+    policy = load_session_policy(ws, [str(lift)], record)
+    assert policy.access == Access.COPY_ONLY
 
 
 def test_a_pinned_egress_deny_holds_before_a_new_files_allow(state):
@@ -195,8 +194,8 @@ def test_a_pinned_egress_deny_holds_before_a_new_files_allow(state):
     deny = '[[egress.rules]]\naction = "deny"\nhost = "evil.example"\n'
     record = started(state, ws, [write(state / "mine.toml", deny)])
     allow = '[egress]\nallow = ["evil.example"]\n[[egress.rules]]\naction = "allow"\nhost = "*.example"\n'
-    _, egress = load_policies(ws, [str(write(state / "other.toml", allow))], record)
+    egress = load_session_policy(ws, [str(write(state / "other.toml", allow))], record).egress
     assert [(r.action, r.host) for r in egress.rules][:1] == [("deny", "evil.example")]
     lift = '[[egress.rules]]\naction = "allow"\nhost = "evil.example"\n'
-    _, egress = load_policies(ws, [str(write(state / "lift.toml", lift))], record)
+    egress = load_session_policy(ws, [str(write(state / "lift.toml", lift))], record).egress
     assert [(r.action, r.host) for r in egress.rules] == [("allow", "evil.example")]

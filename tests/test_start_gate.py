@@ -257,7 +257,7 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     in line (not written to the transcript); once it starts, the wait is recorded once."""
     from orchestrator.events import SandboxStartQueued, parse
     from orchestrator.policy.approvals import NonInteractiveApprover
-    from orchestrator.session import SessionOptions, open_session
+    from orchestrator.session import SandboxOptions, open_session
     from orchestrator.terminal.painter import Painter
     from orchestrator.workspace.records import WorkspaceMode
 
@@ -279,7 +279,7 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
     opener = threading.Thread(
         target=lambda: opened.update(
             s=open_session(
-                SessionOptions(model_spec=f"script:{script}"),
+                SandboxOptions(model=f"script:{script}"),
                 ws,
                 SandboxConfig(start_concurrency=1),
                 NonInteractiveApprover(),
@@ -297,7 +297,7 @@ def test_a_session_whose_start_waits_shows_it_live_and_records_the_wait(sandbox_
         opener.join(WAIT_S)
     session = opened["s"]
     try:
-        assert session.sandbox.call("read_file", {"path": "a.txt"}).output == "a\n"
+        assert session.box.call("read_file", {"path": "a.txt"}).output == "a\n"
     finally:
         session.close()
     shown = [parse(r) for r in live if r["type"] == "sandbox_start_queued"]

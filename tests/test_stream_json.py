@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli.run import _exit_json
+from orchestrator.cli.json_exits import exit_json as _exit_json
 from tests.conftest import make_workspace
 from tests.fake_model_server import FakeModelServer
 from tests.test_transcript import _raw_hidden

@@ -29,9 +29,8 @@ import sys
 import threading
 import uuid
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Protocol, TypeGuard, get_args
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -39,89 +38,34 @@ from sandbox_agent import jsonbound
 
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
-from ..events import ToolCallState
-from ..loop import SessionStatus, TurnLoop
-from ..models.base import ToolCall
-from ..policy.approvals import Answer, ApprovalRequest
-from ..policy.approvals import PermissionOption as WireOption
+from ..loop import SessionStatus
 from ..protocol import Executor, ToolResult
 from ..tools import catalog
-from ..tools.catalog import LAND_ACTION, LAND_TOOL
 from ..tools.mcp.client import McpHost
 from ..tools.registry import HostTools
-from ..workspace.copy_session import note_call
 from ..workspace.records import SessionRecord, WorkspaceMode
 from ..workspace.review import shown
-from . import files, replay
 from . import models as m
+from . import replay
+from .approver import AcpApprover, RpcError
 from .content import PromptError, prompt_text, roots_of
 from .landing import Landing, TurnLander
+from .updates import AcpSession, on_event
 
 if TYPE_CHECKING:
-    from ..policy.approvals import ApprovalGate, ApprovalOutcome
-    from ..transcript import Transcript
-
-
-class RecordedLanding:
-    """The session's gate for the end-of-turn landing, its decision recorded in the transcript (who
-    decided, and why) as a call's is: the landing is an edit of the real workspace."""
-
-    def __init__(self, gate: ApprovalGate, transcript: Transcript | None) -> None:
-        self.gate, self.transcript = gate, transcript
-
-    def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
-        outcome = self.gate.decide_landing(requested)
-        if self.transcript is not None:
-            self.transcript.emit(
-                ev.ApprovalDecided(
-                    executor=outcome.executor,
-                    call_id=LAND_ACTION,
-                    tool=LAND_TOOL,
-                    action=LAND_ACTION,
-                    level=outcome.level.value,
-                    decision=outcome.decision,
-                    reason=outcome.reason,
-                )
-            )
-        return outcome
+    from ..api import Sandbox
 
 
 log = logging.getLogger(__name__)
-PERMISSION_OPTIONS = [
-    m.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
-    m.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
-]
-# Only for a refused egress request (ApprovalGate.widen_egress): the gate's rule widened for this session.
-EGRESS_OPTIONS = [
-    m.PermissionOption(optionId="allow_once", name="Allow once", kind="allow_once"),
-    m.PermissionOption(optionId="allow_session", name="Allow for this session", kind="allow_always"),
-    m.PermissionOption(optionId="reject_once", name="Reject", kind="reject_once"),
-]
 
 
 SETUP_GRACE = 60.0  # seconds shutdown waits for session set-ups still running (a sandbox start)
 EDITOR_WRITE_TIMEOUT_S = 30.0  # an fs/write_text_file the editor has not answered by then counts as refused
 
 
-class RpcError(Exception):
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.data = data
-
-
-class SessionParts(Protocol):
-    """What a factory hands back for one ACP session (cli/servers.py AcpParts: an orchestrator.api.Sandbox's)."""
-
-    turn_loop: TurnLoop
-
-    def close(self) -> object: ...  # OpenSession returns the sweep's lines; ACP has no use for them
-
-    def kill_running(self) -> None: ...
-
-
 class SessionFactory(Protocol):
-    """(workspace, approver, on_event, the session's MCP tools, the record of a session to resume) -> its parts."""
+    """(workspace, approver, on_event, the session's MCP tools, the record of a session to resume) -> its open
+    Sandbox (the public API's: the server drives it through its methods, and closes it when the session ends)."""
 
     def __call__(
         self,
@@ -131,99 +75,7 @@ class SessionFactory(Protocol):
         host_tools: HostTools | None,
         /,
         resume: SessionRecord | None = None,
-    ) -> SessionParts: ...
-
-
-@dataclass
-class AcpSession:
-    id: str
-    parts: SessionParts | None = None
-    calls: dict[str, dict[str, Any]] = field(default_factory=dict)
-    workspace: Path = Path(".")  # the editor's path of the workspace: what paths shown to it start with
-    roots: list[Path] = field(default_factory=list)  # where a resource link names a workspace file
-    mcp: McpHost | None = None
-    busy: threading.Lock = field(default_factory=threading.Lock)
-    lander: TurnLander | None = None  # copy mode: lands each prompt turn's changes (landing.py)
-    streamed: set[int] = field(default_factory=set)  # model turns whose text went out as it arrived
-
-    @property
-    def box_root(self) -> Path:
-        """The workspace the box works on (a copy in copy mode): where diffs are read."""
-        return Path(self.parts.turn_loop.registry.workspace) if self.parts else self.workspace
-
-    def close(self) -> None:
-        try:
-            if self.parts:
-                self.parts.close()
-        finally:
-            if self.mcp:
-                self.mcp.close()
-
-
-class AcpApprover:
-    """Asks the editor with session/request_permission; only allow_once and reject_once exist, but
-    for a refused egress request, which may also be allowed for the session (allow_session)."""
-
-    asks_egress = True
-
-    def __init__(self, server: "AcpServer", session_id: str) -> None:
-        self.server = server
-        self.session_id = session_id
-
-    def ask(self, request: ApprovalRequest) -> Answer:
-        params = m.RequestPermissionParams(
-            sessionId=self.session_id,
-            toolCall=m.PermissionToolCall(
-                toolCallId=request.call_id,
-                title=request.title,
-                kind=_kind(request.kind),
-                status="pending",
-                rawInput=request.arguments,
-            ),
-            options=EGRESS_OPTIONS if request.kind == "egress" else PERMISSION_OPTIONS,
-        )
-        future = self.server.request("session/request_permission", params, self.session_id)
-        try:
-            raw = future.result()
-            result = m.RequestPermissionResult.model_validate(raw)
-        except (ValidationError, RpcError, OpenAgentsError) as err:
-            return Answer(
-                option=WireOption.REJECT_ONCE,
-                executor=Executor.OPENAGENTS,
-                reason=f"no valid answer from the editor: {err}",
-            )
-        if isinstance(result.outcome, m.SelectedOutcome) and result.outcome.optionId == "allow_once":
-            return Answer(option=WireOption.ALLOW_ONCE, reason="allowed in the editor")
-        if (
-            isinstance(result.outcome, m.SelectedOutcome)
-            and result.outcome.optionId == "allow_session"
-            and request.kind == "egress"
-        ):
-            return Answer(
-                option=WireOption.ALLOW_ONCE, remember_for_session=True, reason="allowed in the editor for this session"
-            )
-        if isinstance(result.outcome, m.CancelledOutcome):
-            return Answer(option=WireOption.REJECT_ONCE, reason="the prompt was cancelled")
-        return Answer(option=WireOption.REJECT_ONCE, reason="rejected in the editor")
-
-
-_TOOL_KINDS = frozenset(get_args(m.ToolKind))
-
-
-def _is_tool_kind(kind: str) -> TypeGuard[m.ToolKind]:
-    return kind in _TOOL_KINDS
-
-
-def _kind(kind: str) -> m.ToolKind:
-    """Our tool's kind as ACP's: the kinds are ACP's own words; anything else is "other"."""
-    return kind if _is_tool_kind(kind) else "other"
-
-
-def _announced_kind(tool: str, arguments: Any) -> m.ToolKind:
-    """The kind a call is announced with, before it is validated: the tool's, except that a
-    multi-action tool's reading actions (git status, diff, log: its ToolDef's table) are `read`. A
-    mutating one keeps the tool's kind until its permission request names the judged one."""
-    return _kind(catalog.announced_kind(tool, arguments))
+    ) -> Sandbox: ...
 
 
 class AcpServer:
@@ -465,28 +317,20 @@ class AcpServer:
                 session.mcp.start()  # the user's own servers, on the host; failures are named in .problems
                 for problem in session.mcp.problems:
                     log.warning("session %s: %s", session.id, problem)
-            session.parts = self.factory(
+            box = session.box = self.factory(
                 workspace, approver, lambda event: self._on_event(session, event), session.mcp, resume=resume
             )
-            record = getattr(session.parts, "record", None)
-            if isinstance(record, SessionRecord):
-                session.id = approver.session_id = (
-                    record.id
-                )  # the id `oa-sandbox sessions` lists, and session/load takes
-            if isinstance(record, SessionRecord) and record.mode == WorkspaceMode.COPY:
-                gate = getattr(getattr(session.parts, "pipeline", None), "gate", None)
-                recorded = (
-                    RecordedLanding(gate, getattr(session.parts, "transcript", None)) if gate is not None else None
-                )
-                session.lander = TurnLander(record, workspace, recorded)
-            transcript = getattr(session.parts, "transcript", None)
-            if session.mcp and transcript is not None:
-                transcript.emit(
+            record = box.record
+            session.id = approver.session_id = record.id  # the id `oa-sandbox sessions` lists, and session/load takes
+            if record.mode == WorkspaceMode.COPY:  # the landing's decision recorded in the transcript, as a call's
+                session.lander = TurnLander(record, workspace, box)
+            if session.mcp:
+                box.emit(
                     ev.McpServersStarted(
                         executor=Executor.OPENAGENTS, tools=session.mcp.names(), problems=session.mcp.problems
                     )
                 )
-            rebuilt = getattr(session.parts, "rebuilt", None)
+            rebuilt = box.resumed
             if resume is not None and rebuilt is not None:
                 for update in replay.updates(rebuilt.replay, workspace):
                     self._update(session, update)
@@ -505,25 +349,23 @@ class AcpServer:
         p = m.PromptParams.model_validate(params)
         with self._lock:
             session = self.sessions.get(p.sessionId)
-        if session is None or session.parts is None:
+        box = session.box if session is not None else None
+        if session is None or box is None:
             raise RpcError(m.INVALID_PARAMS, f"unknown session {p.sessionId}")
         if not session.busy.acquire(blocking=False):
             raise RpcError(m.INVALID_REQUEST, "a prompt is already running in this session")
         try:
-            loop = session.parts.turn_loop
             try:
                 reader = catalog.file_reader().name
 
                 def read_link(rel: str) -> ToolResult:  # through the pipeline: the ladder, a deny rule, the transcript
-                    return loop.pipeline.run(
-                        ToolCall(id=f"link_{uuid.uuid4().hex[:12]}", name=reader, arguments={"path": rel})
-                    )
+                    decided = box.decide(reader, {"path": rel}, f"link_{uuid.uuid4().hex[:12]}")
+                    return decided if isinstance(decided, ToolResult) else box.execute(decided, counted=False)
 
                 text = prompt_text(p.prompt, session.roots, read_link)
             except PromptError as err:
                 raise RpcError(m.INVALID_PARAMS, str(err)) from None
-            loop.cancel.clear()
-            result = loop.run(text)
+            result = box.run_turns(text, again=True)
             landing = self._land(session)  # however the turn ended: what was allowed and done lands
         finally:
             session.busy.release()
@@ -555,11 +397,10 @@ class AcpServer:
             )
 
         landing = session.lander.land(write if self.editor_writes else None)
-        transcript = getattr(session.parts, "transcript", None)
-        if transcript is not None and (
+        if session.box is not None and (
             landing.error is None or landing.applied
         ):  # the landing ran: its outcome, as MCP's and the API's
-            transcript.emit(
+            session.box.emit(
                 ev.ChangesApplied(
                     executor=Executor.OPENAGENTS,
                     via="acp",
@@ -575,9 +416,9 @@ class AcpServer:
         return landing
 
     def _cancel(self, session: AcpSession) -> None:
-        if session.parts is None:
+        if session.box is None:
             return
-        session.parts.turn_loop.cancel.set()
+        session.box.cancel()
         with self._lock:
             # only permission requests are answered "cancelled" here; a file write is the editor's to answer
             waiting = [
@@ -590,7 +431,7 @@ class AcpServer:
         for _, future in waiting:
             if not future.done():
                 future.set_result({"outcome": {"outcome": "cancelled"}})
-        session.parts.kill_running()
+        session.box.kill_running()
         if session.mcp:  # a stalled call to the editor's MCP server ends now too, not at its own deadline
             session.mcp.kill_running()
 
@@ -599,98 +440,4 @@ class AcpServer:
         self.notify("session/update", m.SessionNotification(sessionId=session.id, update=update))
 
     def _on_event(self, session: AcpSession, record: dict[str, Any]) -> None:
-        event = ev.parse(record)
-        if isinstance(event, ev.ModelTextStreamed) and event.text:  # a streamed answer, piece by piece
-            session.streamed.add(event.turn)
-            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
-        elif isinstance(event, ev.ModelRequested):  # a turn (they count on across prompts and resumes)
-            session.streamed.discard(event.turn)
-        elif isinstance(event, ev.ModelResponded) and event.text and event.turn not in session.streamed:
-            self._update(session, m.AgentMessageChunk(content=m.TextContent(text=event.text)))
-        elif isinstance(event, ev.ToolCallChanged):
-            if event.state is ToolCallState.VALIDATING:
-                session.calls[event.call_id] = {"tool": event.tool, "arguments": event.arguments}
-                self._update(
-                    session,
-                    m.ToolCallStart(
-                        toolCallId=event.call_id,
-                        title=catalog.call_title(event.tool, event.arguments),
-                        kind=_announced_kind(event.tool, event.arguments),
-                        rawInput=event.arguments,
-                        locations=files.locations(event.tool, event.arguments, session.workspace),
-                    ),
-                )
-            elif event.state is ToolCallState.AWAITING_APPROVAL and event.kind:
-                self._update(session, m.ToolCallUpdate(toolCallId=event.call_id, kind=_kind(event.kind)))
-            elif event.state is ToolCallState.EXECUTING:
-                call = session.calls.get(event.call_id, {})
-                where = None
-                if call.get("tool") in files.EDIT_TOOLS:  # the file as it is just before the call changes it
-                    call["before"] = files.read_text(session.box_root, call.get("arguments"))
-                    line = files.first_changed_line(call["tool"], call["before"], call.get("arguments"))
-                    where = (
-                        files.locations(call["tool"], call.get("arguments"), session.workspace, line) if line else None
-                    )
-                self._update(
-                    session, m.ToolCallUpdate(toolCallId=event.call_id, status=_STATUS[event.state], locations=where)
-                )
-            # final states arrive with the result, once: a cancelled call's last status stays its final one
-        elif isinstance(event, ev.ToolOutputStreamed):
-            # A running command's output so far (its last LIVE_OUTPUT_CHARS): ACP's content replaces the
-            # previous content, so each update carries the tail; the result's update replaces it at the end.
-            call = session.calls.setdefault(event.call_id, {})
-            call["live"] = (call.get("live", "") + event.text)[-LIVE_OUTPUT_CHARS:]
-            self._update(
-                session,
-                m.ToolCallUpdate(
-                    toolCallId=event.call_id,
-                    status="in_progress",
-                    content=[m.ContentToolCallContent(content=m.TextContent(text=call["live"]))],
-                ),
-            )
-        elif isinstance(
-            event, ev.EgressRecorded
-        ):  # the record step emits them before the call's result: kept for its rawOutput
-            session.calls.setdefault(event.call_id, {}).setdefault("egress", []).append(
-                event.record().model_dump(mode="json")
-            )
-        elif isinstance(event, ev.ToolCallFinished):
-            call = session.calls.get(event.call_id, {})
-            if session.lander is not None:  # copy mode: until the turn's landing, its work has not landed
-                note_call(session.lander.record, event.tool or str(call.get("tool", "")), event.ok)
-            content: list[m.ToolCallContent] = []
-            text = event.output
-            if event.error:
-                text = (text + "\n" if text else "") + f"{event.error.get('type')}: {event.error.get('message')}"
-            if text:
-                content.append(m.ContentToolCallContent(content=m.TextContent(text=text)))
-            diff = None
-            if event.ok and call.get("tool") in files.EDIT_TOOLS and "before" in call:
-                after = files.read_text(session.box_root, call.get("arguments"))
-                diff = files.diff(session.workspace, call.get("arguments"), call["before"], after)
-            if diff:
-                content.append(diff)
-            self._update(
-                session,
-                m.ToolCallUpdate(
-                    toolCallId=event.call_id,
-                    status=_STATUS[event.state or (ToolCallState.SUCCESS if event.ok else ToolCallState.ERROR)],
-                    content=content,
-                    rawOutput={
-                        "executor": event.executor.value if event.executor else None,
-                        "meta": event.meta,
-                        "egress": call.pop("egress", []),
-                    },
-                ),
-            )
-
-
-LIVE_OUTPUT_CHARS = 4000
-
-# ACP's tool call status for each state the loop reports (states before executing show as pending).
-_STATUS: dict[ToolCallState, m.ToolCallStatus] = {
-    ToolCallState.EXECUTING: "in_progress",
-    ToolCallState.SUCCESS: "completed",
-    ToolCallState.ERROR: "failed",
-    ToolCallState.CANCELLED: "failed",
-}
+        on_event(session, record, self._update)

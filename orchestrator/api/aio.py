@@ -26,8 +26,14 @@ from .turns import CallToken
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ..config import SandboxLimits
+    from ..events import Event
+    from ..loop import SessionResult
+    from ..policy.approvals import ApprovalOutcome
+    from ..policy.value import SessionPolicy
     from ..protocol import ToolResult
-    from ..session import OpenSession
+    from ..tools.registry import PreparedCall
+    from ..transcript.resume import Rebuilt
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
@@ -152,17 +158,46 @@ class AsyncSandbox:
     def transcript_path(self) -> Path:
         return self.sync.transcript_path
 
-    @property
-    def parts(self) -> OpenSession:
-        """The open session's parts, for the project's own front-ends (Sandbox.parts)."""
-        return self.sync.parts
-
-    async def record_call(self, tool: str, ok: bool) -> None:
-        await self._run(self.sync.record_call, tool, ok)
-
     async def kill_running(self) -> None:
         """Kill every process the box runs (every call running there ends, killed); the box stays."""
         await asyncio.shield(self._submit(self.sync.kill_running))
+
+    # -- what a front-end drives a session with (Sandbox's, api/driving.py) ---------------------
+    async def run_turns(self, task: str, *, again: bool = False) -> SessionResult:
+        return await self._run(self.sync.run_turns, task, again=again)
+
+    def cancel(self) -> None:
+        self.sync.cancel()
+
+    async def decide(
+        self, tool: str, arguments: dict[str, Any], call_id: str | None = None
+    ) -> PreparedCall | ToolResult:
+        return await self._run(self.sync.decide, tool, arguments, call_id)
+
+    async def execute(self, prepared: PreparedCall, *, counted: bool = True) -> ToolResult:
+        return await self._run(self.sync.execute, prepared, counted=counted)
+
+    def emit(self, event: Event) -> None:
+        self.sync.emit(event)
+
+    async def decide_landing(self, requested: str | None = None) -> ApprovalOutcome:
+        return await self._run(self.sync.decide_landing, requested)
+
+    @property
+    def box_config(self) -> SandboxLimits:
+        return self.sync.box_config
+
+    @property
+    def box_workspace(self) -> Path:
+        return self.sync.box_workspace
+
+    @property
+    def policy(self) -> SessionPolicy:
+        return self.sync.policy
+
+    @property
+    def resumed(self) -> Rebuilt | None:
+        return self.sync.resumed
 
     # -- the tools -----------------------------------------------------------------------------
     async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> ToolResult:

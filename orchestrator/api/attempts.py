@@ -210,7 +210,7 @@ class Live:
             boxes = list(self._boxes)
         for box in boxes:
             try:
-                box.parts.pipeline.cancel.set()
+                box.cancel()
                 box.kill_running()
             except Exception:  # noqa: BLE001 - closed already, or its box is removed when the attempt closes it
                 pass
@@ -222,14 +222,13 @@ def _pin_start(start: SessionRecord, workspace: Path, policy_files: list[str]) -
     takes hooks and policies from the pins, never afresh (without them it ran no workspace hook)."""
     from ..hooks.wiring import pinned_argv
     from ..policy import pins
-    from ..policy.hook_spec import Collected, in_force
-    from ..session import load_authority
+    from ..policy.hook_spec import in_force
+    from ..policy.load import authority_sources, load_session_policy
 
-    collected = Collected()
-    _, _, read = load_authority(workspace, policy_files, None, collected)
-    pins.save(start, read)
+    policy = load_session_policy(workspace, policy_files)
+    pins.save(start, authority_sources(policy, workspace, None))
     roots = pins.box_roots(workspace)
-    kept, _ = in_force(collected.specs, collected.trusted, workspace, roots)
+    kept, _ = in_force(list(policy.hooks), policy.hooks_trusted, workspace, roots)
     for hook in kept:  # a trusted hook's script in the workspace: its copy as of now is what every attempt runs
         try:
             pinned_argv(hook, workspace, roots, start, False)
@@ -273,8 +272,8 @@ def _one(
     status: dict[str, str] = {}
     try:
         if not live.add(box):
-            box.parts.pipeline.cancel.set()
-        result = box.parts.turn_loop.run(task)
+            box.cancel()
+        result = box.run_turns(task)
         status = {"status": result.status.value, "reason": result.reason}
         box.record.turns = result.last_turn
         attempt.status, attempt.turns = result.status.value, result.turns
@@ -302,7 +301,7 @@ def _score(box: Sandbox, pick: str, timeout: int, last_turn: int, attempt: Attem
     deny still wins), then the box's workspace put back to the attempt's last checkpoint."""
     from ..models.base import ToolCall
 
-    opened = box.parts
+    opened = box._live()  # the API's own: the pick's checkpoint and its undo are the store's, not calls
     store = opened.checkpoints
     base = max((p.turn for p in store.list() if p.ok), default=0) if store is not None else 0
     opened.pipeline.gate.auto_approve = True

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
-from ..policy.approvals import Approver, NonInteractiveApprover
+from ..policy.approvals import ApprovalGate, Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
 from ..sandbox.docker import box_on_copy
 from ..session import OpenSession, attach_model, open_session
@@ -31,6 +31,7 @@ from ..workspace.fork_tool import ForkTools
 from .approval import CallbackApprover
 from .box_files import WRITE_BYTES, BoxFiles
 from .box_processes import BoxProcesses
+from .driving import DrivingMethods
 from .environment import exports, looks_secret, never_passed, screened
 from .file_methods import FileMethods
 from .lifecycle import (
@@ -51,12 +52,12 @@ from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
-    from ..sandbox.base import Sandbox as BoxBackend
+    from ..sandbox.base import Sandbox as Box
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
 
 
-class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
+class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMethods):
     """`with Sandbox("repo", auto_approve=True) as box: box.shell("make test")`.
 
     `options` (a SandboxOptions) and keyword settings (its fields) say how; `kind` is what the
@@ -75,7 +76,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         options: SandboxOptions | None = None,
         *,
         kind: str = "api",
-        box: BoxBackend | None = None,
+        box: Box | None = None,
         any_caller_lands: bool = False,
         **settings: Any,
     ) -> None:
@@ -97,6 +98,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
             any_caller_lands  # copy mode's changes/apply_changes for every caller (the MCP server's client)
         )
         self._opened: OpenSession | None = None
+        self._gate: ApprovalGate | None = None  # the session's, kept after close (decide_landing)
         self._record: SessionRecord | None = None  # kept after close: the session's id and record stay readable
         self._closed = False
         self._turn = 0
@@ -146,7 +148,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
                 except Exception:  # noqa: BLE001 - removed already (the session's own clean-up), or the daemon is gone
                     pass
             raise
-        self._opened, self._record = opened, opened.record
+        self._opened, self._record, self._gate = opened, opened.record, opened.pipeline.gate
         if options.labels is not None:  # the program's names for it, in its record (sessions.list_sessions finds them)
             opened.record.labels = dict(options.labels)
             opened.record.save()
@@ -272,13 +274,13 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
                 update={"env": {name: value for name, value in env.items() if name not in self._exported}}
             )
         return open_session(
-            options.session_options(),
+            options,
             self.workspace,
             config,
             OwnCallApprover(approver, self._issued, own),
             transcript,
             fanout,
-            sandbox=self._box,
+            box=self._box,
             mode=options.workspace_mode(),
             kind=self.kind,
             host_tools=options.host_tools,
@@ -381,17 +383,9 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
     def closed(self) -> bool:
         return self._closed
 
-    @property
-    def parts(self) -> OpenSession:
-        """The open session's parts (its pipeline, gate, transcript, checkpoints, turn loop), for the
-        project's own front-ends, which drive a loop or a protocol over them (docs/api.md,
-        "Front-ends"); a program uses the methods. Not a stable interface."""
-        return self._live()
-
-    def record_call(self, tool: str, ok: bool) -> None:
-        """The bookkeeping of one call a front-end ran through `parts.pipeline` itself (the MCP server
-        splits a call's decision from its run): a turn counted, a copy session's record told, a
-        checkpoint after a call that may have changed files, as for this object's own calls."""
+    def _count_call(self, tool: str, ok: bool) -> None:
+        """The bookkeeping of one call (this object's own, or a front-end's through execute()): a turn
+        counted, a copy session's record told, a checkpoint after a call that may have changed files."""
         opened = self._live()
         with self._active(), self._books:  # one at a time, and never after close() took the session apart
             if self._closed:
@@ -515,7 +509,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
             self._asked.discard(call.id)
             if call_id is not None:
                 self._issued.discard(call.id)
-        self.record_call(tool, result.ok)
+        self._count_call(tool, result.ok)
         return call.id, result
 
     # -- an agent's run --------------------------------------------------------------------------
@@ -545,7 +539,7 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods):
         if self._agent is not None and self._agent[0] == wanted:
             session = self._agent[1]  # the same model again: the conversation goes on, as an editor's next prompt
         else:
-            session = attach_model(opened, self.options.session_options(model, base_url, api_key_env))
+            session = attach_model(opened, self.options.with_model(model, base_url, api_key_env))
             self._agent = (wanted, session)
         session.turn = max(session.turn, self._turn)
 

@@ -74,13 +74,10 @@ def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
     workspace and the session's own policy files, as a session would load them; a rule that asks
     is answered by `requested`, the user's own command (or program's call) that asked for it."""
     from ..policy.approvals import ApprovalGate, NonInteractiveApprover
-    from ..policy.ladder import Ladder
-    from ..session import load_policies
+    from ..policy.load import load_session_policy
 
-    rules, _ = load_policies(
-        Path(record.workspace), list(record.policy_files), record
-    )  # its user files as pinned at its start
-    return ApprovalGate(Ladder(rules), NonInteractiveApprover()).decide_landing(requested)
+    policy = load_session_policy(Path(record.workspace), list(record.policy_files), record)  # as pinned at its start
+    return ApprovalGate(policy.ladder(), NonInteractiveApprover()).decide_landing(requested)
 
 
 def apply_report(record: SessionRecord, requested: str) -> ApplyReport:

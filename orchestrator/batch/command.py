@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import SandboxConfig
 from ..errors import OpenAgentsError
 from .runner import BatchSettings
 from .tasks import BadLine, BatchTask, ResultWriter, TaskResult, finished_ids, parse_tasks
@@ -80,7 +81,8 @@ def run_batch(request: BatchRequest) -> int:
                 lifetime.install()  # on the main thread: the sessions start their boxes on the pool's threads
                 interrupt_once()
                 concurrency = request.concurrency or default_concurrency(
-                    request.settings.config.memory, request.settings.config.cpus
+                    (request.settings.options.config or SandboxConfig()).memory,
+                    (request.settings.options.config or SandboxConfig()).cpus,
                 )
                 outcome = run_local(todo, request.settings, writer, concurrency, progress)
             results += outcome.results

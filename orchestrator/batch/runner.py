@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..api import SandboxOptions
 from ..api.attempts import MAX_ATTEMPTS, PICK_TIMEOUT_S
-from ..config import DEFAULT_MAX_TURNS, SandboxConfig
+from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from .tasks import BatchTask, TaskError, TaskResult
 
@@ -26,23 +27,42 @@ if TYPE_CHECKING:
     from ..api import Sandbox
 
 
+def _batch_options() -> SandboxOptions:
+    return SandboxOptions(mode="copy", git=False)
+
+
 class BatchSettings(BaseModel):
-    """What every task gets unless its line says otherwise (the batch command's options)."""
+    """What every task gets unless its line says otherwise (the batch command's options): a session's
+    options (SandboxOptions, the one options type; copy mode, no host git tool, nobody to ask) and
+    best-of-N's. A task's line overrides its model, policy, max_turns, max_wall and runtime."""
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str | None = None
-    policy: list[str] = Field(default_factory=list)
-    auto_approve: bool = False
-    max_turns: int = DEFAULT_MAX_TURNS
-    max_wall: float | None = None
-    max_tokens: int | None = None
+    options: SandboxOptions = Field(default_factory=_batch_options)
     attempts: int = Field(default=1, ge=1, le=MAX_ATTEMPTS)  # best-of-N for tasks without `attempts` (with `pick`)
     pick: str | None = Field(default=None, min_length=1)
     pick_timeout: int = Field(default=PICK_TIMEOUT_S, ge=1)
-    config: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    def task_options(self, task: BatchTask) -> SandboxOptions:
+        """The options of `task`'s session: these, with its line's own values over them (validated
+        as any SandboxOptions; a bad one is a ValueError)."""
+        base = self.options
+        config = base.config or SandboxConfig()
+        if task.runtime is not None:
+            config = config.with_backend(runtime=task.runtime)
+        given = {name: getattr(base, name) for name in base.model_fields_set}
+        return SandboxOptions(
+            **{
+                **given,
+                "config": config,
+                "mode": "copy",
+                "git": False,
+                "model": task.model or base.model,
+                "policy_files": [Path(p) for p in task.policy] if task.policy is not None else base.policy_files,
+                "max_turns": task.max_turns or base.max_turns,
+                "max_wall_s": task.max_wall or base.max_wall_s,
+            }
+        )
 
 
 class RunControl:
@@ -65,7 +85,7 @@ class RunControl:
             box = self._box
         if box is not None:
             try:
-                box.parts.turn_loop.cancel.set()
+                box.cancel()
                 box.kill_running()
             except Exception:  # noqa: BLE001 - the box may be going already (closed); its close removes it
                 pass
@@ -110,34 +130,18 @@ def run_task(
 
 
 def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskResult:
-    from ..api import Sandbox, SandboxOptions
+    from ..api import Sandbox
     from ..loop import SessionResult, SessionStatus
     from ..loop.summary import exit_code
 
     if control.cancel.is_set():
         raise KeyboardInterrupt
-    model = task.model or settings.model
-    if not model:
+    if not (task.model or settings.options.model):
         raise OpenAgentsError(
             ErrorType.CONFIG_INVALID, "no model: the task line has no `model`, and the batch no --model"
         )
-    config = settings.config
-    if task.runtime is not None:
-        config = config.with_backend(runtime=task.runtime)
     try:  # nobody to ask (non-interactive); copy mode: the host git tool is off anyway
-        options = SandboxOptions(
-            config=config,
-            mode="copy",
-            model=model,
-            base_url=settings.base_url,
-            api_key_env=settings.api_key_env,
-            policy_files=[Path(p) for p in (task.policy if task.policy is not None else settings.policy)],
-            max_turns=task.max_turns or settings.max_turns,
-            auto_approve=settings.auto_approve,
-            git=False,
-            max_wall_s=task.max_wall or settings.max_wall,
-            max_tokens=settings.max_tokens,
-        )
+        options = settings.task_options(task)
         attempts, pick = task.attempts or settings.attempts, task.pick if task.pick is not None else settings.pick
         if attempts > 1 or pick is not None:  # best-of-N (batch/best_of.py)
             from .best_of import run_best_of
@@ -155,7 +159,7 @@ def _run(task: BatchTask, settings: BatchSettings, control: RunControl) -> TaskR
             outcome = SessionResult(status=SessionStatus.CANCELLED, reason="the batch was cancelled")
         else:
             try:
-                outcome = box.parts.turn_loop.run(task.task)
+                outcome = box.run_turns(task.task)
             except KeyboardInterrupt:
                 outcome = SessionResult(status=SessionStatus.CANCELLED, reason="interrupted (Ctrl-C)")
     finally:

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..hooks.engine import plan, secrets_of
 from ..hooks.wiring import secret_names
 from ..policy import pins
-from ..policy.hook_spec import Collected, HookSpec, box_words, in_force
+from ..policy.hook_spec import HookSpec, box_words, in_force
 from ..programs.resolve import Resolved, SearchPath
 
 
@@ -35,12 +35,11 @@ class Listing:
 
 def hooks_for(workspace: Path, policy_files: list[str], api_key_env: str | None = None) -> Listing:
     """As a session starting now would have them: in order, resolved, and one line for each left out."""
-    from ..session import load_policies
+    from ..policy.load import load_session_policy
 
-    collected = Collected()
-    _, egress = load_policies(workspace, policy_files, hooks=collected)
+    policy = load_session_policy(workspace, policy_files)
     roots = pins.box_roots(workspace)
-    specs, dropped = in_force(collected.specs, collected.trusted, workspace, roots)
+    specs, dropped = in_force(list(policy.hooks), policy.hooks_trusted, workspace, roots)
     words = {id(h): box_words(h, workspace, roots) for h in specs}
     pinned = {id(h) for h in specs if any(index == 0 for index, _ in words[id(h)])}
     planned, refused, search = plan([h for h in specs if id(h) not in pinned], workspace)
@@ -48,9 +47,9 @@ def hooks_for(workspace: Path, policy_files: list[str], api_key_env: str | None 
     hooks = [(hook, resolved.get(id(hook))) for hook in specs if id(hook) in pinned or id(hook) in resolved]
     return Listing(
         hooks,
-        [*collected.dropped, *dropped, *refused],
+        [*policy.hooks_dropped, *dropped, *refused],
         search,
-        secret_names(egress.credentials, api_key_env),
+        secret_names(policy.egress.credentials, api_key_env),
         {key: [str(path) for _, path in found] for key, found in words.items() if found},
     )
 

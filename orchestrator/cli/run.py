@@ -6,19 +6,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from ..config import DEFAULT_MAX_TURNS, SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
-from ..ground.exit_codes import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_SETUP, EXIT_STOPPED
+from ..ground.exit_codes import EXIT_CANCELLED, EXIT_CODES_HELP, EXIT_OK, EXIT_REFUSED, EXIT_STOPPED
 from ..ground.text import json_line
 from ..models.dialects import MODEL_FORMS
 from .attempts import best_of_options
 from .common import (
     EXIT_TOOL_ERROR,
-    SetupExit,
     copy_options,
     copy_progress,
     ignore_interrupts,
@@ -29,6 +28,7 @@ from .common import (
     setup_error,
     terminate_as_interrupt,
 )
+from .json_exits import JSON_PRINTED, JsonExits, landing_said
 from .report import report_option, write_requested_report
 from .sessions import apply_copy
 
@@ -80,8 +80,9 @@ def exec_(
         result = ToolResult.failure(err)
     else:
         from ..sandbox import handoff
+        from ..tools.catalog import reads_only
 
-        if handoff.reads_only(tool):  # the box cannot write the workspace, and its removal is not waited for
+        if reads_only(tool):  # the box cannot write the workspace, and its removal is not waited for
             config = config.model_copy(update={"workspace_read_only": True})
             handoff.enable()
         limits = copy_progress(copy_limits)
@@ -129,131 +130,7 @@ def exec_(
 _NO_SANDBOX = frozenset({ErrorType.DOCKER_UNAVAILABLE, ErrorType.SANDBOX_START_FAILED, ErrorType.IMAGE_MISSING})
 
 
-_JSON_FORMATS = ("json", "stream-json")
-
-
-def _wants_json(args: Iterable[str]) -> str | None:
-    """The JSON format a command line asks for with `--output` (read before click has parsed it)."""
-    items = list(args)
-    for i, arg in enumerate(items):
-        if arg == "--":
-            break
-        for wanted in _JSON_FORMATS:
-            if arg == f"--output={wanted}" or (arg == "--output" and items[i + 1 : i + 2] == [wanted]):
-                return wanted
-    return None
-
-
-def _exit_line(output_format: str, code: int, status: str, error: OpenAgentsError | None) -> str:
-    from .stream_json import end_line
-
-    summary = _exit_json(code, status, error)
-    return end_line(summary) if output_format == "stream-json" else json_line(summary)
-
-
-def _exit_json(code: int, status: str, error: OpenAgentsError | None) -> dict[str, Any]:
-    """The object `run --output json` prints when it ends before a session result exists: the same
-    keys as a session's, empty, with the exit code, a status and the typed error."""
-    from ..loop.summary import APPLY_KEYS
-
-    return {
-        "session_id": None,
-        "status": status,
-        "reason": error.message if error else status,
-        "exit_code": code,
-        "turns": 0,
-        "final_text": "",
-        "calls": {},
-        "refused_calls": [],
-        "failed_calls": [],
-        "changed_files": [],
-        "changed_files_total": 0,
-        "changed_files_file": None,
-        "changed_files_unknown": None,
-        "tokens": {"input": 0, "output": 0},
-        "wall_s": 0.0,
-        "error": error.to_dict() if error else None,
-        "workspace_mode": None,
-        "transcript": None,
-        "session_status": None,
-        **dict.fromkeys(APPLY_KEYS),
-    }
-
-
-_JSON_PRINTED = "oa-sandbox.json-printed"
-
-
-def _landing_said(summary: dict[str, Any], refused: OpenAgentsError | None) -> dict[str, Any]:
-    """`--apply` refused by the ladder: the typed refusal is the summary's error (nothing was applied)."""
-    if refused is not None:
-        summary["error"], summary["applied"] = refused.to_dict(), []
-    return summary
-
-
-class _JsonExits(click.Command):
-    """`run --output json`: every exit prints exactly one JSON object on stdout, set-up errors and
-    usage errors included (a CI script's json.load never meets an empty stdout); stderr still gets
-    the one line a person reads. `--output stream-json`: every exit ends the stream with that
-    object as its session_end line."""
-
-    def make_context(
-        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
-    ) -> click.Context:
-        wants = _wants_json(args)
-        try:
-            return super().make_context(info_name, args, parent, **extra)
-        except click.UsageError as err:
-            if wants:
-                click.echo(
-                    _exit_line(
-                        wants,
-                        EXIT_SETUP,
-                        "setup_error",
-                        OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message()),
-                    )
-                )
-            raise
-
-    def invoke(self, ctx: click.Context) -> Any:
-        wants = ctx.params.get("output_format")
-        if wants not in _JSON_FORMATS:
-            return super().invoke(ctx)
-        try:
-            return super().invoke(ctx)
-        except SetupExit as exc:
-            click.echo(_exit_line(wants, exc.exit_code, "setup_error", exc.error))
-            raise
-        except click.UsageError as err:  # raised by an option's own check (--env, --egress, sizes)
-            click.echo(
-                _exit_line(
-                    wants, EXIT_SETUP, "setup_error", OpenAgentsError(ErrorType.INVALID_ARGUMENTS, err.format_message())
-                )
-            )
-            raise
-        except click.exceptions.Exit as exc:
-            if not ctx.meta.get(_JSON_PRINTED):
-                status = (
-                    "cancelled"
-                    if exc.exit_code == EXIT_CANCELLED
-                    else "finished"
-                    if exc.exit_code == EXIT_OK
-                    else "stopped"
-                )
-                click.echo(_exit_line(wants, exc.exit_code, status, None))
-            raise
-        except Exception as err:
-            click.echo(
-                _exit_line(
-                    wants,
-                    EXIT_STOPPED,
-                    "failed",
-                    OpenAgentsError(ErrorType.INTERNAL_ERROR, f"{type(err).__name__}: {err}"[:500]),
-                )
-            )
-            raise
-
-
-@click.command(cls=_JsonExits, epilog=EXIT_CODES_HELP)
+@click.command(cls=JsonExits, epilog=EXIT_CODES_HELP)
 @click.option(
     "--workspace",
     default=".",
@@ -509,10 +386,9 @@ def run(
         click.echo("oa-sandbox: cancelled while the sandbox started", err=True)
         raise click.exceptions.Exit(EXIT_CANCELLED) from None
     result = None
-    gate = box.parts.pipeline.gate  # the landing's decision (--apply) is the session's, after it closed
     try:
         try:
-            result = box.parts.turn_loop.run(task)
+            result = box.run_turns(task)
         except KeyboardInterrupt:  # a second press while the loop itself was ending the session
             result = None
         ignore_interrupts()  # from here on, clean-up runs to its end
@@ -542,7 +418,7 @@ def run(
     if record.mode.value == "copy":
         if apply_at_end:
             try:
-                applied, report = apply_copy(record, gate.decide_landing("run --apply"))
+                applied, report = apply_copy(record, box.decide_landing("run --apply"))
             except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
                 landing_refused = err
                 view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))
@@ -556,13 +432,13 @@ def run(
                 f"to review, `oa-sandbox apply {record.id}` to apply"
             )
     if output_format == "json":
-        click.get_current_context().meta[_JSON_PRINTED] = True
+        click.get_current_context().meta[JSON_PRINTED] = True
         click.echo(
-            json_line(_landing_said(summary_json(result, record, changes, code, report), landing_refused))
+            json_line(landing_said(summary_json(result, record, changes, code, report), landing_refused))
         )  # bounded: at most MAX_LINE_BYTES
     elif stream is not None:
-        click.get_current_context().meta[_JSON_PRINTED] = True
-        stream.end(_landing_said(summary_json(result, record, changes, code, report), landing_refused))
+        click.get_current_context().meta[JSON_PRINTED] = True
+        stream.end(landing_said(summary_json(result, record, changes, code, report), landing_refused))
     elif result.final_text:
         click.echo(visible(result.final_text))  # the model's text: no raw escape reaches the terminal
     raise click.exceptions.Exit(code)

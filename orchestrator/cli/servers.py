@@ -25,35 +25,12 @@ from .common import (
 )
 
 if TYPE_CHECKING:
-    from ..acp.server import AcpApprover
+    from ..acp.approver import AcpApprover
     from ..api import Sandbox
     from ..sandbox.pool import PoolEvent
     from ..tools.registry import HostTools
     from ..workspace.copy import CopyLimits
     from ..workspace.records import SessionRecord, WorkspaceMode
-
-
-class AcpParts:
-    """What the ACP server drives for one editor session (acp.server.SessionParts), from its open
-    Sandbox: the turn loop, record, pipeline, transcript and what a resume rebuilt; its end is the
-    API's close (box removed, workspace swept, record saved)."""
-
-    def __init__(self, box: Sandbox) -> None:
-        self.box = box
-        parts = box.parts
-        self.turn_loop, self.pipeline, self.transcript, self.rebuilt = (
-            parts.turn_loop,
-            parts.pipeline,
-            parts.transcript,
-            parts.rebuilt,
-        )
-        self.record = box.record
-
-    def close(self) -> list[str]:
-        return self.box.close(status="closed", reason="the editor's session ended")
-
-    def kill_running(self) -> None:
-        self.box.kill_running()
 
 
 def _pool_progress(event: PoolEvent) -> None:
@@ -64,8 +41,8 @@ def _pool_progress(event: PoolEvent) -> None:
 
     if isinstance(event, StartQueued) and not event.slot_taken:
         click.echo(
-            "oa-sandbox: pool: a refill waits for a start slot: "
-            f"{event.ahead} ahead, {event.starting} of {event.limit} starting",
+            f"oa-sandbox: pool: a refill waits for a start slot: {event.ahead} ahead, "
+            f"{event.starting} of {event.limit} starting",
             err=True,
         )
     elif isinstance(event, PoolBoxReady):
@@ -127,14 +104,11 @@ def acp(
     """Speak the Agent Client Protocol on stdin/stdout, for editors (Zed and others)."""
     from ..acp.server import AcpServer
     from ..api import Sandbox, SandboxOptions
+    from ..api.pool import warm_pool
     from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..models.factory import model_from_spec
-    from ..policy.ladder import Access, access_of
     from ..sandbox import lifetime
-    from ..sandbox.pool import SandboxPool
-    from ..session import load_policies, with_policy_egress
     from ..state import new_id
-    from ..workspace import host_code
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
@@ -169,27 +143,7 @@ def acp(
             raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
-            rules, egress = load_policies(ws, list(policies))
-            access = access_of(rules)  # a warm box is bind mode: never for copy-only, mounted read-only for read-only
-            if access == Access.COPY_ONLY:
-                raise OpenAgentsError(
-                    ErrorType.REFUSED_BY_POLICY,
-                    "the policy's workspace_access is copy-only: a warm pool's boxes "
-                    "mount the workspace itself; run without --pool",
-                )
-            warm_config = config.model_copy(update={"workspace_read_only": access == Access.READ_ONLY})
-            # What the host runs or imports may not lie where its boxes
-            # write (workspace/host_code.py): refused, or mounted read-only.
-            decided = host_code.guard(
-                ws,
-                mode,
-                warm_config,
-                fixed_bind="a warm pool's boxes mount the workspace itself",
-                instead="Run without --pool",
-            )
-            decided.raise_refusal()
-            warm_config = warm_config.model_copy(update={"read_only_entries": decided.read_only})
-            warm = SandboxPool(ws, with_policy_egress(warm_config, egress), size=pool, on_event=_pool_progress)
+            warm = warm_pool(ws, list(policies), config, mode, pool, _pool_progress)
         except OpenAgentsError as err:
             raise setup_error(err) from None
         warm.start()
@@ -200,26 +154,24 @@ def acp(
         on_event: Callable[[dict[str, Any]], None],
         host_tools: HostTools | None,
         resume: SessionRecord | None = None,
-    ) -> AcpParts:
+    ) -> Sandbox:
         own: dict[str, Any] = {"approver": approver, "on_record": on_event, "host_tools": host_tools}
         if (
             resume is not None
         ):  # session/load: its own transcript, workspace and mode; its model and policy files unless given here
             files = options.policy_files or [Path(p) for p in resume.policy_files]
-            return AcpParts(Sandbox(ws, options, kind="acp", **own, resume=resume.id, policy_files=files).open())
+            return Sandbox(ws, options, kind="acp", **own, resume=resume.id, policy_files=files).open()
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
-        return AcpParts(
-            Sandbox(
-                ws,
-                options,
-                kind="acp",
-                box=warm.claim() if warm else None,
-                **own,
-                transcript=path,
-                mode=mode.value,
-                **copy_options(copy_limits),
-            ).open()
-        )
+        return Sandbox(
+            ws,
+            options,
+            kind="acp",
+            box=warm.claim() if warm else None,
+            **own,
+            transcript=path,
+            mode=mode.value,
+            **copy_options(copy_limits),
+        ).open()
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
@@ -396,6 +348,7 @@ def batch(
     max_wall, runtime, attempts and pick), each on its own copy of its workspace; one result line
     each in --out (status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node,
     best_of)."""
+    from ..api import SandboxOptions
     from ..batch.command import BatchRequest, run_batch
     from ..batch.runner import BatchSettings
 
@@ -411,15 +364,19 @@ def batch(
         start_concurrency=start_concurrency or defaults.start_concurrency,
     )
     settings = BatchSettings(
-        model=model_spec or defaults.model,
-        base_url=base_url or defaults.base_url,
-        api_key_env=api_key_env or defaults.api_key_env,
-        policy=[str(Path(p).resolve()) for p in policies] or defaults.policy,
-        auto_approve=auto_approve,
-        max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
-        max_wall=max_wall or defaults.max_wall,
-        max_tokens=max_tokens or defaults.max_tokens,
-        config=config,
+        options=SandboxOptions(
+            config=config,
+            mode="copy",
+            git=False,
+            model=model_spec or defaults.model,
+            base_url=base_url or defaults.base_url,
+            api_key_env=api_key_env or defaults.api_key_env,
+            policy_files=[Path(p).resolve() for p in policies] or [Path(p) for p in defaults.policy],
+            auto_approve=auto_approve,
+            max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+            max_wall_s=max_wall or defaults.max_wall,
+            max_tokens=max_tokens or defaults.max_tokens,
+        ),
         attempts=attempts,
         pick=pick,
         pick_timeout=pick_timeout,

@@ -39,7 +39,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from .. import events as ev
 from ..errors import ErrorType, OpenAgentsError
 from ..ground.text import visible
-from ..models.base import ToolCall
 from ..policy.approvals import Answer, ApprovalRequest, PermissionOption
 from ..policy.ladder import Level
 from ..protocol import Executor, ToolResult
@@ -59,7 +58,6 @@ COPY_TOOLS = (
 
 if TYPE_CHECKING:  # for annotations only: this module does not load the session machinery itself
     from ..api import Sandbox
-    from ..pipeline import CallPipeline
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +188,8 @@ class McpApprover:
             return Answer(
                 option=PermissionOption.ALLOW_ONCE,
                 executor=Executor.OPENAGENTS,
-                reason=f"{request.action} ({request.level.value}): the MCP "
-                "client has no elicitation; left to its own confirmation",
+                reason=f"{request.action} ({request.level.value}): the MCP client has no elicitation; "
+                "left to its own confirmation",
             )
         if context.preset is not None:
             answer = context.preset
@@ -246,12 +244,11 @@ class SandboxMcpServer:
 
     def __init__(self, box: Sandbox, approver: McpApprover) -> None:
         self.box = box
-        self.opened = box.parts
         self.approver = approver
         self.calls = 0
         self._pending: dict[str, tuple[str, float]] = {}  # request_state -> (digest of the call, when)
         self._lock = threading.Lock()
-        open_world = self.open_world = self.opened.sandbox.config.egress is not None
+        open_world = self.open_world = box.box_config.egress is not None
         self.record = box.record
         self.mode = self.record.mode.value
         self.copy_mode = self.mode == "copy"
@@ -279,15 +276,14 @@ class SandboxMcpServer:
             return self._answer(ToolResult.failure(err))
         digest = _digest(params.name, arguments)
         context = self._context(ctx, params, digest)
-        call = ToolCall(id=f"mcp_{uuid.uuid4().hex[:12]}", name=params.name, arguments=arguments)
-        pipeline = self.opened.pipeline
+        call_id = f"mcp_{uuid.uuid4().hex[:12]}"
         with self._lock:
             self.calls += 1
 
         def approve() -> PreparedCall | ToolResult:
             self.approver.bind(context)
             try:
-                return pipeline.validate_and_decide(call)
+                return self.box.decide(params.name, arguments, call_id)
             finally:
                 self.approver.bind(None)
 
@@ -299,9 +295,11 @@ class SandboxMcpServer:
             prepared, ToolResult
         ):  # refused or invalid: nothing ran, so no turn, no checkpoint, the copy's record untouched
             return self._answer(prepared)
-        result = await self._execute(ctx, pipeline, prepared)
+        # the turn counted, the checkpoint taken (the API's bookkeeping, as for its own calls), but
+        # for copy mode's review tools
+        result = await self._execute(ctx, prepared, counted=params.name not in COPY_TOOLS)
         if params.name == LAND_TOOL:  # the landing's own record, as every front-end's (its call's are the pipeline's)
-            self.opened.transcript.emit(
+            self.box.emit(
                 ev.ChangesApplied(
                     executor=Executor.OPENAGENTS,
                     via="mcp",
@@ -311,10 +309,6 @@ class SandboxMcpServer:
                     conflicts=result.meta.get("conflicts", [])[:200],
                 )
             )
-        elif (
-            params.name not in COPY_TOOLS
-        ):  # the turn counted, the checkpoint taken: the API's bookkeeping, as for its own calls
-            await anyio.to_thread.run_sync(self.box.record_call, params.name, result.ok)
         return self._answer(result, params.name)
 
     def _input_required(self, need: NeedsInput, digest: str) -> types.InputRequiredResult:
@@ -363,15 +357,16 @@ class SandboxMcpServer:
                 )  # a stale or forged state is a refusal, never a pass
         return context
 
-    async def _execute(self, ctx: Any, pipeline: CallPipeline, prepared: PreparedCall) -> ToolResult:
-        """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time as MCP
-        progress (a no-op unless the client sent a progressToken); a cancelled request kills what the call started."""
+    async def _execute(self, ctx: Any, prepared: PreparedCall, counted: bool) -> ToolResult:
+        """The call in a worker thread; a long-running call (its own deadline) reports its elapsed time
+        as MCP progress (a no-op unless the client sent a progressToken); a cancelled request kills
+        what the call started."""
         done = anyio.Event()
         outcome: list[ToolResult] = []
 
         def work() -> None:
             try:
-                outcome.append(pipeline.execute(prepared))
+                outcome.append(self.box.execute(prepared, counted=counted))
             finally:
                 try:
                     anyio.from_thread.run_sync(done.set)
@@ -392,7 +387,7 @@ class SandboxMcpServer:
                             elapsed = time.monotonic() - started
                             await ctx.session.report_progress(round(elapsed, 1), timeout, f"running for {elapsed:.0f}s")
         except anyio.get_cancelled_exc_class():
-            await anyio.to_thread.run_sync(self.opened.kill_running)
+            await anyio.to_thread.run_sync(self.box.kill_running)
             raise
         return outcome[0]
 

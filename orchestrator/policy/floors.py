@@ -24,7 +24,7 @@ from typing import Callable
 from ..config import EgressRule
 from ..workspace.records import Pin, SessionRecord
 from . import pins
-from .ladder import Decision, PolicyFile, PolicyRule, Tier
+from .ladder import AccessPin, Decision, PolicyFile, PolicyRule, Tier, access_pin
 from .pins import Source
 
 
@@ -41,10 +41,11 @@ def _level_word(policy: PolicyFile) -> str:
 
 
 class Floors:
-    """The refusals pinned files still hold on a resume: `rules` for the ladder, `egress` (deny
-    rules, before the policies' own) for the gate."""
+    """The refusals pinned files still hold on a resume: `access` (their workspace_access levels) and
+    `rules` for the ladder, `egress` (deny rules, before the policies' own) for the gate."""
 
     def __init__(self) -> None:
+        self.access: list[AccessPin] = []
         self.rules: list[PolicyRule] = []
         self.egress: list[EgressRule] = []
 
@@ -78,64 +79,60 @@ def pinned_floors(
     return floors
 
 
-def _parsed(resumed: SessionRecord, pin: Pin, tier: Tier | None) -> PolicyFile:
-    return pins.parse(Source(pin.role, Path(pin.path), pins.read_pin(resumed, pin), pin.box_reach, pinned=True), tier)
+def _parsed(resumed: SessionRecord, pin: Pin, tier: Tier | None) -> tuple[PolicyFile, AccessPin | None]:
+    policy = pins.parse(Source(pin.role, Path(pin.path), pins.read_pin(resumed, pin), pin.box_reach, pinned=True), tier)
+    return policy, access_pin(policy, str(pin.path))
 
 
 def _held(policy: PolicyFile) -> tuple[list[PolicyRule], list[EgressRule]]:
-    rules = [
-        rule for rule in policy.rules if rule.decision == Decision.DENY
-    ]  # the level's own rules (access_rules) are denies
+    rules = [rule for rule in policy.rules if rule.decision == Decision.DENY]
     egress = [rule for rule in (policy.egress.rules if policy.egress else []) if rule.action == "deny"]
     return rules, egress
 
 
-def _what(rules: list[PolicyRule], egress: list[EgressRule]) -> str:
-    level = next((f"workspace_access = {r._access.value}" for r in rules if r._access is not None), "")
-    denies = sum(r._access is None for r in rules)
-    parts = [level] if level else []
-    parts += [f"{denies} deny rule{'s' if denies != 1 else ''}"] if denies else []
+def _what(access: AccessPin | None, rules: list[PolicyRule], egress: list[EgressRule]) -> str:
+    parts = [f"workspace_access = {access.level.value}"] if access is not None else []
+    parts += [f"{len(rules)} deny rule{'s' if len(rules) != 1 else ''}"] if rules else []
     parts += [f"{len(egress)} egress deny rule{'s' if len(egress) != 1 else ''}"] if egress else []
     return ", ".join(parts)
 
 
 def _admin_floor(resumed: SessionRecord, pin: Pin, floors: Floors, say: Callable[[str], None]) -> None:
-    rules, egress = _held(_parsed(resumed, pin, Tier.ADMIN))
-    if rules or egress:
+    policy, access = _parsed(resumed, pin, Tier.ADMIN)
+    rules, egress = _held(policy)
+    if access is not None or rules or egress:
+        floors.access += [access] if access is not None else []
         floors.rules += rules
         floors.egress += egress
         say(
-            f"admin policy {pin.path} as pinned at session {resumed.id}'s start still "
-            f"holds on resume: {_what(rules, egress)} (the admin's word is never dropped)"
+            f"admin policy {pin.path} as pinned at session {resumed.id}'s start still holds on resume: "
+            f"{_what(access, rules, egress)} "
+            "(the admin's word is never dropped)"
         )
 
 
 def _user_floor(
     resumed: SessionRecord, pin: Pin, own: list[tuple[Source, PolicyFile]], floors: Floors, say: Callable[[str], None]
 ) -> None:
-    rules, egress = _held(_parsed(resumed, pin, None))
+    policy, access = _parsed(resumed, pin, None)
+    rules, egress = _held(policy)
     setter = next(((s, p) for s, p in own if p.workspace_access is not None), None)
     kept_rules: list[PolicyRule] = []
     kept_egress: list[EgressRule] = []
     dropped: list[str] = []
+    if access is not None and setter is not None:
+        dropped.append(
+            f"workspace_access = {access.level.value} (the policy {setter[0].path} sets {_level_word(setter[1])})"
+        )
+        access = None
     for rule in rules:
-        if rule._access is not None:
-            if setter is not None:
-                dropped.append(
-                    f"workspace_access = {rule._access.value} (the policy "
-                    f"{setter[0].path} sets {_level_word(setter[1])})"
-                )
-                continue
-        else:
-            lifting = next(
-                (s for s, p in own for r in p.rules if r.decision != Decision.DENY and _rule_key(r) == _rule_key(rule)),
-                None,
-            )
-            if lifting is not None:
-                dropped.append(
-                    f"a deny rule (the policy {lifting.path} has a rule for the same call that does not deny)"
-                )
-                continue
+        lifting = next(
+            (s for s, p in own for r in p.rules if r.decision != Decision.DENY and _rule_key(r) == _rule_key(rule)),
+            None,
+        )
+        if lifting is not None:
+            dropped.append(f"a deny rule (the policy {lifting.path} has a rule for the same call that does not deny)")
+            continue
         kept_rules.append(rule)
     for egress_rule in egress:
         lifting = next(
@@ -151,14 +148,15 @@ def _user_floor(
             dropped.append(f"an egress deny rule (the policy {lifting.path} allows the same requests)")
             continue
         kept_egress.append(egress_rule)
+    floors.access += [access] if access is not None else []
     floors.rules += kept_rules
     floors.egress += kept_egress
     start = f"policy {pin.path}, pinned at session {resumed.id}'s start and not given now"
-    if kept_rules or kept_egress:
+    if access is not None or kept_rules or kept_egress:
         say(
-            f"{start}, still holds on resume: {_what(kept_rules, kept_egress)}; a "
-            "policy file you give lifts it only by saying so (workspace_access itself; "
-            "for a deny, a rule for the same tool, kind, action and command_prefix)"
+            f"{start}, still holds on resume: {_what(access, kept_rules, kept_egress)}; "
+            "a policy file you give lifts it only by saying so "
+            "(workspace_access itself; for a deny, a rule for the same tool, kind, action and command_prefix)"
         )
     for line in dropped:
         say(f"{start}: {line}: no longer applies")

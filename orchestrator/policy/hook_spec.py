@@ -276,7 +276,7 @@ def describe(hook: HookSpec) -> dict[str, Any]:
 
 
 class Collected:
-    """The `[[hooks]]` of every policy file read at a session's start (session.load_policies)."""
+    """The `[[hooks]]` of every policy file read at a session's start (SessionPolicy.hook_specs, policy/value.py)."""
 
     def __init__(self) -> None:
         self.specs: list[HookSpec] = []

@@ -11,11 +11,12 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from dataclasses import dataclass
 from enum import Enum, IntEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from ..boxfs import read_workspace_file
@@ -173,9 +174,6 @@ class PolicyRule(BaseModel):
     )
     decision: Decision
     tier: Tier = Tier.USER
-    # Set only for the rules a file's workspace_access makes (access_rules), never from a file: such a
-    # rule holds whatever any tier's rules say.
-    _access: Access | None = PrivateAttr(default=None)
 
     @field_validator("tool", "kind", "action", "command_prefix")
     @classmethod
@@ -257,26 +255,31 @@ class PolicyFile(BaseModel):
     )
 
 
-def access_rules(level: Access | None, where: str, tier: Tier) -> list[PolicyRule]:
-    """The refusals a workspace_access level stands for: copy-only refuses landing, read-only every
-    edit (landing is one). They hold over every tier's rules (Ladder.level looks at them first)."""
+@dataclass(frozen=True)
+class AccessPin:
+    """A `workspace_access` level one policy file set, and the label its refusals give (naming the
+    file). It holds over every tier's rules: copy-only refuses landing, read-only every edit (landing
+    is one). Made only from a file's `workspace_access` (access_pin), never from a rule."""
+
+    level: Access
+    label: str
+
+    def refuses(self, tool: str, kind: str, action: str) -> bool:
+        return kind == LAND_KIND if self.level == Access.READ_ONLY else action == LAND_ACTION
+
+
+def access_pin(policy: PolicyFile, where: str) -> AccessPin | None:
+    """The pin a parsed policy's workspace_access stands for (None for none, or read-write); `where`
+    names the file as parse_policy was told it."""
+    level = policy.workspace_access
     if level is None or level == Access.READ_WRITE:
-        return []
-    label = f"workspace_access = {level.value} ({tier.name.lower()} policy {where})"
-    rule = PolicyRule(
-        id=label,
-        decision=Decision.DENY,
-        tier=tier,
-        **({"kind": LAND_KIND} if level == Access.READ_ONLY else {"action": LAND_ACTION}),
-    )
-    rule._access = level
-    return [rule]
+        return None
+    return AccessPin(level, f"workspace_access = {level.value} ({policy.tier} policy {where})")
 
 
-def access_of(rules: list[PolicyRule]) -> Access:
+def access_level(pins: Iterable[AccessPin]) -> Access:
     """The workspace access level in force: the most restrictive any policy file set (read-write if none did)."""
-    levels = [r._access for r in rules if r._access is not None]
-    return max(levels, key=_ACCESS_ORDER.index, default=Access.READ_WRITE)
+    return max((pin.level for pin in pins), key=_ACCESS_ORDER.index, default=Access.READ_WRITE)
 
 
 POLICY_CAP = 64 * 1024  # bytes; a real policy is a few hundred
@@ -451,7 +454,6 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
     except KeyError:
         raise _invalid(where, "not valid: tier must be one of default, workspace, user, admin") from None
     rules = [rule.model_copy(update={"tier": file_tier}) for rule in policy.rules]
-    rules += access_rules(policy.workspace_access, where, file_tier)
     if file_tier == Tier.WORKSPACE:
         loose = [i for i, r in enumerate(rules) if r.decision == Decision.ALLOW]
         if loose or policy.egress:
@@ -464,23 +466,25 @@ def parse_policy(raw: bytes, where: str, suffix: str, tier: Tier | None = None, 
         raise _invalid(where, "egress allow_cidrs is admin-only (OA_ADMIN_POLICY)")
     if policy.egress and policy.egress.upstream_ca and file_tier != Tier.ADMIN:
         raise _invalid(where, "egress upstream_ca is admin-only (OA_ADMIN_POLICY)")
-    return policy.model_copy(update={"rules": rules, "hooks": hooks})
+    return policy.model_copy(update={"rules": rules, "hooks": hooks, "tier": file_tier.name.lower()})
 
 
 class Ladder:
-    """Maps one prepared call to its rung, given the policy rules in force."""
+    """Maps one prepared call to its rung, given the policy rules in force and the workspace_access
+    pins (which hold over every rule, whatever its tier)."""
 
-    def __init__(self, rules: list[PolicyRule] | None = None) -> None:
+    def __init__(self, rules: Sequence[PolicyRule] | None = None, access: Sequence[AccessPin] = ()) -> None:
         self.rules = list(rules or [])
+        self.access = tuple(access)
 
     def level(self, tool: str, kind: str, action: str, command: str | None = None) -> tuple[Level, str]:
         """Landing (LAND_TOOL, kind edit, LAND_ACTION) has no question of its own by default: the
         front-end's landing is the request (a command, a flag, the client's call, copy mode's end
         of an ACP turn); a rule that names it (or every edit) decides it like an edit."""
-        matching = [r for r in self.rules if r.matches(tool, kind, action, command)]
-        pinned = next((r for r in matching if r._access is not None), None)
+        pinned = next((pin for pin in self.access if pin.refuses(tool, kind, action)), None)
         if pinned is not None:  # a workspace_access level: no rule of any tier widens it
-            return Level.REFUSE, str(pinned.id)
+            return Level.REFUSE, pinned.label
+        matching = [r for r in self.rules if r.matches(tool, kind, action, command)]
         landing = (tool, kind, action) == (LAND_TOOL, LAND_KIND, LAND_ACTION)
         default = Level.AUTOMATIC if landing else DEFAULT_BY_KIND.get(kind, Level.ASK_EVERY_TIME)
         if not matching:

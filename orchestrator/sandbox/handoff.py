@@ -68,14 +68,3 @@ def remove_detached(container_id: str) -> bool:
         return False
     return True
 
-
-def reads_only(tool: str) -> bool:
-    """A tool that changes no workspace file and leaves no process behind (its ToolDef says): `oa-sandbox
-    exec` gives it a box whose workspace is mounted read-only, so nothing in the box can write there, and
-    the box's removal is asked for, not waited for (above)."""
-    from ..tools import catalog
-
-    if tool not in catalog.TOOLS or tool in catalog.mutating():
-        return False
-    rule = catalog.box_rule(tool)
-    return not (rule.writes or rule.spawns)

@@ -42,6 +42,16 @@ def mutating() -> frozenset[str]:
     return frozenset(t.name for t in TOOLS.values() if t.mutates)
 
 
+def reads_only(tool: str) -> bool:
+    """A tool that changes no workspace file and leaves no process behind (its declaration says):
+    `oa-sandbox exec` gives it a box whose workspace is mounted read-only, and the box's removal is
+    asked of the daemon, not waited for (sandbox/handoff.py)."""
+    tool_def = TOOLS.get(tool)
+    if tool_def is None or tool in mutating():
+        return False
+    return not (tool_def.box.writes or tool_def.box.spawns)
+
+
 def path_tools() -> frozenset[str]:
     return frozenset(t.name for t in TOOLS.values() if t.files.path_arg)
 

@@ -23,8 +23,8 @@ import pytest
 from orchestrator.boxfs import lstat_workspace, read_workspace_file
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.policy.ladder import POLICY_CAP, load_workspace_policy
+from orchestrator.policy.load import load_session_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, Refused, parse_data_bounded
-from orchestrator.session import load_policies
 from tests.conftest import make_workspace
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
@@ -56,13 +56,13 @@ def host_secret(tmp_path: Path) -> Path:
 
 
 def refused(ws: Path, kind: ErrorType, timeout: float = FAST) -> OpenAgentsError:
-    """load_policies must raise `kind` within `timeout`, run in a thread so a block fails the test
+    """load_session_policy must raise `kind` within `timeout`, run in a thread so a block fails the test
     instead of hanging it."""
     box: dict = {}
 
     def load() -> None:
         try:
-            box["result"] = load_policies(ws, [])
+            box["result"] = load_session_policy(ws, [])
         except BaseException as err:  # noqa: BLE001 - handed to the test thread
             box["error"] = err
 
@@ -221,7 +221,7 @@ def test_policy_just_over_the_cap_is_refused(tmp_path):
     ws = planted(tmp_path, "policy.toml", "#" * POLICY_CAP + "\n")
     refused(ws, ErrorType.UNSAFE_WORKSPACE_FILE)
     (ws / ".openagents" / "policy.toml").write_text("#" * (POLICY_CAP - 1) + "\n")
-    assert load_policies(ws, []) == ([], load_policies(ws, [])[1])
+    assert load_session_policy(ws, []).rules == ()
 
 
 def _fill(head: str, unit: str, tail: str = "") -> bytes:
@@ -316,7 +316,7 @@ def test_errors_name_the_file_and_problem_but_never_echo_content(tmp_path, name,
 def test_a_sound_workspace_policy_still_tightens(tmp_path):
     """The guard refuses what is planted, not what is sound: a plain deny rule still loads and applies."""
     ws = planted(tmp_path, "policy.yaml", "rules:\n  - {id: no-shell, tool: shell, decision: deny}\n")
-    rules, _ = load_policies(ws, [])
+    rules = load_session_policy(ws, []).rules
     assert [(r.id, r.decision.value, r.tier.name) for r in rules] == [("no-shell", "deny", "WORKSPACE")]
 
 
