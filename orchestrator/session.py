@@ -50,6 +50,7 @@ from .transcript.resume import Rebuilt, rebuild, resumable
 from .workspace import host_code, quota_fs
 from .workspace import records as records_
 from .workspace.checkpoints import CheckpointStore
+from .workspace.cleanup import discard_state
 from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
 from .workspace.integrity import SweepReport
@@ -635,7 +636,7 @@ def _failed(record: SessionRecord, err: BaseException, lock: ResumeLock | None) 
         lock.release()
     elif record.mode == WorkspaceMode.COPY:
         try:
-            records_.discard_state(record)
+            discard_state(record)
         except OSError:  # the record still says failed; `sessions prune` removes a failed session's state
             pass
 
