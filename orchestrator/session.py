@@ -49,7 +49,7 @@ from .transcript import Redactor, Transcript
 from .transcript.resume import Rebuilt, rebuild, resumable
 from .workspace import host_code, quota_fs
 from .workspace import records as records_
-from .workspace.checkpoints import CheckpointStore
+from .workspace.checkpoints import CheckpointStore, CopyBaseline
 from .workspace.cleanup import discard_state
 from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
@@ -270,8 +270,9 @@ class OpenSession:
     def close(self) -> list[str]:
         """Removes the sandbox, which sweeps the workspace; records what changed; returns what the
         sweeps found, one line each, for the end of the run (the transcript has them as events).
-        A first checkpoint still being recorded is cancelled (no call that could change files ran:
-        each waits for it) and recorded as failed, so the session never claims to know its changes."""
+        A first checkpoint still being recorded is cancelled (in bind mode no call that could change
+        files ran: each waits for it; in copy mode the real workspace stays the baseline `apply`
+        compares with) and recorded as failed, so the session never claims to know its changes."""
         if self.checkpoints is not None and self.checkpoints.recording:
             self.checkpoints.cancel()
             self.checkpoints.wait()
@@ -416,6 +417,9 @@ def open_session(
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
         host_budget = HostBudget.until(options.budget.max_wall_s)
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
+        from_real = rebuilt is None and record.mode == WorkspaceMode.COPY and record.manifest_path.is_file()
+        if from_real:  # copy mode: turn 0 from the untouched real tree (checkpoints/baseline.py)
+            checkpoints.baseline = CopyBaseline(workspace, record.manifest_path)
         if sandbox is None:
             box_config = with_policy_egress(config, egress).model_copy(update={"user": record.user})
             sandbox = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
@@ -424,7 +428,7 @@ def open_session(
             sandbox.host_budget = host_budget
         opened = OpenSession(sandbox, transcript, record, checkpoints, lock)
         # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
-        # calls run: any call that may change files waits for it (registry.before_change, below).
+        # calls run: in bind mode any call that may change files waits for it (registry.before_change, below).
         checkpoints.in_background(
             lambda: _first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
         )
@@ -455,7 +459,8 @@ def open_session(
     )
     opened.pipeline = CallPipeline(registry, gate, transcript)
     assert checkpoints is not None
-    registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
+    if not from_real:  # copy mode's turn 0 reads the real tree: the box may write the copy meanwhile
+        registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
     credentials = [
         *(with_policy_egress(config, egress).egress or EgressConfig()).credentials,
         *(getattr(getattr(getattr(sandbox, "config", None), "egress", None), "credentials", None) or []),
