@@ -10,6 +10,7 @@ import threading
 import time
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from orchestrator import Sandbox
@@ -77,10 +78,13 @@ def test_turn_0_is_the_copy_as_made_whatever_the_box_and_the_user_did_since(tmp_
         ("sub/gone", GONE_SINCE_COPY),  # the directory once, not what it held
         ("trace.log", IGNORED),
     }
-    tree = store.repo.get(store.repo.get(zero.commit).tree_id)
-    names = sorted(e.name for e in tree)
+    commit = store.repo[zero.commit]
+    assert isinstance(commit, pygit2.Commit)
+    tree = commit.tree
+    names = sorted(str(e.name) for e in tree)
     assert "box-new.txt" not in names and "user-new.txt" not in names and "fifo" not in names
-    assert store.repo.get(tree["boxed.txt"].id).data == b"before the box\n"
+    blob = store.repo[tree["boxed.txt"].id]
+    assert isinstance(blob, pygit2.Blob) and blob.data == b"before the box\n"
     assert tree["run.sh"].filemode == 0o100755
 
     # the next record walks the copy: what the box did is its change (the stat cache spared the rest)
