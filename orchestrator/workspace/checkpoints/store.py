@@ -70,7 +70,7 @@ class CheckpointStore(_Snapshots):
         if real_store == real_ws or real_store.startswith(real_ws.rstrip("/") + "/"):
             raise ValueError("the checkpoint store must be outside the workspace (the box writes the workspace)")
         self.fixed_budget, self.max_file_bytes = budget_bytes, max_file_bytes
-        self.budget_bytes = budget_bytes if budget_bytes is not None else GROWTH_BYTES  # set again by each record
+        self._budget_now = budget_bytes if budget_bytes is not None else GROWTH_BYTES  # set again by each record
         self.host_budget = budget
         if box_user is None:
             ws_st = os.stat(self.workspace)
@@ -158,7 +158,7 @@ class CheckpointStore(_Snapshots):
             self._loose_at_start = {path for _, path, _ in self._loose()}  # big blobs of kept records
             self._big_blobs = set()
             self._budget = self._work_budget()
-            self.budget_bytes = self.budget_for()
+            self._budget_now = self.budget_for()
             try:
                 return self._record(turn)
             except Exception as err:  # noqa: BLE001 - typed into the index, never "no change"
@@ -186,6 +186,15 @@ class CheckpointStore(_Snapshots):
                 )
                 self._append(cp, None)
                 return cp
+
+    @property
+    def budget_bytes(self) -> int:
+        """The bytes on disk the store may hold after the record under way (budget_for)."""
+        return self._budget_now
+
+    @budget_bytes.setter
+    def budget_bytes(self, value: int) -> None:  # a fixed budget from now on
+        self.fixed_budget = self._budget_now = value
 
     def budget_for(self) -> int:
         """The bytes on disk the store may hold after the next record. Fixed when given; else the
