@@ -49,7 +49,7 @@ from .transcript import Redactor, Transcript
 from .transcript.resume import Rebuilt, rebuild, resumable
 from .workspace import host_code, quota_fs
 from .workspace import records as records_
-from .workspace.checkpoints import CheckpointStore, CopyBaseline
+from .workspace.checkpoints import Checkpoint, CheckpointStore, CopyBaseline
 from .workspace.cleanup import discard_state
 from .workspace.context_files import ContextFiles
 from .workspace.copy import CopyLimits
@@ -235,9 +235,18 @@ class OpenSession:
         """After a turn that may have changed files. A failure is recorded, never fatal."""
         if self.checkpoints is None or (turn and not MUTATING_TOOLS & set(tools)):
             return
+        if turn and self.checkpoints.record_later(turn, partial(self._recorded, turn)):
+            return  # copy mode while turn 0 is still read: recorded right after it, on its thread
         try:
             point = self.checkpoints.record(turn)
         except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
+            self._recorded(turn, None, err)
+            return
+        self._recorded(turn, point, None)
+
+    def _recorded(self, turn: int, point: Checkpoint | None, err: Exception | None) -> None:
+        """The transcript's event for one record (`err`: it raised)."""
+        if err is not None:
             self.transcript.emit(
                 ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
             )

@@ -103,6 +103,9 @@ class CheckpointStore(_Snapshots):
         self._budget = HostBudget()
         self._first: threading.Thread | None = None  # the record started in the background (in_background)
         self._cancel = threading.Event()  # set: the background record stops at its next entry, failed (cancelled)
+        self._queue_lock = threading.Lock()
+        self._queued: tuple[int, Callable[[Checkpoint | None, Exception | None], object]] | None = None
+        self._first_over = True  # the background thread takes no more queued records
         self.baseline: CopyBaseline | None = None  # copy mode: turn 0 read from the real workspace (baseline.py)
         self._from: CopyBaseline | None = None
 
@@ -118,8 +121,36 @@ class CheckpointStore(_Snapshots):
         if self._first is not None:
             raise RuntimeError("one background record at a time")
         self._cancel.clear()
-        self._first = threading.Thread(target=work, name="checkpoint-first", daemon=True)
+
+        def first_then_queued() -> None:
+            work()
+            while True:
+                with self._queue_lock:
+                    queued, self._queued = self._queued, None
+                    if queued is None:
+                        self._first_over = True
+                        return
+                try:
+                    point: Checkpoint | None = self.record(queued[0])
+                except Exception as err:  # noqa: BLE001 - told to the caller's callback, as record() would raise it
+                    queued[1](None, err)
+                else:
+                    queued[1](point, None)
+
+        self._first_over = False
+        self._first = threading.Thread(target=first_then_queued, name="checkpoint-first", daemon=True)
         self._first.start()
+
+    def record_later(self, turn: int, done: Callable[[Checkpoint | None, Exception | None], object]) -> bool:
+        """While the background record runs, queue the record of `turn` to run on its thread right
+        after it (True), and `done(point, error)` hears how it went; a turn queued before it and not
+        run yet is replaced (this record covers both turns' changes). False: nothing is running,
+        record now. Copy mode's calls go on while turn 0 is read from the real workspace."""
+        with self._queue_lock:
+            if self._first is None or self._first_over or not self._first.is_alive():
+                return False
+            self._queued = (turn, done)
+            return True
 
     def wait(self, stop: threading.Event | None = None) -> bool:
         """Until the background record is over (True), or `stop` is set first (False)."""
