@@ -49,6 +49,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "os.listdir",
     ): "lists session ids under the state directory (host-owned; the copies under it are walked by boxfs)",
     (
+        "workspace/cleanup.py",
+        "os.listdir",
+    ): "lists a session directory's and the layers directory's top names (host-owned; each is removed by boxfs)",
+    (
         "sandbox/sweep_journal.py",
         "os.listdir",
     ): "lists the sweep journal's own files in the state directory (host-owned)",

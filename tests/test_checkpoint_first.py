@@ -197,3 +197,31 @@ def test_closing_before_turn_0_is_complete_cancels_it_and_says_changes_are_unkno
     assert time.monotonic() - started < 60
     points = store.list()
     assert [(p.turn, p.state, p.error_type) for p in points] == [(0, "failed", "cancelled")]
+
+
+def test_the_store_budget_scales_with_the_tree_and_bounds_what_follows(tmp_path: Path, monkeypatch):
+    """A first record bigger than the growth budget is kept (the disk has room): rollback to the
+    start works on any tree; what the later records add is bounded by the growth budget, typed."""
+    from orchestrator.workspace.checkpoints import store as store_module
+
+    monkeypatch.setattr(store_module, "GROWTH_BYTES", 256 << 10)
+    ws = make_workspace(tmp_path / "ws", {f"r{i}.bin": os.urandom(200_000) for i in range(6)})  # 1.2 MB, incompressible
+    store = CheckpointStore(tmp_path / "store", ws)
+    zero = store.record(0)
+    assert zero is not None and zero.ok  # over 256 KiB: kept, as the disk has room
+    assert store.budget_for() == store._index.base_bytes + (256 << 10) and store._index.base_bytes >= 1_200_000
+    (ws / "small.bin").write_bytes(os.urandom(50_000))
+    one = store.record(1)
+    assert one is not None and one.ok and one.files_changed == ["small.bin"]
+    for i in range(3):
+        (ws / f"more{i}.bin").write_bytes(os.urandom(200_000))
+    two = store.record(2)
+    assert (
+        two is not None and (two.state, two.error_type) == ("skipped", "resource_exhausted") and "budget" in two.error
+    )
+    monkeypatch.setattr(store_module, "disk_room", lambda path: 0)  # a full disk: a first record is bounded too
+    other = CheckpointStore(tmp_path / "store2", ws)
+    first = other.record(0)
+    assert first is not None and first.state == "skipped"
+    store.close()
+    other.close()

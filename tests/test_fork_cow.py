@@ -108,9 +108,10 @@ def test_writes_through_every_overlay_fork_reach_that_fork_alone(tmp_path, monke
 
 
 def test_a_fork_is_mounted_again_in_a_later_process_and_discard_removes_it(tmp_path, monkeypatch):
+    from orchestrator.workspace.cleanup import remove_unused_layers
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import is_mounted, layers_root, unmount
-    from orchestrator.workspace.records import open_own_record, remove_unused_layers
+    from orchestrator.workspace.records import open_own_record
 
     sid = _parent(tmp_path, monkeypatch)
     one, two = fork_session(sid, 2, box_on_copy=no_box)
@@ -188,9 +189,10 @@ def test_a_freeze_cut_short_is_finished_when_the_parent_is_opened(tmp_path, monk
 def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypatch):
     """The API and best-of-N hold a parent's record object from before the fork froze it; saving or
     discarding through that object must neither forget the layers nor remove the copy through the mount."""
+    from orchestrator.workspace.cleanup import discard_state, remove_unused_layers
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import is_mounted, mounted_lowers
-    from orchestrator.workspace.records import discard_state, open_own_record, remove_unused_layers
+    from orchestrator.workspace.records import open_own_record
 
     sid = _parent(tmp_path, monkeypatch)
     held = open_own_record(sid)
@@ -261,9 +263,10 @@ def test_where_nobody_can_tell_whether_a_box_holds_the_copy_the_forks_are_data_c
 def test_layers_are_kept_while_a_record_cannot_be_read(tmp_path, monkeypatch):
     """A record that cannot be read may be a session standing on any layer: while one is there no
     layer is removed, even one no readable record stands on; once it is gone, the unused one goes."""
+    from orchestrator.workspace.cleanup import discard_state, remove_unused_layers
     from orchestrator.workspace.fork import fork_session
     from orchestrator.workspace.overlay import layers_root, unmount
-    from orchestrator.workspace.records import discard_state, open_own_record, remove_unused_layers
+    from orchestrator.workspace.records import open_own_record
 
     sid = _parent(tmp_path, monkeypatch)
     (fork,) = fork_session(sid, 1, box_on_copy=no_box)

@@ -114,8 +114,9 @@ def start_forks(options: SandboxOptions, workspace: Path, attempts: int) -> list
     start is a `run` session whichever front-end asked: each attempt resumes its fork, and only a
     run's conversation is one to continue."""
     from ..workspace import host_code
+    from ..workspace.cleanup import discard_state
     from ..workspace.fork import fork_session
-    from ..workspace.records import WorkspaceMode, discard_state, prepare
+    from ..workspace.records import WorkspaceMode, prepare
 
     found = host_code.found_in(
         workspace.resolve()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import ErrorType, OpenAgentsError
+from ..workspace import cleanup
 from ..workspace import records as records_
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ def prune(
     (copy, checkpoints, transcript, record). Kept, and said why: sessions still running, and copy
     sessions neither applied nor discarded (their copy is all there is of their work) until they
     are older than `unlanded_older_than_s` as well (30 days by default; 0: with the rest)."""
-    removed, kept = records_.prune(older_than_s, unlanded_older_than_s=unlanded_older_than_s, all_users=all_users)
+    removed, kept = cleanup.prune(older_than_s, unlanded_older_than_s=unlanded_older_than_s, all_users=all_users)
     return Pruned(removed=removed, kept=kept)
 
 

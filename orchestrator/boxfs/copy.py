@@ -88,9 +88,14 @@ class HardLinks:
         self._dir_of.clear()
 
 
-def punch_copy(fin: int, fout: int, budget: HostBudget, size: int | None = None, reflinks: bool = True) -> int:
+def punch_copy(
+    fin: int, fout: int, budget: HostBudget, size: int | None = None, reflinks: bool = True, dense: bool = False
+) -> int:
     """Copy fin's content into the empty fout keeping holes; returns the bytes of data copied
-    (charged to the budget; a reflink charges nothing). `size` is read by fstat when None."""
+    (charged to the budget; a reflink charges nothing). `size` is read by fstat when None.
+    `dense`: the caller saw as many blocks as bytes (no hole to keep), so the data is copied
+    from 0 to `size` without looking for holes (a file that grew holes since is copied in full:
+    the bytes are charged)."""
     if size is None:
         size = os.fstat(fin).st_size
     if not size:
@@ -102,6 +107,11 @@ def punch_copy(fin: int, fout: int, budget: HostBudget, size: int | None = None,
         except OSError as err:
             if err.errno not in _NO_CLONE:
                 raise
+    if dense:
+        copied = _copy_range(fin, fout, budget, 0, size)
+        if copied < size:
+            os.ftruncate(fout, size)  # shrank while being copied: the rest is a hole
+        return copied
     copied = 0
     offset = 0
     while offset < size:
@@ -115,25 +125,32 @@ def punch_copy(fin: int, fout: int, budget: HostBudget, size: int | None = None,
         if start >= size:
             break
         end = min(os.lseek(fin, start, os.SEEK_HOLE), size)
-        pos = start
-        while pos < end:
-            want = min(end - pos, 8 << 20)
-            budget.charge_bytes(want)
-            try:
-                n = os.copy_file_range(fin, fout, want, pos, pos)
-            except OSError as err:
-                if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                    raise
-                n = os.pwrite(fout, os.pread(fin, want, pos), pos)
-            if n <= 0:
-                break  # shrank while being copied: the rest is a hole
-            pos += n
-            copied += n
-        if pos < end:
+        n = _copy_range(fin, fout, budget, start, end)
+        copied += n
+        if start + n < end:
             break
         offset = end
     os.ftruncate(fout, size)  # the trailing hole, and a file that shrank meanwhile
     return copied
+
+
+def _copy_range(fin: int, fout: int, budget: HostBudget, pos: int, end: int) -> int:
+    """fin's bytes [pos, end) to the same offsets of fout, in the kernel where it can; the bytes
+    copied (fewer when fin shrank meanwhile)."""
+    start = pos
+    while pos < end:
+        want = min(end - pos, 8 << 20)
+        budget.charge_bytes(want)
+        try:
+            n = os.copy_file_range(fin, fout, want, pos, pos)
+        except OSError as err:
+            if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            n = os.pwrite(fout, os.pread(fin, want, pos), pos)
+        if n <= 0:
+            break  # shrank while being copied: the rest is a hole
+        pos += n
+    return pos - start
 
 
 def copy_regular(
@@ -165,7 +182,7 @@ def copy_regular(
                 return linked
         fout = os.open(name, _NEW, 0o600, dir_fd=dst_dir_fd)
         try:
-            punch_copy(fin, fout, budget, st.st_size, reflinks)
+            punch_copy(fin, fout, budget, st.st_size, reflinks, dense=st.st_blocks * 512 >= st.st_size)
             if uid is not None and gid is not None:
                 os.fchown(fout, uid, gid)
             os.fchmod(fout, mode & 0o1777)

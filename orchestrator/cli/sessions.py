@@ -146,7 +146,7 @@ def sessions_prune(older_than: str, keep_unapplied: str, all_: bool, all_users: 
     running sessions, and copy sessions not yet applied or discarded until --keep-unapplied (30
     days) old, unless --all."""
     from ..api.sessions import prune
-    from ..workspace.records import parse_duration
+    from ..workspace.cleanup import parse_duration
 
     try:
         seconds = parse_duration(older_than)

@@ -67,4 +67,3 @@ def remove_detached(container_id: str) -> bool:
     except OSError:
         return False
     return True
-

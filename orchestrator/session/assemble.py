@@ -31,7 +31,8 @@ from ..transcript import Redactor, Transcript
 from ..transcript.resume import rebuild, resumable
 from ..workspace import host_code, quota_fs
 from ..workspace import records as records_
-from ..workspace.checkpoints import CheckpointStore
+from ..workspace.checkpoints import CheckpointStore, CopyBaseline
+from ..workspace.cleanup import discard_state
 from ..workspace.context_files import ContextFiles
 from ..workspace.copy import CopyLimits
 from ..workspace.integrity import SweepReport
@@ -172,6 +173,9 @@ def open_session(
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
         host_budget = HostBudget.until(options.run_budget().max_wall_s)
         checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
+        from_real = rebuilt is None and record.mode == WorkspaceMode.COPY and record.manifest_path.is_file()
+        if from_real:  # copy mode: turn 0 from the untouched real tree (checkpoints/baseline.py)
+            checkpoints.baseline = CopyBaseline(workspace, record.manifest_path)
         if box is None:
             box_config = config.model_copy(update={"user": record.user})
             box = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
@@ -180,7 +184,8 @@ def open_session(
             box.host_budget = host_budget
         opened = OpenSession(box, transcript, record, checkpoints, lock)
         # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
-        # calls run: any call that may change files waits for it (registry.before_change, below).
+        # calls run: in bind mode any call that may change files waits for it (registry.before_change,
+        # below).
         checkpoints.in_background(
             lambda: first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
         )
@@ -211,7 +216,8 @@ def open_session(
     )
     opened.pipeline = CallPipeline(registry, gate, transcript)
     assert checkpoints is not None
-    registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
+    if not from_real:  # copy mode's turn 0 reads the real tree: the box may write the copy meanwhile
+        registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
     credentials = [
         *(config.egress or EgressConfig()).credentials,
         *(getattr(getattr(getattr(box, "config", None), "egress", None), "credentials", None) or []),
@@ -384,6 +390,6 @@ def _failed(record: SessionRecord, err: BaseException, lock: ResumeLock | None) 
         lock.release()
     elif record.mode == WorkspaceMode.COPY:
         try:
-            records_.discard_state(record)
+            discard_state(record)
         except OSError:  # the record still says failed; `sessions prune` removes a failed session's state
             pass

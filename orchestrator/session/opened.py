@@ -5,6 +5,7 @@ Made by open_session (assemble.py); driven through the public API's Sandbox only
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .. import events as ev
@@ -16,7 +17,7 @@ from ..sandbox.base import Sandbox as Box  # the container; the session is the p
 from ..tools import catalog
 from ..transcript import Transcript
 from ..transcript.resume import Rebuilt
-from ..workspace.checkpoints import CheckpointStore
+from ..workspace.checkpoints import Checkpoint, CheckpointStore
 from ..workspace.context_files import ContextFiles
 from ..workspace.records import ResumeLock, SessionRecord
 
@@ -53,9 +54,18 @@ class OpenSession:
         """After a turn that may have changed files. A failure is recorded, never fatal."""
         if self.checkpoints is None or (turn and not MUTATING_TOOLS & set(tools)):
             return
+        if turn and self.checkpoints.record_later(turn, partial(self._recorded, turn)):
+            return  # copy mode while turn 0 is still read: recorded right after it, on its thread
         try:
             point = self.checkpoints.record(turn)
         except Exception as err:  # noqa: BLE001 - a checkpoint must never end the session
+            self._recorded(turn, None, err)
+            return
+        self._recorded(turn, point, None)
+
+    def _recorded(self, turn: int, point: Checkpoint | None, err: Exception | None) -> None:
+        """The transcript's event for one record (`err`: it raised)."""
+        if err is not None:
             self.transcript.emit(
                 ev.CheckpointRecorded(executor=Executor.OPENAGENTS, turn=turn, ok=False, error=str(err)[:500])
             )
@@ -88,8 +98,9 @@ class OpenSession:
     def close(self) -> list[str]:
         """Removes the sandbox, which sweeps the workspace; records what changed; returns what the
         sweeps found, one line each, for the end of the run (the transcript has them as events).
-        A first checkpoint still being recorded is cancelled (no call that could change files ran:
-        each waits for it) and recorded as failed, so the session never claims to know its changes."""
+        A first checkpoint still being recorded is cancelled (in bind mode no call that could change
+        files ran: each waits for it; in copy mode the real workspace stays the baseline `apply`
+        compares with) and recorded as failed, so the session never claims to know its changes."""
         if self.checkpoints is not None and self.checkpoints.recording:
             self.checkpoints.cancel()
             self.checkpoints.wait()

@@ -180,10 +180,11 @@ class Stamp(NamedTuple):
     size: int
     mtime_ns: int
     ino: int
+    ctime_ns: int = 0  # 0: a manifest made before it was kept (the checkpoints' stat cache then never trusts it)
 
     @classmethod
     def of(cls, st: os.stat_result) -> "Stamp":
-        return cls(kind_of(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ino)
+        return cls(kind_of(st.st_mode), stat.S_IMODE(st.st_mode), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
     def same_as(self, other: "Stamp | None") -> bool:
         """Same kind, size, mtime and mode (the inode may differ: an atomic rewrite changes it)."""

@@ -7,8 +7,9 @@ print what came of it: the record's `applied` and `discarded` flags change here 
 from __future__ import annotations
 
 from ..errors import ErrorType, OpenAgentsError
+from .cleanup import discard_state
 from .copy import CopyManifest
-from .records import SessionRecord, WorkspaceMode, discard_state, open_own_record, state_bytes
+from .records import SessionRecord, WorkspaceMode, open_own_record, state_bytes
 from .review import ApplyReport, apply_scanned, move_on
 from .review.landing import Permit
 

@@ -22,7 +22,7 @@ before it ran): FIFOs, sockets and devices are removed (an upper's whiteouts, de
 overlayfs's and stay), setuid/setgid bits are dropped, and a file hard-linked to a name outside the
 layer gets an inode of its own, and every entry is the sandbox user's. This goes through boxfs:
 a bounded walk, no link followed. The parent's view changes only in those entries. A layer goes
-when no session that is not discarded stands on it (records.discard_state, records.prune).
+when no session that is not discarded stands on it (cleanup.discard_state, cleanup.prune).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ..boxfs import BudgetExceeded, HostBudget, Walk
 from ..config import SandboxConfig
 from ..errors import OpenAgentsError
 from . import quota_fs
+from .cleanup import remove_entry
 from .overlay import (
     MAX_LAYERS,
     Layers,
@@ -47,7 +48,7 @@ from .overlay import (
     unmount,
     unusable,
 )
-from .records import SessionRecord, remove_entry
+from .records import SessionRecord
 
 __all__ = ["fork_layers", "make_fork_copy"]
 

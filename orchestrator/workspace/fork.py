@@ -32,10 +32,11 @@ from ..boxfs import BoxDir, HostBudget, open_dir, open_regular, punch_copy
 from ..boxfs.atomic import write_atomic
 from ..boxfs.private import create_private, open_private
 from ..errors import ErrorType, OpenAgentsError
+from .cleanup import discard_state
 from .copy import CopyLimits, CopyManifest, ManifestEntry, copy_workspace
 from .copy_session import ended_copy_session
 from .fork_limits import MAX_FORKS
-from .records import SessionRecord, WorkspaceMode, discard_state, new_record
+from .records import SessionRecord, WorkspaceMode, new_record
 
 TRANSCRIPT_CAP = 256 << 20  # as resume reads at most
 

@@ -26,8 +26,10 @@ link followed, bounded by a `HostBudget`):
 - what a `.gitignore` in the workspace names is not checkpointed and is listed as skipped (an
   ignored directory as one entry, not walked); restore leaves it as it is and says so (ignore.py);
 - the session records turn 0 on a background thread (in_background) while its box starts: record,
-  restore and list wait for it, and the session makes every call that may change files wait too;
-  close cancels it (recorded as failed: the changes are then unknown, never "none");
+  restore and list wait for it, and in bind mode the session makes every call that may change files
+  wait too; in copy mode turn 0 is read from the real workspace, which the box never writes, checked
+  against the copy's manifest (baseline.py), so no call waits; close cancels it (recorded as failed:
+  the changes are then unknown, never "none");
 - a checkpoint that fails (any error) is kept in the index as state "failed" with its error type:
   what changed since the last good checkpoint is then unknown, and summary, `sessions` and
   `checkpoints` say so instead of "no files changed"; the next record walks everything;
@@ -45,17 +47,22 @@ One module a job, each importing only those before it:
 - `ignore`: `.gitignore` files, parsed and matched within bounds;
 - `watcher`: inotify, the hints that spare a full walk;
 - `dirs`: the in-memory picture of the last walk;
+- `baseline`: copy mode's turn 0, from the real workspace and the copy's manifest;
 - `snapshot`: walking the workspace into trees, whole or from the hints (why, and its known limit);
 - `restore`: making the workspace one checkpoint again;
 - `store`: `CheckpointStore`, which records and restores through them.
 """
 
+from .baseline import CHANGED_SINCE_COPY, GONE_SINCE_COPY, CopyBaseline
 from .index import Checkpoint, Conflict, RestoreReport, Skipped, shown_path, store_unknown, unknown_changes
 from .objects import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE
 from .snapshot import NOT_READABLE
 from .store import CheckpointStore
 
 __all__ = [
+    "CHANGED_SINCE_COPY",
+    "GONE_SINCE_COPY",
+    "CopyBaseline",
     "MODE_EXEC",
     "MODE_FILE",
     "MODE_LINK",

@@ -59,6 +59,7 @@ class _Index(BaseModel):
     version: int = 2
     head: str | None = None  # the commit the workspace was last known to equal (recorded or restored)
     used_bytes: int = 0  # the store's allocated bytes on disk after the last record: what the budget counts
+    base_bytes: int = 0  # the store's bytes after its first good record: later records may add the growth budget
     checkpoints: list[Checkpoint] = Field(default_factory=list)
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from ...boxfs import BoxDir, HostBudget, Walk, open_dir, show
 from ...errors import ErrorType, OpenAgentsError
 from ..integrity import is_git_name, special_kind, special_name
+from .baseline import CHANGED_SINCE_COPY, CopyBaseline
 from .dirs import _Dir, _entry_changed, _key, _meta, _same_entries, _ts, _under
 from .ignore import IGNORE_FILE, IGNORED, MAX_DEPTH_RULES, ignored, read_rules
 from .index import _Index
@@ -62,6 +63,8 @@ class _Snapshots(_ObjectStore):
     _index: _Index
     _cancel: threading.Event  # set: the background record (on the thread `_first`) stops
     _first: threading.Thread | None
+    baseline: CopyBaseline | None  # copy mode: turn 0 from the real workspace (baseline.py), once
+    _from: CopyBaseline | None  # during that walk only
 
     def _forget(self) -> None:
         if self._watcher is not None:
@@ -84,7 +87,14 @@ class _Snapshots(_ObjectStore):
     def _full(self) -> _Dir:
         old = self._root
         self._root = None
-        if self._watcher is None or self._watcher.broken:
+        base, self.baseline = self.baseline, None
+        if base is not None and (old is not None or any(c.ok for c in self._index.checkpoints)):
+            base = None  # only ever the first record of a new session
+        if base is not None:
+            if self._watcher is not None:
+                self._watcher.close()
+            self._watcher = None  # no watch on the real tree: the next record walks the copy in full
+        elif self._watcher is None or self._watcher.broken:
             if self._watcher is not None:
                 self._watcher.close()
             self._watcher = _Watcher()
@@ -94,23 +104,50 @@ class _Snapshots(_ObjectStore):
         self._wds, self._linked = {}, set()
         if old is None:  # a workspace this process never walked: every object is new, into one pack
             self._direct_begin(fresh=not any(c.ok for c in self._index.checkpoints))
-        fd = open_dir(self.workspace)
+        if base is not None:
+            base.load()
+        fd = open_dir(base.real if base is not None else self.workspace)
         try:
             st = os.fstat(fd)
+            if base is not None:  # the copy's root: its inode, made 0755 and the sandbox user's by the copy
+                st = os.stat_result(
+                    (stat.S_IFDIR | 0o755, os.stat(self.workspace).st_ino, 0, 1, *base.owner, 0, 0, 0, 0)
+                )
             root = _Dir("", st.st_ino, None, _meta(st), old=old)
             root.ignore = tuple(read_rules(fd, ""))
             self._watch(root, fd)
-            self._fill(root, fd)
+            self._from = base
+            try:
+                self._fill(root, fd)
+            finally:
+                self._from = None
+            if base is not None:
+                self._gone(root, base)
         finally:
             os.close(fd)
         self._direct_end()
-        for wd in set(seen_wds) - set(self._wds):
-            self._watcher.remove(wd)
+        if self._watcher is not None:
+            for wd in set(seen_wds) - set(self._wds):
+                self._watcher.remove(wd)
         self._root = root
         return root
 
+    def _gone(self, root: _Dir, base: CopyBaseline) -> None:
+        """Copied entries the walk of the real tree never met: listed as skipped where their parent
+        was walked (a gone directory once, not what it held; one under a skipped one is not named)."""
+        for parts, why in base.missing():
+            node: _Dir | None = root
+            for part in parts[:-1]:
+                node = node.dirs.get(part) if node is not None else None
+            name = parts[-1]
+            if node is None or is_git_name(name) or name in node.files or name in node.dirs or name in node.skipped:
+                continue
+            node.skipped[name] = (None, why)
+            node.odd = None
+
     def _watch(self, d: _Dir, fd: int) -> None:
-        assert self._watcher is not None
+        if self._watcher is None:  # turn 0 read from the real workspace: nothing of it is watched
+            return
         d.wd = self._watcher.add(fd)
         if d.wd >= 0:
             self._wds[d.wd] = d
@@ -181,6 +218,20 @@ class _Snapshots(_ObjectStore):
         raw = os.fsencode(name)
         rel = d.child_rel(name)
         mode = st.st_mode
+        real_st, base = st, self._from
+        if base is not None:
+            found = base.look(rel, st)
+            if found is None:  # not in the copy (made since, or left out of it): never in the box's workspace
+                self._drop(prev_dir)
+                return None
+            if found[1] is not None:
+                if not (d.ignore and ignored(d.ignore, rel, stat.S_ISDIR(mode))):
+                    d.skipped[name] = (None, found[1])
+                    self._drop(prev_dir)
+                    return None
+            else:
+                assert found[0] is not None
+                st = found[0]  # the copy's: its mode, owner, inode, times (the stat cache's key for the next walk)
         if d.ignore and ignored(d.ignore, rel, stat.S_ISDIR(mode)):
             d.skipped[name] = (None, IGNORED)  # listed, never silently left out; an ignored directory is not walked
             self._drop(prev_dir)
@@ -206,7 +257,7 @@ class _Snapshots(_ObjectStore):
             except OSError as err:
                 d.skipped[name] = (None, f"cannot open the directory: {err.strerror}")
                 return None
-            if os.fstat(sub_fd).st_ino != st.st_ino:
+            if os.fstat(sub_fd).st_ino != real_st.st_ino:
                 os.close(sub_fd)
                 d.skipped[name] = (None, "it changed while being walked")
                 return None
@@ -238,6 +289,11 @@ class _Snapshots(_ObjectStore):
             except OSError as err:
                 d.skipped[name] = (None, f"cannot read the link: {err.strerror}")
                 return None
+            if base is not None and (
+                len(data) != st.st_size or not base.unchanged(rel, BoxDir.at(fd).lstat_or_none(raw))
+            ):
+                d.skipped[name] = (None, CHANGED_SINCE_COPY)
+                return None
             entry_mode = MODE_LINK
         else:
             if not self._box_reads(st, False):
@@ -247,17 +303,27 @@ class _Snapshots(_ObjectStore):
                 d.skipped[name] = (key, f"larger than {self.max_file_bytes} bytes ({st.st_size})")
                 return None
             try:
-                data, st = BoxDir.at(fd).read(raw, self.max_file_bytes, os.fsencode(rel))
+                data, read_st = BoxDir.at(fd).read(raw, self.max_file_bytes, os.fsencode(rel))
             except OpenAgentsError as err:  # swapped since the lstat, grew past the cap, unreadable
                 d.skipped[name] = (None, f"cannot checkpoint it: {err.message}")
                 return None
             self._budget.charge_bytes(len(data))
+            if base is None:
+                st = read_st
+            elif (
+                len(data) != st.st_size
+                or read_st.st_ino != real_st.st_ino
+                or not base.unchanged(rel, read_st)
+                or not base.unchanged(rel, BoxDir.at(fd).lstat_or_none(raw))
+            ):  # the user changed it while it was read: what was copied is not known
+                d.skipped[name] = (None, CHANGED_SINCE_COPY)
+                return None
             if not self._box_reads(st, False):  # swapped for another inode since the lstat
                 d.skipped[name] = (None, NOT_READABLE)
                 return None
             key = _key(st)
             entry_mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
-            if st.st_nlink > 1:
+            if st.st_nlink > 1 and base is None:
                 if self._hinted and (d, name) not in self._linked:
                     raise _NeedFull  # a new hard link: an event through the other name would not name this one
                 self._linked.add((d, name))

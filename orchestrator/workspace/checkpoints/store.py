@@ -19,6 +19,7 @@ import pygit2
 from ...boxfs import HostBudget, show, to_store
 from ...boxfs.atomic import write_atomic
 from ...errors import ErrorType, OpenAgentsError
+from .baseline import CopyBaseline
 from .dirs import _Dir
 from .index import INDEX_CAP, INDEX_NAME, Checkpoint, RestoreReport, Skipped, _Index
 from .objects import MODE_EXEC, MODE_LINK, _object, _StoreFull, _tree_files
@@ -26,14 +27,29 @@ from .restore import _Restorer
 from .snapshot import _Snapshots
 from .watcher import _Watcher
 
+GROWTH_BYTES = 256 << 20  # what the records after the first may add to the store, by default
+DISK_RESERVE = (1 << 30, 0.10)  # left free on the store's file system by a first record: 1 GiB or 10%, the larger
 CHANGED_LIST_CAP = 1000  # paths listed per checkpoint; files_changed_count has the whole number
 SIGNATURE = ("openagents-sandbox", "checkpoints@localhost")
+
+
+def disk_room(path: Path) -> int:
+    """What a first record may write on the file system of `path` and leave DISK_RESERVE free (0: none)."""
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return 0
+    reserve = max(DISK_RESERVE[0], int(fs.f_blocks * fs.f_frsize * DISK_RESERVE[1]))
+    return max(0, fs.f_bavail * fs.f_frsize - reserve)
 
 
 class CheckpointStore(_Snapshots):
     """Checkpoints of one workspace in the bare repository `store` (created if missing).
 
-    `budget_bytes` bounds the store's real size on disk; `max_file_bytes` a file's. `box_user`
+    `budget_bytes` bounds the store's real size on disk; None (the default) makes it scale with the
+    tree (`budget_for`): the first record may take what the workspace compresses to, as long as the
+    disk keeps its reserve (DISK_RESERVE), and every later one what that first record took plus
+    GROWTH_BYTES. `max_file_bytes` bounds a file's. `box_user`
     (uid, gid) is the sandbox user: a file or directory it could not read by its mode and owner is
     never stored (default: the workspace's owner, which is the box's user in both modes).
     `budget` (optional) is the session's HostBudget: each record and restore takes a slice of it
@@ -44,7 +60,7 @@ class CheckpointStore(_Snapshots):
         self,
         store: Path,
         workspace: Path,
-        budget_bytes: int = 256 << 20,
+        budget_bytes: int | None = None,
         max_file_bytes: int = 16 << 20,
         box_user: tuple[int, int] | None = None,
         budget: HostBudget | None = None,
@@ -53,7 +69,8 @@ class CheckpointStore(_Snapshots):
         real_ws, real_store = os.path.realpath(self.workspace), os.path.realpath(self.store)
         if real_store == real_ws or real_store.startswith(real_ws.rstrip("/") + "/"):
             raise ValueError("the checkpoint store must be outside the workspace (the box writes the workspace)")
-        self.budget_bytes, self.max_file_bytes = budget_bytes, max_file_bytes
+        self.fixed_budget, self.max_file_bytes = budget_bytes, max_file_bytes
+        self._budget_now = budget_bytes if budget_bytes is not None else GROWTH_BYTES  # set again by each record
         self.host_budget = budget
         if box_user is None:
             ws_st = os.stat(self.workspace)
@@ -86,6 +103,11 @@ class CheckpointStore(_Snapshots):
         self._budget = HostBudget()
         self._first: threading.Thread | None = None  # the record started in the background (in_background)
         self._cancel = threading.Event()  # set: the background record stops at its next entry, failed (cancelled)
+        self._queue_lock = threading.Lock()
+        self._queued: tuple[int, Callable[[Checkpoint | None, Exception | None], object]] | None = None
+        self._first_over = True  # the background thread takes no more queued records
+        self.baseline: CopyBaseline | None = None  # copy mode: turn 0 read from the real workspace (baseline.py)
+        self._from: CopyBaseline | None = None
 
     def _work_budget(self) -> HostBudget:
         return self.host_budget.slice() if self.host_budget is not None else HostBudget()
@@ -99,8 +121,36 @@ class CheckpointStore(_Snapshots):
         if self._first is not None:
             raise RuntimeError("one background record at a time")
         self._cancel.clear()
-        self._first = threading.Thread(target=work, name="checkpoint-first", daemon=True)
+
+        def first_then_queued() -> None:
+            work()
+            while True:
+                with self._queue_lock:
+                    queued, self._queued = self._queued, None
+                    if queued is None:
+                        self._first_over = True
+                        return
+                try:
+                    point: Checkpoint | None = self.record(queued[0])
+                except Exception as err:  # noqa: BLE001 - told to the caller's callback, as record() would raise it
+                    queued[1](None, err)
+                else:
+                    queued[1](point, None)
+
+        self._first_over = False
+        self._first = threading.Thread(target=first_then_queued, name="checkpoint-first", daemon=True)
         self._first.start()
+
+    def record_later(self, turn: int, done: Callable[[Checkpoint | None, Exception | None], object]) -> bool:
+        """While the background record runs, queue the record of `turn` to run on its thread right
+        after it (True), and `done(point, error)` hears how it went; a turn queued before it and not
+        run yet is replaced (this record covers both turns' changes). False: nothing is running,
+        record now. Copy mode's calls go on while turn 0 is read from the real workspace."""
+        with self._queue_lock:
+            if self._first is None or self._first_over or not self._first.is_alive():
+                return False
+            self._queued = (turn, done)
+            return True
 
     def wait(self, stop: threading.Event | None = None) -> bool:
         """Until the background record is over (True), or `stop` is set first (False)."""
@@ -139,6 +189,7 @@ class CheckpointStore(_Snapshots):
             self._loose_at_start = {path for _, path, _ in self._loose()}  # big blobs of kept records
             self._big_blobs = set()
             self._budget = self._work_budget()
+            self._budget_now = self.budget_for()
             try:
                 return self._record(turn)
             except Exception as err:  # noqa: BLE001 - typed into the index, never "no change"
@@ -166,6 +217,25 @@ class CheckpointStore(_Snapshots):
                 )
                 self._append(cp, None)
                 return cp
+
+    @property
+    def budget_bytes(self) -> int:
+        """The bytes on disk the store may hold after the record under way (budget_for)."""
+        return self._budget_now
+
+    @budget_bytes.setter
+    def budget_bytes(self, value: int) -> None:  # a fixed budget from now on
+        self.fixed_budget = self._budget_now = value
+
+    def budget_for(self) -> int:
+        """The bytes on disk the store may hold after the next record. Fixed when given; else the
+        first good record may take what the tree compresses to, short of the disk's reserve (a
+        checkpoint never fills the disk), and each later one GROWTH_BYTES on top of that first."""
+        if self.fixed_budget is not None:
+            return self.fixed_budget
+        if self._index.base_bytes and any(c.ok for c in self._index.checkpoints):
+            return self._index.base_bytes + GROWTH_BYTES
+        return self._index.used_bytes + max(GROWTH_BYTES, disk_room(self.store))
 
     def list(self) -> list[Checkpoint]:
         self.wait()
@@ -320,9 +390,13 @@ class CheckpointStore(_Snapshots):
             meta=meta,
             names="store",
         )
+        first = not any(c.ok for c in self._index.checkpoints)
         self._append(cp.model_copy(), str(commit), used)
+        if first or not self._index.base_bytes:
+            self._index.base_bytes = max(used, GROWTH_BYTES // 4)  # what later records grow from (saved below)
         self._merge_packs()
         self._index.used_bytes = self._measure()
+        self._save_index(self._index)
         return cp
 
     def _write_meta(self, root: _Dir, dirs: builtins.list[_Dir]) -> str:
