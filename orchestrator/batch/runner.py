@@ -51,18 +51,16 @@ class BatchSettings(BaseModel):
         if task.runtime is not None:
             config = config.with_backend(runtime=task.runtime)
         given = {name: getattr(base, name) for name in base.model_fields_set}
-        return SandboxOptions(
-            **{
-                **given,
-                "config": config,
-                "mode": "copy",
-                "git": False,
-                "model": task.model or base.model,
-                "policy_files": [Path(p) for p in task.policy] if task.policy is not None else base.policy_files,
-                "max_turns": task.max_turns or base.max_turns,
-                "max_wall_s": task.max_wall or base.max_wall_s,
-            }
+        line = dict(
+            config=config,
+            mode="copy",
+            git=False,
+            model=task.model or base.model,
+            policy_files=[Path(p) for p in task.policy] if task.policy is not None else base.policy_files,
+            max_turns=task.max_turns or base.max_turns,
+            max_wall_s=task.max_wall or base.max_wall_s,
         )
+        return SandboxOptions(**{**given, **line})
 
 
 class RunControl:
