@@ -29,6 +29,7 @@ from ..workspace.records import WorkspaceMode
 ApproverCallback = Callable[[ApprovalRequest], Any]
 _BOX_FIELDS = (
     "runtime",
+    "engine",
     "image",
     "memory",
     "cpus",
@@ -51,6 +52,7 @@ FLAG_FIELDS = {
     "copy-max-entries": "copy_max_entries",
     "copy-max-bytes": "copy_max_bytes",
     "runtime": "runtime",
+    "engine": "engine",
     "image": "image",
     "memory": "memory",
     "cpus": "cpus",
@@ -113,6 +115,7 @@ class SandboxOptions(BaseModel):
     )
     # the box (as --runtime, --image, --memory, --cpus, --pids, --user, --env, --egress, --write-quota, --entry-quota, --host-code-read-only)
     runtime: str | None = None
+    engine: Literal["docker", "podman"] | None = None
     image: str | None = None
     memory: str | None = None
     cpus: float | None = None

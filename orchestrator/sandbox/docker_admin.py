@@ -60,7 +60,7 @@ class DockerBackend:
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
-            self._client = docker_client()
+            self._client = docker_client(engine=self.options.engine)
             reap_leftovers_once(self._client)
         return self._client
 
@@ -78,7 +78,7 @@ class DockerBackend:
     def diagnose(self, config: SandboxConfig) -> Diagnosis:
         """The daemon, the image and the runtime a box would get; settings_for() then gives the rows."""
         try:
-            client = self._client or docker_client(timeout=10)
+            client = self._client or docker_client(timeout=10, engine=self.options.engine)
             self._client = client
             reap_leftovers_once(client)  # `doctor` reaps the boxes of gone owners and says so
             version = client.version()
@@ -115,7 +115,7 @@ class DockerBackend:
     def gc(self, everything: bool) -> int:
         """Remove leftover sandbox containers and egress networks (reaper.py says which); `everything`:
         also those whose host process is alive. Returns how many containers went."""
-        client = self._client or docker_client(timeout=30)
+        client = self._client or docker_client(timeout=30, engine=self.options.engine)
         try:
             reaped = reap(client, Scope.ALL if everything else Scope.GC)
         except DOCKER_ERRORS as err:
@@ -128,7 +128,9 @@ class DockerBackend:
         from .image import build_image, ensure_image
 
         tag = tag or self.options.image
-        client = self._client or docker_client(timeout=600)  # a build outlasts the default API timeout
+        client = self._client or docker_client(
+            timeout=600, engine=self.options.engine
+        )  # a build outlasts the default API timeout
         reap_leftovers_once(client)
         if only_if_needed:
             return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)

@@ -253,15 +253,18 @@ def owned_by_this_process() -> dict[str, list[str]]:
     return {"label": [f"{PID_LABEL}={here.pid}", f"{START_LABEL}={here.start}", f"{BOOT_LABEL}={here.boot}"]}
 
 
-def remove_own(timeout: int = 10) -> None:
+def remove_own(timeout: int = 10, base_url: str | None = None) -> None:
     """Remove every container and egress network of this process, through a connection of its own
-    (the process's clients may be mid-request when a signal calls this). For exit and signals."""
+    (the process's clients may be mid-request when a signal calls this). For exit and signals.
+    `base_url`: the engine's socket (Podman's: engine.exit_sweep), else Docker's from the environment."""
     try:
         filters = owned_by_this_process()
     except RuntimeError:
         return  # not named (no /proc): its boxes carry the pid alone, left to `oa-sandbox gc`
     try:
-        client = docker.from_env(timeout=timeout)
+        client = (
+            docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
+        )
     except docker.errors.DockerException as err:
         log.warning(
             "%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300]

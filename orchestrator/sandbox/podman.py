@@ -1,0 +1,244 @@
+"""Podman as the engine under the Docker backend: the same deployment, spoken to over Podman's
+Docker-compatible API (`podman system service`), not a second backend.
+
+Driving Podman through docker-py keeps every line of the deployment, the pool, the reaper and the
+egress gate as they are: the container settings, the attach stream, the detached exec that kills,
+the label filters all mean the same over Podman's compatible API (4.3.1 answers as Docker API
+1.41). Driving the `podman` CLI instead would need a second deployment (a subprocess per create,
+attach, exec and inspect, and its own stream demultiplexing) for the same behaviour. What differs
+is kept here, behind `PodmanClient`:
+
+- the seccomp profile: Podman takes `seccomp=` as a file's path, never the JSON itself, so the
+  profile is written to a file in the caller's own state directory (content-addressed) and named;
+- the open-files and processes limits: rootful Podman asks the runtime for 1048576 open files and
+  as many processes, which fails where the host's hard limits are lower (20000 open files in this
+  machine's container), so every box gets the host's own hard limits, stated (the pids limit still
+  bounds the box's processes);
+- gVisor: Podman has no per-runtime arguments, so scripts/setup registers small wrappers
+  (`exec /usr/bin/runsc --network=none --oci-seccomp "$@"`) in containers.conf; `info()` reads each
+  wrapper's arguments back into Docker's `runtimeArgs`, so runtimes.py checks them as it checks
+  Docker's registrations (a wrapper without --oci-seccomp is not used).
+
+"Daemon loss" under Podman: Podman has no daemon that owns the boxes (each is kept by its own
+`conmon`); the API service is a stateless front. When it goes, the boxes' attach streams go with
+it (the agent is lost, as with a lost Docker daemon) while the containers themselves stay until the
+next `oa-sandbox` command reaps them by their owner labels. The next connection starts the service
+again (`ensure_service`), so a lost service costs the session its box, never the next session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import shlex
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from .. import state
+from ..errors import ErrorType, OpenAgentsError
+from ..programs import system
+from .daemon import share_one_pool
+
+ROOTFUL_SOCKET = Path("/run/podman/podman.sock")
+SERVICE_WAIT_S = 10.0  # `podman system service` answers in about a second
+WRAPPER_DIR = "/usr/local/lib/openagents"  # scripts/setup's runsc wrappers (root-owned)
+INSTALL_HINT = "on Debian: `sudo apt-get install podman`"
+
+
+def socket_path() -> Path:
+    """Where this user's Podman service listens: root's in /run/podman, a user's in its runtime directory."""
+    if os.geteuid() == 0:
+        return ROOTFUL_SOCKET
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid()}"
+    return Path(runtime_dir) / "podman" / "podman.sock"
+
+
+def podman_binary() -> str | None:
+    try:
+        return system.find("podman", "the Podman engine")
+    except OpenAgentsError:
+        return None
+
+
+def rootless() -> bool:
+    return os.geteuid() != 0
+
+
+def _answers(path: Path) -> bool:
+    if not path.exists():
+        return False
+    try:
+        client = docker.DockerClient(base_url=f"unix://{path}", timeout=3)
+        try:
+            client.ping()
+            return True
+        finally:
+            client.close()
+    except (docker.errors.DockerException, OSError):
+        return False
+
+
+def ensure_service(path: Path | None = None) -> Path:
+    """The socket of a Podman API service that answers, started when none does (`podman system service
+    --time=0`, in its own session: it serves every later command too, as a daemon would). A fatal
+    typed error when Podman is not installed or its service does not come up."""
+    path = path or socket_path()
+    if _answers(path):
+        return path
+    binary = podman_binary()
+    if binary is None:
+        raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Podman is not installed ({INSTALL_HINT})")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    env = system.environment(HOME=os.environ.get("HOME", "/"))
+    if "XDG_RUNTIME_DIR" in os.environ:
+        env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
+    log_path = state.own_subdir("podman") / "service.log"
+    with open(log_path, "ab") as log_file:
+        subprocess.Popen(
+            [binary, "system", "service", "--time=0", f"unix://{path}"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + SERVICE_WAIT_S
+    while time.monotonic() < deadline:
+        if _answers(path):
+            return path
+        time.sleep(0.1)
+    tail = log_path.read_bytes()[-400:].decode(errors="replace") if log_path.exists() else ""
+    raise OpenAgentsError(
+        ErrorType.DOCKER_UNAVAILABLE,
+        f"the Podman API service did not come up on {path} within {SERVICE_WAIT_S:g} s ({tail.strip() or 'no output'})"
+        + ("; rootless Podman needs subordinate ids: run scripts/setup --rootless USER" if rootless() else ""),
+    )
+
+
+def wrapper_args(path: str) -> tuple[str, list[str]] | None:
+    """(runtime, arguments) of one of scripts/setup's runtime wrappers (`exec RUNTIME ARGS "$@"`), or
+    None for anything else. Only a root-owned file in WRAPPER_DIR that nobody else can write is read:
+    a host file, never one a box could have written."""
+    if os.path.dirname(path) != WRAPPER_DIR:
+        return None
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        if st.st_uid != 0 or st.st_mode & 0o022 or st.st_size > 4096:
+            return None
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in text.splitlines():
+        if line.startswith("exec "):
+            words = shlex.split(line)[1:]
+            if words and words[-1] == "$@":
+                return words[0], words[1:-1]
+    return None
+
+
+def runtimes_as_docker(info: dict[str, Any]) -> dict[str, Any]:
+    """Podman's `Runtimes` (name -> {"path"}) with each setup wrapper's arguments as Docker's
+    `runtimeArgs` and its runtime as `path` (what runtimes.py checks and asks the version of)."""
+    table = {}
+    for name, entry in (info.get("Runtimes") or {}).items():
+        entry = dict(entry) if isinstance(entry, dict) else {}
+        found = wrapper_args(str(entry.get("path") or ""))
+        if found is not None:
+            entry = {"path": found[0], "runtimeArgs": found[1]}
+        table[name] = entry
+    return {**info, "Runtimes": table}
+
+
+def service_limits(path: Path) -> dict[str, int]:
+    """The hard limits of the process serving `path` (found by the socket's peer credentials), which
+    its boxes cannot exceed: {"nofile": ..., "nproc": ...}; the caller's own where it cannot be told."""
+    found = {
+        "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
+        "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[1],
+    }
+    rows = {"Max open files": "nofile", "Max processes": "nproc"}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2)
+            sock.connect(str(path))
+            pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+            for title, name in rows.items():
+                if line.startswith(title):
+                    hard = line[len(title) :].split()[1]
+                    found[name] = resource.RLIM_INFINITY if hard == "unlimited" else int(hard)
+    except (OSError, ValueError, IndexError, struct.error):
+        pass
+    return found
+
+
+def host_limits(path: Path) -> list[Any]:
+    """The open-files and processes limits a box gets: the Podman service's hard limits (it would ask
+    the runtime for more, which fails), at most 1048576 open files and 4194304 processes."""
+    from docker.types import Ulimit
+
+    limits = service_limits(path)
+    nofile = min(limits["nofile"], 1048576) if limits["nofile"] >= 0 else 1048576
+    nproc = min(limits["nproc"], 4194304) if limits["nproc"] >= 0 else 4194304
+    return [Ulimit(name="nofile", soft=nofile, hard=nofile), Ulimit(name="nproc", soft=nproc, hard=nproc)]
+
+
+def seccomp_file(profile_json: str) -> Path:
+    """The profile as a file Podman can name: in the caller's own state directory (never where a box
+    writes), named by its content, written once."""
+    digest = hashlib.sha256(profile_json.encode()).hexdigest()[:24]
+    path = state.own_subdir("seccomp") / f"{digest}.json"
+    if not path.exists():
+        json.loads(profile_json)  # ours, from runtimes.py: refuse anything that is not JSON
+        tmp = path.with_name(f".{digest}.{os.getpid()}.tmp")
+        tmp.write_text(profile_json)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    return path
+
+
+class PodmanClient(docker.DockerClient):
+    """A docker-py client on Podman's API socket; what Podman takes differently is translated here."""
+
+    engine = "podman"
+    socket: Path  # set by podman_client
+
+    def info(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return runtimes_as_docker(super().info(*args, **kwargs))
+
+    def adapt_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
+        """container_settings for Podman: the seccomp profile as a file, the open-files limit stated."""
+        options = [
+            f"seccomp={seccomp_file(o.split('=', 1)[1])}" if o.startswith("seccomp={") else o
+            for o in settings["security_opt"]
+        ]
+        return {
+            **settings,
+            "security_opt": options,
+            "ulimits": [*settings.get("ulimits", []), *host_limits(self.socket)],
+        }
+
+
+def podman_client(timeout: int = 60, connect_timeout: float = 5.0) -> PodmanClient:
+    """A client on a Podman service that answers (started when none does), or a fatal typed error."""
+    path = ensure_service()
+    try:
+        client = PodmanClient(base_url=f"unix://{path}", timeout=int(connect_timeout))
+        client.socket = path
+        share_one_pool(client)
+        client.ping()
+        client.api.timeout = timeout
+    except (docker.errors.DockerException, OSError) as err:
+        raise OpenAgentsError(
+            ErrorType.DOCKER_UNAVAILABLE, f"the Podman service on {path} does not answer ({err})"
+        ) from None
+    return client
