@@ -15,6 +15,7 @@ from ..errors import ErrorType, OpenAgentsError
 from ..workspace.integrity import Baseline
 from .base import Diagnosis
 from .daemon import DOCKER_ERRORS
+from .engine import engine_of
 from .docker import DockerSandbox, container_settings, docker_client, docker_options
 from .reaper import Scope, reap, reap_leftovers_once
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
@@ -47,6 +48,17 @@ def security_rows(
             f"{runtime} ({'gVisor: a second kernel between the box and the host' if gvisor else 'the host kernel'})",
         ),
     ]
+
+
+def engine_line(client: docker.DockerClient, version: dict[str, str]) -> str:
+    """doctor's first row: which engine runs the boxes, and how it was reached."""
+    api = f"API {version.get('ApiVersion')}"
+    if engine_of(client) == "podman":
+        from .podman import rootless
+
+        mode = "rootless" if rootless() else "rootful"
+        return f"engine podman {version.get('Version')} ({mode}, {api}, its service on {getattr(client, 'socket', '?')})"
+    return f"engine docker: Docker daemon {version.get('Version')} ({api})"
 
 
 class DockerBackend:
@@ -84,7 +96,7 @@ class DockerBackend:
             version = client.version()
         except OpenAgentsError as err:
             return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
-        checks = [("ok", f"Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")]
+        checks = [("ok", engine_line(client, version))]
         options = docker_options(config)
         from .image import image_status
 
