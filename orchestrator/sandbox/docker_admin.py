@@ -15,8 +15,8 @@ from ..errors import ErrorType, OpenAgentsError
 from ..workspace.integrity import Baseline
 from .base import Diagnosis
 from .daemon import DOCKER_ERRORS
-from .engine import engine_of
 from .docker import DockerSandbox, container_settings, docker_client, docker_options
+from .engine import engine_of
 from .reaper import Scope, reap, reap_leftovers_once
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
@@ -57,7 +57,9 @@ def engine_line(client: docker.DockerClient, version: dict[str, str]) -> str:
         from .podman import rootless
 
         mode = "rootless" if rootless() else "rootful"
-        return f"engine podman {version.get('Version')} ({mode}, {api}, its service on {getattr(client, 'socket', '?')})"
+        return (
+            f"engine podman {version.get('Version')} ({mode}, {api}, its service on {getattr(client, 'socket', '?')})"
+        )
     return f"engine docker: Docker daemon {version.get('Version')} ({api})"
 
 

@@ -2,7 +2,8 @@
 
 Both are spoken to with docker-py, so everything past the connection is the same code. The engine
 is the config's (`--engine`, config.toml's `engine`, SandboxOptions.engine), else OA_ENGINE, else
-chosen: Docker when a daemon answers, Podman when none does and Podman is installed.
+chosen: Docker when a daemon answers, Podman when none does (and DOCKER_HOST names none) and
+Podman is installed.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def docker_client(timeout: int = 60, engine: str | None = None) -> docker.Docker
     try:
         return _docker_daemon(timeout)
     except OpenAgentsError:
-        if name is None and podman.podman_binary() is not None:
+        # DOCKER_HOST names a Docker daemon: no answer there is said, not replaced by Podman
+        if name is None and not os.environ.get("DOCKER_HOST") and podman.podman_binary() is not None:
             return podman.podman_client(timeout, DAEMON_CHECK_S)
         raise
 

@@ -14,6 +14,11 @@ is kept here, behind `PodmanClient`:
   as many processes, which fails where the host's hard limits are lower (20000 open files in this
   machine's container), so every box gets the host's own hard limits, stated (the pids limit still
   bounds the box's processes);
+- the read-only views of directories (mounts.py: a volume the engine binds read-only in the host's
+  kernel): Podman ignores the driver options of an anonymous volume and mounts an empty writable
+  one instead (seen: the box's .git was an empty volume it could write), so each view is a named
+  volume made first (`oa-view-...`, with the owner's labels), mounted read-only, and removed with its
+  box (reaper.remove_container), or by the reaper once its owner is gone;
 - gVisor: Podman has no per-runtime arguments, so scripts/setup registers small wrappers
   (`exec /usr/bin/runsc --network=none --oci-seccomp "$@"`) in containers.conf; `info()` reads each
   wrapper's arguments back into Docker's `runtimeArgs`, so runtimes.py checks them as it checks
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import resource
 import shlex
@@ -38,14 +44,17 @@ import struct
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import docker
 
 from .. import state
+from ..config import LABEL
 from ..errors import ErrorType, OpenAgentsError
 from ..programs import system
 from .daemon import share_one_pool
+
+log = logging.getLogger(__name__)
 
 ROOTFUL_SOCKET = Path("/run/podman/podman.sock")
 SERVICE_WAIT_S = 10.0  # `podman system service` answers in about a second
@@ -216,7 +225,8 @@ class PodmanClient(docker.DockerClient):
         return runtimes_as_docker(super().info(*args, **kwargs))
 
     def adapt_settings(self, settings: dict[str, Any]) -> dict[str, Any]:
-        """container_settings for Podman: the seccomp profile as a file, the open-files limit stated."""
+        """container_settings for Podman: the seccomp profile as a file, the host's limits stated, the
+        read-only views as named volumes (the module docstring says why each)."""
         options = [
             f"seccomp={seccomp_file(o.split('=', 1)[1])}" if o.startswith("seccomp={") else o
             for o in settings["security_opt"]
@@ -225,7 +235,63 @@ class PodmanClient(docker.DockerClient):
             **settings,
             "security_opt": options,
             "ulimits": [*settings.get("ulimits", []), *host_limits(self.socket)],
+            "mounts": named_views(self, settings.get("mounts", [])),
         }
+
+
+VIEW = "view"  # the LABEL value of a read-only view's volume
+VIEW_PREFIX = "oa-view-"
+
+
+def named_views(client: docker.DockerClient, box_mounts: list[Any]) -> list[Any]:
+    """`box_mounts` with each anonymous read-only view (mounts.read_only) made a named volume first,
+    mounted read-only (were it ever missing, Podman would make an empty one: read-only still)."""
+    from docker.types import Mount
+
+    from .owner import labels_here
+
+    out = []
+    for mount in box_mounts:
+        options = (mount.get("VolumeOptions") or {}).get("DriverConfig") or {}
+        if mount.get("Type") != "volume" or mount.get("Source") or not options.get("Options"):
+            out.append(mount)
+            continue
+        name = VIEW_PREFIX + os.urandom(12).hex()
+        # uid and gid given: Podman then does not chown the volume's mount point at its first use (with
+        # the directory bound read-only that fails the start: `lchown ..._data: read-only file system`).
+        opts = {**options["Options"], "o": options["Options"]["o"] + f",uid={os.getuid()},gid={os.getgid()}"}
+        client.volumes.create(name=name, driver="local", driver_opts=opts, labels={LABEL: VIEW, **labels_here()})
+        out.append(Mount(target=mount["Target"], source=name, type="volume", read_only=True, no_copy=True))
+    return out
+
+
+def views_of(client: Any, container_id: str) -> list[str]:
+    """The named views a Podman box mounts ([] under Docker, without a request): removed after it."""
+    if getattr(client, "engine", "docker") != "podman":
+        return []
+    try:
+        found = client.api.inspect_container(container_id).get("Mounts") or []
+    except (docker.errors.DockerException, OSError):
+        return []
+    return [str(m["Name"]) for m in found if str(m.get("Name") or "").startswith(VIEW_PREFIX)]
+
+
+def remove_views(client: Any, names: list[str]) -> None:
+    for name in names:
+        try:
+            client.api.remove_volume(name)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, OSError) as err:  # in use: its box is still there; the reaper retries
+            log.warning("could not remove the read-only view %s: %s", name, str(err)[:200])
+
+
+def doomed_views(client: Any, doomed: Callable[[dict[str, Any]], bool]) -> list[str]:
+    """The views (Podman's only) whose labels `doomed` judges: the reaper's, by the owner labels."""
+    if getattr(client, "engine", "docker") != "podman":
+        return []
+    rows = (client.api.volumes(filters={"label": f"{LABEL}={VIEW}"}) or {}).get("Volumes") or []
+    return [str(row["Name"]) for row in rows if doomed(row.get("Labels") or {})]
 
 
 def podman_client(timeout: int = 60, connect_timeout: float = 5.0) -> PodmanClient:
