@@ -63,11 +63,29 @@ INSTALL_HINT = "on Debian: `sudo apt-get install podman`"
 
 
 def socket_path() -> Path:
-    """Where this user's Podman service listens: root's in /run/podman, a user's in its runtime directory."""
+    """Where this user's Podman service listens: root's in /run/podman; a user's in its runtime
+    directory (XDG_RUNTIME_DIR, else /run/user/UID, else Podman's own fallback /tmp/podman-run-UID)."""
     if os.geteuid() == 0:
         return ROOTFUL_SOCKET
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.geteuid()}"
+    uid = os.geteuid()
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR") or next(
+        (d for d in (f"/run/user/{uid}",) if os.path.isdir(d)), f"/tmp/podman-run-{uid}"
+    )
     return Path(runtime_dir) / "podman" / "podman.sock"
+
+
+def _private_parent(path: Path) -> None:
+    """The socket's directory: made private, or refused, typed, when someone else owns it (in /tmp
+    another user could have made it first and would then see, or serve, our API)."""
+    os.makedirs(path.parent, mode=0o700, exist_ok=True)  # each directory it makes 0700
+    for directory in (path.parent, path.parent.parent):
+        st = os.stat(directory, follow_symlinks=False)
+        if st.st_uid != os.geteuid():
+            raise OpenAgentsError(
+                ErrorType.DOCKER_UNAVAILABLE,
+                f"{directory} (the Podman service's socket directory) belongs to uid {st.st_uid}, not to you: "
+                "set XDG_RUNTIME_DIR to a directory of your own",
+            )
 
 
 def podman_binary() -> str | None:
@@ -105,7 +123,7 @@ def ensure_service(path: Path | None = None) -> Path:
     binary = podman_binary()
     if binary is None:
         raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Podman is not installed ({INSTALL_HINT})")
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private_parent(path)
     env = system.environment(HOME=os.environ.get("HOME", "/"))
     if "XDG_RUNTIME_DIR" in os.environ:
         env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
@@ -190,14 +208,17 @@ def service_limits(path: Path) -> dict[str, int]:
     return found
 
 
-def host_limits(path: Path) -> list[Any]:
+def host_limits(path: Path, processes: int | None = None) -> list[Any]:
     """The open-files and processes limits a box gets: the Podman service's hard limits (it would ask
-    the runtime for more, which fails), at most 1048576 open files and 4194304 processes."""
+    the runtime for more, which fails), at most 1048576 open files and 4194304 processes; `processes`
+    lower still where no pids limit can be set (PodmanClient.limits_ignored)."""
     from docker.types import Ulimit
 
     limits = service_limits(path)
     nofile = min(limits["nofile"], 1048576) if limits["nofile"] >= 0 else 1048576
     nproc = min(limits["nproc"], 4194304) if limits["nproc"] >= 0 else 4194304
+    if processes:
+        nproc = min(nproc, processes)
     return [Ulimit(name="nofile", soft=nofile, hard=nofile), Ulimit(name="nproc", soft=nproc, hard=nproc)]
 
 
@@ -215,11 +236,25 @@ def seccomp_file(profile_json: str) -> Path:
     return path
 
 
+class _PodmanAPI(docker.APIClient):
+    def create_container(self, *args: Any, host_config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+        """Rootless: the box's user namespace maps the caller's uid to itself (keep-id), so the box's
+        user, the workspace's owner, owns its files inside too (else they show as root's and the box
+        cannot write them). docker-py refuses any UsernsMode but "host", so it is set here."""
+        if rootless():
+            host_config = {**(host_config or {}), "UsernsMode": "keep-id"}
+        return super().create_container(*args, host_config=host_config, **kwargs)
+
+
 class PodmanClient(docker.DockerClient):
     """A docker-py client on Podman's API socket; what Podman takes differently is translated here."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # DockerClient's, with the API client above
+        self.api = _PodmanAPI(*args, **kwargs)
+
     engine = "podman"
     socket: Path  # set by podman_client
+    _cgroups: str | None = None  # "1" or "2", asked once
 
     def info(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return runtimes_as_docker(super().info(*args, **kwargs))
@@ -231,12 +266,24 @@ class PodmanClient(docker.DockerClient):
             f"seccomp={seccomp_file(o.split('=', 1)[1])}" if o.startswith("seccomp={") else o
             for o in settings["security_opt"]
         ]
-        return {
+        limits = host_limits(self.socket, settings.get("pids_limit") if self.limits_ignored() else None)
+        out = {
             **settings,
             "security_opt": options,
-            "ulimits": [*settings.get("ulimits", []), *host_limits(self.socket)],
+            "ulimits": [*settings.get("ulimits", []), *limits],
             "mounts": named_views(self, settings.get("mounts", [])),
         }
+        return out
+
+    def limits_ignored(self) -> bool:
+        """Rootless Podman on cgroups v1 cannot set a box's memory, pids or CPU limits, and starts it
+        without them (its own warning, not an error): then the processes limit stands in for pids."""
+        if self._cgroups is None:
+            try:
+                self._cgroups = str((super().info().get("CgroupVersion") or "")).lstrip("v") or "2"
+            except (docker.errors.DockerException, OSError):
+                self._cgroups = "2"
+        return rootless() and self._cgroups == "1"
 
 
 VIEW = "view"  # the LABEL value of a read-only view's volume
