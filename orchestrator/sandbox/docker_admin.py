@@ -99,6 +99,15 @@ class DockerBackend:
         except OpenAgentsError as err:
             return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
         checks = [("ok", engine_line(client, version))]
+        if getattr(client, "limits_ignored", lambda: False)():
+            checks.append(
+                (
+                    "warn",
+                    "rootless Podman on cgroups v1 cannot limit a box's memory, pids or CPU: the box's processes "
+                    "are held to the pids limit by RLIMIT_NPROC, its memory is not bounded (boot with cgroups v2, "
+                    "systemd.unified_cgroup_hierarchy=1, or run Podman as root)",
+                )
+            )
         options = docker_options(config)
         from .image import image_status
 
