@@ -33,6 +33,7 @@ again (`ensure_service`), so a lost service costs the session its box, never the
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -99,31 +100,56 @@ def rootless() -> bool:
     return os.geteuid() != 0
 
 
-def _answers(path: Path) -> bool:
-    if not path.exists():
-        return False
+def _listening(path: Path) -> bool:
+    """Someone accepts connections on `path` (a service that may be slow to answer, but is there)."""
     try:
-        client = docker.DockerClient(base_url=f"unix://{path}", timeout=3)
-        try:
-            client.ping()
-            return True
-        finally:
-            client.close()
-    except (docker.errors.DockerException, OSError):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(2)
+            sock.connect(str(path))
+        return True
+    except OSError:
         return False
+
+
+def _answers(path: Path, within: float) -> bool:
+    """A ping answered within `within` seconds, asked again while someone listens."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            client = docker.DockerClient(base_url=f"unix://{path}", timeout=max(1, int(within)))
+            try:
+                client.ping()
+                return True
+            finally:
+                client.close()
+        except (docker.errors.DockerException, OSError):
+            pass
+        if time.monotonic() >= deadline or not _listening(path):
+            return False
+        time.sleep(0.1)
 
 
 def ensure_service(path: Path | None = None) -> Path:
-    """The socket of a Podman API service that answers, started when none does (`podman system service
-    --time=0`, in its own session: it serves every later command too, as a daemon would). A fatal
-    typed error when Podman is not installed or its service does not come up."""
+    """The socket of a Podman API service that answers, started when nobody listens there (`podman
+    system service --time=0`, in its own session: it serves every later command too, as a daemon
+    would). One start at a time, under a lock every process takes: a second service would take the
+    socket's name from the first (Podman rebinds it), leaving boxes attached through one that no
+    later request reaches. A fatal typed error when Podman is not installed or does not come up."""
     path = path or socket_path()
-    if _answers(path):
+    if _listening(path) and _answers(path, SERVICE_WAIT_S):
         return path
     binary = podman_binary()
     if binary is None:
         raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Podman is not installed ({INSTALL_HINT})")
     _private_parent(path)
+    with open(state.own_subdir("podman") / "service.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _listening(path) and _answers(path, SERVICE_WAIT_S):
+            return path  # another process started it while this one waited for the lock
+        return _start_service(binary, path)
+
+
+def _start_service(binary: str, path: Path) -> Path:
     env = system.environment(HOME=os.environ.get("HOME", "/"))
     if "XDG_RUNTIME_DIR" in os.environ:
         env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
@@ -140,14 +166,14 @@ def ensure_service(path: Path | None = None) -> Path:
         )
     deadline = time.monotonic() + SERVICE_WAIT_S
     while time.monotonic() < deadline:
-        if _answers(path):
+        if _listening(path) and _answers(path, SERVICE_WAIT_S):
             return path
         time.sleep(0.1)
     tail = log_path.read_bytes()[-400:].decode(errors="replace") if log_path.exists() else ""
     raise OpenAgentsError(
         ErrorType.DOCKER_UNAVAILABLE,
         f"the Podman API service did not come up on {path} within {SERVICE_WAIT_S:g} s ({tail.strip() or 'no output'})"
-        + ("; rootless Podman needs subordinate ids: run scripts/setup --rootless USER" if rootless() else ""),
+        + ("; rootless Podman needs subordinate ids: run scripts/setup-podman --rootless USER" if rootless() else ""),
     )
 
 
@@ -237,13 +263,13 @@ def seccomp_file(profile_json: str) -> Path:
 
 
 class _PodmanAPI(docker.APIClient):
-    def create_container(self, *args: Any, host_config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+    def create_container(self, *args: Any, **kwargs: Any) -> Any:
         """Rootless: the box's user namespace maps the caller's uid to itself (keep-id), so the box's
         user, the workspace's owner, owns its files inside too (else they show as root's and the box
         cannot write them). docker-py refuses any UsernsMode but "host", so it is set here."""
-        if rootless():
-            host_config = {**(host_config or {}), "UsernsMode": "keep-id"}
-        return super().create_container(*args, host_config=host_config, **kwargs)
+        if rootless():  # docker-py's containers.create passes host_config by keyword
+            kwargs["host_config"] = {**(kwargs.get("host_config") or {}), "UsernsMode": "keep-id"}
+        return super().create_container(*args, **kwargs)
 
 
 class PodmanClient(docker.DockerClient):
