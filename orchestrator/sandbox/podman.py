@@ -129,7 +129,12 @@ def _answers(path: Path, within: float) -> bool:
         time.sleep(0.1)
 
 
-def ensure_service(path: Path | None = None) -> Path:
+def runtime_socket(runtime: str) -> Path:
+    """The socket of the service that creates boxes under `runtime` (see _PodmanAPI.create_container)."""
+    return socket_path().with_name(f"podman-{runtime}.sock")
+
+
+def ensure_service(path: Path | None = None, runtime: str | None = None) -> Path:
     """The socket of a Podman API service that answers, started when nobody listens there (`podman
     system service --time=0`, in its own session: it serves every later command too, as a daemon
     would). One start at a time, under a lock every process takes: a second service would take the
@@ -142,21 +147,21 @@ def ensure_service(path: Path | None = None) -> Path:
     if binary is None:
         raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Podman is not installed ({INSTALL_HINT})")
     _private_parent(path)
-    with open(state.own_subdir("podman") / "service.lock", "a") as lock:
+    with open(state.own_subdir("podman") / f"{path.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _listening(path) and _answers(path, SERVICE_WAIT_S):
             return path  # another process started it while this one waited for the lock
-        return _start_service(binary, path)
+        return _start_service(binary, path, runtime)
 
 
-def _start_service(binary: str, path: Path) -> Path:
+def _start_service(binary: str, path: Path, runtime: str | None) -> Path:
     env = system.environment(HOME=os.environ.get("HOME", "/"))
     if "XDG_RUNTIME_DIR" in os.environ:
         env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
-    log_path = state.own_subdir("podman") / "service.log"
+    log_path = state.own_subdir("podman") / f"{path.stem}.log"
     with open(log_path, "ab") as log_file:
         subprocess.Popen(
-            [binary, "system", "service", "--time=0", f"unix://{path}"],
+            [binary, *(["--runtime", runtime] if runtime else []), "system", "service", "--time=0", f"unix://{path}"],
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=log_file,
@@ -264,12 +269,40 @@ def seccomp_file(profile_json: str) -> Path:
 
 class _PodmanAPI(docker.APIClient):
     def create_container(self, *args: Any, **kwargs: Any) -> Any:
-        """Rootless: the box's user namespace maps the caller's uid to itself (keep-id), so the box's
+        """A box under its runtime, in the user namespace it needs.
+
+        Podman's compatible API ignores HostConfig.Runtime (4.3.1 made every box a runc box, gVisor
+        asked for or not), so a box under another runtime is created through a service of its own
+        started with `podman --runtime NAME`, and its runtime is then read back from Podman's own
+        inspect: a box not under the runtime asked for is removed and refused, never run. The
+        other calls (attach, start, exec, remove) go through the main service: the runtime is the
+        container's, kept with it.
+
+        Rootless: the box's user namespace maps the caller's uid to itself (keep-id), so the box's
         user, the workspace's owner, owns its files inside too (else they show as root's and the box
         cannot write them). docker-py refuses any UsernsMode but "host", so it is set here."""
-        if rootless():  # docker-py's containers.create passes host_config by keyword
-            kwargs["host_config"] = {**(kwargs.get("host_config") or {}), "UsernsMode": "keep-id"}
-        return super().create_container(*args, **kwargs)
+        host_config = dict(kwargs.get("host_config") or {})  # docker-py's containers.create passes it by keyword
+        if rootless():
+            host_config["UsernsMode"] = "keep-id"
+        runtime = host_config.pop("Runtime", None)
+        kwargs["host_config"] = host_config
+        if not runtime:
+            return super().create_container(*args, **kwargs)
+        creator = docker.APIClient(
+            base_url=f"unix://{ensure_service(runtime_socket(runtime), runtime)}", timeout=self.timeout
+        )
+        try:
+            created = creator.create_container(*args, **kwargs)
+        finally:
+            creator.close()
+        found = self.get(self.base_url + f"/v4.0.0/libpod/containers/{created['Id']}/json").json().get("OCIRuntime")
+        if found != runtime:
+            self.remove_container(created["Id"], force=True, v=True)
+            raise OpenAgentsError(
+                ErrorType.SANDBOX_START_FAILED,
+                f"Podman created the box under {found!r}, not {runtime!r} as asked: it was removed, not run",
+            )
+        return created
 
 
 class PodmanClient(docker.DockerClient):
