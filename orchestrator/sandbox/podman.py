@@ -26,9 +26,10 @@ is kept here, behind `PodmanClient`:
 
 "Daemon loss" under Podman: Podman has no daemon that owns the boxes (each is kept by its own
 `conmon`); the API service is a stateless front. When it goes, the boxes' attach streams go with
-it (the agent is lost, as with a lost Docker daemon) while the containers themselves stay until the
-next `oa-sandbox` command reaps them by their owner labels. The next connection starts the service
-again (`ensure_service`), so a lost service costs the session its box, never the next session.
+it: the agent reads EOF and exits, its container stays (exited) until it is removed. The first
+ping that fails starts the service again (PodmanClient.revive, asked by daemon.DaemonWatch), so the
+lost box is replaced like one whose agent died, the one left behind is removed through the new
+service, and the session goes on: a lost service costs a box, not the session.
 """
 
 from __future__ import annotations
@@ -333,6 +334,16 @@ class PodmanClient(docker.DockerClient):
             "mounts": named_views(self, settings.get("mounts", [])),
         }
         return out
+
+    def revive(self) -> bool:
+        """Start the API service again when it is gone (DaemonWatch asks when a ping fails): the boxes
+        attached through the old one are lost with it, the next box starts through the new one."""
+        try:
+            ensure_service(self.socket)
+            return True
+        except OpenAgentsError as err:
+            log.warning("the Podman API service could not be started again: %s", err.message)
+            return False
 
     def limits_ignored(self) -> bool:
         """Rootless Podman on cgroups v1 cannot set a box's memory, pids or CPU limits, and starts it
