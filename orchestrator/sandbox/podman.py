@@ -102,14 +102,18 @@ def rootless() -> bool:
 
 
 def _listening(path: Path) -> bool:
-    """Someone accepts connections on `path` (a service that may be slow to answer, but is there)."""
+    """Someone listens on `path` (a service that may be slow to answer, but is there): only a missing
+    socket or a refused connection says nobody does; a connection that waits (a full backlog under
+    load) is somebody."""
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(2)
+            sock.settimeout(5)
             sock.connect(str(path))
         return True
-    except OSError:
+    except (FileNotFoundError, ConnectionRefusedError):
         return False
+    except OSError:
+        return True
 
 
 def _answers(path: Path, within: float) -> bool:
@@ -148,7 +152,8 @@ def ensure_service(path: Path | None = None, runtime: str | None = None) -> Path
     if binary is None:
         raise OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"Podman is not installed ({INSTALL_HINT})")
     _private_parent(path)
-    with open(state.own_subdir("podman") / f"{path.name}.lock", "a") as lock:
+    # beside the socket (the state directory can differ between processes: XDG_STATE_HOME)
+    with open(path.with_name(f".{path.name}.lock"), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _listening(path) and _answers(path, SERVICE_WAIT_S):
             return path  # another process started it while this one waited for the lock
