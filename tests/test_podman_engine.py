@@ -111,3 +111,29 @@ def test_the_service_limits_are_read_from_the_process_behind_the_socket(tmp_path
     assert limits["nofile"] == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     names = {u["Name"]: u["Hard"] for u in podman.host_limits(path, processes=77)}
     assert names["nproc"] == 77 and names["nofile"] == min(limits["nofile"], 1048576)
+
+
+def test_a_gvisor_box_under_podman_runs_gvisors_kernel_and_a_runc_box_the_hosts(tmp_path):
+    """Podman's compatible API ignores HostConfig.Runtime: without the runtime's own service every box
+    ran under runc while the session said gVisor. The box's kernel says which one it got."""
+    import platform
+
+    from orchestrator.sandbox.docker import DockerSandbox
+    from orchestrator.sandbox.runtimes import choose_runtime
+    from tests.conftest import make_workspace
+
+    if podman.podman_binary() is None:
+        pytest.skip("Podman is not installed (scripts/setup-podman)")
+    client = engine.docker_client(timeout=120, engine="podman")
+    try:
+        choose_runtime("runsc", False, client)
+    except OpenAgentsError as err:
+        pytest.skip(f"no usable gVisor registration for Podman: {err.message}")
+    ws = make_workspace(tmp_path / "ws", {"a.txt": "a"})
+    os.chown(ws, 1000, 1000)
+    kernels = {}
+    for runtime in ("runc", "runsc"):
+        with DockerSandbox(ws, SandboxConfig(engine="podman", runtime=runtime), client=client) as box:
+            kernels[runtime] = box.call("shell", {"command": "uname -r"}).output.strip()
+    client.close()
+    assert kernels["runc"] == platform.release() and kernels["runsc"] != platform.release(), kernels
