@@ -420,7 +420,9 @@ def podman_client(timeout: int = 60, connect_timeout: float = 5.0) -> PodmanClie
     """A client on a Podman service that answers (started when none does), or a fatal typed error."""
     path = ensure_service()
     try:
-        client = PodmanClient(base_url=f"unix://{path}", timeout=int(connect_timeout))
+        # Podman's service answers as API 1.41 (4.3.1): named, so no version probe; its first answers
+        # under load are slower than dockerd's (5 s was passed at load ~28), so connecting waits longer
+        client = PodmanClient(base_url=f"unix://{path}", version="1.41", timeout=int(max(connect_timeout, 20)))
         client.socket = path
         share_one_pool(client)
         client.ping()
