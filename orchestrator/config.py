@@ -266,13 +266,18 @@ class DockerBackendConfig(BaseModel):
     kind: Literal["docker"] = "docker"  # the discriminator: which backend this config is for
     image: str = DEFAULT_IMAGE
     runtime: str | None = Field(default=None, description="Docker runtime, e.g. runsc for gVisor.")
+    engine: Literal["docker", "podman"] | None = Field(
+        default=None,
+        description="Who runs the boxes: the Docker daemon, or Podman through its Docker-compatible service "
+        "(sandbox/podman.py). Default: OA_ENGINE, else Docker when a daemon answers, else Podman when installed.",
+    )
 
 
 # One config class per backend, told apart by `kind` (as SWE-ReX's deployment configs by `type`);
 # sandbox/backend.py's backend_from_config() is the one place that makes a backend from one.
 BackendConfig = Annotated[Union[DockerBackendConfig], Field(discriminator="kind")]
-# The Docker config's keys as the CLI (--image, --runtime), config.toml and older callers say them: flat.
-_FLAT_KEYS = frozenset({"image", "runtime"})
+# The Docker config's keys as the CLI (--image, --runtime, --engine), config.toml and older callers say them: flat.
+_FLAT_KEYS = frozenset({"image", "runtime", "engine"})
 
 
 class SandboxConfig(SandboxLimits):

@@ -252,6 +252,7 @@ def test_ctrl_c_during_a_command_removes_the_box(tmp_path, docker_client):
 def test_a_missing_docker_daemon_is_a_typed_error_and_leaves_nothing(tmp_path, monkeypatch):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    monkeypatch.setenv("OA_ENGINE", "docker")  # the Docker daemon named, and silent (under OA_ENGINE=podman too)
     box = Sandbox(ws, auto_approve=True)
     with pytest.raises(OpenAgentsError) as gone:
         box.open()

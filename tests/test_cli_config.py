@@ -34,7 +34,7 @@ def test_a_config_typo_is_one_line_with_a_suggestion(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"oa-sandbox: config_invalid: config {config}: modle: unknown key (did you mean "
-        "'model'?); allowed keys: model, base_url, api_key_env, policy, runtime, image, memory, "
+        "'model'?); allowed keys: model, base_url, api_key_env, policy, runtime, engine, image, memory, "
         "cpus, pids, start_concurrency, max_turns, max_tokens, max_wall, model_timeout, "
         "context_window, copy_max_bytes, copy_max_entries, host_code_read_only, mcp_servers"
     ]

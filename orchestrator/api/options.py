@@ -18,6 +18,7 @@ FLAG_FIELDS = {
     "copy-max-entries": "copy_max_entries",
     "copy-max-bytes": "copy_max_bytes",
     "runtime": "runtime",
+    "engine": "engine",
     "image": "image",
     "memory": "memory",
     "cpus": "cpus",

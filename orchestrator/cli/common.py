@@ -105,6 +105,12 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option("--runtime", default=None, help="Docker runtime, e.g. runsc (gVisor)."),
         click.option(
+            "--engine",
+            type=click.Choice(["docker", "podman"]),
+            default=None,
+            help="Who runs the boxes (default: OA_ENGINE, else Docker if its daemon answers, else Podman).",
+        ),
+        click.option(
             "--user", default=None, metavar="UID:GID", help="Run the box as this user (default: the workspace owner)."
         ),
         click.option(
@@ -185,6 +191,7 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
         copy_max_bytes: str | None = None,
         copy_max_entries: int | None = None,
         host_code_read_only: bool = False,
+        engine: str | None = None,
         **kwargs: Any,
     ) -> None:
         from ..workspace.copy import CopyLimits
@@ -204,6 +211,7 @@ def sandbox_options(fn: Callable[..., None]) -> Callable[..., None]:
             start_concurrency or defaults.start_concurrency,
             entry_quota,
             host_code_read_only or bool(defaults.host_code_read_only),
+            engine=engine or defaults.engine,
         )
         limits = CopyLimits()
         max_bytes = copy_max_bytes or defaults.copy_max_bytes
@@ -235,6 +243,8 @@ def build_config(
     start_concurrency: int | None = None,
     entry_quota: int | None = None,
     host_code_read_only: bool = False,
+    *,
+    engine: str | None = None,
 ) -> SandboxConfig:
     values: dict[str, Any] = {
         k: v
@@ -244,6 +254,7 @@ def build_config(
             pids=pids,
             cpus=cpus,
             runtime=runtime,
+            engine=engine,
             user=user,
             start_concurrency=start_concurrency,
             entry_quota=entry_quota,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,6 +44,7 @@ class UserConfig(BaseModel):
         default_factory=list, description="Policy files, applied as if each was given with --policy."
     )
     runtime: str | None = None
+    engine: Literal["docker", "podman"] | None = Field(default=None, description="docker or podman (--engine).")
     image: str | None = None
     memory: str | None = None
     cpus: float | None = None

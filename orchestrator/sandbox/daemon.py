@@ -85,6 +85,9 @@ class DaemonWatch:
             if self._silent is not None and time.monotonic() - self._silent[0] < SILENT_MEMO_S:
                 return self._silent[1].detached()  # a fresh one: callers raise it
         problem = ping(client)
+        revive = getattr(client, "revive", None)  # Podman's API service is ours to start again (podman.py)
+        if problem is not None and revive is not None and revive():
+            problem = ping(client)
         with self._lock:
             self._silent = (
                 (time.monotonic(), problem.detached()) if isinstance(problem, DaemonSilent) else None

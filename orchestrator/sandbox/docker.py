@@ -27,7 +27,8 @@ from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
 from . import handoff, lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
-from .daemon import DAEMON_CHECK_S, DOCKER_ERRORS, DaemonWatch, share_one_pool
+from .daemon import DOCKER_ERRORS, DaemonWatch
+from .engine import box_on_copy, docker_client, engine_settings, exit_sweep
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 from .sweep_journal import capture_baseline
 
@@ -41,6 +42,7 @@ __all__ = [
     "DockerSandbox",
     "DockerDeployment",
     "DockerStream",
+    "box_on_copy",
     "container_settings",
     "docker_client",
     "docker_options",
@@ -65,57 +67,6 @@ def docker_options(config: SandboxConfig) -> DockerBackendConfig:
             ErrorType.CONFIG_INVALID, f"the Docker backend was given a {config.backend.kind!r} backend's config"
         )
     return config.backend
-
-
-def docker_client(timeout: int = 60) -> docker.DockerClient:
-    """A client that answers, or a fatal typed error that says how to start a daemon. Connecting
-    (the version probe and the ping) waits DAEMON_CHECK_S at most, so a frozen daemon fails set-up
-    in seconds; `timeout` then bounds each request of the real work. It removes nothing: a caller
-    that wants the boxes of gone owners reaped says so (reaper.reap_leftovers_once)."""
-    try:
-        client = docker.from_env(timeout=min(timeout, int(DAEMON_CHECK_S)))
-        share_one_pool(client)
-        client.ping()
-        client.api.timeout = timeout
-    except DOCKER_ERRORS as err:
-        raise OpenAgentsError(
-            ErrorType.DOCKER_UNAVAILABLE,
-            f"no Docker daemon answers ({err}). Start one: `sudo systemctl start docker`, or `sudo dockerd &`; "
-            "on Debian without Docker: `sudo apt-get install docker.io`. Set DOCKER_HOST if it listens elsewhere.",
-        ) from None
-    return client
-
-
-def box_on_copy(path: str) -> bool | None:
-    """Whether a running box of ours has the workspace `path` mounted (a fork's freeze asks before
-    renaming a copy: workspace/fork.py); None when no daemon answers. Matched by the directory's
-    identity (device and inode), not its spelling: a box's label holds the resolved path, the state
-    directory may be reached through a link."""
-    try:
-        wanted = os.stat(path)
-    except OSError:
-        return None
-    try:
-        client = docker_client(timeout=int(DAEMON_CHECK_S))
-    except OpenAgentsError:
-        return None
-    try:
-        rows = client.api.containers(filters={"label": f"{LABEL}.workspace"})
-    except DOCKER_ERRORS:
-        return None
-    finally:
-        client.close()
-    for row in rows:
-        label = (row.get("Labels") or {}).get(f"{LABEL}.workspace")
-        if not isinstance(label, str):
-            continue
-        try:
-            found = os.stat(label)
-        except (OSError, ValueError):
-            continue
-        if (found.st_dev, found.st_ino) == (wanted.st_dev, wanted.st_ino):
-            return True
-    return False
 
 
 EXEC_WAIT_S = 5.0
@@ -343,7 +294,7 @@ class DockerDeployment:
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
-            self._client = docker_client()
+            self._client = docker_client(engine=docker_options(self.config).engine)
             reaper.reap_leftovers_once(self._client)  # before the process's first box: the boxes of gone owners
         return self._client
 
@@ -364,7 +315,7 @@ class DockerDeployment:
         if self.runtime is None:
             self.runtime = self.choose_runtime()
             self.config = self.config.with_backend(runtime=self.runtime.name)
-        lifetime.track(self, reaper.remove_own)
+        lifetime.track(self, exit_sweep(self.client))
         if self.config.egress is not None and self.egress is None:
             from .egress import EgressGate
 
@@ -403,17 +354,16 @@ class DockerDeployment:
     def _create_and_start(self) -> DockerStream:
         network = self.egress.network_name if self.egress else None
         self._unsure = True
-        self.container = self.client.containers.create(
-            **container_settings(
-                self.config,
-                self.spec.workspace,
-                self.spec.user,
-                network,
-                self.spec.baseline,
-                self.spec.git_dir,
-                self.egress.ca if self.egress else None,
-            )
+        settings = container_settings(
+            self.config,
+            self.spec.workspace,
+            self.spec.user,
+            network,
+            self.spec.baseline,
+            self.spec.git_dir,
+            self.egress.ca if self.egress else None,
         )
+        self.container = self.client.containers.create(**engine_settings(self.client, settings))
         self._unsure = False
         sock = self.container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)

@@ -16,6 +16,7 @@ from ..workspace.integrity import Baseline
 from .base import Diagnosis
 from .daemon import DOCKER_ERRORS
 from .docker import DockerSandbox, container_settings, docker_client, docker_options
+from .engine import engine_of
 from .reaper import Scope, reap, reap_leftovers_once
 from .runtimes import RuntimeChoice, available_runtimes, choose_runtime, gvisor_settings, is_gvisor
 from .seccomp import DESCRIPTION as SECCOMP
@@ -49,6 +50,19 @@ def security_rows(
     ]
 
 
+def engine_line(client: docker.DockerClient, version: dict[str, str]) -> str:
+    """doctor's first row: which engine runs the boxes, and how it was reached."""
+    api = f"API {version.get('ApiVersion')}"
+    if engine_of(client) == "podman":
+        from .podman import rootless
+
+        mode = "rootless" if rootless() else "rootful"
+        return (
+            f"engine podman {version.get('Version')} ({mode}, {api}, its service on {getattr(client, 'socket', '?')})"
+        )
+    return f"engine docker: Docker daemon {version.get('Version')} ({api})"
+
+
 class DockerBackend:
     """Sandboxes as hardened containers on the local Docker daemon (the default backend)."""
 
@@ -60,7 +74,7 @@ class DockerBackend:
     @property
     def client(self) -> docker.DockerClient:
         if self._client is None:
-            self._client = docker_client()
+            self._client = docker_client(engine=self.options.engine)
             reap_leftovers_once(self._client)
         return self._client
 
@@ -78,13 +92,22 @@ class DockerBackend:
     def diagnose(self, config: SandboxConfig) -> Diagnosis:
         """The daemon, the image and the runtime a box would get; settings_for() then gives the rows."""
         try:
-            client = self._client or docker_client(timeout=10)
+            client = self._client or docker_client(timeout=10, engine=self.options.engine)
             self._client = client
             reap_leftovers_once(client)  # `doctor` reaps the boxes of gone owners and says so
             version = client.version()
         except OpenAgentsError as err:
             return Diagnosis(checks=[("fail", err.message)], config=config, reachable=False, can_start=False)
-        checks = [("ok", f"Docker daemon {version.get('Version')} (API {version.get('ApiVersion')})")]
+        checks = [("ok", engine_line(client, version))]
+        if getattr(client, "limits_ignored", lambda: False)():
+            checks.append(
+                (
+                    "warn",
+                    "rootless Podman on cgroups v1 cannot limit a box's memory, pids or CPU: the box's processes "
+                    "are held to the pids limit by RLIMIT_NPROC, its memory is not bounded (boot with cgroups v2, "
+                    "systemd.unified_cgroup_hierarchy=1, or run Podman as root)",
+                )
+            )
         options = docker_options(config)
         from .image import image_status
 
@@ -115,7 +138,7 @@ class DockerBackend:
     def gc(self, everything: bool) -> int:
         """Remove leftover sandbox containers and egress networks (reaper.py says which); `everything`:
         also those whose host process is alive. Returns how many containers went."""
-        client = self._client or docker_client(timeout=30)
+        client = self._client or docker_client(timeout=30, engine=self.options.engine)
         try:
             reaped = reap(client, Scope.ALL if everything else Scope.GC)
         except DOCKER_ERRORS as err:
@@ -128,7 +151,9 @@ class DockerBackend:
         from .image import build_image, ensure_image
 
         tag = tag or self.options.image
-        client = self._client or docker_client(timeout=600)  # a build outlasts the default API timeout
+        client = self._client or docker_client(
+            timeout=600, engine=self.options.engine
+        )  # a build outlasts the default API timeout
         reap_leftovers_once(client)
         if only_if_needed:
             return ensure_image(client, tag, progress, base=base, rebuild_base=rebuild_base)

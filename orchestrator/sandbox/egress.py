@@ -33,6 +33,7 @@ from ..protocol import EgressRecord
 from . import owner, reaper
 from .daemon import DOCKER_ERRORS
 from .egress_tls import SessionCA
+from .engine import engine_settings
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,8 @@ class EgressGate:
             network = self.network = self.client.networks.create(
                 self.network_name, driver="bridge", internal=True, labels=labels
             )
-            proxy = self.proxy = self.client.containers.run(
-                self.config.proxy_image,
+            settings = dict(
+                image=self.config.proxy_image,
                 detach=True,
                 name=f"oa-egress-proxy-{self.id}",
                 network=self.config.outer_network,
@@ -179,6 +180,7 @@ class EgressGate:
                 pids_limit=128,
                 log_config=PROXY_LOG_CONFIG,
             )
+            proxy = self.proxy = self.client.containers.run(**engine_settings(self.client, settings))
             network.connect(proxy, aliases=[EGRESS_PROXY_ALIAS])
         except DOCKER_ERRORS as err:
             self.close()

@@ -31,6 +31,7 @@ import docker.errors
 
 from ..config import LABEL
 from ..errors import ErrorType
+from . import podman
 from .daemon import DOCKER_ERRORS
 from .owner import BOOT_LABEL, MAX_PID, PID_LABEL, START_LABEL, Owner, Verdict, current, pid_exists, verdict
 
@@ -49,14 +50,18 @@ class Removal(enum.Enum):
 
 def remove_container(client: docker.DockerClient, container_id: str, deadline_s: float = REMOVE_DEADLINE_S) -> Removal:
     """Remove one container, with its anonymous volumes (the read-only views of mounts.py), and confirm
-    it is gone (inspect -> NotFound)."""
-    return _remove_verified(
+    it is gone (inspect -> NotFound); under Podman then its named read-only views (podman.py)."""
+    views = podman.views_of(client, container_id)
+    outcome = _remove_verified(
         "container",
         container_id,
         lambda: client.api.remove_container(container_id, force=True, v=True),
         lambda: client.api.inspect_container(container_id),
         deadline_s,
     )
+    if outcome is not Removal.FAILED:
+        podman.remove_views(client, views)
+    return outcome
 
 
 def remove_network(client: docker.DockerClient, network_id: str, deadline_s: float = NETWORK_DEADLINE_S) -> Removal:
@@ -171,6 +176,10 @@ def reap(client: docker.DockerClient, scope: Scope = Scope.LEFTOVERS) -> Reaped:
         if outcome is Removal.REMOVED:
             reaped.networks.append(str(row.get("Name", row["Id"])))
         reaped.failed += outcome is Removal.FAILED
+    # Podman's named read-only views, judged by their owner labels as a box is (an unused one only: in use, it stays)
+    podman.remove_views(
+        client, podman.doomed_views(client, lambda labels: _doomed({**labels, LABEL: "1"}, here, scope, False))
+    )
     return reaped
 
 
@@ -256,15 +265,18 @@ def owned_by_this_process() -> dict[str, list[str]]:
     return {"label": [f"{PID_LABEL}={here.pid}", f"{START_LABEL}={here.start}", f"{BOOT_LABEL}={here.boot}"]}
 
 
-def remove_own(timeout: int = 10) -> None:
+def remove_own(timeout: int = 10, base_url: str | None = None) -> None:
     """Remove every container and egress network of this process, through a connection of its own
-    (the process's clients may be mid-request when a signal calls this). For exit and signals."""
+    (the process's clients may be mid-request when a signal calls this). For exit and signals.
+    `base_url`: the engine's socket (Podman's: engine.exit_sweep), else Docker's from the environment."""
     try:
         filters = owned_by_this_process()
     except RuntimeError:
         return  # not named (no /proc): its boxes carry the pid alone, left to `oa-sandbox gc`
     try:
-        client = docker.from_env(timeout=timeout)
+        client = (
+            docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
+        )
     except docker.errors.DockerException as err:
         log.warning(
             "%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300]
@@ -275,6 +287,9 @@ def remove_own(timeout: int = 10) -> None:
             client, (str(row["Id"]) for row in client.api.containers(all=True, filters=filters)), remove_container
         )
         _remove_all(client, (str(row["Id"]) for row in client.api.networks(filters=filters)), remove_network)
+        if base_url is not None:  # Podman's (engine.exit_sweep): its named read-only views too
+            rows = (client.api.volumes(filters=filters) or {}).get("Volumes") or []
+            podman.remove_views(client, [str(row["Name"]) for row in rows])
     except DOCKER_ERRORS as err:
         log.warning(
             "%s: could not remove this process's sandboxes: %s", ErrorType.DOCKER_UNAVAILABLE.value, str(err)[:300]

@@ -30,6 +30,7 @@ from ..workspace.records import WorkspaceMode
 ApproverCallback = Callable[[ApprovalRequest], Any]
 _BOX_FIELDS = (
     "runtime",
+    "engine",
     "image",
     "memory",
     "cpus",
@@ -57,6 +58,7 @@ class SandboxOptions(BaseModel):
     # the box (as --runtime, --image, --memory, --cpus, --pids, --user, --env, --egress,
     # --write-quota, --entry-quota, --host-code-read-only)
     runtime: str | None = None
+    engine: Literal["docker", "podman"] | None = None
     image: str | None = None
     memory: str | None = None
     cpus: float | None = None
