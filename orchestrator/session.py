@@ -2,7 +2,7 @@
 
 Every front-end (run, exec, mcp, acp, batch, --attempts, the plug-ins) differs only in who answers
 approvals and who watches the events; everything else is put together here, once, and only the
-public API (orchestrator/api/: Sandbox) calls open_session (tests/test_api_layout.py).
+public API (orchestrator/api/: Sandbox) calls open_session (tests/architecture/test_api_layout.py).
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ class ToolDef:
         False  # its description ends with the network sentence; MCP's open-world hint when egress is open
     )
     needs_repo: bool = False  # active only when a repository was opened at session start
-    # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/test_tool_table.py).
+    # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/unit/test_tool_table.py).
     bounds: Mapping[str, int] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict

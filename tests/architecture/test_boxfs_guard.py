@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "orchestrator"
+ROOT = Path(__file__).resolve().parents[2] / "orchestrator"
 BOXFS = ROOT / "boxfs"
 
 FLAGS = {"O_NOFOLLOW", "O_DIRECTORY", "O_PATH"}

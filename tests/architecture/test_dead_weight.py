@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("orchestrator", "sandbox_agent")
 USERS = (*PRODUCT, "tests", "bench", "scripts", "compose")
 

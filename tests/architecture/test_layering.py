@@ -3,7 +3,7 @@
 LAYERS lists the parts of orchestrator/ from the ground up: a folder, or a module at the root. A
 module may import a module of its own part, or of a part in a layer *below* its own; never one of
 its own layer's other parts, never one above (imports inside functions count, `if TYPE_CHECKING:`
-blocks do not: the same reading as tests/test_layout.py). So no two folders import each other,
+blocks do not: the same reading as tests/architecture/test_layout.py). So no two folders import each other,
 and a low part never climbs back to a high one. docs/architecture.md's map is checked against
 this data (test_the_architecture_doc_follows_the_layers), so it cannot go stale.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from tests.test_layout import PACKAGE, ROOT, import_graph, knots
+from tests.architecture.test_layout import PACKAGE, ROOT, import_graph, knots
 
 # Ground up. Each entry: the parts of one layer, and what they own (the doc's words).
 LAYERS: list[dict[str, str]] = [
@@ -109,7 +109,7 @@ def test_every_part_has_a_layer() -> None:
 
 def test_imports_go_down_the_layers() -> None:
     found = against(import_graph(), rank())
-    assert not found, "imports against the layers (tests/test_layering.py LAYERS):\n" + "\n".join(found)
+    assert not found, "imports against the layers (tests/architecture/test_layering.py LAYERS):\n" + "\n".join(found)
 
 
 def test_no_folder_circles() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.tools import catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def named_tools(path: Path) -> list[tuple[int, str]]:

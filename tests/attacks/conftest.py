@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import chown_tree, make_workspace, sandbox_config
+from tests.helpers import chown_tree, make_workspace, sandbox_config
 
 CANARY = "host canary: must never change\n"
 FILES = {

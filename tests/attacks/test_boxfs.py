@@ -287,7 +287,7 @@ PY
 
 
 def test_a_tree_planted_by_a_real_box_is_walked_and_copied_safely(tmp_path, open_sandbox, runtime):
-    from tests.conftest import make_workspace
+    from tests.helpers import make_workspace
 
     ws = make_workspace(tmp_path / "ws")
     box = open_sandbox(ws)

@@ -19,7 +19,7 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import ToolCall
 from orchestrator.tools.host_git import GIT_OUTPUT_CAP, HostRepo, parse_args
 from orchestrator.tools.registry import RegistryConfig, ToolRegistry
-from tests.conftest import chown_tree
+from tests.helpers import chown_tree
 
 SECRET = "host secret: must never be read"
 SIG = pygit2.Signature("Test", "test@example.invalid")

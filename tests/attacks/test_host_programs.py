@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.api import Sandbox
-from tests.conftest import chown_tree, make_workspace
+from tests.helpers import chown_tree, make_workspace
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(400)]
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")

@@ -27,7 +27,7 @@ import pytest
 from orchestrator.boxfs.names import exact, from_exact, git_quoted, show
 from orchestrator.ground.text import json_line
 from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED
-from tests.conftest import chown_tree, make_workspace
+from tests.helpers import chown_tree, make_workspace
 
 ROOT = Path(os.environ.get("OA_NAMES_CLI_ROOT") or Path(__file__).resolve().parents[2])  # the checkout whose CLI runs
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")

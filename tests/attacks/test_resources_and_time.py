@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.conftest import live_processes
+from tests.helpers import live_processes
 
 pytestmark = pytest.mark.docker
 

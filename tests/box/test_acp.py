@@ -14,7 +14,7 @@ import time
 import pytest
 
 from orchestrator.acp import models as m
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")

@@ -4,7 +4,7 @@ the sanitiser (review.apply_changes) or written through the editor's fs/write_te
 when it offers that; a conflict lands nothing; what is left out is said. And the host git tool's
 reading subcommands are announced as `read`.
 
-The official ACP SDK plays the editor (tests/acp_editor.py); every frame the agent sends is held to
+The official ACP SDK plays the editor (tests/helpers/acp_editor.py); every frame the agent sends is held to
 the SDK's schema models, the PromptResponse's `_meta` included.
 """
 
@@ -21,9 +21,9 @@ import pytest
 from acp import text_block
 from acp.schema import AgentMessageChunk, ClientCapabilities, FileSystemCapabilities
 
-from tests.acp_editor import OA, Editor, run_editor
 from tests.attacks.test_host_git import init_repo
-from tests.conftest import chown_tree
+from tests.helpers import chown_tree
+from tests.helpers.acp_editor import OA, Editor, run_editor
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make")
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]

@@ -1,7 +1,7 @@
 """ACP conformance of `oa-sandbox acp`, with the official SDK as the editor (issue 13).
 
 Each test starts the agent as a real subprocess and drives it through the SDK's client
-connection (tests/acp_editor.py); every frame the agent sends is held to the SDK's schema models.
+connection (tests/helpers/acp_editor.py); every frame the agent sends is held to the SDK's schema models.
 The model is a script (models/script.py), or the fake OpenAI server on loopback when the test
 must see what the model was sent or make the model API fail.
 """
@@ -18,9 +18,9 @@ import pytest
 from acp import RequestError, image_block, resource_link_block, text_block
 from acp.schema import EnvVariable, McpServerStdio
 
-from tests.acp_editor import run_editor
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.acp_editor import run_editor
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.timeout(300)
 KEY_ENV = {"OA_TEST_MODEL_KEY": "test-key"}
@@ -324,7 +324,7 @@ def test_model_api_failure_is_a_json_rpc_error_on_the_prompt(sandbox_image, tmp_
 # -- the frame check itself can fail ------------------------------------------------------------------
 def test_the_frame_checker_refuses_what_the_sdk_models_would_quietly_fix():
     """The SDK's models drop unknown fields and salvage invalid values; the checker must not."""
-    from tests.acp_editor import FrameChecker
+    from tests.helpers.acp_editor import FrameChecker
 
     checker = FrameChecker()
     good = {

@@ -18,7 +18,7 @@ from orchestrator import AsyncSandbox, ErrorType, OpenAgentsError, Sandbox, Sand
 from orchestrator.config import LABEL
 from orchestrator.events import SessionEnded, ToolCallFinished
 from orchestrator.workspace.records import open_own_record as load
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
@@ -223,7 +223,7 @@ def test_ctrl_c_during_a_command_removes_the_box(tmp_path, docker_client):
         "    print(box.id, flush=True)\n"
         "    box.shell('touch started; sleep 100', timeout=200)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
         [sys.executable, "-X", "faulthandler", str(program), str(ws)],
         stdout=subprocess.PIPE,
@@ -336,7 +336,7 @@ def test_async_sandbox_tools_stream_and_cancel(tmp_path, docker_client):
 
 
 def run_exec(ws: Path, *args: str) -> tuple[int, dict]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.run(
         [OA, "exec", "--workspace", str(ws), *args], capture_output=True, text=True, env=env, timeout=180
     )
@@ -458,7 +458,7 @@ def test_a_program_that_ends_without_closing_leaves_no_box(tmp_path, docker_clie
         f"import sys\nfrom orchestrator import Sandbox\nbox = Sandbox(sys.argv[1], auto_approve=True).open()\n"
         f"print(box.id, flush=True)\n{body}\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
         [sys.executable, str(program), str(ws)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
@@ -483,7 +483,7 @@ def test_the_cli_reviews_and_applies_an_api_made_copy_session(tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     with Sandbox(ws, mode="copy", auto_approve=True) as box:
         box.write_file("a.txt", "from the api\n")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     listed = json.loads(
         subprocess.run([OA, "sessions", "--json"], capture_output=True, text=True, check=True, env=env).stdout
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import AsyncSandbox, Sandbox
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
-from tests.conftest import BOTH_RUNTIMES, make_workspace
+from tests.helpers import BOTH_RUNTIMES, make_workspace
 
 pytestmark = [
     pytest.mark.usefixtures("sandbox_image"),

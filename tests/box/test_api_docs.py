@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.config import LABEL
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def python_blocks(path: Path, section: str | None = None) -> list[str]:

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
 from orchestrator.api.environment import EnvWarning
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 

@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
 from orchestrator.api.box_files import CHUNK
-from tests.conftest import BOTH_RUNTIMES, make_workspace
+from tests.helpers import BOTH_RUNTIMES, make_workspace
 
 pytestmark = [
     pytest.mark.usefixtures("sandbox_image"),

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from acp import resource_link_block, text_block
 
-from tests.acp_editor import run_editor
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.acp_editor import run_editor
+from tests.helpers.fake_model_server import FakeModelServer
 
 KEY_ENV = {"OA_TEST_MODEL_KEY": "test-key"}
 
@@ -77,7 +77,7 @@ def test_a_deny_rule_refuses_an_acp_resource_link_read(sandbox_image, tmp_path):
 # What only a session the API opened has: its registry holds the program's own `rollback` (api/own_calls.py),
 # which a model's call meets as an unknown tool saying whose it is; and its transcript is framed once
 # (a model's session: the turn loop's session_start only; a session without a model: the API's).
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 THE_APIS = "rollback is the program's, not a tool of the model"
 CALLS_ROLLBACK = [{"tool_calls": [{"name": "rollback", "arguments": {"turn": 0}}]}, {"text": "done"}]
 

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator import ErrorType, OpenAgentsError, Sandbox
 from orchestrator.config import LABEL
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 

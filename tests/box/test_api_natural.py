@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import ErrorType, OpenAgentsError, Sandbox, SandboxOptions, ToolError
 from orchestrator.config import LABEL
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 

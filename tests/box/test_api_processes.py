@@ -12,7 +12,7 @@ import json
 import pytest
 
 from orchestrator import AsyncSandbox, ErrorType, Sandbox, ToolError
-from tests.conftest import BOTH_RUNTIMES, make_workspace
+from tests.helpers import BOTH_RUNTIMES, make_workspace
 
 pytestmark = [
     pytest.mark.usefixtures("sandbox_image"),

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from orchestrator import ErrorType, OpenAgentsError, Sandbox, sessions
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 

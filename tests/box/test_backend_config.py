@@ -14,11 +14,11 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.backend import backend_from_config
 from orchestrator.sandbox.docker import docker_options
 from orchestrator.sandbox.docker_admin import DockerBackend
-from tests.conftest import make_workspace
-from tests.test_cli_run import oa
+from tests.box.test_cli_run import oa
+from tests.helpers import make_workspace
 
 TAG = "openagents-sandbox:oa-no-such-tag"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 THIS_CHECKOUT = {"PYTHONPATH": str(ROOT)}  # the installed oa-sandbox may be another checkout's (an editable install)
 
 

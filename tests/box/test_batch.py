@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import committed_example
+from tests.helpers import committed_example
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "calc.jsonl"
 POLICY = ROOT / "examples" / "policy.toml"
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import committed_example
+from tests.helpers import committed_example
 
 ray = pytest.importorskip("ray", reason="the ray extra is not installed: pip install -e '.[ray]' (scripts/test does)")
 
 pytestmark = [pytest.mark.docker, pytest.mark.ray]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 SLOTS = 2  # boxes each node declares it holds (the oa_sandbox resource)
 

@@ -17,7 +17,7 @@ from orchestrator import Sandbox
 from orchestrator.workspace.checkpoints import CheckpointStore, unknown_changes
 from orchestrator.workspace.checkpoints.ignore import IGNORED
 from orchestrator.workspace.checkpoints.packwrite import OBJ_TREE, PackWriter, tree_data
-from tests.conftest import chown_tree, make_workspace
+from tests.helpers import chown_tree, make_workspace
 
 BIG_DIRS, BIG_FILES = 200, 200  # 40,000 small files
 

@@ -15,7 +15,7 @@ import pygit2
 import pytest
 
 from orchestrator.workspace.checkpoints import MODE_LINK, CheckpointStore
-from tests.conftest import SANDBOX_UID, chown_tree, make_workspace, recorded
+from tests.helpers import SANDBOX_UID, chown_tree, make_workspace, recorded
 
 
 def picture(ws: Path) -> dict[str, tuple]:

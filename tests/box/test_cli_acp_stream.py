@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.conftest import make_workspace
-from tests.test_acp import Editor, updates
+from tests.box.test_acp import Editor, updates
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 

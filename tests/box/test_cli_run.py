@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
@@ -367,7 +367,7 @@ def test_mcp_servers_from_the_config_file_are_offered_to_run_asked_for_and_stopp
     """issue 13: the user's stdio MCP servers named in config.toml start on the host for `run`, their
     tool is offered as mcp__<server>__<tool>, a call is refused without a policy in a non-interactive
     run (host-side tools ask every time), and the server is gone when the run ends."""
-    from tests.test_acp_sdk import MCP_SERVER, alive
+    from tests.box.test_acp_sdk import MCP_SERVER, alive
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     server_py = tmp_path / "notes_server.py"

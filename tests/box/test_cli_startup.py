@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # What a light command must not import: the Docker SDK, the HTTP clients, libgit2, the sandbox and the loop.
 HEAVY = (
     "docker",

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
-from tests.test_terminal_prompt import read_until
+from tests.box.test_terminal_prompt import read_until
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LABEL = "dev.openagents.sandbox"
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from orchestrator.config import LABEL, SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
-from tests.conftest import chown_tree, make_workspace
+from tests.helpers import chown_tree, make_workspace
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 CALLS = int(os.environ.get("OA_LOAD_CALLS", "200"))

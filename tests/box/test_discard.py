@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from tests.test_workspace_modes import cli, make_workspace, run_session, shell
+from tests.box.test_workspace_modes import cli, make_workspace, run_session, shell
 
 pytestmark = pytest.mark.docker
 

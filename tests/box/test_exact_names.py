@@ -19,9 +19,9 @@ import jsonschema
 import pytest
 
 from sandbox_agent import names, server
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # name (as os.fsdecode gives it) -> content; a directory whose name is not UTF-8 holds one of them too
 ODD = {
     "nl\nname": "one\n",

@@ -18,11 +18,11 @@ from mcp import Client, StdioServerParameters
 
 from orchestrator.api import Sandbox, ToolError
 from orchestrator.errors import ErrorType
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 GUARD = """#!{py}
 import json, re, sys
@@ -284,7 +284,7 @@ def test_batch_honours_the_hook(sandbox_image, tmp_path):
 
 def test_acp_honours_the_hook(sandbox_image, tmp_path, monkeypatch):
     from orchestrator.acp import models as m
-    from tests.test_acp import Editor, updates
+    from tests.box.test_acp import Editor, updates
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def environment(tmp_path: Path) -> dict[str, str]:

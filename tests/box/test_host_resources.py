@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from orchestrator.config import SandboxConfig
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 

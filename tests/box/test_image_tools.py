@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator import ErrorType, OpenAgentsError, Sandbox
 from orchestrator.sandbox import image, packages
-from tests.conftest import BOTH_RUNTIMES, make_workspace
+from tests.helpers import BOTH_RUNTIMES, make_workspace
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 

@@ -21,7 +21,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make"),
 ]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def server_params(workspace: Path, state: Path, *extra: str) -> StdioServerParameters:

@@ -22,11 +22,11 @@ from pydantic_ai.mcp import MCPToolset  # noqa: E402
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
-from tests.conftest import make_workspace  # noqa: E402
+from tests.helpers import make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CALC = "def add(a, b):\n    return a - b\n"
 TEST = "from calc import add\nassert add(2, 3) == 5, 'add is wrong'\nprint('ALL 1 TESTS PASSED')\n"
 

@@ -14,11 +14,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from orchestrator.config import LABEL
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 OA = [sys.executable, "-m", "orchestrator.cli"]  # this tree's code, whatever the venv's entry point was installed from
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 

@@ -2,7 +2,7 @@
 a read of a file, MCP's `changes` and the landing; every front-end that can take the action is
 refused with the same typed error (refused_by_policy), nothing is read or written, and the
 transcript records the call, its decision and who decided. Real containers; the MCP server is
-driven by the official `mcp` SDK client, ACP by the `acp` SDK (tests/acp_editor.py)."""
+driven by the official `mcp` SDK client, ACP by the `acp` SDK (tests/helpers/acp_editor.py)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from acp import resource_link_block, text_block
 from mcp import Client, StdioServerParameters
 
 from orchestrator import ErrorType, Sandbox, ToolError
-from tests.acp_editor import run_editor
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.acp_editor import run_editor
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
 REFUSED = "refused_by_policy"
 # The one policy of every test here: a workspace policy may deny (never allow).

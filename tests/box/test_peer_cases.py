@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.tools.args import validate_arguments
-from tests.conftest import chown_tree, error_of, one_box_per_module, put
+from tests.helpers import chown_tree, error_of, one_box_per_module, put
 
 pytestmark = pytest.mark.docker
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import error_of, one_box_per_module, put
+from tests.helpers import error_of, one_box_per_module, put
 
 pytestmark = pytest.mark.docker
 

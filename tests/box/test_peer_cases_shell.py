@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.tools.args import validate_arguments
-from tests.conftest import one_box_per_module
+from tests.helpers import one_box_per_module
 
 pytestmark = pytest.mark.docker
 

@@ -76,7 +76,7 @@ def installed_env(tmp_path: Path) -> dict[str, str]:
     distribution's metadata (as `pip install 'openagents-sandbox[inspect]'` makes it)."""
     import tomllib
 
-    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
     declared = project["entry-points"]["inspect_ai"]
     assert declared == {"openagents_sandbox": "orchestrator.plugins.inspect_provider"}
     assert "inspect" in project["optional-dependencies"] and "minisweagent" in project["optional-dependencies"]
@@ -84,7 +84,7 @@ def installed_env(tmp_path: Path) -> dict[str, str]:
     meta.mkdir(parents=True)
     (meta / "METADATA").write_text("Metadata-Version: 2.1\nName: oa-plugin-check\nVersion: 0\n")
     (meta / "entry_points.txt").write_text("[inspect_ai]\n" + "".join(f"{k} = {v}\n" for k, v in declared.items()))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(meta.parent), str(Path(__file__).parent.parent)])}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(meta.parent), str(Path(__file__).parents[2])])}
 
 
 def test_inspect_finds_the_provider_through_its_entry_point(tmp_path):

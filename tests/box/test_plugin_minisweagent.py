@@ -23,7 +23,7 @@ from orchestrator.config import LABEL  # noqa: E402
 from orchestrator.plugins.minisweagent import OpenAgentsEnvironment  # noqa: E402
 from orchestrator.sandbox.owner import PID_LABEL  # noqa: E402
 from orchestrator.workspace.records import open_own_record as load  # noqa: E402
-from tests.conftest import make_workspace  # noqa: E402
+from tests.helpers import make_workspace  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("sandbox_image")
 CLASS = "orchestrator.plugins.minisweagent.OpenAgentsEnvironment"
@@ -146,7 +146,7 @@ def test_a_swe_bench_style_run_submits_its_git_diff_from_inside_the_box(tmp_path
     """Issue 46: the image has git, so mini-swe-agent's SWE-bench submission (`git diff`) runs in the box."""
     import subprocess
 
-    from tests.conftest import chown_tree
+    from tests.helpers import chown_tree
 
     repo = make_workspace(tmp_path / "repo", {"greet.py": "def greet():\n    return 'helo'\n"})
     git = ["git", "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]

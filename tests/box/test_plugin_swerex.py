@@ -47,7 +47,7 @@ from orchestrator.plugins.swerex_runtime import (  # noqa: E402
 )
 from orchestrator.sandbox.owner import PID_LABEL  # noqa: E402
 from orchestrator.workspace.records import open_own_record as load  # noqa: E402
-from tests.conftest import make_workspace  # noqa: E402
+from tests.helpers import make_workspace  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("sandbox_image"), pytest.mark.anyio]
 

@@ -21,10 +21,10 @@ from orchestrator.policy.hook_spec import EVENTS, TOOL_EVENTS, TRIGGER_EVENTS, H
 from orchestrator.policy.ladder import PolicyRule, Tier, known_actions, known_tools, load_workspace_policy, parse_policy
 from orchestrator.tools.mcp import names as mcp_names
 from orchestrator.tools.tooldef import KINDS
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Every form a user might write in a hook's matcher, kind or command_regex.
 FORMS = [

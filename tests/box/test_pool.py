@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from orchestrator.sandbox.pool import SandboxPool
-from tests.conftest import make_workspace
-from tests.test_start_gate import wait_until
+from tests.box.test_start_gate import wait_until
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 

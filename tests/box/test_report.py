@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.report import MAX_PAGE_BYTES
-from tests.conftest import chown_tree, committed_example
-from tests.report_browser import Elements, chromium, dump_dom, needs_chromium, run_cli, run_session
+from tests.helpers import chown_tree, committed_example
+from tests.helpers.report_browser import Elements, chromium, dump_dom, needs_chromium, run_cli, run_session
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 POLICY = (
     "rules:\n  - {id: edits, kind: edit, decision: allow}\n"
     "  - {id: tests, tool: shell, command_prefix: python3 -B -m unittest, decision: allow}\n"
@@ -121,7 +121,7 @@ def test_report_of_an_unknown_session(tmp_path):
 def test_report_from_the_python_api(tmp_path, monkeypatch, sandbox_image):
     """`Sandbox.report(path)`: the page of an API session (its calls, who decided, the copy's diff), written and returned, after close."""
     from orchestrator import Sandbox
-    from tests.conftest import make_workspace
+    from tests.helpers import make_workspace
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = make_workspace(tmp_path / "ws", {"a.txt": "old\n"})
@@ -141,7 +141,7 @@ def test_report_of_a_rolled_back_session(tmp_path, monkeypatch, sandbox_image):
     """A session rolled back to its start (the API's rollback, a call the ladder decides): the page shows
     the rollback in the timeline with who decided, and the final diff is empty (the write was undone)."""
     from orchestrator import Sandbox
-    from tests.conftest import make_workspace
+    from tests.helpers import make_workspace
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     ws = make_workspace(tmp_path / "ws", {"a.txt": "old\n"})

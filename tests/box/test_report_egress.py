@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from tests.conftest import make_workspace
 from tests.egress.conftest import (  # noqa: F401 - fixtures, used by name
     OUTER_CIDR,
     docker_compose_command,
@@ -18,7 +17,8 @@ from tests.egress.conftest import (  # noqa: F401 - fixtures, used by name
     egress_project,
 )
 from tests.egress.test_egress import FETCH
-from tests.report_browser import run_cli
+from tests.helpers import make_workspace
+from tests.helpers.report_browser import run_cli
 
 pytestmark = pytest.mark.docker
 

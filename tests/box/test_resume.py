@@ -25,10 +25,10 @@ import pytest
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.transcript import Unreadable, read_records
 from orchestrator.transcript.resume import NO_RESULT, rebuild
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def oa(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -368,7 +368,7 @@ def test_acp_session_load_replays_the_conversation_then_the_session_goes_on(sand
     from acp import RequestError, text_block
     from acp.schema import AgentMessageChunk, ToolCallProgress, ToolCallStart, UserMessageChunk
 
-    from tests.acp_editor import run_editor
+    from tests.helpers.acp_editor import run_editor
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "alpha\n"})
     env = {

@@ -20,10 +20,10 @@ from orchestrator.policy.ladder import Access, Ladder, Level, access_of
 from orchestrator.session import load_authority, load_policies
 from orchestrator.tools.catalog import LAND_ACTION, LAND_KIND, LAND_TOOL
 from orchestrator.workspace.records import SessionRecord, WorkspaceMode
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COPY_ONLY = 'workspace_access = "copy-only"\n'
 ALLOW_SHELL = '[[rules]]\ntool = "shell"\ndecision = "allow"\n'
 

@@ -28,7 +28,7 @@ from orchestrator.workspace.review import (
     render_diff,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def build(root: Path, files: dict[str, str | bytes]) -> Path:
@@ -457,7 +457,7 @@ def test_apply_killed_midway_leaves_every_file_old_or_new_and_can_be_run_again(t
 @pytest.mark.docker
 @pytest.mark.skipif(os.geteuid() != 0, reason="chowning the copy to the sandbox uid needs root")
 def test_a_real_box_plants_everything_and_apply_carries_only_the_edit(open_sandbox, tmp_path):
-    from tests.conftest import chown_tree
+    from tests.helpers import chown_tree
 
     real = build(
         tmp_path / "real", {"app.py": "print('bug')\n", "README": "readme\n", ".git/HEAD": "ref: refs/heads/main\n"}
@@ -542,7 +542,7 @@ def test_changes_on_box_text_built_against_difflib_end_at_the_differs_deadline(t
     the diff's size cap): `changes` and `changes --stat` ran difflib on the main thread for minutes;
     now a diff of that size runs in bounded_diff's child and the listing says it gave up."""
     from orchestrator.workspace.review import DIFF_DEADLINE_S
-    from tests.test_preview_bounds import pathological_lines
+    from tests.unit.test_preview_bounds import pathological_lines
 
     before, after = pathological_lines(40_000)
     assert len(before) < 256 * 1024 and len(after) < 256 * 1024

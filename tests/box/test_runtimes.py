@@ -195,7 +195,7 @@ def test_the_real_daemons_choice_matches_its_registrations(docker_client):
 def test_a_box_under_the_default_choice_runs_the_tools_and_leaves_nothing(open_sandbox, docker_client, tmp_path):
     """The hardened box under the chosen runtime answers; under gVisor `uname -r` is gVisor's kernel,
     not the host's; closing it leaves no container of ours."""
-    from tests.conftest import make_workspace
+    from tests.helpers import make_workspace
 
     choice = choose_runtime(None, False, docker_client)
     ws = make_workspace(tmp_path / "ws", {"a.txt": "hello\n"})
@@ -249,7 +249,7 @@ def test_setup_probes_a_missing_runsc_without_ending_the_set_up(tmp_path):
     import shutil
     from pathlib import Path
 
-    setup = Path(__file__).resolve().parent.parent / "scripts" / "setup"
+    setup = Path(__file__).resolve().parents[2] / "scripts" / "setup"
     probe = next(line for line in setup.read_text().splitlines() if line.startswith("runsc_version()"))
     for tool in ("sed", "head"):  # what the probe needs besides runsc, which this PATH lacks
         (tmp_path / tool).symlink_to(shutil.which(tool))

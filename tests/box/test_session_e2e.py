@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import chown_tree, committed_example, make_workspace, run_busy_in_shell
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import chown_tree, committed_example, make_workspace, run_busy_in_shell
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 HOST_KEY = "sk-fake-host-key-7d1f0c2b9a8e4f66"
 

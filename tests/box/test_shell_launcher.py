@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import BOTH_RUNTIMES, chown_tree
+from tests.helpers import BOTH_RUNTIMES, chown_tree
 
 pytestmark = pytest.mark.docker
 
@@ -22,7 +22,7 @@ PAD = "\n#" + "p" * 5000  # past PIPE_BUF (4096): the launcher refuses it
 @pytest.fixture(scope="module", params=BOTH_RUNTIMES)
 def box(request, sandbox_image, docker_client, tmp_path_factory):
     from orchestrator.sandbox.docker import DockerSandbox
-    from tests.conftest import require_runtime, sandbox_config
+    from tests.helpers import require_runtime, sandbox_config
 
     require_runtime(request.param, docker_client)
     root = tmp_path_factory.mktemp(f"shell-launcher-{request.param}") / "ws"

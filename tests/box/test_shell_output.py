@@ -19,7 +19,7 @@ import re
 import pytest
 
 from orchestrator.errors import ErrorType
-from tests.conftest import BOTH_RUNTIMES, chown_tree, live_processes
+from tests.helpers import BOTH_RUNTIMES, chown_tree, live_processes
 
 pytestmark = pytest.mark.docker
 
@@ -35,7 +35,7 @@ BOUND_S = 1.5
 def box(request, sandbox_image, docker_client, tmp_path_factory):
     """One box per runtime for the module (the conftest `runtime` fixture is per test, a box each)."""
     from orchestrator.sandbox.docker import DockerSandbox
-    from tests.conftest import require_runtime, sandbox_config
+    from tests.helpers import require_runtime, sandbox_config
 
     require_runtime(request.param, docker_client)
     root = tmp_path_factory.mktemp(f"shell-output-{request.param}") / "ws"

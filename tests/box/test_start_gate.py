@@ -14,7 +14,7 @@ import pytest
 
 from orchestrator.config import SandboxConfig
 from orchestrator.sandbox.starts import START_GATE, StartGate, StartQueued
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 WAIT_S = 30.0  # an upper bound for a thread to reach a state, never a timing target
 

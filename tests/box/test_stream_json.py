@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.run import _exit_json
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
-from tests.test_transcript import _raw_hidden
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
+from tests.unit.test_transcript import _raw_hidden
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = set(_exit_json(0, "finished", None))
 ESCAPES = r"printf 'before\033[2J\033]52;c;aGk=\007\033[8mhidden\033[0m\rfake prompt\n'; seq 1 3"
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.conftest import chown_tree, error_of, one_box_per_module, put
+from tests.helpers import chown_tree, error_of, one_box_per_module, put
 
 pytestmark = pytest.mark.docker
 

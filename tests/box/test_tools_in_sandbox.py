@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import chown_tree, live_processes, make_workspace
+from tests.helpers import chown_tree, live_processes, make_workspace
 
 pytestmark = pytest.mark.docker
 
@@ -223,7 +223,7 @@ def test_timed_out_daemons_do_not_survive(sandbox):
 
 def test_host_variables_do_not_reach_the_sandbox(sandbox_image, docker_client, workspace, monkeypatch, runtime):
     from orchestrator.sandbox.docker import DockerSandbox
-    from tests.conftest import sandbox_config
+    from tests.helpers import sandbox_config
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-host-secret-123")
     monkeypatch.setenv("GITHUB_TOKEN", "ghp_hostsecret456")

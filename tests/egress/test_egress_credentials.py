@@ -22,8 +22,8 @@ from docker.types import Mount
 from orchestrator.config import DockerBackendConfig, EgressConfig, EgressCredential, EgressRule, SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.sandbox.egress_tls import SessionCA
-from tests.conftest import BOTH_RUNTIMES, make_workspace
 from tests.egress.conftest import OUTER_CIDR, ROOT
+from tests.helpers import BOTH_RUNTIMES, make_workspace
 
 pytestmark = pytest.mark.docker
 

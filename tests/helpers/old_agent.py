@@ -1,7 +1,7 @@
 """The agent's search and binary check as they were before they ran at C speed (sandbox_agent/
 search.py, scan.py, sniff.py at commit 04efd0d), verbatim but for the imports: the reference that
-tests/test_grep_equivalence.py and tests/test_sniff_equivalence.py hold the new code to. Run as a
-program (`python -m tests.old_agent SPEC.json`, with OA_AGENT_WORKSPACE set and the workspace as the
+tests/unit/test_grep_equivalence.py and tests/unit/test_sniff_equivalence.py hold the new code to. Run as a
+program (`python -m tests.helpers.old_agent SPEC.json`, with OA_AGENT_WORKSPACE set and the workspace as the
 working directory: the agent's path checks are relative to it) it prints, for each search in the
 spec, the old and the new answer."""
 

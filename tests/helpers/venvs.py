@@ -17,7 +17,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEPENDENCIES = sysconfig.get_paths()["purelib"]  # this run's site-packages: pydantic, click, docker, ...
 PY = f"python{sys.version_info.major}.{sys.version_info.minor}"
 

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOL_MODULES = ("sandbox_agent.shell", "sandbox_agent.writing", "sandbox_agent.search", "sandbox_agent.listing")
 
 

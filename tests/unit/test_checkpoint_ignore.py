@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.workspace.checkpoints import CheckpointStore
 from orchestrator.workspace.checkpoints.ignore import IGNORE_CAP, IGNORED, ignored, parse
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 RULES = b"# comment\n\n*.log\n!keep.log\nbuild/\n/top.txt\ndocs/**/gen\n\\#hash\nsp\\ \nx\\*y\n**/deep\nnested/*.tmp\n"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_workspace
-from tests.test_cli_run import oa
+from tests.box.test_cli_run import oa
+from tests.helpers import make_workspace
 
 
 def test_a_public_base_url_still_needs_a_key(tmp_path):

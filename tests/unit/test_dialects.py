@@ -15,7 +15,7 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import Message, RetryableModelError, ToolCall
 from orchestrator.models.dialects import DIALECTS, Dialect, dialect
 from orchestrator.models.stream import SSEEvent, sse_events
-from tests.fake_model_server import FakeModelServer, sse
+from tests.helpers.fake_model_server import FakeModelServer, sse
 
 SCHEMA = {
     "type": "object",
@@ -41,7 +41,7 @@ HISTORY = [
     Message(role="tool", tool_call_id="c1", name="read_file", content="one"),
     Message(role="tool", tool_call_id="c2", name="read_file", content="two"),
 ]
-DIALECTS_DIR = Path(__file__).resolve().parent.parent / "orchestrator" / "models" / "dialects"
+DIALECTS_DIR = Path(__file__).resolve().parents[2] / "orchestrator" / "models" / "dialects"
 
 
 def events(raw: list[bytes]) -> list[SSEEvent]:

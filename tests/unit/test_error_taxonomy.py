@@ -13,9 +13,9 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.loop import SessionStatus
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.protocol import ToolResult
-from tests.test_loop_fast import FakeSandbox, session, typed
+from tests.unit.test_loop_fast import FakeSandbox, session, typed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RAISERS = {"ToolError", "PathRefused", "PathProblem"}
 
 

@@ -1,5 +1,5 @@
 """grep_files at C speed (sandbox_agent/scan.py: whole blocks of lines, a required-literal pre-filter)
-answers exactly as the line-by-line search it replaced (tests/old_agent.py, the old code verbatim):
+answers exactly as the line-by-line search it replaced (tests/helpers/old_agent.py, the old code verbatim):
 the same output, notes and meta, on a tree of tricky files (binary, Latin-1, windows-1251, UTF-16/32
 with a byte-order mark and without a valid body, CRLF and lone CRs, long lines, a UTF-8 BOM, the
 skipped directories, links, a FIFO) and on random trees, with the bounds at their real values and
@@ -20,7 +20,7 @@ import pytest
 
 from sandbox_agent import search
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PATTERNS = [
     "needle",
@@ -166,7 +166,11 @@ def _compare(root: Path, searches: list[dict], limits: dict | None = None, read_
     )
     env = {**os.environ, "OA_AGENT_WORKSPACE": str(root), "PYTHONPATH": str(ROOT)}
     run = subprocess.run(
-        [sys.executable, "-m", "tests.old_agent", str(spec)], cwd=root, env=env, capture_output=True, timeout=600
+        [sys.executable, "-m", "tests.helpers.old_agent", str(spec)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr.decode()[-3000:]
     answers = json.loads(run.stdout)

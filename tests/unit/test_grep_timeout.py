@@ -2,7 +2,7 @@
 of one file's lines taking the CPU (the pattern backtracking), one file taking the time (its size),
 or the walk as a whole; and a machine too busy to give the search the CPU, which is no fault of the
 pattern. Issue 50: under load an ordinary regex hit the limit and the error blamed catastrophic
-backtracking. The in-box case, a real backtracking pattern: tests/test_tools_in_sandbox.py."""
+backtracking. The in-box case, a real backtracking pattern: tests/box/test_tools_in_sandbox.py."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_a_search_in_the_agent_has_the_same_deadline(tmp_path) -> None:
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     ws = tmp_path / "ws"
     # One file in 60 matches: 100 lines in all, under the 200-line bound, so the search must walk
     # every file (6,000 opens and reads take 70 ms here, the deadline is 10 ms) rather than end at the bound.

@@ -213,7 +213,7 @@ def test_the_hooks_command_lists_hooks_their_origin_and_what_cannot_run(tmp_path
     )
     env = {
         **os.environ,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
         "XDG_CONFIG_HOME": str(tmp_path / "cfg"),
         "OA_ADMIN_POLICY": str(tmp_path / "none"),
     }
@@ -244,7 +244,7 @@ def test_transcript_show_prints_a_hook_block_escaped(tmp_path):
     hooks.transcript.close()
     env = {
         **os.environ,
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
         "XDG_STATE_HOME": str(tmp_path / "state"),
     }
     shown = subprocess.run(

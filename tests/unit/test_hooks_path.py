@@ -28,7 +28,7 @@ from orchestrator.policy.hook_spec import Collected
 from orchestrator.policy.ladder import Tier, parse_policy
 from orchestrator.transcript import Transcript
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PATH = (
     "/usr/local/bin:/usr/bin:/bin"  # the host's own programs: what the user's PATH has after the workspace's entry
 )

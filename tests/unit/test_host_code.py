@@ -20,8 +20,7 @@ from orchestrator.workspace.copy import copy_workspace
 from orchestrator.workspace.host_code import HostCodeInWorkspace, HostPath, found_in, guard, read_only_tops
 from orchestrator.workspace.records import WorkspaceMode
 from orchestrator.workspace.review import apply_changes, planned_changes
-from tests import venvs
-from tests.conftest import chown_tree, make_workspace
+from tests.helpers import chown_tree, make_workspace, venvs
 
 PROBE = (
     "import json, sys; import orchestrator.cli; from orchestrator.workspace.host_code import found_in; "

@@ -1,6 +1,6 @@
 """The one HTTP model client driven through httpx's own seam, `httpx.MockTransport`: the exact
 bytes it sends, its retries on 429/5xx and broken connections, its typed fatal errors, malformed
-answers, a stream cut midway. (tests/test_models.py drives the same client against a real server
+answers, a stream cut midway. (tests/unit/test_models.py drives the same client against a real server
 on loopback.) And a family made in this file alone, to show that a new family is one dialect."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from orchestrator.models.factory import key_variable, model_from_spec
 from orchestrator.models.http import HttpModelClient
 from orchestrator.models.stream import SSEEvent
 from orchestrator.tools.declarations import declarations
-from tests.fake_model_server import FakeModelServer, sse
+from tests.helpers.fake_model_server import FakeModelServer, sse
 
 FAST = RetryPolicy(max_attempts=3, max_total_s=20, base_delay_s=0.01, max_delay_s=0.05)
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="fix it")]

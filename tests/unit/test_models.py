@@ -11,7 +11,7 @@ from orchestrator.models.base import Message, RetryPolicy
 from orchestrator.models.dialects import DIALECTS
 from orchestrator.models.http import HttpModelClient, preflight
 from orchestrator.tools.declarations import declarations
-from tests.fake_model_server import FakeModelServer
+from tests.helpers.fake_model_server import FakeModelServer
 
 FAST = RetryPolicy(max_attempts=3, max_total_s=20, base_delay_s=0.05, max_delay_s=2)
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="fix it")]
@@ -125,7 +125,7 @@ def test_gemini_retries_429(server):
 # -- streaming ---------------------------------------------------------------------------------
 from orchestrator.models.factory import model_from_spec  # noqa: E402
 from orchestrator.models.stream import StreamLimits, sse_events  # noqa: E402
-from tests.fake_model_server import sse  # noqa: E402
+from tests.helpers.fake_model_server import sse  # noqa: E402
 
 
 def gemini(server, retry=FAST, **kw):

@@ -1,7 +1,7 @@
 """The binary check at C speed (sandbox_agent/sniff.py) judges every head exactly as the per-byte
 definition it replaced does: real files' first 8 KiB, random bytes, and heads built to sit on each
 threshold (10% controls, 10% invalid UTF-8, the Latin-1/windows-1251 exception, characters cut at
-the end). The reference is the old code, verbatim (tests/old_agent.py)."""
+the end). The reference is the old code, verbatim (tests/helpers/old_agent.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_agent import sniff
-from tests import old_agent as old
+from tests.helpers import old_agent as old
 
 
 def _real_heads(limit: int = 4000) -> list[bytes]:

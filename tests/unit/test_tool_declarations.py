@@ -19,7 +19,7 @@ from orchestrator.tools import catalog
 from orchestrator.tools.declarations import base_declaration
 from orchestrator.tools.tooldef import DEFAULT_RULE, KINDS, RunContext, ToolDef
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOOLS = list(catalog.TOOLS.values())
 
 

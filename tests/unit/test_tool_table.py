@@ -18,7 +18,7 @@ from orchestrator.tools import catalog
 from orchestrator.tools.declarations import base_declaration
 from sandbox_agent import table
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def mismatches(agent: Mapping[str, tuple[str, str, Mapping[str, int]]], host: Mapping[str, Any]) -> list[str]:

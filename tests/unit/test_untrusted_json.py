@@ -28,7 +28,7 @@ from orchestrator.tools.args import parse_arguments
 from orchestrator.transcript import show_lines
 from sandbox_agent import jsonbound
 from sandbox_agent import server as agent_server
-from tests.fake_model_server import FakeModelServer
+from tests.helpers.fake_model_server import FakeModelServer
 
 DEEP = [
     "[" * 50_000 + "]" * 50_000,

@@ -152,6 +152,6 @@ def test_the_agent_answers_without_importing_the_json_package_or_re():
         capture_output=True,
         text=True,
         check=True,
-        cwd=str(__import__("pathlib").Path(__file__).parents[1]),
+        cwd=str(__import__("pathlib").Path(__file__).parents[2]),
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
