@@ -22,11 +22,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
-pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def oa(tmp_path: Path, *args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -233,7 +233,7 @@ def test_acp_sends_a_streamed_answer_as_agent_message_chunks(sandbox_image, tmp_
     and the whole text is not sent again at the end."""
     from acp import text_block
 
-    from tests import acp_editor
+    from tests.helpers import acp_editor
 
     wrapper = tmp_path / "oa-sandbox"
     wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m orchestrator.cli "$@"\n')
