@@ -1,6 +1,6 @@
 """The Docker daemon goes away mid-call and mid-session, and comes back (issue 16: daemon loss).
 
-Every Docker test here runs against the tests' own second daemon (tests/docker_daemon.py: its own
+Every Docker test here runs against the tests' own second daemon (tests/helpers/docker_daemon.py: its own
 socket, data root, exec root, containerd, network and mount namespaces), reached through
 DOCKER_HOST exactly as a user's would be; it is killed with SIGKILL as a crash would kill it, or
 frozen with SIGSTOP as a wedged or restoring daemon looks. The machine's daemon is only read, once,
@@ -38,10 +38,10 @@ from orchestrator.config import LABEL, SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.base import RETRIED_AFTER_DEADLINE_S, BoxSpec, SupervisedSandbox
 from orchestrator.sandbox.daemon import DAEMON_CHECK_S
-from tests.conftest import make_workspace
-from tests.docker_daemon import OwnDockerDaemon, extra_runtimes, save_image
-from tests.fake_model_server import FakeModelServer
-from tests.test_seam import PipeStream, SubprocessDeployment
+from orchestrator.sandbox.local import LocalDeployment, PipeStream
+from tests.helpers import make_workspace
+from tests.helpers.docker_daemon import OwnDockerDaemon, extra_runtimes, save_image
+from tests.helpers.fake_model_server import FakeModelServer
 
 OA = str(Path(sys.executable).with_name("oa-sandbox"))
 MARK = "OA_DAEMON_LOSS_TEST"  # in every CLI's environment: its descendants inherit it, wherever they go
@@ -160,8 +160,8 @@ def new_threads(before: set[threading.Thread], within: float = 5.0) -> list[str]
 
 
 # -- the supervisor, without Docker: a lost backend is a typed failure, never a restart loop ----------
-class VanishingBackend(SubprocessDeployment):
-    """The subprocess deployment whose "daemon" can go: then the agent dies with it, starting fails,
+class VanishingBackend(LocalDeployment):
+    """The local deployment (the agent as a child process) whose "daemon" can go: then the agent dies with it, starting fails,
     and why_lost says so, as DockerDeployment does."""
 
     gone = False
@@ -478,7 +478,7 @@ def test_exec_killed_mid_call_exits_2_with_the_typed_error(daemon, tmp_path):
 def test_acp_reports_the_loss_on_that_prompt_and_serves_its_other_sessions_when_the_daemon_is_back(daemon, tmp_path):
     from acp import RequestError, text_block
 
-    from tests.acp_editor import run_editor
+    from tests.helpers.acp_editor import run_editor
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     mark = uuid.uuid4().hex

@@ -27,10 +27,12 @@ from orchestrator.config import LABEL
 from orchestrator.sandbox import owner
 from orchestrator.sandbox.owner import Owner, Verdict, parse_start_time, start_time, verdict
 from orchestrator.sandbox.reaper import Scope, _doomed
-from tests.conftest import make_workspace, run_busy_in_shell
+from tests.helpers import make_workspace, run_busy_in_shell
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 REAP_NOTE = "left by host processes that are gone"
+# The reaping cases count what the daemon holds and reap what no live process owns: never beside other tests.
+pytestmark = pytest.mark.serial
 
 
 # -- the owner check (no Docker) ---------------------------------------------------------------
@@ -197,17 +199,19 @@ def test_what_each_scope_reaps():
 
 def test_closing_a_sandbox_removes_the_box_while_its_stream_is_still_open(tmp_path):
     """Closed first, the stream's end lets the agent exit by itself while the removal races it."""
-    from tests.test_seam import SubprocessDeployment, _sandbox
+    from orchestrator.sandbox.local import LocalDeployment, LocalSandbox
 
     seen: list[tuple[bool, bool]] = []
 
-    class Recording(SubprocessDeployment):
+    class Recording(LocalDeployment):
         def remove(self) -> None:
             if self.proc is not None:
                 seen.append((self.proc.stdin.closed, self.proc.poll() is None))  # type: ignore[union-attr]
             super().remove()
 
-    box, _ = _sandbox(tmp_path / "ws")
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "a.txt").write_text("a\n")
+    box = LocalSandbox(tmp_path / "ws", state_dir=tmp_path / "state")
     box.deployment = Recording(box.deployment.spec)
     with box:
         assert box.call("read_file", {"path": "a.txt"}).ok
@@ -252,7 +256,7 @@ _CHAIN = textwrap.dedent("""
 def test_a_process_removes_its_boxes_at_exit_and_on_a_signal_chaining_with_its_own_handler(tmp_path, case, code, lines):
     log = tmp_path / "log"
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHAIN, str(log), case], stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[1]
+        [sys.executable, "-c", _CHAIN, str(log), case], stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2]
     )
     assert proc.stdout.readline() == b"ready\n"
     if case != "exit":

@@ -1,7 +1,8 @@
 """The backend seam without Docker: the supervised sandbox over a second deployment (the real agent
-as a local subprocess, test-only: no isolation), and Docker's stream demultiplexing over a socket pair.
+as a local subprocess, orchestrator/sandbox/local.py: no isolation), and Docker's stream
+demultiplexing over a socket pair.
 
-The subprocess deployment shows that deadlines, recovery and resending live in base.py, not in a
+The local deployment shows that deadlines, recovery and resending live in base.py, not in a
 backend: a killed agent is replaced, a hung one is killed and replaced at the host's deadline.
 """
 
@@ -11,8 +12,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,113 +20,33 @@ import pytest
 
 from orchestrator.config import SandboxConfig
 from orchestrator.errors import ErrorType, OpenAgentsError
-from orchestrator.protocol import EgressRecord
 from orchestrator.sandbox.backend import backend_from_config
-from orchestrator.sandbox.base import BoxSpec, SupervisedSandbox
 from orchestrator.sandbox.docker import DockerStream
 from orchestrator.sandbox.docker_admin import DockerBackend
+from orchestrator.sandbox.local import LocalSandbox
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class PipeStream:
-    """The agent's stdout and stdin pipes as an AgentStream."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-
-    def recv(self, size: int) -> bytes:
-        assert self.proc.stdout is not None
-        return os.read(self.proc.stdout.fileno(), size)
-
-    def sendall(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def close(self) -> None:
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            try:
-                pipe.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
-
-    def stderr_tail(self) -> bytes:
-        return b""
+ROOT = Path(__file__).resolve().parents[2]
 
 
-class SubprocessDeployment:
-    """The agent as a plain child process on the workspace: enough to drive the supervisor."""
-
-    def __init__(self, spec: BoxSpec) -> None:
-        self.spec = spec
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.started = 0
-        self.kills = 0
-
-    def start(self) -> PipeStream:
-        env = {"PATH": os.environ["PATH"], "OA_AGENT_WORKSPACE": str(self.spec.workspace), "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sandbox_agent"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=self.spec.workspace,
-            env=env,
-            start_new_session=True,
-        )
-        self.started += 1
-        return PipeStream(self.proc)
-
-    def kill_processes(self) -> None:
-        self.kills += 1  # the agent's commands run in their own sessions; the agent is what hangs here
-
-    def remove(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-            self.proc = None
-
-    def close(self) -> None:
-        pass
-
-    def others_on_workspace(self) -> bool:
-        return False
-
-    def drain_egress(self) -> list[EgressRecord]:
-        return []
-
-    def why_lost(self, err: OpenAgentsError) -> OpenAgentsError:
-        return err
-
-    gvisor = False
-
-
-def _sandbox(ws: Path, **limits: Any) -> tuple[SupervisedSandbox, list[SubprocessDeployment]]:
-    made: list[SubprocessDeployment] = []
-
-    def deploy(spec: BoxSpec) -> SubprocessDeployment:
-        made.append(SubprocessDeployment(spec))
-        return made[-1]
-
+def _sandbox(ws: Path, **limits: Any) -> LocalSandbox:
     ws.mkdir(exist_ok=True)
     (ws / "a.txt").write_text("a\n")
     config = SandboxConfig(user=f"{os.getuid() or 1000}:{os.getgid() or 1000}", **limits)
-    return SupervisedSandbox(ws, config, deploy, state_dir=ws.parent / "state"), made
+    return LocalSandbox(ws, config, state_dir=ws.parent / "state")
 
 
 def test_the_supervisor_runs_calls_over_another_deployment(tmp_path: Path) -> None:
-    box, made = _sandbox(tmp_path / "ws")
+    box = _sandbox(tmp_path / "ws")
     with box:
-        assert box.started and box.agent_info["pid"] == made[0].proc.pid  # type: ignore[union-attr]
+        assert box.started and box.agent_info["pid"] == box.deployment.proc.pid  # type: ignore[union-attr]
         assert box.call("read_file", {"path": "a.txt"}).output == "a\n"
         assert box.call("shell", {"command": "echo hi"}).output == "hi\n"
-    assert not box.started and made[0].proc is None
+    assert not box.started and box.deployment.proc is None
 
 
 def test_a_killed_agent_is_replaced_by_the_supervisor_not_the_backend(tmp_path):
-    box, made = _sandbox(tmp_path / "ws")
+    box = _sandbox(tmp_path / "ws")
+    made = [box.deployment]
     with box:
         lost = box.call("shell", {"command": "kill -9 $PPID; sleep 5"})
         assert lost.error is not None and lost.error.type is ErrorType.AGENT_LOST  # acknowledged, so not resent
@@ -136,7 +55,8 @@ def test_a_killed_agent_is_replaced_by_the_supervisor_not_the_backend(tmp_path):
 
 
 def test_a_hung_agent_is_killed_and_replaced_at_the_hosts_deadline(tmp_path: Path) -> None:
-    box, made = _sandbox(tmp_path / "ws", shell_grace_s=1.0)
+    box = _sandbox(tmp_path / "ws", shell_grace_s=1.0)
+    made = [box.deployment]
     with box:
         os.kill(made[0].proc.pid, signal.SIGSTOP)  # type: ignore[union-attr]
         result = box.call("shell", {"command": "true", "timeout": 1})  # the host's deadline: 1 s + 1 s of grace
