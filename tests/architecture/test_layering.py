@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from tests.architecture.test_layout import PACKAGE, ROOT, import_graph, knots
+from tests.helpers.layout import PACKAGE, ROOT, import_graph, knots
 
 # Ground up. Each entry: the parts of one layer, and what they own (the doc's words).
 LAYERS: list[dict[str, str]] = [

@@ -319,7 +319,7 @@ def test_a_sound_workspace_policy_still_tightens(tmp_path):
 @pytest.mark.docker
 def test_one_poisoned_workspace_does_not_wedge_the_acp_server(sandbox_image, tmp_path):
     """In one ACP server, sessions on a slow-to-parse policy, a FIFO policy and an alias bomb fail typed while a normal session completes its prompt and initialize is answered meanwhile."""
-    from tests.box.test_acp import Editor, updates
+    from tests.helpers.acp import Editor, updates
 
     slow = make_workspace(tmp_path / "slow", {".openagents/policy.toml": _fill("", "a.", "a=1").decode()})
     fifo = make_workspace(tmp_path / "fifo", {"README.md": "x\n"})

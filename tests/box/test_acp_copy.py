@@ -21,9 +21,9 @@ import pytest
 from acp import text_block
 from acp.schema import AgentMessageChunk, ClientCapabilities, FileSystemCapabilities
 
-from tests.attacks.test_host_git import init_repo
 from tests.helpers import chown_tree
 from tests.helpers.acp_editor import OA, Editor, run_editor
+from tests.helpers.host_git import init_repo
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make")
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]

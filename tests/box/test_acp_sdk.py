@@ -20,6 +20,7 @@ from acp.schema import EnvVariable, McpServerStdio
 
 from tests.helpers import make_workspace
 from tests.helpers.acp_editor import run_editor
+from tests.helpers.acp_sdk import MCP_SERVER, alive
 from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.timeout(300)
@@ -124,33 +125,6 @@ def test_resource_links_reach_the_model_and_outside_files_are_named_not_read(san
     assert "and compare with this one" in second and "outside.txt" in second and str(outside) in second
     assert "outside the workspace" in second
     assert "OUTSIDE-CONTENT" not in json.dumps(requests)
-
-
-# -- 3. the editor's stdio MCP servers ---------------------------------------------------------------
-MCP_SERVER = '''
-import os, sys
-from mcp.server.mcpserver import MCPServer
-
-app = MCPServer("notes")
-with open(os.environ["PID_FILE"], "w") as fh:
-    fh.write(str(os.getpid()))
-
-@app.tool()
-def add_note(text: str) -> str:
-    """Store a note on the host."""
-    with open(os.environ["NOTES_FILE"], "a") as fh:
-        fh.write(text + "\\n")
-    return "stored: " + text
-
-app.run()
-'''
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 @pytest.mark.docker

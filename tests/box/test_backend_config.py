@@ -14,8 +14,8 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.sandbox.backend import backend_from_config
 from orchestrator.sandbox.docker import docker_options
 from orchestrator.sandbox.docker_admin import DockerBackend
-from tests.box.test_cli_run import oa
 from tests.helpers import make_workspace
+from tests.helpers.cli_run import oa
 
 TAG = "openagents-sandbox:oa-no-such-tag"
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,29 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import committed_example
+from tests.helpers.batch import ROOT, batch, env, results, write_tasks
 
 pytestmark = pytest.mark.docker
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "calc.jsonl"
 POLICY = ROOT / "examples" / "policy.toml"
-
-
-def batch(tmp_path: Path, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "batch", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
-    )
-
-
-def env(tmp_path: Path) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "GEMINI_API_KEY")}
-    out.update(PYTHONPATH=str(ROOT), XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"))
-    return out
 
 
 def digest(root: Path) -> dict[str, str]:
@@ -51,15 +32,6 @@ def digest(root: Path) -> dict[str, str]:
         + (hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir")
         for p in sorted(root.rglob("*"))
     }
-
-
-def results(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def write_tasks(path: Path, lines: list[object]) -> Path:
-    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
-    return path
 
 
 def test_a_batch_runs_each_task_on_its_own_copy_with_its_patch_and_types_a_failing_task_and_a_bad_line(

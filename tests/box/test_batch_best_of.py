@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.box.test_batch import batch, results, write_tasks
-from tests.box.test_fork import oa, sessions_dir
-from tests.box.test_fork_attempts import CALC, TEST, edit
 from tests.helpers import make_workspace
+from tests.helpers.batch import batch, results, write_tasks
+from tests.helpers.fork import oa, sessions_dir
+from tests.helpers.fork_attempts import CALC, TEST, edit
 
 PICK = "python3 -B -m unittest -q test_calc && echo scored > picked.txt"
 

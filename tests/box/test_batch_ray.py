@@ -254,7 +254,7 @@ def test_30000_box_made_names_through_ray_leave_the_result_line_bounded(cluster,
     and 100 files comes back from its worker as one result line under 1 MiB, 1,000 names a list with
     the totals, and the full lists on the node that ran it; the driver's peak RSS is measured."""
     from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED
-    from tests.attacks.test_names_in_output import _many, model, policy
+    from tests.helpers.names_in_output import _many, model, policy
 
     committed_example(tmp_path / "calc")
     tasks = tmp_path / "tasks.jsonl"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from tests.box.test_acp import Editor, updates
 from tests.helpers import make_workspace
+from tests.helpers.acp import Editor, updates
 
 pytestmark = pytest.mark.docker
 

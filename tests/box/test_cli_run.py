@@ -16,39 +16,16 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import make_workspace
+from tests.helpers.cli_run import OA, oa
 from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = pytest.mark.docker
-OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 
 
 def script(tmp_path: Path, turns: list[dict], name: str = "s.jsonl") -> Path:
     path = tmp_path / name
     path.write_text("\n".join(json.dumps(t) for t in turns) + "\n")
     return path
-
-
-def oa(
-    tmp_path: Path,
-    *args: str,
-    stdin: str | None = None,
-    cwd: Path | None = None,
-    env: dict | None = None,
-    timeout: float = 240,
-):
-    environment = {
-        k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "GEMINI_API_KEY")
-    }
-    environment.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), **(env or {}))
-    return subprocess.run(
-        [OA, *args],
-        input=stdin if stdin is not None else "",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=cwd,
-        env=environment,
-    )
 
 
 def events(path: Path) -> list[dict]:
@@ -367,7 +344,7 @@ def test_mcp_servers_from_the_config_file_are_offered_to_run_asked_for_and_stopp
     """issue 13: the user's stdio MCP servers named in config.toml start on the host for `run`, their
     tool is offered as mcp__<server>__<tool>, a call is refused without a policy in a non-interactive
     run (host-side tools ask every time), and the server is gone when the run ends."""
-    from tests.box.test_acp_sdk import MCP_SERVER, alive
+    from tests.helpers.acp_sdk import MCP_SERVER, alive
 
     ws = make_workspace(tmp_path / "ws", {"a.txt": "a\n"})
     server_py = tmp_path / "notes_server.py"

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from tests.box.test_workspace_modes import cli, make_workspace, run_session, shell
+from tests.helpers import make_workspace
+from tests.helpers.workspace_modes import cli, run_session, shell
 
 pytestmark = pytest.mark.docker
 

@@ -14,31 +14,12 @@ import errno
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import chown_tree, make_workspace
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def oa(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "GEMINI_", "ANTHROPIC_"))}
-    environment.update(
-        XDG_STATE_HOME=str(tmp_path / "state"), XDG_CONFIG_HOME=str(tmp_path / "config"), PYTHONPATH=str(ROOT)
-    )
-    return subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", *args],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=environment,
-        cwd=ROOT,
-    )
+from tests.helpers.fork import oa, sessions_dir
 
 
 def script(tmp_path: Path, name: str, turns: list[dict]) -> str:
@@ -56,10 +37,6 @@ def shell(command: str) -> dict:
 
 
 RUN = ["--non-interactive", "--auto-approve", "--output", "json"]
-
-
-def sessions_dir(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "openagents-sandbox" / "sessions"
 
 
 def first_run(tmp_path: Path, ws: Path, calls: list[dict]) -> str:

@@ -14,15 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.box.test_fork import oa, sessions_dir
 from tests.helpers import make_workspace
-
-CALC = "def add(a, b):\n    return a - b\n"
-TEST = "import unittest\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n"
-
-
-def edit(new: str) -> dict:
-    return {"name": "edit_file", "arguments": {"path": "calc.py", "old_text": "    return a - b", "new_text": new}}
+from tests.helpers.fork import oa, sessions_dir
+from tests.helpers.fork_attempts import CALC, TEST, edit
 
 
 @pytest.mark.docker
@@ -157,7 +151,7 @@ def test_ctrl_c_cancels_every_attempt_and_leaves_no_box(sandbox_image, docker_cl
     import time
 
     from orchestrator.config import LABEL
-    from tests.box.test_fork import ROOT
+    from tests.helpers.fork import ROOT
 
     ws = make_workspace(tmp_path / "ws", {"calc.py": CALC})
     (tmp_path / "m.jsonl").write_text(

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.box.test_fork import oa
 from tests.helpers import chown_tree, make_workspace
+from tests.helpers.fork import oa
 
 pytestmark = pytest.mark.skipif(
     __import__("orchestrator.workspace.overlay", fromlist=["unusable"]).unusable() is not None,

@@ -284,7 +284,7 @@ def test_batch_honours_the_hook(sandbox_image, tmp_path):
 
 def test_acp_honours_the_hook(sandbox_image, tmp_path, monkeypatch):
     from orchestrator.acp import models as m
-    from tests.box.test_acp import Editor, updates
+    from tests.helpers.acp import Editor, updates
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("OA_ADMIN_POLICY", raising=False)

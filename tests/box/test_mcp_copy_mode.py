@@ -7,36 +7,19 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import anyio
-import jsonschema
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
+
+from tests.helpers.mcp_copy_mode import Checked, server_params, text
 
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.timeout(300),
     pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make"),
 ]
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def server_params(workspace: Path, state: Path, *extra: str) -> StdioServerParameters:
-    """The server from this tree (not whatever the venv's entry point was installed from)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XDG_STATE_HOME": str(state)}
-    return StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "orchestrator.cli", "mcp", "--workspace", str(workspace), *extra],
-        env=env,
-        cwd=REPO,
-    )
-
-
-def text(result) -> str:
-    return "".join(getattr(block, "text", "") for block in result.content)
 
 
 def root_owned(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -47,19 +30,6 @@ def root_owned(tmp_path: Path, files: dict[str, str]) -> Path:
         (ws / rel).write_text(content)
     assert os.stat(ws).st_uid == 0
     return ws
-
-
-class Checked:
-    """Calls a tool and checks its structuredContent against the tool's declared outputSchema."""
-
-    def __init__(self, client: Client, tools: dict) -> None:
-        self.client, self.tools = client, tools
-
-    async def __call__(self, name: str, arguments: dict | None = None):
-        result = await self.client.call_tool(name, arguments or {})
-        jsonschema.validate(result.structured_content, self.tools[name].output_schema)
-        assert text(result), "a text block for clients without structured output"
-        return result
 
 
 def applied_flag(state: Path) -> bool:

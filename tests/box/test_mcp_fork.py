@@ -13,7 +13,7 @@ import anyio
 import pytest
 from mcp import Client
 
-from tests.box.test_mcp_copy_mode import Checked, server_params, text
+from tests.helpers.mcp_copy_mode import Checked, server_params, text
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 

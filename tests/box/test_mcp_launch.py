@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.tools.mcp.client import McpHost
-from tests.attacks.test_host_programs import PY_SERVER
+from tests.helpers.host_programs import PY_SERVER
 
 pytestmark = pytest.mark.timeout(180)
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"

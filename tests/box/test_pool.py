@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from orchestrator.sandbox.pool import SandboxPool
-from tests.box.test_start_gate import wait_until
 from tests.helpers import make_workspace
+from tests.helpers.start_gate import wait_until
 
 pytestmark = pytest.mark.docker
 

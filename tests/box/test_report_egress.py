@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from tests.egress.conftest import (  # noqa: F401 - fixtures, used by name
+from tests.helpers import make_workspace
+from tests.helpers.egress import (  # noqa: F401 - fixtures, used by name
+    FETCH,
     OUTER_CIDR,
     docker_compose_command,
     docker_compose_file,
@@ -16,8 +18,6 @@ from tests.egress.conftest import (  # noqa: F401 - fixtures, used by name
     docker_setup,
     egress_project,
 )
-from tests.egress.test_egress import FETCH
-from tests.helpers import make_workspace
 from tests.helpers.report_browser import run_cli
 
 pytestmark = pytest.mark.docker

@@ -542,7 +542,7 @@ def test_changes_on_box_text_built_against_difflib_end_at_the_differs_deadline(t
     the diff's size cap): `changes` and `changes --stat` ran difflib on the main thread for minutes;
     now a diff of that size runs in bounded_diff's child and the listing says it gave up."""
     from orchestrator.workspace.review import DIFF_DEADLINE_S
-    from tests.unit.test_preview_bounds import pathological_lines
+    from tests.helpers.preview_bounds import pathological_lines
 
     before, after = pathological_lines(40_000)
     assert len(before) < 256 * 1024 and len(after) < 256 * 1024

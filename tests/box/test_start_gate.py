@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -15,8 +14,7 @@ import pytest
 from orchestrator.config import SandboxConfig
 from orchestrator.sandbox.starts import START_GATE, StartGate, StartQueued
 from tests.helpers import make_workspace
-
-WAIT_S = 30.0  # an upper bound for a thread to reach a state, never a timing target
+from tests.helpers.start_gate import WAIT_S, wait_until
 
 
 class OnlySlotHeld:
@@ -38,14 +36,6 @@ class OnlySlotHeld:
     def release(self) -> None:
         self._release.set()
         self._holder.join(WAIT_S)
-
-
-def wait_until(predicate, what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.005)
 
 
 def test_waiters_enter_first_come_first_served_and_hear_their_place():

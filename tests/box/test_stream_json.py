@@ -21,7 +21,7 @@ import pytest
 from orchestrator.cli.run import _exit_json
 from tests.helpers import make_workspace
 from tests.helpers.fake_model_server import FakeModelServer
-from tests.unit.test_transcript import _raw_hidden
+from tests.helpers.transcript import _raw_hidden
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = set(_exit_json(0, "finished", None))

@@ -5,33 +5,15 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import sys
-import time
 
 import pytest
 
 from tests.helpers import make_workspace
+from tests.helpers.terminal_prompt import read_until
 
 pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-
-
-def read_until(fd: int, marker: bytes, timeout: float = 90) -> bytes:
-    seen = b""
-    deadline = time.monotonic() + timeout
-    while marker not in seen:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            raise TimeoutError(f"no {marker!r} in {seen[-500:]!r}")
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:
-            break
-        if not chunk:
-            break
-        seen += chunk
-    return seen
 
 
 def test_a_approves_edits_for_the_session_and_shell_still_asks(sandbox_image, tmp_path):

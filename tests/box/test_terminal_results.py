@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from tests.box.test_cli_terminal import ROOT, finish, spawn
-from tests.box.test_terminal_prompt import read_until
 from tests.helpers import make_workspace
+from tests.helpers.cli_terminal import ROOT, finish, spawn
+from tests.helpers.terminal_prompt import read_until
 
 pytestmark = pytest.mark.docker
 

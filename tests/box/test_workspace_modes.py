@@ -6,28 +6,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import chown_tree, make_workspace
+from tests.helpers.workspace_modes import cli, run_session, shell
 
 pytestmark = pytest.mark.docker
-OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned workspace needs root to make")
-
-
-def cli(*args, env=None, timeout=180) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [OA, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -44,45 +31,11 @@ def tree(root: Path) -> dict[str, str]:
     return out
 
 
-def script(tmp_path: Path, turns: list) -> Path:
-    path = tmp_path / "model.jsonl"
-    path.write_text("\n".join(json.dumps(t) for t in turns) + "\n")
-    return path
-
-
-def shell(command: str) -> dict:
-    return {"tool_calls": [{"name": "shell", "arguments": {"command": command}}]}
-
-
-ALLOW = '[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
-
-
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     home = tmp_path / "state"
     monkeypatch.setenv("XDG_STATE_HOME", str(home))
     return home
-
-
-def run_session(tmp_path, ws, turns, *extra):
-    policy = tmp_path / "allow.toml"
-    policy.write_text(ALLOW)
-    proc = cli(
-        "run",
-        "--workspace",
-        str(ws),
-        "--model",
-        f"script:{script(tmp_path, turns)}",
-        "--non-interactive",
-        "--policy",
-        str(policy),
-        *extra,
-        "task",
-    )
-    sid = next(
-        (line.split()[1] for line in map(str.strip, proc.stderr.splitlines()) if line.startswith("session: ")), None
-    )
-    return proc, sid
 
 
 @needs_root

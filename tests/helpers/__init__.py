@@ -21,6 +21,7 @@ import pytest
 if TYPE_CHECKING:
     from orchestrator.workspace.checkpoints import Checkpoint, CheckpointStore
 SANDBOX_UID = 1000
+CANARY = "host canary: must never change\n"  # a host file beside the attacks' victim workspace
 
 
 def chown_tree(root: Path, uid: int = SANDBOX_UID) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.box.test_cli_run import oa
 from tests.helpers import make_workspace
+from tests.helpers.cli_run import oa
 
 
 def test_a_public_base_url_still_needs_a_key(tmp_path):

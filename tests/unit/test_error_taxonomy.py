@@ -13,7 +13,7 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.loop import SessionStatus
 from orchestrator.models.base import ModelTurn, ToolCall
 from orchestrator.protocol import ToolResult
-from tests.unit.test_loop_fast import FakeSandbox, session, typed
+from tests.helpers.loop_fast import FakeSandbox, session, typed
 
 ROOT = Path(__file__).resolve().parents[2]
 RAISERS = {"ToolError", "PathRefused", "PathProblem"}

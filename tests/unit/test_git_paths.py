@@ -10,7 +10,7 @@ import pytest
 from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.tools.host_git import HostRepo, parse_args, run_git
 from sandbox_agent.paths import PathRefused, check_lexical
-from tests.attacks.test_host_git import init_repo
+from tests.helpers.host_git import init_repo
 
 
 def git(repo: HostRepo, **raw):

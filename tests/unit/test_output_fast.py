@@ -20,7 +20,7 @@ from orchestrator.policy.prefix import shell_prefix
 from orchestrator.protocol import Executor
 from orchestrator.terminal.painter import RESULT_LINE_CHARS, RESULT_TAIL_LINES, Painter
 from orchestrator.tools.registry import ToolRegistry
-from tests.unit.test_transcript import HOSTILE, _raw_hidden
+from tests.helpers.transcript import HOSTILE, _raw_hidden
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ from orchestrator.terminal.live import LiveView
 from orchestrator.tools.registry import ToolRegistry
 from orchestrator.workspace.bounded_diff import bounded_unified_diff
 from orchestrator.workspace.preview import PREVIEW_SECONDS, proposed_diff
+from tests.helpers.preview_bounds import pathological_lines
 
 
 def prepare(ws: Path, name: str, args: dict) -> object:
@@ -52,14 +53,6 @@ def children() -> list[int]:
         if int(fields[1]) == os.getpid() and fields[0] != "Z":
             out.append(int(entry))
     return out
-
-
-def pathological_lines(n: int) -> tuple[str, str]:
-    """Two texts of n short lines where every line recurs just under difflib's autojunk bound
-    (n/100 times), in a different order on each side: SequenceMatcher then walks about n/100
-    candidates for each line at each level of its recursion. 10,000 such lines (29 KB) took 16 s."""
-    k = n // 100 + 1
-    return "".join(f"{i % k}\n" for i in range(n)), "".join(f"{(i * 7) % k}\n" for i in range(n))
 
 
 # -- size: estimated before anything is built ----------------------------------------------------

@@ -9,6 +9,7 @@ import sys
 
 from orchestrator.protocol import Executor
 from orchestrator.transcript import REDACTED, Redactor, Transcript
+from tests.helpers.transcript import HOSTILE, _raw_hidden
 
 
 def test_events_are_on_disk_before_close_and_secrets_are_redacted(tmp_path, monkeypatch):
@@ -54,19 +55,6 @@ def test_transcript_show_renders_and_redacts(tmp_path):
     assert "sk-abc" not in out and REDACTED in out
     assert "approval: allow_once (ask_every_time) [user]" in out and "← ok [runtime]: done" in out
     assert "■ finished [openagents]" in out and "unreadable line" in out
-
-
-# -- every event bounded, nothing raw ------------------------------------------------------------
-HOSTILE = (
-    "a\x1b[2J\x1b]52;c;aGk=\x07\x1b[8mhidden\x1b[0m\x7f\x9b31m\u202egnp.exe\u2066\u200b\ufeff\r? fake prompt\r\nnext"
-)
-
-
-def _raw_hidden(text: str) -> list[str]:
-    """Every character a terminal would act on or hide (C0 but \\n and \\t, DEL, C1, format, separators, surrogates)."""
-    import unicodedata
-
-    return [c for c in text if c not in "\n\t" and unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp")]
 
 
 def test_visible_leaves_no_control_character_and_is_idempotent():
