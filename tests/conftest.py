@@ -110,11 +110,11 @@ def pytest_collection_modifyitems(config, items):
             off_the_compose_worker.append(item.nodeid)
         if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or tier in _DOCKER_TIERS:
             item.add_marker(pytest.mark.docker)
-            if tier in _NO_DOCKER_TIERS:
-                misfiled.append(item.nodeid)
+        if tier in _NO_DOCKER_TIERS and item.get_closest_marker("docker") is not None:
+            misfiled.append(item.nodeid)
     if misfiled:
         raise pytest.UsageError(
-            "tests of a tier without Docker (tests/unit, tests/architecture) take a Docker fixture: move them "
+            "tests of a tier without Docker (tests/unit, tests/architecture) need Docker (a fixture, a marker): move them "
             "to tests/box or give them the local backend, no daemon (orchestrator/sandbox/local.py):\n  "
             + "\n  ".join(misfiled)
         )

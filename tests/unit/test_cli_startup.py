@@ -159,32 +159,6 @@ def test_a_second_setup_with_nothing_changed_runs_no_pip(tmp_path):
     assert install("").returncode == 0 and pip_runs() == 5
 
 
-def _kill_execs(docker_client, box, act) -> list[dict]:
-    """The `docker exec`s started in `box`'s container while `act()` ran (the daemon's own event log)."""
-    import time
-
-    since = time.time() - 1
-    act()
-    until = time.time() + 1
-    events = docker_client.events(
-        since=since,
-        until=until,
-        decode=True,
-        filters={"type": "container", "event": "exec_create", "container": box.container.id},
-    )
-    return list(events)
-
-
-@pytest.mark.docker
-def test_the_kill_at_close_waits_for_nothing_until_a_call_that_spawns_ran(sandbox, docker_client):
-    """exec's close (issue 50): while only calls that start no process of their own ran (list_files), the
-    box holds its agent alone and kill_processes starts no `docker exec`; after a shell call it does."""
-    assert sandbox.call("list_files", {"path": "."}).ok
-    assert _kill_execs(docker_client, sandbox, sandbox.kill_processes) == []
-    assert sandbox.call("shell", {"command": "true"}).ok
-    assert len(_kill_execs(docker_client, sandbox, sandbox.kill_processes)) == 1
-
-
 def test_a_mistyped_command_is_told_the_closest_names_though_none_is_loaded(tmp_path):
     done, modules = modules_after(["sesions"], tmp_path)
     assert "No such command 'sesions'." in done.stderr and "Did you mean 'sessions'?" in done.stderr, done.stderr[

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import chown_tree, make_workspace
+from tests.helpers import chown_tree
 from tests.helpers.fork import oa
+from tests.helpers.fork_cow import _parent
 
 pytestmark = pytest.mark.skipif(
     __import__("orchestrator.workspace.overlay", fromlist=["unusable"]).unusable() is not None,
@@ -31,20 +32,6 @@ pytestmark = pytest.mark.skipif(
 def no_box(path: str) -> bool:
     """These copies never had a box: nothing holds them (fork_session's box_on_copy)."""
     return False
-
-
-def _parent(tmp_path: Path, monkeypatch) -> str:
-    from orchestrator.workspace.records import WorkspaceMode, prepare
-
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    monkeypatch.setenv("OA_FORK_COW", "auto")
-    ws = make_workspace(
-        tmp_path / "ws", {"a.txt": "alpha\n", "b.txt": "beta\n", "sub/c.txt": "gamma\n", "big.bin": b"\1" * (1 << 20)}
-    )
-    record, _ = prepare(ws, WorkspaceMode.COPY, None)
-    record.status, record.host_pid = "finished", 0
-    record.save()
-    return record.id
 
 
 def _as_box(copy: Path) -> None:
@@ -208,40 +195,6 @@ def test_an_older_object_of_a_frozen_parent_keeps_its_layers(tmp_path, monkeypat
     assert set(fork.cow.lowers) <= mounted_lowers()
     remove_unused_layers(now=time.time() + 3600)  # the fork stands on the layer: it stays
     assert (Path(fork.box_workspace) / "a.txt").read_text() == "alpha\n"
-
-
-@pytest.mark.docker
-def test_a_box_left_running_on_the_parents_copy_refuses_the_freeze(tmp_path, monkeypatch, docker_client, sandbox_image):
-    """A box whose process did not remove it leaves a process on the copy: a freeze would rename the
-    copy into the shared layer under it, and its writes would reach every fork. `fork` asks the daemon
-    first (the boxes' workspace labels, matched by the directory's identity: here the state directory
-    is reached through a link, so the label, a resolved path, is spelt otherwise): refused while the
-    box runs; an overlay fork once it is gone."""
-    from orchestrator.config import SandboxConfig
-    from orchestrator.sandbox.docker import DockerSandbox
-    from orchestrator.workspace.records import open_own_record
-
-    (tmp_path / "real-state").mkdir()
-    (tmp_path / "state").symlink_to(tmp_path / "real-state")
-    sid = _parent(tmp_path, monkeypatch)
-    copy = open_own_record(sid).box_workspace
-    assert os.path.realpath(copy) != copy
-    box = DockerSandbox(Path(copy), SandboxConfig(), client=docker_client)  # labelled as every box of ours is
-    box.start()
-    try:
-        assert box.call("shell", {"command": "cat a.txt"}).output == "alpha\n"
-        refused = oa(tmp_path, "fork", sid, "-n", "2")
-        assert refused.returncode != 0 and "still runs on its copy" in refused.stderr and "gc --all" in refused.stderr
-        parent = open_own_record(sid)
-        assert parent.cow is None and os.path.isdir(copy) and not os.path.ismount(copy)  # nothing renamed or mounted
-        assert box.call("shell", {"command": "cat a.txt"}).output == "alpha\n"  # the box's view is the copy still
-        listed = json.loads(oa(tmp_path, "sessions", "--json").stdout)
-        assert [r["id"] for r in listed] == [sid]  # no fork was made
-    finally:
-        box.close()
-    made = oa(tmp_path, "fork", sid)
-    assert made.returncode == 0, made.stderr
-    assert open_own_record(made.stdout.split()[0]).cow is not None  # an overlay fork once the box is gone
 
 
 def test_where_nobody_can_tell_whether_a_box_holds_the_copy_the_forks_are_data_copies(tmp_path, monkeypatch):

@@ -13,31 +13,21 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from orchestrator.tools.mcp.client import McpHost
 from tests.helpers.host_programs import PY_SERVER
+from tests.helpers.mcp_launch import SYSTEM_PATH, server_file
 
 pytestmark = pytest.mark.timeout(180)
-SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch) -> Path:
-    """The workspace, and oa-sandbox started in it (as `oa-sandbox run --workspace .` is)."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
 
 
 def plant(path: Path, canary: Path, then: str = "exit 3") -> None:
@@ -47,15 +37,6 @@ def plant(path: Path, canary: Path, then: str = "exit 3") -> None:
         path.unlink()
     path.write_text(f'#!/bin/sh\necho "$0" >> {canary}\n{then}\n')
     path.chmod(0o755)
-
-
-def server_file(tmp_path: Path, name: str = "probe.py", text: str = PY_SERVER) -> Path:
-    """The user's server, outside the workspace."""
-    path = tmp_path / "servers" / name
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755)
-    return path
 
 
 def ask(host: McpHost, name: str) -> dict:
@@ -221,37 +202,3 @@ def test_what_would_run_or_load_the_boxs_code_is_refused_and_named(tmp_path, ws,
         line = next((p for p in host.problems if f"'{name}' not started" in p), "")
         assert says in line and "where the sandbox can write" in line, (name, problems)
     assert outside(info, ws) == []
-
-
-@pytest.mark.docker
-def test_doctor_names_what_each_server_runs_and_what_is_refused(tmp_path, ws):
-    """`oa-sandbox doctor` lists each config.toml server's argv as a session would run it, what the user's PATH would have run from the workspace instead, the PATH entries left out, and each server refused."""
-    (ws / ".venv/bin").mkdir(parents=True)
-    os.symlink("/usr/bin/python3", ws / ".venv/bin/python3")
-    probe = server_file(tmp_path)
-    config = tmp_path / "config" / "openagents-sandbox" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text(
-        f'[[mcp_servers]]\nname = "py"\ncommand = "python3"\nargs = ["{probe}"]\n'
-        f'[[mcp_servers]]\nname = "inside"\ncommand = "{ws}/.venv/bin/python3"\nargs = ["{probe}"]\n'
-    )
-    env = {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "PATH": f"{ws}/.venv/bin:{SYSTEM_PATH}",
-    }
-    oa = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-    out = subprocess.run(
-        [oa, "doctor", "--workspace", str(ws)], capture_output=True, text=True, timeout=120, env=env
-    ).stdout
-    assert f"[ok]   MCP server 'py' runs: /usr/bin/python3 {probe}" in out, out
-    assert (
-        f"[warn] MCP server 'py': your PATH finds python3 at {ws}/.venv/bin/python3, where the sandbox can write: not used"
-        in out
-    ), out
-    assert f"[warn] MCP servers run without PATH entry {ws}/.venv/bin: where the sandbox can write" in out, out
-    assert (
-        f"[warn] MCP server 'inside' not started: its program {ws}/.venv/bin/python3 lies where the sandbox can write"
-        in out
-    ), out
