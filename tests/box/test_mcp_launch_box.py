@@ -6,12 +6,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.helpers.mcp_launch import SYSTEM_PATH, server_file
 
 pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch) -> Path:
+    """The workspace, and oa-sandbox started in it (as `oa-sandbox run --workspace .` is)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    return root
 
 
 @pytest.mark.docker

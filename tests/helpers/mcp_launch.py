@@ -5,20 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.helpers.host_programs import PY_SERVER
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-@pytest.fixture
-def ws(tmp_path: Path, monkeypatch) -> Path:
-    """The workspace, and oa-sandbox started in it (as `oa-sandbox run --workspace .` is)."""
-    root = tmp_path / "ws"
-    root.mkdir()
-    monkeypatch.chdir(root)
-    return root
 
 
 def server_file(tmp_path: Path, name: str = "probe.py", text: str = PY_SERVER) -> Path:

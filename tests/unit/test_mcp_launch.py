@@ -24,6 +24,15 @@ from tests.helpers.mcp_launch import SYSTEM_PATH, server_file
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch) -> Path:
+    """The workspace, and oa-sandbox started in it (as `oa-sandbox run --workspace .` is)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
