@@ -124,8 +124,12 @@ def pytest_collection_modifyitems(config, items):
             "_ON_THE_COMPOSE_WORKER, so that a parallel run keeps them on the worker that brings it up:\n  "
             + "\n  ".join(off_the_compose_worker)
         )
-    # slow tests last (a stable sort: the rest keep their order), so a failure shows up early in CI
-    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+    # One process: slow tests last (a stable sort: the rest keep their order), so a failure shows up
+    # early. A worker of a parallel run (every worker collects, in the same order, and the scheduler
+    # hands out files in that order): slow tests first, so the longest files start at once instead of
+    # forming the run's tail (seen in a -n 3 run: its last stretch was the load tests, slow, one worker each).
+    first_slow = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None) != first_slow)
 
 
 # The compose project of compose/ (tests/egress/conftest.py) is one per machine: pytest-docker brings
