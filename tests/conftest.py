@@ -114,7 +114,8 @@ def pytest_collection_modifyitems(config, items):
             misfiled.append(item.nodeid)
     if misfiled:
         raise pytest.UsageError(
-            "tests of a tier without Docker (tests/unit, tests/architecture) need Docker (a fixture, a marker): move them "
+            "tests of a tier without Docker (tests/unit, tests/architecture) need Docker (a fixture, a marker): "
+            "move them "
             "to tests/box or give them the local backend, no daemon (orchestrator/sandbox/local.py):\n  "
             + "\n  ".join(misfiled)
         )
