@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from orchestrator.models.base import Message, RetryPolicy  # noqa: E402
 from orchestrator.models.dialects import DIALECTS  # noqa: E402
 from orchestrator.models.http import HttpModelClient  # noqa: E402
-from tests.fake_model_server import FakeModelServer  # noqa: E402
+from tests.helpers.fake_model_server import FakeModelServer  # noqa: E402
 
 MESSAGES = [Message(role="system", content="s"), Message(role="user", content="explain the code")]
 

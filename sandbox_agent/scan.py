@@ -7,7 +7,7 @@ decoded, the literal every match must contain (search.py's _needle) is looked fo
 a block without it holds no matching line, and only its validity as UTF-8 is asked (for the note).
 The lines, their numbers, the flags and the notes are those of a line-by-line reading (one line at a
 time: at most GREP_MAX_LINE_BYTES of it searched, the UTF-8 BOM taken off the first, invalid bytes
-as U+FFFD, the line break and one carriage return before it taken off); tests/test_grep_equivalence.py
+as U+FFFD, the line break and one carriage return before it taken off); tests/unit/test_grep_equivalence.py
 holds the two to each other."""
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def _may_backtrack(parsed: Any, subpattern: Any) -> bool:
 NEEDLE_MIN_CHARS = 3
 # ASCII characters that IGNORECASE also matches with a character outside ASCII (U+0130 and U+0131
 # for i, the Kelvin sign for k, the long s for s): a lowered ASCII needle would miss those.
-# tests/test_grep_equivalence.py checks every code point against every ASCII character.
+# tests/unit/test_grep_equivalence.py checks every code point against every ASCII character.
 _FOLDS_OUTSIDE_ASCII = frozenset("iksIKS")
 
 

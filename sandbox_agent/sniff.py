@@ -61,7 +61,7 @@ def _looks_binary(head: bytes) -> bool:
     the text reads as a single-byte encoding (windows-1251, Latin-1). A few stray Latin-1 bytes stay
     text (flagged); 128 bytes of 0x80 are not shown as 128 U+FFFD. Every count is made by C code
     (translate, count, a decode): grep_files judges every file's first 8 KiB with it, and a loop
-    over the bytes in Python was 80% of a search's time (tests/test_sniff_equivalence.py holds it
+    over the bytes in Python was 80% of a search's time (tests/unit/test_sniff_equivalence.py holds it
     to the per-byte definition)."""
     if not head:
         return False

@@ -1,6 +1,6 @@
 """The agent's tool table: each tool's module and function (imported at its first call or in the warm-up, server.py)
 and the bounds the agent enforces on a call of it, by name. The host declares the same tools with
-the same bounds (orchestrator/tools/defs/, each ToolDef's `bounds`); tests/test_tool_table.py holds
+the same bounds (orchestrator/tools/defs/, each ToolDef's `bounds`); tests/unit/test_tool_table.py holds
 the two tables to each other, and runs the agent to see it keeps these bounds.
 
 A leaf: it imports only limits and does nothing when imported, so the host may import it freely."""

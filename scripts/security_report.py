@@ -7,7 +7,7 @@
 Each row is one scenario (a test, or one parameter of it), its one-line docstring, and the
 outcome of this run under each runtime: the battery runs every box scenario under runc and under
 runsc (gVisor), so `test_x[runc]` and `test_x[runsc]` are one row with two results.
-tests/test_security_doc.py runs --check so the table cannot go stale.
+tests/architecture/test_security_doc.py runs --check so the table cannot go stale.
 """
 
 from __future__ import annotations

@@ -5,187 +5,15 @@ No test here mocks Docker or the agent. A missing daemon is an error, never a sk
 
 from __future__ import annotations
 
-import itertools
-import json
 import os
 import shutil
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-if TYPE_CHECKING:
-    from orchestrator.workspace.checkpoints import Checkpoint, CheckpointStore
+from tests.helpers import BOTH_RUNTIMES, make_workspace, require_runtime, sandbox_config
 
-SANDBOX_UID = 1000
-
-
-def chown_tree(root: Path, uid: int = SANDBOX_UID) -> None:
-    """Workspaces belong to an unprivileged user, as on a developer's machine."""
-    if os.geteuid() != 0:
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.lchown(dirpath, uid, uid)
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-
-
-def make_workspace(root: Path, files: Mapping[str, str | bytes] | None = None) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    for rel, content in (files or {}).items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content)
-    chown_tree(root)
-    return root
-
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def committed_example(dest: Path, name: str = "calc") -> Path:
-    """examples/NAME as the repository's HEAD has it, at `dest` (owned by whoever runs the tests): never the
-    working tree's, which the README's main job changes (it fixes examples/calc in the checkout, and
-    `bash scripts/test` runs after it). Outside a git checkout (a source archive) the tree is as shipped."""
-    import io
-    import tarfile
-
-    if not (REPO / ".git").exists():
-        shutil.copytree(REPO / "examples" / name, dest)
-    else:
-        # safe.directory: a clone owned by another user than the one running the tests is still ours to read
-        archive = subprocess.run(
-            [
-                "git",
-                "-c",
-                f"safe.directory={REPO}",
-                "-C",
-                str(REPO),
-                "archive",
-                "--format=tar",
-                "HEAD",
-                f"examples/{name}",
-            ],
-            capture_output=True,
-            check=True,
-            timeout=60,
-        ).stdout
-        dest.mkdir(parents=True)
-        prefix = f"examples/{name}/"
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            for member in tar.getmembers():
-                if member.name.startswith(prefix) and (member.isfile() or member.isdir()):
-                    member.name = member.name[len(prefix) :]
-                    tar.extract(member, dest, filter="data")
-    return dest
-
-
-def recorded(store: CheckpointStore, turn: int) -> Checkpoint:
-    """The checkpoint of a record the test made after changing the workspace (or of turn 0): None,
-    "nothing changed", would be a failure of its own, so it is not let through as a checkpoint."""
-    cp = store.record(turn)
-    assert cp is not None, f"turn {turn}: the store saw no change"
-    return cp
-
-
-def one_box_per_module(prefix: str):
-    """Fixtures `box` (one sandbox for the whole module, under the default runtime) and `ws` (a fresh
-    directory of its workspace per test): for modules of many small tool cases. Use as
-    `box, ws = one_box_per_module("name")`."""
-    from orchestrator.config import SandboxConfig
-    from orchestrator.sandbox.docker import DockerSandbox
-
-    @pytest.fixture(scope="module", name="box")
-    def box_fixture(sandbox_image, docker_client, tmp_path_factory):
-        root = tmp_path_factory.mktemp(prefix) / "ws"
-        root.mkdir()
-        chown_tree(root)
-        with DockerSandbox(root, SandboxConfig(), client=docker_client) as sandbox:
-            yield sandbox
-
-    seq = itertools.count()
-
-    @pytest.fixture(name="ws")
-    def ws_fixture(box, request) -> Path:
-        root = box.workspace / f"{request.node.originalname}-{next(seq)}"
-        root.mkdir()
-        chown_tree(root)
-        return root
-
-    return box_fixture, ws_fixture
-
-
-def put(ws: Path, rel: str, content: str | bytes, mode: int | None = None) -> str:
-    """Write a file into a per-test directory (as the sandbox's user); its path as a tool names it."""
-    path = ws / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    chown_tree(ws)
-    if mode is not None:
-        path.chmod(mode)
-    return f"{ws.name}/{rel}"
-
-
-def error_of(result) -> str | None:
-    return result.error.type.value if result.error else None
-
-
-def run_busy_in_shell(
-    tmp_path: Path, ws: Path, env: dict[str, str] | None = None, within: float = 90.0
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """`oa-sandbox run` whose scripted model calls `sleep 60` under a policy that allows it; returns
-    the process and its transcript once the call is executing in the box."""
-    script = tmp_path / "s.jsonl"
-    script.write_text(json.dumps({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}) + "\n")
-    policy = tmp_path / "p.toml"
-    policy.write_text('[[rules]]\ntool = "shell"\ndecision = "allow"\n')
-    transcript = tmp_path / "t.jsonl"
-    oa = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-    proc = subprocess.Popen(
-        [
-            oa,
-            "run",
-            "--workspace",
-            str(ws),
-            "--model",
-            f"script:{script}",
-            "--policy",
-            str(policy),
-            "--non-interactive",
-            "--transcript",
-            str(transcript),
-            "wait",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + within
-    while not (transcript.exists() and '"executing"' in transcript.read_text()):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the shell call never started"
-        time.sleep(0.1)
-    return proc, transcript
-
-
-def live_processes(box) -> list[str]:
-    """'PID comm' of every process in the box, less the listing's own sh and cat."""
-    out = box.call(
-        "shell", {"command": 'for p in /proc/[0-9]*; do echo "${p#/proc/} $(cat $p/comm 2>/dev/null)"; done'}
-    ).output
-    return [line for line in out.splitlines() if line.split()[-1:] not in (["sh"], ["cat"])]
-
-
-# The tool tests and the attack battery run once per runtime (issue 15): parametrised here, not copied.
-BOTH_RUNTIMES = ("runc", "runsc")
 _UNDER_BOTH_RUNTIMES = ("test_tools_in_sandbox.py", "attacks")
 
 
@@ -205,33 +33,6 @@ def runtime(request, docker_client) -> str | None:
     if name is None or name == "runc":
         return name
     return require_runtime(name, docker_client)
-
-
-def require_runtime(name: str, docker_client) -> str:
-    """`name`, when the daemon has a usable registration of it; else the test is skipped with the
-    reason, or failed under OA_REQUIRE_RUNSC=1 (CI)."""
-    from orchestrator.errors import OpenAgentsError
-    from orchestrator.sandbox.runtimes import choose_runtime
-
-    try:
-        choose_runtime(name, False, docker_client)
-    except OpenAgentsError as err:
-        if os.environ.get("OA_REQUIRE_RUNSC") == "1":
-            pytest.fail(f"OA_REQUIRE_RUNSC=1 but {err}")
-        pytest.skip(str(err))
-    return name
-
-
-def sandbox_config(under: str | None, docker_client, **config):
-    """The SandboxConfig of a test box under the runtime fixture's `under` (None: the default); a
-    runtime the test names in `config` wins. An egress box under gVisor gets the registration with a
-    network, as choose_runtime gives it."""
-    from orchestrator.config import SandboxConfig
-    from orchestrator.sandbox.runtimes import choose_runtime
-
-    if under is not None and "runtime" not in config:
-        config["runtime"] = choose_runtime(under, config.get("egress") is not None, docker_client).name
-    return SandboxConfig(**config)
 
 
 @pytest.fixture(scope="session")
@@ -284,17 +85,83 @@ def open_sandbox(sandbox_image, docker_client, runtime):
 _DOCKER_FIXTURES = frozenset(
     {"docker_client", "sandbox_image", "sandbox", "open_sandbox", "box", "box_on", "victim", "victim_factory"}
 )
+# The tiers (issue 48), one folder each: unit and architecture run without Docker; box, attacks and
+# egress run against the real daemon (attacks and egress wholly, box where a test takes a box fixture).
+_NO_DOCKER_TIERS = ("unit", "architecture")
+_DOCKER_TIERS = ("attacks", "egress")
+
+
+def _tier(item) -> str | None:
+    parts = item.path.parts
+    for name in (*_NO_DOCKER_TIERS, "box", *_DOCKER_TIERS):
+        if len(parts) >= 2 and parts[-2] == name and parts[-3:-2] == ("tests",):
+            return name
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that need Docker carry the `docker` marker, so `pytest -m "not docker"` runs the
-    fast ones (the loop with an in-memory sandbox, parsers, policies) in seconds."""
+    """Tests that need Docker carry the `docker` marker, so `pytest -m "not docker"` runs the fast
+    ones in seconds; a test of tests/unit or tests/architecture that needs Docker is a misfiled test,
+    and the run stops saying so. Slow tests run last."""
+    misfiled, off_the_compose_worker = [], []
     for item in items:
-        parts = item.path.parts
-        if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or "attacks" in parts or "egress" in parts:
+        tier = _tier(item)
+        if "docker_services" in getattr(item, "fixturenames", ()) and _scope_of(item.nodeid, "") != _COMPOSE_SCOPE:
+            off_the_compose_worker.append(item.nodeid)
+        if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or tier in _DOCKER_TIERS:
             item.add_marker(pytest.mark.docker)
-    # slow tests last (a stable sort: the rest keep their order), so a failure shows up early in CI
-    items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+        if tier in _NO_DOCKER_TIERS and item.get_closest_marker("docker") is not None:
+            misfiled.append(item.nodeid)
+    if misfiled:
+        raise pytest.UsageError(
+            "tests of a tier without Docker (tests/unit, tests/architecture) need Docker (a fixture, a marker): "
+            "move them "
+            "to tests/box or give them the local backend, no daemon (orchestrator/sandbox/local.py):\n  "
+            + "\n  ".join(misfiled)
+        )
+    if off_the_compose_worker:
+        raise pytest.UsageError(
+            "tests outside tests/egress/ use the egress compose project: name their file in conftest.py's "
+            "_ON_THE_COMPOSE_WORKER, so that a parallel run keeps them on the worker that brings it up:\n  "
+            + "\n  ".join(off_the_compose_worker)
+        )
+    # One process: slow tests last (a stable sort: the rest keep their order), so a failure shows up
+    # early. A worker of a parallel run (every worker collects, in the same order, and the scheduler
+    # hands out files in that order): slow tests first, so the longest files start at once instead of
+    # forming the run's tail (seen in a -n 3 run: its last stretch was the load tests, slow, one worker each).
+    first_slow = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None) != first_slow)
+
+
+# The compose project of compose/ (tests/egress/conftest.py) is one per machine: pytest-docker brings
+# it up in the first test that asks and down at the end of that process's run. Its tests, those of
+# tests/egress/ and of the files named here, are one unit of work in a parallel run.
+_COMPOSE_SCOPE = "tests/egress/"
+_ON_THE_COMPOSE_WORKER = frozenset({"tests/box/test_report_egress.py"})
+
+
+def _scope_of(nodeid: str, default: str) -> str:
+    """The unit of work a parallel run hands one worker: a file (its module-scoped boxes made once), but
+    every test of the compose project together, on one worker that brings it up and down once."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(_COMPOSE_SCOPE) or path in _ON_THE_COMPOSE_WORKER:
+        return _COMPOSE_SCOPE
+    return default
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N --dist loadfile` (scripts/test): files as units of work, the compose project's tests
+    as one (_scope_of), handed out in the order collected."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class _Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope_of(nodeid, super()._split_scope(nodeid))
+
+    return _Scheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -306,7 +173,10 @@ def deep_trees_removed(tmp_path_factory):
     yield
     from orchestrator.boxfs import HostBudget, Walk, open_dir, remove_tree
 
-    root = tmp_path_factory.getbasetemp().parent
+    # A worker of a parallel run (pytest-xdist) cleans its own directory only: its siblings' trees
+    # may still be in use. The serial run after it (scripts/test) cleans the rest.
+    base = tmp_path_factory.getbasetemp()
+    root = base if os.environ.get("PYTEST_XDIST_WORKER") else base.parent
     walk = Walk(root, HostBudget(max_depth=128, max_entries=None, max_bytes=None))
     for _ in walk.entries():
         pass

@@ -18,7 +18,7 @@ written, and attacked (tests/attacks/test_boxfs.py), once:
 `BoxDir` (tree.py) is the handle consumers hold: a directory opened once, no link followed, with
 every act on its entries as a method bounded by its budget. Outside this package no host code
 spells openat, fstatat, `dir_fd=`, O_NOFOLLOW/O_DIRECTORY or a walker of its own
-(tests/test_boxfs_guard.py fails when one does).
+(tests/architecture/test_boxfs_guard.py fails when one does).
 """
 
 from .budget import BudgetExceeded, HostBudget

@@ -5,7 +5,7 @@ These are not the box's: they live in the user's state directory (never mounted 
 a path the user named. But a name there can still be a link (planted on a shared state
 directory, or a path given on the command line that is one), and a write through it would land
 elsewhere. The flags that refuse it are spelled here, beside the rules for box data, so no module
-elsewhere opens a file with O_NOFOLLOW/O_DIRECTORY of its own (tests/test_boxfs_guard.py).
+elsewhere opens a file with O_NOFOLLOW/O_DIRECTORY of its own (tests/architecture/test_boxfs_guard.py).
 Errors are the kernel's OSError (ELOOP for a link to a file, ENOTDIR for one where a directory was
 wanted), for the caller to type.
 """

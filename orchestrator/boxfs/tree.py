@@ -8,7 +8,7 @@ to that descriptor with the link-refusing flags of this package: no link is foll
 can be swapped between a check and its use, names are bytes (str accepted, os.fsencode'd by the
 kernel call), and the work is bounded by the budget (entries listed, bytes written, wall time).
 Host code outside orchestrator/boxfs/ never spells openat, fstatat, `dir_fd=` or O_NOFOLLOW
-itself (tests/test_boxfs_guard.py): when a rule changes, it changes here.
+itself (tests/architecture/test_boxfs_guard.py): when a rule changes, it changes here.
 
 Errors are the kernel's (OSError: ENOTDIR or ELOOP for a link where a directory was wanted,
 ENOENT), as the callers handled them before this handle existed; reads of file content refuse

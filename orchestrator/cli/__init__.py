@@ -11,7 +11,7 @@ import click
 
 # Every command: its module and attribute, and its help's first paragraph (what `--help` lists). The
 # commands are imported only when one is run or its own help asked for, so `oa-sandbox --help` starts
-# at once (issue 50); tests/test_cli_startup.py holds each line here to the command's own help.
+# at once (issue 50); tests/box/test_cli_startup.py holds each line here to the command's own help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("admin:image", "The sandbox image."),
     "exec": (

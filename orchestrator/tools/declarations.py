@@ -1,7 +1,7 @@
 """What each model family sees of a tool: name, description, JSON schema. Data only, resolved from
 the tool's ToolDef (its description and argument model) plus its per-family overrides, then put in
 the family's shape by its dialect (models/dialects/), so the exact declaration a family receives is
-testable alone (tests/snapshots/). Invocation lives elsewhere (registry.py)."""
+testable alone (tests/unit/snapshots/). Invocation lives elsewhere (registry.py)."""
 
 from __future__ import annotations
 

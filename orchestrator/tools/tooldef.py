@@ -166,7 +166,7 @@ class ToolDef:
     # reads the session's checkpoint store (a fork copies it): waits for the session's first checkpoint, as a
     # call that may change files does
     reads_checkpoints: bool = False
-    # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/test_tool_table.py).
+    # The limits the box enforces on a call (names as sandbox_agent/table.py's; tests/unit/test_tool_table.py).
     bounds: Mapping[str, int] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import chown_tree, make_workspace, sandbox_config
+from tests.helpers import CANARY, chown_tree, make_workspace, sandbox_config
+from tests.helpers.redteam_egress import cas, proxy_module  # noqa: F401 - the gate's fixtures, found by name
 
-CANARY = "host canary: must never change\n"
 FILES = {
     "README.md": "# victim\n",
     "src/app.py": "print('hi')\n",

@@ -13,7 +13,6 @@ import os
 import stat
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -32,29 +31,7 @@ from orchestrator.boxfs import (
     write_atomic,
 )
 from orchestrator.errors import ErrorType, OpenAgentsError
-
-HOSTILE_NAMES = [
-    b"new\nline",
-    b"bad\xffutf8",
-    b"esc\x1b[2Jclear",
-    b"tab\tname",
-    b"back\\slash",
-    b"\xc3\x28",
-    "ünï".encode(),
-]
-
-
-def deep_chain(root: Path, depth: int) -> None:
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for _ in range(depth):
-            os.mkdir("d", dir_fd=fd)
-            sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-            os.close(fd)
-            fd = sub
-        os.close(os.open("leaf", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
-    finally:
-        os.close(fd)
+from tests.helpers.boxfs import HOSTILE_NAMES, deep_chain
 
 
 def test_names_show_on_one_line_and_store_losslessly():
@@ -287,7 +264,7 @@ PY
 
 
 def test_a_tree_planted_by_a_real_box_is_walked_and_copied_safely(tmp_path, open_sandbox, runtime):
-    from tests.conftest import make_workspace
+    from tests.helpers import make_workspace
 
     ws = make_workspace(tmp_path / "ws")
     box = open_sandbox(ws)

@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator.boxfs import BudgetExceeded, HostBudget, from_store, to_store
 from orchestrator.workspace.checkpoints import NOT_READABLE, CheckpointStore, store_unknown, unknown_changes
-from tests.conftest import SANDBOX_UID, chown_tree, make_workspace, recorded
+from tests.helpers import SANDBOX_UID, chown_tree, make_workspace, recorded
 
 ROOT = os.geteuid() == 0
 

@@ -12,7 +12,7 @@ import pygit2
 from orchestrator.boxfs import HostBudget
 from orchestrator.workspace.checkpoints import CHANGED_SINCE_COPY, CheckpointStore, CopyBaseline
 from orchestrator.workspace.copy import copy_workspace
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 UID = 1000
 

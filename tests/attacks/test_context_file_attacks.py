@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.workspace.context_files import ContextFiles
-from tests.conftest import make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
 CLOSING = re.compile(r"<[\W_]*/[\W_]*repository[\W_]*file", re.IGNORECASE)

@@ -21,8 +21,8 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.tools.host_git import HostRepo
 from orchestrator.workspace.copy import COPY_MAX_DEPTH, CopyManifest, copy_workspace
 from orchestrator.workspace.review import apply_changes, list_changes, render_diff
-from tests.attacks.test_boxfs import HOSTILE_NAMES, deep_chain
-from tests.attacks.test_host_git import init_repo, run
+from tests.helpers.boxfs import HOSTILE_NAMES, deep_chain
+from tests.helpers.host_git import init_repo, run
 
 MiB = 1 << 20
 

@@ -23,7 +23,7 @@ import pytest
 
 from orchestrator.boxfs import from_store
 from orchestrator.errors import ErrorType, OpenAgentsError
-from tests.conftest import SANDBOX_UID, chown_tree, make_workspace
+from tests.helpers import SANDBOX_UID, chown_tree, make_workspace
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or __import__("orchestrator.workspace.overlay", fromlist=["unusable"]).unusable() is not None,

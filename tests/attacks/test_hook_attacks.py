@@ -18,8 +18,8 @@ import pytest
 
 from orchestrator.api import Sandbox, ToolError
 from orchestrator.errors import ErrorType
-from tests.conftest import chown_tree, make_workspace
-from tests.fake_model_server import FakeModelServer
+from tests.helpers import chown_tree, make_workspace
+from tests.helpers.fake_model_server import FakeModelServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]

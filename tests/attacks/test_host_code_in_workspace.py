@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import venvs
-from tests.conftest import chown_tree, make_workspace, sandbox_config
+from tests.helpers import chown_tree, make_workspace, sandbox_config, venvs
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(600)]
 

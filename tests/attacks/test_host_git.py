@@ -19,26 +19,10 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.models.base import ToolCall
 from orchestrator.tools.host_git import GIT_OUTPUT_CAP, HostRepo, parse_args
 from orchestrator.tools.registry import RegistryConfig, ToolRegistry
-from tests.conftest import chown_tree
+from tests.helpers import chown_tree
+from tests.helpers.host_git import SIG, init_repo, run
 
 SECRET = "host secret: must never be read"
-SIG = pygit2.Signature("Test", "test@example.invalid")
-
-
-def init_repo(ws: Path, files: dict[str, str | bytes]) -> pygit2.Repository:
-    """A trusted starting repository, built with libgit2 (no git program runs, ever, in this file)."""
-    ws.mkdir(parents=True, exist_ok=True)
-    repo = pygit2.init_repository(str(ws), initial_head="main")
-    for rel, content in files.items():
-        path = ws / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    index = repo.index
-    for rel in files:
-        index.add(rel)
-    index.write()
-    repo.create_commit("HEAD", SIG, SIG, "init", index.write_tree(), [])
-    return repo
 
 
 def raw_repo(ws: Path) -> pygit2.Repository:
@@ -109,10 +93,6 @@ def plant_hooks(hooks: Path, m: Markers) -> None:
         hook = hooks / name
         hook.write_text(f"#!/bin/sh\ntouch {m.dir}/hook-{name}\n")
         hook.chmod(0o755)
-
-
-def run(repo: HostRepo, **args):
-    return repo.run(parse_args(args))
 
 
 def every_command(repo: HostRepo, message: str = "commit by the tool") -> dict[str, object]:

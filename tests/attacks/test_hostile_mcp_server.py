@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")

@@ -25,7 +25,7 @@ from orchestrator.errors import ErrorType, OpenAgentsError
 from orchestrator.policy.ladder import POLICY_CAP, load_workspace_policy
 from orchestrator.policy.load import load_session_policy
 from orchestrator.policy.safeparse import PARSE_SECONDS, Refused, parse_data_bounded
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 MARKER = "HOST-SECRET-MARKER-5f3a"
@@ -324,7 +324,7 @@ def test_a_sound_workspace_policy_still_tightens(tmp_path):
 def test_one_poisoned_workspace_does_not_wedge_the_acp_server(sandbox_image, tmp_path):
     """In one ACP server, sessions on a slow-to-parse policy, a FIFO policy and an alias bomb fail
     typed while a normal session completes its prompt and initialize is answered meanwhile."""
-    from tests.test_acp import Editor, updates
+    from tests.helpers.acp import Editor, updates
 
     slow = make_workspace(tmp_path / "slow", {".openagents/policy.toml": _fill("", "a.", "a=1").decode()})
     fifo = make_workspace(tmp_path / "fifo", {"README.md": "x\n"})

@@ -24,8 +24,8 @@ import pytest
 from acp import text_block
 from mcp import Client, StdioServerParameters
 
-from tests.acp_editor import Editor, run_editor
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
+from tests.helpers.acp_editor import Editor, run_editor
 
 pytestmark = [
     pytest.mark.docker,

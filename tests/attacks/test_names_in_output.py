@@ -13,7 +13,6 @@ Real CLI processes (this checkout's code), real boxes, real `git`.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
@@ -27,7 +26,8 @@ import pytest
 from orchestrator.boxfs.names import exact, from_exact, git_quoted, show
 from orchestrator.ground.text import json_line
 from orchestrator.terminal.machine import MAX_LINE_BYTES, MAX_LISTED
-from tests.conftest import chown_tree, make_workspace
+from tests.helpers import chown_tree, make_workspace
+from tests.helpers.names_in_output import _many, maker, model, policy
 
 ROOT = Path(os.environ.get("OA_NAMES_CLI_ROOT") or Path(__file__).resolve().parents[2])  # the checkout whose CLI runs
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
@@ -46,7 +46,6 @@ NAMES = [
     "ünï €".encode(),
     b"cr\rret",
 ]
-ALLOW = '[[rules]]\nkind = "edit"\ndecision = "allow"\n[[rules]]\ntool = "shell"\ndecision = "allow"\n'
 
 
 def env(tmp_path: Path) -> dict[str, str]:
@@ -69,32 +68,10 @@ def measured(tmp_path: Path, *args: str, timeout: float = 900) -> tuple[subproce
     return proc, int(rss.read_text().split()[-1])
 
 
-def maker(script: str) -> dict:
-    """A model turn running a Python script in the box (given as base64: any bytes, no quoting)."""
-    blob = base64.b64encode(script.encode()).decode()
-    return {
-        "tool_calls": [
-            {"name": "shell", "arguments": {"command": f'python3 -c "$(echo {blob} | base64 -d)"', "timeout": 600}}
-        ]
-    }
-
-
 def make_names(names: list[bytes]) -> dict:
     return maker(
         f"import os\nfor n in {names!r}:\n    open(n, 'wb').write(b'made by the box: ' + repr(n).encode() + b'\\n')\n"
     )
-
-
-def model(tmp_path: Path, *turns: dict) -> Path:
-    path = tmp_path / f"model-{time.monotonic_ns()}.jsonl"
-    path.write_text("".join(json.dumps(t) + "\n" for t in [*turns, {"text": "done"}]))
-    return path
-
-
-def policy(tmp_path: Path) -> Path:
-    path = tmp_path / "allow.toml"
-    path.write_text(ALLOW)
-    return path
 
 
 def batch_one(tmp_path: Path, ws: Path, script: Path) -> tuple[dict, bytes, int, subprocess.CompletedProcess[bytes]]:
@@ -223,15 +200,6 @@ def test_run_apply_keeps_box_names_off_the_left_margin_and_json_names_are_exact(
     assert sorted(from_exact(c["path"]) for c in out["changed_files"]) == sorted(NAMES)
     assert all(c["path_shown"] == show(from_exact(c["path"])) for c in out["changed_files"])
     assert {n for n in os.listdir(os.fsencode(ws2)) if n != b"keep.txt"} == set(NAMES)
-
-
-def _many(count: int) -> dict:
-    """A box that makes `count` long-named absolute symlinks (the sanitiser leaves each out) and 100 plain files."""
-    return maker(
-        "import os\n"
-        f"for i in range({count}):\n    os.symlink('/etc/passwd', 'L' * 180 + '%07d' % i)\n"
-        "for i in range(100):\n    open('plain%03d' % i, 'w').write('x\\n')\n"
-    )
 
 
 def _bounded_batch(tmp_path: Path, count: int) -> None:

@@ -23,16 +23,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from tests.attacks.test_redteam_egress import (  # noqa: F401
-    PLACEHOLDER,
-    TOKEN,
-    _gate_with,
-    _get,
-    _status,
-    _tls_exchange,
-    cas,
-    proxy_module,
-)
+from tests.helpers.redteam_egress import TOKEN, _gate_with, _get, _status, _tls_exchange
 
 CHUNK = 16  # the echoing API's chunk size
 
@@ -339,7 +330,7 @@ def test_redteam_a_star_method_is_refused_not_read_as_any(proxy_module):  # noqa
 def test_redteam_a_deny_rule_holds_on_plain_http_too(proxy_module, path):  # noqa: F811
     """The same spellings through plain http (no credential, the
     gate reads the request itself): refused, nothing forwarded."""
-    from tests.attacks.test_redteam_egress import LenientUpstream, _send
+    from tests.helpers.redteam_egress import LenientUpstream, _send
 
     upstream = LenientUpstream()
     rules = [

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.attacks.test_host_git import init_repo
+from tests.helpers.host_git import init_repo
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 
@@ -129,7 +129,7 @@ def test_redteam_copy_mode_apply_never_carries_a_planted_bare_repository(open_sa
     into the real workspace by apply (its HEAD is left out and listed)."""
     from orchestrator.workspace.copy import copy_workspace
     from orchestrator.workspace.review import apply_changes
-    from tests.conftest import chown_tree
+    from tests.helpers import chown_tree
 
     marker = home / "markers" / "MARKER-apply-pager"
     real = make_workspace(home / "real", {"src/app.py": "print(1)\n"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 pytestmark = pytest.mark.docker
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.report import MAX_PAGE_BYTES
-from tests.conftest import chown_tree, make_workspace
-from tests.report_browser import Elements, Recorder, dump_dom, needs_chromium, run_cli, run_session
+from tests.helpers import chown_tree, make_workspace
+from tests.helpers.report_browser import Elements, Recorder, dump_dom, needs_chromium, run_cli, run_session
 
 # The page's own elements (and the tbody a browser adds): anything else in it came from the session.
 PAGE_TAGS = {

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from orchestrator.protocol import BoxCall
-from tests.conftest import live_processes
+from tests.helpers import live_processes
 
 pytestmark = pytest.mark.docker
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
 
 ROOT = Path(__file__).resolve().parents[2]
 START_POLICY = 'tier = "user"\n\n[[rules]]\nid = "no-shell"\ntool = "shell"\ndecision = "deny"\n'

@@ -21,8 +21,7 @@ import pytest
 from orchestrator.config import SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
 from orchestrator.sandbox.seccomp import MODE_ARGUMENT, REFUSED, profile_json
-from tests.attacks.conftest import CANARY
-from tests.conftest import chown_tree, make_workspace, sandbox_config
+from tests.helpers import CANARY, chown_tree, make_workspace, sandbox_config
 
 pytestmark = pytest.mark.docker
 

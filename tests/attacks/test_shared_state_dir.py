@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_model_server import FakeModelServer
+from tests.helpers.fake_model_server import FakeModelServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = next((p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()), "")

@@ -17,10 +17,10 @@ import pytest
 from orchestrator.boxfs import HostBudget
 from orchestrator.sandbox import sweep_journal
 from orchestrator.workspace.integrity import Baseline, Sweeper, is_git_name, is_head_name
-from tests.attacks.test_workspace_integrity import HOSTILE_CONFIG, user_git
-from tests.conftest import make_workspace, sandbox_config
+from tests.helpers import make_workspace, sandbox_config
+from tests.helpers.workspace_integrity import HOSTILE_CONFIG, user_git
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.serial]
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
 PLANT = (
     "mkdir -p sub/.git/objects sub/.git/refs/heads && printf 'ref: refs/heads/main\\n' > sub/.git/HEAD && "

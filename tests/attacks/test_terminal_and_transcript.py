@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.transcript import MAX_EVENT_BYTES
-from tests.conftest import make_workspace
-from tests.test_terminal_prompt import read_until
+from tests.helpers import make_workspace
+from tests.helpers.terminal_prompt import read_until
 
 pytestmark = pytest.mark.docker
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")

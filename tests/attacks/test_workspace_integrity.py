@@ -16,14 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import make_workspace
+from tests.helpers import make_workspace
+from tests.helpers.workspace_integrity import HOSTILE_CONFIG, user_git
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
 OA = os.path.join(os.path.dirname(sys.executable), "oa-sandbox")
-HOSTILE_CONFIG = (
-    '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch {marker}; false"\n[alias]\n\tst = !touch {marker}\n'
-)
 
 
 def plant_repo(box, where: str, marker: Path) -> None:
@@ -32,25 +30,6 @@ def plant_repo(box, where: str, marker: Path) -> None:
         f"printf '%s' '{HOSTILE_CONFIG.format(marker=marker)}' > {where}/config; echo planted"
     )
     box.call("shell", {"command": script})
-
-
-def user_git(cwd: Path) -> subprocess.CompletedProcess:
-    """The user's own git, after the session, as they would run it. The tests run as root over
-    workspaces owned by uid 1000, and git refuses a repository someone else owns ("dubious
-    ownership") before reading its config, so without safe.directory this could never fire a
-    planted fsmonitor and the scenarios could not fail; the user, who owns the workspace, has no
-    such refusal."""
-    env = {
-        "PATH": os.environ["PATH"],
-        "HOME": str(cwd),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "safe.directory",
-        "GIT_CONFIG_VALUE_0": "*",
-    }
-    done = subprocess.run(["git", "status", "--short"], cwd=cwd, capture_output=True, text=True, env=env, timeout=30)
-    assert "dubious ownership" not in done.stderr, done.stderr
-    return done
 
 
 @pytest.fixture

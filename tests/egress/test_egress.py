@@ -8,21 +8,11 @@ import pytest
 
 from orchestrator.config import EgressConfig, SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import make_workspace
-from tests.egress.conftest import OUTER_CIDR
+from tests.helpers import make_workspace
+from tests.helpers.egress import FETCH, OUTER_CIDR
 
 pytestmark = pytest.mark.docker
 
-FETCH = (
-    "import sys, urllib.request, urllib.error\n"
-    "try:\n"
-    "    body = urllib.request.urlopen(sys.argv[1], timeout=10).read()\n"
-    "    print('OK', len(body), body[:40].decode(errors='replace').strip())\n"
-    "except urllib.error.HTTPError as e:\n"
-    "    print('HTTP', e.code, e.read().decode(errors='replace')[:200])\n"
-    "except Exception as e:\n"
-    "    print('FAIL', type(e).__name__, e)\n"
-)
 DIRECT = (
     "import socket, sys\ns = socket.socket(); s.settimeout(3)\nprint('connect', s.connect_ex((sys.argv[1], 8000)))\n"
 )

@@ -11,9 +11,8 @@ import pytest
 
 from orchestrator.config import EgressConfig, SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import make_workspace
-from tests.egress.conftest import OUTER_CIDR
-from tests.egress.test_egress import FETCH
+from tests.helpers import make_workspace
+from tests.helpers.egress import FETCH, OUTER_CIDR
 
 pytestmark = pytest.mark.docker
 

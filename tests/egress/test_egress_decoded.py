@@ -16,9 +16,9 @@ import pytest
 
 from orchestrator.config import DockerBackendConfig, EgressConfig, EgressCredential, EgressRule, SandboxConfig
 from orchestrator.sandbox.docker import DockerSandbox
-from tests.conftest import BOTH_RUNTIMES, make_workspace
-from tests.egress.conftest import OUTER_CIDR
-from tests.egress.test_egress_credentials import API, TOKEN, TOKEN_VAR, tls_api  # noqa: F401
+from tests.helpers import BOTH_RUNTIMES, make_workspace
+from tests.helpers.egress import OUTER_CIDR
+from tests.helpers.egress_credentials import API, TOKEN, TOKEN_VAR
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]  # about 45 s per runtime
 

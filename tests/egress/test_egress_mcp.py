@@ -12,9 +12,8 @@ import jsonschema
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.conftest import make_workspace
-from tests.egress.conftest import OUTER_CIDR
-from tests.egress.test_egress import FETCH
+from tests.helpers import make_workspace
+from tests.helpers.egress import FETCH, OUTER_CIDR
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(240)]
 

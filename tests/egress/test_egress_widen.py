@@ -14,10 +14,9 @@ import pytest
 from acp import text_block
 from acp.schema import AllowedOutcome, RequestPermissionResponse
 
-from tests.acp_editor import Editor, run_editor
-from tests.conftest import make_workspace
-from tests.egress.conftest import OUTER_CIDR, ROOT
-from tests.egress.test_egress import FETCH
+from tests.helpers import make_workspace
+from tests.helpers.acp_editor import Editor, run_editor
+from tests.helpers.egress import FETCH, OUTER_CIDR, ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(400)]
 
