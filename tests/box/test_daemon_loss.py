@@ -228,7 +228,7 @@ def test_a_daemon_killed_mid_call_fails_the_call_typed_at_once_and_the_box_retur
     assert running.wait(60)
     killed = time.monotonic()
     daemon.kill()
-    caller.join(timeout=busy.deadline_for("shell", {"command": SLOW_CALL}))
+    caller.join(timeout=busy.deadline_for(BoxCall.named("shell", {"command": SLOW_CALL})))
     assert not caller.is_alive(), "the call outlived its deadline"
     took = time.monotonic() - killed
     result = outcome[0]

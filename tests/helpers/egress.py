@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.sandbox.debootstrap import BASE_TAG
+
 ROOT = Path(__file__).resolve().parents[2]
 # Another checkout's project may be up at the same time: OA_EGRESS_COMPOSE_PROJECT, OA_EGRESS_COMPOSE_TAG
 # and OA_EGRESS_OUTER_CIDR / OA_EGRESS_INTERNAL_CIDR (compose/docker-compose.yml) keep them apart.
@@ -31,6 +33,10 @@ def docker_compose_command():
 
 @pytest.fixture(scope="session")
 def docker_setup():
+    # The project's images build FROM the base the sandbox image is built on (no registry answers
+    # here): the debootstrap base's tag carries its package list's hash, so it is named, never left to
+    # the compose file's default (an older tag a fresh machine does not have).
+    os.environ.setdefault("OA_BASE_IMAGE", BASE_TAG)
     # Debian's docker-compose (v1) has no --wait; readiness is checked in egress_project.
     return ["up --build -d"]
 
