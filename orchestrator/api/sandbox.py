@@ -52,7 +52,7 @@ from .turns import BoxTurns, CallToken
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
-    from ..sandbox.base import Sandbox as Box
+    from ..sandbox.base import Box
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
 

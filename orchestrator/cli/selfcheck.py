@@ -14,7 +14,7 @@ from ..boxfs import BoxDir, remove_path
 from ..config import SandboxConfig
 from ..protocol import ToolResult
 from ..sandbox.backend import backend_from_config
-from ..sandbox.base import Backend, Sandbox
+from ..sandbox.base import Backend, Box
 from ..tools.defs import read_file, shell
 
 CANARY_VAR = "OA_DOCTOR_CANARY_TOKEN"
@@ -24,36 +24,36 @@ CANARY_VALUE = "oa-doctor-canary-5b1e9d"
 @dataclass
 class Check:
     name: str
-    run: Callable[[Sandbox, Path], tuple[bool, str]]
+    run: Callable[[Box, Path], tuple[bool, str]]
 
 
-def _shell(box: Sandbox, command: str, timeout: int = 20) -> ToolResult:
+def _shell(box: Box, command: str, timeout: int = 20) -> ToolResult:
     return box.call(shell.TOOL.name, {"command": command, "timeout": timeout})
 
 
-def _non_root(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _non_root(box: Box, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "id -u").output.strip()
     return out not in ("0", ""), f"uid {out}"
 
 
-def _no_caps(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _no_caps(box: Box, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status").output
     values = [int(line.split()[1], 16) for line in out.splitlines()]
     return bool(values) and not any(values), "CapEff/CapPrm/CapBnd all 0" if not any(values) else out.strip()
 
 
-def _no_network(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _no_network(box: Box, ws: Path) -> tuple[bool, str]:
     # /proc/net/dev under both runtimes (gVisor has no /sys/class/net)
     out = _shell(box, "tail -n +3 /proc/net/dev | cut -d: -f1").output.split()
     return out == ["lo"], f"interfaces: {' '.join(out)}"
 
 
-def _read_only_root(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _read_only_root(box: Box, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "touch /usr/oa-probe 2>&1; echo rc=$?").output
     return "rc=0" not in out, "writing /usr failed" if "rc=0" not in out else "wrote to /usr"
 
 
-def _no_secret(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _no_secret(box: Box, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "env; tr '\\0' '\\n' < /proc/self/environ").output
     return (
         CANARY_VALUE not in out,
@@ -61,19 +61,19 @@ def _no_secret(box: Sandbox, ws: Path) -> tuple[bool, str]:
     )
 
 
-def _path_escape(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _path_escape(box: Box, ws: Path) -> tuple[bool, str]:
     results = [box.call(read_file.TOOL.name, {"path": p}) for p in ("../etc/passwd", "/etc/passwd", "link-out")]
     ok = all(not r.ok and r.error and r.error.type.value == "path_outside_workspace" for r in results)
     return ok, "`..`, absolute and symlinked paths refused" if ok else "a path escaped"
 
 
-def _git_read_only(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _git_read_only(box: Box, ws: Path) -> tuple[bool, str]:
     out = _shell(box, "echo x > .git/config 2>&1; echo rc=$?").output
     intact = (ws / ".git" / "config").read_text() == "[core]\n"
     return intact and "rc=0" not in out, ".git is read-only inside the box" if intact else ".git/config changed"
 
 
-def _timeout(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _timeout(box: Box, ws: Path) -> tuple[bool, str]:
     started = time.monotonic()
     result = _shell(box, "sleep 30", timeout=1)
     elapsed = time.monotonic() - started
@@ -81,13 +81,13 @@ def _timeout(box: Sandbox, ws: Path) -> tuple[bool, str]:
     return ok, f"sleep 30 with timeout 1 ended after {elapsed:.1f}s"
 
 
-def _daemons(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _daemons(box: Box, ws: Path) -> tuple[bool, str]:
     _shell(box, "setsid sleep 300 & nohup sleep 300 >/dev/null 2>&1 &")
     out = _shell(box, "for p in /proc/[0-9]*; do cat $p/comm; done 2>/dev/null").output.split()
     return "sleep" not in out, "no background process outlived its call" if "sleep" not in out else "a daemon survived"
 
 
-def _no_setuid(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _no_setuid(box: Box, ws: Path) -> tuple[bool, str]:
     out = _shell(
         box,
         "cp /bin/sh setuid-probe && chmod 4755 setuid-probe; chmod g+s setuid-probe; "
@@ -106,7 +106,7 @@ def _no_setuid(box: Sandbox, ws: Path) -> tuple[bool, str]:
     return ran and not planted, detail
 
 
-def _syscalls_refused(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _syscalls_refused(box: Box, ws: Path) -> tuple[bool, str]:
     code = (
         "import ctypes; c = ctypes.CDLL(None, use_errno=True); r = []\n"
         "for nr in (425, 323, 321, 250): c.syscall(nr, 0, 0, 0, 0, 0); r.append(ctypes.get_errno())\n"
@@ -123,7 +123,7 @@ def _syscalls_refused(box: Sandbox, ws: Path) -> tuple[bool, str]:
     )
 
 
-def _agent_restart(box: Sandbox, ws: Path) -> tuple[bool, str]:
+def _agent_restart(box: Box, ws: Path) -> tuple[bool, str]:
     result = _shell(box, "kill 1; sleep 5")
     after = box.call(read_file.TOOL.name, {"path": "probe.txt"})
     ok = result.error is not None and result.error.type.value == "agent_lost" and after.ok

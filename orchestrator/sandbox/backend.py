@@ -1,6 +1,6 @@
 """The one place a backend is made from its config (SWE-ReX's `get_deployment(config)`): the
 session, the pool, the self-check and the CLI ask `backend_from_config()` and then speak only to
-the Backend and Sandbox protocols (base.py); none of them names Docker."""
+the Backend and Box protocols (base.py); none of them names Docker."""
 
 from __future__ import annotations
 

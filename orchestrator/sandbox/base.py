@@ -41,8 +41,9 @@ START_DEADLINE_S = 30.0  # from the deployment's start to the agent's first answ
 RETRIED_AFTER_DEADLINE_S = 3.0  # how long a killed call may take to answer before the box is replaced
 
 
-class Sandbox(Protocol):
-    """What the session, the registry, the pool and the self-check use; DockerSandbox is one."""
+class Box(Protocol):
+    """The box: the container a session's calls run in, as the session, the registry, the pool and
+    the self-check use it (DockerSandbox is one). The session itself is the public API's Sandbox."""
 
     restarts: int
     sweeper: Sweeper
@@ -143,7 +144,7 @@ class Backend(Protocol):
         state_dir: Path | None = None,
         git_dir: Path | None = None,
         baseline: Baseline | None = None,
-    ) -> Sandbox:
+    ) -> Box:
         """A sandbox for `workspace`, not started yet."""
 
     def diagnose(self, config: SandboxConfig) -> Diagnosis: ...

@@ -5,7 +5,7 @@ read-only (cli/run.py). Nothing in such a box can write the workspace, so the sw
 need the box gone, and waiting for the daemon to delete it (60-140 ms, a third of `docker run`) is
 waiting for nothing the answer depends on. The removal is asked for (DELETE with force, over the
 daemon's Unix socket) and not waited for: the daemon finishes it after the command hung up (Docker
-20.10 measured: tests/test_exec_fast.py holds the box gone within seconds of exec's return).
+20.10 measured: tests/box/test_exec_fast.py holds the box gone within seconds of exec's return).
 
 Not even until the daemon shows the box as "removing": it says so only once the box stopped, which is
 most of the removal's time. The request is on the daemon's socket before the command exits; the next command's

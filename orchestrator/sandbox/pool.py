@@ -27,7 +27,7 @@ from typing import Any, Callable, Union
 from ..config import SandboxConfig
 from ..errors import ErrorType, OpenAgentsError
 from .backend import backend_from_config
-from .base import Backend, Sandbox
+from .base import Backend, Box
 from .starts import StartQueued
 from .sweep_journal import capture_baseline
 
@@ -90,7 +90,7 @@ class SandboxPool:
         self.backend = backend or backend_from_config(self.config, client)
         self.on_event = on_event
         self._cond = threading.Condition()
-        self._ready: deque[Sandbox] = deque()
+        self._ready: deque[Box] = deque()
         self._starting = 0
         self._waiting_claims = 0
         self._closed = False
@@ -121,7 +121,7 @@ class SandboxPool:
         for worker in self._workers:
             worker.start()
 
-    def claim(self, timeout: float = 120.0) -> Sandbox:
+    def claim(self, timeout: float = 120.0) -> Box:
         """A started sandbox, yours to close; a replacement starts in the background. Raises the
         failed start's own typed error when the pool cannot start boxes (see the module's note)."""
         deadline = time.monotonic() + timeout

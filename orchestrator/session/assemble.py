@@ -3,7 +3,7 @@ ladder, transcript, checkpoints, hooks.
 
 Every front-end (run, exec, mcp, acp, batch, --attempts, the plug-ins) differs only in who answers
 approvals and who watches the events; everything else is put together here, once, and only the
-public API (orchestrator/api/: Box) calls open_session (tests/test_api_layout.py).
+public API (orchestrator/api/: Box) calls open_session (tests/architecture/test_api_layout.py).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..policy.approvals import ApprovalGate, Approver
 from ..policy.load import authority_sources, load_session_policy
 from ..protocol import Executor
 from ..sandbox.backend import backend_from_config
-from ..sandbox.base import Sandbox as Box  # the container; the session is the public API's Sandbox
+from ..sandbox.base import Box
 from ..sandbox.starts import StartQueued
 from ..tools.registry import HostTools, ToolRegistry
 from ..transcript import Redactor, Transcript

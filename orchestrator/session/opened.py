@@ -13,7 +13,7 @@ from ..hooks import wiring as hook_wiring
 from ..pipeline import CallPipeline
 from ..policy.value import SessionPolicy
 from ..protocol import Executor
-from ..sandbox.base import Sandbox as Box  # the container; the session is the public API's Sandbox
+from ..sandbox.base import Box
 from ..tools import catalog
 from ..transcript import Transcript
 from ..transcript.resume import Rebuilt

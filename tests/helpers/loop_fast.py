@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 class FakeSandbox:
     """Answers each call from a table; records what ran, when, and on which thread."""
 
-    # The rest of the Sandbox protocol: always up, never restarted; it has no workspace, so no sweeper.
+    # The rest of the Box protocol: always up, never restarted; it has no workspace, so no sweeper.
     restarts = 0
     sweeper: Sweeper
     on_sweep: Callable[[SweepReport], None] | None = None
