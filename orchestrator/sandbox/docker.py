@@ -28,7 +28,7 @@ from ..workspace.integrity import Baseline
 from . import handoff, lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
 from .daemon import DOCKER_ERRORS, DaemonWatch
-from .engine import box_on_copy, docker_client, engine_settings, exit_sweep
+from .engine import box_on_copy, docker_client, engine_of, engine_settings, exit_sweep
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 from .sweep_journal import capture_baseline
 
@@ -404,8 +404,10 @@ class DockerDeployment:
         container, self.container = self.container, None
         if container is None:
             return
-        # a read-only workspace's box in a one-shot command: its removal asked, not waited for (handoff.py)
-        if handoff.enabled() and self.config.workspace_read_only and self.egress is None:
+        # a read-only workspace's box in a one-shot command: its removal asked of Docker's daemon, not
+        # waited for (handoff.py); Podman's boxes (their own socket, named volumes) are removed as always
+        handoff_ok = engine_of(self.client) == "docker" and self.egress is None
+        if handoff.enabled() and self.config.workspace_read_only and handoff_ok:
             if handoff.remove_detached(container.id):
                 return
         self.left_behind.append(container.id)
