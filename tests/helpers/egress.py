@@ -8,6 +8,7 @@ both of its networks are internal, so nothing can leave them.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -28,15 +29,16 @@ def docker_compose_file():
 
 @pytest.fixture(scope="session")
 def docker_compose_command():
-    return "docker-compose"
+    # The project's images build FROM the base the sandbox image is built on (no registry answers
+    # here): the debootstrap base's tag carries its package list's hash, so it is named, never left to
+    # the compose file's default (an older tag a fresh machine does not have). pytest-docker runs this
+    # through a shell, so the variable is set for compose alone, not for the rest of the test run.
+    base = os.environ.get("OA_BASE_IMAGE") or BASE_TAG
+    return f"env OA_BASE_IMAGE={shlex.quote(base)} docker-compose"
 
 
 @pytest.fixture(scope="session")
 def docker_setup():
-    # The project's images build FROM the base the sandbox image is built on (no registry answers
-    # here): the debootstrap base's tag carries its package list's hash, so it is named, never left to
-    # the compose file's default (an older tag a fresh machine does not have).
-    os.environ.setdefault("OA_BASE_IMAGE", BASE_TAG)
     # Debian's docker-compose (v1) has no --wait; readiness is checked in egress_project.
     return ["up --build -d"]
 
