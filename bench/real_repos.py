@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.real_search import make_tree  # noqa: E402
-from orchestrator.api import Sandbox  # noqa: E402
+from orchestrator.api import Sandbox, sessions  # noqa: E402
 from orchestrator.boxfs import HostBudget  # noqa: E402
 from orchestrator.workspace.checkpoints import CheckpointStore  # noqa: E402
 from orchestrator.workspace.copy import CopyManifest, copy_workspace  # noqa: E402
@@ -70,6 +70,8 @@ def _first_answer(ws: Path, mode: str, runtime: str | None) -> dict:
     finally:
         box.close()
     closed = time.perf_counter()
+    if record.mode.value == "copy":  # its copy's file system unmounted, its loop device freed: not left behind
+        sessions.discard(record.id)
     return {
         "open_s": opened - started,
         "first_answer_s": first - started,

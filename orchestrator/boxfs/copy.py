@@ -19,6 +19,14 @@ from .read import open_regular
 
 FICLONE = 0x40049409
 _NO_CLONE = (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY, errno.ENOSYS, errno.EBADF)
+_NO_RANGE = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP)
+# (source st_dev, destination st_dev) pairs where FICLONE / copy_file_range said the pair never can
+# (EXDEV, EOPNOTSUPP, ENOSYS, ENOTTY): not asked again for each of a 40,000-file copy's files (a copy
+# mode copy onto its quota file system met two failing calls a file). A wrong guess (a device number
+# reused by another file system) costs speed only: the bytes are then copied the other way.
+_NEVER = (errno.EXDEV, errno.EOPNOTSUPP, errno.ENOSYS, errno.ENOTTY)
+_no_clone: set[tuple[int, int]] = set()
+_no_range: set[tuple[int, int]] = set()
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -100,15 +108,18 @@ def punch_copy(
         size = os.fstat(fin).st_size
     if not size:
         return 0
-    if reflinks:
+    devs = (os.fstat(fin).st_dev, os.fstat(fout).st_dev)
+    if reflinks and devs not in _no_clone:
         try:
             fcntl.ioctl(fout, FICLONE, fin)
             return 0
         except OSError as err:
             if err.errno not in _NO_CLONE:
                 raise
+            if err.errno in _NEVER:
+                _no_clone.add(devs)
     if dense:
-        copied = _copy_range(fin, fout, budget, 0, size)
+        copied = _copy_range(fin, fout, budget, 0, size, devs)
         if copied < size:
             os.ftruncate(fout, size)  # shrank while being copied: the rest is a hole
         return copied
@@ -125,7 +136,7 @@ def punch_copy(
         if start >= size:
             break
         end = min(os.lseek(fin, start, os.SEEK_HOLE), size)
-        n = _copy_range(fin, fout, budget, start, end)
+        n = _copy_range(fin, fout, budget, start, end, devs)
         copied += n
         if start + n < end:
             break
@@ -134,23 +145,41 @@ def punch_copy(
     return copied
 
 
-def _copy_range(fin: int, fout: int, budget: HostBudget, pos: int, end: int) -> int:
-    """fin's bytes [pos, end) to the same offsets of fout, in the kernel where it can; the bytes
-    copied (fewer when fin shrank meanwhile)."""
+def _copy_range(fin: int, fout: int, budget: HostBudget, pos: int, end: int, devs: tuple[int, int]) -> int:
+    """fin's bytes [pos, end) to the same offsets of fout, in the kernel: copy_file_range, or where
+    it cannot (across file systems since Linux 5.19), sendfile (a splice, no copy through Python);
+    the bytes copied (fewer when fin shrank meanwhile)."""
     start = pos
     while pos < end:
         want = min(end - pos, 8 << 20)
         budget.charge_bytes(want)
-        try:
-            n = os.copy_file_range(fin, fout, want, pos, pos)
-        except OSError as err:
-            if err.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
-                raise
-            n = os.pwrite(fout, os.pread(fin, want, pos), pos)
+        n = -1
+        if devs not in _no_range:
+            try:
+                n = os.copy_file_range(fin, fout, want, pos, pos)
+            except OSError as err:
+                if err.errno not in _NO_RANGE:
+                    raise
+                if err.errno in _NEVER:
+                    _no_range.add(devs)
+        if n < 0:
+            n = _send(fin, fout, want, pos)
         if n <= 0:
             break  # shrank while being copied: the rest is a hole
         pos += n
     return pos - start
+
+
+def _send(fin: int, fout: int, want: int, pos: int) -> int:
+    """fin's bytes at pos to fout at pos by sendfile, else by pread/pwrite (a kernel or file
+    system that refuses sendfile between these files)."""
+    try:
+        os.lseek(fout, pos, os.SEEK_SET)
+        return os.sendfile(fout, fin, pos, want)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+    return os.pwrite(fout, os.pread(fin, want, pos), pos)
 
 
 def copy_regular(

@@ -178,7 +178,9 @@ def open_session(
             checkpoints.baseline = CopyBaseline(workspace, record.manifest_path)
         if box is None:
             box_config = config.model_copy(update={"user": record.user})
-            box = backend_from_config(box_config).sandbox(box_ws, box_config, state_dir=record.dir, git_dir=git_dir)
+            box = backend_from_config(box_config).sandbox(
+                box_ws, box_config, state_dir=record.dir, git_dir=git_dir, baseline=record.take_fresh_baseline()
+            )
         box.on_start_queue = lambda progress: start_queued(transcript, progress)
         if hasattr(box, "host_budget"):
             box.host_budget = host_budget

@@ -54,6 +54,8 @@ from ..boxfs import (
 )
 from ..boxfs.atomic import write_atomic
 from ..errors import ErrorType, OpenAgentsError
+from .copy_census import CopyCensus
+from .integrity import Baseline
 
 COPY_MAX_BYTES = 4 << 30  # data written by one copy (a reflink writes none)
 COPY_MAX_ENTRIES = 500_000
@@ -210,6 +212,13 @@ class CopyManifest(BaseModel):
     )  # to_store paths the host ran or imported from at the start: never landed (host_code.py)
     took_s: float = 0.0
     _groups: dict[int, int] | None = PrivateAttr(default=None)
+    _census: CopyCensus | None = PrivateAttr(default=None)  # a fresh copy's baseline, counted as it was made
+
+    def fresh_baseline(self, copy: Path) -> Baseline | None:
+        """The integrity baseline of the copy this manifest was just made with (copy_census.py): no
+        second walk of the tree on the first answer's path. None for a manifest read back from disk
+        (a resumed session's copy was written by a box: it is walked)."""
+        return self._census.baseline(copy) if self._census is not None else None
 
     def save(self, path: Path) -> None:
         write_atomic(path, self.model_dump_json(), mode=0o644)
@@ -290,6 +299,7 @@ def copy_workspace(
     manifest = CopyManifest(
         real=str(real), copy_dir=str(dest), uid=uid, gid=gid, real_uid=st.st_uid, real_gid=st.st_gid
     )
+    manifest._census = CopyCensus()
     dest.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.mkdir(dest, 0o700)
     try:
@@ -376,6 +386,8 @@ def _copy(
                     manifest.left_out[key] = f"it changed while being copied: {err}"
                     continue
             manifest.entries[key] = ManifestEntry(Stamp.of(entry.st), Stamp.of(copied))
+            if kind != "dir" and manifest._census is not None:  # a directory is counted when it is finished
+                manifest._census.add(entry.rel, copied)
             if tick is not None:
                 tick()
         for rel, why in walk.unreadable:
@@ -397,6 +409,9 @@ def _finish(d: _Dir, uid: int, gid: int, manifest: CopyManifest) -> None:
         os.fchown(d.fd, uid, gid)
         os.utime(d.fd, ns=d.times)
         key = to_store(d.rel)
-        manifest.entries[key] = manifest.entries[key]._replace(copy=Stamp.of(os.fstat(d.fd)))
+        st = os.fstat(d.fd)
+        manifest.entries[key] = manifest.entries[key]._replace(copy=Stamp.of(st))
+        if manifest._census is not None:
+            manifest._census.add(d.rel, st)
     finally:
         os.close(d.fd)

@@ -38,7 +38,7 @@ import stat
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
@@ -52,6 +52,7 @@ from .quota_fs import QuotaFs
 
 if TYPE_CHECKING:
     from .copy import CopyLimits
+    from .integrity import Baseline
 
 SANDBOX_UID = 1000  # the image's unprivileged user; copies are owned by it
 _ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -134,6 +135,14 @@ class SessionRecord(BaseModel):
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
     _cow_dropped: bool = PrivateAttr(default=False)  # drop_cow() was called: save() writes no layers
+    _fresh_baseline: Any = PrivateAttr(default=None)  # prepare()'s copy's integrity baseline (copy_census.py)
+
+    def take_fresh_baseline(self) -> "Baseline | None":
+        """The integrity baseline counted while prepare() made this session's copy, once (the box's
+        sweep then needs no walk of the copy before the first answer); None in bind mode, on resume,
+        or once taken."""
+        baseline, self._fresh_baseline = self._fresh_baseline, None
+        return baseline
 
     @property
     def dir(self) -> Path:
@@ -472,6 +481,7 @@ def prepare(
         raise
     manifest.host_code = list(host_code or [])
     manifest.save(record.manifest_path)
+    record._fresh_baseline = manifest.fresh_baseline(Path(record.box_workspace))
     return record, real / ".git"
 
 
