@@ -38,7 +38,7 @@ import stat
 import time
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, PrivateAttr, ValidationError
 
@@ -135,7 +135,7 @@ class SessionRecord(BaseModel):
     _dir: Path | None = PrivateAttr(default=None)  # where it was read from
     _owner: int | None = PrivateAttr(default=None)  # the owner of its directory and file, by fstat
     _cow_dropped: bool = PrivateAttr(default=False)  # drop_cow() was called: save() writes no layers
-    _fresh_baseline: Any = PrivateAttr(default=None)  # prepare()'s copy's integrity baseline (copy_census.py)
+    _fresh_baseline: "Baseline | None" = PrivateAttr(default=None)  # prepare()'s copy's baseline (copy_census.py)
 
     def take_fresh_baseline(self) -> "Baseline | None":
         """The integrity baseline counted while prepare() made this session's copy, once (the box's
