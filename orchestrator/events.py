@@ -10,6 +10,7 @@ state or kind string of its own.
 from __future__ import annotations
 
 from enum import Enum
+from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -35,7 +36,9 @@ class ToolCallState(str, Enum):
 
 class _Event(BaseModel):
     # Records read back from a transcript carry seq and ts, and may carry fields of newer versions.
-    model_config = ConfigDict(extra="allow")
+    # defer_build: each event's validator is built when it is first made, not at import (a one-shot
+    # command meets a few of the 21; issue 50)
+    model_config = ConfigDict(extra="allow", defer_build=True)
     executor: Executor | None = None
 
     def fields(self) -> dict[str, Any]:
@@ -381,8 +384,13 @@ Event = Annotated[
     Field(discriminator="type"),
 ]
 EVENT_MODELS: tuple[type[_Event], ...] = get_args(get_args(Event)[0])  # the union's members, for the set of types
-_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 KNOWN_TYPES = frozenset(model.model_fields["type"].default for model in EVENT_MODELS)
+
+
+@cache
+def _adapter() -> TypeAdapter[Event]:
+    """The union's validator, built on the first parse: a command that only writes events never needs it."""
+    return TypeAdapter(Event)
 
 
 def parse(record: dict[str, Any]) -> Event | None:
@@ -391,6 +399,6 @@ def parse(record: dict[str, Any]) -> Event | None:
     if not isinstance(record, dict) or record.get("type") not in KNOWN_TYPES:
         return None
     try:
-        return _ADAPTER.validate_python(record)
+        return _adapter().validate_python(record)
     except ValidationError:
         return None

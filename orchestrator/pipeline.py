@@ -27,7 +27,6 @@ from .sandbox.egress import widening_offer
 from .tools.catalog import LAND_ACTION, LAND_TOOL
 from .tools.registry import PreparedCall, ToolRegistry
 from .transcript import Transcript
-from .workspace.review.landing import refusal as landing_refusal
 
 RESULT_PREVIEW_CHARS = 4000
 MAX_EGRESS_SUMMARY = (
@@ -125,6 +124,8 @@ class CallPipeline:
                 LAND_TOOL,
                 LAND_ACTION,
             ):  # MCP's apply_changes: every landing's one refusal
+                from .workspace.review.landing import refusal as landing_refusal  # copy mode's review, not exec's
+
                 refusal = landing_refusal(outcome)
             return self.finish(call, ToolResult.failure(refusal, executor=outcome.executor))
         self._state(call, ToolCallState.SCHEDULED)

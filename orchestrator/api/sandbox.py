@@ -25,9 +25,6 @@ from ..policy.approvals import ApprovalGate, Approver, NonInteractiveApprover
 from ..protocol import Executor, ToolResult
 from ..sandbox.docker import box_on_copy
 from ..session import OpenSession, attach_model, open_session
-from ..workspace.copy_session import note_call
-from ..workspace.copy_tools import CopyTools, Landing
-from ..workspace.fork_tool import ForkTools
 from .approval import CallbackApprover
 from .box_files import WRITE_BYTES, BoxFiles
 from .box_processes import BoxProcesses
@@ -53,6 +50,7 @@ from .turns import BoxTurns, CallToken
 if TYPE_CHECKING:
     from ..loop import TurnLoop
     from ..sandbox.base import Box
+    from ..workspace.copy_tools import Landing
     from ..workspace.records import SessionRecord
     from .agent import AgentRun
 
@@ -155,6 +153,9 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMe
         if self._framed_by_loop:  # run() without a model goes on with the one opened
             self._agent = ((options.model or "", options.base_url, options.api_key_env), opened.turn_loop)
         if opened.record.mode.value == "copy":  # as the MCP server's: through the one pipeline, decided and recorded
+            from ..workspace.copy_tools import CopyTools, Landing  # copy mode's review: imported where it is used
+            from ..workspace.fork_tool import ForkTools
+
             registry = opened.pipeline.registry
             self._landing = Landing(opened.record)
             registry.host_tools = CopyTools(
@@ -392,6 +393,8 @@ class Sandbox(ToolMethods, FileMethods, ProcessMethods, ReviewMethods, DrivingMe
                 raise self._closed_error()
             self._turn += 1
             if opened.record.mode.value == "copy":
+                from ..workspace.copy_session import note_call
+
                 note_call(opened.record, tool, ok)
             opened.checkpoint(self._turn, [WRITE if tool == WRITE_BYTES else tool])  # bytes written: a file changed
 

@@ -4,6 +4,7 @@ stream with one session_end line holding that object."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -101,6 +102,8 @@ def exec_(
         except OpenAgentsError as err:
             click.echo(ToolResult.failure(err).model_dump_json())
             raise setup_error(err) from None
+        gc.freeze()  # what the start made stays; the collector (paused by the group) resumes for the call
+        gc.enable()
         with box:
             result = box.call(tool, args)
             swept = box.close(

@@ -31,7 +31,6 @@ from ..transcript import Redactor, Transcript
 from ..transcript.resume import rebuild, resumable
 from ..workspace import host_code, quota_fs
 from ..workspace import records as records_
-from ..workspace.checkpoints import CheckpointStore, CopyBaseline
 from ..workspace.cleanup import discard_state
 from ..workspace.context_files import ContextFiles
 from ..workspace.copy import CopyLimits
@@ -172,10 +171,13 @@ def open_session(
     try:
         # Host work on box data (checkpoints, the quota's walks) ends with the session's clock.
         host_budget = HostBudget.until(options.run_budget().max_wall_s)
-        checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
         from_real = rebuilt is None and record.mode == WorkspaceMode.COPY and record.manifest_path.is_file()
-        if from_real:  # copy mode: turn 0 from the untouched real tree (checkpoints/baseline.py)
-            checkpoints.baseline = CopyBaseline(workspace, record.manifest_path)
+        if not unchangeable(kind, config):
+            from ..workspace.checkpoints import CheckpointStore, CopyBaseline  # pygit2: only where it records
+
+            checkpoints = CheckpointStore(record.checkpoint_store, box_ws, budget=host_budget)
+            if from_real:  # copy mode: turn 0 from the untouched real tree (checkpoints/baseline.py)
+                checkpoints.baseline = CopyBaseline(workspace, record.manifest_path)
         if box is None:
             box_config = config.model_copy(update={"user": record.user})
             box = backend_from_config(box_config).sandbox(
@@ -188,9 +190,10 @@ def open_session(
         # The start (turn 0; a resumed session's state), recorded while the box starts and read-only
         # calls run: in bind mode any call that may change files waits for it (registry.before_change,
         # below).
-        checkpoints.in_background(
-            lambda: first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
-        )
+        if checkpoints is not None:
+            checkpoints.in_background(
+                lambda: first_checkpoint(opened, rebuilt.previous_turns if rebuilt is not None else None)
+            )
         if not box.started:
             box.start()
         registry = ToolRegistry(box, box_ws, options.registry_config(), repo, host_tools)
@@ -217,8 +220,9 @@ def open_session(
         preview=lambda prepared: proposed_diff(box_ws, prepared),
     )
     opened.pipeline = CallPipeline(registry, gate, transcript)
-    assert checkpoints is not None
-    if not from_real:  # copy mode's turn 0 reads the real tree: the box may write the copy meanwhile
+    if (
+        checkpoints is not None and not from_real
+    ):  # copy mode's turn 0 reads the real tree: the box may write the copy meanwhile
         registry.before_change = partial(checkpoints.wait, opened.pipeline.cancel)
     credentials = [
         *(config.egress or EgressConfig()).credentials,
@@ -246,6 +250,14 @@ def open_session(
             opened.turn_loop.turn = max(rebuilt.previous_turns, record.turns or 0)
     opened.rebuilt, opened.policy = rebuilt, policy
     return opened
+
+
+def unchangeable(kind: str, config: SandboxConfig) -> bool:
+    """`oa-sandbox exec` of a read-only tool (cli/run.py): one call in a box whose workspace is mounted
+    read-only, no model, no turn after it. Nothing there can change the workspace, so there is nothing
+    for a checkpoint to record (no store; `checkpoints ID` lists none) and its pygit2 is not imported
+    (issue 50). Every other session records its start, read-only or not (a host tool, a later call)."""
+    return kind == "exec" and config.workspace_read_only
 
 
 def warm_box_config(

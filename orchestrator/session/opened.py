@@ -17,12 +17,12 @@ from ..sandbox.base import Box
 from ..tools import catalog
 from ..transcript import Transcript
 from ..transcript.resume import Rebuilt
-from ..workspace.checkpoints import Checkpoint, CheckpointStore
 from ..workspace.context_files import ContextFiles
 from ..workspace.records import ResumeLock, SessionRecord
 
 if TYPE_CHECKING:
     from ..loop import TurnLoop
+    from ..workspace.checkpoints import Checkpoint, CheckpointStore  # pygit2: imported where a store is made
 
 
 MUTATING_TOOLS = catalog.mutating()  # the tools that may change workspace files (their ToolDef says)

@@ -24,11 +24,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pygit2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pygit2.enums import FileMode, RepositoryOpenFlag, SortMode
 
 from ..boxfs import remove_path
 from ..errors import ErrorType, OpenAgentsError
@@ -46,6 +44,9 @@ from .git_workdir import (
     check_pathspec,
     quote,
 )
+
+if TYPE_CHECKING:  # libgit2 is loaded where a repository is opened: every session imports this tool's
+    import pygit2  # definition, not every one has a repository (exec of a read tool: issue 50)
 
 GIT_OUTPUT_CAP = 48 * 1024
 DIFF_FILE_CAP = 256 * 1024  # a side larger than this is summarised, never read
@@ -101,6 +102,8 @@ def action(args: GitArgs) -> str:
 
 def trusted_identity() -> tuple[str, str]:
     """The committer from the host's own git configuration (global, XDG, system), never the repository's."""
+    import pygit2
+
     name = email = None
     for getter in (pygit2.Config.get_global_config, pygit2.Config.get_xdg_config, pygit2.Config.get_system_config):
         try:
@@ -113,6 +116,8 @@ def trusted_identity() -> tuple[str, str]:
 
 
 def _config_str(config: pygit2.Config, key: str) -> str | None:
+    import pygit2
+
     try:
         value = config[key]
     except (KeyError, pygit2.GitError):
@@ -169,6 +174,9 @@ class HostRepo:
             return None, "no .git at session start"
         if not stat.S_ISDIR(st.st_mode):
             return None, ".git is not a real directory (a gitfile or a link): never followed"
+        import pygit2
+        from pygit2.enums import RepositoryOpenFlag
+
         previous = pygit2.settings.owner_validation
         # libgit2's owner check guards discovery; here the user named this workspace and nothing runs.
         pygit2.settings.owner_validation = False
@@ -197,6 +205,8 @@ class HostRepo:
             return self._run(args)
 
     def _run(self, args: GitArgs) -> ToolResult:
+        import pygit2
+
         out = Bounded(GIT_OUTPUT_CAP)
         notes: list[str] = []
         try:
@@ -236,6 +246,9 @@ class HostRepo:
     def _open_shadow(self) -> None:
         """A private directory for this command's .gitignore copies, and a repository handle whose
         work tree it is (the real handle keeps the workspace as its work tree)."""
+        import pygit2
+        from pygit2.enums import RepositoryOpenFlag
+
         self._shadow = tempfile.mkdtemp(prefix="oa-git-ignore-")
         previous = pygit2.settings.owner_validation
         pygit2.settings.owner_validation = False
@@ -272,6 +285,8 @@ class HostRepo:
     # -- reading the three trees -------------------------------------------------------------
 
     def _head_map(self) -> dict[str, tuple[str, int]]:
+        import pygit2
+
         if self.repo.head_is_unborn:
             return {}
         out: dict[str, tuple[str, int]] = {}
@@ -327,6 +342,8 @@ class HostRepo:
     def _ignored(self, rel: str, is_dir: bool) -> bool:
         """Asked of a second handle on the same repository whose work tree is this command's
         shadow: libgit2 reads only the .gitignore copies the walk took (git_workdir.Tree)."""
+        import pygit2
+
         if self._ignore_repo is None:
             return False
         try:
@@ -336,6 +353,8 @@ class HostRepo:
 
     def _work_id(self, entry: WorkEntry, known: tuple[str, int] | None) -> str | None:
         """The blob id of a working file; None when it differs from `known` for sure (size) or is not a file."""
+        import pygit2
+
         if entry.mode == 0:
             return None
         cached = self._hash_cache.get(entry.path)
@@ -410,6 +429,8 @@ class HostRepo:
             self._file_patch(path, old, new, out)
 
     def _file_patch(self, path: str, old: tuple[str, int] | None, new: WorkEntry | None, out: Bounded) -> None:
+        import pygit2
+
         q = quote(path)
         out.write(f"diff --git a/{q} b/{q}\n")
         if old is None:
@@ -444,6 +465,8 @@ class HostRepo:
             out.write(text[start + 1 :])
 
     def _log(self, specs: list[str], out: Bounded) -> None:
+        from pygit2.enums import SortMode
+
         if self.repo.head_is_unborn:
             out.write("(no commits yet)\n")
             return
@@ -471,6 +494,9 @@ class HostRepo:
         return (mine is not None) if not parents else any(at(p) != mine for p in parents)
 
     def _commit(self, specs: list[str], message: str, out: Bounded, notes: list[str], deadline: float) -> None:
+        import pygit2
+        from pygit2.enums import FileMode
+
         state = self._state(specs, notes)
         if state.walk.truncated:
             raise OpenAgentsError(ErrorType.RESOURCE_EXHAUSTED, "too many files to commit at once; give paths")

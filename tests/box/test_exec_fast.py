@@ -70,10 +70,26 @@ def test_which_tools_get_a_read_only_box():
     assert not any(catalog.reads_only(t) for t in ("write_file", "edit_file", "shell", "git", "no_such_tool"))
 
 
+def _session_dirs(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "state" / "openagents-sandbox" / "sessions").iterdir())
+
+
 def test_a_read_only_exec_answers_and_its_box_is_gone_soon_after(sandbox_image, docker_client, tmp_path):
     ws = make_workspace(tmp_path / "ws", {"a.txt": "hello\n"})
     result = _exec(tmp_path, ws, "read_file", {"path": "a.txt"})
     assert result["ok"] and result["output"] == "hello\n", result
+    # nothing in its box could change the workspace: no checkpoint store, none listed (and no libgit2 loaded)
+    (session,) = _session_dirs(tmp_path)
+    record = json.loads((session / "session.json").read_text())
+    assert not (session / "checkpoints.git").exists() and record["files_changed"] == [], record
+    listed = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli", "checkpoints", session.name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(tmp_path),
+    )
+    assert listed.returncode == 0 and listed.stdout == "", listed.stdout + listed.stderr
     # removed by the daemon after the command returned: held once the removal has finished
     assert _gone_within(docker_client, ws, 60), _boxes_on(docker_client, ws)
 
@@ -83,6 +99,9 @@ def test_an_exec_that_may_write_still_waits_for_its_box_removal(sandbox_image, d
     result = _exec(tmp_path, ws, "write_file", {"path": "b.txt", "content": "x"})
     assert result["ok"], result
     assert (ws / "b.txt").read_text() == "x"
+    (session,) = _session_dirs(tmp_path)  # its start and its change are checkpointed, as in any session
+    record = json.loads((session / "session.json").read_text())
+    assert (session / "checkpoints.git").is_dir() and record["files_changed"] == ["b.txt"], record
     assert _boxes_on(docker_client, ws) == []  # at once: nothing handed off
 
 

@@ -165,3 +165,27 @@ def test_a_mistyped_command_is_told_the_closest_names_though_none_is_loaded(tmp_
         -1000:
     ]
     assert "orchestrator.cli.sessions" not in modules
+
+
+def test_the_collector_paused_for_a_commands_start_is_back_as_it_was(tmp_path):
+    """The group pauses the cyclic collector while a command starts (issue 50) and exec resumes it once
+    its session is open: an exec that ends before (its arguments refused) leaves an in-process caller's
+    collector enabled and nothing frozen, as does any other command."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from orchestrator.cli import main
+
+    assert gc.isenabled()
+    refused = CliRunner().invoke(main, ["exec", "--workspace", str(tmp_path), "read_file", "{not json"])
+    assert refused.exit_code != 0 and '"ok":false' in refused.output, refused.output
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()
+    try:  # a caller that had it off gets it off
+        assert CliRunner().invoke(main, ["exec", "--workspace", str(tmp_path), "read_file", "{}"]).exit_code != 0
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    assert CliRunner().invoke(main, ["sessions"], env={"XDG_STATE_HOME": str(tmp_path)}).exit_code == 0
+    assert gc.isenabled() and gc.get_freeze_count() == 0
