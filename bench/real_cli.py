@@ -123,6 +123,24 @@ def cli_rows(r: dict) -> list[tuple[str, str, str, str]]:
     ]
 
 
+def _discard_sessions(state: Path) -> None:
+    """Every session the execs left (copy mode keeps its copy, on a mounted quota file system, for
+    review): discarded, so no mount or loop device outlives the bench."""
+    from orchestrator.api import sessions
+
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(state)
+    try:
+        for record in sessions.list_sessions():
+            if record.mode.value == "copy" and not record.discarded:
+                sessions.discard(record.id)
+    finally:
+        if before is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = before
+
+
 def main() -> int:
     from bench.run import print_report
     from orchestrator.config import DockerBackendConfig
@@ -151,6 +169,7 @@ def main() -> int:
             results["runtimes"][runtime] = bench_real_cli(root, name, image, args.n)
             results["runtimes"][runtime]["load_real_cli"] = os.getloadavg()[0]
     finally:
+        _discard_sessions(root / "cli-state")
         shutil.rmtree(root, ignore_errors=True)
     print_report(results)
     if args.json_path:
