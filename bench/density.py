@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -188,10 +189,12 @@ def measure(engine: str, runtime: str, n: int, env: dict[str, str], by_process: 
     filled with each process name's MiB per box."""
     client = docker_client(timeout=300, engine=engine)
     boxes = []
+    workspaces: list[Path] = []
     before = _mem_available_kib()
     try:
         for i in range(n):
-            box = DockerSandbox(_workspace(str(i)), _config(engine, runtime, env), client=client)
+            workspaces.append(_workspace(str(i)))
+            box = DockerSandbox(workspaces[-1], _config(engine, runtime, env), client=client)
             box.start()
             assert box.call("shell", {"command": "true"}).ok
             boxes.append(box)
@@ -209,6 +212,8 @@ def measure(engine: str, runtime: str, n: int, env: dict[str, str], by_process: 
     finally:
         for box in boxes:
             box.close()
+        for ws in workspaces:
+            shutil.rmtree(ws, ignore_errors=True)
         client.close()
     per_box = total_kib / n / 1024
     return {"pss_mib": per_box, "per_gib": 1024 / per_box if per_box else 0, "avail_drop_mib": dropped / n / 1024}
@@ -239,6 +244,7 @@ def pool_claims(engine: str, runtime: str, size: int, claims: int, env: dict[str
                 time.sleep(1.0)  # the pool refills, as between two real sessions (bench/run.py's pause)
     finally:
         client.close()
+        shutil.rmtree(ws, ignore_errors=True)
     timings.sort()
     return {
         "p50_ms": statistics.median(timings),
