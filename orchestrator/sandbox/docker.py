@@ -491,6 +491,14 @@ class DockerDeployment:
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
         except DOCKER_ERRORS:
             return err
+        unsaid = getattr(self.client, "killed_for_memory", None)  # Podman's inspect does not say it (podman.py)
+        if not oom and unsaid is not None and unsaid(container.id, container.attrs):
+            return OpenAgentsError(
+                ErrorType.AGENT_LOST,
+                f"the sandbox was killed (SIGKILL) with everything in it, most likely for memory (limit "
+                f"{self.config.memory}, swap included; Podman does not report memory kills here); "
+                "a fresh one takes over with the workspace as it was left",
+            )
         if not oom:
             return err
         return OpenAgentsError(
