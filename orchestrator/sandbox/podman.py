@@ -343,7 +343,7 @@ class PodmanClient(docker.DockerClient):
         read-only views as named volumes (the module docstring says why each)."""
         options = [
             f"seccomp={seccomp_file(o.split('=', 1)[1])}" if o.startswith("seccomp={") else o
-            for o in settings["security_opt"]
+            for o in settings.get("security_opt", [])
         ]
         limits = host_limits(self.socket, settings.get("pids_limit") if self.limits_ignored() else None)
         out = {
