@@ -99,6 +99,23 @@ def _tier(item) -> str | None:
     return None
 
 
+# The box tier's core, run a second time under Podman (issue 47) by scripts/test (`-m podman`, OA_ENGINE=podman):
+# the tool contract, the attack battery's kernel-facing part (environment and network, the seccomp profile,
+# privilege, resources), copy mode's review and its attacks, and the API (an egress gate made and removed with
+# its box). Sized to a few minutes on a quiet machine; docs/podman.md says what differs and how to run more.
+_UNDER_PODMAN = frozenset(
+    {
+        "tests/box/test_tool_contract.py",
+        "tests/box/test_api.py",
+        "tests/box/test_workspace_modes.py",
+        "tests/attacks/test_environment_and_network.py",
+        "tests/attacks/test_setuid_and_syscalls.py",
+        "tests/attacks/test_privilege.py",
+        "tests/attacks/test_copy_review_attacks.py",
+    }
+)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that need Docker carry the `docker` marker, so `pytest -m "not docker"` runs the fast
     ones in seconds; a test of tests/unit or tests/architecture that needs Docker is a misfiled test,
@@ -110,6 +127,8 @@ def pytest_collection_modifyitems(config, items):
             off_the_compose_worker.append(item.nodeid)
         if _DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())) or tier in _DOCKER_TIERS:
             item.add_marker(pytest.mark.docker)
+        if item.nodeid.split("::", 1)[0] in _UNDER_PODMAN:
+            item.add_marker(pytest.mark.podman)
         if tier in _NO_DOCKER_TIERS and item.get_closest_marker("docker") is not None:
             misfiled.append(item.nodeid)
     if misfiled:

@@ -34,7 +34,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "(status, exit_code, session_id, patch, left_out, tokens, wall_s, error, node, best_of).",
     ),
     "transcript": ("admin:transcript", "Session transcripts."),
-    "doctor": ("admin:doctor", "Check the daemon and the image, and print the security settings a sandbox gets."),
+    "doctor": (
+        "admin:doctor",
+        "Check the engine (Docker or Podman) and the image, and print the security settings a sandbox gets.",
+    ),
     "sessions": (
         "sessions:sessions_",
         "List your sessions, newest first, under a header: id, time, mode, status, files changed, workspace.",

@@ -103,10 +103,10 @@ def transcript_list() -> None:
     type=click.Path(exists=True, file_okay=False),
     help="Show the settings a sandbox of this workspace would get.",
 )
-@click.option("--attack", is_flag=True, help="Also run a quick attack battery against this Docker set-up.")
+@click.option("--attack", is_flag=True, help="Also run a quick attack battery against this set-up (Docker or Podman).")
 @sandbox_options
 def doctor(workspace: str, attack: bool, config: SandboxConfig, mode: WorkspaceMode, copy_limits: CopyLimits) -> None:
-    """Check the daemon and the image, and print the security settings a sandbox gets."""
+    """Check the engine (Docker or Podman) and the image, and print the security settings a sandbox gets."""
     from sandbox_agent import limits
 
     from ..sandbox.backend import backend_from_config
@@ -246,7 +246,7 @@ def _forks_made_by() -> str:
     if why is None:
         return (
             "copy-on-write: a kernel overlay per fork over the parent's frozen state (no data copied until the fork "
-            "writes; a data copy where the Docker daemon cannot say that no box still runs on the parent's copy)"
+            "writes; a data copy where the engine cannot say that no box still runs on the parent's copy)"
         )
     return f"a data copy per fork (reflinks where the file system has them): {why}"
 

@@ -53,6 +53,11 @@ def share_one_pool(client: Any) -> None:
     old.close()
 
 
+def engine_name(client: Any) -> str:
+    """Who answers for the boxes, as messages name it: Docker's daemon, or Podman's API service."""
+    return "the Podman service" if getattr(client, "engine", "docker") == "podman" else "the Docker daemon"
+
+
 class DaemonSilent(OpenAgentsError):
     """The daemon accepted the ping but did not answer it in time (frozen, or restoring)."""
 
@@ -65,10 +70,11 @@ def ping(client: Any, timeout: float = DAEMON_CHECK_S) -> OpenAgentsError | None
         return None
     except requests.exceptions.Timeout:
         return DaemonSilent(
-            ErrorType.DOCKER_UNAVAILABLE, f"the Docker daemon does not answer (no reply to a ping within {timeout:g} s)"
+            ErrorType.DOCKER_UNAVAILABLE,
+            f"{engine_name(client)} does not answer (no reply to a ping within {timeout:g} s)",
         )
     except DOCKER_ERRORS as err:
-        return OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"the Docker daemon is gone ({_reason(err)})")
+        return OpenAgentsError(ErrorType.DOCKER_UNAVAILABLE, f"{engine_name(client)} is gone ({_reason(err)})")
 
 
 class DaemonWatch:

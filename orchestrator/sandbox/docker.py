@@ -27,7 +27,7 @@ from ..protocol import EgressRecord
 from ..workspace.integrity import Baseline
 from . import handoff, lifetime, mounts, owner, reaper
 from .base import WORKSPACE_IN_BOX, BoxSpec, SupervisedSandbox
-from .daemon import DOCKER_ERRORS, DaemonWatch
+from .daemon import DOCKER_ERRORS, DaemonWatch, engine_name
 from .engine import box_on_copy, docker_client, engine_of, engine_settings, exit_sweep
 from .runtimes import RUNC, RuntimeChoice, choose_runtime, seccomp_security_opt
 from .sweep_journal import capture_baseline
@@ -421,8 +421,9 @@ class DockerDeployment:
             return
         if self.daemon.problem(self.client) is not None:
             log.warning(
-                "sandbox container(s) %s left behind: the Docker daemon does not answer; removed once it does",
+                "sandbox container(s) %s left behind: %s does not answer; removed once it does",
                 ", ".join(c[:12] for c in self.left_behind),
+                engine_name(self.client),
             )
             return
         self.left_behind = [
@@ -437,7 +438,9 @@ class DockerDeployment:
                 self.egress is not None and self.egress.proxy is not None
             ):  # its proxy and network stay for `oa-sandbox gc`
                 log.warning(
-                    "the egress gate %s is left behind: the Docker daemon does not answer", self.egress.network_name
+                    "the egress gate %s is left behind: %s does not answer",
+                    self.egress.network_name,
+                    engine_name(self._client),
                 )
             self.egress = None
             self._unsure = True
@@ -480,7 +483,7 @@ class DockerDeployment:
         if problem is not None:
             return OpenAgentsError(
                 ErrorType.DOCKER_UNAVAILABLE,
-                f"the sandbox was lost with the Docker daemon: {problem.message}; "
+                f"the sandbox was lost with {engine_name(self.client)}: {problem.message}; "
                 "once it runs again, the next call or session gets a fresh sandbox",
             )
         container = self.container
@@ -491,6 +494,14 @@ class DockerDeployment:
             oom = bool(container.attrs.get("State", {}).get("OOMKilled"))
         except DOCKER_ERRORS:
             return err
+        unsaid = getattr(self.client, "killed_for_memory", None)  # Podman's inspect does not say it (podman.py)
+        if not oom and unsaid is not None and unsaid(container.id, container.attrs):
+            return OpenAgentsError(
+                ErrorType.AGENT_LOST,
+                f"the sandbox was killed (SIGKILL) with everything in it, most likely for memory (limit "
+                f"{self.config.memory}, swap included; Podman does not report memory kills here); "
+                "a fresh one takes over with the workspace as it was left",
+            )
         if not oom:
             return err
         return OpenAgentsError(

@@ -123,7 +123,7 @@ class DockerBackend:
         checks.append(("ok" if choice.gvisor else "info", f"runtime {choice.name}: {choice.why}"))
         if choice.gvisor:
             checks.append(("info", f"gVisor settings of {choice.name}: {gvisor_settings(client.info(), choice.name)}"))
-        checks.append(("info", f"runtimes the daemon has: {', '.join(sorted(available_runtimes(client)))}"))
+        checks.append(("info", f"runtimes the engine has: {', '.join(sorted(available_runtimes(client)))}"))
         return Diagnosis(
             checks=checks,
             config=config.with_backend(runtime=choice.name),

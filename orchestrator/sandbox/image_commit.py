@@ -21,6 +21,7 @@ import docker
 import docker.errors
 
 from ..errors import ErrorType, OpenAgentsError
+from .engine import engine_settings
 
 CHANGES = ("ENV", "WORKDIR", "USER", "ENTRYPOINT", "EXPOSE")
 DEFAULT_PATH = (
@@ -125,9 +126,9 @@ def build(
     if not any(entry.startswith("PATH=") for entry in base_env):
         steps.changes.insert(0, f"ENV PATH={DEFAULT_PATH}")
     script = " && ".join(f"( {run} )" for run in steps.runs) or "true"
-    container = client.containers.create(
-        base, entrypoint=["/bin/sh", "-c"], command=[script], user="0", network_disabled=True, network_mode="none"
-    )
+    # as the engine takes a container (engine_settings: under Podman the service's own rlimits, else it fails)
+    settings = {"entrypoint": ["/bin/sh", "-c"], "user": "0", "network_disabled": True, "network_mode": "none"}
+    container = client.containers.create(base, command=[script], **engine_settings(client, settings))
     try:
         if steps.copies:
             container.put_archive("/", _context_tar(context, steps.copies))
@@ -137,9 +138,10 @@ def build(
             if code != 0:
                 tail = container.logs().decode(errors="replace")[-800:]
                 raise OpenAgentsError(ErrorType.SANDBOX_START_FAILED, f"image build failed: RUN exited {code}: {tail}")
-        label = "LABEL " + " ".join(f"{shlex.quote(k)}={shlex.quote(v)}" for k, v in labels.items())
+        # one LABEL a pair: Podman's commit reads `LABEL a=1 b=2` as one label a, valued "1 b=2"
+        label_changes = [f"LABEL {shlex.quote(k)}={shlex.quote(v)}" for k, v in labels.items()]
         repository, _, version = tag.rpartition(":") if ":" in tag.rsplit("/", 1)[-1] else (tag, "", "latest")
-        container.commit(repository=repository, tag=version, changes=[*steps.changes, "CMD []", label])
+        container.commit(repository=repository, tag=version, changes=[*steps.changes, "CMD []", *label_changes])
     finally:
         try:
             container.remove(force=True)

@@ -164,7 +164,8 @@ def _start_service(binary: str, path: Path, runtime: str | None) -> Path:
     env = system.environment(HOME=os.environ.get("HOME", "/"))
     if "XDG_RUNTIME_DIR" in os.environ:
         env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"]
-    log_path = state.own_subdir("podman") / f"{path.stem}.log"
+    home = state.own_subdir("podman")
+    log_path = home / f"{path.stem}.log"
     with open(log_path, "ab") as log_file:
         subprocess.Popen(
             [binary, *(["--runtime", runtime] if runtime else []), "system", "service", "--time=0", f"unix://{path}"],
@@ -172,6 +173,7 @@ def _start_service(binary: str, path: Path, runtime: str | None) -> Path:
             stdout=log_file,
             stderr=log_file,
             env=env,
+            cwd=home,  # conmon marks a memory kill with a file `oom` in its working directory: not the caller's
             start_new_session=True,
             close_fds=True,
         )
@@ -222,6 +224,14 @@ def runtimes_as_docker(info: dict[str, Any]) -> dict[str, Any]:
     return {**info, "Runtimes": table}
 
 
+def _service_pid(path: Path) -> int:
+    """The process serving `path` (the socket's peer credentials); OSError when nobody does."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        sock.connect(str(path))
+        return int(struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0])
+
+
 def service_limits(path: Path) -> dict[str, int]:
     """The hard limits of the process serving `path` (found by the socket's peer credentials), which
     its boxes cannot exceed: {"nofile": ..., "nproc": ...}; the caller's own where it cannot be told."""
@@ -231,10 +241,7 @@ def service_limits(path: Path) -> dict[str, int]:
     }
     rows = {"Max open files": "nofile", "Max processes": "nproc"}
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(2)
-            sock.connect(str(path))
-            pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        pid = _service_pid(path)
         for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
             for title, name in rows.items():
                 if line.startswith(title):
@@ -294,7 +301,7 @@ class _PodmanAPI(docker.APIClient):
         kwargs["host_config"] = host_config
         if not runtime:
             return super().create_container(*args, **kwargs)
-        creator = docker.APIClient(
+        creator = _PodmanAPI(
             base_url=f"unix://{ensure_service(runtime_socket(runtime), runtime)}", timeout=self.timeout
         )
         try:
@@ -309,6 +316,13 @@ class _PodmanAPI(docker.APIClient):
                 f"Podman created the box under {found!r}, not {runtime!r} as asked: it was removed, not run",
             )
         return created
+
+    def create_container_from_config(self, config: dict[str, Any], name: Any = None, platform: Any = None) -> Any:
+        """Every box's environment is ours alone: Podman adds `container=podman` to every container's
+        (its own default, not the image's), so the create asks it to leave that out (UnsetEnv, a
+        Podman field of its compatible create, 4.3.1 has it); HOSTNAME it sets as Docker does."""
+        create: Callable[..., Any] = super().create_container_from_config  # docker-py's, untyped
+        return create({**config, "UnsetEnv": ["container"]}, name, platform)
 
 
 class PodmanClient(docker.DockerClient):
@@ -329,7 +343,7 @@ class PodmanClient(docker.DockerClient):
         read-only views as named volumes (the module docstring says why each)."""
         options = [
             f"seccomp={seccomp_file(o.split('=', 1)[1])}" if o.startswith("seccomp={") else o
-            for o in settings["security_opt"]
+            for o in settings.get("security_opt", [])
         ]
         limits = host_limits(self.socket, settings.get("pids_limit") if self.limits_ignored() else None)
         out = {
@@ -349,6 +363,27 @@ class PodmanClient(docker.DockerClient):
         except OpenAgentsError as err:
             log.warning("the Podman API service could not be started again: %s", err.message)
             return False
+
+    def killed_for_memory(self, container_id: str, attrs: dict[str, Any]) -> bool:
+        """Whether a lost box was most likely killed for memory, which Podman's inspect does not say
+        here: its OOMKilled stayed false for boxes the kernel killed for memory, runc's and runsc's
+        alike (4.3.1, conmon 2.1.6, cgroups v1: conmon's mark of the kill, an empty file `oom`, went
+        to its working directory, or nowhere when the box's init was the one killed). So a box whose
+        init ended by SIGKILL (exit 137) under a memory limit is taken as one: under runc nothing
+        inside can SIGKILL the init (the kernel ignores it from inside), under gVisor a command's
+        `kill -9 1` ends the box so too (then the message's "most likely" is wrong, its type is the
+        same: agent_lost); a box removed from outside is not found at all. Waited for a moment while
+        the inspect still shows it running (its exit being recorded)."""
+        if self.limits_ignored():
+            return False  # no memory limit is set (rootless on cgroups v1)
+        state = attrs.get("State") or {}
+        if state.get("Running"):
+            try:
+                self.api.wait(container_id, timeout=5)
+                state = self.api.inspect_container(container_id).get("State") or {}
+            except (docker.errors.DockerException, OSError):
+                return False
+        return bool(state.get("OOMKilled")) or state.get("ExitCode") == 137
 
     def limits_ignored(self) -> bool:
         """Rootless Podman on cgroups v1 cannot set a box's memory, pids or CPU limits, and starts it

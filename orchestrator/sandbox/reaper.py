@@ -32,7 +32,7 @@ import docker.errors
 from ..config import LABEL
 from ..errors import ErrorType
 from . import podman
-from .daemon import DOCKER_ERRORS
+from .daemon import DOCKER_ERRORS, engine_name
 from .owner import BOOT_LABEL, MAX_PID, PID_LABEL, START_LABEL, Owner, Verdict, current, pid_exists, verdict
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,7 @@ def remove_container(client: docker.DockerClient, container_id: str, deadline_s:
     it is gone (inspect -> NotFound); under Podman then its named read-only views (podman.py)."""
     views = podman.views_of(client, container_id)
     outcome = _remove_verified(
+        client,
         "container",
         container_id,
         lambda: client.api.remove_container(container_id, force=True, v=True),
@@ -66,6 +67,7 @@ def remove_container(client: docker.DockerClient, container_id: str, deadline_s:
 
 def remove_network(client: docker.DockerClient, network_id: str, deadline_s: float = NETWORK_DEADLINE_S) -> Removal:
     return _remove_verified(
+        client,
         "network",
         network_id,
         lambda: client.api.remove_network(network_id),
@@ -75,7 +77,7 @@ def remove_network(client: docker.DockerClient, network_id: str, deadline_s: flo
 
 
 def _remove_verified(
-    kind: str, ident: str, remove: Callable[[], Any], inspect: Callable[[], Any], deadline_s: float
+    client: Any, kind: str, ident: str, remove: Callable[[], Any], inspect: Callable[[], Any], deadline_s: float
 ) -> Removal:
     deadline = time.monotonic() + deadline_s
     delay = 0.05
@@ -90,7 +92,7 @@ def _remove_verified(
         except docker.errors.APIError as err:  # 409 "removal already in progress", a box still dying: wait it out
             last = f"{err.status_code}: {_explanation(err)}"
         except DOCKER_ERRORS as err:  # after APIError: no answer at all
-            return _unreachable(kind, ident, err)
+            return _unreachable(engine_name(client), kind, ident, err)
         try:
             inspect()
         except docker.errors.NotFound:
@@ -98,7 +100,7 @@ def _remove_verified(
         except docker.errors.APIError as err:
             last = f"{err.status_code}: {_explanation(err)}"
         except DOCKER_ERRORS as err:  # after APIError: no answer at all
-            return _unreachable(kind, ident, err)
+            return _unreachable(engine_name(client), kind, ident, err)
         if time.monotonic() >= deadline:
             log.warning(
                 "could not remove sandbox %s %s within %.0fs (last answer %s); `oa-sandbox gc` removes it later",
@@ -116,13 +118,13 @@ def _explanation(err: docker.errors.APIError) -> str:
     return str(err.explanation or err)[:300]
 
 
-def _unreachable(kind: str, ident: str, err: BaseException) -> Removal:
+def _unreachable(engine: str, kind: str, ident: str, err: BaseException) -> Removal:
     log.warning(
-        "%s: could not remove sandbox %s %s: the Docker daemon did "
-        "not answer (%s); the next oa-sandbox command removes it",
+        "%s: could not remove sandbox %s %s: %s did not answer (%s); the next oa-sandbox command removes it",
         ErrorType.DOCKER_UNAVAILABLE.value,
         kind,
         ident[:12],
+        engine,
         str(err)[:300],
     )
     return Removal.FAILED

@@ -49,7 +49,7 @@ RUNC = "runc"
 RUNSC = "runsc"
 RUNSC_EGRESS = "runsc-net"
 OCI_SECCOMP = "--oci-seccomp"
-SETUP_HINT = "run scripts/setup (as root or with sudo) to install and register it"
+SETUP_HINT = "run scripts/setup (and scripts/setup-podman for Podman), as root or with sudo, to install and register it"
 MIN_RUNSC_VERSION = 20240729  # the first Debian runsc whose statx takes AT_NO_AUTOMOUNT (coreutils' ls)
 VersionProbe = Callable[[str], "int | None"]
 
@@ -116,7 +116,9 @@ def _gvisor_problem(info: Mapping[str, Any], name: str, version_of: VersionProbe
     """Why the registration `name` cannot run our boxes with their guarantees, or None when it can."""
     table = runtime_table(info)
     if name not in table:
-        return f"{name} is not registered in the Docker daemon: {SETUP_HINT}"
+        return (
+            f"{name} is not registered with the engine (Docker's daemon.json, Podman's containers.conf): {SETUP_HINT}"
+        )
     if OCI_SECCOMP not in runtime_args(info, name):
         return (
             f"{name} is registered without {OCI_SECCOMP}: gVisor would ignore the sandbox's seccomp profile "
@@ -145,7 +147,7 @@ def choose_runtime_from_info(
         if problem is None:
             return RuntimeChoice(
                 gvisor_name,
-                f"gVisor ({gvisor_name}) registered in the daemon: a second kernel between the box and the host",
+                f"gVisor ({gvisor_name}) registered with the engine: a second kernel between the box and the host",
             )
         return RuntimeChoice(RUNC, f"runc, without gVisor: {problem}")
     if requested == RUNC:
@@ -166,7 +168,7 @@ def choose_runtime_from_info(
     if requested not in runtime_table(info):
         known = ", ".join(sorted(set(runtime_table(info)) | {RUNC}))
         raise OpenAgentsError(
-            ErrorType.CONFIG_INVALID, f"--runtime {requested}: the Docker daemon has no such runtime (it has: {known})"
+            ErrorType.CONFIG_INVALID, f"--runtime {requested}: the engine has no such runtime (it has: {known})"
         )
     return RuntimeChoice(requested, f"{requested}: asked for with --runtime {requested}")
 
@@ -257,7 +259,7 @@ def gvisor_settings(info: Mapping[str, Any], name: str) -> str:
         if directfs == "false"
         else (
             "directfs on: the box's kernel opens host files itself; read-only "
-            "directories (.git) are read-only volumes the daemon mounts in the host's "
+            "directories (.git) are read-only volumes the engine mounts in the host's "
             "kernel, so a write through them is refused before anything changes"
         )
     )

@@ -146,7 +146,9 @@ def cannot_mount() -> str | None:
     if not caps >> _CAP_SYS_ADMIN & 1:
         return "the host process may not mount (it is not root and lacks CAP_SYS_ADMIN)"
     if uid_map[:3] != ["0", "0", "4294967295"]:
-        return "the host process runs in a user namespace, whose mounts the Docker daemon would not see"
+        return (
+            "the host process runs in a user namespace, whose mounts the engine (its daemon, its service) would not see"
+        )
     return None
 
 

@@ -301,7 +301,11 @@ def test_ordinary_work_still_works(box):
 
 
 def test_the_profile_is_what_stops_it(sandbox_image, docker_client, tmp_path):
-    """Control: the same chmod 4755 under Docker's built-in default profile succeeds, and under ours it does not."""
+    """Control: the same chmod 4755 under the engine's built-in default profile succeeds, and under ours it
+    does not. The containers are made with the engine's own settings (engine_settings: under Podman the
+    profile as a file and the service's limits), as every box is."""
+    from orchestrator.sandbox.engine import engine_settings
+
     ws = tmp_path / "ctl"
     ws.mkdir()
     script = "cd /w && cp /usr/bin/id tool && chmod 4755 tool; stat -c %a tool"
@@ -310,18 +314,20 @@ def test_the_profile_is_what_stops_it(sandbox_image, docker_client, tmp_path):
         ("docker default", ["no-new-privileges"]),
         ("openagents", ["no-new-privileges", "seccomp=" + profile_json()]),
     ):
-        out = docker_client.containers.run(
-            sandbox_image,
-            ["sh", "-c", script],
-            entrypoint=[],
-            user="0:0",
-            cap_drop=["ALL"],
-            security_opt=opts,
-            network_mode="none",
-            remove=True,
-            volumes={str(ws): {"bind": "/w", "mode": "rw"}},
-            labels={"dev.openagents.sandbox.test": "1"},
+        settings = engine_settings(
+            docker_client,
+            {
+                "entrypoint": ["sh", "-c"],  # named: Podman 4.3.1 takes an empty one as the image's (the agent)
+                "user": "0:0",
+                "cap_drop": ["ALL"],
+                "security_opt": opts,
+                "network_mode": "none",
+                "remove": True,
+                "volumes": {str(ws): {"bind": "/w", "mode": "rw"}},
+                "labels": {"dev.openagents.sandbox.test": "1"},
+            },
         )
+        out = docker_client.containers.run(sandbox_image, [script], **settings)
         results[label] = out.decode().split()[-1]
         os.remove(ws / "tool")
     assert results == {"docker default": "4755", "openagents": "755"}, results

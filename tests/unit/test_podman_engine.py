@@ -137,3 +137,21 @@ def test_a_gvisor_box_under_podman_runs_gvisors_kernel_and_a_runc_box_the_hosts(
             kernels[runtime] = box.call("shell", {"command": "uname -r"}).output.strip()
     client.close()
     assert kernels["runc"] == platform.release() and kernels["runsc"] != platform.release(), kernels
+
+
+def test_a_lost_engine_is_named_in_its_error(tmp_path):
+    """A ping that meets nobody says which engine is gone (the typed kind stays docker_unavailable):
+    Podman's API service, not a Docker daemon the user may not have."""
+    import docker
+
+    from orchestrator.sandbox.daemon import ping
+
+    nobody = f"unix://{tmp_path}/none.sock"
+    for client, named in (
+        (podman.PodmanClient(base_url=nobody, version="1.41", timeout=2), "the Podman service is gone"),
+        (docker.DockerClient(base_url=nobody, version="1.41", timeout=2), "the Docker daemon is gone"),
+    ):
+        problem = ping(client, timeout=2)
+        assert problem is not None and problem.type is ErrorType.DOCKER_UNAVAILABLE, problem
+        assert problem.message.startswith(named), problem.message
+        client.close()

@@ -53,7 +53,7 @@ def choose(requested, egress, client, version_of=good_version):
 def test_default_is_gvisor_when_the_daemon_has_it():
     choice = choose(None, False, FakeClient(WITH_GVISOR))
     assert choice.name == RUNSC and choice.gvisor
-    assert "gVisor (runsc) registered in the daemon: a second kernel between the box and the host" in choice.why
+    assert "gVisor (runsc) registered with the engine: a second kernel between the box and the host" in choice.why
 
 
 def test_an_egress_box_gets_the_registration_with_a_network():
