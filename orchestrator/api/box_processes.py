@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_agent import limits
 
-from ..models.base import ToolCall
 from ..protocol import BoxCall, BoxRule, ToolResult
 from ..tools.catalog import PROCESS_TOOLS
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
@@ -106,17 +105,12 @@ SPECS = {name: (replace(spec, box=BoxRule.of_agent(op)), op) for name, (spec, op
 class BoxProcesses(OwnHostTools):
     """The process tools, in front of the host tools the session had (`inner`)."""
 
-    OWN = tuple(SPECS)
+    DECLARED = tuple(spec for spec, _ in SPECS.values())  # their calls validated as any tool's (ToolDef.validate)
     LISTED = False
 
     def __init__(self, box: Callable[[], BoxCaller], issued: set[str], inner: HostTools | None = None) -> None:
         super().__init__(inner, issued)
         self.box = box
-
-    def prepare_own(self, call: ToolCall) -> PreparedCall:
-        spec = SPECS[call.name][0]
-        args = self.arguments(spec, call, f"{call.name}: its arguments are the program's own (Sandbox.start, Process)")
-        return PreparedCall(call, spec, args, spec.kind, spec.name)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         op = SPECS[prepared.spec.name][1]
