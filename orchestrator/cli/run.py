@@ -418,7 +418,7 @@ def run(
     if record.mode.value == "copy":
         if apply_at_end:
             try:
-                applied, report = apply_copy(record, box.decide_landing("run --apply"))
+                applied, report = apply_copy(record, "run --apply", box)  # the session's gate decides
             except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
                 landing_refused = err
                 view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))
