@@ -31,6 +31,7 @@ from .common import (
 from .json_exits import JSON_PRINTED, JsonExits, landing_said
 from .report import report_option, write_requested_report
 from .sessions import apply_copy
+from .user_config import session_fields
 
 if TYPE_CHECKING:
     from ..terminal.live import LiveView
@@ -283,7 +284,6 @@ def run(
     from ..ground.text import visible
     from ..loop import SessionStatus
     from ..loop.summary import changed_files, exit_code, summary_json, summary_lines
-    from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..policy.approvals import NonInteractiveApprover, TerminalApprover
     from ..terminal.live import LiveView
     from ..terminal.painter import Line
@@ -340,18 +340,21 @@ def run(
             config=config,
             mode=mode.value,
             **copy_options(copy_progress(copy_limits)),
-            model=model_spec,
-            base_url=base_url or defaults.base_url,
-            api_key_env=api_key_env or defaults.api_key_env,
-            policy_files=[Path(p) for p in (list(policies) or defaults.policy)],
-            max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+            **session_fields(  # the config file's keys under the flags, as SandboxOptions names them
+                defaults,
+                model=model_spec,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                policy_files=list(policies),
+                max_turns=max_turns,
+                max_tokens=max_tokens,
+                max_wall_s=max_wall,
+                model_timeout_s=model_timeout,
+                context_window=context_window,
+            ),
             disabled_tools=frozenset(disabled),
             git=not no_git,
-            max_tokens=max_tokens or defaults.max_tokens,
-            max_wall_s=max_wall or defaults.max_wall,
-            context_window=context_window or defaults.context_window,
             auto_approve=auto_approve,
-            model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S,
             approver=approver,
             transcript=path,
             on_record=on_event,
