@@ -31,7 +31,6 @@ from .common import (
 from .json_exits import JSON_PRINTED, JsonExits, landing_said
 from .report import report_option, write_requested_report
 from .sessions import apply_copy
-from .user_config import session_fields
 
 if TYPE_CHECKING:
     from ..terminal.live import LiveView
@@ -287,6 +286,7 @@ def run(
     from ..policy.approvals import NonInteractiveApprover, TerminalApprover
     from ..terminal.live import LiveView
     from ..terminal.painter import Line
+    from .user_config import session_fields
 
     defaults = load_defaults(workspace or ".")
     _check_attempts(attempts, pick, resume_id or continue_, mode)

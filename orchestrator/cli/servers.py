@@ -23,7 +23,6 @@ from .common import (
     setup_error,
     terminate_as_interrupt,
 )
-from .user_config import session_fields
 
 if TYPE_CHECKING:
     from ..acp.approver import AcpApprover
@@ -109,6 +108,7 @@ def acp(
     from ..models.factory import model_from_spec
     from ..sandbox import lifetime
     from ..state import new_id
+    from .user_config import session_fields  # the config file's module: only when a command runs
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
@@ -354,6 +354,7 @@ def batch(
     from ..api import SandboxOptions
     from ..batch.command import BatchRequest, run_batch
     from ..batch.runner import BatchSettings
+    from .user_config import session_fields
 
     defaults = load_defaults()
     config = build_config(
