@@ -49,7 +49,7 @@ class BoxRule:
         rule = table.RULES.get(tool)
         if not rule:
             return DEFAULT_RULE
-        bounds = table.TOOLS[tool][2]
+        bounds = table.TOOLS[tool][2] if tool in table.TOOLS else {}  # the program's own operations have none
         timeout = rule.get("timeout_arg")
         return cls(
             timeout_arg=timeout if isinstance(timeout, str) else None,

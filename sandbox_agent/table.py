@@ -51,10 +51,13 @@ TOOLS: dict[str, tuple[str, str, Mapping[str, int]]] = {
 # timeout_arg: the argument naming the call's own seconds (the bounds' timeout_default_s/timeout_max_s
 # clamp it); exclusive: a command, named by a key so a cancel kills it alone; writes: may grow the
 # workspace (the write quota is polled after it); spawns: may leave processes of its own in the box.
+# The program's own operations (OPS below) have rules here too: a background process (proc_start) is
+# one the box holds beside its agent, so a kill of what runs (a cancel, a rollback, the quota) ends it.
 RULES: dict[str, Mapping[str, object]] = {
     "write_file": {"writes": True},
     "edit_file": {"writes": True},
     "shell": {"timeout_arg": "timeout", "exclusive": True, "streams": True, "writes": True, "spawns": True},
+    "proc_start": {"spawns": True},
 }
 
 # The program's own operations (the Python API's bytes and processes: orchestrator/api/), never a

@@ -31,14 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..api.sessions import land
 from ..boxfs import from_store, read_workspace_file, show
 from ..boxfs.names import stored_exact, stored_shown
 from ..errors import ErrorType, OpenAgentsError
 from ..terminal.machine import MAX_LISTED, Bounded, name_item
 from ..workspace.copy import CopyManifest
-from ..workspace.copy_session import mark_landed
 from ..workspace.records import SessionRecord
-from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, apply_scanned, move_on, shown
+from ..workspace.review import ApplyReport, Change, Conflict, LeftOut, Normalised, shown
 from ..workspace.review.landing import LandingGate
 
 META_KEY = "dev.openagents.sandbox/copyMode"  # the PromptResponse's _meta key (ACP: custom keys are namespaced)
@@ -155,31 +155,30 @@ class TurnLander:
         self._said: set[tuple[str, str]] = set()  # (path, reason) left out and already said
 
     def land(self, write: WriteFile | None = None) -> Landing:
-        manifest = CopyManifest.load(self.manifest_path)
         landing = Landing(
             session=self.session, workspace=str(self.editor_root), lists_dir=Path(self.record.dir) / "lists"
         )
+
+        def landed(manifest: CopyManifest, scanned: dict[str, Change], report: ApplyReport) -> None:
+            """Before the manifest moves on: the editor's writes' stamps become the baseline."""
+            self._report(landing, report)
+            if write is not None:
+                self._write_through(landing, manifest, scanned, write)
+
         try:
             if self.gate is None:
                 raise OpenAgentsError(
                     ErrorType.REFUSED_BY_POLICY, "landing refused: the session has no approval gate to decide it"
                 )
-            report, scanned = apply_scanned(manifest, self.gate.decide_landing())
+            report = land(self.record, gate=self.gate, write_through=landed)  # the one landing (api/sessions.py)
         except OpenAgentsError as err:
             landing.error = f"{err.type.value}: {err.message}"
             return landing
         except OSError as err:
             landing.error = f"io_error: {err.strerror or err}"
             return landing
-        self._report(landing, report)
         if report.conflicts:
-            mark_landed(self.record, False)
-            return landing  # nothing was applied: the manifest stays as it was
-        if write is not None:
-            self._write_through(landing, manifest, scanned, write)
-        move_on(manifest, scanned, report)  # after the editor's writes: their stamps are the baseline
-        manifest.save(self.manifest_path)
-        mark_landed(self.record)
+            self._report(landing, report)  # nothing was applied: the manifest stays as it was
         return landing
 
     def _report(self, landing: Landing, report: ApplyReport) -> None:

@@ -27,7 +27,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox_agent import limits
 
 from ..errors import ErrorType, OpenAgentsError
-from ..models.base import ToolCall
 from ..protocol import BoxCall, Executor, ToolResult
 from ..tools.catalog import READ_BYTES_TOOL, WRITE_BYTES_TOOL
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
@@ -90,7 +89,7 @@ def _failure(kind: ErrorType, message: str, output: str = "") -> ToolResult:
 class BoxFiles(OwnHostTools):
     """`read_bytes` and `write_bytes`, in front of the host tools the session had (`inner`)."""
 
-    OWN = (READ_BYTES, WRITE_BYTES)
+    DECLARED = (READ_BYTES_DEF, WRITE_BYTES_DEF)  # their calls validated as any tool's (ToolDef.validate)
     LISTED = False
 
     def __init__(self, box: Callable[[], BoxCaller], issued: set[str], inner: HostTools | None = None) -> None:
@@ -106,11 +105,6 @@ class BoxFiles(OwnHostTools):
     def forget(self, call_id: str) -> None:
         with self._lock:
             self._pending.pop(call_id, None)
-
-    def prepare_own(self, call: ToolCall) -> PreparedCall:
-        spec = SPECS[call.name]
-        args = self.arguments(spec, call, f"{call.name}: its arguments are the program's own (Sandbox.{call.name})")
-        return PreparedCall(call, spec, args, spec.kind, spec.name)
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         with self._lock:

@@ -8,14 +8,14 @@ output; at most 16 run at once)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox_agent import limits
 
-from ..models.base import ToolCall
-from ..protocol import BoxCall, ToolResult
+from ..protocol import BoxCall, BoxRule, ToolResult
 from ..tools.catalog import PROCESS_TOOLS
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from ..tools.tooldef import Approval, BoxCaller, ToolDef
@@ -97,21 +97,21 @@ SPECS: dict[str, tuple[ToolDef, str]] = {
 }
 
 
+# Each declaration carries the rule the agent's table states for its operation (table.RULES): a start
+# spawns, so the box is known to hold processes a kill must end (sandbox/base.py kill_processes).
+SPECS = {name: (replace(spec, box=BoxRule.of_agent(op)), op) for name, (spec, op) in SPECS.items()}
+
+
 class BoxProcesses(OwnHostTools):
     """The process tools, in front of the host tools the session had (`inner`)."""
 
-    OWN = tuple(SPECS)
+    DECLARED = tuple(spec for spec, _ in SPECS.values())  # their calls validated as any tool's (ToolDef.validate)
     LISTED = False
 
     def __init__(self, box: Callable[[], BoxCaller], issued: set[str], inner: HostTools | None = None) -> None:
         super().__init__(inner, issued)
         self.box = box
 
-    def prepare_own(self, call: ToolCall) -> PreparedCall:
-        spec = SPECS[call.name][0]
-        args = self.arguments(spec, call, f"{call.name}: its arguments are the program's own (Sandbox.start, Process)")
-        return PreparedCall(call, spec, args, spec.kind, spec.name)
-
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         op = SPECS[prepared.spec.name][1]
-        return self.box().run(BoxCall(op, prepared.args.model_dump()))
+        return self.box().run(BoxCall(op, prepared.args.model_dump(), prepared.spec.box))

@@ -85,9 +85,6 @@ class FileMethods:
         kept). A file over `limit` bytes (at most 1 GiB) is ToolError(FILE_TOO_LARGE); a link, a FIFO
         or a device is refused, typed."""
         rel = write_path(READ_BYTES, path)
-        require(READ_BYTES, "limit", limit, int, "an int (bytes)")
-        if not 0 <= limit <= MAX_FILE:
-            raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{READ_BYTES}: limit must be 0..{MAX_FILE} bytes")
         parts: list[bytes] = []
         self._transfer(READ_BYTES, {"path": rel, "limit": limit}, Transfer(sink=parts.append))
         return b"".join(parts)
@@ -154,7 +151,7 @@ class FileMethods:
         `limit` bytes, landed under `local_path` (directories and regular files only; see TreeResult)."""
         rel = write_path(READ_BYTES, box_path)
         local = _local("download", local_path)
-        require(READ_BYTES, "limit", limit, int, "an int (bytes)")
+        require(READ_BYTES, "limit", limit, int, "an int (bytes)")  # the host's own budget below uses it
         if not 0 <= limit <= MAX_FILE:
             raise ToolError(ErrorType.INVALID_ARGUMENTS, f"download: limit must be 0..{MAX_FILE} bytes")
         if local.is_dir():

@@ -7,23 +7,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from ..config import SandboxConfig
     from ..sandbox.pool import SandboxPool
-    from ..workspace.records import WorkspaceMode
+    from ..session.options import SandboxOptions
 
 
 def warm_pool(
-    workspace: Path,
-    policy_files: list[str],
-    config: SandboxConfig,
-    mode: WorkspaceMode,
-    size: int,
-    on_event: Callable[[Any], None] | None = None,
+    workspace: Path, options: SandboxOptions, size: int, on_event: Callable[[Any], None] | None = None
 ) -> SandboxPool:
-    """`size` boxes of `workspace` kept warm (not started yet: call start()), configured as the
+    """`size` boxes of `workspace` kept warm (not started yet: call start()) for sessions opened with
+    `options` (the same options each Sandbox gets: its box, mode and policy files), configured as the
     session's policy says (session.warm_box_config: refused for copy-only access, the workspace
     mounted read-only for read-only, the policy's egress; what the host runs mounted read-only)."""
     from ..sandbox.pool import SandboxPool
     from ..session import warm_box_config
 
-    return SandboxPool(workspace, warm_box_config(workspace, policy_files, config, mode), size=size, on_event=on_event)
+    config = warm_box_config(
+        workspace, [str(p) for p in options.policy_files], options.sandbox_config(), options.workspace_mode()
+    )
+    return SandboxPool(workspace, config, size=size, on_event=on_event)

@@ -16,7 +16,7 @@ from ..errors import ErrorType
 from ..protocol import ToolResult
 from .box_processes import KILL, LIST, READ, START, WAIT, WAIT_MAX_S, WRITE
 from .results import ToolError
-from .tool_calls import placed, require
+from .tool_calls import placed, require  # require: stdin's data, encoded before the call
 
 CHUNK = 1 << 20
 
@@ -164,7 +164,6 @@ class ProcessMethods:
         shell() takes them: it runs on after this call, until it ends, is killed, or the box closes.
         Its output (stdout and stderr) is kept, the last 1 MiB; at most 16 run at once in a box
         (ToolError(RESOURCE_EXHAUSTED) beyond)."""
-        require(START, "command", command, str, "a str")
         sent = placed(START, command, cwd, env, self._passed_env, method="start")
         return Process(self, self._checked(START, {"command": sent})[1], command)
 

@@ -19,7 +19,7 @@ from ..sandbox.docker import box_on_copy
 from ..tools.catalog import CHANGES_TOOL, LAND_TOOL, ROLLBACK_TOOL
 from ..workspace.copy_session import discard_session
 from .results import ApplyResult, ChangedFile, Changes
-from .tool_calls import require, tool_error
+from .tool_calls import tool_error
 
 if TYPE_CHECKING:
     from ..session import OpenSession
@@ -161,10 +161,10 @@ class ReviewMethods:
         the ladder decides it as an edit (a rule `tool = "rollback"` or `kind = "edit"`): a deny or a
         hook's block raises ToolError(REFUSED_BY_POLICY or the hook's type); an ask is answered by this
         call itself (the program asked). Its decision and outcome are in the transcript."""
-        require(ROLLBACK_TOOL, "turn", turn, int, "an int")
         opened = self._live()
         store = opened.checkpoints
-        if store is None or not any(point.turn == turn and point.ok for point in store.list()):
+        valid = isinstance(turn, int) and not isinstance(turn, bool)  # else the pipeline's validation says so
+        if valid and (store is None or not any(point.turn == turn and point.ok for point in store.list())):
             raise OpenAgentsError(
                 ErrorType.INVALID_ARGUMENTS, f"session {opened.record.id} has no checkpoint of turn {turn} to restore"
             )

@@ -26,10 +26,12 @@ from ..workspace import cleanup
 from ..workspace import records as records_
 
 if TYPE_CHECKING:
-    from ..policy.approvals import ApprovalOutcome
+    from ..policy.approvals import ApprovalGate, ApprovalOutcome
     from ..workspace.checkpoints import Checkpoint, RestoreReport
+    from ..workspace.copy_session import WriteThrough
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
+    from ..workspace.review.landing import LandingGate
     from .results import ApplyResult, Changes
 
 DEFAULT_PRUNE_AGE_S = 7 * 86400  # `sessions prune`: ended sessions started longer ago than this
@@ -70,23 +72,44 @@ def changes(session_id: str) -> Changes:
     )
 
 
-def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
-    """The ladder's decision on landing an ended session's copy: the policies in force for its
-    workspace and the session's own policy files, as a session would load them; a rule that asks
-    is answered by `requested`, the user's own command (or program's call) that asked for it."""
+def landing_gate(record: SessionRecord) -> ApprovalGate:
+    """The gate that decides landing an ended session's copy: its SessionPolicy (the policies in
+    force for its workspace and the session's own policy files, as pinned at its start), with
+    nobody to ask (a rule that asks is answered only by the request that asked for the landing)."""
     from ..policy.approvals import ApprovalGate, NonInteractiveApprover
     from ..policy.load import load_session_policy
 
-    policy = load_session_policy(Path(record.workspace), list(record.policy_files), record)  # as pinned at its start
-    return ApprovalGate(policy.ladder(), NonInteractiveApprover()).decide_landing(requested)
+    policy = load_session_policy(Path(record.workspace), list(record.policy_files), record)
+    return ApprovalGate(policy.ladder(), NonInteractiveApprover())
+
+
+def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
+    """The ladder's decision on landing an ended session's copy (landing_gate's); a rule that asks
+    is answered by `requested`, the user's own command (or program's call) that asked for it."""
+    return landing_gate(record).decide_landing(requested)
+
+
+def land(
+    record: SessionRecord,
+    requested: str | None = None,
+    gate: LandingGate | None = None,
+    write_through: WriteThrough | None = None,
+) -> ApplyReport:
+    """Land a copy session's changes: the one route every front-end takes (`oa-sandbox apply`, `run
+    --apply`, `--attempts --apply`, ACP's end of a prompt turn; MCP's apply_changes and
+    Sandbox.apply() reach it as the pipeline's `apply_changes` call). `gate` decides it (an open or
+    just-closed Sandbox, whose decision is recorded; ACP's session gate; None: the ended session's
+    own, landing_gate), `requested` answering a rule that asks; a refusal is its typed error with
+    nothing written. Then the sanitiser lands it through boxfs; a conflict lands nothing. The report
+    as the sanitiser gave it (workspace/copy_session.py land_copy)."""
+    from ..workspace.copy_session import land_copy
+
+    return land_copy(record, gate if gate is not None else landing_gate(record), requested, write_through)
 
 
 def apply_report(record: SessionRecord, requested: str) -> ApplyReport:
-    """Land an ended copy session's changes through the sanitiser if the ladder allows it (else its
-    typed refusal, nothing written); a conflict lands nothing. The report as the sanitiser gave it."""
-    from ..workspace.copy_session import apply_session
-
-    return apply_session(record, landing_permit(record, requested))
+    """Land an ended copy session's changes (`land` with its own gate)."""
+    return land(record, requested)
 
 
 def apply(session_id: str) -> ApplyResult:
@@ -229,6 +252,8 @@ __all__ = [
     "checkpoints",
     "discard",
     "fork",
+    "land",
+    "landing_gate",
     "landing_permit",
     "list_sessions",
     "prune",

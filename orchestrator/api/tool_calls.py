@@ -1,7 +1,10 @@
 """The six tools as typed methods of a sandbox (`Sandbox.read_file` ... `Sandbox.shell`), and `call`
-for any tool by name: each checks its arguments' types (ToolError(INVALID_ARGUMENTS) before anything
-is sent), makes one call through the session's pipeline (`_checked`, the Sandbox's) and lifts the
-typed result out of it (results.py)."""
+for any tool by name: each makes one call through the session's pipeline (`_checked`, the Sandbox's)
+and lifts the typed result out of it (results.py). The arguments are validated once, by the pipeline
+against the tool's declaration (tools/argbase.py validate_model: ToolError(INVALID_ARGUMENTS) naming
+the tool, the argument and the type given, before anything reaches the box). What is checked here is
+only what these methods make of their own parameters before the call: a path's form (names.py), a
+`cwd` and `env` folded into the command (`placed`), a callback."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ WRITE, EDIT, SHELL = write_def.TOOL.name, edit_def.TOOL.name, shell_def.TOOL.nam
 
 
 def require(tool: str, name: str, value: Any, kinds: type | tuple[type, ...], what: str) -> None:
+    """A parameter a method uses itself before the call (not one the pipeline sees as given)."""
     if isinstance(value, bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,)):
         raise ToolError(ErrorType.INVALID_ARGUMENTS, f"{tool}: {name} must be {what}, not a bool")
     if not isinstance(value, kinds):
@@ -43,7 +47,8 @@ def placed(
     """`command` as the box runs it with `cwd` and `env` (shell() and start() take them alike): the
     command itself when neither is given. `method`: the API method an empty cwd is named by."""
     if cwd is None and not env:
-        return command
+        return command  # the pipeline validates it as the tool's argument
+    require(tool, "command", command, str, "a str")  # folded into another command: checked before
     place = None
     if cwd is not None:
         place = cwd.__fspath__() if isinstance(cwd, PathLike) else cwd
@@ -96,10 +101,8 @@ class ToolMethods:
         """Lines `offset`.. (1-based) of a file, at most `limit` lines and 48 KiB. `path` as
         list_files' entries give it (any name: names.read_path)."""
         rel, name = read_path(READ, path)
-        require(READ, "offset", offset, int, "an int")
         args: dict[str, Any] = {"path": name, "offset": offset}
         if limit is not None:
-            require(READ, "limit", limit, int, "an int")
             args["limit"] = limit
         return ReadResult.of(*self._checked(READ, args), rel)
 
@@ -108,7 +111,6 @@ class ToolMethods:
     ) -> ListResult:
         """At most 500 entries; .git, node_modules, target, dist skipped."""
         rel, name = read_path(LIST, path)
-        require(LIST, "recursive", recursive, bool, "a bool")
         return ListResult.of(*self._checked(LIST, {"path": name, "recursive": recursive}), rel)
 
     def grep_files(
@@ -119,19 +121,15 @@ class ToolMethods:
         ignore_case: bool = False,
     ) -> GrepResult:
         """Lines matching a Python regular expression, at most 200."""
-        require(GREP, "pattern", pattern, str, "a str")
         _, name = read_path(GREP, path)
         args: dict[str, Any] = {"pattern": pattern, "path": name, "ignore_case": ignore_case}
-        require(GREP, "ignore_case", ignore_case, bool, "a bool")
         if glob is not None:
-            require(GREP, "glob", glob, str, "a str")
             args["glob"] = glob
         return GrepResult.of(*self._checked(GREP, args), pattern)
 
     def write_file(self, path: str | PathLike[str], content: str) -> WriteResult:
         """The whole new content of a file (never inside .git)."""
         rel = write_path(WRITE, path)
-        require(WRITE, "content", content, str, "a str")
         return WriteResult.of(*self._checked(WRITE, {"path": rel, "content": content}), rel)
 
     def edit_file(
@@ -145,9 +143,6 @@ class ToolMethods:
         """Replace the exact `old_text` (unique unless allow_multiple); `expected_sha256` (from read_file)
         refuses the edit if the file changed since."""
         rel = write_path(EDIT, path)
-        require(EDIT, "old_text", old_text, str, "a str")
-        require(EDIT, "new_text", new_text, str, "a str")
-        require(EDIT, "allow_multiple", allow_multiple, bool, "a bool")
         args: dict[str, Any] = {
             "path": rel,
             "old_text": old_text,
@@ -155,7 +150,6 @@ class ToolMethods:
             "allow_multiple": allow_multiple,
         }
         if expected_sha256 is not None:
-            require(EDIT, "expected_sha256", expected_sha256, str, "a str")
             args["expected_sha256"] = expected_sha256
         return EditResult.of(*self._checked(EDIT, args), rel)
 
@@ -174,8 +168,6 @@ class ToolMethods:
         credential's variable never passed: environment.py). `on_output(text)` gets the output as it
         comes. A non-zero exit is a result; a timeout raises ToolError(TIMEOUT) with the partial
         output in `.result`."""
-        require(SHELL, "command", command, str, "a str")
-        require(SHELL, "timeout", timeout, int, "an int (seconds)")
         if on_output is not None and not callable(on_output):
             raise ToolError(ErrorType.INVALID_ARGUMENTS, "shell: on_output must be callable")
         sent = placed(SHELL, command, cwd, env, self._passed_env)

@@ -21,7 +21,7 @@ from ..ground.text import json_line, visible
 from ..workspace.fork_limits import MAX_FORKS as MAX_ATTEMPTS
 from ..workspace.fork_limits import PICK_TIMEOUT_S
 from .common import ignore_interrupts, setup_error
-from .sessions import apply_copy, landing_permit
+from .sessions import apply_copy
 
 if TYPE_CHECKING:
     from ..api import SandboxOptions
@@ -127,7 +127,7 @@ def run_attempts(
     elif apply_at_end:
         record = out.record_of(chosen)
         try:
-            applied, report = apply_copy(record, landing_permit(record, "run --attempts --apply"))
+            applied, report = apply_copy(record, "run --attempts --apply")
             landing = {
                 "applied": len(report.applied),
                 "left_out": len(report.left_out),

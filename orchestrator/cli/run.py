@@ -286,10 +286,10 @@ def run(
     from ..ground.text import visible
     from ..loop import SessionStatus
     from ..loop.summary import changed_files, exit_code, summary_json, summary_lines
-    from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..policy.approvals import NonInteractiveApprover, TerminalApprover
     from ..terminal.live import LiveView
     from ..terminal.painter import Line
+    from .user_config import session_fields
 
     defaults = load_defaults(workspace or ".")
     _check_attempts(attempts, pick, resume_id or continue_, mode)
@@ -343,18 +343,21 @@ def run(
             config=config,
             mode=mode.value,
             **copy_options(copy_progress(copy_limits)),
-            model=model_spec,
-            base_url=base_url or defaults.base_url,
-            api_key_env=api_key_env or defaults.api_key_env,
-            policy_files=[Path(p) for p in (list(policies) or defaults.policy)],
-            max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
+            **session_fields(  # the config file's keys under the flags, as SandboxOptions names them
+                defaults,
+                model=model_spec,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                policy_files=list(policies),
+                max_turns=max_turns,
+                max_tokens=max_tokens,
+                max_wall_s=max_wall,
+                model_timeout_s=model_timeout,
+                context_window=context_window,
+            ),
             disabled_tools=frozenset(disabled),
             git=not no_git,
-            max_tokens=max_tokens or defaults.max_tokens,
-            max_wall_s=max_wall or defaults.max_wall,
-            context_window=context_window or defaults.context_window,
             auto_approve=auto_approve,
-            model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S,
             approver=approver,
             transcript=path,
             on_record=on_event,
@@ -421,7 +424,7 @@ def run(
     if record.mode.value == "copy":
         if apply_at_end:
             try:
-                applied, report = apply_copy(record, box.decide_landing("run --apply"))
+                applied, report = apply_copy(record, "run --apply", box)  # the session's gate decides
             except OpenAgentsError as err:  # the ladder refused the landing (a deny rule, copy-only, read-only): typed
                 landing_refused = err
                 view.note(visible(f"oa-sandbox: {err.type.value}: {err.message}"))

@@ -105,10 +105,10 @@ def acp(
     from ..acp.server import AcpServer
     from ..api import Sandbox, SandboxOptions
     from ..api.pool import warm_pool
-    from ..models.base import DEFAULT_MODEL_TIMEOUT_S
     from ..models.factory import model_from_spec
     from ..sandbox import lifetime
     from ..state import new_id
+    from .user_config import session_fields  # the config file's module: only when a command runs
 
     logging.getLogger().handlers[:] = [logging.StreamHandler(sys.stderr)]  # stdout is the protocol's
     lifetime.install()  # here, on the main thread: sessions and the pool start their boxes on others
@@ -120,16 +120,26 @@ def acp(
                 ErrorType.CONFIG_INVALID, f"no model: pass --model ({MODEL_FORMS}) or set model in the config file"
             )
         )
-    policies = policies or tuple(defaults.policy)
-    options = SandboxOptions(
-        config=config,
-        model=model_spec,
-        base_url=base_url or defaults.base_url,
-        api_key_env=api_key_env or defaults.api_key_env,
-        policy_files=[Path(p) for p in policies],
-        max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
-        model_timeout_s=model_timeout or defaults.model_timeout or DEFAULT_MODEL_TIMEOUT_S,
-    )
+    try:  # the one options type, validated once (typed): the flags over the config file's keys
+        options = SandboxOptions.of(
+            None,
+            {
+                "config": config,
+                "mode": mode.value,
+                **copy_options(copy_limits),
+                **session_fields(
+                    defaults,
+                    model=model_spec,
+                    base_url=base_url,
+                    api_key_env=api_key_env,
+                    policy_files=list(policies),
+                    max_turns=max_turns,
+                    model_timeout_s=model_timeout,
+                ),
+            },
+        )
+    except OpenAgentsError as err:
+        raise setup_error(err) from None
     try:
         model_from_spec(
             model_spec, base_url=options.base_url, api_key_env=options.api_key_env
@@ -143,7 +153,7 @@ def acp(
             raise click.BadParameter("a warm pool needs a fixed --workspace", param_hint="--pool")
         ws = Path(workspace).resolve()
         try:
-            warm = warm_pool(ws, list(policies), config, mode, pool, _pool_progress)
+            warm = warm_pool(ws, options, pool, _pool_progress)
         except OpenAgentsError as err:
             raise setup_error(err) from None
         warm.start()
@@ -160,18 +170,11 @@ def acp(
             resume is not None
         ):  # session/load: its own transcript, workspace and mode; its model and policy files unless given here
             files = options.policy_files or [Path(p) for p in resume.policy_files]
-            return Sandbox(ws, options, kind="acp", **own, resume=resume.id, policy_files=files).open()
+            return Sandbox(  # it goes on in its record's mode, whatever --workspace-mode says
+                ws, options, kind="acp", **own, resume=resume.id, policy_files=files, mode="auto"
+            ).open()
         path = Path(transcript_dir) / f"acp-{new_id()}.jsonl" if transcript_dir else None
-        return Sandbox(
-            ws,
-            options,
-            kind="acp",
-            box=warm.claim() if warm else None,
-            **own,
-            transcript=path,
-            mode=mode.value,
-            **copy_options(copy_limits),
-        ).open()
+        return Sandbox(ws, options, kind="acp", box=warm.claim() if warm else None, **own, transcript=path).open()
 
     try:
         AcpServer(start, workspace=Path(workspace) if workspace else None).serve()
@@ -351,6 +354,7 @@ def batch(
     from ..api import SandboxOptions
     from ..batch.command import BatchRequest, run_batch
     from ..batch.runner import BatchSettings
+    from .user_config import session_fields
 
     defaults = load_defaults()
     config = build_config(
@@ -368,14 +372,17 @@ def batch(
             config=config,
             mode="copy",
             git=False,
-            model=model_spec or defaults.model,
-            base_url=base_url or defaults.base_url,
-            api_key_env=api_key_env or defaults.api_key_env,
-            policy_files=[Path(p).resolve() for p in policies] or [Path(p) for p in defaults.policy],
             auto_approve=auto_approve,
-            max_turns=max_turns or defaults.max_turns or DEFAULT_MAX_TURNS,
-            max_wall_s=max_wall or defaults.max_wall,
-            max_tokens=max_tokens or defaults.max_tokens,
+            **session_fields(  # the flags over the config file's keys, as SandboxOptions names them
+                defaults,
+                model=model_spec,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                policy_files=[Path(p).resolve() for p in policies],
+                max_turns=max_turns,
+                max_wall_s=max_wall,
+                max_tokens=max_tokens,
+            ),
         ),
         attempts=attempts,
         pick=pick,

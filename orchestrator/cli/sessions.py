@@ -20,9 +20,9 @@ from ..ground.text import json_line
 from .common import EXIT_TOOL_ERROR, SetupExit, setup_error
 
 if TYPE_CHECKING:
-    from ..policy.approvals import ApprovalOutcome
     from ..workspace.records import SessionRecord
     from ..workspace.review import ApplyReport
+    from ..workspace.review.landing import LandingGate
 
 
 def _copy_session(session_id: str, action: str, mount: bool = True) -> SessionRecord:
@@ -34,22 +34,15 @@ def _copy_session(session_id: str, action: str, mount: bool = True) -> SessionRe
         raise setup_error(err) from None
 
 
-def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
-    """The ladder's decision on landing an ended session's copy (api/sessions.py)."""
-    from ..api.sessions import landing_permit as decide
-
-    return decide(record, requested)
-
-
-def apply_copy(record: SessionRecord, permit: ApprovalOutcome) -> tuple[int, ApplyReport]:
-    """Apply a copy session's changes if `permit` (the ladder's decision) allows it, else the typed
-    refusal is raised; saying what was left out and any conflict on stderr; 0 when applied, 1 on
-    conflicts (then nothing was applied)."""
+def apply_copy(record: SessionRecord, requested: str, gate: LandingGate | None = None) -> tuple[int, ApplyReport]:
+    """Land a copy session's changes by the API's one route (api/sessions.py land: `gate` decides,
+    the ended session's own when None; a refusal is raised, typed), saying what was left out and
+    any conflict on stderr; 0 when applied, 1 on conflicts (then nothing was applied)."""
+    from ..api.sessions import land
     from ..boxfs import show
-    from ..workspace.copy_session import apply_session
     from ..workspace.review import shown
 
-    report = apply_session(record, permit)
+    report = land(record, requested, gate)
     for item in report.left_out:
         click.echo(f"  left out {shown(item.path)}: {show(item.reason)}", err=True)
     if report.conflicts:
@@ -198,7 +191,7 @@ def apply_(session_id: str) -> None:
     normalised modes, nothing under .git). Any conflict: nothing is applied, exit 1."""
     record = _copy_session(session_id, "apply")
     try:
-        code = apply_copy(record, landing_permit(record, f"oa-sandbox apply {record.id}"))[0]
+        code = apply_copy(record, f"oa-sandbox apply {record.id}")[0]
     except OpenAgentsError as err:
         exit_code = (
             EXIT_REFUSED if err.type in (ErrorType.REFUSED_BY_POLICY, ErrorType.REJECTED_BY_USER) else EXIT_SETUP

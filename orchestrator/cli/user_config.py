@@ -77,6 +77,35 @@ class UserConfig(BaseModel):
     )
 
 
+# The file's keys for a session, as the one options type (api SandboxOptions) names them.
+_SESSION_KEYS = {
+    "model": "model",
+    "base_url": "base_url",
+    "api_key_env": "api_key_env",
+    "policy": "policy_files",
+    "max_turns": "max_turns",
+    "max_tokens": "max_tokens",
+    "max_wall": "max_wall_s",
+    "model_timeout": "model_timeout_s",
+    "context_window": "context_window",
+}
+
+
+def session_fields(config: UserConfig, **flags: Any) -> dict[str, Any]:
+    """The SandboxOptions fields a session takes from the file (model, policy, budgets), each flag
+    given winning (by the SandboxOptions name: `max_wall_s=`, `policy_files=`): the one conversion of
+    the file's keys to the one options type, which validates them once. Unset ones are left out, so
+    SandboxOptions' defaults (the CLI's) apply."""
+    fields: dict[str, Any] = {}
+    for key, field in _SESSION_KEYS.items():
+        value = flags.get(field) or getattr(config, key)
+        if field == "policy_files" and value:
+            value = [Path(p) for p in value]
+        if value is not None and value != []:
+            fields[field] = value
+    return fields
+
+
 def load_user_config(path: Path | None = None) -> UserConfig:
     """The file's settings, or the defaults when there is no file; CONFIG_INVALID, one line per problem."""
     path = path or config_path()

@@ -92,7 +92,17 @@ def validate_model(model: type[BaseModel], tool: str, args: dict[str, Any]) -> B
             cause = (detail.get("ctx") or {}).get("error")
             if isinstance(cause, PathError):
                 raise OpenAgentsError(ErrorType(cause.kind), str(cause)) from None
-        summary = "; ".join(f"{'.'.join(map(str, d['loc'])) or 'arguments'}: {d['msg']}" for d in err.errors()[:5])
+        summary = "; ".join(_problem(d) for d in err.errors()[:5])
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, f"invalid arguments for {tool}: {summary}") from None
     except RecursionError:
         raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, "arguments nest too deeply") from None
+
+
+def _problem(detail: Any) -> str:
+    """One problem as `offset: Input should be a valid integer (got str)`: the argument, what it must
+    be and, for a value of the wrong type, the type it had (a program's caller, e.g. the Python API's
+    `read_file(offset="3")`, sees what it passed; this is the one validation the host makes)."""
+    where = ".".join(map(str, detail["loc"])) or "arguments"
+    given = detail.get("input")
+    wrong_type = str(detail.get("type", "")).endswith("_type") and not isinstance(given, dict)
+    return f"{where}: {detail['msg']}" + (f" (got {type(given).__name__})" if wrong_type else "")

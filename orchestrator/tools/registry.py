@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ErrorType, OpenAgentsError
 from ..models.base import ToolCall
@@ -95,8 +95,7 @@ class OwnHostTools:
     them when `issued` is given (their ids): a model's call is an unknown tool. No model is told of
     them (declarations are the inner ones'); `LISTED`: whether names() lists them (a client's tools).
     A subclass names its tools' declarations in `DECLARED` (the owner's actions: owner.py), whose
-    calls are validated as any tool's (ToolDef.validate), and runs them (invoke_own); one that names
-    only `OWN` validates its own calls too (prepare_own)."""
+    calls are validated as any tool's (ToolDef.validate: the one validation), and runs them (invoke_own)."""
 
     DECLARED: tuple[ToolDef, ...] = ()
     OWN: tuple[str, ...] = ()
@@ -154,15 +153,6 @@ class OwnHostTools:
 
     def invoke_own(self, prepared: PreparedCall) -> ToolResult:
         raise NotImplementedError
-
-    @staticmethod
-    def arguments(spec: ToolDef, call: ToolCall, said: str) -> Any:
-        """The call's arguments as `spec.args`, or INVALID_ARGUMENTS saying `said`."""
-        assert spec.args is not None
-        try:
-            return spec.args.model_validate(call.arguments if isinstance(call.arguments, dict) else None)
-        except ValidationError:
-            raise OpenAgentsError(ErrorType.INVALID_ARGUMENTS, said) from None
 
 
 class ToolRegistry:

@@ -1,17 +1,23 @@
 """A copy session's life cycle once its changes are to be landed or thrown away: the checks before
-acting on one (it ran in bind mode, it was discarded, it is still running), applying it, discarding
-it, and what its record then says. The CLI, the MCP server and the ACP server call these and only
-print what came of it: the record's `applied` and `discarded` flags change here alone, so
-`oa-sandbox sessions` and `sessions prune` read the same truth whichever front-end landed the work."""
+acting on one (it ran in bind mode, it was discarded, it is still running), landing it (`land_copy`,
+the one route every landing takes), discarding it, and what its record then says. The front-ends
+reach these through the public API (api/sessions.py, Sandbox.apply) and only print what came of it:
+the record's `applied` and `discarded` flags change here alone, so `oa-sandbox sessions` and
+`sessions prune` read the same truth whichever front-end landed the work."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from ..errors import ErrorType, OpenAgentsError
 from .cleanup import discard_state
 from .copy import CopyManifest
 from .records import SessionRecord, WorkspaceMode, open_own_record, state_bytes
-from .review import ApplyReport, apply_scanned, move_on
-from .review.landing import Permit
+from .review import ApplyReport, Change, apply_scanned, move_on
+from .review.landing import LandingGate
+
+# What a front-end does with the landed files before the manifest moves on (ACP: the editor's writes).
+WriteThrough = Callable[[CopyManifest, dict[str, Change], ApplyReport], None]
 
 
 def ended_copy_session(session_id: str, action: str, mount: bool = True) -> SessionRecord:
@@ -34,17 +40,26 @@ def ended_copy_session(session_id: str, action: str, mount: bool = True) -> Sess
     return record
 
 
-def apply_session(record: SessionRecord, permit: Permit) -> ApplyReport:
-    """Land the copy's changes through the sanitiser, if `permit` (the ladder's decision) allows it
-    (else the typed refusal, nothing written); on a conflict nothing lands and the record is
-    unchanged, else the record says it was applied and the manifest is moved on (as MCP's and
-    ACP's landings do), so a session resumed after `apply` carries only its new changes next time."""
+def land_copy(
+    record: SessionRecord, gate: LandingGate, requested: str | None = None, write_through: WriteThrough | None = None
+) -> ApplyReport:
+    """The one landing of a copy's changes, live or ended, whichever front-end asks: `gate` decides
+    it (ApprovalGate.decide_landing, the session's policy; `requested`: the user's own request that
+    answers a rule that asks), and a refusal is its typed error with nothing written. Then the
+    sanitiser lands it through boxfs (review.apply_changes); a conflict lands nothing and the record
+    says the work has not landed; else `write_through` (ACP's editor) sees what landed, the manifest
+    moves on (a session resumed or landed again carries only its new changes) and the record says
+    it was applied."""
     manifest = CopyManifest.load(record.manifest_path)
-    report, scanned = apply_scanned(manifest, permit)
-    if not report.conflicts:
-        move_on(manifest, scanned, report)
-        manifest.save(record.manifest_path)
-        mark_landed(record)
+    report, scanned = apply_scanned(manifest, gate.decide_landing(requested))
+    if report.conflicts:
+        mark_landed(record, False)
+        return report
+    if write_through is not None:
+        write_through(manifest, scanned, report)
+    move_on(manifest, scanned, report)
+    manifest.save(record.manifest_path)
+    mark_landed(record)
     return report
 
 

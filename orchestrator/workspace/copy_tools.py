@@ -31,10 +31,10 @@ from ..tools.catalog import CHANGES_TOOL, LAND_TOOL
 from ..tools.owner import CHANGES, LAND, ChangesArgs
 from ..tools.registry import HostTools, OwnHostTools, PreparedCall
 from .copy import CopyManifest
-from .copy_session import mark_landed
+from .copy_session import land_copy
 from .records import SessionRecord
-from .review import apply_scanned, list_changes, move_on, render_diff, shown
-from .review.landing import Permit
+from .review import list_changes, render_diff, shown
+from .review.landing import LandingGate, Permit
 
 if TYPE_CHECKING:
     from .review import ApplyReport, Change
@@ -106,25 +106,23 @@ class Landing:
         )
         return ToolResult(ok=True, output=text, note=note, meta=changes_meta(found, self.record.dir / "lists"))
 
-    def apply(self, permit: Permit) -> ToolResult:
-        """`permit`: the ladder's decision on this landing (the call pipeline's); a refusal writes nothing."""
+    def apply(self, gate: LandingGate) -> ToolResult:
+        """`gate`: the decision on this landing (the call pipeline's, already made); a refusal writes nothing."""
         with self._lock:
             try:
-                return self._apply(permit)
+                return self._apply(gate)
             except OpenAgentsError as err:
                 return ToolResult.failure(err)
             except OSError as err:
                 return ToolResult.failure(OpenAgentsError(ErrorType.IO_ERROR, f"apply stopped: {err.strerror}"))
 
-    def _apply(self, permit: Permit) -> ToolResult:
-        manifest = CopyManifest.load(self.manifest_path)
-        report, scanned = apply_scanned(manifest, permit)
+    def _apply(self, gate: LandingGate) -> ToolResult:
+        report = land_copy(self.record, gate)  # the one landing (copy_session.py): a conflict lands nothing
         self.last_report = report
         meta: dict[str, Any] = apply_meta(report, self.record.dir / "lists")
         lines = report.lines(MAX_REPORT_LINES)
         real = visible(self.record.workspace)
         if report.conflicts:
-            mark_landed(self.record, False)
             lines.append(f"nothing applied: {len(report.conflicts)} path(s) changed in {real} since the copy was taken")
             return ToolResult.failure(
                 OpenAgentsError(
@@ -135,9 +133,6 @@ class Landing:
                 output="\n".join(lines),
                 meta=meta,
             )
-        move_on(manifest, scanned, report)
-        manifest.save(self.manifest_path)
-        mark_landed(self.record)
         summary = f"applied {len(report.applied)} change(s) to {real}"
         if report.left_out:
             summary += f", left out {len(report.left_out)}"
@@ -148,12 +143,19 @@ class Landing:
 
 @dataclass(frozen=True)
 class _Decided:
-    """The pipeline's allowing decision, as the Permit apply_scanned takes: invoke() is reached only
+    """The pipeline's allowing decision, as the permit land_copy takes: invoke() is reached only
     after CallPipeline.validate_and_decide allowed the call (the same ladder key as decide_landing)."""
 
     allowed: bool = True
     reason: str = "allowed by the call pipeline's decision"
     executor: Executor = Executor.OPENAGENTS
+
+
+class _DecidedGate:
+    """The landing gate of a call the pipeline already decided: its decision, whatever is asked."""
+
+    def decide_landing(self, requested: str | None = None) -> Permit:
+        return _Decided()
 
 
 class CopyTools(OwnHostTools):
@@ -171,7 +173,7 @@ class CopyTools(OwnHostTools):
         if isinstance(prepared.args, ChangesArgs):
             result = self.landing.changes(prepared.args.stat)
         else:
-            result = self.landing.apply(_Decided())
+            result = self.landing.apply(_DecidedGate())
         return result.model_copy(update={"executor": Executor.OPENAGENTS})  # run on the host, by us
 
 

@@ -85,3 +85,40 @@ def test_no_front_end_uses_anything_but_the_public_api():
             if found:
                 bad[str(path.relative_to(PACKAGE))] = found
     assert not bad, f"front-ends reaching past the public API (docs/api.md, 'Front-ends'): {bad}"
+
+
+# What lands a copy's changes, or moves its record or manifest on: only api/sessions.py `land` (its one
+# route, workspace/copy_session.py land_copy) and the pipeline's apply_changes call reach these.
+LANDING = frozenset({"land_copy", "apply_session", "apply_scanned", "apply_changes", "move_on", "mark_landed"})
+
+
+def landings(source: str) -> list[str]:
+    """Each import or call of the landing's machinery in a front-end's source (issue 48: no front-end
+    lands on its own)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            found += [f"line {node.lineno}: imports {a.name}" for a in node.names if a.name in LANDING]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in LANDING:
+                found.append(f"line {node.lineno}: calls {name}")
+    return found
+
+
+def test_the_landing_check_sees_a_landing():
+    assert landings("from ..workspace.review import apply_scanned, shown\n") == ["line 1: imports apply_scanned"]
+    assert landings("x = review.apply_changes(manifest)\n") == ["line 1: calls apply_changes"]
+    assert not landings("from ..api.sessions import land\nland(record, 'oa-sandbox apply')\n")
+
+
+def test_no_front_end_lands_on_its_own():
+    """Every landing goes through the session's public API (api/sessions.py land, or Sandbox.apply's
+    pipeline call): one decision from the session's policy, one sanitiser through boxfs."""
+    bad = {}
+    for part in FRONT_ENDS:
+        for path in sorted((PACKAGE / part).rglob("*.py")):
+            found = landings(path.read_text())
+            if found:
+                bad[str(path.relative_to(PACKAGE))] = found
+    assert not bad, f"front-ends landing on their own (use api/sessions.py land): {bad}"

@@ -121,3 +121,26 @@ def test_a_config_file_the_box_can_reach_is_refused_not_read(tmp_path):
         tmp_path, "run", "--workspace", str(make_workspace(tmp_path / "elsewhere")), "go"
     )  # the same file, a workspace that does not hold it
     assert "lies where the sandbox can write" not in proc.stderr
+
+
+def test_the_config_files_keys_become_the_one_options_type_under_the_flags():
+    """session_fields: the file's keys (max_wall, model_timeout, policy) as SandboxOptions names them,
+    a flag given winning, an unset one left to SandboxOptions' defaults; validated once, there."""
+    from pathlib import Path
+
+    from orchestrator.api import SandboxOptions
+    from orchestrator.cli.user_config import UserConfig, session_fields
+
+    file = UserConfig(model="openai:a", policy=["/p/one.toml"], max_turns=7, max_wall=30.0, model_timeout=9.0)
+    fields = session_fields(file, model="openai:b", max_turns=None, policy_files=[], max_wall_s=None)
+    assert fields == {
+        "model": "openai:b",
+        "policy_files": [Path("/p/one.toml")],
+        "max_turns": 7,
+        "max_wall_s": 30.0,
+        "model_timeout_s": 9.0,
+    }
+    options = SandboxOptions(**fields)
+    assert (options.max_turns, options.max_wall_s, options.context_window) == (7, 30.0, None)
+    assert session_fields(UserConfig(), policy_files=["/q.toml"]) == {"policy_files": [Path("/q.toml")]}
+    assert SandboxOptions(**session_fields(UserConfig())).max_turns == SandboxOptions().max_turns

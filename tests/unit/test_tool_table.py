@@ -67,14 +67,20 @@ def test_the_comparison_fails_when_either_side_adds_drops_or_changes() -> None:
 def test_each_box_tool_carries_the_rule_its_agent_states() -> None:
     """How the box runs a call (protocol.BoxRule) is stated once, by the agent's table (RULES); each box
     tool's declaration carries it, and a request by name (the program's own, a self-check) gets the same."""
-    assert set(table.RULES) <= set(table.TOOLS)
+    assert set(table.RULES) <= set(table.TOOLS) | set(table.OPS)
     for name, tool in catalog.TOOLS.items():
         if tool.side == "sandbox":
             assert tool.box == BoxRule.of_agent(name) == BoxCall.named(name, {}).rule, name
     shell = catalog.TOOLS["shell"].box
     assert (shell.exclusive, shell.streams, shell.writes, shell.spawns) == (True, True, True, True)
     assert catalog.TOOLS["write_file"].box == BoxRule(writes=True) and catalog.TOOLS["read_file"].box == DEFAULT_RULE
-    assert BoxCall.named("proc_start", {}).rule == DEFAULT_RULE  # the program's own operations: the default
+    # the program's own operations: the default, but a background process's start spawns (it stays in the box)
+    assert BoxCall.named("proc_read", {}).rule == DEFAULT_RULE
+    assert BoxCall.named("proc_start", {}).rule == BoxRule(spawns=True)
+    from orchestrator.api.box_processes import SPECS
+
+    assert SPECS["process_start"][0].box == BoxRule(spawns=True)
+    assert SPECS["process_read"][0].box == DEFAULT_RULE
 
 
 def test_the_sandbox_layer_knows_no_tool() -> None:
