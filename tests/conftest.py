@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,10 +147,33 @@ def pytest_collection_modifyitems(config, items):
         )
     # One process: slow tests last (a stable sort: the rest keep their order), so a failure shows up
     # early. A worker of a parallel run (every worker collects, in the same order, and the scheduler
-    # hands out files in that order): slow tests first, so the longest files start at once instead of
+    # hands out files in that order): the costliest files first, so they start at once instead of
     # forming the run's tail (seen in a -n 3 run: its last stretch was the load tests, slow, one worker each).
-    first_slow = bool(os.environ.get("PYTEST_XDIST_WORKER"))
-    items.sort(key=lambda item: (item.get_closest_marker("slow") is not None) != first_slow)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=_costliest_file_first(items))
+    else:
+        items.sort(key=lambda item: item.get_closest_marker("slow") is not None)
+
+
+def _costliest_file_first(items):
+    """A parallel run's order of files, costliest first (longest processing time first: the last file
+    handed out is then a short one): a file with a slow test, then by its tests that open boxes (a
+    Docker test costs seconds, a unit test milliseconds), then by its number of tests. Within a file the
+    collected order stays (a stable sort)."""
+    slow, boxes, tests = set(), Counter(), Counter()
+    for item in items:
+        scope = _scope_of(item.nodeid, item.nodeid.split("::", 1)[0])
+        tests[scope] += 1
+        if item.get_closest_marker("slow") is not None:
+            slow.add(scope)
+        if item.get_closest_marker("docker") is not None:
+            boxes[scope] += 1
+
+    def key(item):
+        scope = _scope_of(item.nodeid, item.nodeid.split("::", 1)[0])
+        return (scope not in slow, -boxes[scope], -tests[scope])
+
+    return key
 
 
 # The compose project of compose/ (tests/egress/conftest.py) is one per machine: pytest-docker brings
@@ -175,6 +199,11 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
+
+    # pytest-xdist 3 sorts the files by their number of tests unless told not to (--loadscope-reorder, on by
+    # default): that put the load tests' file (4 tests, minutes each) among the last and made the run's tail.
+    # The workers' collection is already in the order wanted (_costliest_file_first).
+    config.option.loadscopereorder = False
 
     class _Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
