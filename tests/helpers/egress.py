@@ -62,7 +62,9 @@ def egress_project(sandbox_image, docker_client, docker_services, docker_compose
             return False
         return b'"decision": "start"' in containers["egress-proxy"].logs()
 
-    docker_services.wait_until_responsive(check=ready, timeout=120.0, pause=0.5)
+    # `up --build` in a fresh clone builds the project's images first: at CI's load (10-16 on 2 cores) that
+    # took over 120 s once, and the worker's egress tests then met a project not yet up
+    docker_services.wait_until_responsive(check=ready, timeout=360.0, pause=0.5)
     time.sleep(0.5)
     servers = {}
     for c in docker_client.containers.list(filters={"label": f"com.docker.compose.project={project}"}):
