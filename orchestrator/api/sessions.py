@@ -26,7 +26,7 @@ from ..workspace import cleanup
 from ..workspace import records as records_
 
 if TYPE_CHECKING:
-    from ..policy.approvals import ApprovalGate, ApprovalOutcome
+    from ..policy.approvals import ApprovalGate
     from ..workspace.checkpoints import Checkpoint, RestoreReport
     from ..workspace.copy_session import WriteThrough
     from ..workspace.records import SessionRecord
@@ -83,12 +83,6 @@ def landing_gate(record: SessionRecord) -> ApprovalGate:
     return ApprovalGate(policy.ladder(), NonInteractiveApprover())
 
 
-def landing_permit(record: SessionRecord, requested: str) -> ApprovalOutcome:
-    """The ladder's decision on landing an ended session's copy (landing_gate's); a rule that asks
-    is answered by `requested`, the user's own command (or program's call) that asked for it."""
-    return landing_gate(record).decide_landing(requested)
-
-
 def land(
     record: SessionRecord,
     requested: str | None = None,
@@ -107,11 +101,6 @@ def land(
     return land_copy(record, gate if gate is not None else landing_gate(record), requested, write_through)
 
 
-def apply_report(record: SessionRecord, requested: str) -> ApplyReport:
-    """Land an ended copy session's changes (`land` with its own gate)."""
-    return land(record, requested)
-
-
 def apply(session_id: str) -> ApplyResult:
     """`oa-sandbox apply ID`: an ended copy session's changes landed in the real workspace (any
     conflict: nothing applied, `ok` false). A landing the policy refuses raises REFUSED_BY_POLICY."""
@@ -119,7 +108,7 @@ def apply(session_id: str) -> ApplyResult:
     from .results import ApplyResult
 
     record = ended_copy_session(session_id, "apply")
-    return ApplyResult.of(apply_report(record, f"the program's sessions.apply({record.id})"))
+    return ApplyResult.of(land(record, f"the program's sessions.apply({record.id})"))
 
 
 def discard(session_id: str) -> int:
@@ -254,7 +243,6 @@ __all__ = [
     "fork",
     "land",
     "landing_gate",
-    "landing_permit",
     "list_sessions",
     "prune",
     "report",
